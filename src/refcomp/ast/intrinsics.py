@@ -1,0 +1,54 @@
+"""The intrinsic calls the IR knows: name, arity, purity, and how their result dtype is found.
+
+Every backend (interpreter, C, CUDA) implements exactly this table; spec/ir.md gives the semantics.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# float -> float math, applied element-wise, result dtype == argument dtype
+FLOAT_UNARY = ("exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos",
+               "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
+               "sigmoid", "erf", "floor", "ceil", "round", "trunc", "nearbyint")
+FLOAT_BINARY = ("pow", "atan2", "fmod", "hypot", "copysign")
+# defined on ints and floats, result dtype == argument dtype
+ANY_UNARY = ("abs",)
+PREDICATES = ("isnan", "isinf", "isfinite")  # float -> bool
+
+
+@dataclass(frozen=True)
+class IntrinsicInfo:
+    """What the IR knows about one intrinsic."""
+
+    name: str
+    arity: int  # -1: variadic
+    pure: bool = True
+
+
+INTRINSICS: dict[str, IntrinsicInfo] = {}
+for _name in FLOAT_UNARY + ANY_UNARY + PREDICATES:
+    INTRINSICS[_name] = IntrinsicInfo(_name, 1)
+for _name in FLOAT_BINARY:
+    INTRINSICS[_name] = IntrinsicInfo(_name, 2)
+# if_then_else(cond, a, b) evaluates only the taken branch (unlike Select).
+INTRINSICS["if_then_else"] = IntrinsicInfo("if_then_else", 3)
+# assume(cond): a fact the prover may use; no effect at run time.
+INTRINSICS["assume"] = IntrinsicInfo("assume", 1, pure=False)
+# reinterpret(x): the same bits as another type of equal width.
+INTRINSICS["reinterpret"] = IntrinsicInfo("reinterpret", 1)
+# Opaque effects used by lowered code and tensor intrinsics.
+INTRINSICS["tvm_storage_sync"] = IntrinsicInfo("tvm_storage_sync", 1, pure=False)
+INTRINSICS["call_extern"] = IntrinsicInfo("call_extern", -1, pure=False)
+
+
+def is_pure_call(op: str) -> bool:
+    info = INTRINSICS.get(op)
+    return info.pure if info is not None else False
+
+
+def check_call(op: str, arg_count: int) -> None:
+    info = INTRINSICS.get(op)
+    if info is None:
+        raise ValueError(f"unknown intrinsic {op!r}")
+    if info.arity >= 0 and info.arity != arg_count:
+        raise ValueError(f"intrinsic {op} takes {info.arity} arguments, got {arg_count}")

@@ -1,0 +1,98 @@
+"""refcomp's errors.  Each says what is wrong and, where IR is involved, shows it with the spot marked.
+
+User errors (IRError, ShapeError, ScheduleError, BuildError, ArgumentError) tell the user what to fix;
+InternalError means refcomp itself is wrong and asks for a report.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+
+class RefcompError(Exception):
+    """Base of every error refcomp raises on purpose."""
+
+    kind = "error"
+
+    def __init__(self, message: str, *, ir: Any = None, spot: Any = None,
+                 counterexample: Mapping[str, int] | None = None, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.ir = ir
+        self.spot = spot
+        self.counterexample = dict(counterexample) if counterexample else None
+        self.hint = hint
+
+    def __str__(self) -> str:
+        parts = [self.message]
+        if self.counterexample:
+            values = ", ".join(f"{k} = {v}" for k, v in self.counterexample.items())
+            if values not in self.message:
+                parts.append(f"counterexample: {values}")
+        if self.hint:
+            parts.append(f"hint: {self.hint}")
+        rendered = self.render_ir()
+        if rendered:
+            parts.append(rendered)
+        return "\n".join(parts)
+
+    def render_ir(self) -> str:
+        """The IR the error is about, with the offending node marked (empty if none given)."""
+        if self.ir is None:
+            return ""
+        try:
+            from .ast.printer import script
+
+            return script(self.ir, mark=self.spot)
+        except Exception as exc:  # rendering must never hide the real error
+            return f"(IR could not be printed: {type(exc).__name__}: {exc})"
+
+
+class IRError(RefcompError, ValueError):
+    """Malformed IR: the program itself is not valid."""
+
+    kind = "ir"
+
+
+class ParseError(IRError):
+    """Script text that cannot be read; says line and column."""
+
+    kind = "parse"
+
+
+class ShapeError(RefcompError, ValueError):
+    """A shape relation or buffer access that cannot be proved; carries a counterexample when one exists."""
+
+    kind = "shape"
+
+
+class ScheduleError(RefcompError, ValueError):
+    """An illegal schedule step; the schedule is unchanged."""
+
+    kind = "schedule"
+
+
+class BuildError(RefcompError, RuntimeError):
+    """Code generation or the toolchain failed."""
+
+    kind = "build"
+
+
+class ArgumentError(RefcompError, ValueError):
+    """An array passed at run time does not match the function's signature."""
+
+    kind = "argument"
+
+
+class RuntimeFailure(RefcompError, RuntimeError):
+    """A compiled kernel reported a failure (runtime bounds check, assertion)."""
+
+    kind = "runtime"
+
+
+class InternalError(RefcompError, AssertionError):
+    """A refcomp bug: please report it with the IR shown."""
+
+    kind = "internal"
+
+    def __str__(self) -> str:
+        return "internal error (this is a refcomp bug; please report it): " + super().__str__()
