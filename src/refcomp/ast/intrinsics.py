@@ -38,7 +38,10 @@ INTRINSICS["assume"] = IntrinsicInfo("assume", 1, pure=False)
 INTRINSICS["reinterpret"] = IntrinsicInfo("reinterpret", 1)
 # Opaque effects used by lowered code and tensor intrinsics.
 INTRINSICS["tvm_storage_sync"] = IntrinsicInfo("tvm_storage_sync", 1, pure=False)
+# call_extern("c_function_name", args...): a call into C (tensor intrinsic micro-kernels).
 INTRINSICS["call_extern"] = IntrinsicInfo("call_extern", -1, pure=False)
+# address_of(BufferLoad): the address of that element, for passing to call_extern.
+INTRINSICS["address_of"] = IntrinsicInfo("address_of", 1)
 
 
 def is_pure_call(op: str) -> bool:
