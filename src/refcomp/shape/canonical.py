@@ -1,0 +1,237 @@
+"""The canonical form of integer expressions: a constant plus a sum of scaled monomials.
+
+`3*i*j + 2*(x // 4) - n + 7` is held as {i*j: 3, (x // 4): 2, n: -1} + 7.  A monomial is a product
+of *atoms* with powers; an atom is any expression that is not + - * or a constant (a variable, a
+floordiv, a min, a load, ...), identified by its structural key so that like terms merge.  Terms
+keep the order in which they first appeared, so the rendered form reads like the input.
+
+The form treats integers as mathematical integers: it assumes no intermediate result overflows its
+dtype (spec/shapes.md, "overflow").
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from ..ast.dtype import DataType
+from ..ast.expr import Add, FloorDiv, FloorMod, IntImm, Mul, PrimExpr, Sub
+from .keys import expr_key
+
+# A monomial: tuple of (atom key, atom expression, power), in first-appearance order.
+Monomial = tuple
+
+
+def _mono_key(mono: Monomial):
+    return frozenset((key, power) for key, _, power in mono)
+
+
+class Sum:
+    """const + sum(coef * monomial); a mutable scratch value, never part of the IR."""
+
+    __slots__ = ("terms", "const", "dtype")
+
+    def __init__(self, dtype: DataType, const: int = 0) -> None:
+        self.dtype = dtype
+        self.const = const
+        self.terms: dict = {}  # mono key -> [coef, monomial]
+
+    # ---------------------------------------------------------------- construction
+    @staticmethod
+    def atom(expr: PrimExpr) -> "Sum":
+        """The sum holding just `1 * expr`."""
+        result = Sum(expr.dtype)
+        mono = ((expr_key(expr), expr, 1),)
+        result.terms[_mono_key(mono)] = [1, mono]
+        return result
+
+    def copy(self) -> "Sum":
+        result = Sum(self.dtype, self.const)
+        result.terms = {k: [c, m] for k, (c, m) in self.terms.items()}
+        return result
+
+    def add_term(self, coef: int, mono: Monomial) -> None:
+        if coef == 0:
+            return
+        if not mono:
+            self.const += coef
+            return
+        key = _mono_key(mono)
+        entry = self.terms.get(key)
+        if entry is None:
+            self.terms[key] = [coef, mono]
+        else:
+            entry[0] += coef
+            if entry[0] == 0:
+                del self.terms[key]
+
+    def add(self, other: "Sum", scale: int = 1) -> "Sum":
+        """self += scale * other (in place); returns self."""
+        if scale == 0:
+            return self
+        self.const += scale * other.const
+        for coef, mono in other.terms.values():
+            self.add_term(scale * coef, mono)
+        return self
+
+    def scaled(self, factor: int) -> "Sum":
+        result = Sum(self.dtype, self.const * factor)
+        if factor:
+            result.terms = {k: [c * factor, m] for k, (c, m) in self.terms.items()}
+        return result
+
+    def mul(self, other: "Sum") -> "Sum":
+        """The product, expanded."""
+        if other.is_const():
+            return self.scaled(other.const)
+        if self.is_const():
+            return other.scaled(self.const)
+        result = Sum(self.dtype, self.const * other.const)
+        for coef, mono in self.terms.values():
+            result.add_term(coef * other.const, mono)
+        for coef, mono in other.terms.values():
+            result.add_term(coef * self.const, mono)
+        for c1, m1 in self.terms.values():
+            for c2, m2 in other.terms.values():
+                result.add_term(c1 * c2, _mono_product(m1, m2))
+        return result
+
+    # ---------------------------------------------------------------- queries
+    def is_const(self) -> bool:
+        return not self.terms
+
+    def term_count(self) -> int:
+        return len(self.terms)
+
+    def items(self) -> Iterable[tuple[int, Monomial]]:
+        return ((c, m) for c, m in self.terms.values())
+
+    def linear_coef(self, key) -> int | None:
+        """The coefficient of the degree-1 monomial whose single atom has this key, if present."""
+        entry = self.terms.get(frozenset(((key, 1),)))
+        return entry[0] if entry is not None else None
+
+    def coef_gcd(self) -> int:
+        """gcd of the non-constant coefficients (0 when there are none)."""
+        from math import gcd
+
+        g = 0
+        for coef, _ in self.terms.values():
+            g = gcd(g, coef)
+        return g
+
+    def split_by_divisor(self, divisor: int) -> tuple["Sum", "Sum"]:
+        """(quotient, rest) with self == divisor * quotient + rest, rest's coefs not multiples of divisor.
+
+        The constant goes to rest whole except for its floor-multiple of divisor; rest's constant
+        is then in [0, divisor).
+        """
+        quotient, rest = Sum(self.dtype), Sum(self.dtype)
+        for coef, mono in self.terms.values():
+            if coef % divisor == 0:
+                quotient.add_term(coef // divisor, mono)
+            else:
+                rest.add_term(coef, mono)
+        quotient.const, rest.const = divmod(self.const, divisor)
+        return quotient, rest
+
+    def merge_div_mod(self) -> "Sum":
+        """Fold k*c*(x // c) + k*(x % c) into k*x, the identity that split/fuse produce."""
+        for coef, mono in list(self.terms.values()):
+            if len(mono) != 1 or mono[0][2] != 1:
+                continue
+            mod_expr = mono[0][1]
+            if not (isinstance(mod_expr, FloorMod) and isinstance(mod_expr.b, IntImm) and mod_expr.b.value > 0):
+                continue
+            divisor = mod_expr.b.value
+            div_key = ("FloorDiv", expr_key(mod_expr.a), expr_key(mod_expr.b))
+            div_coef = self.linear_coef(div_key)
+            mod_coef = self.linear_coef(mono[0][0])
+            if div_coef is None or mod_coef is None or div_coef % divisor:
+                continue
+            per_div = div_coef // divisor
+            if per_div * mod_coef <= 0:
+                continue
+            k = mod_coef if abs(mod_coef) <= abs(per_div) else per_div
+            div_mono = self.terms[frozenset(((div_key, 1),))][1]
+            self.add_term(-k, mono)
+            self.add_term(-k * divisor, div_mono)
+            self.add(to_sum(mod_expr.a, Sum.atom), k)
+            return self.merge_div_mod()
+        return self
+
+    # ---------------------------------------------------------------- back to IR
+    def to_expr(self) -> PrimExpr | None:
+        """The expression for this sum, or None when a coefficient does not fit the dtype."""
+        low, high = self.dtype.min_value(), self.dtype.max_value()
+        try:
+            positives = [(c, m) for c, m in self.terms.values() if c > 0]
+            negatives = [(-c, m) for c, m in self.terms.values() if c < 0]
+            for c, _ in positives + negatives:
+                if not low <= c <= high:
+                    return None
+            if not low <= self.const <= high:
+                return None
+            result: PrimExpr | None = None
+            for coef, mono in positives:
+                term = _term_expr(coef, mono, self.dtype)
+                result = term if result is None else Add(result, term)
+            const = self.const
+            if result is None and negatives:
+                # `c - x` when there is a positive constant, else `0 - x` (the IR's negation)
+                result, const = IntImm(max(const, 0), self.dtype), min(const, 0)
+            for coef, mono in negatives:
+                result = Sub(result, _term_expr(coef, mono, self.dtype))
+            if result is None:
+                return IntImm(const, self.dtype)
+            if const > 0:
+                result = Add(result, IntImm(const, self.dtype))
+            elif const < 0:
+                result = Sub(result, IntImm(-const, self.dtype)) if -const <= high else Add(result, IntImm(const, self.dtype))
+            return result
+        except (ValueError, TypeError):
+            return None
+
+
+def _mono_product(m1: Monomial, m2: Monomial) -> Monomial:
+    merged: dict = {}
+    for key, expr, power in m1 + m2:
+        if key in merged:
+            merged[key] = (key, merged[key][1], merged[key][2] + power)
+        else:
+            merged[key] = (key, expr, power)
+    return tuple(merged.values())
+
+
+def _mono_expr(mono: Monomial) -> PrimExpr:
+    result: PrimExpr | None = None
+    for _, expr, power in mono:
+        for _ in range(power):
+            result = expr if result is None else Mul(result, expr)
+    assert result is not None
+    return result
+
+
+def _term_expr(coef: int, mono: Monomial, dtype: DataType) -> PrimExpr:
+    base = _mono_expr(mono)
+    return base if coef == 1 else Mul(base, IntImm(coef, dtype))
+
+
+# Products of sums with more terms than this are kept as one atom rather than expanded.
+EXPAND_LIMIT = 16
+
+
+def to_sum(expr: PrimExpr, atom: Callable[[PrimExpr], "Sum"]) -> Sum:
+    """The canonical sum of an integer expression; `atom(e)` gives the sum for each non-arithmetic part."""
+    kind = type(expr)
+    if kind is IntImm:
+        return Sum(expr.dtype, expr.value)
+    if kind is Add:
+        return to_sum(expr.a, atom).add(to_sum(expr.b, atom))
+    if kind is Sub:
+        return to_sum(expr.a, atom).add(to_sum(expr.b, atom), -1)
+    if kind is Mul:
+        left, right = to_sum(expr.a, atom), to_sum(expr.b, atom)
+        if left.is_const() or right.is_const() or left.term_count() * right.term_count() <= EXPAND_LIMIT:
+            return left.mul(right)
+        return atom(Mul(left.to_expr() or expr.a, right.to_expr() or expr.b))
+    return atom(expr)
+

@@ -1,0 +1,393 @@
+"""The rewriting simplifier: canonical sums, floordiv/floormod rules, min/max, comparisons, logic.
+
+It works for one Analyzer, whose facts (variable ranges, constraints) decide the rules that need a
+bound, e.g. `(i*32 + j) // 32 -> i` needs `0 <= j < 32`.  Every rule is exact for mathematical
+integers; the whole simplifier assumes no intermediate overflow (spec/shapes.md).  The result of a
+node that did not change is the node itself, so `is` tells a pass that nothing changed.
+"""
+from __future__ import annotations
+
+from math import gcd
+from typing import TYPE_CHECKING
+
+from ..ast.expr import (
+    EQ, GE, GT, LE, LT, NE, Add, And, BinaryOp, Broadcast, BufferLoad, Call, Cast, CompareOp,
+    FloorDiv, FloorMod, IntImm, Let, Max, Min, Mul, Not, Or, PrimExpr, Ramp, Select, Sub,
+    TruncDiv, TruncMod, Var,
+)
+from .canonical import Sum, to_sum
+from .evaluate import trunc_div, trunc_mod
+from .keys import expr_key
+
+if TYPE_CHECKING:
+    from .analyzer import Analyzer
+
+_ARITH = (Add, Sub, Mul, IntImm)
+_NEGATE = {LT: GE, LE: GT, GT: LE, GE: LT, EQ: NE, NE: EQ}
+_FOLD = {
+    Add: lambda a, b: a + b, Sub: lambda a, b: a - b, Mul: lambda a, b: a * b,
+    Min: min, Max: max,
+}
+
+
+def _bool(value: bool) -> IntImm:
+    return IntImm(int(value), "bool")
+
+
+def _is_scalar_int(expr: PrimExpr) -> bool:
+    return expr.dtype.lanes == 1 and expr.dtype.is_integer
+
+
+class Simplifier:
+    """Simplifies expressions under the facts of one analyzer (caches live in the analyzer)."""
+
+    def __init__(self, analyzer: "Analyzer") -> None:
+        self.analyzer = analyzer
+
+    # ---------------------------------------------------------------- entry
+    def simplify(self, expr: PrimExpr) -> PrimExpr:
+        cache = self.analyzer._simplify_cache
+        cached = cache.get(expr)
+        if cached is not None:
+            return cached
+        result = self._visit(expr)
+        if result is not expr and expr_key(result) == expr_key(expr):
+            result = expr  # keep sharing when the rewrite is a structural no-op
+        cache[expr] = result
+        cache.setdefault(result, result)
+        return result
+
+    def to_sum(self, expr: PrimExpr) -> Sum:
+        """The canonical sum of a (simplified) integer expression."""
+        return to_sum(expr, self._atom_sum)
+
+    def _atom_sum(self, expr: PrimExpr) -> Sum:
+        simplified = self.simplify(expr)
+        if type(simplified) in _ARITH:
+            return to_sum(simplified, Sum.atom)
+        return Sum.atom(simplified)
+
+    def _from_sum(self, total: Sum, original: PrimExpr) -> PrimExpr:
+        total.merge_div_mod()
+        result = total.to_expr()
+        return original if result is None else result
+
+    # ---------------------------------------------------------------- dispatch
+    def _visit(self, expr: PrimExpr) -> PrimExpr:
+        kind = type(expr)
+        if kind is IntImm or isinstance(expr, Var):
+            return expr
+        scalar_int = _is_scalar_int(expr)
+        if scalar_int and kind in (Add, Sub, Mul):
+            return self._from_sum(self.to_sum(expr), expr)
+        if scalar_int and kind in (FloorDiv, FloorMod):
+            return self._floor_div_mod(expr)
+        if scalar_int and kind in (TruncDiv, TruncMod):
+            return self._trunc_div_mod(expr)
+        if scalar_int and kind in (Min, Max):
+            return self._min_max(expr)
+        if isinstance(expr, CompareOp) and _is_scalar_int(expr.a):
+            return self._compare(kind, self.simplify(expr.a), self.simplify(expr.b), expr)
+        if kind is And or kind is Or:
+            return self._logic(expr)
+        if kind is Not:
+            return self._not(expr)
+        if kind is Select:
+            return self._select(expr.condition, expr.true_value, expr.false_value, expr)
+        if kind is Call and expr.op == "if_then_else":
+            return self._select(expr.args[0], expr.args[1], expr.args[2], expr)
+        if kind is Cast:
+            return self._cast(expr)
+        return self._children(expr)
+
+    def _children(self, expr: PrimExpr) -> PrimExpr:
+        """Simplify the operands only."""
+        if isinstance(expr, BinaryOp):
+            a, b = self.simplify(expr.a), self.simplify(expr.b)
+            if a is expr.a and b is expr.b:
+                return expr
+            a_value, b_value = _const(a), _const(b)
+            fold = _FOLD.get(type(expr))
+            if fold is not None and a_value is not None and b_value is not None and a.dtype.lanes == 1:
+                return _int_const(fold(a_value, b_value), expr) or type(expr)(a, b)
+            return type(expr)(a, b)
+        if isinstance(expr, BufferLoad):
+            return expr.with_(indices=tuple(self.simplify(i) for i in expr.indices))
+        if isinstance(expr, Call):
+            return expr.with_(args=tuple(self.simplify(a) for a in expr.args))
+        if isinstance(expr, Ramp):
+            return expr.with_(base=self.simplify(expr.base), stride=self.simplify(expr.stride))
+        if isinstance(expr, Broadcast):
+            return expr.with_(value=self.simplify(expr.value))
+        if isinstance(expr, Let):
+            return expr.with_(value=self.simplify(expr.value), body=self.simplify(expr.body))
+        if isinstance(expr, Not):
+            return expr.with_(a=self.simplify(expr.a))
+        if isinstance(expr, Select):
+            return expr.with_(condition=self.simplify(expr.condition),
+                              true_value=self.simplify(expr.true_value),
+                              false_value=self.simplify(expr.false_value))
+        if isinstance(expr, Cast):
+            return expr.with_(value=self.simplify(expr.value))
+        return expr
+
+    # ---------------------------------------------------------------- division
+    def _floor_div_mod(self, expr: PrimExpr) -> PrimExpr:
+        is_div = type(expr) is FloorDiv
+        a, b = self.simplify(expr.a), self.simplify(expr.b)
+        divisor = _const(b)
+        if divisor is None:
+            return self._symbolic_div_mod(expr, a, b, is_div)
+        if divisor == 0:
+            return expr if (a is expr.a and b is expr.b) else type(expr)(a, b)
+        if divisor < 0:  # a // -c == (-a) // c and a % -c == -((-a) % c)
+            negated = self.simplify(Sub(IntImm(0, a.dtype), a))
+            positive = IntImm(-divisor, b.dtype)
+            if is_div:
+                return self.simplify(FloorDiv(negated, positive))
+            return self.simplify(Sub(IntImm(0, a.dtype), FloorMod(negated, positive)))
+        try:
+            reduced = self._reduce_div_mod(self.to_sum(a), divisor, is_div)
+        except _GiveUp:
+            return expr if (a is expr.a and b is expr.b) else type(expr)(a, b)
+        return self._from_sum(reduced, expr)
+
+    def _reduce_div_mod(self, total: Sum, divisor: int, is_div: bool) -> Sum:
+        """floor(total / divisor) or total mod divisor as a sum, divisor > 0."""
+        if divisor == 1:
+            return total if is_div else Sum(total.dtype)
+        quotient, rest = total.split_by_divisor(divisor)
+        result = quotient if is_div else Sum(total.dtype)
+        if rest.is_const():  # rest.const is in [0, divisor)
+            return result if is_div else result.add(rest)
+        # rest in [k*d, (k+1)*d) for one k: the quotient is k and the remainder rest - k*d
+        lo, hi = self.analyzer._sum_interval(rest)
+        k = lo // divisor
+        if k == hi // divisor or (self.analyzer._provable_nonpos(_minus_const(rest, (k + 1) * divisor - 1))
+                                  and self.analyzer._provable_nonpos(_negated_plus(rest, k * divisor))):
+            if is_div:
+                result.const += k
+                return result
+            return result.add(rest).add(Sum(total.dtype, -k * divisor))
+        # common factor: (g*x + r) // (g*c) == (x + r // g) // c, and similarly for %
+        g = gcd(rest.coef_gcd(), divisor)
+        if g > 1:
+            low_part = rest.const % g
+            inner = Sum(total.dtype, rest.const // g)
+            for coef, mono in rest.items():
+                inner.add_term(coef // g, mono)
+            reduced = self._reduce_div_mod(inner, divisor // g, is_div)
+            if is_div:
+                return result.add(reduced)
+            return result.add(reduced.scaled(g)).add(Sum(total.dtype, low_part))
+        # nested: (y // c2) // c == y // (c2 * c); (y % (c*m)) % c == y % c
+        single = _single_atom(rest)
+        if single is not None:
+            inner_divisor = _const(single.b) if isinstance(single, (FloorDiv, FloorMod)) else None
+            if is_div and isinstance(single, FloorDiv) and inner_divisor and inner_divisor > 0:
+                return result.add(self.to_sum(self.simplify(FloorDiv(single.a, IntImm(inner_divisor * divisor, single.b.dtype)))))
+            if not is_div and isinstance(single, FloorMod) and inner_divisor and inner_divisor % divisor == 0:
+                return result.add(self.to_sum(self.simplify(FloorMod(single.a, IntImm(divisor, single.b.dtype)))))
+        rest_expr = rest.to_expr()
+        if rest_expr is None:
+            raise _GiveUp
+        node = (FloorDiv if is_div else FloorMod)(rest_expr, IntImm(divisor, rest_expr.dtype))
+        return result.add(Sum.atom(node))
+
+    def _symbolic_div_mod(self, expr: PrimExpr, a: PrimExpr, b: PrimExpr, is_div: bool) -> PrimExpr:
+        analyzer = self.analyzer
+        if expr_key(a) == expr_key(b) and analyzer._provable_nonpos(_negated_plus(self.to_sum(b), 1)):
+            return IntImm(1 if is_div else 0, expr.dtype)
+        difference = self.to_sum(a).add(self.to_sum(b), -1)  # a - b
+        if analyzer._provable_nonpos(_negated_plus(self.to_sum(a), 0)) and \
+                analyzer._provable_nonpos(_minus_const(difference, -1)):
+            return IntImm(0, expr.dtype) if is_div else a  # 0 <= a < b
+        if a is expr.a and b is expr.b:
+            return expr
+        return type(expr)(a, b)
+
+    def _trunc_div_mod(self, expr: PrimExpr) -> PrimExpr:
+        a, b = self.simplify(expr.a), self.simplify(expr.b)
+        a_value, b_value = _const(a), _const(b)
+        if a_value is not None and b_value:
+            op = trunc_div if type(expr) is TruncDiv else trunc_mod
+            folded = _int_const(op(a_value, b_value), expr)
+            if folded is not None:
+                return folded
+        # with a >= 0 and b > 0 truncation and floor agree
+        if b_value is not None and b_value > 0 and self.analyzer._provable_nonpos(_negated_plus(self.to_sum(a), 0)):
+            floor_kind = FloorDiv if type(expr) is TruncDiv else FloorMod
+            return self.simplify(floor_kind(a, b))
+        if a is expr.a and b is expr.b:
+            return expr
+        return type(expr)(a, b)
+
+    # ---------------------------------------------------------------- min / max
+    def _min_max(self, expr: PrimExpr) -> PrimExpr:
+        a, b = self.simplify(expr.a), self.simplify(expr.b)
+        is_min = type(expr) is Min
+        if expr_key(a) == expr_key(b):
+            return a
+        difference = self.to_sum(a).add(self.to_sum(b), -1)
+        if self.analyzer._provable_nonpos(difference):  # a <= b
+            return a if is_min else b
+        if self.analyzer._provable_nonpos(difference.scaled(-1)):  # b <= a
+            return b if is_min else a
+        if a is expr.a and b is expr.b:
+            return expr
+        return type(expr)(a, b)
+
+    # ---------------------------------------------------------------- comparisons
+    def _compare(self, kind, a: PrimExpr, b: PrimExpr, original: PrimExpr) -> PrimExpr:
+        try:
+            difference = self.to_sum(a).add(self.to_sum(b), -1)  # a - b
+        except _GiveUp:
+            return original
+        decided = self._decide(kind, difference)
+        if decided is not None:
+            return _bool(decided)
+        rebuilt = _comparison_from_sum(kind, difference)
+        if rebuilt is not None:
+            return rebuilt
+        return original if (a is original.a and b is original.b) else kind(a, b)
+
+    def _decide(self, kind, d: Sum) -> bool | None:
+        """The truth of `d <kind> 0` when the facts decide it."""
+        prove = self.analyzer._provable_nonpos
+        if d.is_const():
+            return {LT: d.const < 0, LE: d.const <= 0, GT: d.const > 0, GE: d.const >= 0,
+                    EQ: d.const == 0, NE: d.const != 0}[kind]
+        if kind is EQ or kind is NE:
+            g = d.coef_gcd()
+            if g and d.const % g:
+                return kind is NE  # g*x == -c has no integer solution
+            if prove(_minus_const(d, -1)) or prove(_negated_plus(d, 1)):
+                return kind is NE
+            if prove(d) and prove(d.scaled(-1)):
+                return kind is EQ
+            return None
+        if kind is GT or kind is GE:
+            d = d.scaled(-1)
+            kind = LT if kind is GT else LE
+        strict_true = _minus_const(d, -1) if kind is LT else d  # d < 0  <=>  d + 1 <= 0
+        if prove(strict_true):
+            return True
+        false_when = _negated_plus(d, 0) if kind is LT else _negated_plus(d, 1)
+        if prove(false_when):
+            return False
+        return None
+
+    # ---------------------------------------------------------------- logic
+    def _logic(self, expr: PrimExpr) -> PrimExpr:
+        is_and = type(expr) is And
+        a = self.simplify(expr.a)
+        a_value = _const(a)
+        if a_value is not None and a.dtype.lanes == 1:
+            if bool(a_value) != is_and:
+                return _bool(not is_and)
+            return self.simplify(expr.b)
+        b = self.simplify(expr.b)
+        b_value = _const(b)
+        if b_value is not None and b.dtype.lanes == 1:
+            return a if bool(b_value) == is_and else _bool(not is_and)
+        if expr_key(a) == expr_key(b):
+            return a
+        if a is expr.a and b is expr.b:
+            return expr
+        return type(expr)(a, b)
+
+    def _not(self, expr: Not) -> PrimExpr:
+        a = self.simplify(expr.a)
+        value = _const(a)
+        if value is not None and a.dtype.lanes == 1:
+            return _bool(not value)
+        if isinstance(a, Not):
+            return a.a
+        flipped = _NEGATE.get(type(a))
+        if flipped is not None:
+            return self.simplify(flipped(a.a, a.b))
+        return expr if a is expr.a else Not(a)
+
+    def _select(self, condition, true_value, false_value, original: PrimExpr) -> PrimExpr:
+        cond = self.simplify(condition)
+        value = _const(cond)
+        if value is not None and cond.dtype.lanes == 1:
+            return self.simplify(true_value if value else false_value)
+        with self.analyzer.constraint(cond):
+            t = self.simplify(true_value)
+        with self.analyzer.constraint(Not(cond)):
+            f = self.simplify(false_value)
+        if expr_key(t) == expr_key(f) and isinstance(original, Select):
+            return t  # both sides are evaluated by Select: it is the same value either way
+        if cond is condition and t is true_value and f is false_value:
+            return original
+        if isinstance(original, Select):
+            return Select(cond, t, f)
+        return original.with_(args=(cond, t, f))
+
+    def _cast(self, expr: Cast) -> PrimExpr:
+        value = self.simplify(expr.value)
+        if value.dtype == expr.dtype:
+            return value
+        constant = _const(value)
+        if constant is not None and expr.dtype.lanes == 1 and (expr.dtype.is_integer or expr.dtype.is_bool):
+            from .evaluate import wrap_to
+
+            return IntImm(wrap_to(int(constant), expr.dtype), expr.dtype)
+        return expr if value is expr.value else Cast(expr.dtype, value)
+
+
+class _GiveUp(Exception):
+    """A canonical form could not be turned back into IR (a constant outside its dtype)."""
+
+
+def _const(expr: PrimExpr) -> int | None:
+    return expr.value if isinstance(expr, IntImm) else None
+
+
+def _int_const(value: int, like: PrimExpr) -> IntImm | None:
+    dtype = like.dtype
+    if not dtype.is_integer:
+        return None
+    if not dtype.min_value() <= value <= dtype.max_value():
+        return None
+    return IntImm(value, dtype)
+
+
+def _single_atom(total: Sum) -> PrimExpr | None:
+    """The atom x when total is exactly 1*x."""
+    if total.const or total.term_count() != 1:
+        return None
+    coef, mono = next(iter(total.items()))
+    if coef != 1 or len(mono) != 1 or mono[0][2] != 1:
+        return None
+    return mono[0][1]
+
+
+def _minus_const(total: Sum, value: int) -> Sum:
+    """total - value."""
+    result = total.copy()
+    result.const -= value
+    return result
+
+
+def _negated_plus(total: Sum, value: int) -> Sum:
+    """value - total."""
+    result = total.scaled(-1)
+    result.const += value
+    return result
+
+
+def _comparison_from_sum(kind, d: Sum) -> PrimExpr | None:
+    """`P <kind> N` from d = P - N: positive terms on the left, negative ones on the right."""
+    left, right = Sum(d.dtype), Sum(d.dtype)
+    for coef, mono in d.items():
+        (left if coef > 0 else right).add_term(abs(coef), mono)
+    if d.const > 0:
+        left.const = d.const
+    else:
+        right.const = -d.const
+    a, b = left.to_expr(), right.to_expr()
+    if a is None or b is None:
+        return None
+    return kind(a, b)
