@@ -545,6 +545,9 @@ def _as_bool(value: PrimExpr) -> PrimExpr:
 
 def _promote(a: Any, b: Any) -> tuple[PrimExpr, PrimExpr]:
     """Bring two operands to one dtype: constants adopt the other side's type; ints widen; int+float -> float."""
+    # Objects that stand for an expression (te reduce axes) take part as that expression.
+    a = a.as_expr() if hasattr(a, "as_expr") else a
+    b = b.as_expr() if hasattr(b, "as_expr") else b
     a_is_py = not isinstance(a, PrimExpr)
     b_is_py = not isinstance(b, PrimExpr)
     if a_is_py and not b_is_py:
