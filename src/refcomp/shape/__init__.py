@@ -3,3 +3,6 @@ from .analyzer import Analyzer
 from .evaluate import EvaluationError, evaluate
 
 __all__ = ["Analyzer", "EvaluationError", "evaluate"]
+from .prove import ProofResult, prove
+
+__all__ += ["ProofResult", "prove"]

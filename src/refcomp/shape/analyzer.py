@@ -234,9 +234,10 @@ class Analyzer:
         if self._sum_interval(total)[1] <= 0:
             return True
         for fact in self._facts:
-            rest = total.copy().add(fact, -1)  # total = fact + rest <= rest
-            if self._sum_interval(rest)[1] <= 0 or self._symbolic_upper(rest) <= 0:
-                return True
+            for scale in _fact_scales(total, fact):
+                rest = total.copy().add(fact, -scale)  # total = scale*fact + rest <= rest
+                if self._sum_interval(rest)[1] <= 0 or self._symbolic_upper(rest) <= 0:
+                    return True
         return self._symbolic_upper(total) <= 0
 
     def _symbolic_upper(self, total: Sum) -> int:
@@ -280,6 +281,18 @@ class Analyzer:
         if not substituted:
             return self._sum_interval(total)[1]
         return self._sum_interval(current)[1]
+
+
+def _fact_scales(total: Sum, fact: Sum) -> list[int]:
+    """Positive multiples k for which total - k*fact cancels a term of total (1 always tried)."""
+    scales = [1]
+    for key, (coef, _) in fact.terms.items():
+        entry = total.terms.get(key)
+        if entry is not None and entry[0] % coef == 0 and entry[0] // coef > 1:
+            scale = entry[0] // coef
+            if scale not in scales:
+                scales.append(scale)
+    return scales
 
 
 _VARS_CACHE: dict[PrimExpr, frozenset] = {}

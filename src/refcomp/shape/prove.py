@@ -1,0 +1,215 @@
+"""`prove(cond, assumptions)`: proved, disproved with a checked counterexample, or unknown.
+
+The fast path asks the simplifier (under the assumptions as facts); what it cannot settle goes to
+Z3 with the exact encoding of refcomp.shape.z3_bridge, as "is there an assignment where the
+assumptions hold and cond does not?".  unsat: proved.  sat: the model is turned into values for
+every free variable and *re-checked by refcomp's own evaluator*; only a counterexample that really
+violates cond is reported as disproved.  Anything else (timeout, a model that does not check) is
+unknown, which callers treat as "not proved".
+
+Results are cached by the structure of the query.  REFCOMP_SMT_DUMP=dir writes every Z3 query to
+dir as an SMT-LIB file; REFCOMP_SMT_TIMEOUT_MS sets the default time limit (2000 ms).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import z3
+
+from ..ast.expr import IntImm, PrimExpr, Var, convert
+from ..ast.functor import free_vars
+from .evaluate import EvaluationError, evaluate
+from .keys import expr_key
+from .render import render
+from .z3_bridge import Encoder
+
+DEFAULT_TIMEOUT_MS = 2000
+_CACHE_LIMIT = 50_000
+
+
+@dataclass(frozen=True)
+class ProofResult:
+    """The answer to one claim: status "proved", "disproved" (with counterexample) or "unknown"."""
+
+    status: str
+    counterexample: dict[str, int] | None = None
+    reason: str = ""
+    via: str = "fast"  # "fast" (simplifier) or "z3"
+    model: dict[Var, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def proved(self) -> bool:
+        return self.status == "proved"
+
+    @property
+    def disproved(self) -> bool:
+        return self.status == "disproved"
+
+    @property
+    def unknown(self) -> bool:
+        return self.status == "unknown"
+
+    def __bool__(self) -> bool:
+        """True only when proved: `if prove(c):` fails closed."""
+        return self.proved
+
+    def describe(self) -> str:
+        """`n = 33, i = 1` for a counterexample, else the status and reason."""
+        if self.counterexample is not None:
+            return ", ".join(f"{k} = {v}" for k, v in self.counterexample.items())
+        return f"{self.status}{': ' + self.reason if self.reason else ''}"
+
+
+_cache: dict[Any, ProofResult] = {}
+_stats = {"queries": 0, "fast": 0, "z3": 0, "cached": 0}
+
+
+def stats() -> dict[str, int]:
+    """Counts of prove() calls and how each was answered (for benchmarks)."""
+    return dict(_stats)
+
+
+def reset_stats() -> None:
+    for key in _stats:
+        _stats[key] = 0
+
+
+def clear_cache() -> None:
+    _cache.clear()
+
+
+def prove(condition: "PrimExpr | bool", assumptions: Iterable[PrimExpr] = (), *,
+          timeout_ms: int | None = None, overflow: str = "assume_none", analyzer=None,
+          use_fast_path: bool = True) -> ProofResult:
+    """Whether condition holds for every value of its free variables satisfying assumptions.
+
+    overflow: "assume_none" (mathematical integers) or "wrap" (two's-complement + - *), see
+    refcomp.shape.z3_bridge.  analyzer: an Analyzer already holding the assumptions as facts
+    (saves rebuilding one for the fast path).
+    """
+    condition = convert(condition)
+    assumptions = tuple(convert(a) for a in assumptions)
+    _stats["queries"] += 1
+    key = (expr_key(condition), tuple(expr_key(a) for a in assumptions), overflow, use_fast_path)
+    cached = _cache.get(key)
+    if cached is not None:
+        _stats["cached"] += 1
+        return cached
+    result = None
+    if use_fast_path and overflow == "assume_none":
+        result = _fast(condition, assumptions, analyzer)
+    if result is None:
+        result = _solve(condition, assumptions, timeout_ms, overflow)
+        _stats["z3"] += 1
+    else:
+        _stats["fast"] += 1
+    if len(_cache) >= _CACHE_LIMIT:
+        _cache.clear()
+    _cache[key] = result
+    return result
+
+
+def _fast(condition: PrimExpr, assumptions: Sequence[PrimExpr], analyzer) -> ProofResult | None:
+    if analyzer is None:
+        if not assumptions and isinstance(condition, IntImm):
+            return ProofResult("proved") if condition.value else None
+        from .analyzer import Analyzer
+
+        analyzer = Analyzer()
+        for assumption in assumptions:
+            analyzer.assume(assumption)
+    if analyzer.can_prove(condition):
+        return ProofResult("proved", via="fast")
+    return None
+
+
+def _solve(condition: PrimExpr, assumptions: Sequence[PrimExpr], timeout_ms: int | None,
+           overflow: str) -> ProofResult:
+    encoder = Encoder(overflow)
+    try:
+        claim = encoder.encode(condition)
+        facts = [encoder.encode(a) for a in assumptions]
+    except z3.Z3Exception as exc:
+        return ProofResult("unknown", reason=f"cannot encode the claim for Z3: {exc}", via="z3")
+    # every free variable gets a Z3 constant, even one that only appears in an opaque part
+    for var in free_vars((condition,) + tuple(assumptions)):
+        if var.dtype.lanes == 1 and (var.dtype.is_integer or var.dtype.is_bool):
+            encoder.var(var)
+    solver = z3.Solver()
+    limit = timeout_ms if timeout_ms is not None else int(os.environ.get("REFCOMP_SMT_TIMEOUT_MS", DEFAULT_TIMEOUT_MS))
+    solver.set("timeout", int(limit))
+    solver.add(*encoder.side)
+    solver.add(*facts)
+    solver.add(z3.Not(claim))
+    _dump(solver, condition, assumptions)
+    answer = solver.check()
+    if answer == z3.unsat:
+        return ProofResult("proved", via="z3")
+    if answer == z3.unknown:
+        return ProofResult("unknown", reason=f"Z3 gave up ({solver.reason_unknown()})", via="z3")
+    return _counterexample(solver.model(), encoder, condition, assumptions, overflow)
+
+
+def _counterexample(model: Any, encoder: Encoder, condition: PrimExpr, assumptions: Sequence[PrimExpr],
+                    overflow: str) -> ProofResult:
+    values: dict[Var, Any] = {}
+    for var, term in encoder.vars.items():
+        value = model.eval(term, model_completion=True)
+        values[var] = z3.is_true(value) if var.dtype.is_bool else value.as_long()
+    opaque_values = {}
+    for key, (node, term) in encoder.opaque.items():
+        value = model.eval(term, model_completion=True)
+        opaque_values[key] = z3.is_true(value) if z3.is_bool(value) else (
+            value.as_long() if z3.is_int_value(value) else None)
+
+    def opaque(node: PrimExpr) -> Any:
+        value = opaque_values.get(expr_key(node))
+        if value is None:
+            raise EvaluationError(f"no value for {type(node).__name__}")
+        return value
+
+    wrap = overflow == "wrap"
+    try:
+        holds = all(evaluate(a, values, wrap=wrap, opaque=opaque) for a in assumptions)
+        violated = not evaluate(condition, values, wrap=wrap, opaque=opaque)
+    except (EvaluationError, ZeroDivisionError) as exc:
+        return ProofResult("unknown", reason=f"Z3's counterexample could not be checked ({exc})", via="z3")
+    if not (holds and violated):
+        return ProofResult("unknown", reason="Z3's counterexample does not violate the claim when evaluated",
+                           via="z3")
+    return ProofResult("disproved", counterexample=_named(values), via="z3", model=values)
+
+
+def _named(values: dict[Var, Any]) -> dict[str, Any]:
+    """Values by the users' names; a name shared by two variables gets a suffix (i, i_1)."""
+    out: dict[str, Any] = {}
+    for var, value in values.items():
+        name, k = var.name, 1
+        while name in out:
+            name = f"{var.name}_{k}"
+            k += 1
+        out[name] = int(value) if not isinstance(value, bool) else value
+    return out
+
+
+_dump_count = 0
+
+
+def _dump(solver: Any, condition: PrimExpr, assumptions: Sequence[PrimExpr]) -> None:
+    directory = os.environ.get("REFCOMP_SMT_DUMP")
+    if not directory:
+        return
+    global _dump_count
+    _dump_count += 1
+    os.makedirs(directory, exist_ok=True)
+    text = solver.to_smt2()
+    digest = hashlib.sha1(text.encode()).hexdigest()[:10]
+    header = [f"; refcomp query: prove {render(condition)}"]
+    header += [f";   assuming {render(a)}" for a in assumptions]
+    header.append("; sat means the claim is false (the model is a counterexample)")
+    path = os.path.join(directory, f"query_{os.getpid()}_{_dump_count:05d}_{digest}.smt2")
+    with open(path, "w") as handle:
+        handle.write("\n".join(header) + "\n" + text)
