@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 
 from ..ast import Block, For, IRModule, PrimFunc, Var
 from ..errors import InternalError, RefcompError, ScheduleError
-from .primitives import lookup
+from .primitives import kinds, lookup, loop as loop_prims
 from .trace import Instruction, Trace
 
 
@@ -232,6 +232,53 @@ class Schedule:
     def get_consumers(self, block: BlockRV) -> list[BlockRV]:
         """Blocks of the same scope that read what block writes, after it."""
         return self._apply("get_consumers", lookup.get_consumers, block=block)
+
+    # ================================================================== loops
+
+    def split(self, loop: LoopRV, factors: Sequence[int | ExprRV | None], preserve_unit_iters: bool = True,
+              disable_predication: bool = False) -> list[LoopRV]:
+        """Split a loop into nested loops by factors (one may be None); see primitives.loop.split."""
+        return self._apply("split", loop_prims.split, loop=loop, factors=list(factors),
+                           preserve_unit_iters=preserve_unit_iters, disable_predication=disable_predication)
+
+    def fuse(self, *loops: LoopRV, preserve_unit_iters: bool = True) -> LoopRV:
+        """Fuse a chain of nested loops into one; see primitives.loop.fuse."""
+        return self._apply("fuse", loop_prims.fuse, loops=list(loops), preserve_unit_iters=preserve_unit_iters)
+
+    def reorder(self, *loops: LoopRV) -> None:
+        """Reorder loops of one chain into the given order; see primitives.loop.reorder."""
+        return self._apply("reorder", loop_prims.reorder, loops=list(loops))
+
+    def add_unit_loop(self, block_or_loop: BlockRV | LoopRV) -> LoopRV:
+        """Wrap a block or loop in a loop of extent 1."""
+        return self._apply("add_unit_loop", loop_prims.add_unit_loop, block_or_loop=block_or_loop)
+
+    # ================================================================== loop kinds, annotations
+
+    def parallel(self, loop: LoopRV) -> None:
+        """Run a loop's iterations in parallel (requires independent iterations)."""
+        return self._apply("parallel", kinds.parallel, loop=loop)
+
+    def vectorize(self, loop: LoopRV) -> None:
+        """Mark a loop for SIMD (requires independent iterations and a constant extent)."""
+        return self._apply("vectorize", kinds.vectorize, loop=loop)
+
+    def unroll(self, loop: LoopRV) -> None:
+        """Mark a loop to be unrolled."""
+        return self._apply("unroll", kinds.unroll, loop=loop)
+
+    def bind(self, loop: LoopRV, thread_axis: str) -> None:
+        """Bind a loop to a GPU thread axis such as "threadIdx.x"."""
+        return self._apply("bind", kinds.bind, loop=loop, thread_axis=thread_axis)
+
+    def annotate(self, block_or_loop: BlockRV | LoopRV, ann_key: str, ann_val: Any) -> None:
+        """Attach an annotation (str, int, float, bool or a sampled ExprRV) to a block or loop."""
+        return self._apply("annotate", kinds.annotate, block_or_loop=block_or_loop, ann_key=ann_key,
+                           ann_val=ann_val)
+
+    def unannotate(self, block_or_loop: BlockRV | LoopRV, ann_key: str) -> None:
+        """Remove an annotation from a block or loop."""
+        return self._apply("unannotate", kinds.unannotate, block_or_loop=block_or_loop, ann_key=ann_key)
 
     # ================================================================== tensorization
     # Owned by the tensorization engineer: these delegate to their modules.

@@ -1,0 +1,218 @@
+"""Primitive `blockize(loop)`: wrap the loop nest under a loop in a new outer block.
+
+Requires: the loop's body is a chain of loops around exactly one BlockRealize (a perfect nest),
+and every binding of that block divides into an outer part (the loops above `loop`) and an inner
+part (the loops from `loop` down) as `binding = outer * E + inner` with `inner` ranging densely
+over [0, E).  Bindings that are entirely inner, or entirely outer, always divide.
+
+Effect: `loop` is replaced by a BlockRealize of a new block `<name>_o` whose iter vars are the
+outer parts (`v_o` over [0, ceil(extent / E))), whose reads/writes are the inner block's regions
+covered over the inner loops, and whose body is the original loop nest; the inner block keeps its
+iter vars, body and init, and its bindings become `v_o * E + inner`.
+
+    for i0 in range(8):                          for i0 in range(8):
+      for i1 in range(16):          blockize(i1)   block B_o(vi_o: S[8] = i0):
+        block B(vi: S[128] = i0*16 + i1)   ->        reads A[vi_o*16 : +16]  writes B[...]
+          B[vi] = A[vi] * 2                           for i1 in range(16):
+                                                        block B(vi: S[128] = vi_o*16 + i1)
+                                                          B[vi] = A[vi] * 2
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ...ast import (
+    Block, BlockRealize, BufferRegion, For, IntImm, IterVar, PrimExpr, PrimFunc, Range, Stmt, Var,
+    as_int, const, substitute,
+)
+from ...errors import ScheduleError
+from .lookup import locate_loop
+from .tensorize_affine import Affine, normalize
+from .tree import fresh_block_name, replace_in_func
+
+
+def blockize(func: PrimFunc, target: For | Sequence[Block], preserve_unit_iters: bool = True
+             ) -> tuple[PrimFunc, Block]:
+    """The function with the nest under `target` (a loop) wrapped in a new outer block, and that block."""
+    if not isinstance(target, For):
+        raise ScheduleError("blockize: only a loop target is supported; pass the loop at the top of "
+                            f"the nest to wrap (got {type(target).__name__})", ir=func)
+    locate_loop(func, target, "blockize")
+    realize, outer = blockize_realize(func, target, preserve_unit_iters)
+    new_func = replace_in_func(func, {id(target): outer})
+    return new_func, outer.block
+
+
+def blockize_realize(func: PrimFunc, loop: For, preserve_unit_iters: bool = True
+                     ) -> tuple[BlockRealize, BlockRealize]:
+    """(the inner realize, the new outer realize replacing `loop`); `func` is used for errors and names."""
+    chain, realize = _perfect_nest(func, loop)
+    inner_vars = {l.loop_var for l in chain}
+    bounds = {l.loop_var: (as_int(l.min), as_int(l.min) + as_int(l.extent) - 1)
+              for l in chain if as_int(l.min) is not None and as_int(l.extent) is not None}
+    block = realize.block
+    outer_iters: list[IterVar] = []
+    outer_values: list[PrimExpr] = []
+    inner_values: list[PrimExpr] = []
+    for iv, value in zip(block.iter_vars, realize.iter_values):
+        outer_part, inner_part, extent = _divide(func, block, iv, value, inner_vars, bounds)
+        if inner_part is None:  # entirely outer: the outer block takes the whole iter var
+            outer_var = Var(iv.var.name + "_o", iv.var.dtype)
+            outer_iters.append(IterVar(outer_var, iv.dom, iv.kind))
+            outer_values.append(value)
+            inner_values.append(outer_var)
+            continue
+        if outer_part is None:  # entirely inner
+            inner_values.append(inner_part)
+            continue
+        outer_var = Var(iv.var.name + "_o", iv.var.dtype)
+        dom_extent = _ceil_div(iv.dom.extent, extent)
+        outer_iters.append(IterVar(outer_var, Range(const(0, iv.dom.extent.dtype), dom_extent), iv.kind))
+        outer_values.append(outer_part)
+        inner_values.append(outer_var * extent + inner_part)
+    inner_realize = realize.with_(iter_values=tuple(inner_values))
+    # The regions the outer block touches: the inner block's, with its iter vars replaced by
+    # their new bindings and then covered over the inner loops.
+    binding = {iv.var: v for iv, v in zip(block.iter_vars, inner_values)}
+    extents = {l.loop_var: (l.min, l.extent) for l in chain}
+    reads = tuple(_cover(region, binding, extents) for region in block.reads)
+    writes = tuple(_cover(region, binding, extents) for region in block.writes)
+    body = _rebuild_chain(chain, inner_realize)
+    name = fresh_block_name(func.body, block.name + "_o")
+    outer_block = Block(name, tuple(outer_iters), reads, writes, body)
+    outer = BlockRealize(tuple(outer_values), IntImm(1, "bool"), outer_block)
+    return inner_realize, outer
+
+
+def _perfect_nest(func: PrimFunc, loop: For) -> tuple[list[For], BlockRealize]:
+    chain = [loop]
+    stmt: Stmt = loop.body
+    while isinstance(stmt, For):
+        chain.append(stmt)
+        stmt = stmt.body
+    if not isinstance(stmt, BlockRealize):
+        raise ScheduleError(
+            f"blockize: the nest under loop {loop.loop_var.name} must be loops around exactly one block; "
+            f"found {type(stmt).__name__}", ir=func, spot=stmt)
+    return chain, stmt
+
+
+def _divide(func: PrimFunc, block: Block, iv: IterVar, value: PrimExpr, inner_vars: set[Var],
+            bounds: dict) -> tuple[PrimExpr | None, PrimExpr | None, PrimExpr | int]:
+    """(outer / E, inner, E) for one binding; outer None when entirely inner, inner None when entirely outer."""
+    used = _vars_of(value)
+    if not used & inner_vars:
+        return value, None, 1
+    form = normalize(value, bounds)
+    fail = lambda why: ScheduleError(  # noqa: E731
+        f"blockize: the binding of {block.name}.{iv.var.name} does not divide into outer * E + inner "
+        f"over the loops being wrapped: {why}", ir=func, spot=value,
+        hint="split the loops so that the wrapped loops form a whole tile of each iter var")
+    if form is None:
+        if used <= inner_vars:
+            return None, value, iv.dom.extent
+        raise fail("it is not affine")
+    inner_terms = {t: c for t, c in form.terms if _term_vars(t) & inner_vars}
+    outer_terms = {t: c for t, c in form.terms if not _term_vars(t) & inner_vars}
+    mixed = [t for t in inner_terms if _term_vars(t) - inner_vars]
+    if mixed:
+        raise fail("a division mixes wrapped and outer loops")
+    inner = Affine.make(inner_terms, 0)
+    outer = Affine.make(outer_terms, form.const)
+    if outer.is_const() and outer.const == 0:
+        return None, value, iv.dom.extent
+    extent = _dense_extent(inner, bounds)
+    if extent is None:
+        raise fail("the wrapped loops do not cover a dense range [0, E) of it")
+    if outer.const % extent or any(c % extent for _, c in outer.terms):
+        raise fail(f"the outer part is not a multiple of the tile extent {extent}")
+    outer_quotient = Affine.make({t: c // extent for t, c in outer.terms}, outer.const // extent)
+    return outer_quotient.to_expr(value.dtype), inner.to_expr(value.dtype), extent
+
+
+def _dense_extent(inner: Affine, bounds: dict) -> int | None:
+    """E when inner = sum c_t * l_t enumerates [0, E) exactly once (mixed radix), else None."""
+    terms = []
+    for term, coef in inner.terms:
+        if not isinstance(term, Var) or term not in bounds or coef <= 0:
+            return None
+        lo, hi = bounds[term]
+        if lo != 0:
+            return None
+        terms.append((coef, hi + 1))
+    expected = 1
+    for coef, extent in sorted(terms):
+        if coef != expected:
+            return None
+        expected *= extent
+    return expected
+
+
+def _cover(region: BufferRegion, binding: dict, extents: dict) -> BufferRegion:
+    """region with iter vars replaced by binding, widened to every value of the inner loops.
+
+    A dimension whose start is not affine with nonnegative steps in the inner loops is taken
+    whole: a block's regions may over-approximate, never under-approximate.
+    """
+    inner = set(extents)
+    ranges = []
+    for dim, rng in zip(region.buffer.shape, region.region):
+        lo = substitute(rng.min, binding)
+        span = substitute(rng.extent, binding)
+        covered = _cover_dim(lo, span, inner, extents)
+        ranges.append(covered if covered is not None else Range(const(0, dim.dtype), dim))
+    return BufferRegion(region.buffer, tuple(ranges))
+
+
+def _cover_dim(lo: PrimExpr, span: PrimExpr, inner: set, extents: dict) -> Range | None:
+    form = normalize(lo)
+    if form is None or _vars_of(span) & inner:
+        return None
+    new_min = Affine.make({t: c for t, c in form.terms if not _term_vars(t) & inner}, form.const)
+    new_extent = span
+    for term, coef in form.terms:
+        if not _term_vars(term) & inner:
+            continue
+        if not isinstance(term, Var) or coef < 0:
+            return None
+        loop_min, loop_extent = extents[term]
+        if as_int(loop_min) is None:
+            return None
+        new_min = new_min + Affine((), coef * as_int(loop_min))
+        if as_int(loop_extent) is not None:
+            growth = const((as_int(loop_extent) - 1) * coef, span.dtype)
+        else:
+            growth = (loop_extent - 1) * coef
+        new_extent = _add(new_extent, growth)
+    return Range(new_min.to_expr(lo.dtype), new_extent)
+
+
+def _add(a: PrimExpr, b: PrimExpr) -> PrimExpr:
+    if as_int(a) is not None and as_int(b) is not None:
+        return const(as_int(a) + as_int(b), a.dtype)
+    if as_int(b) == 0:
+        return a
+    return a + b
+
+
+def _ceil_div(extent: PrimExpr, factor: int) -> PrimExpr:
+    value = as_int(extent)
+    if value is not None:
+        return const(-(-value // factor), extent.dtype)
+    return (extent + (factor - 1)) // factor
+
+
+def _rebuild_chain(chain: list[For], body: Stmt) -> Stmt:
+    for loop in reversed(chain):
+        body = loop.with_(body=body)
+    return body
+
+
+def _vars_of(expr: PrimExpr) -> set[Var]:
+    from ...ast import free_vars
+
+    return set(free_vars(expr))
+
+
+def _term_vars(term) -> set[Var]:
+    return {term} if isinstance(term, Var) else term.form.vars()

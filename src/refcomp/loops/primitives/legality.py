@@ -1,0 +1,329 @@
+"""Named legality checks shared by the schedule primitives.  Each raises ScheduleError or returns.
+
+Proofs go to `refcomp.shape.prove` when it is available; without it, a condition over variables
+with constant ranges is decided exactly by enumerating every point (small domains only).  Anything
+else is "unknown", and unknown fails closed.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ...ast import (
+    Add, And, Block, BlockRealize, Buffer, BufferLoad, Cast, EQ, FloorDiv, FloorMod, For, GE, GT, IntImm,
+    LE, LT, Max, Min, Mul, NE, Not, Or, PrimExpr, PrimFunc, Select, Sub, Var, collect, free_vars,
+    substitute,
+)
+from ...errors import ScheduleError
+from .affine import linear, relax
+from .lookup import BlockLocation, child_block_realizes_of_stmt
+from .tree import walk
+
+ENUMERATION_LIMIT = 1 << 16
+
+
+# ----------------------------------------------------------------------------- proving
+
+def prove(condition: PrimExpr, ranges: Mapping[Var, tuple[int, int]]) -> tuple[str, dict | None]:
+    """("proved" | "disproved" | "unknown", counterexample) for condition over the var ranges."""
+    try:
+        from ...shape import prove as shape_prove  # type: ignore[attr-defined]
+    except ImportError:
+        shape_prove = None
+    variables = free_vars(condition)
+    if all(v in ranges for v in variables):
+        total = 1
+        for v in variables:
+            lo, hi = ranges[v]
+            total *= max(hi - lo + 1, 0)
+        if total <= ENUMERATION_LIMIT:
+            return _enumerate(condition, variables, ranges)
+    if shape_prove is not None:
+        assumptions = []
+        for v in variables:
+            if v in ranges:
+                lo, hi = ranges[v]
+                assumptions += [v >= lo, v <= hi]
+        result = shape_prove(condition, assumptions=tuple(assumptions))
+        return result.status, result.counterexample
+    return "unknown", None
+
+
+def _enumerate(condition: PrimExpr, variables: Sequence[Var], ranges: Mapping[Var, tuple[int, int]]):
+    if not variables:
+        value = _evaluate(condition, {})
+        return ("proved", None) if bool(np.all(value)) else ("disproved", {})
+    axes = [np.arange(ranges[v][0], ranges[v][1] + 1, dtype=np.int64) for v in variables]
+    grids = np.meshgrid(*axes, indexing="ij")
+    env = {v: g.ravel() for v, g in zip(variables, grids)}
+    try:
+        value = np.broadcast_to(_evaluate(condition, env), env[variables[0]].shape)
+    except _Unsupported:
+        return "unknown", None
+    if bool(np.all(value)):
+        return "proved", None
+    bad = int(np.argmin(value))
+    return "disproved", {v.name: int(env[v][bad]) for v in variables}
+
+
+class _Unsupported(Exception):
+    pass
+
+
+_NUMPY_BINARY = {
+    Add: np.add, Sub: np.subtract, Mul: np.multiply, Min: np.minimum, Max: np.maximum,
+    LT: np.less, LE: np.less_equal, GT: np.greater, GE: np.greater_equal, EQ: np.equal, NE: np.not_equal,
+    And: np.logical_and, Or: np.logical_or,
+}
+
+
+def _evaluate(expr: PrimExpr, env: Mapping[Var, np.ndarray]):
+    if isinstance(expr, IntImm):
+        return np.int64(expr.value)
+    if isinstance(expr, Var):
+        if expr not in env:
+            raise _Unsupported(expr.name)
+        return env[expr]
+    if type(expr) in _NUMPY_BINARY:
+        return _NUMPY_BINARY[type(expr)](_evaluate(expr.a, env), _evaluate(expr.b, env))
+    if isinstance(expr, (FloorDiv, FloorMod)):
+        a, b = _evaluate(expr.a, env), _evaluate(expr.b, env)
+        if np.any(b == 0):
+            raise _Unsupported("division by zero")
+        return np.floor_divide(a, b) if isinstance(expr, FloorDiv) else np.mod(a, b)
+    if isinstance(expr, Not):
+        return np.logical_not(_evaluate(expr.a, env))
+    if isinstance(expr, Select):
+        return np.where(_evaluate(expr.condition, env), _evaluate(expr.true_value, env),
+                        _evaluate(expr.false_value, env))
+    if isinstance(expr, Cast) and expr.dtype.is_integer:
+        return _evaluate(expr.value, env)
+    raise _Unsupported(type(expr).__name__)
+
+
+def require_proved(condition: PrimExpr, ranges: Mapping[Var, tuple[int, int]], primitive: str, what: str,
+                   func: PrimFunc, spot=None) -> None:
+    """Raise ScheduleError unless condition is proved ("unknown" fails too, with its own message)."""
+    status, counterexample = prove(condition, ranges)
+    if status == "proved":
+        return
+    if status == "disproved":
+        raise ScheduleError(f"{primitive}: {what} does not hold", ir=func, spot=spot,
+                            counterexample=counterexample)
+    raise ScheduleError(f"{primitive}: could not prove that {what} (the prover answered unknown)",
+                        ir=func, spot=spot)
+
+
+# ----------------------------------------------------------------------------- loop facts
+
+def const_int(expr: PrimExpr) -> int | None:
+    """The value of a constant integer expression (folding arithmetic on constants), else None."""
+    if isinstance(expr, IntImm):
+        return expr.value
+    from .affine import int_bounds
+
+    bounds = int_bounds(expr, {}) if isinstance(expr, PrimExpr) else None
+    return bounds[0] if bounds is not None and bounds[0] == bounds[1] else None
+
+
+def loop_ranges(loops: Iterable[For]) -> dict[Var, tuple[int, int]]:
+    """Constant [lo, hi] of each loop with constant bounds."""
+    ranges = {}
+    for loop in loops:
+        lo, extent = const_int(loop.min), const_int(loop.extent)
+        if lo is not None and extent is not None:
+            ranges[loop.loop_var] = (lo, lo + extent - 1)
+    return ranges
+
+
+def check_loop_is_plain(func: PrimFunc, loop: For, primitive: str) -> None:
+    """The loop starts at 0, is serial and carries no annotation (split, fuse need this)."""
+    if const_int(loop.min) != 0:
+        raise ScheduleError(f"{primitive}: loop {loop.loop_var.name} must start at 0", ir=func, spot=loop)
+    if loop.kind != "serial":
+        raise ScheduleError(f"{primitive}: loop {loop.loop_var.name} is {loop.kind}; only serial loops can be "
+                            "transformed", ir=func, spot=loop)
+    if loop.annotations:
+        raise ScheduleError(f"{primitive}: loop {loop.loop_var.name} has annotations "
+                            f"{sorted(loop.annotations)}", ir=func, spot=loop)
+
+
+def blocks_under(stmt) -> list[BlockRealize]:
+    """Block realizes below stmt that are not nested inside another block below it."""
+    return child_block_realizes_of_stmt(stmt)
+
+
+def loops_above_in(stmt, realize: BlockRealize) -> list[For]:
+    """The For nodes between stmt (included when a For) and realize."""
+    from .tree import path_to
+
+    path = path_to(stmt, realize) or []
+    return [s for s in path if isinstance(s, For)]
+
+
+def check_affine_binding(func: PrimFunc, realize: BlockRealize, primitive: str) -> None:
+    """Every iter value is affine in loop vars (floor div/mod by positive constants allowed)."""
+    for iv, value in zip(realize.block.iter_vars, realize.iter_values):
+        if not _is_quasi_affine(value):
+            raise ScheduleError(f"{primitive}: block {realize.block.name}: the binding of {iv.var.name} is not "
+                                "affine in the loop variables", ir=func, spot=realize)
+
+
+def _is_quasi_affine(expr: PrimExpr) -> bool:
+    for key, (atom, coeff) in linear(expr).terms.items():
+        if isinstance(atom, Var):
+            continue
+        if isinstance(atom, (FloorDiv, FloorMod)) and isinstance(atom.b, IntImm) and atom.b.value > 0:
+            if _is_quasi_affine(atom.a):
+                continue
+        return False
+    return True
+
+
+def check_iter_kinds(func: PrimFunc, realize: BlockRealize, primitive: str) -> None:
+    """Only spatial and reduce iter vars (an opaque iter hides dependences)."""
+    for iv in realize.block.iter_vars:
+        if iv.kind not in ("spatial", "reduce"):
+            raise ScheduleError(f"{primitive}: block {realize.block.name} has the {iv.kind} iter var "
+                                f"{iv.var.name}", ir=func, spot=realize)
+
+
+def is_reduction_block(block: Block) -> bool:
+    return block.init is not None or any(iv.kind == "reduce" for iv in block.iter_vars)
+
+
+def check_complete_or_reduction(func: PrimFunc, realize: BlockRealize, primitive: str) -> None:
+    """A complete block (spatial iters only, no init, writes not read) or a reduction block."""
+    block = realize.block
+    check_iter_kinds(func, realize, primitive)
+    written = {r.buffer for r in block.writes}
+    if not is_reduction_block(block):
+        if written & {r.buffer for r in block.reads}:
+            raise ScheduleError(f"{primitive}: block {block.name} reads the buffer it writes but is not a "
+                                "reduction block", ir=func, spot=realize)
+        return
+    if block.init is None:
+        raise ScheduleError(f"{primitive}: block {block.name} has reduce iters but no init", ir=func, spot=realize)
+    reduce_vars = {iv.var for iv in block.iter_vars if iv.kind == "reduce"}
+    for region in block.writes:
+        for r in region.region:
+            if set(free_vars(r.min)) & reduce_vars:
+                raise ScheduleError(f"{primitive}: block {block.name}: a reduce iter indexes the output "
+                                    f"{region.buffer.name}", ir=func, spot=realize)
+
+
+def loop_var_uses(realize: BlockRealize, var: Var) -> tuple[bool, bool]:
+    """(used by a spatial iter binding, used by a reduce iter binding) for loop var."""
+    spatial = reduce = False
+    for iv, value in zip(realize.block.iter_vars, realize.iter_values):
+        if var in free_vars(value):
+            if iv.kind == "spatial":
+                spatial = True
+            else:
+                reduce = True
+    return spatial, reduce
+
+
+def check_no_loop_carried_dependence(func: PrimFunc, loop: For, primitive: str) -> None:
+    """Iterations of loop are independent: it binds only spatial iters of every block below it,
+    every such block depends on it, and a block below it reads only what is written below it in the
+    same iteration."""
+    realizes = [r for r in walk(loop.body) if isinstance(r, BlockRealize)]
+    top = blocks_under(loop)
+    for realize in top:
+        check_complete_or_reduction(func, realize, primitive)
+        check_affine_binding(func, realize, primitive)
+        spatial, reduce = loop_var_uses(realize, loop.loop_var)
+        if reduce:
+            raise ScheduleError(f"{primitive}: loop {loop.loop_var.name} carries the reduction of block "
+                                f"{realize.block.name}", ir=func, spot=loop)
+        if not spatial:
+            raise ScheduleError(f"{primitive}: block {realize.block.name} does not depend on loop "
+                                f"{loop.loop_var.name}: every iteration would write the same elements",
+                                ir=func, spot=loop)
+    for consumer in top:
+        for producer in top:
+            if producer is consumer:
+                continue
+            shared = {r.buffer for r in producer.block.writes} & {r.buffer for r in consumer.block.reads}
+            for buffer in shared:
+                check_same_iteration_cover(func, loop, producer, consumer, buffer, primitive)
+    del realizes
+
+
+def access_region(loop: For, realize: BlockRealize, region, inner_only: bool = True):
+    """[min, max] Linear forms of each dim of region (of realize's block) with the loops strictly
+    below `loop` relaxed; None when they cannot be bounded."""
+    binding = dict(zip((iv.var for iv in realize.block.iter_vars), realize.iter_values))
+    inner = loop_ranges(loops_above_in(loop.body, realize))
+    if len(inner) != len(loops_above_in(loop.body, realize)):
+        return None
+    result = []
+    for r in region.region:
+        extent = const_int(r.extent)
+        if extent is None:
+            return None
+        relaxed = relax(substitute(r.min, binding), inner)
+        if relaxed is None:
+            return None
+        low, high = relaxed
+        result.append((low, high.add(type(high)(const=extent - 1))))
+    return result
+
+
+def check_same_iteration_cover(func: PrimFunc, loop: For, producer: BlockRealize, consumer: BlockRealize,
+                               buffer: Buffer, primitive: str) -> None:
+    """What consumer reads of buffer in one iteration of loop was written in that iteration."""
+    from .affine import constant_difference
+
+    writes = [access_region(loop, producer, r) for r in producer.block.writes if r.buffer is buffer]
+    reads = [access_region(loop, consumer, r) for r in consumer.block.reads if r.buffer is buffer]
+    for read in reads:
+        covered = False
+        for write in writes:
+            if read is None or write is None:
+                continue
+            ok = True
+            for (rlo, rhi), (wlo, whi) in zip(read, write):
+                lo_gap, hi_gap = constant_difference(rlo, wlo), constant_difference(whi, rhi)
+                if lo_gap is None or hi_gap is None or lo_gap < 0 or hi_gap < 0:
+                    ok = False
+                    break
+            covered = covered or ok
+        if not covered:
+            raise ScheduleError(
+                f"{primitive}: block {consumer.block.name} reads {buffer.name} written by block "
+                f"{producer.block.name} in other iterations of loop {loop.loop_var.name}",
+                ir=func, spot=loop)
+
+
+def check_not_output_block(func: PrimFunc, location: BlockLocation, primitive: str) -> None:
+    """The block writes only buffers allocated inside the function (not parameters)."""
+    params = set(func.buffers)
+    for region in location.block.writes:
+        if region.buffer in params:
+            raise ScheduleError(f"{primitive}: block {location.block.name} is an output block (it writes the "
+                                f"parameter {region.buffer.name})", ir=func, spot=location.realize)
+
+
+def loads_of(stmt_or_expr, buffer: Buffer) -> list[BufferLoad]:
+    return [load for load in collect(stmt_or_expr, BufferLoad) if load.buffer is buffer]
+
+
+def check_positive_int(value, primitive: str, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ScheduleError(f"{primitive}: {what}: expected a positive int, got {value!r}")
+    return int(value)
+
+
+def product(values: Iterable[int]) -> int:
+    result = 1
+    for v in values:
+        result *= v
+    return result
+
+
+def iter_product(*ranges: Iterable[int]):
+    return itertools.product(*ranges)

@@ -1,0 +1,208 @@
+"""Affine index forms for blockize and tensorize: sum(coef * atom) + const over integer atoms.
+
+An atom is a variable or a floor division / modulo of a form by a positive constant that could not
+be resolved.  `normalize` brings an index expression to this form using what is known of each
+variable's range, so `(vk_o * 64 + vk) // 2` becomes `vk_o * 32 + vk // 2`, and `vj // 16` with
+`vj` in [0, 16) becomes 0.  Two indices are equal when their forms are; the difference of two
+forms tells a tile offset from an index that moves with the tile.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from ...ast import Add, Cast, FloorDiv, FloorMod, IntImm, Mul, PrimExpr, Sub, Var, const
+from ...ast.dtype import DataType, dtype as to_dtype
+
+Bounds = Mapping[Var, tuple[int, int]]  # inclusive [lo, hi] of each bounded var
+
+
+@dataclass(frozen=True, eq=False)
+class Atom:
+    """floordiv(form, divisor) or floormod(form, divisor) that normalization could not remove."""
+
+    op: str  # "div" | "mod"
+    form: "Affine"
+    divisor: int
+
+    def key(self) -> tuple:
+        return (self.op, self.form.key(), self.divisor)
+
+
+@dataclass(frozen=True, eq=False)
+class Affine:
+    """sum(coef * term) + const; terms are Vars or Atoms, compared by `key`."""
+
+    terms: tuple[tuple[object, int], ...]  # (Var | Atom, nonzero coef), in canonical order
+    const: int = 0
+
+    @staticmethod
+    def make(terms: dict, const_value: int) -> "Affine":
+        by_key: dict = {}
+        for term, coef in terms.items():
+            k = _term_key(term)
+            if k in by_key:
+                by_key[k] = (by_key[k][0], by_key[k][1] + coef)
+            else:
+                by_key[k] = (term, coef)
+        items = sorted((v for v in by_key.values() if v[1] != 0), key=lambda tc: _order(tc[0]))
+        return Affine(tuple(items), const_value)
+
+    def key(self) -> tuple:
+        return (tuple((_term_key(t), c) for t, c in self.terms), self.const)
+
+    def __add__(self, other: "Affine") -> "Affine":
+        terms = dict(self._term_dict())
+        for t, c in other.terms:
+            terms[t] = terms.get(t, 0) + c
+        return Affine.make(terms, self.const + other.const)
+
+    def scale(self, factor: int) -> "Affine":
+        return Affine.make({t: c * factor for t, c in self.terms}, self.const * factor)
+
+    def __sub__(self, other: "Affine") -> "Affine":
+        return self + other.scale(-1)
+
+    def _term_dict(self) -> dict:
+        return {t: c for t, c in self.terms}
+
+    def vars(self) -> set[Var]:
+        """Every Var appearing in the form, inside atoms too."""
+        out: set[Var] = set()
+        for term, _ in self.terms:
+            if isinstance(term, Var):
+                out.add(term)
+            else:
+                out |= term.form.vars()
+        return out
+
+    def is_const(self) -> bool:
+        return not self.terms
+
+    def coef(self, var: Var) -> int:
+        return next((c for t, c in self.terms if t is var), 0)
+
+    def bounds(self, known: Bounds) -> tuple[int, int] | None:
+        """Inclusive [lo, hi] of the form, or None when a term is unbounded."""
+        lo = hi = self.const
+        for term, coef in self.terms:
+            rng = _term_bounds(term, known)
+            if rng is None:
+                return None
+            a, b = coef * rng[0], coef * rng[1]
+            lo, hi = lo + min(a, b), hi + max(a, b)
+        return lo, hi
+
+    def to_expr(self, dtype: DataType | str = "int32") -> PrimExpr:
+        """The form as an IR expression (terms in canonical order, constant last)."""
+        dtype = to_dtype(dtype)
+        result: PrimExpr | None = None
+        for term, coef in self.terms:
+            piece = term if isinstance(term, Var) else term_expr(term, dtype)
+            if piece.dtype != dtype:
+                piece = piece.astype(dtype)
+            if coef == -1 and result is not None:
+                result = Sub(result, piece)
+                continue
+            if coef != 1:
+                piece = Mul(piece, const(coef, piece.dtype))
+            result = piece if result is None else Add(result, piece)
+        if result is None:
+            return const(self.const, dtype)
+        if self.const > 0:
+            result = Add(result, const(self.const, result.dtype))
+        elif self.const < 0:
+            result = Sub(result, const(-self.const, result.dtype))
+        return result
+
+
+def term_expr(atom: Atom, dtype) -> PrimExpr:
+    inner = atom.form.to_expr(dtype)
+    divisor = const(atom.divisor, inner.dtype)
+    return FloorDiv(inner, divisor) if atom.op == "div" else FloorMod(inner, divisor)
+
+
+def _term_key(term) -> tuple:
+    return ("var", id(term)) if isinstance(term, Var) else ("atom",) + term.key()
+
+
+def _order(term) -> tuple:
+    # Vars by name then identity (stable within a run), atoms after vars.
+    if isinstance(term, Var):
+        return (0, term.name, id(term))
+    return (1, str(term.key()))
+
+
+def _term_bounds(term, known: Bounds) -> tuple[int, int] | None:
+    if isinstance(term, Var):
+        return known.get(term)
+    if term.op == "mod":
+        return (0, term.divisor - 1)
+    inner = term.form.bounds(known)
+    if inner is None:
+        return None
+    return inner[0] // term.divisor, inner[1] // term.divisor
+
+
+def normalize(expr: PrimExpr, known: Bounds | None = None) -> Affine | None:
+    """The affine form of an integer index expression, or None when it is not affine."""
+    known = known or {}
+    if isinstance(expr, IntImm):
+        return Affine((), expr.value)
+    if isinstance(expr, Var):
+        return Affine(((expr, 1),), 0)
+    if isinstance(expr, (Add, Sub)):
+        a, b = normalize(expr.a, known), normalize(expr.b, known)
+        if a is None or b is None:
+            return None
+        return a + b if isinstance(expr, Add) else a - b
+    if isinstance(expr, Mul):
+        a, b = normalize(expr.a, known), normalize(expr.b, known)
+        if a is None or b is None:
+            return None
+        if a.is_const():
+            return b.scale(a.const)
+        if b.is_const():
+            return a.scale(b.const)
+        return None
+    if isinstance(expr, (FloorDiv, FloorMod)):
+        a, b = normalize(expr.a, known), normalize(expr.b, known)
+        if a is None or b is None or not b.is_const() or b.const <= 0:
+            return None
+        return divmod_form(a, b.const, "div" if isinstance(expr, FloorDiv) else "mod", known)
+    if isinstance(expr, Cast) and expr.dtype.is_integer and expr.value.dtype.is_integer:
+        return normalize(expr.value, known)
+    return None
+
+
+def divmod_form(a: Affine, c: int, op: str, known: Bounds) -> Affine:
+    """floordiv(a, c) or floormod(a, c) with the multiples of c taken out and ranges used."""
+    if c == 1:
+        return a if op == "div" else Affine((), 0)
+    whole: dict = {}
+    rest: dict = {}
+    for term, coef in a.terms:
+        if coef % c == 0:
+            whole[term] = coef // c
+        else:
+            rest[term] = coef
+    q, r = divmod(a.const, c)
+    remainder = Affine.make(rest, r)
+    quotient = Affine.make(whole, q)
+    rng = remainder.bounds(known)
+    if rng is not None and rng[0] // c == rng[1] // c:
+        # the remainder stays inside one multiple of c: the division is a constant
+        base = rng[0] // c
+        if op == "div":
+            return quotient + Affine((), base)
+        return remainder - Affine((), base * c)
+    atom = Atom(op, remainder, c)
+    if op == "div":
+        return quotient + Affine(((atom, 1),), 0)
+    return Affine(((atom, 1),), 0)
+
+
+def simplify_index(expr: PrimExpr, known: Bounds | None = None) -> PrimExpr:
+    """expr rewritten from its affine form when it has one (else unchanged)."""
+    form = normalize(expr, known)
+    return expr if form is None else form.to_expr(expr.dtype)
