@@ -1,0 +1,82 @@
+"""C micro-kernels on AMX tiles: a 32x32 C block held in four 16x16 accumulator tiles.
+
+bf16:  C[32, 32] (fp32) += A[32, K] (bf16) * B[K, 32] (bf16), K a multiple of 32, with B packed
+       in pairs, B[k, j] at B + (k/2)*ldb + j*2 + k%2 (the layout tdpbf16ps reads).
+int8:  C[32, 32] (int32) += A[32, K] (int8) * B[K, 32] (int8), K a multiple of 64, B packed in
+       quads, B[k, j] at B + (k/4)*ldb + j*4 + k%4; tdpbssd multiplies signed by signed, so no
+       compensation is needed.
+A rows are contiguous (a_cs == 1) and a_rs elements apart.  Every tile is 16 rows x 64 bytes.
+The tile configuration is per thread; it is loaded on each call (it costs far less than the
+32x32xK block) so kernels stay correct on any OpenMP thread.  The OS must have granted the
+process AMX state (arch_prctl ARCH_REQ_XCOMP_PERM); the library does that once when the
+function has the attribute `needs_amx`.
+"""
+
+AMX_CONFIG = r"""
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+typedef struct { uint8_t palette_id; uint8_t start_row; uint8_t reserved[14];
+                 uint16_t colsb[16]; uint8_t rows[16]; } refcomp_amx_tilecfg;
+__attribute__((target("amx-tile"))) static inline void refcomp_amx_configure(void) {
+  refcomp_amx_tilecfg cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette_id = 1;
+  for (int t = 0; t < 8; ++t) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+  _tile_loadconfig(&cfg);
+}
+"""
+
+BF16GEMM_AMX_32X32 = AMX_CONFIG + r"""
+__attribute__((target("amx-tile,amx-bf16"))) static inline void refcomp_bf16gemm_amx_32x32(
+    const uint16_t* A, int64_t a_rs, const uint16_t* B, int64_t ldb, float* C, int64_t ldc,
+    int64_t K) {
+  refcomp_amx_configure();
+  const int64_t c_stride = ldc * 4, a_stride = a_rs * 2, b_stride = ldb * 2;
+  _tile_loadd(0, C, c_stride);
+  _tile_loadd(1, C + 16, c_stride);
+  _tile_loadd(2, C + 16 * ldc, c_stride);
+  _tile_loadd(3, C + 16 * ldc + 16, c_stride);
+  for (int64_t k = 0; k < K; k += 32) {
+    _tile_loadd(4, A + k, a_stride);
+    _tile_loadd(5, A + 16 * a_rs + k, a_stride);
+    _tile_loadd(6, B + (k / 2) * ldb, b_stride);
+    _tile_loadd(7, B + (k / 2) * ldb + 32, b_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, C, c_stride);
+  _tile_stored(1, C + 16, c_stride);
+  _tile_stored(2, C + 16 * ldc, c_stride);
+  _tile_stored(3, C + 16 * ldc + 16, c_stride);
+}
+"""
+
+I8GEMM_AMX_32X32 = AMX_CONFIG + r"""
+__attribute__((target("amx-tile,amx-int8"))) static inline void refcomp_i8gemm_amx_32x32(
+    const int8_t* A, int64_t a_rs, const int8_t* B, int64_t ldb, int32_t* C, int64_t ldc,
+    int64_t K) {
+  refcomp_amx_configure();
+  const int64_t c_stride = ldc * 4, a_stride = a_rs, b_stride = ldb;
+  _tile_loadd(0, C, c_stride);
+  _tile_loadd(1, C + 16, c_stride);
+  _tile_loadd(2, C + 16 * ldc, c_stride);
+  _tile_loadd(3, C + 16 * ldc + 16, c_stride);
+  for (int64_t k = 0; k < K; k += 64) {
+    _tile_loadd(4, A + k, a_stride);
+    _tile_loadd(5, A + 16 * a_rs + k, a_stride);
+    _tile_loadd(6, B + (k / 4) * ldb, b_stride);
+    _tile_loadd(7, B + (k / 4) * ldb + 64, b_stride);
+    _tile_dpbssd(0, 4, 6);
+    _tile_dpbssd(1, 4, 7);
+    _tile_dpbssd(2, 5, 6);
+    _tile_dpbssd(3, 5, 7);
+  }
+  _tile_stored(0, C, c_stride);
+  _tile_stored(1, C + 16, c_stride);
+  _tile_stored(2, C + 16 * ldc, c_stride);
+  _tile_stored(3, C + 16 * ldc + 16, c_stride);
+}
+"""

@@ -1,0 +1,107 @@
+"""C micro-kernels for fp32 matmul tiles: AVX2/FMA 6x16 and AVX-512 8x32 register tiles.
+
+Each kernel computes C[0:MR, 0:NR] += A[0:MR, 0:K] * B[0:K, 0:NR] with
+  A[r, k] at A + r*a_rs + k*a_cs   (any strides: row-major, or packed MR-interleaved)
+  B[k, j] at B + k*ldb + j         (unit stride along j: vector loads)
+  C[r, j] at C + r*ldc + j
+The accumulators live in registers for the whole K loop; C is read once and written once.
+The `target` attribute lets the helper compile whatever -march the library is built with; the
+tensorize registry only offers a kernel when the CPU running refcomp has its features.
+"""
+
+# Rows are unrolled by the preprocessor so that every accumulator is a named local (gcc keeps
+# them in registers; an array of __m256 sometimes spills).
+SGEMM_AVX2_6X16 = r"""
+#include <immintrin.h>
+#include <stdint.h>
+#define RC_ROWS6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+__attribute__((target("avx2,fma"))) static inline void refcomp_sgemm_avx2_6x16(
+    const float* restrict A, int64_t a_rs, int64_t a_cs, const float* restrict B, int64_t ldb,
+    float* restrict C, int64_t ldc, int64_t K) {
+#define RC_LOADC(r) __m256 c##r##0 = _mm256_loadu_ps(C + (r) * ldc); \
+                    __m256 c##r##1 = _mm256_loadu_ps(C + (r) * ldc + 8);
+  RC_ROWS6(RC_LOADC)
+#undef RC_LOADC
+  for (int64_t k = 0; k < K; ++k) {
+    const float* b = B + k * ldb;
+    const float* a = A + k * a_cs;
+    __m256 b0 = _mm256_loadu_ps(b);
+    __m256 b1 = _mm256_loadu_ps(b + 8);
+#define RC_FMA(r) { __m256 ar = _mm256_broadcast_ss(a + (r) * a_rs); \
+                    c##r##0 = _mm256_fmadd_ps(ar, b0, c##r##0); \
+                    c##r##1 = _mm256_fmadd_ps(ar, b1, c##r##1); }
+    RC_ROWS6(RC_FMA)
+#undef RC_FMA
+  }
+#define RC_STOREC(r) _mm256_storeu_ps(C + (r) * ldc, c##r##0); \
+                     _mm256_storeu_ps(C + (r) * ldc + 8, c##r##1);
+  RC_ROWS6(RC_STOREC)
+#undef RC_STOREC
+}
+#undef RC_ROWS6
+"""
+
+SGEMM_AVX512_8X32 = r"""
+#include <immintrin.h>
+#include <stdint.h>
+#define RC_ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+__attribute__((target("avx512f"))) static inline void refcomp_sgemm_avx512_8x32(
+    const float* restrict A, int64_t a_rs, int64_t a_cs, const float* restrict B, int64_t ldb,
+    float* restrict C, int64_t ldc, int64_t K) {
+#define RC_LOADC(r) __m512 c##r##0 = _mm512_loadu_ps(C + (r) * ldc); \
+                    __m512 c##r##1 = _mm512_loadu_ps(C + (r) * ldc + 16);
+  RC_ROWS8(RC_LOADC)
+#undef RC_LOADC
+  for (int64_t k = 0; k < K; ++k) {
+    const float* b = B + k * ldb;
+    const float* a = A + k * a_cs;
+    __m512 b0 = _mm512_loadu_ps(b);
+    __m512 b1 = _mm512_loadu_ps(b + 16);
+#define RC_FMA(r) { __m512 ar = _mm512_set1_ps(a[(r) * a_rs]); \
+                    c##r##0 = _mm512_fmadd_ps(ar, b0, c##r##0); \
+                    c##r##1 = _mm512_fmadd_ps(ar, b1, c##r##1); }
+    RC_ROWS8(RC_FMA)
+#undef RC_FMA
+  }
+#define RC_STOREC(r) _mm512_storeu_ps(C + (r) * ldc, c##r##0); \
+                     _mm512_storeu_ps(C + (r) * ldc + 16, c##r##1);
+  RC_ROWS8(RC_STOREC)
+#undef RC_STOREC
+}
+#undef RC_ROWS8
+"""
+
+# bf16 inputs, fp32 accumulation, on AVX2: a bf16 is the top half of an fp32, so widening is a
+# zero-extend and a 16-bit shift (exact).  B is plain row-major bf16 (no packing needed).
+BF16GEMM_AVX2_6X16 = r"""
+#include <immintrin.h>
+#include <stdint.h>
+#define RC_ROWS6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+__attribute__((target("avx2,fma"))) static inline void refcomp_bf16gemm_avx2_6x16(
+    const uint16_t* restrict A, int64_t a_rs, int64_t a_cs, const uint16_t* restrict B, int64_t ldb,
+    float* restrict C, int64_t ldc, int64_t K) {
+#define RC_LOADC(r) __m256 c##r##0 = _mm256_loadu_ps(C + (r) * ldc); \
+                    __m256 c##r##1 = _mm256_loadu_ps(C + (r) * ldc + 8);
+  RC_ROWS6(RC_LOADC)
+#undef RC_LOADC
+  for (int64_t k = 0; k < K; ++k) {
+    const uint16_t* b = B + k * ldb;
+    const uint16_t* a = A + k * a_cs;
+    __m256i braw = _mm256_loadu_si256((const __m256i*)b);
+    __m256 b0 = _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(_mm256_castsi256_si128(braw)), 16));
+    __m256 b1 = _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(_mm256_extracti128_si256(braw, 1)), 16));
+#define RC_FMA(r) { __m256 ar = _mm256_castsi256_ps(_mm256_set1_epi32((int32_t)((uint32_t)a[(r) * a_rs] << 16))); \
+                    c##r##0 = _mm256_fmadd_ps(ar, b0, c##r##0); \
+                    c##r##1 = _mm256_fmadd_ps(ar, b1, c##r##1); }
+    RC_ROWS6(RC_FMA)
+#undef RC_FMA
+  }
+#define RC_STOREC(r) _mm256_storeu_ps(C + (r) * ldc, c##r##0); \
+                     _mm256_storeu_ps(C + (r) * ldc + 8, c##r##1);
+  RC_ROWS6(RC_STOREC)
+#undef RC_STOREC
+}
+#undef RC_ROWS6
+"""

@@ -1,0 +1,53 @@
+"""The x86 tensor intrinsics refcomp ships: fp32, bf16 and int8 matmul tiles (AVX2, AVX-512, AMX).
+
+Name scheme: x86.<isa>.<what>_<MR>x<NR>.  Each registers at import; `refcomp.loops.intrin.get`
+imports this module on first use.
+"""
+from __future__ import annotations
+
+from . import cpu
+from .kernels_amx import BF16GEMM_AMX_32X32, I8GEMM_AMX_32X32
+from .kernels_fp32 import BF16GEMM_AVX2_6X16, SGEMM_AVX2_6X16, SGEMM_AVX512_8X32
+from .kernels_int8 import I8GEMM_AVX2_6X16, I8GEMM_VNNI_8X32
+from .matmul_tile import matmul_tile
+from .registry import TensorIntrin, register
+
+# name: (MR, NR, A, B, acc, B layout, k multiple, C function, C source, features, A col stride, attrs)
+_TILES = {
+    "x86.avx2.sgemm_6x16": (6, 16, "float32", "float32", "float32", "rows", 1,
+                            "refcomp_sgemm_avx2_6x16", SGEMM_AVX2_6X16, cpu.AVX2, True, {}),
+    "x86.avx512.sgemm_8x32": (8, 32, "float32", "float32", "float32", "rows", 1,
+                              "refcomp_sgemm_avx512_8x32", SGEMM_AVX512_8X32, cpu.AVX512, True, {}),
+    "x86.avx2.bf16gemm_6x16": (6, 16, "bfloat16", "bfloat16", "float32", "rows", 1,
+                               "refcomp_bf16gemm_avx2_6x16", BF16GEMM_AVX2_6X16, cpu.AVX2, True, {}),
+    "x86.avx2.i8gemm_6x16": (6, 16, "int8", "int8", "int32", "pairs", 2,
+                             "refcomp_i8gemm_avx2_6x16", I8GEMM_AVX2_6X16, ("avx2",), True, {}),
+    "x86.vnni.i8gemm_8x32": (8, 32, "int8", "int8", "int32", "quads", 4,
+                             "refcomp_i8gemm_vnni_8x32", I8GEMM_VNNI_8X32, cpu.AVX512_VNNI, True, {}),
+    "x86.amx.bf16gemm_32x32": (32, 32, "bfloat16", "bfloat16", "float32", "pairs", 32,
+                               "refcomp_bf16gemm_amx_32x32", BF16GEMM_AMX_32X32, cpu.AMX_BF16, False,
+                               {"needs_amx": True}),
+    "x86.amx.i8gemm_32x32": (32, 32, "int8", "int8", "int32", "quads", 64,
+                             "refcomp_i8gemm_amx_32x32", I8GEMM_AMX_32X32, cpu.AMX_INT8, False,
+                             {"needs_amx": True}),
+}
+
+for _name, (_mr, _nr, _a, _b, _acc, _layout, _kmul, _fn, _src, _features, _acs, _attrs) in _TILES.items():
+    _desc, _impl = matmul_tile(_mr, _nr, a_dtype=_a, b_dtype=_b, acc_dtype=_acc, b_layout=_layout,
+                               k_multiple=_kmul, c_function=_fn, a_col_stride=_acs)
+    register(TensorIntrin(
+        _name, _desc, _impl, c_helpers=(_src,), c_includes=("immintrin.h", "stdint.h", "string.h"),
+        cpu_features=tuple(_features), func_attrs=dict(_attrs),
+        doc=f"C[{_mr},{_nr}] ({_acc}) += A[{_mr},K] ({_a}) * B[K,{_nr}] ({_b}, {_layout}), K % {_kmul} == 0",
+    ), override=True)
+
+
+def tile_shape(name: str) -> tuple[int, int, int]:
+    """(MR, NR, k multiple) of a built-in matmul tile intrinsic."""
+    mr, nr, *_rest = _TILES[name]
+    return mr, nr, _TILES[name][6]
+
+
+def b_layout(name: str) -> str:
+    """How a built-in tile intrinsic wants B stored: 'rows', 'pairs' or 'quads'."""
+    return _TILES[name][5]
