@@ -1,0 +1,93 @@
+"""Lowering: a block-level PrimFunc to the loop-and-pointer form that the C and CUDA emitters print.
+
+    lowered = lower(func)
+
+runs, in order, `lower_blocks` (blocks -> loops, init under the first reduction iteration,
+predicates -> if, alloc_buffers -> Allocate), `flatten_buffers` (1-D buffers and indices),
+`simplify` (constant folding, index arithmetic, branches decided by loop ranges, unit loops gone),
+`vectorize` (vectorized loops -> Ramp/Broadcast vector IR, with scalar tails) and `simplify` again.
+Each pass is a pure function PrimFunc -> PrimFunc in its own module under `refcomp.loops.passes`
+(vectorize: `refcomp.loops.vectorize`); each module's docstring says what it requires and
+guarantees.
+
+With `REFCOMP_DEBUG=1` in the environment, or the logger "refcomp.lower" at DEBUG level, the IR
+after each pass is printed (to stderr, or to the log).
+
+The contract for emitters -- what a lowered PrimFunc may contain:
+  statements  For (kinds serial, parallel, vectorized, unrolled, thread_binding, with their
+              annotations), SeqStmt, IfThenElse, BufferStore, Evaluate (call_extern,
+              tvm_storage_sync, or the no-op `Evaluate(0)`), LetStmt, Allocate, AssertStmt, While;
+              never Block, BlockRealize or MatchBufferRegion.
+  buffers     one-dimensional, compact, offset 0, scope as scheduled ("global", "shared", "local",
+              ...); parameters are flat too, `func.attrs["original_buffers"]` maps each one to the
+              buffer it stood for (original shape, strides, names of symbolic dims).
+  expressions scalars as in the core IR, plus vector forms: Ramp, Broadcast, vector-typed
+              arithmetic/comparisons/logic/Select/Cast, elementwise math Calls on vectors,
+              BufferLoad with a vector index (Ramp stride 1 = contiguous, otherwise a gather),
+              BufferStore with a Ramp index of non-zero constant stride (1 = contiguous, else a
+              scatter to distinct addresses), `if_then_else` with a scalar condition and vector arms.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Callable
+
+from ..ast import IRModule, PrimFunc
+from .passes.flatten_buffers import flatten_buffers, original_buffer
+from .passes.lower_blocks import lower_blocks
+from .passes.simplify import simplify
+from .vectorize import vectorize
+
+logger = logging.getLogger("refcomp.lower")
+
+Pass = Callable[[PrimFunc], PrimFunc]
+
+PIPELINE: tuple[tuple[str, Pass], ...] = (
+    ("lower_blocks", lower_blocks),
+    ("flatten_buffers", flatten_buffers),
+    ("simplify", simplify),
+    ("vectorize", vectorize),
+    ("simplify_vector", simplify),
+)
+
+__all__ = ["PIPELINE", "lower", "original_buffer"]
+
+
+def lower(func: PrimFunc | IRModule, *, after_pass: Callable[[str, PrimFunc], None] | None = None):
+    """func lowered for the emitters (an IRModule: each PrimFunc in it, other functions unchanged).
+
+    after_pass(name, func), when given, is called with the IR after each pass (tests use it to
+    run the well-formedness checker or the interpreter between passes).
+    """
+    if isinstance(func, IRModule):
+        lowered = {name: lower(f, after_pass=after_pass) if isinstance(f, PrimFunc) else f
+                   for name, f in func.functions.items()}
+        return func.with_(functions=lowered)
+    if not isinstance(func, PrimFunc):
+        raise TypeError(f"lower expects a PrimFunc or IRModule, got {type(func).__name__}")
+    debug = _debug_enabled()
+    for name, run in PIPELINE:
+        func = run(func)
+        if after_pass is not None:
+            after_pass(name, func)
+        if debug:
+            _show(name, func)
+    return func
+
+
+def _debug_enabled() -> bool:
+    return os.environ.get("REFCOMP_DEBUG", "") not in ("", "0") or logger.isEnabledFor(logging.DEBUG)
+
+
+def _show(name: str, func: PrimFunc) -> None:
+    try:
+        text = func.script()
+    except Exception as exc:  # the printer must never stop lowering
+        text = f"(IR could not be printed: {type(exc).__name__}: {exc})"
+    message = f"--- IR after {name} ({func.name})\n{text}"
+    if os.environ.get("REFCOMP_DEBUG", "") not in ("", "0"):
+        print(message, file=sys.stderr)
+    else:
+        logger.debug(message)

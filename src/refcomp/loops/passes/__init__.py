@@ -1,0 +1,1 @@
+"""The lowering passes, one per module; `refcomp.loops.lower.lower` runs them in order."""

@@ -1,0 +1,189 @@
+"""Pass `vectorize`: loops of kind "vectorized" become straight-line vector IR where that is sound.
+
+Requires: flattened buffers (run `lower_blocks` and `flatten_buffers` first; `simplify` before
+helps, since it removes unit loops and decided branches).
+Guarantees: each `For(kind="vectorized")` whose body passes the checks of
+`LaneVectorizer.body` is replaced by vector code: the loop var becomes `Ramp(base, 1, P)`,
+lane-dependent values get P-lane dtypes (`float32x16`), loads and stores take a Ramp index
+(stride 1: contiguous; other strides or general vector indices: gather on loads; stores are always
+Ramps with a non-zero constant stride), invariant values stay scalar and are wrapped in `Broadcast`
+where they meet vectors, `Select`, casts and elementwise math calls act on vectors, and an
+`if_then_else` with a lane-dependent condition becomes a `Select` when neither branch can fault.
+P is a power of two: the extent when that is a power of two no larger than `vector_bytes` / the
+widest element size in the body, else that maximum; the iterations that do not fill a whole vector
+run in a scalar serial tail loop (for symbolic extents too).  A body that is one `if` with a
+condition linear in the loop var (the predicate of an imperfect split) is vectorised under the test
+"first and last lane both pass", with the scalar loop as the else branch.  A loop that cannot be
+vectorised (a reduction into one element, lane-dependent control flow, effects, inner loops with
+lane-dependent bounds, vector code already inside) is kept as `For(kind="vectorized")` (its body
+otherwise lowered) so the emitter can fall back to `#pragma omp simd`.
+"""
+from __future__ import annotations
+
+import logging
+
+from ..ast import (
+    And, BufferLoad, Cast, For, IfThenElse, IntImm, Max, Mutator, PrimExpr, PrimFunc, Stmt, Var,
+    post_order_visit, seq, substitute,
+)
+from ..ast.expr import as_int
+from .passes.fold import simplify_expr
+from .passes.vector_expr import (
+    CannotVectorize, LaneVectorizer, every_lane_condition, lane_condition_is_convex,
+)
+
+logger = logging.getLogger("refcomp.lower")
+
+DEFAULT_VECTOR_BYTES = 64  # one AVX-512 register
+
+
+def vectorize(func: PrimFunc, vector_bytes: int = DEFAULT_VECTOR_BYTES) -> PrimFunc:
+    """func with its vectorized loops turned into vector IR where sound (see the module docstring)."""
+    return func.with_(body=_LoopVectorizer(vector_bytes).visit(func.body))
+
+
+class _LoopVectorizer(Mutator):
+    def __init__(self, vector_bytes: int) -> None:
+        super().__init__()
+        self.vector_bytes = vector_bytes
+
+    def visit_For(self, loop: For) -> Stmt:
+        body = self.visit(loop.body)  # inner loops first
+        loop = loop.with_(body=body)
+        if loop.kind != "vectorized":
+            return loop
+        try:
+            return self._vectorize(loop)
+        except CannotVectorize as reason:
+            logger.debug("vectorize: loop %s kept as a vectorized loop: %s", loop.loop_var.name, reason)
+            return loop
+
+    def _vectorize(self, loop: For) -> Stmt:
+        widest = _widest_element_bytes(loop.body)
+        max_lanes = _power_of_two_at_most(max(2, self.vector_bytes // widest))
+        count = as_int(loop.extent)
+        var, minimum = loop.loop_var, loop.min
+        if count is not None:
+            return self._constant_extent(loop, count, max_lanes)
+        lanes = max_lanes
+        iterations = simplify_expr(Max(loop.extent, IntImm(0, loop.extent.dtype)))
+        chunk_count = simplify_expr(iterations // lanes)
+        tail_start = simplify_expr(minimum + chunk_count * lanes)
+        tail_count = simplify_expr(iterations % lanes)
+        main = self._chunks(loop, loop.min, chunk_count, lanes)
+        tail = _scalar_loop(loop, tail_start, tail_count)
+        return seq(main, tail) if tail is not None else main
+
+    def _constant_extent(self, loop: For, count: int, max_lanes: int) -> Stmt:
+        """count iterations as whole vectors of max_lanes, then ever smaller powers of two, then one scalar."""
+        if count <= 1:
+            raise CannotVectorize("fewer than two iterations")
+        dtype = loop.loop_var.dtype
+        lanes = _power_of_two_at_most(min(count, max_lanes))
+        pieces = [self._chunks(loop, loop.min, IntImm(count // lanes, dtype), lanes)]
+        done = count // lanes * lanes
+        while lanes > 1:
+            lanes //= 2
+            if count - done >= lanes:
+                start = simplify_expr(loop.min + IntImm(done, dtype))
+                if lanes == 1:
+                    pieces.append(_scalar_loop(loop, start, IntImm(1, dtype)))
+                else:
+                    pieces.append(self._chunk(loop, start, lanes))
+                done += lanes
+        return seq(*pieces)
+
+    def _chunks(self, loop: For, start: PrimExpr, chunk_count: PrimExpr, lanes: int) -> Stmt:
+        """The vector part: chunk_count chunks of `lanes` iterations each, from start on."""
+        var = loop.loop_var
+        if as_int(chunk_count) == 1:
+            return self._chunk(loop, start, lanes)
+        chunk = Var(var.name + "_chunk", var.dtype)
+        base = simplify_expr(start + chunk * lanes)
+        return For(chunk, IntImm(0, var.dtype), chunk_count, "serial", self._chunk(loop, base, lanes))
+
+    def _chunk(self, loop: For, base: PrimExpr, lanes: int) -> Stmt:
+        """The body for iterations base .. base + lanes - 1 as vector code."""
+        body = fresh_binders(loop.body)
+        if isinstance(body, IfThenElse) and body.else_case is None:
+            condition = body.condition
+            vectorizer = LaneVectorizer(loop.loop_var, base, lanes)
+            if lane_condition_is_convex(condition, loop.loop_var) and \
+                    loop.loop_var in _vars_of(condition):
+                every_lane = simplify_expr(every_lane_condition(
+                    condition, loop.loop_var, base, simplify_expr(base + (lanes - 1))))
+                vector_body = vectorizer.body(body.then_case)
+                scalar = _scalar_loop(loop, base, IntImm(lanes, loop.loop_var.dtype))
+                return IfThenElse(every_lane, vector_body, scalar)
+        return LaneVectorizer(loop.loop_var, base, lanes).body(body)
+
+
+def _scalar_loop(loop: For, start: PrimExpr, count: PrimExpr) -> Stmt | None:
+    """The original body run serially for iterations start .. start + count - 1 (None when empty)."""
+    n = as_int(count)
+    if n is not None and n <= 0:
+        return None
+    var = loop.loop_var
+    body = fresh_binders(loop.body)
+    if n == 1:
+        return substitute(body, {var: start})
+    fresh = Var(var.name, var.dtype)
+    return For(fresh, start, count, "serial", substitute(body, {var: fresh}))
+
+
+def fresh_binders(stmt: Stmt) -> Stmt:
+    """stmt with every variable bound inside it (loops, lets) replaced by a new one of the same name.
+
+    Each copy of a loop body made here gets its own variables, so no variable is bound twice.
+    """
+    return _FreshBinders().visit(stmt)
+
+
+class _FreshBinders(Mutator):
+    def _renamed(self, node, var_field: str):
+        old = getattr(node, var_field)
+        new = Var(old.name, old.dtype)
+        node = node.with_(**{var_field: new})
+        return substitute(self.generic_visit(node), {old: new})
+
+    def visit_For(self, loop: For) -> Stmt:
+        return self._renamed(loop, "loop_var")
+
+    def visit_LetStmt(self, stmt) -> Stmt:
+        return self._renamed(stmt, "var")
+
+    def visit_Let(self, expr) -> PrimExpr:
+        return self._renamed(expr, "var")
+
+
+def _vars_of(expr: PrimExpr) -> set[Var]:
+    from ..ast import free_vars
+
+    return set(free_vars(expr))
+
+
+def _widest_element_bytes(stmt: Stmt) -> int:
+    """The widest data element (loads, stores, casts) in stmt, in bytes; at least 1."""
+    widest = 1
+
+    def look(node) -> None:
+        nonlocal widest
+        dtype = None
+        if isinstance(node, BufferLoad):
+            dtype = node.buffer.dtype
+        elif type(node).__name__ == "BufferStore":
+            dtype = node.buffer.dtype
+        elif isinstance(node, Cast):
+            dtype = node.dtype
+        if dtype is not None and dtype.name != "handle":
+            widest = max(widest, dtype.bytes)
+
+    post_order_visit(stmt, look)
+    return widest
+
+
+def _power_of_two_at_most(n: int) -> int:
+    p = 1
+    while p * 2 <= n:
+        p *= 2
+    return p
