@@ -1,0 +1,193 @@
+"""Each shipped micro-kernel, compiled by gcc and called on numpy data, against numpy's matmul.
+
+Kernels whose instructions this CPU lacks are still compiled (gcc checks the C) but only run
+where /proc/cpuinfo has the flags (the `amx` marker covers AVX-512, VNNI and AMX).
+"""
+from __future__ import annotations
+
+import ctypes
+import subprocess
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from refcomp.loops import intrin
+from refcomp.loops.intrin import x86
+
+AMX_PRELUDE = r"""
+#include <sys/syscall.h>
+#include <unistd.h>
+static int refcomp_test_amx_ok = -1;
+static int refcomp_test_request_amx(void) {
+  if (refcomp_test_amx_ok < 0) refcomp_test_amx_ok = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  return refcomp_test_amx_ok;
+}
+"""
+
+_CALLERS: dict[str, str] = {}
+
+
+def _wrapper(name: str) -> str:
+    """C source exporting `run` that forwards to the intrinsic's C function."""
+    info = intrin.get(name)
+    call = info.impl.body.value
+    function = call.args[0].value
+    ctype = {"float32": "float", "bfloat16": "uint16_t", "int8": "int8_t", "int32": "int32_t"}
+    a, b, c = (ctype[str(buf.dtype)] for buf in info.desc.buffers)
+    has_acs = len(call.args) == 9
+    params = (f"const {a}* A, int64_t a_rs, " + ("int64_t a_cs, " if has_acs else "") +
+              f"const {b}* B, int64_t ldb, {c}* C, int64_t ldc, int64_t K")
+    args = "A, a_rs, " + ("a_cs, " if has_acs else "") + "B, ldb, C, ldc, K"
+    amx = bool(info.func_attrs.get("needs_amx"))
+    guard = "if (!refcomp_test_request_amx()) return -1;" if amx else ""
+    return ("\n".join(info.c_helpers) + (AMX_PRELUDE if amx else "") +
+            f"\nint run({params}) {{ {guard} {function}({args}); return 0; }}\n")
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    libs = {}
+
+    def get(name: str):
+        if name not in libs:
+            directory = tmp_path_factory.mktemp(name.replace(".", "_"))
+            source = directory / "k.c"
+            source.write_text(_wrapper(name))
+            out = directory / "k.so"
+            subprocess.run(["gcc", "-O2", "-std=gnu11", "-shared", "-fPIC", str(source), "-o", str(out)],
+                           check=True, capture_output=True, text=True)
+            libs[name] = ctypes.CDLL(str(out))
+        return libs[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", sorted(x86._TILES))
+def test_every_kernel_compiles(name, tmp_path):
+    source = tmp_path / "k.c"
+    source.write_text(_wrapper(name))
+    result = subprocess.run(["gcc", "-O2", "-std=gnu11", "-Wall", "-Werror", "-c", str(source), "-o",
+                             str(tmp_path / "k.o")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def to_bf16(x: np.ndarray) -> np.ndarray:
+    """fp32 -> bf16 bit patterns, rounding to nearest even."""
+    bits = x.astype(np.float32).view(np.uint32)
+    rounded = bits + 0x7FFF + ((bits >> 16) & 1)
+    return (rounded >> 16).astype(np.uint16)
+
+
+def from_bf16(x: np.ndarray) -> np.ndarray:
+    return (x.astype(np.uint32) << 16).view(np.float32)
+
+
+def pack_b(b: np.ndarray, layout: str) -> np.ndarray:
+    """B (K, N) in the layout a kernel reads: rows, pairs Bp[k/2, j, k%2], quads Bp[k/4, j, k%4]."""
+    k, n = b.shape
+    if layout == "rows":
+        return np.ascontiguousarray(b)
+    group = {"pairs": 2, "quads": 4}[layout]
+    return np.ascontiguousarray(b.reshape(k // group, group, n).transpose(0, 2, 1))
+
+
+def _ptr(array: np.ndarray):
+    return ctypes.c_void_p(array.ctypes.data)
+
+
+def run_kernel(lib, name, a, b_packed, c, *, a_rows_contiguous=True):
+    """Call the kernel on full arrays: A (MR, K), packed B, C (MR, NR) (C updated in place)."""
+    info = intrin.get(name)
+    has_acs = len(info.impl.body.value.args) == 9
+    k = a.shape[1]
+    if a_rows_contiguous:
+        a_rs, a_cs, a_mem = a.shape[1], 1, np.ascontiguousarray(a)
+    else:  # A stored transposed (packed MR-interleaved): A[r, k] at r + k*MR
+        a_mem = np.ascontiguousarray(a.T)
+        a_rs, a_cs = 1, a.shape[0]
+    ldb = b_packed.strides[0] // b_packed.itemsize
+    ldc = c.strides[0] // c.itemsize
+    i64 = ctypes.c_int64
+    args = [_ptr(a_mem), i64(a_rs)] + ([i64(a_cs)] if has_acs else []) + [
+        _ptr(b_packed), i64(ldb), _ptr(c), i64(ldc), i64(k)]
+    status = lib.run(*args)
+    assert status == 0, "the OS refused AMX state"
+
+
+def _needs(name):
+    info = intrin.get(name)
+    marks = [pytest.mark.skipif(not info.available(), reason=f"CPU lacks {info.cpu_features}")]
+    if any(f.startswith(("avx512", "amx")) for f in info.cpu_features):
+        marks.append(pytest.mark.amx)
+    return marks
+
+
+FLOAT_KERNELS = ["x86.avx2.sgemm_6x16", "x86.avx512.sgemm_8x32"]
+BF16_KERNELS = ["x86.avx2.bf16gemm_6x16", "x86.amx.bf16gemm_32x32"]
+INT8_KERNELS = ["x86.avx2.i8gemm_6x16", "x86.vnni.i8gemm_8x32", "x86.amx.i8gemm_32x32"]
+
+
+def _params(names):
+    return [pytest.param(n, marks=_needs(n)) for n in names]
+
+
+@pytest.mark.parametrize("name", _params(FLOAT_KERNELS))
+@given(k_units=st.integers(1, 20), packed_a=st.booleans(), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=15)
+def test_fp32_kernel_matches_numpy(build, name, k_units, packed_a, seed):
+    rng = np.random.default_rng(seed)
+    mr, nr, _ = x86.tile_shape(name)
+    k = k_units
+    a = rng.standard_normal((mr, k)).astype(np.float32)
+    b = rng.standard_normal((k, nr)).astype(np.float32)
+    c = rng.standard_normal((mr, nr)).astype(np.float32)
+    expected = c.astype(np.float64) + a.astype(np.float64) @ b.astype(np.float64)
+    run_kernel(build(name), name, a, pack_b(b, "rows"), c, a_rows_contiguous=not packed_a)
+    np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5 * k)
+
+
+@pytest.mark.parametrize("name", _params(BF16_KERNELS))
+@given(k_units=st.integers(1, 6), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=10)
+def test_bf16_kernel_matches_numpy(build, name, k_units, seed):
+    rng = np.random.default_rng(seed)
+    mr, nr, k_multiple = x86.tile_shape(name)
+    k = k_units * k_multiple
+    a = to_bf16(rng.standard_normal((mr, k)))
+    b = to_bf16(rng.standard_normal((k, nr)))
+    c = rng.standard_normal((mr, nr)).astype(np.float32)
+    # Products of bf16 values are exact in fp32; only the fp32 accumulation rounds.
+    expected = c.astype(np.float64) + from_bf16(a).astype(np.float64) @ from_bf16(b).astype(np.float64)
+    run_kernel(build(name), name, a, pack_b(b, x86.b_layout(name)), c)
+    np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-5 * k)
+
+
+@pytest.mark.parametrize("name", _params(INT8_KERNELS))
+@given(k_units=st.integers(1, 6), seed=st.integers(0, 2**32 - 1), extremes=st.booleans())
+@settings(max_examples=10)
+def test_int8_kernel_is_exact(build, name, k_units, seed, extremes):
+    rng = np.random.default_rng(seed)
+    mr, nr, k_multiple = x86.tile_shape(name)
+    k = k_units * k_multiple
+    if extremes:  # the corners of the signed range, where a sign mistake shows
+        a = rng.choice(np.array([-128, 127, -1, 0, 1], np.int8), size=(mr, k))
+        b = rng.choice(np.array([-128, 127, -1, 0, 1], np.int8), size=(k, nr))
+    else:
+        a = rng.integers(-128, 128, size=(mr, k), dtype=np.int8)
+        b = rng.integers(-128, 128, size=(k, nr), dtype=np.int8)
+    c = rng.integers(-(2**20), 2**20, size=(mr, nr), dtype=np.int32)
+    expected = c + a.astype(np.int32) @ b.astype(np.int32)
+    run_kernel(build(name), name, a, pack_b(b, x86.b_layout(name)), c)
+    np.testing.assert_array_equal(c, expected)
+
+
+@pytest.mark.parametrize("name", _params(["x86.avx2.i8gemm_6x16", "x86.vnni.i8gemm_8x32"]))
+def test_int8_kernel_strided_a(build, name, rng):
+    mr, nr, k_multiple = x86.tile_shape(name)
+    k = 3 * k_multiple
+    a = rng.integers(-128, 128, size=(mr, k), dtype=np.int8)
+    b = rng.integers(-128, 128, size=(k, nr), dtype=np.int8)
+    c = np.zeros((mr, nr), np.int32)
+    run_kernel(build(name), name, a, pack_b(b, x86.b_layout(name)), c, a_rows_contiguous=False)
+    np.testing.assert_array_equal(c, a.astype(np.int32) @ b.astype(np.int32))

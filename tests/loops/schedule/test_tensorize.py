@@ -1,0 +1,265 @@
+"""tensorize: matching tiles against registered descriptions, binding buffers and sizes, and the
+typed errors for every way a tile can differ.  Numeric checks through compiled C live in
+test_tensorize_numeric.py."""
+from __future__ import annotations
+
+import pytest
+
+from refcomp import ScheduleError
+from refcomp.ast import (
+    Block, BlockRealize, Buffer, BufferRegion, BufferStore, Call, Evaluate, For, IntImm, IterVar,
+    PrimFunc, Range, StringImm, Var, structural_equal,
+)
+from refcomp.loops import intrin
+from refcomp.loops.primitives.tensorize import tensorize
+from refcomp.loops.primitives.tree import walk
+from refcomp.loops.schedule import Schedule
+
+from .tensorize_programs import tile_loop, tiled_matmul_update
+
+
+def _tensorized_call(func) -> Call:
+    blocks = [s for s in walk(func.body) if isinstance(s, Block) and "tensorized" in s.annotations]
+    assert len(blocks) == 1
+    assert isinstance(blocks[0].body, Evaluate)
+    return blocks[0].body.value
+
+
+def _int_args(call: Call) -> list:
+    return [a.value if isinstance(a, IntImm) else a for a in call.args[1:]]
+
+
+def test_fp32_tile_binds_pointers_strides_and_k():
+    func = tiled_matmul_update(12, 32, 8, 6, 16)
+    out, _ = tensorize(func, tile_loop(func, "ii"), "x86.avx2.sgemm_6x16")
+    call = _tensorized_call(out)
+    assert call.op == "call_extern" and call.args[0].value == "refcomp_sgemm_avx2_6x16"
+    a_ptr, a_rs, a_cs, b_ptr, ldb, c_ptr, ldc, k = call.args[1:]
+    assert (a_rs.value, a_cs.value, ldb.value, ldc.value, k.value) == (8, 1, 32, 32, 8)
+    # the pointers are the tile origins: A[vi_o*6, 0], B[0, vj_o*16], C[vi_o*6, vj_o*16]
+    outer = next(s for s in walk(out.body) if isinstance(s, Block) and s.name == "C_o")
+    vi_o, vj_o = (iv.var for iv in outer.iter_vars)
+    a, b, c = func.params
+    assert structural_equal(a_ptr, Call("address_of", (a[vi_o * 6, 0],), "handle"), map_free_vars=False)
+    assert structural_equal(b_ptr, Call("address_of", (b[0, vj_o * 16],), "handle"), map_free_vars=False)
+    assert structural_equal(c_ptr, Call("address_of", (c[vi_o * 6, vj_o * 16],), "handle"),
+                            map_free_vars=False)
+    assert out.attrs["cpu_features"] == ("avx2", "fma")
+    assert any("refcomp_sgemm_avx2_6x16" in h for h in out.attrs["c_helpers"])
+
+
+def test_tensorize_through_schedule_records_trace():
+    func = tiled_matmul_update(12, 32, 8, 6, 16)
+    sch = Schedule(func)
+    block = sch.get_block("C")
+    loops = sch.get_loops(block)
+    sch.tensorize(loops[2], "x86.avx2.sgemm_6x16")
+    _tensorized_call(sch.func)
+    assert "tensorize" in str(sch.trace)
+    replayed = Schedule.from_trace(func, sch.trace.to_json())
+    assert structural_equal(replayed.func, sch.func)
+
+
+def test_tensorize_an_already_blockized_block():
+    func = tiled_matmul_update(12, 32, 8, 6, 16)
+    sch = Schedule(func)
+    outer = sch.blockize(sch.get_loops(sch.get_block("C"))[2])
+    sch.tensorize(outer, "x86.avx2.sgemm_6x16")
+    assert _tensorized_call(sch.func).args[0].value == "refcomp_sgemm_avx2_6x16"
+
+
+def test_split_k_tile_offsets_the_k_origin():
+    func = tiled_matmul_update(6, 16, 32, 6, 16, kc=8)
+    out, _ = tensorize(func, tile_loop(func, "ii"), "x86.avx2.sgemm_6x16")
+    call = _tensorized_call(out)
+    assert call.args[-1].value == 8  # K of one tile
+    a_index = call.args[1].args[0].indices
+    assert "vk_o" in a_index[1].script() and "8" in a_index[1].script()
+
+
+def test_packed_panels_bind_ldb_to_the_panel_width():
+    func = tiled_matmul_update(12, 32, 8, 6, 16, b_layout="panels")
+    out, _ = tensorize(func, tile_loop(func, "ii"), "x86.avx2.sgemm_6x16")
+    call = _tensorized_call(out)
+    ldb = call.args[5]
+    assert ldb.value == 16
+    b_load = call.args[4].args[0]
+    assert b_load.buffer is func.params[1] and len(b_load.indices) == 3  # Bp[vj_o, 0, 0]
+
+
+def test_int8_pairs_layout_and_k_multiple():
+    func = tiled_matmul_update(6, 16, 8, 6, 16, a_dtype="int8", b_dtype="int8", acc_dtype="int32",
+                               b_layout="pairs")
+    out, _ = tensorize(func, tile_loop(func, "ii"), "x86.avx2.i8gemm_6x16")
+    assert _tensorized_call(out).args[-1].value == 8
+
+
+def test_int8_split_k_pairs_offset():
+    func = tiled_matmul_update(6, 16, 16, 6, 16, kc=4, a_dtype="int8", b_dtype="int8",
+                               acc_dtype="int32", b_layout="pairs")
+    out, _ = tensorize(func, tile_loop(func, "ii"), "x86.avx2.i8gemm_6x16")
+    b_index = _tensorized_call(out).args[4].args[0].indices
+    assert "vk_o * 2" in b_index[0].script()  # (vk_o*4 + k)//2 = vk_o*2 + k//2
+
+
+def test_loop_order_inside_the_tile_does_not_matter():
+    func = tiled_matmul_update(6, 16, 4, 6, 16, k_inner_first=True)
+    out, _ = tensorize(func, tile_loop(func, "ki"), "x86.avx2.sgemm_6x16")
+    _tensorized_call(out)
+
+
+# ----------------------------------------------------------------------------- mismatches
+
+def _error(func, loop_name, name) -> str:
+    with pytest.raises(ScheduleError) as info:
+        tensorize(func, tile_loop(func, loop_name), name)
+    return str(info.value)
+
+
+def test_wrong_tile_extent_is_named():
+    func = tiled_matmul_update(8, 32, 8, 4, 16)
+    message = _error(func, "ii", "x86.avx2.sgemm_6x16")
+    assert "extent of loop ii is 4, the description needs 6" in message
+
+
+def test_wrong_dtype_is_named():
+    func = tiled_matmul_update(6, 16, 8, 6, 16, a_dtype="float64", acc_dtype="float64", b_dtype="float64")
+    assert "float64" in _error(func, "ii", "x86.avx2.sgemm_6x16")
+
+
+def test_int8_k_not_a_multiple_of_the_pair_size():
+    func = tiled_matmul_update(6, 16, 6, 6, 16, kc=3, a_dtype="int8", b_dtype="int8",
+                               acc_dtype="int32", b_layout="pairs")
+    assert "multiple of 2" in _error(func, "ii", "x86.avx2.i8gemm_6x16")
+
+
+def test_transposed_operand_is_a_mismatch():
+    # B stored as (N, K) and read as B[vj, vk]: same shapes as the tile, wrong access pattern.
+    m, n, k = 6, 16, 16
+    a, b, c = Buffer("A", (m, k)), Buffer("B", (n, k)), Buffer("C", (m, n))
+    vi, vj, vk = Var("vi"), Var("vj"), Var("vk")
+    ii, jj, kk = Var("ii"), Var("jj"), Var("kk")
+    block = Block("C", (IterVar(vi, Range.from_extent(m)), IterVar(vj, Range.from_extent(n)),
+                        IterVar(vk, Range.from_extent(k), "reduce")), (), (),
+                  BufferStore(c, c[vi, vj] + a[vi, vk] * b[vj, vk], (vi, vj)))
+    nest = For(ii, 0, m, "serial", For(jj, 0, n, "serial", For(kk, 0, k, "serial",
+               BlockRealize((ii, jj, kk), IntImm(1, "bool"), block))))
+    func = PrimFunc((a, b, c), nest)
+    message = _error(func, "ii", "x86.avx2.sgemm_6x16")
+    assert "computation differs" in message and "B" in message
+
+
+def test_column_major_b_fails_the_stride_check():
+    m, n, k = 6, 16, 8
+    a, c = Buffer("A", (m, k)), Buffer("C", (m, n))
+    b = Buffer("B", (k, n), strides=(1, k))  # column-major
+    vi, vj, vk = Var("vi"), Var("vj"), Var("vk")
+    ii, jj, kk = Var("ii"), Var("jj"), Var("kk")
+    block = Block("C", (IterVar(vi, Range.from_extent(m)), IterVar(vj, Range.from_extent(n)),
+                        IterVar(vk, Range.from_extent(k), "reduce")), (), (),
+                  BufferStore(c, c[vi, vj] + a[vi, vk] * b[vk, vj], (vi, vj)))
+    nest = For(ii, 0, m, "serial", For(jj, 0, n, "serial", For(kk, 0, k, "serial",
+               BlockRealize((ii, jj, kk), IntImm(1, "bool"), block))))
+    message = _error(PrimFunc((a, b, c), nest), "ii", "x86.avx2.sgemm_6x16")
+    assert "stride 1 of B" in message
+
+
+def test_block_with_init_asks_for_decompose_reduction():
+    func = tiled_matmul_update(6, 16, 8, 6, 16)
+    update = next(s for s in walk(func.body) if isinstance(s, Block) and s.name == "C")
+    c = func.params[2]
+    vi, vj, _ = (iv.var for iv in update.iter_vars)
+    with_init = update.with_(init=BufferStore(c, 0.0, (vi, vj)))
+    realize = next(s for s in walk(func.body) if isinstance(s, BlockRealize) and s.block is update)
+    from refcomp.loops.primitives.tree import replace_in_func
+    func = replace_in_func(func, {id(realize): realize.with_(block=with_init)})
+    with pytest.raises(ScheduleError) as info:
+        tensorize(func, tile_loop(func, "ii"), "x86.avx2.sgemm_6x16")
+    assert info.value.hint and "decompose_reduction" in info.value.hint
+
+
+def test_too_many_loops_in_the_tile():
+    func = tiled_matmul_update(12, 32, 8, 6, 16)
+    assert "the tile has 5 loops, the description 3" in _error(func, "io", "x86.avx2.sgemm_6x16")
+
+
+def test_unknown_intrinsic_lists_the_registered_ones():
+    func = tiled_matmul_update(6, 16, 8, 6, 16)
+    message = _error(func, "ii", "x86.nope")
+    assert "no tensor intrinsic named 'x86.nope'" in message and "x86.avx2.sgemm_6x16" in message
+
+
+def test_failed_tensorize_leaves_the_schedule_unchanged():
+    func = tiled_matmul_update(8, 32, 8, 4, 16)
+    sch = Schedule(func)
+    loops = sch.get_loops(sch.get_block("C"))
+    before = sch.func
+    with pytest.raises(ScheduleError):
+        sch.tensorize(loops[2], "x86.avx2.sgemm_6x16")
+    assert sch.func is before
+
+
+# ----------------------------------------------------------------------------- user intrinsics
+
+def _axpy4_intrin(name="user.axpy4", swap=False):
+    """y[0:4] = y[0:4] + x[0:4] * 2 through a user C helper."""
+    x, y = Buffer("x", (4,), strides=(1,)), Buffer("y", (4,), strides=(1,))
+    i, vi = Var("i"), Var("vi")
+    value = y[vi] + x[vi] * 2.0 if not swap else x[vi] * 2.0 + y[vi]
+    block = Block("axpy", (IterVar(vi, Range.from_extent(4)),), (), (), BufferStore(y, value, (vi,)))
+    desc = PrimFunc((x, y), For(i, 0, 4, "serial", BlockRealize((i,), IntImm(1, "bool"), block)))
+    impl = PrimFunc((x, y), Evaluate(Call("call_extern", (
+        StringImm("axpy4"), Call("address_of", (x[0],), "handle"), Call("address_of", (y[0],), "handle")), "int32")))
+    helper = "static void axpy4(const float* x, float* y) { for (int i = 0; i < 4; ++i) y[i] += x[i] * 2.0f; }"
+    return intrin.TensorIntrin(name, desc, impl, c_helpers=(helper,))
+
+
+def _axpy_program(n=16):
+    x, y = Buffer("X", (n,)), Buffer("Y", (n,))
+    io, ii, v = Var("io"), Var("ii"), Var("v")
+    block = Block("Y", (IterVar(v, Range.from_extent(n)),), (), (), BufferStore(y, y[v] + x[v] * 2.0, (v,)))
+    nest = For(io, 0, n // 4, "serial", For(ii, 0, 4, "serial",
+               BlockRealize((io * 4 + ii,), IntImm(1, "bool"), block)))
+    return PrimFunc((x, y), nest, name="axpy")
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_user_registered_intrinsic(swap):
+    intrin.register(_axpy4_intrin(swap=swap), override=True)
+    try:
+        func = _axpy_program()
+        out, _ = tensorize(func, tile_loop(func, "ii"), "user.axpy4")
+        call = _tensorized_call(out)
+        assert call.args[0].value == "axpy4"
+        assert out.attrs["c_helpers"][-1].startswith("static void axpy4")
+    finally:
+        intrin.unregister("user.axpy4")
+
+
+def test_register_refuses_a_duplicate_name():
+    intrin.register(_axpy4_intrin("user.dup"))
+    try:
+        with pytest.raises(ValueError, match="already registered"):
+            intrin.register(_axpy4_intrin("user.dup"))
+    finally:
+        intrin.unregister("user.dup")
+
+
+def test_intrin_rejects_impl_with_other_buffers():
+    good = _axpy4_intrin()
+    with pytest.raises(TypeError, match="buffer params"):
+        intrin.TensorIntrin("user.bad", good.desc, good.impl.with_(params=good.impl.params[:1]))
+
+
+def test_available_follows_cpu_flags(monkeypatch):
+    from refcomp.loops.intrin import cpu
+
+    monkeypatch.setenv("REFCOMP_CPU_FEATURES", "avx2,fma")
+    cpu.cpu_features.cache_clear()
+    try:
+        assert intrin.get("x86.avx2.sgemm_6x16").available()
+        assert not intrin.get("x86.amx.bf16gemm_32x32").available()
+        assert "x86.avx2.sgemm_6x16" in intrin.names(available_only=True)
+    finally:
+        monkeypatch.delenv("REFCOMP_CPU_FEATURES")
+        cpu.cpu_features.cache_clear()
