@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 
 from ..ast import Block, For, IRModule, PrimFunc, Var
 from ..errors import InternalError, RefcompError, ScheduleError
-from .primitives import kinds, lookup, loop as loop_prims
+from .primitives import compute_location, kinds, lookup, loop as loop_prims
 from .trace import Instruction, Trace
 
 
@@ -75,6 +75,18 @@ class ExprRV:
 
 
 Handle = BlockRV | LoopRV | ExprRV
+
+# sample_compute_location returns loop handles with these vars for "leave at the root" and "inline".
+ROOT_VAR = Var("root")
+INLINE_VAR = Var("inline")
+
+
+def _leave_in_place(func: PrimFunc, block: Block, loop: Any, preserve_unit_loops: bool = False):
+    return func, None
+
+
+def _inline_instead(func: PrimFunc, block: Block, loop: Any, preserve_unit_loops: bool = False):
+    return compute_location.compute_inline(func, block)
 
 
 class Schedule:
@@ -153,6 +165,8 @@ class Schedule:
                                     "(it was inlined or renamed)", ir=self.func)
             return block
         if isinstance(value, LoopRV):
+            if value.var is ROOT_VAR or value.var is INLINE_VAR:
+                return value
             loop = lookup.find_loop_by_var(self.func, value.var)
             if loop is None:
                 raise ScheduleError(f"{primitive}: loop handle {value.var.name} refers to no loop "
@@ -279,6 +293,32 @@ class Schedule:
     def unannotate(self, block_or_loop: BlockRV | LoopRV, ann_key: str) -> None:
         """Remove an annotation from a block or loop."""
         return self._apply("unannotate", kinds.unannotate, block_or_loop=block_or_loop, ann_key=ann_key)
+
+    # ================================================================== compute location
+
+    def compute_at(self, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool = False) -> None:
+        """Move a producer under a loop of its consumers, computing only what they read there."""
+        if loop.var is ROOT_VAR:
+            return self._apply("compute_at", _leave_in_place, block=block, loop=loop,
+                               preserve_unit_loops=preserve_unit_loops)
+        if loop.var is INLINE_VAR:
+            return self._apply("compute_at", _inline_instead, block=block, loop=loop,
+                               preserve_unit_loops=preserve_unit_loops)
+        return self._apply("compute_at", compute_location.compute_at, block=block, loop=loop,
+                           preserve_unit_loops=preserve_unit_loops)
+
+    def reverse_compute_at(self, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool = False) -> None:
+        """Move a consumer under a loop of its producers, consuming what one iteration produces."""
+        return self._apply("reverse_compute_at", compute_location.reverse_compute_at, block=block, loop=loop,
+                           preserve_unit_loops=preserve_unit_loops)
+
+    def compute_inline(self, block: BlockRV) -> None:
+        """Inline a complete block into its consumers and remove it."""
+        return self._apply("compute_inline", compute_location.compute_inline, block=block)
+
+    def reverse_compute_inline(self, block: BlockRV) -> None:
+        """Fold a consumer into its single producer and remove it."""
+        return self._apply("reverse_compute_inline", compute_location.reverse_compute_inline, block=block)
 
     # ================================================================== tensorization
     # Owned by the tensorization engineer: these delegate to their modules.

@@ -122,6 +122,8 @@ def const_int(expr: PrimExpr) -> int | None:
     """The value of a constant integer expression (folding arithmetic on constants), else None."""
     if isinstance(expr, IntImm):
         return expr.value
+    if isinstance(expr, int) and not isinstance(expr, bool):
+        return expr
     from .affine import int_bounds
 
     bounds = int_bounds(expr, {}) if isinstance(expr, PrimExpr) else None
