@@ -5,8 +5,6 @@ a te-made PrimFunc the way split / parallel / vectorize do, without any legality
 """
 from __future__ import annotations
 
-import numpy as np
-
 from refcomp import te
 from refcomp.ast import (
     And, BlockRealize, For, IntImm, Mutator, PrimFunc, Var, substitute,
@@ -44,8 +42,8 @@ def with_kind(func: PrimFunc, name: str, kind: str, thread: str | None = None, o
     return _apply(func, name, lambda loop: loop.with_(kind=kind, thread_binding=thread), occurrence)
 
 
-def split(func: PrimFunc, name: str, factor: int, occurrence: int = 0) -> PrimFunc:
-    """func with loop `name` split into `name_o` * factor + `name_i` (a predicate if imperfect)."""
+def split(func: PrimFunc, name: str, factor: int, occurrence: int = 0, guard: bool = False) -> PrimFunc:
+    """func with loop `name` split into `name_o` * factor + `name_i` (a predicate if imperfect or guard)."""
 
     def rewrite(loop: For) -> For:
         var = loop.loop_var
@@ -56,7 +54,7 @@ def split(func: PrimFunc, name: str, factor: int, occurrence: int = 0) -> PrimFu
         fused = outer * factor + inner
         perfect = count is not None and count % factor == 0
         body = substitute(loop.body, {var: fused})
-        if not perfect:
+        if guard or not perfect:
             body = _Guard(fused < extent).visit(body)
         return For(outer, IntImm(0, var.dtype), outer_extent, "serial",
                    For(inner, IntImm(0, var.dtype), factor, "serial", body))
@@ -124,20 +122,3 @@ def conv2d_padded(h=6, w=7, c=2, f=3, kh=3, kw=3):
     Y = te.compute((f, h, w), lambda fo, y, x: te.sum(P[rc, y + ry, x + rx] * W[fo, rc, ry, rx],
                                                        axis=[rc, ry, rx]), name="Y")
     return te.create_prim_func([X, W, Y])
-
-
-def random_arrays(func: PrimFunc, rng: np.random.Generator, sizes: dict | None = None):
-    """Fresh random arrays for func's buffer parameters (symbolic dims from sizes by name)."""
-    sizes = sizes or {}
-    arrays = []
-    for buffer in func.buffers:
-        shape = []
-        for dim in buffer.shape:
-            value = as_int(dim)
-            shape.append(value if value is not None else sizes[dim.name])
-        dtype = buffer.dtype.numpy()
-        if np.issubdtype(dtype, np.floating):
-            arrays.append(rng.standard_normal(shape).astype(dtype))
-        else:
-            arrays.append(rng.integers(-50, 50, size=shape).astype(dtype))
-    return arrays

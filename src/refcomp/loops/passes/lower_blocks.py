@@ -18,7 +18,7 @@ from ...ast import (
 )
 from ...ast.buffer import Buffer
 from ...errors import IRError
-from .fold import is_true
+from .fold import is_true, simplify_expr
 
 
 def lower_blocks(func: PrimFunc) -> PrimFunc:
@@ -103,7 +103,7 @@ class _MatchBufferResolver(Mutator):
                 offset = source.buffer.elem_offset
                 for start, stride in zip(starts, source_strides):
                     offset = offset + start * stride
-                symbols.setdefault(view.elem_offset, offset)
+                symbols.setdefault(view.elem_offset, simplify_expr(offset))
         self.symbols = symbols
 
     def _indices(self, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> tuple[Buffer, tuple[PrimExpr, ...]]:
@@ -140,4 +140,4 @@ def _strides_of(buffer: Buffer) -> tuple[PrimExpr, ...]:
     for dim in reversed(buffer.shape):
         strides.append(running)
         running = running * dim if running.dtype == dim.dtype else running * dim.astype(running.dtype)
-    return tuple(reversed(strides))
+    return tuple(simplify_expr(s) for s in reversed(strides))

@@ -1,0 +1,48 @@
+"""Numeric checks for lowering tests: run a function before and after a pass on the same data."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from refcomp.ast import PrimFunc
+from refcomp.ast.expr import as_int
+
+
+def interpreter():
+    """refcomp.interpret, or skip the test while the interpreter is not there yet."""
+    module = pytest.importorskip("refcomp.loops.interpreter")
+    return module.interpret
+
+
+def random_arrays(func: PrimFunc, rng: np.random.Generator, sizes: dict | None = None) -> list[np.ndarray]:
+    """Fresh random arrays for func's buffer parameters (symbolic dims looked up in sizes by name)."""
+    sizes = sizes or {}
+    arrays = []
+    for buffer in func.buffers:
+        shape = []
+        for dim in buffer.shape:
+            value = as_int(dim)
+            shape.append(value if value is not None else sizes[dim.name])
+        dtype = buffer.dtype.numpy()
+        if np.issubdtype(dtype, np.floating):
+            arrays.append(rng.standard_normal(shape).astype(dtype))
+        elif dtype == np.bool_:
+            arrays.append(rng.integers(0, 2, size=shape).astype(dtype))
+        else:
+            arrays.append(rng.integers(-50, 50, size=shape).astype(dtype))
+    return arrays
+
+
+def check_same_results(before: PrimFunc, after: PrimFunc, sizes: dict | None = None, seed: int | None = None,
+                       rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """before and after compute the same outputs on fresh random data (after's buffers may be flat)."""
+    interpret = interpreter()
+    rng = np.random.default_rng(seed)
+    inputs = random_arrays(before, rng, sizes)
+    expected = [a.copy() for a in inputs]
+    interpret(before, *expected)
+    flat = [a.copy().reshape(-1) if len(b.shape) == 1 else a.copy()
+            for a, b in zip(inputs, after.buffers)]
+    interpret(after, *flat)
+    for want, got in zip(expected, flat):
+        np.testing.assert_allclose(got.reshape(want.shape), want, rtol=rtol, atol=atol)
