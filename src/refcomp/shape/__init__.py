@@ -6,3 +6,6 @@ __all__ = ["Analyzer", "EvaluationError", "evaluate"]
 from .prove import ProofResult, prove
 
 __all__ += ["ProofResult", "prove"]
+from .in_bounds import Obligation, check_accesses, verify_in_bounds
+
+__all__ += ["Obligation", "check_accesses", "verify_in_bounds"]

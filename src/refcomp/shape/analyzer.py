@@ -21,7 +21,7 @@ from ..ast.expr import (
 )
 from ..ast.functor import free_vars
 from .bounds import BoundEvaluator, Interval, _mul, _square, dtype_interval
-from .canonical import Sum
+from .canonical import Sum, to_sum
 from .simplify import Simplifier
 
 # Substitution steps tried by the symbolic-bound fast path before it gives up.
@@ -188,8 +188,7 @@ class Analyzer:
             self._in_progress.add(var)
             try:
                 range_lo = self._bounds.bound(rng.min)[0]
-                range_hi = self._sum_interval(self._simplifier.to_sum(rng.min).add(
-                    self._simplifier.to_sum(rng.extent)))[1] - 1
+                range_hi = self._sum_interval(_raw_sum(rng.min).add(_raw_sum(rng.extent)))[1] - 1
             finally:
                 self._in_progress.discard(var)
             lo, hi = max(lo, range_lo), min(hi, range_hi)
@@ -271,9 +270,9 @@ class Analyzer:
                 break
             coef, mono = linear[choice]
             rng = self.ranges[choice]
-            end = self._simplifier.to_sum(rng.min)
+            end = _raw_sum(rng.min)
             if coef > 0:
-                end.add(self._simplifier.to_sum(rng.extent))
+                end.add(_raw_sum(rng.extent))
                 end.const -= 1
             current.add_term(-coef, mono)
             current.add(end, coef)
@@ -281,6 +280,15 @@ class Analyzer:
         if not substituted:
             return self._sum_interval(total)[1]
         return self._sum_interval(current)[1]
+
+
+def _raw_sum(expr: PrimExpr) -> Sum:
+    """The canonical sum of expr with its non-arithmetic parts taken as they are (no simplifying).
+
+    Range ends are turned into sums while the simplifier may be busy with them, so they must not
+    go back through it.
+    """
+    return to_sum(expr, Sum.atom)
 
 
 def _fact_scales(total: Sum, fact: Sum) -> list[int]:

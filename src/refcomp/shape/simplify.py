@@ -43,6 +43,7 @@ class Simplifier:
 
     def __init__(self, analyzer: "Analyzer") -> None:
         self.analyzer = analyzer
+        self._active: set[PrimExpr] = set()
 
     # ---------------------------------------------------------------- entry
     def simplify(self, expr: PrimExpr) -> PrimExpr:
@@ -50,7 +51,13 @@ class Simplifier:
         cached = cache.get(expr)
         if cached is not None:
             return cached
-        result = self._visit(expr)
+        if expr in self._active:
+            return expr  # asked again while simplifying it (through a range or fact): leave it
+        self._active.add(expr)
+        try:
+            result = self._visit(expr)
+        finally:
+            self._active.discard(expr)
         if result is not expr and expr_key(result) == expr_key(expr):
             result = expr  # keep sharing when the rewrite is a structural no-op
         cache[expr] = result
