@@ -186,7 +186,9 @@ class LaneVectorizer:
                 # every lane takes the same branch: keep the lazy form
                 lanes_args = (condition, broadcast(then_value, self.lanes), broadcast(else_value, self.lanes))
                 return Call("if_then_else", lanes_args, call.dtype.with_lanes(self.lanes))
-            if _safe_to_speculate(call.args[1]) and _safe_to_speculate(call.args[2]):
+            # loads the condition itself makes are made for every lane anyway: the arms may repeat them
+            made = {_load_key(load) for load in _loads_in(condition)}
+            if _safe_to_speculate(args[1], made) and _safe_to_speculate(args[2], made):
                 return Select(*(broadcast(a, self.lanes) for a in args))
             raise CannotVectorize("if_then_else with a lane-dependent condition guards a load")
         if not is_pure(call):
@@ -217,13 +219,30 @@ def _ramp_arith(op: type, a: PrimExpr, b: PrimExpr) -> PrimExpr | None:
     return None
 
 
-def _safe_to_speculate(expr: PrimExpr) -> bool:
-    """Evaluating expr in a lane that did not ask for it cannot fault: no loads, calls or integer division."""
+def _load_key(load: BufferLoad) -> Any:
+    return id(load.buffer), expr_key(load.indices)
+
+
+def _loads_in(expr: PrimExpr) -> list[BufferLoad]:
+    found: list[BufferLoad] = []
+    post_order_visit(expr, lambda node: found.append(node) if isinstance(node, BufferLoad) else None)
+    return found
+
+
+def _safe_to_speculate(expr: PrimExpr, made_loads: set) -> bool:
+    """Evaluating expr in a lane that did not ask for it cannot fault.
+
+    No calls other than elementwise math, no integer division by a non-constant, and no loads
+    except ones already made unconditionally (made_loads: keys of vectorised loads).
+    """
     safe = True
 
     def check(node: Any) -> None:
         nonlocal safe
-        if isinstance(node, BufferLoad) or (isinstance(node, Call) and node.op not in ELEMENTWISE_CALLS):
+        if isinstance(node, BufferLoad):
+            if _load_key(node) not in made_loads:
+                safe = False
+        elif isinstance(node, Call) and node.op not in ELEMENTWISE_CALLS:
             safe = False
         elif isinstance(node, (FloorDiv, FloorMod, TruncDiv, TruncMod)) and not (
                 isinstance(node.b, IntImm) and node.b.value != 0):

@@ -1,0 +1,192 @@
+"""Pass vectorize: vector IR for vectorized loops, tails, predicates, and the loops it must keep."""
+import pytest
+
+from refcomp import te
+from refcomp.ast import (
+    Broadcast, Buffer, BufferLoad, BufferStore, Call, Cast, Evaluate, For, IfThenElse, IntImm, PrimFunc,
+    Ramp, Select, StringImm, Var, assert_structural_equal, collect, const, seq,
+)
+from refcomp.loops.passes.flatten_buffers import flatten_buffers
+from refcomp.loops.passes.lower_blocks import lower_blocks
+from refcomp.loops.passes.simplify import simplify
+from refcomp.loops.vectorize import vectorize
+
+from lowering_programs import conv2d_padded, elementwise, matmul, row_sum, split, with_kind
+from numerics import check_same_results
+
+
+def prepared(func):
+    return simplify(flatten_buffers(lower_blocks(func)))
+
+
+def vectorized(func):
+    return simplify(vectorize(prepared(func)))
+
+
+def vector_lanes(func):
+    return sorted({s.value.dtype.lanes for s in collect(func, BufferStore) if s.value.dtype.lanes > 1})
+
+
+def kept_loops(func):
+    return [loop for loop in collect(func, For) if loop.kind == "vectorized"]
+
+
+def test_power_of_two_extent_becomes_one_vector_statement():
+    func = with_kind(elementwise(n=16), "i", "vectorized")
+    result = vectorized(func)
+    A, B, C = result.params
+    ramp = Ramp(IntImm(0, "int32"), IntImm(1, "int32"), 16)
+    a, b = BufferLoad(A, (ramp,)), BufferLoad(B, (ramp,))
+    expected = PrimFunc(result.params, BufferStore(C, a * b + a, (ramp,)), attrs=result.attrs)
+    assert_structural_equal(result, expected)
+    assert str(result.body.value.dtype) == "float32x16"
+    check_same_results(func, result)
+
+
+def test_constant_extent_uses_smaller_vectors_for_the_rest():
+    func = with_kind(elementwise(n=39), "i", "vectorized")
+    result = vectorized(func)
+    assert vector_lanes(result) == [2, 4, 16]  # 39 = 2 * 16 + 4 + 2 + 1
+    assert not kept_loops(result)
+    check_same_results(func, result)
+
+
+def test_float64_uses_eight_lanes():
+    func = with_kind(elementwise(n=16, dtype="float64"), "i", "vectorized")
+    assert vector_lanes(vectorized(func)) == [8]
+    check_same_results(func, vectorized(func))
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 35])
+def test_symbolic_extent_has_vector_main_part_and_scalar_tail(n):
+    func = with_kind(elementwise(), "i", "vectorized")
+    result = vectorized(func)
+    loops = collect(result, For)
+    assert [loop.kind for loop in loops] == ["serial", "serial"]
+    assert vector_lanes(result) == [16]
+    check_same_results(func, result, sizes={"n": n})
+
+
+@pytest.mark.parametrize("n", [5, 16, 37])
+def test_imperfect_split_is_vectorised_under_an_every_lane_test(n):
+    func = split(elementwise(), "i", 8)
+    func = with_kind(with_kind(func, "i_i", "vectorized"), "i_o", "parallel")
+    result = vectorized(func)
+    (outer,) = [loop for loop in collect(result, For) if loop.kind == "parallel"]
+    branch = outer.body
+    assert isinstance(branch, IfThenElse) and branch.else_case is not None
+    assert branch.then_case.value.dtype.lanes == 8
+    assert isinstance(branch.else_case, For) and branch.else_case.kind == "serial"
+    check_same_results(func, result, sizes={"n": n})
+
+
+def test_matmul_inner_reduction_loop_stays_inside_the_vector_body():
+    func = with_kind(matmul(3, 12, 5), "j", "vectorized")
+    result = vectorized(func)
+    assert vector_lanes(result) == [4, 8]
+    loads = [l for l in collect(result, BufferLoad) if l.dtype.lanes > 1]
+    assert {l.buffer.name for l in loads} == {"B", "C"}
+    assert any(isinstance(b.value, BufferLoad) and b.value.buffer.name == "A" for b in collect(result, Broadcast))
+    check_same_results(func, result)
+
+
+def test_reduction_into_one_element_is_kept_as_a_vectorized_loop():
+    func = with_kind(row_sum(3, 16), "k", "vectorized")
+    result = vectorized(func)
+    (kept,) = kept_loops(result)
+    assert kept.loop_var.name == "k" and not vector_lanes(result)
+    check_same_results(func, result)
+
+
+def test_lane_dependent_guard_on_a_load_keeps_the_loop():
+    func = with_kind(conv2d_padded(), "x", "vectorized")  # the padding stage: loads under a guard
+    result = vectorized(func)
+    assert [loop.loop_var.name for loop in kept_loops(result)] == ["x"]
+    check_same_results(func, result)
+
+
+def test_convolution_output_row_vectorises_around_the_reduction():
+    func = with_kind(conv2d_padded(), "x", "vectorized", occurrence=1)
+    result = vectorized(func)
+    assert vector_lanes(result) == [2, 4]  # w = 7 = 4 + 2 + 1
+    check_same_results(func, result)
+
+
+def test_relu_guard_becomes_a_select():
+    A = te.placeholder((16,), "float32", "A")
+    B = te.compute((16,), lambda i: te.if_then_else(A[i] > 0.0, A[i], te.const(0.0, "float32")), name="B")
+    func = with_kind(te.create_prim_func([A, B]), "i", "vectorized")
+    result = vectorized(func)
+    (store,) = collect(result, BufferStore)
+    assert isinstance(store.value, Select) and store.value.dtype.lanes == 16
+    check_same_results(func, result)
+
+
+def test_casts_and_math_calls_get_vector_types():
+    A = te.placeholder((32,), "int8", "A")
+    B = te.compute((32,), lambda i: te.exp(A[i].astype("float32") * 0.25), name="B")
+    func = with_kind(te.create_prim_func([A, B]), "i", "vectorized")
+    result = vectorized(func)
+    (store,) = collect(result, BufferStore)
+    call = store.value
+    assert isinstance(call, Call) and call.op == "exp" and str(call.dtype) == "float32x16"
+    assert any(str(c.dtype) == "float32x16" and str(c.value.dtype) == "int8x16" for c in collect(result, Cast))
+    check_same_results(func, result)
+
+
+def test_transpose_gathers_on_load_and_scatter_store_by_ramp():
+    A = te.placeholder((8, 4), "float32", "A")
+    B = te.compute((4, 8), lambda i, j: A[j, i] + 1.0, name="B")
+    func = with_kind(te.create_prim_func([A, B]), "j", "vectorized")
+    result = vectorized(func)
+    (load,) = [l for l in collect(result, BufferLoad) if l.dtype.lanes > 1]
+    assert isinstance(load.indices[0], Ramp) and load.indices[0].stride.value == 4
+    check_same_results(func, result)
+    # j outer, i inner and vectorized: the store walks B's column, 8 elements apart
+    flat_a, flat_b = Buffer("A", (32,)), Buffer("B", (32,))
+    i, j = Var("i"), Var("j")
+    body = For(j, 0, 8, "serial", For(i, 0, 4, "vectorized", BufferStore(
+        flat_b, flat_a[j * 4 + i] + 1.0, (i * 8 + j,))))
+    func = PrimFunc((flat_a, flat_b), body)
+    result = vectorized(func)
+    (store,) = collect(result, BufferStore)
+    assert store.indices[0].stride.value == 8 and store.value.dtype.lanes == 4
+    check_same_results(func, result)
+    # the same loop vectorised over the outer j: the store then moves with the inner loop i
+    outer = PrimFunc((flat_a, flat_b), For(j, 0, 8, "vectorized", For(i, 0, 4, "serial", body.body.body)))
+    assert len(kept_loops(vectorize(outer))) == 1
+
+
+def test_effects_and_cross_lane_dependences_keep_the_loop():
+    A = Buffer("A", (17,))
+    i = Var("i")
+    hook = Evaluate(Call("call_extern", (StringImm("hook"), i), "int32"))
+    with_call = PrimFunc((A,), For(i, 0, 16, "vectorized", seq(hook, BufferStore(A, const(1.0), (i,)))))
+    assert len(kept_loops(vectorize(with_call))) == 1
+    shift = PrimFunc((A,), For(i, 0, 16, "vectorized", BufferStore(A, A[i + 1] * 2.0, (i,))))
+    result = vectorize(shift)
+    assert len(kept_loops(result)) == 1
+    check_same_results(shift, result)
+
+
+def test_triangular_inner_loop_keeps_the_loop():
+    A = Buffer("A", (8,))
+    i, j = Var("i"), Var("j")
+    body = For(j, 0, i, "serial", BufferStore(A, A[i] + 1.0, (i,)))
+    func = PrimFunc((A,), For(i, 0, 8, "vectorized", body))
+    assert len(kept_loops(vectorize(func))) == 1
+
+
+def test_nested_vectorized_loops_vectorise_the_inner_one():
+    func = with_kind(with_kind(matmul(4, 8, 3), "j", "vectorized"), "i", "vectorized")
+    result = vectorized(func)
+    assert [loop.loop_var.name for loop in kept_loops(result)] == ["i"]
+    assert vector_lanes(result) == [8]
+    check_same_results(func, result)
+
+
+def test_every_copy_of_the_body_has_its_own_loop_vars():
+    func = with_kind(matmul(2, 7, 3), "j", "vectorized")
+    result = vectorized(func)
+    bound = [loop.loop_var for loop in collect(result, For)]
+    assert len(bound) == len(set(bound))
