@@ -154,7 +154,7 @@ class _StmtPrinter(ExprPrinter):
     def buffer_args(self, buffer: Buffer, scope_positional: bool = False) -> str:
         parts = [self.shape(buffer.shape), f'"{buffer.dtype}"']
         if scope_positional:
-            parts.append(repr(buffer.scope))
+            parts.append(quote(buffer.scope))
         elif buffer.scope != "global":
             parts.append(f"scope={quote(buffer.scope)}")
         if buffer.strides:

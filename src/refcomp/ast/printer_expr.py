@@ -95,6 +95,8 @@ class ExprPrinter:
             return self.region(node), PREC_ATOM
         if kind is E.Range:
             return f"T.Range({self.expr(node.min)}, {self.end(node.min, node.extent)})", PREC_ATOM
+        if isinstance(node, (int, float)) and not isinstance(node, bool):  # a field left unconverted
+            return repr(node), (PREC_UNARY if node < 0 else PREC_ATOM)
         raise TypeError(f"the script printer cannot print a {type(node).__name__} as an expression")
 
     def int_literal(self, node: E.IntImm) -> tuple[str, int]:

@@ -1,0 +1,271 @@
+"""The script parser on hand-written TVMScript (TIR subset) and on malformed input."""
+import pytest
+
+import refcomp
+from refcomp import ParseError
+from refcomp.ast import (
+    Block, BlockRealize, BufferStore, Call, FloatImm, FloorDiv, For, IntImm, IRModule, LetStmt,
+    Max, PrimFunc, SizeVar, Var, collect, structural_equal,
+)
+from refcomp.ast.parser import from_source
+from refcomp.ast.printer import script
+from script_helpers import roundtrip
+
+MATMUL = '''
+from tvm.script import tir as T
+
+@T.prim_func
+def matmul(a: T.handle, b: T.handle, c: T.handle) -> None:
+    T.func_attr({"global_symbol": "matmul", "tir.noalias": True})
+    A = T.match_buffer(a, [128, 128])
+    B = T.match_buffer(b, [128, 128])
+    C = T.match_buffer(c, [128, 128])
+    for i, j, k in T.grid(128, 128, 128):
+        with T.block("update"):
+            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+            with T.init():
+                C[vi, vj] = T.float32(0)
+            C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vj, vk]
+'''
+
+
+def blocks_of(func):
+    return {b.name: b for b in collect(func.body, Block)}
+
+
+def test_tvm_matmul_with_handles_and_remap():
+    f = from_source(MATMUL)
+    assert isinstance(f, PrimFunc) and f.name == "matmul"
+    assert [p.name for p in f.params] == ["A", "B", "C"] and f.params[0].shape[1].value == 128
+    assert dict(f.attrs) == {"global_symbol": "matmul", "tir.noalias": True}
+    root = f.body
+    assert isinstance(root, BlockRealize) and root.block.name == "root"  # implicit root block
+    update = blocks_of(f)["update"]
+    assert [iv.kind for iv in update.iter_vars] == ["spatial", "spatial", "reduce"]
+    assert [r.buffer.name for r in update.reads] == ["C", "A", "B"]  # inferred, as TVM does
+    assert [r.buffer.name for r in update.writes] == ["C"]
+    assert isinstance(update.init, BufferStore) and update.init.value.value == 0.0
+    roundtrip(f)
+
+
+def test_tvm_buffer_params_symbolic_shape_and_axis_spatial():
+    f = from_source('''
+    @T.prim_func(private=True)
+    def add_one(var_A: T.handle, var_B: T.handle):
+        n = T.int64()
+        A = T.match_buffer(var_A, (n, T.int64(64)), "float16")
+        B = T.match_buffer(var_B, (n, T.int64(64)), "float16")
+        for i0, i1 in T.grid(n, T.int64(64)):
+            with T.sblock("B"):
+                v0 = T.axis.spatial(n, i0)
+                v1 = T.axis.spatial(T.int64(64), i1)
+                T.reads(A[v0, v1])
+                T.writes(B[v0, v1])
+                B[v0, v1] = A[v0, v1] + T.float16(1)
+    ''')
+    A, B = f.params
+    n = A.shape[0]
+    assert isinstance(n, Var) and n.dtype.name == "int64" and B.shape[0] is n
+    block = blocks_of(f)["B"]
+    assert block.iter_vars[0].var.dtype.name == "int64"
+    assert block.body.value.b.dtype.name == "float16"
+    roundtrip(f)
+
+
+def test_conv2d_with_padding_and_min_value_reduction():
+    f = from_source('''
+    @T.prim_func
+    def conv(X: T.Buffer((1, 3, 8, 8), "float32"), W: T.Buffer((4, 3, 3, 3), "float32"),
+             Y: T.Buffer((1, 4, 8, 8), "float32"), M: T.Buffer((1, 4), "float32")):
+        pad = T.alloc_buffer((1, 3, 10, 10))
+        for n, c, h, w in T.grid(1, 3, 10, 10):
+            with T.block("pad"):
+                vn, vc, vh, vw = T.axis.remap("SSSS", [n, c, h, w])
+                pad[vn, vc, vh, vw] = T.if_then_else(1 <= vh and vh < 9 and 1 <= vw and vw < 9,
+                                                     X[vn, vc, vh - 1, vw - 1], T.float32(0))
+        for n, f, h, w, rc, rh, rw in T.grid(1, 4, 8, 8, 3, 3, 3):
+            with T.block("conv"):
+                vn, vf, vh, vw, vrc, vrh, vrw = T.axis.remap("SSSSRRR", [n, f, h, w, rc, rh, rw])
+                with T.init():
+                    Y[vn, vf, vh, vw] = T.float32(0)
+                Y[vn, vf, vh, vw] += pad[vn, vrc, vh + vrh, vw + vrw] * W[vf, vrc, vrh, vrw]
+        for n, f, h, w in T.grid(1, 4, 8, 8):
+            with T.block("max"):
+                vn, vf, vh, vw = T.axis.remap("SSRR", [n, f, h, w])
+                with T.init():
+                    M[vn, vf] = T.min_value("float32")
+                M[vn, vf] = T.max(M[vn, vf], Y[vn, vf, vh, vw])
+    ''')
+    root = f.body.block
+    assert [b.name for b in root.alloc_buffers] == ["pad"]
+    blocks = blocks_of(f)
+    assert isinstance(blocks["pad"].body.value, Call) and blocks["pad"].body.value.op == "if_then_else"
+    assert isinstance(blocks["max"].body.value, Max)
+    assert blocks["max"].init.value.value == -3.4028234663852886e38
+    conv_store = blocks["conv"].body
+    assert conv_store.value.a.buffer.name == "Y"  # += is a store of the load plus the value
+    roundtrip(f)
+
+
+def test_gpu_style_split_with_where_and_thread_binding():
+    f = from_source('''
+    @T.prim_func
+    def scale(A: T.Buffer((1000,), "float32"), B: T.Buffer((1000,), "float32")):
+        for bx in T.thread_binding(8, thread="blockIdx.x"):
+            for tx in T.thread_binding(0, 128, thread="threadIdx.x"):
+                with T.block("B"):
+                    v = T.axis.spatial(1000, bx * 128 + tx)
+                    T.where(bx * 128 + tx < 1000)
+                    T.reads(A[v])
+                    T.writes(B[v])
+                    B[v] = A[v] * T.float32(2)
+        for i in T.vectorized(4):
+            for j in T.unroll(2, annotations={"pragma": "x"}):
+                with T.block("C"):
+                    vi = T.axis.spatial(4, i)
+                    vj = T.axis.spatial(2, j)
+                    B[vi * 2 + vj] = B[vi * 2 + vj] + 1.0
+    ''')
+    loops = collect(f.body, For)
+    kinds = sorted((l.kind, l.thread_binding) for l in loops)
+    assert ("thread_binding", "blockIdx.x") in kinds and ("thread_binding", "threadIdx.x") in kinds
+    assert ("vectorized", None) in kinds and ("unrolled", None) in kinds
+    realize = collect(f.body, BlockRealize)
+    assert any(not isinstance(r.predicate, IntImm) for r in realize)
+    c = blocks_of(f)["C"]
+    assert c.reads[0].region[0].extent.value == 1 and c.writes[0].buffer.name == "B"
+    roundtrip(f)
+
+
+def test_module_of_functions_and_lets():
+    mod = from_source('''
+    from tvm.script import ir as I
+    from tvm.script import tir as T
+
+    @I.ir_module
+    class Module:
+        @T.prim_func
+        def relu(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32")):
+            for i in range(4):
+                x: T.float32 = A[i]
+                B[i] = T.max(x, T.float32(0))
+
+        @T.prim_func
+        def halve(A: T.Buffer((4,), "int32"), m: T.int32):
+            for i in range(4):
+                A[i] = A[i] // 2 + m
+    ''')
+    assert isinstance(mod, IRModule) and sorted(mod.functions) == ["halve", "relu"]
+    let = mod["relu"].body.body
+    assert isinstance(let, LetStmt) and let.var.dtype.name == "float32"
+    halve = mod["halve"]
+    assert isinstance(halve.params[1], Var) and isinstance(halve.body.body.value.a, FloorDiv)
+    roundtrip(mod)
+
+
+def test_several_top_level_functions_make_a_module():
+    mod = from_source('''
+    @T.prim_func
+    def f(A: T.Buffer((2,), "int32")):
+        A[0] = 1
+
+    @T.prim_func
+    def g(A: T.Buffer((2,), "int32")):
+        A[1] = 2
+    ''')
+    assert isinstance(mod, IRModule) and set(mod.functions) == {"f", "g"}
+
+
+def test_python_constants_take_tvm_types():
+    f = from_source('''
+    @T.prim_func
+    def k(A: T.Buffer((4,), "float64"), B: T.Buffer((4,), "int64"), n: T.int64):
+        for i in range(4):
+            A[i] = A[i] * 2.5 + 1
+            B[i] = B[i] + n * 3
+    ''')
+    store_a, store_b = f.body.body.stmts
+    assert store_a.value.b.dtype.name == "float64" and store_a.value.b.value == 1.0
+    assert store_b.value.b.b.dtype.name == "int64"
+    assert refcomp.from_source is not None
+    big = from_source('''
+    @T.prim_func
+    def k(A: T.Buffer((1,), "int64")):
+        A[0] = 4294967296
+    ''')
+    assert big.body.value.dtype.name == "int64"
+
+
+def test_size_var_and_scalar_params():
+    f = from_source('''
+    @T.prim_func
+    def k(A: T.Buffer((n,), "float32"), m: T.int32(is_size_var=True)):
+        n = T.int32(is_size_var=True)
+        for i in range(n):
+            A[i] = T.Cast("float32", m)
+    ''')
+    assert isinstance(f.params[0].shape[0], SizeVar) and isinstance(f.params[1], SizeVar)
+    roundtrip(f)
+
+
+def test_parse_of_printed_te_style_function_is_equal():
+    text = MATMUL.replace("T.float32(0)", "0.0")
+    f = from_source(text)
+    g = from_source(script(f))
+    assert structural_equal(f, g)
+    assert isinstance(blocks_of(f)["update"].init.value, FloatImm)
+
+
+@pytest.mark.parametrize("source,needle", [
+    ("@T.prim_func\ndef f(A: T.Buffer((4,), \"float32\")):\n    A[0] = T.foo(A[1])\n", "unknown function T.foo"),
+    ("@T.prim_func\ndef f(A: T.Buffer((4,), \"float32\")):\n    A[0] = B[1]\n", "undefined name 'B'"),
+    ("@T.prim_func\ndef f(A: T.Buffer((4,), \"floaty\")):\n    A[0] = 1.0\n", "unknown dtype 'floaty'"),
+    ("@T.prim_func\ndef f(A: T.Buffer((4,), \"float32\")):\n    A[0] = T.max(A[1])\n", "T.max takes 2 arguments, got 1"),
+    ("@T.prim_func\ndef f(A: T.Buffer((4,), \"float32\")):\n    A[0] = T.exp(A[1], A[2])\n", "T.exp takes 1 argument, got 2"),
+    ("@T.prim_func\ndef f(A: T.Buffer((4,), \"float32\")):\n    A[0, 1] = 1.0\n", "A has 1 dimensions, indexed with 2"),
+    ("@T.prim_func\ndef f(A: T.Buffer((4,), \"int32\")):\n    A[0] = A[1] / 2\n", "`/` is only defined on floats"),
+    ("@T.prim_func\ndef f(A: T.Buffer((4,), \"float32\")):\n    A[0] = 1.0 +\n", "invalid syntax"),
+    ("@T.prim_func\ndef f(A: T.Buffer((4,), \"float32\")):\n    import os\n", "Import statements are not part"),
+    ("@T.prim_func\ndef f(A: T.Buffer((4,), \"float32\")):\n    A[0] = __import__('os')\n", "only T.<...> calls"),
+    ("@T.prim_func\ndef f(A: T.Buffer((4,), \"float32\")):\n    for i in T.grid(4, 4):\n        A[i] = 1.0\n",
+     "T.grid gives 2 loops for 1 loop variables"),
+    ("@T.prim_func\ndef f(A: T.Buffer((4,), \"float32\")):\n    T.reads(A[0])\n", "T.reads belongs at the top of a block"),
+    ("@T.prim_func\ndef f(A: T.Buffer((4,), \"float32\")):\n    for i in range(4):\n"
+     "        with T.block(\"b\"):\n            v = T.axis.remap(\"S\", [A])\n", "binds loop variables"),
+    ("def f(A: T.Buffer((4,), \"float32\")):\n    A[0] = 1.0\n", "needs a decorator"),
+    ("x = 1\n", "expected @T.prim_func functions"),
+    ("", "no @T.prim_func"),
+    ("@T.prim_func\ndef f(A: T.Buffer((4,), \"float32\")):\n    A[0] = T.int32()\n", "declares a variable"),
+    ("@T.prim_func\ndef f(A: T.Buffer((4,), \"float32\")):\n    A[0] = A[1] ** 2\n", "Pow is not part"),
+    ("@T.prim_func\ndef f(A: T.Buffer((4,), \"float32\")):\n    A[0] = T.int32(1)\n", "store to A (float32) of a int32"),
+    ("@T.prim_func\ndef f(A: T.Buffer((4,), \"float32\")):\n    for i in T.thread_binding(4):\n        A[i] = 1.0\n",
+     "T.thread_binding needs thread="),
+])
+def test_malformed_input_gives_a_located_parse_error(source, needle):
+    with pytest.raises(ParseError) as info:
+        from_source(source)
+    message = str(info.value)
+    assert needle in message, message
+    if source.strip():
+        assert "line" in message
+        assert "^" in message or "no @T.prim_func" in message or "expected" in message
+
+
+def test_error_shows_line_column_and_source():
+    source = ("@T.prim_func\n"
+              "def f(A: T.Buffer((4,), \"float32\")):\n"
+              "    A[0] = T.exp(A[1]) + T.bogus(2)\n")
+    with pytest.raises(ParseError) as info:
+        from_source(source)
+    error = info.value
+    assert error.line == 3 and error.column == 26
+    lines = str(error).split("\n")
+    assert lines[0].startswith("line 3, column 26: unknown function T.bogus")
+    assert lines[1].strip() == "A[0] = T.exp(A[1]) + T.bogus(2)"
+    assert lines[2].index("^") == lines[1].index("T.bogus")
+    assert isinstance(error, ValueError)  # ParseError is an IRError is a ValueError
+
+
+def test_non_string_input_rejected():
+    with pytest.raises(TypeError):
+        from_source(b"@T.prim_func")
