@@ -32,7 +32,8 @@ from typing import Any, Callable, Sequence
 
 from ..ast import Block, For, IRModule, PrimFunc, Var
 from ..errors import InternalError, RefcompError, ScheduleError
-from .primitives import compute_location, kinds, lookup, loop as loop_prims
+from .primitives import compute_location, kinds, lookup, loop as loop_prims, reduction, sampling, storage
+from .primitives.index_map import IndexMap
 from .trace import Instruction, Trace
 
 
@@ -319,6 +320,76 @@ class Schedule:
     def reverse_compute_inline(self, block: BlockRV) -> None:
         """Fold a consumer into its single producer and remove it."""
         return self._apply("reverse_compute_inline", compute_location.reverse_compute_inline, block=block)
+
+    # ================================================================== storage
+
+    def cache_read(self, block: BlockRV, read_buffer_index: int, storage_scope: str,
+                   consumer_blocks: Sequence[BlockRV] | None = None) -> BlockRV:
+        """Copy a buffer the block reads into storage_scope; its readers read the copy."""
+        args: dict[str, Any] = dict(block=block, read_buffer_index=read_buffer_index, storage_scope=storage_scope)
+        if consumer_blocks is not None:
+            args["consumer_blocks"] = list(consumer_blocks)
+        return self._apply("cache_read", storage.cache_read, **args)
+
+    def cache_write(self, block: BlockRV, write_buffer_index: int, storage_scope: str) -> BlockRV:
+        """Make the block write a buffer in storage_scope, copied back to the original after it."""
+        return self._apply("cache_write", storage.cache_write, block=block, write_buffer_index=write_buffer_index,
+                           storage_scope=storage_scope)
+
+    def set_scope(self, block: BlockRV, buffer_index: int, storage_scope: str) -> None:
+        """Change the memory scope of an allocated buffer the block writes."""
+        return self._apply("set_scope", storage.set_scope, block=block, buffer_index=buffer_index,
+                           storage_scope=storage_scope)
+
+    def storage_align(self, block: BlockRV, buffer_index: int, axis: int, factor: int, offset: int) -> None:
+        """Pad the stride of one axis of an allocated buffer to k * factor + offset."""
+        return self._apply("storage_align", storage.storage_align, block=block, buffer_index=buffer_index,
+                           axis=axis, factor=factor, offset=offset)
+
+    def transform_layout(self, block: BlockRV, buffer: Any, index_map: Callable[..., Any] | IndexMap) -> None:
+        """Store a buffer (("read", i), ("write", i) or its name) in the layout index_map gives."""
+        if isinstance(buffer, tuple):
+            buffer = list(buffer)
+        if not isinstance(index_map, IndexMap):
+            target = storage.resolve_buffer(self.func, self._resolve(block, "transform_layout"), buffer,
+                                            "transform_layout")
+            index_map = IndexMap.from_callable(index_map, target.ndim)
+        return self._apply("transform_layout", storage.transform_layout, block=block, buffer=buffer,
+                           index_map=index_map)
+
+    # ================================================================== reduction
+
+    def decompose_reduction(self, block: BlockRV, loop: LoopRV) -> BlockRV:
+        """Split a reduction's init into its own block placed before loop."""
+        return self._apply("decompose_reduction", reduction.decompose_reduction, block=block, loop=loop)
+
+    def rfactor(self, loop: LoopRV, factor_axis: int) -> BlockRV:
+        """Factor a reduction over loop into partial results plus a write-back; returns the rf block."""
+        return self._apply("rfactor", reduction.rfactor, loop=loop, factor_axis=factor_axis)
+
+    # ================================================================== sampling
+
+    def sample_perfect_tile(self, loop: LoopRV, n: int, max_innermost_factor: int = 16,
+                            decision: Sequence[int] | None = None) -> list[ExprRV]:
+        """n tile sizes whose product is the loop extent (seeded; the decision is recorded)."""
+        return self._sample("sample_perfect_tile", sampling.sample_perfect_tile, loop=loop, n=n,
+                            max_innermost_factor=max_innermost_factor,
+                            decision=list(decision) if decision is not None else None)
+
+    def sample_categorical(self, candidates: Sequence[int], probs: Sequence[float],
+                           decision: int | None = None) -> ExprRV:
+        """One of candidates drawn with probs (seeded; the decision is recorded)."""
+        return self._sample("sample_categorical", sampling.sample_categorical, candidates=list(candidates),
+                            probs=list(probs), decision=decision)
+
+    def sample_compute_location(self, block: BlockRV, decision: int | None = None) -> LoopRV:
+        """A loop to compute_at the block under (or markers for inline / stay), drawn among legal ones."""
+        location, chosen = self._call("sample_compute_location", sampling.sample_compute_location,
+                                      dict(block=block, decision=decision), rng=self._rng)
+        handle = LoopRV(location.loop_var) if isinstance(location, For) else LoopRV(
+            INLINE_VAR if location == -2 else ROOT_VAR)
+        self.trace.append(Instruction("sample_compute_location", dict(block=block, decision=chosen), handle))
+        return handle
 
     # ================================================================== tensorization
     # Owned by the tensorization engineer: these delegate to their modules.

@@ -126,9 +126,7 @@ class _Matcher:
         self.bounds = {l.loop_var: (0, as_int(l.extent) - 1) for l in loops
                        if as_int(l.extent) is not None and as_int(l.min) == 0}
         self._match_loops(loops, d_loops, realize, d_realize)
-        if not _is_true(realize.predicate):
-            raise self.fail(f"block {inner.name!r} is guarded by a predicate (an imperfect tile)",
-                            spot=realize.predicate, hint="use tile sizes that divide the extents, or pad")
+        self._match_predicate(realize, d_realize)
         if (inner.init is None) != (d_inner.init is None):
             has = "has" if inner.init is not None else "has no"
             raise self.fail(f"block {inner.name!r} {has} init, the description does not agree",
@@ -152,6 +150,41 @@ class _Matcher:
                 raise self.fail(f"the description's buffer {d_buffer.name} is not used by the tile")
             self._match_layout(d_buffer)
         return self.result
+
+    def _match_predicate(self, realize: BlockRealize, d_realize: BlockRealize) -> None:
+        """A description guarded by `x < P` (P a size var) matches a tile guarded by `x + offset < 0`
+        (P = -offset) or an unguarded tile (P = max of x + 1)."""
+        predicate, d_predicate = realize.predicate, d_realize.predicate
+        imperfect = self.fail(f"block {realize.block.name!r} is guarded by a predicate (an imperfect tile) "
+                              "that the description does not have", spot=predicate,
+                              hint="use tile sizes that divide the extents, or an intrinsic for partial tiles")
+        if _is_true(d_predicate):
+            if not _is_true(predicate):
+                raise imperfect
+            return
+        d_form = _lt_form(substitute(d_predicate, self.loop_map))
+        if d_form is None:
+            raise self.fail("the description's predicate is not of the form `x < P`")
+        moving = Affine.make({t: c for t, c in d_form.terms if _term_vars(t) & self.inner}, 0)
+        rest = d_form - moving
+        unknown = [(t, c) for t, c in rest.terms if isinstance(t, Var) and t in self.desc_size_vars]
+        if len(unknown) != 1 or unknown[0][1] != -1 or len(rest.terms) != 1:
+            raise self.fail("the description's predicate is not of the form `x < P`")
+        var = unknown[0][0]
+        if _is_true(predicate):
+            bounds = moving.bounds(self.bounds)
+            if bounds is None:
+                raise self.fail("the tile's loop extents are not constant", spot=realize)
+            self.result.values[var] = const(bounds[1] + 1 + rest.const, var.dtype)
+            return
+        form = _lt_form(predicate)
+        if form is None:
+            raise imperfect
+        offset = form - moving
+        if offset.vars() & self.inner:
+            raise self.fail(f"the tile's predicate {_show(predicate)} does not have the description's form "
+                            f"{_show(d_predicate)}", spot=predicate)
+        self.result.values[var] = (Affine((), rest.const) - offset).to_expr(var.dtype)
 
     @staticmethod
     def _desc_shape(d_loops: list[For]) -> str:
@@ -455,6 +488,20 @@ def _with_requirements(func: PrimFunc, intrinsic: TensorIntrin) -> PrimFunc:
 
 
 # ----------------------------------------------------------------------------- small helpers
+
+def _lt_form(predicate: PrimExpr) -> Affine | None:
+    """The affine form of a - b for a predicate a < b (integers), else None."""
+    from ...ast import LT
+
+    if not isinstance(predicate, LT) or not predicate.a.dtype.is_integer:
+        return None
+    a, b = normalize(predicate.a), normalize(predicate.b)
+    return None if a is None or b is None else a - b
+
+
+def _term_vars(term) -> set[Var]:
+    return {term} if isinstance(term, Var) else term.form.vars()
+
 
 def _is_true(expr: PrimExpr) -> bool:
     return isinstance(expr, IntImm) and expr.value == 1 and expr.dtype.is_bool

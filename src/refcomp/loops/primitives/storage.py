@@ -1,0 +1,326 @@
+"""Storage primitives: cache_read, cache_write, set_scope, storage_align, transform_layout."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ...ast import (
+    Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferStore, For, IterVar, Mutator, PrimFunc,
+    Range, Stmt, Var, const, seq,
+)
+from ...ast.buffer import SCOPES
+from ...ast.stmt import true
+from ...errors import ScheduleError
+from .affine import int_bounds
+from .index_map import IndexMap
+from .legality import const_int, product
+from .lookup import BlockLocation, locate_block, scope_siblings
+from .tree import block_realizes, fresh_block_name, replace, replace_in_func, stmt_children
+
+
+def _check_scope(func: PrimFunc, scope: str, primitive: str) -> None:
+    if scope not in SCOPES:
+        raise ScheduleError(f"{primitive}: storage_scope: expected one of {', '.join(SCOPES)}, got {scope!r}", ir=func)
+
+
+def _region_buffer(func: PrimFunc, block: Block, regions, index, primitive: str, what: str) -> Buffer:
+    if isinstance(index, bool) or not isinstance(index, int) or not -len(regions) <= index < len(regions):
+        raise ScheduleError(f"{primitive}: {what}: block {block.name} has {len(regions)} {what.split('_')[0]} "
+                            f"regions, got index {index!r}", ir=func, spot=block)
+    return regions[index].buffer
+
+
+class _BufferSwap(Mutator):
+    """Uses `new` wherever `old` appears."""
+
+    def __init__(self, old: Buffer, new: Buffer) -> None:
+        super().__init__()
+        self.buffer_map[old] = new
+
+
+def copy_nest(name: str, source: Buffer, target: Buffer) -> Stmt:
+    """A loop nest and block copying all of source into target (same shape)."""
+    loop_vars = [Var(f"ax{d}") for d in range(source.ndim)]
+    iter_vars = [IterVar(Var(f"v{d}"), Range(const(0, dim.dtype), dim), "spatial") for d, dim in enumerate(source.shape)]
+    index = tuple(iv.var for iv in iter_vars)
+    block = Block(name, tuple(iter_vars),
+                  (BufferRegion(source, tuple(Range(i, 1) for i in index)),),
+                  (BufferRegion(target, tuple(Range(i, 1) for i in index)),),
+                  BufferStore(target, source.vload(index), index))
+    stmt: Stmt = BlockRealize(tuple(loop_vars), true(), block)
+    for var, dim in reversed(list(zip(loop_vars, source.shape))):
+        stmt = For(var, const(0, dim.dtype), dim, "serial", stmt)
+    return stmt
+
+
+def _scope_parts(func: PrimFunc, location: BlockLocation, primitive: str):
+    scope = location.scope
+    if scope is None:
+        raise ScheduleError(f"{primitive}: block {location.block.name} is not inside a root block", ir=func)
+    scope_realize = location.path[location.scope_index - 1] if location.scope_index >= 1 else None
+    if not isinstance(scope_realize, BlockRealize):
+        raise ScheduleError(f"{primitive}: the scope of block {location.block.name} is not a block", ir=func)
+    body = scope.body
+    items = list(body.stmts) if type(body).__name__ == "SeqStmt" else [body]
+    return scope_realize, items
+
+
+def _item_index(items: list[Stmt], realize: BlockRealize) -> int:
+    from .tree import path_to
+
+    for k, item in enumerate(items):
+        if path_to(item, realize) is not None:
+            return k
+    raise ScheduleError("internal: block not found in its scope")
+
+
+def _cache_name(buffer: Buffer, scope: str) -> str:
+    return f"{buffer.name}_{scope.replace('.', '_')}"
+
+
+def cache_read(func: PrimFunc, block: Block, read_buffer_index: int, storage_scope: str,
+               consumer_blocks: Sequence[Block] | None = None) -> tuple[PrimFunc, Block]:
+    """Copy a buffer the block reads into a new buffer of storage_scope, and read from the copy.
+
+    Requires: a valid scope and read index; at most one block of the scope writes the buffer; the
+    consumers (default: every block of the scope reading it) come after that writer.  The copy
+    block `<buffer>_<scope>` goes right after the writer (or first in the scope for an input).
+
+    Before: `C[vi] = A[vi] + 1`; `cache_read(C, 0, "global")` after:
+    `A_global[v0] = A[v0]` then `C[vi] = A_global[vi] + 1`.
+    """
+    location = locate_block(func, block, "cache_read")
+    _check_scope(func, storage_scope, "cache_read")
+    buffer = _region_buffer(func, block, block.reads, read_buffer_index, "cache_read", "read_buffer_index")
+    siblings = scope_siblings(func, location)
+    writers = [r for r in siblings if any(w.buffer is buffer for w in r.block.writes)]
+    if len(writers) > 1:
+        raise ScheduleError(f"cache_read: {len(writers)} blocks write {buffer.name}; at most one may",
+                            ir=func, spot=location.realize)
+    readers = [r for r in siblings if any(x.buffer is buffer for x in r.block.reads) and r not in writers]
+    if consumer_blocks is not None:
+        wanted = {id(b) for b in consumer_blocks}
+        readers = [r for r in readers if id(r.block) in wanted]
+        if len(readers) != len(wanted):
+            raise ScheduleError(f"cache_read: every consumer block must read {buffer.name}", ir=func)
+    cache = Buffer(_cache_name(buffer, storage_scope), buffer.shape, buffer.dtype, storage_scope)
+    scope_realize, items = _scope_parts(func, location, "cache_read")
+    position = 0
+    if writers:
+        position = _item_index(items, writers[0]) + 1
+        for reader in readers:
+            if _item_index(items, reader) < position:
+                raise ScheduleError(f"cache_read: block {reader.block.name} reads {buffer.name} before it is written",
+                                    ir=func, spot=reader)
+    name = fresh_block_name(func.body, _cache_name(buffer, storage_scope))
+    nest = copy_nest(name, buffer, cache)
+    swap = _BufferSwap(buffer, cache)
+    mapping = {id(r): swap.visit(r) for r in readers}
+    new_items = [replace(item, mapping) for item in items]
+    new_items.insert(position, nest)
+    scope = scope_realize.block
+    new_scope = scope.with_(body=seq(*new_items), alloc_buffers=scope.alloc_buffers + (cache,))
+    new_func = replace_in_func(func, {id(scope_realize): scope_realize.with_(block=new_scope)})
+    return new_func, nest_block(nest)
+
+
+def nest_block(stmt: Stmt) -> Block:
+    while not isinstance(stmt, BlockRealize):
+        stmt = next(iter(stmt_children(stmt)))
+    return stmt.block
+
+
+def cache_write(func: PrimFunc, block: Block, write_buffer_index: int, storage_scope: str) -> tuple[PrimFunc, Block]:
+    """Make the block write a new buffer of storage_scope, copied back to the original after it.
+
+    Requires: a valid scope and write index; the block is the only writer of the buffer in the
+    scope; no other block in the same top-level loop nest reads the buffer.  The copy-back block
+    `<buffer>_<scope>` goes right after the block's top-level loop nest.
+
+    Before: `C[vi] = A[vi] + 1`; `cache_write(C, 0, "local")` after:
+    `C_local[vi] = A[vi] + 1` then `C[v0] = C_local[v0]`.
+    """
+    location = locate_block(func, block, "cache_write")
+    _check_scope(func, storage_scope, "cache_write")
+    buffer = _region_buffer(func, block, block.writes, write_buffer_index, "cache_write", "write_buffer_index")
+    siblings = scope_siblings(func, location)
+    writers = [r for r in siblings if any(w.buffer is buffer for w in r.block.writes)]
+    if len(writers) != 1:
+        raise ScheduleError(f"cache_write: {len(writers)} blocks write {buffer.name}; exactly one may",
+                            ir=func, spot=location.realize)
+    scope_realize, items = _scope_parts(func, location, "cache_write")
+    position = _item_index(items, location.realize)
+    for realize in block_realizes(items[position]):
+        if realize is not location.realize and any(r.buffer is buffer for r in realize.block.reads):
+            raise ScheduleError(f"cache_write: block {realize.block.name} reads {buffer.name} in the same loop nest",
+                                ir=func, spot=realize)
+    cache = Buffer(_cache_name(buffer, storage_scope), buffer.shape, buffer.dtype, storage_scope)
+    swapped = _BufferSwap(buffer, cache).visit(location.realize)
+    new_items = [replace(item, {id(location.realize): swapped}) for item in items]
+    name = fresh_block_name(func.body, _cache_name(buffer, storage_scope))
+    nest = copy_nest(name, cache, buffer)
+    new_items.insert(position + 1, nest)
+    scope = scope_realize.block
+    new_scope = scope.with_(body=seq(*new_items), alloc_buffers=scope.alloc_buffers + (cache,))
+    new_func = replace_in_func(func, {id(scope_realize): scope_realize.with_(block=new_scope)})
+    return new_func, nest_block(nest)
+
+
+def _allocated(func: PrimFunc, buffer: Buffer, primitive: str, spot) -> None:
+    for realize in block_realizes(func.body):
+        if any(b is buffer for b in realize.block.alloc_buffers):
+            return
+    raise ScheduleError(f"{primitive}: {buffer.name} is not allocated in a block (parameters keep their layout)",
+                        ir=func, spot=spot)
+
+
+def _swap_everywhere(func: PrimFunc, old: Buffer, new: Buffer) -> PrimFunc:
+    swap = _BufferSwap(old, new)
+    return func.with_(body=swap.visit(func.body), params=tuple(swap.visit(p) if isinstance(p, Buffer) else p
+                                                              for p in func.params))
+
+
+def set_scope(func: PrimFunc, block: Block, buffer_index: int, storage_scope: str) -> tuple[PrimFunc, None]:
+    """Change the memory scope of a buffer the block writes.  Requires an allocated buffer and a valid scope."""
+    location = locate_block(func, block, "set_scope")
+    _check_scope(func, storage_scope, "set_scope")
+    buffer = _region_buffer(func, block, block.writes, buffer_index, "set_scope", "buffer_index")
+    _allocated(func, buffer, "set_scope", location.realize)
+    return _swap_everywhere(func, buffer, buffer.with_(scope=storage_scope)), None
+
+
+def storage_align(func: PrimFunc, block: Block, buffer_index: int, axis: int, factor: int,
+                  offset: int) -> tuple[PrimFunc, None]:
+    """Pad the stride of `axis` of a written buffer to k * factor + offset elements.
+
+    Requires: the buffer is allocated in a block and has a constant shape; axis is not the last
+    (-ndim <= axis < ndim - 1 after normalising); factor > 0; 0 <= offset < factor.  Outer strides
+    grow so that rows never overlap.
+    """
+    location = locate_block(func, block, "storage_align")
+    buffer = _region_buffer(func, block, block.writes, buffer_index, "storage_align", "buffer_index")
+    _allocated(func, buffer, "storage_align", location.realize)
+    ndim = buffer.ndim
+    if isinstance(axis, bool) or not isinstance(axis, int) or not -ndim <= axis < ndim:
+        raise ScheduleError(f"storage_align: axis: expected an int in [{-ndim}, {ndim}), got {axis!r}", ir=func)
+    axis = axis + ndim if axis < 0 else axis
+    if axis == ndim - 1:
+        raise ScheduleError("storage_align: axis: the last axis has stride 1 and cannot be aligned", ir=func)
+    if isinstance(factor, bool) or not isinstance(factor, int) or factor <= 0:
+        raise ScheduleError(f"storage_align: factor: expected a positive int, got {factor!r}", ir=func)
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < factor:
+        raise ScheduleError(f"storage_align: offset: expected an int in [0, {factor}), got {offset!r}", ir=func)
+    shape = [const_int(d) for d in buffer.shape]
+    if any(d is None for d in shape):
+        raise ScheduleError(f"storage_align: {buffer.name} needs a constant shape", ir=func)
+    old = [const_int(s) for s in buffer.strides] if buffer.strides else None
+    strides = [1] * ndim
+    for d in range(ndim - 2, -1, -1):
+        needed = strides[d + 1] * shape[d + 1]
+        if old is not None:
+            needed = max(needed, old[d])
+        if d == axis:
+            needed += (offset - needed) % factor
+        strides[d] = needed
+    new = buffer.with_(strides=tuple(const(s, buffer.shape[0].dtype) for s in strides))
+    return _swap_everywhere(func, buffer, new), None
+
+
+# ----------------------------------------------------------------------------- transform_layout
+
+def resolve_buffer(func: PrimFunc, block: Block, spec: Any, primitive: str) -> Buffer:
+    """A buffer given as ("read", i), ("write", i), a name, or a Buffer accessed by block."""
+    if isinstance(spec, Buffer):
+        return spec
+    if isinstance(spec, (tuple, list)) and len(spec) == 2 and spec[0] in ("read", "write"):
+        regions = block.reads if spec[0] == "read" else block.writes
+        return _region_buffer(func, block, regions, spec[1], primitive, f"{spec[0]}_index")
+    if isinstance(spec, str):
+        for region in block.reads + block.writes:
+            if region.buffer.name == spec:
+                return region.buffer
+        raise ScheduleError(f"{primitive}: block {block.name} accesses no buffer named {spec!r}", ir=func)
+    raise ScheduleError(f"{primitive}: buffer: expected ('read', i), ('write', i) or a name, got {spec!r}", ir=func)
+
+
+class _Relayout(Mutator):
+    """Rewrites every access to old through index_map into new."""
+
+    def __init__(self, old: Buffer, new: Buffer, index_map: IndexMap) -> None:
+        super().__init__()
+        self.old, self.new, self.index_map = old, new, index_map
+        self.buffer_map[old] = new
+
+    def visit_BufferLoad(self, load: BufferLoad):
+        if load.buffer is not self.old:
+            return self.generic_visit(load)
+        return BufferLoad(self.new, self.index_map.apply(self.visit(load.indices)))
+
+    def visit_BufferStore(self, store: BufferStore):
+        if store.buffer is not self.old:
+            return self.generic_visit(store)
+        return BufferStore(self.new, self.visit(store.value), self.index_map.apply(self.visit(store.indices)))
+
+    def visit_BufferRegion(self, region: BufferRegion):
+        if region.buffer is not self.old:
+            return self.generic_visit(region)
+        if all(const_int(r.extent) == 1 for r in region.region):
+            point = self.index_map.apply([r.min for r in region.region])
+            return BufferRegion(self.new, tuple(Range(p, 1) for p in point))
+        return self.new.full_region()
+
+
+def transform_layout(func: PrimFunc, block: Block, buffer: Any, index_map: IndexMap) -> tuple[PrimFunc, None]:
+    """Store a buffer in a new layout: element `idx` moves to `index_map(idx)`; every access follows.
+
+    Requires: a constant shape; the map sends the index space one-to-one onto a box starting at 0
+    (no padding), checked point by point.  On a parameter the function's signature changes.
+
+    Before: `B[vi, vj]` with B (64, 64); `transform_layout(blk, ("read", 0), lambda i, j: (j // 16, i, j % 16))`
+    after: B (4, 64, 16) accessed as `B[vj // 16, vi, vj % 16]`.
+    """
+    location = locate_block(func, block, "transform_layout")
+    target = resolve_buffer(func, block, buffer, "transform_layout")
+    index_map = IndexMap.from_callable(index_map, target.ndim)
+    if len(index_map.initial) != target.ndim:
+        raise ScheduleError(f"transform_layout: the map takes {len(index_map.initial)} indices, {target.name} has "
+                            f"{target.ndim} dims", ir=func)
+    shape = [const_int(d) for d in target.shape]
+    if any(d is None for d in shape):
+        raise ScheduleError(f"transform_layout: {target.name} needs a constant shape", ir=func)
+    ranges = {v: (0, d - 1) for v, d in zip(index_map.initial, shape)}
+    new_shape = []
+    for expr in index_map.final:
+        bounds = int_bounds(expr, ranges)
+        if bounds is None or bounds[0] < 0:
+            raise ScheduleError(f"transform_layout: cannot bound the new index {index_map.as_lambda()} at or above 0",
+                                ir=func)
+        new_shape.append(bounds[1] + 1)
+    if product(new_shape) != product(shape):
+        raise ScheduleError(f"transform_layout: the map {index_map.as_lambda()} takes shape {tuple(shape)} to "
+                            f"{tuple(new_shape)}: padding is not supported", ir=func, spot=location.realize)
+    _check_bijective(func, index_map, shape, new_shape)
+    new = Buffer(target.name, tuple(const(d, target.shape[0].dtype) for d in new_shape), target.dtype, target.scope)
+    relayout = _Relayout(target, new, index_map)
+    params = tuple(relayout.visit(p) if isinstance(p, Buffer) else p for p in func.params)
+    return func.with_(body=relayout.visit(func.body), params=params), None
+
+
+def _check_bijective(func: PrimFunc, index_map: IndexMap, shape: list[int], new_shape: list[int]) -> None:
+    from .legality import _evaluate, _Unsupported
+
+    total = product(shape)
+    if total > (1 << 22):
+        raise ScheduleError(f"transform_layout: {total} points are too many to check the map is one-to-one", ir=func)
+    grids = np.meshgrid(*[np.arange(d, dtype=np.int64) for d in shape], indexing="ij")
+    env = {v: g.ravel() for v, g in zip(index_map.initial, grids)}
+    flat = np.zeros(total, dtype=np.int64)
+    try:
+        for expr, extent in zip(index_map.final, new_shape):
+            flat = flat * extent + np.broadcast_to(_evaluate(expr, env), (total,))
+    except _Unsupported as exc:
+        raise ScheduleError(f"transform_layout: cannot evaluate the map: {exc}", ir=func) from None
+    if len(np.unique(flat)) != total:
+        raise ScheduleError(f"transform_layout: the map {index_map.as_lambda()} sends two elements to one place",
+                            ir=func)
