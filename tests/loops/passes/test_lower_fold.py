@@ -127,3 +127,27 @@ def test_simplifier_is_exact_when_values_wrap(expr, vi, vj):
     except ValueError:
         return
     assert evaluate(result, env, wrap=True) == expected
+
+
+def test_init_guard_after_split_splits_into_per_loop_tests():
+    ranges = {i: (0, 3), j: (0, 1)}
+    result = simplified_with(ranges, (i * 2 + j) == 0)
+    assert same_expr(result, (i == 0) & (j == 0))
+    assert not same_expr(simplified_with({i: (-1, 3), j: (0, 1)}, (i * 2 + j) == 0), (i == 0) & (j == 0))
+
+
+_comparisons = st.sampled_from(["lt", "le", "eq", "ne", "gt", "ge"])
+
+
+@given(a=_exprs(_leaf), b=st.one_of(_exprs(_leaf), st.just(IntImm(0, "int32"))), op=_comparisons,
+       vi=st.integers(0, 15), vj=st.integers(-3, 3))
+def test_simplified_comparison_has_the_same_truth_value(a, b, op, vi, vj):
+    condition = {"lt": a < b, "le": a <= b, "eq": a == b, "ne": a != b, "gt": a > b, "ge": a >= b}[op]
+    ranges = {i: (0, 15), j: (-3, 3)}
+    result = simplified_with(ranges, condition)
+    env = {i: vi, j: vj}
+    try:
+        expected = evaluate(condition, env, wrap=True)
+    except ValueError:
+        return
+    assert bool(evaluate(result, env, wrap=True)) == bool(expected)

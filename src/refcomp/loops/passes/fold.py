@@ -401,7 +401,33 @@ class ExprSimplifier:
         if lanes != 1 or not e.a.dtype.is_integer:
             return e
         decided = self._decide_by_bounds(e)
-        return e if decided is None else bool_const(decided)
+        if decided is not None:
+            return bool_const(decided)
+        if isinstance(e, EQ) and _const_value(e.b) == 0:
+            return self._zero_sum(e)
+        return e
+
+    def _zero_sum(self, e: EQ) -> PrimExpr:
+        """c1*t1 + ... + ck*tk == 0 with positive c and non-negative t, no wrap: every t == 0.
+
+        This is how an init guard `k_0 * 2 + k_1 == 0` after a split becomes `k_0 == 0 and
+        k_1 == 0`, a test each loop level can hoist.
+        """
+        if self.bounds.of(e.a) is None:
+            return e
+        form = linear_form(e.a)
+        terms = form.nonzero()
+        if form.constant != 0 or len(terms) < 2:
+            return e
+        for atom, c in terms:
+            r = self.bounds.of(atom)
+            if c <= 0 or r is None or r[0] < 0:
+                return e
+        condition: PrimExpr | None = None
+        for atom, _ in terms:
+            term = EQ(atom, IntImm(0, atom.dtype))
+            condition = term if condition is None else And(condition, term)
+        return condition
 
     def _decide_by_bounds(self, e: CompareOp) -> bool | None:
         ra, rb = self.bounds.of(e.a), self.bounds.of(e.b)
