@@ -1,0 +1,237 @@
+"""Targets, the gcc invocation and the content-hashed build cache.
+
+Target strings: `"c"` is gcc -O3 -march=native with OpenMP, GCC vector types and libmvec;
+`"c -std=c99"` is strict portable C99 (no OpenMP, no vector extensions or intrinsics) built with
+`-std=c99 -pedantic -Wall -Wextra -Werror`.  Options: `-sanitize` (AddressSanitizer + UBSan),
+`-O0`..`-O3`/`-Os`, `-g`, `-Werror` (warnings as errors in the native target too), `-no-openmp`.
+
+The cache (`$REFCOMP_CACHE_DIR`, default `~/.cache/refcomp`) keys a shared object by the source,
+the flags, the compiler's version and, for -march=native, the CPU's feature flags.  Entries are
+written to a temporary name and moved into place with os.replace, so concurrent processes building
+the same kernel both end with a complete file.  `CACHE_STATS` counts hits and misses; with
+`REFCOMP_CACHE_DEBUG=1` each lookup is also printed to stderr.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import BuildError
+from . import mathlib
+from .codegen import EmitOptions
+
+CACHE_STATS = {"hits": 0, "misses": 0}
+_OPTIONS = ("-std=c99", "-sanitize", "-O0", "-O1", "-O2", "-O3", "-Os", "-g", "-Werror", "-no-openmp")
+STRICT_WARNINGS = ("-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A parsed target string."""
+
+    text: str
+    strict: bool = False
+    sanitize: bool = False
+    opt: str = "-O3"
+    debug: bool = False
+    werror: bool = False
+    openmp: bool = True
+    options: tuple[str, ...] = field(default=())
+
+    @property
+    def vectors(self) -> bool:
+        return not self.strict
+
+    def emit_options(self) -> EmitOptions:
+        mvec = frozenset() if self.strict else mvec_functions()
+        return EmitOptions(vectors=not self.strict, openmp=self.openmp and not self.strict,
+                           mvec_functions=mvec, label=self.text)
+
+    def compile_flags(self) -> list[str]:
+        if self.strict:
+            flags = list(STRICT_WARNINGS) + [self.opt if self.opt != "-O3" else "-O2"]
+        else:
+            flags = ["-std=gnu11", self.opt, "-march=native", "-fno-math-errno"]
+            if self.openmp:
+                flags.append("-fopenmp")
+            if self.werror:
+                flags += ["-Wall", "-Wextra", "-Werror"]
+        if self.debug:
+            flags.append("-g")
+        if self.sanitize:
+            flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+                      "-fno-omit-frame-pointer"]
+        return flags + ["-fPIC", "-shared"]
+
+    def link_flags(self) -> list[str]:
+        libs = []
+        if not self.strict and mvec_functions():
+            libs.append("-lmvec")
+        return libs + ["-lm"]
+
+
+def parse_target(text: str) -> Target:
+    """Parse a target string such as "c", "c -std=c99" or "c -sanitize -O0 -g"."""
+    if not isinstance(text, str):
+        raise BuildError(f"target must be a string like 'c' or 'c -std=c99', got {text!r}")
+    words = text.split()
+    if not words or words[0] != "c":
+        kind = words[0] if words else ""
+        raise BuildError(f"target {text!r}: unknown kind {kind!r}; the C backend's targets start "
+                         f"with 'c' (e.g. 'c', 'c -std=c99', 'c -sanitize')")
+    values: dict = {}
+    for word in words[1:]:
+        if word not in _OPTIONS:
+            raise BuildError(f"target {text!r}: unknown option {word!r}; expected any of {', '.join(_OPTIONS)}")
+        if word == "-std=c99":
+            values["strict"] = True
+        elif word == "-sanitize":
+            values["sanitize"] = True
+        elif word == "-g":
+            values["debug"] = True
+        elif word == "-Werror":
+            values["werror"] = True
+        elif word == "-no-openmp":
+            values["openmp"] = False
+        else:
+            values["opt"] = word
+    return Target(text=" ".join(words), options=tuple(words[1:]), **values)
+
+
+def compiler() -> str:
+    return os.environ.get("CC", "gcc")
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_version(cc: str) -> str:
+    try:
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildError(f"the C compiler {cc!r} cannot be run: {exc}",
+                         hint="install gcc or set $CC to a C compiler") from exc
+    return out.stdout.strip()
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_signature() -> str:
+    """The CPU's feature flags: -march=native builds are only valid on a CPU like this one."""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return hashlib.sha256(line.encode()).hexdigest()[:16]
+    except OSError:
+        pass
+    import platform
+
+    return platform.machine() + platform.processor()
+
+
+@functools.lru_cache(maxsize=None)
+def mvec_functions() -> frozenset:
+    """The libmvec functions this system's glibc has (empty when libmvec is missing)."""
+    if os.environ.get("REFCOMP_NO_MVEC"):
+        return frozenset()
+    try:
+        out = subprocess.run([compiler(), "-print-file-name=libmvec.so"], capture_output=True,
+                             text=True, timeout=60)
+        path = out.stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return frozenset()
+    if not path or not os.path.isabs(path) or not os.path.exists(path):
+        return frozenset()
+    try:
+        version = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError):
+        version = ""
+    match = re.search(r"(\d+)\.(\d+)", version)
+    if not match:
+        return frozenset()
+    release = (int(match.group(1)), int(match.group(2)))
+    if release >= (2, 35):
+        return mathlib.MVEC_2_35
+    if release >= (2, 22):
+        return mathlib.MVEC_2_22
+    return frozenset()
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("REFCOMP_CACHE_DIR")
+    return Path(root) if root else Path.home() / ".cache" / "refcomp"
+
+
+def cache_key(source: str, target: Target) -> str:
+    cc = compiler()
+    parts = [source, " ".join(target.compile_flags()), " ".join(target.link_flags()), cc,
+             compiler_version(cc)]
+    if not target.strict:
+        parts.append(_cpu_signature())
+    digest = hashlib.sha256("\0".join(parts).encode())
+    return digest.hexdigest()[:32]
+
+
+def compile_shared(source: str, target: Target, name: str = "kernel") -> Path:
+    """The path of a shared object built from source for target, from the cache when possible."""
+    key = cache_key(source, target)
+    root = cache_dir()
+    folder = root / key[:2]
+    so_path = folder / f"{key}.so"
+    debug = bool(os.environ.get("REFCOMP_CACHE_DEBUG"))
+    if so_path.exists():
+        CACHE_STATS["hits"] += 1
+        if debug:
+            print(f"refcomp cache hit {key} ({name})", file=sys.stderr)
+        return so_path
+    CACHE_STATS["misses"] += 1
+    if debug:
+        print(f"refcomp cache miss {key} ({name})", file=sys.stderr)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BuildError(f"cannot create the build cache {folder}: {exc}",
+                         hint="set $REFCOMP_CACHE_DIR to a writable folder") from exc
+    with tempfile.TemporaryDirectory(prefix="refcomp-build-") as work:
+        c_path = Path(work) / "kernel.c"
+        c_path.write_text(source)
+        tmp_so = folder / f".{key}.{os.getpid()}.{os.urandom(4).hex()}.so"
+        command = [compiler(), *target.compile_flags(), str(c_path), "-o", str(tmp_so), *target.link_flags()]
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise BuildError(f"running the C compiler failed: {exc}",
+                             hint="install gcc or set $CC to a C compiler") from exc
+        if result.returncode != 0:
+            tmp_so.unlink(missing_ok=True)
+            raise BuildError(_compiler_failure(command, result.stderr, source, str(c_path)))
+        try:
+            (folder / f"{key}.c").write_text(source)
+        except OSError:
+            pass  # the source beside the library is for humans only
+        os.replace(tmp_so, so_path)
+    return so_path
+
+
+def _compiler_failure(command: list[str], stderr: str, source: str, c_path: str) -> str:
+    """gcc's message, with the source lines around the first error."""
+    lines = source.splitlines()
+    message = stderr.replace(c_path, "kernel.c").strip()
+    match = re.search(r"kernel\.c:(\d+):(?:\d+:)? (?:fatal )?error", message) or \
+        re.search(r"kernel\.c:(\d+):", message)
+    context = ""
+    if match:
+        line_no = int(match.group(1))
+        low, high = max(1, line_no - 3), min(len(lines), line_no + 3)
+        context = "\n".join(f"{'>' if i == line_no else ' '}{i:5d} | {lines[i - 1]}" for i in range(low, high + 1))
+    flags = " ".join(shlex.quote(c) for c in command[1:] if not c.endswith(".c") and "-o" != c)
+    parts = [f"gcc failed to compile the kernel (flags: {flags})", message[:4000]]
+    if context:
+        parts.append("source around the error:\n" + context)
+    return "\n".join(parts)

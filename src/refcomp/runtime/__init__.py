@@ -1,0 +1,4 @@
+"""Loading and calling compiled kernels: Library (cffi), argument checks."""
+from .library import Library
+
+__all__ = ["Library"]

@@ -1,0 +1,239 @@
+"""The C emitter on hand-built lowered IR: golden fragments, names, numerics against numpy."""
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import refcomp
+from refcomp.ast import (
+    AssertStmt, Buffer, BufferStore, Call, Cast, FloatImm, For, IntImm, LetStmt, PrimFunc, Ramp,
+    SizeVar, StringImm, Var, const, floordiv, floormod, max_, min_, seq,
+)
+from refcomp.emit_c import EmitOptions, emit
+from emitc_programs import binary_kernel, unary_kernel
+
+NATIVE = EmitOptions(vectors=True, openmp=True)
+STRICT = EmitOptions(vectors=False, openmp=False, label="c -std=c99")
+
+
+def test_signature_buffers_then_scalars_then_size_vars():
+    n, m = SizeVar("n", "int64"), SizeVar("m", "int32")
+    A = Buffer("A", (n, 4), "float32")
+    B = Buffer("B", (m,), "float16")
+    alpha = Var("alpha", "float32")
+    i = Var("i", "int32")
+    body = For(i, 0, m, "serial", BufferStore(B, Cast("float16", alpha), (i,)))
+    module = emit(PrimFunc((A, alpha, B), body, name="sig"), NATIVE)
+    assert "int32_t refcomp_sig(float* restrict A, uint16_t* restrict B, float alpha, int64_t n, " \
+           "int64_t rc_arg_m)" in module.source
+    assert "const int32_t m = (int32_t)rc_arg_m;" in module.source
+    assert [p.kind for p in module.params] == ["buffer", "buffer", "scalar", "size", "size"]
+
+
+def test_names_are_unique_and_deterministic():
+    n = SizeVar("n", "int32")
+    A = Buffer("A", (n,), "float32")
+    i1, i2 = Var("i", "int32"), Var("i", "int32")
+    body = seq(For(i1, 0, n, "serial", BufferStore(A, FloatImm(1.0), (i1,))),
+               For(i2, 0, n, "serial", BufferStore(A, FloatImm(2.0), (i2,))))
+    func = PrimFunc((A,), body, name="twice")
+    first, second = emit(func, NATIVE).source, emit(func, NATIVE).source
+    assert first == second
+    assert "for (int32_t i = 0; i < n; ++i)" in first
+    assert "for (int32_t i_1 = 0; i_1 < n; ++i_1)" in first
+
+
+def _code_only(source):
+    """The source without comments and string literals."""
+    import re
+    source = re.sub(r"/\*.*?\*/", " ", source, flags=re.S)
+    return re.sub(r'"(\\.|[^"\\])*"', '""', source)
+
+
+@pytest.mark.parametrize("where", ["buffer", "function", "var"])
+def test_user_names_cannot_inject_c(where):
+    evil = "a; exit(1); /* */ #include"
+    n = SizeVar("n" if where != "var" else evil, "int32")
+    A = Buffer(evil if where == "buffer" else "A", (n,), "float32")
+    i = Var("i", "int32")
+    func = PrimFunc((A,), For(i, 0, n, "serial", BufferStore(A, FloatImm(1.0), (i,))),
+                    name=evil if where == "function" else "f")
+    code = _code_only(emit(func, NATIVE).source)
+    assert "exit(1)" not in code
+    assert all(line.startswith(("#include <", "#define RC_", "#if", "#endif", "#else", "#elif", "#pragma"))
+               for line in code.splitlines() if line.startswith("#"))
+    lib = refcomp.build(func, target="c -std=c99", bounds="off")
+    a = np.zeros(3, np.float32)
+    lib(a)
+    np.testing.assert_array_equal(a, 1.0)
+
+
+def test_comment_text_is_escaped():
+    func = unary_kernel("exp", name="x */ int evil; /*")
+    assert "int evil" not in _code_only(emit(func, NATIVE).source)
+
+
+def test_floor_division_uses_helpers():
+    func = binary_kernel(lambda a, b: floordiv(a, b) + floormod(a, b), dtype="int32")
+    source = emit(func, NATIVE).source
+    assert "rc_floordiv_i32(A[i], B[i])" in source and "rc_floormod_i32(A[i], B[i])" in source
+
+
+@given(st.lists(st.integers(-2**31, 2**31 - 1), min_size=1, max_size=12),
+       st.lists(st.integers(-2**31, 2**31 - 1).filter(lambda v: v != 0), min_size=12, max_size=12))
+def test_integer_semantics_match_python(avals, bvals):
+    n = len(avals)
+    a = np.array(avals, np.int32)
+    b = np.array(bvals[:n], np.int32)
+    lib = _lib_int_ops()
+    out = np.zeros((4, n), np.int32)
+    lib(a, b, out[0], out[1], out[2], out[3])
+    wrap = lambda v: ((v + 2**31) % 2**32) - 2**31  # noqa: E731
+    for k in range(n):
+        x, y = int(a[k]), int(b[k])
+        assert out[0, k] == wrap(x // y)
+        assert out[1, k] == wrap(x % y)
+        assert out[2, k] == wrap(x * y + x)
+        assert out[3, k] == wrap(max(x, y) - min(x, y))
+
+
+_CACHE = {}
+
+
+def _lib_int_ops():
+    if "int" not in _CACHE:
+        n = SizeVar("n", "int32")
+        A, B = Buffer("A", (n,), "int32"), Buffer("B", (n,), "int32")
+        outs = [Buffer(f"O{k}", (n,), "int32") for k in range(4)]
+        i = Var("i", "int32")
+        a, b = A[i], B[i]
+        body = seq(BufferStore(outs[0], floordiv(a, b), (i,)), BufferStore(outs[1], floormod(a, b), (i,)),
+                   BufferStore(outs[2], a * b + a, (i,)), BufferStore(outs[3], max_(a, b) - min_(a, b), (i,)))
+        func = PrimFunc((A, B, *outs), For(i, 0, n, "serial", body), "intops")
+        _CACHE["int"] = refcomp.build(func, target="c -std=c99", bounds="off")
+    return _CACHE["int"]
+
+
+def test_division_by_zero_and_int_min_never_trap():
+    lib = _lib_int_ops()
+    a = np.array([7, -7, -2**31, 5], np.int32)
+    b = np.array([0, 0, -1, -1], np.int32)
+    out = np.zeros((4, 4), np.int32)
+    lib(a, b, *out)
+    assert list(out[0]) == [0, 0, -2**31, -5]
+    assert list(out[1]) == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("target", ["c", "c -std=c99"])
+@pytest.mark.parametrize("lanes", [1, 8, 3])
+def test_vector_and_scalarised_exp_agree_with_numpy(target, lanes, rng):
+    lib = refcomp.build(unary_kernel("exp", lanes=lanes, kind="serial"), target=target, bounds="off")
+    a = rng.standard_normal(lanes * 5).astype(np.float32) * 4
+    b = np.full_like(a, np.nan)
+    lib(a, b)
+    np.testing.assert_allclose(b, np.exp(a.astype(np.float64)), rtol=4e-7 * 8)
+
+
+def test_assert_gives_distinct_codes_and_messages():
+    n = SizeVar("n", "int32")
+    A = Buffer("A", (n,), "float32")
+    i = Var("i", "int32")
+    store = BufferStore(A, FloatImm(1.0), (i,))
+    body = AssertStmt(n > 2, "n must exceed 2", AssertStmt(n < 100, "n must stay below 100",
+                                                             For(i, 0, n, "parallel", store)))
+    lib = refcomp.build(PrimFunc((A,), body, name="guarded"), bounds="off")
+    lib(np.zeros(5, np.float32))
+    with pytest.raises(refcomp.RuntimeFailure, match="n must exceed 2"):
+        lib(np.zeros(2, np.float32))
+    with pytest.raises(refcomp.RuntimeFailure, match="n must stay below 100"):
+        lib(np.zeros(200, np.float32))
+
+
+def test_assert_inside_parallel_loop_with_heap_allocation():
+    n = SizeVar("n", "int32")
+    A = Buffer("A", (n,), "float32")
+    T = Buffer("T", (n,), "float32")
+    i, j = Var("i", "int32"), Var("j", "int32")
+    inner = seq(BufferStore(T, A[j] * 2.0, (j,)),
+                AssertStmt(T[j] < FloatImm(100.0), "value too large", BufferStore(A, T[j], (j,))))
+    from refcomp.ast import Allocate
+    body = For(i, 0, 1, "serial", Allocate(T, For(j, 0, n, "parallel", inner)))
+    lib = refcomp.build(PrimFunc((A,), body, name="alloc_guard"), bounds="off")
+    a = np.arange(6, dtype=np.float32)
+    lib(a)
+    np.testing.assert_array_equal(a, np.arange(6) * 2.0)
+    with pytest.raises(refcomp.RuntimeFailure, match="value too large"):
+        lib(np.full(4, 60.0, np.float32))
+
+
+def test_call_extern_rejects_non_identifiers():
+    n = SizeVar("n", "int32")
+    A = Buffer("A", (n,), "float32")
+    i = Var("i", "int32")
+    value = Call("call_extern", (StringImm("exit(1); f"), A[i]), "float32")
+    func = PrimFunc((A,), For(i, 0, n, "serial", BufferStore(A, value, (i,))), "ext")
+    with pytest.raises(refcomp.BuildError, match="not a plain C identifier"):
+        emit(func, NATIVE)
+
+
+def test_c_helpers_and_extern_calls():
+    helper = "static float twice_plus(float x, float y) { return 2.0f * x + y; }"
+    n = SizeVar("n", "int32")
+    A = Buffer("A", (n,), "float32")
+    i = Var("i", "int32")
+    value = Call("call_extern", (StringImm("twice_plus"), A[i], FloatImm(1.0)), "float32")
+    func = PrimFunc((A,), For(i, 0, n, "serial", BufferStore(A, value, (i,))), "ext",
+                    attrs={"c_helpers": (helper, helper)})
+    lib = refcomp.build(func, bounds="off")
+    assert lib.source.count("twice_plus(float x") == 1
+    a = np.arange(4, dtype=np.float32)
+    lib(a)
+    np.testing.assert_array_equal(a, np.arange(4) * 2.0 + 1.0)
+
+
+def test_let_stmt_and_unrolled_loop():
+    n = SizeVar("n", "int32")
+    A = Buffer("A", (n * 4,), "float32")
+    i, j, t = Var("i", "int32"), Var("j", "int32"), Var("t", "int32")
+    body = For(i, 0, n, "serial", LetStmt(t, i * 4, For(j, 0, 4, "unrolled",
+                                                       BufferStore(A, Cast("float32", t + j), (t + j,)))))
+    lib = refcomp.build(PrimFunc((A,), body, name="unroll"), bounds="off")
+    assert "#pragma GCC unroll 4" in lib.source
+    a = np.zeros(12, np.float32)
+    lib(a)
+    np.testing.assert_array_equal(a, np.arange(12))
+
+
+def test_gather_with_strided_ramp(rng):
+    n = SizeVar("n", "int32")
+    A = Buffer("A", (n * 16,), "float32")
+    B = Buffer("B", (n * 8,), "float32")
+    i = Var("i", "int32")
+    body = For(i, 0, n, "serial", BufferStore(B, A[Ramp(i * 16, IntImm(2), 8)], (Ramp(i * 8, IntImm(1), 8),)))
+    for target in ("c", "c -std=c99"):
+        lib = refcomp.build(PrimFunc((A, B), body, name="gather"), target=target, bounds="off")
+        a = rng.standard_normal(48).astype(np.float32)
+        b = np.zeros(24, np.float32)
+        lib(a, b)
+        np.testing.assert_array_equal(b, a[::2])
+
+
+def test_float_constants_are_exact():
+    n = SizeVar("n", "int32")
+    A = Buffer("A", (n,), "float64")
+    i = Var("i", "int32")
+    values = [0.1, -0.0, float("inf"), float("-inf"), 1e-310, 2.0**60]
+    body = seq(*[BufferStore(A, FloatImm(v, "float64"), (IntImm(k),)) for k, v in enumerate(values)])
+    lib = refcomp.build(PrimFunc((A,), body, name="consts"), bounds="off")
+    a = np.zeros(len(values))
+    lib(a)
+    assert list(a) == values and np.signbit(a[1])
+
+
+def test_blocks_are_rejected_before_emission():
+    from refcomp.ast import Block, BlockRealize
+    n = SizeVar("n", "int32")
+    A = Buffer("A", (n,), "float32")
+    block = Block("b", (), (), (), BufferStore(A, FloatImm(1.0), (IntImm(0),)))
+    func = PrimFunc((A,), BlockRealize((), const(True), block), "blocky")
+    with pytest.raises(refcomp.BuildError, match="blocks"):
+        emit(func, NATIVE)
