@@ -52,6 +52,8 @@ class ScopeWalker:
         self.analyzer = Analyzer()
         self.block_stack: list[str] = []
         self.var_order: list[Var] = []  # variables in the order they came into scope
+        self.current_stmt: Stmt | None = None  # the statement whose own expressions are walked
+        self.path_conditions: list[PrimExpr] = []  # lazy branch conditions inside that statement
 
     # ---------------------------------------------------------------- hooks
     def on_access(self, node: Any, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> None:
@@ -89,6 +91,13 @@ class ScopeWalker:
 
     # ---------------------------------------------------------------- statements
     def stmt(self, node: Stmt) -> None:
+        outer, self.current_stmt = self.current_stmt, node
+        try:
+            self._stmt(node)
+        finally:
+            self.current_stmt = outer
+
+    def _stmt(self, node: Stmt) -> None:
         kind = type(node)
         if kind is SeqStmt:
             self.seq(node.stmts)
@@ -205,10 +214,13 @@ class ScopeWalker:
         elif kind is Call and node.op == "if_then_else" and len(node.args) == 3:
             cond, then_value, else_value = node.args
             self.expr(cond)
-            with self.fact(cond):
-                self.expr(then_value)
-            with self.fact(Not(cond)):
-                self.expr(else_value)
+            for branch, holds in ((then_value, cond), (else_value, Not(cond))):
+                self.path_conditions.append(holds)
+                try:
+                    with self.fact(holds):
+                        self.expr(branch)
+                finally:
+                    self.path_conditions.pop()
         elif kind is Let:
             self.expr(node.value)
             self._introduce(node.var)

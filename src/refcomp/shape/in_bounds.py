@@ -44,6 +44,8 @@ class Obligation:
     var_order: list[Var]
     result: ProofResult | None = None
     message: str = field(default="")
+    stmt: Any = None     # the statement whose own expressions hold the access
+    path: tuple[PrimExpr, ...] = ()  # lazy-branch conditions between that statement and the access
 
     @property
     def proved(self) -> bool:
@@ -73,6 +75,9 @@ class Obligation:
         for var in self.var_order + list(model):
             if var in by_var and names[var] not in ordered and var in _mentioned(self):
                 ordered[names[var]] = by_var[var]
+        for name, value in named.items():  # values of loads the index depends on
+            if "[" in name:
+                ordered.setdefault(name, value)
         return ordered
 
 
@@ -104,7 +109,8 @@ class _Checker(ScopeWalker):
 
     def _add(self, node, kind, buffer, dim, index, extent, lower, claim) -> None:
         ob = Obligation(self.func.name, self.block_stack[-1] if self.block_stack else None, node, kind,
-                        buffer, dim, index, extent, lower, claim, [], list(self.var_order))
+                        buffer, dim, index, extent, lower, claim, [], list(self.var_order),
+                        stmt=self.current_stmt, path=tuple(self.path_conditions))
         if claim is None:
             ob.result = ProofResult("unknown", reason="the index is a vector expression refcomp cannot split into lanes")
         else:
@@ -124,7 +130,8 @@ def _within(index: PrimExpr, lower: PrimExpr, extent: PrimExpr) -> PrimExpr | No
     if index.dtype.lanes != 1:
         return None
     lower, extent = _same_type(lower, index), _same_type(extent, index)
-    return (lower <= index) & (index < lower + extent)
+    upper = extent if isinstance(lower, IntImm) and lower.value == 0 else lower + extent
+    return (lower <= index) & (index < upper)
 
 
 def _same_type(value: PrimExpr, like: PrimExpr) -> PrimExpr:

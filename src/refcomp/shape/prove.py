@@ -180,7 +180,12 @@ def _counterexample(model: Any, encoder: Encoder, condition: PrimExpr, assumptio
     if not (holds and violated):
         return ProofResult("unknown", reason="Z3's counterexample does not violate the claim when evaluated",
                            via="z3")
-    return ProofResult("disproved", counterexample=_named(values), via="z3", model=values)
+    named = _named(values)
+    for key, (node, _) in encoder.opaque.items():  # e.g. the value an index buffer would hold
+        value = opaque_values.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and node.dtype.is_integer:
+            named.setdefault(render(node), value)
+    return ProofResult("disproved", counterexample=named, via="z3", model=values)
 
 
 def _named(values: dict[Var, Any]) -> dict[str, Any]:
