@@ -85,7 +85,7 @@ def test_symbolic_size_var_bounds():
 
 # ----------------------------------------------------------------------------- property test
 
-_ops = [Add, Sub, Mul, FloorDiv, FloorMod, Min, Max]
+_ops = [Add, Sub, Mul, FloorDiv, FloorMod, Min, Max, Add, Mul]
 
 
 def _exprs(leaves):
@@ -151,3 +151,9 @@ def test_simplified_comparison_has_the_same_truth_value(a, b, op, vi, vj):
     except ValueError:
         return
     assert bool(evaluate(result, env, wrap=True)) == bool(expected)
+
+
+def test_fused_index_recombines():
+    x = i * 8 + j
+    assert same_expr(simplify_expr(x // 3 * 3 + x % 3), x)
+    assert same_expr(simplify_expr((x % 5) * 2 + (x // 5) * 10 + 1), simplify_expr(x * 2 + 1))

@@ -163,6 +163,25 @@ def linear_form(expr: PrimExpr) -> Linear:
     return out
 
 
+def merge_div_mod(form: Linear) -> Linear:
+    """Replace k*c*(x // c) + k*(x % c) by k*x (an identity of floor division, valid modulo 2^bits)."""
+    changed = True
+    while changed:
+        changed = False
+        for key, (atom, k) in list(form.terms.items()):
+            if k == 0 or not isinstance(atom, FloorMod) or not isinstance(atom.b, IntImm) or atom.b.value <= 0:
+                continue
+            quotient_key = expr_key(FloorDiv(atom.a, atom.b))
+            entry = form.terms.get(quotient_key)
+            if entry is None or entry[1] != k * atom.b.value:
+                continue
+            del form.terms[key], form.terms[quotient_key]
+            form = form.plus(linear_form(atom.a).scaled(k))
+            changed = True
+            break
+    return form
+
+
 def build_linear(form: Linear, dtype: DataType) -> PrimExpr:
     """The expression of a Linear in dtype: positive terms first, then subtracted ones, then the constant."""
     terms = [(atom, wrap(c, dtype)) for atom, c in form.nonzero()]
@@ -284,7 +303,7 @@ class ExprSimplifier:
             value = a + b if isinstance(e, Add) else a - b if isinstance(e, Sub) else a * b
             return _int(value, dtype)
         if _is_signed_scalar(dtype):
-            return build_linear(linear_form(e), dtype)
+            return build_linear(merge_div_mod(linear_form(e)), dtype)
         # unsigned: identities only (a negative coefficient has no unsigned constant)
         if isinstance(e, (Add, Sub)) and b == 0:
             return e.a

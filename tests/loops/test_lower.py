@@ -1,0 +1,189 @@
+"""The lowering pipeline: schedules from refcomp.Schedule lowered and run, the debug switch, the contract."""
+import logging
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import refcomp
+from refcomp import te
+from refcomp.ast import (
+    AssertStmt, Block, BlockRealize, Buffer, BufferLoad, BufferStore, For, IRModule, MatchBufferRegion,
+    PrimFunc, Ramp, Var, collect, const,
+)
+from refcomp.loops.lower import PIPELINE, lower, original_buffer
+
+
+def _random(func, rng, sizes=None):
+    arrays = []
+    for buffer in func.buffers:
+        shape = [d.value if hasattr(d, "value") else sizes[d.name] for d in buffer.shape]
+        arrays.append(rng.standard_normal(shape).astype(buffer.dtype.numpy()))
+    return arrays
+
+
+def assert_lowering_preserves_results(func, rng, sizes=None, rtol=1e-5):
+    """interpret(func) == interpret(lower(func)) on fresh random data; returns the lowered func."""
+    lowered = lower(func)
+    inputs = _random(func, rng, sizes)
+    expected = [a.copy() for a in inputs]
+    refcomp.interpret(func, *expected)
+    got = [a.copy().reshape(-1) for a in inputs]
+    refcomp.interpret(lowered, *got, **(sizes or {}))  # flat shapes do not tell the sizes
+    for want, have in zip(expected, got):
+        np.testing.assert_allclose(have.reshape(want.shape), want, rtol=rtol, atol=1e-5)
+    return lowered
+
+
+def assert_contract(lowered):
+    """What the emitters may rely on: no blocks, flat buffers, originals recorded."""
+    assert not collect(lowered, Block) and not collect(lowered, BlockRealize)
+    assert not collect(lowered, MatchBufferRegion)
+    for node in collect(lowered, BufferLoad) + collect(lowered, BufferStore):
+        assert len(node.buffer.shape) == 1 and not node.buffer.strides
+    for param in lowered.buffers:
+        assert len(param.shape) == 1
+        assert original_buffer(lowered, param) is not None
+
+
+def matmul(m, n, k):
+    A = te.placeholder((m, k), "float32", "A")
+    B = te.placeholder((k, n), "float32", "B")
+    r = te.reduce_axis(k, "k")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    return te.create_prim_func([A, B, C])
+
+
+def test_tiled_matmul_schedule(rng):
+    sch = refcomp.Schedule(matmul(16, 40, 6))
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    io, ii = sch.split(i, [None, 4])
+    jo, ji = sch.split(j, [None, 16])  # 40 = 3 * 16 - 8: imperfect
+    ko, ki = sch.split(k, [None, 2])
+    sch.reorder(io, jo, ko, ii, ki, ji)
+    sch.vectorize(ji)
+    sch.parallel(io)
+    lowered = assert_lowering_preserves_results(sch.func, rng)
+    assert_contract(lowered)
+    assert any(isinstance(s.indices[0], Ramp) for s in collect(lowered, BufferStore))
+    assert [l.kind for l in collect(lowered, For) if l.kind == "parallel"] == ["parallel"]
+
+
+def test_softmax_with_vectorized_rows(rng):
+    A = te.placeholder((3, 24), "float32", "A")
+    k1, k2 = te.reduce_axis(24, "k1"), te.reduce_axis(24, "k2")
+    M = te.compute((3,), lambda i: te.max(A[i, k1], axis=k1), name="M")
+    E = te.compute((3, 24), lambda i, j: te.exp(A[i, j] - M[i]), name="E")
+    S = te.compute((3,), lambda i: te.sum(E[i, k2], axis=k2), name="S")
+    O = te.compute((3, 24), lambda i, j: E[i, j] / S[i], name="O")
+    sch = refcomp.Schedule(te.create_prim_func([A, O]))
+    for name in ("E", "O"):
+        _, j = sch.get_loops(sch.get_block(name))
+        sch.vectorize(j)
+    lowered = assert_lowering_preserves_results(sch.func, rng)
+    assert_contract(lowered)
+    calls = [c for c in collect(lowered, refcomp.ast.Call) if c.op == "exp"]
+    assert calls and all(c.dtype.lanes == 16 or c.dtype.lanes == 8 for c in calls)
+
+
+def test_symbolic_elementwise_with_parallel_and_vector_split(rng):
+    n = te.size_var("n")
+    A = te.placeholder((n, 3), "float32", "A")
+    B = te.compute((n, 3), lambda i, j: te.sigmoid(A[i, j]) * 2.0, name="B")
+    sch = refcomp.Schedule(te.create_prim_func([A, B]))
+    i, j = sch.get_loops(sch.get_block("B"))
+    fused = sch.fuse(i, j)
+    outer, inner = sch.split(fused, [None, 8])
+    sch.parallel(outer)
+    sch.vectorize(inner)
+    for size in (1, 5, 11):
+        assert_lowering_preserves_results(sch.func, rng, sizes={"n": size})
+
+
+def test_thread_bindings_scopes_and_asserts_are_kept():
+    A = Buffer("A", (64,))
+    L = Buffer("L", (4,), scope="local")
+    b, t = Var("b"), Var("t")
+    store = BufferStore(A, const(1.0), (b * 4 + t,))
+    body = For(b, 0, 16, "thread_binding", For(t, 0, 4, "thread_binding", AssertStmt(
+        b < 100, "b in range", store), thread_binding="threadIdx.x"), thread_binding="blockIdx.x")
+    func = PrimFunc((A,), refcomp.ast.Allocate(L, body))
+    lowered = lower(func)
+    kinds = [(l.kind, l.thread_binding) for l in collect(lowered, For)]
+    assert ("thread_binding", "blockIdx.x") in kinds and ("thread_binding", "threadIdx.x") in kinds
+    assert lowered.body.buffer.scope == "local"
+    unknown = PrimFunc((A,), For(b, 0, 16, "serial", AssertStmt(b < A.shape[0] // Var("q"), "guard", store)))
+    assert collect(lower(unknown), AssertStmt)  # a guard that cannot be decided stays
+
+
+def test_debug_switch_prints_the_ir_after_every_pass(monkeypatch, capsys):
+    monkeypatch.setenv("REFCOMP_DEBUG", "1")
+    lower(matmul(2, 3, 2))
+    err = capsys.readouterr().err
+    for name, _ in PIPELINE:
+        assert f"IR after {name}" in err
+
+
+def test_debug_logger_gets_the_ir(caplog):
+    with caplog.at_level(logging.DEBUG, logger="refcomp.lower"):
+        lower(matmul(2, 3, 2))
+    assert "IR after flatten_buffers" in caplog.text and "C[i * 3 + j]" in caplog.text
+
+
+def test_after_pass_hook_and_modules():
+    seen = []
+    module = IRModule({"mm": matmul(2, 3, 2)})
+    lowered = lower(module, after_pass=lambda name, func: seen.append(name))
+    assert seen == [name for name, _ in PIPELINE]
+    assert not collect(lowered["mm"], Block)
+    with pytest.raises(TypeError, match="PrimFunc or IRModule"):
+        lower("not a function")
+
+
+# ----------------------------------------------------------------------------- random schedules
+
+@st.composite
+def scheduled_programs(draw):
+    """A small te program (elementwise chain, reduction or matmul) under a random legal schedule."""
+    kind = draw(st.sampled_from(["elementwise", "reduction", "matmul"]))
+    m = draw(st.integers(1, 9))
+    n = draw(st.integers(1, 19))
+    A = te.placeholder((m, n), "float32", "A")
+    if kind == "elementwise":
+        B = te.compute((m, n), lambda i, j: te.exp(A[i, j] * 0.5) + A[i, j], name="B")
+        func, block = te.create_prim_func([A, B]), "B"
+    elif kind == "reduction":
+        k = te.reduce_axis(n, "k")
+        B = te.compute((m,), lambda i: te.max(A[i, k], axis=k), name="B")
+        func, block = te.create_prim_func([A, B]), "B"
+    else:
+        p = draw(st.integers(1, 5))
+        W = te.placeholder((n, p), "float32", "W")
+        k = te.reduce_axis(n, "k")
+        B = te.compute((m, p), lambda i, j: te.sum(A[i, k] * W[k, j], axis=k), name="B")
+        func, block = te.create_prim_func([A, W, B]), "B"
+    sch = refcomp.Schedule(func)
+    loops = sch.get_loops(sch.get_block(block))
+    if draw(st.booleans()):
+        outer, inner = sch.split(loops[-1], [None, draw(st.integers(1, 8))])
+        loops = loops[:-1] + [outer, inner]
+    last = draw(st.sampled_from(["vectorize", "unroll", "serial"]))
+    try:
+        if last == "vectorize":
+            sch.vectorize(loops[-1])
+        elif last == "unroll":
+            sch.unroll(loops[-1])
+    except refcomp.ScheduleError:
+        pass  # e.g. vectorizing a reduction loop is not allowed: keep it serial
+    if draw(st.booleans()):
+        try:
+            sch.parallel(loops[0])
+        except refcomp.ScheduleError:
+            pass
+    return sch.func
+
+
+@given(func=scheduled_programs(), seed=st.integers(0, 2**31 - 1))
+def test_random_scheduled_programs_lower_to_the_same_results(func, seed):
+    lowered = assert_lowering_preserves_results(func, np.random.default_rng(seed))
+    assert_contract(lowered)
