@@ -80,7 +80,14 @@ class Trace:
         names = self._names()
         lines = []
         for inst in self.instructions:
-            args = ", ".join(f"{key}={_python_value(value, names)}" for key, value in inst.args.items())
+            variadic = _variadic_parameter(inst.kind)
+            parts = []
+            for key, value in inst.args.items():
+                if key == variadic:
+                    parts.extend(_python_value(v, names) for v in value)
+                else:
+                    parts.append(f"{key}={_python_value(value, names)}")
+            args = ", ".join(parts)
             call = f"sch.{inst.kind}({args})"
             if inst.outputs is None:
                 lines.append(call)
@@ -135,7 +142,9 @@ class Trace:
             if method is None or kind.startswith("_"):
                 raise ScheduleError(f"from_trace: instruction {number}: unknown primitive {kind!r}")
             args = {key: _decode(value, env) for key, value in record["args"].items()}
-            result = method(**args)
+            variadic = _variadic_parameter(kind)
+            positional = args.pop(variadic, []) if variadic else []
+            result = method(*positional, **args)
             outputs = record["outputs"]
             if outputs is None:
                 continue
@@ -149,6 +158,21 @@ class Trace:
                     env[name] = handle
             else:
                 env[outputs] = result
+
+
+def _variadic_parameter(kind: str) -> str | None:
+    """The name of the *args parameter of Schedule.<kind> (fuse, reorder take loops positionally)."""
+    import inspect
+
+    from .schedule import Schedule
+
+    method = getattr(Schedule, kind, None)
+    if method is None:
+        return None
+    for parameter in inspect.signature(method).parameters.values():
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            return parameter.name
+    return None
 
 
 def _python_value(value: Any, names: dict[int, str]) -> str:
