@@ -203,7 +203,7 @@ class Compiler:
             kind = "store to" if isinstance(node, BufferStore) else "load from"
             raise RuntimeFailure(
                 f"{kind} {node.buffer.name}[{', '.join(map(str, indices))}] is out of bounds of shape "
-                f"({', '.join(map(str, dims))})", ir=func, spot=node)
+                f"{tuple(dims)}", ir=func, spot=node)
 
         def zero_division(site: int) -> Any:
             raise RuntimeFailure("integer division by zero", ir=func, spot=sites[site])
@@ -238,7 +238,7 @@ class Compiler:
             "_truncmod": truncmod, "_assert_failed": assert_failed, "_bad_alloc": bad_alloc,
             "_fdiv": values.float_div, "_fmin": values.float_min, "_fmax": values.float_max,
             "_p32": values._F32.pack, "_u32": values._F32.unpack, "_r16": values.round_f16,
-            "_rbf": values.round_bf16, "_f2i": f2i, "_i2f": values.int_to_float,
+            "_rbf": values.round_bf16, "_r32": values.round_f32_outside, "_f2i": f2i, "_i2f": values.int_to_float,
             "_isnan": math.isnan, "_isinf": math.isinf, "_isfinite": math.isfinite,
             "_inf": math.inf, "_nan": math.nan, "_reinterpret": _reinterpret,
         }
@@ -296,7 +296,9 @@ class Compiler:
         if t.name == "float64":
             return f"({code})"
         if t.name == "float32":
-            return f"_u32(_p32({code}))[0]"
+            temp = self.fresh("f", "_r")
+            return (f"(_u32(_p32({temp}))[0] if -{values.FLOAT32_MAX!r} <= ({temp} := {code}) <= "
+                    f"{values.FLOAT32_MAX!r} else _r32({temp}))")
         if t.name == "float16":
             return f"_r16({code})"
         if t.name == "bfloat16":

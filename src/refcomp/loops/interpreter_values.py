@@ -40,9 +40,25 @@ INF = math.inf
 
 # ----------------------------------------------------------------------------- float rounding
 
+FLOAT32_MAX = 3.4028234663852886e38
+# Doubles at or beyond this magnitude round to infinity in float32 (FLT_MAX plus half an ulp).
+_FLOAT32_OVERFLOW = 3.4028235677973366e38
+
+
 def round_f32(x: float) -> float:
     """x rounded to the nearest float32 (ties to even; overflow gives inf)."""
-    return _F32.unpack(_F32.pack(x))[0]
+    if -FLOAT32_MAX <= x <= FLOAT32_MAX:
+        return _F32.unpack(_F32.pack(x))[0]
+    return round_f32_outside(x)
+
+
+def round_f32_outside(x: float) -> float:
+    """round_f32 for NaN and magnitudes beyond FLT_MAX (struct refuses to pack those)."""
+    if x != x or x in (INF, -INF):
+        return x
+    if abs(x) < _FLOAT32_OVERFLOW:
+        return math.copysign(FLOAT32_MAX, x)
+    return math.copysign(INF, x)
 
 
 def round_f16(x: float) -> float:
@@ -64,7 +80,7 @@ def bf16_bits(x: float) -> int:
 
 def bf16_value(bits: int) -> float:
     """The value of a bfloat16 bit pattern."""
-    return _F32.unpack(_U32.pack((bits & 0xFFFF) << 16))[0]
+    return _F32.unpack(_U32.pack((int(bits) & 0xFFFF) << 16))[0]
 
 
 def round_bf16(x: float) -> float:

@@ -64,7 +64,10 @@ def reduce_axis(dom: Any, name: str = "k") -> Axis:
             raise ValueError(f"reduce_axis: expected (begin, end), got {dom!r}")
         begin, end = convert(dom[0]), convert(dom[1])
         begin, end = _promote(begin, end)
-        rng = Range(begin, end - begin)
+        if isinstance(begin, IntImm) and isinstance(end, IntImm):
+            rng = Range(begin, IntImm(end.value - begin.value, begin.dtype))
+        else:
+            rng = Range(begin, end - begin)
     else:
         rng = Range.from_extent(convert(dom))
     return Axis(Var(name, rng.extent.dtype), rng, "reduce")
@@ -227,6 +230,16 @@ class Reduce:
             f"te.{self.reducer.name}(...) must be the whole body of a compute; "
             "compute the reduction in its own stage and use that tensor"
         )
+
+    def _not_an_operand(self, *_: Any) -> PrimExpr:
+        return self.as_expr()
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _not_an_operand
+    __truediv__ = __rtruediv__ = __floordiv__ = __mod__ = __neg__ = _not_an_operand
+    __lt__ = __le__ = __gt__ = __ge__ = _not_an_operand
+
+    def astype(self, dtype: Any) -> PrimExpr:
+        return self.as_expr()
 
 
 class CommReducer:
