@@ -319,3 +319,56 @@ def make_if(bb_or_none: Any, cond: Expr, true_branch: SeqExpr, false_branch: Seq
     info = lca(erase_to_well_defined(true_branch.struct_info, defined),
                erase_to_well_defined(false_branch.struct_info, defined))
     return If(cond, true_branch, false_branch, info)
+
+
+# ----------------------------------------------------------------------------- te legalization
+
+def call_te(bb: BlockBuilder, compute, *args: Expr, primfunc_name_hint: str = "te_func", **attrs: Any) -> Call:
+    """Run a te computation on placeholders shaped like args; add its PrimFunc; return the call_tir.
+
+    Tensor args become placeholders with the args' symbolic shapes (the same size vars), so the
+    PrimFunc's buffers are shaped in the graph's own variables.  Size vars that no buffer has as a
+    bare dimension are passed to the kernel as trailing scalar parameters (`tir_vars`).
+    """
+    from .. import te
+    from .op.base import call_tir
+
+    placeholders = []
+    for k, arg in enumerate(args):
+        info = arg.struct_info
+        if not isinstance(info, TensorStructInfo) or info.shape is None or info.dtype is None:
+            raise IRError(f"{primfunc_name_hint}: argument {k} needs a known shape and dtype to be legalized, "
+                          f"got {info}", hint="bind the shape first with R.match_cast")
+        name = arg.name if isinstance(arg, Var) else f"arg{k}"
+        placeholders.append(te.placeholder(info.shape, info.dtype, _c_name(name)))
+    result = compute(*placeholders, **attrs)
+    outs = list(result) if isinstance(result, (list, tuple)) else [result]
+    tensors = placeholders + outs
+    bare = {d for t in tensors for d in t.shape if isinstance(d, tir.Var)}
+    extra: dict[tir.Var, None] = {}
+    for t in tensors:
+        for d in t.shape:
+            for v in free_vars(d):
+                if v not in bare:
+                    extra.setdefault(v, None)
+    func = te.create_prim_func(tensors + list(extra), name=primfunc_name_hint)
+    gvar = bb.add_func(func, primfunc_name_hint)
+    out_sinfo = [TensorStructInfo(tuple(t.shape), t.dtype) for t in outs]
+    return call_tir(gvar, list(args), out_sinfo if len(out_sinfo) > 1 else out_sinfo[0], tuple(extra) or None)
+
+
+def _c_name(name: str) -> str:
+    import re
+
+    text = re.sub(r"[^A-Za-z0-9_]", "_", name) or "arg"
+    return "_" + text if text[0].isdigit() else text
+
+
+def emit_te(bb: BlockBuilder, compute, *args: Expr, primfunc_name_hint: str = "te_func", **attrs: Any) -> Var:
+    """call_te, then bind the call."""
+    args = tuple(bb.normalize(a) for a in args)
+    return bb.emit(call_te(bb, compute, *args, primfunc_name_hint=primfunc_name_hint, **attrs))
+
+
+BlockBuilder.call_te = call_te  # type: ignore[attr-defined]
+BlockBuilder.emit_te = emit_te  # type: ignore[attr-defined]

@@ -1,0 +1,369 @@
+"""The graph VM: runs lowered graph functions (a flat list of instructions over registers).
+
+    ex = refcomp.graph.build(mod, target="c")
+    vm = refcomp.runtime.VirtualMachine(ex)
+    (y,) = vm["main"](x)            # numpy arrays in, numpy arrays out
+
+At entry every argument is matched against its parameter's struct info: rank and dtype must agree,
+dims are compared with (or bind) the size vars, and every runtime check recorded by shape inference
+is evaluated as soon as its vars are bound; a mismatch is an ArgumentError naming the parameter and
+the dims.  Kernels are callables taking arrays (inputs, then preallocated outputs) and trailing
+integer scalars; tensors planned into a storage arena are views into preallocated byte buffers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..ast import expr as tir
+from ..ast.functor import free_vars
+from ..errors import ArgumentError, RuntimeFailure
+
+# ----------------------------------------------------------------------------- instructions
+
+
+@dataclass(frozen=True)
+class MatchShape:
+    """Check register `reg` against a tensor pattern, binding size vars that are still unbound."""
+
+    reg: int
+    shape: tuple | None  # tuple of PrimExpr, or None for any shape of that rank
+    ndim: int
+    dtype: str | None
+    what: str
+
+
+@dataclass(frozen=True)
+class Check:
+    """Evaluate condition once its size vars are bound; raise with message when false."""
+
+    condition: tir.PrimExpr
+    message: str
+
+
+@dataclass(frozen=True)
+class LoadConst:
+    """dst = a constant array."""
+
+    dst: int
+    value: Any
+
+
+@dataclass(frozen=True)
+class Alloc:
+    """dst = an uninitialized tensor of shape; in storage token `token` when planned (else fresh)."""
+
+    dst: int
+    shape: tuple
+    dtype: str
+    token: int | None = None
+
+
+@dataclass(frozen=True)
+class CallKernel:
+    """kernel(*args, *outs, *scalars): a compiled PrimFunc writing into preallocated outputs."""
+
+    kernel: str
+    args: tuple[int, ...]
+    outs: tuple[int, ...]
+    scalars: tuple = ()
+
+
+@dataclass(frozen=True)
+class CallPacked:
+    """An external function in destination-passing style: fn(*args, *outs)."""
+
+    symbol: str
+    args: tuple[int, ...]
+    outs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CallFunction:
+    """dst = another graph function of the executable applied to args."""
+
+    dst: int
+    function: str
+    args: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Move:
+    """dst = src (the same value; no copy)."""
+
+    dst: int
+    src: int
+
+
+@dataclass(frozen=True)
+class MakeTuple:
+    """dst = (regs...)."""
+
+    dst: int
+    fields: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class GetItem:
+    """dst = src[index]."""
+
+    dst: int
+    src: int
+    index: int
+
+
+@dataclass(frozen=True)
+class MakeShape:
+    """dst = a tuple of ints (a ShapeExpr value) or a scalar (a PrimValue)."""
+
+    dst: int
+    values: tuple
+    scalar: bool = False
+
+
+@dataclass(frozen=True)
+class Branch:
+    """dst = the result of then_code or else_code, chosen by register cond (a bool scalar)."""
+
+    dst: int
+    cond: int
+    then_code: tuple
+    then_result: int
+    else_code: tuple
+    else_result: int
+
+
+@dataclass(frozen=True)
+class Return:
+    """Leave the function with register reg."""
+
+    reg: int
+
+
+@dataclass
+class VMFunction:
+    """One lowered graph function: parameter count, register count, code, storage tokens."""
+
+    name: str
+    num_params: int
+    num_regs: int
+    code: tuple
+    param_names: tuple[str, ...]
+    checks: tuple[Check, ...] = ()
+    token_bytes: tuple[tir.PrimExpr, ...] = ()  # bytes of each storage token (upper-bound expression)
+    token_limits: tuple[int | None, ...] = ()   # the same evaluated at the declared upper bounds
+
+
+@dataclass
+class Executable:
+    """What graph.build produces: lowered graph functions, compiled kernels, external functions."""
+
+    functions: dict[str, VMFunction]
+    kernels: dict[str, Callable]
+    externs: dict[str, Callable] = field(default_factory=dict)
+    target: str = "c"
+    stats: dict[str, Any] = field(default_factory=dict)
+    module: Any = None  # the final IRModule, for inspection
+
+    def arena_bytes(self, function: str = "main") -> int:
+        """Bytes of preallocated storage the planner reserved for function (at the upper bounds)."""
+        return int(sum(v or 0 for v in self.functions[function].token_limits))
+
+
+# ----------------------------------------------------------------------------- external functions
+
+_EXTERNS: dict[str, Callable] = {}
+
+
+def register_extern(symbol: str, function: Callable | None = None):
+    """Register a Python callable (destination-passing: fn(*inputs, *outputs)) under symbol."""
+    def add(fn: Callable) -> Callable:
+        _EXTERNS[symbol] = fn
+        return fn
+
+    return add(function) if function is not None else add
+
+
+def extern_from_library(symbol: str, library_path: str, c_symbol: str, signature: str,
+                        adapter: Callable[..., Any]) -> Callable:
+    """Register a C function of a shared library: `adapter(cfunc, ffi, *arrays)` calls it.
+
+    signature is the C declaration, e.g. "void cblas_sgemm(int, int, int, int, int, int, float, "
+    "const float*, int, const float*, int, float, float*, int);".
+    """
+    import cffi
+
+    ffi = cffi.FFI()
+    ffi.cdef(signature)
+    lib = ffi.dlopen(library_path)
+    cfunc = getattr(lib, c_symbol)
+
+    def call(*arrays):
+        return adapter(cfunc, ffi, *arrays)
+
+    call._keepalive = (ffi, lib)  # type: ignore[attr-defined]
+    return register_extern(symbol, call)
+
+
+# ----------------------------------------------------------------------------- the machine
+
+
+class _Frame:
+    def __init__(self, function: VMFunction) -> None:
+        self.regs: list[Any] = [None] * function.num_regs
+        self.env: dict[tir.Var, int] = {}
+        self.pending = list(function.checks)
+
+
+class VirtualMachine:
+    """Runs an Executable's functions on numpy arrays."""
+
+    def __init__(self, executable: Executable) -> None:
+        self.executable = executable
+        self._storage: dict[str, list[bytearray | None]] = {}
+        self.kernel_calls = 0
+
+    def __getitem__(self, name: str) -> Callable[..., Any]:
+        if name not in self.executable.functions:
+            raise KeyError(f"executable has no function {name!r}; it has {sorted(self.executable.functions)}")
+        return lambda *args: self.invoke(name, *args)
+
+    def invoke(self, name: str, *args: Any) -> Any:
+        """Run function `name` on args (numpy arrays, ints for prim params, tuples for tuple params)."""
+        function = self.executable.functions[name]
+        if len(args) != function.num_params:
+            raise ArgumentError(f"{name} takes {function.num_params} arguments "
+                                f"({', '.join(function.param_names)}), got {len(args)}")
+        frame = _Frame(function)
+        for k, a in enumerate(args):
+            frame.regs[k] = np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a
+        return self._run(function, function.code, frame)
+
+    # ------------------------------------------------------------------ execution
+
+    def _run(self, function: VMFunction, code: Sequence, frame: _Frame) -> Any:
+        regs = frame.regs
+        for inst in code:
+            kind = type(inst)
+            if kind is CallKernel:
+                self._call_kernel(inst, frame)
+            elif kind is Alloc:
+                regs[inst.dst] = self._alloc(function, inst, frame)
+            elif kind is MatchShape:
+                self._match(inst, frame)
+            elif kind is LoadConst:
+                regs[inst.dst] = inst.value
+            elif kind is Move:
+                regs[inst.dst] = regs[inst.src]
+            elif kind is MakeTuple:
+                regs[inst.dst] = tuple(regs[r] for r in inst.fields)
+            elif kind is GetItem:
+                regs[inst.dst] = regs[inst.src][inst.index]
+            elif kind is MakeShape:
+                values = tuple(_eval_int(v, frame.env) for v in inst.values)
+                regs[inst.dst] = values[0] if inst.scalar else values
+            elif kind is CallPacked:
+                self._call_packed(inst, frame)
+            elif kind is CallFunction:
+                regs[inst.dst] = self.invoke(inst.function, *(regs[r] for r in inst.args))
+            elif kind is Branch:
+                taken = bool(np.asarray(regs[inst.cond]).item())
+                sub_code, result = (inst.then_code, inst.then_result) if taken else (inst.else_code, inst.else_result)
+                self._run(function, sub_code, frame)
+                regs[inst.dst] = regs[result]
+            elif kind is Return:
+                return regs[inst.reg]
+            else:  # pragma: no cover - the lowering emits only the kinds above
+                raise RuntimeFailure(f"VM: unknown instruction {inst!r}")
+        return None
+
+    def _call_kernel(self, inst: CallKernel, frame: _Frame) -> None:
+        kernel = self.executable.kernels[inst.kernel]
+        regs = frame.regs
+        scalars = [_eval_int(s, frame.env) for s in inst.scalars]
+        self.kernel_calls += 1
+        kernel(*(regs[r] for r in inst.args), *(regs[r] for r in inst.outs), *scalars)
+
+    def _call_packed(self, inst: CallPacked, frame: _Frame) -> None:
+        fn = self.executable.externs.get(inst.symbol) or _EXTERNS.get(inst.symbol)
+        if fn is None:
+            raise RuntimeFailure(f"call_dps_packed: no external function {inst.symbol!r} is registered",
+                                 hint="register it with refcomp.runtime.vm.register_extern(symbol, fn)")
+        regs = frame.regs
+        fn(*(regs[r] for r in inst.args), *(regs[r] for r in inst.outs))
+
+    def _alloc(self, function: VMFunction, inst: Alloc, frame: _Frame) -> np.ndarray:
+        shape = tuple(_eval_int(d, frame.env) for d in inst.shape)
+        dtype = np.dtype(inst.dtype) if inst.dtype != "bfloat16" else np.dtype("uint16")
+        if inst.token is None:
+            return np.empty(shape, dtype=dtype)
+        pools = self._storage.setdefault(function.name, [None] * len(function.token_bytes))
+        need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        limit = function.token_limits[inst.token]
+        if limit is not None and need > limit:
+            raise RuntimeFailure(
+                f"{function.name}: a tensor of shape {shape} needs {need} bytes, more than the {limit} bytes "
+                "planned from the declared upper bounds (tir_var_upper_bound)",
+                hint="raise the upper bound of the size vars or call with smaller inputs")
+        pool = pools[inst.token]
+        if pool is None or len(pool) < need:
+            pool = bytearray(max(need, limit or 0, 1))
+            pools[inst.token] = pool
+        return np.frombuffer(pool, dtype=dtype, count=int(np.prod(shape, dtype=np.int64))).reshape(shape)
+
+    def _match(self, inst: MatchShape, frame: _Frame) -> None:
+        value = frame.regs[inst.reg]
+        if not isinstance(value, np.ndarray):
+            raise ArgumentError(f"{inst.what}: expected a tensor, got {type(value).__name__}")
+        if inst.ndim != -1 and value.ndim != inst.ndim:
+            raise ArgumentError(f"{inst.what}: expected a {inst.ndim}-d tensor, got shape {value.shape}")
+        if inst.dtype is not None:
+            expected = np.dtype(inst.dtype) if inst.dtype != "bfloat16" else np.dtype("uint16")
+            if value.dtype != expected:
+                raise ArgumentError(f"{inst.what}: expected dtype {inst.dtype}, got {value.dtype}")
+        if inst.shape is not None:
+            env = frame.env
+            for axis, (dim, actual) in enumerate(zip(inst.shape, value.shape)):
+                if isinstance(dim, tir.Var) and dim not in env:
+                    env[dim] = int(actual)
+                    continue
+                expected = _eval_int(dim, env)
+                if expected != actual:
+                    raise ArgumentError(
+                        f"{inst.what}: dim {axis} is {actual} but must be {_show(dim)} = {expected} "
+                        f"(shape {value.shape}, {_bound_text(env)})")
+        self._run_checks(frame)
+
+    def _run_checks(self, frame: _Frame) -> None:
+        remaining = []
+        for check in frame.pending:
+            if all(v in frame.env for v in free_vars(check.condition)):
+                if not _eval_int(check.condition, frame.env):
+                    raise ArgumentError(f"runtime shape check failed: {check.message} ({_bound_text(frame.env)})")
+            else:
+                remaining.append(check)
+        frame.pending = remaining
+
+
+def _show(dim: tir.PrimExpr) -> str:
+    from ..ast.graph_script import format_prim_expr
+
+    return format_prim_expr(dim)
+
+
+def _bound_text(env: Mapping[tir.Var, int]) -> str:
+    return ", ".join(f"{v.name} = {k}" for v, k in env.items()) or "no size vars bound"
+
+
+def _eval_int(expr: Any, env: Mapping[tir.Var, int]) -> int:
+    if isinstance(expr, int):
+        return expr
+    from ..graph.shape_facts import NotConstant, evaluate
+
+    try:
+        value = evaluate(expr, env)
+    except NotConstant as exc:
+        raise RuntimeFailure(f"VM: cannot evaluate {_show(expr)}: {exc} is not bound") from None
+    return int(value) if not isinstance(value, bool) else value
