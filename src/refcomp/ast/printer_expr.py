@@ -1,7 +1,6 @@
 """Printing of expressions, regions and attribute values in the script format (TVMScript style)."""
 from __future__ import annotations
 
-import json
 import math
 from typing import Any, Callable, Mapping
 
@@ -25,8 +24,22 @@ _FUNCTION_FORM = {E.Min: "T.min", E.Max: "T.max", E.TruncDiv: "T.truncdiv", E.Tr
 
 
 def quote(text: str) -> str:
-    """A double-quoted Python string literal for text (any character escaped safely)."""
-    return json.dumps(text)
+    """A double-quoted, ASCII-only Python string literal for text (it reads back to exactly text)."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 32 <= code < 127:
+            out.append(ch)
+        elif code < 256:
+            out.append(f"\\x{code:02x}")
+        elif code < 65536:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return '"' + "".join(out) + '"'
+
 
 
 def float_literal(value: float) -> str:
