@@ -12,3 +12,6 @@ __all__ += ["Obligation", "check_accesses", "verify_in_bounds"]
 from .guards import DimRelation, insert_runtime_guards, runtime_preconditions, shape_relations
 
 __all__ += ["DimRelation", "insert_runtime_guards", "runtime_preconditions", "shape_relations"]
+from .check import Problem, Report, check
+
+__all__ += ["Problem", "Report", "check"]

@@ -105,10 +105,12 @@ class _Checker(ScopeWalker):
         if value.dtype.lanes != 1:
             return
         claim = _within(value, iv.dom.min, iv.dom.extent)
-        self._add(realize, "binding", None, index, value, iv.dom.extent, iv.dom.min, claim)
+        self._add(realize, "binding", None, index, value, iv.dom.extent, iv.dom.min, claim, realize.block.name)
 
-    def _add(self, node, kind, buffer, dim, index, extent, lower, claim) -> None:
-        ob = Obligation(self.func.name, self.block_stack[-1] if self.block_stack else None, node, kind,
+    def _add(self, node, kind, buffer, dim, index, extent, lower, claim, block=None) -> None:
+        if block is None and self.block_stack:
+            block = self.block_stack[-1]
+        ob = Obligation(self.func.name, block, node, kind,
                         buffer, dim, index, extent, lower, claim, [], list(self.var_order),
                         stmt=self.current_stmt, path=tuple(self.path_conditions))
         if claim is None:

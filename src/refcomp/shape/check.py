@@ -1,0 +1,258 @@
+"""`refcomp check`: prove every function of a module or file shape-correct, and report.
+
+    report = refcomp.check(func_or_module)   # Report(ok, problems, proved)
+    refcomp check kernels.py [--format text|json]
+
+A Python file is run as a module; every PrimFunc and IRModule bound at module level is checked,
+plus whatever a module-level `__refcomp__` list names (objects, names of globals, or functions
+that take no arguments and return one).  Any other file is read as script text
+(refcomp.from_source).  Exit status: 0 when everything is proved, 1 when a problem is found,
+2 for usage or load errors.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from ..ast.function import IRModule, PrimFunc
+from ..ast.node import Node
+from ..errors import RefcompError
+from .in_bounds import Obligation, check_accesses
+
+
+@dataclass
+class Problem:
+    """One thing not proved: what, where (function, block, the access), and a counterexample."""
+
+    message: str
+    function: str
+    block: str | None = None
+    spot: str = ""
+    counterexample: dict[str, int] | None = None
+    kind: str = "out_of_bounds"  # out_of_bounds | binding | unknown | error | unchecked
+    rendered: str = ""  # the IR lines around the spot, marked
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"message": self.message, "function": self.function, "block": self.block, "spot": self.spot,
+                "counterexample": self.counterexample, "kind": self.kind}
+
+
+@dataclass
+class Report:
+    """The result of checking functions: ok only when every obligation of every function is proved."""
+
+    problems: list[Problem] = field(default_factory=list)
+    proved: list[str] = field(default_factory=list)
+    functions: dict[str, dict[str, int]] = field(default_factory=dict)  # name -> {"proved", "total"}
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def merge(self, other: "Report") -> "Report":
+        self.problems += other.problems
+        self.proved += other.proved
+        self.functions.update(other.functions)
+        return self
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "functions": [
+            {"name": name, "ok": not any(p.function == name for p in self.problems), **counts,
+             "problems": [p.as_dict() for p in self.problems if p.function == name],
+             "proved_accesses": [text for text in self.proved if text.startswith(name + ": ")]}
+            for name, counts in self.functions.items()]}
+
+    def text(self) -> str:
+        lines = []
+        for name, counts in self.functions.items():
+            problems = [p for p in self.problems if p.function == name]
+            if not problems:
+                lines.append(f"  ok    {name}: all {counts['total']} access obligations proved")
+                continue
+            lines.append(f"  FAIL  {name}: {counts['total'] - counts['proved']} of {counts['total']} not proved")
+            for problem in problems:
+                lines.append(f"        - {problem.message}")
+                if problem.counterexample:
+                    values = ", ".join(f"{k} = {v}" for k, v in problem.counterexample.items())
+                    lines.append(f"          counterexample: {values}")
+                for row in problem.rendered.splitlines():
+                    lines.append(f"          {row}")
+        failed = len({p.function for p in self.problems})
+        lines.append(f"{len(self.functions) - failed} proved, {failed} with problems")
+        return "\n".join(lines)
+
+
+def check(target: "PrimFunc | IRModule | Iterable", *, name: str | None = None,
+          timeout_ms: int | None = None) -> Report:
+    """Prove every access of every PrimFunc in target in bounds; a Report of what was and was not."""
+    report = Report()
+    if isinstance(target, IRModule):
+        for fname, item in target:
+            report.merge(check(item, name=fname, timeout_ms=timeout_ms))
+        return report
+    if isinstance(target, PrimFunc):
+        return _check_func(target, name or target.name, timeout_ms)
+    if isinstance(target, Node):  # a graph-level function: its shapes are checked by the graph layer
+        label = name or getattr(target, "name", type(target).__name__)
+        report.functions[label] = {"proved": 0, "total": 0}
+        report.problems.append(Problem(f"{label}: a {type(target).__name__} is not a loop-level function; "
+                                       "refcomp check proves PrimFuncs only", label, kind="unchecked"))
+        return report
+    for item in target:
+        report.merge(check(item, timeout_ms=timeout_ms))
+    return report
+
+
+def _check_func(func: PrimFunc, label: str, timeout_ms: int | None) -> Report:
+    report = Report()
+    try:
+        _well_formed(func)
+        obligations = check_accesses(func, timeout_ms=timeout_ms)
+    except RefcompError as exc:
+        report.functions[label] = {"proved": 0, "total": 1}
+        report.problems.append(Problem(f"{label}: {exc.message}", label, counterexample=exc.counterexample,
+                                       kind="error", rendered=_marked(exc.ir, exc.spot)))
+        return report
+    proved = [ob for ob in obligations if ob.proved]
+    report.functions[label] = {"proved": len(proved), "total": len(obligations)}
+    report.proved += [f"{label}: {_summary(ob)}" for ob in proved]
+    seen = set()
+    for ob in obligations:
+        if ob.proved or ob.message in seen:
+            continue
+        seen.add(ob.message)
+        kind = "unknown" if ob.result is not None and ob.result.unknown else (
+            "binding" if ob.kind == "binding" else "out_of_bounds")
+        report.problems.append(Problem(ob.message, label, ob.block, ob.access_text(), ob.counterexample(), kind,
+                                       _marked(func, ob.node)))
+    return report
+
+
+def _well_formed(func: PrimFunc) -> None:
+    try:
+        from ..ast.wellformed import verify_well_formed
+    except ImportError:  # the checker is optional; the access walk does not need it
+        return
+    verify_well_formed(func)
+
+
+def _summary(ob: Obligation) -> str:
+    if ob.kind == "binding":
+        return ob.access_text()
+    return f"{ob.kind} {ob.access_text()} dim {ob.dim}" + (f" (block {ob.block})" if ob.block else "")
+
+
+def _marked(ir: Any, spot: Any) -> str:
+    """The marked line of the printed IR and its caret line (empty when it cannot be printed)."""
+    if ir is None or spot is None:
+        return ""
+    try:
+        from ..ast.printer import script
+
+        text = script(ir, mark=spot)
+    except Exception:  # printing is a convenience here; the message says what is wrong
+        return ""
+    rows = text.splitlines()
+    for k, row in enumerate(rows):
+        if row.lstrip().startswith("-->"):
+            return "\n".join(rows[k:k + 2]).rstrip()
+    return ""
+
+
+# ----------------------------------------------------------------------------- the command
+
+class LoadError(Exception):
+    """The file could not be read or run, or it defines nothing to check."""
+
+
+def load_targets(path: str) -> list[tuple[str, Any]]:
+    """(label, function or module) for everything `refcomp check` should look at in path."""
+    if not os.path.isfile(path):
+        raise LoadError(f"no such file: {path}")
+    if path.endswith(".py"):
+        return _python_targets(path)
+    from ..ast.parser import from_source
+
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    try:
+        parsed = from_source(text)
+    except RefcompError as exc:
+        raise LoadError(f"{path}: cannot parse: {exc}") from exc
+    return [(getattr(parsed, "name", os.path.basename(path)), parsed)]
+
+
+def _python_targets(path: str) -> list[tuple[str, Any]]:
+    try:
+        namespace = runpy.run_path(path, run_name="__refcomp_check__")
+    except SystemExit as exc:
+        raise LoadError(f"{path}: exited while loading (status {exc.code})") from exc
+    except Exception as exc:  # a user's file may raise anything; report it, do not crash
+        raise LoadError(f"{path}: raised {type(exc).__name__} while loading: {exc}") from exc
+    found: list[tuple[str, Any]] = []
+    seen: set[int] = set()
+
+    def add(label: str, value: Any) -> None:
+        if isinstance(value, (PrimFunc, IRModule)) and id(value) not in seen:
+            seen.add(id(value))
+            found.append((label, value))
+
+    for label, value in namespace.items():
+        if not label.startswith("_"):
+            add(label, value)
+    for item in namespace.get("__refcomp__", ()) or ():
+        if isinstance(item, str):
+            if item not in namespace:
+                raise LoadError(f"{path}: __refcomp__ names {item!r}, which the file does not define")
+            value, label = namespace[item], item
+        else:
+            value, label = item, getattr(item, "name", getattr(item, "__name__", repr(item)))
+        if callable(value) and not isinstance(value, (PrimFunc, IRModule)):
+            try:
+                value = value()
+            except Exception as exc:
+                raise LoadError(f"{path}: {label}() raised {type(exc).__name__}: {exc}") from exc
+        if not isinstance(value, (PrimFunc, IRModule)):
+            raise LoadError(f"{path}: __refcomp__ entry {label} is a {type(value).__name__}, not a PrimFunc or IRModule")
+        add(label, value)
+    if not found:
+        raise LoadError(f"{path}: defines no PrimFunc or IRModule to check")
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`refcomp check FILE [--format text|json] [--timeout-ms N]`; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="refcomp check", description=__doc__.split("\n\n")[0])
+    parser.add_argument("file", help="a Python file or a script-format file")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--timeout-ms", type=int, default=None, help="Z3 time limit per query")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code or 0)
+    try:
+        targets = load_targets(args.file)
+    except LoadError as exc:
+        print(f"refcomp check: {exc}", file=sys.stderr)
+        return 2
+    report = Report()
+    for label, target in targets:
+        report.merge(check(target, name=label, timeout_ms=args.timeout_ms))
+    if args.format == "json":
+        payload = report.as_dict()
+        payload["file"] = args.file
+        print(json.dumps(payload, indent=2))
+    else:
+        print(f"refcomp check {args.file}")
+        print(report.text())
+    return 0 if report.ok else 1
+
+
+# `refcomp.shape.check` is both this module and (re-exported by the package) the check function;
+# the CLI reaches `main` as `refcomp.shape.check.main` whichever of the two it gets.
+check.main = main  # type: ignore[attr-defined]

@@ -1,0 +1,109 @@
+"""`refcomp check`: the report API, main(argv) exit codes, text and JSON output, the real CLI."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from refcomp import te
+from refcomp.shape import check
+from refcomp.shape.check import main
+
+KERNELS = textwrap.dedent('''
+    from refcomp import te
+
+    n = te.size_var("n")
+    A = te.placeholder((n,), "float32", "A")
+    good = te.create_prim_func([A, te.compute((n,), lambda i: A[i] * 2, name="B")], name="good")
+    bad = te.create_prim_func([A, te.compute((n,), lambda i: A[i + 1], name="B")], name="bad")
+''')
+
+
+@pytest.fixture
+def kernel_file(tmp_path):
+    path = tmp_path / "kernels.py"
+    path.write_text(KERNELS)
+    return str(path)
+
+
+def test_report_of_good_and_bad():
+    n = te.size_var("n")
+    A = te.placeholder((n,), "float32", "A")
+    good = te.create_prim_func([A, te.compute((n,), lambda i: A[i] * 2, name="B")], name="good")
+    bad = te.create_prim_func([A, te.compute((n,), lambda i: A[i + 1], name="B")], name="bad")
+    assert check(good).ok
+    report = check([good, bad])
+    assert not report.ok
+    (problem,) = report.problems
+    assert problem.function == "bad" and problem.block == "B" and problem.spot == "A[v_i + 1]"
+    assert problem.counterexample["v_i"] + 1 >= problem.counterexample["n"]
+    assert any(text.startswith("good: ") for text in report.proved)
+
+
+def test_main_exit_code_and_text(kernel_file, capsys):
+    assert main([kernel_file]) == 1
+    out = capsys.readouterr().out
+    assert "ok    good: all 3 access obligations proved" in out
+    assert "FAIL  bad" in out and "reads row 1 of 1" in out and "counterexample: n = 1" in out
+
+
+def test_main_json(kernel_file, capsys):
+    assert main([kernel_file, "--format", "json"]) == 1
+    payload = json.loads(capsys.readouterr().out)
+    by_name = {f["name"]: f for f in payload["functions"]}
+    assert payload["ok"] is False and by_name["good"]["ok"] and not by_name["bad"]["ok"]
+    (problem,) = by_name["bad"]["problems"]
+    assert problem["kind"] == "out_of_bounds" and problem["counterexample"]["n"] == 1
+
+
+def test_main_all_proved_exits_zero(tmp_path, capsys):
+    path = tmp_path / "only_good.py"
+    path.write_text(KERNELS.replace("bad = ", "_bad = ") + "\n__refcomp__ = ['good']\n")
+    assert main([str(path)]) == 0
+
+
+def test_refcomp_list_may_name_a_builder(tmp_path):
+    path = tmp_path / "builder.py"
+    path.write_text(textwrap.dedent('''
+        from refcomp import te
+
+        def make():
+            n = te.size_var("n")
+            A = te.placeholder((n,), "float32", "A")
+            return te.create_prim_func([A, te.compute((n,), lambda i: A[i + 1], name="B")])
+
+        __refcomp__ = [make]
+    '''))
+    assert main([str(path)]) == 1
+
+
+def test_load_errors_exit_two(tmp_path, capsys):
+    assert main([str(tmp_path / "missing.py")]) == 2
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('boom')\n")
+    assert main([str(broken)]) == 2
+    assert "boom" in capsys.readouterr().err
+    empty = tmp_path / "empty.py"
+    empty.write_text("x = 1\n")
+    assert main([str(empty)]) == 2
+    assert main([]) == 2
+
+
+def test_script_format_file(tmp_path):
+    n = te.size_var("n")
+    A = te.placeholder((n,), "float32", "A")
+    bad = te.create_prim_func([A, te.compute((n,), lambda i: A[i + 1], name="B")], name="bad")
+    path = tmp_path / "bad.rc"
+    path.write_text(bad.script())
+    assert main([str(path)]) == 1
+
+
+def test_real_cli_in_a_subprocess(kernel_file):
+    run = subprocess.run([sys.executable, "-m", "refcomp.cli", "check", kernel_file, "--format", "json"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stderr
+    payload = json.loads(run.stdout)
+    assert [f["ok"] for f in payload["functions"]] == [True, False]
