@@ -187,3 +187,44 @@ def scheduled_programs(draw):
 def test_random_scheduled_programs_lower_to_the_same_results(func, seed):
     lowered = assert_lowering_preserves_results(func, np.random.default_rng(seed))
     assert_contract(lowered)
+
+
+def test_cache_stages_keep_their_scopes_and_strided_buffers_flatten(rng):
+    sch = refcomp.Schedule(matmul(8, 16, 4))
+    block = sch.get_block("C")
+    i, _, _ = sch.get_loops(block)
+    writer = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(writer, i)
+    reader = sch.cache_read(block, 0, "shared")
+    sch.storage_align(reader, 0, 0, 16, 4)
+    strides = [b.strides for b in collect(sch.func, refcomp.ast.Block)[-1].alloc_buffers]
+    lowered = assert_lowering_preserves_results(sch.func, rng)
+    assert_contract(lowered)
+    scopes = {a.buffer.name: a.buffer.scope for a in collect(lowered, refcomp.ast.Allocate)}
+    assert scopes == {"C_local": "local", "A_shared": "shared"}
+    assert any(strides), "storage_align should have given the shared buffer explicit strides"
+
+
+def test_tensorized_tile_lowers_to_a_call_on_flat_addresses():
+    A = te.placeholder((12, 8), "float32", "A")
+    B = te.placeholder((8, 32), "float32", "B")
+    r = te.reduce_axis(8, "k")
+    C = te.compute((12, 32), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    sch = refcomp.Schedule(te.create_prim_func([A, B, C]))
+    block = sch.get_block("C")
+    i, j, k = sch.get_loops(block)
+    io, ii = sch.split(i, [None, 6])
+    jo, ji = sch.split(j, [None, 16])
+    sch.reorder(io, jo, ii, ji, k)
+    sch.decompose_reduction(block, ii)
+    sch.tensorize(ii, "x86.avx2.sgemm_6x16")
+    lowered = lower(sch.func)
+    assert_contract(lowered)
+    (call,) = [c for c in collect(lowered, refcomp.ast.Call) if c.op == "call_extern"]
+    a_ptr, b_ptr, c_ptr = [arg for arg in call.args if isinstance(arg, refcomp.ast.Call)]
+    loop_vars = {l.loop_var.name: l.loop_var for l in collect(lowered, For)}
+    i0, j0 = loop_vars["i_0"], loop_vars["j_0"]
+    from refcomp.ast import assert_structural_equal
+    assert_structural_equal(a_ptr.args[0].indices[0], i0 * 48, map_free_vars=False)
+    assert_structural_equal(c_ptr.args[0].indices[0], i0 * 192 + j0 * 16, map_free_vars=False)
+    assert lowered.attrs["cpu_features"] == sch.func.attrs["cpu_features"]  # other attrs survive
