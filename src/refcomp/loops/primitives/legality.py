@@ -241,7 +241,7 @@ def check_no_loop_carried_dependence(func: PrimFunc, loop: For, primitive: str) 
         if reduce:
             raise ScheduleError(f"{primitive}: loop {loop.loop_var.name} carries the reduction of block "
                                 f"{realize.block.name}", ir=func, spot=loop)
-        if not spatial:
+        if not spatial and const_int(loop.extent) != 1:  # one iteration cannot race with itself
             raise ScheduleError(f"{primitive}: block {realize.block.name} does not depend on loop "
                                 f"{loop.loop_var.name}: every iteration would write the same elements",
                                 ir=func, spot=loop)
