@@ -1,0 +1,86 @@
+"""The GPU-specific steps after lowering, shared by the CUDA emitter and the CPU simulation.
+
+    prepared = prepare(func)
+
+1. lower the function if it still has blocks (`refcomp.loops.lower.lower`);
+2. put every kernel in normal form (`kernel.normalize_kernels`);
+3. move `shared` / `local` allocations that lowering left in host code into the kernels that use
+   them (a block-scoped buffer lives in on-chip memory of one kernel: it can't outlive it);
+4. insert the barriers each kernel needs (`barriers.plan_barriers`).
+"""
+from __future__ import annotations
+
+from ..ast import Allocate, Block, BufferLoad, BufferStore, For, Mutator, PrimFunc, Stmt, collect
+from ..errors import BuildError
+from .barriers import plan_barriers
+from .kernel import is_kernel_root, kernel_shape, normalize_kernels, rebuild_kernel
+
+ON_CHIP_PREFIXES = ("shared", "local", "warp", "wmma.")
+
+
+def is_on_chip(scope: str) -> bool:
+    return scope.startswith(ON_CHIP_PREFIXES)
+
+
+def prepare(func: PrimFunc) -> PrimFunc:
+    """func lowered and in kernel normal form with barriers (module docstring)."""
+    if collect(func.body, Block):
+        from ..loops.lower import lower
+
+        func = lower(func)
+    func = normalize_kernels(func)
+    func = func.with_(body=_SinkAllocations(func).visit(func.body))
+    return func.with_(body=_PlanKernels(func).visit(func.body))
+
+
+def _uses(stmt: Stmt, buffer) -> bool:
+    return any(n.buffer is buffer for n in collect(stmt, BufferLoad) + collect(stmt, BufferStore))
+
+
+class _SinkAllocations(Mutator):
+    def __init__(self, func: PrimFunc) -> None:
+        super().__init__()
+        self.func = func
+
+    def visit_Allocate(self, alloc: Allocate) -> Stmt:
+        if not is_on_chip(alloc.buffer.scope):
+            return self.generic_visit(alloc)
+        return self.visit(_Sinker(self.func, alloc).visit(alloc.body))
+
+    def visit_For(self, loop: For) -> Stmt:
+        return loop if is_kernel_root(loop) else self.generic_visit(loop)
+
+
+class _Sinker(Mutator):
+    """Wraps the per-thread body of every kernel that uses alloc.buffer in the allocation."""
+
+    def __init__(self, func: PrimFunc, alloc: Allocate) -> None:
+        super().__init__()
+        self.func = func
+        self.alloc = alloc
+
+    def visit_For(self, loop: For) -> Stmt:
+        if not is_kernel_root(loop):
+            return self.generic_visit(loop)
+        if not _uses(loop, self.alloc.buffer):
+            return loop
+        shape = kernel_shape(loop)
+        return rebuild_kernel(shape, self.alloc.with_(body=shape.body))
+
+    def visit_BufferStore(self, store: BufferStore) -> Stmt:
+        if store.buffer is self.alloc.buffer:
+            raise BuildError(f"cuda: {store.buffer.name} ({store.buffer.scope}) is written outside any kernel",
+                             ir=self.func, spot=store)
+        return store
+
+
+class _PlanKernels(Mutator):
+    def __init__(self, func: PrimFunc) -> None:
+        super().__init__()
+        self.func = func
+
+    def visit_For(self, loop: For) -> Stmt:
+        if not is_kernel_root(loop):
+            return self.generic_visit(loop)
+        shape = kernel_shape(loop)
+        return rebuild_kernel(shape, plan_barriers(self.func, shape.thread_vars, shape.body))
