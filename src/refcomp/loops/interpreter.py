@@ -114,7 +114,8 @@ def _bind(func: PrimFunc, kernel: Kernel, args: tuple, scalars: dict) -> tuple[l
     shape_vars = {v.name: v for v in kernel.scalar_inputs}
     env: dict[Var, Any] = {}
     for key, value in scalars.items():
-        var = names.get(key) or shape_vars.get(key)
+        var = names.get(key)
+        var = shape_vars.get(key) if var is None else var
         if var is None:
             raise ArgumentError(f"{func.name}: unknown scalar argument {key!r}; "
                                 f"scalars are {sorted(set(names) | set(shape_vars))}")
@@ -156,16 +157,16 @@ def _bind(func: PrimFunc, kernel: Kernel, args: tuple, scalars: dict) -> tuple[l
         data = None
         for other, other_data in seen:
             if other is array:
-                data = other_data
+                data = other_data  # the same array twice: one list, so writes are seen by both
             elif np.may_share_memory(other, array):
                 raise ArgumentError(f"{func.name}: the array for parameter {p.name} overlaps another argument")
         if data is None:
             data = _to_list(array, p.dtype)
             seen.append((array, data))
-            if p in kernel.written:
-                if not array.flags.writeable:
-                    raise ArgumentError(f"{func.name}: parameter {p.name} is written but its array is read-only")
-                outputs.append((array, data, p.dtype))
+        if p in kernel.written and all(out is not array for out, _, _ in outputs):
+            if not array.flags.writeable:
+                raise ArgumentError(f"{func.name}: parameter {p.name} is written but its array is read-only")
+            outputs.append((array, data, p.dtype))
         lists.append(data)
     scalar_values = []
     for var in kernel.scalar_inputs:
