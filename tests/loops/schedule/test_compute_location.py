@@ -1,0 +1,232 @@
+"""compute_at, reverse_compute_at, compute_inline, reverse_compute_inline."""
+import numpy as np
+import pytest
+
+from refcomp.ast import max_
+from refcomp.loops.schedule import Schedule
+
+from . import programs as P
+from .helpers import assert_rejected, assert_script, check_numbers, check_replay
+
+
+def _ref_two(a, c):
+    return {1: a * 2 + 1}
+
+
+def test_compute_at_two_elementwise(rng):
+    before = P.two_elementwise(16, 8)
+    sch = Schedule(before)
+    i, _ = sch.get_loops(sch.get_block("C"))
+    sch.compute_at(sch.get_block("B"), i)
+    assert_script(sch.func, '''
+        @T.prim_func
+        def main(A: T.Buffer((16, 8), "float32"), C: T.Buffer((16, 8), "float32")):
+            with T.block("root"):
+                T.reads()
+                T.writes()
+                B = T.alloc_buffer((16, 8), "float32")
+                for i in range(16):
+                    for ax0 in range(8):
+                        with T.block("B"):
+                            vi, vj = T.axis.remap("SS", [i, ax0])
+                            T.reads(A[vi, vj])
+                            T.writes(B[vi, vj])
+                            B[vi, vj] = A[vi, vj] * T.float32(2.0)
+                    for j in range(8):
+                        with T.block("C"):
+                            vi_1, vj_1 = T.axis.remap("SS", [i, j])
+                            T.reads(B[vi_1, vj_1])
+                            T.writes(C[vi_1, vj_1])
+                            C[vi_1, vj_1] = B[vi_1, vj_1] + T.float32(1.0)
+    ''')
+    check_numbers(before, sch.func, rng, _ref_two)
+    check_replay(sch, before)
+
+
+def test_compute_at_preserve_unit_loops_and_tiles(rng):
+    before = P.two_elementwise(16, 8)
+    sch = Schedule(before)
+    i, j = sch.get_loops(sch.get_block("C"))
+    i0, i1 = sch.split(i, [None, 4])
+    sch.compute_at(sch.get_block("B"), j, preserve_unit_loops=True)
+    loops = sch.get_loops(sch.get_block("B"))
+    assert [sch.get(l).extent.value for l in loops] == [4, 4, 8, 1, 1]
+    check_numbers(before, sch.func, rng, _ref_two)
+    check_replay(sch, before)
+
+
+def test_compute_at_stencil_region_gets_domain_predicate(rng):
+    before = P.conv1d(20, 3)
+    sch = Schedule(before)
+    i, _ = sch.get_loops(sch.get_block("C"))
+    i0, _ = sch.split(i, [None, 8])
+    sch.compute_at(sch.get_block("P"), i0)
+    (i0_, ax0) = sch.get_loops(sch.get_block("P"))
+    assert sch.get(ax0).extent.value == 10  # 8 outputs need 8 + 3 - 1 inputs
+    assert "T.where(i_0 * 8 + ax0 < 22)" in sch.func.script()
+    check_numbers(before, sch.func, rng)
+    check_replay(sch, before)
+
+
+def test_compute_at_reduction_producer(rng):
+    before = P.matmul_relu(8, 6, 4)
+    sch = Schedule(before)
+    i, j = sch.get_loops(sch.get_block("D"))
+    sch.compute_at(sch.get_block("C"), j)
+    assert [sch.get(l).loop_var.name for l in sch.get_loops(sch.get_block("C"))] == ["i", "j", "ax0"]
+    check_numbers(before, sch.func, rng, lambda a, b, d: {2: np.maximum(a @ b, 0)})
+    check_replay(sch, before)
+
+
+def test_compute_at_rejections():
+    sch = Schedule(P.two_elementwise(16, 8))
+    b, c = sch.get_block("B"), sch.get_block("C")
+    bi, _ = sch.get_loops(b)
+    ci, _ = sch.get_loops(c)
+    assert_rejected(sch, lambda: sch.compute_at(b, bi), "compute_at: loop i is an ancestor of block B")
+    assert_rejected(sch, lambda: sch.compute_at(c, bi), "compute_at: block C is an output block")
+    sch2 = Schedule(P.matmul_relu())
+    d, c_outer = sch2.get_block("D"), sch2.get_loops(sch2.get_block("C"))[0]
+    assert_rejected(sch2, lambda: sch2.compute_at(d, c_outer), "compute_at: block D is an output block")
+
+
+def test_compute_at_needs_all_consumers_under_the_loop():
+    from refcomp.ast import Buffer
+
+    A, B, C, D = (Buffer(n, (8,)) for n in "ABCD")
+    func = P.func([A, C, D], [P.stage("B", B, (8,), lambda i: A[i] * 2.0),
+                              P.stage("C", C, (8,), lambda i: B[i] + 1.0),
+                              P.stage("D", D, (8,), lambda i: B[i] - 1.0)], allocs=[B])
+    sch = Schedule(func)
+    (ci,) = sch.get_loops(sch.get_block("C"))
+    b = sch.get_block("B")
+    assert_rejected(sch, lambda: sch.compute_at(b, ci),
+                    "compute_at: requires all the consumer blocks of B to be under loop i; block D is not")
+
+
+def test_compute_at_refuses_predicated_producer():
+    sch = Schedule(P.two_elementwise(10, 8))
+    bi, _ = sch.get_loops(sch.get_block("B"))
+    sch.split(bi, [3, 4])
+    ci, _ = sch.get_loops(sch.get_block("C"))
+    b = sch.get_block("B")
+    assert_rejected(sch, lambda: sch.compute_at(b, ci), "compute_at: block B has a predicate")
+
+
+def test_reverse_compute_at(rng):
+    before = P.two_elementwise(16, 8)
+    sch = Schedule(before)
+    i, _ = sch.get_loops(sch.get_block("B"))
+    sch.reverse_compute_at(sch.get_block("C"), i)
+    assert_script(sch.func, '''
+        @T.prim_func
+        def main(A: T.Buffer((16, 8), "float32"), C: T.Buffer((16, 8), "float32")):
+            with T.block("root"):
+                T.reads()
+                T.writes()
+                B = T.alloc_buffer((16, 8), "float32")
+                for i in range(16):
+                    for j in range(8):
+                        with T.block("B"):
+                            vi, vj = T.axis.remap("SS", [i, j])
+                            T.reads(A[vi, vj])
+                            T.writes(B[vi, vj])
+                            B[vi, vj] = A[vi, vj] * T.float32(2.0)
+                    for ax0 in range(8):
+                        with T.block("C"):
+                            vi_1, vj_1 = T.axis.remap("SS", [i, ax0])
+                            T.reads(B[vi_1, vj_1])
+                            T.writes(C[vi_1, vj_1])
+                            C[vi_1, vj_1] = B[vi_1, vj_1] + T.float32(1.0)
+    ''')
+    check_numbers(before, sch.func, rng, _ref_two)
+    check_replay(sch, before)
+
+
+def test_reverse_compute_at_epilogue_of_tiled_matmul(rng):
+    before = P.matmul_relu(8, 12, 4)
+    sch = Schedule(before)
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    j0, j1 = sch.split(j, [None, 4])
+    sch.reorder(i, j0, k, j1)
+    sch.reverse_compute_at(sch.get_block("D"), j0)
+    assert [sch.get(l).extent.value for l in sch.get_loops(sch.get_block("D"))] == [8, 3, 4]
+    check_numbers(before, sch.func, rng, lambda a, b, d: {2: np.maximum(a @ b, 0)})
+    check_replay(sch, before)
+
+
+def test_reverse_compute_at_rejections():
+    sch = Schedule(P.two_elementwise(16, 8))
+    b, c = sch.get_block("B"), sch.get_block("C")
+    ci, _ = sch.get_loops(c)
+    assert_rejected(sch, lambda: sch.reverse_compute_at(c, ci), "reverse_compute_at: loop i is an ancestor of block C")
+    assert_rejected(sch, lambda: sch.reverse_compute_at(b, ci), "reverse_compute_at: block B has no producer")
+
+
+def test_compute_inline(rng):
+    before = P.two_elementwise(16, 8)
+    sch = Schedule(before)
+    sch.compute_inline(sch.get_block("B"))
+    assert_script(sch.func, '''
+        @T.prim_func
+        def main(A: T.Buffer((16, 8), "float32"), C: T.Buffer((16, 8), "float32")):
+            with T.block("root"):
+                T.reads()
+                T.writes()
+                for i, j in T.grid(16, 8):
+                    with T.block("C"):
+                        vi, vj = T.axis.remap("SS", [i, j])
+                        T.reads(A[vi, vj])
+                        T.writes(C[vi, vj])
+                        C[vi, vj] = A[vi, vj] * T.float32(2.0) + T.float32(1.0)
+    ''')
+    check_numbers(before, sch.func, rng, _ref_two)
+    check_replay(sch, before)
+    assert_rejected(sch, lambda: sch.get_loops(sch.get_block("B")), "no block named 'B'")
+
+
+def test_compute_inline_into_stencil(rng):
+    before = P.conv1d(12, 3)
+    sch = Schedule(before)
+    sch.compute_inline(sch.get_block("P"))
+    assert "P[" not in sch.func.script()
+    check_numbers(before, sch.func, rng)
+    check_replay(sch, before)
+
+
+def test_compute_inline_rejections():
+    sch = Schedule(P.matmul_relu())
+    c, d = sch.get_block("C"), sch.get_block("D")
+    assert_rejected(sch, lambda: sch.compute_inline(c), "compute_inline: block C is not a complete block")
+    assert_rejected(sch, lambda: sch.compute_inline(d), "compute_inline: block D is an output block")
+
+
+def test_reverse_compute_inline(rng):
+    before = P.two_elementwise(16, 8)
+    sch = Schedule(before)
+    sch.reverse_compute_inline(sch.get_block("C"))
+    assert_script(sch.func, '''
+        @T.prim_func
+        def main(A: T.Buffer((16, 8), "float32"), C: T.Buffer((16, 8), "float32")):
+            with T.block("root"):
+                T.reads()
+                T.writes()
+                for i, j in T.grid(16, 8):
+                    with T.block("B"):
+                        vi, vj = T.axis.remap("SS", [i, j])
+                        T.reads(A[vi, vj])
+                        T.writes(C[vi, vj])
+                        C[vi, vj] = A[vi, vj] * T.float32(2.0) + T.float32(1.0)
+    ''')
+    check_numbers(before, sch.func, rng, _ref_two)
+    check_replay(sch, before)
+
+
+def test_reverse_compute_inline_rejections():
+    sch = Schedule(P.matmul_relu())
+    c, d = sch.get_block("C"), sch.get_block("D")
+    assert_rejected(sch, lambda: sch.reverse_compute_inline(c), "reverse_compute_inline: block C is not a complete block")
+    assert_rejected(sch, lambda: sch.reverse_compute_inline(d), "reverse_compute_inline: producer C is not a complete block")
+    sch2 = Schedule(P.elementwise())
+    b = sch2.get_block("B")
+    assert_rejected(sch2, lambda: sch2.reverse_compute_inline(b), "must have exactly one producer")
