@@ -25,7 +25,7 @@ from . import mathlib
 from .ctype import (
     float_literal, int_literal, is_half, short_name, storage_type, value_type,
 )
-from .names import NameTable, c_string, comment_safe, mangle
+from .names import NameTable, c_string, comment_safe, mangle, symbol_suffix
 from .prelude import HEADER_INCLUDES, scalar_prelude
 from .vector import VectorLib
 
@@ -130,8 +130,7 @@ class _Emitter:
         if collect(func.body, S.Block) or collect(func.body, S.BlockRealize):
             raise BuildError(f"build: function {func.name!r} still has blocks; lower it first "
                              "(refcomp.loops.lower.lower)", ir=func)
-        base = mangle(func.name)
-        symbol = f"refcomp_{base}"
+        symbol = f"refcomp_{symbol_suffix(func.name)}"
         self.names.reserve(symbol)
         params: list[CParam] = []
         for p in func.params:

@@ -31,6 +31,11 @@ def mangle(name: str, prefix: str = "") -> str:
     return prefix + text
 
 
+def symbol_suffix(name: str) -> str:
+    """The part of an exported symbol after a fixed prefix: only [A-Za-z0-9_], never empty."""
+    return _UNSAFE.sub(lambda m: "_%02x" % ord(m.group()), name) or "_"
+
+
 def comment_safe(text: str) -> str:
     """Text that can sit inside a C block comment: no `*/`, no line breaks, printable ASCII only."""
     text = "".join(ch if 32 <= ord(ch) < 127 else "?" for ch in text)
