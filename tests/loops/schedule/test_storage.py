@@ -1,0 +1,196 @@
+"""cache_read, cache_write, set_scope, storage_align, transform_layout."""
+import numpy as np
+import pytest
+
+from refcomp import te
+from refcomp.ast import Buffer
+from refcomp.loops.schedule import Schedule
+
+from . import programs as P
+from .helpers import assert_rejected, assert_script, check_numbers, check_replay
+
+
+def _te_matmul(n=8, m=32, k=4):
+    A = te.placeholder((n, k), "float32", "A")
+    B = te.placeholder((k, m), "float32", "B")
+    r = te.reduce_axis((0, k), "k")
+    C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    return te.create_prim_func([A, B, C])
+
+
+def test_cache_read(rng):
+    before = P.two_elementwise(8, 4)
+    sch = Schedule(before)
+    cached = sch.cache_read(sch.get_block("B"), 0, "global")
+    assert cached.name == "A_global"
+    assert_script(sch.func, '''
+        @T.prim_func
+        def main(A: T.Buffer((8, 4), "float32"), C: T.Buffer((8, 4), "float32")):
+            with T.block("root"):
+                T.reads()
+                T.writes()
+                B = T.alloc_buffer((8, 4), "float32")
+                A_global = T.alloc_buffer((8, 4), "float32")
+                for ax0, ax1 in T.grid(8, 4):
+                    with T.block("A_global"):
+                        v0, v1 = T.axis.remap("SS", [ax0, ax1])
+                        T.reads(A[v0, v1])
+                        T.writes(A_global[v0, v1])
+                        A_global[v0, v1] = A[v0, v1]
+                for i, j in T.grid(8, 4):
+                    with T.block("B"):
+                        vi, vj = T.axis.remap("SS", [i, j])
+                        T.reads(A_global[vi, vj])
+                        T.writes(B[vi, vj])
+                        B[vi, vj] = A_global[vi, vj] * T.float32(2.0)
+                for i_1, j_1 in T.grid(8, 4):
+                    with T.block("C"):
+                        vi_1, vj_1 = T.axis.remap("SS", [i_1, j_1])
+                        T.reads(B[vi_1, vj_1])
+                        T.writes(C[vi_1, vj_1])
+                        C[vi_1, vj_1] = B[vi_1, vj_1] + T.float32(1.0)
+    ''')
+    check_numbers(before, sch.func, rng, lambda a, c: {1: a * 2 + 1})
+    check_replay(sch, before)
+
+
+def test_cache_read_of_intermediate_goes_after_its_writer(rng):
+    before = P.two_elementwise(8, 4)
+    sch = Schedule(before)
+    sch.cache_read(sch.get_block("C"), 0, "local")
+    names = [b.name for b in sch.get_child_blocks(sch.get_block("root"))]
+    assert names == ["B", "B_local", "C"]
+    check_numbers(before, sch.func, rng)
+    check_replay(sch, before)
+
+
+def test_cache_write(rng):
+    before = P.matmul(8, 6, 4)
+    sch = Schedule(before)
+    sch.cache_write(sch.get_block("C"), 0, "local")
+    assert_script(sch.func, '''
+        @T.prim_func
+        def main(A: T.Buffer((8, 4), "float32"), B: T.Buffer((4, 6), "float32"), C: T.Buffer((8, 6), "float32")):
+            with T.block("root"):
+                T.reads()
+                T.writes()
+                C_local = T.alloc_buffer((8, 6), "float32", scope="local")
+                for i, j, r0 in T.grid(8, 6, 4):
+                    with T.block("C"):
+                        vi, vj, vr0 = T.axis.remap("SSR", [i, j, r0])
+                        T.reads(C_local[vi, vj], A[vi, vr0], B[vr0, vj])
+                        T.writes(C_local[vi, vj])
+                        with T.init():
+                            C_local[vi, vj] = T.float32(0.0)
+                        C_local[vi, vj] = C_local[vi, vj] + A[vi, vr0] * B[vr0, vj]
+                for ax0, ax1 in T.grid(8, 6):
+                    with T.block("C_local"):
+                        v0, v1 = T.axis.remap("SS", [ax0, ax1])
+                        T.reads(C_local[v0, v1])
+                        T.writes(C[v0, v1])
+                        C[v0, v1] = C_local[v0, v1]
+    ''')
+    check_numbers(before, sch.func, rng, lambda a, b, c: {2: a @ b})
+    check_replay(sch, before)
+
+
+def test_cache_write_then_reverse_compute_at(rng):
+    before = P.matmul(8, 12, 4)
+    sch = Schedule(before)
+    c = sch.get_block("C")
+    store = sch.cache_write(c, 0, "global")
+    i, j, k = sch.get_loops(c)
+    sch.reverse_compute_at(store, j)
+    check_numbers(before, sch.func, rng, lambda a, b, c: {2: a @ b})
+    check_replay(sch, before)
+
+
+def test_cache_rejections():
+    sch = Schedule(P.two_elementwise(8, 4))
+    b = sch.get_block("B")
+    assert_rejected(sch, lambda: sch.cache_read(b, 3, "global"), "cache_read: read_buffer_index: block B has 1 read")
+    assert_rejected(sch, lambda: sch.cache_read(b, 0, "texture"), "cache_read: storage_scope: expected one of")
+    assert_rejected(sch, lambda: sch.cache_write(b, 1, "local"), "cache_write: write_buffer_index")
+
+
+def test_cache_write_and_read_need_a_single_writer():
+    A, B, C = Buffer("A", (4,)), Buffer("B", (4,)), Buffer("C", (4,))
+    func = P.func([A, B, C], [P.stage("B", B, (4,), lambda i: A[i] * 2.0),
+                              P.stage("B2", B, (4,), lambda i: A[i] + 1.0),
+                              P.stage("C", C, (4,), lambda i: B[i] + 1.0)])
+    sch = Schedule(func)
+    b, c = sch.get_block("B"), sch.get_block("C")
+    assert_rejected(sch, lambda: sch.cache_write(b, 0, "local"), "cache_write: 2 blocks write B; exactly one may")
+    assert_rejected(sch, lambda: sch.cache_read(c, 0, "local"), "cache_read: 2 blocks write B; at most one may")
+
+
+def test_set_scope(rng):
+    before = P.two_elementwise(8, 4)
+    sch = Schedule(before)
+    b = sch.get_block("B")
+    sch.set_scope(b, 0, "shared")
+    assert 'B = T.alloc_buffer((8, 4), "float32", scope="shared")' in sch.func.script()
+    check_numbers(before, sch.func, rng, compiled=False)
+    check_replay(sch, before)
+    assert_rejected(sch, lambda: sch.set_scope(sch.get(b) and b, 0, "nowhere"), "set_scope: storage_scope")
+    c = sch.get_block("C")
+    assert_rejected(sch, lambda: sch.set_scope(c, 0, "local"), "set_scope: C is not allocated in a block")
+
+
+def test_storage_align(rng):
+    before = P.two_elementwise(8, 4)
+    sch = Schedule(before)
+    b = sch.get_block("B")
+    sch.storage_align(b, 0, 0, 8, 3)
+    assert 'strides=(11, 1)' in sch.func.script()
+    check_numbers(before, sch.func, rng)
+    check_replay(sch, before)
+    assert_rejected(sch, lambda: sch.storage_align(b, 0, 1, 8, 3), "storage_align: axis: the last axis")
+    assert_rejected(sch, lambda: sch.storage_align(b, 0, 5, 8, 3), r"storage_align: axis: expected an int in \[-2, 2\)")
+    assert_rejected(sch, lambda: sch.storage_align(b, 0, 0, 0, 0), "storage_align: factor: expected a positive int")
+    assert_rejected(sch, lambda: sch.storage_align(b, 0, 0, 8, 8), r"storage_align: offset: expected an int in \[0, 8\)")
+
+
+def test_transform_layout_packs_a_matrix(rng):
+    before = _te_matmul(8, 32, 4)
+    sch = Schedule(before)
+    c = sch.get_block("C")
+    sch.transform_layout(c, ("read", 1), lambda k, j: (j // 16, k, j % 16))
+    script = sch.func.script()
+    assert 'B: T.Buffer((2, 4, 16), "float32")' in script
+    assert "B[v_j // 16, v_k, v_j % 16]" in script
+    a = rng.standard_normal((8, 4)).astype("float32")
+    b = rng.standard_normal((4, 32)).astype("float32")
+    packed = np.ascontiguousarray(b.reshape(4, 2, 16).transpose(1, 0, 2))
+    out = np.full((8, 32), np.nan, dtype="float32")
+    from refcomp.loops.interpreter import interpret
+
+    interpret(sch.func, a, packed, out)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+    check_replay(sch, before)
+    assert "lambda k, j: ((j // 16), k, (j % 16))" in sch.trace.as_python()
+
+
+def test_transform_layout_of_a_cached_intermediate(rng):
+    before = _te_matmul(8, 32, 4)
+    sch = Schedule(before)
+    c = sch.get_block("C")
+    pack = sch.cache_read(c, 1, "global")
+    sch.transform_layout(pack, ("write", 0), lambda k, j: (j // 16, k, j % 16))
+    check_numbers(before, sch.func, rng, lambda a, b, c: {2: a @ b})
+    check_replay(sch, before)
+
+
+def test_transform_layout_rejections():
+    sch = Schedule(_te_matmul(8, 32, 4))
+    c = sch.get_block("C")
+    assert_rejected(sch, lambda: sch.transform_layout(c, ("read", 1), lambda k, j: (j, j)),
+                    "padding is not supported")
+    assert_rejected(sch, lambda: sch.transform_layout(c, ("read", 1), lambda k, j: (j % 16, k)),
+                    "padding is not supported")
+    assert_rejected(sch, lambda: sch.transform_layout(c, ("read", 1), lambda k: (k,)),
+                    "the buffer has 2 dims but the map takes 1 indices")
+    assert_rejected(sch, lambda: sch.transform_layout(c, ("read", 1), lambda k, j: (j % 2, (j + k) % 16, k)),
+                    "sends two elements to one place")
+    assert_rejected(sch, lambda: sch.transform_layout(c, "Z", lambda k, j: (j, k)),
+                    "transform_layout: block C accesses no buffer named 'Z'")
