@@ -52,6 +52,9 @@ def sample_perfect_tile(func: PrimFunc, loop: For, n: int, max_innermost_factor:
                                 f"{extent} with innermost <= {max_innermost_factor}", ir=func, spot=loop)
         return list(decision), list(decision)
     candidates = [t for t in _factorizations(extent, n) if t[-1] <= max_innermost_factor]
+    if not candidates:
+        raise ScheduleError(f"sample_perfect_tile: no {n}-tiling of {extent} has an innermost factor <= "
+                            f"{max_innermost_factor}", ir=func, spot=loop)
     choice = list(rng.choice(candidates))
     return choice, choice
 
