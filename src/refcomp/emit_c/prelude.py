@@ -173,8 +173,15 @@ static inline float rc_max_f32(float a, float b) { return (a != a || a > b) ? a 
 static inline float rc_min_f32(float a, float b) { return (a != a || a < b) ? a : b; }
 static inline double rc_max_f64(double a, double b) { return (a != a || a > b) ? a : b; }
 static inline double rc_min_f64(double a, double b) { return (a != a || a < b) ? a : b; }
-static inline float rc_sigmoid_f32(float x) { return 1.0f / (1.0f + expf(-x)); }
-static inline double rc_sigmoid_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
+/* sigmoid from exp(-|x|) in (0, 1]: no overflow, and full precision for large negative x. */
+static inline float rc_sigmoid_f32(float x) {
+    float e = expf(-fabsf(x)), r = 1.0f / (1.0f + e);
+    return x >= 0.0f ? r : e * r;
+}
+static inline double rc_sigmoid_f64(double x) {
+    double e = exp(-fabs(x)), r = 1.0 / (1.0 + e);
+    return x >= 0.0 ? r : e * r;
+}
 static inline float rc_rsqrt_f32(float x) { return 1.0f / sqrtf(x); }
 static inline double rc_rsqrt_f64(double x) { return 1.0 / sqrt(x); }
 """

@@ -1,0 +1,97 @@
+"""float16 / bfloat16 conversions in C (software and native paths) against numpy and the interpreter."""
+import numpy as np
+import pytest
+
+import refcomp
+from refcomp.ast import Buffer, BufferStore, Cast, For, IntImm, PrimFunc, Ramp, SizeVar, Var
+
+TARGETS = ["c", "c -std=c99"]
+
+
+def cast_kernel(source: str, target: str, lanes: int = 1) -> PrimFunc:
+    n = SizeVar("n", "int32")
+    size = n * lanes if lanes > 1 else n
+    A, B = Buffer("A", (size,), source), Buffer("B", (size,), target)
+    i = Var("i", "int32")
+    index = Ramp(i * lanes, IntImm(1), lanes) if lanes > 1 else i
+    dtype = f"{target}x{lanes}" if lanes > 1 else target
+    return PrimFunc((A, B), For(i, 0, n, "serial", BufferStore(B, Cast(dtype, A[index]), (index,))),
+                    f"cast_{source}_{target}_{lanes}")
+
+
+def random_float32_bits(rng, count):
+    bits = rng.integers(0, 2**32, count, dtype=np.uint64).astype(np.uint32)
+    # ties and near-ties of float16 rounding, subnormal float16 range, overflow edge
+    half_ties = (np.arange(0, 2**16, 7, dtype=np.uint32) << 13) | 0x1000
+    edges = np.array([0x477FE000, 0x477FEFFF, 0x477FF000, 0x477FF001, 0x33000000, 0x33000001,
+                      0x387FC000, 0x7F800000, 0xFF800000, 0x7FC00001, 0xFFFFFFFF, 0], np.uint32)
+    return np.concatenate([bits, half_ties, edges]).view(np.float32)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("lanes", [1, 8])
+def test_float32_to_float16_matches_numpy(target, lanes, rng):
+    lib = refcomp.build(cast_kernel("float32", "float16", lanes), target=target, bounds="off")
+    x = random_float32_bits(rng, 20000)
+    x = x[: len(x) - len(x) % lanes]
+    out = np.zeros(len(x), np.float16)
+    lib(x, out)
+    with np.errstate(all="ignore"):
+        want = x.astype(np.float16)
+    same = (out.view(np.uint16) == want.view(np.uint16)) | (np.isnan(out) & np.isnan(want))
+    assert same.all(), f"first mismatch at {x[~same][:3]}: got {out[~same][:3]}, want {want[~same][:3]}"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_float16_widens_exactly(target):
+    lib = refcomp.build(cast_kernel("float16", "float32"), target=target, bounds="off")
+    x = np.arange(2**16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    out = np.zeros(len(x), np.float32)
+    lib(x, out)
+    want = x.astype(np.float32)
+    assert ((out == want) | (np.isnan(out) & np.isnan(want))).all()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_float64_to_float16_rounds_once(target, rng):
+    lib = refcomp.build(cast_kernel("float64", "float16"), target=target, bounds="off")
+    # a double just above a float16 tie: rounding through float32 first would land on the tie
+    tie_plus = np.float64(1.0) + np.float64(2.0**-11) + np.float64(2.0**-40)
+    x = np.concatenate([rng.standard_normal(4000) * 10.0 ** rng.integers(-8, 6, 4000),
+                        [tie_plus, -tie_plus, 65519.99, 65520.0, 2.0**-25, 2.0**-25 * 1.0000001, np.nan, -np.inf]])
+    out = np.zeros(len(x), np.float16)
+    lib(x, out)
+    with np.errstate(all="ignore"):
+        want = x.astype(np.float16)
+    assert ((out.view(np.uint16) == want.view(np.uint16)) | (np.isnan(out) & np.isnan(want))).all()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_bfloat16_matches_interpreter(target, rng):
+    func = cast_kernel("float32", "bfloat16")
+    lib = refcomp.build(func, target=target, bounds="off")
+    x = random_float32_bits(rng, 5000)
+    out = np.zeros(len(x), np.uint16)
+    lib(x, out)
+    want = np.zeros(len(x), np.uint16)
+    refcomp.interpret(func, x, want)
+    nan = np.isnan((out.astype(np.uint32) << 16).view(np.float32))
+    assert ((out == want) | nan).all()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_float16_arithmetic_rounds_each_step(target, rng):
+    n = SizeVar("n", "int32")
+    A, B, C = (Buffer(name, (n,), "float16") for name in "ABC")
+    i = Var("i", "int32")
+    func = PrimFunc((A, B, C), For(i, 0, n, "serial", BufferStore(C, A[i] * B[i] + A[i], (i,))), "h")
+    lib = refcomp.build(func, target=target, bounds="off")
+    a = (rng.standard_normal(500) * 30).astype(np.float16)
+    b = (rng.standard_normal(500) * 30).astype(np.float16)
+    c = np.zeros(500, np.float16)
+    lib(a, b, c)
+    want = a * b + a  # numpy rounds float16 after each operation too
+    expected = np.zeros_like(c)
+    refcomp.interpret(func, a, b, expected)
+    np.testing.assert_array_equal(c, want)
+    np.testing.assert_array_equal(c, expected)
