@@ -51,13 +51,22 @@ class InferContext:
         where = f"\n  in: {format_expr(self.call)}" if self.call is not None else ""
         raise kind(f"R.{self.op_name}: {message}{where}", counterexample=counterexample, hint=hint)
 
-    def require(self, condition: tir.PrimExpr, what: str, hint: str | None = None) -> bool:
-        """Ask that condition hold; True when proved, False when deferred to a runtime check."""
+    def require(self, condition: tir.PrimExpr, what: str, hint: str | None = None, strict: bool = False) -> bool:
+        """Ask that condition hold; True when proved, False when deferred to a runtime check.
+
+        strict: any counterexample is an error (used for equalities between dims, which the user
+        must state with one size var or a match_cast).  Otherwise only a condition that can never
+        hold is an error, and one that holds for some sizes becomes a runtime check.
+        """
         decision: Decision = prove(condition, self.assumptions)
         if decision.proved:
             return True
         if decision.disproved:
-            self.fail(f"{what} does not hold", counterexample=decision.counterexample, hint=hint)
+            if strict:
+                self.fail(f"{what} does not hold", counterexample=decision.counterexample, hint=hint)
+            never = prove(tir.Not(condition), self.assumptions)
+            if never.proved:
+                self.fail(f"{what} never holds", counterexample=decision.counterexample, hint=hint)
         self.runtime_checks.append(RuntimeCheck(condition, f"R.{self.op_name}: {what}"))
         return False
 
@@ -127,12 +136,10 @@ def broadcast_shapes(ctx: InferContext, shapes: Sequence[tuple[tir.PrimExpr, ...
             else:
                 cond = tir.Or(tir.EQ(*_int64(result, d)), tir.Or(tir.EQ(as_dim(result), as_dim(1)),
                                                                  tir.EQ(as_dim(d), as_dim(1))))
-                if ctx.require(cond, f"dims {format_prim_expr(result)} and {format_prim_expr(d)} broadcast "
-                                     f"(axis {k - ndim}: equal, or one of them 1)",
-                               hint="if they are equal at run time, say so with R.match_cast"):
-                    result = tir.Max(as_dim(result), as_dim(d))
-                else:
-                    result = tir.Max(as_dim(result), as_dim(d))
+                ctx.require(cond, f"dims {format_prim_expr(result)} and {format_prim_expr(d)} broadcast "
+                                  f"(axis {k - ndim}: equal, or one of them 1)",
+                            hint="if they are equal at run time, say so with R.match_cast", strict=True)
+                result = tir.Max(as_dim(result), as_dim(d))
         out.append(result)
     return tuple(out)
 

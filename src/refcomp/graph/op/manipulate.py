@@ -9,7 +9,6 @@ import numpy as np
 from ...ast import expr as tir
 from ...ast.graph_struct_info import TensorStructInfo, TupleStructInfo, as_dim
 from ...errors import IRError
-from ..infer import broadcast_shapes
 from ..shape_facts import const_value, product, simplify
 from ._common import make_call, same_dtype, te
 from .registry import register
@@ -176,8 +175,9 @@ def _squeeze_axes(ctx, info, axis):
 
 def _squeeze_infer(call, ctx):
     x = ctx.tensor(0)
-    if x.shape is None:
-        axis = ctx.attr("axis", None)
+    axis = ctx.attr("axis", None)
+    if x.shape is None or (axis is None and any(const_value(d) is None for d in x.shape)):
+        # Without axes, a symbolic dim might be 1 at run time and vanish: the rank is unknown.
         return TensorStructInfo(None, x.dtype, -1 if axis is None or x.ndim == -1 else x.ndim - len(set(axis)))
     axes = _squeeze_axes(ctx, x, ctx.attr("axis", None))
     return TensorStructInfo(tuple(d for k, d in enumerate(x.shape) if k not in axes), x.dtype)
@@ -248,8 +248,10 @@ register("flatten", infer=_flatten_infer, reference=_np_flatten, legalize=_flatt
 
 # ----------------------------------------------------------------------------- concat, split
 
-def concat(tensors: Sequence[Any], axis: int = 0):
-    """Join tensors along axis."""
+def concat(*tensors: Any, axis: int = 0):
+    """Join tensors along axis: concat(a, b, axis=1) or concat([a, b], axis=1)."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
     return make_call("concat", *tensors, axis=int(axis))
 
 
@@ -625,5 +627,3 @@ MANIPULATE_NAMES = ("reshape", "permute_dims", "expand_dims", "squeeze", "flatte
                     "strided_slice", "broadcast_to", "tile", "repeat", "flip", "pad")
 
 
-def _unused(*_: Any) -> None:  # keep imports referenced for linters
-    return broadcast_shapes

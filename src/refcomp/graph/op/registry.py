@@ -32,6 +32,20 @@ class OpInfo:
     pure: bool = True
     doc: str = ""
 
+    def evaluate(self, arrays, attrs):
+        """The numpy reference on arrays with a call's attrs (constant dims become Python ints)."""
+        return self.reference(*arrays, **{k: _plain(v) for k, v in dict(attrs).items()})
+
+
+def _plain(value: Any) -> Any:
+    from ...ast.expr import IntImm
+
+    if isinstance(value, IntImm):
+        return value.value
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    return value
+
 
 REGISTRY: dict[str, OpInfo] = {}
 

@@ -1,0 +1,110 @@
+"""default_schedule: a sound CPU schedule for every kernel that has none.
+
+For each block of each PrimFunc (skipping kernels already marked `scheduled`):
+- the outermost spatial loop becomes `parallel` when the block has more than one loop or the
+  loop is long (OpenMP threads over rows);
+- the innermost spatial loop of a spatial block with a constant extent is split by the vector
+  width (8 lanes for 32-bit types, 16 for 16-bit) and the inner part `vectorized` when it divides.
+- matmul-like kernels use `refcomp.loops.recipes` when that module provides a recipe.
+Every step goes through the checked Schedule primitives; a step they reject is skipped, so the
+result is always a legal schedule of the same computation.
+"""
+from __future__ import annotations
+
+from ...ast.function import IRModule, PrimFunc
+from ...ast.functor import collect
+from ...ast.stmt import Block
+from ...errors import RefcompError
+from ..shape_facts import const_value
+
+
+def schedule_kernel(func: PrimFunc) -> PrimFunc:
+    """func with parallel outer loops and vectorized inner loops where legal."""
+    from ...loops.schedule import Schedule
+
+    recipe = _recipe_for(func)
+    if recipe is not None:
+        try:
+            return recipe(func).with_attr("scheduled", True)
+        except RefcompError:
+            pass
+    sch = Schedule(func)
+    for block in [b for b in collect(func.body, Block) if b.name != "root"]:
+        try:
+            rv = sch.get_block(block.name)
+            loops = sch.get_loops(rv)
+        except RefcompError:
+            continue
+        if not loops:
+            continue
+        spatial = [iv for iv in block.iter_vars if iv.kind == "spatial"]
+        is_spatial = len(spatial) == len(block.iter_vars)
+        if is_spatial and len(loops) >= 1:
+            inner = loops[-1]
+            extent = const_value(sch.get(inner).extent)
+            lanes = 16 if block_dtype_bits(block) == 16 else 8
+            if extent is not None and extent >= lanes and extent % lanes == 0:
+                try:
+                    _, vec = sch.split(inner, [None, lanes])
+                    sch.vectorize(vec)
+                except RefcompError:
+                    pass
+        try:
+            loops = sch.get_loops(rv)
+            outer = loops[0]
+            first = sch.get(outer)
+            if first.kind == "serial" and _is_spatial_loop(block, first.loop_var, sch, rv):
+                if len(loops) > 1 or (const_value(first.extent) or 1 << 20) >= 64:
+                    sch.parallel(outer)
+        except RefcompError:
+            pass
+    return sch.func.with_attr("scheduled", True)
+
+
+def _is_spatial_loop(block, loop_var, sch, rv) -> bool:
+    realize = sch.get(rv)
+    from ...ast.functor import uses_var
+
+    block_node = realize if isinstance(realize, Block) else getattr(realize, "block", realize)
+    realize_node = _realize_of(sch.func, block_node)
+    if realize_node is None:
+        return False
+    for iv, value in zip(block_node.iter_vars, realize_node.iter_values):
+        if iv.kind != "spatial" and uses_var(value, loop_var):
+            return False
+    return True
+
+
+def _realize_of(func, block):
+    from ...ast.stmt import BlockRealize
+
+    for r in collect(func.body, BlockRealize):
+        if r.block is block:
+            return r
+    return None
+
+
+def block_dtype_bits(block) -> int:
+    return block.writes[0].buffer.dtype.bits if block.writes else 32
+
+
+def _recipe_for(func: PrimFunc):
+    try:
+        from ...loops import recipes
+    except ImportError:
+        return None
+    finder = getattr(recipes, "default_recipe", None)
+    if finder is None:
+        return None
+    try:
+        return finder(func)
+    except RefcompError:
+        return None
+
+
+def default_schedule(mod: IRModule) -> IRModule:
+    """The module with every unscheduled PrimFunc given the default CPU schedule."""
+    for name, func in list(mod.functions.items()):
+        if isinstance(func, PrimFunc) and not func.attrs.get("scheduled"):
+            mod = mod.with_function(name, schedule_kernel(func))
+    return mod

@@ -1,0 +1,157 @@
+"""fuse_tir: each primitive graph function (a fused group) becomes one PrimFunc.
+
+The member kernels run in sequence in one PrimFunc; the tensors passed between them become
+buffers of the root block, and every spatial producer stage is then inlined into its consumers
+(`compute_inline`) when the schedule primitive proves that legal, so element-wise chains and
+epilogues are computed in one pass without the intermediate in memory.  The call of the group is
+replaced by a call_tir of the merged kernel (size vars no buffer carries become tir_vars).
+"""
+from __future__ import annotations
+
+from ...ast import expr as tir
+from ...ast.buffer import Buffer
+from ...ast.function import IRModule, PrimFunc
+from ...ast.functor import Mutator, free_vars, substitute
+from ...ast.graph import Call, Function, GlobalVar, Var
+from ...ast.stmt import Block, BlockRealize, seq, true
+from ...ast.structural import structural_equal
+from ...errors import RefcompError
+from ..op.base import call_tir
+from .common import graph_functions, map_blocks, with_bindings
+
+
+class _Rewrite(Mutator):
+    def __init__(self, buffer_map: dict, names: set) -> None:
+        super().__init__()
+        self.buffer_map.update(buffer_map)
+        self.names = names
+
+    def visit_Block(self, block: Block) -> Block:
+        new = self.generic_visit(block)
+        if new.name == "root":
+            return new
+        name, k = new.name, 0
+        while name in self.names:
+            k += 1
+            name = f"{new.name}_{k}"
+        self.names.add(name)
+        return new.with_(name=name)
+
+
+def _buffer(name: str, info) -> Buffer:
+    return Buffer(name, tuple(info.shape), info.dtype)
+
+
+def merge_group(fn: Function, mod: IRModule, name: str) -> tuple[PrimFunc, tuple]:
+    """One PrimFunc computing the primitive function fn; returns it and its trailing scalar args."""
+    value_buffer: dict = {}
+    params = []
+    for p in fn.params:
+        buf = _buffer(p.name, p.struct_info)
+        value_buffer[p] = buf
+        params.append(buf)
+    bindings = [b for block in fn.body.blocks for b in block.bindings]
+    names: set = set()
+    stages, allocs, intermediates = [], [], []
+    for k, b in enumerate(bindings):
+        call = b.value
+        callee: PrimFunc = mod[call.args[0].name]
+        args = call.args[1:]
+        actual_shapes = [a.struct_info.shape for a in args] + [call.sinfo_args[0].shape]
+        var_map: dict = {}
+        for buf, shape in zip(callee.buffers, actual_shapes):
+            for d, a in zip(buf.shape, shape):
+                if isinstance(d, tir.Var) and d not in var_map and d is not a:
+                    var_map[d] = a if a.dtype == d.dtype else a.astype(d.dtype)
+        for scalar, value in zip(callee.scalar_params, call.attrs.get("tir_vars", ())):
+            var_map.setdefault(scalar, value)
+        member = substitute(callee, var_map) if var_map else callee
+        last = k == len(bindings) - 1
+        out = _buffer(b.var.name if not last else "out", call.sinfo_args[0])
+        value_buffer[b.var] = out
+        if not last:
+            intermediates.append(out)
+        mapping = {}
+        for buf, arg in zip(member.buffers, list(args) + [None]):
+            mapping[buf] = value_buffer[arg] if arg is not None else out
+        root = member.body
+        if not (isinstance(root, BlockRealize) and root.block.name == "root"):
+            raise RefcompError(f"fuse_tir: kernel {callee.name} has no root block")
+        rewriter = _Rewrite(mapping, names)
+        stages.append(rewriter.visit(root.block.body))
+        allocs.extend(rewriter.visit(a) for a in root.block.alloc_buffers)
+    params.append(value_buffer[bindings[-1].var])
+    body = seq(*stages)
+    root = Block("root", (), (), (), body, alloc_buffers=tuple(allocs) + tuple(intermediates))
+    bare = {d for p in params for d in p.shape if isinstance(d, tir.Var)}
+    scalars = []
+    for v in free_vars(BlockRealize((), true(), root)) + [v for p in params for d in p.shape for v in free_vars(d)]:
+        if v not in bare and v not in scalars:
+            scalars.append(v)
+    func = PrimFunc(tuple(params) + tuple(scalars), BlockRealize((), true(), root), name)
+    return _inline_producers(func, intermediates), tuple(scalars)
+
+
+def _inline_producers(func: PrimFunc, intermediates: list) -> PrimFunc:
+    """Inline every spatial stage writing an intermediate (or one of its own temporaries)."""
+    from ...ast.functor import collect
+    from ...loops.schedule import Schedule
+
+    sch = Schedule(func)
+    blocks = [b for b in collect(func.body, Block) if b.name != "root"]
+    writes_final = {id(func.buffers[-1])}
+    for block in blocks:
+        if any(iv.kind != "spatial" for iv in block.iter_vars):
+            continue
+        if any(id(w.buffer) in writes_final for w in block.writes):
+            continue
+        try:
+            sch.compute_inline(sch.get_block(block.name))
+        except RefcompError:
+            continue
+    return sch.func
+
+
+def fuse_tir(mod: IRModule) -> IRModule:
+    """The module with every call of a primitive function replaced by a call_tir of a merged kernel."""
+    merged: dict[str, tuple] = {}
+    for fname, fn in list(mod.functions.items()):
+        if isinstance(fn, Function) and fn.attrs.get("primitive"):
+            func, scalars = merge_group(fn, mod, fname)
+            for other_name, (other, other_scalars) in merged.items():
+                if structural_equal(other, func) and len(other_scalars) == len(scalars):
+                    func = None
+                    merged[fname] = (other_name, scalars)
+                    break
+            if func is not None:
+                func = func.with_attr("op_pattern", fn.attrs.get("op_pattern", "opaque"))
+                merged[fname] = (func, scalars)
+    if not merged:
+        return mod
+    for name, func in graph_functions(mod):
+        if func.attrs.get("primitive"):
+            continue
+
+        def block_fn(block):
+            out = []
+            for b in block.bindings:
+                value = b.value
+                if isinstance(value, Call) and isinstance(value.op, GlobalVar) and value.op.name in merged:
+                    target, scalars = merged[value.op.name]
+                    target_name = target if isinstance(target, str) else value.op.name
+                    if not isinstance(target, str) and scalars:
+                        scalars = scalars
+                    value = call_tir(GlobalVar(target_name), value.args, value.struct_info, scalars or None)
+                    value = value.with_(struct_info=b.var.struct_info)
+                out.append(b if value is b.value else b.with_(value=value))
+            return with_bindings(block, out)
+
+        mod = mod.with_function(name, map_blocks(func, block_fn))
+    for fname, (target, _) in merged.items():
+        mod = mod.without_function(fname)
+        if not isinstance(target, str):
+            mod = mod.with_function(fname, target)
+    return mod
+
+
+_ = Var
