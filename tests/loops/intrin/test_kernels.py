@@ -35,10 +35,10 @@ def _wrapper(name: str) -> str:
     function = call.args[0].value
     ctype = {"float32": "float", "bfloat16": "uint16_t", "int8": "int8_t", "int32": "int32_t"}
     a, b, c = (ctype[str(buf.dtype)] for buf in info.desc.buffers)
-    has_acs = len(call.args) == 9
-    params = (f"const {a}* A, int64_t a_rs, " + ("int64_t a_cs, " if has_acs else "") +
-              f"const {b}* B, int64_t ldb, {c}* C, int64_t ldc, int64_t K")
-    args = "A, a_rs, " + ("a_cs, " if has_acs else "") + "B, ldb, C, ldc, K"
+    full = len(call.args) == 10  # with a_cs and m_rows; AMX kernels take neither
+    params = (f"const {a}* A, int64_t a_rs, int64_t a_cs, const {b}* B, int64_t ldb, {c}* C, "
+              "int64_t ldc, int64_t K, int64_t m_rows")
+    args = "A, a_rs, a_cs, B, ldb, C, ldc, K, m_rows" if full else "A, a_rs, B, ldb, C, ldc, K"
     amx = bool(info.func_attrs.get("needs_amx"))
     guard = "if (!refcomp_test_request_amx()) return -1;" if amx else ""
     return ("\n".join(info.c_helpers) + (AMX_PRELUDE if amx else "") +
@@ -96,10 +96,8 @@ def _ptr(array: np.ndarray):
     return ctypes.c_void_p(array.ctypes.data)
 
 
-def run_kernel(lib, name, a, b_packed, c, *, a_rows_contiguous=True):
+def run_kernel(lib, name, a, b_packed, c, *, a_rows_contiguous=True, m_rows=None):
     """Call the kernel on full arrays: A (MR, K), packed B, C (MR, NR) (C updated in place)."""
-    info = intrin.get(name)
-    has_acs = len(info.impl.body.value.args) == 9
     k = a.shape[1]
     if a_rows_contiguous:
         a_rs, a_cs, a_mem = a.shape[1], 1, np.ascontiguousarray(a)
@@ -109,8 +107,8 @@ def run_kernel(lib, name, a, b_packed, c, *, a_rows_contiguous=True):
     ldb = b_packed.strides[0] // b_packed.itemsize
     ldc = c.strides[0] // c.itemsize
     i64 = ctypes.c_int64
-    args = [_ptr(a_mem), i64(a_rs)] + ([i64(a_cs)] if has_acs else []) + [
-        _ptr(b_packed), i64(ldb), _ptr(c), i64(ldc), i64(k)]
+    args = [_ptr(a_mem), i64(a_rs), i64(a_cs), _ptr(b_packed), i64(ldb), _ptr(c), i64(ldc), i64(k),
+            i64(a.shape[0] if m_rows is None else m_rows)]
     status = lib.run(*args)
     assert status == 0, "the OS refused AMX state"
 
@@ -191,3 +189,36 @@ def test_int8_kernel_strided_a(build, name, rng):
     c = np.zeros((mr, nr), np.int32)
     run_kernel(build(name), name, a, pack_b(b, x86.b_layout(name)), c, a_rows_contiguous=False)
     np.testing.assert_array_equal(c, a.astype(np.int32) @ b.astype(np.int32))
+
+
+@pytest.mark.parametrize("name", _params(["x86.avx2.sgemm_6x16", "x86.avx512.sgemm_8x32",
+                                          "x86.avx2.bf16gemm_6x16", "x86.avx2.i8gemm_6x16",
+                                          "x86.vnni.i8gemm_8x32"]))
+@given(rows=st.integers(0, 40), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=10)
+def test_partial_tile_touches_only_its_rows(build, name, rows, seed):
+    """m_rows < MR computes those rows and leaves the rest of C alone; m_rows >= MR is a full tile."""
+    rng = np.random.default_rng(seed)
+    mr, nr, k_multiple = x86.tile_shape(name)
+    k = 2 * k_multiple
+    info = intrin.get(name)
+    a_type = info.desc.buffers[0].dtype
+    if a_type.name == "int8":
+        a = rng.integers(-128, 128, size=(mr, k), dtype=np.int8)
+        b = rng.integers(-128, 128, size=(k, nr), dtype=np.int8)
+        c = rng.integers(-1000, 1000, size=(mr, nr), dtype=np.int32)
+        product = a.astype(np.int64) @ b.astype(np.int64)
+    elif a_type.name == "bfloat16":
+        a, b = to_bf16(rng.standard_normal((mr, k))), to_bf16(rng.standard_normal((k, nr)))
+        c = rng.standard_normal((mr, nr)).astype(np.float32)
+        product = from_bf16(a).astype(np.float64) @ from_bf16(b).astype(np.float64)
+    else:
+        a = rng.standard_normal((mr, k)).astype(np.float32)
+        b = rng.standard_normal((k, nr)).astype(np.float32)
+        c = rng.standard_normal((mr, nr)).astype(np.float32)
+        product = a.astype(np.float64) @ b.astype(np.float64)
+    expected = c.astype(np.float64).copy()
+    touched = min(rows, mr)
+    expected[:touched] += product[:touched]
+    run_kernel(build(name), name, a, pack_b(b, x86.b_layout(name)), c, m_rows=rows)
+    np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-4)

@@ -45,12 +45,14 @@ def tiled_matmul_update(m, n, k, mr, nr, kc=None, *, a_dtype="float32", b_dtype=
                          BufferRegion(b, tuple(Range(x, 1) for x in b_index(vk, vj)))),
                   writes=(BufferRegion(c, (Range(vi, 1), Range(vj, 1))),), body=store)
     k_binding = ko * kc + ki if kc != k else ki
-    realize = BlockRealize((io * mr + ii, jo * nr + jj, k_binding), IntImm(1, "bool"), block)
+    # rows that mr does not divide: the last row tile is partial, guarded as an imperfect split guards it
+    predicate = io * mr + ii < m if m % mr else IntImm(1, "bool")
+    realize = BlockRealize((io * mr + ii, jo * nr + jj, k_binding), predicate, block)
     inner = [(ii, mr), (jj, nr), (ki, kc)] if not k_inner_first else [(ki, kc), (ii, mr), (jj, nr)]
     nest = realize
     for var, extent in reversed(inner):
         nest = For(var, 0, extent, "serial", nest)
-    outer = [(io, m // mr), (jo, n // nr)] + ([(ko, k // kc)] if kc != k else [])
+    outer = [(io, -(-m // mr)), (jo, n // nr)] + ([(ko, k // kc)] if kc != k else [])
     for var, extent in reversed(outer):
         nest = For(var, 0, extent, "serial", nest)
     root = BlockRealize((), IntImm(1, "bool"), Block("root", (), (), (), nest))

@@ -34,8 +34,8 @@ def test_fp32_tile_binds_pointers_strides_and_k():
     out, _ = tensorize(func, tile_loop(func, "ii"), "x86.avx2.sgemm_6x16")
     call = _tensorized_call(out)
     assert call.op == "call_extern" and call.args[0].value == "refcomp_sgemm_avx2_6x16"
-    a_ptr, a_rs, a_cs, b_ptr, ldb, c_ptr, ldc, k = call.args[1:]
-    assert (a_rs.value, a_cs.value, ldb.value, ldc.value, k.value) == (8, 1, 32, 32, 8)
+    a_ptr, a_rs, a_cs, b_ptr, ldb, c_ptr, ldc, k, m_rows = call.args[1:]
+    assert (a_rs.value, a_cs.value, ldb.value, ldc.value, k.value, m_rows.value) == (8, 1, 32, 32, 8, 6)
     # the pointers are the tile origins: A[vi_o*6, 0], B[0, vj_o*16], C[vi_o*6, vj_o*16]
     outer = next(s for s in walk(out.body) if isinstance(s, Block) and s.name == "C_o")
     vi_o, vj_o = (iv.var for iv in outer.iter_vars)
@@ -72,7 +72,7 @@ def test_split_k_tile_offsets_the_k_origin():
     func = tiled_matmul_update(6, 16, 32, 6, 16, kc=8)
     out, _ = tensorize(func, tile_loop(func, "ii"), "x86.avx2.sgemm_6x16")
     call = _tensorized_call(out)
-    assert call.args[-1].value == 8  # K of one tile
+    assert call.args[-2].value == 8  # K of one tile
     a_index = call.args[1].args[0].indices
     assert "vk_o" in a_index[1].script() and "8" in a_index[1].script()
 
@@ -91,7 +91,7 @@ def test_int8_pairs_layout_and_k_multiple():
     func = tiled_matmul_update(6, 16, 8, 6, 16, a_dtype="int8", b_dtype="int8", acc_dtype="int32",
                                b_layout="pairs")
     out, _ = tensorize(func, tile_loop(func, "ii"), "x86.avx2.i8gemm_6x16")
-    assert _tensorized_call(out).args[-1].value == 8
+    assert _tensorized_call(out).args[-2].value == 8
 
 
 def test_int8_split_k_pairs_offset():
@@ -100,6 +100,20 @@ def test_int8_split_k_pairs_offset():
     out, _ = tensorize(func, tile_loop(func, "ii"), "x86.avx2.i8gemm_6x16")
     b_index = _tensorized_call(out).args[4].args[0].indices
     assert "vk_o * 2" in b_index[0].script()  # (vk_o*4 + k)//2 = vk_o*2 + k//2
+
+
+def test_partial_row_tile_binds_m_rows():
+    func = tiled_matmul_update(10, 16, 8, 6, 16)  # rows 6..9 form a partial tile
+    out, _ = tensorize(func, tile_loop(func, "ii"), "x86.avx2.sgemm_6x16")
+    m_rows = _tensorized_call(out).args[-1]
+    assert "10" in m_rows.script() and "vi_o * 6" in m_rows.script()  # 10 - vi_o * 6
+
+
+def test_partial_tile_needs_a_partial_tile_intrinsic():
+    func = tiled_matmul_update(40, 32, 64, 32, 32, a_dtype="bfloat16", b_dtype="bfloat16",
+                               acc_dtype="float32", b_layout="pairs")
+    message = _error(func, "ii", "x86.amx.bf16gemm_32x32")
+    assert "predicate" in message
 
 
 def test_loop_order_inside_the_tile_does_not_matter():

@@ -1,10 +1,12 @@
 """C micro-kernels for fp32 matmul tiles: AVX2/FMA 6x16 and AVX-512 8x32 register tiles.
 
-Each kernel computes C[0:MR, 0:NR] += A[0:MR, 0:K] * B[0:K, 0:NR] with
+Each kernel computes C[0:m, 0:NR] += A[0:m, 0:K] * B[0:K, 0:NR], m = min(m_rows, MR), with
   A[r, k] at A + r*a_rs + k*a_cs   (any strides: row-major, or packed MR-interleaved)
   B[k, j] at B + k*ldb + j         (unit stride along j: vector loads)
   C[r, j] at C + r*ldc + j
 The accumulators live in registers for the whole K loop; C is read once and written once.
+A partial tile (m_rows < MR, the last rows of a matrix whose height MR does not divide) takes a
+row-at-a-time path that touches only its m_rows rows.
 The `target` attribute lets the helper compile whatever -march the library is built with; the
 tensorize registry only offers a kernel when the CPU running refcomp has its features.
 """
@@ -17,7 +19,19 @@ SGEMM_AVX2_6X16 = r"""
 #define RC_ROWS6(X) X(0) X(1) X(2) X(3) X(4) X(5)
 __attribute__((target("avx2,fma"))) static inline void refcomp_sgemm_avx2_6x16(
     const float* restrict A, int64_t a_rs, int64_t a_cs, const float* restrict B, int64_t ldb,
-    float* restrict C, int64_t ldc, int64_t K) {
+    float* restrict C, int64_t ldc, int64_t K, int64_t m_rows) {
+  if (m_rows < 6) {
+    for (int64_t r = 0; r < m_rows; ++r) {
+      __m256 t0 = _mm256_loadu_ps(C + r * ldc), t1 = _mm256_loadu_ps(C + r * ldc + 8);
+      for (int64_t k = 0; k < K; ++k) {
+        __m256 ar = _mm256_broadcast_ss(A + r * a_rs + k * a_cs);
+        t0 = _mm256_fmadd_ps(ar, _mm256_loadu_ps(B + k * ldb), t0);
+        t1 = _mm256_fmadd_ps(ar, _mm256_loadu_ps(B + k * ldb + 8), t1);
+      }
+      _mm256_storeu_ps(C + r * ldc, t0); _mm256_storeu_ps(C + r * ldc + 8, t1);
+    }
+    return;
+  }
 #define RC_LOADC(r) __m256 c##r##0 = _mm256_loadu_ps(C + (r) * ldc); \
                     __m256 c##r##1 = _mm256_loadu_ps(C + (r) * ldc + 8);
   RC_ROWS6(RC_LOADC)
@@ -47,7 +61,19 @@ SGEMM_AVX512_8X32 = r"""
 #define RC_ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 __attribute__((target("avx512f"))) static inline void refcomp_sgemm_avx512_8x32(
     const float* restrict A, int64_t a_rs, int64_t a_cs, const float* restrict B, int64_t ldb,
-    float* restrict C, int64_t ldc, int64_t K) {
+    float* restrict C, int64_t ldc, int64_t K, int64_t m_rows) {
+  if (m_rows < 8) {
+    for (int64_t r = 0; r < m_rows; ++r) {
+      __m512 t0 = _mm512_loadu_ps(C + r * ldc), t1 = _mm512_loadu_ps(C + r * ldc + 16);
+      for (int64_t k = 0; k < K; ++k) {
+        __m512 ar = _mm512_set1_ps(A[r * a_rs + k * a_cs]);
+        t0 = _mm512_fmadd_ps(ar, _mm512_loadu_ps(B + k * ldb), t0);
+        t1 = _mm512_fmadd_ps(ar, _mm512_loadu_ps(B + k * ldb + 16), t1);
+      }
+      _mm512_storeu_ps(C + r * ldc, t0); _mm512_storeu_ps(C + r * ldc + 16, t1);
+    }
+    return;
+  }
 #define RC_LOADC(r) __m512 c##r##0 = _mm512_loadu_ps(C + (r) * ldc); \
                     __m512 c##r##1 = _mm512_loadu_ps(C + (r) * ldc + 16);
   RC_ROWS8(RC_LOADC)
@@ -79,7 +105,22 @@ BF16GEMM_AVX2_6X16 = r"""
 #define RC_ROWS6(X) X(0) X(1) X(2) X(3) X(4) X(5)
 __attribute__((target("avx2,fma"))) static inline void refcomp_bf16gemm_avx2_6x16(
     const uint16_t* restrict A, int64_t a_rs, int64_t a_cs, const uint16_t* restrict B, int64_t ldb,
-    float* restrict C, int64_t ldc, int64_t K) {
+    float* restrict C, int64_t ldc, int64_t K, int64_t m_rows) {
+  if (m_rows < 6) {
+    for (int64_t r = 0; r < m_rows; ++r) {
+      __m256 t0 = _mm256_loadu_ps(C + r * ldc), t1 = _mm256_loadu_ps(C + r * ldc + 8);
+      for (int64_t k = 0; k < K; ++k) {
+        __m256i braw = _mm256_loadu_si256((const __m256i*)(B + k * ldb));
+        __m256 ar = _mm256_castsi256_ps(_mm256_set1_epi32((int32_t)((uint32_t)A[r * a_rs + k * a_cs] << 16)));
+        t0 = _mm256_fmadd_ps(ar, _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm256_castsi256_si128(braw)), 16)), t0);
+        t1 = _mm256_fmadd_ps(ar, _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm256_extracti128_si256(braw, 1)), 16)), t1);
+      }
+      _mm256_storeu_ps(C + r * ldc, t0); _mm256_storeu_ps(C + r * ldc + 8, t1);
+    }
+    return;
+  }
 #define RC_LOADC(r) __m256 c##r##0 = _mm256_loadu_ps(C + (r) * ldc); \
                     __m256 c##r##1 = _mm256_loadu_ps(C + (r) * ldc + 8);
   RC_ROWS6(RC_LOADC)

@@ -36,11 +36,14 @@ def _b_buffer(name: str, layout: str, k_groups: Var, nr: int, dtype: str, ldb: V
 
 
 def matmul_tile(mr: int, nr: int, *, a_dtype: str, b_dtype: str, acc_dtype: str, b_layout: str,
-                k_multiple: int, c_function: str, a_col_stride: bool = True) -> tuple[PrimFunc, PrimFunc]:
+                k_multiple: int, c_function: str, a_col_stride: bool = True,
+                partial_rows: bool = False) -> tuple[PrimFunc, PrimFunc]:
     """The (desc, impl) pair of an MR x NR matmul tile calling `c_function`.
 
-    The C function takes (A, a_rs, [a_cs,] B, ldb, C, ldc, K) with pointers to element [0, 0] of
-    each tile and K the tile's k extent.
+    The C function takes (A, a_rs, [a_cs,] B, ldb, C, ldc, K[, m_rows]) with pointers to element
+    [0, 0] of each tile and K the tile's k extent.  With partial_rows the description's block is
+    guarded by `i < m_rows`, so it also matches the last, partial tile of an imperfect split of
+    the rows (the kernel then touches only min(m_rows, MR) rows); a full tile binds m_rows = MR.
     """
     if b_layout not in B_LAYOUTS:
         raise ValueError(f"unknown B layout {b_layout!r}; expected one of {sorted(B_LAYOUTS)}")
@@ -73,7 +76,8 @@ def matmul_tile(mr: int, nr: int, *, a_dtype: str, b_dtype: str, acc_dtype: str,
         writes=(BufferRegion(c, (Range(vi, 1), Range(vj, 1))),),
         body=update,
     )
-    nest = BlockRealize((i, j, k), IntImm(1, "bool"), block)
+    m_rows = Var("m_rows")
+    nest = BlockRealize((i, j, k), i < m_rows if partial_rows else IntImm(1, "bool"), block)
     for var, extent in ((k, k_extent), (j, nr), (i, mr)):
         nest = For(var, 0, extent, "serial", nest)
     params = (a, b, c)
@@ -85,5 +89,7 @@ def matmul_tile(mr: int, nr: int, *, a_dtype: str, b_dtype: str, acc_dtype: str,
     if a_col_stride:
         args.append(a_cs)
     args += [address(b), ldb, address(c), ldc, k_extent]
+    if partial_rows:
+        args.append(m_rows)
     impl = PrimFunc(params, Evaluate(Call("call_extern", tuple(args), "int32")), name=c_function)
     return desc, impl

@@ -34,7 +34,8 @@ _TILES = {
 
 for _name, (_mr, _nr, _a, _b, _acc, _layout, _kmul, _fn, _src, _features, _acs, _attrs) in _TILES.items():
     _desc, _impl = matmul_tile(_mr, _nr, a_dtype=_a, b_dtype=_b, acc_dtype=_acc, b_layout=_layout,
-                               k_multiple=_kmul, c_function=_fn, a_col_stride=_acs)
+                               k_multiple=_kmul, c_function=_fn, a_col_stride=_acs,
+                               partial_rows=not _attrs.get("needs_amx", False))
     register(TensorIntrin(
         _name, _desc, _impl, c_helpers=(_src,), c_includes=("immintrin.h", "stdint.h", "string.h"),
         cpu_features=tuple(_features), func_attrs=dict(_attrs),

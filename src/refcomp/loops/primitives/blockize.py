@@ -70,7 +70,11 @@ def blockize_realize(func: PrimFunc, loop: For, preserve_unit_iters: bool = True
         outer_iters.append(IterVar(outer_var, Range(const(0, iv.dom.extent.dtype), dom_extent), iv.kind))
         outer_values.append(outer_part)
         inner_values.append(outer_var * extent + inner_part)
-    inner_realize = realize.with_(iter_values=tuple(inner_values))
+    # The inner block sits inside the outer one now: its predicate speaks of the outer block's
+    # iter vars where an outer loop is bound whole to one of them.
+    loop_to_iter = {value: iv.var for iv, value in zip(outer_iters, outer_values) if isinstance(value, Var)}
+    predicate = substitute(realize.predicate, loop_to_iter) if loop_to_iter else realize.predicate
+    inner_realize = realize.with_(iter_values=tuple(inner_values), predicate=predicate)
     # The regions the outer block touches: the inner block's, with its iter vars replaced by
     # their new bindings and then covered over the inner loops.
     binding = {iv.var: v for iv, v in zip(block.iter_vars, inner_values)}

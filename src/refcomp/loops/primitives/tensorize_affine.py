@@ -94,25 +94,32 @@ class Affine:
         return lo, hi
 
     def to_expr(self, dtype: DataType | str = "int32") -> PrimExpr:
-        """The form as an IR expression (terms in canonical order, constant last)."""
+        """The form as an IR expression: positive terms, then the constant, then subtracted terms."""
         dtype = to_dtype(dtype)
-        result: PrimExpr | None = None
-        for term, coef in self.terms:
+
+        def piece_of(term, magnitude: int) -> PrimExpr:
             piece = term if isinstance(term, Var) else term_expr(term, dtype)
             if piece.dtype != dtype:
                 piece = piece.astype(dtype)
-            if coef == -1 and result is not None:
-                result = Sub(result, piece)
-                continue
-            if coef != 1:
-                piece = Mul(piece, const(coef, piece.dtype))
-            result = piece if result is None else Add(result, piece)
-        if result is None:
-            return const(self.const, dtype)
-        if self.const > 0:
-            result = Add(result, const(self.const, result.dtype))
-        elif self.const < 0:
-            result = Sub(result, const(-self.const, result.dtype))
+            return piece if magnitude == 1 else Mul(piece, const(magnitude, dtype))
+
+        result: PrimExpr | None = None
+        for term, coef in self.terms:
+            if coef > 0:
+                piece = piece_of(term, coef)
+                result = piece if result is None else Add(result, piece)
+        if self.const or result is None:
+            if result is None:
+                result = const(self.const, dtype)
+            elif self.const > 0:
+                result = Add(result, const(self.const, dtype))
+            else:
+                result = Sub(result, const(-self.const, dtype))
+        for term, coef in self.terms:
+            if coef < 0:
+                piece = piece_of(term, -coef)
+                result = Sub(result, piece) if not (isinstance(result, IntImm) and result.value == 0) \
+                    else Mul(piece, const(-1, dtype)) if -coef != 1 else Sub(const(0, dtype), piece)
         return result
 
 
