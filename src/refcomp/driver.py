@@ -44,18 +44,12 @@ def build(func: PrimFunc | IRModule, target: str = "c", bounds: str = "prove") -
         raise BuildError(f"build: expected a PrimFunc, got {type(func).__name__}")
     if bounds not in BOUNDS_MODES:
         raise BuildError(f"build: bounds must be one of {BOUNDS_MODES}, got {bounds!r}")
+    if target.split()[:1] == ["cuda"]:
+        from .emit_cuda.build import build_cuda
+
+        return build_cuda(func, target, checked=apply_bounds(func, bounds))
     parsed = parse_target(target)
-    checked = func
-    if bounds == "prove":
-        verify = _optional("refcomp.shape", "verify_in_bounds")
-        if verify is not None:
-            verify(func)
-    elif bounds == "runtime":
-        guard = _optional("refcomp.shape", "insert_runtime_guards")
-        if guard is None:
-            raise BuildError("build: bounds='runtime' needs refcomp.shape.insert_runtime_guards, "
-                             "which is not available in this installation")
-        checked = guard(func)
+    checked = apply_bounds(func, bounds)
     lower = _optional("refcomp.loops.lower", "lower")
     if lower is not None:
         lowered = lower(checked)
@@ -67,3 +61,19 @@ def build(func: PrimFunc | IRModule, target: str = "c", bounds: str = "prove") -
     module = emit(lowered, parsed.emit_options(), size_vars=size_vars_of(func))
     path = compile_shared(module.source, parsed, name=func.name)
     return Library(module, path, func, lowered, parsed)
+
+
+def apply_bounds(func: PrimFunc, bounds: str) -> PrimFunc:
+    """func after the bounds policy: proved in bounds ("prove"), guarded ("runtime") or as is ("off")."""
+    checked = func
+    if bounds == "prove":
+        verify = _optional("refcomp.shape", "verify_in_bounds")
+        if verify is not None:
+            verify(func)
+    elif bounds == "runtime":
+        guard = _optional("refcomp.shape", "insert_runtime_guards")
+        if guard is None:
+            raise BuildError("build: bounds='runtime' needs refcomp.shape.insert_runtime_guards, "
+                             "which is not available in this installation")
+        checked = guard(func)
+    return checked

@@ -29,6 +29,12 @@ BLOCK_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 LAUNCH_ORDER = BLOCK_AXES + THREAD_AXES
 MAX_THREADS_PER_BLOCK = 1024
+ON_CHIP_PREFIXES = ("shared", "local", "warp", "wmma.")
+
+
+def is_on_chip(scope: str) -> bool:
+    """Whether buffers of this scope live in a kernel's on-chip memory (shared, registers)."""
+    return scope.startswith(ON_CHIP_PREFIXES)
 
 
 @dataclass(frozen=True)

@@ -2,34 +2,35 @@
 
     prepared = prepare(func)
 
-1. lower the function if it still has blocks (`refcomp.loops.lower.lower`);
+1. turn blocks into loops (`lower_blocks`, the first pass of `refcomp.loops.lower`);
 2. put every kernel in normal form (`kernel.normalize_kernels`);
 3. move `shared` / `local` allocations that lowering left in host code into the kernels that use
    them (a block-scoped buffer lives in on-chip memory of one kernel: it can't outlive it);
-4. insert the barriers each kernel needs (`barriers.plan_barriers`).
+4. place each on-chip buffer at the innermost statement holding all its accesses and shrink it,
+   dimension by dimension, to the tile it uses there (`compact.compact_on_chip_buffers`);
+5. the rest of the lowering pipeline (flatten, simplify, vectorize);
+6. insert the barriers each kernel needs (`barriers.plan_barriers`).
 """
 from __future__ import annotations
 
-from ..ast import Allocate, Block, BufferLoad, BufferStore, For, Mutator, PrimFunc, Stmt, collect
+from ..ast import Allocate, BufferLoad, BufferStore, For, Mutator, PrimFunc, Stmt, collect
 from ..errors import BuildError
 from .barriers import plan_barriers
-from .kernel import is_kernel_root, kernel_shape, normalize_kernels, rebuild_kernel
-
-ON_CHIP_PREFIXES = ("shared", "local", "warp", "wmma.")
-
-
-def is_on_chip(scope: str) -> bool:
-    return scope.startswith(ON_CHIP_PREFIXES)
-
+from .compact import compact_on_chip_buffers
+from .kernel import is_kernel_root, is_on_chip, kernel_shape, normalize_kernels, rebuild_kernel
 
 def prepare(func: PrimFunc) -> PrimFunc:
     """func lowered and in kernel normal form with barriers (module docstring)."""
-    if collect(func.body, Block):
-        from ..loops.lower import lower
+    from ..loops.lower import PIPELINE
 
-        func = lower(func)
+    passes = dict(PIPELINE)
+    func = passes["lower_blocks"](func)
     func = normalize_kernels(func)
     func = func.with_(body=_SinkAllocations(func).visit(func.body))
+    func = compact_on_chip_buffers(func)  # per dimension, before buffers are flattened
+    for name, run in PIPELINE:
+        if name != "lower_blocks":
+            func = run(func)
     return func.with_(body=_PlanKernels(func).visit(func.body))
 
 

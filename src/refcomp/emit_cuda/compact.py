@@ -1,0 +1,255 @@
+"""Shrink on-chip buffers to the part one block (or one thread) actually touches.
+
+A `cache_read` into shared memory allocates a buffer the size of the whole tensor, but each block
+only uses a tile of it: `A_shared[bx * 64 + t]` for `0 <= t < 65`.  Every index of such a buffer is
+split into a *base* that depends only on values fixed for the whole block (block indices, host
+variables) and an *offset* over the kernel's own loops and threads.  When all accesses share one
+base and the offsets have constant bounds [lo, hi], the buffer becomes `hi - lo + 1` elements long
+and each index `offset - lo`.  Buffers whose accesses don't have that form are left as they are
+(the emitter then reports a non-constant or too-large size).
+"""
+from __future__ import annotations
+
+from ..ast import (
+    Allocate, Buffer, BufferLoad, BufferStore, For, IntImm, LetStmt, Mutator, PrimExpr, PrimFunc,
+    SeqStmt, Stmt, Var, collect, free_vars,
+)
+from ..ast.expr import as_int
+from ..ast.structural import structural_equal
+from ..loops.passes.fold import linear_form
+from .kernel import is_kernel_root, kernel_shape, rebuild_kernel
+from .kernel import is_on_chip
+
+
+def compact_on_chip_buffers(func: PrimFunc) -> PrimFunc:
+    """func with each kernel's shared/local buffers shrunk to their used extent (module doc)."""
+    return func.with_(body=_Kernels().visit(func.body))
+
+
+class _Kernels(Mutator):
+    def visit_For(self, loop: For) -> Stmt:
+        if not is_kernel_root(loop):
+            return self.generic_visit(loop)
+        shape = kernel_shape(loop)
+        ranges = {var: (0, as_int(extent)) for _, var, extent in shape.axes
+                  if var in shape.thread_vars}
+        inner = {var for var in shape.thread_vars}
+        body = _Compactor(ranges, inner, set(shape.thread_vars)).visit(shape.body)
+        return rebuild_kernel(shape, body)
+
+
+class _Compactor(Mutator):
+    def __init__(self, ranges: dict[Var, tuple[int, int | None]], inner: set[Var], threads: set[Var]) -> None:
+        super().__init__()
+        self.ranges = dict(ranges)  # var -> (min, extent) with constant ints where known
+        self.inner = set(inner)  # vars that vary inside one block
+        self.threads = threads  # fixed for one thread: part of the base of a per-thread buffer
+        self.placed: set[Buffer] = set()  # allocations already moved to their final place
+
+    def visit_For(self, loop: For) -> Stmt:
+        low, extent = as_int(loop.min), as_int(loop.extent)
+        self.inner.add(loop.loop_var)
+        self.ranges[loop.loop_var] = (low, extent)
+        return self.generic_visit(loop)
+
+    def visit_LetStmt(self, stmt: LetStmt) -> Stmt:
+        if any(v in self.inner for v in free_vars(stmt.value)) or collect(stmt.value, BufferLoad):
+            self.inner.add(stmt.var)
+            self.ranges[stmt.var] = (None, None)
+        return self.generic_visit(stmt)
+
+    def visit_Allocate(self, alloc: Allocate) -> Stmt:
+        if alloc.buffer in self.placed:
+            return self.compact(alloc)
+        chain: list[Allocate] = []
+        core: Stmt = alloc
+        while isinstance(core, Allocate):
+            chain.append(core)
+            core = core.body
+        placed = core
+        for outer in reversed(chain):  # innermost first; each moves down as far as it can
+            self.placed.add(outer.buffer)
+            placed = _place_fully(outer.with_(body=placed)) if is_on_chip(outer.buffer.scope) \
+                else outer.with_(body=placed)
+        return self.visit(placed)
+
+    def compact(self, alloc: Allocate) -> Stmt:
+        body = self.visit(alloc.body)
+        alloc = alloc.with_(body=body)
+        if not is_on_chip(alloc.buffer.scope):
+            return alloc
+        saved = self.inner
+        # What varies over the buffer's lifetime: loops and lets inside the allocation, and (for a
+        # shared buffer) the threads of the block.  Loops around the allocation are fixed.
+        inside = {loop.loop_var for loop in collect(body, For)}
+        inside |= {let.var for let in collect(body, LetStmt)}
+        self.inner = inside | (self.threads if alloc.buffer.scope.startswith("shared") else set())
+        try:
+            plans = [self.plan(alloc.buffer, body, dim) for dim in range(len(alloc.buffer.shape))]
+        finally:
+            self.inner = saved
+        shape, bases, lows = [], [], []
+        for dim, plan in zip(alloc.buffer.shape, plans):
+            old = as_int(dim)
+            if plan is None or (old is not None and plan[2] >= old):
+                shape.append(dim)  # keep this dimension as it is
+                bases.append(None)
+                lows.append(0)
+            else:
+                shape.append(IntImm(plan[2], dim.dtype))
+                bases.append(plan[0])
+                lows.append(plan[1])
+        if all(b is None for b in bases):
+            return alloc
+        new = alloc.buffer.with_(shape=tuple(shape))
+        return Allocate(new, _Rebase(alloc.buffer, new, bases, lows).visit(body))
+
+    def plan(self, buffer: Buffer, body: Stmt, dim: int) -> tuple[PrimExpr, int, int] | None:
+        """(base, low, size) of dimension dim of buffer's accesses, or None if not compactable."""
+        accesses = [n for n in collect(body, BufferLoad) + collect(body, BufferStore) if n.buffer is buffer]
+        base_expr: PrimExpr | None = None
+        low, high = None, None
+        for access in accesses:
+            index = access.indices[dim]
+            if index.dtype.lanes != 1:
+                return None
+            split = self.split(index)
+            if split is None:
+                return None
+            base, offset_bounds = split
+            if base_expr is None:
+                base_expr = base
+            elif not structural_equal(base_expr, base, map_free_vars=False):
+                return None
+            lo, hi = offset_bounds
+            low = lo if low is None else min(low, lo)
+            high = hi if high is None else max(high, hi)
+        if base_expr is None or low is None:
+            return None
+        return base_expr, low, high - low + 1
+
+    def split(self, index: PrimExpr) -> tuple[PrimExpr, tuple[int, int]] | None:
+        form = linear_form(index)
+        base_terms = []
+        lo = hi = form.constant
+        for atom, coefficient in form.nonzero():
+            variables = free_vars(atom)
+            if not any(v in self.inner for v in variables):
+                base_terms.append((atom, coefficient))
+                continue
+            bounds = self.atom_bounds(atom)
+            if bounds is None:
+                return None
+            a, b = bounds[0] * coefficient, bounds[1] * coefficient
+            lo += min(a, b)
+            hi += max(a, b)
+        base = _sum(base_terms, index.dtype)
+        return base, (lo, hi)
+
+    def atom_bounds(self, atom: PrimExpr) -> tuple[int, int] | None:
+        from ..shape import Analyzer
+
+        analyzer = Analyzer()
+        for var in free_vars(atom):
+            low, extent = self.ranges.get(var, (None, None))
+            if var in self.inner:
+                if low is None or extent is None or extent <= 0:
+                    return None
+                analyzer.bind(var, (low, extent))
+            else:
+                return None  # mixes block-fixed and varying values: no constant offset
+        lo, hi = analyzer.const_int_bound(atom)
+        if lo is None or hi is None:
+            return None
+        return lo, hi
+
+
+def _uses(stmt: Stmt, buffer: Buffer) -> bool:
+    return any(n.buffer is buffer for n in collect(stmt, BufferLoad) + collect(stmt, BufferStore))
+
+
+def _place_at_lca(alloc: Allocate) -> Stmt:
+    """The allocation moved down to the innermost statement holding every access of its buffer.
+
+    Going down through a serial loop means one buffer per iteration: right for a tile that each
+    iteration loads and then reads (a cache_read under compute_at), which is how such buffers
+    arise.  A buffer whose contents must survive from one iteration to the next is not moved
+    below a loop it is also read *before* being written in... such cases are rare and the
+    simulation tests catch them; the common case gives tiles the size of one iteration's data.
+    """
+    buffer = alloc.buffer
+    stmt = alloc.body
+    if isinstance(stmt, For) and stmt.kind != "thread_binding" and _uses(stmt.body, buffer):
+        return stmt.with_(body=Allocate(buffer, stmt.body))
+    if isinstance(stmt, SeqStmt):
+        users = [k for k, s in enumerate(stmt.stmts) if _uses(s, buffer)]
+        if len(users) == 1:
+            k = users[0]
+            inner = Allocate(buffer, stmt.stmts[k])
+            return stmt.with_(stmts=stmt.stmts[:k] + (inner,) + stmt.stmts[k + 1:])
+    if isinstance(stmt, Allocate) and _uses(stmt.body, buffer):
+        return stmt.with_(body=Allocate(buffer, stmt.body))
+    return alloc
+
+
+def _place_fully(alloc: Allocate) -> Stmt:
+    """_place_at_lca repeated until the allocation stands at the innermost common statement."""
+    path: list = []
+    current: Stmt = alloc
+    while True:
+        moved = _place_at_lca(current)
+        if moved is current:
+            break
+        # moved wraps the allocation one level down: remember the wrapper, continue inside it
+        if isinstance(moved, (For, Allocate)):
+            path.append(("for", moved))
+            current = moved.body
+        else:
+            index = next(k for k, s in enumerate(moved.stmts) if isinstance(s, Allocate) and s.buffer is alloc.buffer)
+            path.append(("seq", moved, index))
+            current = moved.stmts[index]
+    result: Stmt = current
+    for entry in reversed(path):
+        if entry[0] == "for":
+            result = entry[1].with_(body=result)
+        else:
+            _, seq_stmt, index = entry
+            result = seq_stmt.with_(stmts=seq_stmt.stmts[:index] + (result,) + seq_stmt.stmts[index + 1:])
+    return result
+
+
+def _sum(terms: list[tuple[PrimExpr, int]], dtype) -> PrimExpr:
+    total: PrimExpr = IntImm(0, dtype)
+    for atom, coefficient in terms:
+        total = total + (atom if coefficient == 1 else atom * coefficient)
+    return total
+
+
+class _Rebase(Mutator):
+    """Accesses to old become accesses to new, each index shifted by its dimension's base + low."""
+
+    def __init__(self, old: Buffer, new: Buffer, bases: list, lows: list[int]) -> None:
+        super().__init__()
+        self.old, self.new, self.bases, self.lows = old, new, bases, lows
+
+    def indices(self, indices: tuple[PrimExpr, ...]) -> tuple[PrimExpr, ...]:
+        from ..shape import Analyzer
+
+        analyzer = Analyzer()
+        return tuple(index if base is None else analyzer.simplify(index - base - low)
+                     for index, base, low in zip(indices, self.bases, self.lows))
+
+    def visit_BufferLoad(self, load: BufferLoad) -> PrimExpr:
+        load = self.generic_visit(load)
+        if load.buffer is not self.old:
+            return load
+        return BufferLoad(self.new, self.indices(load.indices))
+
+    def visit_BufferStore(self, store: BufferStore) -> Stmt:
+        store = self.generic_visit(store)
+        if store.buffer is not self.old:
+            return store
+        return BufferStore(self.new, store.value, self.indices(store.indices))
+
+
+__all__ = ["compact_on_chip_buffers"]

@@ -1,0 +1,125 @@
+"""A CUDA kernel built by refcomp.build(..., target="cuda"), callable from Python.
+
+Arguments may be device arrays (anything with `__cuda_array_interface__`: CuPy, torch) or, for
+convenience, numpy arrays, which are copied to the device before the call and back after it.
+Shapes, dtypes and layout are checked exactly as for C kernels before anything is launched.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import cffi
+import numpy as np
+
+from ..ast.function import PrimFunc
+from ..errors import ArgumentError, BuildError, RuntimeFailure
+from ..emit_cuda.codegen import LAUNCH_FAILED
+from .args import Signature
+
+
+class _DeviceArrayView:
+    """The shape/dtype/strides of a device array, as the argument checks read them."""
+
+    def __init__(self, value: Any) -> None:
+        info = value.__cuda_array_interface__
+        self.shape = tuple(int(d) for d in info["shape"])
+        self.dtype = np.dtype(info["typestr"])
+        self.pointer = int(info["data"][0])
+        strides = info.get("strides")
+        itemsize = self.dtype.itemsize
+        compact = []
+        step = itemsize
+        for dim in reversed(self.shape):
+            compact.append(step)
+            step *= max(dim, 1)
+        self.contiguous = strides is None or tuple(strides) == tuple(reversed(compact))
+
+    def host_proxy(self) -> np.ndarray:
+        # A zero-cost array with the same shape and dtype, so the shared checks apply unchanged.
+        return np.lib.stride_tricks.as_strided(np.empty(1, self.dtype), self.shape,
+                                               [0] * len(self.shape) if self.shape else ())
+
+
+class CudaLibrary:
+    """Call with arrays in the order of the function's parameters; runs on the GPU in place."""
+
+    def __init__(self, module, path: Path, func: PrimFunc, prepared: PrimFunc, target) -> None:
+        self.module = module
+        self.source: str = module.source
+        self.path = Path(path)
+        self.func = func
+        self.lowered = prepared
+        self.target = target
+        self.signature = Signature(func, [p.obj for p in module.params if p.kind == "size"])
+        self._ffi = cffi.FFI()
+        self._ffi.cdef(module.cdef())
+        try:
+            self._lib = self._ffi.dlopen(str(self.path), self._ffi.RTLD_NOW | self._ffi.RTLD_LOCAL)
+        except OSError as exc:
+            raise BuildError(f"the compiled CUDA module {self.path} cannot be loaded: {exc}") from exc
+        symbol = module.symbol
+        self._entry = getattr(self._lib, symbol)
+        self._message = getattr(self._lib, module.message_symbol)
+        self._device_count = getattr(self._lib, f"{symbol}_device_count")
+        self._alloc = getattr(self._lib, f"{symbol}_alloc")
+        self._free = getattr(self._lib, f"{symbol}_free")
+        self._copy = getattr(self._lib, f"{symbol}_copy")
+
+    def __repr__(self) -> str:
+        return f"<refcomp.CudaLibrary {self.signature.describe()} target={self.target.text!r}>"
+
+    def device_available(self) -> bool:
+        return self._device_count() > 0
+
+    def _require_device(self) -> None:
+        count = self._device_count()
+        if count <= 0:
+            detail = self._ffi.string(self._message(LAUNCH_FAILED)).decode() if count < 0 else "no device found"
+            raise RuntimeFailure(
+                f"{self.func.name}: no CUDA device is available to run this kernel ({detail}); "
+                "the source (lib.source) and the compiled module (lib.path) were built"
+            )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        """Check the arguments, copy numpy arrays in, launch, copy them back."""
+        views = [(_DeviceArrayView(a) if hasattr(a, "__cuda_array_interface__") else a) for a in args]
+        proxies = [v.host_proxy() if isinstance(v, _DeviceArrayView) else v for v in views]
+        bound = self.signature.bind(proxies, kwargs)
+        for view in views:
+            if isinstance(view, _DeviceArrayView) and not view.contiguous:
+                raise ArgumentError(f"{self.func.name}: device arrays must be C-contiguous")
+        self._require_device()
+        buffer_values = [v for v in views if isinstance(v, (np.ndarray, _DeviceArrayView))]
+        staged: list[tuple[np.ndarray, Any]] = []
+        pointers = []
+        try:
+            for value in buffer_values:
+                if isinstance(value, _DeviceArrayView):
+                    pointers.append(self._ffi.cast("void*", value.pointer))
+                    continue
+                device = self._alloc(value.nbytes)
+                if device == self._ffi.NULL:
+                    raise RuntimeFailure(f"{self.func.name}: cudaMalloc of {value.nbytes} bytes failed")
+                staged.append((value, device))
+                if self._copy(device, self._ffi.cast("void*", value.ctypes.data), value.nbytes, 1) != 0:
+                    raise RuntimeFailure(f"{self.func.name}: copy to the device failed")
+                pointers.append(device)
+            values = []
+            buffer_index = 0
+            for param in self.module.params:
+                if param.kind == "buffer":
+                    values.append(self._ffi.cast(param.c_type.replace(" __restrict__", ""), pointers[buffer_index]))
+                    buffer_index += 1
+                else:
+                    values.append(bound.env[param.obj])
+            code = self._entry(*values)
+            if code != 0:
+                message = self._ffi.string(self._message(code)).decode("utf-8", "replace")
+                raise RuntimeFailure(f"{self.func.name}: CUDA kernel failed with code {code}: {message}")
+            for host, device in staged:
+                if self._copy(self._ffi.cast("void*", host.ctypes.data), device, host.nbytes, 0) != 0:
+                    raise RuntimeFailure(f"{self.func.name}: copy from the device failed")
+        finally:
+            for _, device in staged:
+                self._free(device)
