@@ -33,3 +33,33 @@ def neighbour_sum(threads: int = 64, length: int = 256):
     _, inner = sch.split(sch.get_loops(shared)[-1], factors=[None, threads])
     sch.bind(inner, "threadIdx.x")
     return sch.func
+
+
+def softmax_func(rows, cols):
+    A = te.placeholder((rows, cols), "float32", name="A")
+    k = te.reduce_axis((0, cols), name="k")
+    M = te.compute((rows,), lambda i: te.max(A[i, k], axis=k), name="M")
+    E = te.compute((rows, cols), lambda i, j: te.exp(A[i, j] - M[i]), name="E")
+    k2 = te.reduce_axis((0, cols), name="k2")
+    S = te.compute((rows,), lambda i: te.sum(E[i, k2], axis=k2), name="S")
+    O = te.compute((rows, cols), lambda i, j: E[i, j] / S[i], name="O")
+    return te.create_prim_func([A, O])
+
+
+def layer_norm_func(rows, cols, eps=1e-5):
+    A = te.placeholder((rows, cols), "float32", name="A")
+    k = te.reduce_axis((0, cols), name="k")
+    mean = te.compute((rows,), lambda i: te.sum(A[i, k] / float(cols), axis=k), name="mean")
+    k2 = te.reduce_axis((0, cols), name="k2")
+    var = te.compute((rows,), lambda i: te.sum((A[i, k2] - mean[i]) * (A[i, k2] - mean[i]) / float(cols),
+                                               axis=k2), name="var")
+    out = te.compute((rows, cols), lambda i, j: (A[i, j] - mean[i]) * te.rsqrt(var[i] + eps), name="out")
+    return te.create_prim_func([A, out])
+
+
+def matmul_func(n, m, k_extent, dtype="float32"):
+    A = te.placeholder((n, k_extent), dtype, name="A")
+    B = te.placeholder((k_extent, m), dtype, name="B")
+    k = te.reduce_axis((0, k_extent), name="k")
+    C = te.compute((n, m), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return te.create_prim_func([A, B, C])

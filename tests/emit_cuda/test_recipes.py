@@ -1,0 +1,101 @@
+"""GPU recipes: simulated on the CPU against numpy, compiled by nvcc, run on a GPU when there is one."""
+import shutil
+
+import numpy as np
+import pytest
+
+import refcomp
+from refcomp.emit_cuda.simulate import run_checked
+from refcomp.loops import gpu_recipes
+
+from gpu_programs import elementwise, layer_norm_func, matmul_func, softmax_func
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not __import__("os").path.exists(
+    "/usr/local/cuda/bin/nvcc"), reason="nvcc not installed")
+
+
+def _softmax(a):
+    e = np.exp(a - a.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
+def _layer_norm(a):
+    return (a - a.mean(1, keepdims=True)) / np.sqrt(a.var(1, keepdims=True) + 1e-5)
+
+
+def _scheduled(kind, rows=5, cols=128):
+    if kind == "softmax":
+        sch = refcomp.Schedule(softmax_func(rows, cols))
+        gpu_recipes.schedule_softmax(sch, threads=32)
+    elif kind == "layer_norm":
+        sch = refcomp.Schedule(layer_norm_func(rows, cols))
+        gpu_recipes.schedule_layer_norm(sch, threads=32)
+    elif kind == "matmul":
+        sch = refcomp.Schedule(matmul_func(rows, cols, 32))
+        gpu_recipes.schedule_matmul(sch, tile=(32, 32, 8), thread_tile=(2, 2))
+    else:
+        return elementwise()
+    return sch.func
+
+
+@pytest.mark.parametrize("kind,reference", [("softmax", _softmax), ("layer_norm", _layer_norm)])
+def test_row_recipes_simulated(kind, reference, rng):
+    func = _scheduled(kind, rows=3, cols=64)
+    a = rng.standard_normal((3, 64)).astype("float32")
+    out = rng.standard_normal((3, 64)).astype("float32")
+    run_checked(func, a, out)
+    np.testing.assert_allclose(out, reference(a), rtol=1e-5, atol=1e-6)
+
+
+def test_matmul_recipe_simulated(rng):
+    func = _scheduled("matmul", rows=32, cols=64)
+    a = rng.standard_normal((32, 32)).astype("float32")
+    b = rng.standard_normal((32, 64)).astype("float32")
+    c = rng.standard_normal((32, 64)).astype("float32")
+    run_checked(func, a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_tiles_are_compacted_to_one_block():
+    from refcomp.ast import Allocate, collect
+    from refcomp.emit_cuda.prepare import prepare
+
+    prepared = prepare(_scheduled("matmul", rows=64, cols=64))
+    sizes = {a.buffer.name: a.buffer.shape[0].value for a in collect(prepared.body, Allocate)}
+    assert sizes["A_shared"] == 32 * 8 and sizes["B_shared"] == 8 * 32 and sizes["C_local"] == 4
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kind", ["elementwise", "softmax", "layer_norm", "matmul"])
+def test_recipes_compile_with_nvcc(kind):
+    lib = refcomp.build(_scheduled(kind, rows=64, cols=64), target="cuda")
+    assert "__global__" in lib.source and lib.path.exists()
+    assert "__syncthreads" in lib.source or kind != "matmul"
+
+
+@needs_nvcc
+def test_calling_without_a_gpu_is_a_clear_error():
+    lib = refcomp.build(elementwise(), target="cuda")
+    if lib.device_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(refcomp.RuntimeFailure, match="no CUDA device"):
+        lib(np.ones(4, "float32"), np.zeros(4, "float32"))
+
+
+def test_bad_cuda_target_is_an_error():
+    with pytest.raises(refcomp.BuildError, match="unknown option"):
+        refcomp.build(elementwise(), target="cuda -funroll")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["elementwise", "softmax", "layer_norm", "matmul"])
+def test_recipes_on_the_gpu(kind, rng):
+    func = _scheduled(kind, rows=64, cols=64)
+    lib = refcomp.build(func, target="cuda")
+    if not lib.device_available():
+        pytest.skip("no CUDA device")
+    arrays = [rng.standard_normal([int(d) for d in b.shape]).astype("float32") for b in func.buffers]
+    expected = [a.copy() for a in arrays]
+    run_checked(func, *expected)
+    lib(*arrays)
+    np.testing.assert_allclose(arrays[-1], expected[-1], rtol=1e-4, atol=1e-5)
