@@ -136,13 +136,18 @@ def test_flattened_alias_of_a_parameter_by_name():
     np.testing.assert_array_equal(a.ravel(), np.arange(6) * 3)
 
 
-def test_flat_parameter_accepts_an_array_of_any_rank():
-    A = Buffer("A", (6,), "float64")
+def test_lowered_flat_parameters_keep_their_original_shapes():
+    n = SizeVar("n")
+    A = Buffer("A", (n, 3), "float64")
+    A_flat = Buffer("A", (n * 3,), "float64")
     i = Var("i")
-    func = PrimFunc((A,), For(i, 0, 6, "serial", BufferStore(A, A[i] + 1.0, (i,))))
+    func = PrimFunc((A_flat,), For(i, 0, n * 3, "serial", BufferStore(A_flat, A_flat[i] + 1.0, (i,))),
+                    attrs={"original_buffers": {A_flat: A}})
     a = np.zeros((2, 3))
-    refcomp.interpret(func, a)
+    refcomp.interpret(func, a)  # n is bound from the original 2-d shape
     np.testing.assert_array_equal(a, np.ones((2, 3)))
+    with pytest.raises(refcomp.ArgumentError, match=r"expects a 2-d array of shape \(n, 3\)"):
+        refcomp.interpret(func, np.zeros(6))
 
 
 def test_undeclared_buffer_and_unbound_var_are_ir_errors():

@@ -129,9 +129,13 @@ def _bind(func: PrimFunc, kernel: Kernel, args: tuple, scalars: dict) -> tuple[l
             elif p not in env:
                 raise ArgumentError(f"{func.name}: missing scalar argument {p.name} ({p.dtype})")
 
+    # A lowered function has flat parameters; attrs["original_buffers"] keeps the shapes callers use.
+    original = func.attrs.get("original_buffers") or {}
+    signature = {p: original.get(p, p) for p in buffer_params}
     arrays: list[np.ndarray] = []
     for p in buffer_params:
         array = given[p]
+        p = signature[p]
         if not isinstance(array, np.ndarray):
             raise ArgumentError(f"{func.name}: parameter {p.name} expects a numpy array of {p.dtype} "
                                 f"with shape {_show_shape(p.shape)}, got {type(array).__name__}")
@@ -143,12 +147,12 @@ def _bind(func: PrimFunc, kernel: Kernel, args: tuple, scalars: dict) -> tuple[l
         arrays.append(array)
     # Bind size vars from the dims that are a bare variable, then check every dim.
     for p, array in zip(buffer_params, arrays):
-        shape = _effective_shape(p, array)
-        for dim, size in zip(p.shape, shape):
-            if isinstance(dim, Var) and dim not in env:
-                env[dim] = int(size)
+        if array.ndim == len(signature[p].shape):
+            for dim, size in zip(signature[p].shape, array.shape):
+                if isinstance(dim, Var) and dim not in env:
+                    env[dim] = int(size)
     for p, array in zip(buffer_params, arrays):
-        _check_shape(func, p, array, env)
+        _check_shape(func, signature[p], array, env)
 
     lists: list[list] = []
     outputs: list[tuple[np.ndarray, list, DataType]] = []
@@ -196,15 +200,8 @@ def _show_expr(e: PrimExpr) -> str:
         return getattr(e, "name", type(e).__name__)
 
 
-def _effective_shape(p: Buffer, array: np.ndarray) -> tuple[int, ...]:
-    # A flat (1-d) buffer parameter accepts an array of any rank with that many elements.
-    if len(p.shape) == 1 and array.ndim != 1:
-        return (array.size,)
-    return array.shape
-
-
 def _check_shape(func: PrimFunc, p: Buffer, array: np.ndarray, env: dict) -> None:
-    shape = _effective_shape(p, array)
+    shape = array.shape
     if len(shape) != len(p.shape):
         raise ArgumentError(f"{func.name}: parameter {p.name} expects a {len(p.shape)}-d array of shape "
                             f"{_show_shape(p.shape)}, got shape {tuple(array.shape)}")

@@ -192,7 +192,9 @@ def _axis_names(fcompute: Callable[..., Any], ndim: int, name: str) -> list[str]
         params = []
     if params and params[0].kind is inspect.Parameter.VAR_POSITIONAL:
         return [f"i{d}" for d in range(ndim)]
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    # parameters with defaults (the `f=f` idiom in loops) are not indices
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                  and p.default is inspect.Parameter.empty]
     if params and len(positional) != ndim:
         raise TypeError(f"compute {name}: fcompute takes {len(positional)} indices for a {ndim}-d shape")
     return [p.name for p in positional] if params else [f"i{d}" for d in range(ndim)]
