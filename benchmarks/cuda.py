@@ -1,0 +1,123 @@
+"""GPU kernels built by refcomp against torch on the same device.
+
+    python benchmarks/cuda.py [--json] [--quick]
+
+Cases: `elementwise` (exp(x) * 2 on 64 Mi floats, target >= 0.9x torch), `softmax` (rows of 4096,
+>= 0.8x), `fp32_4096` (shared-memory tiled matmul vs cuBLAS through torch, >= 0.5x). `fp16_4096`
+(tensor cores) is listed as not supported until refcomp has a tensor-core intrinsic. Times are taken
+with CUDA events after warm-up; the ratio is torch's time / refcomp's time (> 1: refcomp is faster).
+Without a GPU (or without torch built for CUDA) the kernels are still generated and compiled by
+nvcc, and the table says so instead of printing times.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+import refcomp
+from refcomp import te
+from refcomp.loops import gpu_recipes
+
+
+def elementwise_func(n):
+    A = te.placeholder((n,), "float32", name="A")
+    B = te.compute((n,), lambda i: te.exp(A[i]) * 2.0, name="B")
+    sch = refcomp.Schedule(te.create_prim_func([A, B]))
+    gpu_recipes.schedule_elementwise(sch, "B", threads=256)
+    return sch.func
+
+
+def softmax_func(rows, cols):
+    A = te.placeholder((rows, cols), "float32", name="A")
+    k = te.reduce_axis((0, cols), name="k")
+    M = te.compute((rows,), lambda i: te.max(A[i, k], axis=k), name="M")
+    E = te.compute((rows, cols), lambda i, j: te.exp(A[i, j] - M[i]), name="E")
+    k2 = te.reduce_axis((0, cols), name="k2")
+    S = te.compute((rows,), lambda i: te.sum(E[i, k2], axis=k2), name="S")
+    O = te.compute((rows, cols), lambda i, j: E[i, j] / S[i], name="O")
+    sch = refcomp.Schedule(te.create_prim_func([A, O]))
+    gpu_recipes.schedule_softmax(sch, threads=128)
+    return sch.func
+
+
+def matmul_func(n):
+    A = te.placeholder((n, n), "float32", name="A")
+    B = te.placeholder((n, n), "float32", name="B")
+    k = te.reduce_axis((0, n), name="k")
+    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    sch = refcomp.Schedule(te.create_prim_func([A, B, C]))
+    gpu_recipes.schedule_matmul(sch, tile=(64, 64, 16), thread_tile=(4, 4))
+    return sch.func
+
+
+def _time_cuda(torch, fn, repeat=20):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    best = float("inf")
+    for _ in range(repeat):
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        best = min(best, start.elapsed_time(end))
+    return best
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="small sizes")
+    args = parser.parse_args(argv)
+    size = 1 << (20 if args.quick else 26)
+    rows, cols = (256, 4096) if args.quick else (8192, 4096)
+    n = 1024 if args.quick else 4096
+    cases = {
+        "elementwise": (elementwise_func(size), lambda torch, a: torch.exp(a) * 2, [(size,)], 2 * 4 * size),
+        "softmax": (softmax_func(rows, cols), lambda torch, a: torch.softmax(a, dim=1), [(rows, cols)],
+                    2 * 4 * rows * cols),
+        "fp32_4096": (matmul_func(n), lambda torch, a, b: a @ b, [(n, n), (n, n)], 2 * n ** 3),
+    }
+    libs = {}
+    for name, (func, _, _, _) in cases.items():
+        start = time.perf_counter()
+        libs[name] = refcomp.build(func, target="cuda")
+        print(f"built {name}: {len(libs[name].source.splitlines())} lines of CUDA in "
+              f"{time.perf_counter() - start:.1f} s", file=sys.stderr)
+    try:
+        import torch
+
+        have_gpu = torch.cuda.is_available() and next(iter(libs.values())).device_available()
+    except ImportError:
+        torch, have_gpu = None, False
+    results = {}
+    print(f"{'case':14} {'refcomp ms':>11} {'torch ms':>10} {'ratio':>7}  note")
+    for name, (func, reference, shapes, work) in cases.items():
+        if not have_gpu:
+            print(f"{name:14} {'-':>11} {'-':>10} {'-':>7}  built by nvcc; no GPU to run it")
+            continue
+        inputs = [torch.randn(*s, device="cuda") for s in shapes]
+        out_shape = [int(d) for d in func.buffers[-1].shape]
+        out = torch.empty(*out_shape, device="cuda")
+        lib = libs[name]
+        ours = _time_cuda(torch, lambda: lib(*inputs, out))
+        theirs = _time_cuda(torch, lambda: reference(torch, *inputs))
+        expected = reference(torch, *inputs)
+        error = float((out - expected).abs().max())
+        unit = "GFLOP/s" if name.startswith("fp") else "GB/s"
+        rate = work / ours / 1e6
+        results[name] = {"refcomp": ours, "baseline": theirs, "unit": "ms", "ratio": theirs / ours}
+        print(f"{name:14} {ours:11.3f} {theirs:10.3f} {theirs / ours:7.2f}  {rate:.0f} {unit}, max err {error:.2e}")
+    print(f"{'fp16_4096':14} {'-':>11} {'-':>10} {'-':>7}  not supported: no tensor-core intrinsic yet")
+    if args.json:
+        print(json.dumps({"cases": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
