@@ -27,6 +27,9 @@ def assert_script(func, expected: str) -> None:
     assert_structural_equal(func, from_source(expected))
 
 
+_LOADED: list = []
+
+
 def tolerance(dtype: np.dtype) -> dict:
     if np.issubdtype(dtype, np.integer):
         return dict(rtol=0, atol=0)
@@ -48,7 +51,11 @@ def check_numbers(original, scheduled, rng: np.random.Generator, reference: Call
     if compiled:
         import refcomp
 
-        runners.append(("C", refcomp.build(scheduled)))
+        library = refcomp.build(scheduled)
+        # Keep every library loaded: unloading a kernel that ran an OpenMP loop while libgomp's
+        # worker threads live crashes the process (reported to the C backend owner).
+        _LOADED.append(library)
+        runners.append(("C", library))
     outputs = _written(original)
     for label, run in runners:
         got = [a.copy() for a in args]
