@@ -72,15 +72,14 @@ def blockize_realize(func: PrimFunc, loop: For, preserve_unit_iters: bool = True
         inner_values.append(outer_var * extent + inner_part)
     # The inner block sits inside the outer one now: its predicate speaks of the outer block's
     # iter vars where an outer loop is bound whole to one of them.
-    loop_to_iter = {value: iv.var for iv, value in zip(outer_iters, outer_values) if isinstance(value, Var)}
-    predicate = substitute(realize.predicate, loop_to_iter) if loop_to_iter else realize.predicate
+    predicate = _predicate_over_iters(realize.predicate, outer_iters, outer_values, inner_vars)
     inner_realize = realize.with_(iter_values=tuple(inner_values), predicate=predicate)
     # The regions the outer block touches: the inner block's, with its iter vars replaced by
     # their new bindings and then covered over the inner loops.
     binding = {iv.var: v for iv, v in zip(block.iter_vars, inner_values)}
     extents = {l.loop_var: (l.min, l.extent) for l in chain}
-    reads = tuple(_cover(region, binding, extents) for region in block.reads)
-    writes = tuple(_cover(region, binding, extents) for region in block.writes)
+    reads = tuple(_cover(region, binding, extents, bounds) for region in block.reads)
+    writes = tuple(_cover(region, binding, extents, bounds) for region in block.writes)
     body = _rebuild_chain(chain, inner_realize)
     name = fresh_block_name(func.body, block.name + "_o")
     outer_block = Block(name, tuple(outer_iters), reads, writes, body)
@@ -152,7 +151,41 @@ def _dense_extent(inner: Affine, bounds: dict) -> int | None:
     return expected
 
 
-def _cover(region: BufferRegion, binding: dict, extents: dict) -> BufferRegion:
+def _predicate_over_iters(predicate: PrimExpr, outer_iters: list[IterVar], outer_values: list[PrimExpr],
+                          inner_vars: set[Var]) -> PrimExpr:
+    """`a < b` rewritten over the outer block's iter vars where their bindings appear in it whole.
+
+    After blockize the inner block's predicate sits inside the outer block, which should see the
+    outer loops only through its iter vars: `i_0 * 96 + i_1 * 6 + i_2 < n` with v_o = i_0 * 16 + i_1
+    becomes `v_o * 6 + i_2 < n`.  Anything else is kept as it is (it is still correct).
+    """
+    from ...ast import LT
+
+    if not isinstance(predicate, LT) or not predicate.a.dtype.is_integer:
+        return predicate
+    a, b = normalize(predicate.a), normalize(predicate.b)
+    if a is None or b is None:
+        return predicate
+    form = a - b
+    for iv, value in zip(outer_iters, outer_values):
+        vform = normalize(value)
+        if vform is None or not vform.terms:
+            continue
+        first, coef = vform.terms[0]
+        have = form.coef(first)
+        if have == 0 or have % coef:
+            continue
+        ratio = have // coef
+        if all(form.coef(t) == ratio * c for t, c in vform.terms):
+            form = form - vform.scale(ratio) + Affine(((iv.var, ratio),), 0)
+    outer_loops = {v for value in outer_values for v in _vars_of(value)}
+    if form.vars() & outer_loops:
+        return predicate
+    dtype = predicate.a.dtype
+    return LT(Affine(form.terms, 0).to_expr(dtype), const(-form.const, dtype))
+
+
+def _cover(region: BufferRegion, binding: dict, extents: dict, bounds: dict) -> BufferRegion:
     """region with iter vars replaced by binding, widened to every value of the inner loops.
 
     A dimension whose start is not affine with nonnegative steps in the inner loops is taken
@@ -163,13 +196,13 @@ def _cover(region: BufferRegion, binding: dict, extents: dict) -> BufferRegion:
     for dim, rng in zip(region.buffer.shape, region.region):
         lo = substitute(rng.min, binding)
         span = substitute(rng.extent, binding)
-        covered = _cover_dim(lo, span, inner, extents)
+        covered = _cover_dim(lo, span, inner, extents, bounds)
         ranges.append(covered if covered is not None else Range(const(0, dim.dtype), dim))
     return BufferRegion(region.buffer, tuple(ranges))
 
 
-def _cover_dim(lo: PrimExpr, span: PrimExpr, inner: set, extents: dict) -> Range | None:
-    form = normalize(lo)
+def _cover_dim(lo: PrimExpr, span: PrimExpr, inner: set, extents: dict, bounds: dict) -> Range | None:
+    form = normalize(lo, bounds)
     if form is None or _vars_of(span) & inner:
         return None
     new_min = Affine.make({t: c for t, c in form.terms if not _term_vars(t) & inner}, form.const)

@@ -79,8 +79,10 @@ class Affine:
     def is_const(self) -> bool:
         return not self.terms
 
-    def coef(self, var: Var) -> int:
-        return next((c for t, c in self.terms if t is var), 0)
+    def coef(self, term) -> int:
+        """The coefficient of a Var or Atom term (0 when absent)."""
+        key = _term_key(term)
+        return next((c for t, c in self.terms if _term_key(t) == key), 0)
 
     def bounds(self, known: Bounds) -> tuple[int, int] | None:
         """Inclusive [lo, hi] of the form, or None when a term is unbounded."""

@@ -1,0 +1,85 @@
+"""Helpers shared by the schedule recipes: finding a matmul block's operands, choosing tile sizes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...ast import Block, BufferLoad, BufferStore, Cast, IntImm, Mul, PrimExpr, as_int, post_order_visit
+from ...errors import ScheduleError
+from ..intrin import get as get_intrin
+from ..intrin import x86
+
+
+@dataclass(frozen=True)
+class MatmulShape:
+    """The operands of a block computing C[i, j] (+)= A[i, k] * B[k, j]: read indices and extents."""
+
+    a_index: int  # position of A in block.reads
+    b_index: int  # position of B in block.reads
+    m: PrimExpr
+    n: PrimExpr
+    k: PrimExpr
+
+
+def matmul_shape(block: Block, recipe: str) -> MatmulShape:
+    """Recognise C[i, j] = C[i, j] + cast?(A[i, k]) * cast?(B[k, j]) with iters (S, S, R)."""
+    kinds = [iv.kind for iv in block.iter_vars]
+    if kinds != ["spatial", "spatial", "reduce"] or not isinstance(block.body, BufferStore):
+        raise ScheduleError(f"{recipe}: block {block.name!r} is not a matmul (iters S, S, R and one store); "
+                            f"its iters are {kinds}", spot=block)
+    vi, vj, vk = (iv.var for iv in block.iter_vars)
+    loads: list[BufferLoad] = []
+
+    def take(node) -> None:
+        if isinstance(node, Mul):
+            for side in (node.a, node.b):
+                inner = side.value if isinstance(side, Cast) else side
+                if isinstance(inner, BufferLoad):
+                    loads.append(inner)
+
+    post_order_visit(block.body.value, take)
+    a = next((l for l in loads if _is(l.indices, vi, vk)), None)
+    b = next((l for l in loads if _is(l.indices, vk, vj)), None)
+    if a is None or b is None:
+        raise ScheduleError(f"{recipe}: block {block.name!r} does not read A[i, k] and B[k, j]", spot=block)
+    names = [r.buffer for r in block.reads]
+    if a.buffer not in names or b.buffer not in names:
+        raise ScheduleError(f"{recipe}: block {block.name!r} does not declare its reads of A and B", spot=block)
+    return MatmulShape(names.index(a.buffer), names.index(b.buffer), block.iter_vars[0].dom.extent,
+                       block.iter_vars[1].dom.extent, block.iter_vars[2].dom.extent)
+
+
+def _is(indices, first, second) -> bool:
+    return len(indices) == 2 and indices[0] is first and indices[1] is second
+
+
+def k_tile(k_extent: PrimExpr, preferred: int, multiple: int) -> int | None:
+    """The largest divisor of K that is <= preferred and a multiple of `multiple` (None: K symbolic)."""
+    k = as_int(k_extent)
+    if k is None:
+        return None
+    for candidate in range(min(preferred, k), 0, -1):
+        if k % candidate == 0 and candidate % multiple == 0:
+            return candidate
+    return None
+
+
+def pick_intrin(candidates: list[str], recipe: str) -> str:
+    """The first candidate this CPU can run."""
+    for name in candidates:
+        if get_intrin(name).available():
+            return name
+    raise ScheduleError(f"{recipe}: this CPU runs none of the intrinsics {candidates}",
+                        hint="pass intrin= explicitly to build for another machine")
+
+
+def tile_of(intrin: str) -> tuple[int, int, int]:
+    """(MR, NR, k multiple) of a shipped matmul intrinsic."""
+    return x86.tile_shape(intrin)
+
+
+def divides(value: PrimExpr, factor: int) -> bool:
+    v = as_int(value)
+    return v is not None and v % factor == 0
+
+
+__all__ = ["MatmulShape", "matmul_shape", "k_tile", "pick_intrin", "tile_of", "divides", "IntImm"]
