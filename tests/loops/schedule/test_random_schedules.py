@@ -68,7 +68,8 @@ def _step(sch, data):
         if loop is not None:
             getattr(sch, action)(loop)
     elif action in ("compute_at", "reverse_compute_at"):
-        loop = pick_loop(all_loops)
+        own = {id(l.var) for l in loops}
+        loop = pick_loop([l for l in all_loops if id(l.var) not in own] or all_loops)
         if loop is not None:
             getattr(sch, action)(block, loop, preserve_unit_loops=data.draw(st.booleans()))
     elif action in ("compute_inline", "reverse_compute_inline"):
