@@ -357,6 +357,10 @@ class Schedule:
         return self._apply("transform_layout", storage.transform_layout, block=block, buffer=buffer,
                            index_map=index_map)
 
+    def pad_einsum(self, block: BlockRV, padding: Sequence[int]) -> None:
+        """Pad an einsum block's iteration domain to multiples of padding, with padded copies."""
+        return self._apply("pad_einsum", storage.pad_einsum, block=block, padding=list(padding))
+
     # ================================================================== reduction
 
     def decompose_reduction(self, block: BlockRV, loop: LoopRV) -> BlockRV:

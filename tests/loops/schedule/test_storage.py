@@ -194,3 +194,52 @@ def test_transform_layout_rejections():
                     "sends two elements to one place")
     assert_rejected(sch, lambda: sch.transform_layout(c, "Z", lambda k, j: (j, k)),
                     "transform_layout: block C accesses no buffer named 'Z'")
+
+
+def test_pad_einsum_matmul(rng):
+    before = P.matmul(7, 10, 5)
+    sch = Schedule(before)
+    c = sch.get_block("C")
+    sch.pad_einsum(c, [4, 4, 4])
+    assert [sch.get(l).extent.value for l in sch.get_loops(c)] == [8, 12, 8]
+    names = [b.name for b in sch.get_child_blocks(sch.get_block("root"))]
+    assert names == ["A_pad", "B_pad", "C", "C_pad_back"]
+    script = sch.func.script()
+    assert 'A_pad = T.alloc_buffer((8, 8), "float32")' in script
+    assert "T.if_then_else(v0 < 7 and v1 < 5, A[v0, v1], T.float32(0.0))" in script
+    check_numbers(before, sch.func, rng, lambda a, b, c: {2: a @ b})
+    check_replay(sch, before)
+
+
+def test_pad_einsum_spatial_only_then_split(rng):
+    before = P.elementwise(10, 6)
+    sch = Schedule(before)
+    b = sch.get_block("B")
+    sch.pad_einsum(b, [8, 1])
+    i, _ = sch.get_loops(b)
+    sch.split(i, [None, 8])
+    assert "T.where" not in sch.func.script()  # the padded loop splits evenly
+    check_numbers(before, sch.func, rng, lambda a, b: {1: a * 2})
+    check_replay(sch, before)
+
+
+def test_pad_einsum_rejections():
+    sch = Schedule(P.matmul(7, 10, 5))
+    c = sch.get_block("C")
+    assert_rejected(sch, lambda: sch.pad_einsum(c, [4, 4]), r"pad_einsum: padding: expected 3 positive ints")
+    assert_rejected(sch, lambda: sch.pad_einsum(c, [4, 0, 4]), r"pad_einsum: padding: expected 3 positive ints")
+    sch = Schedule(P.conv1d(10, 3))
+    conv = sch.get_block("C")
+    assert_rejected(sch, lambda: sch.pad_einsum(conv, [4, 1]), r"pad_einsum: block C is not an einsum: index vi \+ vr0")
+    A, B = Buffer("A", (3, 5)), Buffer("B", (3,))
+    from refcomp.ast import max_
+
+    maxred = P.func([A, B], [P.stage("B", B, (3,), lambda i, r: A[i, r], reduce=(5,), init=-1e30, combine=max_)])
+    sch = Schedule(maxred)
+    m = sch.get_block("B")
+    assert_rejected(sch, lambda: sch.pad_einsum(m, [1, 4]), "padding a reduce iter of block B needs out = out +")
+    sch = Schedule(P.matmul(8, 8, 8))
+    c = sch.get_block("C")
+    i, _, _ = sch.get_loops(c)
+    sch.split(i, [None, 4])
+    assert_rejected(sch, lambda: sch.pad_einsum(c, [4, 4, 4]), "pad_einsum: block C needs trivial bindings")

@@ -324,3 +324,160 @@ def _check_bijective(func: PrimFunc, index_map: IndexMap, shape: list[int], new_
     if len(np.unique(flat)) != total:
         raise ScheduleError(f"transform_layout: the map {index_map.as_lambda()} sends two elements to one place",
                             ir=func)
+
+
+# ----------------------------------------------------------------------------- pad_einsum
+
+def pad_einsum(func: PrimFunc, block: Block, padding: Sequence[int]) -> tuple[PrimFunc, None]:
+    """Pad the iteration domain of an einsum block up to multiples of `padding` (one per iter var).
+
+    Inputs indexed by a padded iter var are copied into zero-padded buffers `<name>_pad` first; the
+    block writes a padded output `<out>_pad`, copied back to the output after it.
+
+    Requires: the block is alone in its loop nest, with trivial bindings (loop k binds iter var k,
+    domains start at 0 with constant extents); every access index is an iter var or a constant (the
+    einsum pattern); one output; padding a reduce iter needs `out = out + (product of loads)`, so
+    the zero padding adds nothing.
+
+    Before: `for i in range(127): C[vi] = A[vi] * 2`; `pad_einsum(C, [16])` after:
+    `A_pad[v0] = if_then_else(v0 < 127, A[v0], 0)` (128 long), `for i in range(128): C_pad[vi] =
+    A_pad[vi] * 2`, then `C[v0] = C_pad[v0]` over 127.
+    """
+    from ...ast import Call, Mul, Cast, collect, substitute as subst
+    from .compute_location import _single_store
+
+    location = locate_block(func, block, "pad_einsum")
+    realize = location.realize
+    ivs = block.iter_vars
+    if not isinstance(padding, (list, tuple)) or len(padding) != len(ivs) or any(
+        isinstance(p, bool) or not isinstance(p, int) or p <= 0 for p in padding
+    ):
+        raise ScheduleError(f"pad_einsum: padding: expected {len(ivs)} positive ints (one per iter var), got "
+                            f"{padding!r}", ir=func, spot=realize)
+    loops = location.loops
+    if len(loops) != len(ivs) or any(value is not loop.loop_var for value, loop in zip(realize.iter_values, loops)):
+        raise ScheduleError(f"pad_einsum: block {block.name} needs trivial bindings (loop k binds iter var k)",
+                            ir=func, spot=realize)
+    scope_realize, items = _scope_parts(func, location, "pad_einsum")
+    position = _item_index(items, realize)
+    if loops and items[position] is not loops[0] or any(outer.body is not inner for outer, inner in zip(loops, loops[1:])):
+        raise ScheduleError(f"pad_einsum: block {block.name} must be alone in its loop nest", ir=func, spot=realize)
+    extents = []
+    for iv, loop in zip(ivs, loops):
+        lo, ext = const_int(iv.dom.min), const_int(iv.dom.extent)
+        if lo != 0 or ext is None or const_int(loop.extent) != ext:
+            raise ScheduleError(f"pad_einsum: iter var {iv.var.name} needs a constant domain starting at 0",
+                                ir=func, spot=realize)
+        extents.append(ext)
+    padded = [-(-e // p) * p for e, p in zip(extents, padding)]
+    store = block.body
+    if not isinstance(store, BufferStore) or len(block.writes) != 1:
+        raise ScheduleError(f"pad_einsum: block {block.name} must be one store to one output", ir=func, spot=realize)
+    own = {iv.var: k for k, iv in enumerate(ivs)}
+    accesses = collect(block.body, BufferLoad) + ([] if block.init is None else collect(block.init, BufferLoad))
+    index_lists = [load.indices for load in accesses] + [store.indices]
+    for indices in index_lists:
+        for index in indices:
+            if not (isinstance(index, Var) and index in own) and const_int(index) is None:
+                raise ScheduleError(f"pad_einsum: block {block.name} is not an einsum: index {index.script()} is "
+                                    "neither an iter var nor a constant", ir=func, spot=realize)
+    grows = [p != e for p, e in zip(padded, extents)]
+    if not any(grows):
+        return func, None
+    out = store.buffer
+    reduce_grows = any(g and iv.kind == "reduce" for g, iv in zip(grows, ivs))
+    if reduce_grows:
+        value = store.value
+        ok = (type(value).__name__ == "Add" and isinstance(value.a, BufferLoad) and value.a.buffer is out
+              and _is_product_of_loads(value.b))
+        if not ok:
+            raise ScheduleError(f"pad_einsum: padding a reduce iter of block {block.name} needs out = out + a product "
+                                "of loads", ir=func, spot=realize)
+
+    def padded_shape(buffer: Buffer, indices) -> tuple:
+        dims = []
+        for index, dim in zip(indices, buffer.shape):
+            dims.append(const(padded[own[index]], dim.dtype) if isinstance(index, Var) else dim)
+        return tuple(dims)
+
+    replacements: dict = {}
+    new_items = list(items)
+    allocs = []
+    inserts = []
+    for load in accesses:
+        buffer = load.buffer
+        if buffer is out or buffer in replacements:
+            continue
+        if not any(isinstance(i, Var) and grows[own[i]] for i in load.indices):
+            continue
+        shape = padded_shape(buffer, load.indices)
+        pad = Buffer(f"{buffer.name}_pad", shape, buffer.dtype, buffer.scope)
+        replacements[buffer] = pad
+        allocs.append(pad)
+        inserts.append(_pad_nest(fresh_block_name(func.body, f"{buffer.name}_pad"), buffer, pad))
+    out_pad = Buffer(f"{out.name}_pad", padded_shape(out, store.indices), out.dtype, out.scope)
+    replacements[out] = out_pad
+    allocs.append(out_pad)
+    swap = Mutator()
+    swap.buffer_map.update(replacements)
+    new_ivs = tuple(iv.with_(dom=Range(const(0, iv.dom.extent.dtype), const(p, iv.dom.extent.dtype)))
+                    for iv, p in zip(ivs, padded))
+    new_block = swap.visit(block).with_(iter_vars=new_ivs)
+    stmt: Stmt = realize.with_(block=new_block)
+    for loop, p in reversed(list(zip(loops, padded))):
+        stmt = loop.with_(extent=const(p, loop.extent.dtype), body=stmt)
+    copy_back = copy_nest(fresh_block_name(func.body, f"{out.name}_pad_back"), out_pad, out)
+    copy_back = _shrink_copy(copy_back, out)
+    new_items[position] = stmt
+    new_items.insert(position + 1, copy_back)
+    for nest in reversed(inserts):
+        new_items.insert(position, nest)
+    scope = scope_realize.block
+    new_scope = scope.with_(body=seq(*new_items), alloc_buffers=scope.alloc_buffers + tuple(allocs))
+    return replace_in_func(func, {id(scope_realize): scope_realize.with_(block=new_scope)}), None
+
+
+def _is_product_of_loads(expr) -> bool:
+    from ...ast import Cast, Mul
+
+    if isinstance(expr, BufferLoad):
+        return True
+    if isinstance(expr, Cast):
+        return _is_product_of_loads(expr.value)
+    if isinstance(expr, Mul):
+        return _is_product_of_loads(expr.a) or _is_product_of_loads(expr.b)
+    return False
+
+
+def _pad_nest(name: str, source: Buffer, target: Buffer) -> Stmt:
+    """target[v] = source[v] inside source's shape, else 0, over target's (larger) shape."""
+    from ...ast import Call, all_
+
+    loop_vars = [Var(f"ax{d}") for d in range(target.ndim)]
+    iter_vars = [IterVar(Var(f"v{d}"), Range(const(0, dim.dtype), dim), "spatial") for d, dim in enumerate(target.shape)]
+    index = tuple(iv.var for iv in iter_vars)
+    inside = all_(*(i < dim for i, dim in zip(index, source.shape)))
+    zero = const(0, source.dtype)
+    value = Call("if_then_else", (inside, source.vload(index), zero), source.dtype)
+    block = Block(name, tuple(iter_vars), (BufferRegion(source, tuple(Range(i, 1) for i in index)),),
+                  (BufferRegion(target, tuple(Range(i, 1) for i in index)),), BufferStore(target, value, index))
+    stmt: Stmt = BlockRealize(tuple(loop_vars), true(), block)
+    for var, dim in reversed(list(zip(loop_vars, target.shape))):
+        stmt = For(var, const(0, dim.dtype), dim, "serial", stmt)
+    return stmt
+
+
+def _shrink_copy(stmt: Stmt, out: Buffer) -> Stmt:
+    """The copy-back nest over out's (smaller) shape."""
+    loops = []
+    node = stmt
+    while isinstance(node, For):
+        loops.append(node)
+        node = node.body
+    realize = node
+    block = realize.block
+    ivs = tuple(iv.with_(dom=Range(iv.dom.min, dim)) for iv, dim in zip(block.iter_vars, out.shape))
+    new: Stmt = realize.with_(block=block.with_(iter_vars=ivs))
+    for loop, dim in reversed(list(zip(loops, out.shape))):
+        new = loop.with_(extent=dim, body=new)
+    return new
