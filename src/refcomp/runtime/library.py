@@ -12,6 +12,10 @@ from ..errors import BuildError, RuntimeFailure
 from .args import Signature
 
 _AMX_REQUESTED = False
+# Loaded kernels are never unloaded: an OpenMP kernel's dlclose can drop the last reference to
+# libgomp while its idle worker threads still run inside it, which crashes the process.  So each
+# shared object stays open for the life of the process (keyed by path: a cache hit reuses it).
+_LOADED: dict[str, tuple] = {}
 
 
 def request_amx_permission() -> None:
@@ -28,6 +32,21 @@ def request_amx_permission() -> None:
         raise RuntimeFailure(f"the OS refused AMX tile permission (arch_prctl errno {errno}); "
                              "this CPU or kernel may not support AMX")
     _AMX_REQUESTED = True
+
+
+def _load(path: Path, cdef: str):
+    """The (ffi, lib) of a shared object, loaded once per process and kept open."""
+    key = str(path)
+    if key in _LOADED:
+        return _LOADED[key]
+    ffi = cffi.FFI()
+    ffi.cdef(cdef)
+    try:
+        lib = ffi.dlopen(key, ffi.RTLD_NOW | ffi.RTLD_LOCAL)
+    except OSError as exc:
+        raise BuildError(f"the compiled kernel {path} cannot be loaded: {exc}") from exc
+    _LOADED[key] = (ffi, lib)
+    return ffi, lib
 
 
 class Library:
@@ -47,12 +66,7 @@ class Library:
         self.signature = Signature(func, [p.obj for p in module.params if p.kind == "size"])
         if module.needs_amx:
             request_amx_permission()
-        self._ffi = cffi.FFI()
-        self._ffi.cdef(module.cdef())
-        try:
-            self._lib = self._ffi.dlopen(str(self.path), self._ffi.RTLD_NOW | self._ffi.RTLD_LOCAL)
-        except OSError as exc:
-            raise BuildError(f"the compiled kernel {self.path} cannot be loaded: {exc}") from exc
+        self._ffi, self._lib = _load(self.path, module.cdef())
         self._entry = getattr(self._lib, module.symbol)
         self._message = getattr(self._lib, module.message_symbol)
         self._pointer_types = [p.c_type.replace(" restrict", "") for p in module.params if p.kind == "buffer"]
