@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from ..errors import ParseError
 from . import expr as E
@@ -230,7 +230,7 @@ class FunctionReader(BlockReader):
                 if len(call.args) != 1 or call.keywords:
                     raise self.fail(call, "T.func_attr takes one dict")
                 value = self.literal(call.args[0])
-                if not isinstance(value, dict):
+                if not isinstance(value, Mapping):
                     raise self.fail(call.args[0], "T.func_attr takes a dict")
                 attrs.update(value)
             elif name == "T.match_buffer" and isinstance(stmt, ast.Assign):

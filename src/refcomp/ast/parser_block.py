@@ -8,7 +8,7 @@ access is that loop's variable, and the whole dimension otherwise.
 from __future__ import annotations
 
 import ast
-from typing import Any
+from typing import Any, Mapping
 
 from . import expr as E
 from .buffer import Buffer, BufferRegion
@@ -165,7 +165,7 @@ class BlockReader(ExprReader):
             if name == "T.block_attr":
                 (value,) = self.positional(call, 1, name)
                 attrs = self.literal(value)
-                if not isinstance(attrs, dict):
+                if not isinstance(attrs, Mapping):
                     raise self.fail(value, "T.block_attr takes a dict")
                 header.annotations.update(attrs)
                 return True

@@ -8,6 +8,7 @@ are int32 (int64 when too large) and floats float32, as in TVMScript.
 from __future__ import annotations
 
 import ast
+from types import MappingProxyType
 from typing import Any, Callable
 
 from . import expr as E
@@ -236,7 +237,8 @@ class ExprReader:
         if isinstance(node, ast.Dict):
             if any(k is None for k in node.keys):
                 raise self.fail(node, "** is not allowed in an attribute dict")
-            return {self.literal(k): self.literal(v) for k, v in zip(node.keys, node.values)}
+            # frozen, as IR attribute values are (nested mappings included)
+            return MappingProxyType({self.literal(k): self.literal(v) for k, v in zip(node.keys, node.values)})
         if isinstance(node, ast.Tuple):
             return tuple(self.literal(v) for v in node.elts)
         if isinstance(node, ast.List):

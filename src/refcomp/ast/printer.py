@@ -11,7 +11,7 @@ namer) -> str` when that module exists; `namer` is a `script_common.Namer` whose
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from . import expr as E
 from .buffer import Buffer, BufferRegion
@@ -98,10 +98,12 @@ class _StmtPrinter(ExprPrinter):
         for param in func.params:
             self.namer.name(param)
         declared = {p for p in func.params if isinstance(p, E.Var)}
-        loose_vars = [v for v in free_vars(func) if v not in declared]
+        loose_buffers = _undeclared_buffers(func)
+        known = set(loose_buffers) | set(func.params) | set(collect(func.body, Buffer))
+        loose_buffers += [b for b in _buffers_in(func.attrs) if b not in known]  # e.g. lowering's originals
+        loose_vars = [v for v in free_vars((func, tuple(loose_buffers))) if v not in declared]
         for var in loose_vars:
             self.namer.name(var)
-        loose_buffers = _undeclared_buffers(func)
         for buffer in loose_buffers:
             self.namer.name(buffer)
         def_name = sanitize(key if key is not None else func.name)
@@ -383,6 +385,25 @@ def _undeclared_buffers(func: PrimFunc) -> list[Buffer]:
 
     post_order_visit(func.body, note)
     return [b for b in collect(func.body, Buffer) if b not in declared]
+
+
+def _buffers_in(value: Any) -> list[Buffer]:
+    """Buffers inside an attribute value (mappings, sequences), in order, without repeats."""
+    found: dict[Buffer, None] = {}
+
+    def walk(item: Any) -> None:
+        if isinstance(item, Buffer):
+            found.setdefault(item, None)
+        elif isinstance(item, Mapping):
+            for key, inner in item.items():
+                walk(key)
+                walk(inner)
+        elif isinstance(item, (tuple, list)):
+            for inner in item:
+                walk(inner)
+
+    walk(value)
+    return list(found)
 
 
 def _graph_function_lines(func: Any, key: str, namer: Namer) -> list[str]:

@@ -37,7 +37,12 @@ class _Equal:
         if isinstance(a, float):
             return a == b or (math.isnan(a) and math.isnan(b))
         if isinstance(a, Mapping):
-            return set(a) == set(b) and all(self.equal(a[k], b[k]) for k in a)
+            if set(a) == set(b):
+                return all(self.equal(a[k], b[k]) for k in a)
+            # Keys that are IR nodes (buffers in lowering's attrs) are matched structurally, in order.
+            return len(a) == len(b) and all(
+                isinstance(ka, Node) and self.equal(ka, kb) and self.equal(va, vb)
+                for (ka, va), (kb, vb) in zip(a.items(), b.items()))
         if isinstance(a, Var):
             return a.dtype == b.dtype and self.bind(a, b)
         if isinstance(a, Buffer):
