@@ -16,7 +16,10 @@ condition linear in the loop var (the predicate of an imperfect split) is vector
 "first and last lane both pass", with the scalar loop as the else branch.  A loop that cannot be
 vectorised (a reduction into one element, lane-dependent control flow, effects, inner loops with
 lane-dependent bounds, vector code already inside) is kept as `For(kind="vectorized")` (its body
-otherwise lowered) so the emitter can fall back to `#pragma omp simd`.
+otherwise lowered) so the emitter can fall back to `#pragma omp simd` -- but only when
+`lane_dependence.lanes_independent` shows its iterations touch disjoint memory and have no
+effects; otherwise (a reduction into one element, a loop-carried dependence, an extern call) it
+becomes a serial loop, since a SIMD loop would compute something else.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from ..ast import (
 )
 from ..ast.expr import as_int
 from .passes.fold import simplify_expr
+from .passes.lane_dependence import lanes_independent
 from .passes.vector_expr import (
     CannotVectorize, LaneVectorizer, every_lane_condition, lane_condition_is_convex,
 )
@@ -55,8 +59,12 @@ class _LoopVectorizer(Mutator):
         try:
             return self._vectorize(loop)
         except CannotVectorize as reason:
-            logger.debug("vectorize: loop %s kept as a vectorized loop: %s", loop.loop_var.name, reason)
-            return loop
+            if lanes_independent(loop):
+                logger.debug("vectorize: loop %s kept as a vectorized loop: %s", loop.loop_var.name, reason)
+                return loop
+            logger.debug("vectorize: loop %s made serial (its iterations may depend on each other): %s",
+                         loop.loop_var.name, reason)
+            return loop.with_(kind="serial")
 
     def _vectorize(self, loop: For) -> Stmt:
         widest = _widest_element_bytes(loop.body)
