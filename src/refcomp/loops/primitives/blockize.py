@@ -47,6 +47,8 @@ def blockize_realize(func: PrimFunc, loop: For, preserve_unit_iters: bool = True
                      ) -> tuple[BlockRealize, BlockRealize]:
     """(the inner realize, the new outer realize replacing `loop`); `func` is used for errors and names."""
     chain, realize = _perfect_nest(func, loop)
+    path = locate_loop(func, loop, "blockize")
+    enclosing = {s.loop_var: s for s in path[:-1] if isinstance(s, For)}
     inner_vars = {l.loop_var for l in chain}
     bounds = {l.loop_var: (as_int(l.min), as_int(l.min) + as_int(l.extent) - 1)
               for l in chain if as_int(l.min) is not None and as_int(l.extent) is not None}
@@ -66,7 +68,12 @@ def blockize_realize(func: PrimFunc, loop: For, preserve_unit_iters: bool = True
             inner_values.append(inner_part)
             continue
         outer_var = Var(iv.var.name + "_o", iv.var.dtype)
-        dom_extent = _ceil_div(iv.dom.extent, extent)
+        # The domain must hold every value the binding takes, including those of a partial
+        # last tile that the inner predicate switches off: take the binding's own range when
+        # the enclosing loops give it, else ceil(extent / E).
+        dom_extent = _binding_extent(outer_part, enclosing)
+        if dom_extent is None:
+            dom_extent = _ceil_div(iv.dom.extent, extent)
         outer_iters.append(IterVar(outer_var, Range(const(0, iv.dom.extent.dtype), dom_extent), iv.kind))
         outer_values.append(outer_part)
         inner_values.append(outer_var * extent + inner_part)
@@ -230,6 +237,24 @@ def _add(a: PrimExpr, b: PrimExpr) -> PrimExpr:
     if as_int(b) == 0:
         return a
     return a + b
+
+
+def _binding_extent(value: PrimExpr, loops: dict) -> PrimExpr | None:
+    """1 + the largest value of an affine binding over its loops (None when that is not clear)."""
+    form = normalize(value)
+    if form is None or form.const < 0:
+        return None
+    total: PrimExpr = const(form.const + 1, value.dtype)
+    for term, coef in form.terms:
+        loop = loops.get(term) if isinstance(term, Var) else None
+        if loop is None or coef < 0 or as_int(loop.min) != 0:
+            return None
+        extent = loop.extent if loop.extent.dtype == value.dtype else loop.extent.astype(value.dtype)
+        if as_int(extent) is not None:
+            total = _add(total, const(coef * (as_int(extent) - 1), value.dtype))
+        else:
+            total = _add(total, (extent - 1) * coef)
+    return total
 
 
 def _ceil_div(extent: PrimExpr, factor: int) -> PrimExpr:

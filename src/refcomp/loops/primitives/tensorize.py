@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...ast import (
-    Add, Block, BlockRealize, Buffer, BufferLoad, BufferStore, Cast, FloatImm, For, IntImm, Mul,
+    Add, Block, BlockRealize, Buffer, BufferLoad, BufferStore, Cast, Evaluate, FloatImm, For, IntImm, Mul,
     Mutator, PrimExpr, PrimFunc, Stmt, StringImm, Var, as_int, const, free_vars, substitute,
 )
 from ...ast.node import Node
@@ -422,7 +422,34 @@ def instantiate(intrinsic: TensorIntrin, match: Match) -> Stmt:
     for i_var, d_var in zip(impl.scalar_params, desc.scalar_params):
         if d_var in match.values:
             var_map[i_var] = match.values[d_var]
-    return _Instantiator(buffer_map, match, var_map).visit(impl.body)
+    body = _Instantiator(buffer_map, match, var_map).visit(impl.body)
+    return _guard_first_iteration(desc, match, body)
+
+
+def _guard_first_iteration(desc: PrimFunc, match: Match, body: Stmt) -> Stmt:
+    """body under `if <the description's predicate at the tile origin>` when it has a predicate.
+
+    A partial-tile description matches every tile of an imperfect split, including tiles that lie
+    wholly past the edge (nothing to do); the guard skips those, so no pointer is formed to
+    memory outside the buffers.
+    """
+    from ...ast import IfThenElse
+
+    _, d_realize = _desc_nest(desc)
+    if d_realize is None or _is_true(d_realize.predicate):
+        return body
+    loops, _ = _desc_nest(desc)
+    at_origin = {l.loop_var: const(0, l.loop_var.dtype) for l in loops}
+    condition = substitute(substitute(d_realize.predicate, at_origin), dict(match.values))
+    form = _lt_form(condition)
+    if form is not None and form.is_const():
+        return body if form.const < 0 else Evaluate(const(0))
+    if form is not None:  # print it as `terms < constant`: `vi_o * 6 < 10`
+        from ...ast import LT
+
+        dtype = condition.a.dtype
+        condition = LT(Affine(form.terms, 0).to_expr(dtype), const(-form.const, dtype))
+    return IfThenElse(condition, body)
 
 
 class _Instantiator(Mutator):

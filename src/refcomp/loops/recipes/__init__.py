@@ -3,6 +3,7 @@
     from refcomp.loops import recipes
     sch = recipes.matmul_fp32(func)          # a Schedule; build sch.func
 """
-from .matmul import Tiling, matmul_fp32, tiled_matmul
+from .epilogue import matmul_bias_gelu
+from .matmul import Tiling, matmul_bf16, matmul_fp32, matmul_int8, tiled_matmul
 
-__all__ = ["Tiling", "matmul_fp32", "tiled_matmul"]
+__all__ = ["Tiling", "matmul_bf16", "matmul_bias_gelu", "matmul_fp32", "matmul_int8", "tiled_matmul"]

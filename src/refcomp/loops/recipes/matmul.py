@@ -64,7 +64,7 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     if kc is None:
         raise ScheduleError(f"{recipe}: K = {shape.k} has no tile size that is a multiple of {k_multiple} "
                             f"(needed by {intrin})")
-    mc = max(mr, tiling.mc // mr * mr)
+    mc = _row_block(shape.m, mr, tiling.mc, _takes_partial_rows(intrin), recipe, intrin)
     nc = max(nr, tiling.nc // nr * nr)
     while not divides(shape.n, nc):
         nc -= nr
@@ -73,7 +73,8 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
         packed_b = sch.cache_read(blk, shape.b_index, "global")
         sch.transform_layout(packed_b, ("write", 0), _b_panels(nr, b_layout))
         _schedule_copy(sch, packed_b, parallel)
-    if pack_a and kc < as_int(shape.k):
+    # transform_layout needs constant shapes, so A is packed only for a constant M.
+    if pack_a and kc < as_int(shape.k) and as_int(shape.m) is not None:
         packed_a = sch.cache_read(blk, shape.a_index, "global")
         sch.transform_layout(packed_a, ("write", 0), lambda i, k: (k // kc, i, k % kc))
         _schedule_copy(sch, packed_a, parallel)
@@ -83,9 +84,14 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     j0, j1, j2 = sch.split(j, [None, nc // nr, nr])
     k_loops = sch.split(k, [None, kc]) if kc < as_int(shape.k) else [None, k]
     k0, k1 = k_loops
-    order = [j0, i0] + ([k0] if k0 is not None else []) + [j1, i1, i2, j2, k1]
+    # Fusing the two block loops gives the threads one even pool of work; with a symbolic M the
+    # fused index would be divided by a symbolic extent (not affine), so the row blocks alone
+    # are run in parallel then.
+    symbolic_rows = as_int(shape.m) is None
+    first = [i0, j0] if symbolic_rows else [j0, i0]
+    order = first + ([k0] if k0 is not None else []) + [j1, i1, i2, j2, k1]
     sch.reorder(*order)
-    outer = sch.fuse(j0, i0)
+    outer = i0 if symbolic_rows else sch.fuse(j0, i0)
     if parallel:
         sch.parallel(outer)
     init = sch.decompose_reduction(blk, k0 if k0 is not None else j1)
@@ -93,6 +99,30 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     sch.vectorize(init_loops[-1])
     sch.tensorize(i2, intrin)
     return sch
+
+
+def _takes_partial_rows(intrin: str) -> bool:
+    from ..intrin import get as get_intrin
+
+    return any(v.name == "m_rows" for v in get_intrin(intrin).impl.body.value.args if hasattr(v, "name"))
+
+
+def _row_block(m, mr: int, preferred: int, partial_ok: bool, recipe: str, intrin: str) -> int:
+    """MC: a multiple of MR near `preferred`; without partial-tile support it must divide M."""
+    rows = as_int(m)
+    mc = max(mr, preferred // mr * mr)
+    if rows is None:
+        if not partial_ok:
+            raise ScheduleError(f"{recipe}: M = {m} is symbolic and {intrin} has no partial-tile form")
+        return mc
+    if partial_ok:
+        return min(mc, -(-rows // mr) * mr)
+    if rows % mr:
+        raise ScheduleError(f"{recipe}: M = {rows} is not a multiple of the tile height {mr} of {intrin}",
+                            hint="pad M, or use an intrinsic with partial tiles")
+    while rows % mc:
+        mc -= mr
+    return mc
 
 
 def _b_panels(nr: int, layout: str):
@@ -111,3 +141,39 @@ def _schedule_copy(sch: Schedule, copy: BlockRV, parallel: bool) -> None:
     loops = sch.get_loops(copy)
     if parallel and loops:
         sch.parallel(loops[0])
+
+
+BF16_INTRINS = ["x86.amx.bf16gemm_32x32", "x86.avx2.bf16gemm_6x16"]
+INT8_INTRINS = ["x86.amx.i8gemm_32x32", "x86.vnni.i8gemm_8x32", "x86.avx2.i8gemm_6x16"]
+
+
+def matmul_bf16(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: str | None = None,
+                tiling: Tiling = Tiling(), parallel: bool = True) -> Schedule:
+    """bf16 x bf16 -> fp32 matmul on AMX tiles where the CPU has them, else on AVX2 FMA."""
+    from ..intrin.x86 import b_layout
+
+    sch = as_schedule(func_or_sch)
+    name = intrin or pick_intrin(BF16_INTRINS, "matmul_bf16")
+    return tiled_matmul(sch, block, name, _low_precision_tiling(name, tiling), pack_a=True, pack_b=True,
+                        parallel=parallel, recipe="matmul_bf16", b_layout=b_layout(name))
+
+
+def matmul_int8(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: str | None = None,
+                tiling: Tiling = Tiling(), parallel: bool = True) -> Schedule:
+    """int8 x int8 -> int32 matmul on AMX, else AVX-512 VNNI, else AVX2 (all exact)."""
+    from ..intrin.x86 import b_layout
+
+    sch = as_schedule(func_or_sch)
+    name = intrin or pick_intrin(INT8_INTRINS, "matmul_int8")
+    return tiled_matmul(sch, block, name, _low_precision_tiling(name, tiling), pack_a=True, pack_b=True,
+                        parallel=parallel, recipe="matmul_int8", b_layout=b_layout(name))
+
+
+def _low_precision_tiling(intrin: str, tiling: Tiling) -> Tiling:
+    # Narrow types fit twice (bf16) or four times (int8) the k per cache line; AMX tiles want
+    # k in whole tiles (32 bf16 / 64 int8), so KC grows with the element size.
+    if tiling != Tiling():
+        return tiling
+    if "amx" in intrin:
+        return Tiling(mc=128, nc=256, kc=512)
+    return Tiling(mc=96, nc=256, kc=512)

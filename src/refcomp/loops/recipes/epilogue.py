@@ -1,0 +1,36 @@
+"""Matmul with a fused epilogue: D = gelu(A @ B + bias), the epilogue computed per cache block.
+
+The matmul block is scheduled by the fp32 recipe; the epilogue block is moved with
+reverse_compute_at under the parallel loop over (NC x MC) blocks of C, so each block of C is
+turned into D while it is still in cache, by the thread that computed it, instead of in a second
+pass over memory.  Its innermost loop is vectorized (gcc calls the vector tanh/erf of libmvec).
+"""
+from __future__ import annotations
+
+from ...ast import PrimFunc, as_int
+from ..schedule import Schedule
+from .matmul import Tiling, as_schedule, matmul_fp32
+
+
+def matmul_bias_gelu(func_or_sch: PrimFunc | Schedule, matmul_block: str = "C", epilogue_block: str = "D",
+                     *, intrin: str | None = None, tiling: Tiling = Tiling(), parallel: bool = True,
+                     inline: tuple[str, ...] = ()) -> Schedule:
+    """Schedule `epilogue_block` (elementwise over C) fused into the blocks of the matmul recipe.
+
+    `inline` names elementwise blocks between the matmul and the epilogue (say a bias add kept as
+    its own stage) to fold into the epilogue first.
+    """
+    sch = as_schedule(func_or_sch)
+    for name in inline:
+        sch.compute_inline(sch.get_block(name))
+    matmul_fp32(sch, matmul_block, intrin=intrin, tiling=tiling, parallel=parallel)
+    block_loop = sch.get_loops(sch.get_block(matmul_block + "_o"))[0]
+    epilogue = sch.get_block(epilogue_block)
+    sch.reverse_compute_at(epilogue, block_loop)
+    loops = sch.get_loops(epilogue)
+    inner = loops[-1]
+    extent = as_int(sch.get(inner).extent)
+    if extent is not None and extent % 8 == 0:
+        _, lanes = sch.split(inner, [None, 16 if extent % 16 == 0 else 8])
+        sch.vectorize(lanes)
+    return sch
