@@ -6,6 +6,7 @@ import pytest
 
 from refcomp.ast import PrimFunc
 from refcomp.ast.expr import as_int
+from refcomp.loops.passes.flatten_buffers import original_buffer
 
 
 def interpreter():
@@ -19,6 +20,7 @@ def random_arrays(func: PrimFunc, rng: np.random.Generator, sizes: dict | None =
     sizes = sizes or {}
     arrays = []
     for buffer in func.buffers:
+        buffer = original_buffer(func, buffer)  # a lowered function is called with the original arrays
         shape = []
         for dim in buffer.shape:
             value = as_int(dim)
