@@ -91,10 +91,16 @@ def _inline_instead(func: PrimFunc, block: Block, loop: Any, preserve_unit_loops
 
 
 class Schedule:
-    """Schedules one PrimFunc of a module; every step is checked and recorded in `trace`."""
+    """Schedules one PrimFunc of a module; every step is checked and recorded in `trace`.
+
+    With verify=True (default: `Schedule.verify_default`, which the test suite turns on) the IR is
+    checked for well-formedness after every primitive.
+    """
+
+    verify_default = False
 
     def __init__(self, func_or_mod: PrimFunc | IRModule, seed: int | None = None,
-                 func_name: str | None = None, verify: bool = False) -> None:
+                 func_name: str | None = None, verify: bool | None = None) -> None:
         if isinstance(func_or_mod, PrimFunc):
             self._mod = IRModule({func_or_mod.name: func_or_mod})
             self._func_name = func_or_mod.name
@@ -112,7 +118,7 @@ class Schedule:
             raise ScheduleError(f"Schedule: expected a PrimFunc or IRModule, got {type(func_or_mod).__name__}")
         self.seed = seed
         self._rng = random.Random(seed)
-        self.verify = verify
+        self.verify = Schedule.verify_default if verify is None else verify
         self.trace = Trace()
 
     # ------------------------------------------------------------------ state
@@ -192,12 +198,13 @@ class Schedule:
         if not isinstance(func, PrimFunc):
             raise InternalError(f"a primitive returned {type(func).__name__} instead of a PrimFunc")
         if self.verify and func is not self.func:
+            from ..ast.wellformed import verify_well_formed
+
             try:
-                from ..ast.wellformed import verify_well_formed
-            except ImportError:  # the checker is landing separately
-                verify_well_formed = None
-            if verify_well_formed is not None:
                 verify_well_formed(func)
+            except RefcompError as exc:  # a primitive built bad IR: that is a refcomp bug
+                raise InternalError(f"the schedule produced ill-formed IR: {exc.message}", ir=func,
+                                    spot=exc.spot) from exc
         self._mod = self._mod.with_function(self._func_name, func)
 
     def _call(self, kind: str, primitive: Callable[..., Any], args: dict[str, Any], **extra: Any) -> Any:
