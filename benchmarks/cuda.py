@@ -19,37 +19,24 @@ import time
 import numpy as np
 
 import refcomp
-from refcomp import te
+from refcomp import workloads
 from refcomp.loops import gpu_recipes
 
 
 def elementwise_func(n):
-    A = te.placeholder((n,), "float32", name="A")
-    B = te.compute((n,), lambda i: te.exp(A[i]) * 2.0, name="B")
-    sch = refcomp.Schedule(te.create_prim_func([A, B]))
+    sch = refcomp.Schedule(workloads.exp_scale(n))
     gpu_recipes.schedule_elementwise(sch, "B", threads=256)
     return sch.func
 
 
 def softmax_func(rows, cols):
-    A = te.placeholder((rows, cols), "float32", name="A")
-    k = te.reduce_axis((0, cols), name="k")
-    M = te.compute((rows,), lambda i: te.max(A[i, k], axis=k), name="M")
-    E = te.compute((rows, cols), lambda i, j: te.exp(A[i, j] - M[i]), name="E")
-    k2 = te.reduce_axis((0, cols), name="k2")
-    S = te.compute((rows,), lambda i: te.sum(E[i, k2], axis=k2), name="S")
-    O = te.compute((rows, cols), lambda i, j: E[i, j] / S[i], name="O")
-    sch = refcomp.Schedule(te.create_prim_func([A, O]))
+    sch = refcomp.Schedule(workloads.softmax(rows, cols))
     gpu_recipes.schedule_softmax(sch, threads=128)
     return sch.func
 
 
 def matmul_func(n):
-    A = te.placeholder((n, n), "float32", name="A")
-    B = te.placeholder((n, n), "float32", name="B")
-    k = te.reduce_axis((0, n), name="k")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    sch = refcomp.Schedule(te.create_prim_func([A, B, C]))
+    sch = refcomp.Schedule(workloads.matmul(n, n, n))
     gpu_recipes.schedule_matmul(sch, tile=(64, 64, 16), thread_tile=(4, 4))
     return sch.func
 
