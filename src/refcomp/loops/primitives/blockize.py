@@ -244,6 +244,11 @@ def _binding_extent(value: PrimExpr, loops: dict) -> PrimExpr | None:
     form = normalize(value)
     if form is None or form.const < 0:
         return None
+    known = {v: (0, as_int(l.extent) - 1) for v, l in loops.items()
+             if as_int(l.min) == 0 and as_int(l.extent) is not None}
+    rng = form.bounds(known)
+    if rng is not None:
+        return const(rng[1] + 1, value.dtype) if rng[0] >= 0 else None
     total: PrimExpr = const(form.const + 1, value.dtype)
     for term, coef in form.terms:
         loop = loops.get(term) if isinstance(term, Var) else None

@@ -1,0 +1,115 @@
+"""Tensorized programs compiled by gcc and run on fresh random data, against numpy.
+
+Hypothesis picks the tile counts, the k split and the values; every intrinsic this CPU can run is
+checked (the others are compiled only, in tests/loops/intrin/test_kernels.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import refcomp
+from refcomp.loops import intrin
+from refcomp.loops.intrin import x86
+from refcomp.loops.primitives.tensorize import tensorize
+
+from .tensorize_programs import tile_loop, tiled_matmul_update
+
+AVX2_TILES = {
+    "x86.avx2.sgemm_6x16": ("float32", "float32", "float32", "rows"),
+    "x86.avx2.bf16gemm_6x16": ("bfloat16", "bfloat16", "float32", "rows"),
+    "x86.avx2.i8gemm_6x16": ("int8", "int8", "int32", "pairs"),
+    "x86.avx512.sgemm_8x32": ("float32", "float32", "float32", "rows"),
+    "x86.vnni.i8gemm_8x32": ("int8", "int8", "int32", "quads"),
+}
+
+
+def _params():
+    out = []
+    for name in AVX2_TILES:
+        info = intrin.get(name)
+        marks = [pytest.mark.skipif(not info.available(), reason=f"CPU lacks {info.cpu_features}")]
+        if "avx512f" in info.cpu_features:
+            marks.append(pytest.mark.amx)
+        out.append(pytest.param(name, marks=marks))
+    return out
+
+
+def _bf16(x):
+    bits = x.astype(np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _value(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def _pack(b, layout, nr):
+    k, n = b.shape
+    if layout == "rows":
+        return b
+    group = {"pairs": 2, "quads": 4}[layout]
+    return np.ascontiguousarray(b.reshape(k // group, group, n).transpose(0, 2, 1))
+
+
+@pytest.mark.parametrize("name", _params())
+@given(m=st.integers(1, 20), n_tiles=st.integers(1, 2), k_groups=st.integers(1, 6), split_k=st.booleans(),
+       seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=5)
+def test_tensorized_tile_matches_numpy(name, m, n_tiles, k_groups, split_k, seed):
+    rng = np.random.default_rng(seed)
+    a_t, b_t, c_t, layout = AVX2_TILES[name]
+    mr, nr, k_multiple = x86.tile_shape(name)
+    n = n_tiles * nr
+    k = 2 * k_groups * k_multiple if split_k else k_groups * k_multiple
+    kc = k // 2 if split_k else None
+    func = tiled_matmul_update(m, n, k, mr, nr, kc, a_dtype=a_t, b_dtype=b_t, acc_dtype=c_t, b_layout=layout)
+    func, _ = tensorize(func, tile_loop(func, "ii"), name)
+    if a_t == "int8":
+        a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+        b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+        c = rng.integers(-1000, 1000, (m, n), dtype=np.int32)
+        expected = c + a.astype(np.int32) @ b.astype(np.int32)
+    elif a_t == "bfloat16":
+        a, b = _bf16(rng.standard_normal((m, k))), _bf16(rng.standard_normal((k, n)))
+        c = rng.standard_normal((m, n)).astype(np.float32)
+        expected = c + _value(a) @ _value(b)
+    else:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        c = rng.standard_normal((m, n)).astype(np.float32)
+        expected = c.astype(np.float64) + a.astype(np.float64) @ b.astype(np.float64)
+    refcomp.build(func)(a, _pack(b, layout, nr), c)  # bounds proved by the default build
+    if a_t == "int8":
+        np.testing.assert_array_equal(c, expected)
+    else:
+        np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-4 * k)
+
+
+def test_te_matmul_through_schedule_matches_numpy_and_interpreter(rng):
+    from refcomp import te
+    from refcomp.loops.schedule import Schedule
+
+    m, n, k = 13, 32, 24
+    a_t = te.placeholder((m, k), "float32", "A")
+    b_t = te.placeholder((k, n), "float32", "B")
+    r = te.reduce_axis((0, k), "k")
+    c_t = te.compute((m, n), lambda i, j: te.sum(a_t[i, r] * b_t[r, j], axis=r), name="C")
+    func = te.create_prim_func([a_t, b_t, c_t])
+    sch = Schedule(func)
+    blk = sch.get_block("C")
+    i, j, kk = sch.get_loops(blk)
+    i0, i1 = sch.split(i, [None, 6])
+    j0, j1 = sch.split(j, [None, 16])
+    sch.reorder(i0, j0, i1, j1, kk)
+    sch.decompose_reduction(blk, i1)
+    untensorized = sch.func
+    sch.tensorize(i1, "x86.avx2.sgemm_6x16")
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c_interp = rng.standard_normal((m, n)).astype(np.float32)
+    refcomp.interpret(untensorized, a, b, c_interp)
+    c = rng.standard_normal((m, n)).astype(np.float32)
+    refcomp.build(sch.func)(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(c, c_interp, rtol=1e-5, atol=1e-4)

@@ -1,0 +1,173 @@
+"""Schedule recipes, each checked numerically at small sizes (odd and symbolic rows included).
+
+AMX and VNNI recipes are built to C and compiled everywhere; they run only where the CPU has them.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import refcomp
+from refcomp import ScheduleError, te
+from refcomp.emit_c import compile_shared, emit, parse_target
+from refcomp.loops import intrin, recipes
+from refcomp.loops.lower import lower
+from refcomp.loops.primitives.tree import walk
+from refcomp.ast import Block
+
+SMALL = recipes.Tiling(mc=24, nc=32, kc=32)
+
+
+def _matmul(m, n, k, in_dtype="float32", acc="float32"):
+    a = te.placeholder((m, k), in_dtype, "A")
+    b = te.placeholder((k, n), in_dtype, "B")
+    r = te.reduce_axis((0, k), "k")
+    if in_dtype == acc:
+        c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    else:
+        c = te.compute((m, n), lambda i, j: te.sum(a[i, r].astype(acc) * b[r, j].astype(acc), axis=r), name="C")
+    return te.create_prim_func([a, b, c])
+
+
+def _tensorized_with(func) -> set[str]:
+    return {s.annotations["tensorized"] for s in walk(func.body) if isinstance(s, Block) and "tensorized" in s.annotations}
+
+
+def _bf16(x):
+    bits = x.astype(np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _value(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+@pytest.mark.parametrize("m,n,k", [(37, 32, 48), (48, 64, 96), (5, 16, 16)])
+def test_fp32_recipe_matches_numpy(rng, m, n, k):
+    sch = recipes.matmul_fp32(_matmul(m, n, k), tiling=SMALL)
+    assert _tensorized_with(sch.func) <= {"x86.avx2.sgemm_6x16", "x86.avx512.sgemm_8x32"}
+    assert _tensorized_with(sch.func)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c = rng.standard_normal((m, n)).astype(np.float32)  # the recipe zeroes C itself
+    refcomp.build(sch.func)(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
+
+
+def test_fp32_recipe_symbolic_rows(rng):
+    m = te.size_var("m")
+    sch = recipes.matmul_fp32(_matmul(m, 32, 64), tiling=SMALL)
+    lib = refcomp.build(sch.func)  # every access proved in bounds for every m
+    for rows in (1, 6, 7, 31, 49):
+        a = rng.standard_normal((rows, 64)).astype(np.float32)
+        b = rng.standard_normal((64, 32)).astype(np.float32)
+        c = np.zeros((rows, 32), np.float32)
+        lib(a, b, c)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
+
+
+def test_fp32_recipe_replays_from_its_trace():
+    func = _matmul(24, 32, 64)
+    sch = recipes.matmul_fp32(func, tiling=SMALL)
+    replayed = refcomp.Schedule.from_trace(func, sch.trace.to_json())
+    refcomp.ast.assert_structural_equal(replayed.func, sch.func)
+
+
+def test_int8_recipe_is_exact(rng):
+    sch = recipes.matmul_int8(_matmul(29, 32, 64, "int8", "int32"), tiling=SMALL)
+    a = rng.integers(-128, 128, (29, 64), dtype=np.int8)
+    b = rng.integers(-128, 128, (64, 32), dtype=np.int8)
+    c = np.zeros((29, 32), np.int32)
+    refcomp.build(sch.func)(a, b, c)
+    np.testing.assert_array_equal(c, a.astype(np.int32) @ b.astype(np.int32))
+
+
+def test_bf16_recipe_matches_numpy(rng):
+    sch = recipes.matmul_bf16(_matmul(30, 32, 64, "bfloat16", "float32"), tiling=SMALL)
+    a, b = _bf16(rng.standard_normal((30, 64))), _bf16(rng.standard_normal((64, 32)))
+    c = np.zeros((30, 32), np.float32)
+    refcomp.build(sch.func)(a, b, c)
+    # bf16 products are exact in fp32; only the accumulation rounds
+    np.testing.assert_allclose(c, _value(a) @ _value(b), rtol=1e-4, atol=1e-4)
+
+
+def _gelu_te(x):
+    return 0.5 * x * (1.0 + te.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+
+
+def _gelu_np(x):
+    return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+
+
+def test_fused_matmul_bias_gelu(rng):
+    m, n, k = 30, 64, 48
+    a = te.placeholder((m, k), "float32", "A")
+    b = te.placeholder((k, n), "float32", "B")
+    bias = te.placeholder((n,), "float32", "bias")
+    r = te.reduce_axis((0, k), "k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    d = te.compute((m, n), lambda i, j: _gelu_te(c[i, j] + bias[j]), name="D")
+    sch = recipes.matmul_bias_gelu(te.create_prim_func([a, b, bias, d]), tiling=SMALL)
+    # the epilogue sits inside the parallel block loop, after the matmul of each block
+    text = sch.func.script()
+    assert text.index('T.block("C_o")') < text.index('T.block("D")')
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    y = rng.standard_normal((k, n)).astype(np.float32)
+    z = rng.standard_normal(n).astype(np.float32)
+    out = np.zeros((m, n), np.float32)
+    refcomp.build(sch.func)(x, y, z, out)
+    np.testing.assert_allclose(out, _gelu_np(x.astype(np.float64) @ y + z), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name,in_dtype,acc", [
+    ("x86.amx.bf16gemm_32x32", "bfloat16", "float32"),
+    ("x86.amx.i8gemm_32x32", "int8", "int32"),
+    ("x86.vnni.i8gemm_8x32", "int8", "int32"),
+    ("x86.avx512.sgemm_8x32", "float32", "float32"),
+])
+def test_wide_isa_recipes_compile_everywhere(name, in_dtype, acc, tmp_path, monkeypatch):
+    monkeypatch.setenv("REFCOMP_CACHE_DIR", str(tmp_path))
+    func = _matmul(64, 64, 128, in_dtype, acc)
+    recipe = {"bfloat16": recipes.matmul_bf16, "int8": recipes.matmul_int8}.get(in_dtype, recipes.matmul_fp32)
+    sch = recipe(func, intrin=name, tiling=recipes.Tiling(mc=32, nc=64, kc=128) if "amx" in name else SMALL)
+    assert _tensorized_with(sch.func) == {name}
+    if intrin.get(name).func_attrs.get("needs_amx"):
+        assert sch.func.attrs["needs_amx"] is True
+    target = parse_target("c")
+    module = emit(lower(sch.func), target.emit_options())
+    assert compile_shared(module.source, target).exists()
+
+
+@pytest.mark.amx
+@pytest.mark.skipif(not intrin.get("x86.amx.bf16gemm_32x32").available(), reason="CPU lacks AMX")
+def test_amx_bf16_recipe_runs(rng):
+    sch = recipes.matmul_bf16(_matmul(64, 64, 128, "bfloat16", "float32"), intrin="x86.amx.bf16gemm_32x32",
+                              tiling=recipes.Tiling(mc=32, nc=64, kc=128))
+    a, b = _bf16(rng.standard_normal((64, 128))), _bf16(rng.standard_normal((128, 64)))
+    c = np.zeros((64, 64), np.float32)
+    refcomp.build(sch.func)(a, b, c)
+    np.testing.assert_allclose(c, _value(a) @ _value(b), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.amx
+@pytest.mark.skipif(not intrin.get("x86.amx.i8gemm_32x32").available(), reason="CPU lacks AMX")
+def test_amx_int8_recipe_runs(rng):
+    sch = recipes.matmul_int8(_matmul(64, 64, 128, "int8", "int32"), intrin="x86.amx.i8gemm_32x32",
+                              tiling=recipes.Tiling(mc=32, nc=64, kc=128))
+    a = rng.integers(-128, 128, (64, 128), dtype=np.int8)
+    b = rng.integers(-128, 128, (128, 64), dtype=np.int8)
+    c = np.zeros((64, 64), np.int32)
+    refcomp.build(sch.func)(a, b, c)
+    np.testing.assert_array_equal(c, a.astype(np.int32) @ b.astype(np.int32))
+
+
+def test_recipe_rejects_n_not_a_tile_multiple():
+    with pytest.raises(ScheduleError, match="not a multiple of the tile width"):
+        recipes.matmul_fp32(_matmul(12, 20, 16), intrin="x86.avx2.sgemm_6x16", tiling=SMALL)
+
+
+def test_recipe_rejects_a_block_that_is_not_a_matmul():
+    a = te.placeholder((16, 16), "float32", "A")
+    b = te.compute((16, 16), lambda i, j: a[i, j] + 1.0, name="C")
+    with pytest.raises(ScheduleError, match="is not a matmul"):
+        recipes.matmul_fp32(te.create_prim_func([a, b]))
