@@ -11,7 +11,7 @@ from ...ast.stmt import true
 from ...errors import ScheduleError
 from .affine import Linear, constant_difference, int_bounds
 from .legality import (
-    access_region, check_complete_or_reduction, check_not_output_block, const_int, loop_ranges,
+    access_region, check_complete_or_reduction, check_not_output_block, const_int, loop_ranges, prove_over_loops,
 )
 from .lookup import BlockLocation, get_consumers, get_producers, locate_block, locate_loop, scope_siblings
 from .tree import block_realizes, replace, replace_in_func, walk
@@ -123,7 +123,6 @@ def _regenerate(func: PrimFunc, location: BlockLocation, ranges: dict[Var, tuple
                 outer_loops: Sequence[For], preserve_unit_loops: bool) -> Stmt:
     """A new loop nest running the block over ranges (full domain for iters not in ranges)."""
     block = location.block
-    outer = loop_ranges(outer_loops)
     values: list[PrimExpr] = []
     loops: list[tuple[Var, int | PrimExpr]] = []
     conditions: list[PrimExpr] = []
@@ -131,13 +130,11 @@ def _regenerate(func: PrimFunc, location: BlockLocation, ranges: dict[Var, tuple
         if iv.var in ranges:
             lo_form, extent = ranges[iv.var]
             low = lo_form.to_expr(iv.var.dtype)
-            dom_lo, dom_extent = const_int(iv.dom.min), const_int(iv.dom.extent)
-            bounds = int_bounds(low, outer)
-            if dom_lo is None or dom_extent is None:
-                raise ScheduleError(f"compute_at: block {block.name}: iter var {iv.var.name} has a symbolic domain",
-                                    ir=func)
-            need_low = bounds is None or bounds[0] < dom_lo
-            need_high = bounds is None or bounds[1] + extent > dom_lo + dom_extent
+            # The regenerated range may leave the iter var's domain (a stencil's halo, a partial
+            # tile); keep a predicate for each side that cannot be proved to stay inside.
+            end = iv.dom.min + iv.dom.extent
+            need_low = prove_over_loops(low >= iv.dom.min, outer_loops)[0] != "proved"
+            need_high = prove_over_loops(low + (extent - 1) < end, outer_loops)[0] != "proved"
         else:
             low, extent = iv.dom.min, iv.dom.extent
             need_low = need_high = False

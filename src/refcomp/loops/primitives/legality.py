@@ -51,6 +51,24 @@ def prove(condition: PrimExpr, ranges: Mapping[Var, tuple[int, int]]) -> tuple[s
     return "unknown", None
 
 
+def prove_over_loops(condition: PrimExpr, loops: Iterable[For]) -> tuple[str, dict | None]:
+    """prove() with each loop var ranging over its loop (symbolic extents go to the solver)."""
+    loops = list(loops)
+    ranges = loop_ranges(loops)
+    variables = free_vars(condition)
+    if all(v in ranges for v in variables):
+        return prove(condition, ranges)
+    try:
+        from ...shape import prove as shape_prove  # type: ignore[attr-defined]
+    except ImportError:
+        return "unknown", None
+    assumptions = []
+    for loop in loops:
+        assumptions += [loop.loop_var >= loop.min, loop.loop_var < loop.min + loop.extent]
+    result = shape_prove(condition, assumptions=tuple(assumptions))
+    return result.status, result.counterexample
+
+
 def _enumerate(condition: PrimExpr, variables: Sequence[Var], ranges: Mapping[Var, tuple[int, int]]):
     if not variables:
         value = _evaluate(condition, {})
