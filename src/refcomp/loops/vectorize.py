@@ -11,9 +11,10 @@ where they meet vectors, `Select`, casts and elementwise math calls act on vecto
 `if_then_else` with a lane-dependent condition becomes a `Select` when neither branch can fault.
 P is a power of two: the extent when that is a power of two no larger than `vector_bytes` / the
 widest element size in the body, else that maximum; the iterations that do not fill a whole vector
-run in a scalar serial tail loop (for symbolic extents too).  A body that is one `if` with a
-condition linear in the loop var (the predicate of an imperfect split) is vectorised under the test
-"first and last lane both pass", with the scalar loop as the else branch.  A loop that cannot be
+run in a scalar serial tail loop (for symbolic extents too).  Branches whose condition depends on
+the lane but is convex in it (an imperfect-split predicate, a padding test; see
+`passes.lane_conditions`) are decided once per chunk: `if <every lane passes>: vector code with
+those branches taken, else: the chunk's lanes as scalar code`.  A loop that cannot be
 vectorised (a reduction into one element, lane-dependent control flow, effects, inner loops with
 lane-dependent bounds, vector code already inside) is kept as `For(kind="vectorized")` (its body
 otherwise lowered) so the emitter can fall back to `#pragma omp simd` -- but only when
@@ -32,9 +33,8 @@ from ..ast import (
 from ..ast.expr import as_int
 from .passes.fold import simplify_expr
 from .passes.lane_dependence import lanes_independent
-from .passes.vector_expr import (
-    CannotVectorize, LaneVectorizer, every_lane_condition, lane_condition_is_convex,
-)
+from .passes.lane_conditions import assume_true, hoistable_conditions
+from .passes.vector_expr import CannotVectorize, LaneVectorizer, every_lane_condition
 
 logger = logging.getLogger("refcomp.lower")
 
@@ -111,19 +111,27 @@ class _LoopVectorizer(Mutator):
         return For(chunk, IntImm(0, var.dtype), chunk_count, "serial", self._chunk(loop, base, lanes))
 
     def _chunk(self, loop: For, base: PrimExpr, lanes: int) -> Stmt:
-        """The body for iterations base .. base + lanes - 1 as vector code."""
+        """The body for iterations base .. base + lanes - 1 as vector code.
+
+        When the body has lane-dependent branches that are convex in the loop var, the result
+        is `if <every lane takes them>: vector code else: the lanes one by one`.
+        """
+        var = loop.loop_var
         body = fresh_binders(loop.body)
-        if isinstance(body, IfThenElse) and body.else_case is None:
-            condition = body.condition
-            vectorizer = LaneVectorizer(loop.loop_var, base, lanes)
-            if lane_condition_is_convex(condition, loop.loop_var) and \
-                    loop.loop_var in _vars_of(condition):
-                every_lane = simplify_expr(every_lane_condition(
-                    condition, loop.loop_var, base, simplify_expr(base + (lanes - 1))))
-                vector_body = vectorizer.body(body.then_case)
-                scalar = _scalar_loop(loop, base, IntImm(lanes, loop.loop_var.dtype))
-                return IfThenElse(every_lane, vector_body, scalar)
-        return LaneVectorizer(loop.loop_var, base, lanes).body(body)
+        try:
+            return LaneVectorizer(var, base, lanes).body(body)
+        except CannotVectorize:
+            conditions = hoistable_conditions(body, var)
+            if not conditions:
+                raise
+        vector_body = LaneVectorizer(var, base, lanes).body(assume_true(body, conditions))
+        last = simplify_expr(base + (lanes - 1))
+        every_lane = None
+        for condition in conditions:
+            test = every_lane_condition(condition, var, base, last)
+            every_lane = test if every_lane is None else And(every_lane, test)
+        scalar = _scalar_loop(loop, base, IntImm(lanes, var.dtype))
+        return IfThenElse(simplify_expr(every_lane), vector_body, scalar)
 
 
 def _scalar_loop(loop: For, start: PrimExpr, count: PrimExpr) -> Stmt | None:
@@ -162,12 +170,6 @@ class _FreshBinders(Mutator):
 
     def visit_Let(self, expr) -> PrimExpr:
         return self._renamed(expr, "var")
-
-
-def _vars_of(expr: PrimExpr) -> set[Var]:
-    from ..ast import free_vars
-
-    return set(free_vars(expr))
 
 
 def _widest_element_bytes(stmt: Stmt) -> int:

@@ -102,10 +102,28 @@ def test_reduction_into_one_element_becomes_a_serial_loop():
     check_same_results(func, result)
 
 
-def test_lane_dependent_guard_on_a_load_keeps_the_loop():
-    func = with_kind(conv2d_padded(), "x", "vectorized")  # the padding stage: loads under a guard
+def test_padding_guard_is_decided_per_chunk():
+    func = with_kind(conv2d_padded(h=3, w=20), "x", "vectorized")  # the padding stage
     result = vectorized(func)
-    assert [loop.loop_var.name for loop in kept_loops(result)] == ["x"]
+    chunks = [s for s in collect(result, IfThenElse)
+              if isinstance(s.then_case, BufferStore) and s.then_case.value.dtype.lanes > 1]
+    # 22 columns = 16 + 4 + 2: the first and last chunks touch the padding (decided statically:
+    # scalar code); the middle one is inside for every lane when the row is (tested at run time)
+    (chunk,) = chunks
+    assert chunk.then_case.value.dtype.lanes == 4
+    assert isinstance(chunk.else_case, For) and chunk.else_case.kind == "serial"
+    assert not collect(chunk.then_case, Call)  # if_then_else taken: a plain vector load
+    check_same_results(func, result)
+
+
+def test_guard_using_an_inner_loop_var_keeps_the_loop():
+    A, B = Buffer("A", (64,)), Buffer("B", (8,))
+    i, k = Var("i"), Var("k")
+    guarded = Call("if_then_else", (i + k < 8, A[i * 8 + k], const(0.0)), "float32")
+    body = For(k, 0, 8, "serial", BufferStore(B, B[i] + guarded, (i,)))
+    func = PrimFunc((A, B), For(i, 0, 8, "vectorized", body))
+    result = vectorize(func)
+    assert len(kept_loops(result)) == 1
     check_same_results(func, result)
 
 
