@@ -1,9 +1,19 @@
 """GPU-scheduled test programs built with te + Schedule, shared by the CUDA tests."""
 from __future__ import annotations
 
+import os
+import shutil
+
+import pytest
+
 import refcomp
 from refcomp import te, workloads
 from refcomp.loops import gpu_recipes
+
+
+needs_nvcc = pytest.mark.skipif(
+    shutil.which("nvcc") is None and not os.path.exists("/usr/local/cuda/bin/nvcc") and "NVCC" not in os.environ,
+    reason="nvcc is not installed")
 
 
 def elementwise(threads: int = 64, symbolic: bool = True):
