@@ -6,9 +6,9 @@ __all__ = ["Analyzer", "EvaluationError", "evaluate"]
 from .prove import ProofResult, prove
 
 __all__ += ["ProofResult", "prove"]
-from .in_bounds import Obligation, check_accesses, verify_in_bounds
+from .in_bounds import Obligation, check_accesses, collect_obligations, verify_in_bounds
 
-__all__ += ["Obligation", "check_accesses", "verify_in_bounds"]
+__all__ += ["Obligation", "check_accesses", "collect_obligations", "verify_in_bounds"]
 from .guards import DimRelation, insert_runtime_guards, runtime_preconditions, shape_relations
 
 __all__ += ["DimRelation", "insert_runtime_guards", "runtime_preconditions", "shape_relations"]

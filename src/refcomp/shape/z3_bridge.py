@@ -39,6 +39,7 @@ class Encoder:
         self.vars: dict[Var, Any] = {}       # refcomp var -> z3 constant
         self.opaque: dict[Any, tuple[PrimExpr, Any]] = {}  # structural key -> (node, z3 constant)
         self.side: list[Any] = []            # range facts of every constant made
+        self.divisors: list[Any] = []        # every divisor met (to look for defined counterexamples)
         self._names: set[str] = set()
         self._lets: dict[Var, Any] = {}
 
@@ -141,6 +142,8 @@ class Encoder:
             return self._opaque(expr)
         if kind in (Add, Sub, Mul, FloorDiv, FloorMod, TruncDiv, TruncMod, Min, Max):
             a, b = self.encode(expr.a), self.encode(expr.b)
+            if kind in (FloorDiv, FloorMod, TruncDiv, TruncMod):
+                self.divisors.append(b)
             if kind is Add:
                 return self._wrap(a + b, expr.dtype)
             if kind is Sub:
