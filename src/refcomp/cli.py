@@ -8,7 +8,10 @@ import sys
 def _demo(argv: list[str]) -> int:
     from . import demo
 
-    return demo.main(argv) or 0
+    if argv:
+        print(f"refcomp demo takes no arguments, got {argv}", file=sys.stderr)
+        return 2
+    return demo.main() or 0
 
 
 def _check(argv: list[str]) -> int:
