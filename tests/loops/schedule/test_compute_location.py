@@ -230,3 +230,58 @@ def test_reverse_compute_inline_rejections():
     sch2 = Schedule(P.elementwise())
     b = sch2.get_block("B")
     assert_rejected(sch2, lambda: sch2.reverse_compute_inline(b), "must have exactly one producer")
+
+
+def test_compute_at_symbolic_extent_keeps_a_predicate(rng):
+    from refcomp import te
+    from refcomp.loops.interpreter import interpret
+
+    n = te.size_var("n")
+    A = te.placeholder((n,), "float32", "A")
+    B = te.compute((n,), lambda i: A[i] * 2.0, name="B")
+    C = te.compute((n,), lambda i: B[i] + 1.0, name="C")
+    before = te.create_prim_func([A, C])
+    sch = Schedule(before)
+    (i,) = sch.get_loops(sch.get_block("C"))
+    outer, _ = sch.split(i, [None, 8])
+    sch.compute_at(sch.get_block("B"), outer)
+    assert "T.where(i_0 * 8 + ax0 < n)" in sch.func.script()
+    import refcomp
+
+    library = refcomp.build(sch.func)
+    for size in (1, 8, 13):
+        a = rng.standard_normal(size).astype("float32")
+        for run in (lambda *xs: interpret(sch.func, *xs), library):
+            c = np.full(size, np.nan, dtype="float32")
+            run(a, c)
+            np.testing.assert_allclose(c, a * 2 + 1, rtol=1e-6)
+    check_replay(sch, before)
+
+
+def test_compute_at_refuses_when_a_block_between_touches_the_buffers():
+    from refcomp.ast import Buffer
+
+    A, B, C, D = (Buffer(n, (8,)) for n in "ABCD")
+    # B = A * 2; D = A + 1 writes A's neighbour... here: E overwrites B's input A between B and C
+    func = P.func([A, C, D], [P.stage("B", B, (8,), lambda i: A[i] * 2.0),
+                              P.stage("A2", A, (8,), lambda i: D[i] + 1.0),
+                              P.stage("C", C, (8,), lambda i: B[i] + 1.0)], allocs=[B])
+    sch = Schedule(func)
+    (ci,) = sch.get_loops(sch.get_block("C"))
+    b = sch.get_block("B")
+    assert_rejected(sch, lambda: sch.compute_at(b, ci),
+                    "compute_at: block A2 between block B and loop i accesses the same buffers")
+
+
+def test_reverse_compute_at_needs_all_producers_under_the_loop():
+    from refcomp.ast import Buffer
+
+    A, B, C, D = (Buffer(n, (8,)) for n in "ABCD")
+    func = P.func([A, D], [P.stage("B", B, (8,), lambda i: A[i] * 2.0),
+                           P.stage("C", C, (8,), lambda i: A[i] + 1.0),
+                           P.stage("D", D, (8,), lambda i: B[i] + C[i])], allocs=[B, C])
+    sch = Schedule(func)
+    (bi,) = sch.get_loops(sch.get_block("B"))
+    d = sch.get_block("D")
+    assert_rejected(sch, lambda: sch.reverse_compute_at(d, bi),
+                    "reverse_compute_at: requires all the producer blocks of D to be under loop i; block C is not")

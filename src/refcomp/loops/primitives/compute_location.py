@@ -40,11 +40,6 @@ def _check_target(func: PrimFunc, location: BlockLocation, loop: For, primitive:
     return loop_path
 
 
-def _scope_statement(location_path: Sequence[Stmt], scope_index: int) -> Stmt:
-    """The statement directly inside the scope root that contains the end of path."""
-    return location_path[scope_index + 1] if scope_index + 1 < len(location_path) else location_path[-1]
-
-
 def _check_order_and_interference(func: PrimFunc, location: BlockLocation, loop_path: list[Stmt],
                                   before: bool, primitive: str) -> None:
     """The block's statement is before (or after) the loop's in the scope, and no block between
@@ -52,7 +47,7 @@ def _check_order_and_interference(func: PrimFunc, location: BlockLocation, loop_
     block = location.block
     siblings = scope_siblings(func, location)
     index_of = {id(r): k for k, r in enumerate(siblings)}
-    loop_blocks = [r for r in walk(loop_path[location.scope_index + 1]) if isinstance(r, BlockRealize)]
+    loop_blocks = [r for r in walk(loop_path[-1]) if isinstance(r, BlockRealize)]
     loop_positions = [index_of[id(r)] for r in loop_blocks if id(r) in index_of]
     mine = index_of[id(location.realize)]
     if not loop_positions:
@@ -119,6 +114,14 @@ def _point_dims(func: PrimFunc, block: Block, regions: Sequence[BufferRegion], p
     return dims
 
 
+def _domain_end(iv) -> PrimExpr:
+    """dom.min + dom.extent, folded when constant."""
+    end = const_int(iv.dom.min + iv.dom.extent)
+    if end is not None:
+        return const(end, iv.var.dtype)
+    return iv.dom.extent if const_int(iv.dom.min) == 0 else iv.dom.min + iv.dom.extent
+
+
 def _regenerate(func: PrimFunc, location: BlockLocation, ranges: dict[Var, tuple[Linear, int]],
                 outer_loops: Sequence[For], preserve_unit_loops: bool) -> Stmt:
     """A new loop nest running the block over ranges (full domain for iters not in ranges)."""
@@ -132,7 +135,7 @@ def _regenerate(func: PrimFunc, location: BlockLocation, ranges: dict[Var, tuple
             low = lo_form.to_expr(iv.var.dtype)
             # The regenerated range may leave the iter var's domain (a stencil's halo, a partial
             # tile); keep a predicate for each side that cannot be proved to stay inside.
-            end = iv.dom.min + iv.dom.extent
+            end = _domain_end(iv)
             need_low = prove_over_loops(low >= iv.dom.min, outer_loops)[0] != "proved"
             need_high = prove_over_loops(low + (extent - 1) < end, outer_loops)[0] != "proved"
         else:
@@ -148,8 +151,7 @@ def _regenerate(func: PrimFunc, location: BlockLocation, ranges: dict[Var, tuple
         if need_low:
             conditions.append(value >= iv.dom.min)
         if need_high:
-            end = const_int(iv.dom.min + iv.dom.extent)
-            conditions.append(value < (const(end, iv.var.dtype) if end is not None else iv.dom.min + iv.dom.extent))
+            conditions.append(value < _domain_end(iv))
     predicate = true()
     for condition in conditions:
         predicate = condition if _is_true(predicate) else And(predicate, condition)
