@@ -658,10 +658,10 @@ class _Emitter:
 
     def compare(self, e: E.CompareOp, lane) -> str:
         a, b = self.binary(e, lane)
-        text = f"({a} {_COMPARE[type(e)]} {b})"
+        symbol = _COMPARE[type(e)]
         if self.vector_mode(e, lane):
-            return self.vec.compare_to_mask(e.a.dtype, text)
-        return text
+            return self.vec.compare_to_mask(e.a.dtype, f"{self.vec.compare(symbol, e.a.dtype)}({a}, {b})")
+        return f"({a} {symbol} {b})"
 
     expr_EQ = expr_NE = expr_LT = expr_LE = expr_GT = expr_GE = compare
 

@@ -47,6 +47,7 @@ MVEC_SELECT = r"""
 #if defined(__x86_64__) && defined(__AVX512F__)
 #define RC_MVEC_W32 16
 #define RC_MVEC_W64 8
+#define RC_MVEC_BYTES 64
 typedef __m512 rc_mvec_f32;
 typedef __m512d rc_mvec_f64;
 #define RC_MVEC1_F32(name) _ZGVeN16v_##name##f
@@ -56,6 +57,7 @@ typedef __m512d rc_mvec_f64;
 #elif defined(__x86_64__) && defined(__AVX2__)
 #define RC_MVEC_W32 8
 #define RC_MVEC_W64 4
+#define RC_MVEC_BYTES 32
 typedef __m256 rc_mvec_f32;
 typedef __m256d rc_mvec_f64;
 #define RC_MVEC1_F32(name) _ZGVdN8v_##name##f
@@ -65,6 +67,7 @@ typedef __m256d rc_mvec_f64;
 #elif defined(__x86_64__) && defined(__SSE4_1__)
 #define RC_MVEC_W32 4
 #define RC_MVEC_W64 2
+#define RC_MVEC_BYTES 16
 typedef __m128 rc_mvec_f32;
 typedef __m128d rc_mvec_f64;
 #define RC_MVEC1_F32(name) _ZGVbN4v_##name##f

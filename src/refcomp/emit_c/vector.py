@@ -18,6 +18,14 @@ from .ctype import (
 _INT_TAGS = {1: "i8", 2: "i16", 4: "i32", 8: "i64"}
 _UINT_CTYPE = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint64_t"}
 _INT_CTYPE = {1: "int8_t", 2: "int16_t", 4: "int32_t", 8: "int64_t"}
+# The widest vector registers the compiler targets, in bytes.
+_VBYTES = """#if defined(__AVX512F__)
+#define RC_VBYTES 64
+#elif defined(__AVX__)
+#define RC_VBYTES 32
+#else
+#define RC_VBYTES 16
+#endif"""
 
 
 class VectorLib:
@@ -38,6 +46,66 @@ class VectorLib:
             self.typedefs[name] = (f"typedef {element} {name} "
                                    f"__attribute__((vector_size({vector_bytes(dtype)})));")
         return name
+
+    def split_branches(self, macro: str, args: list[tuple[str, DataType]], result: DataType,
+                       chunk_expr) -> list[tuple[str, str]]:
+        """Preprocessor branches computing a wide vector op in chunks of `macro` bytes.
+
+        Each branch splits the arguments with __builtin_shufflevector (register moves, no
+        stack round trips), applies chunk_expr(chunk_lanes, chunk_arg_names) to each chunk and
+        joins the results.  Returns (condition, body) pairs for chunk sizes below the total.
+        """
+        lanes = result.lanes
+        width = max(self.element_width(dt) for _, dt in args)
+        total = lanes * width
+        branches = []
+        for chunk_bytes in (64, 32, 16):
+            clanes = chunk_bytes // width
+            if chunk_bytes >= total or clanes < 1 or lanes % clanes:
+                continue
+            count = lanes // clanes
+            lines = []
+            for name, dt in args:
+                ct = self.vtype(dt.with_lanes(clanes))
+                for k in range(count):
+                    index = ", ".join(str(k * clanes + j) for j in range(clanes))
+                    lines.append(f"{ct} {name}{k} = __builtin_shufflevector({name}, {name}, {index});")
+            rt = self.vtype(result.with_lanes(clanes))
+            for k in range(count):
+                lines.append(f"{rt} r{k} = {chunk_expr(clanes, [f'{name}{k}' for name, _ in args])};")
+            level, size, serial = [f"r{k}" for k in range(count)], clanes, 0
+            while len(level) > 1:
+                joined = []
+                jt = self.vtype(result.with_lanes(size * 2))
+                for a, b in zip(level[::2], level[1::2]):
+                    index = ", ".join(str(j) for j in range(2 * size))
+                    lines.append(f"{jt} j{serial} = __builtin_shufflevector({a}, {b}, {index});")
+                    joined.append(f"j{serial}")
+                    serial += 1
+                level, size = joined, size * 2
+            lines.append(f"return {level[0]};")
+            branches.append((f"{macro} == {chunk_bytes}", "".join(f"    {line}\n" for line in lines)))
+        return branches
+
+    def compare(self, op: str, operand: DataType) -> str:
+        """rc_vcmp_<op>_T(a, b): a lane mask as wide as the operands' lanes (0 or -1).
+
+        gcc scalarises comparisons of vectors wider than the hardware's registers (it splits
+        arithmetic fine), so wide vectors are compared in RC_VBYTES chunks.
+        """
+        names = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
+        vt = self.vtype(operand)
+        width = self.element_width(operand)
+        it = self.int_vtype(width, operand.lanes)
+        name = f"rc_vcmp_{names[op]}_{vt[3:]}"
+        if name in self.helpers:
+            return name
+        mask_type = DataType(f"int{8 * width}", operand.lanes)
+        branches = self.split_branches(
+            "RC_VBYTES", [("a", operand), ("b", operand)], mask_type,
+            lambda clanes, names: f"({self.vtype(mask_type.with_lanes(clanes))})({names[0]} {op} {names[1]})")
+        return self._add(name, _with_branches(
+            f"static inline {it} {name}({vt} a, {vt} b)", branches, f"    return ({it})(a {op} b);\n"))
 
     def mask(self, lanes: int) -> str:
         return self.vtype(DataType("bool", lanes))
@@ -71,19 +139,22 @@ class VectorLib:
         vt = self.vtype(dtype)
         arg = "int32_t" if dtype.is_bool else value_type(dtype.element)
         value = "(x ? -1 : 0)" if dtype.is_bool else "x"
+        zeros = ", ".join(["0"] * dtype.lanes)
         return self._add(f"rc_bcast_{vt[3:]}", (
             f"static inline {vt} rc_bcast_{vt[3:]}({arg} x) {{\n"
-            f"    {vt} r;\n    for (int l = 0; l < {dtype.lanes}; ++l) r[l] = {value};\n    return r;\n}}"))
+            f"    {vt} r = {{{zeros}}};\n    return r + ({vector_element_ctype(dtype)}){value};\n}}"))
 
     def ramp(self, dtype: DataType) -> str:
         vt = self.vtype(dtype)
         ctype = value_type(dtype.element)
-        wide = "uint64_t" if dtype.element.bits == 64 else "uint32_t"
+        ut = self.uint_vtype(dtype.element.bytes, dtype.lanes)
+        uel = _UINT_CTYPE[dtype.element.bytes]
+        steps = ", ".join(str(k) for k in range(dtype.lanes))
         return self._add(f"rc_ramp_{vt[3:]}", (
             f"static inline {vt} rc_ramp_{vt[3:]}({ctype} base, {ctype} stride) {{\n"
-            f"    {vt} r;\n"
-            f"    for (int l = 0; l < {dtype.lanes}; ++l) "
-            f"r[l] = ({ctype})(({wide})base + ({wide})stride * ({wide})l);\n    return r;\n}}"))
+            f"    {ut} steps = {{{steps}}};\n"
+            f"    {ut} zero = {{0}};\n"
+            f"    return ({vt})((zero + ({uel})base) + (zero + ({uel})stride) * steps);\n}}"))
 
     # ------------------------------------------------------------------ memory
     def _from_storage(self, dtype: DataType, expr: str) -> str:
@@ -188,15 +259,16 @@ class VectorLib:
         width = self.element_width(dtype)
         ut = self.uint_vtype(width, dtype.lanes)
         relation = ">" if op == "max" else "<"
-        nan = " | (a != a)" if dtype.is_float else ""
+        pick = f"{self.compare(relation, dtype)}(a, b)"
+        nan = f" | {self.compare('!=', dtype)}(a, a)" if dtype.is_float else ""
         name = f"rc_v{op}_{vt[3:]}"
         return self._add(name, (
             f"static inline {vt} {name}({vt} a, {vt} b) {{\n"
-            f"    {ut} k = ({ut})((a {relation} b){nan});\n"
+            f"    {ut} k = ({ut})({pick}{nan});\n"
             f"    return ({vt})((({ut})a & k) | (({ut})b & ~k));\n}}"))
 
     def compare_to_mask(self, operand: DataType, text: str) -> str:
-        """Turn a GCC vector comparison (lanes as wide as the operands) into an int32 mask."""
+        """Turn a lane mask as wide as the operands (a rc_vcmp result) into an int32 mask."""
         mt = self.mask(operand.lanes)
         if self.element_width(operand) == 4:
             return f"(({mt})({text}))"
@@ -209,7 +281,8 @@ class VectorLib:
         lanes = source.lanes
         s_el, t_el = source.element, target.element
         if t_el.is_bool:
-            body = f"    return {self.compare_to_mask(source, 'v != 0')};\n"
+            nonzero = f"{self.compare('!=', source)}(v, z)"
+            body = f"    {st} z = {{0}};\n    return {self.compare_to_mask(source, nonzero)};\n"
         elif s_el.is_bool:
             ones = "(-v)"  # a set mask lane is -1; as a number it is 1
             inner = ones if tt == st else f"__builtin_convertvector({ones}, {tt})"
@@ -248,18 +321,70 @@ class VectorLib:
         if name in self.helpers:
             return name
         if op == "sigmoid":
-            self.math("exp", compute)
-        if op in self.mvec_functions:
-            self.mvec_used.setdefault(f"{op}:{compute.element.name}",
-                                      mathlib.mvec_declaration(op, compute))
-        return self._add(name, mathlib.vector_math_helper(name, op, compute, vt, self.mvec_functions))
+            return self._add(name, self._sigmoid(name, compute, self.math("exp", compute)))
+        if op not in self.mvec_functions:
+            return self._add(name, mathlib.vector_math_helper(name, op, compute, vt, self.mvec_functions))
+        self.mvec_used.setdefault(f"{op}:{compute.element.name}", mathlib.mvec_declaration(op, compute))
+        double = compute.element.name == "float64"
+        tag = "F64" if double else "F32"
+        arity = 2 if op in ("pow", "atan2", "hypot") else 1
+        params = ("x", "y")[:arity]
+
+        def call(clanes, names):
+            mtype = f"rc_mvec_{tag.lower()}"
+            args = ", ".join(f"({mtype}){n}" for n in names)
+            return f"({self.vtype(compute.with_lanes(clanes))})RC_MVEC{arity}_{tag}({mathlib.LIBM[op]})({args})"
+
+        total = compute.lanes * (8 if double else 4)
+        branches = [(f"defined(RC_MVEC_BYTES) && {total} == RC_MVEC_BYTES",
+                     f"    return {call(compute.lanes, list(params))};\n")]
+        branches += [(f"defined(RC_MVEC_BYTES) && {cond}", body) for cond, body in
+                     self.split_branches("RC_MVEC_BYTES", [(p, compute) for p in params], compute, call)]
+        loop = mathlib.vector_math_helper(name, op, compute, vt, frozenset())
+        lane_loop = loop[loop.index("{") + 2:loop.rindex("}")]
+        signature = f"static inline {vt} {name}({', '.join(f'{vt} {p}' for p in params)})"
+        return self._add(name, _with_branches(signature, branches, lane_loop))
+
+    def _sigmoid(self, name: str, dtype: DataType, exp_name: str) -> str:
+        """sigmoid as the scalar rc_sigmoid (exp of -|x|, which never overflows), branch free."""
+        vt = self.vtype(dtype)
+        width = self.element_width(dtype)
+        ut = self.uint_vtype(width, dtype.lanes)
+        one = "1.0" if width == 8 else "1.0f"
+        it = self.int_vtype(width, dtype.lanes)
+        sign = "UINT64_C(0x8000000000000000)" if width == 8 else "0x80000000u"
+        return (f"static inline {vt} {name}({vt} x) {{\n"
+                f"    {vt} e = {exp_name}(({vt})(({ut})x | {sign}));\n"
+                f"    {vt} r = {one} / ({one} + e);\n"
+                f"    {ut} k = ~({ut})(({it})x >> {8 * width - 1}); /* all ones where x >= 0 */\n"
+                f"    return ({vt})((({ut})r & k) | (({ut})(e * r) & ~k));\n}}")
 
     # ------------------------------------------------------------------ output
     def text(self) -> str:
-        parts = list(self.typedefs.values())
+        parts = [_VBYTES] if any("RC_VBYTES" in t for t in self.helpers.values()) else []
+        parts += list(self.typedefs.values())
         if self.mvec_used:
             parts.append("#if defined(RC_MVEC_W32)")
             parts.extend(self.mvec_used.values())
             parts.append("#endif")
-        parts.extend(self.helpers.values())
+        # Always inlined: a wide vector passed to a real call goes through memory (and the
+        # x86-64 ABI for 64-byte vectors differs with and without AVX-512).
+        parts.extend(h.replace("static inline ", "RC_INLINE ", 1) for h in self.helpers.values())
+        if self.helpers:
+            parts.insert(0, "#define RC_INLINE static inline __attribute__((always_inline))")
         return "\n".join(parts) + ("\n" if parts else "")
+
+
+def _with_branches(signature: str, branches: list[tuple[str, str]], direct: str) -> str:
+    """A function whose body picks a chunked branch by preprocessor condition, else `direct`."""
+    if not branches:
+        return f"{signature} {{\n{direct}}}"
+    text = [f"{signature} {{"]
+    for k, (condition, body) in enumerate(branches):
+        text.append(f"#{'if' if k == 0 else 'elif'} {condition}")
+        text.append(body.rstrip("\n"))
+    text.append("#else")
+    text.append(direct.rstrip("\n"))
+    text.append("#endif")
+    text.append("}")
+    return "\n".join(text)
