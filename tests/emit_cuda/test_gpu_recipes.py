@@ -93,3 +93,25 @@ def test_recipes_on_the_gpu(kind, rng):
     run_checked(func, *expected)
     lib(*arrays)
     np.testing.assert_allclose(arrays[-1], expected[-1], rtol=1e-4, atol=1e-5)
+
+
+@needs_nvcc
+def test_contiguous_copies_use_float4(rng):
+    from refcomp import te
+
+    A = te.placeholder((1024,), "float32", name="A")
+    B = te.compute((1024,), lambda i: A[i] * 1.0, name="B")
+    sch = refcomp.Schedule(te.create_prim_func([A, B]))
+    (i,) = sch.get_loops(sch.get_block("B"))
+    bx, tx, lanes = sch.split(i, factors=[None, 64, 4])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    cache = sch.cache_read(sch.get_block("B"), 0, "local")
+    sch.compute_at(cache, tx)
+    sch.vectorize(sch.get_loops(cache)[-1])
+    lib = refcomp.build(sch.func, target="cuda")
+    assert "*(const float4*)" in lib.source and lib.module.pointer_alignment == 16
+    a = rng.standard_normal(1024).astype("float32")
+    b = rng.standard_normal(1024).astype("float32")
+    run_checked(sch.func, a, b)
+    np.testing.assert_array_equal(b, a)

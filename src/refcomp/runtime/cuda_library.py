@@ -86,9 +86,15 @@ class CudaLibrary:
         views = [(_DeviceArrayView(a) if hasattr(a, "__cuda_array_interface__") else a) for a in args]
         proxies = [v.host_proxy() if isinstance(v, _DeviceArrayView) else v for v in views]
         bound = self.signature.bind(proxies, kwargs)
-        for view in views:
-            if isinstance(view, _DeviceArrayView) and not view.contiguous:
-                raise ArgumentError(f"{self.func.name}: device arrays must be C-contiguous")
+        alignment = self.module.pointer_alignment
+        for view, param in zip(views, self.func.params):
+            if not isinstance(view, _DeviceArrayView):
+                continue
+            if not view.contiguous:
+                raise ArgumentError(f"{param.name}: device arrays must be C-contiguous")
+            if view.pointer % alignment:
+                raise ArgumentError(f"{param.name}: the kernel uses {alignment}-byte vector accesses, but the "
+                                    f"device pointer {view.pointer:#x} is not {alignment}-byte aligned")
         self._require_device()
         buffer_values = [v for v in views if isinstance(v, (np.ndarray, _DeviceArrayView))]
         staged: list[tuple[np.ndarray, Any]] = []
