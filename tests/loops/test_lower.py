@@ -18,7 +18,10 @@ def _random(func, rng, sizes=None):
     arrays = []
     for buffer in func.buffers:
         shape = [d.value if hasattr(d, "value") else sizes[d.name] for d in buffer.shape]
-        arrays.append(rng.standard_normal(shape).astype(buffer.dtype.numpy()))
+        if buffer.dtype.is_integer:
+            arrays.append(rng.integers(-1000, 1000, size=shape).astype(buffer.dtype.numpy()))
+        else:
+            arrays.append(rng.standard_normal(shape).astype(buffer.dtype.numpy()))
     return arrays
 
 
@@ -142,51 +145,73 @@ def test_after_pass_hook_and_modules():
 
 # ----------------------------------------------------------------------------- random schedules
 
+def _program(draw):
+    """A small te program and the name of the block to schedule."""
+    kind = draw(st.sampled_from(["elementwise", "chain", "reduction", "matmul", "pooling"]))
+    dtype = draw(st.sampled_from(["float32", "float64", "int32"]))
+    m, n = draw(st.integers(1, 9)), draw(st.integers(1, 19))
+    A = te.placeholder((m, n), dtype, "A")
+    unary = (lambda x: te.exp(x * 0.5) + x) if dtype != "int32" else (lambda x: x * 3 - (x // 4))
+    if kind == "elementwise":
+        B = te.compute((m, n), lambda i, j: unary(A[i, j]), name="B")
+        return te.create_prim_func([A, B]), "B"
+    if kind == "chain":
+        T = te.compute((m, n), lambda i, j: unary(A[i, j]), name="T")
+        B = te.compute((n, m), lambda j, i: T[i, j] + A[i, j], name="B")
+        return te.create_prim_func([A, B]), draw(st.sampled_from(["T", "B"]))
+    if kind == "reduction":
+        k = te.reduce_axis(n, "k")
+        reducer = draw(st.sampled_from([te.sum, te.max]))
+        B = te.compute((m,), lambda i: reducer(A[i, k], axis=k), name="B")
+        return te.create_prim_func([A, B]), "B"
+    if kind == "pooling":
+        r = te.reduce_axis(2, "r")
+        B = te.compute((m, n - 1 if n > 1 else 1), lambda i, j: te.max(A[i, te.min(j + r, n - 1)], axis=r), name="B")
+        return te.create_prim_func([A, B]), "B"
+    p = draw(st.integers(1, 5))
+    W = te.placeholder((n, p), dtype, "W")
+    k = te.reduce_axis(n, "k")
+    B = te.compute((m, p), lambda i, j: te.sum(A[i, k] * W[k, j], axis=k), name="B")
+    return te.create_prim_func([A, W, B]), "B"
+
+
 @st.composite
 def scheduled_programs(draw):
-    """A small te program (elementwise chain, reduction or matmul) under a random legal schedule."""
-    kind = draw(st.sampled_from(["elementwise", "reduction", "matmul"]))
-    m = draw(st.integers(1, 9))
-    n = draw(st.integers(1, 19))
-    A = te.placeholder((m, n), "float32", "A")
-    if kind == "elementwise":
-        B = te.compute((m, n), lambda i, j: te.exp(A[i, j] * 0.5) + A[i, j], name="B")
-        func, block = te.create_prim_func([A, B]), "B"
-    elif kind == "reduction":
-        k = te.reduce_axis(n, "k")
-        B = te.compute((m,), lambda i: te.max(A[i, k], axis=k), name="B")
-        func, block = te.create_prim_func([A, B]), "B"
-    else:
-        p = draw(st.integers(1, 5))
-        W = te.placeholder((n, p), "float32", "W")
-        k = te.reduce_axis(n, "k")
-        B = te.compute((m, p), lambda i, j: te.sum(A[i, k] * W[k, j], axis=k), name="B")
-        func, block = te.create_prim_func([A, W, B]), "B"
+    """A small te program under a random sequence of schedule steps (rejected steps skipped)."""
+    func, block_name = _program(draw)
     sch = refcomp.Schedule(func)
-    loops = sch.get_loops(sch.get_block(block))
-    if draw(st.booleans()):
-        outer, inner = sch.split(loops[-1], [None, draw(st.integers(1, 8))])
-        loops = loops[:-1] + [outer, inner]
-    last = draw(st.sampled_from(["vectorize", "unroll", "serial"]))
-    try:
-        if last == "vectorize":
-            sch.vectorize(loops[-1])
-        elif last == "unroll":
-            sch.unroll(loops[-1])
-    except refcomp.ScheduleError:
-        pass  # e.g. vectorizing a reduction loop is not allowed: keep it serial
-    if draw(st.booleans()):
+    for _ in range(draw(st.integers(0, 5))):
+        step = draw(st.sampled_from(["split", "fuse", "reorder", "vectorize", "parallel", "unroll"]))
+        loops = sch.get_loops(sch.get_block(block_name))
+        pick = draw(st.integers(0, len(loops) - 1))
         try:
-            sch.parallel(loops[0])
+            if step == "split":
+                sch.split(loops[pick], [None, draw(st.integers(1, 8))])
+            elif step == "fuse" and pick + 1 < len(loops):
+                sch.fuse(loops[pick], loops[pick + 1])
+            elif step == "reorder" and len(loops) > 1:
+                sch.reorder(*draw(st.permutations(loops)))
+            elif step in ("vectorize", "parallel", "unroll"):
+                getattr(sch, step)(loops[pick])
         except refcomp.ScheduleError:
-            pass
+            pass  # the schedule is unchanged; try the next step
     return sch.func
 
 
 @given(func=scheduled_programs(), seed=st.integers(0, 2**31 - 1))
 def test_random_scheduled_programs_lower_to_the_same_results(func, seed):
-    lowered = assert_lowering_preserves_results(func, np.random.default_rng(seed))
-    assert_contract(lowered)
+    rng = np.random.default_rng(seed)
+    inputs = _random(func, rng)
+    expected = [a.copy() for a in inputs]
+    refcomp.interpret(func, *expected)
+
+    def same_numbers(name, lowered):  # after every pass, not only at the end
+        got = [a.copy() for a in inputs]
+        refcomp.interpret(lowered, *got)
+        for want, have in zip(expected, got):
+            np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-5, err_msg=f"after {name}")
+
+    assert_contract(lower(func, after_pass=same_numbers))
 
 
 def test_cache_stages_keep_their_scopes_and_strided_buffers_flatten(rng):
