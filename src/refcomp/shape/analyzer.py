@@ -232,54 +232,77 @@ class Analyzer:
     def _nonpos(self, total: Sum) -> bool:
         if self._sum_interval(total)[1] <= 0:
             return True
+        if self._symbolic_upper(total) <= 0:
+            return True
         for fact in self._facts:
+            if not any(key in total.terms for key in fact.terms):
+                continue  # nothing cancels: total - fact is no easier than total itself
             for scale in _fact_scales(total, fact):
                 rest = total.copy().add(fact, -scale)  # total = scale*fact + rest <= rest
                 if self._sum_interval(rest)[1] <= 0 or self._symbolic_upper(rest) <= 0:
                     return True
-        return self._symbolic_upper(total) <= 0
+        return False
 
     def _symbolic_upper(self, total: Sum) -> int:
-        """An upper bound of total after replacing linear loop variables by their range ends."""
+        """An upper bound of total after replacing loop variables by the ends of their ranges.
+
+        A variable v can be replaced when total is `C*v + rest` with v in neither C nor rest (v may
+        sit in several monomials: `i*m + j - n*m` has C = m) and C's sign is known: then the
+        largest value is at v's upper end if C >= 0, at its lower end if C <= 0.  Variables whose
+        ranges mention others go first (j in [0, i) before i), so every step stays exact.
+        """
         current = total.copy()
         substituted = False
         for _ in range(_SYMBOLIC_STEPS):
-            linear: dict[Var, tuple[int, tuple]] = {}
-            elsewhere: set[Var] = set()
-            for coef, mono in current.items():
-                if len(mono) == 1 and mono[0][2] == 1 and isinstance(mono[0][1], Var):
-                    linear[mono[0][1]] = (coef, mono)
-                else:
-                    for _, atom, _ in mono:
-                        elsewhere.update(_vars_of(atom))
-            remaining = set(linear) | elsewhere
-            referenced: set[Var] = set()
-            for var in remaining:
-                rng = self.ranges.get(var)
-                if rng is not None:
-                    referenced.update(_vars_of(rng.min))
-                    referenced.update(_vars_of(rng.extent))
-            choice = None
-            for var in linear:
-                if var in self.ranges and var not in elsewhere and var not in referenced:
-                    rng = self.ranges[var]
-                    if not (isinstance(rng.min, IntImm) and isinstance(rng.extent, IntImm)):
-                        choice = var
-                        break
+            choice = self._substitutable(current)
             if choice is None:
                 break
-            coef, mono = linear[choice]
-            rng = self.ranges[choice]
+            var, coefficient, terms, positive = choice
+            rng = self.ranges[var]
             end = _raw_sum(rng.min)
-            if coef > 0:
+            if positive:
                 end.add(_raw_sum(rng.extent))
                 end.const -= 1
-            current.add_term(-coef, mono)
-            current.add(end, coef)
+            for coef, mono in terms:
+                current.add_term(-coef, mono)
+            current.add(coefficient.mul(end))
             substituted = True
         if not substituted:
             return self._sum_interval(total)[1]
         return self._sum_interval(current)[1]
+
+    def _substitutable(self, current: Sum):
+        """(var, its coefficient C, the terms holding it, C >= 0) for the next variable to replace."""
+        direct: dict[Var, list] = {}   # var -> terms where it is a direct factor of power 1
+        inside: set[Var] = set()       # vars inside atoms, or with a power above 1
+        for coef, mono in current.items():
+            for _, atom, power in mono:
+                if isinstance(atom, Var) and power == 1:
+                    direct.setdefault(atom, []).append((coef, mono))
+                else:
+                    inside.update(_vars_of(atom))
+        referenced: set[Var] = set()
+        for var in set(direct) | inside:
+            rng = self.ranges.get(var)
+            if rng is not None:
+                referenced.update(_vars_of(rng.min))
+                referenced.update(_vars_of(rng.extent))
+        for var, terms in direct.items():
+            if var not in self.ranges or var in inside or var in referenced:
+                continue
+            coefficient = Sum(current.dtype)
+            for coef, mono in terms:
+                coefficient.add_term(coef, tuple(item for item in mono if item[1] is not var))
+            if any(var in _vars_of(atom) for _, mono in coefficient.items() for _, atom, _ in mono):
+                continue
+            lo, hi = self._sum_interval(coefficient)
+            if lo < 0 < hi or (lo == 0 and hi == 0):
+                continue
+            rng = self.ranges[var]
+            symbolic = not (isinstance(rng.min, IntImm) and isinstance(rng.extent, IntImm))
+            if symbolic or not coefficient.is_const():  # else intervals know as much
+                return var, coefficient, terms, lo >= 0
+        return None
 
 
 def _raw_sum(expr: PrimExpr) -> Sum:

@@ -126,11 +126,43 @@ def _fast(condition: PrimExpr, assumptions: Sequence[PrimExpr], analyzer) -> Pro
         from .analyzer import Analyzer
 
         analyzer = Analyzer()
+        for var, rng in ranges_from(assumptions).items():
+            analyzer.bind(var, rng)
         for assumption in assumptions:
             analyzer.assume(assumption)
     if analyzer.can_prove(condition):
         return ProofResult("proved", via="fast")
     return None
+
+
+def ranges_from(assumptions: Sequence[PrimExpr]) -> dict:
+    """Loop-style ranges `lo <= v`, `v < hi` found among the assumptions, as {v: Range(lo, hi - lo)}.
+
+    The fast path reasons better about a variable with a range than about two loose facts.
+    """
+    from ..ast.expr import GE, GT, LE, LT, And, Range
+
+    lower: dict[Var, PrimExpr] = {}
+    upper: dict[Var, PrimExpr] = {}  # exclusive
+
+    def visit(cond: PrimExpr) -> None:
+        if isinstance(cond, And):
+            visit(cond.a)
+            visit(cond.b)
+            return
+        if not isinstance(cond, (LT, LE, GT, GE)) or cond.a.dtype.lanes != 1 or not cond.a.dtype.is_integer:
+            return
+        a, b = (cond.b, cond.a) if isinstance(cond, (GT, GE)) else (cond.a, cond.b)  # a < b or a <= b
+        strict = isinstance(cond, (LT, GT))
+        if isinstance(b, Var):
+            lower.setdefault(b, a + 1 if strict else a)
+        if isinstance(a, Var):
+            upper.setdefault(a, b if strict else b + 1)
+
+    for assumption in assumptions:
+        visit(assumption)
+    return {var: Range(lower[var], upper[var] - lower[var]) for var in lower
+            if var in upper and lower[var].dtype == var.dtype and upper[var].dtype == var.dtype}
 
 
 def _solve(condition: PrimExpr, assumptions: Sequence[PrimExpr], timeout_ms: int | None,
