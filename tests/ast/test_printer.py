@@ -282,3 +282,23 @@ def test_printing_nodes_of_every_kind_alone():
     assert script(BufferRegion(A, (Range(1, 2),))) == "A[1:3]"
     assert script(IterVar(Var("v"), Range.from_extent(4), "reduce")) == "v = T.axis.reduce(4)"
     assert script(BufferStore(A, FloatImm(2.0), (0,))) == "A[0] = T.float32(2.0)"
+
+
+def test_module_with_a_graph_function_uses_the_graph_printer():
+    graph = pytest.importorskip("refcomp.graph")
+    from refcomp import te
+    from refcomp.ast.graph_struct_info import TensorStructInfo
+    from refcomp.graph.block_builder import emit_te
+
+    n = SizeVar("n", "int64")
+    x = graph.Var("x", TensorStructInfo((n, 4), "float32"))
+    bb = graph.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = emit_te(bb, lambda a: te.compute(a.shape, lambda i, j: a[i, j] + 1.0, name="add"), x,
+                        primfunc_name_hint="add_one")
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    text = script(bb.get())
+    assert text.index("@T.prim_func\n    def add_one(") < text.index("@R.function\n    def main(")
+    assert "n = T.int64(is_size_var=True)" in text

@@ -44,7 +44,10 @@ def from_source(text: str) -> PrimFunc | IRModule:
     if not isinstance(text, str):
         raise TypeError(f"from_source expects the script text as a str, got {type(text).__name__}")
     context = ParseContext(textwrap.dedent(text))
-    return context.parse()
+    try:
+        return context.parse()
+    except RecursionError:
+        raise ParseError("the text is nested too deeply to parse (Python's recursion limit)") from None
 
 
 @dataclass
@@ -65,7 +68,7 @@ class ParseContext:
 
     def parse(self) -> PrimFunc | IRModule:
         try:
-            tree = ast.parse(self.text, mode="exec")
+            tree = _python_parse(self.text)
         except SyntaxError as exc:
             raise make_error(self.text, f"invalid syntax: {exc.msg}", exc.lineno, (exc.offset or 1) - 1,
                              None, None) from None
@@ -164,9 +167,35 @@ class ParseContext:
             raise self.error(node, "a function needs a decorator such as @T.prim_func")
         try:
             from . import graph_script  # type: ignore[attr-defined]
-        except ImportError:
-            raise self.error(node, f"@{kind} functions need refcomp.ast.graph_script, which is not available") from None
-        return node.name, graph_script.parse_function(node, self)
+            parse_function = graph_script.parse_function
+        except (ImportError, AttributeError):
+            raise self.error(node, f"@{kind} functions need refcomp.ast.graph_script.parse_function, "
+                                   "which is not available") from None
+        return node.name, parse_function(node, self)
+
+
+def _python_parse(text: str) -> ast.Module:
+    """ast.parse, working around CPython < 3.11.8 failing ("AST constructor recursion depth
+    mismatch", gh-106905) when called from a deep Python stack: retry on a fresh thread's stack."""
+    try:
+        return ast.parse(text, mode="exec")
+    except SystemError:
+        import threading
+
+        result: list[Any] = []
+
+        def run() -> None:
+            try:
+                result.append(ast.parse(text, mode="exec"))
+            except BaseException as exc:  # handed back to the caller's thread
+                result.append(exc)
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        worker.join()
+        if isinstance(result[0], BaseException):
+            raise result[0]
+        return result[0]
 
 
 def make_error(text: str, message: str, line: int | None, column: int | None,

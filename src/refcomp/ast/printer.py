@@ -46,9 +46,16 @@ def script(node: Any, mark: Any = None) -> str:
         printer.emit(printer.axis_line(node, None))
     elif isinstance(node, MatchBufferRegion):
         printer.emit(printer.match_buffer_line(node))
+    elif _is_graph_node(node):
+        printer.lines.extend(_graph_function_lines(node, getattr(node, "name", None) or "main", printer.namer, mark))
     else:
         printer.emit(printer.expr(node))
     return _render_marks(printer.lines, mark, node)
+
+
+def _is_graph_node(node: Any) -> bool:
+    """A graph-level function (refcomp.ast.graph), printed by refcomp.ast.graph_script."""
+    return type(node).__module__.startswith("refcomp.ast.graph") and type(node).__name__ == "Function"
 
 
 class _StmtPrinter(ExprPrinter):
@@ -88,7 +95,7 @@ class _StmtPrinter(ExprPrinter):
                 inner.function(func, key)
                 text_lines = inner.lines
             else:
-                text_lines = _graph_function_lines(func, key, inner.namer)
+                text_lines = _graph_function_lines(func, key, inner.namer, self.mark)
             self.lines.extend(INDENT * self.depth + line if line else line for line in text_lines)
         if not module.functions:
             self.emit("pass")
@@ -406,10 +413,11 @@ def _buffers_in(value: Any) -> list[Buffer]:
     return list(found)
 
 
-def _graph_function_lines(func: Any, key: str, namer: Namer) -> list[str]:
+def _graph_function_lines(func: Any, key: str, namer: Namer, mark: Any = None) -> list[str]:
     try:
         from . import graph_script  # type: ignore[attr-defined]
-    except ImportError as exc:
+        print_function = graph_script.print_function
+    except (ImportError, AttributeError) as exc:
         from ..errors import IRError
 
         raise IRError(
@@ -417,7 +425,8 @@ def _graph_function_lines(func: Any, key: str, namer: Namer) -> list[str]:
             f"refcomp.ast.graph_script, which is not available ({exc})"
         ) from None
     namer.function_name = key  # type: ignore[attr-defined]
-    return graph_script.print_function(func, namer).rstrip("\n").split("\n")
+    text = print_function(func, namer, mark=mark) if mark is not None else print_function(func, namer)
+    return text.rstrip("\n").split("\n")
 
 
 def _render_marks(lines: list[str], mark: Any, root: Any) -> str:
