@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -50,7 +51,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"refcomp: unknown command {argv[0]!r}; choose from {', '.join(sorted(COMMANDS))}", file=sys.stderr)
         return 2
     function, _ = COMMANDS[argv[0]]
-    return int(function(argv[1:]) or 0)
+    try:
+        return int(function(argv[1:]) or 0)
+    except BrokenPipeError:
+        # The reader went away (`refcomp check f.py | head`): not an error of the command.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover
