@@ -269,3 +269,40 @@ def test_error_shows_line_column_and_source():
 def test_non_string_input_rejected():
     with pytest.raises(TypeError):
         from_source(b"@T.prim_func")
+
+
+def test_older_tvmscript_spellings():
+    mod = from_source('''
+    import tvm
+    from tvm.script import tir as T
+
+    @tvm.script.ir_module
+    class MatmulModule:
+        @T.prim_func
+        def main(
+            A: T.Buffer[(64, 64), "float16"],
+            B: T.Buffer[(64, 64), "float16"],
+            C: T.Buffer[(64, 64), "float32"],
+        ) -> None:
+            T.func_attr({"global_symbol": "main", "tir.noalias": T.bool(True)})
+            # with T.block("root"):
+            for i, j in T.grid(64, 64):
+                for k in T.serial(64):
+                    with T.block("matmul"):
+                        vi = T.axis.S(64, i)
+                        vj = T.axis.S(64, j)
+                        vk = T.axis.R(64, k)
+                        T.reads(A[vi, 0:64], B[vj, 0:64])
+                        T.writes(C[vi, vj])
+                        T.block_attr({"meta_schedule.tiling_structure": "SSRSRS"})
+                        with T.init():
+                            C[vi, vj] = T.float32(0)
+                        C[vi, vj] += T.Cast("float32", A[vi, vk]) * T.Cast("float32", B[vj, vk])
+    ''')
+    f = mod["main"]
+    block = blocks_of(f)["matmul"]
+    assert [iv.kind for iv in block.iter_vars] == ["spatial", "spatial", "reduce"]
+    assert block.reads[0].region[1].extent.value == 64
+    assert block.annotations["meta_schedule.tiling_structure"] == "SSRSRS"
+    assert f.attrs["tir.noalias"].dtype.name == "bool"
+    roundtrip(mod)

@@ -131,7 +131,7 @@ class ParseContext:
         head, _, last = name.rpartition(".")
         if last == "prim_func" and head == "T":
             return "prim_func", options
-        if last == "ir_module" and head in self.ir_names:
+        if last == "ir_module" and (head in self.ir_names or head in ("tvm.script", "tvm.script.ir")):
             return "ir_module", options
         return name, options
 
