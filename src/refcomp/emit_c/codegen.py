@@ -25,6 +25,7 @@ from . import mathlib
 from .ctype import (
     float_literal, int_literal, is_half, short_name, storage_type, value_type,
 )
+from .legalize import split_wide_vectors
 from .names import NameTable, c_string, comment_safe, mangle, symbol_suffix
 from .prelude import HEADER_INCLUDES, scalar_prelude
 from .vector import VectorLib
@@ -48,6 +49,7 @@ class EmitOptions:
     openmp: bool = True
     mvec_functions: frozenset = frozenset()
     label: str = "c"
+    vector_bytes: int = 0  # the machine's vector register size; wider vector code is split
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,10 @@ def emit(func: PrimFunc, options: EmitOptions = EmitOptions(), size_vars: list[E
     """Emit the C source of a lowered PrimFunc (see spec/c_abi.md for the exported signature)."""
     if not isinstance(func, PrimFunc):
         raise BuildError(f"build: expected a PrimFunc, got {type(func).__name__}")
-    return _Emitter(func, options, size_vars_of(func) if size_vars is None else size_vars).run()
+    size_vars = size_vars_of(func) if size_vars is None else size_vars
+    if options.vectors and options.vector_bytes:
+        func = split_wide_vectors(func, options.vector_bytes)
+    return _Emitter(func, options, size_vars).run()
 
 
 class _Scope:

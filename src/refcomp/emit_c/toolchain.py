@@ -53,7 +53,8 @@ class Target:
     def emit_options(self) -> EmitOptions:
         mvec = frozenset() if self.strict else mvec_functions()
         return EmitOptions(vectors=not self.strict, openmp=self.openmp and not self.strict,
-                           mvec_functions=mvec, label=self.text)
+                           mvec_functions=mvec, label=self.text,
+                           vector_bytes=0 if self.strict else native_vector_bytes())
 
     def compile_flags(self) -> list[str]:
         if self.strict:
@@ -133,6 +134,25 @@ def _cpu_signature() -> str:
     import platform
 
     return platform.machine() + platform.processor()
+
+
+@functools.lru_cache(maxsize=None)
+def native_vector_bytes() -> int:
+    """The vector register width -march=native gives on this CPU (64 AVX-512, 32 AVX, else 16)."""
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        return 16
+    if "avx512f" in flags:
+        return 64
+    if "avx" in flags:
+        return 32
+    return 16
 
 
 @functools.lru_cache(maxsize=None)
