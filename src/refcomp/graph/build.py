@@ -64,12 +64,20 @@ def build(mod: IRModule | Function, target: str = "c", *, fuse: bool = True, sch
     optimized = optimize(mod, fuse=fuse, schedule=schedule, fold=fold)
     functions = P.lower_to_vm(optimized)
     used = {inst.kernel for f in functions.values() for inst in _walk(f.code) if type(inst).__name__ == "CallKernel"}
-    kernels = {}
-    for name in sorted(used):
-        func = optimized[name]
-        if not isinstance(func, PrimFunc):
+    for name in used:
+        if not isinstance(optimized[name], PrimFunc):
             raise BuildError(f"graph.build: call_tir target {name} is not a PrimFunc")
-        kernels[name] = _compile(func, target, bounds)
+    names = sorted(used)
+    if target == "c" and len(names) > 1:
+        # gcc runs in subprocesses, so threads compile kernels in parallel.
+        import os
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max(1, min(len(names), os.cpu_count() or 1))) as pool:
+            compiled = list(pool.map(lambda n: _compile(optimized[n], target, bounds), names))
+    else:
+        compiled = [_compile(optimized[n], target, bounds) for n in names]
+    kernels = dict(zip(names, compiled))
     stats = {"kernels": len(kernels),
              "kernel_calls_static": sum(1 for f in functions.values() for i in _walk(f.code)
                                         if type(i).__name__ == "CallKernel")}

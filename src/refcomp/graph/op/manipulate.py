@@ -294,11 +294,13 @@ def _concat_te(*tensors, axis=0):
     def body(*i):
         pos = i[a].astype("int64")
         value = None
-        for t, lo in reversed(list(zip(tensors, offsets[:-1]))):
+        for k in reversed(range(len(tensors))):
             src = list(i)
-            src[a] = (pos - lo).astype(i[a].dtype)
-            load = t[tuple(src)]
-            value = load if value is None else tir.Call("if_then_else", (tir.GE(pos, lo), load, value), load.dtype)
+            src[a] = (pos - offsets[k]).astype(i[a].dtype)
+            load = tensors[k][tuple(src)]
+            # Only the taken branch is evaluated, so no load leaves its tensor.
+            value = load if value is None else tir.Call(
+                "if_then_else", (tir.LT(pos, offsets[k + 1]), load, value), load.dtype)
         return value
 
     return te().compute(tuple(shape), body, name="concat")

@@ -96,7 +96,8 @@ def _conv_te(nd):
         rc = te_.reduce_axis(in_per_group, name="rc")
         rk = [te_.reduce_axis(w.shape[2 + k], name=f"r{k}") for k in range(nd)]
 
-        def body(n, o, *sp):
+        def body(*idx):
+            n, o, sp = idx[0], idx[1], idx[2:]
             g = o // out_per_group.astype(o.dtype) if groups > 1 else None
             c = rc.var + g * in_per_group.astype(o.dtype) if groups > 1 else rc.var
             src = [n, c] + [sp[k] * tir.const(strides[k], sp[k].dtype) + rk[k].var * tir.const(dilation[k], sp[k].dtype)
