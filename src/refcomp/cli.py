@@ -54,12 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(function(argv[1:]) or 0)
     except BrokenPipeError:
-        # The reader went away (`refcomp check f.py | head`): not an error of the command.
+        # The reader went away (`refcomp check f.py | head`): end quietly, with the shell's
+        # SIGPIPE status, so a pipeline never mistakes a cut-off report for success.
         try:
             sys.stdout = open(os.devnull, "w")
         except OSError:
             pass
-        return 0
+        return 128 + 13
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,55 @@
+"""The refcomp command, run as users run it (a real subprocess)."""
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+
+def run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "refcomp.cli", *args], capture_output=True, text=True,
+                          timeout=600, cwd=cwd)
+
+
+def test_help_and_unknown_command():
+    assert run("--help").returncode == 0
+    result = run("frobnicate")
+    assert result.returncode == 2 and "unknown command 'frobnicate'" in result.stderr
+    assert run().returncode == 2
+
+
+def test_version():
+    result = run("version")
+    assert result.returncode == 0 and result.stdout.startswith("refcomp ")
+
+
+@pytest.fixture
+def kernels_file(tmp_path):
+    path = tmp_path / "kernels.py"
+    path.write_text(textwrap.dedent("""
+        from refcomp import te
+        n = te.var("n")
+        A = te.placeholder((n,), "float32", name="A")
+        good = te.create_prim_func([A, te.compute((n,), lambda i: A[i] * 2.0, name="B")])
+        bad = te.create_prim_func([A, te.compute((n,), lambda i: A[i + 1], name="C")])
+    """))
+    return path
+
+
+def test_check_reports_the_bad_kernel_and_fails(kernels_file):
+    result = run("check", str(kernels_file))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "good" in result.stdout and "bad" in result.stdout
+    assert "n = 1" in result.stdout  # the counterexample
+
+
+def test_check_json_is_machine_readable(kernels_file):
+    result = run("check", str(kernels_file), "--format", "json")
+    report = json.loads(result.stdout)
+    by_name = {f["name"]: f for f in report["functions"]}
+    assert report["ok"] is False and by_name["good"]["ok"] and not by_name["bad"]["ok"]
+
+
+def test_check_of_a_missing_file_is_a_usage_error(tmp_path):
+    assert run("check", str(tmp_path / "nope.py")).returncode == 2
