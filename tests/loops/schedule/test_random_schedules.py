@@ -27,7 +27,7 @@ PROGRAMS = {
 ACTIONS = ["split", "fuse", "reorder", "parallel", "vectorize", "unroll", "compute_at", "reverse_compute_at",
            "compute_inline", "reverse_compute_inline", "cache_read", "cache_write", "decompose_reduction",
            "rfactor", "add_unit_loop", "annotate", "sample_tile_split", "sample_compute_location", "storage_align",
-           "set_scope"]
+           "set_scope", "pad_einsum", "transform_layout"]
 
 
 def _block_names(sch):
@@ -96,6 +96,18 @@ def _step(sch, data):
                           data.draw(st.integers(0, 7)))
     elif action == "set_scope":
         sch.set_scope(block, 0, "local")
+    elif action == "pad_einsum":
+        n = len(sch.get(block).iter_vars)
+        sch.pad_einsum(block, data.draw(st.lists(st.integers(1, 5), min_size=n, max_size=n)))
+    elif action == "transform_layout":
+        region = data.draw(st.sampled_from(["read", "write"]))
+        index = data.draw(st.integers(0, 2))
+        regions = sch.get(block).reads if region == "read" else sch.get(block).writes
+        if index < len(regions) and regions[index].buffer in sch.func.buffers:
+            return action  # a parameter's layout is the caller's business: the same arrays would not fit
+        maps = [lambda *x: tuple(reversed(x)), lambda *x: x,
+                lambda *x: (x[0] // 2, x[0] % 2) + tuple(x[1:]), lambda *x: tuple(x[1:]) + (x[0],)]
+        sch.transform_layout(block, (region, index), data.draw(st.sampled_from(maps)))
     return action
 
 

@@ -33,9 +33,12 @@ class IndexMap:
         if not callable(fn):
             raise ScheduleError(f"index map: expected a callable like `lambda i, j: (j, i)`, got {fn!r}")
         try:
-            names = list(inspect.signature(fn).parameters)
+            parameters = list(inspect.signature(fn).parameters.values())
         except (TypeError, ValueError):
-            names = []
+            parameters = []
+        names = [p.name for p in parameters]
+        if ndim is not None and any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
+            names = [f"i{k}" for k in range(ndim)]  # `lambda *idx: ...` takes whatever the buffer has
         if ndim is not None and len(names) != ndim:
             raise ScheduleError(f"index map: the buffer has {ndim} dims but the map takes {len(names)} indices")
         initial = tuple(Var(name or f"i{k}") for k, name in enumerate(names))

@@ -1,0 +1,101 @@
+"""The named legality checks, each with programs that must pass and programs that must fail."""
+import pytest
+
+from refcomp.ast import BlockRealize, SizeVar, Var
+from refcomp.errors import ScheduleError
+from refcomp.loops.primitives import legality as L
+from refcomp.loops.primitives.affine import Linear, constant_difference, int_bounds, linear, relax
+from refcomp.loops.primitives.lookup import locate_block
+from refcomp.loops.primitives.tree import replace_in_func, walk
+
+from . import programs as P
+from .test_kinds import _neighbour_reader
+
+
+def _realize(func, name):
+    return locate_block(func, name, "test").realize
+
+
+def test_prove_by_enumeration_gives_a_counterexample():
+    i, j = Var("i"), Var("j")
+    assert L.prove(i * 4 + j < 16, {i: (0, 3), j: (0, 3)}) == ("proved", None)
+    status, example = L.prove(i * 4 + j < 15, {i: (0, 3), j: (0, 3)})
+    assert status == "disproved" and example == {"i": 3, "j": 3}
+
+
+def test_prove_symbolic_goes_to_the_solver_and_unknown_fails_closed():
+    n, i = SizeVar("n"), Var("i")
+    assert L.prove(i * 0 + n >= 0, {})[0] == "proved"
+    func = P.elementwise()
+    with pytest.raises(ScheduleError, match="does not hold"):
+        L.require_proved(i < 3, {i: (0, 5)}, "demo", "i < 3", func)
+    status, _ = L.prove(i * i < n * n + 1, {})  # nonlinear: the solver may or may not settle it
+    if status == "unknown":
+        with pytest.raises(ScheduleError, match="prover answered unknown"):
+            L.require_proved(i * i < n * n + 1, {}, "demo", "i*i < n*n + 1", func)
+
+
+def test_check_affine_binding():
+    func = P.elementwise(4, 4)
+    L.check_affine_binding(func, _realize(func, "B"), "demo")
+    realize = _realize(func, "B")
+    i, j = realize.iter_values
+    for good in (i * 4 + j, (i * 4 + j) // 3, (i + j) % 4):
+        L.check_affine_binding(func, realize.with_(iter_values=(good, j)), "demo")
+    for bad in (i * j, (i // j), (i * i) % 4):
+        with pytest.raises(ScheduleError, match="demo: block B: the binding of vi is not affine"):
+            L.check_affine_binding(func, realize.with_(iter_values=(bad, j)), "demo")
+
+
+def test_check_complete_or_reduction():
+    func = P.matmul()
+    L.check_complete_or_reduction(func, _realize(func, "C"), "demo")
+    func = P.two_elementwise()
+    L.check_complete_or_reduction(func, _realize(func, "C"), "demo")
+    realize = _realize(func, "C")
+    no_init = P.row_sum()
+    r = _realize(no_init, "B")
+    with pytest.raises(ScheduleError, match="has reduce iters but no init"):
+        L.check_complete_or_reduction(no_init, r.with_(block=r.block.with_(init=None)), "demo")
+    reads_own = realize.with_(block=realize.block.with_(reads=realize.block.reads + realize.block.writes))
+    with pytest.raises(ScheduleError, match="reads the buffer it writes but is not a reduction block"):
+        L.check_complete_or_reduction(func, reads_own, "demo")
+
+
+def test_check_no_loop_carried_dependence():
+    func = P.matmul()
+    i, j, k = locate_block(func, "C", "t").loops
+    L.check_no_loop_carried_dependence(func, i, "demo")
+    L.check_no_loop_carried_dependence(func, j, "demo")
+    with pytest.raises(ScheduleError, match="loop r0 carries the reduction"):
+        L.check_no_loop_carried_dependence(func, k, "demo")
+    bad = _neighbour_reader()
+    (loop,) = locate_block(bad, "B", "t").loops
+    with pytest.raises(ScheduleError, match="reads B written by block B in other iterations"):
+        L.check_no_loop_carried_dependence(bad, loop, "demo")
+
+
+def test_check_not_output_block():
+    func = P.two_elementwise()
+    L.check_not_output_block(func, locate_block(func, "B", "t"), "demo")
+    with pytest.raises(ScheduleError, match="block C is an output block"):
+        L.check_not_output_block(func, locate_block(func, "C", "t"), "demo")
+
+
+def test_check_loop_is_plain():
+    func = P.elementwise()
+    i, j = locate_block(func, "B", "t").loops
+    L.check_loop_is_plain(func, i, "demo")
+    with pytest.raises(ScheduleError, match="demo: loop i must start at 0"):
+        L.check_loop_is_plain(func, i.with_(min=P.const(1)), "demo")
+
+
+def test_relax_and_int_bounds():
+    i, j, o = Var("i"), Var("j"), Var("o")
+    low, high = relax(o * 8 + i * 2 + j, {i: (0, 3), j: (0, 1)})
+    assert constant_difference(high, low) == 7
+    assert constant_difference(low, linear(o * 8)) == 0
+    assert relax(o * i, {i: (0, 3)}) is None  # mixes a relaxed and a kept var non-linearly
+    assert int_bounds((i * 4 + j) // 3, {i: (0, 3), j: (0, 3)}) == (0, 5)
+    assert int_bounds((i * 4 + j) % 16, {i: (0, 3), j: (0, 3)}) == (0, 15)
+    assert int_bounds(i // j, {i: (0, 3), j: (0, 3)}) is None
