@@ -183,3 +183,19 @@ def test_lowered_split_kernel_is_proved():
     lowered = lower(_split_kernel())
     verify_in_bounds(lowered)
     assert check_accesses(lowered)
+
+
+def _checked_then_overwritten(overwrite: bool):
+    """if 0 <= idx[0] < n: [idx[0] = 100;] A[idx[0]] = 0  -- the check goes stale after the store."""
+    n = SizeVar("n")
+    A, idx = Buffer("A", (n,)), Buffer("idx", (1,), "int32")
+    first = BufferLoad(idx, (IntImm(0),))
+    use = BufferStore(A, te.const(0.0), (first,))
+    body = seq(BufferStore(idx, IntImm(100), (IntImm(0),)), use) if overwrite else use
+    return PrimFunc((A, idx), IfThenElse((first >= 0) & (first < n), body), "stale")
+
+
+def test_a_fact_about_a_buffer_is_dropped_where_the_buffer_is_written():
+    verify_in_bounds(_checked_then_overwritten(overwrite=False))
+    with pytest.raises(ShapeError, match=r"store to A\[idx\[0\]\]"):
+        verify_in_bounds(_checked_then_overwritten(overwrite=True))

@@ -10,6 +10,10 @@ Facts come from: SizeVar >= 0 (the prover's variable ranges), every dim of a par
 bindings, block predicates, if conditions (else: the negation), while conditions, LetStmt / Let
 values, AssertStmt conditions (checked at run time before the body), `assume(c)` calls (for the
 statements after them), and the condition of a lazy `if_then_else` inside its branches.
+
+A fact that reads a buffer is dropped for a scope that stores to that buffer (or hands its address
+to an opaque call): after the store the fact may no longer hold.  Dropping a fact only makes
+proofs harder, never wrong.
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from ..ast.expr import (
     Var, convert,
 )
 from ..ast.function import PrimFunc
-from ..ast.functor import free_vars
+from ..ast.functor import collect, free_vars
 from ..ast.stmt import (
     Allocate, AssertStmt, Block, BlockRealize, BufferStore, Evaluate, For, IfThenElse, LetStmt,
     SeqStmt, Stmt, While,
@@ -54,6 +58,7 @@ class ScopeWalker:
         self.var_order: list[Var] = []  # variables in the order they came into scope
         self.current_stmt: Stmt | None = None  # the statement whose own expressions are walked
         self.path_conditions: list[PrimExpr] = []  # lazy branch conditions inside that statement
+        self._stored: dict[Any, set] = {}  # scope -> buffers stored to inside it
 
     # ---------------------------------------------------------------- hooks
     def on_access(self, node: Any, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> None:
@@ -77,7 +82,7 @@ class ScopeWalker:
             for assumption in function_assumptions(func):
                 for var in free_vars(assumption):
                     self._introduce(var)
-                stack.enter_context(self.analyzer.constraint(assumption))
+                stack.enter_context(self.fact(assumption, func.body))
             self.stmt(func.body)
 
     def _introduce(self, var: Var) -> None:
@@ -85,9 +90,38 @@ class ScopeWalker:
             self.var_order.append(var)
 
     @contextlib.contextmanager
-    def fact(self, condition: PrimExpr) -> Iterator[None]:
+    def fact(self, condition: PrimExpr, scope: Any = None) -> Iterator[None]:
+        """condition is a fact while walking scope (dropped if scope may change what it reads)."""
+        if self._stale_in(condition, scope):
+            yield
+            return
         with self.analyzer.constraint(condition):
             yield
+
+    @contextlib.contextmanager
+    def bind(self, var: Var, value: Any, scope: Any = None) -> Iterator[None]:
+        """var has this range (or value) while walking scope, unless scope may change it."""
+        parts = (value.min, value.extent) if isinstance(value, Range) else (value,)
+        if any(self._stale_in(part, scope) for part in parts):
+            yield
+            return
+        with self.analyzer.bound_scope(var, value):
+            yield
+
+    def _stale_in(self, expr: PrimExpr, scope: Any) -> bool:
+        """Whether expr reads a buffer that scope stores to: then a fact about it may go stale."""
+        if scope is None:
+            return False
+        loaded = {load.buffer for load in collect(expr, BufferLoad)}
+        if not loaded:
+            return False
+        stored = self._stored.get(scope) if not isinstance(scope, tuple) else None
+        if stored is None:
+            stored = {store.buffer for store in collect(scope, BufferStore)}
+            stored |= {call_buffer for call_buffer in _opaque_writes(scope)}
+            if not isinstance(scope, tuple):
+                self._stored[scope] = stored
+        return bool(loaded & stored)
 
     # ---------------------------------------------------------------- statements
     def stmt(self, node: Stmt) -> None:
@@ -105,7 +139,7 @@ class ScopeWalker:
             self.expr(node.min)
             self.expr(node.extent)
             self._introduce(node.loop_var)
-            with self.analyzer.bound_scope(node.loop_var, Range(node.min, node.extent)):
+            with self.bind(node.loop_var, Range(node.min, node.extent), node.body):
                 self.stmt(node.body)
         elif kind is BlockRealize:
             self.block_realize(node)
@@ -118,23 +152,23 @@ class ScopeWalker:
             self.on_access(node, node.buffer, node.indices)
         elif kind is IfThenElse:
             self.expr(node.condition)
-            with self.fact(node.condition):
+            with self.fact(node.condition, node.then_case):
                 self.stmt(node.then_case)
             if node.else_case is not None:
-                with self.fact(Not(node.condition)):
+                with self.fact(Not(node.condition), node.else_case):
                     self.stmt(node.else_case)
         elif kind is LetStmt:
             self.expr(node.value)
             self._introduce(node.var)
-            with self._let(node.var, node.value):
+            with self._let(node.var, node.value, node.body):
                 self.stmt(node.body)
         elif kind is AssertStmt:
             self.expr(node.condition)
-            with self.fact(node.condition):
+            with self.fact(node.condition, node.body):
                 self.stmt(node.body)
         elif kind is While:
             self.expr(node.condition)
-            with self.fact(node.condition):
+            with self.fact(node.condition, node.body):
                 self.stmt(node.body)
         elif kind is Allocate:
             for dim in node.buffer.shape:
@@ -150,19 +184,19 @@ class ScopeWalker:
 
     def seq(self, stmts: tuple[Stmt, ...]) -> None:
         with contextlib.ExitStack() as stack:
-            for item in stmts:
+            for k, item in enumerate(stmts):
                 self.stmt(item)
                 assumed = _assumed(item)
                 if assumed is not None:  # assume(c) holds for the statements after it
-                    stack.enter_context(self.fact(assumed))
+                    stack.enter_context(self.fact(assumed, stmts[k + 1:]))
 
     @contextlib.contextmanager
-    def _let(self, var: Var, value: PrimExpr) -> Iterator[None]:
+    def _let(self, var: Var, value: PrimExpr, scope: Any = None) -> Iterator[None]:
         if var.dtype.is_integer and var.dtype.lanes == 1:
-            with self.analyzer.bound_scope(var, value):
+            with self.bind(var, value, scope):
                 yield
         elif var.dtype.is_bool:
-            with self.fact(var == value):
+            with self.fact(var == value, scope):
                 yield
         else:
             yield
@@ -172,22 +206,22 @@ class ScopeWalker:
         for value in realize.iter_values:
             self.expr(value)
         self.expr(realize.predicate)
-        with self.fact(realize.predicate):
+        with self.fact(realize.predicate, block):
             for index in range(len(block.iter_vars)):
                 self.on_binding(realize, index)
             with contextlib.ExitStack() as stack:
                 for iv, value in zip(block.iter_vars, realize.iter_values):
                     self._introduce(iv.var)
                     if value.dtype == iv.var.dtype and value.dtype.lanes == 1:
-                        stack.enter_context(self.analyzer.bound_scope(iv.var, value))
-                    stack.enter_context(self.fact(_in_range(iv.var, iv.dom)))
+                        stack.enter_context(self.bind(iv.var, value, block))
+                    stack.enter_context(self.fact(_in_range(iv.var, iv.dom), block))
                 self._block_contents(block)
 
     def block_body(self, block: Block) -> None:
         with contextlib.ExitStack() as stack:
             for iv in block.iter_vars:
                 self._introduce(iv.var)
-                stack.enter_context(self.analyzer.bound_scope(iv.var, iv.dom))
+                stack.enter_context(self.bind(iv.var, iv.dom, block))
             self._block_contents(block)
 
     def _block_contents(self, block: Block) -> None:
@@ -263,3 +297,12 @@ def _in_range(var: Var, dom: Range) -> PrimExpr:
     lo = dom.min if dom.min.dtype == var.dtype else dom.min.astype(var.dtype)
     extent = dom.extent if dom.extent.dtype == var.dtype else dom.extent.astype(var.dtype)
     return (lo <= var) & (var < lo + extent)
+
+
+def _opaque_writes(scope: Any) -> set:
+    """Buffers an opaque call (call_extern, ...) may write: those whose elements it takes the address of."""
+    out = set()
+    for call in collect(scope, Call):
+        if call.op in ("call_extern", "address_of", "tvm_storage_sync"):
+            out |= {load.buffer for load in collect(call, BufferLoad)}
+    return out
