@@ -29,8 +29,12 @@ from .bounds import Bounds, Interval
 # ----------------------------------------------------------------------------- keys and constants
 
 
-def expr_key(expr: Any) -> Any:
-    """A hashable key equal for two expressions exactly when they are the same tree (vars by identity)."""
+def expr_key(expr: Any, cache: dict[int, tuple] | None = None) -> Any:
+    """A hashable key equal for two expressions exactly when they are the same tree (vars by identity).
+
+    cache (id -> (node, key)), when given, remembers the keys of nodes already seen, which makes
+    repeated keys of overlapping trees linear instead of quadratic.
+    """
     if isinstance(expr, Var):
         return ("var", id(expr))
     if isinstance(expr, Buffer):
@@ -41,23 +45,30 @@ def expr_key(expr: Any) -> Any:
         return ("float", repr(expr.value), str(expr.dtype))
     if isinstance(expr, StringImm):
         return ("str", expr.value)
+    if isinstance(expr, tuple):
+        return tuple(expr_key(item, cache) for item in expr)
     if isinstance(expr, Call) and not is_pure(expr):
         return ("call", id(expr))  # two impure calls are never the same value
-    if isinstance(expr, tuple):
-        return tuple(expr_key(item) for item in expr)
     if isinstance(expr, Node):
+        if cache is not None:
+            hit = cache.get(id(expr))
+            if hit is not None and hit[0] is expr:
+                return hit[1]
         parts: list[Any] = [type(expr).__name__]
         for field in dataclasses.fields(expr):
-            parts.append(expr_key(getattr(expr, field.name)))
-        return tuple(parts)
+            parts.append(expr_key(getattr(expr, field.name), cache))
+        key = tuple(parts)
+        if cache is not None:
+            cache[id(expr)] = (expr, key)  # the node is kept alive so its id is not reused
+        return key
     if isinstance(expr, DataType):
         return str(expr)
     return expr
 
 
-def same_expr(a: PrimExpr, b: PrimExpr) -> bool:
+def same_expr(a: PrimExpr, b: PrimExpr, cache: dict[int, tuple] | None = None) -> bool:
     """True when a and b are the same expression tree (variables compared by identity)."""
-    return a is b or expr_key(a) == expr_key(b)
+    return a is b or expr_key(a, cache) == expr_key(b, cache)
 
 
 def wrap(value: int, dtype: DataType) -> int:
@@ -111,19 +122,20 @@ def bool_const(value: bool, lanes: int = 1) -> PrimExpr:
 class Linear:
     """sum(coefficient * atom) + constant over exact integers; atoms kept in first-seen order."""
 
-    def __init__(self) -> None:
+    def __init__(self, cache: dict[int, tuple] | None = None) -> None:
         self.terms: dict[Any, list] = {}  # key -> [atom, coefficient]
         self.constant = 0
+        self.cache = cache
 
     def add(self, atom: PrimExpr, coefficient: int) -> None:
-        key = expr_key(atom)
+        key = expr_key(atom, self.cache)
         if key in self.terms:
             self.terms[key][1] += coefficient
         else:
             self.terms[key] = [atom, coefficient]
 
     def scaled(self, factor: int) -> "Linear":
-        out = Linear()
+        out = Linear(self.cache)
         for key, (atom, coefficient) in self.terms.items():
             out.terms[key] = [atom, coefficient * factor]
         out.constant = self.constant * factor
@@ -143,15 +155,15 @@ class Linear:
         return not self.nonzero()
 
 
-def linear_form(expr: PrimExpr) -> Linear:
+def linear_form(expr: PrimExpr, cache: dict[int, tuple] | None = None) -> Linear:
     """expr as a Linear over signed-integer atoms (Add, Sub and multiplication by constants opened up)."""
-    out = Linear()
+    out = Linear(cache)
     if isinstance(expr, IntImm):
         out.constant = expr.value
     elif isinstance(expr, (Add, Sub)):
-        out = linear_form(expr.a).plus(linear_form(expr.b), 1 if isinstance(expr, Add) else -1)
+        out = linear_form(expr.a, cache).plus(linear_form(expr.b, cache), 1 if isinstance(expr, Add) else -1)
     elif isinstance(expr, Mul):
-        a, b = linear_form(expr.a), linear_form(expr.b)
+        a, b = linear_form(expr.a, cache), linear_form(expr.b, cache)
         if b.is_constant():
             out = a.scaled(b.constant)
         elif a.is_constant():
@@ -176,7 +188,7 @@ def merge_div_mod(form: Linear) -> Linear:
             if entry is None or entry[1] != k * atom.b.value:
                 continue
             del form.terms[key], form.terms[quotient_key]
-            form = form.plus(linear_form(atom.a).scaled(k))
+            form = form.plus(linear_form(atom.a, form.cache).scaled(k))
             changed = True
             break
     return form
@@ -219,6 +231,7 @@ class ExprSimplifier:
 
     def __init__(self, bounds: Bounds | None = None) -> None:
         self.bounds = bounds if bounds is not None else Bounds()
+        self.keys: dict[int, tuple] = {}  # expr_key cache for this simplifier's lifetime
 
     def __call__(self, expr: PrimExpr) -> PrimExpr:
         return self.simplify(expr)
@@ -234,9 +247,15 @@ class ExprSimplifier:
             return expr.with_(value=value, body=body)
         rebuilt = self._children(expr)
         result = self._rewrite(rebuilt)
-        if result is not expr and same_expr(result, expr):
+        if result is not expr and self.same(result, expr):
             return expr
         return result
+
+    def same(self, a: PrimExpr, b: PrimExpr) -> bool:
+        return same_expr(a, b, self.keys)
+
+    def linear(self, expr: PrimExpr) -> Linear:
+        return linear_form(expr, self.keys)
 
     def _children(self, expr: PrimExpr) -> PrimExpr:
         changes = {}
@@ -277,7 +296,7 @@ class ExprSimplifier:
                 return e.true_value
             if is_false(e.condition) and is_pure(e.true_value):
                 return e.false_value
-            if same_expr(e.true_value, e.false_value) and is_pure(e.condition):
+            if self.same(e.true_value, e.false_value) and is_pure(e.condition):
                 return e.true_value
             return e
         if isinstance(e, Cast):
@@ -303,7 +322,7 @@ class ExprSimplifier:
             value = a + b if isinstance(e, Add) else a - b if isinstance(e, Sub) else a * b
             return _int(value, dtype)
         if _is_signed_scalar(dtype):
-            return build_linear(merge_div_mod(linear_form(e)), dtype)
+            return build_linear(merge_div_mod(self.linear(e)), dtype)
         # unsigned: identities only (a negative coefficient has no unsigned constant)
         if isinstance(e, (Add, Sub)) and b == 0:
             return e.a
@@ -357,8 +376,8 @@ class ExprSimplifier:
             return self._floor_division(FloorMod(e.a.a, e.b))
         if self.bounds.of(e.a) is None:
             return e  # the dividend may wrap: ordinary arithmetic does not apply
-        form = linear_form(e.a)
-        quotient, remainder = Linear(), Linear()
+        form = self.linear(e.a)
+        quotient, remainder = Linear(self.keys), Linear(self.keys)
         for atom, c in form.nonzero():
             if c % divisor == 0:
                 quotient.add(atom, c // divisor)
@@ -399,7 +418,7 @@ class ExprSimplifier:
                 return e
             value = min(a, b) if is_min else max(a, b)
             return IntImm(int(value), e.dtype) if e.dtype.is_integer else FloatImm(value, e.dtype)
-        if same_expr(e.a, e.b):
+        if self.same(e.a, e.b):
             return e.a
         if not e.dtype.is_integer:
             return e
@@ -434,7 +453,7 @@ class ExprSimplifier:
         """
         if self.bounds.of(e.a) is None:
             return e
-        form = linear_form(e.a)
+        form = self.linear(e.a)
         terms = form.nonzero()
         if form.constant != 0 or len(terms) < 2:
             return e
@@ -452,7 +471,7 @@ class ExprSimplifier:
         ra, rb = self.bounds.of(e.a), self.bounds.of(e.b)
         if ra is None or rb is None:
             return None
-        difference = self._linear_range(linear_form(e.a).plus(linear_form(e.b), -1))
+        difference = self._linear_range(self.linear(e.a).plus(self.linear(e.b), -1))
         if difference is None:
             difference = (ra[0] - rb[1], ra[1] - rb[0])
         lo, hi = difference
@@ -490,7 +509,7 @@ class ExprSimplifier:
                 return other if is_and else (this if is_pure(other) else e)
             if is_false(this):
                 return (this if is_pure(other) else e) if is_and else other
-        if same_expr(e.a, e.b) and is_pure(e.a):
+        if self.same(e.a, e.b) and is_pure(e.a):
             return e.a
         return e
 
