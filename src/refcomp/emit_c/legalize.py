@@ -8,8 +8,8 @@ becomes two stores of float32x8 values, each computing its half of every operand
     ->  B[ramp(i*16, 1, 8)] = exp(A[ramp(i*16, 1, 8)]);  B[ramp(i*16 + 8, 1, 8)] = exp(A[ramp(i*16 + 8, 1, 8)])
 
 Vector lets are split the same way.  A store whose value reads the buffer it writes stays whole
-(the pieces would see each other's writes), as does anything this pass does not know how to
-split; those are still correct, only slower.
+(the pieces would see each other's writes) unless it is a lane-by-lane update in place, as does
+anything this pass does not know how to split; those are still correct, only slower.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from ..ast import stmt as S
 from ..ast.dtype import DataType
 from ..ast.function import PrimFunc
 from ..ast.functor import Mutator, collect, substitute, uses_var
+from ..ast.structural import structural_equal
 
 
 class _CannotSplit(Exception):
@@ -53,6 +54,14 @@ def _value_width(expr: E.PrimExpr) -> int:
     return widest
 
 
+def _same_lanes(load_indices: tuple, store_indices: tuple) -> bool:
+    """An in-place update lane by lane (acc[r] = acc[r] + x with r a ramp of nonzero constant
+    stride): each piece then reads only the addresses it writes itself."""
+    (load_index,), (store_index,) = load_indices, store_indices
+    return (isinstance(store_index, E.Ramp) and isinstance(store_index.stride, E.IntImm)
+            and store_index.stride.value != 0 and structural_equal(load_index, store_index, map_free_vars=False))
+
+
 class _Splitter(Mutator):
     def __init__(self, max_bytes: int) -> None:
         super().__init__()
@@ -73,7 +82,8 @@ class _Splitter(Mutator):
             return s.with_(value=value)
         width = max(_value_width(value), _element_bytes(s.buffer.dtype))
         piece = self.chunk_lanes(lanes, width)
-        reads_target = any(load.buffer is s.buffer for load in collect(value, E.BufferLoad))
+        reads_target = any(load.buffer is s.buffer and not _same_lanes(load.indices, s.indices)
+                           for load in collect(value, E.BufferLoad))
         if piece is None or reads_target or s.indices[0].dtype.lanes != lanes:
             return s.with_(value=value)
         try:
