@@ -130,7 +130,7 @@ def test_set_scope(rng):
     b = sch.get_block("B")
     sch.set_scope(b, 0, "shared")
     assert 'B = T.alloc_buffer((8, 4), "float32", scope="shared")' in sch.func.script()
-    check_numbers(before, sch.func, rng, compiled=False)
+    check_numbers(before, sch.func, rng)
     check_replay(sch, before)
     assert_rejected(sch, lambda: sch.set_scope(sch.get(b) and b, 0, "nowhere"), "set_scope: storage_scope")
     c = sch.get_block("C")
