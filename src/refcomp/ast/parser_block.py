@@ -118,7 +118,7 @@ class BlockReader(ExprReader):
             self.scope = outer
         reads, writes = header.reads, header.writes
         if reads is None or writes is None:
-            inferred_reads, inferred_writes = infer_regions(body, header.init, header.allocs, self.shape_of_loops(body))
+            inferred_reads, inferred_writes = infer_regions(body, header.init, header.allocs)
             reads = inferred_reads if reads is None else reads
             writes = inferred_writes if writes is None else writes
         if name == "root" and not header.iter_vars and header.reads is None and header.writes is None:
@@ -131,9 +131,6 @@ class BlockReader(ExprReader):
             return block
         predicate = header.predicate if header.predicate is not None else E.IntImm(1, "bool")
         return BlockRealize(tuple(header.values), predicate, block)
-
-    def shape_of_loops(self, body: Stmt) -> None:
-        return None
 
     def header_line(self, stmt: ast.stmt, header: _Header, no_realize: bool) -> bool:
         """Apply stmt to header if it is one of the block's declaration lines; False for body lines."""
@@ -261,7 +258,7 @@ class BlockReader(ExprReader):
 
 # ---------------------------------------------------------------------- region inference
 
-def infer_regions(body: Stmt, init: Stmt | None, allocated: list[Buffer], _unused: Any = None):
+def infer_regions(body: Stmt, init: Stmt | None, allocated: list[Buffer]):
     """(reads, writes) of a block that does not declare them (see the module docstring)."""
     loads: dict[Buffer, list[tuple]] = {}
     stores: dict[Buffer, list[tuple]] = {}
