@@ -72,12 +72,12 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     if pack_b:
         packed_b = sch.cache_read(blk, shape.b_index, "global")
         sch.transform_layout(packed_b, ("write", 0), _b_panels(nr, b_layout))
-        _schedule_copy(sch, packed_b, parallel)
+        _schedule_copy(sch, packed_b, parallel, nr if b_layout == "rows" else 1)
     # transform_layout needs constant shapes, so A is packed only for a constant M.
     if pack_a and kc < as_int(shape.k) and as_int(shape.m) is not None:
         packed_a = sch.cache_read(blk, shape.a_index, "global")
         sch.transform_layout(packed_a, ("write", 0), lambda i, k: (k // kc, i, k % kc))
-        _schedule_copy(sch, packed_a, parallel)
+        _schedule_copy(sch, packed_a, parallel, kc)
 
     i, j, k = sch.get_loops(blk)
     i0, i1, i2 = sch.split(i, [None, mc // mr, mr])
@@ -136,11 +136,23 @@ def _b_panels(nr: int, layout: str):
     raise ValueError(f"unknown B layout {layout!r}")
 
 
-def _schedule_copy(sch: Schedule, copy: BlockRV, parallel: bool) -> None:
-    """Run a packing copy on all threads, with its inner loop vectorized where it is a whole tile."""
+def _schedule_copy(sch: Schedule, copy: BlockRV, parallel: bool, run: int) -> None:
+    """Run a packing copy on all threads, moving `run` contiguous elements at a time in vectors.
+
+    The copy reads its source row-major; `run` (the packed panel width, or the k slab) is how many
+    consecutive source elements stay consecutive in the packed buffer, so the inner loop split
+    off at 16 (or 8) lanes is a plain vector copy.
+    """
     loops = sch.get_loops(copy)
     if parallel and loops:
         sch.parallel(loops[0])
+    inner = loops[-1]
+    extent = as_int(sch.get(inner).extent)
+    for lanes in (16, 8):
+        if run % lanes == 0 and extent is not None and extent % lanes == 0:
+            _, vector = sch.split(inner, [None, lanes])
+            sch.vectorize(vector)
+            return
 
 
 BF16_INTRINS = ["x86.amx.bf16gemm_32x32", "x86.avx2.bf16gemm_6x16"]

@@ -1,0 +1,275 @@
+"""refcomp matmul recipes vs numpy (OpenBLAS) and, when installed, torch: one table from one run.
+
+    python benchmarks/matmul.py [--json] [--repeat 5] [--rounds 3] [--only fp32_1024,...]
+
+Every case is an ordinary refcomp schedule from `refcomp.loops.recipes` (packing, tiling, a
+parallel block loop, a tensorized micro-kernel), built with `refcomp.build` (bounds proved) and
+checked against numpy on fresh random data before it is timed.  refcomp and its baseline are
+timed in alternating rounds in the same process and the best time of each is kept, so a busy
+machine slows both alike.  GFLOP/s counts 2*M*N*K (int8: integer operations).
+
+Cases:
+  fp32_512/1024/2048   fp32 matmul vs numpy's float32 matmul
+  bf16_2048            bf16 inputs, fp32 accumulation (AMX where the CPU has it) vs numpy fp32
+  int8_2048            int8 inputs, int32 accumulation (AMX / VNNI / AVX2) vs numpy fp32
+  fused_1024           gelu(A @ B + bias) in one kernel vs numpy's three steps
+  bf16_2048_torch      same kernel vs torch.matmul in bf16 (torch installed only)
+  int8_2048_torch      same kernel vs torch._int_mm (torch installed only)
+
+Results are recorded in benchmarks/README.md ("matmul" section) with the date and machine.
+"""
+from __future__ import annotations
+
+import os
+
+# numpy should run its best kernels: drop the user's OpenBLAS overrides in this process only.
+for _name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+    os.environ.pop(_name, None)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import refcomp  # noqa: E402
+from refcomp import te  # noqa: E402
+from refcomp.loops import intrin, recipes  # noqa: E402
+from refcomp.loops.primitives.tree import walk  # noqa: E402
+
+GELU_C = 0.7978845608028654
+
+
+# ----------------------------------------------------------------------------- programs
+
+def matmul_func(n: int, in_dtype: str, acc: str):
+    a = te.placeholder((n, n), in_dtype, "A")
+    b = te.placeholder((n, n), in_dtype, "B")
+    r = te.reduce_axis((0, n), "k")
+    if in_dtype == acc:
+        c = te.compute((n, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    else:
+        c = te.compute((n, n), lambda i, j: te.sum(a[i, r].astype(acc) * b[r, j].astype(acc), axis=r), name="C")
+    return te.create_prim_func([a, b, c], name=f"matmul_{in_dtype}_{n}")
+
+
+def fused_func(n: int):
+    a = te.placeholder((n, n), "float32", "A")
+    b = te.placeholder((n, n), "float32", "B")
+    bias = te.placeholder((n,), "float32", "bias")
+    r = te.reduce_axis((0, n), "k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+
+    def gelu(x):
+        return 0.5 * x * (1.0 + te.tanh(GELU_C * (x + 0.044715 * x * x * x)))
+
+    d = te.compute((n, n), lambda i, j: gelu(c[i, j] + bias[j]), name="D")
+    return te.create_prim_func([a, b, bias, d], name=f"matmul_bias_gelu_{n}")
+
+
+def numpy_gelu(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(GELU_C * (x + 0.044715 * x * x * x)))
+
+
+def to_bf16(x: np.ndarray) -> np.ndarray:
+    bits = x.astype(np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def from_bf16(x: np.ndarray) -> np.ndarray:
+    return (x.astype(np.uint32) << 16).view(np.float32)
+
+
+def tensorized_with(func) -> str:
+    names = sorted({s.annotations["tensorized"] for s in walk(func.body)
+                    if hasattr(s, "annotations") and "tensorized" in getattr(s, "annotations", {})})
+    return ",".join(names) or "none"
+
+
+# ----------------------------------------------------------------------------- timing
+
+def best_times(fns: list, repeat: int, rounds: int) -> list[float]:
+    """Best wall time of each function, timed in alternating rounds of `repeat` calls."""
+    for fn in fns:
+        fn()  # warm up: page in buffers, spin up thread pools
+    best = [float("inf")] * len(fns)
+    for _ in range(rounds):
+        for index, fn in enumerate(fns):
+            for _ in range(repeat):
+                start = time.perf_counter()
+                fn()
+                best[index] = min(best[index], time.perf_counter() - start)
+    return best
+
+
+class Case:
+    """One row of the table: a refcomp kernel and its baseline on the same inputs."""
+
+    def __init__(self, name, flops, refcomp_fn, baseline_fn, baseline_name, kernel, check):
+        self.name, self.flops = name, flops
+        self.refcomp_fn, self.baseline_fn = refcomp_fn, baseline_fn
+        self.baseline_name, self.kernel, self.check = baseline_name, kernel, check
+
+
+def fp32_case(n: int, rng) -> Case:
+    sch = recipes.matmul_fp32(matmul_func(n, "float32", "float32"))
+    lib = refcomp.build(sch.func)
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    b = rng.standard_normal((n, n)).astype(np.float32)
+    c, ref = np.empty((n, n), np.float32), np.empty((n, n), np.float32)
+
+    def check():
+        lib(a, b, c)
+        np.matmul(a, b, out=ref)
+        np.testing.assert_allclose(c, ref, rtol=1e-3, atol=1e-3 * np.sqrt(n))
+
+    return Case(f"fp32_{n}", 2.0 * n ** 3, lambda: lib(a, b, c), lambda: np.matmul(a, b, out=ref),
+                "numpy fp32", tensorized_with(sch.func), check)
+
+
+def bf16_case(n: int, rng, peer: str) -> Case:
+    sch = recipes.matmul_bf16(matmul_func(n, "bfloat16", "float32"))
+    lib = refcomp.build(sch.func)
+    a, b = to_bf16(rng.standard_normal((n, n))), to_bf16(rng.standard_normal((n, n)))
+    c = np.empty((n, n), np.float32)
+    af, bf = from_bf16(a), from_bf16(b)
+    ref = np.empty((n, n), np.float32)
+    baseline, label = (lambda: np.matmul(af, bf, out=ref)), "numpy fp32"
+    if peer == "torch":
+        import torch
+
+        ta = torch.from_numpy(af).to(torch.bfloat16)
+        tb = torch.from_numpy(bf).to(torch.bfloat16)
+        baseline, label = (lambda: torch.matmul(ta, tb)), "torch bf16"
+
+    def check():
+        lib(a, b, c)
+        np.testing.assert_allclose(c, af @ bf, rtol=1e-2, atol=1e-2 * np.sqrt(n))
+
+    name = f"bf16_{n}" + ("_torch" if peer == "torch" else "")
+    return Case(name, 2.0 * n ** 3, lambda: lib(a, b, c), baseline, label, tensorized_with(sch.func), check)
+
+
+def int8_case(n: int, rng, peer: str) -> Case:
+    sch = recipes.matmul_int8(matmul_func(n, "int8", "int32"))
+    lib = refcomp.build(sch.func)
+    a = rng.integers(-128, 128, (n, n), dtype=np.int8)
+    b = rng.integers(-128, 128, (n, n), dtype=np.int8)
+    c = np.empty((n, n), np.int32)
+    af, bf = a.astype(np.float32), b.astype(np.float32)
+    ref = np.empty((n, n), np.float32)
+    baseline, label = (lambda: np.matmul(af, bf, out=ref)), "numpy fp32"
+    if peer == "torch":
+        import torch
+
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+        baseline, label = (lambda: torch._int_mm(ta, tb)), "torch._int_mm"
+
+    def check():
+        lib(a, b, c)
+        np.testing.assert_array_equal(c, a.astype(np.int32) @ b.astype(np.int32))  # exact
+
+    name = f"int8_{n}" + ("_torch" if peer == "torch" else "")
+    return Case(name, 2.0 * n ** 3, lambda: lib(a, b, c), baseline, label, tensorized_with(sch.func), check)
+
+
+def fused_case(n: int, rng) -> Case:
+    sch = recipes.matmul_bias_gelu(fused_func(n))
+    lib = refcomp.build(sch.func)
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    b = rng.standard_normal((n, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    d = np.empty((n, n), np.float32)
+
+    def numpy_steps():
+        return numpy_gelu(a @ b + bias)
+
+    def check():
+        lib(a, b, bias, d)
+        np.testing.assert_allclose(d, numpy_steps(), rtol=1e-3, atol=1e-3 * np.sqrt(n))
+
+    return Case(f"fused_{n}", 2.0 * n ** 3, lambda: lib(a, b, bias, d), numpy_steps, "numpy 3 calls",
+                tensorized_with(sch.func), check)
+
+
+def make_cases(only: set[str] | None, rng) -> list[Case]:
+    try:
+        import torch  # noqa: F401
+
+        have_torch = True
+        torch.set_num_threads(os.cpu_count() or 1)
+    except Exception:  # not installed, or an install that does not load: the peer rows are optional
+        have_torch = False
+    factories = {
+        "fp32_512": lambda: fp32_case(512, rng),
+        "fp32_1024": lambda: fp32_case(1024, rng),
+        "fp32_2048": lambda: fp32_case(2048, rng),
+        "bf16_2048": lambda: bf16_case(2048, rng, "numpy"),
+        "int8_2048": lambda: int8_case(2048, rng, "numpy"),
+        "fused_1024": lambda: fused_case(1024, rng),
+    }
+    if have_torch:
+        factories["bf16_2048_torch"] = lambda: bf16_case(2048, rng, "torch")
+        factories["int8_2048_torch"] = lambda: int8_case(2048, rng, "torch")
+    return [make() for name, make in factories.items() if only is None or name in only]
+
+
+# ----------------------------------------------------------------------------- report
+
+def blas_description() -> str:
+    try:
+        from threadpoolctl import threadpool_info
+
+        parts = [f"{i.get('internal_api')} {i.get('version')} kernel {i.get('architecture')} "
+                 f"{i.get('num_threads')} threads" for i in threadpool_info() if i.get("user_api") == "blas"]
+        return "; ".join(parts) or "no BLAS pool found"
+    except ImportError:
+        return "threadpoolctl not installed"
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
+    parser.add_argument("--repeat", type=int, default=5, help="calls per round")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds")
+    parser.add_argument("--only", default=None, help="comma-separated case names")
+    args = parser.parse_args()
+    rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
+    only = set(args.only.split(",")) if args.only else None
+
+    print(f"refcomp {refcomp.__version__} matmul benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(f"machine: {cpu_name()}, {os.cpu_count()} CPUs; intrinsics this CPU runs: "
+          f"{', '.join(intrin.names(available_only=True))}")
+    print(f"numpy {np.__version__}: {blas_description()}")
+    cases = make_cases(only, rng)
+    results = {}
+    header = f"{'case':<17} {'refcomp GFLOP/s':>15} {'baseline':>14} {'GFLOP/s':>9} {'ratio':>7}  refcomp kernel"
+    print(header)
+    print("-" * len(header))
+    for case in cases:
+        case.check()
+        ours, theirs = best_times([case.refcomp_fn, case.baseline_fn], args.repeat, args.rounds)
+        mine, base = case.flops / ours / 1e9, case.flops / theirs / 1e9
+        results[case.name] = {"refcomp": round(mine, 2), "baseline": round(base, 2), "unit": "GFLOP/s",
+                              "ratio": round(mine / base, 3), "baseline_name": case.baseline_name,
+                              "kernel": case.kernel}
+        print(f"{case.name:<17} {mine:>15.1f} {case.baseline_name:>14} {base:>9.1f} {mine / base:>7.2f}  {case.kernel}",
+              flush=True)
+    if args.json:
+        print(json.dumps({"cases": results}))
+
+
+if __name__ == "__main__":
+    main()
