@@ -271,3 +271,59 @@ def test_lowered_vector_code_compiles_and_matches_numpy(rng):
         b = np.full_like(a, np.nan)
         lib(a, b)
         np.testing.assert_allclose(b, 2.0 / (1.0 + np.exp(-a)), rtol=1e-5, atol=1e-6)
+
+
+def _rfactor():
+    A = te.placeholder((4, 32), "float32", "A")
+    k = te.reduce_axis(32, "k")
+    B = te.compute((4,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    sch = refcomp.Schedule(te.create_prim_func([A, B]))
+    _, kk = sch.get_loops(sch.get_block("B"))
+    _, ki = sch.split(kk, [None, 8])
+    sch.rfactor(ki, 0)
+    return sch.func
+
+
+def _two_stages():
+    A = te.placeholder((6, 10), "float32", "A")
+    T = te.compute((6, 10), lambda i, j: A[i, j] * 2.0, name="T")
+    B = te.compute((6, 10), lambda i, j: T[i, j] + 1.0, name="B")
+    return refcomp.Schedule(te.create_prim_func([A, B]))
+
+
+def _compute_at():
+    sch = _two_stages()
+    i, j = sch.get_loops(sch.get_block("B"))
+    sch.compute_at(sch.get_block("T"), i)
+    _, inner = sch.split(j, [None, 4])
+    sch.vectorize(inner)
+    return sch.func
+
+
+def _compute_inline():
+    sch = _two_stages()
+    sch.compute_inline(sch.get_block("T"))
+    return sch.func
+
+
+def _packed_layout():
+    sch = refcomp.Schedule(matmul(8, 16, 4))
+    sch.transform_layout(sch.get_block("C"), ("read", 1), lambda k, j: (j // 8, k, j % 8))
+    return sch.func
+
+
+def _gpu_bound():
+    A = te.placeholder((64,), "float32", "A")
+    B = te.compute((64,), lambda i: A[i] * 2.0, name="B")
+    sch = refcomp.Schedule(te.create_prim_func([A, B]))
+    (i,) = sch.get_loops(sch.get_block("B"))
+    outer, inner = sch.split(i, [None, 32])
+    sch.bind(outer, "blockIdx.x")
+    sch.bind(inner, "threadIdx.x")
+    return sch.func
+
+
+@pytest.mark.parametrize("make", [_rfactor, _compute_at, _compute_inline, _packed_layout, _gpu_bound],
+                         ids=["rfactor", "compute_at", "compute_inline", "transform_layout", "bind"])
+def test_schedules_of_every_family_lower_to_the_same_results(make, rng):
+    assert_contract(assert_lowering_preserves_results(make(), rng))
