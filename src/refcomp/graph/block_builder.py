@@ -354,7 +354,9 @@ def call_te(bb: BlockBuilder, compute, *args: Expr, primfunc_name_hint: str = "t
     func = te.create_prim_func(tensors + list(extra), name=primfunc_name_hint)
     gvar = bb.add_func(func, primfunc_name_hint)
     out_sinfo = [TensorStructInfo(tuple(t.shape), t.dtype) for t in outs]
-    return call_tir(gvar, list(args), out_sinfo if len(out_sinfo) > 1 else out_sinfo[0], tuple(extra) or None)
+    call = call_tir(gvar, list(args), out_sinfo if len(out_sinfo) > 1 else out_sinfo[0], tuple(extra) or None)
+    info = out_sinfo[0] if len(out_sinfo) == 1 else TupleStructInfo(tuple(out_sinfo))
+    return call.with_(struct_info=info)
 
 
 def _c_name(name: str) -> str:

