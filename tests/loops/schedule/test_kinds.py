@@ -159,3 +159,28 @@ def test_parallel_rejects_loop_the_block_ignores():
     err = assert_rejected(sch, lambda: sch.parallel(x), "parallel: block B does not depend on loop x: every "
                                                         "iteration would write the same elements")
     assert err.ir is sch.func and err.spot is sch.get(x)
+
+
+def test_parallel_refuses_recomputed_halo():
+    sch = Schedule(P.conv1d(20, 3))
+    i, _ = sch.get_loops(sch.get_block("C"))
+    outer, _ = sch.split(i, [None, 8])
+    sch.compute_at(sch.get_block("P"), outer)
+    assert_rejected(sch, lambda: sch.parallel(outer),
+                    "parallel: block P writes overlapping parts of P in different iterations of loop i_0")
+
+
+def test_compute_at_into_a_parallel_loop_keeps_iterations_independent(rng):
+    sch = Schedule(P.conv1d(20, 3))
+    i, _ = sch.get_loops(sch.get_block("C"))
+    outer, _ = sch.split(i, [None, 8])
+    sch.parallel(outer)
+    p = sch.get_block("P")
+    assert_rejected(sch, lambda: sch.compute_at(p, outer), "compute_at: block P writes overlapping parts of P")
+    before = P.two_elementwise(16, 8)
+    sch = Schedule(before)
+    i, _ = sch.get_loops(sch.get_block("C"))
+    outer, _ = sch.split(i, [None, 4])
+    sch.parallel(outer)
+    sch.compute_at(sch.get_block("B"), outer)  # disjoint tiles: fine
+    check_numbers(before, sch.func, rng)

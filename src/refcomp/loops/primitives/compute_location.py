@@ -12,6 +12,7 @@ from ...errors import ScheduleError
 from .affine import Linear, constant_difference, int_bounds
 from .legality import (
     access_region, check_complete_or_reduction, check_not_output_block, const_int, loop_ranges, prove_over_loops,
+    recheck_concurrent_loops,
 )
 from .lookup import BlockLocation, get_consumers, get_producers, locate_block, locate_loop, scope_siblings
 from .tree import block_realizes, replace, replace_in_func, walk
@@ -213,7 +214,9 @@ def compute_at(func: PrimFunc, block: Block, loop: For, preserve_unit_loops: boo
     outer_loops = [s for s in loop_path if isinstance(s, For)]
     nest = _regenerate(func, location, ranges, outer_loops, preserve_unit_loops)
     new_loop = loop.with_(body=seq(nest, loop.body))
-    return replace_in_func(func, {id(realize): None, id(loop): new_loop}), None
+    new_func = replace_in_func(func, {id(realize): None, id(loop): new_loop})
+    recheck_concurrent_loops(new_func, "compute_at")
+    return new_func, None
 
 
 def reverse_compute_at(func: PrimFunc, block: Block, loop: For,
@@ -267,7 +270,9 @@ def reverse_compute_at(func: PrimFunc, block: Block, loop: For,
     outer_loops = [s for s in loop_path if isinstance(s, For)]
     nest = _regenerate(func, location, ranges, outer_loops, preserve_unit_loops)
     new_loop = loop.with_(body=seq(loop.body, nest))
-    return replace_in_func(func, {id(realize): None, id(loop): new_loop}), None
+    new_func = replace_in_func(func, {id(realize): None, id(loop): new_loop})
+    recheck_concurrent_loops(new_func, "reverse_compute_at")
+    return new_func, None
 
 
 # ----------------------------------------------------------------------------- inlining

@@ -263,6 +263,9 @@ def check_no_loop_carried_dependence(func: PrimFunc, loop: For, primitive: str) 
             raise ScheduleError(f"{primitive}: block {realize.block.name} does not depend on loop "
                                 f"{loop.loop_var.name}: every iteration would write the same elements",
                                 ir=func, spot=loop)
+    for realize in top:
+        for region in realize.block.writes:
+            check_disjoint_iterations(func, loop, realize, region, primitive)
     for consumer in top:
         for producer in top:
             if producer is consumer:
@@ -271,6 +274,40 @@ def check_no_loop_carried_dependence(func: PrimFunc, loop: For, primitive: str) 
             for buffer in shared:
                 check_same_iteration_cover(func, loop, producer, consumer, buffer, primitive)
     del realizes
+
+
+def check_disjoint_iterations(func: PrimFunc, loop: For, realize: BlockRealize, region, primitive: str) -> None:
+    """Different iterations of loop write disjoint parts of region (no recomputed halo).
+
+    One point per iteration is disjoint by the affine binding; a box per iteration needs a dim
+    whose start moves with the loop var by at least the box's size."""
+    from .affine import constant_difference
+
+    box = access_region(loop, realize, region)
+    if box is None:
+        raise ScheduleError(f"{primitive}: cannot bound what block {realize.block.name} writes in one iteration "
+                            f"of loop {loop.loop_var.name}", ir=func, spot=loop)
+    sizes = [constant_difference(hi, lo) for lo, hi in box]
+    if all(size == 0 for size in sizes):
+        return
+    for (lo, _), size in zip(box, sizes):
+        step = lo.terms.get(("var", id(loop.loop_var)))
+        if size is not None and step is not None and abs(step[1]) > size:
+            return
+    raise ScheduleError(f"{primitive}: block {realize.block.name} writes overlapping parts of "
+                        f"{region.buffer.name} in different iterations of loop {loop.loop_var.name} (a recomputed "
+                        "halo); those iterations cannot run at the same time", ir=func, spot=loop)
+
+
+CONCURRENT_KINDS = ("parallel", "vectorized", "thread_binding")
+
+
+def recheck_concurrent_loops(func: PrimFunc, primitive: str) -> None:
+    """Every parallel, vectorized or thread-bound loop of func still has independent iterations
+    (for primitives that move blocks under existing loops)."""
+    for stmt in walk(func.body):
+        if isinstance(stmt, For) and stmt.kind in CONCURRENT_KINDS:
+            check_no_loop_carried_dependence(func, stmt, primitive)
 
 
 def access_region(loop: For, realize: BlockRealize, region, inner_only: bool = True):

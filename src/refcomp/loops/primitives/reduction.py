@@ -7,7 +7,9 @@ from ...ast import (
 )
 from ...ast.structural import structural_equal
 from ...errors import ScheduleError
-from .legality import check_complete_or_reduction, const_int, is_reduction_block, loop_var_uses
+from .legality import (
+    check_complete_or_reduction, const_int, is_reduction_block, loop_var_uses, recheck_concurrent_loops,
+)
 from .lookup import locate_block, locate_loop
 from .tree import block_realizes, fresh_block_name, replace_in_func, walk
 
@@ -70,6 +72,7 @@ def decompose_reduction(func: PrimFunc, block: Block, loop: For) -> tuple[PrimFu
     from .tree import replace
 
     new_func = replace_in_func(func, {id(loop): seq(init_stmt, new_loop)})
+    recheck_concurrent_loops(new_func, "decompose_reduction")
     return new_func, init_block
 
 
