@@ -306,3 +306,22 @@ def test_older_tvmscript_spellings():
     assert block.annotations["meta_schedule.tiling_structure"] == "SSRSRS"
     assert f.attrs["tir.noalias"].dtype.name == "bool"
     roundtrip(mod)
+
+
+def test_decl_buffer_allocates_and_likely_is_a_hint():
+    from refcomp.ast import Allocate, IfThenElse
+
+    f = from_source('''
+    @T.prim_func
+    def k(A: T.Buffer((8,), "float32")):
+        tmp = T.decl_buffer((8,), "float32", scope="local")
+        for i in range(8):
+            if T.likely(i < 7):
+                tmp[i] = A[i + 1]
+        for i in range(8):
+            A[i] = tmp[i]
+    ''')
+    assert isinstance(f.body, Allocate) and f.body.buffer.scope == "local"
+    branch = collect(f.body, IfThenElse)[0]
+    assert type(branch.condition).__name__ == "LT"
+    roundtrip(f)

@@ -358,6 +358,11 @@ class ExprReader:
         dtype, value = self.positional(node, 2, "T.reinterpret")
         return E.Call("reinterpret", (self.expr(value),), self.dtype_arg(dtype))
 
+    def call_likely(self, node: ast.Call) -> E.PrimExpr:
+        """TVM's branch-probability hint; it does not change the value, so it is dropped."""
+        (arg,) = self.positional(node, 1, "T.likely")
+        return self.expr(arg)
+
     def call_ceildiv(self, node: ast.Call) -> E.PrimExpr:
         a, b = self.positional(node, 2, "T.ceildiv")
         a_value, b_value = promote_pair(self.value(a), self.value(b))

@@ -72,7 +72,7 @@ class FunctionReader(BlockReader):
                 attrs.update(value)
             elif name == "T.match_buffer" and isinstance(stmt, ast.Assign):
                 self.match_param(stmt, call, params)
-            elif name in ("T.Buffer", "T.decl_buffer") and isinstance(stmt, ast.Assign):
+            elif name == "T.Buffer" and isinstance(stmt, ast.Assign):
                 target = _single_name(self, stmt)
                 self.scope.define(target, self.buffer(call, target, name))
             elif name == "T.alloc_buffer" and isinstance(stmt, ast.Assign):
@@ -220,7 +220,7 @@ class FunctionReader(BlockReader):
             return self.store(target, self.value(stmt.value))
         call = _call_of(stmt)
         name = self.dotted(call.func) if call is not None else None
-        if name in ("T.Buffer", "T.decl_buffer"):
+        if name == "T.Buffer":
             buffer_name = _single_name(self, stmt)
             self.scope.define(buffer_name, self.buffer(call, buffer_name, name))
             return None
@@ -402,10 +402,10 @@ class FunctionReader(BlockReader):
         call = _call_of(stmt)
         name = self.dotted(call.func) if call is not None else None
         target = stmt.targets[0].id
-        if name == "T.allocate":
+        if name in ("T.allocate", "T.decl_buffer"):  # TVM's decl_buffer allocates too
             buffer = self.buffer(call, target, name)
             return lambda rest: self.scoped(target, buffer, lambda buf: Allocate(buf, self.body(rest, stmt)))
-        if name is not None and (name in ("T.Buffer", "T.decl_buffer", "T.alloc_buffer", "T.match_buffer", "T.var")
+        if name is not None and (name in ("T.Buffer", "T.alloc_buffer", "T.match_buffer", "T.var")
                                  or name.startswith("T.axis.") or self.declaration(stmt) is not None):
             return None
         return self.let_binder(stmt, target, self.expr(stmt.value))
