@@ -171,3 +171,28 @@ def test_library_exposes_source_func_and_time(rng):
     a = rng.standard_normal((4, 3)).astype(np.float32)
     b = rng.standard_normal((3, 5)).astype(np.float32)
     assert lib.time(a, b, np.zeros((4, 5), np.float32), number=2, repeat=1) > 0
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32", "uint64", "int16", "int64", "bool"])
+@pytest.mark.parametrize("target", ["c -std=c99", "c -Werror"])
+def test_integer_and_bool_dtypes_match_interpreter(dtype, target, rng):
+    n = te.var("n")
+    A, B = te.placeholder((n,), dtype, "A"), te.placeholder((n,), dtype, "B")
+    if dtype == "bool":
+        C = te.compute((n,), lambda i: te.if_then_else(A[i] == B[i], A[i], B[i]), name="C")
+    else:
+        C = te.compute((n,), lambda i: te.if_then_else(
+            A[i] >= B[i], A[i] * B[i] - B[i], te.max(A[i], B[i]) // (B[i] + 1) + A[i] % (B[i] + 1)), name="C")
+    func = te.create_prim_func([A, B, C])
+    lib = refcomp.build(func, target=target)
+    if dtype == "bool":
+        a, b = rng.integers(0, 2, 64).astype(bool), rng.integers(0, 2, 64).astype(bool)
+    else:
+        info = np.iinfo(dtype)
+        a = rng.integers(info.min, info.max, 64, endpoint=True, dtype=dtype)
+        b = rng.integers(info.min, info.max, 64, endpoint=True, dtype=dtype)
+        b[b == info.max] = 0  # b + 1 must not wrap to a zero divisor
+    out, want = np.zeros(64, dtype), np.zeros(64, dtype)
+    lib(a, b, out)
+    refcomp.interpret(func, a, b, want)
+    np.testing.assert_array_equal(out, want)
