@@ -255,3 +255,37 @@ def test_add_unit_loop(rng):
     assert sch.get_loops(sch.get_block("B"))[0].var is outer.var
     check_numbers(before, sch.func, rng, _ref_elementwise)
     check_replay(sch, before)
+
+
+def test_reorder_over_two_blocks(rng):
+    before = P.two_elementwise(8, 4)
+    sch = Schedule(before)
+    i, j = sch.get_loops(sch.get_block("C"))
+    sch.compute_at(sch.get_block("B"), j, preserve_unit_loops=True)
+    _, _, unit_i, unit_j = sch.get_loops(sch.get_block("B"))
+    sch.reorder(j, i)
+    check_numbers(before, sch.func, rng, lambda a, c: {1: a * 2 + 1})
+    check_replay(sch, before)
+
+
+def test_reorder_refuses_when_blocks_feed_each_other_across_iterations():
+    from refcomp.ast import Block, BlockRealize, BufferRegion, BufferStore, For, IterVar, Range, Var, seq
+    from refcomp.ast.stmt import true
+
+    A, B, C = Buffer("A", (4, 4)), Buffer("B", (4, 4)), Buffer("C", (4, 4))
+    i, j = Var("i"), Var("j")
+    b0, b1, c0, c1 = Var("b0"), Var("b1"), Var("c0"), Var("c1")
+    prev = (c0 + 3) % 4  # C reads the B row of another i
+    write_b = BlockRealize((i, j), true(), Block("B", (IterVar(b0, Range(0, 4)), IterVar(b1, Range(0, 4))),
+                                                 (BufferRegion(A, (Range(b0, 1), Range(b1, 1))),),
+                                                 (BufferRegion(B, (Range(b0, 1), Range(b1, 1))),),
+                                                 BufferStore(B, A[b0, b1], (b0, b1))))
+    write_c = BlockRealize((i, j), true(), Block("C", (IterVar(c0, Range(0, 4)), IterVar(c1, Range(0, 4))),
+                                                 (BufferRegion(B, (Range(prev, 1), Range(c1, 1))),),
+                                                 (BufferRegion(C, (Range(c0, 1), Range(c1, 1))),),
+                                                 BufferStore(C, B[prev, c1], (c0, c1))))
+    func = P.func([A, C], [For(i, 0, 4, "serial", For(j, 0, 4, "serial", seq(write_b, write_c)))], allocs=[B])
+    sch = Schedule(func)
+    li, lj = sch.get_loops(sch.get_block("B"))
+    assert_rejected(sch, lambda: sch.reorder(lj, li),
+                    "reorder: block C reads B written by block B in other iterations of loop j")

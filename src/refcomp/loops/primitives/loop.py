@@ -12,7 +12,8 @@ from ...ast import (
 from ...ast.stmt import true
 from ...errors import ScheduleError
 from .legality import (
-    blocks_under, check_affine_binding, check_iter_kinds, check_loop_is_plain, const_int, product,
+    blocks_under, check_affine_binding, check_iter_kinds, check_loop_is_plain, check_same_iteration_cover,
+    const_int, product,
 )
 from .lookup import locate_block, locate_loop
 from .tree import replace_in_func, walk
@@ -201,6 +202,15 @@ def reorder(func: PrimFunc, loops: Sequence[For]) -> tuple[PrimFunc, None]:
     for realize in [s for s in walk(chain[-1]) if isinstance(s, BlockRealize)]:
         check_iter_kinds(func, realize, "reorder")
         check_affine_binding(func, realize, "reorder")
+    # Blocks below the chain that feed each other must do so within one iteration of every
+    # chain loop, or a new order would change which values they see.
+    top = blocks_under(chain[-1].body)
+    for consumer in top:
+        for producer in top:
+            shared = {r.buffer for r in producer.block.writes} & {r.buffer for r in consumer.block.reads}
+            if producer is not consumer:
+                for buffer in shared:
+                    check_same_iteration_cover(func, chain[-1], producer, consumer, buffer, "reorder")
     by_depth = {len(p) - 1: l for l, p in zip(loops, paths)}
     order = iter(loops)
     new_chain = [next(order) if depth in by_depth else chain[depth - positions[0]]
