@@ -282,3 +282,49 @@ def test_available_follows_cpu_flags(monkeypatch):
     finally:
         monkeypatch.delenv("REFCOMP_CPU_FEATURES")
         cpu.cpu_features.cache_clear()
+
+
+# ----------------------------------------------------------------------------- script before/after
+
+BEFORE = '''
+@T.prim_func
+def matmul(A: T.Buffer((12, 8), "float32"), B: T.Buffer((8, 32), "float32"), C: T.Buffer((12, 32), "float32")):
+    with T.block("root"):
+        T.reads()
+        T.writes()
+        for io, jo, ii, jj, ki in T.grid(2, 2, 6, 16, 8):
+            with T.block("C"):
+                vi = T.axis.spatial(12, io * 6 + ii)
+                vj = T.axis.spatial(32, jo * 16 + jj)
+                vk = T.axis.reduce(8, ki)
+                T.reads(C[vi, vj], A[vi, vk], B[vk, vj])
+                T.writes(C[vi, vj])
+                C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
+'''
+
+AFTER = '''
+@T.prim_func
+def matmul(A: T.Buffer((12, 8), "float32"), B: T.Buffer((8, 32), "float32"), C: T.Buffer((12, 32), "float32")):
+    with T.block("root"):
+        T.reads()
+        T.writes()
+        for io, jo in T.grid(2, 2):
+            with T.block("C_o"):
+                vi_o, vj_o = T.axis.remap("SS", [io, jo])
+                T.reads(C[vi_o * 6:vi_o * 6 + 6, vj_o * 16:vj_o * 16 + 16], A[vi_o * 6:vi_o * 6 + 6, 0:8], B[0:8, vj_o * 16:vj_o * 16 + 16])
+                T.writes(C[vi_o * 6:vi_o * 6 + 6, vj_o * 16:vj_o * 16 + 16])
+                T.block_attr({"tensorized": "x86.avx2.sgemm_6x16"})
+                T.evaluate(T.call_extern("int32", "refcomp_sgemm_avx2_6x16", T.address_of(A[vi_o * 6, 0]), 8, 1, T.address_of(B[0, vj_o * 16]), 32, T.address_of(C[vi_o * 6, vj_o * 16]), 32, 8, 6))
+'''
+
+
+def test_tensorize_script_before_after():
+    import refcomp
+    from refcomp.ast import assert_structural_equal
+
+    before = refcomp.from_source(BEFORE)
+    sch = Schedule(before)
+    ii = sch.get_loops(sch.get_block("C"))[2]
+    sch.tensorize(ii, "x86.avx2.sgemm_6x16")
+    # the function attributes carry the C helper text; the IR itself is compared with the script
+    assert_structural_equal(sch.func.with_(attrs={}), refcomp.from_source(AFTER))
