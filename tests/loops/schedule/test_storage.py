@@ -243,3 +243,96 @@ def test_pad_einsum_rejections():
     i, _, _ = sch.get_loops(c)
     sch.split(i, [None, 4])
     assert_rejected(sch, lambda: sch.pad_einsum(c, [4, 4, 4]), "pad_einsum: block C needs trivial bindings")
+
+
+def test_set_scope_and_storage_align_golden(rng):
+    before = P.two_elementwise(8, 4)
+    sch = Schedule(before)
+    b = sch.get_block("B")
+    sch.set_scope(b, 0, "shared")
+    sch.storage_align(b, 0, 0, 8, 3)
+    assert_script(sch.func, '''
+        @T.prim_func
+        def main(A: T.Buffer((8, 4), "float32"), C: T.Buffer((8, 4), "float32")):
+            with T.block("root"):
+                T.reads()
+                T.writes()
+                B = T.alloc_buffer((8, 4), "float32", scope="shared", strides=(11, 1))
+                for i, j in T.grid(8, 4):
+                    with T.block("B"):
+                        vi, vj = T.axis.remap("SS", [i, j])
+                        T.reads(A[vi, vj])
+                        T.writes(B[vi, vj])
+                        B[vi, vj] = A[vi, vj] * T.float32(2.0)
+                for i_1, j_1 in T.grid(8, 4):
+                    with T.block("C"):
+                        vi_1, vj_1 = T.axis.remap("SS", [i_1, j_1])
+                        T.reads(B[vi_1, vj_1])
+                        T.writes(C[vi_1, vj_1])
+                        C[vi_1, vj_1] = B[vi_1, vj_1] + T.float32(1.0)
+    ''')
+    check_numbers(before, sch.func, rng)
+    check_replay(sch, before)
+
+
+def test_transform_layout_golden(rng):
+    before = P.two_elementwise(4, 8)
+    sch = Schedule(before)
+    sch.transform_layout(sch.get_block("B"), ("write", 0), lambda i, j: (j // 4, i, j % 4))
+    assert_script(sch.func, '''
+        @T.prim_func
+        def main(A: T.Buffer((4, 8), "float32"), C: T.Buffer((4, 8), "float32")):
+            with T.block("root"):
+                T.reads()
+                T.writes()
+                B = T.alloc_buffer((2, 4, 4), "float32")
+                for i, j in T.grid(4, 8):
+                    with T.block("B"):
+                        vi, vj = T.axis.remap("SS", [i, j])
+                        T.reads(A[vi, vj])
+                        T.writes(B[vj // 4, vi, vj % 4])
+                        B[vj // 4, vi, vj % 4] = A[vi, vj] * T.float32(2.0)
+                for i_1, j_1 in T.grid(4, 8):
+                    with T.block("C"):
+                        vi_1, vj_1 = T.axis.remap("SS", [i_1, j_1])
+                        T.reads(B[vj_1 // 4, vi_1, vj_1 % 4])
+                        T.writes(C[vi_1, vj_1])
+                        C[vi_1, vj_1] = B[vj_1 // 4, vi_1, vj_1 % 4] + T.float32(1.0)
+    ''')
+    check_numbers(before, sch.func, rng, lambda a, c: {1: a * 2 + 1})
+    check_replay(sch, before)
+
+
+def test_pad_einsum_golden(rng):
+    before = P.elementwise(6, 3)
+    sch = Schedule(before)
+    sch.pad_einsum(sch.get_block("B"), [4, 1])
+    assert_script(sch.func, '''
+        @T.prim_func
+        def main(A: T.Buffer((6, 3), "float32"), B: T.Buffer((6, 3), "float32")):
+            with T.block("root"):
+                T.reads()
+                T.writes()
+                A_pad = T.alloc_buffer((8, 3), "float32")
+                B_pad = T.alloc_buffer((8, 3), "float32")
+                for ax0, ax1 in T.grid(8, 3):
+                    with T.block("A_pad"):
+                        v0, v1 = T.axis.remap("SS", [ax0, ax1])
+                        T.reads(A[v0, v1])
+                        T.writes(A_pad[v0, v1])
+                        A_pad[v0, v1] = T.if_then_else(v0 < 6, A[v0, v1], T.float32(0.0))
+                for i, j in T.grid(8, 3):
+                    with T.block("B"):
+                        vi, vj = T.axis.remap("SS", [i, j])
+                        T.reads(A_pad[vi, vj])
+                        T.writes(B_pad[vi, vj])
+                        B_pad[vi, vj] = A_pad[vi, vj] * T.float32(2.0)
+                for ax0_1, ax1_1 in T.grid(6, 3):
+                    with T.block("B_pad_back"):
+                        v0_1, v1_1 = T.axis.remap("SS", [ax0_1, ax1_1])
+                        T.reads(B_pad[v0_1, v1_1])
+                        T.writes(B[v0_1, v1_1])
+                        B[v0_1, v1_1] = B_pad[v0_1, v1_1]
+    ''')
+    check_numbers(before, sch.func, rng, lambda a, b: {1: a * 2})
+    check_replay(sch, before)

@@ -456,7 +456,8 @@ def _pad_nest(name: str, source: Buffer, target: Buffer) -> Stmt:
     loop_vars = [Var(f"ax{d}") for d in range(target.ndim)]
     iter_vars = [IterVar(Var(f"v{d}"), Range(const(0, dim.dtype), dim), "spatial") for d, dim in enumerate(target.shape)]
     index = tuple(iv.var for iv in iter_vars)
-    inside = all_(*(i < dim for i, dim in zip(index, source.shape)))
+    inside = all_(*(i < dim for i, dim, padded in zip(index, source.shape, target.shape)
+                    if const_int(dim) != const_int(padded)))
     zero = const(0, source.dtype)
     value = Call("if_then_else", (inside, source.vload(index), zero), source.dtype)
     block = Block(name, tuple(iter_vars), (BufferRegion(source, tuple(Range(i, 1) for i in index)),),
