@@ -80,3 +80,16 @@ def test_empty_body_loops_collapse_to_a_noop():
     i = Var("i")
     body = For(i, 0, 4, "serial", IfThenElse(i > 10, BufferStore(A, const(1.0), (i,))))
     assert is_noop(simplify(PrimFunc((A,), body)).body)
+
+
+def test_guard_repeated_inside_the_same_guard_is_removed():
+    n = SizeVar("n")
+    A = Buffer("A", (n,))
+    i = Var("i")
+    inner = IfThenElse(i < n, BufferStore(A, const(1.0), (i,)))
+    outer = IfThenElse(i < n, inner, IfThenElse(i < n, BufferStore(A, const(2.0), (i,))))
+    func = PrimFunc((A,), For(i, 0, n + 4, "serial", outer))
+    result = simplify(func)
+    (guard,) = collect(result, IfThenElse)  # the inner repeats are decided by the outer test
+    assert isinstance(guard.then_case, BufferStore) and guard.else_case is None
+    check_same_results(func, result, sizes={"n": 5})

@@ -215,3 +215,13 @@ def test_every_copy_of_the_body_has_its_own_loop_vars():
     result = vectorized(func)
     bound = [loop.loop_var for loop in collect(result, For)]
     assert len(bound) == len(set(bound))
+
+
+def test_loop_with_nonzero_start_vectorises_from_its_start():
+    A, B = Buffer("A", (40,)), Buffer("B", (40,))
+    i = Var("i")
+    func = PrimFunc((A, B), For(i, 3, 21, "vectorized", BufferStore(B, A[i] * 3.0, (i,))))
+    result = vectorized(func)
+    ramps = [s.indices[0] for s in collect(result, BufferStore) if isinstance(s.indices[0], Ramp)]
+    assert sorted((r.base.value, r.lanes) for r in ramps) == [(3, 16), (19, 2)]
+    check_same_results(func, result)

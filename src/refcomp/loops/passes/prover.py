@@ -42,6 +42,24 @@ class ConditionProver:
         with self.analyzer.bound_scope(var, Range(minimum, extent)):
             yield
 
+    @contextlib.contextmanager
+    def assume(self, condition: PrimExpr) -> Iterator[None]:
+        """Within the block, condition is known to hold (the branch of an if that it guards)."""
+        if self.analyzer is None or condition.dtype.lanes != 1:
+            yield
+            return
+        try:
+            scope = self.analyzer.constraint(condition)
+            scope.__enter__()
+        except Exception as exc:  # a fact the Analyzer cannot take is simply not used
+            logger.warning("lowering: Analyzer could not assume a condition (%s: %s)", type(exc).__name__, exc)
+            yield
+            return
+        try:
+            yield
+        finally:
+            scope.__exit__(None, None, None)
+
     def decide(self, condition: PrimExpr) -> bool | None:
         """True/False when the Analyzer proves condition or its negation, else None."""
         if self.analyzer is None or condition.dtype.lanes != 1 or isinstance(condition, IntImm):

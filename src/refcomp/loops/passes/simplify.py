@@ -4,8 +4,9 @@ Requires: any PrimFunc (blocks allowed: their iter vars are bound to their domai
 Guarantees: the same behaviour, and
   - expressions simplified by `fold.ExprSimplifier` (exact under wrap-around integer semantics);
     where `refcomp.shape.Analyzer` is importable it also rewrites conditions it can prove;
-  - an IfThenElse whose condition is provably true or false under the enclosing loop ranges is
-    replaced by the branch taken (e.g. the predicate of a perfect split);
+  - an IfThenElse whose condition is provably true or false under the enclosing loop ranges (and,
+    with the Analyzer, the conditions of enclosing ifs and assertions) is replaced by the branch
+    taken (e.g. the predicate of a perfect split, or a guard repeated inside the same guard);
   - `assume(...)` evaluations are dropped, and so are evaluations of constants;
   - loops of constant extent 1 become their body with the loop var replaced by the minimum (not
     thread-bound loops: the CUDA emitter needs every thread axis); loops of constant extent <= 0
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from ...ast import (
     Allocate, AssertStmt, Block, BlockRealize, Call, Evaluate, For, IfThenElse, IntImm, LetStmt,
-    Mutator, PrimExpr, PrimFunc, SeqStmt, Stmt, While, substitute,
+    Mutator, Not, PrimExpr, PrimFunc, SeqStmt, Stmt, While, substitute,
 )
 from ...ast.expr import as_int
 from .bounds import Bounds
@@ -80,6 +81,11 @@ class _StmtSimplifier(Mutator):
             return noop()
         return loop.with_(min=minimum, extent=extent, body=body)
 
+    def _assuming(self, condition: PrimExpr):
+        if self.prover is None:
+            return _Nothing()
+        return self.prover.assume(condition)
+
     def _scoped(self, var, minimum, extent):
         if self.prover is None:
             return _Nothing()
@@ -91,8 +97,12 @@ class _StmtSimplifier(Mutator):
             return self.visit(stmt.then_case)
         if is_false(condition):
             return self.visit(stmt.else_case) if stmt.else_case is not None else noop()
-        then_case = self.visit(stmt.then_case)
-        else_case = self.visit(stmt.else_case) if stmt.else_case is not None else None
+        with self._assuming(condition):
+            then_case = self.visit(stmt.then_case)
+        else_case = None
+        if stmt.else_case is not None:
+            with self._assuming(Not(condition)):
+                else_case = self.visit(stmt.else_case)
         if else_case is not None and is_noop(else_case):
             else_case = None
         if is_noop(then_case) and else_case is None:
@@ -101,7 +111,8 @@ class _StmtSimplifier(Mutator):
 
     def visit_AssertStmt(self, stmt: AssertStmt) -> Stmt:
         condition = self._condition(stmt.condition)
-        body = self.visit(stmt.body)
+        with self._assuming(condition):  # the body only runs when the assertion held
+            body = self.visit(stmt.body)
         if is_true(condition):
             return body
         return stmt.with_(condition=condition, body=body)
