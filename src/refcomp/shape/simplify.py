@@ -299,9 +299,28 @@ class Simplifier:
             return a if bool(b_value) == is_and else _bool(not is_and)
         if expr_key(a) == expr_key(b):
             return a
+        decided = self._one_side_decides(a, b, is_and)
+        if decided is None:
+            decided = self._one_side_decides(b, a, is_and)
+        if decided is not None:
+            return decided
         if a is expr.a and b is expr.b:
             return expr
         return type(expr)(a, b)
+
+    def _one_side_decides(self, a: PrimExpr, b: PrimExpr, is_and: bool) -> PrimExpr | None:
+        """`a and b` is a when a implies b, False when a excludes b (dually for `or`)."""
+        if not (isinstance(b, CompareOp) and isinstance(a, (CompareOp, And, Or, Not))):
+            return None
+        if a.dtype.lanes != 1 or not _is_scalar_int(b.a):
+            return None
+        with self.analyzer.constraint(a if is_and else Not(a)):
+            value = _const(self.simplify(b))
+        if value is None:
+            return None
+        if is_and:
+            return a if value else _bool(False)
+        return _bool(True) if value else a
 
     def _not(self, expr: Not) -> PrimExpr:
         a = self.simplify(expr.a)
@@ -385,8 +404,43 @@ def _negated_plus(total: Sum, value: int) -> Sum:
     return result
 
 
+def _divide_comparison(kind, d: Sum) -> Sum:
+    """An equivalent `d' <kind> 0` with the common factor of d's coefficients divided out.
+
+    With d = g*D + c: D < -c/g and friends, rounded so that integer solutions stay the same
+    (`2*x - 2*n + 3 < 0` becomes `x - n + 2 <= 0` in LT form: `x - n + 2 < 1`).
+    """
+    g = d.coef_gcd()
+    if g <= 1 or d.is_const():
+        return d
+    c = d.const
+    if kind is LT:      # g*D + c <= -1  <=>  D <= floor((-1 - c) / g)
+        new_const = -((-1 - c) // g + 1)
+    elif kind is LE:    # D <= floor(-c / g)
+        new_const = -((-c) // g)
+    elif kind is GT:    # g*D + c >= 1  <=>  D >= ceil((1 - c) / g)
+        new_const = -(-((c - 1) // g) - 1)
+    elif kind is GE:    # D >= ceil(-c / g)
+        new_const = -(-(c // g))
+    elif c % g == 0:    # EQ / NE with a divisible constant
+        new_const = c // g
+    else:
+        return d
+    out = Sum(d.dtype, new_const)
+    for coef, mono in d.items():
+        out.add_term(coef // g, mono)
+    return out
+
+
 def _comparison_from_sum(kind, d: Sum) -> PrimExpr | None:
-    """`P <kind> N` from d = P - N: positive terms on the left, negative ones on the right."""
+    """`P <kind> N` from d = P - N: positive terms on the left, negative ones on the right.
+
+    `>` and `>=` come out as `<` and `<=` with the sides swapped, so that one condition has one
+    form (`x < n` whether it was written `x < n` or `n > x`).
+    """
+    d = _divide_comparison(kind, d)
+    if kind is GT or kind is GE:
+        d, kind = d.scaled(-1), (LT if kind is GT else LE)
     left, right = Sum(d.dtype), Sum(d.dtype)
     for coef, mono in d.items():
         (left if coef > 0 else right).add_term(abs(coef), mono)
