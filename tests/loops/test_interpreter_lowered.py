@@ -171,3 +171,25 @@ def test_compiled_program_is_cached_per_function():
     func = PrimFunc((A,), For(i, 0, 4, "serial", BufferStore(A, A[i] + IntImm(1), (i,))))
     assert compile_kernel(func) is compile_kernel(func)
     assert "def _kernel" in refcomp.loops.interpreter.python_source(func)
+
+
+def test_expressions_deeper_than_python_allows():
+    import functools
+
+    from refcomp import te
+
+    A = te.placeholder((2, 300), "float32", "A")
+    S = te.compute((2,), lambda i: functools.reduce(lambda x, y: x + y, [A[i, k] for k in range(300)]), name="S")
+    # a deep chain of lazy selections: the untaken branches divide by zero
+    L = te.compute((2,), lambda i: functools.reduce(
+        lambda acc, k: te.if_then_else(A[i, k] > 1.0, acc, acc + A[i, k] / (A[i, k] - A[i, k])), range(60), A[i, 0]),
+        name="L")
+    func = te.create_prim_func([A, S, L])
+    a = (np.random.default_rng(4).random((2, 300)) + 1.5).astype(np.float32)  # every A > 1: the guarded branch never runs
+    s, lazy = np.empty(2, np.float32), np.empty(2, np.float32)
+    refcomp.interpret(func, a, s, lazy)
+    expected = a[:, 0].copy()
+    for k in range(1, 300):
+        expected = expected + a[:, k]
+    np.testing.assert_array_equal(s, expected)
+    np.testing.assert_array_equal(lazy, a[:, 0])

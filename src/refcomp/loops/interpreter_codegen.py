@@ -29,6 +29,10 @@ _STRUCT_CODES = {"int8": "b", "uint8": "B", "int16": "h", "uint16": "H", "float1
                  "float64": "d", "bfloat16": "H"}
 # How many bits of integer magnitude each float type holds exactly.
 _EXACT_INT_BITS = {"float64": 53, "float32": 24, "float16": 11, "bfloat16": 8}
+# Expressions nested deeper than this are split into helper functions.
+_MAX_EXPR_DEPTH = 24
+# Identifiers of locals in generated code (vars, buffers, dims, strides, match mins, temps).
+_LOCAL_NAME = re.compile(r"\b(?:[xBdsm]\d+_\w*|_[ir]\d+_\w+)")
 # A loop nest deeper than this is continued in a nested Python function (CPython allows 20
 # statically nested blocks per function).
 _MAX_LOOP_DEPTH = 16
@@ -88,6 +92,8 @@ class Compiler:
         self.loop_depth = 0
         self.written: set[Buffer] = set()
         self.alias_of: dict[Buffer, Buffer] = {}  # undeclared buffer -> parameter it views
+        self.depth = 0  # nesting of the expression being generated
+        self.helpers: list[str] = []  # module-level helper functions (hoisted deep expressions)
 
     # ------------------------------------------------------------------ naming
 
@@ -136,7 +142,7 @@ class Compiler:
         self.declare_name_aliases(1)
         self.stmt(func.body, 1)
         self.emit(1, "return None")
-        source = "\n".join(self.lines) + "\n"
+        source = "".join(self.helpers) + "\n".join(self.lines) + "\n"
         namespace = self.namespace()
         try:
             code = compile(source, f"<refcomp interpreter: {func.name}>", "exec")
@@ -254,7 +260,28 @@ class Compiler:
         if method is None:
             raise IRError(f"the interpreter does not know the expression {type(e).__name__}",
                           ir=self.func, spot=e)
-        return method(e, lane)
+        if self.depth >= _MAX_EXPR_DEPTH:
+            return self.hoist(e, lane)
+        self.depth += 1
+        try:
+            return method(e, lane)
+        finally:
+            self.depth -= 1
+
+    def hoist(self, e: PrimExpr, lane: int) -> str:
+        """A deep subexpression becomes a module-level helper (Python limits nesting in one line).
+
+        The helper takes the locals its code reads; it is called where the subexpression stood, so
+        evaluation order and the laziness of if_then_else are unchanged.
+        """
+        saved, self.depth = self.depth, 0
+        code = self.ex(e, lane)
+        self.depth = saved
+        assigned = set(re.findall(r"(\w+) :=", code))
+        params = sorted(set(_LOCAL_NAME.findall(code)) - assigned)
+        name = self.fresh("deep", "_h")
+        self.helpers.append(f"def {name}({', '.join(params)}):\n    return {code}\n")
+        return f"{name}({', '.join(params)})"
 
     def ex_IntImm(self, e: IntImm, lane: int) -> str:
         if e.dtype.is_bool:
