@@ -33,14 +33,14 @@ def _all_symbolic():
             continue
         for name, func in mod.functions.items():
             functions[f"f{index}" if name == "main" else name] = func
-    return refcomp.graph.build(IRModule(functions), target="c")
+    return refcomp.graph.build(IRModule(functions), target="c", blas=False)
 
 
 @functools.lru_cache(maxsize=None)
 def _per_size(index, sizes):
     case = CASES[index]
     mod, _, _ = one_op_module(case, {k: IntImm(v, "int64") for k, v in sizes})
-    return refcomp.graph.build(mod, target="c")
+    return refcomp.graph.build(mod, target="c", blas=False)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -24,9 +24,15 @@ log = logging.getLogger("refcomp.graph")
 TARGETS = ("c", "interpret")
 
 
-def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True) -> list[tuple[str, Callable]]:
+def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True,
+                     blas: bool = False) -> list[tuple[str, Callable]]:
     """The passes graph.build runs, in order, as (name, pass) pairs."""
-    pipeline = [("normalize", P.normalize), ("legalize_ops", P.legalize_ops),
+    pipeline = [("normalize", P.normalize)]
+    if blas:
+        from .passes.dispatch_blas import dispatch_blas
+
+        pipeline.append(("dispatch_blas", dispatch_blas))
+    pipeline += [("legalize_ops", P.legalize_ops),
                 ("canonicalize_bindings", P.canonicalize_bindings)]
     if fold:
         pipeline.append(("fold_constant", P.fold_constant))
@@ -45,9 +51,10 @@ def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True
     return pipeline
 
 
-def optimize(mod: IRModule, *, fuse: bool = True, schedule: bool = True, fold: bool = True) -> IRModule:
+def optimize(mod: IRModule, *, fuse: bool = True, schedule: bool = True, fold: bool = True,
+             blas: bool = False) -> IRModule:
     """Run the default pipeline (without compiling kernels)."""
-    for name, run in default_pipeline(fuse, schedule, fold):
+    for name, run in default_pipeline(fuse, schedule, fold, blas):
         mod = run(mod)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("IR after %s:\n%s", name, _show(mod))
@@ -55,13 +62,22 @@ def optimize(mod: IRModule, *, fuse: bool = True, schedule: bool = True, fold: b
 
 
 def build(mod: IRModule | Function, target: str = "c", *, fuse: bool = True, schedule: bool = True,
-          fold: bool = True, bounds: str = "off", externs: dict[str, Callable] | None = None) -> Executable:
-    """Compile a graph module (or one Function, named main) to a VM Executable."""
+          fold: bool = True, bounds: str = "off", externs: dict[str, Callable] | None = None,
+          blas: bool | None = None) -> Executable:
+    """Compile a graph module (or one Function, named main) to a VM Executable.
+
+    blas: send float32 matmul/dense/linear to numpy's OpenBLAS sgemm (default: when target is "c"
+    and the library is found).  bounds is passed to refcomp.build for each kernel.
+    """
     if isinstance(mod, Function):
         mod = IRModule({"main": mod})
     if target not in TARGETS:
         raise BuildError(f"graph.build: target must be one of {TARGETS}, got {target!r}")
-    optimized = optimize(mod, fuse=fuse, schedule=schedule, fold=fold)
+    if blas is None or blas:
+        from ..runtime.vm import register_blas
+
+        blas = register_blas() if (blas or target == "c") else False
+    optimized = optimize(mod, fuse=fuse, schedule=schedule, fold=fold, blas=bool(blas))
     functions = P.lower_to_vm(optimized)
     used = {inst.kernel for f in functions.values() for inst in _walk(f.code) if type(inst).__name__ == "CallKernel"}
     for name in used:

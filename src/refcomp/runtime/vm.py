@@ -367,3 +367,60 @@ def _eval_int(expr: Any, env: Mapping[tir.Var, int]) -> int:
     except NotConstant as exc:
         raise RuntimeFailure(f"VM: cannot evaluate {_show(expr)}: {exc} is not bound") from None
     return int(value) if not isinstance(value, bool) else value
+
+
+# ----------------------------------------------------------------------------- BLAS through cffi
+
+_CBLAS_ROW_MAJOR, _CBLAS_NO_TRANS, _CBLAS_TRANS = 101, 111, 112
+_SGEMM_DECL = ("void scipy_cblas_sgemm64_(int order, int transa, int transb, int64_t m, int64_t n, int64_t k, "
+               "float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, "
+               "int64_t ldc);")
+
+
+def openblas_path() -> str | None:
+    """The OpenBLAS shared library bundled with numpy (ILP64, `scipy_` prefixed symbols), if present."""
+    import glob
+    import os
+
+    root = os.path.dirname(os.path.dirname(np.__file__))
+    found = sorted(glob.glob(os.path.join(root, "numpy.libs", "libscipy_openblas64_*.so")))
+    return found[0] if found else None
+
+
+def _sgemm_adapter(transpose_b: bool):
+    def call(cfunc, ffi, a, b, out):
+        if b.ndim > 2:  # equal batch dims: one sgemm per batch entry
+            a3 = a.reshape((-1,) + a.shape[-2:])
+            b3 = b.reshape((-1,) + b.shape[-2:])
+            o3 = out.reshape((-1,) + out.shape[-2:])
+            for i in range(a3.shape[0]):
+                call(cfunc, ffi, a3[i], b3[i], o3[i])
+            return
+        k = a.shape[-1]
+        m = a.size // k if k else 0
+        n = out.shape[-1]
+        if m == 0 or n == 0:
+            return
+        if k == 0:
+            out[...] = 0
+            return
+        pa = ffi.cast("const float*", a.ctypes.data)
+        pb = ffi.cast("const float*", b.ctypes.data)
+        pc = ffi.cast("float*", out.ctypes.data)
+        ldb = k if transpose_b else n
+        cfunc(_CBLAS_ROW_MAJOR, _CBLAS_NO_TRANS, _CBLAS_TRANS if transpose_b else _CBLAS_NO_TRANS,
+              m, n, k, 1.0, pa, k, pb, ldb, 0.0, pc, n)
+
+    return call
+
+
+def register_blas() -> bool:
+    """Register refcomp.blas.sgemm_nn (a @ b) and sgemm_nt (a @ b.T) from numpy's OpenBLAS; False if absent."""
+    if "refcomp.blas.sgemm_nn" in _EXTERNS:
+        return True
+    path = openblas_path()
+    if path is None:
+        return False
+    extern_from_library("refcomp.blas.sgemm_nn", path, "scipy_cblas_sgemm64_", _SGEMM_DECL, _sgemm_adapter(False))
+    extern_from_library("refcomp.blas.sgemm_nt", path, "scipy_cblas_sgemm64_", _SGEMM_DECL, _sgemm_adapter(True))
+    return True

@@ -101,18 +101,25 @@ def _fuse_block(block: DataflowBlock, mod: IRModule, new_funcs: dict, func_name:
 
 
 def _make_group(bindings, member_ids, pattern, new_funcs, func_name):
+    """A primitive function for the members; graph values they read (vars, constants) become params."""
+    from ...ast.graph import Constant
+
     member_bindings = [bindings[k] for k in member_ids]
     defined = {b.var for b in member_bindings}
-    inputs: dict[Var, None] = {}
+    inputs: dict = {}  # outer value -> parameter
+    inner = []
     for b in member_bindings:
-        for v in used_vars(b.value):
-            if v not in defined:
-                inputs.setdefault(v, None)
-    params = [Var(v.name, v.struct_info) for v in inputs]
-    mapping = dict(zip(inputs, params))
-    from .common import replace_in_binding
-
-    inner = [replace_in_binding(b, mapping) for b in member_bindings]
+        call = b.value
+        args = []
+        for a in call.args[1:]:
+            if (isinstance(a, Var) and a not in defined) or isinstance(a, Constant):
+                if a not in inputs:
+                    inputs[a] = Var(a.name if isinstance(a, Var) else f"c{len(inputs)}", a.struct_info)
+                args.append(inputs[a])
+            else:
+                args.append(a)
+        inner.append(b.with_(value=call.with_(args=(call.args[0],) + tuple(args))))
+    params = list(inputs.values())
     result = member_bindings[-1].var
     name = f"fused_{'_'.join(_kernel_name(b) for b in member_bindings)}"
     name = name[:60]

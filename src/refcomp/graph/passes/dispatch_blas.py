@@ -1,0 +1,73 @@
+"""dispatch_blas: float32 matmul / dense / linear become calls of BLAS sgemm (call_dps_packed).
+
+Matched before legalization: `matmul(a, b)` with a (..., k) and a 2-d b (k, n), or a and b with
+the same batch dims (one sgemm per batch entry); `dense(x, w)` and
+`linear(x, w, bias)` with x (..., k) and w (n, k).  The leading dims of a are flattened into the
+GEMM's rows (the arrays are contiguous), so batched-by-row products are one sgemm call.  linear's
+bias is added by a separate `add`, which fusion folds into what follows.  Anything else is left to
+legalization.  The externs are refcomp.runtime.vm's `refcomp.blas.sgemm_nn` / `sgemm_nt`.
+"""
+from __future__ import annotations
+
+from ...ast.function import IRModule
+from ...ast.graph import Call, DataflowBlock, DataflowVar, Op, VarBinding
+from ...ast.graph_struct_info import TensorStructInfo
+from ..block_builder import BlockBuilder
+from ..op.base import call_dps_packed
+from ..op.elementwise import add
+from .common import graph_functions, map_blocks
+
+
+def _f32(info) -> bool:
+    return isinstance(info, TensorStructInfo) and info.shape is not None and info.dtype is not None \
+        and str(info.dtype) == "float32"
+
+
+def _match(call: Call):
+    name = call.op_name
+    if name not in ("matmul", "dense", "linear") or not all(_f32(a.struct_info) for a in call.args):
+        return None
+    a, b = call.args[0].struct_info, call.args[1].struct_info
+    if a.ndim < 2 or call.attrs.get("out_dtype") not in (None, "float32"):
+        return None
+    if b.ndim != 2:
+        # batched matmul with the very same batch dims on both sides (no broadcasting)
+        from ..shape_facts import decide_equal
+
+        if name != "matmul" or b.ndim != a.ndim or not all(
+                decide_equal(x, y).proved for x, y in zip(a.shape[:-2], b.shape[:-2])):
+            return None
+    return "refcomp.blas.sgemm_nn" if name == "matmul" else "refcomp.blas.sgemm_nt"
+
+
+def dispatch_blas(mod: IRModule) -> IRModule:
+    """The module with float32 GEMM-shaped products sent to BLAS."""
+    bb = BlockBuilder(mod)
+    for name, func in graph_functions(mod):
+        counter = [0]
+
+        def block_fn(block):
+            out = []
+            for b in block.bindings:
+                value = b.value
+                symbol = _match(value) if isinstance(value, Call) and isinstance(value.op, Op) else None
+                if symbol is None or not isinstance(b, VarBinding):
+                    out.append(b)
+                    continue
+                x, w = value.args[0], value.args[1]
+                out_info = b.var.struct_info
+                if value.op_name != "linear":
+                    gemm = call_dps_packed(symbol, (x, w), out_info).with_(struct_info=out_info)
+                    out.append(b.with_(value=gemm))
+                    continue
+                counter[0] += 1
+                cls = DataflowVar if isinstance(block, DataflowBlock) else type(b.var)
+                tmp = cls(f"{b.var.name}_gemm{counter[0]}", out_info)
+                gemm = call_dps_packed(symbol, (x, w), out_info).with_(struct_info=out_info)
+                out.append(VarBinding(tmp, gemm))
+                bias = add(tmp, value.args[2])
+                out.append(b.with_(value=bias.with_(struct_info=bb.infer_call(bias))))
+            return type(block)(tuple(out))
+
+        mod = mod.with_function(name, map_blocks(func, block_fn))
+    return mod
