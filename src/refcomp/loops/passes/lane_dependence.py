@@ -16,7 +16,8 @@ from ...ast import (
     Allocate, BufferLoad, BufferStore, Call, For, Let, LetStmt, PrimExpr, Var, post_order_visit,
 )
 from ...ast.functor import free_vars, is_pure
-from .fold import expr_key, linear_form, simplify_expr
+from .fold import simplify_expr
+from .linear import expr_key, linear_form
 
 
 def lanes_independent(loop: For) -> bool:

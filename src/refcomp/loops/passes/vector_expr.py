@@ -17,7 +17,8 @@ from ...ast import (
 from ...ast.expr import BinaryOp, FloatImm, StringImm
 from ...ast.functor import free_vars, is_pure, post_order_visit
 from ...ast.intrinsics import ANY_UNARY, FLOAT_BINARY, FLOAT_UNARY, PREDICATES
-from .fold import expr_key, linear_form, simplify_expr
+from .fold import simplify_expr
+from .linear import expr_key, linear_form
 
 # Intrinsics that apply lane by lane and have no effects: they vectorise as calls on vectors.
 ELEMENTWISE_CALLS = frozenset(FLOAT_UNARY + FLOAT_BINARY + ANY_UNARY + PREDICATES + ("reinterpret",))
