@@ -302,3 +302,13 @@ def test_module_with_a_graph_function_uses_the_graph_printer():
     text = script(bb.get())
     assert text.index("@T.prim_func\n    def add_one(") < text.index("@R.function\n    def main(")
     assert "n = T.int64(is_size_var=True)" in text
+
+
+def test_mark_on_ranges_of_regions_and_domains():
+    f = matmul()
+    block = f.body.block.body.body.body.body.block
+    text = script(f, mark=block.reads[0].region[1])
+    line = [l for l in text.split("\n") if l.startswith("-->")][0]
+    assert "T.reads(A[vi, 0:16]" in line
+    text = script(f, mark=block.iter_vars[2].dom)
+    assert "not part of" not in text

@@ -228,3 +228,22 @@ def test_float_constants_that_need_care():
         f = func_of(Evaluate(e), ())
         text = roundtrip(f)
         assert math.isnan(value) or repr(value) in text or "inf" in text
+
+
+@given(st.lists(st.text(min_size=1, max_size=12), min_size=5, max_size=5))
+def test_arbitrary_names_are_printed_safely_and_round_trip(names):
+    import ast as pyast
+
+    from refcomp.ast import IRModule
+
+    buffer_name, var_name, block_name, func_name, key = names
+    A = Buffer(buffer_name, (IntImm(4),), "int32")
+    v, i = Var(var_name), Var(var_name)
+    block = Block(block_name, (IterVar(v, Range.from_extent(IntImm(4))),), (),
+                  (BufferRegion(A, (Range(v, IntImm(1)),)),), BufferStore(A, v, (v,)), annotations={key: key})
+    body = rooted(For(i, 0, 4, "serial", BlockRealize((i,), TRUE, block)))
+    func = func_of(AssertStmt(A[0] > 0, key, body), (A,), name=func_name, attrs={key: [key]})
+    text = roundtrip(func)
+    pyast.parse(text)  # always valid Python
+    assert text.isascii()
+    roundtrip(IRModule({func_name: func, key: func_of(Evaluate(0), (), name=key)}))

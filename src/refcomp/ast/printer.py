@@ -335,6 +335,8 @@ class _StmtPrinter(ExprPrinter):
             dom_text = self.expr(dom.extent)
         else:
             dom_text = f"({self.expr(dom.min)}, {self.end(dom.min, dom.extent)})"
+        if dom is self.mark:
+            dom_text = OPEN_MARK + dom_text + CLOSE_MARK
         args = [dom_text]
         implied = dom.extent.dtype
         if value is not None:

@@ -160,9 +160,10 @@ class ExprPrinter:
         parts = []
         for r in region.region:
             if isinstance(r.extent, E.IntImm) and r.extent.value == 1 and r.extent.dtype == r.min.dtype:
-                parts.append(self.expr(r.min))
+                part = self.expr(r.min)
             else:
-                parts.append(f"{self.expr(r.min)}:{self.end(r.min, r.extent)}")
+                part = f"{self.expr(r.min)}:{self.end(r.min, r.extent)}"
+            parts.append(OPEN_MARK + part + CLOSE_MARK if r is self.mark else part)
         text = f"{self.buffer_name(region.buffer)}[{', '.join(parts) if parts else '()'}]"
         return OPEN_MARK + text + CLOSE_MARK if region is self.mark else text
 
