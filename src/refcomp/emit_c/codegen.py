@@ -11,20 +11,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from .. import __version__
 from ..ast import expr as E
 from ..ast import stmt as S
 from ..ast.buffer import Buffer
-from ..ast.dtype import DataType, int64
+from ..ast.dtype import int64
 from ..ast.function import PrimFunc
-from ..ast.functor import collect, free_vars, substitute
+from ..ast.functor import collect, free_vars
 from ..errors import BuildError
 from . import mathlib
-from .ctype import (
-    float_literal, int_literal, is_half, short_name, storage_type, value_type,
-)
+from .codegen_expr import ExprEmitter, _is_zero, _unit_ramp_base, cast_scalar
+from .ctype import storage_type, value_type
 from .legalize import split_wide_vectors
 from .names import NameTable, c_string, comment_safe, mangle, symbol_suffix
 from .prelude import HEADER_INCLUDES, scalar_prelude
@@ -33,12 +30,7 @@ from .vector import VectorLib
 OUT_OF_MEMORY = 1
 FIRST_ASSERT_CODE = 2
 STACK_LIMIT_BYTES = 16 * 1024
-_C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _HEADER = re.compile(r"[A-Za-z0-9_./+-]+\Z")
-_ARITH = {E.Add: "+", E.Sub: "-", E.Mul: "*"}
-_COMPARE = {E.EQ: "==", E.NE: "!=", E.LT: "<", E.LE: "<=", E.GT: ">", E.GE: ">="}
-_INT_HELPER = {E.FloorDiv: "floordiv", E.FloorMod: "floormod", E.TruncDiv: "truncdiv",
-               E.TruncMod: "truncmod"}
 
 
 @dataclass(frozen=True)
@@ -112,7 +104,7 @@ class _Scope:
         self.used = False
 
 
-class _Emitter:
+class _Emitter(ExprEmitter):
     def __init__(self, func: PrimFunc, options: EmitOptions, size_vars: list[E.Var]) -> None:
         self.func = func
         self.options = options
@@ -456,357 +448,6 @@ class _Emitter:
         raise BuildError("build: blocks must be lowered before C emission", ir=self.func, spot=s)
 
     stmt_BlockRealize = stmt_Block
-
-    # ================================================================== buffers
-    def buffer_name(self, buffer: Buffer) -> str:
-        try:
-            return self.buffers[buffer]
-        except KeyError:
-            raise BuildError(f"build: buffer {buffer.name!r} is neither a parameter nor allocated",
-                             ir=self.func, spot=buffer) from None
-
-    def flat_index(self, buffer: Buffer, indices: tuple[E.PrimExpr, ...]) -> E.PrimExpr:
-        """The element offset of indices (row-major or the declared strides, plus elem_offset)."""
-        if len(indices) == 1 and not buffer.strides and _is_zero(buffer.elem_offset):
-            return indices[0]
-        if not indices:
-            return E.IntImm(0, "int64")
-        lanes = max(i.dtype.lanes for i in indices)
-        wide = DataType("int64", lanes)
-
-        def widen(x: E.PrimExpr) -> E.PrimExpr:
-            x = x if x.dtype.lanes == lanes else E.Broadcast(x, lanes)
-            return x if x.dtype.element == int64 else E.Cast(wide, x)
-
-        if buffer.strides:
-            strides = [widen(st) for st in buffer.strides]
-        else:
-            strides, acc = [], None
-            for dim in reversed(buffer.shape):
-                strides.append(acc if acc is not None else widen(E.IntImm(1, "int64")))
-                acc = widen(dim) if acc is None else E.Mul(acc, widen(dim))
-            strides.reverse()
-        total = widen(buffer.elem_offset) if not _is_zero(buffer.elem_offset) else None
-        for index, stride in zip(indices, strides):
-            term = E.Mul(widen(index), stride)
-            total = term if total is None else E.Add(total, term)
-        return total
-
-    def load(self, load: E.BufferLoad, lane: str | None) -> str:
-        buffer = load.buffer
-        index = self.flat_index(buffer, load.indices)
-        name = self.buffer_name(buffer)
-        lanes = load.dtype.lanes
-        if lanes == 1 or lane is not None:
-            return self.from_storage(buffer.dtype, f"{name}[{self.index(index, lane)}]")
-        base = _unit_ramp_base(index)
-        if base is not None:
-            return f"{self.vec.load(load.dtype)}(&{name}[{self.index(base)}])"
-        if isinstance(index, E.Broadcast):
-            return f"{self.vec.broadcast(load.dtype)}({self.from_storage(buffer.dtype, f'{name}[{self.index(index.value)}]')})"
-        return f"{self.vec.gather(load.dtype, index.dtype)}({name}, {self.index(index)})"
-
-    def from_storage(self, dtype: DataType, text: str) -> str:
-        if dtype.is_bool:
-            return f"({text} != 0)"
-        if dtype.name == "float16":
-            return f"rc_f16_to_float({text})"
-        if dtype.name == "bfloat16":
-            return f"rc_bf16_to_float({text})"
-        return text
-
-    def to_storage(self, dtype: DataType, text: str) -> str:
-        if dtype.is_bool:
-            return f"(uint8_t)({text})"
-        if dtype.name == "float16":
-            return f"rc_float_to_f16({text})"
-        if dtype.name == "bfloat16":
-            return f"rc_float_to_bf16({text})"
-        return text
-
-    # ================================================================== expressions
-    def vector_ok(self, dtype: DataType) -> bool:
-        """Whether values of dtype are GCC vectors here (else they are emitted lane by lane)."""
-        lanes = dtype.lanes
-        return self.options.vectors and lanes > 1 and lanes & (lanes - 1) == 0 and lanes <= 64
-
-    def ctype(self, dtype: DataType) -> str:
-        return value_type(dtype) if dtype.lanes == 1 else self.vec.vtype(dtype)
-
-    def expr(self, e: E.PrimExpr, lane: str | None = None) -> str:
-        """C text of e; with lane given, of that lane of a vector e (lane mode)."""
-        if e.dtype.lanes == 1:
-            lane = None
-        elif lane is None and not self.vector_ok(e.dtype):
-            raise BuildError(f"build: a {e.dtype} value cannot be emitted here (only stores and lets "
-                             "of vectors are scalarised)", ir=self.func, spot=e)
-        method = getattr(self, "expr_" + type(e).__name__, None)
-        if method is None:
-            raise BuildError(f"build: the C backend cannot emit {type(e).__name__} expressions",
-                             ir=self.func, spot=e)
-        return method(e, lane)
-
-    def index(self, e: E.PrimExpr, lane: str | None = None) -> str:
-        """C text of an index expression: plain C arithmetic, which gcc may assume never overflows.
-
-        Indices, loop bounds and allocation sizes are proved in bounds (bounds="prove"); letting
-        gcc treat them as non-wrapping keeps its address analysis (and auto-vectoriser) working.
-        """
-        self.index_depth += 1
-        try:
-            return self.expr(e, lane)
-        finally:
-            self.index_depth -= 1
-
-    def vector_mode(self, e: E.PrimExpr, lane: str | None) -> bool:
-        return e.dtype.lanes > 1 and lane is None
-
-    def expr_IntImm(self, e: E.IntImm, lane) -> str:
-        return int_literal(e.value, e.dtype)
-
-    def expr_FloatImm(self, e: E.FloatImm, lane) -> str:
-        value = e.value
-        if e.dtype.name == "float16":
-            value = float(np.float16(value))
-        elif e.dtype.name == "bfloat16":
-            value = _round_bfloat16(value)
-        return float_literal(value, e.dtype)
-
-    def expr_StringImm(self, e: E.StringImm, lane) -> str:
-        return c_string(e.value)
-
-    def expr_Var(self, e: E.Var, lane) -> str:
-        if not self.names.has(e):
-            raise BuildError(f"build: variable {e.name!r} is used outside its scope", ir=self.func, spot=e)
-        name = self.names.name_of(e, e.name)
-        if e in self.array_vars:
-            if lane is None:
-                raise BuildError(f"build: vector variable {e.name!r} used as a whole in lane mode",
-                                 ir=self.func, spot=e)
-            return f"{name}[{lane}]"
-        return name
-
-    expr_SizeVar = expr_Var
-
-    def expr_BufferLoad(self, e: E.BufferLoad, lane) -> str:
-        return self.load(e, lane)
-
-    def expr_Ramp(self, e: E.Ramp, lane) -> str:
-        if lane is not None:
-            dtype = e.base.dtype
-            wide = "uint64_t" if dtype.bits == 64 else "uint32_t"
-            if self.index_depth:
-                return f"({self.expr(e.base)} + {self.expr(e.stride)} * {lane})"
-            return (f"(({value_type(dtype)})(({wide}){self.expr(e.base)} + "
-                    f"({wide}){self.expr(e.stride)} * ({wide}){lane}))")
-        return f"{self.vec.ramp(e.dtype)}({self.expr(e.base)}, {self.expr(e.stride)})"
-
-    def expr_Broadcast(self, e: E.Broadcast, lane) -> str:
-        if lane is not None:
-            return self.expr(e.value)
-        return f"{self.vec.broadcast(e.dtype)}({self.expr(e.value)})"
-
-    def expr_Let(self, e: E.Let, lane) -> str:
-        if self.options.vectors and lane is None:
-            name = self.names.name_of(e.var, e.var.name)
-            return f"({{ const {self.ctype(e.var.dtype)} {name} = {self.expr(e.value)}; {self.expr(e.body)}; }})"
-        # Strict C99 has no statement expressions: the (pure) value is substituted.
-        return self.expr(substitute(e.body, {e.var: e.value}), lane)
-
-    def binary(self, e: E.BinaryOp, lane) -> tuple[str, str]:
-        return self.expr(e.a, lane), self.expr(e.b, lane)
-
-    def arith(self, e: E.BinaryOp, lane) -> str:
-        a, b = self.binary(e, lane)
-        op = _ARITH.get(type(e), "/")
-        dtype = e.dtype
-        element = dtype.element
-        if self.vector_mode(e, lane):
-            if element.is_int and op != "/":
-                ut = self.vec.uint_vtype(element.bytes, dtype.lanes)
-                return f"(({self.vec.vtype(dtype)})(({ut}){a} {op} ({ut}){b}))"
-            text = f"({a} {op} {b})"
-            return f"{self.vec.round_half(dtype)}{text}" if is_half(dtype) else text
-        if self.index_depth and element.is_integer:
-            return f"({a} {op} {b})"
-        if element.is_int or element.name in ("uint8", "uint16"):
-            wide = "uint64_t" if element.bits == 64 else "uint32_t"
-            return f"(({value_type(element)})(({wide}){a} {op} ({wide}){b}))"
-        if element.is_bool:
-            return f"((bool)({a} {op} {b}))"
-        if is_half(element):
-            kind = "f16" if element.name == "float16" else "bf16"
-            return f"rc_round_{kind}({a} {op} {b})"
-        return f"({a} {op} {b})"
-
-    expr_Add = expr_Sub = expr_Mul = expr_Div = arith
-
-    def int_division(self, e: E.BinaryOp, lane) -> str:
-        a, b = self.binary(e, lane)
-        op = _INT_HELPER[type(e)]
-        if self.vector_mode(e, lane):
-            return f"{self.vec.lanewise(op, e.dtype)}({a}, {b})"
-        return f"rc_{op}_{short_name(e.dtype.element)}({a}, {b})"
-
-    expr_FloorDiv = expr_FloorMod = expr_TruncDiv = expr_TruncMod = int_division
-
-    def minmax(self, e: E.BinaryOp, lane) -> str:
-        a, b = self.binary(e, lane)
-        op = "min" if isinstance(e, E.Min) else "max"
-        if self.vector_mode(e, lane):
-            return f"{self.vec.minmax(op, e.dtype)}({a}, {b})"
-        element = e.dtype.element
-        tag = "f64" if element.name == "float64" else "f32" if element.is_float else short_name(element)
-        return f"rc_{op}_{tag}({a}, {b})"
-
-    expr_Min = expr_Max = minmax
-
-    def compare(self, e: E.CompareOp, lane) -> str:
-        a, b = self.binary(e, lane)
-        symbol = _COMPARE[type(e)]
-        if self.vector_mode(e, lane):
-            return self.vec.compare_to_mask(e.a.dtype, f"{self.vec.compare(symbol, e.a.dtype)}({a}, {b})")
-        return f"({a} {symbol} {b})"
-
-    expr_EQ = expr_NE = expr_LT = expr_LE = expr_GT = expr_GE = compare
-
-    def logic(self, e: E.BinaryOp, lane) -> str:
-        a, b = self.binary(e, lane)
-        if self.vector_mode(e, lane):
-            return f"({a} {'&' if isinstance(e, E.And) else '|'} {b})"
-        return f"({a} {'&&' if isinstance(e, E.And) else '||'} {b})"
-
-    expr_And = expr_Or = logic
-
-    def expr_Not(self, e: E.Not, lane) -> str:
-        a = self.expr(e.a, lane)
-        return f"(~{a})" if self.vector_mode(e, lane) else f"(!{a})"
-
-    def expr_Select(self, e: E.Select, lane) -> str:
-        if self.vector_mode(e, lane):
-            cond = self.expr(e.condition) if e.condition.dtype.lanes > 1 else \
-                self.expr(E.Broadcast(e.condition, e.dtype.lanes))
-            return (f"{self.vec.select(e.dtype)}({cond}, {self.expr(e.true_value)}, "
-                    f"{self.expr(e.false_value)})")
-        return (f"({self.expr(e.condition, lane)} ? {self.expr(e.true_value, lane)} : "
-                f"{self.expr(e.false_value, lane)})")
-
-    def expr_Cast(self, e: E.Cast, lane) -> str:
-        source, target = e.value.dtype, e.dtype
-        value = self.expr(e.value, lane)
-        if self.vector_mode(e, lane):
-            return f"{self.vec.cast(source, target)}({value})"
-        return cast_scalar(source.element, target.element, value)
-
-    def expr_Call(self, e: E.Call, lane) -> str:
-        op = e.op
-        if op == "if_then_else":
-            cond, a, b = e.args
-            if self.vector_mode(e, lane):
-                return self.expr_Select(E.Select(cond, a, b), None)
-            return f"({self.expr(cond, lane)} ? {self.expr(a, lane)} : {self.expr(b, lane)})"
-        if op == "call_extern":
-            return self.call_extern(e, lane)
-        if op == "address_of":
-            load = e.args[0] if e.args else None
-            if not isinstance(load, E.BufferLoad) or load.dtype.lanes != 1:
-                raise BuildError("build: address_of needs one scalar buffer load", ir=self.func, spot=e)
-            index = self.flat_index(load.buffer, load.indices)
-            return f"(&{self.buffer_name(load.buffer)}[{self.index(index)}])"
-        if op == "reinterpret":
-            return self.reinterpret(e, lane)
-        if op == "assume":
-            return "((void)0)"
-        if op in ("isnan", "isinf", "isfinite"):
-            arg = e.args[0]
-            if self.vector_mode(e, lane):
-                return f"{self.vec.predicate(op, arg.dtype)}({self.expr(arg)})"
-            return f"({op}({self.expr(arg, lane)}) != 0)"
-        if op == "abs" and e.dtype.element.is_integer:
-            if self.vector_mode(e, lane):
-                return f"{self.vec.lanewise('abs', e.dtype, 1)}({self.expr(e.args[0])})"
-            return f"rc_abs_{short_name(e.dtype.element)}({self.expr(e.args[0], lane)})"
-        if op in mathlib.LIBM or op in mathlib.COMPOSED:
-            if not e.dtype.element.is_float:
-                raise BuildError(f"build: {op} needs float arguments, got {e.dtype}", ir=self.func, spot=e)
-            args = [self.expr(a, lane) for a in e.args]
-            if self.vector_mode(e, lane):
-                text = f"{self.vec.math(op, e.dtype)}({', '.join(args)})"
-                return f"{self.vec.round_half(e.dtype)}({text})" if is_half(e.dtype) else text
-            text = mathlib.scalar_call(op, e.dtype.element, args)
-            if is_half(e.dtype):
-                return f"rc_round_{'f16' if e.dtype.element.name == 'float16' else 'bf16'}({text})"
-            return text
-        raise BuildError(f"build: unknown intrinsic {op!r}", ir=self.func, spot=e)
-
-    def call_extern(self, e: E.Call, lane) -> str:
-        if not e.args or not isinstance(e.args[0], E.StringImm):
-            raise BuildError("build: call_extern needs the C function name as its first argument",
-                             ir=self.func, spot=e)
-        fname = e.args[0].value
-        if not _C_IDENT.match(fname) or fname.startswith("rc_"):
-            raise BuildError(f"build: call_extern: {fname!r} is not a plain C identifier",
-                             ir=self.func, spot=e)
-        args = ", ".join(self.expr(a, lane) for a in e.args[1:])
-        return f"{fname}({args})"
-
-    def reinterpret(self, e: E.Call, lane) -> str:
-        (arg,) = e.args
-        source, target = arg.dtype.element, e.dtype.element
-        if source.bits != target.bits or self.vector_mode(e, lane):
-            raise BuildError(f"build: reinterpret from {arg.dtype} to {e.dtype} is not supported",
-                             ir=self.func, spot=e)
-        value = self.expr(arg, lane)
-        if is_half(source):
-            value = self.to_storage(source, value)
-            source = DataType("uint16")
-        if is_half(target):
-            return self.from_storage(target, f"rc_bitcast_{short_name(source)}_u16({value})"
-                                     if source.name != "uint16" else value)
-        helper = f"rc_bitcast_{short_name(source)}_{short_name(target)}"
-        s_t, t_t = value_type(source), value_type(target)
-        self.vec._add(helper, f"static inline {t_t} {helper}({s_t} x) {{ {t_t} y; memcpy(&y, &x, sizeof y); return y; }}")
-        return f"{helper}({value})"
-
-
-def cast_scalar(source: DataType, target: DataType, value: str) -> str:
-    """C text converting a scalar with the cast rules of spec/c_abi.md."""
-    if source == target:
-        return value
-    if target.is_bool:
-        return f"({value} != 0)"
-    tt = value_type(target)
-    if is_half(target):
-        kind = "f16" if target.name == "float16" else "bf16"
-        if source.name == "float64" or source.is_integer:
-            return f"rc_round_{kind}_d((double)({value}))"
-        if source.is_bool:
-            return f"(float)({value})"
-        return f"rc_round_{kind}({value})"
-    if source.is_float and target.is_integer:
-        return f"rc_f64_to_{short_name(target)}((double)({value}))"
-    return f"(({tt})({value}))"
-
-
-def _round_bfloat16(value: float) -> float:
-    f32 = np.array([value], dtype=np.float32)
-    bits = int(f32.view(np.uint32)[0])
-    if (bits & 0x7FFFFFFF) > 0x7F800000:
-        return value
-    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
-    return float(np.array([bits & 0xFFFFFFFF], dtype=np.uint32).view(np.float32)[0])
-
-
-def _is_zero(e: E.PrimExpr) -> bool:
-    return isinstance(e, E.IntImm) and e.value == 0
-
-
-def _unit_ramp_base(index: E.PrimExpr) -> E.PrimExpr | None:
-    """The base of index if it is Ramp(base, 1, lanes) (a contiguous access), else None."""
-    if isinstance(index, E.Ramp) and isinstance(index.stride, E.IntImm) and index.stride.value == 1:
-        return index.base
-    return None
-
 
 def _simd_safe(body: S.Stmt) -> bool:
     """`omp simd` forbids jumps out of the loop and calls with effects; only plain bodies get it."""
