@@ -327,3 +327,16 @@ def _gpu_bound():
                          ids=["rfactor", "compute_at", "compute_inline", "transform_layout", "bind"])
 def test_schedules_of_every_family_lower_to_the_same_results(make, rng):
     assert_contract(assert_lowering_preserves_results(make(), rng))
+
+
+def test_vector_width_follows_the_target_kind():
+    A = te.placeholder((4, 64), "float32", "A")
+    B = te.compute((4, 64), lambda i, j: A[i, j] + 1.0, name="B")
+    sch = refcomp.Schedule(te.create_prim_func([A, B]))
+    i, j = sch.get_loops(sch.get_block("B"))
+    sch.vectorize(j)
+    lanes = lambda f: {s.value.dtype.lanes for s in collect(f, BufferStore)}  # noqa: E731
+    assert lanes(lower(sch.func)) == {16}  # 64 bytes of float32 on the CPU
+    assert lanes(lower(sch.func, vector_bytes=32)) == {8}
+    sch.bind(i, "threadIdx.x")
+    assert lanes(lower(sch.func)) == {4}  # float4 on a GPU

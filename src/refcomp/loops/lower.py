@@ -34,11 +34,13 @@ import os
 import sys
 from typing import Callable
 
-from ..ast import IRModule, PrimFunc
+from ..ast import For, IRModule, PrimFunc, collect
 from .passes.flatten_buffers import flatten_buffers, original_buffer
 from .passes.lower_blocks import lower_blocks
 from .passes.simplify import simplify
-from .vectorize import vectorize
+from .vectorize import DEFAULT_VECTOR_BYTES, vectorize
+
+GPU_VECTOR_BYTES = 16  # the widest CUDA vector type (float4, int4)
 
 logger = logging.getLogger("refcomp.lower")
 
@@ -55,26 +57,35 @@ PIPELINE: tuple[tuple[str, Pass], ...] = (
 __all__ = ["PIPELINE", "lower", "original_buffer"]
 
 
-def lower(func: PrimFunc | IRModule, *, after_pass: Callable[[str, PrimFunc], None] | None = None):
+def lower(func: PrimFunc | IRModule, *, after_pass: Callable[[str, PrimFunc], None] | None = None,
+          vector_bytes: int | None = None):
     """func lowered for the emitters (an IRModule: each PrimFunc in it, other functions unchanged).
 
     after_pass(name, func), when given, is called with the IR after each pass (tests use it to
-    run the well-formedness checker or the interpreter between passes).
+    run the well-formedness checker or the interpreter between passes).  vector_bytes is the
+    widest vector `vectorize` makes: by default 16 (CUDA's float4) for a function with GPU thread
+    bindings, else 64 (an AVX-512 register).
     """
     if isinstance(func, IRModule):
-        lowered = {name: lower(f, after_pass=after_pass) if isinstance(f, PrimFunc) else f
-                   for name, f in func.functions.items()}
+        lowered = {name: lower(f, after_pass=after_pass, vector_bytes=vector_bytes)
+                   if isinstance(f, PrimFunc) else f for name, f in func.functions.items()}
         return func.with_(functions=lowered)
     if not isinstance(func, PrimFunc):
         raise TypeError(f"lower expects a PrimFunc or IRModule, got {type(func).__name__}")
+    if vector_bytes is None:
+        vector_bytes = GPU_VECTOR_BYTES if _has_thread_bindings(func) else DEFAULT_VECTOR_BYTES
     debug = _debug_enabled()
     for name, run in PIPELINE:
-        func = run(func)
+        func = run(func, vector_bytes=vector_bytes) if run is vectorize else run(func)
         if after_pass is not None:
             after_pass(name, func)
         if debug:
             _show(name, func)
     return func
+
+
+def _has_thread_bindings(func: PrimFunc) -> bool:
+    return any(loop.kind == "thread_binding" for loop in collect(func.body, For))
 
 
 def _debug_enabled() -> bool:
