@@ -14,18 +14,25 @@ With `REFCOMP_DEBUG=1` in the environment, or the logger "refcomp.lower" at DEBU
 after each pass is printed (to stderr, or to the log).
 
 The contract for emitters -- what a lowered PrimFunc may contain:
-  statements  For (kinds serial, parallel, vectorized, unrolled, thread_binding, with their
-              annotations), SeqStmt, IfThenElse, BufferStore, Evaluate (call_extern,
-              tvm_storage_sync, or the no-op `Evaluate(0)`), LetStmt, Allocate, AssertStmt, While;
-              never Block, BlockRealize or MatchBufferRegion.
+  statements  For of every kind, with its annotations: serial (also the chunk loops and scalar
+              tails vectorize makes, and vectorized loops whose iterations might interact),
+              parallel, unrolled, thread_binding (never removed, even of extent 1), and
+              vectorized -- kept only where the body could not become vector code but its
+              iterations touch disjoint memory and have no effects, so `#pragma omp simd` is
+              valid for it; SeqStmt, IfThenElse, BufferStore, Evaluate (call_extern,
+              tvm_storage_sync, or the no-op `Evaluate(0)`), LetStmt (scalar or vector value),
+              Allocate, AssertStmt, While.  Never Block, BlockRealize or MatchBufferRegion.
   buffers     one-dimensional, compact, offset 0, scope as scheduled ("global", "shared", "local",
-              ...); parameters are flat too, `func.attrs["original_buffers"]` maps each one to the
-              buffer it stood for (original shape, strides, names of symbolic dims).
-  expressions scalars as in the core IR, plus vector forms: Ramp, Broadcast, vector-typed
-              arithmetic/comparisons/logic/Select/Cast, elementwise math Calls on vectors,
-              BufferLoad with a vector index (Ramp stride 1 = contiguous, otherwise a gather),
-              BufferStore with a Ramp index of non-zero constant stride (1 = contiguous, else a
-              scatter to distinct addresses), `if_then_else` with a scalar condition and vector arms.
+              ...); parameters are flat too, and `func.attrs["original_buffers"]` maps each one to
+              the buffer it stood for (original shape, strides, symbolic dims): callers pass
+              arrays of the original shapes.  Other function attrs are kept.
+  expressions scalars as in the core IR, plus vector forms with power-of-two lane counts of at most
+              vector_bytes per vector: Ramp, Broadcast, vector arithmetic (integer floordiv and
+              floormod included), comparisons, logic, Select, Cast, Let, elementwise math Calls on
+              vectors, BufferLoad with a vector index (a Ramp of stride 1 is contiguous,
+              anything else a gather), BufferStore with a Ramp index of non-zero constant stride
+              (stride 1 contiguous, else a scatter to distinct addresses) and a vector value,
+              `if_then_else` with a scalar condition and vector arms.
 """
 from __future__ import annotations
 
