@@ -315,7 +315,7 @@ class _StmtPrinter(ExprPrinter):
                 kinds = "".join("S" if iv.kind == "spatial" else "R" for iv in group)
                 bound = ", ".join(self.expr(v) for v in values[index:run])
                 self.emit(f'{names} = T.axis.remap("{kinds}", [{bound}])',
-                          next((iv for iv in group if iv is self.mark), None))
+                          self.mark if any(self.mark is iv or self.mark is iv.dom for iv in group) else None)
                 index = run
             else:
                 self.emit(self.axis_line(iter_vars[index], values[index]), iter_vars[index])
