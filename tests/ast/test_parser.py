@@ -325,3 +325,20 @@ def test_decl_buffer_allocates_and_likely_is_a_hint():
     branch = collect(f.body, IfThenElse)[0]
     assert type(branch.condition).__name__ == "LT"
     roundtrip(f)
+
+
+def test_match_buffer_after_scalar_params():
+    f = from_source('''
+    @T.prim_func
+    def k(m: T.int32, a: T.handle):
+        A = T.match_buffer(a, (m,), "int32")
+        for i in range(m):
+            A[i] = i
+    ''')
+    assert f.params[1].name == "A" and f.params[1].shape[0] is f.params[0]
+    with pytest.raises(ParseError, match="describes a T.handle parameter"):
+        from_source('''
+        @T.prim_func
+        def k(m: T.int32, a: T.handle):
+            A = T.match_buffer(m, (4,), "int32")
+        ''')

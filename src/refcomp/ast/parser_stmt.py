@@ -153,12 +153,13 @@ class FunctionReader(BlockReader):
         if not call.args:
             raise self.fail(call, "T.match_buffer needs the handle parameter it describes")
         handle = self.value(call.args[0])
-        if not isinstance(handle, _Handle) or handle not in params:
+        position = next((k for k, p in enumerate(params) if p is handle), None)
+        if not isinstance(handle, _Handle) or position is None:
             raise self.fail(call.args[0], "at the top of a function, T.match_buffer describes a T.handle parameter")
         trimmed = ast.Call(func=call.func, args=call.args[1:], keywords=call.keywords)
         ast.copy_location(trimmed, call)
         buffer = self.buffer(trimmed, target, "T.match_buffer")
-        params[params.index(handle)] = buffer
+        params[position] = buffer
         self.scope.define(target, buffer)
 
     # ------------------------------------------------------------------ statements
