@@ -1,6 +1,6 @@
 """The built-in expression simplifier: folding rules, exactness under wrap-around, bounds."""
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from refcomp.ast import (
     Add, Cast, FloatImm, FloorDiv, FloorMod, IntImm, Max, Min, Mul, Select, SizeVar, Sub, Var, const,
@@ -157,3 +157,19 @@ def test_fused_index_recombines():
     x = i * 8 + j
     assert same_expr(simplify_expr(x // 3 * 3 + x % 3), x)
     assert same_expr(simplify_expr((x % 5) * 2 + (x // 5) * 10 + 1), simplify_expr(x * 2 + 1))
+
+
+@settings(max_examples=15)
+@given(expr=_exprs(_leaf))
+def test_z3_finds_no_input_where_simplified_differs(expr):
+    """For all i in [0, 15], j in [-3, 3] (machine arithmetic): expr == simplified."""
+    from refcomp.shape.prove import prove
+
+    ranges = {i: (0, 15), j: (-3, 3)}
+    result = simplified_with(ranges, expr)
+    if result is expr:
+        return
+    facts = (i >= 0, i <= 15, j >= -3, j <= 3)
+    # a division by zero somewhere makes both sides undefined: only compare where expr is defined
+    proof = prove(result == expr, facts, overflow="wrap", use_fast_path=False, timeout_ms=5000)
+    assert proof.status != "disproved", f"{expr.script()} -> {result.script()}: {proof.counterexample}"
