@@ -196,3 +196,22 @@ def test_integer_and_bool_dtypes_match_interpreter(dtype, target, rng):
     lib(a, b, out)
     refcomp.interpret(func, a, b, want)
     np.testing.assert_array_equal(out, want)
+
+
+def _shifted_copy():
+    from refcomp.ast import Buffer, BufferStore, For, PrimFunc, SizeVar, Var
+    n = SizeVar("n", "int32")
+    A, B = Buffer("A", (n,), "float32"), Buffer("B", (n,), "float32")
+    i = Var("i", "int32")
+    return PrimFunc((A, B), For(i, 0, n, "serial", BufferStore(B, A[i + 1], (i,))), "shifted")
+
+
+def test_bounds_prove_rejects_an_out_of_bounds_read():
+    with pytest.raises(refcomp.ShapeError, match="out of bounds"):
+        refcomp.build(_shifted_copy(), bounds="prove")
+
+
+def test_bounds_runtime_turns_it_into_a_runtime_failure():
+    lib = refcomp.build(_shifted_copy(), bounds="runtime")
+    with pytest.raises(refcomp.RuntimeFailure, match="out of bounds"):
+        lib(np.zeros(4, np.float32), np.zeros(4, np.float32))

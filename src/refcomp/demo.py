@@ -120,8 +120,9 @@ def main() -> int:
         want = reference(*inputs)
         error = float(np.max(np.abs(out - want)) / max(1.0, float(np.max(np.abs(want)))))
         worst = max(worst, error)
-        t_ref = lib.time(*inputs, out, number=3, repeat=3)
-        t_np = _best(lambda: reference(*inputs))
+        # best single run of several: robust when other processes compete for the cores
+        t_ref = lib.time(*inputs, out, number=1, repeat=10)
+        t_np = _best(lambda: reference(*inputs), repeat=10)
         shape = "x".join(str(d) for d in out.shape)
         print(f"{name:<30} {shape:<18} {how:<14} {error:10.1e} {t_ref * 1e3:11.3f} {t_np * 1e3:9.3f} "
               f"{t_np / t_ref:8.2f}x")
