@@ -225,3 +225,18 @@ def test_loop_with_nonzero_start_vectorises_from_its_start():
     ramps = [s.indices[0] for s in collect(result, BufferStore) if isinstance(s.indices[0], Ramp)]
     assert sorted((r.base.value, r.lanes) for r in ramps) == [(3, 16), (19, 4)]  # 21 = 16 + 4 + 1
     check_same_results(func, result)
+
+
+@pytest.mark.parametrize("dtype,lanes", [("float16", 32), ("bfloat16", 32), ("int8", 32), ("uint16", 32),
+                                         ("int64", 8)])
+def test_narrow_and_wide_types_vectorise_with_matching_lane_counts(dtype, lanes):
+    A = te.placeholder((40,), dtype, "A")
+    if dtype in ("float16", "bfloat16"):
+        B = te.compute((40,), lambda i: (A[i].astype("float32") * 0.5).astype(dtype), name="B")
+    else:
+        B = te.compute((40,), lambda i: A[i] * 3 + 1, name="B")
+    func = with_kind(te.create_prim_func([A, B]), "i", "vectorized")
+    result = vectorized(func)
+    widest = max(vector_lanes(result))
+    assert widest == (16 if dtype in ("float16", "bfloat16") else lanes)  # the float32 casts set the width
+    check_same_results(func, result)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...ast import Call, For, IfThenElse, Let, LetStmt, Mutator, PrimExpr, Stmt, Var, post_order_visit
-from ...ast.functor import free_vars
+from ...ast.functor import free_vars, is_pure
 from .linear import expr_key
 from .vector_expr import lane_condition_is_convex
 
@@ -42,7 +42,8 @@ def hoistable_conditions(body: Stmt, var: Var) -> list[PrimExpr]:
     out = []
     for condition in found.values():
         names = set(free_vars(condition))
-        if var in names and not names & bound and lane_condition_is_convex(condition, var):
+        if var in names and not names & bound and is_pure(condition) and \
+                lane_condition_is_convex(condition, var):
             out.append(condition)
     return out
 
