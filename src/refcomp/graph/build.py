@@ -12,6 +12,7 @@ refcomp.build; target "interpret" runs kernels in the reference interpreter (slo
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Callable
 
 from ..ast.function import IRModule, PrimFunc
@@ -21,6 +22,12 @@ from ..runtime.vm import Executable
 from . import passes as P
 
 log = logging.getLogger("refcomp.graph")
+
+# A graph run alternates OpenMP kernels with OpenBLAS calls (which have their own thread pool).
+# libgomp's default lets idle threads spin, which starves the BLAS threads on small machines
+# (measured: 10-50x slower runs on 2 cores); passive waiting avoids that.  Read by libgomp when it
+# is first loaded, so it is set before any kernel library is; a user's own setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 TARGETS = ("c", "interpret")
 
 
@@ -86,7 +93,6 @@ def build(mod: IRModule | Function, target: str = "c", *, fuse: bool = True, sch
     names = sorted(used)
     if target == "c" and len(names) > 1:
         # gcc runs in subprocesses, so threads compile kernels in parallel.
-        import os
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=max(1, min(len(names), os.cpu_count() or 1))) as pool:
