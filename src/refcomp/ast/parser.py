@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import textwrap
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,7 +170,9 @@ def _python_parse(text: str) -> ast.Module:
     """ast.parse, working around CPython < 3.11.8 failing ("AST constructor recursion depth
     mismatch", gh-106905) when called from a deep Python stack: retry on a fresh thread's stack."""
     try:
-        return ast.parse(text, mode="exec")
+        with warnings.catch_warnings():  # e.g. "'int' object is not callable": our errors say more
+            warnings.simplefilter("ignore")
+            return ast.parse(text, mode="exec")
     except SystemError:
         import threading
 
