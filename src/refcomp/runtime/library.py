@@ -29,8 +29,8 @@ def request_amx_permission() -> None:
     sys_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata = 158, 0x1023, 18
     if libc.syscall(sys_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) != 0:
         errno = ctypes.get_errno()
-        raise RuntimeFailure(f"the OS refused AMX tile permission (arch_prctl errno {errno}); "
-                             "this CPU or kernel may not support AMX")
+        raise BuildError(f"the kernel needs AMX tiles, but the OS refused the permission "
+                         f"(arch_prctl errno {errno}); this CPU or kernel may not support AMX")
     _AMX_REQUESTED = True
 
 
