@@ -6,8 +6,8 @@ from hypothesis import given, strategies as st
 from refcomp.ast import (
     EQ, GE, GT, LE, LT, NE, Add, Allocate, And, AssertStmt, Block, BlockRealize, Broadcast, Buffer,
     BufferRegion, BufferStore, Call, Cast, Div, Evaluate, FloatImm, FloorDiv, FloorMod, For,
-    IfThenElse, IntImm, IterVar, Let, LetStmt, Max, Min, Mul, Not, Or, Ramp, Range, Select, SizeVar,
-    Sub, TruncDiv, TruncMod, Var, While, seq,
+    IfThenElse, IntImm, IterVar, Let, LetStmt, MatchBufferRegion, Max, Min, Mul, Not, Or, Ramp, Range,
+    Select, SizeVar, Sub, TruncDiv, TruncMod, Var, While, seq,
 )
 from refcomp.ast.dtype import DataType
 from refcomp.ast.printer import script
@@ -194,13 +194,23 @@ class FuncBuilder(Builder):
             regions.append(BufferRegion(buffer, tuple(
                 Range(self.index(block_vars), IntImm(self.draw(st.integers(1, 3)))) for _ in buffer.shape)))
         alloc = [Buffer("tmp", (IntImm(2),), "int32")] if self.draw(st.booleans()) else []
+        matches = []
+        if self.draw(st.booleans()):
+            source = self.draw(st.sampled_from(self.params))
+            view = Buffer("view", (IntImm(2),), source.dtype, strides=(Var("vs"),) if self.draw(st.booleans()) else ())
+            ranges = tuple(Range(self.index(block_vars), IntImm(2 if d == len(source.shape) - 1 else 1))
+                           for d in range(len(source.shape)))
+            matches.append(MatchBufferRegion(view, BufferRegion(source, ranges)))
+            alloc_or_view = view
+            self.buffers.append(alloc_or_view)
         self.buffers.extend(alloc)
         body = self.stmt(block_vars, depth - 1, in_block=True)
         init = self.store(block_vars) if self.draw(st.booleans()) else None
-        for b in alloc:
+        for b in alloc + [m.buffer for m in matches]:
             self.buffers.remove(b)
         name = self.draw(st.sampled_from(["B", "C", "a; exit(1);", "root_1"]))
         block = Block(name, tuple(iter_vars), tuple(regions[:1]), tuple(regions[1:]), body, init, tuple(alloc),
+                      tuple(matches),
                       annotations={"k": self.draw(st.integers(0, 2))} if self.draw(st.booleans()) else None)
         predicate = TRUE if self.draw(st.booleans()) else self.expr("bool", 1)
         return BlockRealize(tuple(values), predicate, block)
@@ -211,8 +221,16 @@ def test_random_prim_funcs_round_trip(data):
     builder = FuncBuilder(data)
     builder.n = SizeVar("n")
     dtypes = data.draw(st.lists(st.sampled_from(INT_TYPES[:3] + FLOAT_TYPES[:2]), min_size=1, max_size=3))
-    builder.params = [Buffer(data.draw(st.sampled_from(["A", "B", "A"])),
-                             (builder.n, IntImm(4))[: data.draw(st.integers(1, 2))], dt) for dt in dtypes]
+    builder.params = []
+    for dt in dtypes:
+        shape = (builder.n, IntImm(4))[: data.draw(st.integers(1, 2))]
+        layout = {}
+        if data.draw(st.booleans()):
+            layout = {"strides": tuple(Var("s") if k == 0 else IntImm(1) for k in range(len(shape))),
+                      "elem_offset": data.draw(st.sampled_from([IntImm(0, "int64"), IntImm(3), Var("off")])),
+                      "align": data.draw(st.sampled_from([0, 16, 64])),
+                      "scope": data.draw(st.sampled_from(["global", "shared", "global.packed"]))}
+        builder.params.append(Buffer(data.draw(st.sampled_from(["A", "B", "A"])), shape, dt, **layout))
     builder.buffers = list(builder.params)
     body = builder.stmt([], data.draw(st.integers(1, 4)))
     if data.draw(st.booleans()):
