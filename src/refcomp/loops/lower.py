@@ -41,13 +41,11 @@ import os
 import sys
 from typing import Callable
 
-from ..ast import For, IRModule, PrimFunc, collect
+from ..ast import IRModule, PrimFunc
 from .passes.flatten_buffers import flatten_buffers, original_buffer
 from .passes.lower_blocks import lower_blocks
 from .passes.simplify import simplify
-from .vectorize import DEFAULT_VECTOR_BYTES, vectorize
-
-GPU_VECTOR_BYTES = 16  # the widest CUDA vector type (float4, int4)
+from .vectorize import vectorize
 
 logger = logging.getLogger("refcomp.lower")
 
@@ -79,8 +77,6 @@ def lower(func: PrimFunc | IRModule, *, after_pass: Callable[[str, PrimFunc], No
         return func.with_(functions=lowered)
     if not isinstance(func, PrimFunc):
         raise TypeError(f"lower expects a PrimFunc or IRModule, got {type(func).__name__}")
-    if vector_bytes is None:
-        vector_bytes = GPU_VECTOR_BYTES if _has_thread_bindings(func) else DEFAULT_VECTOR_BYTES
     debug = _debug_enabled()
     for name, run in PIPELINE:
         func = run(func, vector_bytes=vector_bytes) if run is vectorize else run(func)
@@ -89,10 +85,6 @@ def lower(func: PrimFunc | IRModule, *, after_pass: Callable[[str, PrimFunc], No
         if debug:
             _show(name, func)
     return func
-
-
-def _has_thread_bindings(func: PrimFunc) -> bool:
-    return any(loop.kind == "thread_binding" for loop in collect(func.body, For))
 
 
 def _debug_enabled() -> bool:

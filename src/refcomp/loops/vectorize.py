@@ -28,7 +28,7 @@ import logging
 
 from ..ast import (
     And, BufferLoad, Cast, For, IfThenElse, IntImm, Max, Mutator, PrimExpr, PrimFunc, Stmt, Var,
-    post_order_visit, seq, substitute,
+    collect, post_order_visit, seq, substitute,
 )
 from ..ast.expr import as_int
 from .passes.fold import simplify_expr
@@ -39,11 +39,23 @@ from .passes.vector_expr import CannotVectorize, LaneVectorizer, every_lane_cond
 logger = logging.getLogger("refcomp.lower")
 
 DEFAULT_VECTOR_BYTES = 64  # one AVX-512 register
+GPU_VECTOR_BYTES = 16  # the widest CUDA vector type (float4, int4)
 
 
-def vectorize(func: PrimFunc, vector_bytes: int = DEFAULT_VECTOR_BYTES) -> PrimFunc:
-    """func with its vectorized loops turned into vector IR where sound (see the module docstring)."""
+def vectorize(func: PrimFunc, vector_bytes: int | None = None) -> PrimFunc:
+    """func with its vectorized loops turned into vector IR where sound (see the module docstring).
+
+    vector_bytes bounds the size of one vector; by default 16 for a function with GPU thread
+    bindings, else 64.
+    """
+    if vector_bytes is None:
+        vector_bytes = GPU_VECTOR_BYTES if has_thread_bindings(func) else DEFAULT_VECTOR_BYTES
     return func.with_(body=_LoopVectorizer(vector_bytes).visit(func.body))
+
+
+def has_thread_bindings(func: PrimFunc) -> bool:
+    """func has a loop bound to a GPU thread axis (it is, or holds, a GPU kernel)."""
+    return any(loop.kind == "thread_binding" for loop in collect(func.body, For))
 
 
 class _LoopVectorizer(Mutator):

@@ -240,3 +240,14 @@ def test_narrow_and_wide_types_vectorise_with_matching_lane_counts(dtype, lanes)
     widest = max(vector_lanes(result))
     assert widest == (16 if dtype in ("float16", "bfloat16") else lanes)  # the float32 casts set the width
     check_same_results(func, result)
+
+
+def test_vectorize_alone_picks_gpu_width_for_thread_bound_functions():
+    A = Buffer("A", (256,))
+    t, v = Var("t"), Var("v")
+    body = For(t, 0, 16, "thread_binding", For(v, 0, 16, "vectorized", BufferStore(
+        A, A[t * 16 + v] * 2.0, (t * 16 + v,))), thread_binding="threadIdx.x")
+    func = PrimFunc((A,), body)
+    assert vector_lanes(vectorize(func)) == [4]  # float4
+    assert vector_lanes(vectorize(func, vector_bytes=64)) == [16]
+    check_same_results(func, vectorize(func))
