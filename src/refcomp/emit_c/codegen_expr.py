@@ -48,6 +48,8 @@ class ExprEmitter:
         wide = DataType("int64", lanes)
 
         def widen(x: E.PrimExpr) -> E.PrimExpr:
+            if isinstance(x, E.IntImm) and lanes == 1:
+                return E.IntImm(x.value, "int64")
             x = x if x.dtype.lanes == lanes else E.Broadcast(x, lanes)
             return x if x.dtype.element == int64 else E.Cast(wide, x)
 
@@ -61,7 +63,8 @@ class ExprEmitter:
             strides.reverse()
         total = widen(buffer.elem_offset) if not _is_zero(buffer.elem_offset) else None
         for index, stride in zip(indices, strides):
-            term = E.Mul(widen(index), stride)
+            unit = isinstance(stride, E.IntImm) and stride.value == 1
+            term = widen(index) if unit else E.Mul(widen(index), stride)
             total = term if total is None else E.Add(total, term)
         return total
 
