@@ -312,3 +312,16 @@ def test_mark_on_ranges_of_regions_and_domains():
     assert "T.reads(A[vi, 0:16]" in line
     text = script(f, mark=block.iter_vars[2].dom)
     assert "not part of" not in text
+
+
+def test_vars_and_buffers_inside_function_attrs_are_declared():
+    n = SizeVar("n")
+    A = Buffer("A", (n,))
+    original = Buffer("A", (n, Var("m")))
+    bound = Var("k")
+    i = Var("i")
+    f = func_of(For(i, 0, n, "serial", BufferStore(A, FloatImm(1.0), (i,))), (A,),
+                attrs={"original_buffers": {A: original}, "upper_bound": {bound: 64}})
+    text = roundtrip(f)
+    assert 'A_1 = T.Buffer((n, m), "float32", name="A")' in text
+    assert "k = T.int32()" in text and "m = T.int32()" in text

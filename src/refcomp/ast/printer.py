@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from . import expr as E
 from .buffer import Buffer, BufferRegion
 from .function import IRModule, PrimFunc
+from .node import Node
 from .functor import collect, free_vars, post_order_visit
 from .printer_expr import CLOSE_MARK, OPEN_MARK, ExprPrinter, quote
 from .script_common import LOOP_FUNCTIONS, Namer, is_plain_identifier, sanitize
@@ -107,8 +108,10 @@ class _StmtPrinter(ExprPrinter):
         declared = {p for p in func.params if isinstance(p, E.Var)}
         loose_buffers = _undeclared_buffers(func)
         known = set(loose_buffers) | set(func.params) | set(collect(func.body, Buffer))
-        loose_buffers += [b for b in _buffers_in(func.attrs) if b not in known]  # e.g. lowering's originals
-        loose_vars = [v for v in free_vars((func, tuple(loose_buffers))) if v not in declared]
+        in_attrs = _nodes_in(func.attrs)  # e.g. lowering's original buffers, upper bounds of vars
+        loose_buffers += [b for b in in_attrs if isinstance(b, Buffer) and b not in known]
+        others = tuple(n for n in in_attrs if not isinstance(n, Buffer))
+        loose_vars = [v for v in free_vars((func, tuple(loose_buffers), others)) if v not in declared]
         for var in loose_vars:
             self.namer.name(var)
         for buffer in loose_buffers:
@@ -396,12 +399,12 @@ def _undeclared_buffers(func: PrimFunc) -> list[Buffer]:
     return [b for b in collect(func.body, Buffer) if b not in declared]
 
 
-def _buffers_in(value: Any) -> list[Buffer]:
-    """Buffers inside an attribute value (mappings, sequences), in order, without repeats."""
-    found: dict[Buffer, None] = {}
+def _nodes_in(value: Any) -> list[Any]:
+    """IR nodes inside an attribute value (mappings, sequences), in order, without repeats."""
+    found: dict[Any, None] = {}
 
     def walk(item: Any) -> None:
-        if isinstance(item, Buffer):
+        if isinstance(item, Node):
             found.setdefault(item, None)
         elif isinstance(item, Mapping):
             for key, inner in item.items():

@@ -30,8 +30,8 @@ class _Equal:
             if isinstance(a, (Var, Buffer)):
                 return self.bind(a, b) if id(a) in self.forward or id(b) in self.backward else True
             return True
-        if type(a) is not type(b):
-            return False
+        if type(a) is not type(b) and not (isinstance(a, Mapping) and isinstance(b, Mapping)):
+            return False  # (a dict and its frozen MappingProxyType copy hold the same IR)
         if isinstance(a, tuple):
             return len(a) == len(b) and all(self.equal(x, y) for x, y in zip(a, b))
         if isinstance(a, float):
