@@ -66,12 +66,13 @@ def ulp_error(got: np.ndarray, ref64: np.ndarray, dtype: str) -> np.ndarray:
 _LIBS = {}
 
 
+@pytest.mark.parametrize("target", ["c", "c -std=c99"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("lanes", [1, LANES])
-def test_math_functions_ulp_and_specials(dtype, lanes, rng):
-    key = (dtype, lanes)
+def test_math_functions_ulp_and_specials(dtype, lanes, target, rng):
+    key = (dtype, lanes, target)
     if key not in _LIBS:
-        _LIBS[key] = refcomp.build(many_unary_kernel(dtype, lanes), bounds="off")
+        _LIBS[key] = refcomp.build(many_unary_kernel(dtype, lanes), target=target, bounds="off")
     lib = _LIBS[key]
     x = inputs(dtype, rng)
     outs = [np.full_like(x, 12345.0) for _ in UNARY]
