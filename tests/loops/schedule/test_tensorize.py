@@ -183,18 +183,43 @@ def test_column_major_b_fails_the_stride_check():
     assert "stride 1 of B" in message
 
 
-def test_block_with_init_asks_for_decompose_reduction():
-    func = tiled_matmul_update(6, 16, 8, 6, 16)
+def _with_init(func):
+    """func with C[vi, vj] = 0 as the init of its block C (the form te gives a reduction)."""
+    from refcomp.loops.primitives.tree import replace_in_func
+
     update = next(s for s in walk(func.body) if isinstance(s, Block) and s.name == "C")
     c = func.params[2]
     vi, vj, _ = (iv.var for iv in update.iter_vars)
-    with_init = update.with_(init=BufferStore(c, 0.0, (vi, vj)))
     realize = next(s for s in walk(func.body) if isinstance(s, BlockRealize) and s.block is update)
+    return replace_in_func(func, {id(realize): realize.with_(block=update.with_(init=BufferStore(c, 0.0, (vi, vj))))})
+
+
+@pytest.mark.parametrize("kc", [None, 4])
+def test_reduction_init_moves_to_the_tile_block(kc):
+    func = _with_init(tiled_matmul_update(12, 32, 8, 6, 16, kc))
+    out, _ = tensorize(func, tile_loop(func, "ii"), "x86.avx2.sgemm_6x16")
+    outer = next(s for s in walk(out.body) if isinstance(s, Block) and s.name == "C_o")
+    assert outer.init is not None  # zeroes the tile before its first k slab
+    assert any(iv.kind == "reduce" for iv in outer.iter_vars)  # a unit one when k is not split
+    _tensorized_call(out)
+
+
+def test_description_with_init_needs_a_tile_with_init():
     from refcomp.loops.primitives.tree import replace_in_func
-    func = replace_in_func(func, {id(realize): realize.with_(block=with_init)})
-    with pytest.raises(ScheduleError) as info:
-        tensorize(func, tile_loop(func, "ii"), "x86.avx2.sgemm_6x16")
-    assert info.value.hint and "decompose_reduction" in info.value.hint
+
+    base = intrin.get("x86.avx2.sgemm_6x16")
+    d_block = next(s for s in walk(base.desc.body) if isinstance(s, Block))
+    c = base.desc.params[2]
+    vi, vj, _ = (iv.var for iv in d_block.iter_vars)
+    d_realize = next(s for s in walk(base.desc.body) if isinstance(s, BlockRealize))
+    desc = replace_in_func(base.desc, {id(d_realize): d_realize.with_(
+        block=d_block.with_(init=BufferStore(c, 0.0, (vi, vj))))})
+    intrin.register(intrin.TensorIntrin("user.init_tile", desc, base.impl, c_helpers=base.c_helpers), override=True)
+    try:
+        func = tiled_matmul_update(12, 32, 8, 6, 16)
+        assert "has no init, the description does not agree" in _error(func, "ii", "user.init_tile")
+    finally:
+        intrin.unregister("user.init_tile")
 
 
 def test_too_many_loops_in_the_tile():

@@ -86,7 +86,9 @@ def test_tensorized_tile_matches_numpy(name, m, n_tiles, k_groups, split_k, seed
         np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-4 * k)
 
 
-def test_te_matmul_through_schedule_matches_numpy_and_interpreter(rng):
+@pytest.mark.parametrize("decompose,split_k", [(True, False), (False, False), (False, True)])
+def test_te_matmul_through_schedule_matches_numpy_and_interpreter(rng, decompose, split_k):
+    """decompose_reduction first, or let blockize move the init into the tile block."""
     from refcomp import te
     from refcomp.loops.schedule import Schedule
 
@@ -101,8 +103,13 @@ def test_te_matmul_through_schedule_matches_numpy_and_interpreter(rng):
     i, j, kk = sch.get_loops(blk)
     i0, i1 = sch.split(i, [None, 6])
     j0, j1 = sch.split(j, [None, 16])
-    sch.reorder(i0, j0, i1, j1, kk)
-    sch.decompose_reduction(blk, i1)
+    if split_k:
+        k0, k1 = sch.split(kk, [None, 8])
+        sch.reorder(i0, j0, k0, i1, j1, k1)
+    else:
+        sch.reorder(i0, j0, i1, j1, kk)
+    if decompose:
+        sch.decompose_reduction(blk, i1)
     untensorized = sch.func
     sch.tensorize(i1, "x86.avx2.sgemm_6x16")
     a = rng.standard_normal((m, k)).astype(np.float32)

@@ -15,7 +15,15 @@ itself computed with vpdpbusd of 0x80 bytes against B, so the result is exact.
 I8GEMM_AVX2_6X16 = r"""
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 #define RC_ROWS6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+/* (a[0], a[cs]) sign-extended to int16 and repeated in every 32-bit lane: vpmaddwd's A operand */
+__attribute__((target("avx2"))) static inline __m256i rc_i8_pair(const int8_t* a, int64_t cs) {
+  int16_t two;
+  if (cs == 1) memcpy(&two, a, 2);
+  else two = (int16_t)((uint16_t)(uint8_t)a[0] | ((uint16_t)(uint8_t)a[cs] << 8));
+  return _mm256_cvtepi8_epi16(_mm_set1_epi16(two));
+}
 __attribute__((target("avx2"))) static inline void refcomp_i8gemm_avx2_6x16(
     const int8_t* restrict A, int64_t a_rs, int64_t a_cs, const int8_t* restrict B, int64_t ldb,
     int32_t* restrict C, int64_t ldc, int64_t K, int64_t m_rows) {
@@ -26,8 +34,7 @@ __attribute__((target("avx2"))) static inline void refcomp_i8gemm_avx2_6x16(
       for (int64_t k = 0; k < K; k += 2) {
         const int8_t* b = B + (k / 2) * ldb;
         const int8_t* ar_ = A + r * a_rs + k * a_cs;
-        int32_t pair = (int32_t)((uint32_t)(uint16_t)(int16_t)ar_[0] | ((uint32_t)(uint16_t)(int16_t)ar_[a_cs] << 16));
-        __m256i ar = _mm256_set1_epi32(pair);
+        __m256i ar = rc_i8_pair(ar_, a_cs);
         t0 = _mm256_add_epi32(t0, _mm256_madd_epi16(ar, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b))));
         t1 = _mm256_add_epi32(t1, _mm256_madd_epi16(ar, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b + 16)))));
       }
@@ -46,9 +53,7 @@ __attribute__((target("avx2"))) static inline void refcomp_i8gemm_avx2_6x16(
     /* 8 columns x 2 k per 16 bytes, widened to 16 int16 lanes */
     __m256i b0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b));
     __m256i b1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b + 16)));
-#define RC_MADD(r) { int32_t lo = (uint16_t)(int16_t)a[(r) * a_rs]; \
-                     int32_t hi = (int32_t)((uint32_t)(uint16_t)(int16_t)a[(r) * a_rs + a_cs] << 16); \
-                     __m256i ar = _mm256_set1_epi32(lo | hi); \
+#define RC_MADD(r) { __m256i ar = rc_i8_pair(a + (r) * a_rs, a_cs); \
                      c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(ar, b0)); \
                      c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(ar, b1)); }
     RC_ROWS6(RC_MADD)

@@ -87,11 +87,61 @@ def blockize_realize(func: PrimFunc, loop: For, preserve_unit_iters: bool = True
     extents = {l.loop_var: (l.min, l.extent) for l in chain}
     reads = tuple(_cover(region, binding, extents, bounds) for region in block.reads)
     writes = tuple(_cover(region, binding, extents, bounds) for region in block.writes)
+    outer_init = None
+    if block.init is not None:
+        outer_init = _init_nest(func, chain, inner_realize)
+    if outer_init is not None:
+        # The reduction's start now belongs to the outer block: it zeroes the whole tile once,
+        # before its first reduction step, and the inner block is a plain update (what tensor
+        # intrinsics describe).  An outer block without a reduce iter gets a unit one, so it is a
+        # reduction block whose init runs at every instance (the tile holds the whole reduction).
+        inner_realize = inner_realize.with_(block=inner_realize.block.with_(init=None))
+        if not any(iv.kind == "reduce" for iv in outer_iters):
+            reduce_dtype = next(iv.var.dtype for iv in block.iter_vars if iv.kind == "reduce")
+            outer_iters.append(IterVar(Var(f"{block.name}_r_o", reduce_dtype),
+                                       Range.from_extent(const(1, reduce_dtype)), "reduce"))
+            outer_values.append(const(0, reduce_dtype))
     body = _rebuild_chain(chain, inner_realize)
     name = fresh_block_name(func.body, block.name + "_o")
-    outer_block = Block(name, tuple(outer_iters), reads, writes, body)
+    outer_block = Block(name, tuple(outer_iters), reads, writes, body, init=outer_init)
     outer = BlockRealize(tuple(outer_values), IntImm(1, "bool"), outer_block)
     return inner_realize, outer
+
+
+def _init_nest(func: PrimFunc, chain: list[For], realize: BlockRealize) -> Stmt | None:
+    """The inner block's init as a loop nest over the tile's spatial loops, or None when the
+    loops do not separate into spatial-only and reduce-only ones (then the init stays inside)."""
+    block = realize.block
+    spatial_loops: set[Var] = set()
+    reduce_loops: set[Var] = set()
+    chain_vars = {l.loop_var for l in chain}
+    for iv, value in zip(block.iter_vars, realize.iter_values):
+        used = _vars_of(value) & chain_vars
+        (spatial_loops if iv.kind == "spatial" else reduce_loops).update(used)
+    if spatial_loops & reduce_loops or _vars_of(realize.predicate) & reduce_loops:
+        return None
+    fresh = {l.loop_var: Var(l.loop_var.name + "_init", l.loop_var.dtype) for l in chain
+             if l.loop_var in spatial_loops}
+    iters, values, renamed = [], [], {}
+    for iv, value in zip(block.iter_vars, realize.iter_values):
+        if iv.kind != "spatial":
+            continue
+        new_var = Var(iv.var.name + "_init", iv.var.dtype)
+        renamed[iv.var] = new_var
+        iters.append(IterVar(new_var, iv.dom, "spatial"))
+        values.append(substitute(value, fresh))
+    writes = []
+    for region in block.writes:
+        if any(_vars_of(r.min) & {iv.var for iv in block.iter_vars if iv.kind == "reduce"} for r in region.region):
+            return None
+        writes.append(substitute(region, renamed))
+    init_block = Block(fresh_block_name(func.body, block.name + "_init"), tuple(iters), (), tuple(writes),
+                       substitute(block.init, renamed))
+    nest: Stmt = BlockRealize(tuple(values), substitute(realize.predicate, fresh), init_block)
+    for loop in reversed(chain):
+        if loop.loop_var in fresh:
+            nest = For(fresh[loop.loop_var], loop.min, loop.extent, "serial", nest)
+    return nest
 
 
 def _perfect_nest(func: PrimFunc, loop: For) -> tuple[list[For], BlockRealize]:

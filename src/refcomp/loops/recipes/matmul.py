@@ -5,11 +5,12 @@ The structure is the one BLIS uses, written as ordinary schedule primitives:
     pack B into column panels   Bp[j // NR, k, j % NR]      (cache_read + transform_layout)
     pack A into k slabs         Ap[k // KC, i, k % KC]      (rows of a slab are KC apart, so the
                                                              MR rows a tile reads never alias in L1)
-    for jc, ic in parallel:     NC x MC blocks of C         (fuse + parallel)
-      C[block] = 0                                         (decompose_reduction)
+    for jc in parallel:         NC-wide column blocks of C  (parallel)
+     for ic:                    MC-high row blocks
       for pc:                   KC slabs of the reduction
         for jr:                 NR-wide panels: KC x NR of B stays in L1 across ...
           for ir:               ... the MR-high tiles: MC x KC of A stays in L2
+            if pc == 0: C[MR, NR] = 0                      (the tile block's init)
             C[MR, NR] += A[MR, KC] * B[KC, NR]             (tensorize: a micro-kernel call)
 
 Rows (M) may be symbolic or not divisible by MR: the last tile is partial and the kernel touches
@@ -65,9 +66,7 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
         raise ScheduleError(f"{recipe}: K = {shape.k} has no tile size that is a multiple of {k_multiple} "
                             f"(needed by {intrin})")
     mc = _row_block(shape.m, mr, tiling.mc, _takes_partial_rows(intrin), recipe, intrin)
-    nc = max(nr, tiling.nc // nr * nr)
-    while not divides(shape.n, nc):
-        nc -= nr
+    nc = _column_block(as_int(shape.n), nr, tiling.nc)
 
     if pack_b:
         packed_b = sch.cache_read(blk, shape.b_index, "global")
@@ -84,21 +83,37 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     j0, j1, j2 = sch.split(j, [None, nc // nr, nr])
     k_loops = sch.split(k, [None, kc]) if kc < as_int(shape.k) else [None, k]
     k0, k1 = k_loops
-    # Fusing the two block loops gives the threads one even pool of work; with a symbolic M the
-    # fused index would be divided by a symbolic extent (not affine), so the row blocks alone
-    # are run in parallel then.
-    symbolic_rows = as_int(shape.m) is None
-    first = [i0, j0] if symbolic_rows else [j0, i0]
-    order = first + ([k0] if k0 is not None else []) + [j1, i1, i2, j2, k1]
-    sch.reorder(*order)
-    outer = i0 if symbolic_rows else sch.fuse(j0, i0)
-    if parallel:
-        sch.parallel(outer)
-    init = sch.decompose_reduction(blk, k0 if k0 is not None else j1)
-    init_loops = sch.get_loops(init)
-    sch.vectorize(init_loops[-1])
+    sch.reorder(*([j0, i0] + ([k0] if k0 is not None else []) + [j1, i1, i2, j2, k1]))
+    # tensorize blockizes the tile; the reduction's init moves to the tile block, which zeroes
+    # its C tile right before the first k slab (in cache) instead of in a separate pass.
     sch.tensorize(i2, intrin)
+    # Threads take whole column blocks (NC wide): their bindings move by NC per iteration, so the
+    # iterations provably write disjoint parts of C, and N / NC is chosen as a multiple of the
+    # thread count so no thread waits.  With too few column blocks, or a symbolic M (the legality
+    # check relaxes over the loops inside the parallel one, which must then be constant), the row
+    # blocks run in parallel instead.
+    if parallel:
+        column_blocks = as_int(shape.n) // nc
+        by_columns = column_blocks % _threads() == 0 and as_int(shape.m) is not None
+        sch.parallel(j0 if by_columns else i0)
     return sch
+
+
+def _threads() -> int:
+    """The number of threads OpenMP will use (OMP_NUM_THREADS, else the CPU count)."""
+    import os
+
+    value = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return int(value) if value.isdigit() and int(value) > 0 else (os.cpu_count() or 1)
+
+
+def _column_block(n: int, nr: int, preferred: int) -> int:
+    """NC: a multiple of NR dividing N, near `preferred`, giving a multiple of the thread count of
+    column blocks when some such size is at least half the preferred one."""
+    sizes = [nc for nc in range(nr, n + 1, nr) if n % nc == 0]
+    fitting = [nc for nc in sizes if nc <= max(preferred, nr)]
+    balanced = [nc for nc in fitting if (n // nc) % _threads() == 0 and 2 * nc >= min(preferred, n)]
+    return max(balanced) if balanced else max(fitting)
 
 
 def _takes_partial_rows(intrin: str) -> bool:
