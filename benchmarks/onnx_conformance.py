@@ -1,0 +1,191 @@
+"""ONNX backend node tests through refcomp: import, compile, run in the VM, compare with the expected outputs.
+
+The cases ship inside the onnx package (onnx/backend/test/data/node/*/model.onnx plus
+test_data_set_0/{input,output}_*.pb).  A case's op type is its (single) node's; an `_expanded`
+case counts toward the op type of its base case.  An op type passes when every one of its cases
+passes.  Comparison: output count, then shape, then dtype, then values (floats: rtol 1e-3,
+atol 1e-5, NaN equal to NaN; everything else exact).
+
+    python benchmarks/onnx_conformance.py                 # table per op type, then totals
+    python benchmarks/onnx_conformance.py --json          # last line: {"op_types_passing": N, ...}
+    python benchmarks/onnx_conformance.py --ops Relu,Add  # only those op types
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+
+import numpy as np
+
+
+def node_test_root() -> str:
+    import onnx
+
+    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+
+
+def case_op_types(root: str) -> dict[str, str]:
+    """case name -> op type (expanded cases map to their base case's op type)."""
+    import onnx
+
+    base: dict[str, str] = {}
+    names = sorted(os.listdir(root))
+    for name in names:
+        if "_expanded" in name:
+            continue
+        model = onnx.load(os.path.join(root, name, "model.onnx"), load_external_data=False)
+        base[name] = model.graph.node[-1].op_type if model.graph.node else "?"
+    result = {}
+    for name in names:
+        if "_expanded" in name:
+            stem = name.split("_expanded")[0]
+            if stem in base:
+                result[name] = base[stem]
+                continue
+            model = onnx.load(os.path.join(root, name, "model.onnx"), load_external_data=False)
+            result[name] = model.graph.node[-1].op_type if model.graph.node else "?"
+        else:
+            result[name] = base[name]
+    return result
+
+
+def load_tensors(folder: str, prefix: str) -> list[np.ndarray]:
+    import onnx
+    from onnx import numpy_helper
+
+    tensors = []
+    for path in sorted(glob.glob(os.path.join(folder, f"{prefix}_*.pb")), key=lambda p: int(p.rsplit("_", 1)[1][:-3])):
+        proto = onnx.TensorProto()
+        with open(path, "rb") as f:
+            proto.ParseFromString(f.read())
+        tensors.append(numpy_helper.to_array(proto))
+    return tensors
+
+
+def compare(actual, expected) -> str | None:
+    """None when actual matches expected, else the reason."""
+    if len(actual) != len(expected):
+        return f"{len(actual)} outputs, expected {len(expected)}"
+    for k, (a, e) in enumerate(zip(actual, expected)):
+        a, e = np.asarray(a), np.asarray(e)
+        if a.shape != e.shape:
+            return f"output {k}: shape {a.shape}, expected {e.shape}"
+        if a.dtype != e.dtype:
+            return f"output {k}: dtype {a.dtype}, expected {e.dtype}"
+        if e.dtype.kind == "f":
+            if not np.allclose(a, e, rtol=1e-3, atol=1e-5, equal_nan=True):
+                return f"output {k}: values differ (max abs error {np.nanmax(np.abs(a - e)):.3g})"
+        elif not np.array_equal(a, e):
+            return f"output {k}: values differ"
+    return None
+
+
+def run_case(folder: str, target: str = "c", specialize: bool = False) -> tuple[str, str]:
+    """(status, detail) for one case: status is pass, import, build, run, wrong or skip.
+
+    specialize: when import fails because an integer input feeds a shape/axes/pads operand, import
+    again with the integer inputs fixed to the case's values (status "pass_specialized" if it then passes).
+    """
+    import onnx
+
+    import refcomp
+    from refcomp.frontend import from_onnx
+
+    model = onnx.load(os.path.join(folder, "model.onnx"))
+    if any(not vi.type.HasField("tensor_type") for vi in list(model.graph.input) + list(model.graph.output)):
+        return "skip", "sequence or optional input/output"
+    data = os.path.join(folder, "test_data_set_0")
+    inputs, expected = load_tensors(data, "input"), load_tensors(data, "output")
+    initializers = {t.name for t in model.graph.initializer}
+    graph_inputs = [vi for vi in model.graph.input if vi.name not in initializers]
+    fixed: dict = {}
+    try:
+        mod = from_onnx(model)
+    except Exception as exc:  # the importer's own errors, and any crash, are an import failure
+        if not (specialize and "known at import time" in str(exc)):
+            return "import", f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+        fixed = {vi.name: value for vi, value in zip(graph_inputs, inputs) if value.dtype.kind in "iu"}
+        try:
+            mod = from_onnx(model, const_inputs=fixed)
+        except Exception as exc2:
+            return "import", f"{type(exc2).__name__}: {str(exc2).splitlines()[0]}"
+    try:
+        ex = refcomp.graph.build(mod, target=target)
+    except Exception as exc:
+        return "build", f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    try:
+        args = [value for vi, value in zip(graph_inputs, inputs) if vi.name not in fixed]
+        out = refcomp.runtime.VirtualMachine(ex)["main"](*args)
+    except Exception as exc:
+        return "run", f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    out = list(out) if isinstance(out, tuple) else [out]
+    reason = compare(out, expected)
+    if reason is not None:
+        return "wrong", reason
+    return ("pass_specialized", "integer inputs fixed") if fixed else ("pass", "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="ONNX backend node tests through refcomp")
+    parser.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
+    parser.add_argument("--ops", default="", help="comma-separated op types to run (default: all)")
+    parser.add_argument("--target", default="c", choices=["c", "interpret"])
+    parser.add_argument("--claimed-only", action="store_true",
+                        help="only run op types the importer converts (others count as failing)")
+    parser.add_argument("--verbose", "-v", action="store_true", help="print every failing case")
+    parser.add_argument("--no-specialize", action="store_true",
+                        help="do not retry cases whose integer inputs feed shape operands with those inputs fixed")
+    args = parser.parse_args(argv)
+    from refcomp.frontend.onnx import supported_ops
+
+    root = node_test_root()
+    op_of = case_op_types(root)
+    wanted = set(filter(None, args.ops.split(",")))
+    claimed = set(supported_ops())
+    per_op: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    failures = []
+    start = time.perf_counter()
+    for name, op_type in sorted(op_of.items()):
+        if wanted and op_type not in wanted:
+            continue
+        if args.claimed_only and op_type not in claimed:
+            status, detail = "import", "not claimed by the importer"
+        else:
+            status, detail = run_case(os.path.join(root, name), args.target, not args.no_specialize)
+        per_op[op_type][status] += 1
+        if status not in ("pass", "pass_specialized", "skip"):
+            failures.append((name, status, detail))
+    elapsed = time.perf_counter() - start
+    good = ("pass", "pass_specialized", "skip")
+    strict = sorted(o for o, c in per_op.items() if c.get("pass", 0) and all(k in ("pass", "skip") for k in c))
+    passing = sorted(o for o, c in per_op.items() if (c.get("pass", 0) or c.get("pass_specialized", 0))
+                     and all(k in good for k in c))
+    tests_total = sum(sum(c.values()) - c.get("skip", 0) for c in per_op.values())
+    tests_passed = sum(c.get("pass", 0) + c.get("pass_specialized", 0) for c in per_op.values())
+    print(f"{'op type':<28} {'pass':>5} {'spec.':>5} {'fail':>5} {'skip':>5}")
+    for o in sorted(per_op):
+        c = per_op[o]
+        fail = sum(v for k, v in c.items() if k not in good)
+        mark = "  ok" if o in strict else "  ok (specialized)" if o in passing else ""
+        print(f"{o:<28} {c.get('pass', 0):>5} {c.get('pass_specialized', 0):>5} {fail:>5} {c.get('skip', 0):>5}{mark}")
+    if args.verbose:
+        for name, status, detail in failures:
+            print(f"  {name}: {status}: {detail}")
+    print(f"op types with every case passing: {len(passing)} of {len(per_op)} "
+          f"({len(strict)} without specializing any input); cases passed {tests_passed} of {tests_total} "
+          f"({elapsed:.0f} s)")
+    if args.json:
+        summary = {"op_types_passing": len(passing), "op_types_passing_strict": len(strict),
+                   "tests_passed": tests_passed, "tests_total": tests_total,
+                   "per_op": {o: dict(c) for o, c in sorted(per_op.items())}}
+        print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

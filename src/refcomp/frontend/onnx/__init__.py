@@ -1,0 +1,8 @@
+"""ONNX import: `from_onnx(model, shape_dict=None)` -> IRModule with a graph function `main`.
+
+`dim_param` names become size vars (one per name), so one compiled model serves every batch size
+and sequence length; `shape_dict` ({input name: shape}) overrides input shapes (ints or names).
+Each op family's converters live in their own module and register themselves in CONVERTERS.
+"""
+from .importer import CONVERTERS, from_onnx, supported_ops  # noqa: F401
+from . import ops_elementwise, ops_nn, ops_reduce, ops_shape  # noqa: F401  (register converters)

@@ -1,0 +1,185 @@
+"""The ONNX graph walker: inputs and initializers, node conversion, import-time constant folding."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ...ast import SizeVar
+from ...ast.graph import Constant, Expr, Tuple, TupleGetItem, Var
+from ...ast.graph_struct_info import TensorStructInfo, TupleStructInfo
+from ...errors import IRError
+from ...graph import BlockBuilder
+from ...graph.op.registry import get as get_op
+
+CONVERTERS: dict[str, Callable] = {}
+
+
+def converter(*op_types: str):
+    """Register a converter fn(ctx, node, inputs, attrs) -> Expr | list[Expr] for ONNX op types."""
+    def add(fn):
+        for t in op_types:
+            CONVERTERS[t] = fn
+        return fn
+
+    return add
+
+
+def supported_ops() -> list[str]:
+    """ONNX op types the importer converts."""
+    return sorted(CONVERTERS)
+
+
+class ImportError_(IRError):
+    """An ONNX node that cannot be imported (unsupported op, attribute or input)."""
+
+
+class Context:
+    """What a converter may use: the builder, constant folding, and the node for error messages."""
+
+    def __init__(self, bb: BlockBuilder, opset: int) -> None:
+        self.bb = bb
+        self.opset = opset
+        self.node = None
+
+    def fail(self, message: str) -> None:
+        node = self.node
+        where = f"node {node.name or '(unnamed)'} ({node.op_type})" if node is not None else "model"
+        raise ImportError_(f"onnx import: {where}: {message}")
+
+    def emit(self, call: Expr) -> Expr:
+        """Normalize and bind a call; calls on constants are evaluated now (shape arithmetic)."""
+        value = self.bb.normalize(call)
+        name = getattr(value, "op_name", None)
+        if name and all(isinstance(a, Constant) for a in value.args) and name not in ("call_tir", "call_dps_packed"):
+            info = get_op(name)
+            result = info.evaluate([np.array(a.array) for a in value.args], value.attrs)
+            if isinstance(result, tuple):
+                return Tuple(tuple(Constant(np.asarray(r)) for r in result))
+            expected = value.struct_info
+            array = np.asarray(result)
+            if isinstance(expected, TensorStructInfo) and expected.dtype is not None:
+                array = array.astype(expected.dtype.numpy())
+            return Constant(array)
+        return self.bb.emit(value)
+
+    def constant(self, value: Expr | None, what: str) -> np.ndarray:
+        """The value of an input that must be known at import time (shapes, axes, pads)."""
+        if isinstance(value, Constant):
+            return np.array(value.array)
+        self.fail(f"{what} must be a constant known at import time")
+
+    def info(self, value: Expr) -> TensorStructInfo:
+        info = value.struct_info
+        if not isinstance(info, TensorStructInfo):
+            self.fail(f"expected a tensor input, got {info}")
+        return info
+
+    def static_shape(self, value: Expr) -> tuple:
+        shape = self.info(value).shape
+        if shape is None:
+            self.fail("the input shape must be known")
+        return shape
+
+
+def _onnx_dtype(elem_type: int) -> np.dtype:
+    from onnx import helper
+
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def _input_info(value_info, shape_dict, size_vars) -> TensorStructInfo:
+    ttype = value_info.type.tensor_type
+    name = value_info.name
+    dtype = _onnx_dtype(ttype.elem_type)
+    if shape_dict and name in shape_dict:
+        dims = [d if isinstance(d, int) else size_vars.setdefault(d, SizeVar(d, "int64")) for d in shape_dict[name]]
+        return TensorStructInfo(tuple(dims), str(dtype))
+    if not ttype.HasField("shape"):
+        raise ImportError_(f"onnx import: input {name} has no shape; pass it in shape_dict")
+    dims = []
+    for k, d in enumerate(ttype.shape.dim):
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        else:
+            label = d.dim_param or f"{name}_dim{k}"
+            label = "".join(c if c.isalnum() or c == "_" else "_" for c in label)
+            dims.append(size_vars.setdefault(label, SizeVar(label, "int64")))
+    return TensorStructInfo(tuple(dims), str(dtype))
+
+
+def attributes(node) -> dict[str, Any]:
+    from onnx import helper
+
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def from_onnx(model, shape_dict: dict | None = None, name: str = "main", const_inputs: dict | None = None):
+    """Import an ONNX model into an IRModule whose `name` function computes the graph outputs.
+
+    const_inputs ({input name: array}) specializes graph inputs to fixed values: they become
+    constants (needed where an input feeds a shape, axes or pads operand) and are not parameters.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    if isinstance(model, (str, bytes)) and not isinstance(model, bytes):
+        model = onnx.load(model)
+    if not isinstance(model, onnx.ModelProto):
+        raise ImportError_(f"onnx import: expected a ModelProto or a path, got {type(model).__name__}")
+    graph = model.graph
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=13)
+    initializers = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    size_vars: dict[str, SizeVar] = {}
+    params = []
+    env: dict[str, Expr] = {}
+    const_inputs = dict(const_inputs or {})
+    for vi in graph.input:
+        if vi.name in initializers:
+            continue
+        if vi.name in const_inputs:
+            env[vi.name] = Constant(np.asarray(const_inputs[vi.name]))
+            continue
+        if not vi.type.HasField("tensor_type"):
+            raise ImportError_(f"onnx import: input {vi.name} is not a tensor (sequences/optionals are unsupported)")
+        var = Var(_safe(vi.name), _input_info(vi, shape_dict, size_vars))
+        params.append(var)
+        env[vi.name] = var
+    for key, array in initializers.items():
+        env[key] = Constant(np.asarray(array))
+    bb = BlockBuilder()
+    ctx = Context(bb, opset)
+    with bb.function(name, params):
+        with bb.dataflow():
+            for node in graph.node:
+                ctx.node = node
+                if node.domain not in ("", "ai.onnx"):
+                    ctx.fail(f"domain {node.domain!r} is not supported")
+                convert = CONVERTERS.get(node.op_type)
+                if convert is None:
+                    ctx.fail(f"op type {node.op_type} is not supported by the importer")
+                inputs = [env[i] if i else None for i in node.input]
+                for i, value in zip(node.input, inputs):
+                    if i and value is None:
+                        ctx.fail(f"input {i} is not defined")
+                result = convert(ctx, node, inputs, attributes(node))
+                results = result if isinstance(result, (list, tuple)) else [result]
+                if isinstance(result, Expr) and isinstance(result.struct_info, TupleStructInfo) and len(node.output) > 1:
+                    results = [ctx.emit(TupleGetItem(result, k)) if not isinstance(result, Tuple) else result.fields[k]
+                               for k in range(len(node.output))]
+                for out_name, value in zip(node.output, results):
+                    if out_name:
+                        env[out_name] = value
+            outputs = []
+            for vi in graph.output:
+                if vi.name not in env:
+                    raise ImportError_(f"onnx import: graph output {vi.name} is never computed")
+                value = env[vi.name]
+                outputs.append(bb.emit_output(value))
+        bb.emit_func_output(outputs[0] if len(outputs) == 1 else Tuple(tuple(outputs)))
+    return bb.get()
+
+
+def _safe(name: str) -> str:
+    text = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "input"
+    return "_" + text if text[0].isdigit() else text

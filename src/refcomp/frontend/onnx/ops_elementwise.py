@@ -1,0 +1,213 @@
+"""ONNX element-wise ops: math, activations, comparisons, logic, Where, Clip, Cast, variadic Max/Min/Sum/Mean."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ast.graph import Constant
+from ...graph import op
+from .importer import converter
+
+UNARY = {
+    "Abs": "abs", "Acos": "acos", "Acosh": "acosh", "Asin": "asin", "Asinh": "asinh", "Atan": "atan",
+    "Atanh": "atanh", "Ceil": "ceil", "Cos": "cos", "Cosh": "cosh", "Erf": "erf", "Exp": "exp", "Floor": "floor",
+    "Log": "log", "Neg": "negative", "Not": "logical_not", "Reciprocal": "reciprocal", "Relu": "relu",
+    "Round": "round", "Sigmoid": "sigmoid", "Sign": "sign", "Sin": "sin", "Sinh": "sinh", "Softplus": "softplus",
+    "Softsign": "softsign", "Sqrt": "sqrt", "Tan": "tan", "Tanh": "tanh", "Mish": "mish", "HardSwish": "hard_swish",
+    "IsNaN": "isnan",
+}
+BINARY = {
+    "Add": "add", "Sub": "subtract", "Mul": "multiply", "Pow": "power", "Equal": "equal", "Less": "less",
+    "LessOrEqual": "less_equal", "Greater": "greater", "GreaterOrEqual": "greater_equal", "And": "logical_and",
+    "Or": "logical_or", "Xor": "logical_xor",
+}
+
+
+def _unary(ctx, node, inputs, attrs):
+    return ctx.emit(getattr(op, UNARY[node.op_type])(inputs[0]))
+
+
+def _same_dtype(ctx, a, b):
+    """ONNX lets a constant operand differ in dtype only by promotion rules; cast constants to match."""
+    ia, ib = ctx.info(a), ctx.info(b)
+    if ia.dtype is not None and ib.dtype is not None and ia.dtype != ib.dtype:
+        if isinstance(b, Constant):
+            b = Constant(np.asarray(b.array).astype(ia.dtype.numpy()))
+        elif isinstance(a, Constant):
+            a = Constant(np.asarray(a.array).astype(ib.dtype.numpy()))
+        else:
+            b = ctx.emit(op.astype(b, ia.dtype))
+    return a, b
+
+
+def _binary(ctx, node, inputs, attrs):
+    a, b = inputs
+    name = BINARY[node.op_type]
+    if node.op_type == "Pow":
+        ia = ctx.info(a)
+        if not ia.dtype.is_float:
+            ctx.fail("integer Pow is not supported")
+        b = ctx.emit(op.astype(b, ia.dtype)) if ctx.info(b).dtype != ia.dtype else b
+        return ctx.emit(op.power(a, b))
+    a, b = _same_dtype(ctx, a, b)
+    return ctx.emit(getattr(op, name)(a, b))
+
+
+for _t in UNARY:
+    converter(_t)(_unary)
+for _t in BINARY:
+    converter(_t)(_binary)
+
+
+@converter("Div")
+def _div(ctx, node, inputs, attrs):
+    a, b = _same_dtype(ctx, *inputs)
+    dtype = ctx.info(a).dtype
+    if dtype.is_float:
+        return ctx.emit(op.divide(a, b))
+    # ONNX integer division truncates toward zero: floor(a/b) + (1 where the remainder's sign differs)
+    q = ctx.emit(op.floor_divide(a, b))
+    r = ctx.emit(op.floor_mod(a, b))
+    zero = Constant(np.zeros((), dtype.numpy()))
+    fix = ctx.emit(op.logical_and(op.not_equal(r, zero), op.not_equal(op.less(a, zero), op.less(b, zero))))
+    return ctx.emit(op.where(fix, op.add(q, Constant(np.ones((), dtype.numpy()))), q))
+
+
+@converter("Mod")
+def _mod(ctx, node, inputs, attrs):
+    a, b = _same_dtype(ctx, *inputs)
+    dtype = ctx.info(a).dtype
+    if attrs.get("fmod", 0):
+        if dtype.is_float:
+            return ctx.emit(op.fmod(a, b))
+        r = ctx.emit(op.floor_mod(a, b))  # C's % from floor mod: subtract b where signs of r and a differ
+        zero = Constant(np.zeros((), dtype.numpy()))
+        fix = ctx.emit(op.logical_and(op.not_equal(r, zero), op.not_equal(op.less(a, zero), op.less(b, zero))))
+        return ctx.emit(op.where(fix, op.subtract(r, b), r))
+    return ctx.emit(op.floor_mod(a, b))
+
+
+@converter("IsInf")
+def _isinf(ctx, node, inputs, attrs):
+    x = inputs[0]
+    pos, neg = attrs.get("detect_positive", 1), attrs.get("detect_negative", 1)
+    inf = ctx.emit(op.isinf(x))
+    zero = Constant(np.zeros((), ctx.info(x).dtype.numpy()))
+    if pos and neg:
+        return inf
+    if pos:
+        return ctx.emit(op.logical_and(inf, op.greater(x, zero)))
+    if neg:
+        return ctx.emit(op.logical_and(inf, op.less(x, zero)))
+    return ctx.emit(op.logical_and(inf, op.logical_not(inf)))
+
+
+@converter("LeakyRelu")
+def _leaky(ctx, node, inputs, attrs):
+    return ctx.emit(op.leaky_relu(inputs[0], alpha=attrs.get("alpha", 0.01)))
+
+
+@converter("Elu")
+def _elu(ctx, node, inputs, attrs):
+    return ctx.emit(op.elu(inputs[0], alpha=attrs.get("alpha", 1.0)))
+
+
+@converter("Celu")
+def _celu(ctx, node, inputs, attrs):
+    return ctx.emit(op.celu(inputs[0], alpha=attrs.get("alpha", 1.0)))
+
+
+@converter("Selu")
+def _selu(ctx, node, inputs, attrs):
+    return ctx.emit(op.selu(inputs[0], alpha=attrs.get("alpha", 1.67326319217681884765625),
+                            gamma=attrs.get("gamma", 1.05070102214813232421875)))
+
+
+@converter("HardSigmoid")
+def _hard_sigmoid(ctx, node, inputs, attrs):
+    return ctx.emit(op.hard_sigmoid(inputs[0], alpha=attrs.get("alpha", 0.2), beta=attrs.get("beta", 0.5)))
+
+
+@converter("ThresholdedRelu")
+def _thresholded(ctx, node, inputs, attrs):
+    return ctx.emit(op.thresholded_relu(inputs[0], alpha=attrs.get("alpha", 1.0)))
+
+
+@converter("Gelu")
+def _gelu(ctx, node, inputs, attrs):
+    approx = attrs.get("approximate", "none")
+    approx = approx.decode() if isinstance(approx, bytes) else approx
+    return ctx.emit(op.gelu_tanh(inputs[0]) if approx == "tanh" else op.gelu(inputs[0]))
+
+
+@converter("PRelu")
+def _prelu(ctx, node, inputs, attrs):
+    x, slope = _same_dtype(ctx, *inputs)
+    zero = Constant(np.zeros((), ctx.info(x).dtype.numpy()))
+    return ctx.emit(op.where(op.less(x, zero), op.multiply(x, slope), x))
+
+
+@converter("Where")
+def _where(ctx, node, inputs, attrs):
+    c, a, b = inputs
+    a, b = _same_dtype(ctx, a, b)
+    return ctx.emit(op.where(c, a, b))
+
+
+@converter("Clip")
+def _clip(ctx, node, inputs, attrs):
+    x = inputs[0]
+    dtype = ctx.info(x).dtype.numpy()
+    lo = attrs.get("min") if len(inputs) < 2 or inputs[1] is None else None
+    hi = attrs.get("max") if len(inputs) < 3 or inputs[2] is None else None
+    result = x
+    lo_value = inputs[1] if len(inputs) > 1 and inputs[1] is not None else (
+        Constant(np.asarray(lo, dtype)) if lo is not None else None)
+    hi_value = inputs[2] if len(inputs) > 2 and inputs[2] is not None else (
+        Constant(np.asarray(hi, dtype)) if hi is not None else None)
+    if lo_value is not None:
+        result = ctx.emit(op.maximum(result, lo_value))
+    if hi_value is not None:
+        result = ctx.emit(op.minimum(result, hi_value))
+    return result
+
+
+@converter("Max", "Min", "Sum", "Mean")
+def _variadic(ctx, node, inputs, attrs):
+    fn = {"Max": op.maximum, "Min": op.minimum, "Sum": op.add, "Mean": op.add}[node.op_type]
+    result = inputs[0]
+    for other in inputs[1:]:
+        a, b = _same_dtype(ctx, result, other)
+        result = ctx.emit(fn(a, b))
+    if node.op_type == "Mean":
+        count = Constant(np.asarray(len(inputs), ctx.info(result).dtype.numpy()))
+        result = ctx.emit(op.divide(result, count))
+    if len(inputs) == 1 and result is inputs[0]:
+        return ctx.emit(op.add(result, Constant(np.zeros((), ctx.info(result).dtype.numpy()))))
+    return result
+
+
+@converter("Cast")
+def _cast(ctx, node, inputs, attrs):
+    from .importer import _onnx_dtype
+
+    target = _onnx_dtype(attrs["to"])
+    if target.kind in "OUS" or target.itemsize == 0:
+        ctx.fail(f"cast to {target} is not supported")
+    return ctx.emit(op.astype(inputs[0], str(target)))
+
+
+@converter("CastLike")
+def _cast_like(ctx, node, inputs, attrs):
+    return ctx.emit(op.astype(inputs[0], ctx.info(inputs[1]).dtype))
+
+
+@converter("Identity", "Dropout")
+def _identity(ctx, node, inputs, attrs):
+    if node.op_type == "Dropout":
+        training = inputs[2] if len(inputs) > 2 else None
+        if training is not None and (not isinstance(training, Constant) or bool(np.asarray(training.array))):
+            ctx.fail("training-mode Dropout is not supported")
+        if len(node.output) > 1 and node.output[1]:
+            mask = ctx.emit(op.full_like(inputs[0], 1.0, dtype="bool"))
+            return [inputs[0], mask]
+    return inputs[0]

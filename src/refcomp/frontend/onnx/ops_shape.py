@@ -1,0 +1,279 @@
+"""ONNX shape and indexing ops: Reshape, Transpose, (Un)Squeeze, Flatten, Concat, Split, Slice, Expand,
+Tile, Shape, Size, Gather*, ScatterElements, Pad, Constant*, Range, EyeLike, Trilu, CumSum, TopK, OneHot."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ast.graph import Constant
+from ...graph import op
+from ...graph.shape_facts import const_value
+from .importer import converter
+
+
+def _ints(ctx, value, what):
+    return [int(v) for v in np.asarray(ctx.constant(value, what)).reshape(-1)]
+
+
+def _axes(ctx, inputs, attrs, index=1, key="axes"):
+    if len(inputs) > index and inputs[index] is not None:
+        return _ints(ctx, inputs[index], key)
+    value = attrs.get(key)
+    return None if value is None else [int(a) for a in value]
+
+
+def _dims(ctx, x):
+    return list(ctx.static_shape(x))
+
+
+@converter("Reshape")
+def _reshape(ctx, node, inputs, attrs):
+    x, shape = inputs
+    target = _ints(ctx, shape, "the target shape")
+    dims = _dims(ctx, x)
+    allowzero = attrs.get("allowzero", 0)
+    out = [dims[k] if (t == 0 and not allowzero) else t for k, t in enumerate(target)]
+    return ctx.emit(op.reshape(x, tuple(out)))
+
+
+@converter("Transpose")
+def _transpose(ctx, node, inputs, attrs):
+    perm = attrs.get("perm")
+    return ctx.emit(op.permute_dims(inputs[0], None if perm is None else tuple(perm)))
+
+
+@converter("Squeeze")
+def _squeeze(ctx, node, inputs, attrs):
+    axes = _axes(ctx, inputs, attrs)
+    return ctx.emit(op.squeeze(inputs[0], None if axes is None else tuple(axes)))
+
+
+@converter("Unsqueeze")
+def _unsqueeze(ctx, node, inputs, attrs):
+    return ctx.emit(op.expand_dims(inputs[0], tuple(_axes(ctx, inputs, attrs))))
+
+
+@converter("Flatten")
+def _flatten(ctx, node, inputs, attrs):
+    x = inputs[0]
+    ndim = ctx.info(x).ndim
+    axis = attrs.get("axis", 1) % (ndim + 1) if ndim else 0
+    dims = _dims(ctx, x)
+    from ...graph.shape_facts import product
+
+    return ctx.emit(op.reshape(x, (product(dims[:axis]), product(dims[axis:]))))
+
+
+@converter("Concat")
+def _concat(ctx, node, inputs, attrs):
+    return ctx.emit(op.concat(*[i for i in inputs if i is not None], axis=attrs["axis"]))
+
+
+@converter("Split")
+def _split(ctx, node, inputs, attrs):
+    x = inputs[0]
+    axis = attrs.get("axis", 0)
+    sizes = _axes(ctx, inputs, attrs, 1, "split")
+    count = len(node.output)
+    length = const_value(_dims(ctx, x)[axis])
+    if sizes is None:
+        if "num_outputs" in attrs:
+            count = attrs["num_outputs"]
+        if length is None:
+            sections = count
+        elif length % count == 0:
+            sections = count
+        else:  # opset 18: the last chunk is smaller
+            chunk = -(-length // count)
+            sizes = [chunk] * (count - 1) + [length - chunk * (count - 1)]
+            sections = None
+    if sizes is not None:
+        points = list(np.cumsum(sizes)[:-1])
+        result = ctx.emit(op.split(x, tuple(int(p) for p in points), axis=axis))
+    else:
+        result = ctx.emit(op.split(x, sections, axis=axis))
+    return result
+
+
+@converter("Slice")
+def _slice(ctx, node, inputs, attrs):
+    x = inputs[0]
+    if ctx.opset < 10:
+        starts, ends, axes = attrs["starts"], attrs["ends"], attrs.get("axes")
+        steps = None
+    else:
+        starts = _ints(ctx, inputs[1], "starts")
+        ends = _ints(ctx, inputs[2], "ends")
+        axes = _ints(ctx, inputs[3], "axes") if len(inputs) > 3 and inputs[3] is not None else None
+        steps = _ints(ctx, inputs[4], "steps") if len(inputs) > 4 and inputs[4] is not None else None
+    ndim = ctx.info(x).ndim
+    axes = list(range(len(starts))) if axes is None else [a % ndim for a in axes]
+    steps = steps or [1] * len(starts)
+    big = 2 ** 62
+    ends = [min(e, big) if e > 0 else max(e, -big) for e in ends]
+    starts = [max(min(s, big), -big) for s in starts]
+    return ctx.emit(op.strided_slice(x, axes, starts, ends, steps))
+
+
+@converter("Expand")
+def _expand(ctx, node, inputs, attrs):
+    x, shape = inputs
+    target = _ints(ctx, shape, "the target shape")
+    dims = _dims(ctx, x)
+    ndim = max(len(dims), len(target))
+    dims = [1] * (ndim - len(dims)) + dims
+    target = [1] * (ndim - len(target)) + target
+    out = [d if t == 1 else t for d, t in zip(dims, target)]
+    return ctx.emit(op.broadcast_to(x, tuple(out)))
+
+
+@converter("Tile")
+def _tile(ctx, node, inputs, attrs):
+    return ctx.emit(op.tile(inputs[0], tuple(_ints(ctx, inputs[1], "repeats"))))
+
+
+@converter("Shape")
+def _shape(ctx, node, inputs, attrs):
+    dims = [const_value(d) for d in _dims(ctx, inputs[0])]
+    start, end = attrs.get("start", 0), attrs.get("end", None)
+    dims = dims[start:end]
+    if any(d is None for d in dims):
+        ctx.fail("Shape of a tensor with symbolic dims is not supported (shape tensors are import-time values)")
+    return Constant(np.asarray(dims, dtype=np.int64))
+
+
+@converter("Size")
+def _size(ctx, node, inputs, attrs):
+    dims = [const_value(d) for d in _dims(ctx, inputs[0])]
+    if any(d is None for d in dims):
+        ctx.fail("Size of a tensor with symbolic dims is not supported")
+    return Constant(np.asarray(int(np.prod(dims)), dtype=np.int64))
+
+
+@converter("Constant")
+def _constant(ctx, node, inputs, attrs):
+    from onnx import numpy_helper
+
+    if "value" in attrs:
+        return Constant(numpy_helper.to_array(attrs["value"]))
+    for key, dtype in (("value_float", np.float32), ("value_int", np.int64)):
+        if key in attrs:
+            return Constant(np.asarray(attrs[key], dtype))
+    for key, dtype in (("value_floats", np.float32), ("value_ints", np.int64)):
+        if key in attrs:
+            return Constant(np.asarray(list(attrs[key]), dtype))
+    ctx.fail("Constant without a supported value attribute")
+
+
+@converter("ConstantOfShape")
+def _constant_of_shape(ctx, node, inputs, attrs):
+    from onnx import numpy_helper
+
+    shape = _ints(ctx, inputs[0], "the shape")
+    value = numpy_helper.to_array(attrs["value"]).reshape(-1)[0] if "value" in attrs else np.float32(0)
+    return Constant(np.full(shape, value, dtype=np.asarray(value).dtype))
+
+
+@converter("Range")
+def _range(ctx, node, inputs, attrs):
+    start, limit, delta = (np.asarray(ctx.constant(v, "Range bounds")) for v in inputs)
+    return Constant(np.arange(start, limit, delta, dtype=start.dtype))
+
+
+@converter("EyeLike")
+def _eye_like(ctx, node, inputs, attrs):
+    from .importer import _onnx_dtype
+
+    n, m = (const_value(d) for d in _dims(ctx, inputs[0]))
+    dtype = _onnx_dtype(attrs["dtype"]) if "dtype" in attrs else ctx.info(inputs[0]).dtype.numpy()
+    return ctx.emit(op.eye(n, m, attrs.get("k", 0), str(dtype)))
+
+
+@converter("Trilu")
+def _trilu(ctx, node, inputs, attrs):
+    k = _ints(ctx, inputs[1], "k")[0] if len(inputs) > 1 and inputs[1] is not None else 0
+    fn = op.triu if attrs.get("upper", 1) else op.tril
+    return ctx.emit(fn(inputs[0], k))
+
+
+@converter("CumSum")
+def _cumsum(ctx, node, inputs, attrs):
+    axis = _ints(ctx, inputs[1], "axis")[0]
+    return ctx.emit(op.cumsum(inputs[0], axis=axis, exclusive=bool(attrs.get("exclusive", 0)),
+                              reverse=bool(attrs.get("reverse", 0))))
+
+
+@converter("CumProd")
+def _cumprod(ctx, node, inputs, attrs):
+    axis = _ints(ctx, inputs[1], "axis")[0]
+    return ctx.emit(op.cumprod(inputs[0], axis=axis, exclusive=bool(attrs.get("exclusive", 0)),
+                               reverse=bool(attrs.get("reverse", 0))))
+
+
+@converter("Gather")
+def _gather(ctx, node, inputs, attrs):
+    return ctx.emit(op.take(inputs[0], inputs[1], axis=attrs.get("axis", 0)))
+
+
+@converter("GatherElements")
+def _gather_elements(ctx, node, inputs, attrs):
+    return ctx.emit(op.gather_elements(inputs[0], inputs[1], axis=attrs.get("axis", 0)))
+
+
+@converter("GatherND")
+def _gather_nd(ctx, node, inputs, attrs):
+    if attrs.get("batch_dims", 0):
+        ctx.fail("GatherND with batch_dims is not supported")
+    return ctx.emit(op.gather_nd(inputs[0], inputs[1]))
+
+
+@converter("ScatterElements")
+def _scatter_elements(ctx, node, inputs, attrs):
+    reduction = attrs.get("reduction", b"none")
+    reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+    return ctx.emit(op.scatter_elements(*inputs, axis=attrs.get("axis", 0), reduction=reduction))
+
+
+@converter("Pad")
+def _pad(ctx, node, inputs, attrs):
+    x = inputs[0]
+    ndim = ctx.info(x).ndim
+    mode = attrs.get("mode", b"constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if ctx.opset < 11:
+        pads, value = list(attrs["pads"]), attrs.get("value", 0.0)
+        axes = list(range(ndim))
+    else:
+        pads = _ints(ctx, inputs[1], "pads")
+        value = np.asarray(ctx.constant(inputs[2], "the pad value")).reshape(-1)[0] \
+            if len(inputs) > 2 and inputs[2] is not None else 0.0
+        axes = _ints(ctx, inputs[3], "axes") if len(inputs) > 3 and inputs[3] is not None else list(range(ndim))
+    axes = [a % ndim for a in axes]
+    width = [[0, 0] for _ in range(ndim)]
+    for k, a in enumerate(axes):
+        width[a] = [pads[k], pads[k + len(axes)]]
+    if any(v < 0 for w in width for v in w):
+        ctx.fail("negative pads are not supported")
+    if mode not in ("constant", "edge", "reflect"):
+        ctx.fail(f"pad mode {mode} is not supported")
+    return ctx.emit(op.pad(x, tuple(tuple(w) for w in width), float(value), mode))
+
+
+@converter("TopK")
+def _topk(ctx, node, inputs, attrs):
+    k = _ints(ctx, inputs[1], "k")[0]
+    if not attrs.get("sorted", 1):
+        ctx.fail("unsorted TopK is not supported")
+    result = ctx.emit(op.topk(inputs[0], k, axis=attrs.get("axis", -1), largest=bool(attrs.get("largest", 1))))
+    return result
+
+
+@converter("OneHot")
+def _one_hot(ctx, node, inputs, attrs):
+    indices, depth, values = inputs
+    depth = int(np.asarray(ctx.constant(depth, "depth")).reshape(-1)[0])
+    off, on = (np.asarray(ctx.constant(values, "values")).reshape(-1)).tolist()
+    dtype = ctx.info(values).dtype
+    return ctx.emit(op.one_hot(indices, depth, on, off, axis=attrs.get("axis", -1), dtype=dtype))
+
+
+_ = Constant
