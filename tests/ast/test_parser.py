@@ -342,3 +342,30 @@ def test_match_buffer_after_scalar_params():
         def k(m: T.int32, a: T.handle):
             A = T.match_buffer(m, (4,), "int32")
         ''')
+
+
+def test_inferred_regions_cover_neighbouring_accesses():
+    f = from_source('''
+    @T.prim_func
+    def stencil(A: T.Buffer((10, 4), "float32"), B: T.Buffer((8, 4), "float32")):
+        for i, j in T.grid(8, 4):
+            with T.block("B"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                B[vi, vj] = A[vi, vj] + A[vi + 2, vj] + A[vi + 1, vj]
+    ''')
+    (read,) = blocks_of(f)["B"].reads
+    rows, cols = read.region
+    assert script(rows.min) == "vi" and rows.extent.value == 3
+    assert script(cols.min) == "vj" and cols.extent.value == 1
+    inner = from_source('''
+    @T.prim_func
+    def rowsum(A: T.Buffer((8, 4), "float32"), B: T.Buffer((8,), "float32")):
+        for i in range(8):
+            with T.block("B"):
+                vi = T.axis.spatial(8, i)
+                B[vi] = T.float32(0)
+                for k in range(4):
+                    B[vi] = B[vi] + A[vi, k]
+    ''')
+    (read_b, read_a) = blocks_of(inner)["B"].reads
+    assert read_a.buffer.name == "A" and read_a.region[1].extent.value == 4  # the inner loop's range

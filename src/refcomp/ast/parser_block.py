@@ -2,8 +2,9 @@
 
 When a block leaves out `T.reads` or `T.writes`, they are inferred as TVM does in spirit: each
 buffer accessed in the block (not allocated by it) gets, per dimension, the single index when every
-access agrees on one index free of the block's inner loops, the range of an inner loop when every
-access is that loop's variable, and the whole dimension otherwise.
+access agrees on one index free of the block's inner loops, `[b + lo, b + hi]` when the accesses are
+`b + c` with constant offsets c, the range of an inner loop when every access is that loop's
+variable, and the whole dimension otherwise.
 """
 from __future__ import annotations
 
@@ -322,8 +323,28 @@ def _dimension_range(column: list, extent: E.PrimExpr, inner_loops: dict, inner_
     if not uses_inner and first.dtype.lanes == 1 and all(
             structural_equal(first, other, map_free_vars=False) for other in column[1:]):
         return E.Range(first, E.IntImm(1, first.dtype))
+    if not uses_inner and first.dtype.lanes == 1:
+        offsets = [_base_and_offset(index) for index in column]
+        base = offsets[0][0]
+        if base is not None and all(b is not None and structural_equal(base, b, map_free_vars=False)
+                                    for b, _ in offsets[1:]):
+            low = min(c for _, c in offsets)
+            high = max(c for _, c in offsets)
+            start = base if low == 0 else E.Add(base, E.IntImm(low, base.dtype))
+            return E.Range(start, E.IntImm(high - low + 1, base.dtype))
     if isinstance(first, E.Var) and first in inner_loops and all(index is first for index in column):
         loop = inner_loops[first]
         if not any(v in inner_vars for v in free_vars(loop.min) + free_vars(loop.extent)):
             return E.Range(loop.min, loop.extent)
     return E.Range.from_extent(extent)
+
+
+def _base_and_offset(index: E.PrimExpr) -> tuple[E.PrimExpr | None, int]:
+    """index as base + constant (`vi + 1` -> (vi, 1), `vi - 2` -> (vi, -2), `vi` -> (vi, 0))."""
+    if isinstance(index, E.Add) and isinstance(index.b, E.IntImm):
+        return index.a, index.b.value
+    if isinstance(index, E.Sub) and isinstance(index.b, E.IntImm):
+        return index.a, -index.b.value
+    if isinstance(index, E.IntImm):
+        return None, index.value
+    return index, 0
