@@ -23,22 +23,22 @@ def elementwise(threads: int = 64, symbolic: bool = True):
     return sch.func
 
 
-def neighbour_sum(threads: int = 64, length: int = 256):
-    """B[i] = A[i] + A[i + 1] with A staged through shared memory per block (needs a barrier)."""
-    A = te.placeholder((length,), "float32", name="A")
-    B = te.compute((length - 1,), lambda i: A[i] + A[i + 1], name="B")
+def reversed_tiles(threads: int = 64, rows: int = 4):
+    """B[r, c] = A[r, threads - 1 - c], row r of A staged through shared memory by block r.
+
+    Thread c reads the element thread threads-1-c loaded: correct only with a barrier between.
+    """
+    A = te.placeholder((rows, threads), "float32", name="A")
+    B = te.compute((rows, threads), lambda r, c: A[r, threads - 1 - c], name="B")
     sch = refcomp.Schedule(te.create_prim_func([A, B]))
     block = sch.get_block("B")
-    (i,) = sch.get_loops(block)
-    bx, tx = sch.split(i, factors=[None, threads])
-    sch.bind(bx, "blockIdx.x")
-    sch.bind(tx, "threadIdx.x")
+    r, c = sch.get_loops(block)
+    sch.bind(r, "blockIdx.x")
+    sch.bind(c, "threadIdx.x")
     shared = sch.cache_read(block, 0, "shared")
-    sch.compute_at(shared, bx)
-    _, inner = sch.split(sch.get_loops(shared)[-1], factors=[None, threads])
-    sch.bind(inner, "threadIdx.x")
+    sch.compute_at(shared, r)
+    sch.bind(sch.get_loops(shared)[-1], "threadIdx.x")
     return sch.func
-
 
 
 softmax_func = workloads.softmax

@@ -434,6 +434,10 @@ class Ramp(PrimExpr):
     dtype: DataType = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
+        set_field(self, "base", convert(self.base))
+        set_field(self, "stride", convert(self.stride))
+        if not isinstance(self.lanes, int) or self.lanes < 1:
+            raise ValueError(f"Ramp lanes must be a positive int, got {self.lanes!r}")
         set_field(self, "dtype", self.base.dtype.with_lanes(self.lanes))
 
 
@@ -446,6 +450,9 @@ class Broadcast(PrimExpr):
     dtype: DataType = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
+        set_field(self, "value", convert(self.value))
+        if not isinstance(self.lanes, int) or self.lanes < 1:
+            raise ValueError(f"Broadcast lanes must be a positive int, got {self.lanes!r}")
         set_field(self, "dtype", self.value.dtype.with_lanes(self.lanes))
 
 

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from ..ast import (
-    Allocate, Buffer, BufferLoad, BufferStore, For, IfThenElse, IntImm, LetStmt, Mutator, PrimExpr,
-    PrimFunc, SeqStmt, Stmt, Var, collect, free_vars, seq, substitute,
+    Allocate, AssertStmt, Buffer, BufferLoad, BufferStore, For, IfThenElse, IntImm, LetStmt, Mutator,
+    PrimExpr, PrimFunc, Select, SeqStmt, Stmt, Var, collect, free_vars, seq, substitute,
 )
 from ..ast.expr import as_int
 from ..errors import BuildError, RuntimeFailure
@@ -54,8 +54,14 @@ def run_checked(func: PrimFunc, *arrays: np.ndarray, **scalars: Any) -> None:
     """simulate in two thread/block orders; raise RaceDetected if the results differ."""
     first = [np.array(a, copy=True) for a in arrays]
     second = [np.array(a, copy=True) for a in arrays]
-    simulate(func, *first, **scalars)
-    simulate(func, *second, reverse_threads=True, reverse_blocks=True, **scalars)
+    try:
+        simulate(func, *first, **scalars)
+        simulate(func, *second, reverse_threads=True, reverse_blocks=True, **scalars)
+    except RuntimeFailure as failure:
+        if "race:" in str(failure):
+            raise RaceDetected(f"cuda simulation: {failure.message.removeprefix('assertion failed: ')}",
+                               ir=failure.ir, spot=failure.spot) from None
+        raise
     names = [p.name for p in func.buffers]
     differing = [names[i] if i < len(names) else str(i)
                  for i, (a, b) in enumerate(zip(first, second))
@@ -83,7 +89,10 @@ class _Sequentializer(Mutator):
         threads = [(var, extent) for tag, var, extent in shape.axes if tag.startswith("threadIdx")]
         blocks = [(var, extent) for tag, var, extent in shape.axes if tag.startswith("blockIdx")]
         per_thread, shared = hoist_shared_allocations(shape.body)
-        body = _Phases(self.func, threads, self.reverse_threads).phases(per_thread)
+        phases = _Phases(self.func, threads, self.reverse_threads)
+        body = phases.phases(per_thread)
+        for shadow in phases.races.allocations():
+            body = Allocate(shadow, body)
         for alloc in reversed(shared):  # one copy per block, alive for all of its threads
             body = alloc.with_(body=body)
         for var, extent in reversed(blocks):
@@ -122,6 +131,7 @@ class _Phases:
         self.threads = threads
         self.reverse = reverse
         self.varying = {var for var, _ in threads}
+        self.races = RaceShadows()
         self.count = 1
         for _, extent in threads:
             self.count *= as_int(extent)
@@ -133,9 +143,11 @@ class _Phases:
         return index if index is not None else IntImm(0, "int32")
 
     def wrap(self, stmt: Stmt) -> Stmt:
+        """One phase: stmt run by every thread in turn, with its accesses checked for races."""
+        checked, reset = self.races.instrument(stmt, self.linear_thread())
         for var, extent in self.threads:  # threadIdx.x innermost
-            stmt = _serial_loop(var, extent, stmt, self.reverse)
-        return stmt
+            checked = _serial_loop(var, extent, checked, self.reverse)
+        return seq(reset, checked) if reset is not None else checked
 
     def phases(self, stmt: Stmt) -> Stmt:
         if not contains_barrier(stmt):
@@ -201,6 +213,93 @@ class _Phases:
         base = self.linear_thread().astype(size.dtype) * size
         body = _Rebase(buffer, private, base).visit(stmt.body)
         return Allocate(private, self.phases(body))
+
+
+class RaceShadows:
+    """Shadow memory that makes the simulation detect data races inside one phase.
+
+    For every buffer written in a phase, `<name>_writer[i]` holds the thread that wrote element i
+    in this phase (-1: nobody) and `<name>_reader[i]` the thread that read it (-2: several).  Each
+    store first asserts that no *other* thread wrote or read the element in the phase, each load
+    (in a stored value or index) that no other thread wrote it; the shadows are reset when a phase
+    starts.  A failed assertion names the buffer: RaceDetected.
+    """
+
+    def __init__(self) -> None:
+        self.shadows: dict[Buffer, tuple[Buffer, Buffer]] = {}
+
+    def allocations(self) -> list[Buffer]:
+        return [b for pair in self.shadows.values() for b in pair]
+
+    def shadow(self, buffer: Buffer) -> tuple[Buffer, Buffer]:
+        if buffer not in self.shadows:
+            size = buffer.shape[0]
+            self.shadows[buffer] = (Buffer(buffer.name + "_writer", (size,), "int32", scope="local"),
+                                    Buffer(buffer.name + "_reader", (size,), "int32", scope="local"))
+        return self.shadows[buffer]
+
+    def instrument(self, stmt: Stmt, thread: PrimExpr) -> tuple[Stmt, Stmt | None]:
+        stores = [st for st in collect(stmt, BufferStore)
+                  if st.indices[0].dtype.lanes == 1 and st.value.dtype.lanes == 1 and len(st.indices) == 1]
+        written = {st.buffer for st in stores if not st.buffer.scope.startswith("local")}
+        if not written:
+            return stmt, None
+        thread = thread.astype("int32")
+        resets = []
+        for buffer in written:
+            writer, reader = self.shadow(buffer)
+            slot = Var("slot", buffer.shape[0].dtype)
+            resets.append(For(slot, IntImm(0, slot.dtype), buffer.shape[0], "serial",
+                              seq(BufferStore(writer, IntImm(-1, "int32"), (slot,)),
+                                  BufferStore(reader, IntImm(-1, "int32"), (slot,)))))
+        return _RaceChecks(self, written, thread).visit(stmt), seq(*resets)
+
+
+class _RaceChecks(Mutator):
+    def __init__(self, shadows: RaceShadows, written: set[Buffer], thread: PrimExpr) -> None:
+        super().__init__()
+        self.shadows, self.written, self.thread = shadows, written, thread
+
+    def free(self, shadow: Buffer, index: PrimExpr) -> PrimExpr:
+        owner = BufferLoad(shadow, (index,))
+        return (owner == -1) | (owner == self.thread)
+
+    def visit_BufferStore(self, store: BufferStore) -> Stmt:
+        if store.buffer not in self.written or store.indices[0].dtype.lanes != 1 or store.value.dtype.lanes != 1:
+            return store
+        checks: list[Stmt] = []
+        loads = [load for load in collect(store.value, BufferLoad) + collect(store.indices[0], BufferLoad)
+                 if load.buffer in self.written and load.dtype.lanes == 1 and len(load.indices) == 1
+                 and not _under_lazy_branch(store, load)]
+        for load in loads:
+            writer, reader = self.shadows.shadow(load.buffer)
+            index = load.indices[0]
+            checks.append(AssertStmt(self.free(writer, index),
+                                     f"race: a thread reads {load.buffer.name} where another thread wrote in "
+                                     "the same phase (a barrier is missing)", SeqStmt(())))
+            old = BufferLoad(reader, (index,))
+            mark = Select((old == -1) | (old == self.thread), self.thread, IntImm(-2, "int32"))
+            checks.append(BufferStore(reader, mark, (index,)))
+        writer, reader = self.shadows.shadow(store.buffer)
+        index = store.indices[0]
+        checks.append(AssertStmt(self.free(writer, index),
+                                 f"race: two threads write one element of {store.buffer.name} in the same phase",
+                                 SeqStmt(())))
+        checks.append(AssertStmt(self.free(reader, index),
+                                 f"race: a thread writes {store.buffer.name} where another thread read in the "
+                                 "same phase (a barrier is missing)", SeqStmt(())))
+        checks.append(BufferStore(writer, self.thread, (index,)))
+        return seq(*checks, store)
+
+
+def _under_lazy_branch(store: BufferStore, load: BufferLoad) -> bool:
+    """Whether load sits inside a branch of if_then_else (evaluated only sometimes)."""
+    from ..ast import Call
+
+    for call in collect(store.value, Call):
+        if call.op == "if_then_else" and any(l is load for arm in call.args[1:] for l in collect(arm, BufferLoad)):
+            return True
+    return False
 
 
 class _Rebase(Mutator):

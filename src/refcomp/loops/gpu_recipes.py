@@ -9,12 +9,12 @@ schedule; the same function gives the same numbers on the CPU (simulation) and t
 
 * `schedule_elementwise`: all loops of a spatial block fused, split by the block size, bound to
   blockIdx.x / threadIdx.x.
-* `schedule_row_reduction`: a reduction over the last axis (max, sum) done *across threads*: the
-  reduction loop is split so that thread t of the block for row i reduces elements t, t + T, ...
-  (coalesced), the partial results go through `rfactor`, and a second kernel combines the T
-  partials of each row.
-* `schedule_softmax` / `schedule_layer_norm`: the stages of row softmax / layer norm, each
-  reduction with `schedule_row_reduction` and each elementwise stage with `schedule_elementwise`.
+* `schedule_row_reduction`: a reduction over the last axis (max, sum) split *across threads*:
+  thread t of a row reduces elements t, t + T, ... (coalesced) into a partial result (`rfactor`).
+* `schedule_softmax` / `schedule_layer_norm`: every stage of a row in one kernel, one block per
+  row: the partial results in shared memory, combined by thread 0 (a one-iteration loop bound to
+  threadIdx.x), elementwise stages spread over the threads, intermediates of a row in shared
+  memory; the barriers between stages come from the CUDA backend's barrier placement.
 * `schedule_matmul`: C = A @ B with a block tile of (BM, BN), a thread tile of (TM, TN) held in
   registers (`cache_write` to "local"), and A/B tiles of depth BK staged through shared memory
   (`cache_read` + `compute_at`, loaded cooperatively by all threads of the block).
@@ -34,43 +34,65 @@ def schedule_elementwise(sch: Schedule, block: str | BlockRV, threads: int = 256
     sch.bind(inner, "threadIdx.x")
 
 
-def schedule_row_reduction(sch: Schedule, block: str | BlockRV, threads: int = 64) -> None:
-    """Reduce the last axis of a (rows..., reduce) block across `threads` threads per row."""
+def schedule_row_reduction(sch: Schedule, block: str | BlockRV, threads: int = 64) -> BlockRV:
+    """Split the last (reduce) axis of a block across `threads` threads: thread t of a row reduces
+    elements t, t + T, ... (coalesced) into a partial result (`rfactor`); returns the partial block.
+
+    The partial block's lane loop is bound to threadIdx.x.  The caller places both blocks (see
+    `schedule_softmax`), and the combine step, left serial over the T partials, runs in one thread.
+    """
     rv = sch.get_block(block) if isinstance(block, str) else block
-    loops = sch.get_loops(rv)
-    *rows, reduce = loops
+    *_, reduce = sch.get_loops(rv)
     _, lane = sch.split(reduce, factors=[None, threads])
-    partial = sch.rfactor(lane, 0)
-    partial_loops = sch.get_loops(partial)
-    row_loops, (serial, lane_loop) = partial_loops[:-2], partial_loops[-2:]
-    sch.reorder(lane_loop, serial)
-    row = sch.fuse(*row_loops) if len(row_loops) > 1 else row_loops[0]
+    return sch.rfactor(lane, 0)
+
+
+def _bind_partial_and_combine(sch: Schedule, partial: BlockRV, combine: BlockRV) -> None:
+    """Lane loop of the partial block -> threadIdx.x; the combine block runs in thread 0 only."""
+    serial, lane = sch.get_loops(partial)[-2:]
+    sch.reorder(lane, serial)
+    sch.bind(lane, "threadIdx.x")
+    sch.set_scope(partial, 0, "shared")
+    sch.set_scope(combine, 0, "shared")
+    single = sch.add_unit_loop(combine)  # a one-iteration loop bound to threadIdx.x: thread 0 only
+    sch.bind(single, "threadIdx.x")
+
+
+def _fused_rows(sch: Schedule, output: str, threads: int, reductions: list[str], elementwise: list[str],
+                producers_in_reverse_order: list[str]) -> None:
+    """One kernel per block of rows: every stage of a row computed by the block of that row."""
+    partials = {name: schedule_row_reduction(sch, name, threads) for name in reductions}
+    out = sch.get_block(output)
+    row, col = sch.get_loops(out)
     sch.bind(row, "blockIdx.x")
-    sch.bind(lane_loop, "threadIdx.x")
-    # The combine step: one thread per row adds up the `threads` partial results.
-    final_loops = sch.get_loops(rv)
-    final_rows = final_loops[:-1]
-    final_row = sch.fuse(*final_rows) if len(final_rows) > 1 else final_rows[0]
-    outer, inner = sch.split(final_row, factors=[None, 32])
-    sch.bind(outer, "blockIdx.x")
-    sch.bind(inner, "threadIdx.x")
+    _, lane = sch.split(col, factors=[None, threads])
+    sch.bind(lane, "threadIdx.x")
+    for name in producers_in_reverse_order:
+        sch.compute_at(sch.get_block(name), row)
+    for name in reductions:
+        _bind_partial_and_combine(sch, partials[name], sch.get_block(name))
+    for name in elementwise:
+        stage = sch.get_block(name)
+        _, lane = sch.split(sch.get_loops(stage)[-1], factors=[None, threads])
+        sch.bind(lane, "threadIdx.x")
+        sch.set_scope(stage, 0, "shared")
 
 
 def schedule_softmax(sch: Schedule, threads: int = 64, names=("M", "E", "S", "O")) -> None:
-    """Row softmax built as max (M), exp (E), sum (S), divide (O) stages (see refcomp.loops.gpu_recipes)."""
+    """Row softmax (max M, exp E, sum S, divide O) fused into one kernel, one block per row.
+
+    The row of E stays in shared memory, so each element of A is read once from global memory.
+    """
     max_block, exp_block, sum_block, out_block = names
-    schedule_row_reduction(sch, max_block, threads)
-    schedule_elementwise(sch, exp_block, threads * 4)
-    schedule_row_reduction(sch, sum_block, threads)
-    schedule_elementwise(sch, out_block, threads * 4)
+    _fused_rows(sch, out_block, threads, [max_block, sum_block], [exp_block],
+                [sum_block, sum_block + "_rf", exp_block, max_block, max_block + "_rf"])
 
 
 def schedule_layer_norm(sch: Schedule, threads: int = 64, names=("mean", "var", "out")) -> None:
-    """Layer norm built as mean, variance (row reductions) and the normalising elementwise stage."""
+    """Layer norm (row mean, row variance, normalise) fused into one kernel, one block per row."""
     mean_block, var_block, out_block = names
-    schedule_row_reduction(sch, mean_block, threads)
-    schedule_row_reduction(sch, var_block, threads)
-    schedule_elementwise(sch, out_block, threads * 4)
+    _fused_rows(sch, out_block, threads, [mean_block, var_block], [],
+                [var_block, var_block + "_rf", mean_block, mean_block + "_rf"])
 
 
 def schedule_matmul(sch: Schedule, block: str | BlockRV = "C", tile=(32, 32, 8), thread_tile=(2, 2)) -> None:
