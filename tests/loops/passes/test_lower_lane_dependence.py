@@ -44,3 +44,8 @@ def test_buffers_allocated_inside_are_private_to_a_lane():
 def test_let_bound_index_is_not_analysed():
     x = Var("x")
     assert not lanes_independent(loop(LetStmt(x, i, BufferStore(A, const(1.0), (x,)))))
+
+
+def test_inner_loop_moving_less_than_a_lane_stride_is_independent():
+    assert lanes_independent(loop(For(j, 0, 4, "serial", BufferStore(A, B[j], (i * 4 + j,)))))
+    assert not lanes_independent(loop(For(j, 0, 5, "serial", BufferStore(A, B[j], (i * 4 + j,)))))

@@ -251,3 +251,14 @@ def test_vectorize_alone_picks_gpu_width_for_thread_bound_functions():
     assert vector_lanes(vectorize(func)) == [4]  # float4
     assert vector_lanes(vectorize(func, vector_bytes=64)) == [16]
     check_same_results(func, vectorize(func))
+
+
+def test_outer_loop_vectorises_when_inner_loops_stay_within_a_lane():
+    A = te.placeholder((8, 10), "float32", "A")
+    B = te.compute((8, 10), lambda i, j: A[i, j] * 2.0, name="B")
+    func = with_kind(te.create_prim_func([A, B]), "i", "vectorized")  # j runs inside each lane
+    result = vectorized(func)
+    (store,) = collect(result, BufferStore)
+    assert store.value.dtype.lanes == 8 and store.indices[0].stride.value == 10
+    assert [loop.loop_var.name for loop in collect(result, For)] == ["j"]
+    check_same_results(func, result)

@@ -4,8 +4,9 @@
 iteration touches, judged on the lowered, flattened body: every buffer stored to in the body
 (except buffers allocated inside it, which are private to an iteration) is stored to and loaded
 from at one and the same index, that index is linear in the loop var with a non-zero
-coefficient (so different iterations touch different elements) and uses no variable bound
-inside the body; and the body makes no call with effects.  A loop that fails this test must not
+coefficient c, and the loops inside move the rest of it by less than |c| (so different
+iterations touch different elements; indices are assumed not to wrap, as spec/shapes.md does);
+and the body makes no call with effects.  A loop that fails this test must not
 be emitted as a SIMD loop: `vectorize` turns it into a serial loop.
 """
 from __future__ import annotations
@@ -15,15 +16,16 @@ from typing import Any
 from ...ast import (
     Allocate, BufferLoad, BufferStore, Call, For, Let, LetStmt, PrimExpr, Var, post_order_visit,
 )
+from ...ast.expr import as_int
 from ...ast.functor import free_vars, is_pure
 from .fold import simplify_expr
-from .linear import expr_key, linear_form
+from .linear import build_linear, expr_key, inner_span, linear_form
 
 
 def lanes_independent(loop: For) -> bool:
     """True when loop's iterations touch disjoint memory and have no effects (see module docstring)."""
     var = loop.loop_var
-    inner_vars: set[Var] = set()
+    inner_vars: dict[Var, int | None] = {}  # var -> constant extent (None: unknown)
     private: set[int] = set()
     accesses: dict[int, list[PrimExpr]] = {}
     written: set[int] = set()
@@ -32,9 +34,9 @@ def lanes_independent(loop: For) -> bool:
     def look(node: Any) -> None:
         nonlocal effects
         if isinstance(node, For):
-            inner_vars.add(node.loop_var)
+            inner_vars[node.loop_var] = as_int(node.extent)
         elif isinstance(node, (LetStmt, Let)):
-            inner_vars.add(node.var)
+            inner_vars[node.var] = None
         elif isinstance(node, Allocate):
             private.add(id(node.buffer))
         elif isinstance(node, (BufferLoad, BufferStore)):
@@ -56,16 +58,22 @@ def lanes_independent(loop: For) -> bool:
         key = expr_key(first)
         if any(expr_key(simplify_expr(index)) != key for index in indices[1:]):
             return False
-        if any(v in inner_vars for v in free_vars(first)) or not _moves_with(first, var):
+        if not _lanes_apart(first, var, inner_vars):
             return False
     return True
 
 
-def _moves_with(index: PrimExpr, var: Var) -> bool:
-    """index is linear in var with a non-zero coefficient (distinct var values, distinct indices)."""
+def _lanes_apart(index: PrimExpr, var: Var, inner_vars: dict[Var, int | None]) -> bool:
+    """index = c * var + rest, c != 0, and the inner loops move rest by less than |c|."""
     from .vector_expr import _linear_in
 
     if not _linear_in(index, var):
         return False
-    entry = linear_form(index).terms.get(expr_key(var))
-    return entry is not None and entry[1] != 0
+    form = linear_form(index)
+    entry = form.terms.pop(expr_key(var), None)
+    if entry is None or entry[1] == 0:
+        return False
+    if not any(v in inner_vars for v in free_vars(index)):
+        return True
+    span = inner_span(build_linear(form, index.dtype), inner_vars)
+    return span is not None and span < abs(entry[1])

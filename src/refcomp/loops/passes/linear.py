@@ -171,3 +171,23 @@ def build_linear(form: Linear, dtype: DataType) -> PrimExpr:
         result = Sub(result, IntImm(-constant, dtype)) if -constant <= int(dtype.max_value()) \
             else Add(result, IntImm(constant, dtype))
     return result
+
+
+def inner_span(expr: PrimExpr, extents: dict[Var, int | None]) -> int | None:
+    """How far expr can move (max - min) while the vars in extents run over [min, min + extent).
+
+    Other variables are held fixed.  None when a var of extents occurs other than linearly, or its
+    extent is not a known constant.  Exact integer arithmetic (indices are assumed not to wrap).
+    """
+    from ...ast.functor import free_vars
+
+    span = 0
+    for atom, coefficient in linear_form(expr).nonzero():
+        if isinstance(atom, Var) and atom in extents:
+            extent = extents[atom]
+            if extent is None:
+                return None
+            span += abs(coefficient) * max(extent - 1, 0)
+        elif any(v in extents for v in free_vars(atom)):
+            return None
+    return span

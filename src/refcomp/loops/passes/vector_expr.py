@@ -14,11 +14,11 @@ from ...ast import (
     FloorMod, For, IfThenElse, IntImm, Let, LetStmt, Mul, Not, PrimExpr, Ramp, Select, SeqStmt, Stmt,
     Sub, TruncDiv, TruncMod, Var,
 )
-from ...ast.expr import BinaryOp, FloatImm, StringImm
+from ...ast.expr import BinaryOp, FloatImm, StringImm, as_int
 from ...ast.functor import free_vars, is_pure, post_order_visit
 from ...ast.intrinsics import ANY_UNARY, FLOAT_BINARY, FLOAT_UNARY, PREDICATES
 from .fold import simplify_expr
-from .linear import expr_key, linear_form
+from .linear import expr_key, inner_span, linear_form
 
 # Intrinsics that apply lane by lane and have no effects: they vectorise as calls on vectors.
 ELEMENTWISE_CALLS = frozenset(FLOAT_UNARY + FLOAT_BINARY + ANY_UNARY + PREDICATES + ("reinterpret",))
@@ -45,6 +45,7 @@ class LaneVectorizer:
         self.ramp = Ramp(base, IntImm(1, var.dtype), lanes)
         self.vector_vars: dict[Var, Var] = {}
         self.inner_vars: set[Var] = set()  # vars bound inside the vectorised body
+        self.inner_extents: dict[Var, int | None] = {}  # their constant extents (None: unknown)
         self.stores: dict[Any, tuple[Any, PrimExpr]] = {}  # buffer key -> (index key, index)
         self.loads: list[tuple[Any, Any, PrimExpr]] = []  # (buffer key, index key, load)
 
@@ -54,9 +55,9 @@ class LaneVectorizer:
         """stmt for all lanes at once, after checking that lanes cannot interfere through memory.
 
         Rules: every buffer the body stores to is stored to and loaded from at one and the same
-        vector index, a Ramp with a non-zero constant stride whose base depends on no variable bound
-        inside the body, so each lane owns one element of it; other buffers are only read (gathers
-        allowed).  Inner loops must have lane-invariant bounds; `if` conditions must be
+        vector index, a Ramp with a non-zero constant stride whose base moves, over all the inner
+        loops, by less than that stride, so each lane owns its own elements of it; other buffers
+        are only read (gathers allowed).  Inner loops must have lane-invariant bounds; `if` conditions must be
         lane-invariant; there is no Allocate, While or evaluated call (their effects would run once
         instead of once per lane).
         """
@@ -87,10 +88,12 @@ class LaneVectorizer:
             if stmt.kind == "thread_binding":
                 raise CannotVectorize(f"inner loop {stmt.loop_var.name} is bound to a thread axis")
             self.inner_vars.add(stmt.loop_var)
+            self.inner_extents[stmt.loop_var] = as_int(extent)
             return stmt.with_(min=minimum, extent=extent, body=self.stmt(stmt.body))
         if isinstance(stmt, LetStmt):
             value = self.expr(stmt.value)
             self.inner_vars.add(stmt.var)
+            self.inner_extents[stmt.var] = None
             if is_vector(value):
                 vector_var = Var(stmt.var.name, value.dtype)
                 self.vector_vars[stmt.var] = vector_var
@@ -113,7 +116,10 @@ class LaneVectorizer:
         if not (isinstance(index, Ramp) and isinstance(index.stride, IntImm) and index.stride.value != 0):
             raise CannotVectorize(f"store to {store.buffer.name} is not at distinct addresses per lane")
         if any(v in self.inner_vars for v in free_vars(index)):
-            raise CannotVectorize(f"store to {store.buffer.name} moves with an inner loop")
+            # lanes stay apart if the inner loops move the index by less than one lane's stride
+            span = inner_span(index.base, self.inner_extents)
+            if span is None or span >= abs(index.stride.value):
+                raise CannotVectorize(f"store to {store.buffer.name} moves with an inner loop")
         key = expr_key(index)
         buffer_key = id(store.buffer)
         if buffer_key in self.stores and self.stores[buffer_key][0] != key:
