@@ -167,7 +167,7 @@ def test_parallel_refuses_recomputed_halo():
     outer, _ = sch.split(i, [None, 8])
     sch.compute_at(sch.get_block("P"), outer)
     assert_rejected(sch, lambda: sch.parallel(outer),
-                    "parallel: block P writes overlapping parts of P in different iterations of loop i_0")
+                    "parallel: block P writes overlapping parts of its output in different iterations of loop i_0")
 
 
 def test_compute_at_into_a_parallel_loop_keeps_iterations_independent(rng):
@@ -176,7 +176,7 @@ def test_compute_at_into_a_parallel_loop_keeps_iterations_independent(rng):
     outer, _ = sch.split(i, [None, 8])
     sch.parallel(outer)
     p = sch.get_block("P")
-    assert_rejected(sch, lambda: sch.compute_at(p, outer), "compute_at: block P writes overlapping parts of P")
+    assert_rejected(sch, lambda: sch.compute_at(p, outer), "compute_at: block P writes overlapping parts of its output")
     before = P.two_elementwise(16, 8)
     sch = Schedule(before)
     i, _ = sch.get_loops(sch.get_block("C"))

@@ -148,3 +148,13 @@ def test_rfactor_rejections():
     sch = Schedule(P.two_elementwise())
     i, _ = sch.get_loops(sch.get_block("B"))
     assert_rejected(sch, lambda: sch.rfactor(i, 0), "rfactor: block B is not a reduction block")
+
+
+def test_rfactor_of_the_whole_reduction_loop(rng):
+    before = P.row_sum(4, 6)
+    sch = Schedule(before)
+    _, k = sch.get_loops(sch.get_block("B"))
+    rf = sch.rfactor(k, 0)
+    assert sch.get(rf).init is None  # one term per partial: a plain copy
+    check_numbers(before, sch.func, rng, lambda a, b: {1: a.sum(axis=1)})
+    check_replay(sch, before)

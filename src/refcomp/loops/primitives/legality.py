@@ -250,7 +250,6 @@ def check_no_loop_carried_dependence(func: PrimFunc, loop: For, primitive: str) 
     """Iterations of loop are independent: it binds only spatial iters of every block below it,
     every such block depends on it, and a block below it reads only what is written below it in the
     same iteration."""
-    realizes = [r for r in walk(loop.body) if isinstance(r, BlockRealize)]
     top = blocks_under(loop)
     for realize in top:
         check_complete_or_reduction(func, realize, primitive)
@@ -259,13 +258,15 @@ def check_no_loop_carried_dependence(func: PrimFunc, loop: For, primitive: str) 
         if reduce:
             raise ScheduleError(f"{primitive}: loop {loop.loop_var.name} carries the reduction of block "
                                 f"{realize.block.name}", ir=func, spot=loop)
+        if all(private_to_iteration(func, loop, w.buffer) for w in realize.block.writes):
+            continue  # each iteration has its own copy of what the block writes
         if not spatial and const_int(loop.extent) != 1:  # one iteration cannot race with itself
             raise ScheduleError(f"{primitive}: block {realize.block.name} does not depend on loop "
                                 f"{loop.loop_var.name}: every iteration would write the same elements",
                                 ir=func, spot=loop)
     for realize in top:
-        for region in realize.block.writes:
-            check_disjoint_iterations(func, loop, realize, region, primitive)
+        if not all(private_to_iteration(func, loop, w.buffer) for w in realize.block.writes):
+            check_disjoint_iterations(func, loop, realize, primitive)
     for consumer in top:
         for producer in top:
             if producer is consumer:
@@ -273,30 +274,94 @@ def check_no_loop_carried_dependence(func: PrimFunc, loop: For, primitive: str) 
             shared = {r.buffer for r in producer.block.writes} & {r.buffer for r in consumer.block.reads}
             for buffer in shared:
                 check_same_iteration_cover(func, loop, producer, consumer, buffer, primitive)
-    del realizes
 
 
-def check_disjoint_iterations(func: PrimFunc, loop: For, realize: BlockRealize, region, primitive: str) -> None:
-    """Different iterations of loop write disjoint parts of region (no recomputed halo).
+# Memory scopes that give each GPU block (resp. each thread) its own copy of a buffer.
+_PER_GPU_BLOCK = ("shared", "shared.dyn", "local", "warp", "wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
+_PER_GPU_THREAD = ("local",)
 
-    One point per iteration is disjoint by the affine binding; a box per iteration needs a dim
-    whose start moves with the loop var by at least the box's size."""
+
+def private_to_iteration(func: PrimFunc, loop: For, buffer: Buffer) -> bool:
+    """Each iteration of loop sees its own copy of buffer: it is allocated by a block below the
+    loop, or the loop is bound to GPU blocks (threads) and the buffer's scope is per block (thread)."""
+    for realize in walk(loop.body):
+        if isinstance(realize, BlockRealize) and any(b is buffer for b in realize.block.alloc_buffers):
+            return True
+    tag = loop.thread_binding or ""
+    if tag.startswith("blockIdx"):
+        return buffer.scope in _PER_GPU_BLOCK
+    if tag.startswith("threadIdx"):
+        return buffer.scope in _PER_GPU_THREAD
+    return False
+
+
+def check_disjoint_iterations(func: PrimFunc, loop: For, realize: BlockRealize, primitive: str) -> None:
+    """Different iterations of loop run different instances of the block (no recomputed halo).
+
+    First by relaxing the spatial bindings over the loops below: some binding must move with the
+    loop var by more than its per-iteration spread.  Failing that (non-affine bindings), exactly,
+    by enumerating the block's loop nest when it is constant and small.  Else fail closed."""
     from .affine import constant_difference
 
-    box = access_region(loop, realize, region)
-    if box is None:
-        raise ScheduleError(f"{primitive}: cannot bound what block {realize.block.name} writes in one iteration "
-                            f"of loop {loop.loop_var.name}", ir=func, spot=loop)
-    sizes = [constant_difference(hi, lo) for lo, hi in box]
-    if all(size == 0 for size in sizes):
+    block = realize.block
+    spatial = [v for iv, v in zip(block.iter_vars, realize.iter_values) if iv.kind == "spatial"]
+    inner_loops = loops_above_in(loop.body, realize)
+    inner = loop_ranges(inner_loops)
+    if len(inner) == len(inner_loops):
+        for value in spatial:
+            relaxed = relax(value, inner)
+            if relaxed is None:
+                continue
+            low, high = relaxed
+            spread = constant_difference(high, low)
+            step = low.terms.get(("var", id(loop.loop_var)))
+            if spread is not None and step is not None and abs(step[1]) > spread:
+                return
+    verdict = _distinct_by_enumeration(func, loop, realize, spatial)
+    if verdict is True:
         return
-    for (lo, _), size in zip(box, sizes):
-        step = lo.terms.get(("var", id(loop.loop_var)))
-        if size is not None and step is not None and abs(step[1]) > size:
-            return
-    raise ScheduleError(f"{primitive}: block {realize.block.name} writes overlapping parts of "
-                        f"{region.buffer.name} in different iterations of loop {loop.loop_var.name} (a recomputed "
-                        "halo); those iterations cannot run at the same time", ir=func, spot=loop)
+    if verdict is None:
+        raise ScheduleError(f"{primitive}: cannot show that iterations of loop {loop.loop_var.name} run different "
+                            f"instances of block {block.name}", ir=func, spot=loop)
+    raise ScheduleError(f"{primitive}: block {block.name} writes overlapping parts of its output in different "
+                        f"iterations of loop {loop.loop_var.name} (a recomputed halo); those iterations cannot run "
+                        "at the same time", ir=func, spot=loop)
+
+
+def _distinct_by_enumeration(func: PrimFunc, loop: For, realize: BlockRealize, spatial) -> bool | None:
+    from .tree import path_to
+
+    path = path_to(func.body, realize) or []
+    nest = [s for s in path if isinstance(s, For)]
+    ranges = loop_ranges(nest)
+    if len(ranges) != len(nest) or product(hi - lo + 1 for lo, hi in ranges.values()) > (1 << 20):
+        return None
+    variables = [l.loop_var for l in nest]
+    grids = np.meshgrid(*[np.arange(ranges[v][0], ranges[v][1] + 1, dtype=np.int64) for v in variables],
+                        indexing="ij")
+    env = {v: g.ravel() for v, g in zip(variables, grids)}
+    size = env[variables[0]].shape if variables else (1,)
+    try:
+        columns = [np.broadcast_to(_evaluate(value, env), size) for value in spatial]
+        if not _is_true_expr(realize.predicate):
+            mask = np.broadcast_to(_evaluate(realize.predicate, env), size).astype(bool)
+        else:
+            mask = np.ones(size, dtype=bool)
+    except _Unsupported:
+        return None
+    outer = [env[l.loop_var] for l in nest[:nest.index(loop)]] if loop in nest else []
+    keys = np.stack(outer + columns, axis=1)[mask] if (outer or columns) else np.zeros((int(mask.sum()), 0))
+    owner = env[loop.loop_var][mask]
+    if keys.shape[1] == 0:
+        return len(np.unique(owner)) <= 1
+    order = np.lexsort(keys.T[::-1])
+    keys, owner = keys[order], owner[order]
+    same = np.all(keys[1:] == keys[:-1], axis=1)
+    return not bool(np.any(same & (owner[1:] != owner[:-1])))
+
+
+def _is_true_expr(expr: PrimExpr) -> bool:
+    return isinstance(expr, IntImm) and expr.dtype.is_bool and expr.value == 1
 
 
 CONCURRENT_KINDS = ("parallel", "vectorized", "thread_binding")

@@ -151,8 +151,9 @@ def fuse(func: PrimFunc, loops: Sequence[For], preserve_unit_iters: bool = True)
         inner_product = _mul_all(inner)
         value: PrimExpr = fused_var
         if k > 0:
-            value = value % _mul_all(extents[k:])
-        if inner:
+            modulus = _mul_all(extents[k:])
+            value = const(0, dtype) if const_int(modulus) == 1 else value % modulus
+        if inner and const_int(inner_product) != 1:
             value = value // inner_product
         if not preserve_unit_iters and const_int(loop.extent) == 1:
             value = const(0, dtype)

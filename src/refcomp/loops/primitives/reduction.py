@@ -172,12 +172,16 @@ def rfactor(func: PrimFunc, loop: For, factor_axis: int) -> tuple[PrimFunc, Bloc
     rf_var = loop_iter[loop.loop_var].var
     rf_index = store.indices[:axis] + (rf_var,) + store.indices[axis:]
     rf_operand = substitute(operand, reduce_map)
-    rf_body = BufferStore(rf_buffer, combine(rf_buffer.vload(rf_index), rf_operand), rf_index)
-    rf_init = BufferStore(rf_buffer, identity, rf_index)
+    rf_point = BufferRegion(rf_buffer, tuple(Range(i, 1) for i in rf_index))
+    if len(reduce_loops) > 1:
+        rf_body = BufferStore(rf_buffer, combine(rf_buffer.vload(rf_index), rf_operand), rf_index)
+        rf_init = BufferStore(rf_buffer, identity, rf_index)
+        own_reads: tuple = (rf_point,)
+    else:  # the rf loop was the whole reduction: each partial is a single term
+        rf_body, rf_init, own_reads = BufferStore(rf_buffer, rf_operand, rf_index), None, ()
     rf_iter_vars = tuple(iv for iv, _ in spatial_ivs) + tuple(loop_iter[l.loop_var] for l in reduce_loops)
     rf_values = tuple(v for _, v in spatial_ivs) + tuple(l.loop_var for l in reduce_loops)
-    rf_point = BufferRegion(rf_buffer, tuple(Range(i, 1) for i in rf_index))
-    rf_reads = (rf_point,) + tuple(BufferRegion(r.buffer, tuple(Range(substitute(x.min, reduce_map), x.extent)
+    rf_reads = own_reads + tuple(BufferRegion(r.buffer, tuple(Range(substitute(x.min, reduce_map), x.extent)
                                                                 for x in r.region))
                                    for r in block.reads if r.buffer is not out)
     rf_name = fresh_block_name(func.body, f"{block.name}_rf")
