@@ -184,3 +184,21 @@ def test_compute_at_into_a_parallel_loop_keeps_iterations_independent(rng):
     sch.parallel(outer)
     sch.compute_at(sch.get_block("B"), outer)  # disjoint tiles: fine
     check_numbers(before, sch.func, rng)
+
+
+def test_gpu_block_private_scopes(rng):
+    before = P.matmul(8, 8, 4)
+    sch = Schedule(before)
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    sch.bind(j, "blockIdx.x")
+    shared = sch.cache_read(c, 1, "global")  # the A operand (reads are C, A, B)
+    assert_rejected(sch, lambda: sch.compute_at(shared, j),
+                    "compute_at: block A_global does not depend on loop j: every iteration would write")
+    sch = Schedule(before)
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    sch.bind(j, "blockIdx.x")
+    tile = sch.cache_read(c, 1, "shared")
+    sch.compute_at(tile, j)  # each GPU block has its own copy of a shared buffer
+    check_numbers(before, sch.func, rng, lambda a, b, c: {2: a @ b}, compiled=False)
