@@ -10,7 +10,9 @@ from refcomp.ast import (
     Select, SizeVar, Sub, TruncDiv, TruncMod, Var, While, seq,
 )
 from refcomp.ast.dtype import DataType
+from refcomp import IRError
 from refcomp.ast.printer import script
+from refcomp.ast.wellformed import verify_well_formed
 from refcomp.ast.stmt import THREAD_TAGS
 from script_helpers import TRUE, func_of, roundtrip, rooted
 
@@ -238,6 +240,11 @@ def test_random_prim_funcs_round_trip(data):
     scalars = [builder.var("int32")] if data.draw(st.booleans()) else []
     func = func_of(body, builder.params + scalars, attrs={"global_symbol": "main"} if data.draw(st.booleans()) else None)
     roundtrip(func)
+    # random programs are often ill-formed: the checker must say so with a typed, printable error
+    try:
+        verify_well_formed(func)
+    except IRError as error:
+        assert "ill-formed IR in main (" in str(error) and "-->" in str(error)
 
 
 def test_float_constants_that_need_care():
