@@ -1,6 +1,7 @@
 """The ONNX graph walker: inputs and initializers, node conversion, import-time constant folding."""
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 import numpy as np
@@ -123,8 +124,17 @@ def from_onnx(model, shape_dict: dict | None = None, name: str = "main", const_i
     import onnx
     from onnx import numpy_helper
 
-    if isinstance(model, (str, bytes)) and not isinstance(model, bytes):
-        model = onnx.load(model)
+    if isinstance(model, (str, os.PathLike)):
+        try:
+            model = onnx.load(os.fspath(model))
+        except Exception as exc:  # protobuf decode errors, missing files
+            raise ImportError_(f"onnx import: cannot read model {os.fspath(model)!r}: {type(exc).__name__}: {exc}") \
+                from None
+    elif isinstance(model, bytes):
+        try:
+            model = onnx.load_from_string(model)
+        except Exception as exc:
+            raise ImportError_(f"onnx import: the bytes are not an ONNX model: {type(exc).__name__}: {exc}") from None
     if not isinstance(model, onnx.ModelProto):
         raise ImportError_(f"onnx import: expected a ModelProto or a path, got {type(model).__name__}")
     graph = model.graph
