@@ -369,3 +369,42 @@ def test_inferred_regions_cover_neighbouring_accesses():
     ''')
     (read_b, read_a) = blocks_of(inner)["B"].reads
     assert read_a.buffer.name == "A" and read_a.region[1].extent.value == 4  # the inner loop's range
+
+
+def test_blockized_nest_with_list_regions_and_vthreads():
+    f = from_source('''
+    @T.prim_func
+    def tiled(a: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, [64, 64], "float32")
+        C = T.match_buffer(c, [64, 64], "float32")
+        C_local = T.alloc_buffer([64, 64], "float32", scope="local")
+        for i, j in T.grid(4, 4):
+            with T.block("C_outer"):
+                vo, wo = T.axis.remap("SS", [i, j])
+                T.reads([A[
+                    vo * 16 : vo * 16 + 16,
+                    wo * 16 : wo * 16 + 16,
+                ]])
+                T.writes([C_local[vo * 16 : vo * 16 + 16, wo * 16 : wo * 16 + 16]])
+                for ii, ji in T.grid(16, 16):
+                    with T.block("C_inner"):
+                        vi = T.axis.S(64, vo * 16 + ii)
+                        vj = T.axis.S(64, wo * 16 + ji)
+                        C_local[vi, vj] = A[vi, vj] + 1.0
+        for by in T.thread_binding(0, 2, thread = "blockIdx.y"):
+            for vy in T.thread_binding(0, 2, thread = "vthread.y"):
+                for tx in T.thread_binding(16, thread="threadIdx.x"):
+                    for _, k in T.grid(1, 16):
+                        with T.block("C"):
+                            vi = T.axis.S(64, by * 32 + vy * 16 + tx)
+                            vj = T.axis.S(64, k)
+                            C[vi, vj] = C_local[vi, vj]
+    ''')
+    outer = blocks_of(f)["C_outer"]
+    rows, cols = outer.reads[0].region
+    assert rows.extent.value == 16 and script(rows.min) == "vo * 16"
+    assert outer.writes[0].buffer.name == "C_local"
+    assert [b.name for b in f.body.block.alloc_buffers] == ["C_local"]
+    tags = [l.thread_binding for l in collect(f.body, For) if l.kind == "thread_binding"]
+    assert sorted(tags) == ["blockIdx.y", "threadIdx.x", "vthread.y"]
+    roundtrip(f)
