@@ -34,7 +34,7 @@ def test_missing_barrier_is_caught(rng, monkeypatch):
     """With barrier placement switched off, the simulation shows the race."""
     import refcomp.emit_cuda.prepare as prep
 
-    monkeypatch.setattr(prep, "plan_barriers", lambda func, threads, body: body)
+    monkeypatch.setattr(prep, "plan_barriers", lambda func, threads, body, extents=None: body)
     func = reversed_tiles()
     a = rng.standard_normal((4, 64)).astype("float32")
     b = np.zeros((4, 64), "float32")

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ast import (
-    Allocate, Buffer, BufferLoad, BufferStore, Call, Evaluate, For, IfThenElse, LetStmt, PrimExpr,
-    PrimFunc, SeqStmt, Stmt, StringImm, Var, collect, free_vars, seq,
+    EQ, LT, Allocate, And, Buffer, BufferLoad, BufferStore, Call, Evaluate, For, IfThenElse, LetStmt,
+    PrimExpr, PrimFunc, SeqStmt, Stmt, StringImm, Var, as_int, collect, free_vars, seq,
 )
 from ..ast.stmt import AssertStmt
 from ..errors import BuildError
@@ -37,38 +37,95 @@ def contains_barrier(stmt: Stmt) -> bool:
     return any(call.op == SYNC_OP for call in collect(stmt, Call))
 
 
+# An access key: None (other threads may touch the element), or a *thread signature* (the thread
+# coefficients and span S of an index that is congruent modulo S to an injective function of the
+# thread index).  Two accesses with one signature can only meet in the same thread.
+AccessKey = tuple | None
+SINGLE_THREAD = ("thread 0",)
+Accesses = dict  # Buffer -> set[AccessKey]
+
+
 @dataclass
 class _State:
-    written: set[Buffer] = field(default_factory=set)
-    read: set[Buffer] = field(default_factory=set)
+    written: Accesses = field(default_factory=dict)
+    read: Accesses = field(default_factory=dict)
 
     def copy(self) -> "_State":
-        return _State(set(self.written), set(self.read))
+        return _State({b: set(k) for b, k in self.written.items()}, {b: set(k) for b, k in self.read.items()})
 
-    def conflicts(self, reads: set[Buffer], writes: set[Buffer]) -> bool:
-        return bool(reads & self.written or writes & self.read or writes & self.written)
+    def conflicts(self, reads: Accesses, writes: Accesses) -> bool:
+        return (_meet(reads, self.written) or _meet(writes, self.read) or _meet(writes, self.written))
 
-    def add(self, reads: set[Buffer], writes: set[Buffer]) -> None:
-        self.read |= reads
-        self.written |= writes
+    def add(self, reads: Accesses, writes: Accesses) -> None:
+        for mine, new in ((self.read, reads), (self.written, writes)):
+            for buffer, keys in new.items():
+                mine.setdefault(buffer, set()).update(keys)
 
     def merge(self, other: "_State") -> None:
         self.add(other.read, other.written)
 
 
-def shared_accesses(stmt: Stmt) -> tuple[set[Buffer], set[Buffer]]:
-    """Shared buffers stmt reads, and those it writes."""
-    reads = {load.buffer for load in collect(stmt, BufferLoad) if load.buffer.scope in SYNCED_SCOPES}
-    writes = {store.buffer for store in collect(stmt, BufferStore) if store.buffer.scope in SYNCED_SCOPES}
+def _meet(a: Accesses, b: Accesses) -> bool:
+    """Whether some element may be touched by two different threads through a and b."""
+    for buffer in a.keys() & b.keys():
+        keys = a[buffer] | b[buffer]
+        if None in keys or len(keys) > 1:
+            return True
+    return False
+
+
+def thread_signature(index: PrimExpr, threads: dict[Var, int]) -> AccessKey:
+    """The thread signature of a scalar index (see AccessKey), or None when it has none."""
+    from ..loops.passes.fold import linear_form
+
+    if index.dtype.lanes != 1 or not threads:
+        return None
+    form = linear_form(index)
+    coefficients: dict[Var, int] = {}
+    others: list[int] = []
+    for atom, coefficient in form.nonzero():
+        if isinstance(atom, Var) and atom in threads:
+            coefficients[atom] = coefficient
+        else:
+            others.append(coefficient)
+    if set(coefficients) != {v for v, extent in threads.items() if extent > 1}:
+        return None
+    span, order = 1, sorted(coefficients.items(), key=lambda item: item[1])
+    reach = 0
+    for var, coefficient in order:  # injective on the thread box: each step clears what came before
+        if coefficient <= reach:
+            return None
+        reach += coefficient * (threads[var] - 1)
+    span = reach + 1
+    if any(c % span for c in others):
+        return None
+    return tuple((id(var), c) for var, c in order) + (span,)
+
+
+def shared_accesses(stmt: Stmt, threads: dict[Var, int] | None = None) -> tuple[Accesses, Accesses]:
+    """Shared buffers stmt reads and writes, each with the access keys of its indices."""
+    threads = threads or {}
+    reads: Accesses = {}
+    writes: Accesses = {}
+    for load in collect(stmt, BufferLoad):
+        if load.buffer.scope in SYNCED_SCOPES:
+            key = thread_signature(load.indices[0], threads) if len(load.indices) == 1 else None
+            reads.setdefault(load.buffer, set()).add(key)
+    for store in collect(stmt, BufferStore):
+        if store.buffer.scope in SYNCED_SCOPES:
+            key = thread_signature(store.indices[0], threads) if len(store.indices) == 1 else None
+            writes.setdefault(store.buffer, set()).add(key)
     return reads, writes
 
 
 class BarrierPlanner:
     """Inserts the barriers one kernel's per-thread body needs."""
 
-    def __init__(self, func: PrimFunc, thread_vars: tuple[Var, ...]) -> None:
+    def __init__(self, func: PrimFunc, thread_vars: tuple[Var, ...],
+                 extents: dict[Var, int] | None = None) -> None:
         self.func = func
         self.varying: set[Var] = set(thread_vars)
+        self.extents = dict(extents or {})
 
     def plan(self, body: Stmt) -> Stmt:
         new, _ = self.visit(body, _State())
@@ -120,7 +177,11 @@ class BarrierPlanner:
                 "depends on the thread index or on loaded data): threads that skip it would deadlock",
                 ir=self.func, spot=spot,
             )
-        reads, writes = shared_accesses(stmt)
+        reads, writes = shared_accesses(stmt, self.extents)
+        if self.single_thread(stmt):
+            # Only thread 0 runs it: its accesses never meet another thread's among themselves.
+            reads = {b: {SINGLE_THREAD} for b in reads}
+            writes = {b: {SINGLE_THREAD} for b in writes}
         if state.conflicts(reads, writes):
             state = _State()
             state.add(reads, writes)
@@ -129,12 +190,34 @@ class BarrierPlanner:
         state.add(reads, writes)
         return stmt, state
 
+    def single_thread(self, stmt: Stmt) -> bool:
+        """stmt is `if thread == 0: ...` for every thread axis wider than one (no else)."""
+        if not isinstance(stmt, IfThenElse) or stmt.else_case is not None:
+            return False
+        pinned: set[Var] = set()
+        pending = [stmt.condition]
+        while pending:
+            condition = pending.pop()
+            if isinstance(condition, And):
+                pending += [condition.a, condition.b]
+            elif isinstance(condition, LT) and isinstance(condition.a, Var) and as_int(condition.b) == 1:
+                pinned.add(condition.a)
+            elif isinstance(condition, EQ) and isinstance(condition.a, Var) and as_int(condition.b) == 0:
+                pinned.add(condition.a)
+        wide = {var for var, extent in self.extents.items() if extent is None or extent > 1}
+        return bool(wide) and wide <= pinned
+
     def visit_loop(self, loop: For, state: _State) -> tuple[Stmt, _State]:
+        reads, writes = shared_accesses(loop.body, self.extents)
+        if state.conflicts(reads, writes):
+            # One barrier before the loop settles what came before, instead of one per iteration.
+            planned, after = self.visit_loop(loop, _State())
+            return seq(barrier(), planned), after
         entry = state.copy()
         body, end = self.visit(loop.body, state)
         # The next iteration starts in state `end`: if its first accesses conflict with what the
         # previous iteration left, the body must end with a barrier.
-        second, _ = BarrierPlanner(self.func, tuple(self.varying)).visit(body, end.copy())
+        second, _ = BarrierPlanner(self.func, tuple(self.varying), self.extents).visit(body, end.copy())
         if _barrier_count(second) > _barrier_count(body):
             body = seq(body, barrier())
             end = _State()
@@ -152,9 +235,14 @@ def contains_shared(stmt: Stmt) -> bool:
     return bool(reads or writes) or contains_barrier(stmt)
 
 
-def plan_barriers(func: PrimFunc, thread_vars: tuple[Var, ...], body: Stmt) -> Stmt:
-    """body of one kernel (per-thread program) with the barriers it needs."""
-    return BarrierPlanner(func, thread_vars).plan(body)
+def plan_barriers(func: PrimFunc, thread_vars: tuple[Var, ...], body: Stmt,
+                  extents: dict[Var, int] | None = None) -> Stmt:
+    """body of one kernel (per-thread program) with the barriers it needs.
+
+    extents (thread var -> launch extent) lets accesses that provably stay within one thread
+    (see thread_signature) go without a barrier; without it every shared access counts.
+    """
+    return BarrierPlanner(func, thread_vars, extents).plan(body)
 
 
 __all__ = ["barrier", "is_barrier", "contains_barrier", "plan_barriers", "shared_accesses"]

@@ -84,4 +84,7 @@ class _PlanKernels(Mutator):
         if not is_kernel_root(loop):
             return self.generic_visit(loop)
         shape = kernel_shape(loop)
-        return rebuild_kernel(shape, plan_barriers(self.func, shape.thread_vars, shape.body))
+        from ..ast.expr import as_int
+
+        extents = {var: as_int(extent) for tag, var, extent in shape.axes if tag.startswith("threadIdx")}
+        return rebuild_kernel(shape, plan_barriers(self.func, shape.thread_vars, shape.body, extents))
