@@ -107,3 +107,19 @@ def test_real_cli_in_a_subprocess(kernel_file):
     assert run.returncode == 1, run.stderr
     payload = json.loads(run.stdout)
     assert [f["ok"] for f in payload["functions"]] == [True, False]
+
+
+def test_overflow_wrap_mode_rejects_what_only_holds_without_overflow(tmp_path, capsys):
+    path = tmp_path / "tiles.py"
+    path.write_text(textwrap.dedent('''
+        from refcomp import te
+
+        n = te.size_var("n")
+        A = te.placeholder((n * 32,), "float32", "A")
+        tiles = te.create_prim_func([A, te.compute((n, 32), lambda i, j: A[i * 32 + j], name="B")], name="tiles")
+    '''))
+    assert main([str(path)]) == 0
+    capsys.readouterr()
+    assert main([str(path), "--overflow", "wrap", "--format", "json"]) == 1
+    (problem,) = json.loads(capsys.readouterr().out)["functions"][0]["problems"]
+    assert problem["counterexample"]["n"] * 32 >= 2 ** 31  # only a wrapping size breaks it

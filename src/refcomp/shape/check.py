@@ -88,15 +88,19 @@ class Report:
 
 
 def check(target: "PrimFunc | IRModule | Iterable", *, name: str | None = None,
-          timeout_ms: int | None = None) -> Report:
-    """Prove every access of every PrimFunc in target in bounds; a Report of what was and was not."""
+          timeout_ms: int | None = None, overflow: str = "assume_none") -> Report:
+    """Prove every access of every PrimFunc in target in bounds; a Report of what was and was not.
+
+    overflow="wrap" proves the accesses for two's-complement index arithmetic, with no
+    assumption that index computations stay inside their dtype (spec/shapes.md).
+    """
     report = Report()
     if isinstance(target, IRModule):
         for fname, item in target:
-            report.merge(check(item, name=fname, timeout_ms=timeout_ms))
+            report.merge(check(item, name=fname, timeout_ms=timeout_ms, overflow=overflow))
         return report
     if isinstance(target, PrimFunc):
-        return _check_func(target, name or target.name, timeout_ms)
+        return _check_func(target, name or target.name, timeout_ms, overflow)
     if isinstance(target, Node):  # a graph-level function: its shapes are checked by the graph layer
         label = name or getattr(target, "name", type(target).__name__)
         report.functions[label] = {"proved": 0, "total": 0}
@@ -104,15 +108,15 @@ def check(target: "PrimFunc | IRModule | Iterable", *, name: str | None = None,
                                        "refcomp check proves PrimFuncs only", label, kind="unchecked"))
         return report
     for item in target:
-        report.merge(check(item, timeout_ms=timeout_ms))
+        report.merge(check(item, timeout_ms=timeout_ms, overflow=overflow))
     return report
 
 
-def _check_func(func: PrimFunc, label: str, timeout_ms: int | None) -> Report:
+def _check_func(func: PrimFunc, label: str, timeout_ms: int | None, overflow: str) -> Report:
     report = Report()
     try:
         _well_formed(func)
-        obligations = check_accesses(func, timeout_ms=timeout_ms)
+        obligations = check_accesses(func, timeout_ms=timeout_ms, overflow=overflow)
     except RefcompError as exc:
         report.functions[label] = {"proved": 0, "total": 1}
         report.problems.append(Problem(f"{label}: {exc.message}", label, counterexample=exc.counterexample,
@@ -231,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("file", help="a Python file or a script-format file")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--timeout-ms", type=int, default=None, help="Z3 time limit per query")
+    parser.add_argument("--overflow", choices=("assume_none", "wrap"), default="assume_none",
+                        help="wrap: prove accesses even if index arithmetic wraps around")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
@@ -242,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     report = Report()
     for label, target in targets:
-        report.merge(check(target, name=label, timeout_ms=args.timeout_ms))
+        report.merge(check(target, name=label, timeout_ms=args.timeout_ms, overflow=args.overflow))
     if args.format == "json":
         payload = report.as_dict()
         payload["file"] = args.file
