@@ -237,3 +237,28 @@ def test_blocks_are_rejected_before_emission():
     func = PrimFunc((A,), BlockRealize((), const(True), block), "blocky")
     with pytest.raises(refcomp.BuildError, match="blocks"):
         emit(func, NATIVE)
+
+
+def _streaming_kernel(align):
+    from refcomp.emit_c.codegen import NONTEMPORAL
+    n = SizeVar("n", "int32")
+    A = Buffer("A", (n * 8,), "float32")
+    B = Buffer("B", (n * 8,), "float32", align=align)
+    i = Var("i", "int32")
+    ramp = Ramp(i * 8, IntImm(1), 8)
+    body = For(i, 0, n, "parallel", BufferStore(B, A[ramp] * 3.0, (ramp,)), annotations={NONTEMPORAL: True})
+    return PrimFunc((A, B), body, f"stream_{align}")
+
+
+def test_nontemporal_stores_need_alignment_and_are_fenced(rng):
+    aligned = emit(_streaming_kernel(64), NATIVE).source
+    assert "rc_vstream_float32x8(&B[" in aligned and "__builtin_ia32_sfence();" in aligned
+    unaligned = emit(_streaming_kernel(0), NATIVE).source
+    assert "rc_vstream" not in unaligned and "sfence" not in unaligned
+    lib = refcomp.build(_streaming_kernel(64), bounds="off")
+    a = rng.standard_normal(64).astype(np.float32)
+    raw = np.zeros(64 + 16, np.float32)
+    offset = (-raw.ctypes.data % 64) // 4
+    b = raw[offset:offset + 64]
+    lib(a, b)
+    np.testing.assert_array_equal(b, a * np.float32(3.0))

@@ -30,6 +30,8 @@ from .vector import VectorLib
 OUT_OF_MEMORY = 1
 FIRST_ASSERT_CODE = 2
 STACK_LIMIT_BYTES = 16 * 1024
+# For annotation: contiguous vector stores in the loop may bypass the cache (write-once output).
+NONTEMPORAL = "nontemporal_store"
 _HEADER = re.compile(r"[A-Za-z0-9_./+-]+\Z")
 
 
@@ -120,6 +122,8 @@ class _Emitter(ExprEmitter):
         self.in_parallel = False
         self.status_used = False
         self.index_depth = 0  # > 0 while emitting an index, loop bound or allocation size
+        self.nontemporal = 0  # > 0 inside a loop annotated NONTEMPORAL
+        self.streamed = False
 
     # ================================================================== driver
     def run(self) -> CModule:
@@ -205,7 +209,7 @@ class _Emitter(ExprEmitter):
             if not isinstance(header, str) or not _HEADER.match(header):
                 raise BuildError(f"build: attr c_includes: {header!r} is not a plain header name", ir=func)
             head.append(f"#include <{header}>")
-        if opts.vectors and self.vec.mvec_used:
+        if opts.vectors and (self.vec.mvec_used or self.vec.needs_intrinsics):
             head.append("#if defined(__x86_64__)\n#include <immintrin.h>\n#endif")
         parts = ["\n".join(head), scalar_prelude()]
         if opts.vectors and self.vec.mvec_used:
@@ -368,6 +372,24 @@ class _Emitter(ExprEmitter):
         if s.kind == "thread_binding":
             raise BuildError(f"build: loop {s.loop_var.name} is bound to {s.thread_binding}; "
                              "GPU thread bindings need the CUDA target", ir=self.func, spot=s)
+        streaming = bool(s.annotations.get(NONTEMPORAL)) and self.options.vectors
+        if not streaming:
+            self.emit_loop(s, header)
+            return
+        self.nontemporal += 1
+        outer_streamed, self.streamed = self.streamed, False
+        try:
+            self.emit_loop(s, header)
+        finally:
+            self.nontemporal -= 1
+        streamed, self.streamed = self.streamed, outer_streamed or self.streamed
+        if streamed:
+            # Streaming stores are weakly ordered: fence them before anyone reads the data.
+            self.pragma("#if defined(__x86_64__)")
+            self.line("__builtin_ia32_sfence();")
+            self.pragma("#endif")
+
+    def emit_loop(self, s: S.For, header: str) -> None:
         if s.kind == "parallel" and self.options.openmp and not self.in_parallel:
             self.emit_parallel(s, header)
             return
@@ -416,7 +438,12 @@ class _Emitter(ExprEmitter):
             name = self.buffer_name(buffer)
             base = _unit_ramp_base(index)
             if base is not None:
-                self.line(f"{self.vec.store(vtype)}(&{name}[{self.index(base)}], {self.expr(value)});")
+                store = self.vec.store(vtype)
+                if self.nontemporal and buffer.align >= self.vec.element_width(vtype) * lanes \
+                        and _multiple_of(base, lanes):
+                    store = self.vec.stream(vtype) or store
+                    self.streamed = self.streamed or store.startswith("rc_vstream")
+                self.line(f"{store}(&{name}[{self.index(base)}], {self.expr(value)});")
             elif index.dtype.lanes == 1:
                 self.line(f"{name}[{self.index(index)}] = {self.to_storage(buffer.dtype, self.expr(value))}; "
                           "/* all lanes hit one element: the last lane wins */")
@@ -448,6 +475,19 @@ class _Emitter(ExprEmitter):
         raise BuildError("build: blocks must be lowered before C emission", ir=self.func, spot=s)
 
     stmt_BlockRealize = stmt_Block
+
+def _multiple_of(e: E.PrimExpr, k: int) -> bool:
+    """Whether the integer expression e is provably a multiple of k (products and sums only)."""
+    if isinstance(e, E.IntImm):
+        return e.value % k == 0
+    if isinstance(e, E.Mul):
+        return _multiple_of(e.a, k) or _multiple_of(e.b, k)
+    if isinstance(e, (E.Add, E.Sub)):
+        return _multiple_of(e.a, k) and _multiple_of(e.b, k)
+    if isinstance(e, E.Cast) and e.dtype.is_integer:
+        return _multiple_of(e.value, k)
+    return False
+
 
 def _simd_safe(body: S.Stmt) -> bool:
     """`omp simd` forbids jumps out of the loop and calls with effects; only plain bodies get it."""

@@ -36,6 +36,7 @@ class VectorLib:
         self.helpers: dict[str, str] = {}
         self.mvec_functions = mvec_functions
         self.mvec_used: dict[str, str] = {}
+        self.needs_intrinsics = False  # <immintrin.h> (streaming stores)
 
     # ------------------------------------------------------------------ types
     def vtype(self, dtype: DataType) -> str:
@@ -199,6 +200,28 @@ class VectorLib:
         else:
             body = "    memcpy(p, &v, sizeof v);\n"
         return self._add(name, f"static inline void {name}({st}* p, {vt} v) {{\n{body}}}")
+
+    def stream(self, dtype: DataType) -> str | None:
+        """rc_vstream_...(T* p, v): a non-temporal (cache-bypassing) store; p must be aligned to
+        the vector's size.  None for element types stored through conversions."""
+        if is_half(dtype) or dtype.is_bool:
+            return None
+        vt = self.vtype(dtype)
+        st = storage_type(dtype.element)
+        size = self.element_width(dtype) * dtype.lanes
+        intrinsic = {16: ("__SSE2__", "_mm_stream_si128", "__m128i"),
+                     32: ("__AVX__", "_mm256_stream_si256", "__m256i"),
+                     64: ("__AVX512F__", "_mm512_stream_si512", "__m512i")}.get(size)
+        if intrinsic is None:
+            return None
+        feature, function, itype = intrinsic
+        self.needs_intrinsics = True
+        name = f"rc_vstream_{dtype.element.name}x{dtype.lanes}"
+        return self._add(name, (
+            f"static inline void {name}({st}* p, {vt} v) {{\n"
+            f"#if defined(__x86_64__) && defined({feature})\n"
+            f"    {function}(({itype}*)(void*)p, ({itype})v);\n"
+            f"#else\n    memcpy(p, &v, sizeof v);\n#endif\n}}"))
 
     def gather(self, dtype: DataType, index: DataType) -> str:
         vt, it = self.vtype(dtype), self.vtype(index)
