@@ -285,3 +285,276 @@ def print_module(mod) -> str:
             except Exception:
                 parts.append(f"# PrimFunc {name}")
     return "\n\n".join(parts)
+
+
+# ----------------------------------------------------------------------------- parsing
+
+def parse_function(node, context):
+    """Read an `@R.function` def (a Python ast.FunctionDef) printed by print_function.
+
+    `context` is the module parser's ParseContext (`context.error(node, message)` makes a
+    ParseError at the node).  Size vars are declared by `n = T.int64()` (or quoted in parameter
+    shapes); module functions are referred to as `cls.name`.
+    """
+    return _GraphReader(context).function(node)
+
+
+class _GraphReader:
+    def __init__(self, context) -> None:
+        self.context = context
+        self.size_vars: dict[str, tir.Var] = {}
+        self.values: dict[str, object] = {}
+
+    def error(self, node, message):
+        return self.context.error(node, message)
+
+    # ------------------------------------------------------------------ function structure
+    def function(self, node):
+        import ast
+
+        from . import graph as g
+
+        for stmt in node.body:  # size vars first, so parameter annotations can use them
+            if (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call)
+                    and self.dotted(stmt.value.func) == "T.int64"):
+                name = stmt.targets[0].id
+                self.size_vars.setdefault(name, tir.SizeVar(name, "int64"))
+        params = []
+        for arg in node.args.args:
+            if arg.annotation is None:
+                raise self.error(arg, f"graph parameter {arg.arg} needs a struct-info annotation")
+            var = g.Var(arg.arg, self.struct_info(arg.annotation, quoted=True))
+            self.values[arg.arg] = var
+            params.append(var)
+        ret = self.struct_info(node.returns) if node.returns is not None else None
+        attrs: dict = {}
+        pure = True
+        for deco in node.decorator_list:
+            if isinstance(deco, ast.Call):
+                for kw in deco.keywords:
+                    if kw.arg == "pure":
+                        pure = bool(self.literal(kw.value))
+        blocks, result = self.body(node.body, attrs)
+        body = g.SeqExpr(tuple(blocks), result)
+        attrs.setdefault("global_symbol", node.name)
+        return g.Function(tuple(params), body, ret, pure, attrs)
+
+    def body(self, stmts, attrs):
+        import ast
+
+        from . import graph as g
+
+        blocks, loose = [], []
+        result = None
+        for stmt in stmts:
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and \
+                    self.dotted(stmt.value.func) == "T.int64":
+                continue
+            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
+                    self.dotted(stmt.value.func) == "R.func_attr":
+                attrs.update(self.attr(stmt.value.args[0]))
+                continue
+            if isinstance(stmt, ast.With):
+                if loose:
+                    blocks.append(g.BindingBlock(tuple(loose)))
+                    loose = []
+                outputs: set = set()
+                for inner in stmt.body:  # R.output names the block's plain Vars; the rest are DataflowVars
+                    if isinstance(inner, ast.Expr) and isinstance(inner.value, ast.Call) and \
+                            self.dotted(inner.value.func) == "R.output":
+                        outputs |= {a.id for a in inner.value.args}
+                bindings = []
+                for inner in stmt.body:
+                    if isinstance(inner, ast.Expr) and isinstance(inner.value, ast.Call) and \
+                            self.dotted(inner.value.func) == "R.output":
+                        continue
+                    bindings.append(self.binding(inner, dataflow=True, outputs=outputs))
+                blocks.append(g.DataflowBlock(tuple(bindings)))
+                continue
+            if isinstance(stmt, ast.Return):
+                result = self.expr(stmt.value)
+                continue
+            loose.append(self.binding(stmt, dataflow=False))
+        if loose:
+            blocks.append(g.BindingBlock(tuple(loose)))
+        if result is None:
+            raise self.error(stmts[-1] if stmts else None, "a graph function must end with return")
+        return blocks, result
+
+    def binding(self, stmt, dataflow, outputs=frozenset()):
+        import ast
+
+        from . import graph as g
+
+        if isinstance(stmt, ast.AnnAssign):
+            target, annotation, value_node = stmt.target.id, stmt.annotation, stmt.value
+        elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            target, annotation, value_node = stmt.targets[0].id, None, stmt.value
+        else:
+            raise self.error(stmt, "expected a binding `name: info = value`")
+        if isinstance(value_node, ast.Call) and self.dotted(value_node.func) == "R.match_cast":
+            value = self.expr(value_node.args[0])
+            info = self.struct_info(value_node.args[1], define=True)
+            var = (g.DataflowVar if dataflow and target not in outputs else g.Var)(target, info)
+            self.values[target] = var
+            return g.MatchCast(var, value, info)
+        value = self.expr(value_node)
+        info = self.struct_info(annotation) if annotation is not None else value.struct_info
+        if isinstance(value, g.Call) and value.struct_info is None:
+            value = value.with_(struct_info=info)
+        var = (g.DataflowVar if dataflow and target not in outputs else g.Var)(target, info)
+        self.values[target] = var
+        return g.VarBinding(var, value)
+
+    # ------------------------------------------------------------------ expressions
+    def dotted(self, node) -> str:
+        import ast
+
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute):
+            return f"{self.dotted(node.value)}.{node.attr}"
+        return ""
+
+    def expr(self, node):
+        import ast
+
+        import numpy as np
+
+        from . import graph as g
+
+        if isinstance(node, ast.Name):
+            if node.id not in self.values:
+                raise self.error(node, f"{node.id} is not defined")
+            return self.values[node.id]
+        if isinstance(node, ast.Tuple):
+            return g.Tuple(tuple(self.expr(e) for e in node.elts))
+        if isinstance(node, ast.Subscript):
+            return g.TupleGetItem(self.expr(node.value), self.literal(node.slice),
+                                  None)
+        if isinstance(node, ast.Attribute) and self.dotted(node.value) == "cls":
+            return g.GlobalVar(node.attr)
+        if not isinstance(node, ast.Call):
+            raise self.error(node, "unsupported graph expression")
+        name = self.dotted(node.func)
+        if name == "R.const":
+            value = self.literal(node.args[0])
+            dtype = self.literal(node.args[1]) if len(node.args) > 1 else None
+            return g.Constant(np.asarray(value, dtype=dtype))
+        if name == "R.shape":
+            return g.ShapeExpr(tuple(self.prim(e) for e in node.args[0].elts))
+        if name == "R.prim_value":
+            return g.PrimValue(self.prim(node.args[0]))
+        if name == "R.str":
+            return g.StringImm(self.literal(node.args[0]))
+        if name == "R.ExternFunc":
+            return g.ExternFunc(self.literal(node.args[0]))
+        if name in ("R.call_tir", "R.call_dps_packed"):
+            callee = self.expr(node.args[0])
+            args = tuple(self.expr(e) for e in node.args[1].elts)
+            kwargs = {kw.arg: kw.value for kw in node.keywords}
+            out = self.struct_info(kwargs.pop("out_sinfo"))
+            outs = out.fields if isinstance(out, TupleStructInfo) else (out,)
+            attrs = {k: self.attr(v) for k, v in kwargs.items()}
+            return g.Call(g.Op(name[2:]), (callee,) + args, attrs, outs)
+        if name.startswith("R."):
+            args = tuple(self.expr(a) for a in node.args)
+            attrs = {kw.arg: self.attr(kw.value) for kw in node.keywords if kw.arg != "sinfo_args"}
+            return g.Call(g.Op(name[2:]), args, attrs)
+        if name.startswith("cls."):
+            return g.Call(g.GlobalVar(name[4:]), tuple(self.expr(a) for a in node.args))
+        raise self.error(node, f"unknown graph call {name}")
+
+    def attr(self, node):
+        import ast
+
+        if isinstance(node, ast.Dict):
+            return {self.literal(k): self.attr(v) for k, v in zip(node.keys, node.values)}
+        if isinstance(node, (ast.Compare, ast.BoolOp)):
+            return self.prim(node)
+        if isinstance(node, ast.Tuple):
+            return tuple(self.attr(e) for e in node.elts)
+        if isinstance(node, ast.Name) and node.id in self.size_vars or isinstance(node, ast.BinOp):
+            return self.prim(node)
+        if isinstance(node, ast.Call) and self.dotted(node.func).startswith("R."):
+            return self.struct_info(node)
+        return self.literal(node)
+
+    def literal(self, node):
+        import ast
+
+        try:
+            return ast.literal_eval(node)
+        except ValueError:
+            raise self.error(node, "expected a literal") from None
+
+    def prim(self, node, define: bool = False):
+        import ast
+
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return self.size_vars.setdefault(node.value, tir.SizeVar(node.value, "int64"))
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return tir.IntImm(node.value, "int64")
+        if isinstance(node, ast.Name):
+            if node.id not in self.size_vars:
+                if not define:
+                    raise self.error(node, f"size var {node.id} is not declared (write {node.id} = T.int64())")
+                self.size_vars[node.id] = tir.SizeVar(node.id, "int64")
+            return self.size_vars[node.id]
+        if isinstance(node, ast.BinOp):
+            a, b = self.prim(node.left), self.prim(node.right)
+            ops = {ast.Add: tir.Add, ast.Sub: tir.Sub, ast.Mult: tir.Mul, ast.FloorDiv: tir.FloorDiv,
+                   ast.Mod: tir.FloorMod}
+            cls = ops.get(type(node.op))
+            if cls is None:
+                raise self.error(node, "unsupported operator in a shape expression")
+            return cls(a, b)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            a, b = self.prim(node.left), self.prim(node.comparators[0])
+            ops = {ast.Eq: tir.EQ, ast.NotEq: tir.NE, ast.Lt: tir.LT, ast.LtE: tir.LE, ast.Gt: tir.GT,
+                   ast.GtE: tir.GE}
+            return ops[type(node.ops[0])](a, b)
+        if isinstance(node, ast.BoolOp):
+            parts = [self.prim(v) for v in node.values]
+            result = parts[0]
+            for p in parts[1:]:
+                result = tir.And(result, p) if isinstance(node.op, ast.And) else tir.Or(result, p)
+            return result
+        if isinstance(node, ast.Call) and self.dotted(node.func) == "T.Cast":
+            return self.prim(node.args[1]).astype(self.literal(node.args[0]))
+        if isinstance(node, ast.Call) and self.dotted(node.func) in ("T.max", "T.min"):
+            a, b = (self.prim(x) for x in node.args)
+            return tir.Max(a, b) if self.dotted(node.func) == "T.max" else tir.Min(a, b)
+        raise self.error(node, "unsupported shape expression")
+
+    def struct_info(self, node, quoted: bool = False, define: bool = False):
+        import ast
+
+        name = self.dotted(node.func) if isinstance(node, ast.Call) else self.dotted(node)
+        args = node.args if isinstance(node, ast.Call) else []
+        kwargs = {kw.arg: kw.value for kw in node.keywords} if isinstance(node, ast.Call) else {}
+        if name == "R.Tensor":
+            shape, dtype = None, None
+            for a in args:
+                if isinstance(a, ast.Tuple):
+                    shape = tuple(self.prim(e, define=define) for e in a.elts)
+                elif isinstance(a, ast.Constant) and isinstance(a.value, str):
+                    dtype = a.value
+            ndim = self.literal(kwargs["ndim"]) if "ndim" in kwargs else -1
+            return TensorStructInfo(shape, dtype, ndim)
+        if name == "R.Shape":
+            if args:
+                return ShapeStructInfo(tuple(self.prim(e, define=define) for e in args[0].elts))
+            return ShapeStructInfo(None, self.literal(kwargs["ndim"]) if "ndim" in kwargs else -1)
+        if name == "R.Prim":
+            if "value" in kwargs:
+                value = self.prim(kwargs["value"], define=define)
+                return PrimStructInfo(value.dtype, value)
+            return PrimStructInfo(self.literal(args[0]))
+        if name == "R.Tuple":
+            return TupleStructInfo(tuple(self.struct_info(a, quoted, define) for a in args))
+        if name == "R.Object":
+            return ObjectStructInfo()
+        if name == "R.Callable":
+            return FuncStructInfo(None, ObjectStructInfo())
+        raise self.error(node, f"unknown struct info {name or type(node).__name__}")

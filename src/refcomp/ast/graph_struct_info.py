@@ -37,7 +37,7 @@ def as_dim(value: Any) -> PrimExpr:
     if not value.dtype.is_integer:
         raise TypeError(f"a shape dimension must be an integer expression, got {value.dtype}")
     if value.dtype != int64:
-        value = value.astype(int64)
+        value = IntImm(value.value, int64) if isinstance(value, IntImm) else value.astype(int64)
     return value
 
 
