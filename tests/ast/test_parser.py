@@ -408,3 +408,15 @@ def test_blockized_nest_with_list_regions_and_vthreads():
     tags = [l.thread_binding for l in collect(f.body, For) if l.kind == "thread_binding"]
     assert sorted(tags) == ["blockIdx.y", "threadIdx.x", "vthread.y"]
     roundtrip(f)
+
+
+def test_buffer_shape_may_use_a_later_scalar_parameter():
+    from refcomp.ast import Buffer as IRBuffer
+
+    n = Var("n")
+    A = IRBuffer("A", (n, 2), "int32")
+    f = PrimFunc((A, n), BufferStore(A, n, (0, 0)))
+    text = roundtrip(f)
+    assert text.startswith('@T.prim_func\ndef main(A: T.Buffer((n, 2), "int32"), n: T.int32):')
+    parsed = from_source(text)
+    assert parsed.params[0].shape[0] is parsed.params[1]

@@ -48,11 +48,16 @@ class FunctionReader(BlockReader):
             declared = self.declaration(stmt)
             if declared is not None:
                 self.scope.define(*declared)
-        params: list[Any] = []
         for arg in arguments.args:
             if arg.annotation is None:
                 raise self.fail(arg, f"parameter {arg.arg} needs a type: T.Buffer(...), T.handle or T.int32")
-            param = self.parameter(arg)
+        # Scalars first, so a buffer's shape may use a scalar parameter listed after it.
+        scalars = {arg.arg: self.parameter(arg) for arg in arguments.args if not self.is_buffer_type(arg.annotation)}
+        for name, param in scalars.items():
+            self.scope.define(name, param)
+        params: list[Any] = []
+        for arg in arguments.args:
+            param = scalars[arg.arg] if arg.arg in scalars else self.parameter(arg)
             self.scope.define(arg.arg, param)
             params.append(param)
         attrs: dict[str, Any] = {}
@@ -127,6 +132,11 @@ class FunctionReader(BlockReader):
                 raise self.fail(keyword.value, f"unknown variable option {keyword.arg!r} (is_size_var=, name=)")
             options[keyword.arg] = keyword.value.value
         return options
+
+    def is_buffer_type(self, annotation: ast.AST) -> bool:
+        head = annotation.func if isinstance(annotation, ast.Call) else (
+            annotation.value if isinstance(annotation, ast.Subscript) else annotation)
+        return self.dotted(head) == "T.Buffer"
 
     def parameter(self, arg: ast.arg) -> Any:
         annotation = arg.annotation
