@@ -430,8 +430,10 @@ class _GraphReader:
         if isinstance(node, ast.Tuple):
             return g.Tuple(tuple(self.expr(e) for e in node.elts))
         if isinstance(node, ast.Subscript):
-            return g.TupleGetItem(self.expr(node.value), self.literal(node.slice),
-                                  None)
+            value, index = self.expr(node.value), self.literal(node.slice)
+            info = value.struct_info
+            field = info.fields[index] if isinstance(info, TupleStructInfo) and index < len(info.fields) else None
+            return g.TupleGetItem(value, index, field)
         if isinstance(node, ast.Attribute) and self.dotted(node.value) == "cls":
             return g.GlobalVar(node.attr)
         if not isinstance(node, ast.Call):
