@@ -6,8 +6,8 @@ The structure is the one BLIS uses, written as ordinary schedule primitives:
     pack A into k slabs         Ap[k // KC, i, k % KC]      (rows of a slab are KC apart, so the
                                                              MR rows a tile reads never alias in L1)
     for jc in parallel:         NC-wide column blocks of C  (parallel)
-     for ic:                    MC-high row blocks
-      for pc:                   KC slabs of the reduction
+      for pc:                   KC slabs of the reduction: KC x NC of B stays in L2/L3 across ...
+       for ic:                  ... the MC-high row blocks
         for jr:                 NR-wide panels: KC x NR of B stays in L1 across ...
           for ir:               ... the MR-high tiles: MC x KC of A stays in L2
             if pc == 0: C[MR, NR] = 0                      (the tile block's init)
@@ -34,8 +34,8 @@ class Tiling:
     """Cache-level tile sizes: MC rows and NC columns of C per parallel task, KC of the reduction."""
 
     mc: int = 96
-    nc: int = 256
-    kc: int = 256
+    nc: int = 512
+    kc: int = 512
 
 
 def as_schedule(func_or_sch: PrimFunc | Schedule) -> Schedule:
@@ -83,7 +83,7 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     j0, j1, j2 = sch.split(j, [None, nc // nr, nr])
     k_loops = sch.split(k, [None, kc]) if kc < as_int(shape.k) else [None, k]
     k0, k1 = k_loops
-    sch.reorder(*([j0, i0] + ([k0] if k0 is not None else []) + [j1, i1, i2, j2, k1]))
+    sch.reorder(*([j0] + ([k0] if k0 is not None else []) + [i0, j1, i1, i2, j2, k1]))
     # tensorize blockizes the tile; the reduction's init moves to the tile block, which zeroes
     # its C tile right before the first k slab (in cache) instead of in a separate pass.
     sch.tensorize(i2, intrin)
@@ -164,8 +164,11 @@ def _schedule_copy(sch: Schedule, copy: BlockRV, parallel: bool, run: int) -> No
     inner = loops[-1]
     extent = as_int(sch.get(inner).extent)
     for lanes in (16, 8):
-        if run % lanes == 0 and extent is not None and extent % lanes == 0:
-            _, vector = sch.split(inner, [None, lanes])
+        if run % lanes == 0 and extent is not None and extent % run == 0:
+            # split as [extent / run, run / lanes, lanes] so that the packed index of each vector
+            # is affine in the loops (k // run is the outermost loop, not a division to simplify)
+            factors = [None, run // lanes, lanes] if run > lanes else [None, lanes]
+            vector = sch.split(inner, factors)[-1]
             sch.vectorize(vector)
             return
 
@@ -202,5 +205,5 @@ def _low_precision_tiling(intrin: str, tiling: Tiling) -> Tiling:
     if tiling != Tiling():
         return tiling
     if "amx" in intrin:
-        return Tiling(mc=128, nc=256, kc=512)
-    return Tiling(mc=96, nc=256, kc=512)
+        return Tiling(mc=128, nc=256, kc=1024)
+    return Tiling(mc=96, nc=512, kc=1024)
