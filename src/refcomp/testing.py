@@ -4,8 +4,9 @@
     a = random_array(rng, (n, m), "float16")
     check(func, [a, b], [np.empty(...)], expected=[reference], dtype="float16", terms=m)
 
-`check` runs the reference interpreter and (when `refcomp.build` works for the program) the
-compiled C kernel on copies of the same inputs, and compares every output with the numpy
+`check` runs the reference interpreter, the interpreter on the program printed and parsed back
+(the script format round trip), and the compiled C kernel on copies of the same inputs, and
+compares every output with the numpy
 reference: exactly for integers and bools, within a bound derived from the dtype's epsilon and
 the number of rounded operations otherwise.  bfloat16 arrays are uint16 bit patterns throughout.
 """
@@ -19,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 __all__ = ["random_array", "as_float", "from_float", "epsilon", "assert_close", "check", "compiled",
-           "c_backend_enabled"]
+           "reparsed", "c_backend_enabled"]
 
 _EPSILON = {"float64": 2.0 ** -52, "float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
 
@@ -153,6 +154,26 @@ def compiled(func: Any, **build_options: Any) -> Any:
     return library
 
 
+_PARSED: "OrderedDict[int, tuple[Any, Any]]" = OrderedDict()
+
+
+def reparsed(func: Any) -> Any:
+    """func printed in the script format and parsed back (once per function object)."""
+    import refcomp
+
+    hit = _PARSED.get(id(func))
+    if hit is not None and hit[0] is func:
+        return hit[1]
+    text = func.script()
+    again = refcomp.from_source(text)
+    if again.script() != text:
+        raise AssertionError(f"{func.name}: print -> parse -> print is not a fixed point")
+    _PARSED[id(func)] = (func, again)
+    while len(_PARSED) > 128:
+        _PARSED.popitem(last=False)
+    return again
+
+
 def _garbage_like(template: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """An output array pre-filled with random bytes (so an unwritten element shows)."""
     out = np.empty_like(template)
@@ -163,7 +184,7 @@ def _garbage_like(template: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 def check(func: Any, inputs: Sequence[Any], outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], *,
           dtype: str | Sequence[str], terms: int = 1, magnitude: Sequence[np.ndarray | None] | None = None,
-          scalars: dict[str, Any] | None = None, backends: Sequence[str] = ("interpret", "c"),
+          scalars: dict[str, Any] | None = None, backends: Sequence[str] = ("interpret", "script", "c"),
           build_options: dict[str, Any] | None = None, seed: int = 0) -> dict[str, list[np.ndarray]]:
     """Run func on (copies of) inputs + outputs with every backend and compare each output to numpy.
 
@@ -184,6 +205,8 @@ def check(func: Any, inputs: Sequence[Any], outputs: Sequence[np.ndarray], expec
         outs = [_garbage_like(t, rng) for t in outputs]
         if backend == "interpret":
             refcomp.interpret(func, *args, *outs, **scalars)
+        elif backend == "script":  # the program after a round trip through the script format
+            refcomp.interpret(reparsed(func), *args, *outs, **scalars)
         elif backend == "c":
             compiled(func, **(build_options or {}))(*args, *outs, **scalars)
         else:
