@@ -262,3 +262,18 @@ def test_nontemporal_stores_need_alignment_and_are_fenced(rng):
     b = raw[offset:offset + 64]
     lib(a, b)
     np.testing.assert_array_equal(b, a * np.float32(3.0))
+
+
+def test_unsplittable_wide_vector_compiles_with_werror():
+    """A 16-lane store that reads what it writes stays whole; -Werror must still accept it."""
+    n = SizeVar("n", "int32")
+    A = Buffer("A", (n * 16 + 1,), "float32")
+    i = Var("i", "int32")
+    value = Call("exp", (A[Ramp(i * 16, IntImm(1), 16)],), "float32x16")
+    body = For(i, 0, n, "serial", BufferStore(A, value, (Ramp(i * 16 + 1, IntImm(1), 16),)))
+    lib = refcomp.build(PrimFunc((A,), body, "shift_exp"), target="c -Werror", bounds="off")
+    a = np.arange(17, dtype=np.float32) / 10
+    want = a.copy()
+    want[1:] = np.exp(a[:16])
+    lib(a)
+    np.testing.assert_allclose(a, want, rtol=1e-6)
