@@ -1,4 +1,5 @@
 """The reference interpreter's value semantics: wrap-around, division, casts, floats, NaN, laziness."""
+import functools
 import math
 
 import numpy as np
@@ -16,8 +17,17 @@ from refcomp.loops.interpreter_values import bf16_bits, bf16_value, int_to_float
 INT_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
 
 
+ADD, SUB, MUL, DIV = (lambda x, y: x + y), (lambda x, y: x - y), (lambda x, y: x * y), (lambda x, y: x / y)
+
+
+@functools.lru_cache(maxsize=None)
+def cast_to(target):
+    return lambda x: Cast(target, x)
+
+
+@functools.lru_cache(maxsize=None)
 def elementwise(op, dtype_in, dtype_out=None, arity=2):
-    """A PrimFunc out[i] = op(a[i], b[i]) over n elements, written with plain loops."""
+    """A PrimFunc out[i] = op(a[i], b[i]) over n elements, written with plain loops (built once per op)."""
     n = SizeVar("n")
     ins = [Buffer(name, (n,), dtype_in) for name in "ab"[:arity]]
     out = Buffer("out", (n,), dtype_out or dtype_in)
@@ -45,8 +55,7 @@ def int_arrays(dtype, size=16, nonzero=False):
 def test_integer_arithmetic_wraps_like_numpy(dtype, data):
     a, b = data.draw(int_arrays(dtype)), data.draw(int_arrays(dtype))
     with np.errstate(over="ignore"):
-        for op, ref in [(lambda x, y: x + y, np.add), (lambda x, y: x - y, np.subtract),
-                        (lambda x, y: x * y, np.multiply)]:
+        for op, ref in [(ADD, np.add), (SUB, np.subtract), (MUL, np.multiply)]:
             got = run(elementwise(op, dtype), a, b, out_dtype=dtype)
             np.testing.assert_array_equal(got, ref(a, b))
 
@@ -96,8 +105,7 @@ def test_float_arithmetic_is_ieee_in_the_dtype(dtype, data):
     a = data.draw(int_arrays(bits, 12)).view(dtype)
     b = data.draw(int_arrays(bits, 12)).view(dtype)
     with np.errstate(all="ignore"):
-        for op, ref in [(lambda x, y: x + y, np.add), (lambda x, y: x - y, np.subtract),
-                        (lambda x, y: x * y, np.multiply), (lambda x, y: x / y, np.divide)]:
+        for op, ref in [(ADD, np.add), (SUB, np.subtract), (MUL, np.multiply), (DIV, np.divide)]:
             got = run(elementwise(op, dtype), a, b, out_dtype=dtype)
             np.testing.assert_array_equal(got, ref(a, b))  # exact, NaN == NaN
 
@@ -111,16 +119,16 @@ def test_min_max_propagate_nan():
 
 def test_float_to_int_casts_truncate_and_saturate():
     a = np.array([2.7, -2.7, np.nan, np.inf, -np.inf, 1e10, -1e10, 127.9, -128.9, 0.5], np.float64)
-    func = elementwise(lambda x: Cast("int8", x), "float64", "int8", arity=1)
+    func = elementwise(cast_to("int8"), "float64", "int8", arity=1)
     np.testing.assert_array_equal(run(func, a, out_dtype="int8"), [2, -2, 0, 127, -128, 127, -128, 127, -128, 0])
-    func = elementwise(lambda x: Cast("uint16", x), "float64", "uint16", arity=1)
+    func = elementwise(cast_to("uint16"), "float64", "uint16", arity=1)
     np.testing.assert_array_equal(run(func, a, out_dtype="uint16"), [2, 0, 0, 65535, 0, 65535, 0, 127, 0, 0])
 
 
 @given(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=8, max_size=8))
 def test_int64_to_float32_rounds_once(values):
     a = np.array(values, np.int64)
-    func = elementwise(lambda x: Cast("float32", x), "int64", "float32", arity=1)
+    func = elementwise(cast_to("float32"), "int64", "float32", arity=1)
     got = run(func, a, out_dtype="float32")
     np.testing.assert_array_equal(got, a.astype(np.float32))  # numpy converts directly too
 
@@ -129,7 +137,7 @@ def test_int64_to_float32_rounds_once(values):
 def test_integer_narrowing_casts_wrap(values):
     a = np.array(values, np.int32)
     for target in ["int8", "uint8", "int16", "uint32"]:
-        func = elementwise(lambda x: Cast(target, x), "int32", target, arity=1)
+        func = elementwise(cast_to(target), "int32", target, arity=1)
         np.testing.assert_array_equal(run(func, a, out_dtype=target), a.astype(target))
 
 
@@ -144,10 +152,10 @@ def bf16_from_float32_reference(x):
 @given(st.lists(st.floats(width=32, allow_nan=True), min_size=8, max_size=8))
 def test_bfloat16_casts_round_to_nearest_even(values):
     a = np.array(values, np.float32)
-    func = elementwise(lambda x: Cast("bfloat16", x), "float32", "bfloat16", arity=1)
+    func = elementwise(cast_to("bfloat16"), "float32", "bfloat16", arity=1)
     got = run(func, a, out_dtype="uint16")
     np.testing.assert_array_equal(got, bf16_from_float32_reference(a))
-    back = elementwise(lambda x: Cast("float32", x), "bfloat16", "float32", arity=1)
+    back = elementwise(cast_to("float32"), "bfloat16", "float32", arity=1)
     np.testing.assert_array_equal(run(back, got, out_dtype="float32"),
                                   (got.astype(np.uint32) << 16).view(np.float32))
 
@@ -162,7 +170,7 @@ def test_bf16_helpers():
 def test_bfloat16_arithmetic_rounds_each_operation():
     a = np.array([bf16_bits(x) for x in [1.0, 3.0, 100.0, -2.5]], np.uint16)
     b = np.array([bf16_bits(x) for x in [2**-8, 1 / 3, 0.3, 7.0]], np.uint16)
-    got = run(elementwise(lambda x, y: x + y, "bfloat16"), a, b, out_dtype="uint16")
+    got = run(elementwise(ADD, "bfloat16"), a, b, out_dtype="uint16")
     exact = [bf16_value(x) + bf16_value(y) for x, y in zip(a, b)]
     np.testing.assert_array_equal(got, bf16_from_float32_reference(np.array(exact, np.float32)))
 
