@@ -5,13 +5,13 @@ from typing import Sequence
 
 from ...ast import (
     And, Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferStore, For, IntImm, Mutator,
-    PrimExpr, PrimFunc, Range, Stmt, Var, const, free_vars, seq, substitute,
+    PrimExpr, PrimFunc, Range, Stmt, Var, const, seq, substitute,
 )
 from ...ast.stmt import true
 from ...errors import ScheduleError
-from .affine import Linear, constant_difference, int_bounds
+from .affine import Linear, constant_difference
 from .legality import (
-    access_region, check_complete_or_reduction, check_not_output_block, const_int, loop_ranges, prove_over_loops,
+    access_region, check_complete_or_reduction, check_not_output_block, const_int, prove_over_loops,
     recheck_concurrent_loops,
 )
 from .lookup import BlockLocation, get_consumers, get_producers, locate_block, locate_loop, scope_siblings

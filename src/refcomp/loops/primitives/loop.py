@@ -9,7 +9,6 @@ from ...ast import (
     And, Block, BlockRealize, For, IntImm, PrimExpr, PrimFunc, SeqStmt, Stmt, Var, const, free_vars,
     substitute,
 )
-from ...ast.stmt import true
 from ...errors import ScheduleError
 from .legality import (
     blocks_under, check_affine_binding, check_iter_kinds, check_loop_is_plain, check_same_iteration_cover,

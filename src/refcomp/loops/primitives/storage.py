@@ -343,8 +343,7 @@ def pad_einsum(func: PrimFunc, block: Block, padding: Sequence[int]) -> tuple[Pr
     `A_pad[v0] = if_then_else(v0 < 127, A[v0], 0)` (128 long), `for i in range(128): C_pad[vi] =
     A_pad[vi] * 2`, then `C[v0] = C_pad[v0]` over 127.
     """
-    from ...ast import Call, Mul, Cast, collect, substitute as subst
-    from .compute_location import _single_store
+    from ...ast import collect
 
     location = locate_block(func, block, "pad_einsum")
     realize = location.realize
