@@ -58,7 +58,7 @@ def test_proofs_agree_with_brute_force(kernel):
     if ob.proved:
         assert found is None, f"proved, but {found} is out of bounds"
     if ob.result.disproved:
-        env = ob.result.model
+        env = dict(ob.result.model)
         size, outer, inner, index, guard = parts
         env.setdefault(j, 0)  # a loop var the index does not use is not part of the counterexample
         assert 0 <= env[i] < evaluate(outer, env) and 0 <= env[j] < evaluate(inner, env)

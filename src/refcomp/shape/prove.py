@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from types import MappingProxyType
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import z3
 
@@ -35,10 +36,10 @@ class ProofResult:
     """The answer to one claim: status "proved", "disproved" (with counterexample) or "unknown"."""
 
     status: str
-    counterexample: dict[str, int] | None = None
+    counterexample: Mapping[str, int] | None = None  # read-only
     reason: str = ""
     via: str = "fast"  # "fast" (simplifier) or "z3"
-    model: dict[Var, Any] = field(default_factory=dict, compare=False, repr=False)
+    model: Mapping[Var, Any] = field(default_factory=dict, compare=False, repr=False)  # read-only
 
     @property
     def proved(self) -> bool:
@@ -244,7 +245,8 @@ def _counterexample(model: Any, encoder: Encoder, condition: PrimExpr, assumptio
         value = opaque_values.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and node.dtype.is_integer:
             named.setdefault(render(node), value)
-    return ProofResult("disproved", counterexample=named, via="z3", model=values)
+    # results are cached and shared: hand out read-only views
+    return ProofResult("disproved", counterexample=MappingProxyType(named), via="z3", model=MappingProxyType(values))
 
 
 def _named(values: dict[Var, Any]) -> dict[str, Any]:
