@@ -264,16 +264,9 @@ def _scalar(func: PrimFunc, var: Var, value: Any) -> Any:
 
 # ----------------------------------------------------------------------------- arrays <-> lists
 
-def _to_list(array: np.ndarray, t: DataType) -> list:
-    if t.name == "bfloat16":
-        bits = np.ascontiguousarray(array).astype(np.uint32) << np.uint32(16)
-        return bits.view(np.float32).ravel().tolist()
-    return array.ravel().tolist()
+def _to_list(array: np.ndarray, t: DataType):
+    return values.to_storage(array, t)
 
 
-def _write_back(array: np.ndarray, data: list, t: DataType) -> None:
-    if t.name == "bfloat16":
-        flat = (np.array(data, dtype=np.float32).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
-    else:
-        flat = np.array(data, dtype=t.numpy())
-    array[...] = flat.reshape(array.shape)
+def _write_back(array: np.ndarray, data, t: DataType) -> None:
+    array[...] = values.from_storage(data, t).reshape(array.shape)

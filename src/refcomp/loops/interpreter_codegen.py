@@ -8,6 +8,7 @@ to the dtype after every operation (see interpreter_values for the rules).  Vect
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from ..ast import (
     IfThenElse, IntImm, LetStmt, PrimExpr, PrimFunc, SeqStmt, Stmt, Var, While, collect, free_vars,
 )
 from ..ast.dtype import DataType
-from ..ast.expr import FloatImm
+from ..ast.expr import Add, Div, FloatImm, Mul, Sub
 from ..ast.intrinsics import FLOAT_BINARY, FLOAT_UNARY
 from ..ast.structural import structural_equal
 from ..errors import IRError, RuntimeFailure
@@ -540,12 +541,23 @@ class Compiler:
             self.written.add(info.view_of[0])
         lanes = max([s.value.dtype.lanes] + [i.dtype.lanes for i in s.indices])
         if lanes == 1:
-            self.emit(indent, f"{info.data}[{self.flat_index(s, info, s.indices, 0)}] = {self.ex(s.value)}")
+            self.emit(indent, f"{info.data}[{self.flat_index(s, info, s.indices, 0)}] = {self.stored_value(s)}")
             return
         temp = self.fresh("vec", "_v")
         self.emit(indent, f"{temp} = ({', '.join(self.ex(s.value, k) for k in range(lanes))},)")
         for k in range(lanes):
             self.emit(indent, f"{info.data}[{self.flat_index(s, info, s.indices, k)}] = {temp}[{k}]")
+
+    def stored_value(self, s: BufferStore) -> str:
+        """Code of a scalar store's value; a float32 array rounds on store, so the last + - * / need not."""
+        value = s.value
+        if (s.buffer.dtype.name == "float32" and "float32" in values.TYPECODES and value.dtype.lanes == 1
+                and isinstance(value, (Add, Sub, Mul, Div))):
+            a, b = self.ex(value.a), self.ex(value.b)
+            if isinstance(value, Div):
+                return f"_fdiv({a}, {b})"
+            return f"{a} {value.symbol} {b}"
+        return self.ex(value)
 
     def st_Evaluate(self, s: Evaluate, indent: int) -> None:
         self.emit(indent, self.ex(s.value))
@@ -612,9 +624,9 @@ class Compiler:
         count = self.fresh("n", "_n")
         self.emit(indent, f"{count} = {size}")
         self.emit(indent, f"if {count} < 0: _bad_alloc({self.site(buf)}, {count})")
-        key = self.fresh("garbage", "_G")
-        self.consts[key] = garbage(buf.dtype)
-        self.emit(indent, f"{data} = [{key}] * {count}")
+        key = self.fresh("alloc", "_A")
+        self.consts[key] = functools.partial(values.new_storage, buf.dtype, fill=garbage(buf.dtype))
+        self.emit(indent, f"{data} = {key}({count})")
 
     def st_Allocate(self, s: Allocate, indent: int) -> None:
         self.allocate(s.buffer, indent)
@@ -632,8 +644,10 @@ class Compiler:
             indent += 1
         values_code = [self.ex(v) for v in s.iter_values]
         for iv, value, code in zip(block.iter_vars, s.iter_values, values_code):
-            name = self.bind_var(iv.var)
-            self.emit(indent, f"{name} = {code}")
+            if isinstance(value, Var) and iv.var.dtype.lanes == 1:
+                self.names[iv.var] = code  # bound to a variable: use that variable's local directly
+            else:
+                self.emit(indent, f"{self.bind_var(iv.var)} = {code}")
             if isinstance(value, Var) and value in self.ranges:
                 self.ranges[iv.var] = self.ranges[value]
         self.block_body(block, indent)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import struct
+from array import array
 
 import numpy as np
 
@@ -258,3 +259,43 @@ MATH_DOUBLE = {name: _with_c_special_cases(fn, np_fn if np_fn is not None else f
                for name, (fn, np_fn) in _MATH.items()}
 # math.erf never fails; the others fall back to numpy only on errors.
 MATH_DOUBLE["fabs"] = abs
+
+
+# ----------------------------------------------------------------------------- buffer storage
+
+# Buffers of these dtypes live in an array.array (copied in and out of numpy as raw bytes);
+# bfloat16 buffers hold their values as float32 (every bfloat16 value is one).  float16 and bool
+# buffers are Python lists.  Storing a double into a float32 array rounds it to nearest even.
+_TYPECODES = {"int8": "b", "uint8": "B", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I",
+              "int64": "q", "uint64": "Q", "float32": "f", "float64": "d", "bfloat16": "f"}
+_NUMPY_OF_CODE = {"b": "int8", "B": "uint8", "h": "int16", "H": "uint16", "i": "int32", "I": "uint32",
+                  "q": "int64", "Q": "uint64", "f": "float32", "d": "float64"}
+TYPECODES = {name: code for name, code in _TYPECODES.items()
+             if array(code).itemsize == np.dtype(_NUMPY_OF_CODE[code]).itemsize}
+
+
+def to_storage(values: np.ndarray, t: DataType):
+    """The flat, row-major storage of a numpy array of dtype t."""
+    code = TYPECODES.get(t.name)
+    if t.name == "bfloat16":
+        floats = (np.ascontiguousarray(values).astype(np.uint32) << np.uint32(16)).view(np.float32)
+        return array("f", floats.tobytes()) if code else floats.ravel().tolist()
+    if code is None:
+        return values.ravel().tolist()
+    return array(code, np.ascontiguousarray(values).tobytes())
+
+
+def from_storage(data, t: DataType) -> np.ndarray:
+    """The flat numpy array (dtype t's storage dtype) of a buffer's storage."""
+    if t.name == "bfloat16":
+        floats = np.frombuffer(data, np.float32) if isinstance(data, array) else np.array(data, np.float32)
+        return (floats.view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+    if isinstance(data, array):
+        return np.frombuffer(data, t.numpy())
+    return np.array(data, dtype=t.numpy())
+
+
+def new_storage(t: DataType, count: int, fill):
+    """Fresh storage of count elements of dtype t, every one `fill`."""
+    code = TYPECODES.get(t.name)
+    return array(code, [fill]) * count if code else [fill] * count
