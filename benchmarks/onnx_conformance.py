@@ -109,7 +109,10 @@ def run_case(folder: str, target: str = "c", specialize: bool = False) -> tuple[
     except Exception as exc:  # the importer's own errors, and any crash, are an import failure
         if not (specialize and "known at import time" in str(exc)):
             return "import", f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-        fixed = {vi.name: value for vi, value in zip(graph_inputs, inputs) if value.dtype.kind in "iu"}
+        # integer inputs, and tiny ones (a float depth or pad value), are the shape-like operands
+        # (never the first input, which is the data)
+        fixed = {vi.name: value for k, (vi, value) in enumerate(zip(graph_inputs, inputs))
+                 if k > 0 and (value.dtype.kind in "iu" or (value.ndim <= 1 and value.size <= 8))}
         try:
             mod = from_onnx(model, const_inputs=fixed)
         except Exception as exc2:
@@ -138,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--claimed-only", action="store_true",
                         help="only run op types the importer converts (others count as failing)")
     parser.add_argument("--verbose", "-v", action="store_true", help="print every failing case")
+    parser.add_argument("--write-passing", default="", metavar="PATH",
+                        help="write the names of passing cases (one per line) to PATH")
     parser.add_argument("--no-specialize", action="store_true",
                         help="do not retry cases whose integer inputs feed shape operands with those inputs fixed")
     args = parser.parse_args(argv)
@@ -149,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     claimed = set(supported_ops())
     per_op: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     failures = []
+    passed_cases = []
     start = time.perf_counter()
     for name, op_type in sorted(op_of.items()):
         if wanted and op_type not in wanted:
@@ -158,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             status, detail = run_case(os.path.join(root, name), args.target, not args.no_specialize)
         per_op[op_type][status] += 1
+        if status in ("pass", "pass_specialized"):
+            passed_cases.append(name)
         if status not in ("pass", "pass_specialized", "skip"):
             failures.append((name, status, detail))
     elapsed = time.perf_counter() - start
@@ -179,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"op types with every case passing: {len(passing)} of {len(per_op)} "
           f"({len(strict)} without specializing any input); cases passed {tests_passed} of {tests_total} "
           f"({elapsed:.0f} s)")
+    if args.write_passing:
+        with open(args.write_passing, "w") as f:
+            f.write("".join(f"{n}\n" for n in passed_cases))
     if args.json:
         summary = {"op_types_passing": len(passing), "op_types_passing_strict": len(strict),
                    "tests_passed": tests_passed, "tests_total": tests_total,

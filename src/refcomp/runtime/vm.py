@@ -238,7 +238,8 @@ class VirtualMachine:
                                 f"({', '.join(function.param_names)}), got {len(args)}")
         frame = _Frame(function)
         for k, a in enumerate(args):
-            frame.regs[k] = np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a
+            # np.asarray keeps 0-d arrays 0-d (np.ascontiguousarray would make them 1-d)
+            frame.regs[k] = np.asarray(a, order="C") if isinstance(a, np.ndarray) else a
         return self._run(function, function.code, frame)
 
     # ------------------------------------------------------------------ execution

@@ -211,3 +211,20 @@ def _identity(ctx, node, inputs, attrs):
             mask = ctx.emit(op.full_like(inputs[0], 1.0, dtype="bool"))
             return [inputs[0], mask]
     return inputs[0]
+
+
+@converter("Swish")
+def _swish(ctx, node, inputs, attrs):
+    x = inputs[0]
+    alpha = Constant(np.asarray(attrs.get("alpha", 1.0), ctx.info(x).dtype.numpy()))
+    return ctx.emit(op.multiply(x, op.sigmoid(op.multiply(x, alpha))))
+
+
+@converter("Shrink")
+def _shrink(ctx, node, inputs, attrs):
+    x = inputs[0]
+    dtype = ctx.info(x).dtype.numpy()
+    lambd, bias = attrs.get("lambd", 0.5), attrs.get("bias", 0.0)
+    c = lambda v: Constant(np.asarray(v, dtype))  # noqa: E731
+    below = ctx.emit(op.where(op.less(x, c(-lambd)), op.add(x, c(bias)), c(0)))
+    return ctx.emit(op.where(op.greater(x, c(lambd)), op.subtract(x, c(bias)), below))

@@ -188,3 +188,23 @@ def _group_norm(ctx, node, inputs, attrs):
         scale = ctx.emit(op.repeat(scale, per, axis=0))
         bias = ctx.emit(op.repeat(bias, per, axis=0))
     return ctx.emit(op.group_norm(x, scale, bias, groups, attrs.get("epsilon", 1e-5)))
+
+
+@converter("MeanVarianceNormalization")
+def _mvn(ctx, node, inputs, attrs):
+    x = inputs[0]
+    axes = tuple(attrs.get("axes", [0, 2, 3]))
+    dtype = ctx.info(x).dtype.numpy()
+    mean = ctx.emit(op.mean(x, axis=axes, keepdims=True))
+    centered = ctx.emit(op.subtract(x, mean))
+    var = ctx.emit(op.mean(op.multiply(centered, centered), axis=axes, keepdims=True))
+    return ctx.emit(op.divide(centered, op.add(op.sqrt(var), Constant(np.asarray(1e-9, dtype)))))
+
+
+@converter("LpNormalization")
+def _lp_norm(ctx, node, inputs, attrs):
+    x = inputs[0]
+    axis = attrs.get("axis", -1)
+    p = attrs.get("p", 2)
+    norm = op.l2_norm(x, axis=(axis,), keepdims=True) if p == 2 else op.l1_norm(x, axis=(axis,), keepdims=True)
+    return ctx.emit(op.divide(x, ctx.emit(norm)))

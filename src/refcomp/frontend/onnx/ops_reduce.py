@@ -32,8 +32,6 @@ def _reduce(ctx, node, inputs, attrs):
         return ctx.emit(op.log(op.sum(x, axis=axis, keepdims=keepdims)))
     if name == "mean" and not ctx.info(x).dtype.is_float:
         ctx.fail("ReduceMean of integers is not supported")
-    if any(const_zero(d) for d in ctx.static_shape(x)):
-        ctx.fail("reductions over empty tensors are not supported")
     return ctx.emit(getattr(op, name)(x, axis=axis, keepdims=keepdims))
 
 

@@ -56,7 +56,8 @@ def _unsqueeze(ctx, node, inputs, attrs):
 def _flatten(ctx, node, inputs, attrs):
     x = inputs[0]
     ndim = ctx.info(x).ndim
-    axis = attrs.get("axis", 1) % (ndim + 1) if ndim else 0
+    axis = attrs.get("axis", 1)
+    axis = axis + ndim if axis < 0 else axis
     dims = _dims(ctx, x)
     from ...graph.shape_facts import product
 
@@ -273,7 +274,44 @@ def _one_hot(ctx, node, inputs, attrs):
     depth = int(np.asarray(ctx.constant(depth, "depth")).reshape(-1)[0])
     off, on = (np.asarray(ctx.constant(values, "values")).reshape(-1)).tolist()
     dtype = ctx.info(values).dtype
+    if not ctx.info(indices).dtype.is_integer:
+        indices = ctx.emit(op.astype(indices, "int64"))
     return ctx.emit(op.one_hot(indices, depth, on, off, axis=attrs.get("axis", -1), dtype=dtype))
 
 
 _ = Constant
+
+
+@converter("Scatter")
+def _scatter(ctx, node, inputs, attrs):
+    return ctx.emit(op.scatter_elements(*inputs, axis=attrs.get("axis", 0)))
+
+
+@converter("DepthToSpace", "SpaceToDepth")
+def _depth_space(ctx, node, inputs, attrs):
+    x = inputs[0]
+    n, c, h, w = (const_value(d) for d in ctx.static_shape(x))
+    b = attrs["blocksize"]
+    if node.op_type == "SpaceToDepth":
+        y = ctx.emit(op.reshape(x, (n, c, h // b, b, w // b, b)))
+        y = ctx.emit(op.permute_dims(y, (0, 3, 5, 1, 2, 4)))
+        return ctx.emit(op.reshape(y, (n, c * b * b, h // b, w // b)))
+    mode = attrs.get("mode", b"DCR")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode == "DCR":
+        y = ctx.emit(op.reshape(x, (n, b, b, c // (b * b), h, w)))
+        y = ctx.emit(op.permute_dims(y, (0, 3, 4, 1, 5, 2)))
+    else:
+        y = ctx.emit(op.reshape(x, (n, c // (b * b), b, b, h, w)))
+        y = ctx.emit(op.permute_dims(y, (0, 1, 4, 2, 5, 3)))
+    return ctx.emit(op.reshape(y, (n, c // (b * b), h * b, w * b)))
+
+
+@converter("Hardmax")
+def _hardmax(ctx, node, inputs, attrs):
+    x = inputs[0]
+    ndim = ctx.info(x).ndim
+    axis = attrs.get("axis", -1) % ndim
+    depth = const_value(ctx.static_shape(x)[axis])
+    idx = ctx.emit(op.argmax(x, axis=axis, keepdims=False))
+    return ctx.emit(op.one_hot(idx, depth, 1.0, 0.0, axis=axis, dtype=ctx.info(x).dtype))

@@ -81,7 +81,14 @@ def _reduce_compute(x, axis, keepdims, combine, name: str, finalize=None):
                 src.append(next(it))
         return combine(x[tuple(src)], axis=raxes) if raxes else x[tuple(src)]
 
-    red = te().compute(tuple(out_shape), body, name=name)
+    from ..shape_facts import const_value
+
+    if any(const_value(x.shape[a]) == 0 for a in axes):
+        # An empty reduction never runs its block (so never its init): write the identity instead.
+        identity = combine.identity(x.dtype)
+        red = te().compute(tuple(out_shape), lambda *i: identity, name=name)
+    else:
+        red = te().compute(tuple(out_shape), body, name=name)
     if finalize is None:
         return red
     count = product([x.shape[a] for a in axes])
