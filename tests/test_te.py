@@ -211,3 +211,11 @@ def test_reduce_axis_with_begin_end():
     (loop,) = [lp for lp in loops_above(func, "S") if lp.loop_var.name == "k"]
     assert loop.min.value == 2 and loop.extent.value == 5
     assert isinstance(loop.min, IntImm) and isinstance(loops_above(func, "S")[0].loop_var, Var)
+
+
+def test_attrs_become_block_annotations_and_tag_is_kept():
+    A = te.placeholder((4,), "float32", "A")
+    B = te.compute((4,), lambda i: A[i] + 1.0, name="B", tag="elemwise", attrs={"schedule_rule": "none"})
+    assert B.op.tag == "elemwise" and B.op.axis[0].var.name == "i" and B.ndim == 1
+    (block,) = stage_blocks(te.create_prim_func([A, B]))
+    assert dict(block.annotations) == {"schedule_rule": "none"}

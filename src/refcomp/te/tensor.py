@@ -159,9 +159,12 @@ def placeholder(shape: Any, dtype: "DataType | str" = "float32", name: str = "pl
     return Tensor(_shape(shape, f"placeholder {name}"), to_dtype(dtype), name, PlaceholderOp(name))
 
 
-def compute(shape: Any, fcompute: Callable[..., Any], name: str = "compute",
+def compute(shape: Any, fcompute: Callable[..., Any], name: str = "compute", tag: str = "",
             attrs: dict[str, Any] | None = None) -> Tensor:
-    """A tensor whose element at (i, j, ...) is fcompute(i, j, ...) (an expression or a reduction)."""
+    """A tensor whose element at (i, j, ...) is fcompute(i, j, ...) (an expression or a reduction).
+
+    `attrs` become the block's annotations; `tag` (TVM's operator tag) is kept on `tensor.op.tag`.
+    """
     dims = _shape(shape, f"compute {name}")
     names = _axis_names(fcompute, len(dims), name)
     axes = tuple(Axis(Var(n, d.dtype), Range.from_extent(d), "spatial") for n, d in zip(names, dims))
@@ -182,6 +185,7 @@ def compute(shape: Any, fcompute: Callable[..., Any], name: str = "compute",
             raise IRError(f"compute {name}: reads buffer {load.buffer.name}, which is not a te tensor")
         inputs.setdefault(owner, None)
     op = ComputeOp(name, axes, body, dict(attrs or {}), tuple(inputs))
+    op.tag = tag
     return Tensor(dims, out_dtype, name, op)
 
 
