@@ -60,7 +60,14 @@ def build(func: PrimFunc | IRModule, target: str = "c", bounds: str = "prove") -
         lowered = checked
     module = emit(lowered, parsed.emit_options(), size_vars=size_vars_of(func))
     path = compile_shared(module.source, parsed, name=func.name)
-    return Library(module, path, func, lowered, parsed)
+    try:
+        return Library(module, path, func, lowered, parsed)
+    except BuildError:
+        # A damaged cache entry (a full disk, a killed writer on another file system) would
+        # fail the same way forever: drop it and build once more before giving up.
+        path.unlink(missing_ok=True)
+        path = compile_shared(module.source, parsed, name=func.name)
+        return Library(module, path, func, lowered, parsed)
 
 
 def apply_bounds(func: PrimFunc, bounds: str) -> PrimFunc:

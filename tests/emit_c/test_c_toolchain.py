@@ -114,3 +114,16 @@ def test_undefined_extern_function_is_a_build_error(tmp_path, monkeypatch):
     func = PrimFunc((A,), For(i, 0, n, "serial", BufferStore(A, call, (i,))), "missing")
     with pytest.raises(refcomp.BuildError):
         refcomp.build(func, bounds="off")
+
+
+def test_damaged_cache_entry_is_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("REFCOMP_CACHE_DIR", str(tmp_path))
+    lib = refcomp.build(_fill_kernel(6.5, "damaged"), bounds="off")
+    path = lib.path
+    from refcomp.runtime import library
+    library._LOADED.pop(str(path), None)
+    path.write_bytes(b"not an ELF file")
+    again = refcomp.build(_fill_kernel(6.5, "damaged"), bounds="off")
+    a = np.zeros(2, np.float32)
+    again(a)
+    np.testing.assert_array_equal(a, 6.5)
