@@ -181,3 +181,14 @@ def test_error_types_and_inputs():
     with pytest.raises(ValueError):  # IRError is a ValueError
         verify_well_formed(IRModule({"f": f}))
     assert not is_well_formed(f)
+
+
+def test_blocks_see_outer_loops_only_through_bindings():
+    bad = from_source(GOOD.replace("C[vi] = x", "C[vi] = x + T.Cast(\"float32\", i)"))
+    error = rule_error(bad, "blocks use iter vars")
+    assert "block out uses i" in error.message
+    # loops inside the block, and opaque blocks, may use loop variables freely
+    A = Buffer("A", (4, 4), "int32")
+    i, j = Var("i"), Var("j")
+    opaque = Block("op", (), (), (), For(j, 0, 4, "serial", BufferStore(A, i + j, (i, j))))
+    verify_well_formed(func_of(rooted(For(i, 0, 4, "serial", BlockRealize((), TRUE, opaque))), (A,)))

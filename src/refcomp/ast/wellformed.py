@@ -12,6 +12,9 @@ and marking the offending spot in the printed function.  The rules:
 - loop types: a loop's min and extent have the loop variable's dtype;
 - iteration domain: loop and iter var extents are integers and not negative constants;
 - block bindings: one binding per iter var, each of the iter var's dtype, predicate bool;
+- blocks use iter vars: inside a block with iter vars (its regions, init and body), loop
+  variables of loops outside the block do not appear (they enter through the bindings), as
+  TVM requires; blocks without iter vars (opaque, root) are exempt;
 - region shape: a read/write/match region has one range per buffer dimension;
 - buffer declared: a buffer used is a parameter, an alloc_buffer or match_buffer of an enclosing
   block, or allocated by an enclosing Allocate;
@@ -76,6 +79,8 @@ class _Checker:
         self.block_names: dict[str, Block] = {}
         self.blocks: list[_BlockFrame] = []
         self.where: Any = func  # the statement being checked, marked in errors
+        self.loop_vars: set[E.Var] = set()  # loop variables in scope
+        self.hidden: set[E.Var] = set()  # loop variables the current block may not use
 
     def fail(self, rule: str, message: str, spot: Any = None) -> IRError:
         name = self.func.name
@@ -121,6 +126,10 @@ class _Checker:
         if isinstance(node, E.Var):
             if node not in self.defined:
                 raise self.fail("defined before use", f"variable {node.name} is used where it is not defined")
+            if node in self.hidden:
+                block = self.blocks[-1].block.name if self.blocks else "?"
+                raise self.fail("blocks use iter vars", f"block {block} uses {node.name}, a loop variable "
+                                                        "from outside the block; bind it to an iter var")
             return
         if isinstance(node, E.Let):
             self.expr(node.value)
@@ -198,7 +207,9 @@ class _Checker:
                 raise self.fail("loop types", f"loop {node.loop_var.name} ({node.loop_var.dtype}) has min "
                                               f"{node.min.dtype} and extent {node.extent.dtype}")
             self.bind(node.loop_var, node)
+            self.loop_vars.add(node.loop_var)
             self.stmt(node.body)
+            self.loop_vars.discard(node.loop_var)
             self.unbind(node.loop_var)
         elif isinstance(node, BlockRealize):
             if len(node.iter_values) != len(node.block.iter_vars):
@@ -248,6 +259,9 @@ class _Checker:
             self.expr(iv.dom.min)
             self.expr(iv.dom.extent)
             self.extent(iv.dom.extent, f"iter var {iv.var.name} of block {block.name}")
+        outer_hidden = self.hidden
+        if block.iter_vars:  # a block sees its surroundings only through its iter vars
+            self.hidden = set(self.loop_vars)
         for iv in block.iter_vars:
             self.bind(iv.var, block)
         if block.init is not None and not any(iv.kind == "reduce" for iv in block.iter_vars):
@@ -282,6 +296,7 @@ class _Checker:
             self.unbind(var)
         for iv in block.iter_vars:
             self.unbind(iv.var)
+        self.hidden = outer_hidden
 
 
 def _buffer_vars(buffer: Buffer) -> list[E.Var]:
