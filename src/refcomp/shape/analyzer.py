@@ -311,7 +311,16 @@ def _raw_sum(expr: PrimExpr) -> Sum:
     Range ends are turned into sums while the simplifier may be busy with them, so they must not
     go back through it.
     """
-    return to_sum(expr, Sum.atom)
+    cached = _RAW_SUMS.get(expr)
+    if cached is None:
+        if len(_RAW_SUMS) > 50_000:
+            _RAW_SUMS.clear()
+        cached = _RAW_SUMS[expr] = to_sum(expr, Sum.atom)
+    return cached.copy()
+
+
+# expr -> its raw canonical sum; keyed by the (immutable) expression object, which the dict keeps alive
+_RAW_SUMS: dict[PrimExpr, Sum] = {}
 
 
 def _fact_scales(total: Sum, fact: Sum) -> list[int]:

@@ -7,6 +7,7 @@ contains 0 is split around 0, since x // 0 has no value to bound.
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 from ..ast.dtype import DataType
@@ -20,6 +21,7 @@ Interval = tuple[int, int]
 VarBound = Callable[[Var], Interval]
 
 
+@functools.lru_cache(maxsize=None)
 def dtype_interval(dtype: DataType) -> Interval:
     """The full range of an integer or bool dtype."""
     element = dtype.element
