@@ -39,6 +39,16 @@ def schedule_kernel(func: PrimFunc) -> PrimFunc:
             continue
         spatial = [iv for iv in block.iter_vars if iv.kind == "spatial"]
         is_spatial = len(spatial) == len(block.iter_vars)
+        kinds = [iv.kind for iv in block.iter_vars]
+        if len(loops) == len(kinds) >= 3 and kinds[-2:] == ["spatial", "reduce"]:
+            # matmul-like (..., i, j, k): put k outside j so the innermost loop walks rows of
+            # B and C contiguously, then vectorize it like a spatial loop.
+            try:
+                sch.reorder(loops[-1], loops[-2])
+                loops = sch.get_loops(rv)
+                is_spatial = True
+            except RefcompError:
+                pass
         if is_spatial and len(loops) >= 1:
             inner = loops[-1]
             extent = const_value(sch.get(inner).extent)
@@ -89,17 +99,39 @@ def block_dtype_bits(block) -> int:
 
 
 def _recipe_for(func: PrimFunc):
+    """A recipe for a float32 matmul kernel (one S, S, R block; plus spatial stages), else None."""
     try:
         from ...loops import recipes
     except ImportError:
         return None
-    finder = getattr(recipes, "default_recipe", None)
-    if finder is None:
+    blocks = [b for b in collect(func.body, Block) if b.name != "root"]
+    reductions = [b for b in blocks if any(iv.kind == "reduce" for iv in b.iter_vars)]
+    if len(reductions) != 1 or [iv.kind for iv in reductions[0].iter_vars] != ["spatial", "spatial", "reduce"]:
         return None
-    try:
-        return finder(func)
-    except RefcompError:
+    block = reductions[0]
+    if not block.writes or str(block.writes[0].buffer.dtype) != "float32":
         return None
+
+    def apply(f: PrimFunc) -> PrimFunc:
+        sch = recipes.matmul_fp32(f, block=block.name)
+        return schedule_rest(sch, skip={block.name})
+
+    return apply
+
+
+def schedule_rest(sch, skip: set) -> PrimFunc:
+    """Give the spatial blocks a recipe left alone the default loop treatment."""
+    func = sch.func
+    for block in [b for b in collect(func.body, Block) if b.name != "root" and b.name not in skip]:
+        if any(iv.kind != "spatial" for iv in block.iter_vars):
+            continue
+        try:
+            loops = sch.get_loops(sch.get_block(block.name))
+            if loops and sch.get(loops[0]).kind == "serial":
+                sch.parallel(loops[0])
+        except RefcompError:
+            continue
+    return sch.func
 
 
 def default_schedule(mod: IRModule) -> IRModule:
