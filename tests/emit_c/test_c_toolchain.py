@@ -116,14 +116,27 @@ def test_undefined_extern_function_is_a_build_error(tmp_path, monkeypatch):
         refcomp.build(func, bounds="off")
 
 
-def test_damaged_cache_entry_is_rebuilt(tmp_path, monkeypatch):
-    monkeypatch.setenv("REFCOMP_CACHE_DIR", str(tmp_path))
-    lib = refcomp.build(_fill_kernel(6.5, "damaged"), bounds="off")
-    path = lib.path
-    from refcomp.runtime import library
-    library._LOADED.pop(str(path), None)
-    path.write_bytes(b"not an ELF file")
-    again = refcomp.build(_fill_kernel(6.5, "damaged"), bounds="off")
-    a = np.zeros(2, np.float32)
-    again(a)
-    np.testing.assert_array_equal(a, 6.5)
+def test_damaged_cache_entry_is_rebuilt(tmp_path):
+    # The entry is made by another process: a library loaded here must never be overwritten.
+    env = dict(os.environ, REFCOMP_CACHE_DIR=str(tmp_path))
+    script = textwrap.dedent(f"""
+        import sys, refcomp
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_c_toolchain import _fill_kernel
+        print(refcomp.build(_fill_kernel(6.5, "damaged"), bounds="off").path)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    from pathlib import Path
+    Path(out.stdout.strip()).write_bytes(b"not an ELF file")
+    use = textwrap.dedent(f"""
+        import sys, numpy as np, refcomp
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_c_toolchain import _fill_kernel
+        lib = refcomp.build(_fill_kernel(6.5, "damaged"), bounds="off")
+        a = np.zeros(2, np.float32)
+        lib(a)
+        assert (a == 6.5).all()
+    """)
+    rerun = subprocess.run([sys.executable, "-c", use], env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
