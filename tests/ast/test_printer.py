@@ -325,3 +325,15 @@ def test_vars_and_buffers_inside_function_attrs_are_declared():
     text = roundtrip(f)
     assert 'A_1 = T.Buffer((n, m), "float32", name="A")' in text
     assert "k = T.int32()" in text and "m = T.int32()" in text
+
+
+def test_mark_on_a_node_not_written_points_at_its_statement():
+    f = matmul()
+    loop = f.body.block.body
+    text = script(f, mark=loop.min)  # the implicit 0 of T.grid
+    assert "--> " in text and "not part of" not in text
+    assert [l for l in text.split("\n") if l.startswith("-->")][0][4:].strip().startswith("for i, j, k in T.grid(")
+    A = Buffer("A", (4,), "int32")
+    unused = Var("u")
+    g = func_of(For(unused, 0, 4, "serial", BufferStore(A, 1, (0,))), (A,))
+    assert "-->     for u in range(4):" in script(g, mark=unused)

@@ -34,6 +34,18 @@ def script(node: Any, mark: Any = None) -> str:
 
     `mark` is a node inside `node` to point at: its lines get a `-->` gutter and an underline.
     """
+    lines = _print_lines(node, mark)
+    if mark is not None and not any(OPEN_MARK in line for line in lines):
+        # The spot itself is not written out (an implicit loop min, a domain shown by remap, an
+        # unused loop var): point at the nearest enclosing node that is.
+        for ancestor in reversed(_path_to(node, mark)[:-1]):
+            candidate = _print_lines(node, ancestor)
+            if any(OPEN_MARK in line for line in candidate):
+                return _render_marks(candidate, ancestor, node)
+    return _render_marks(lines, mark, node)
+
+
+def _print_lines(node: Any, mark: Any) -> list[str]:
     printer = _StmtPrinter(Namer(), mark)
     if isinstance(node, IRModule):
         printer.module(node)
@@ -51,7 +63,33 @@ def script(node: Any, mark: Any = None) -> str:
         printer.lines.extend(_graph_function_lines(node, getattr(node, "name", None) or "main", printer.namer, mark))
     else:
         printer.emit(printer.expr(node))
-    return _render_marks(printer.lines, mark, node)
+    return printer.lines
+
+
+def _path_to(root: Any, target: Any) -> list[Any]:
+    """The nodes from root down to target (both included), or [] when target is not inside root."""
+    seen: set[int] = set()
+
+    def walk(value: Any, path: list[Any]) -> list[Any] | None:
+        if value is target:
+            return path + [value]
+        if isinstance(value, (tuple, list)):
+            children = value
+        elif isinstance(value, Mapping):
+            children = tuple(value.values())
+        elif isinstance(value, Node) and id(value) not in seen:
+            seen.add(id(value))
+            children = tuple(getattr(value, f) for f in value.fields())
+            path = path + [value]
+        else:
+            return None
+        for child in children:
+            found = walk(child, path)
+            if found is not None:
+                return found
+        return None
+
+    return walk(root, []) or []
 
 
 def _is_graph_node(node: Any) -> bool:
