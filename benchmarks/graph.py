@@ -153,9 +153,15 @@ def run_case(name: str, mod, weight_shapes, input_shape, reference, repeat: int)
     np_s = best_time(lambda: reference(x, *weights), repeat)
     calls = lambda ex: ex.stats["kernel_calls_static"] + sum(  # noqa: E731
         1 for i in ex.functions["main"].code if type(i).__name__ == "CallPacked")
+    from refcomp.ast.graph_script import format_prim_expr
+    from refcomp.graph.passes import arena_expression
+
+    main = fused.module["main"]
     return {"case": name, "kernels_unfused": calls(unfused), "kernels_fused": calls(fused), "max_rel_err": error,
             "vm_ms": vm_s * 1e3, "numpy_ms": np_s * 1e3, "speedup": np_s / vm_s, "compile_s": compile_s,
-            "arena_mib": fused.arena_bytes() / 2 ** 20}
+            "arena_mib": fused.arena_bytes() / 2 ** 20,
+            "arena_expr": format_prim_expr(arena_expression(main)),
+            "bounds": dict(main.attrs.get("tir_var_upper_bound", {}))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         kernels = f"{r['kernels_unfused']} -> {r['kernels_fused']}"
         print(f"{r['case']:<18} {kernels:>15} {r['max_rel_err']:>12.2e} {r['vm_ms']:>9.2f} {r['numpy_ms']:>9.2f} "
               f"{r['speedup']:>8.2f}x {r['arena_mib']:>10.1f} {r['compile_s']:>10.1f}")
+    for r in rows:
+        print(f"{r['case']}: planned arena = {r['arena_expr']} bytes, {r['arena_mib']:.1f} MiB at the upper "
+              f"bound {r['bounds']}")
     ok = all(r["max_rel_err"] < 1e-3 for r in rows)
     if not ok:
         print("RESULT MISMATCH: the VM disagrees with numpy", file=sys.stderr)
