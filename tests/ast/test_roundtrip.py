@@ -7,7 +7,7 @@ from refcomp.ast import (
     EQ, GE, GT, LE, LT, NE, Add, Allocate, And, AssertStmt, Block, BlockRealize, Broadcast, Buffer,
     BufferRegion, BufferStore, Call, Cast, Div, Evaluate, FloatImm, FloorDiv, FloorMod, For,
     IfThenElse, IntImm, IterVar, Let, LetStmt, MatchBufferRegion, Max, Min, Mul, Not, Or, Ramp, Range,
-    Select, SizeVar, Sub, TruncDiv, TruncMod, Var, While, seq,
+    Select, SizeVar, Sub, TruncDiv, TruncMod, Var, While, post_order_visit, seq,
 )
 from refcomp.ast.dtype import DataType
 from refcomp import IRError
@@ -240,6 +240,11 @@ def test_random_prim_funcs_round_trip(data):
     scalars = [builder.var("int32")] if data.draw(st.booleans()) else []
     func = func_of(body, builder.params + scalars, attrs={"global_symbol": "main"} if data.draw(st.booleans()) else None)
     roundtrip(func)
+    # every node inside can be pointed at: the mark lands on it or on its nearest printed ancestor
+    nodes = []
+    post_order_visit(func.body, nodes.append)
+    spot = data.draw(st.sampled_from(nodes))
+    assert "\n-->" in "\n" + script(func, mark=spot)
     # random programs are often ill-formed: the checker must say so with a typed, printable error
     try:
         verify_well_formed(func)
