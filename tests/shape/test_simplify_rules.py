@@ -7,8 +7,8 @@ from refcomp.ast import Range, IntImm, SizeVar, Var, max_, min_, select, truncdi
 from refcomp.shape import Analyzer, prove
 from refcomp.shape.render import render
 
-i, j, x, y, n = Var("i"), Var("j"), Var("x"), Var("y"), SizeVar("n")
-RANGES = {i: Range(IntImm(0), n), j: Range(IntImm(0), IntImm(32))}
+i, j, x, y, n, m, k = Var("i"), Var("j"), Var("x"), Var("y"), SizeVar("n"), SizeVar("m"), Var("k")
+RANGES = {i: Range(IntImm(0), n), j: Range(IntImm(0), IntImm(32)), k: Range(IntImm(0), m)}
 
 RULES = [
     # canonical sums
@@ -30,6 +30,12 @@ RULES = [
     (lambda: i // n, "0"),
     (lambda: j % 33, "j"),
     (lambda: truncdiv(i * 32 + j, 32), "i"),
+    # symbolic divisors: flattened and fused indices
+    (lambda: (i * m + k) // m, "i"),
+    (lambda: (i * m + k) % m, "k"),
+    (lambda: (i * m + k + m) // m, "i + 1"),
+    (lambda: (x // m) * m + x % m, "x"),
+    (lambda: k // m, "0"),
     (lambda: truncmod(j + 64, 32), "j"),
     # min / max
     (lambda: min_(j, 40), "j"),
@@ -67,7 +73,7 @@ def test_rule(build, expected):
     expr = build()
     simplified = _analyzer().simplify(expr)
     assert render(simplified) == expected
-    facts = [IntImm(0) <= i, i < n, IntImm(0) <= j, j < IntImm(32)]
+    facts = [IntImm(0) <= i, i < n, IntImm(0) <= j, j < IntImm(32), IntImm(0) <= k, k < m]
     same = prove(simplified == expr, facts, use_fast_path=False)
     assert same.proved, same
 

@@ -139,7 +139,13 @@ class Sum:
             if len(mono) != 1 or mono[0][2] != 1:
                 continue
             mod_expr = mono[0][1]
-            if not (isinstance(mod_expr, FloorMod) and isinstance(mod_expr.b, IntImm) and mod_expr.b.value > 0):
+            if not isinstance(mod_expr, FloorMod):
+                continue
+            if not isinstance(mod_expr.b, IntImm):
+                if self._merge_symbolic(mono, mod_expr):
+                    return self.merge_div_mod()
+                continue
+            if mod_expr.b.value <= 0:
                 continue
             divisor = mod_expr.b.value
             div_key = ("FloorDiv", expr_key(mod_expr.a), expr_key(mod_expr.b))
@@ -157,6 +163,20 @@ class Sum:
             self.add(to_sum(mod_expr.a, Sum.atom), k)
             return self.merge_div_mod()
         return self
+
+    def _merge_symbolic(self, mod_mono: Monomial, mod_expr: FloorMod) -> bool:
+        """Fold k*(x // b)*b + k*(x % b) into k*x for a divisor b that is one atom."""
+        divisor = mod_expr.b
+        div_key = ("FloorDiv", expr_key(mod_expr.a), expr_key(divisor))
+        product_key = frozenset(((div_key, 1), (expr_key(divisor), 1)))
+        entry = self.terms.get(product_key)
+        mod_coef = self.terms[_mono_key(mod_mono)][0]
+        if entry is None or entry[0] != mod_coef:
+            return False
+        self.add_term(-mod_coef, mod_mono)
+        self.add_term(-mod_coef, entry[1])
+        self.add(to_sum(mod_expr.a, Sum.atom), mod_coef)
+        return True
 
     # ---------------------------------------------------------------- back to IR
     def to_expr(self) -> PrimExpr | None:

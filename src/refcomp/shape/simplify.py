@@ -205,10 +205,13 @@ class Simplifier:
         analyzer = self.analyzer
         if expr_key(a) == expr_key(b) and analyzer._provable_nonpos(_negated_plus(self.to_sum(b), 1)):
             return IntImm(1 if is_div else 0, expr.dtype)
-        difference = self.to_sum(a).add(self.to_sum(b), -1)  # a - b
-        if analyzer._provable_nonpos(_negated_plus(self.to_sum(a), 0)) and \
-                analyzer._provable_nonpos(_minus_const(difference, -1)):
-            return IntImm(0, expr.dtype) if is_div else a  # 0 <= a < b
+        # a == b*Q + R with 0 <= R < b: a // b == Q and a % b == R (`(i*m + j) // m -> i`)
+        quotient, rest = _split_by_monomial(self.to_sum(a), self.to_sum(b))
+        difference = rest.copy().add(self.to_sum(b), -1)  # R - b
+        if analyzer._provable_nonpos(_negated_plus(rest, 0)) and analyzer._provable_nonpos(_minus_const(difference, -1)):
+            if is_div:
+                return self._from_sum(quotient, expr) if not quotient.is_const() or quotient.const else IntImm(0, expr.dtype)
+            return self._from_sum(rest, expr)
         if a is expr.a and b is expr.b:
             return expr
         return type(expr)(a, b)
@@ -378,6 +381,30 @@ def _int_const(value: int, like: PrimExpr) -> IntImm | None:
     if not dtype.min_value() <= value <= dtype.max_value():
         return None
     return IntImm(value, dtype)
+
+
+def _split_by_monomial(total: Sum, divisor: Sum) -> tuple[Sum, Sum]:
+    """(Q, R) with total == divisor*Q + R, Q taking the terms that are multiples of divisor.
+
+    Only a divisor that is one monomial with a positive coefficient (`m`, `4*n*k`) splits terms
+    off; otherwise Q is 0 and R is total.
+    """
+    quotient, rest = Sum(total.dtype), total.copy()
+    if divisor.const or divisor.term_count() != 1:
+        return quotient, rest
+    d_coef, d_mono = next(iter(divisor.items()))
+    if d_coef <= 0:
+        return quotient, rest
+    d_powers = {key: power for key, _, power in d_mono}
+    for coef, mono in list(total.items()):
+        powers = {key: power for key, _, power in mono}
+        if coef % d_coef or any(powers.get(key, 0) < power for key, power in d_powers.items()):
+            continue
+        reduced = tuple((key, atom, power - d_powers.get(key, 0)) for key, atom, power in mono
+                        if power - d_powers.get(key, 0) > 0)
+        quotient.add_term(coef // d_coef, reduced)
+        rest.add_term(-coef, mono)
+    return quotient, rest
 
 
 def _single_atom(total: Sum) -> PrimExpr | None:
