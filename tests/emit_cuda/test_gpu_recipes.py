@@ -115,3 +115,25 @@ def test_contiguous_copies_use_float4(rng):
     b = rng.standard_normal(1024).astype("float32")
     run_checked(sch.func, a, b)
     np.testing.assert_array_equal(b, a)
+
+
+@pytest.mark.parametrize("kind,reference", [("softmax", _softmax), ("layer_norm", _layer_norm)])
+def test_one_warp_rows_combine_with_shuffles(kind, reference, rng):
+    sch = refcomp.Schedule(softmax_func(3, 96) if kind == "softmax" else layer_norm_func(3, 96))
+    (gpu_recipes.schedule_softmax if kind == "softmax" else gpu_recipes.schedule_layer_norm)(sch, threads=32)
+    from refcomp.emit_cuda.prepare import prepare
+
+    assert prepare(sch.func).script().count("warp_reduce") == 2
+    a = rng.standard_normal((3, 96)).astype("float32")
+    out = rng.standard_normal((3, 96)).astype("float32")
+    run_checked(sch.func, a, out)
+    np.testing.assert_allclose(out, reference(a), rtol=1e-5, atol=1e-6)
+
+
+@needs_nvcc
+def test_warp_shuffles_reach_the_cuda_source():
+    sch = refcomp.Schedule(softmax_func(8, 128))
+    gpu_recipes.schedule_softmax(sch, threads=32)
+    lib = refcomp.build(sch.func, target="cuda")
+    assert "rc_warp_max_f32(" in lib.source and "rc_warp_sum_f32(" in lib.source
+    assert "__shfl_xor_sync" in lib.source

@@ -33,8 +33,12 @@ def is_barrier(stmt: Stmt) -> bool:
             and stmt.value.op == SYNC_OP)
 
 
+COLLECTIVE_OPS = (SYNC_OP, "warp_reduce")  # calls every thread (of the block / warp) must reach
+
+
 def contains_barrier(stmt: Stmt) -> bool:
-    return any(call.op == SYNC_OP for call in collect(stmt, Call))
+    """Whether stmt holds a barrier or another collective call (a warp shuffle reduction)."""
+    return any(call.op in COLLECTIVE_OPS for call in collect(stmt, Call))
 
 
 # An access key: None (other threads may touch the element), or a *thread signature* (the thread
@@ -158,11 +162,19 @@ class BarrierPlanner:
                 else_case, else_state = None, state
             then_state.merge(else_state)
             return stmt.with_(then_case=then_case, else_case=else_case), then_state
-        if isinstance(stmt, LetStmt) and contains_shared(stmt.body):
+        if isinstance(stmt, LetStmt) and (contains_shared(stmt.body) or contains_barrier(stmt)):
             if not self.uniform(stmt.value):
                 self.varying.add(stmt.var)
+            # The value is evaluated first: its reads count before the body's accesses.
+            reads, _ = shared_accesses(Evaluate(stmt.value), self.extents)
+            prefix = None
+            if state.conflicts(reads, {}):
+                state, prefix = _State(), barrier()
+            state = state.copy()
+            state.add(reads, {})
             body, state = self.visit(stmt.body, state)
-            return stmt.with_(body=body), state
+            new = stmt.with_(body=body)
+            return (seq(prefix, new) if prefix is not None else new), state
         if isinstance(stmt, (Allocate, AssertStmt)) and contains_shared(stmt.body):
             body, state = self.visit(stmt.body, state)
             return stmt.with_(body=body), state
@@ -171,7 +183,7 @@ class BarrierPlanner:
     def visit_unit(self, stmt: Stmt, state: _State) -> tuple[Stmt, _State]:
         """A statement treated as a whole: a barrier may go before it, never inside."""
         if contains_barrier(stmt):
-            spot = next(c for c in collect(stmt, Call) if c.op == SYNC_OP)
+            spot = next(c for c in collect(stmt, Call) if c.op in COLLECTIVE_OPS)
             raise BuildError(
                 "cuda: a barrier inside divergent control flow (a loop bound or condition that "
                 "depends on the thread index or on loaded data): threads that skip it would deadlock",

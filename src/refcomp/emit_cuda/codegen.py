@@ -261,6 +261,17 @@ class _CudaEmitter(_Emitter):
             return
         super().stmt_Evaluate(s)
 
+    def expr_Call(self, e: E.Call, lane) -> str:
+        if e.op == "warp_reduce":
+            if not self.device:
+                raise BuildError("cuda: warp_reduce outside a kernel", ir=self.func, spot=e)
+            op, value = e.args
+            tag = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64"}.get(e.dtype.name)
+            if tag is None or e.dtype.lanes != 1:
+                raise BuildError(f"cuda: warp_reduce of {e.dtype} is not supported", ir=self.func, spot=e)
+            return f"rc_warp_{op.value}_{tag}({self.expr(value)})"
+        return super().expr_Call(e, lane)
+
     def fail(self, code: int) -> None:
         if not self.device:
             super().fail(code)
@@ -390,6 +401,29 @@ static int32_t rc_finish(void) {
     if (err != cudaSuccess) { rc_note_cuda_error(err); return LAUNCH_CODE; }
     return status;
 }
+
+/* Warp reductions: a butterfly of shuffles leaves the result in every lane.  max/min keep
+   refcomp's NaN rule through the same helpers as the rest of the kernel. */
+#define RC_WARP_REDUCE(name, type, combine) \
+static __device__ __forceinline__ type rc_warp_##name(type v) { \
+    for (int offset = 16; offset > 0; offset >>= 1) { \
+        type other = __shfl_xor_sync(0xffffffffu, v, offset); \
+        v = combine; \
+    } \
+    return v; \
+}
+RC_WARP_REDUCE(sum_f32, float, v + other)
+RC_WARP_REDUCE(max_f32, float, rc_max_f32(v, other))
+RC_WARP_REDUCE(min_f32, float, rc_min_f32(v, other))
+RC_WARP_REDUCE(sum_f64, double, v + other)
+RC_WARP_REDUCE(max_f64, double, rc_max_f64(v, other))
+RC_WARP_REDUCE(min_f64, double, rc_min_f64(v, other))
+RC_WARP_REDUCE(sum_i32, int32_t, (int32_t)((uint32_t)v + (uint32_t)other))
+RC_WARP_REDUCE(max_i32, int32_t, (v > other ? v : other))
+RC_WARP_REDUCE(min_i32, int32_t, (v < other ? v : other))
+RC_WARP_REDUCE(sum_i64, int64_t, (int64_t)((uint64_t)v + (uint64_t)other))
+RC_WARP_REDUCE(max_i64, int64_t, (v > other ? v : other))
+RC_WARP_REDUCE(min_i64, int64_t, (v < other ? v : other))
 
 extern "C" int32_t SYMBOL_device_count(void) {
     int count = 0;

@@ -9,7 +9,9 @@
 4. place each on-chip buffer at the innermost statement holding all its accesses and shrink it,
    dimension by dimension, to the tile it uses there (`compact.compact_on_chip_buffers`);
 5. the rest of the lowering pipeline (flatten, simplify, vectorize);
-6. insert the barriers each kernel needs (`barriers.plan_barriers`).
+6. combine single-thread reduction loops with warp shuffles where the block is one warp
+   (`warp_reduce.use_warp_reductions`);
+7. insert the barriers each kernel needs (`barriers.plan_barriers`).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from ..ast import Allocate, BufferLoad, BufferStore, For, Mutator, PrimFunc, Stm
 from ..errors import BuildError
 from .barriers import plan_barriers
 from .compact import compact_on_chip_buffers
+from .warp_reduce import use_warp_reductions
 from .kernel import is_kernel_root, is_on_chip, kernel_shape, normalize_kernels, rebuild_kernel
 
 def prepare(func: PrimFunc) -> PrimFunc:
@@ -87,4 +90,6 @@ class _PlanKernels(Mutator):
         from ..ast.expr import as_int
 
         extents = {var: as_int(extent) for tag, var, extent in shape.axes if tag.startswith("threadIdx")}
-        return rebuild_kernel(shape, plan_barriers(self.func, shape.thread_vars, shape.body, extents))
+        thread_x = next((var for tag, var, _ in shape.axes if tag == "threadIdx.x"), None)
+        body = use_warp_reductions(shape.body, thread_x, extents)
+        return rebuild_kernel(shape, plan_barriers(self.func, shape.thread_vars, body, extents))

@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from ..ast import (
-    Allocate, AssertStmt, Buffer, BufferLoad, BufferStore, For, IfThenElse, IntImm, LetStmt, Mutator,
+    Allocate, AssertStmt, Buffer, BufferLoad, BufferStore, Call, For, IfThenElse, IntImm, LetStmt, Mutator,
     PrimExpr, PrimFunc, Select, SeqStmt, Stmt, Var, collect, free_vars, seq, substitute,
 )
-from ..ast.expr import as_int
+from ..ast.expr import as_int, max_, min_
 from ..errors import BuildError, RuntimeFailure
 from .barriers import contains_barrier, is_barrier
 from .kernel import kernel_shape, is_kernel_root
@@ -192,6 +192,8 @@ class _Phases:
             raise BuildError("cuda: a barrier inside divergent control flow", ir=self.func, spot=stmt)
 
     def let(self, stmt: LetStmt) -> Stmt:
+        if isinstance(stmt.value, Call) and stmt.value.op == "warp_reduce":
+            return self.warp_reduce(stmt)
         if self.uniform(stmt.value):
             return stmt.with_(body=self.phases(stmt.body))
         if not collect(stmt.value, BufferLoad):
@@ -202,6 +204,25 @@ class _Phases:
         store = BufferStore(private, stmt.value, (slot,))
         body = substitute(stmt.body, {stmt.var: BufferLoad(private, (slot,))})
         return Allocate(private, seq(self.wrap(store), self.phases(body)))
+
+    def warp_reduce(self, stmt: LetStmt) -> Stmt:
+        """let r = warp_reduce(op, v): every thread's v in one phase, their reduction, then the body."""
+        op, value = stmt.value.args
+        if len(self.threads) != 1 or as_int(self.threads[0][1]) != 32:
+            raise BuildError("cuda simulation: warp_reduce needs a block of exactly one warp along threadIdx.x",
+                             ir=self.func, spot=stmt)
+        lanes = Buffer(stmt.var.name + "_lanes", (32,), value.dtype, scope="shared")
+        total = Buffer(stmt.var.name + "_total", (1,), value.dtype, scope="shared")
+        lane = self.threads[0][0]
+        gather = self.wrap(BufferStore(lanes, value, (lane.astype("int32"),)))
+        k = Var("lane", "int32")
+        combine = {"sum": lambda a, b: a + b, "max": max_, "min": min_}[op.value]
+        fold = seq(BufferStore(total, BufferLoad(lanes, (IntImm(0, "int32"),)), (IntImm(0, "int32"),)),
+                   For(k, IntImm(1, "int32"), IntImm(31, "int32"), "serial",
+                       BufferStore(total, combine(BufferLoad(total, (IntImm(0, "int32"),)),
+                                                  BufferLoad(lanes, (k,))), (IntImm(0, "int32"),))))
+        body = substitute(stmt.body, {stmt.var: BufferLoad(total, (IntImm(0, "int32"),))})
+        return Allocate(lanes, Allocate(total, seq(gather, fold, self.phases(body))))
 
     def allocate(self, stmt: Allocate) -> Stmt:
         buffer = stmt.buffer
