@@ -216,8 +216,17 @@ class Schedule:
         except Exception as exc:  # a primitive must raise ScheduleError; anything else is a bug
             raise InternalError(f"{kind}: {type(exc).__name__}: {exc}", ir=self.func) from exc
 
+    def _named_blocks(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Block arguments given by name (TVM allows `sch.compute_inline("B")`) become handles."""
+        for key in ("block", "block_or_loop"):
+            if isinstance(args.get(key), str):
+                args[key] = self.get_block(args[key])
+        return args
+
     def _apply(self, kind: str, primitive: Callable[..., Any], **args: Any) -> Any:
         """Run a transforming or lookup primitive, install its result, record it, return handles."""
+        if kind != "get_block":
+            args = self._named_blocks(args)
         func, result = self._call(kind, primitive, args)
         self._install(func)
         handles = self._wrap(result)
@@ -306,6 +315,8 @@ class Schedule:
 
     def compute_at(self, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool = False) -> None:
         """Move a producer under a loop of its consumers, computing only what they read there."""
+        if isinstance(block, str):
+            block = self.get_block(block)
         if loop.var is ROOT_VAR:
             return self._apply("compute_at", _leave_in_place, block=block, loop=loop,
                                preserve_unit_loops=preserve_unit_loops)
@@ -357,6 +368,8 @@ class Schedule:
         """Store a buffer (("read", i), ("write", i) or its name) in the layout index_map gives."""
         if isinstance(buffer, tuple):
             buffer = list(buffer)
+        if isinstance(block, str):
+            block = self.get_block(block)
         if not isinstance(index_map, IndexMap):
             target = storage.resolve_buffer(self.func, self._resolve(block, "transform_layout"), buffer,
                                             "transform_layout")
@@ -395,6 +408,7 @@ class Schedule:
 
     def sample_compute_location(self, block: BlockRV, decision: int | None = None) -> LoopRV:
         """A loop to compute_at the block under (or markers for inline / stay), drawn among legal ones."""
+        block = self._named_blocks({"block": block})["block"]
         location, chosen = self._call("sample_compute_location", sampling.sample_compute_location,
                                       dict(block=block, decision=decision), rng=self._rng)
         handle = LoopRV(location.loop_var) if isinstance(location, For) else LoopRV(

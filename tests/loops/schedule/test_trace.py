@@ -94,3 +94,17 @@ def test_module_and_work_on():
     with pytest.raises(ScheduleError, match="pick a PrimFunc with func_name"):
         Schedule(two)
     assert Schedule(two, func_name="b").func.name == "b"
+
+
+def test_blocks_may_be_given_by_name(rng):
+    from .helpers import check_numbers, check_replay
+
+    before = P.two_elementwise(8, 4)
+    sch = Schedule(before)
+    loops = sch.get_loops("C")
+    sch.compute_at("B", loops[0])
+    sch.annotate("C", "note", 1)
+    assert sch.trace.as_python().splitlines()[:3] == [
+        "b0 = sch.get_block(name='C')", "l1, l2 = sch.get_loops(block=b0)", "b3 = sch.get_block(name='B')"]
+    check_numbers(before, sch.func, rng)
+    check_replay(sch, before)
