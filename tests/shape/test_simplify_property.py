@@ -96,3 +96,16 @@ def test_bounds_are_sound_on_exhaustive_grid():
             if value is None:
                 continue
             assert (lo is None or lo <= value) and (hi is None or value <= hi), (render(expr), xv, yv, lo, hi)
+
+
+@given(st.sampled_from(VARS), int_exprs, int_exprs, st.booleans(), st.lists(assignments(), min_size=5, max_size=5))
+def test_symbolic_divisor_rules_keep_the_value(divisor, q, r, take_mod, envs):
+    """(q*d + r) // d and % d, the shapes the symbolic-divisor rules look for."""
+    from refcomp.ast import floordiv, floormod
+
+    expr = (floormod if take_mod else floordiv)(q * divisor + r, divisor)
+    simplified = _ranged_analyzer().simplify(expr)
+    for env in envs:
+        expected = _value(expr, env)
+        if expected is not None:
+            assert evaluate(simplified, env) == expected, (render(expr), render(simplified), env)
