@@ -146,8 +146,6 @@ def _softmax(ctx, node, inputs, attrs):
 def _layer_norm(ctx, node, inputs, attrs):
     x, scale = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
-    if len([o for o in node.output if o]) > 1:
-        ctx.fail("LayerNormalization Mean/InvStdDev outputs are not supported")
     ndim = ctx.info(x).ndim
     axis = attrs.get("axis", -1) % ndim
     axes = tuple(range(axis, ndim))
@@ -159,7 +157,28 @@ def _layer_norm(ctx, node, inputs, attrs):
         bias = Constant(np.zeros([const_value(d) for d in shape], ctx.info(x).dtype.numpy()))
     elif ctx.info(bias).ndim != len(axes):
         bias = ctx.emit(op.broadcast_to(bias, shape))
-    return ctx.emit(op.layer_norm(x, scale, bias, axes=axes, epsilon=eps))
+    y = ctx.emit(op.layer_norm(x, scale, bias, axes=axes, epsilon=eps))
+    if len(node.output) == 1:
+        return y
+    # the optional Mean and InvStdDev outputs, reduced axes kept as 1
+    mean = ctx.emit(op.mean(x, axis=axes, keepdims=True))
+    var = ctx.emit(op.variance(x, axis=axes, keepdims=True))
+    dtype = ctx.info(x).dtype.numpy()
+    inv = ctx.emit(op.rsqrt(op.add(var, Constant(np.asarray(eps, dtype)))))
+    return [y, mean, inv]
+
+
+@converter("RMSNormalization")
+def _rms_norm(ctx, node, inputs, attrs):
+    x, scale = inputs[0], inputs[1]
+    ndim = ctx.info(x).ndim
+    axis = attrs.get("axis", -1) % ndim
+    axes = tuple(range(axis, ndim))
+    shape = ctx.static_shape(x)[axis:]
+    if ctx.info(scale).ndim != len(axes) or any(
+            const_value(a) != const_value(b) for a, b in zip(ctx.static_shape(scale), shape)):
+        scale = ctx.emit(op.broadcast_to(scale, shape))
+    return ctx.emit(op.rms_norm(x, scale, axes=axes, epsilon=attrs.get("epsilon", 1e-5)))
 
 
 @converter("BatchNormalization")
