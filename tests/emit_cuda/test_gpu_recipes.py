@@ -137,3 +137,50 @@ def test_warp_shuffles_reach_the_cuda_source():
     lib = refcomp.build(sch.func, target="cuda")
     assert "rc_warp_max_f32(" in lib.source and "rc_warp_sum_f32(" in lib.source
     assert "__shfl_xor_sync" in lib.source
+
+
+def _tensor_core_matmul(n, m, k):
+    from refcomp import te
+
+    A = te.placeholder((n, k), "float16", name="A")
+    B = te.placeholder((k, m), "float16", name="B")
+    r = te.reduce_axis((0, k), name="k")
+    C = te.compute((n, m), lambda i, j: te.sum(A[i, r].astype("float32") * B[r, j].astype("float32"), axis=r),
+                   name="C")
+    sch = refcomp.Schedule(te.create_prim_func([A, B, C]))
+    gpu_recipes.schedule_matmul_tensor_core(sch)
+    return sch.func
+
+
+def test_tensor_core_matmul_simulated(rng):
+    func = _tensor_core_matmul(32, 48, 32)
+    assert "cuda_wmma_f16_f32_16x16" in func.script()
+    a = rng.standard_normal((32, 32)).astype("float16")
+    b = rng.standard_normal((32, 48)).astype("float16")
+    c = rng.standard_normal((32, 48)).astype("float32")
+    run_checked(func, a, b, c)
+    np.testing.assert_allclose(c, a.astype("float32") @ b.astype("float32"), rtol=1e-5, atol=1e-4)
+
+
+def test_tensor_core_tile_refuses_a_k_extent_that_is_not_a_multiple_of_16():
+    with pytest.raises(refcomp.ScheduleError):
+        _tensor_core_matmul(32, 32, 24)
+
+
+@needs_nvcc
+def test_tensor_core_matmul_compiles_to_wmma():
+    lib = refcomp.build(_tensor_core_matmul(64, 64, 64), target="cuda")
+    assert "nvcuda::wmma::mma_sync" in lib.source and "#include <mma.h>" in lib.source
+
+
+@pytest.mark.gpu
+def test_tensor_core_matmul_on_the_gpu(rng):
+    func = _tensor_core_matmul(64, 64, 64)
+    lib = refcomp.build(func, target="cuda")
+    if not lib.device_available():
+        pytest.skip("no CUDA device")
+    a = rng.standard_normal((64, 64)).astype("float16")
+    b = rng.standard_normal((64, 64)).astype("float16")
+    c = np.zeros((64, 64), "float32")
+    lib(a, b, c)
+    np.testing.assert_allclose(c, a.astype("float32") @ b.astype("float32"), rtol=1e-3, atol=1e-2)

@@ -36,9 +36,22 @@ def is_barrier(stmt: Stmt) -> bool:
 COLLECTIVE_OPS = (SYNC_OP, "warp_reduce")  # calls every thread (of the block / warp) must reach
 
 
+def is_collective(call: Call) -> bool:
+    """A call every thread (of the block or warp) must reach: barrier, warp shuffle, tensor-core tile."""
+    from ..loops.intrin.cuda_wmma import is_warp_collective
+
+    return call.op in COLLECTIVE_OPS or is_warp_collective(call)
+
+
+def is_collective_extern(stmt: Stmt) -> bool:
+    from ..loops.intrin.cuda_wmma import is_warp_collective
+
+    return isinstance(stmt, Evaluate) and is_warp_collective(stmt.value)
+
+
 def contains_barrier(stmt: Stmt) -> bool:
-    """Whether stmt holds a barrier or another collective call (a warp shuffle reduction)."""
-    return any(call.op in COLLECTIVE_OPS for call in collect(stmt, Call))
+    """Whether stmt holds a barrier or another collective call (warp shuffle, tensor-core tile)."""
+    return any(is_collective(call) for call in collect(stmt, Call))
 
 
 # An access key: None (other threads may touch the element), or a *thread signature* (the thread
@@ -145,6 +158,13 @@ class BarrierPlanner:
     def visit(self, stmt: Stmt, state: _State) -> tuple[Stmt, _State]:
         if is_barrier(stmt):
             return stmt, _State()
+        if is_collective_extern(stmt):
+            # A warp-collective tile reads and writes memory other threads wrote and will read
+            # (through pointers the access analysis does not follow): synchronise on both sides.
+            if not all(self.uniform(arg) or isinstance(arg, Call) for arg in stmt.value.args[1:]):
+                raise BuildError("cuda: a warp-collective call whose arguments differ between threads",
+                                 ir=self.func, spot=stmt)
+            return seq(barrier(), stmt, barrier()), _State()
         if isinstance(stmt, SeqStmt):
             out = []
             for s in stmt.stmts:
@@ -183,7 +203,7 @@ class BarrierPlanner:
     def visit_unit(self, stmt: Stmt, state: _State) -> tuple[Stmt, _State]:
         """A statement treated as a whole: a barrier may go before it, never inside."""
         if contains_barrier(stmt):
-            spot = next(c for c in collect(stmt, Call) if c.op in COLLECTIVE_OPS)
+            spot = next(c for c in collect(stmt, Call) if is_collective(c))
             raise BuildError(
                 "cuda: a barrier inside divergent control flow (a loop bound or condition that "
                 "depends on the thread index or on loaded data): threads that skip it would deadlock",

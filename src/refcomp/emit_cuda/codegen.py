@@ -17,6 +17,7 @@ describes the launcher and its helpers.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from .. import __version__
@@ -137,7 +138,9 @@ class _CudaEmitter(_Emitter):
                     "    switch (code) {", '    case 0: return "ok";']
         messages += [f"    case {code}: return {c_string(text)};" for code, text in sorted(self.messages.items())]
         messages += ['    default: return "unknown error code";', "    }", "}"]
+        head.extend(f"#include <{h}>" for h in _includes(self.func))
         parts = ["\n".join(head), _device_prelude().rstrip("\n"), runtime.strip("\n")]
+        parts.extend(h.strip("\n") for h in _helpers(self.func))
         vector_text = self.vec.text()
         if vector_text:
             parts.append(vector_text.replace("static inline ", "static __host__ __device__ inline ").rstrip("\n"))
@@ -349,6 +352,33 @@ class _CudaEmitter(_Emitter):
     def launch_dim(self, shape, tag: str) -> str:
         extent = shape.extent(tag)
         return f"(unsigned)({self.index(extent)})"
+
+
+_HEADER = re.compile(r"[A-Za-z0-9_./+-]+\Z")
+_HOST_ONLY_HEADERS = {"immintrin.h"}  # x86 intrinsics: meaningless in device code
+
+
+def _includes(func: PrimFunc) -> list[str]:
+    """The headers tensor intrinsics asked for (attr c_includes), checked to be plain names."""
+    includes = func.attrs.get("c_includes", ())
+    includes = (includes,) if isinstance(includes, str) else includes
+    out = []
+    for header in dict.fromkeys(includes):
+        if not isinstance(header, str) or not _HEADER.match(header):
+            raise BuildError(f"cuda: attr c_includes: {header!r} is not a plain header name", ir=func)
+        if header not in _HOST_ONLY_HEADERS and header not in HEADER_INCLUDES:
+            out.append(header)
+    return out
+
+
+def _helpers(func: PrimFunc) -> list[str]:
+    """The C/CUDA source tensor intrinsics bring (attr c_helpers), once each."""
+    helpers = func.attrs.get("c_helpers", ())
+    helpers = (helpers,) if isinstance(helpers, str) else helpers
+    for helper in helpers:
+        if not isinstance(helper, str):
+            raise BuildError(f"cuda: attr c_helpers must hold source strings, got {helper!r}", ir=func)
+    return list(dict.fromkeys(helpers))
 
 
 def _aligned(base: E.PrimExpr, lanes: int, loop_ranges) -> bool:

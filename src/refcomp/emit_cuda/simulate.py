@@ -27,7 +27,7 @@ from ..ast import (
 )
 from ..ast.expr import as_int, max_, min_
 from ..errors import BuildError, RuntimeFailure
-from .barriers import contains_barrier, is_barrier
+from .barriers import contains_barrier, is_barrier, is_collective_extern
 from .kernel import kernel_shape, is_kernel_root
 from .prepare import prepare
 
@@ -154,6 +154,14 @@ class _Phases:
             return self.wrap(stmt)
         if is_barrier(stmt):
             return seq()  # the boundary itself
+        if is_collective_extern(stmt):
+            # One warp computes the tile once, between two phases.
+            from ..loops.intrin.cuda_wmma import WARP_COLLECTIVE
+
+            if len(self.threads) != 1 or as_int(self.threads[0][1]) != 32:
+                raise BuildError("cuda: a warp-collective tile needs a block of exactly one warp along "
+                                 "threadIdx.x", ir=self.func, spot=stmt)
+            return WARP_COLLECTIVE[stmt.value.args[0].value](stmt.value)
         if isinstance(stmt, SeqStmt):
             out: list[Stmt] = []
             group: list[Stmt] = []
