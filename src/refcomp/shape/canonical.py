@@ -44,11 +44,13 @@ class Sum:
         return result
 
     def copy(self) -> "Sum":
+        """An independent copy."""
         result = Sum(self.dtype, self.const)
         result.terms = {k: [c, m] for k, (c, m) in self.terms.items()}
         return result
 
     def add_term(self, coef: int, mono: Monomial) -> None:
+        """self += coef * mono (in place)."""
         if coef == 0:
             return
         if not mono:
@@ -73,6 +75,7 @@ class Sum:
         return self
 
     def scaled(self, factor: int) -> "Sum":
+        """factor * self, as a new sum."""
         result = Sum(self.dtype, self.const * factor)
         if factor:
             result.terms = {k: [c * factor, m] for k, (c, m) in self.terms.items()}
@@ -96,12 +99,15 @@ class Sum:
 
     # ---------------------------------------------------------------- queries
     def is_const(self) -> bool:
+        """True when no term is left (the sum is its constant)."""
         return not self.terms
 
     def term_count(self) -> int:
+        """The number of non-constant terms."""
         return len(self.terms)
 
     def items(self) -> Iterable[tuple[int, Monomial]]:
+        """(coefficient, monomial) pairs in first-seen order."""
         return ((c, m) for c, m in self.terms.values())
 
     def linear_coef(self, key) -> int | None:

@@ -38,6 +38,7 @@ class Problem:
     rendered: str = ""  # the IR lines around the spot, marked
 
     def as_dict(self) -> dict[str, Any]:
+        """The problem as JSON-ready data."""
         return {"message": self.message, "function": self.function, "block": self.block, "spot": self.spot,
                 "counterexample": self.counterexample, "kind": self.kind}
 
@@ -52,15 +53,18 @@ class Report:
 
     @property
     def ok(self) -> bool:
+        """True when nothing is left unproved."""
         return not self.problems
 
     def merge(self, other: "Report") -> "Report":
+        """Add other's results to this report (in place); returns self."""
         self.problems += other.problems
         self.proved += other.proved
         self.functions.update(other.functions)
         return self
 
     def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data, one entry per function."""
         return {"ok": self.ok, "functions": [
             {"name": name, "ok": not any(p.function == name for p in self.problems), **counts,
              "problems": [p.as_dict() for p in self.problems if p.function == name],
@@ -68,6 +72,7 @@ class Report:
             for name, counts in self.functions.items()]}
 
     def text(self) -> str:
+        """The report as readable lines."""
         lines = []
         for name, counts in self.functions.items():
             problems = [p for p in self.problems if p.function == name]
@@ -202,6 +207,7 @@ def _python_targets(path: str) -> list[tuple[str, Any]]:
     seen: set[int] = set()
 
     def add(label: str, value: Any) -> None:
+        """Record value under label once, if it is a function or module."""
         if isinstance(value, (PrimFunc, IRModule)) and id(value) not in seen:
             seen.add(id(value))
             found.append((label, value))

@@ -89,6 +89,7 @@ class _Evaluator:
         self.opaque = opaque
 
     def run(self, expr: PrimExpr) -> Any:
+        """The value of expr."""
         kind = type(expr)
         if isinstance(expr, Var):
             if expr not in self.env:
@@ -139,6 +140,7 @@ class _Evaluator:
 
     @staticmethod
     def cast(value: Any, target: DataType) -> Any:
+        """value converted to target with the IR's cast rules."""
         if target.is_bool:
             return bool(value)
         if target.is_integer:

@@ -69,6 +69,7 @@ class ScopeWalker:
 
     # ---------------------------------------------------------------- driver
     def run(self) -> None:
+        """Walk the whole function, calling the hooks."""
         func = self.func
         for param in func.params:
             variables = [param] if isinstance(param, Var) else free_vars(param.shape)
@@ -125,6 +126,7 @@ class ScopeWalker:
 
     # ---------------------------------------------------------------- statements
     def stmt(self, node: Stmt) -> None:
+        """Walk a statement with the facts of its position."""
         outer, self.current_stmt = self.current_stmt, node
         try:
             self._stmt(node)
@@ -183,6 +185,7 @@ class ScopeWalker:
                     self.stmt(value)
 
     def seq(self, stmts: tuple[Stmt, ...]) -> None:
+        """Walk statements in order; an assume() becomes a fact for those after it."""
         with contextlib.ExitStack() as stack:
             for k, item in enumerate(stmts):
                 self.stmt(item)
@@ -202,6 +205,7 @@ class ScopeWalker:
             yield
 
     def block_realize(self, realize: BlockRealize) -> None:
+        """Walk a block realize: predicate, bindings and domains become facts."""
         block = realize.block
         for value in realize.iter_values:
             self.expr(value)
@@ -218,6 +222,7 @@ class ScopeWalker:
                 self._block_contents(block)
 
     def block_body(self, block: Block) -> None:
+        """Walk a bare block, its iter vars ranging over their domains."""
         with contextlib.ExitStack() as stack:
             for iv in block.iter_vars:
                 self._introduce(iv.var)
@@ -240,6 +245,7 @@ class ScopeWalker:
 
     # ---------------------------------------------------------------- expressions
     def expr(self, node: PrimExpr) -> None:
+        """Walk an expression, with lazy branch conditions as facts inside the branches."""
         kind = type(node)
         if kind is BufferLoad:
             for index in node.indices:

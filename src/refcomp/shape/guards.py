@@ -46,6 +46,7 @@ class _Guarder(Mutator):
         self.in_scope: set[Var] = set(free_vars(func))
 
     def visit(self, node: Any) -> Any:
+        """Rebuild node, wrapping it in guards if it holds unproved accesses."""
         new = super().visit(node)
         obligations = self.pending.get(node) if isinstance(node, Stmt) else None
         if not obligations:
@@ -102,6 +103,7 @@ class DimRelation:
     binds: Var | None
 
     def describe(self) -> str:
+        """`n = A.shape[0]` or `B.shape[1] must equal n`."""
         where = f"{self.buffer.name}.shape[{self.dim}]"
         if self.binds is not None:
             return f"{self.binds.name} = {where}"

@@ -49,9 +49,11 @@ class Obligation:
 
     @property
     def proved(self) -> bool:
+        """True when the claim was proved."""
         return self.result is not None and self.result.proved
 
     def access_text(self) -> str:
+        """The access as the user wrote it: `A[i*32 + j]`."""
         node = self.node
         if self.kind in ("load", "store"):
             indices = node.indices
@@ -94,6 +96,7 @@ class _Checker(ScopeWalker):
         self.obligations: list[Obligation] = []
 
     def on_access(self, node: Any, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> None:
+        """Add the obligations of one access, one per dimension (and lane end)."""
         kind = "store" if isinstance(node, BufferStore) else "match" if isinstance(node, MatchBufferRegion) else "load"
         for dim, (index, extent) in enumerate(zip(indices, buffer.shape)):
             for lane_index in _lane_extremes(index):
@@ -101,6 +104,7 @@ class _Checker(ScopeWalker):
                 self._add(node, kind, buffer, dim, lane_index, extent, IntImm(0, lane_index.dtype), claim)
 
     def on_binding(self, realize: BlockRealize, index: int) -> None:
+        """Add the obligation that a binding lies in its iter var's domain."""
         iv = realize.block.iter_vars[index]
         value = realize.iter_values[index]
         if value.dtype.lanes != 1:

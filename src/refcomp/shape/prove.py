@@ -43,14 +43,17 @@ class ProofResult:
 
     @property
     def proved(self) -> bool:
+        """True when the claim holds."""
         return self.status == "proved"
 
     @property
     def disproved(self) -> bool:
+        """True when a checked counterexample was found."""
         return self.status == "disproved"
 
     @property
     def unknown(self) -> bool:
+        """True when neither could be shown (treat as not proved)."""
         return self.status == "unknown"
 
     def __bool__(self) -> bool:
@@ -83,6 +86,7 @@ def stats() -> dict[str, int]:
 
 
 def reset_stats() -> None:
+    """Zero the counters of stats()."""
     for key in _stats:
         _stats[key] = 0
 
@@ -95,6 +99,7 @@ def record_fast_proof() -> ProofResult:
 
 
 def clear_cache() -> None:
+    """Forget every cached answer."""
     _cache.clear()
 
 
@@ -156,6 +161,7 @@ def ranges_from(assumptions: Sequence[PrimExpr]) -> dict:
     upper: dict[Var, PrimExpr] = {}  # exclusive
 
     def visit(cond: PrimExpr) -> None:
+        """Record the bounds a comparison gives its variable sides."""
         if isinstance(cond, And):
             visit(cond.a)
             visit(cond.b)
@@ -269,6 +275,7 @@ def _counterexample(model: Any, encoder: Encoder, condition: PrimExpr, assumptio
             value.as_long() if z3.is_int_value(value) else None)
 
     def opaque(node: PrimExpr) -> Any:
+        """The model's value for an opaque part of the claim."""
         value = opaque_values.get(expr_key(node))
         if value is None:
             raise EvaluationError(f"no value for {type(node).__name__}")

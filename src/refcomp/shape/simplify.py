@@ -47,6 +47,7 @@ class Simplifier:
 
     # ---------------------------------------------------------------- entry
     def simplify(self, expr: PrimExpr) -> PrimExpr:
+        """expr simplified (cached per analyzer; an unchanged node is returned itself)."""
         cache = self.analyzer._simplify_cache
         cached = cache.get(expr)
         if cached is not None:

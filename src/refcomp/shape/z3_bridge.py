@@ -53,6 +53,7 @@ class Encoder:
         return name
 
     def var(self, var: Var) -> Any:
+        """The Z3 constant of var, made (with its range facts) on first use."""
         term = self.vars.get(var)
         if term is not None:
             return term
