@@ -277,3 +277,16 @@ def test_arbitrary_names_are_printed_safely_and_round_trip(names):
     pyast.parse(text)  # always valid Python
     assert text.isascii()
     roundtrip(IRModule({func_name: func, key: func_of(Evaluate(0), (), name=key)}))
+
+
+@given(st.data())
+def test_tree_facts_free_vars_agree_with_functor(data):
+    from refcomp.ast import free_vars
+    from refcomp.ast.script_common import TreeFacts
+
+    builder = FuncBuilder(data)
+    builder.n = SizeVar("n")
+    builder.params = [Buffer("A", (builder.n, IntImm(4)), "float32")]
+    builder.buffers = list(builder.params)
+    func = func_of(builder.stmt([], data.draw(st.integers(1, 4))), builder.params)
+    assert list(TreeFacts(func).free_vars) == free_vars(func)

@@ -54,6 +54,7 @@ class BlockReader(ExprReader):
     def __init__(self, fail, tir_names) -> None:
         super().__init__(fail, tir_names)
         self.declared: dict[int, Any] = {}
+        self.saw_block = False  # whether the function has blocks (it then gets a root block)
 
     # ------------------------------------------------------------------ buffers
     def shape(self, node: ast.AST) -> tuple[E.PrimExpr, ...]:
@@ -109,6 +110,7 @@ class BlockReader(ExprReader):
         if len(call.args) > 1:
             raise self.fail(call, "T.block takes one name")
         name = self.string(call.args[0], "the block name") if call.args else "block"
+        self.saw_block = True
         outer = self.scope
         self.scope = Scope(outer)
         try:

@@ -92,7 +92,7 @@ class FunctionReader(BlockReader):
                 params[index] = E.Var(param.name, "handle")
         func_body = self.body(rest, node)
         implicit_root = self.options.get("implicit_root", True)
-        if implicit_root and (root_allocs or (_has_block(func_body) and not is_root_realize(func_body))):
+        if implicit_root and (root_allocs or (self.saw_block and not is_root_realize(func_body))):
             if is_root_realize(func_body) and root_allocs:
                 raise self.fail(node, "T.alloc_buffer at the top of a function that has an explicit root block")
             root = Block("root", (), (), (), func_body, alloc_buffers=tuple(root_allocs))
@@ -442,9 +442,3 @@ def _single_name(reader: Any, stmt: ast.Assign) -> str:
     if len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Name):
         raise reader.fail(stmt, "expected one name on the left")
     return stmt.targets[0].id
-
-
-def _has_block(stmt: Stmt) -> bool:
-    from .functor import collect
-
-    return bool(collect(stmt, Block))

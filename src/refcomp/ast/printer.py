@@ -17,9 +17,9 @@ from . import expr as E
 from .buffer import Buffer, BufferRegion
 from .function import IRModule, PrimFunc
 from .node import Node
-from .functor import collect, free_vars, post_order_visit
+from .functor import free_vars
 from .printer_expr import CLOSE_MARK, OPEN_MARK, ExprPrinter, quote
-from .script_common import LOOP_FUNCTIONS, Namer, is_plain_identifier, sanitize
+from .script_common import LOOP_FUNCTIONS, Namer, TreeFacts, sanitize
 from .stmt import (
     Allocate, AssertStmt, Block, BlockRealize, BufferStore, Evaluate, For, IfThenElse, IterVar,
     LetStmt, MatchBufferRegion, SeqStmt, Stmt, While,
@@ -144,12 +144,17 @@ class _StmtPrinter(ExprPrinter):
         for param in func.params:
             self.namer.name(param)
         declared = {p for p in func.params if isinstance(p, E.Var)}
-        loose_buffers = _undeclared_buffers(func)
-        known = set(loose_buffers) | set(func.params) | set(collect(func.body, Buffer))
+        facts = TreeFacts(func)
+        params = set(func.params)
+        loose_buffers = [b for b in facts.buffers if b not in facts.declared and b not in params]
         in_attrs = _nodes_in(func.attrs)  # e.g. lowering's original buffers, upper bounds of vars
-        loose_buffers += [b for b in in_attrs if isinstance(b, Buffer) and b not in known]
+        extra = [b for b in in_attrs if isinstance(b, Buffer) and b not in facts.buffers]
+        loose_buffers += extra
         others = tuple(n for n in in_attrs if not isinstance(n, Buffer))
-        loose_vars = [v for v in free_vars((func, tuple(loose_buffers), others)) if v not in declared]
+        free = dict(facts.free_vars)
+        for var in TreeFacts((tuple(extra), others)).free_vars:
+            free.setdefault(var, None)
+        loose_vars = [v for v in free if v not in declared]
         for var in loose_vars:
             self.namer.name(var)
         for buffer in loose_buffers:
@@ -160,7 +165,7 @@ class _StmtPrinter(ExprPrinter):
             options.append(f"name={quote(func.name)}")
         if key is not None and key != def_name:
             options.append(f"module_key={quote(key)}")
-        if _has_block(func.body) and not _is_root_realize(func.body):
+        if facts.has_block and not _is_root_realize(func.body):
             options.append("implicit_root=False")
         self.emit("@T.prim_func" + (f"({', '.join(options)})" if options else ""))
         params = ", ".join(self.param(p) for p in func.params)
@@ -412,29 +417,10 @@ def _is_grid_loop(stmt: Any) -> bool:
             and _zero_of_own_type(stmt.min, stmt.extent) and stmt.loop_var.dtype == stmt.extent.dtype)
 
 
-def _has_block(stmt: Stmt) -> bool:
-    return bool(collect(stmt, Block))
-
-
 def _is_root_realize(stmt: Stmt) -> bool:
     """The body the parser produces around blocks: one realize of a block "root" with no iter vars."""
     return (isinstance(stmt, BlockRealize) and stmt.block.name == "root" and not stmt.block.iter_vars
             and _is_true(stmt.predicate))
-
-
-def _undeclared_buffers(func: PrimFunc) -> list[Buffer]:
-    """Buffers used in func that no parameter, alloc_buffer, match_buffer or Allocate declares."""
-    declared = {p for p in func.params if isinstance(p, Buffer)}
-
-    def note(node: Any) -> None:
-        if isinstance(node, Block):
-            declared.update(node.alloc_buffers)
-            declared.update(m.buffer for m in node.match_buffers)
-        elif isinstance(node, Allocate):
-            declared.add(node.buffer)
-
-    post_order_visit(func.body, note)
-    return [b for b in collect(func.body, Buffer) if b not in declared]
 
 
 def _nodes_in(value: Any) -> list[Any]:

@@ -1,13 +1,15 @@
 """Conventions shared by the script printer and parser: names, loop ranges, intrinsic spellings."""
 from __future__ import annotations
 
+import dataclasses
 import keyword
 import re
 from typing import Any
 
 from .dtype import DataType, bool_
-from .expr import Add, IntImm, PrimExpr, Sub
+from .expr import Add, IntImm, PrimExpr, Sub, Var
 from .intrinsics import ANY_UNARY, FLOAT_BINARY, FLOAT_UNARY, PREDICATES
+from .node import Node
 
 # Names the script itself uses at the top level; a user's var or buffer never takes them.
 RESERVED = frozenset({"T", "I", "R", "range"}) | frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
@@ -47,6 +49,7 @@ class Namer:
     def __init__(self) -> None:
         self.names: dict[Any, str] = {}
         self.taken: set[str] = set()
+        self.counters: dict[str, int] = {}
 
     def name(self, obj: Any, hint: str | None = None) -> str:
         """The printed name of obj, choosing a fresh one (from hint or obj.name) on first use."""
@@ -54,10 +57,11 @@ class Namer:
         if found is not None:
             return found
         base = sanitize(hint if hint is not None else getattr(obj, "name", "v"))
-        candidate, counter = base, 0
+        candidate, counter = base, self.counters.get(base, 0)
         while candidate in self.taken:
             counter += 1
             candidate = f"{base}_{counter}"
+        self.counters[base] = counter  # the next `base` starts its search here (linear, not quadratic)
         self.taken.add(candidate)
         self.names[obj] = candidate
         return candidate
@@ -98,3 +102,69 @@ def default_call_dtype(op: str, args: tuple[PrimExpr, ...]) -> DataType | None:
     if op == "address_of":
         return DataType("handle")
     return None
+
+
+# ---------------------------------------------------------------------- one fast pass over a tree
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_BINDER_FIELDS = {("For", "loop_var"), ("LetStmt", "var"), ("Let", "var"), ("IterVar", "var")}
+
+
+def _field_names(node: Any) -> tuple[str, ...]:
+    cls = type(node)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
+class TreeFacts:
+    """What the printer needs to know about a tree, gathered in one pass that visits each node once.
+
+    `free_vars` equals `refcomp.ast.free_vars(tree)` (same order); `buffers` are all buffers met,
+    in first-seen order; `declared` the buffers an alloc_buffer, match_buffer or Allocate
+    declares; `has_block` whether any Block occurs.
+    """
+
+    def __init__(self, root: Any) -> None:
+        self.free_vars: dict[Any, None] = {}
+        self.buffers: dict[Any, None] = {}
+        self.declared: set[Any] = set()
+        self.has_block = False
+        self._bound: set[Any] = set()
+        self._seen: set[int] = set()
+        self._walk(root)
+
+    def _walk(self, value: Any) -> None:
+        if isinstance(value, tuple):
+            for item in value:
+                self._walk(item)
+            return
+        if not isinstance(value, Node):
+            return
+        if isinstance(value, Var):
+            if value not in self._bound:
+                self.free_vars.setdefault(value, None)
+            return
+        if id(value) in self._seen:
+            return
+        self._seen.add(id(value))
+        kind = type(value).__name__
+        if kind == "Buffer":
+            self.buffers.setdefault(value, None)
+        elif kind == "Block":
+            self.has_block = True
+            self.declared.update(value.alloc_buffers)
+            self.declared.update(m.buffer for m in value.match_buffers)
+        elif kind == "Allocate":
+            self.declared.add(value.buffer)
+        for name in _field_names(value):
+            item = getattr(value, name)
+            if (kind, name) in _BINDER_FIELDS:
+                self._bound.add(item)
+            elif kind == "Block" and name == "iter_vars":
+                for iv in item:
+                    self._walk(iv.dom)
+                    self._bound.add(iv.var)
+            else:
+                self._walk(item)
