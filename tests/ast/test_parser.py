@@ -9,25 +9,7 @@ from refcomp.ast import (
 )
 from refcomp.ast.parser import from_source
 from refcomp.ast.printer import script
-from script_helpers import roundtrip
-
-MATMUL = '''
-from tvm.script import tir as T
-
-@T.prim_func
-def matmul(a: T.handle, b: T.handle, c: T.handle) -> None:
-    T.func_attr({"global_symbol": "matmul", "tir.noalias": True})
-    A = T.match_buffer(a, [128, 128])
-    B = T.match_buffer(b, [128, 128])
-    C = T.match_buffer(c, [128, 128])
-    for i, j, k in T.grid(128, 128, 128):
-        with T.block("update"):
-            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
-            with T.init():
-                C[vi, vj] = T.float32(0)
-            C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vj, vk]
-'''
-
+from script_helpers import MATMUL, roundtrip
 
 def blocks_of(func):
     return {b.name: b for b in collect(func.body, Block)}

@@ -3,8 +3,7 @@ from hypothesis import given, strategies as st
 
 from refcomp import ParseError
 from refcomp.ast.parser import from_source
-from test_parser import MATMUL
-from test_wellformed import GOOD
+from script_helpers import GOOD, MATMUL
 
 SOURCES = [GOOD, MATMUL, '''
 @T.prim_func

@@ -8,26 +8,7 @@ from refcomp.ast import (
     TruncDiv, TruncMod, Var, While, const, seq,
 )
 from refcomp.ast.printer import script
-from script_helpers import TRUE, func_of, roundtrip, rooted
-
-
-def matmul(n=None):
-    n = n if n is not None else SizeVar("n")
-    A, B, C = Buffer("A", (n, 16)), Buffer("B", (16, 8)), Buffer("C", (n, 8))
-    i, j, k = Var("i"), Var("j"), Var("k")
-    vi, vj, vk = Var("vi"), Var("vj"), Var("vk")
-    block = Block(
-        "C",
-        (IterVar(vi, Range.from_extent(n)), IterVar(vj, Range.from_extent(8)),
-         IterVar(vk, Range.from_extent(16), "reduce")),
-        (BufferRegion(A, (Range(vi, 1), Range(0, 16))), BufferRegion(B, (Range(0, 16), Range(vj, 1)))),
-        (BufferRegion(C, (Range(vi, 1), Range(vj, 1))),),
-        BufferStore(C, C[vi, vj] + A[vi, vk] * B[vk, vj], (vi, vj)),
-        init=BufferStore(C, FloatImm(0.0), (vi, vj)),
-    )
-    nest = For(i, 0, n, "serial", For(j, 0, 8, "serial", For(k, 0, 16, "serial",
-                                                                BlockRealize((i, j, k), TRUE, block))))
-    return func_of(rooted(nest), (A, B, C), attrs={"global_symbol": "main", "tir.noalias": True})
+from script_helpers import TRUE, func_of, matmul, roundtrip, rooted
 
 
 def test_matmul_prints_in_tvmscript_style_and_round_trips():

@@ -9,10 +9,7 @@ import pytest
 
 from refcomp.ast.parser import from_source
 from refcomp.ast.printer import script
-from script_helpers import roundtrip
-from test_parser import MATMUL
-from test_printer import matmul
-from test_wellformed import GOOD
+from script_helpers import GOOD, MATMUL, matmul, roundtrip
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
 

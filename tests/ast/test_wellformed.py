@@ -8,33 +8,7 @@ from refcomp.ast import (
 )
 from refcomp.ast.parser import from_source
 from refcomp.ast.wellformed import is_well_formed, verify_well_formed
-from script_helpers import TRUE, func_of, rooted
-
-GOOD = '''
-@T.prim_func
-def main(A: T.Buffer((n, 16), "float32"), C: T.Buffer((n,), "float32"), m: T.int32):
-    n = T.int32(is_size_var=True)
-    with T.block("root"):
-        T.reads()
-        T.writes()
-        acc = T.alloc_buffer((n,), "float32")
-        for i, k in T.grid(n, 16):
-            with T.block("acc"):
-                vi, vk = T.axis.remap("SR", [i, k])
-                T.reads(A[vi, vk])
-                T.writes(acc[vi])
-                with T.init():
-                    acc[vi] = T.float32(0)
-                acc[vi] = acc[vi] + A[vi, vk]
-        for i in range(n):
-            with T.block("out"):
-                vi = T.axis.spatial(n, i)
-                T.reads(acc[vi])
-                T.writes(C[vi])
-                x: T.float32 = acc[vi] * T.Cast("float32", m)
-                C[vi] = x
-'''
-
+from script_helpers import GOOD, TRUE, func_of, rooted
 
 def rule_error(func, rule):
     with pytest.raises(IRError) as info:
