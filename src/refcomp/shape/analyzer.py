@@ -40,16 +40,21 @@ class Analyzer:
         self._reset_caches()
 
     # ---------------------------------------------------------------- facts
-    def bind(self, var: Var, value: "Range | tuple | PrimExpr | int", allow_override: bool = False) -> None:
-        """Declare var's range: a Range, a (min, extent) pair, or one exact value."""
+    def bind(self, var: Var, value: "Range | tuple | PrimExpr | int", allow_override: bool = True) -> None:
+        """Declare var's range: a Range, a (min, extent) pair, or one exact value.
+
+        A second bind of the same var replaces the first; with allow_override=False it is an
+        error unless the range is the same object (TVM's strict mode).
+        """
         if isinstance(value, tuple):
             value = Range(convert(value[0]), convert(value[1]))
         elif not isinstance(value, Range):
             value = Range(convert(value), IntImm(1, var.dtype if var.dtype.is_integer else "int32"))
-        if var in self.ranges and not allow_override:
-            old = self.ranges[var]
-            if old is value:
-                return
+        old = self.ranges.get(var)
+        if old is value:
+            return
+        if old is not None and not allow_override:
+            raise ValueError(f"Analyzer.bind: {var.name} is already bound; pass allow_override=True to rebind")
         self.ranges[var] = value
         self._reset_caches()
 
