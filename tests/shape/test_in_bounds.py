@@ -199,3 +199,14 @@ def test_a_fact_about_a_buffer_is_dropped_where_the_buffer_is_written():
     verify_in_bounds(_checked_then_overwritten(overwrite=False))
     with pytest.raises(ShapeError, match=r"store to A\[idx\[0\]\]"):
         verify_in_bounds(_checked_then_overwritten(overwrite=True))
+
+
+def test_two_dim_message_names_the_column():
+    n, m = te.size_var("n"), te.size_var("m")
+    A = te.placeholder((n, m), "float32", "A")
+    B = te.compute((n, m), lambda i, j: A[i, j + 1], name="B")
+    with pytest.raises(ShapeError) as info:
+        verify_in_bounds(te.create_prim_func([A, B]))
+    cex = info.value.counterexample
+    assert "dim 1 of A (shape (n, m))" in info.value.message
+    assert f"reads column {cex['v_j'] + 1} of {cex['m']}" in info.value.message

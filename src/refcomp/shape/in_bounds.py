@@ -216,9 +216,8 @@ def _witness(ob: Obligation) -> str:
     if ob.kind == "binding":
         return f"{values}: {render(ob.index)} is {index}, outside [{lower}, {lower + extent})"
     verb = "writes" if ob.kind == "store" else "reads"
-    word = _ORDINAL.get(ob.dim, f"index along dim {ob.dim}") if len(ob.buffer.shape) > 1 or ob.dim == 0 else "index"
-    if len(ob.buffer.shape) == 1:
-        word = "row"
+    # rows and columns for 1-d and 2-d buffers, dims by number beyond
+    word = _ORDINAL[ob.dim] if len(ob.buffer.shape) <= 2 else f"index along dim {ob.dim}"
     return f"{values}: {ob.access_text()} {verb} {word} {index} of {extent}"
 
 
