@@ -277,3 +277,14 @@ def test_unsplittable_wide_vector_compiles_with_werror():
     want[1:] = np.exp(a[:16])
     lib(a)
     np.testing.assert_allclose(a, want, rtol=1e-6)
+
+
+def test_vector_element_buffers_are_rejected():
+    from refcomp.ast import Allocate
+    n = SizeVar("n", "int32")
+    A = Buffer("A", (n,), "float32")
+    V = Buffer("V", (4,), "float32x4")
+    i = Var("i", "int32")
+    body = Allocate(V, For(i, 0, n, "serial", BufferStore(A, A[i], (i,))))
+    with pytest.raises(refcomp.BuildError, match="scalar elements only"):
+        emit(PrimFunc((A,), body, "vecbuf"), NATIVE)

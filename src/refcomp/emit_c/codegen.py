@@ -134,6 +134,11 @@ class _Emitter(ExprEmitter):
         symbol = f"refcomp_{symbol_suffix(func.name)}"
         self.names.reserve(symbol)
         params: list[CParam] = []
+        for buffer in list(func.buffers) + [a.buffer for a in collect(func.body, S.Allocate)]:
+            if buffer.dtype.lanes != 1 or buffer.dtype.name == "handle":
+                raise BuildError(f"build: buffer {buffer.name!r} has element type {buffer.dtype}; the C "
+                                 "backend stores scalar elements only (use vector loads of a scalar buffer)",
+                                 ir=func, spot=buffer)
         for p in func.params:
             if isinstance(p, Buffer):
                 name = self.names.name_of(p, p.name)
