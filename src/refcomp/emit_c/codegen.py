@@ -340,7 +340,13 @@ class _Emitter(ExprEmitter):
             self.stmt(s.body)
         else:
             size = " * ".join(f"(size_t)({self.index(d)})" for d in buffer.shape) or "1"
-            self.line(f"{st}* {name} = ({st}*)malloc(sizeof({st}) * ({size}) + 1);")
+            if self.options.vectors:
+                # C11 aligned_alloc needs a size that is a multiple of the alignment.
+                align = max(buffer.align, 64)
+                self.line(f"{st}* {name} = ({st}*)aligned_alloc({align}, "
+                          f"(sizeof({st}) * ({size}) + {align}) / {align} * {align});")
+            else:
+                self.line(f"{st}* {name} = ({st}*)malloc(sizeof({st}) * ({size}) + 1);")
             self.line(f"if ({name} == NULL) {{")
             self.depth += 1
             self.fail(OUT_OF_MEMORY)
