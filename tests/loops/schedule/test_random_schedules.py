@@ -22,7 +22,17 @@ PROGRAMS = {
     "matmul_relu": lambda: P.matmul_relu(8, 6, 12),
     "conv1d": lambda: P.conv1d(10, 3),
     "conv2d": lambda: P.conv2d(4, 2, 3, 3),
+    "row_max_offset": lambda: _row_max_offset(5, 7),
 }
+
+
+def _row_max_offset(n, m):
+    """B[i] = max(1.5, max_j A[i, j]) (an init that is not the identity), then C = B * 2."""
+    from refcomp.ast import Buffer, max_
+
+    A, B, C = Buffer("A", (n, m)), Buffer("B", (n,)), Buffer("C", (n,))
+    return P.func([A, C], [P.stage("B", B, (n,), lambda i, r: A[i, r], reduce=(m,), init=1.5, combine=max_),
+                           P.stage("C", C, (n,), lambda i: B[i] * 2.0)], allocs=[B])
 
 ACTIONS = ["split", "fuse", "reorder", "parallel", "vectorize", "unroll", "compute_at", "reverse_compute_at",
            "compute_inline", "reverse_compute_inline", "cache_read", "cache_write", "decompose_reduction",
@@ -49,7 +59,7 @@ def _step(sch, data):
         loop = pick_loop(loops)
         if loop is None:
             return action
-        factor = data.draw(st.integers(1, 9), label="factor")
+        factor = data.draw(st.integers(1, 16), label="factor")
         factors = data.draw(st.sampled_from([[None, factor], [factor, None], [2, None, factor]]), label="factors")
         sch.split(loop, factors)
     elif action == "sample_tile_split":

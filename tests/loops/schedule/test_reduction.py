@@ -158,3 +158,24 @@ def test_rfactor_of_the_whole_reduction_loop(rng):
     assert sch.get(rf).init is None  # one term per partial: a plain copy
     check_numbers(before, sch.func, rng, lambda a, b: {1: a.sum(axis=1)})
     check_replay(sch, before)
+
+
+@pytest.mark.parametrize("factor, which", [(8, 1), (3, 1), (3, 0), (2, 0)])
+def test_rfactor_of_an_imperfect_split(factor, which, rng):
+    before = P.row_sum(3, 5)
+    sch = Schedule(before)
+    _, k = sch.get_loops(sch.get_block("B"))
+    pieces = sch.split(k, [None, factor])
+    sch.rfactor(pieces[which], 0)
+    check_numbers(before, sch.func, rng, lambda a, b: {1: a.sum(axis=1)})
+    check_replay(sch, before)
+
+
+def test_rfactor_keeps_a_non_identity_init(rng):
+    A, B = Buffer("A", (3, 8)), Buffer("B", (3,))
+    before = P.func([A, B], [P.stage("B", B, (3,), lambda i, r: A[i, r], reduce=(8,), init=5.0)])
+    sch = Schedule(before)
+    _, k = sch.get_loops(sch.get_block("B"))
+    _, inner = sch.split(k, [None, 4])
+    sch.rfactor(inner, 0)
+    check_numbers(before, sch.func, rng, lambda a, b: {1: a.sum(axis=1) + 5})

@@ -88,7 +88,7 @@ _COMBINERS = (Add, Mul, Max, Min)
 
 
 def _reducer(func: PrimFunc, block: Block):
-    """(combine class, output store, the other operand, identity) of a reduction update."""
+    """(combine class, output store, the other operand, init value) of a reduction update."""
     body, init = block.body, block.init
     if not isinstance(body, BufferStore) or not isinstance(init, BufferStore) or init.buffer is not body.buffer:
         raise ScheduleError(f"rfactor: block {block.name} must be one store with an init store to the same buffer",
@@ -149,7 +149,8 @@ def rfactor(func: PrimFunc, loop: For, factor_axis: int) -> tuple[PrimFunc, Bloc
     if len([s for s in walk(outermost) if isinstance(s, BlockRealize)]) != 1:
         raise ScheduleError(f"rfactor: block {block.name} must be the only block of its loop nest", ir=func,
                             spot=outermost)
-    combine, store, operand, identity = _reducer(func, block)
+    combine, store, operand, init_value = _reducer(func, block)
+    identity = _identity(combine, store.buffer.dtype)
     out = store.buffer
     ndim = out.ndim
     if isinstance(factor_axis, bool) or not isinstance(factor_axis, int) or not -(ndim + 1) <= factor_axis <= ndim:
@@ -170,8 +171,26 @@ def rfactor(func: PrimFunc, loop: For, factor_axis: int) -> tuple[PrimFunc, Bloc
     reduce_map = {iv.var: substitute(v, to_iters) for iv, v in zip(block.iter_vars, realize.iter_values)
                   if iv.kind == "reduce"}
     rf_var = loop_iter[loop.loop_var].var
+    # A predicate on reduce loops (an imperfect split) moves into the value: every partial must
+    # still be initialised, and the init only runs where the block runs.
+    keep, move = [], []
+    reduce_loop_vars = {l.loop_var for l in reduce_loops}
+    spatial_loop_vars = {l.loop_var for l in loops} - reduce_loop_vars
+    for conjunct in _conjuncts(realize.predicate):
+        used = set(free_vars(conjunct))
+        if not used & reduce_loop_vars:
+            keep.append(conjunct)
+        elif used & spatial_loop_vars:
+            raise ScheduleError(f"rfactor: the predicate of block {block.name} mixes spatial and reduce loops",
+                                ir=func, spot=realize)
+        else:
+            move.append(substitute(conjunct, to_iters))
     rf_index = store.indices[:axis] + (rf_var,) + store.indices[axis:]
     rf_operand = substitute(operand, reduce_map)
+    if move:
+        from ...ast import Call, all_
+
+        rf_operand = Call("if_then_else", (all_(*move), rf_operand, identity), rf_operand.dtype)
     rf_point = BufferRegion(rf_buffer, tuple(Range(i, 1) for i in rf_index))
     if len(reduce_loops) > 1:
         rf_body = BufferStore(rf_buffer, combine(rf_buffer.vload(rf_index), rf_operand), rf_index)
@@ -186,7 +205,8 @@ def rfactor(func: PrimFunc, loop: For, factor_axis: int) -> tuple[PrimFunc, Bloc
                                    for r in block.reads if r.buffer is not out)
     rf_name = fresh_block_name(func.body, f"{block.name}_rf")
     rf_block = Block(rf_name, rf_iter_vars, rf_reads, (rf_point,), rf_body, init=rf_init)
-    rf_realize = BlockRealize(rf_values, realize.predicate, rf_block)
+    rf_predicate = all_conjuncts(keep)
+    rf_realize = BlockRealize(rf_values, rf_predicate, rf_block)
 
     # The write-back block: the spatial iters plus the rf axis as a reduce iter.
     wb_spatial = [IterVar(Var(iv.var.name, iv.var.dtype), iv.dom, "spatial") for iv, _ in spatial_ivs]
@@ -195,7 +215,7 @@ def rfactor(func: PrimFunc, loop: For, factor_axis: int) -> tuple[PrimFunc, Bloc
     wb_out_index = tuple(substitute(i, wb_map) for i in store.indices)
     wb_rf_index = wb_out_index[:axis] + (wb_rf.var,) + wb_out_index[axis:]
     wb_body = BufferStore(out, combine(out.vload(wb_out_index), rf_buffer.vload(wb_rf_index)), wb_out_index)
-    wb_init = BufferStore(out, identity, wb_out_index)
+    wb_init = BufferStore(out, init_value, wb_out_index)
     wb_out_point = BufferRegion(out, tuple(Range(i, 1) for i in wb_out_index))
     wb_block = Block(block.name, tuple(wb_spatial) + (wb_rf,),
                      (wb_out_point, BufferRegion(rf_buffer, tuple(Range(i, 1) for i in wb_rf_index))),
@@ -227,3 +247,30 @@ def _true() -> PrimExpr:
     from ...ast.stmt import true
 
     return true()
+
+
+def _identity(combine, dtype) -> PrimExpr:
+    """The value x with combine(x, y) == y for every y."""
+    if combine is Add:
+        return const(0, dtype)
+    if combine is Mul:
+        return const(1, dtype)
+    if combine is Max:
+        return const(dtype.min_value(), dtype)
+    return const(dtype.max_value(), dtype)
+
+
+def _conjuncts(expr: PrimExpr) -> list[PrimExpr]:
+    from ...ast import And, IntImm
+
+    if isinstance(expr, And):
+        return _conjuncts(expr.a) + _conjuncts(expr.b)
+    if isinstance(expr, IntImm) and expr.value == 1:
+        return []
+    return [expr]
+
+
+def all_conjuncts(parts: list[PrimExpr]) -> PrimExpr:
+    from ...ast import all_
+
+    return all_(*parts) if parts else _true()
