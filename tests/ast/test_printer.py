@@ -318,3 +318,15 @@ def test_mark_on_a_node_not_written_points_at_its_statement():
     unused = Var("u")
     g = func_of(For(unused, 0, 4, "serial", BufferStore(A, 1, (0,))), (A,))
     assert "-->     for u in range(4):" in script(g, mark=unused)
+
+
+def test_handle_params_extern_calls_and_addresses_round_trip():
+    from refcomp.ast import BufferLoad
+
+    A = Buffer("A", (16,), "float32")
+    ctx = Var("ctx", "handle")
+    call = Call("call_extern", (StringImm("micro_kernel"), Call("address_of", (BufferLoad(A, (const(4),)),), "handle"),
+                                ctx, const(12)), "int32")
+    text = roundtrip(func_of(Evaluate(call), (A, ctx)))
+    assert "def main(A: T.Buffer((16,), \"float32\"), ctx: T.handle):" in text
+    assert 'T.evaluate(T.call_extern("int32", "micro_kernel", T.address_of(A[4]), ctx, 12))' in text

@@ -88,8 +88,9 @@ class FunctionReader(BlockReader):
             else:
                 rest.append(stmt)
         for index, param in enumerate(params):
-            if isinstance(param, _Handle):
+            if isinstance(param, _Handle):  # no T.match_buffer describes it: a plain handle
                 params[index] = E.Var(param.name, "handle")
+                self.scope.define(param.name, params[index])
         func_body = self.body(rest, node)
         implicit_root = self.options.get("implicit_root", True)
         if implicit_root and (root_allocs or (self.saw_block and not is_root_realize(func_body))):
