@@ -11,8 +11,8 @@ and each index `offset - lo`.  Buffers whose accesses don't have that form are l
 from __future__ import annotations
 
 from ..ast import (
-    Allocate, Buffer, BufferLoad, BufferStore, For, IntImm, LetStmt, Mutator, PrimExpr, PrimFunc,
-    SeqStmt, Stmt, Var, collect, free_vars,
+    LT, Allocate, Buffer, BufferLoad, BufferStore, For, IfThenElse, IntImm, LetStmt, Mutator, PrimExpr,
+    PrimFunc, SeqStmt, Stmt, Var, collect, free_vars,
 )
 from ..ast.expr import as_int
 from ..ast.structural import structural_equal
@@ -45,12 +45,39 @@ class _Compactor(Mutator):
         self.inner = set(inner)  # vars that vary inside one block
         self.threads = threads  # fixed for one thread: part of the base of a per-thread buffer
         self.placed: set[Buffer] = set()  # allocations already moved to their final place
+        self.access_ranges: dict[int, dict] = {}  # id(access) -> the ranges in force where it stands
 
     def visit_For(self, loop: For) -> Stmt:
         low, extent = as_int(loop.min), as_int(loop.extent)
         self.inner.add(loop.loop_var)
         self.ranges[loop.loop_var] = (low, extent)
         return self.generic_visit(loop)
+
+    def visit_BufferLoad(self, load: BufferLoad) -> PrimExpr:
+        self.access_ranges[id(load)] = dict(self.ranges)
+        return self.generic_visit(load)
+
+    def visit_BufferStore(self, store: BufferStore) -> Stmt:
+        self.access_ranges[id(store)] = dict(self.ranges)
+        return self.generic_visit(store)
+
+    def visit_IfThenElse(self, stmt: IfThenElse) -> Stmt:
+        """Inside `if v < c` (v a loop or thread var), v's range ends at c: tiles loaded by a subset
+        of the threads are not sized by the whole block."""
+        narrowed = []
+        condition = stmt.condition
+        if stmt.else_case is None and isinstance(condition, LT) and isinstance(condition.a, Var) \
+                and as_int(condition.b) is not None and condition.a in self.ranges:
+            var, bound = condition.a, as_int(condition.b)
+            low, extent = self.ranges[var]
+            if low is not None and extent is not None and bound - low < extent:
+                narrowed.append((var, self.ranges[var]))
+                self.ranges[var] = (low, max(bound - low, 0))
+        try:
+            return self.generic_visit(stmt)
+        finally:
+            for var, old in narrowed:
+                self.ranges[var] = old
 
     def visit_LetStmt(self, stmt: LetStmt) -> Stmt:
         if any(v in self.inner for v in free_vars(stmt.value)) or collect(stmt.value, BufferLoad):
@@ -113,7 +140,7 @@ class _Compactor(Mutator):
             index = access.indices[dim]
             if index.dtype.lanes != 1:
                 return None
-            split = self.split(index)
+            split = self.split(index, self.access_ranges.get(id(access), self.ranges))
             if split is None:
                 return None
             base, offset_bounds = split
@@ -128,7 +155,7 @@ class _Compactor(Mutator):
             return None
         return base_expr, low, high - low + 1
 
-    def split(self, index: PrimExpr) -> tuple[PrimExpr, tuple[int, int]] | None:
+    def split(self, index: PrimExpr, ranges: dict) -> tuple[PrimExpr, tuple[int, int]] | None:
         form = linear_form(index)
         base_terms = []
         lo = hi = form.constant
@@ -137,7 +164,7 @@ class _Compactor(Mutator):
             if not any(v in self.inner for v in variables):
                 base_terms.append((atom, coefficient))
                 continue
-            bounds = self.atom_bounds(atom)
+            bounds = self.atom_bounds(atom, ranges)
             if bounds is None:
                 return None
             a, b = bounds[0] * coefficient, bounds[1] * coefficient
@@ -146,12 +173,12 @@ class _Compactor(Mutator):
         base = _sum(base_terms, index.dtype)
         return base, (lo, hi)
 
-    def atom_bounds(self, atom: PrimExpr) -> tuple[int, int] | None:
+    def atom_bounds(self, atom: PrimExpr, ranges: dict) -> tuple[int, int] | None:
         from ..shape import Analyzer
 
         analyzer = Analyzer()
         for var in free_vars(atom):
-            low, extent = self.ranges.get(var, (None, None))
+            low, extent = ranges.get(var, (None, None))
             if var in self.inner:
                 if low is None or extent is None or extent <= 0:
                     return None

@@ -123,8 +123,14 @@ def schedule_matmul(sch: Schedule, block: str | BlockRV = "C", tile=(32, 32, 8),
     for operand in (0, 1):
         tile_block = sch.cache_read(rv, operand, "shared")
         sch.compute_at(tile_block, ko)
-        fused = sch.fuse(*sch.get_loops(tile_block)[-2:])
-        _, load_y, load_x = sch.split(fused, factors=[None, threads_y, threads_x])
+        # Rows of the tile over threadIdx.y, columns over threadIdx.x (no fused index, so each
+        # thread's element is an affine function of its indices).
+        tile_row, tile_col = sch.get_loops(tile_block)[-2:]
+        rows, cols = (block_m, depth) if operand == 0 else (depth, block_n)
+        _, load_y = sch.split(tile_row, factors=[None, min(threads_y, rows)])
+        _, load_x = sch.split(tile_col, factors=[None, min(threads_x, cols)])
+        row_outer = sch.get_loops(tile_block)[-4]
+        sch.reorder(row_outer, sch.get_loops(tile_block)[-2], load_y, load_x)
         sch.bind(load_y, "threadIdx.y")
         sch.bind(load_x, "threadIdx.x")
 
