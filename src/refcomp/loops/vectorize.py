@@ -27,12 +27,13 @@ from __future__ import annotations
 import logging
 
 from ..ast import (
-    And, BufferLoad, Cast, For, IfThenElse, IntImm, Max, Mutator, PrimExpr, PrimFunc, Stmt, Var,
+    And, BufferLoad, Cast, For, IfThenElse, IntImm, LetStmt, Max, Mutator, PrimExpr, PrimFunc, Stmt, Var,
     collect, post_order_visit, seq, substitute,
 )
 from ..ast.expr import as_int
 from .passes.fold import simplify_expr
 from .passes.lane_dependence import lanes_independent
+from .passes.simplify import reads_memory
 from .passes.lane_conditions import assume_true, hoistable_conditions
 from .passes.vector_expr import CannotVectorize, LaneVectorizer, every_lane_condition
 
@@ -79,6 +80,12 @@ class _LoopVectorizer(Mutator):
             return loop.with_(kind="serial")
 
     def _vectorize(self, loop: For) -> Stmt:
+        if reads_memory(loop.min) or reads_memory(loop.extent):
+            # bounds read from memory are evaluated once, as the loop did, before the copies use them
+            start, count = Var(loop.loop_var.name + "_min", loop.min.dtype), Var(loop.loop_var.name + "_extent",
+                                                                                   loop.extent.dtype)
+            inner = self._vectorize(loop.with_(min=start, extent=count))
+            return LetStmt(start, loop.min, LetStmt(count, loop.extent, inner))
         widest = _widest_element_bytes(loop.body)
         max_lanes = _power_of_two_at_most(max(2, self.vector_bytes // widest))
         count = as_int(loop.extent)

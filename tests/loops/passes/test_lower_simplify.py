@@ -93,3 +93,17 @@ def test_guard_repeated_inside_the_same_guard_is_removed():
     (guard,) = collect(result, IfThenElse)  # the inner repeats are decided by the outer test
     assert isinstance(guard.then_case, BufferStore) and guard.else_case is None
     check_same_results(func, result, sizes={"n": 5})
+
+
+def test_unit_loop_starting_at_a_load_reads_it_once():
+    N, A = Buffer("N", (1,), "int32"), Buffer("A", (8,))
+    i = Var("i")
+    body = seq(BufferStore(N, const(7), (IntImm(0, "int32"),)), BufferStore(A, const(1.0), (i,)))
+    func = PrimFunc((N, A), For(i, N[0], 1, "serial", body))
+    result = simplify(func)
+    assert not collect(result, For)
+    import numpy as np
+    from numerics import interpreter
+    n, a = np.array([2], "int32"), np.zeros(8, "float32")
+    interpreter()(result, n, a)
+    assert a[2] == 1.0 and a.sum() == 1.0

@@ -3,7 +3,7 @@ import pytest
 
 from refcomp import te
 from refcomp.ast import (
-    Broadcast, Buffer, BufferLoad, BufferStore, Call, Cast, Evaluate, For, IfThenElse, IntImm, PrimFunc,
+    Broadcast, Buffer, BufferLoad, BufferStore, Call, Cast, Evaluate, For, IfThenElse, IntImm, LetStmt, PrimFunc,
     Ramp, Select, StringImm, Var, assert_structural_equal, collect, const, seq,
 )
 from refcomp.loops.passes.flatten_buffers import flatten_buffers
@@ -262,3 +262,23 @@ def test_outer_loop_vectorises_when_inner_loops_stay_within_a_lane():
     assert store.value.dtype.lanes == 8 and store.indices[0].stride.value == 10
     assert [loop.loop_var.name for loop in collect(result, For)] == ["j"]
     check_same_results(func, result)
+
+
+def test_loop_bounds_read_from_memory_are_read_once():
+    N = Buffer("N", (64,), "int32")
+    i = Var("i")
+    # for i in [N[40], N[40] + N[41]): N[i] += 1 -- the vector part changes N[40] and N[41],
+    # so the tail after it must not compute its start from them again
+    func = PrimFunc((N,), For(i, N[40], N[41], "vectorized", BufferStore(N, N[i] + 1, (i,))))
+    result = vectorize(func)
+    assert vector_lanes(result) and isinstance(result.body, LetStmt)
+    import numpy as np
+    from numerics import interpreter
+    for version in (func, result):
+        n = np.zeros(64, "int32")
+        n[40], n[41] = 30, 20
+        interpreter()(version, n)
+        expected = np.zeros(64, "int32")
+        expected[40], expected[41] = 30, 20
+        expected[30:50] += 1
+        np.testing.assert_array_equal(n, expected)

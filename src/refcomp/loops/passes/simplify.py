@@ -17,9 +17,10 @@ Loop kinds, thread bindings, annotations, buffer scopes and Allocate are kept as
 from __future__ import annotations
 
 from ...ast import (
-    Allocate, AssertStmt, Block, BlockRealize, Call, Evaluate, For, IfThenElse, IntImm, LetStmt,
-    Mutator, Not, PrimExpr, PrimFunc, SeqStmt, Stmt, While, substitute,
+    Allocate, AssertStmt, Block, BlockRealize, BufferLoad, Call, Evaluate, For, IfThenElse, IntImm, LetStmt,
+    Mutator, Not, PrimExpr, PrimFunc, SeqStmt, Stmt, While, collect, substitute,
 )
+from ...ast.functor import is_pure
 from ...ast.expr import as_int
 from .bounds import Bounds
 from .fold import ExprSimplifier, is_false, is_true
@@ -30,6 +31,11 @@ def simplify(func: PrimFunc, use_analyzer: bool = True) -> PrimFunc:
     """func simplified (see the module docstring); use_analyzer=False uses the built-in folder only."""
     body = _StmtSimplifier(use_analyzer).visit(func.body)
     return func.with_(body=body)
+
+
+def reads_memory(expr: PrimExpr) -> bool:
+    """expr loads from a buffer or calls something with effects (its value may change over time)."""
+    return bool(collect(expr, BufferLoad)) or not is_pure(expr)
 
 
 def noop() -> Stmt:
@@ -74,6 +80,8 @@ class _StmtSimplifier(Mutator):
         if count is not None and count <= 0:
             return noop()
         if count == 1 and loop.kind != "thread_binding" and not loop.annotations:
+            if reads_memory(minimum):  # evaluate it once, where the loop did
+                return self.visit(LetStmt(loop.loop_var, minimum, loop.body))
             return self.visit(substitute(loop.body, {loop.loop_var: minimum}))
         with self.bounds.bind_loop(loop.loop_var, minimum, extent), self._scoped(loop.loop_var, minimum, extent):
             body = self.visit(loop.body)
