@@ -34,7 +34,7 @@ class Problem:
     block: str | None = None
     spot: str = ""
     counterexample: dict[str, int] | None = None
-    kind: str = "out_of_bounds"  # out_of_bounds | binding | unknown | error | unchecked
+    kind: str = "out_of_bounds"  # out_of_bounds | binding | unknown | error | shape | runtime_check | unchecked
     rendered: str = ""  # the IR lines around the spot, marked
 
     def as_dict(self) -> dict[str, Any]:
@@ -77,7 +77,7 @@ class Report:
         for name, counts in self.functions.items():
             problems = [p for p in self.problems if p.function == name]
             if not problems:
-                lines.append(f"  ok    {name}: all {counts['total']} access obligations proved")
+                lines.append(f"  ok    {name}: all {counts['total']} obligations proved")
                 continue
             lines.append(f"  FAIL  {name}: {counts['total'] - counts['proved']} of {counts['total']} not proved")
             for problem in problems:
@@ -101,8 +101,14 @@ def check(target: "PrimFunc | IRModule | Iterable", *, name: str | None = None,
     """
     report = Report()
     if isinstance(target, IRModule):
+        graph_functions = []
         for fname, item in target:
-            report.merge(check(item, name=fname, timeout_ms=timeout_ms, overflow=overflow))
+            if isinstance(item, PrimFunc):
+                report.merge(check(item, name=fname, timeout_ms=timeout_ms, overflow=overflow))
+            else:
+                graph_functions.append(fname)
+        if graph_functions:
+            report.merge(_check_graph(target, graph_functions))
         return report
     if isinstance(target, PrimFunc):
         return _check_func(target, name or target.name, timeout_ms, overflow)
@@ -114,6 +120,61 @@ def check(target: "PrimFunc | IRModule | Iterable", *, name: str | None = None,
         return report
     for item in target:
         report.merge(check(item, timeout_ms=timeout_ms, overflow=overflow))
+    return report
+
+
+# Checkers for graph-level modules: fn(module) -> object with .proved, .undecided, .runtime_checks
+# (lists of str), raising ShapeError for a refuted relation.  The graph layer sits above this
+# package, so it is found by name when a module holds graph functions, or registered explicitly.
+GRAPH_CHECKERS: list[Any] = []
+_GRAPH_CHECKER_NAME = ("refcomp.graph.check", "check_module")
+
+
+def register_graph_checker(checker: Any) -> None:
+    """Use checker for the graph functions of modules given to check()."""
+    if checker not in GRAPH_CHECKERS:
+        GRAPH_CHECKERS.append(checker)
+
+
+def _graph_checkers() -> list[Any]:
+    if GRAPH_CHECKERS:
+        return GRAPH_CHECKERS
+    import importlib
+
+    module_name, attribute = _GRAPH_CHECKER_NAME
+    try:
+        found = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError):
+        return []
+    return [found]
+
+
+def _check_graph(module: IRModule, names: list[str]) -> Report:
+    """The graph functions' call_tir relations, via the graph layer's checker."""
+    report = Report()
+    label = ", ".join(names)
+    checkers = _graph_checkers()
+    if not checkers:
+        report.functions[label] = {"proved": 0, "total": 0}
+        report.problems.append(Problem(f"{label}: graph-level functions, and no graph checker is available",
+                                       label, kind="unchecked"))
+        return report
+    proved = total = 0
+    for checker in checkers:
+        try:
+            found = checker(module)
+        except RefcompError as exc:
+            report.problems.append(Problem(exc.message, label, counterexample=exc.counterexample,
+                                           kind="shape", rendered=_marked(exc.ir, exc.spot)))
+            total += 1
+            continue
+        proved += len(found.proved)
+        total += len(found.proved) + len(found.undecided) + len(found.runtime_checks)
+        report.proved += [f"{label}: {text}" for text in found.proved]
+        report.problems += [Problem(f"not proved: {text}", label, kind="unknown") for text in found.undecided]
+        report.problems += [Problem(f"left to a run-time check: {text}", label, kind="runtime_check")
+                            for text in found.runtime_checks]
+    report.functions[label] = {"proved": proved, "total": total}
     return report
 
 
