@@ -238,6 +238,8 @@ def test_random_prim_funcs_round_trip(data):
     if data.draw(st.booleans()):
         body = rooted(body, [Buffer("cache", (builder.n,), "float32", scope="shared")] if data.draw(st.booleans()) else [])
     scalars = [builder.var("int32")] if data.draw(st.booleans()) else []
+    scalars += data.draw(st.lists(st.sampled_from([Var("h", "handle"), Var("f", "float32"), SizeVar("s", "int64")]),
+                                  max_size=2, unique=True))
     func = func_of(body, builder.params + scalars, attrs={"global_symbol": "main"} if data.draw(st.booleans()) else None)
     roundtrip(func)
     # every node inside can be pointed at: the mark lands on it or on its nearest printed ancestor
