@@ -8,6 +8,8 @@ an ArgumentError naming the parameter.  The function is compiled once into Pytho
 per PrimFunc, see interpreter_codegen) and each call copies the arrays into flat Python lists,
 runs, and writes the buffers the function stores to back into the arrays (also when it fails
 part way, as compiled code would have).  bfloat16 buffers take uint16 arrays of bit patterns.
+Long innermost loops whose iterations are independent run as numpy array operations where that
+is exact bit for bit (interpreter_vector); `scalar_only()` switches that off.
 
 Semantics (the rules spec/ir.md states):
 * Blocks: a BlockRealize runs its block when the predicate holds, with the iter vars bound to
@@ -25,6 +27,7 @@ Semantics (the rules spec/ir.md states):
 """
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from typing import Any
 
@@ -39,23 +42,43 @@ from ..errors import ArgumentError, InternalError, RefcompError
 from . import interpreter_values as values
 from .interpreter_codegen import Compiler, Kernel
 
-__all__ = ["interpret", "compile_kernel", "python_source"]
+__all__ = ["interpret", "compile_kernel", "python_source", "scalar_only"]
 
-_CACHE: "OrderedDict[int, tuple[PrimFunc, Kernel]]" = OrderedDict()
+_CACHE: "OrderedDict[tuple[int, bool], tuple[PrimFunc, Kernel]]" = OrderedDict()
 _CACHE_SIZE = 256
 
 
-def compile_kernel(func: PrimFunc) -> Kernel:
+# The numpy fast path for independent innermost loops (interpreter_vector); results are the same
+# bit for bit either way, so this only trades speed (tests switch it off to compare both paths).
+VECTORIZE = os.environ.get("REFCOMP_INTERPRETER_VECTORIZE", "1") != "0"
+
+
+def compile_kernel(func: PrimFunc, vectorize: bool | None = None) -> Kernel:
     """The interpreter's compiled form of func (cached; the cache holds func so ids stay valid)."""
-    hit = _CACHE.get(id(func))
+    vectorize = VECTORIZE if vectorize is None else vectorize
+    key = (id(func), vectorize)
+    hit = _CACHE.get(key)
     if hit is not None and hit[0] is func:
-        _CACHE.move_to_end(id(func))
+        _CACHE.move_to_end(key)
         return hit[1]
-    kernel = Compiler(func).compile()
-    _CACHE[id(func)] = (func, kernel)
+    kernel = Compiler(func, vectorize=vectorize).compile()
+    _CACHE[key] = (func, kernel)
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
     return kernel
+
+
+_VECTORIZE_OVERRIDE: list[bool] = []
+
+
+class scalar_only:
+    """Context manager: interpret without the numpy fast path (to compare both paths)."""
+
+    def __enter__(self) -> None:
+        _VECTORIZE_OVERRIDE.append(False)
+
+    def __exit__(self, *exc: Any) -> None:
+        _VECTORIZE_OVERRIDE.pop()
 
 
 def python_source(func: PrimFunc) -> str:
@@ -66,7 +89,7 @@ def python_source(func: PrimFunc) -> str:
 def interpret(func: "PrimFunc | IRModule", *args: Any, **scalars: Any) -> None:
     """Run func on numpy arrays in place (see the module docstring for the exact semantics)."""
     func = _as_prim_func(func)
-    kernel = compile_kernel(func)
+    kernel = compile_kernel(func, _VECTORIZE_OVERRIDE[-1] if _VECTORIZE_OVERRIDE else None)
     buffers, scalar_values, outputs = _bind(func, kernel, args, scalars)
     try:
         kernel.run(buffers, scalar_values)

@@ -21,9 +21,10 @@ from ..ast import (
 )
 from ..ast.dtype import DataType
 from ..ast.expr import Add, Div, Mul, Sub
-from ..errors import IRError, RuntimeFailure
+from ..errors import InternalError, IRError, RuntimeFailure
 from . import interpreter_values as values
 from .interpreter_expr import ExprCodegen, _BufInfo, _Range, _reinterpret
+from .interpreter_vector import MIN_EXTENT, plan_loop
 
 # A loop nest deeper than this is continued in a nested Python function (CPython allows 20
 # statically nested blocks per function).
@@ -54,8 +55,10 @@ def garbage(t: DataType) -> Any:
 class Compiler(ExprCodegen):
     """Turns one PrimFunc into Python source and compiles it."""
 
-    def __init__(self, func: PrimFunc) -> None:
+    def __init__(self, func: PrimFunc, vectorize: bool = True) -> None:
         self.func = func
+        self.vectorize = vectorize  # use the numpy fast path for qualifying innermost loops
+        self.fast_args = ""
         self.lines: list[str] = []
         self.names: dict[Var, Any] = {}  # Var -> identifier (or list of lane identifiers)
         self.bufs: dict[Buffer, _BufInfo] = {}
@@ -120,9 +123,12 @@ class Compiler(ExprCodegen):
         namespace = self.namespace()
         try:
             code = compile(source, f"<refcomp interpreter: {func.name}>", "exec")
-        except (SyntaxError, RecursionError, MemoryError) as exc:
+        except (RecursionError, MemoryError) as exc:
             raise IRError(f"the interpreter cannot run {func.name}: the program nests too deeply ({exc})",
                           ir=func) from None
+        except SyntaxError as exc:
+            raise InternalError(f"interpreter generated invalid Python for {func.name}: {exc}\n{source}",
+                                ir=func) from None
         exec(code, namespace)
         written = {b for b in self.written if b in buffer_params}
         return Kernel(namespace["_kernel"], buffer_params, scalar_inputs, written, source)
@@ -301,13 +307,41 @@ class Compiler(ExprCodegen):
                 IntImm(s.min.value + s.extent.value, s.extent.dtype) if isinstance(s.extent, IntImm) else None)
             if high is not None:
                 self.ranges[s.loop_var] = _Range(s.min.value, high)
+        fast = self.fast_path(s) if self.vectorize else None
+        if fast is not None:
+            low_name, extent_name = self.fresh("lo", "_lo"), self.fresh("ext", "_ext")
+            self.emit(indent, f"{low_name} = {low}")
+            self.emit(indent, f"{extent_name} = {extent}")
+            low, extent = low_name, extent_name
         bound = extent if low == "0" else f"{low}, {low} + {extent}"
 
         def loop(at: int) -> None:
+            if fast is not None:  # numpy over all iterations when exact; else the scalar loop
+                self.emit(at, f"if not ({extent} >= {MIN_EXTENT} and {fast}({low}, {extent}, {self.fast_args}):")
+                at += 1
             self.emit(at, f"for {name} in range({bound}):")
             self.stmt(s.body, at + 1)
 
         self.nested(indent, loop)
+
+    def fast_path(self, s: For) -> str | None:
+        """The name of a numpy runner for this innermost loop (None when it does not qualify)."""
+        planned = plan_loop(s)
+        if planned is None:
+            return None
+        run, plan = planned
+        infos = [self.bufs.get(b) for b in plan.buffers]
+        if any(info is None or info.view_of is not None for info in infos):
+            return None
+        if any(v not in self.names or isinstance(self.names[v], list) for v in plan.vars):
+            return None
+        scalars = ", ".join(self.names[v] for v in plan.vars)
+        storages = ", ".join(info.data for info in infos)
+        dims = ", ".join("(" + "".join(d + ", " for d in info.dims) + ")" for info in infos)
+        self.fast_args = f"({scalars}{',' if plan.vars else ''}), ({storages},), ({dims},))"
+        key = self.fresh("vector", "_V")
+        self.consts[key] = run
+        return key
 
     def st_While(self, s: While, indent: int) -> None:
         def loop(at: int) -> None:
