@@ -184,3 +184,24 @@ def test_tensor_core_matmul_on_the_gpu(rng):
     c = np.zeros((64, 64), "float32")
     lib(a, b, c)
     np.testing.assert_allclose(c, a.astype("float32") @ b.astype("float32"), rtol=1e-3, atol=1e-2)
+
+
+class _DeviceArray:
+    """An object that looks like a CUDA array (CuPy, torch) to the argument checks."""
+
+    def __init__(self, shape, dtype="float32", pointer=0x7F0000000000):
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": np.dtype(dtype).str,
+                                         "data": (pointer, False), "version": 3, "strides": None}
+
+
+@needs_nvcc
+def test_device_arrays_are_checked_before_any_launch():
+    lib = refcomp.build(elementwise(), target="cuda")
+    if lib.device_available():
+        pytest.skip("a GPU is present: the fake pointers would be used")
+    with pytest.raises(refcomp.ArgumentError, match="expected dtype float32"):
+        lib(_DeviceArray((10,)), _DeviceArray((10,), "float64", 0x7F0000100000))
+    with pytest.raises(refcomp.ArgumentError, match="overlap in device memory"):
+        lib(_DeviceArray((10,)), _DeviceArray((10,), pointer=0x7F0000000010))
+    with pytest.raises(refcomp.RuntimeFailure, match="no CUDA device"):
+        lib(_DeviceArray((10,)), _DeviceArray((10,), pointer=0x7F0000100000))

@@ -35,10 +35,14 @@ class _DeviceArrayView:
             step *= max(dim, 1)
         self.contiguous = strides is None or tuple(strides) == tuple(reversed(compact))
 
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
     def host_proxy(self) -> np.ndarray:
-        # A zero-cost array with the same shape and dtype, so the shared checks apply unchanged.
-        return np.lib.stride_tricks.as_strided(np.empty(1, self.dtype), self.shape,
-                                               [0] * len(self.shape) if self.shape else ())
+        # A host array of the same shape and dtype, so the shared checks apply unchanged; np.empty
+        # only reserves address space, its pages are never touched.
+        return np.empty(self.shape, self.dtype)
 
 
 class CudaLibrary:
@@ -86,6 +90,12 @@ class CudaLibrary:
         views = [(_DeviceArrayView(a) if hasattr(a, "__cuda_array_interface__") else a) for a in args]
         proxies = [v.host_proxy() if isinstance(v, _DeviceArrayView) else v for v in views]
         bound = self.signature.bind(proxies, kwargs)
+        device_views = [(v, p) for v, p in zip(views, self.func.params) if isinstance(v, _DeviceArrayView)]
+        for k, (first, first_param) in enumerate(device_views):
+            for second, second_param in device_views[k + 1:]:
+                if first.pointer < second.pointer + second.nbytes and second.pointer < first.pointer + first.nbytes:
+                    raise ArgumentError(f"{first_param.name} and {second_param.name} overlap in device memory; "
+                                        "the kernel's buffers must be distinct")
         alignment = self.module.pointer_alignment
         for view, param in zip(views, self.func.params):
             if not isinstance(view, _DeviceArrayView):
