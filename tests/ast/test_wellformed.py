@@ -166,3 +166,18 @@ def test_blocks_see_outer_loops_only_through_bindings():
     i, j = Var("i"), Var("j")
     opaque = Block("op", (), (), (), For(j, 0, 4, "serial", BufferStore(A, i + j, (i, j))))
     verify_well_formed(func_of(rooted(For(i, 0, 4, "serial", BlockRealize((), TRUE, opaque))), (A,)))
+
+
+def test_one_view_may_be_matched_by_several_blocks():
+    A = Buffer("A", (16,), "float32")
+    s = Var("s")
+    view = Buffer("view", (4,), "float32", strides=(s,))
+    realizes = []
+    for name in ("t0", "t1"):
+        v = Var("v")
+        block = Block(name, (IterVar(v, Range.from_extent(4)),), (), (BufferRegion(A, (Range(v * 4, 4),)),),
+                      BufferStore(view, FloatImm(1.0), (0,)),
+                      match_buffers=(MatchBufferRegion(view, BufferRegion(A, (Range(v * 4, 4),))),))
+        i = Var("i")
+        realizes.append(For(i, 0, 4, "serial", BlockRealize((i,), TRUE, block)))
+    verify_well_formed(func_of(rooted(seq(*realizes)), (A,)))

@@ -275,7 +275,9 @@ class _Checker:
             self.region(match.source, "match_buffer")
             for var in _buffer_vars(match.buffer):
                 if var not in self.defined:
-                    self.bind(var, block)
+                    # A pattern variable of the view, not a binding: the same view (and its stride
+                    # vars) may be matched in several blocks, as repeated tensorization does.
+                    self.defined.add(var)
                     introduced.append(var)
             self.declare(match.buffer)
         for region in block.reads:
