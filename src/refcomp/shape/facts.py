@@ -56,6 +56,7 @@ class ScopeWalker:
         self.analyzer = Analyzer()
         self.block_stack: list[str] = []
         self.var_order: list[Var] = []  # variables in the order they came into scope
+        self._introduced: set[Var] = set()
         self.current_stmt: Stmt | None = None  # the statement whose own expressions are walked
         self.path_conditions: list[PrimExpr] = []  # lazy branch conditions inside that statement
         self._stored: dict[Any, set] = {}  # scope -> buffers stored to inside it
@@ -87,7 +88,8 @@ class ScopeWalker:
             self.stmt(func.body)
 
     def _introduce(self, var: Var) -> None:
-        if var not in self.var_order:
+        if var not in self._introduced:  # a set: `in` on a list would build EQ nodes
+            self._introduced.add(var)
             self.var_order.append(var)
 
     @contextlib.contextmanager

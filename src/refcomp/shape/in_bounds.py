@@ -74,8 +74,9 @@ class Obligation:
         names = {}
         for var, name in zip(model, named):
             names[var] = name
+        mentioned = _mentioned(self)
         for var in self.var_order + list(model):
-            if var in by_var and names[var] not in ordered and var in _mentioned(self):
+            if var in by_var and names[var] not in ordered and var in mentioned:
                 ordered[names[var]] = by_var[var]
         for name, value in named.items():  # values of loads the index depends on
             if "[" in name:
