@@ -139,3 +139,13 @@ def test_zero_dimensional_buffers_in_a_fast_loop():
     fast, slow = both_paths(func, a, np.array(3.0, np.float32), np.zeros(WIDE, np.float32))
     assert_same(fast, slow)
     np.testing.assert_array_equal(fast[2], a * np.float32(3))
+
+
+def test_an_array_passed_twice_keeps_scalar_order():
+    n = te.var("n")
+    A = te.placeholder((n,), "int32", "A")
+    B = te.compute((n,), lambda i: te.if_then_else(i > 0, A[te.max(i - 1, 0)], 0) + 1, name="B")
+    func = te.create_prim_func([A, B])
+    x = np.zeros(WIDE, np.int32)
+    refcomp.interpret(func, x, x)  # in place: iteration i reads what iteration i - 1 wrote
+    np.testing.assert_array_equal(x, np.arange(1, WIDE + 1))

@@ -128,6 +128,9 @@ def plan_loop(loop: For) -> "tuple[Callable, _Plan] | None":
         return True
 
     def attempt(low: int, extent: int, scalars: tuple, storages: tuple, dims: tuple) -> bool:
+        target_storage = storages[store_slot]
+        if any(other is target_storage for k, other in enumerate(storages) if k != store_slot):
+            return False  # the stored buffer shares its data with another (an array passed twice)
         lanes = np.arange(low, low + extent, dtype=np.int64)
         ctx = _Context(scalars, storages, dims, plan)
         try:
