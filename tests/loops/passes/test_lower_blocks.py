@@ -139,3 +139,24 @@ def test_loop_kinds_and_thread_bindings_are_kept():
     lowered = lower_blocks(func)
     kinds = {loop.loop_var.name: (loop.kind, loop.thread_binding) for loop in collect(lowered, For)}
     assert kinds["i"] == ("thread_binding", "blockIdx.x") and kinds["j"] == ("parallel", None)
+
+
+def test_binding_read_from_memory_is_let_bound_once():
+    # a gather-like block: v = idx[i]; the body overwrites idx[i] before using v again
+    idx, out = Buffer("idx", (4,), "int32"), Buffer("out", (8,))
+    i, v = Var("i"), Var("v")
+    body = seq(BufferStore(idx, const(7), (i,)), BufferStore(out, const(1.0), (v,)))
+    block = Block("scatter", (IterVar(v, Range(0, 8)),), (), (), body)
+    func = PrimFunc((idx, out), _grid([(i, 4)], BlockRealize((idx[i],), const(True), block)))
+    lowered = lower_blocks(func)
+    from refcomp.ast import LetStmt
+    assert isinstance(lowered.body.body, LetStmt) and lowered.body.body.var is v
+    import numpy as np
+    from numerics import interpreter
+    results = []
+    for version in (func, lowered):
+        positions, out_array = np.array([5, 0, 3, 6], "int32"), np.zeros(8, "float32")
+        interpreter()(version, positions, out_array)
+        results.append(out_array)
+    np.testing.assert_array_equal(results[0], results[1])
+    assert results[1][[5, 0, 3, 6]].tolist() == [1.0] * 4 and results[1][7] == 0.0

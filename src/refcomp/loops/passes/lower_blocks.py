@@ -3,7 +3,8 @@
 Requires: a PrimFunc whose blocks are well formed (each iter var bound by its BlockRealize, match
 buffers viewing regions of buffers in scope).
 Guarantees: no Block, BlockRealize or MatchBufferRegion remains; a block's iter vars are replaced by
-their bindings; a predicate other than `true` becomes an IfThenElse around the block's body; `init`
+their bindings (a binding that reads memory is bound once by a LetStmt instead, as the block
+evaluated it on entry); a predicate other than `true` becomes an IfThenElse around the block's body; `init`
 runs, before the body, exactly when every reduce iter var's *binding* equals its domain minimum (so
 it is correct after split/reorder of reduction loops); `alloc_buffers` become Allocate statements at
 the block's position (the first buffer outermost); accesses to a match buffer become accesses to its
@@ -13,12 +14,13 @@ AssertStmt and intrinsic calls are left as they are.
 from __future__ import annotations
 
 from ...ast import (
-    Allocate, And, Block, BlockRealize, BufferLoad, BufferStore, EQ, IfThenElse, IntImm, Mutator,
+    Allocate, And, Block, BlockRealize, BufferLoad, BufferStore, EQ, IfThenElse, IntImm, LetStmt, Mutator,
     PrimExpr, PrimFunc, Stmt, Var, seq, substitute,
 )
 from ...ast.buffer import Buffer
 from ...errors import IRError
 from .fold import is_true, simplify_expr
+from .simplify import reads_memory
 
 
 def lower_blocks(func: PrimFunc) -> PrimFunc:
@@ -34,12 +36,18 @@ class _BlockLowerer(Mutator):
 
     def visit_BlockRealize(self, realize: BlockRealize) -> Stmt:
         block = realize.block
-        bindings = {iv.var: value for iv, value in zip(block.iter_vars, realize.iter_values)}
+        pairs = list(zip(block.iter_vars, realize.iter_values))
+        # A binding that reads memory is evaluated once, on entry, as the block did: a LetStmt.
+        # Every other binding is substituted into the body.
+        let_bound = [(iv, value) for iv, value in pairs if reads_memory(value)]
+        bindings = {iv.var: value for iv, value in pairs if not reads_memory(value)}
         body = self._resolve_match_buffers(block, self.visit(block.body))
         if block.init is not None:
             init = self._resolve_match_buffers(block, self.visit(block.init))
             body = seq(IfThenElse(_first_reduction_iteration(block, realize), init), body)
         body = substitute(body, bindings)
+        for iv, value in reversed(let_bound):
+            body = LetStmt(iv.var, value, body)
         if not is_true(realize.predicate):
             body = IfThenElse(realize.predicate, body)
         for buffer in reversed(block.alloc_buffers):
@@ -68,6 +76,8 @@ def _first_reduction_iteration(block: Block, realize: BlockRealize) -> PrimExpr:
     for iv, value in zip(block.iter_vars, realize.iter_values):
         if iv.kind != "reduce":
             continue
+        if reads_memory(value):
+            value = iv.var  # let-bound to its binding (see visit_BlockRealize)
         minimum = iv.dom.min if iv.dom.min.dtype == value.dtype else iv.dom.min.astype(value.dtype)
         term = EQ(value, minimum)
         condition = term if condition is None else And(condition, term)
