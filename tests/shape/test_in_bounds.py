@@ -210,3 +210,17 @@ def test_two_dim_message_names_the_column():
     cex = info.value.counterexample
     assert "dim 1 of A (shape (n, m))" in info.value.message
     assert f"reads column {cex['v_j'] + 1} of {cex['m']}" in info.value.message
+
+
+def test_int64_extent_with_int32_index_is_compared_without_narrowing():
+    n = SizeVar("n", "int64")
+    A = Buffer("A", (n,))
+    i = Var("i")
+    # i < n held as int64; narrowing n to int32 would let a huge n wrap to a small extent
+    loop = For(i, IntImm(0), IntImm(1000), "serial",
+               IfThenElse(i.astype("int64") < n, BufferStore(A, te.const(0.0), (i,))))
+    verify_in_bounds(PrimFunc((A,), loop, "mixed"))
+    unguarded = For(i, IntImm(0), IntImm(1000), "serial", BufferStore(A, te.const(0.0), (i,)))
+    with pytest.raises(ShapeError) as info:
+        verify_in_bounds(PrimFunc((A,), unguarded, "mixed_bad"))
+    assert info.value.counterexample["i"] >= info.value.counterexample["n"]

@@ -140,13 +140,17 @@ class _Checker(ScopeWalker):
 def _within(index: PrimExpr, lower: PrimExpr, extent: PrimExpr) -> PrimExpr | None:
     if index.dtype.lanes != 1:
         return None
-    lower, extent = _same_type(lower, index), _same_type(extent, index)
+    # compare in the widest of the types: casting an int64 extent down to an int32 index would wrap
+    wide = max((index.dtype, lower.dtype, extent.dtype), key=lambda t: (t.bits, t.is_int))
+    if isinstance(lower, IntImm):
+        lower = IntImm(lower.value, wide)
+    index, lower, extent = (_as(v, wide) for v in (index, lower, extent))
     upper = extent if isinstance(lower, IntImm) and lower.value == 0 else lower + extent
     return (lower <= index) & (index < upper)
 
 
-def _same_type(value: PrimExpr, like: PrimExpr) -> PrimExpr:
-    return value if value.dtype == like.dtype else value.astype(like.dtype)
+def _as(value: PrimExpr, dtype) -> PrimExpr:
+    return value if value.dtype == dtype else value.astype(dtype)
 
 
 def _lane_extremes(index: PrimExpr) -> list[PrimExpr]:
