@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from ...ast import Call, For, IfThenElse, Let, LetStmt, Mutator, PrimExpr, Stmt, Var, post_order_visit
-from ...ast.functor import free_vars, is_pure
+from ...ast.functor import free_vars
 from .linear import expr_key
+from .simplify import reads_memory
 from .vector_expr import lane_condition_is_convex
 
 
@@ -42,7 +43,8 @@ def hoistable_conditions(body: Stmt, var: Var) -> list[PrimExpr]:
     out = []
     for condition in found.values():
         names = set(free_vars(condition))
-        if var in names and not names & bound and is_pure(condition) and \
+        # a condition that reads memory could change as the body runs: it is not decided up front
+        if var in names and not names & bound and not reads_memory(condition) and \
                 lane_condition_is_convex(condition, var):
             out.append(condition)
     return out
