@@ -141,3 +141,17 @@ def test_module_with_graph_functions_uses_the_graph_checker():
     assert report.ok, report.text()
     assert report.functions["main"]["proved"] >= 1  # the call_tir shape relations
     assert any(text.startswith("main: ") for text in report.proved)
+
+
+def test_stated_assumptions_are_shown_with_the_proof():
+    from refcomp.ast import Buffer, BufferStore, For, IntImm, PrimFunc, SizeVar, Var
+
+    n = SizeVar("n")
+    A = Buffer("A", (n,))
+    i, j = Var("i"), Var("j")
+    store = BufferStore(A, te.const(0.0), (i * 4 + j,))
+    loops = For(i, IntImm(0), (n + 3) // 4, "serial", For(j, IntImm(0), IntImm(4), "serial", store))
+    report = check(PrimFunc((A,), loops, "by4", {"assumptions": (n % 4 == 0,)}))
+    assert report.ok and report.assumed == {"by4": ["n % 4 == 0"]}
+    assert "given n % 4 == 0, checked before each call" in report.text()
+    assert report.as_dict()["functions"][0]["assumptions"] == ["n % 4 == 0"]

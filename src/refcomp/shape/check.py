@@ -22,7 +22,9 @@ from typing import Any, Iterable
 from ..ast.function import IRModule, PrimFunc
 from ..ast.node import Node
 from ..errors import RefcompError
+from .facts import function_assumptions
 from .in_bounds import Obligation, check_accesses
+from .render import render
 
 
 @dataclass
@@ -50,6 +52,7 @@ class Report:
     problems: list[Problem] = field(default_factory=list)
     proved: list[str] = field(default_factory=list)
     functions: dict[str, dict[str, int]] = field(default_factory=dict)  # name -> {"proved", "total"}
+    assumed: dict[str, list[str]] = field(default_factory=dict)  # name -> stated assumptions it used
 
     @property
     def ok(self) -> bool:
@@ -61,12 +64,14 @@ class Report:
         self.problems += other.problems
         self.proved += other.proved
         self.functions.update(other.functions)
+        self.assumed.update(other.assumed)
         return self
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data, one entry per function."""
         return {"ok": self.ok, "functions": [
             {"name": name, "ok": not any(p.function == name for p in self.problems), **counts,
+             "assumptions": self.assumed.get(name, []),
              "problems": [p.as_dict() for p in self.problems if p.function == name],
              "proved_accesses": [text for text in self.proved if text.startswith(name + ": ")]}
             for name, counts in self.functions.items()]}
@@ -76,8 +81,10 @@ class Report:
         lines = []
         for name, counts in self.functions.items():
             problems = [p for p in self.problems if p.function == name]
+            assumed = self.assumed.get(name)
+            given = f" (given {'; '.join(assumed)}, checked before each call)" if assumed else ""
             if not problems:
-                lines.append(f"  ok    {name}: all {counts['total']} obligations proved")
+                lines.append(f"  ok    {name}: all {counts['total']} obligations proved{given}")
                 continue
             lines.append(f"  FAIL  {name}: {counts['total'] - counts['proved']} of {counts['total']} not proved")
             for problem in problems:
@@ -190,6 +197,9 @@ def _check_func(func: PrimFunc, label: str, timeout_ms: int | None, overflow: st
         return report
     proved = [ob for ob in obligations if ob.proved]
     report.functions[label] = {"proved": len(proved), "total": len(obligations)}
+    stated = function_assumptions(func)
+    if stated:
+        report.assumed[label] = [render(cond) for cond in stated]
     report.proved += [f"{label}: {_summary(ob)}" for ob in proved]
     seen = set()
     for ob in obligations:
