@@ -153,6 +153,7 @@ class Schedule:
         return self._resolve(handle, "get")
 
     def show(self) -> str:
+        """The current function in the script format."""
         return self.func.script()
 
     @staticmethod

@@ -42,12 +42,14 @@ class Trace:
     instructions: list[Instruction] = field(default_factory=list)
 
     def append(self, instruction: Instruction) -> None:
+        """Record one more instruction."""
         self.instructions.append(instruction)
 
     def __len__(self) -> int:
         return len(self.instructions)
 
     def copy(self) -> "Trace":
+        """An independent trace with the same instructions."""
         return Trace(list(self.instructions))
 
     # ------------------------------------------------------------------ naming

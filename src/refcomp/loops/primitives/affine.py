@@ -41,6 +41,7 @@ class Linear:
     const: int = 0
 
     def add(self, other: "Linear", scale: int = 1) -> "Linear":
+        """self + scale * other."""
         terms = dict(self.terms)
         for key, (atom, coeff) in other.terms.items():
             old = terms.get(key, (atom, 0))[1]
@@ -51,14 +52,17 @@ class Linear:
         return Linear(terms, self.const + scale * other.const)
 
     def scale(self, factor: int) -> "Linear":
+        """factor * self."""
         if factor == 0:
             return Linear()
         return Linear({k: (a, c * factor) for k, (a, c) in self.terms.items()}, self.const * factor)
 
     def is_const(self) -> bool:
+        """No terms: the form is its constant."""
         return not self.terms
 
     def minus(self, other: "Linear") -> "Linear":
+        """self - other."""
         return self.add(other, -1)
 
     def to_expr(self, dtype: str = "int32") -> PrimExpr:

@@ -67,11 +67,13 @@ class IndexMap:
         return f"lambda {params}: ({body})"
 
     def to_json(self) -> dict:
+        """{"initial": [names], "final": [expression trees]} (vars by position)."""
         index = {v: k for k, v in enumerate(self.initial)}
         return {"initial": [v.name for v in self.initial], "final": [_to_json(e, index) for e in self.final]}
 
     @staticmethod
     def from_json(data: dict) -> "IndexMap":
+        """The map to_json wrote."""
         initial = tuple(Var(name) for name in data["initial"])
         return IndexMap(initial, tuple(_from_json(e, initial) for e in data["final"]))
 

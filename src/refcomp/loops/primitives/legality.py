@@ -6,7 +6,6 @@ else is "unknown", and unknown fails closed.
 """
 from __future__ import annotations
 
-import itertools
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -211,6 +210,7 @@ def check_iter_kinds(func: PrimFunc, realize: BlockRealize, primitive: str) -> N
 
 
 def is_reduction_block(block: Block) -> bool:
+    """The block has an init or a reduce iter var."""
     return block.init is not None or any(iv.kind == "reduce" for iv in block.iter_vars)
 
 
@@ -430,22 +430,9 @@ def check_not_output_block(func: PrimFunc, location: BlockLocation, primitive: s
                                 f"parameter {region.buffer.name})", ir=func, spot=location.realize)
 
 
-def loads_of(stmt_or_expr, buffer: Buffer) -> list[BufferLoad]:
-    return [load for load in collect(stmt_or_expr, BufferLoad) if load.buffer is buffer]
-
-
-def check_positive_int(value, primitive: str, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ScheduleError(f"{primitive}: {what}: expected a positive int, got {value!r}")
-    return int(value)
-
-
 def product(values: Iterable[int]) -> int:
+    """The product of ints (1 for none)."""
     result = 1
     for v in values:
         result *= v
     return result
-
-
-def iter_product(*ranges: Iterable[int]):
-    return itertools.product(*ranges)

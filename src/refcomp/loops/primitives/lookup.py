@@ -21,10 +21,12 @@ class BlockLocation:
 
     @property
     def realize(self) -> BlockRealize:
+        """The block's BlockRealize."""
         return self.path[-1]
 
     @property
     def block(self) -> Block:
+        """The block itself."""
         return self.realize.block
 
     @property
@@ -34,6 +36,7 @@ class BlockLocation:
 
     @property
     def scope(self) -> Block | None:
+        """The innermost enclosing block (None at the top of a function without a root block)."""
         return self.path[self.scope_index] if self.scope_index >= 0 else None
 
     @property
@@ -104,17 +107,13 @@ def child_block_realizes(stmt: Stmt) -> list[BlockRealize]:
 
 def scope_siblings(func: PrimFunc, location: BlockLocation) -> list[BlockRealize]:
     """Every block in the same scope as location's block, in program order (itself included)."""
-    root = location.scope if location.scope is not None else func.body
-    return child_block_realizes(root) if location.scope is not None else _top_level(func.body)
-
-
-def _top_level(body: Stmt) -> list[BlockRealize]:
-    if isinstance(body, BlockRealize):
-        return [body]
-    return child_block_realizes_of_stmt(body)
+    if location.scope is not None:
+        return child_block_realizes(location.scope)
+    return child_block_realizes_of_stmt(func.body)
 
 
 def child_block_realizes_of_stmt(stmt: Stmt) -> list[BlockRealize]:
+    """Like child_block_realizes, but stmt itself counts when it is a BlockRealize."""
     found: list[BlockRealize] = []
 
     def visit(node: Stmt) -> None:
@@ -129,10 +128,12 @@ def child_block_realizes_of_stmt(stmt: Stmt) -> list[BlockRealize]:
 
 
 def written_buffers(block: Block) -> set[Buffer]:
+    """The buffers of block's write regions."""
     return {region.buffer for region in block.writes}
 
 
 def read_buffers(block: Block) -> set[Buffer]:
+    """The buffers of block's read regions."""
     return {region.buffer for region in block.reads}
 
 

@@ -271,6 +271,7 @@ def _conjuncts(expr: PrimExpr) -> list[PrimExpr]:
 
 
 def all_conjuncts(parts: list[PrimExpr]) -> PrimExpr:
+    """The conjunction of parts (true for none)."""
     from ...ast import all_
 
     return all_(*parts) if parts else _true()

@@ -126,6 +126,7 @@ def cache_read(func: PrimFunc, block: Block, read_buffer_index: int, storage_sco
 
 
 def nest_block(stmt: Stmt) -> Block:
+    """The block at the bottom of a single-path loop nest."""
     while not isinstance(stmt, BlockRealize):
         stmt = next(iter(stmt_children(stmt)))
     return stmt.block
