@@ -1,6 +1,7 @@
 """refcomp matmul recipes vs numpy (OpenBLAS) and, when installed, torch: one table from one run.
 
     python benchmarks/matmul.py [--json] [--repeat 5] [--rounds 3] [--only fp32_1024,...]
+                                [--single-thread-cpu]
 
 Every case is an ordinary refcomp schedule from `refcomp.loops.recipes` (packing, tiling, a
 parallel block loop, a tensorized micro-kernel), built with `refcomp.build` (bounds proved) and
@@ -89,17 +90,17 @@ def tensorized_with(func) -> str:
 
 # ----------------------------------------------------------------------------- timing
 
-def best_times(fns: list, repeat: int, rounds: int) -> list[float]:
-    """Best wall time of each function, timed in alternating rounds of `repeat` calls."""
+def best_times(fns: list, repeat: int, rounds: int, clock=time.perf_counter) -> list[float]:
+    """Best time of each function by `clock`, timed in alternating rounds of `repeat` calls."""
     for fn in fns:
         fn()  # warm up: page in buffers, spin up thread pools
     best = [float("inf")] * len(fns)
     for _ in range(rounds):
         for index, fn in enumerate(fns):
             for _ in range(repeat):
-                start = time.perf_counter()
+                start = clock()
                 fn()
-                best[index] = min(best[index], time.perf_counter() - start)
+                best[index] = min(best[index], clock() - start)
     return best
 
 
@@ -193,12 +194,13 @@ def fused_case(n: int, rng) -> Case:
                 tensorized_with(sch.func), check)
 
 
-def make_cases(only: set[str] | None, rng) -> list[Case]:
+def make_cases(only: set[str] | None, rng) -> list:
+    """(name, factory) for each selected case; a factory builds and returns its Case."""
     try:
         import torch  # noqa: F401
 
         have_torch = True
-        torch.set_num_threads(os.cpu_count() or 1)
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "0")) or os.cpu_count() or 1)
     except Exception:  # not installed, or an install that does not load: the peer rows are optional
         have_torch = False
     factories = {
@@ -212,7 +214,7 @@ def make_cases(only: set[str] | None, rng) -> list[Case]:
     if have_torch:
         factories["bf16_2048_torch"] = lambda: bf16_case(2048, rng, "torch")
         factories["int8_2048_torch"] = lambda: int8_case(2048, rng, "torch")
-    return [make() for name, make in factories.items() if only is None or name in only]
+    return [(name, make) for name, make in factories.items() if only is None or name in only]
 
 
 # ----------------------------------------------------------------------------- report
@@ -245,7 +247,20 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="calls per round")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds")
     parser.add_argument("--only", default=None, help="comma-separated case names")
+    parser.add_argument("--single-thread-cpu", action="store_true",
+                        help="time one thread of each side by process CPU time (steady on a busy machine)")
     args = parser.parse_args()
+    clock = time.perf_counter
+    if args.single_thread_cpu:
+        # Set before the first kernel loads: libgomp reads OMP_NUM_THREADS when it starts.
+        os.environ["OMP_NUM_THREADS"] = "1"
+        clock = time.process_time
+        try:
+            from threadpoolctl import threadpool_limits
+
+            threadpool_limits(1)
+        except ImportError:
+            pass
     rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
     only = set(args.only.split(",")) if args.only else None
 
@@ -253,14 +268,17 @@ def main() -> None:
     print(f"machine: {cpu_name()}, {os.cpu_count()} CPUs; intrinsics this CPU runs: "
           f"{', '.join(intrin.names(available_only=True))}")
     print(f"numpy {np.__version__}: {blas_description()}")
+    mode = "1 thread each, process CPU time" if args.single_thread_cpu else f"{os.cpu_count()} threads, wall time"
+    print(f"timing: {mode}, best of {args.rounds} alternating rounds x {args.repeat} calls")
     cases = make_cases(only, rng)
     results = {}
     header = f"{'case':<17} {'refcomp GFLOP/s':>15} {'baseline':>14} {'GFLOP/s':>9} {'ratio':>7}  refcomp kernel"
     print(header)
     print("-" * len(header))
-    for case in cases:
+    for _, make in cases:
+        case = make()
         case.check()
-        ours, theirs = best_times([case.refcomp_fn, case.baseline_fn], args.repeat, args.rounds)
+        ours, theirs = best_times([case.refcomp_fn, case.baseline_fn], args.repeat, args.rounds, clock)
         mine, base = case.flops / ours / 1e9, case.flops / theirs / 1e9
         results[case.name] = {"refcomp": round(mine, 2), "baseline": round(base, 2), "unit": "GFLOP/s",
                               "ratio": round(mine / base, 3), "baseline_name": case.baseline_name,

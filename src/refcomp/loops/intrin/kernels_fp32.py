@@ -103,6 +103,10 @@ BF16GEMM_AVX2_6X16 = r"""
 #include <immintrin.h>
 #include <stdint.h>
 #define RC_ROWS6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+/* one bf16 as fp32 in every lane: broadcast the 16 bits (vpbroadcastw), move them up a half */
+__attribute__((target("avx2"))) static inline __m256 rc_bf16_bcast(const uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_set1_epi16((short)*p), 16));
+}
 __attribute__((target("avx2,fma"))) static inline void refcomp_bf16gemm_avx2_6x16(
     const uint16_t* restrict A, int64_t a_rs, int64_t a_cs, const uint16_t* restrict B, int64_t ldb,
     float* restrict C, int64_t ldc, int64_t K, int64_t m_rows) {
@@ -111,7 +115,7 @@ __attribute__((target("avx2,fma"))) static inline void refcomp_bf16gemm_avx2_6x1
       __m256 t0 = _mm256_loadu_ps(C + r * ldc), t1 = _mm256_loadu_ps(C + r * ldc + 8);
       for (int64_t k = 0; k < K; ++k) {
         __m256i braw = _mm256_loadu_si256((const __m256i*)(B + k * ldb));
-        __m256 ar = _mm256_castsi256_ps(_mm256_set1_epi32((int32_t)((uint32_t)A[r * a_rs + k * a_cs] << 16)));
+        __m256 ar = rc_bf16_bcast(A + r * a_rs + k * a_cs);
         t0 = _mm256_fmadd_ps(ar, _mm256_castsi256_ps(_mm256_slli_epi32(
             _mm256_cvtepu16_epi32(_mm256_castsi256_si128(braw)), 16)), t0);
         t1 = _mm256_fmadd_ps(ar, _mm256_castsi256_ps(_mm256_slli_epi32(
@@ -133,7 +137,7 @@ __attribute__((target("avx2,fma"))) static inline void refcomp_bf16gemm_avx2_6x1
         _mm256_cvtepu16_epi32(_mm256_castsi256_si128(braw)), 16));
     __m256 b1 = _mm256_castsi256_ps(_mm256_slli_epi32(
         _mm256_cvtepu16_epi32(_mm256_extracti128_si256(braw, 1)), 16));
-#define RC_FMA(r) { __m256 ar = _mm256_castsi256_ps(_mm256_set1_epi32((int32_t)((uint32_t)a[(r) * a_rs] << 16))); \
+#define RC_FMA(r) { __m256 ar = rc_bf16_bcast(a + (r) * a_rs); \
                     c##r##0 = _mm256_fmadd_ps(ar, b0, c##r##0); \
                     c##r##1 = _mm256_fmadd_ps(ar, b1, c##r##1); }
     RC_ROWS6(RC_FMA)
