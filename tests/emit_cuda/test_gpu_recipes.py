@@ -139,11 +139,11 @@ def test_warp_shuffles_reach_the_cuda_source():
     assert "__shfl_xor_sync" in lib.source
 
 
-def _tensor_core_matmul(n, m, k):
+def _tensor_core_matmul(n, m, k, dtype="float16"):
     from refcomp import te
 
-    A = te.placeholder((n, k), "float16", name="A")
-    B = te.placeholder((k, m), "float16", name="B")
+    A = te.placeholder((n, k), dtype, name="A")
+    B = te.placeholder((k, m), dtype, name="B")
     r = te.reduce_axis((0, k), name="k")
     C = te.compute((n, m), lambda i, j: te.sum(A[i, r].astype("float32") * B[r, j].astype("float32"), axis=r),
                    name="C")
@@ -162,15 +162,34 @@ def test_tensor_core_matmul_simulated(rng):
     np.testing.assert_allclose(c, a.astype("float32") @ b.astype("float32"), rtol=1e-5, atol=1e-4)
 
 
+def test_bf16_tensor_core_matmul_simulated(rng):
+    def to_bfloat16(x):  # round to nearest even, kept as the uint16 bit pattern refcomp uses
+        bits = x.astype("float32").view("uint32").astype("uint64")
+        return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype("uint16")
+
+    def from_bfloat16(bits):
+        return (bits.astype("uint32") << 16).view("float32")
+
+    func = _tensor_core_matmul(16, 32, 48, "bfloat16")
+    assert "cuda_wmma_bf16_f32_16x16" in func.script()
+    a = to_bfloat16(rng.standard_normal((16, 48)).astype("float32"))
+    b = to_bfloat16(rng.standard_normal((48, 32)).astype("float32"))
+    c = rng.standard_normal((16, 32)).astype("float32")
+    run_checked(func, a, b, c)
+    np.testing.assert_allclose(c, from_bfloat16(a) @ from_bfloat16(b), rtol=1e-5, atol=1e-4)
+
+
 def test_tensor_core_tile_refuses_a_k_extent_that_is_not_a_multiple_of_16():
     with pytest.raises(refcomp.ScheduleError):
         _tensor_core_matmul(32, 32, 24)
 
 
 @needs_nvcc
-def test_tensor_core_matmul_compiles_to_wmma():
-    lib = refcomp.build(_tensor_core_matmul(64, 64, 64), target="cuda")
+@pytest.mark.parametrize("dtype,element", [("float16", "__half"), ("bfloat16", "__nv_bfloat16")])
+def test_tensor_core_matmul_compiles_to_wmma(dtype, element):
+    lib = refcomp.build(_tensor_core_matmul(64, 64, 64, dtype), target="cuda")
     assert "nvcuda::wmma::mma_sync" in lib.source and "#include <mma.h>" in lib.source
+    assert f"const {element}*" in lib.source
 
 
 @pytest.mark.gpu

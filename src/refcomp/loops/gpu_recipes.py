@@ -15,8 +15,8 @@ schedule; the same function gives the same numbers on the CPU (simulation) and t
   row: the partial results in shared memory, combined by thread 0 (a one-iteration loop bound to
   threadIdx.x), elementwise stages spread over the threads, intermediates of a row in shared
   memory; the barriers between stages come from the CUDA backend's barrier placement.
-* `schedule_matmul_tensor_core`: float16 matmul with float32 accumulation, one 16 x 16 tile per
-  warp through the tensor-core intrinsic `cuda.wmma.f16_f32_16x16` (`tensorize`).
+* `schedule_matmul_tensor_core`: float16 / bfloat16 matmul with float32 accumulation, one 16 x 16
+  tile per warp through the tensor-core intrinsics `cuda.wmma.{f16,bf16}_f32_16x16` (`tensorize`).
 * `schedule_matmul`: C = A @ B with a block tile of (BM, BN), a thread tile of (TM, TN) held in
   registers (`cache_write` to "local"), and A/B tiles of depth BK staged through shared memory
   (`cache_read` + `compute_at`, loaded cooperatively by all threads of the block).
@@ -136,22 +136,23 @@ def schedule_matmul(sch: Schedule, block: str | BlockRV = "C", tile=(32, 32, 8),
 
 
 def schedule_matmul_tensor_core(sch: Schedule, block: str | BlockRV = "C") -> None:
-    """C[i, j] = sum_k f32(A[i, k]) * f32(B[k, j]) with float16 A, B on tensor cores.
+    """C[i, j] = sum_k f32(A[i, k]) * f32(B[k, j]) with float16 or bfloat16 A, B on tensor cores.
 
     One warp per block computes one 16 x 16 tile of C: the zeroing of the tile is spread over the
     32 threads (`decompose_reduction`, then a loop bound to threadIdx.x), the k loop of the tile
-    becomes one warp-collective `cuda.wmma.f16_f32_16x16` call (`tensorize`).  Rows, columns and
-    the k extent must be multiples of 16.
+    becomes one warp-collective `cuda.wmma.<f16|bf16>_f32_16x16` call (`tensorize`).  Rows,
+    columns and the k extent must be multiples of 16.
     """
     from .intrin import cuda_wmma
 
     rv = sch.get_block(block) if isinstance(block, str) else block
+    operand_dtype = sch.get(rv).reads[0].buffer.dtype.name
     i, j, k = sch.get_loops(rv)
     i_tile, i_inner = sch.split(i, factors=[None, 16])
     j_tile, j_inner = sch.split(j, factors=[None, 16])
     sch.reorder(i_tile, j_tile, i_inner, j_inner, k)
     init = sch.decompose_reduction(rv, i_inner)
-    sch.tensorize(i_inner, cuda_wmma.NAME)
+    sch.tensorize(i_inner, cuda_wmma.intrin_name(operand_dtype))
     sch.bind(i_tile, "blockIdx.y")
     sch.bind(j_tile, "blockIdx.x")
     zero_loop = sch.fuse(*sch.get_loops(init)[-2:])
