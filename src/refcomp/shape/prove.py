@@ -16,16 +16,19 @@ import hashlib
 import os
 from types import MappingProxyType
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
-
-import z3
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from ..ast.expr import IntImm, PrimExpr, SizeVar, Var, convert
 from ..ast.functor import free_vars
 from .evaluate import EvaluationError, evaluate
 from .keys import expr_key
 from .render import render
-from .z3_bridge import Encoder
+
+if TYPE_CHECKING:
+    from .z3_bridge import Encoder
+
+# z3 is imported on the first query that needs it: `import refcomp.shape` (done by lowering and
+# scheduling for the fast path) stays cheap.
 
 DEFAULT_TIMEOUT_MS = 2000
 _CACHE_LIMIT = 50_000
@@ -183,6 +186,10 @@ def ranges_from(assumptions: Sequence[PrimExpr]) -> dict:
 
 def _solve(condition: PrimExpr, assumptions: Sequence[PrimExpr], timeout_ms: int | None,
            overflow: str) -> ProofResult:
+    import z3
+
+    from .z3_bridge import Encoder
+
     encoder = Encoder(overflow)
     try:
         claim = encoder.encode(condition)
@@ -230,6 +237,7 @@ def _shrink(solver: Any, encoder: Encoder, model: Any) -> Any:
     Sizes first (the variables a user sets), then the rest; each step asks for |v| below its
     current value and keeps the new model only if one exists.  Never needed for correctness.
     """
+    import z3
     variables = sorted((v for v in encoder.vars if v.dtype.is_integer),
                        key=lambda v: (not isinstance(v, SizeVar), v.name))
     solver.set("timeout", _SHRINK_TIMEOUT_MS)
@@ -259,11 +267,13 @@ def make_solver() -> Any:
     index claim `i*m + j < n*m` from seconds of nonlinear search in the default solver into
     milliseconds; the rest goes to Z3's SMT core, which answers sat/unsat/unknown as usual.
     """
+    import z3
     return z3.Then("simplify", "propagate-values", "solve-eqs", "smt").solver()
 
 
 def _counterexample(model: Any, encoder: Encoder, condition: PrimExpr, assumptions: Sequence[PrimExpr],
                     overflow: str) -> ProofResult:
+    import z3
     values: dict[Var, Any] = {}
     for var, term in encoder.vars.items():
         value = model.eval(term, model_completion=True)
