@@ -117,6 +117,12 @@ class Signature:
         self.size_vars = list(size_vars)
         self.written = written_buffers(func)
         self.names = [p.name for p in func.params]
+        # Per buffer, computed once: (axis, dim, free vars of dim), and the vars of the shape.
+        self.dims = {b: [(axis, dim, tuple(free_vars(dim))) for axis, dim in enumerate(b.shape)]
+                     for b in self.buffers}
+        self.shape_vars = {b: tuple(free_vars(tuple(b.shape))) for b in self.buffers}
+        self.all_shape_vars = tuple(dict.fromkeys(v for b in self.buffers for v in self.shape_vars[b]))
+        self.size_ranges = [(v, v.dtype.min_value(), v.dtype.max_value()) for v in self.size_vars]
 
     def describe(self) -> str:
         parts = []
@@ -135,7 +141,7 @@ class Signature:
         for param, value in zip(self.params, values):
             if isinstance(param, E.Var):
                 env[param] = check_scalar(param, value)
-                origin[param] = f"the argument {param.name}"
+                origin[param] = param.name
         for param, value in zip(self.params, values):
             if isinstance(param, Buffer):
                 self._check_array_basics(param, value)
@@ -144,22 +150,22 @@ class Signature:
                 for axis, dim in enumerate(param.shape):
                     if isinstance(dim, E.Var) and dim not in env:
                         env[dim] = int(value.shape[axis])
-                        origin[dim] = f"{param.name}.shape[{axis}]"
-        self._solve_remaining(values, env, origin)
+                        origin[dim] = (param.name, axis)  # formatted only for a message
+        if any(v not in env for v in self.all_shape_vars):
+            self._solve_remaining(values, env, origin)
         for param, value in zip(self.params, values):
             if isinstance(param, Buffer):
                 self._check_shape(param, value, env, origin)
                 self._check_layout(param, value, env)
         self._check_overlap(values)
         arrays = [value for param, value in zip(self.params, values) if isinstance(param, Buffer)]
-        for var in self.size_vars:
+        for var, low, high in self.size_ranges:
             if var not in env:
                 raise ArgumentError(f"{self.func.name}: cannot bind size variable {var.name} from the "
                                     f"arguments; signature {self.describe()}")
             value = env[var]
             if value < 0:
                 raise ArgumentError(f"{self.func.name}: size variable {var.name} = {value} is negative")
-            low, high = var.dtype.min_value(), var.dtype.max_value()
             if not low <= value <= high:
                 raise ArgumentError(f"{self.func.name}: size variable {var.name} = {value} does not fit "
                                     f"in {var.dtype}")
@@ -206,8 +212,8 @@ class Signature:
         for param, value in zip(self.params, values):
             if not isinstance(param, Buffer):
                 continue
-            for axis, dim in enumerate(param.shape):
-                unknown = [v for v in free_vars(dim) if v not in env]
+            for axis, dim, dim_vars in self.dims[param]:
+                unknown = [v for v in dim_vars if v not in env]
                 if len(unknown) != 1:
                     continue
                 var = unknown[0]
@@ -219,7 +225,7 @@ class Signature:
                 actual = int(value.shape[axis])
                 if slope != 0 and (actual - at0) % slope == 0:
                     env[var] = (actual - at0) // slope
-                    origin[var] = f"{param.name}.shape[{axis}]"
+                    origin[var] = (param.name, axis)
 
     def _check_shape(self, param: Buffer, value: np.ndarray, env: dict, origin: dict) -> None:
         try:
@@ -235,9 +241,9 @@ class Signature:
                 symbolic += ","
             concrete = ", ".join(str(d) for d in expected) + ("," if len(expected) == 1 else "")
             used = []
-            for var in free_vars(tuple(param.shape)):
+            for var in self.shape_vars[param]:
                 if var in env:
-                    used.append(f"{var.name} = {env[var]} bound from {origin.get(var, 'the arguments')}")
+                    used.append(f"{var.name} = {env[var]} bound from {_origin_text(origin.get(var))}")
             binding = f" with {', '.join(used)}" if used else ""
             form = f"({symbolic}) = ({concrete})" if symbolic.replace(",", "") != concrete.replace(",", "") \
                 else f"({concrete})"
@@ -254,19 +260,34 @@ class Signature:
         elif not value.flags.c_contiguous:
             raise ArgumentError(f"{param.name}: expected a C-contiguous array, got strides "
                                 f"{value.strides} (bytes); pass np.ascontiguousarray(...)")
-        if param.align > 0 and value.size > 0 and value.ctypes.data % param.align != 0:
-            raise ArgumentError(f"{param.name}: the buffer promises {param.align}-byte alignment, but the "
-                                f"array's data is at address {value.ctypes.data:#x}")
+        if param.align > 0 and value.size > 0:
+            address = value.__array_interface__["data"][0]
+            if address % param.align != 0:
+                raise ArgumentError(f"{param.name}: the buffer promises {param.align}-byte alignment, but "
+                                    f"the array's data is at address {address:#x}")
 
     def _check_overlap(self, values: list) -> None:
         buffers = [(p, v) for p, v in zip(self.params, values) if isinstance(p, Buffer)]
         for i, (p, a) in enumerate(buffers):
             for q, b in buffers[i + 1:]:
-                if (p in self.written or q in self.written) and a.size and b.size \
-                        and np.may_share_memory(a, b):
+                if (p in self.written or q in self.written) and a.size and b.size and _overlap(a, b):
                     raise ArgumentError(f"{p.name} and {q.name} overlap in memory, but the kernel "
                                         f"writes {p.name if p in self.written else q.name} and its "
                                         "buffers must not alias; pass separate arrays")
+
+
+def _origin_text(origin) -> str:
+    if isinstance(origin, tuple):
+        return f"{origin[0]}.shape[{origin[1]}]"
+    return f"the argument {origin}" if origin else "the arguments"
+
+
+def _overlap(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays' memory may overlap (exact extents for contiguous arrays)."""
+    if a.flags.c_contiguous and b.flags.c_contiguous:
+        start_a, start_b = a.__array_interface__["data"][0], b.__array_interface__["data"][0]
+        return start_a < start_b + b.nbytes and start_b < start_a + a.nbytes
+    return bool(np.may_share_memory(a, b))
 
 
 def check_scalar(param: E.Var, value: Any):

@@ -81,7 +81,9 @@ class Library:
         for param in self.module.params:
             if param.kind == "buffer":
                 array = bound.arrays[buffer_index]
-                values.append(self._ffi.cast(self._pointer_types[buffer_index], array.ctypes.data))
+                # __array_interface__ is much cheaper than array.ctypes (a helper object per call)
+                address = array.__array_interface__["data"][0]
+                values.append(self._ffi.cast(self._pointer_types[buffer_index], address))
                 buffer_index += 1
             else:
                 values.append(bound.env[param.obj])
