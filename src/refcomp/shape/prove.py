@@ -238,6 +238,7 @@ def _shrink(solver: Any, encoder: Encoder, model: Any) -> Any:
     current value and keeps the new model only if one exists.  Never needed for correctness.
     """
     import z3
+
     variables = sorted((v for v in encoder.vars if v.dtype.is_integer),
                        key=lambda v: (not isinstance(v, SizeVar), v.name))
     solver.set("timeout", _SHRINK_TIMEOUT_MS)
@@ -268,12 +269,14 @@ def make_solver() -> Any:
     milliseconds; the rest goes to Z3's SMT core, which answers sat/unsat/unknown as usual.
     """
     import z3
+
     return z3.Then("simplify", "propagate-values", "solve-eqs", "smt").solver()
 
 
 def _counterexample(model: Any, encoder: Encoder, condition: PrimExpr, assumptions: Sequence[PrimExpr],
                     overflow: str) -> ProofResult:
     import z3
+
     values: dict[Var, Any] = {}
     for var, term in encoder.vars.items():
         value = model.eval(term, model_completion=True)
