@@ -288,3 +288,19 @@ def test_vector_element_buffers_are_rejected():
     body = Allocate(V, For(i, 0, n, "serial", BufferStore(A, A[i], (i,))))
     with pytest.raises(refcomp.BuildError, match="scalar elements only"):
         emit(PrimFunc((A,), body, "vecbuf"), NATIVE)
+
+
+@pytest.mark.parametrize("name", ["NAN", "expf", "exp", "int32_t", "INFINITY", "size_t", "memcpy",
+                                  "omp_get_thread_num", "free", "rc_status", "return", "rc_l", "bool"])
+def test_names_that_clash_with_c_are_prefixed(name, rng):
+    n = SizeVar("n", "int32")
+    A = Buffer(name, (n,), "float32")
+    i = Var(name, "int32")
+    func = PrimFunc((A,), For(i, 0, n, "parallel", BufferStore(A, Call("exp", (A[i],), "float32"), (i,))),
+                    name)
+    for target in ("c", "c -std=c99"):
+        lib = refcomp.build(func, target=target, bounds="off")
+        a = rng.standard_normal(5).astype(np.float32)
+        want = np.exp(a)
+        lib(a)
+        np.testing.assert_allclose(a, want, rtol=1e-6)

@@ -9,10 +9,30 @@ _RESERVED = frozenset("""
 auto break case char const continue default do double else enum extern float for goto if inline
 int long register restrict return short signed sizeof static struct switch typedef union unsigned
 void volatile while _Bool _Complex _Imaginary bool true false NULL main errno assert
-memcpy memset malloc free calloc abort exit
+memcpy memset memmove memcmp malloc free calloc realloc aligned_alloc abort exit atexit qsort
+bsearch abs labs llabs div ldiv rand srand atoi atol atof strtol strtod getenv system strlen strcpy
+strncpy strcmp strncmp strcat strchr strstr offsetof
 """.split())
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+_MATH = frozenset("""
+exp exp2 expm1 log log2 log10 log1p sqrt cbrt sin cos tan asin acos atan atan2 sinh cosh tanh asinh
+acosh atanh erf erfc floor ceil round trunc nearbyint rint pow fmod hypot copysign fabs fmax fmin
+fma ldexp frexp modf lround llround lrint llrint remainder isnan isinf isfinite signbit fpclassify
+isgreater isless nan
+""".split())
+
+
+def _taken_by_c(text: str) -> bool:
+    """Whether an identifier could clash with C: keywords, macros and names of the headers the
+    source includes, libm and libc functions (with their f/l variants), *_t types, and the
+    prefixes reserved by C, OpenMP and refcomp itself."""
+    if text in _RESERVED or text.startswith(("rc_", "_", "omp_", "__")) or text.endswith("_t"):
+        return True
+    if len(text) > 1 and text.isupper():
+        return True  # macros (NAN, INT32_MAX, ...) are upper case; single letters are not
+    base = text[:-1] if text[-1:] in ("f", "l") else text
+    return text in _MATH or base in _MATH
 
 
 def mangle(name: str, prefix: str = "") -> str:
@@ -26,7 +46,7 @@ def mangle(name: str, prefix: str = "") -> str:
         text = "_"
     if text[0].isdigit():
         text = "n" + text
-    if text.startswith(("rc_", "_")) or text in _RESERVED:
+    if _taken_by_c(text):
         text = "u_" + text
     return prefix + text
 
