@@ -66,3 +66,26 @@ def test_proofs_agree_with_brute_force(kernel):
         value, extent = evaluate(index, env), evaluate(size, env)
         assert not 0 <= value < extent
         assert evaluate(size, env) >= 0  # the counterexample respects "dims are >= 0"
+
+
+@settings(deadline=None)
+@given(kernels(), st.integers(0, 8))
+def test_verdicts_agree_with_the_interpreter(kernel, n_value):
+    """A proved kernel runs clean in the reference interpreter; a counterexample's sizes make it fail."""
+    import numpy as np
+    import pytest
+
+    import refcomp
+    from refcomp.errors import RuntimeFailure
+
+    func, parts = kernel
+    size = parts[0]
+    (ob,) = [o for o in check_accesses(func) if o.kind == "store"]
+    if ob.proved:
+        extent = evaluate(size, {n: n_value})
+        if extent >= 0:
+            refcomp.interpret(func, np.ones(extent, "float32"), n=n_value)
+    elif ob.result.disproved:
+        bad_n = ob.result.model[n] if n in ob.result.model else 0
+        with pytest.raises(RuntimeFailure, match="out of bounds"):
+            refcomp.interpret(func, np.ones(evaluate(size, {n: bad_n}), "float32"), n=bad_n)
