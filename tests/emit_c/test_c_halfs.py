@@ -95,3 +95,31 @@ def test_float16_arithmetic_rounds_each_step(target, rng):
     refcomp.interpret(func, a, b, expected)
     np.testing.assert_array_equal(c, want)
     np.testing.assert_array_equal(c, expected)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_vector_half_arithmetic_matches_interpreter(target, dtype, rng):
+    from refcomp.ast import Call, max_
+    n = SizeVar("n", "int32")
+    A, B, C = (Buffer(name, (n * 8,), dtype) for name in "ABC")
+    i = Var("i", "int32")
+    ramp = Ramp(i * 8, IntImm(1), 8)
+    a, b = A[ramp], B[ramp]
+    value = max_(a * b + a, Call("exp", (b,), f"{dtype}x8") - a)
+    func = PrimFunc((A, B, C), For(i, 0, n, "serial", BufferStore(C, value, (ramp,))), f"vh_{dtype}")
+    lib = refcomp.build(func, target=target, bounds="off")
+    store = np.float16 if dtype == "float16" else np.uint16
+    def sample():
+        x = (rng.standard_normal(64) * 3).astype(np.float32)
+        if dtype == "float16":
+            return x.astype(np.float16)
+        return (x.view(np.uint32) >> 16).astype(np.uint16)
+    a_arr, b_arr = sample(), sample()
+    out, want = np.zeros(64, store), np.zeros(64, store)
+    lib(a_arr, b_arr, out)
+    refcomp.interpret(func, a_arr, b_arr, want, n=8)
+    to_float = (lambda v: v.astype(np.float32)) if dtype == "float16" else \
+        (lambda v: (v.astype(np.uint32) << 16).view(np.float32))
+    # exp is computed in float and rounded once (the interpreter: in double): allow one 16-bit ulp
+    np.testing.assert_allclose(to_float(out), to_float(want), rtol=2 ** -7 if dtype == "bfloat16" else 2 ** -10)
