@@ -149,3 +149,12 @@ def test_size_var_seen_twice_must_agree():
 def test_empty_arrays_are_fine():
     lib = scaled_copy()
     lib(np.zeros((0, 4), np.float32), 1.0, 1, np.zeros((0, 4), np.float32))
+
+
+def test_misaligned_elements_rejected():
+    lib = scaled_copy()
+    raw = np.zeros(4 * 4 * 4 + 1, np.uint8)
+    odd = raw[1:].view(np.float32).reshape(4, 4)
+    assert not odd.flags.aligned
+    with pytest.raises(refcomp.ArgumentError, match="not aligned"):
+        lib(odd, 1.0, 1, np.zeros((4, 4), np.float32))

@@ -204,6 +204,9 @@ class Signature:
             raise ArgumentError(f"{param.name}: expected {len(param.shape)} dimensions "
                                 f"({', '.join(show(d) for d in param.shape)}), got {value.ndim} "
                                 f"with shape {tuple(value.shape)}")
+        if not value.flags.aligned:
+            raise ArgumentError(f"{param.name}: the array's data is not aligned to its {value.itemsize}-byte "
+                                "elements (a view into a byte buffer at an odd offset?); pass a copy")
         if param in self.written and not value.flags.writeable:
             raise ArgumentError(f"{param.name}: the kernel writes this buffer, but the array is read-only")
 
