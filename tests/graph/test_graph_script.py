@@ -5,7 +5,7 @@ import refcomp
 from refcomp.ast import structural_equal
 from refcomp.ast.parser import from_source
 from refcomp.graph import BlockBuilder, Var, op, tensor
-from refcomp.graph.build import optimize
+from refcomp.graph.pipeline import optimize
 from refcomp.graph.passes import legalize_ops
 
 from graph_helpers import one_op_module, symbolic_dims

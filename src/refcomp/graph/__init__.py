@@ -18,7 +18,9 @@ from ..ast.graph_struct_info import (  # noqa: F401
 from .block_builder import BlockBuilder  # noqa: F401
 from . import op  # noqa: F401
 
-_LAZY = {"build": ("refcomp.graph.build", "build"), "passes": ("refcomp.graph.passes", None),
+# `build` lives in graph.pipeline: a submodule named `build` would replace this attribute on import.
+_LAZY = {"build": ("refcomp.graph.pipeline", "build"), "optimize": ("refcomp.graph.pipeline", "optimize"),
+         "passes": ("refcomp.graph.passes", None),
          "evaluate": ("refcomp.graph.evaluate", "evaluate")}
 
 

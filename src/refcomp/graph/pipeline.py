@@ -1,4 +1,4 @@
-"""graph.build: the pass pipeline from a graph module to a VM executable with compiled kernels.
+"""The pass pipeline behind `refcomp.graph.build`: a graph module to a VM executable.
 
     ex = refcomp.graph.build(mod, target="c")
     vm = refcomp.runtime.VirtualMachine(ex)
