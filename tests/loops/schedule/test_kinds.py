@@ -202,3 +202,12 @@ def test_gpu_block_private_scopes(rng):
     tile = sch.cache_read(c, 1, "shared")
     sch.compute_at(tile, j)  # each GPU block has its own copy of a shared buffer
     check_numbers(before, sch.func, rng, lambda a, b, c: {2: a @ b}, compiled=False)
+
+
+def test_bind_limits_threads_per_block():
+    sch = Schedule(P.elementwise(64, 32))
+    i, j = sch.get_loops(sch.get_block("B"))
+    sch.bind(j, "threadIdx.x")
+    assert_rejected(sch, lambda: sch.bind(i, "threadIdx.y"),
+                    "bind: threadIdx.y of extent 64 makes 2048 threads per GPU block; at most 1024")
+    sch.bind(i, "blockIdx.x")

@@ -68,8 +68,28 @@ def bind(func: PrimFunc, loop: For, thread_axis: str) -> tuple[PrimFunc, None]:
         if other.thread_binding == thread_axis:
             raise ScheduleError(f"bind: {thread_axis} is already bound to loop {other.loop_var.name}",
                                 ir=func, spot=other)
+    if thread_axis.startswith("threadIdx"):
+        _check_threads_per_block(func, path, loop, thread_axis)
     check_no_loop_carried_dependence(func, loop, "bind")
     return _set_kind(func, loop, "thread_binding", "bind", thread=thread_axis)
+
+
+MAX_THREADS_PER_BLOCK = 1024
+
+
+def _check_threads_per_block(func: PrimFunc, path, loop: For, thread_axis: str) -> None:
+    """Constant threadIdx extents around and below loop multiply to at most 1024 (a GPU block)."""
+    extents = {thread_axis: const_int(loop.extent)}
+    for other in [s for s in path[:-1] if isinstance(s, For)] + [s for s in walk(loop.body) if isinstance(s, For)]:
+        if other.thread_binding and other.thread_binding.startswith("threadIdx"):
+            extents[other.thread_binding] = const_int(other.extent)
+    known = [e for e in extents.values() if e is not None]
+    total = 1
+    for e in known:
+        total *= e
+    if total > MAX_THREADS_PER_BLOCK:
+        raise ScheduleError(f"bind: {thread_axis} of extent {const_int(loop.extent)} makes {total} threads per GPU "
+                            f"block; at most {MAX_THREADS_PER_BLOCK} are allowed", ir=func, spot=loop)
 
 
 _ANNOTATION_TYPES = (str, int, float, bool)
