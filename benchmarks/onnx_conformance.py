@@ -110,9 +110,9 @@ def run_case(folder: str, target: str = "c", specialize: bool = False) -> tuple[
         if not (specialize and "known at import time" in str(exc)):
             return "import", f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
         # integer inputs, and tiny ones (a float depth or pad value), are the shape-like operands
-        # (never the first input, which is the data)
+        # (the first input, the data, only when it is a scalar, as Range's start is)
         fixed = {vi.name: value for k, (vi, value) in enumerate(zip(graph_inputs, inputs))
-                 if k > 0 and (value.dtype.kind in "iu" or (value.ndim <= 1 and value.size <= 8))}
+                 if value.ndim == 0 or (k > 0 and (value.dtype.kind in "iu" or (value.ndim <= 1 and value.size <= 8)))}
         try:
             mod = from_onnx(model, const_inputs=fixed)
         except Exception as exc2:

@@ -45,7 +45,10 @@ def _binary(ctx, node, inputs, attrs):
     if node.op_type == "Pow":
         ia = ctx.info(a)
         if not ia.dtype.is_float:
-            ctx.fail("integer Pow is not supported")
+            # integer base: exact in float64 for results below 2**53, then back to the base's type
+            af = ctx.emit(op.astype(a, "float64"))
+            bf = ctx.emit(op.astype(b, "float64"))
+            return ctx.emit(op.astype(op.power(af, bf), ia.dtype))
         b = ctx.emit(op.astype(b, ia.dtype)) if ctx.info(b).dtype != ia.dtype else b
         return ctx.emit(op.power(a, b))
     a, b = _same_dtype(ctx, a, b)
