@@ -304,3 +304,17 @@ def test_names_that_clash_with_c_are_prefixed(name, rng):
         want = np.exp(a)
         lib(a)
         np.testing.assert_allclose(a, want, rtol=1e-6)
+
+
+def test_dynamic_schedule_annotation(rng):
+    from refcomp.emit_c.codegen import OMP_SCHEDULE
+    n = SizeVar("n", "int32")
+    A = Buffer("A", (n,), "float32")
+    i = Var("i", "int32")
+    body = For(i, 0, n, "parallel", BufferStore(A, A[i] * 2.0, (i,)), annotations={OMP_SCHEDULE: "dynamic"})
+    lib = refcomp.build(PrimFunc((A,), body, "dyn"), bounds="off")
+    assert "schedule(dynamic," in lib.source and "#include <omp.h>" in lib.source
+    a = rng.standard_normal(1000).astype(np.float32)
+    want = a * 2
+    lib(a)
+    np.testing.assert_array_equal(a, want)
