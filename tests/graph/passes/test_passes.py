@@ -162,9 +162,10 @@ def test_plan_memory_reuses_storage_within_upper_bounds(rng):
 
     n = next(v for v in refcomp.ast.free_vars(total))
     assert evaluate(total, {n: 32}) == arena_size(func)
-    out, ex = run(mlp_module(upper=32), *random_inputs(rng, 7))
+    small = random_inputs(rng, 7)
+    out, ex = run(mlp_module(upper=32), *small)
     assert ex.arena_bytes() > 0
-    np.testing.assert_allclose(out, reference(*random_inputs(np.random.default_rng(0), 7)) * 0 + out)
+    np.testing.assert_allclose(out, reference(*small), rtol=1e-4, atol=1e-6)
     inputs = random_inputs(rng, 32)
     vm = refcomp.runtime.VirtualMachine(ex)
     np.testing.assert_allclose(vm["main"](*inputs), reference(*inputs), rtol=1e-4, atol=1e-6)
