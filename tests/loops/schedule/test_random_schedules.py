@@ -137,3 +137,46 @@ def test_random_schedules_keep_meaning(program, data, seed):
     rng = np.random.default_rng(seed)
     check_numbers(original, sch.func, rng, compiled=data.draw(st.booleans(), label="compile"))
     check_replay(sch, original)
+
+
+def _symbolic_programs():
+    from refcomp import te
+
+    n = te.size_var("n")
+    A = te.placeholder((n, 6), "float32", "A")
+    B = te.compute((n, 6), lambda i, j: A[i, j] * 2.0, name="B")
+    C = te.compute((n, 6), lambda i, j: B[i, j] + 1.0, name="C")
+    chain = te.create_prim_func([A, C])
+    k = te.reduce_axis((0, 6), "k")
+    R = te.compute((n,), lambda i: te.sum(A[i, k], axis=k), name="R")
+    reduction = te.create_prim_func([A, R])
+    return {"chain": (chain, lambda a: a * 2 + 1), "reduction": (reduction, lambda a: a.sum(axis=1))}
+
+
+@given(program=st.sampled_from(["chain", "reduction"]), data=st.data(), seed=st.integers(0, 2**31 - 1))
+def test_random_schedules_of_symbolic_programs(program, data, seed):
+    """The same, with a symbolic row count n, run for several n (interpreter and C)."""
+    import refcomp
+    from refcomp.loops.interpreter import interpret
+
+    from .helpers import _LOADED
+
+    original, reference = _symbolic_programs()[program]
+    sch = Schedule(original, seed=seed)
+    for _ in range(data.draw(st.integers(1, 5), label="steps")):
+        before = sch.func
+        try:
+            _step(sch, data)
+        except ScheduleError:
+            assert sch.func is before
+    check_replay(sch, original)
+    library = refcomp.build(sch.func)
+    _LOADED.append(library)
+    rng = np.random.default_rng(seed)
+    for rows in (1, 5, 8):
+        a = rng.standard_normal((rows, 6)).astype("float32")
+        want = reference(a)
+        for run in (lambda *xs: interpret(sch.func, *xs), library):
+            out = np.full(want.shape, np.nan, dtype="float32")
+            run(a, out)
+            np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
