@@ -224,3 +224,25 @@ def test_int64_extent_with_int32_index_is_compared_without_narrowing():
     with pytest.raises(ShapeError) as info:
         verify_in_bounds(PrimFunc((A,), unguarded, "mixed_bad"))
     assert info.value.counterexample["i"] >= info.value.counterexample["n"]
+
+
+def _common_kernels():
+    n, m, c = te.size_var("n"), te.size_var("m"), te.size_var("c")
+    A = te.placeholder((2 * n + 1,), "float32", "A")
+    k = te.reduce_axis(3, "k")
+    X = te.placeholder((n, m), "float32", "X")
+    Y = te.placeholder((n * m,), "float32", "Y")
+    Z = te.placeholder((n, c * 4), "float32", "Z")
+    W = te.placeholder((n + 2, m + 2), "float32", "W")
+    kh, kw = te.reduce_axis(3, "kh"), te.reduce_axis(3, "kw")
+    yield "maxpool_stride2", [A, te.compute((n,), lambda i: te.max(A[i * 2 + k], axis=k), name="P")]
+    yield "transpose", [X, te.compute((m, n), lambda i, j: X[j, i], name="T")]
+    yield "flatten", [X, te.compute((n * m,), lambda f: X[f // m, f % m], name="R")]
+    yield "unflatten", [Y, te.compute((n, m), lambda i, j: Y[i * m + j], name="R")]
+    yield "split_channels", [Z, te.compute((n, c, 4), lambda i, j, l: Z[i, j * 4 + l], name="S")]
+    yield "conv_valid", [W, te.compute((n, m), lambda i, j: te.sum(W[i + kh, j + kw], axis=[kh, kw]), name="C")]
+
+
+@pytest.mark.parametrize("name, tensors", list(_common_kernels()), ids=lambda v: v if isinstance(v, str) else "")
+def test_common_symbolic_kernels_are_proved(name, tensors):
+    verify_in_bounds(te.create_prim_func(tensors, name=name))
