@@ -336,3 +336,22 @@ def test_pad_einsum_golden(rng):
     ''')
     check_numbers(before, sch.func, rng, lambda a, b: {1: a * 2})
     check_replay(sch, before)
+
+
+def test_layout_changes_refuse_buffers_viewed_by_match_buffer():
+    from refcomp.ast import MatchBufferRegion, Range
+    from refcomp.loops.primitives.tree import replace_in_func
+
+    func = P.two_elementwise(8, 4)
+    from refcomp.loops.primitives.lookup import locate_block
+
+    realize = locate_block(func, "C", "test").realize
+    B = realize.block.reads[0].buffer
+    view = Buffer("B_tile", (1, 4))
+    match = MatchBufferRegion(view, P.BufferRegion(B, (Range(realize.block.iter_vars[0].var, 1), Range(0, 4))))
+    func = replace_in_func(func, {id(realize): realize.with_(block=realize.block.with_(match_buffers=(match,)))})
+    sch = Schedule(func)
+    b = sch.get_block("B")
+    assert_rejected(sch, lambda: sch.transform_layout(b, ("write", 0), lambda i, j: (j, i)),
+                    "transform_layout: block C views B through match_buffer B_tile")
+    assert_rejected(sch, lambda: sch.storage_align(b, 0, 0, 8, 1), "storage_align: block C views B")
