@@ -97,3 +97,20 @@ def test_shape_relations_bind_first_dims_and_check_the_rest():
     k = SizeVar("k")
     _, unbound = shape_relations(PrimFunc((Buffer("D", (k + 1,)),), func.body, "g"))
     assert unbound == [k]
+
+
+def test_build_with_runtime_bounds_returns_an_error_instead_of_overrunning(rng):
+    """End to end through gcc: bounds="prove" refuses the kernel, bounds="runtime" guards it."""
+    from refcomp.errors import ShapeError
+
+    func = _tiled_copy()
+    with pytest.raises(ShapeError, match=r"A\[io\*32 \+ ii\] reads row"):
+        refcomp.build(func)
+    lib = refcomp.build(func, bounds="runtime")
+    a = rng.standard_normal(64).astype("float32")
+    b = np.zeros(64, "float32")
+    lib(a, b)
+    np.testing.assert_allclose(b, a + 1, rtol=1e-6)
+    n = int(rng.integers(33, 63))
+    with pytest.raises(RuntimeFailure, match="out of bounds in dim 0 of A"):
+        lib(rng.standard_normal(n).astype("float32"), np.zeros(n, "float32"))
