@@ -65,8 +65,11 @@ def evaluate(expr: E.PrimExpr, env: dict) -> int:
             return a // b if b else 0
         if isinstance(expr, E.FloorMod):
             return a % b if b else 0
-        if isinstance(expr, E.TruncDiv):
-            return int(a / b) if b else 0
+        if isinstance(expr, (E.TruncDiv, E.TruncMod)):
+            if not b:
+                return 0
+            quotient = abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
+            return quotient if isinstance(expr, E.TruncDiv) else a - b * quotient
         if isinstance(expr, E.Min):
             return min(a, b)
         if isinstance(expr, E.Max):
