@@ -285,3 +285,20 @@ def test_reverse_compute_at_needs_all_producers_under_the_loop():
     d = sch.get_block("D")
     assert_rejected(sch, lambda: sch.reverse_compute_at(d, bi),
                     "reverse_compute_at: requires all the producer blocks of D to be under loop i; block C is not")
+
+
+def test_inlining_refuses_buffers_viewed_by_match_buffer():
+    from refcomp.ast import Buffer, BufferRegion, MatchBufferRegion, Range
+    from refcomp.loops.primitives.lookup import locate_block
+    from refcomp.loops.primitives.tree import replace_in_func
+
+    func = P.two_elementwise(8, 4)
+    realize = locate_block(func, "C", "test").realize
+    B = realize.block.reads[0].buffer
+    view = MatchBufferRegion(Buffer("B_tile", (1, 4)),
+                             BufferRegion(B, (Range(realize.block.iter_vars[0].var, 1), Range(0, 4))))
+    func = replace_in_func(func, {id(realize): realize.with_(block=realize.block.with_(match_buffers=(view,)))})
+    sch = Schedule(func)
+    b, c = sch.get_block("B"), sch.get_block("C")
+    assert_rejected(sch, lambda: sch.compute_inline(b), "compute_inline: block C views B through match_buffer")
+    assert_rejected(sch, lambda: sch.reverse_compute_inline(c), "reverse_compute_inline: block C views B")

@@ -11,7 +11,7 @@ from ...ast.stmt import true
 from ...errors import ScheduleError
 from .affine import Linear, constant_difference
 from .legality import (
-    access_region, check_complete_or_reduction, check_not_output_block, const_int, prove_over_loops,
+    access_region, check_complete_or_reduction, check_not_output_block, check_not_viewed, const_int, prove_over_loops,
     recheck_concurrent_loops,
 )
 from .lookup import BlockLocation, get_consumers, get_producers, locate_block, locate_loop, scope_siblings
@@ -338,6 +338,7 @@ def compute_inline(func: PrimFunc, block: Block) -> tuple[PrimFunc, None]:
     check_not_output_block(func, location, "compute_inline")
     store = _single_store(func, block, "compute_inline")
     buffer = store.buffer
+    check_not_viewed(func, buffer, "compute_inline")
     if len(block.writes) != 1:
         raise ScheduleError(f"compute_inline: block {block.name} must write one buffer", ir=func, spot=realize)
     if any(r.buffer is buffer for r in block.reads):
@@ -410,6 +411,7 @@ def reverse_compute_inline(func: PrimFunc, block: Block) -> tuple[PrimFunc, None
                             f"buffer, it has {len(producers)}", ir=func, spot=realize)
     producer = producers[0]
     buffer = produced.pop()
+    check_not_viewed(func, buffer, "reverse_compute_inline")
     if buffer in set(func.buffers):
         raise ScheduleError(f"reverse_compute_inline: {buffer.name} is a parameter", ir=func, spot=realize)
     for other in block_realizes(func.body):

@@ -18,7 +18,7 @@ from ...ast import (
 from ...errors import ScheduleError
 from .affine import linear, relax
 from .lookup import BlockLocation, child_block_realizes_of_stmt
-from .tree import walk
+from .tree import block_realizes, walk
 
 ENUMERATION_LIMIT = 1 << 16
 
@@ -428,6 +428,16 @@ def check_not_output_block(func: PrimFunc, location: BlockLocation, primitive: s
         if region.buffer in params:
             raise ScheduleError(f"{primitive}: block {location.block.name} is an output block (it writes the "
                                 f"parameter {region.buffer.name})", ir=func, spot=location.realize)
+
+
+def check_not_viewed(func: PrimFunc, buffer: Buffer, primitive: str) -> None:
+    """No block views buffer through a match_buffer (the view's layout would silently change)."""
+    for realize in block_realizes(func.body):
+        for match in realize.block.match_buffers:
+            if match.source.buffer is buffer:
+                raise ScheduleError(f"{primitive}: block {realize.block.name} views {buffer.name} through "
+                                    f"match_buffer {match.buffer.name}; change the layout before tensorizing",
+                                    ir=func, spot=realize)
 
 
 def product(values: Iterable[int]) -> int:

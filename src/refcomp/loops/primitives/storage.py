@@ -14,7 +14,7 @@ from ...ast.stmt import true
 from ...errors import ScheduleError
 from .affine import int_bounds
 from .index_map import IndexMap
-from .legality import const_int, product
+from .legality import check_not_viewed, const_int, product
 from .lookup import BlockLocation, locate_block, scope_siblings
 from .tree import block_realizes, fresh_block_name, replace, replace_in_func, stmt_children
 
@@ -176,16 +176,6 @@ def _allocated(func: PrimFunc, buffer: Buffer, primitive: str, spot) -> None:
                         ir=func, spot=spot)
 
 
-def _check_not_viewed(func: PrimFunc, buffer: Buffer, primitive: str) -> None:
-    """No block views buffer through a match_buffer (the view's layout would silently change)."""
-    for realize in block_realizes(func.body):
-        for match in realize.block.match_buffers:
-            if match.source.buffer is buffer:
-                raise ScheduleError(f"{primitive}: block {realize.block.name} views {buffer.name} through "
-                                    f"match_buffer {match.buffer.name}; change the layout before tensorizing",
-                                    ir=func, spot=realize)
-
-
 def _swap_everywhere(func: PrimFunc, old: Buffer, new: Buffer) -> PrimFunc:
     swap = _BufferSwap(old, new)
     return func.with_(body=swap.visit(func.body), params=tuple(swap.visit(p) if isinstance(p, Buffer) else p
@@ -212,7 +202,7 @@ def storage_align(func: PrimFunc, block: Block, buffer_index: int, axis: int, fa
     location = locate_block(func, block, "storage_align")
     buffer = _region_buffer(func, block, block.writes, buffer_index, "storage_align", "buffer_index")
     _allocated(func, buffer, "storage_align", location.realize)
-    _check_not_viewed(func, buffer, "storage_align")
+    check_not_viewed(func, buffer, "storage_align")
     ndim = buffer.ndim
     if isinstance(axis, bool) or not isinstance(axis, int) or not -ndim <= axis < ndim:
         raise ScheduleError(f"storage_align: axis: expected an int in [{-ndim}, {ndim}), got {axis!r}", ir=func)
@@ -295,7 +285,7 @@ def transform_layout(func: PrimFunc, block: Block, buffer: Any, index_map: Index
     location = locate_block(func, block, "transform_layout")
     target = resolve_buffer(func, block, buffer, "transform_layout")
     index_map = IndexMap.from_callable(index_map, target.ndim)
-    _check_not_viewed(func, target, "transform_layout")
+    check_not_viewed(func, target, "transform_layout")
     if len(index_map.initial) != target.ndim:
         raise ScheduleError(f"transform_layout: the map takes {len(index_map.initial)} indices, {target.name} has "
                             f"{target.ndim} dims", ir=func)
