@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from refcomp.ast import Range, IntImm, SizeVar, Var, max_, min_, select, truncdiv, truncmod
+from refcomp.ast import Let, Range, IntImm, SizeVar, Var, max_, min_, select, truncdiv, truncmod
 from refcomp.shape import Analyzer, prove
 from refcomp.shape.render import render
 
@@ -58,6 +58,8 @@ RULES = [
     # select
     (lambda: select(j < 32, x, y), "x"),
     (lambda: select(x < 3, min_(x, 3), 7), "select(x < 3, x, 7)"),
+    # let: the body knows the variable's value
+    (lambda: Let(y, j * 4, select(y < 128, y + 1, IntImm(0))), "(let y = j*4 in y + 1)"),
 ]
 
 

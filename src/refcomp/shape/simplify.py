@@ -128,7 +128,12 @@ class Simplifier:
         if isinstance(expr, Broadcast):
             return expr.with_(value=self.simplify(expr.value))
         if isinstance(expr, Let):
-            return expr.with_(value=self.simplify(expr.value), body=self.simplify(expr.body))
+            value = self.simplify(expr.value)
+            if not _is_scalar_int(value):
+                return expr.with_(value=value, body=self.simplify(expr.body))
+            with self.analyzer.bound_scope(expr.var, value):  # inside the body, var == value
+                body = self.simplify(expr.body)
+            return expr.with_(value=value, body=body)
         if isinstance(expr, Not):
             return expr.with_(a=self.simplify(expr.a))
         if isinstance(expr, Select):
