@@ -335,3 +335,26 @@ def test_vector_integer_ops_wrap_like_the_interpreter(dtype, lanes, rng):
     lib(a, b, out)
     refcomp.interpret(func, a, b, want, n=4)
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("source, target", [("float32", "int32"), ("float32", "int8"), ("int32", "float32"),
+                                            ("float64", "uint16"), ("int16", "int64"), ("float32", "bool")])
+@pytest.mark.parametrize("build_target", ["c", "c -std=c99"])
+def test_vector_casts_match_interpreter(source, target, build_target, rng):
+    n = SizeVar("n", "int32")
+    A, B = Buffer("A", (n * 8,), source), Buffer("B", (n * 8,), target)
+    i = Var("i", "int32")
+    ramp = Ramp(i * 8, IntImm(1), 8)
+    func = PrimFunc((A, B), For(i, 0, n, "serial", BufferStore(B, Cast(f"{target}x8", A[ramp]), (ramp,))),
+                    f"vcast_{source}_{target}")
+    lib = refcomp.build(func, target=build_target, bounds="off")
+    if np.dtype(source).kind == "f":
+        a = (rng.standard_normal(32) * 300).astype(source)
+        a[:6] = [np.nan, np.inf, -np.inf, 1e10, -1e10, -0.0]
+    else:
+        info = np.iinfo(source)
+        a = rng.integers(info.min, info.max, 32, endpoint=True, dtype=source)
+    out, want = np.zeros(32, target), np.zeros(32, target)
+    lib(a, out)
+    refcomp.interpret(func, a, want, n=4)
+    np.testing.assert_array_equal(out, want)
