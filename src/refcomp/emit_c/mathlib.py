@@ -98,18 +98,6 @@ def vector_math_helper(name: str, op: str, dtype: DataType, vtype: str, mvec_fun
     lane_loop = (f"    {vtype} r;\n"
                  f"    for (int l = 0; l < {lanes}; ++l) r[l] = {scalar_call(op, element, scalar_args)};\n"
                  f"    return r;\n")
-    if op == "sigmoid":
-        # As the scalar rc_sigmoid: exp of -|x| never overflows; the lane loops become blends.
-        one, zero, fabs = ("1.0", "0.0", "fabs") if double else ("1.0f", "0.0f", "fabsf")
-        exp_name = name.replace("sigmoid", "exp")
-        body = (f"    {vtype} a, out;\n"
-                f"    for (int l = 0; l < {lanes}; ++l) a[l] = -{fabs}(x[l]);\n"
-                f"    {vtype} e = {exp_name}(a);\n"
-                f"    {vtype} r = {one} / ({one} + e);\n"
-                f"    {vtype} er = e * r;\n"
-                f"    for (int l = 0; l < {lanes}; ++l) out[l] = x[l] >= {zero} ? r[l] : er[l];\n"
-                f"    return out;\n")
-        return f"static inline {vtype} {name}({params}) {{\n{body}}}"
     if op not in mvec_functions:
         return f"static inline {vtype} {name}({params}) {{\n{lane_loop}}}"
     width = "RC_MVEC_W64" if double else "RC_MVEC_W32"

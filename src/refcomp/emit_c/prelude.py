@@ -130,17 +130,6 @@ static inline uint16_t rc_float_to_bf16(float f) {
     if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
-static inline uint16_t rc_f64_to_bf16(double d) {
-    uint64_t x; memcpy(&x, &d, sizeof x);
-    uint32_t sign = (uint32_t)(x >> 48) & 0x8000u;
-    uint64_t ax = x & UINT64_C(0x7fffffffffffffff);
-    if (ax > UINT64_C(0x7ff0000000000000)) return (uint16_t)(sign | 0x7fc0u | (uint32_t)((ax >> 45) & 0x7fu));
-    if (ax == UINT64_C(0x7ff0000000000000)) return (uint16_t)(sign | 0x7f80u);
-    if (ax < UINT64_C(0x3690000000000000)) return (uint16_t)sign; /* < 2^-150 */
-    int32_t e = (int32_t)(ax >> 52);
-    uint64_t mant = (ax & UINT64_C(0xfffffffffffff)) | (UINT64_C(1) << 52);
-    return (uint16_t)rc_narrow_float(sign, e - 896, mant, 52, 7, 255u);
-}
 static inline float rc_bf16_bits_to_float(uint16_t h) {
     uint32_t bits = (uint32_t)h << 16;
     float f; memcpy(&f, &bits, sizeof f);
