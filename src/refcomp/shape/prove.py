@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections import OrderedDict
 from types import MappingProxyType
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
@@ -102,8 +103,9 @@ def record_fast_proof() -> ProofResult:
 
 
 def clear_cache() -> None:
-    """Forget every cached answer."""
+    """Forget every cached answer (and the analyzers kept for repeated assumptions)."""
     _cache.clear()
+    _ANALYZERS.clear()
 
 
 def prove(condition: "PrimExpr | bool", assumptions: Iterable[PrimExpr] = (), *,
@@ -141,16 +143,36 @@ def _fast(condition: PrimExpr, assumptions: Sequence[PrimExpr], analyzer) -> Pro
     if analyzer is None:
         if not assumptions and isinstance(condition, IntImm):
             return ProofResult("proved") if condition.value else None
-        from .analyzer import Analyzer
-
-        analyzer = Analyzer()
-        for var, rng in ranges_from(assumptions).items():
-            analyzer.bind(var, rng)
-        for assumption in assumptions:
-            analyzer.assume(assumption)
+        analyzer = _analyzer_for(assumptions)
     if analyzer.can_prove(condition):
         return ProofResult("proved", via="fast")
     return None
+
+
+# Analyzers already holding a set of assumptions, most recently used last: callers (the in-bounds
+# checker, schedule legality) ask many claims under the same facts, and an analyzer's caches stay
+# valid for as long as its facts do.
+_ANALYZERS: "OrderedDict[Any, Any]" = OrderedDict()
+_ANALYZER_LIMIT = 64
+
+
+def _analyzer_for(assumptions: Sequence[PrimExpr]):
+    from .analyzer import Analyzer
+
+    key = tuple(expr_key(a) for a in assumptions)
+    analyzer = _ANALYZERS.get(key)
+    if analyzer is not None:
+        _ANALYZERS.move_to_end(key)
+        return analyzer
+    analyzer = Analyzer()
+    for var, rng in ranges_from(assumptions).items():
+        analyzer.bind(var, rng)
+    for assumption in assumptions:
+        analyzer.assume(assumption)
+    _ANALYZERS[key] = analyzer
+    if len(_ANALYZERS) > _ANALYZER_LIMIT:
+        _ANALYZERS.popitem(last=False)
+    return analyzer
 
 
 def ranges_from(assumptions: Sequence[PrimExpr]) -> dict:
