@@ -58,3 +58,46 @@ def test_fast_path_and_z3_never_contradict(cond):
     fast = prove(cond, facts)
     slow = prove(cond, facts, use_fast_path=False, timeout_ms=3000)
     assert not (fast.proved and slow.disproved), (render(cond), slow.counterexample)
+
+
+from hypothesis import strategies as st  # noqa: E402
+
+from refcomp.ast import Var, floordiv, floormod  # noqa: E402
+
+_X8, _Y8 = Var("x8", "int8"), Var("y8", "int8")
+
+
+def _int8_exprs():
+    leaf = st.one_of(st.sampled_from([_X8, _Y8]), st.integers(-128, 127).map(lambda v: IntImm(v, "int8")))
+
+    def combine(children):
+        ops = st.sampled_from(["+", "-", "*", "//", "%"])
+
+        def build(op, a, b):
+            return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b,
+                    "//": lambda: floordiv(a, b), "%": lambda: floormod(a, b)}[op]()
+
+        return st.builds(build, ops, children, children)
+
+    return st.recursive(leaf, combine, max_leaves=5)
+
+
+@settings(deadline=None)
+@given(_int8_exprs(), _int8_exprs(), st.sampled_from(["<", "<=", "=="]))
+def test_wrap_mode_agrees_with_two_complement_brute_force(a, b, op):
+    cond = {"<": lambda: a < b, "<=": lambda: a <= b, "==": lambda: a == b}[op]()
+    facts = [IntImm(-3, "int8") <= _Y8, _Y8 <= IntImm(3, "int8")]  # x8 free over all of int8
+    result = prove(cond, facts, overflow="wrap", timeout_ms=3000)
+    if result.disproved:
+        env = result.model
+        assert not evaluate(cond, {_X8: 0, _Y8: 0, **env}, wrap=True)
+        return
+    if not result.proved:
+        return
+    for x in range(-128, 128):
+        for y in range(-3, 4):
+            try:
+                value = evaluate(cond, {_X8: x, _Y8: y}, wrap=True)
+            except (EvaluationError, ZeroDivisionError):
+                continue
+            assert value, f"proved under wrap but false at x8={x}, y8={y}: {render(cond)}"

@@ -2,9 +2,10 @@
 
 This is the arbiter the prover's counterexamples are checked against, so it follows the IR's
 semantics literally: `//` and `%` floor, TruncDiv/TruncMod truncate toward zero, casts between
-integer types wrap to the target width, comparisons give bools.  With `wrap=True`, + - * also wrap
-to their dtype's width (what compiled code does); by default they are exact mathematical integers
-(the "no overflow" reading that the simplifier and the default proofs use, see spec/shapes.md).
+integer types wrap to the target width, comparisons give bools.  With `wrap=True`, + - * and the
+divisions also wrap to their dtype's width (what compiled code does); by default they are exact
+mathematical integers (the "no overflow" reading that the simplifier and the default proofs use,
+see spec/shapes.md).
 """
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ _BINARY: dict[type, Callable[[Any, Any], Any]] = {
     And: lambda a, b: bool(a) and bool(b),
     Or: lambda a, b: bool(a) or bool(b),
 }
-_WRAPPING = (Add, Sub, Mul)
+_WRAPPING = (Add, Sub, Mul, FloorDiv, TruncDiv)  # x // -1 overflows at the minimum
 
 
 def evaluate(expr: PrimExpr, env: Mapping[Var, Any], *, wrap: bool = False,
