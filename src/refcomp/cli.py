@@ -16,9 +16,10 @@ def _demo(argv: list[str]) -> int:
 
 
 def _check(argv: list[str]) -> int:
-    from .shape import check
+    import importlib
 
-    return check.main(argv)
+    # refcomp.shape re-exports the function `check`, which shadows the module's name there.
+    return importlib.import_module("refcomp.shape.check").main(argv)
 
 
 def _version(argv: list[str]) -> int:
