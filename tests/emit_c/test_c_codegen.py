@@ -5,7 +5,7 @@ from hypothesis import given, strategies as st
 
 import refcomp
 from refcomp.ast import (
-    AssertStmt, Buffer, BufferStore, Call, Cast, FloatImm, For, IntImm, LetStmt, PrimFunc, Ramp,
+    AssertStmt, Buffer, BufferStore, Call, Cast, FloatImm, For, IntImm, LetStmt, PrimFunc, Ramp, Select,
     SizeVar, StringImm, Var, const, floordiv, floormod, max_, min_, seq,
 )
 from refcomp.emit_c import EmitOptions, emit
@@ -358,3 +358,21 @@ def test_vector_casts_match_interpreter(source, target, build_target, rng):
     lib(a, out)
     refcomp.interpret(func, a, want, n=4)
     np.testing.assert_array_equal(out, want)
+
+
+def test_decidable_comparisons_and_unused_lets_compile_under_werror():
+    """gcc -Wextra -Werror rejects `x < x`, `unsigned >= 0` and unused locals; programs may have them."""
+    n = SizeVar("n", "int32")
+    A = Buffer("A", (n,), "uint8")
+    B = Buffer("B", (n,), "int32")
+    i, unused = Var("i", "int32"), Var("unused", "int32")
+    a = A[i]
+    value = Select(a >= IntImm(0, "uint8"), IntImm(1), IntImm(2)) + Select(B[i] < B[i], IntImm(10), IntImm(20)) \
+        + Select(a <= IntImm(255, "uint8"), IntImm(100), IntImm(200)) + Select(B[i] == B[i], IntImm(0), IntImm(5))
+    body = For(i, 0, n, "serial", LetStmt(unused, i * 2, BufferStore(B, value, (i,))))
+    func = PrimFunc((A, B), body, "tautologies")
+    lib = refcomp.build(func, target="c -std=c99", bounds="off")
+    a = np.arange(4, dtype=np.uint8)
+    b = np.arange(4, dtype=np.int32)
+    lib(a, b)
+    np.testing.assert_array_equal(b, 121)

@@ -313,6 +313,7 @@ class _Emitter(ExprEmitter):
             self.lane_loop(lambda lane: f"{name}[{lane}] = {self.expr(s.value, lane)};", dtype.lanes)
         else:
             self.line(f"const {self.ctype(dtype)} {name} = {self.expr(s.value)};")
+            self.line(f"(void){name};  /* the body may not use it: no unused-variable warning */")
         self.stmt(s.body)
         self.depth -= 1
         self.line("}")

@@ -242,6 +242,11 @@ class ExprEmitter:
         symbol = _COMPARE[type(e)]
         if self.vector_mode(e, lane):
             return self.vec.compare_to_mask(e.a.dtype, f"{self.vec.compare(symbol, e.a.dtype)}({a}, {b})")
+        known = _constant_comparison(e, symbol, a == b)
+        if known is not None:
+            # gcc -Wextra rejects comparisons it can decide (x < x, an unsigned x >= 0); the
+            # result is the same for every value, so it is emitted as that constant.
+            return "true" if known else "false"
         return f"({a} {symbol} {b})"
 
     expr_EQ = expr_NE = expr_LT = expr_LE = expr_GT = expr_GE = compare
@@ -372,6 +377,34 @@ def _round_bfloat16(value: float) -> float:
         return value
     bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
     return float(np.array([bits & 0xFFFFFFFF], dtype=np.uint32).view(np.float32)[0])
+
+
+_RELATIONS = {"==": lambda x, y: x == y, "!=": lambda x, y: x != y, "<": lambda x, y: x < y,
+              "<=": lambda x, y: x <= y, ">": lambda x, y: x > y, ">=": lambda x, y: x >= y}
+
+
+def _constant_comparison(e: E.CompareOp, symbol: str, same_text: bool) -> bool | None:
+    """The value of a scalar comparison that is the same for all inputs, if it is (else None)."""
+    dtype = e.a.dtype
+    if same_text and (dtype.is_integer or dtype.is_bool):
+        return symbol in ("==", "<=", ">=")
+    if same_text and symbol in ("<", ">"):
+        return False  # x < x is false for floats too, NaN included
+    if not dtype.is_integer:
+        return None
+    low, high = dtype.min_value(), dtype.max_value()
+    relation = _RELATIONS[symbol]
+    if isinstance(e.b, E.IntImm) and not isinstance(e.a, E.IntImm):
+        c = e.b.value
+        if c <= low or c >= high:  # the constant sits at an end of the other side's range
+            outcomes = {relation(low, c), relation(high, c), relation(min(max(c, low), high), c)}
+            return outcomes.pop() if len(outcomes) == 1 else None
+    if isinstance(e.a, E.IntImm) and not isinstance(e.b, E.IntImm):
+        c = e.a.value
+        if c <= low or c >= high:
+            outcomes = {relation(c, low), relation(c, high), relation(c, min(max(c, low), high))}
+            return outcomes.pop() if len(outcomes) == 1 else None
+    return None
 
 
 def _is_zero(e: E.PrimExpr) -> bool:
