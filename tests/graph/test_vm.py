@@ -131,3 +131,26 @@ def test_blas_sgemm_from_a_shared_library_matches_numpy(rng):
         wa = rng.standard_normal((5, kk)).astype("float32")
         ba = rng.standard_normal(5).astype("float32")
         np.testing.assert_allclose(vm["main"](xa, wa, ba), np.maximum(xa @ wa.T + ba, 0), rtol=1e-5, atol=1e-5)
+
+
+def test_if_runs_only_the_taken_branch(rng):
+    from refcomp.ast.graph import BindingBlock, SeqExpr, VarBinding
+    from refcomp.graph.block_builder import make_if
+
+    n = sv("n")
+    x, c = Var("x", tensor((n,))), Var("c", tensor((), "bool"))
+    bb = BlockBuilder()
+    with bb.function("main", [c, x]):
+        branches = []
+        for build in (op.exp, op.negative):
+            value = bb.normalize(build(x))
+            var = Var("r", value.struct_info)
+            branches.append(SeqExpr((BindingBlock((VarBinding(var, value),)),), var))
+        y = bb.emit(make_if(None, c, branches[0], branches[1], bb.defined_vars))
+        bb.emit_func_output(y)
+    assert str(y.struct_info) == 'R.Tensor((n,), "float32")'
+    vm = refcomp.runtime.VirtualMachine(refcomp.graph.build(bb.get(), target="c"))
+    a = rng.standard_normal(6).astype("float32")
+    np.testing.assert_allclose(vm["main"](np.array(True), a), np.exp(a), rtol=1e-6)
+    np.testing.assert_array_equal(vm["main"](np.array(False), a), -a)
+    assert vm.kernel_calls == 2

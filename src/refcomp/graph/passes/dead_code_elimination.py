@@ -7,7 +7,7 @@ attribute, or the given entry names) are removed.
 from __future__ import annotations
 
 from ...ast.function import IRModule, PrimFunc
-from ...ast.graph import Call, ExternFunc, Function, GlobalVar, MatchCast, Op, SeqExpr
+from ...ast.graph import Call, ExternFunc, Function, GlobalVar, If, MatchCast, Op, SeqExpr
 from .common import graph_functions, used_vars
 
 
@@ -45,17 +45,27 @@ def _eliminate(func: Function) -> Function:
 
 
 def _callees(func) -> set[str]:
-    names = set()
-    if isinstance(func, Function):
-        for block in func.body.blocks:
+    """Names of module functions func calls (inside If branches too)."""
+    names: set[str] = set()
+
+    def walk_value(value) -> None:
+        if isinstance(value, Call):
+            if isinstance(value.op, GlobalVar):
+                names.add(value.op.name)
+            for a in value.args:
+                if isinstance(a, GlobalVar):
+                    names.add(a.name)
+        elif isinstance(value, If):
+            walk_seq(value.true_branch)
+            walk_seq(value.false_branch)
+
+    def walk_seq(seq) -> None:
+        for block in seq.blocks:
             for b in block.bindings:
-                value = b.value
-                if isinstance(value, Call):
-                    if isinstance(value.op, GlobalVar):
-                        names.add(value.op.name)
-                    for a in value.args:
-                        if isinstance(a, GlobalVar):
-                            names.add(a.name)
+                walk_value(b.value)
+
+    if isinstance(func, Function):
+        walk_seq(func.body)
     return names
 
 
