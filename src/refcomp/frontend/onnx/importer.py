@@ -50,6 +50,11 @@ class Context:
 
     def emit(self, call: Expr) -> Expr:
         """Normalize and bind a call; calls on constants are evaluated now (shape arithmetic)."""
+        from ...ast.graph import Call
+
+        if isinstance(call, Call) and any(isinstance(a, Call) for a in call.args):
+            # nested calls first, through emit, so constant sub-expressions fold too
+            call = call.with_(args=tuple(self.emit(a) if isinstance(a, Call) else a for a in call.args))
         value = self.bb.normalize(call)
         name = getattr(value, "op_name", None)
         if name and all(isinstance(a, Constant) for a in value.args) and name not in ("call_tir", "call_dps_packed"):
