@@ -204,6 +204,8 @@ def _index_cases() -> list[Case]:
         Case("embedding", [Input((7, "h")), Input(("b", "s"), "int64", "index:7")]),
         Case("gather_elements", [Input(("n", "m")), Input(("n", "k"), "int64", "index:m:neg")], {"axis": 1}),
         Case("gather_nd", [Input((4, 5, 6)), Input(("p", 2), "int64", "index:4")]),
+        Case("gather_nd", [Input((3, 4, 5)), Input((3, "p", 1), "int64", "index:4")], {"batch_dims": 1},
+             id="gather_nd_batch"),
         Case("scatter_elements", [Input((4, 5)), Input((4, 3), "int64", "perm:5"), Input((4, 3))], {"axis": 1}),
         Case("scatter_elements", [Input((4, 5)), Input((2, 5), "int64", "index:4"), Input((2, 5))],
              {"axis": 0, "reduction": "add"}, id="scatter_add"),

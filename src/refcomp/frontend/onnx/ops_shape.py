@@ -222,9 +222,7 @@ def _gather_elements(ctx, node, inputs, attrs):
 
 @converter("GatherND")
 def _gather_nd(ctx, node, inputs, attrs):
-    if attrs.get("batch_dims", 0):
-        ctx.fail("GatherND with batch_dims is not supported")
-    return ctx.emit(op.gather_nd(inputs[0], inputs[1]))
+    return ctx.emit(op.gather_nd(inputs[0], inputs[1], batch_dims=attrs.get("batch_dims", 0)))
 
 
 @converter("ScatterElements")

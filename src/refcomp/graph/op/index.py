@@ -108,8 +108,7 @@ def gather_nd(x, indices, batch_dims=0):
 def _gather_nd_infer(call, ctx):
     x, idx = ctx.tensor(0), ctx.tensor(1, "indices")
     _int_indices(ctx, idx)
-    if ctx.attr("batch_dims", 0) != 0:
-        ctx.fail("only batch_dims=0 is supported", kind=IRError)
+    b = ctx.attr("batch_dims", 0)
     if x.shape is None or idx.shape is None:
         return TensorStructInfo(None, x.dtype, -1)
     from ..shape_facts import const_value
@@ -117,28 +116,33 @@ def _gather_nd_infer(call, ctx):
     m = const_value(idx.shape[-1])
     if m is None:
         ctx.fail("the last dim of indices must be static", kind=IRError)
-    if m > x.ndim:
-        ctx.fail(f"indices address {m} dims of a {x.ndim}-d tensor", kind=IRError)
-    return TensorStructInfo(tuple(idx.shape[:-1]) + tuple(x.shape[m:]), x.dtype)
+    if b < 0 or b >= len(idx.shape) or b + m > x.ndim:
+        ctx.fail(f"indices address {m} dims after {b} batch dims of a {x.ndim}-d tensor", kind=IRError)
+    for k in range(b):
+        ctx.require_equal(x.shape[k], idx.shape[k], f"batch dim {k} of data and indices agree")
+    return TensorStructInfo(tuple(idx.shape[:-1]) + tuple(x.shape[b + m:]), x.dtype)
 
 
 def _gather_nd_te(x, indices, batch_dims=0):
     from ..shape_facts import const_value
 
+    b = batch_dims
     m = const_value(indices.shape[-1])
     q = len(indices.shape) - 1
-    shape = tuple(indices.shape[:-1]) + tuple(x.shape[m:])
+    shape = tuple(indices.shape[:-1]) + tuple(x.shape[b + m:])
 
     def body(*i):
         lead = tuple(i[:q])
-        src = tuple(_safe_index(indices[lead + (tir.IntImm(j, "int64"),)], x.shape[j], i[0] if i else as_dim(0))
+        src = tuple(_safe_index(indices[lead + (tir.IntImm(j, "int64"),)], x.shape[b + j], i[0] if i else as_dim(0))
                     for j in range(m))
-        return x[src + tuple(i[q:])]
+        return x[tuple(i[:b]) + src + tuple(i[q:])]
 
     return te().compute(shape, body, name="gather_nd")
 
 
 def _np_gather_nd(x, indices, batch_dims=0):
+    if batch_dims:
+        return np.stack([_np_gather_nd(x[k], indices[k], batch_dims - 1) for k in range(x.shape[0])])
     m = indices.shape[-1]
     flat = indices.reshape(-1, m)
     out = np.stack([x[tuple(row)] for row in flat]) if len(flat) else np.zeros((0,) + x.shape[m:], x.dtype)
