@@ -40,6 +40,7 @@ from refcomp.loops import intrin, recipes  # noqa: E402
 from refcomp.loops.primitives.tree import walk  # noqa: E402
 
 GELU_C = 0.7978845608028654
+SETTLE_SECONDS = 0.3
 
 
 # ----------------------------------------------------------------------------- programs
@@ -97,6 +98,9 @@ def best_times(fns: list, repeat: int, rounds: int, clock=time.perf_counter) -> 
     best = [float("inf")] * len(fns)
     for _ in range(rounds):
         for index, fn in enumerate(fns):
+            # Let the other side's idle worker threads stop spinning first (OpenBLAS threads
+            # busy-wait for a while after a call, and would take a core from the next kernel).
+            time.sleep(SETTLE_SECONDS)
             for _ in range(repeat):
                 start = clock()
                 fn()

@@ -231,7 +231,8 @@ class _Matcher:
                 raise self.fail(f"{what} is {_show(expr)}, the description needs {_show(d_expr)}", spot=spot)
             return
         unknown = [(t, c) for t, c in d_form.terms if isinstance(t, Var) and t in self.desc_size_vars]
-        known = Affine.make({t: c for t, c in d_form.terms if (t, c) not in unknown}, d_form.const)
+        unknown_ids = {id(t) for t, _ in unknown}
+        known = Affine.make({t: c for t, c in d_form.terms if id(t) not in unknown_ids}, d_form.const)
         if not unknown:
             if (form - known).key() != Affine((), 0).key():
                 raise self.fail(f"{what} is {_show(expr)}, the description needs {_show(d_expr)}", spot=spot)
