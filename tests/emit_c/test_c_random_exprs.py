@@ -5,7 +5,10 @@ into one kernel (one output each) so a draw costs one compile per target.  Integ
 match exactly in both targets; float32 results exactly in strict C99 (ISO mode: no FMA
 contraction, so every operation rounds as the interpreter's does).
 """
+import os
+
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 import refcomp
@@ -15,21 +18,28 @@ from refcomp.ast import (
 )
 
 LANES = 8
+# Draws per test (each costs compiles); raise it to hunt for bugs: REFCOMP_RANDOM_EXPRS=50
+EXAMPLES = int(os.environ.get("REFCOMP_RANDOM_EXPRS", "4"))
 OUTPUTS = 4
 INT_BINARY = ("add", "sub", "mul", "floordiv", "floormod", "truncdiv", "truncmod", "min", "max")
 FLOAT_BINARY = ("add", "sub", "mul", "div", "min", "max")
 
 
 def trees(kind: str):
-    leaves = st.one_of(st.sampled_from([("load", "A"), ("load", "B")]),
-                       st.integers(-1000, 1000).map(lambda v: ("const", v)) if kind == "int" else
-                       st.floats(-100, 100, width=32).map(lambda v: ("const", v)))
-    ops = INT_BINARY if kind == "int" else FLOAT_BINARY
+    if kind == "float":
+        constants = st.floats(-100, 100, width=32)
+    else:
+        info = np.iinfo(kind)
+        constants = st.integers(max(info.min, -1000), min(info.max, 1000))
+    leaves = st.one_of(st.sampled_from([("load", "A"), ("load", "B")]), constants.map(lambda v: ("const", v)))
+    ops = FLOAT_BINARY if kind == "float" else INT_BINARY
 
     def extend(children):
         binary = st.tuples(st.sampled_from(ops), children, children)
         select = st.tuples(st.just("select"), children, children, children, children)
-        return st.one_of(binary, select)
+        logic = st.tuples(st.just("logic"), children, children, children, children)
+        cast = st.tuples(st.just("cast"), children)
+        return st.one_of(binary, select, logic, cast)
     return st.recursive(leaves, extend, max_leaves=8)
 
 
@@ -43,6 +53,15 @@ def build(tree, kind, loads, const):
     if tag == "select":
         a, b, c, d = (build(t, kind, loads, const) for t in tree[1:])
         return Select(a < b, c, d)
+    if tag == "logic":  # (a <= b and not c == d) or a > d
+        a, b, c, d = (build(t, kind, loads, const) for t in tree[1:])
+        return Select(((a <= b) & ~(c == d)) | (a > d), a, d)
+    if tag == "cast":  # through float64 (saturating back) or through int32 (wrapping back)
+        a = build(tree[1], kind, loads, const)
+        lanes = a.dtype.lanes
+        via = "int32" if kind == "float" else "float64"
+        middle = Cast(f"{via}x{lanes}" if lanes > 1 else via, a)
+        return Cast(a.dtype, middle)
     a, b = build(tree[1], kind, loads, const), build(tree[2], kind, loads, const)
     if tag in ("floordiv", "floormod", "truncdiv", "truncmod"):
         zero, one = const(0), const(1)
@@ -54,7 +73,7 @@ def build(tree, kind, loads, const):
 
 
 def kernel(expressions, kind, vector):
-    dtype = "int32" if kind == "int" else "float32"
+    dtype = "float32" if kind == "float" else kind
     n = SizeVar("n", "int32")
     size = n * LANES if vector else n
     A, B = Buffer("A", (size,), dtype), Buffer("B", (size,), dtype)
@@ -64,20 +83,22 @@ def kernel(expressions, kind, vector):
     loads = {"A": A[index], "B": B[index]}
 
     def const(v):
-        scalar = IntImm(int(v), dtype) if kind == "int" else FloatImm(float(v), dtype)
+        scalar = FloatImm(float(v), dtype) if kind == "float" else IntImm(int(v), dtype)
         return Broadcast(scalar, LANES) if vector else scalar
     stores = [BufferStore(out, build(t, kind, loads, const), (index,)) for out, t in zip(outs, expressions)]
     return PrimFunc((A, B, *outs), For(i, 0, n, "serial", seq(*stores)), f"rand_{kind}_{int(vector)}")
 
 
 def check(kind, expressions, data, targets):
-    dtype = np.int32 if kind == "int" else np.float32
+    dtype = np.float32 if kind == "float" else np.dtype(kind)
     for vector in (False, True):
         func = kernel(expressions, kind, vector)
         count = 3 * LANES
-        if kind == "int":
-            a = np.array(data.draw(st.lists(st.integers(-2**31, 2**31 - 1), min_size=count, max_size=count)), dtype)
-            b = np.array(data.draw(st.lists(st.integers(-2**31, 2**31 - 1), min_size=count, max_size=count)), dtype)
+        if kind != "float":
+            info = np.iinfo(kind)
+            values = st.lists(st.integers(int(info.min), int(info.max)), min_size=count, max_size=count)
+            a = np.array(data.draw(values), dtype)
+            b = np.array(data.draw(values), dtype)
         else:
             floats = st.floats(-1e6, 1e6, width=32, allow_subnormal=True)
             a = np.array(data.draw(st.lists(floats, min_size=count, max_size=count)), dtype)
@@ -93,13 +114,16 @@ def check(kind, expressions, data, targets):
                 np.testing.assert_array_equal(g, w, err_msg=f"{target} vector={vector} output {k}: {expressions[k]}")
 
 
-@settings(max_examples=6)
-@given(expressions=st.lists(trees("int"), min_size=OUTPUTS, max_size=OUTPUTS), data=st.data())
-def test_random_integer_expressions(expressions, data):
-    check("int", expressions, data, ["c", "c -std=c99"])
+@pytest.mark.parametrize("kind", ["int32", "int8", "uint16"])
+def test_random_integer_expressions(kind):
+    @settings(max_examples=EXAMPLES)
+    @given(expressions=st.lists(trees(kind), min_size=OUTPUTS, max_size=OUTPUTS), data=st.data())
+    def run(expressions, data):
+        check(kind, expressions, data, ["c", "c -std=c99"])
+    run()
 
 
-@settings(max_examples=6)
+@settings(max_examples=EXAMPLES)
 @given(expressions=st.lists(trees("float"), min_size=OUTPUTS, max_size=OUTPUTS), data=st.data())
 def test_random_float_expressions_exact_in_strict_c99(expressions, data):
     check("float", expressions, data, ["c -std=c99"])

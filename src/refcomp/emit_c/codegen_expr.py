@@ -394,13 +394,14 @@ def _constant_comparison(e: E.CompareOp, symbol: str, same_text: bool) -> bool |
         return None
     low, high = dtype.min_value(), dtype.max_value()
     relation = _RELATIONS[symbol]
-    if isinstance(e.b, E.IntImm) and not isinstance(e.a, E.IntImm):
-        c = e.b.value
+    a, b = (x.value if isinstance(x, E.Broadcast) else x for x in (e.a, e.b))  # lane mode
+    if isinstance(b, E.IntImm) and not isinstance(a, E.IntImm):
+        c = b.value
         if c <= low or c >= high:  # the constant sits at an end of the other side's range
             outcomes = {relation(low, c), relation(high, c), relation(min(max(c, low), high), c)}
             return outcomes.pop() if len(outcomes) == 1 else None
-    if isinstance(e.a, E.IntImm) and not isinstance(e.b, E.IntImm):
-        c = e.a.value
+    if isinstance(a, E.IntImm) and not isinstance(b, E.IntImm):
+        c = a.value
         if c <= low or c >= high:
             outcomes = {relation(c, low), relation(c, high), relation(c, min(max(c, low), high))}
             return outcomes.pop() if len(outcomes) == 1 else None
