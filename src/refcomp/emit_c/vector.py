@@ -257,11 +257,18 @@ class VectorLib:
         tag = short_name(dtype.element)
         name = f"rc_v{op}_{vt[3:]}"
         params = ", ".join(f"{vt} {p}" for p in "ab"[:arity])
-        args = ", ".join(f"{p}[l]" for p in "ab"[:arity])
+        args = ", ".join(f"x{p}[l]" for p in "ab"[:arity])
+        ctype = value_type(dtype.element)
+        lanes = dtype.lanes
+        # Through plain arrays: gcc 12's SLP vectoriser miscompiled the same loop written on
+        # vector elements (uint16 floordiv inside a kernel loop gave 65535 at -O3); these
+        # operations have no SIMD instructions anyway.
+        copies = "".join(f"    {ctype} x{p}[{lanes}];\n    memcpy(x{p}, &{p}, sizeof x{p});\n" for p in "ab"[:arity])
         return self._add(name, (
-            f"static inline {vt} {name}({params}) {{\n"
-            f"    {vt} r;\n    for (int l = 0; l < {dtype.lanes}; ++l) r[l] = rc_{op}_{tag}({args});\n"
-            f"    return r;\n}}"))
+            f"static inline {vt} {name}({params}) {{\n{copies}"
+            f"    {ctype} z[{lanes}];\n"
+            f"    for (int l = 0; l < {lanes}; ++l) z[l] = rc_{op}_{tag}({args});\n"
+            f"    {vt} r;\n    memcpy(&r, z, sizeof r);\n    return r;\n}}"))
 
     def select(self, dtype: DataType) -> str:
         """rc_vselect_T(mask, a, b): a where the mask lane is set, else b (bitwise, branch free)."""
