@@ -26,6 +26,10 @@ import os
 # numpy should run its best kernels: drop the user's OpenBLAS overrides in this process only.
 for _name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
     os.environ.pop(_name, None)
+# libgomp's default is to spin after each parallel region; on a shared 2-vCPU VM a spinning
+# worker takes the core the next region (or numpy's pool) needs, which made a 512 matmul 5x
+# slower.  Waiting threads sleep instead (set OMP_WAIT_POLICY yourself to override).
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
