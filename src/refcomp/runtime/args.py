@@ -126,6 +126,7 @@ class Signature:
         self.shape_vars = {b: tuple(free_vars(tuple(b.shape))) for b in self.buffers}
         self.all_shape_vars = tuple(dict.fromkeys(v for b in self.buffers for v in self.shape_vars[b]))
         self.size_ranges = [(v, v.dtype.min_value(), v.dtype.max_value()) for v in self.size_vars]
+        self.preconditions = _preconditions(func)
 
     def describe(self) -> str:
         parts = []
@@ -172,6 +173,11 @@ class Signature:
             if not low <= value <= high:
                 raise ArgumentError(f"{self.func.name}: size variable {var.name} = {value} does not fit "
                                     f"in {var.dtype}")
+        for condition, message in self.preconditions:
+            # The relations the function states (attrs["assumptions"]), which its proofs rely on.
+            if not _truth(condition, env):
+                values = ", ".join(f"{v.name} = {env[v]}" for v in free_vars(condition) if v in env)
+                raise ArgumentError(f"{message} ({values})")
         return BoundCall(arrays, env)
 
     # ------------------------------------------------------------------ pieces
@@ -294,6 +300,25 @@ def _overlap(a: np.ndarray, b: np.ndarray) -> bool:
         start_a, start_b = a.__array_interface__["data"][0], b.__array_interface__["data"][0]
         return start_a < start_b + b.nbytes and start_b < start_a + a.nbytes
     return bool(np.may_share_memory(a, b))
+
+
+def _preconditions(func: PrimFunc) -> list:
+    """(condition, message) pairs the shape layer derives from the function's stated assumptions."""
+    try:
+        from ..shape import runtime_preconditions
+    except ImportError:  # pragma: no cover - the shape layer is part of every installation
+        return []
+    from ..ast.functor import substitute
+
+    # A condition may name a size variable by an equal-named Var (te builds the function's own
+    # SizeVars from the user's vars): resolve such names to the function's variables.
+    by_name = {v.name: v for b in func.buffers for v in free_vars(tuple(b.shape) + tuple(b.strides))}
+    by_name.update({p.name: p for p in func.scalar_params})
+    out = []
+    for condition, message in runtime_preconditions(func):
+        mapping = {v: by_name[v.name] for v in free_vars(condition) if v.name in by_name and by_name[v.name] is not v}
+        out.append((substitute(condition, mapping) if mapping else condition, message))
+    return out
 
 
 def check_scalar(param: E.Var, value: Any):

@@ -59,7 +59,7 @@ for _dtype, (_name, _function, _element, _header) in VARIANTS.items():
         c_helpers=(_DEVICE_TEMPLATE.replace("FUNCTION", _function).replace("ELEMENT", _element),),
         c_includes=("mma.h", _header), func_attrs={"cuda_only": True},
         doc=f"16x16 float32 tile from {_dtype} operands on tensor cores (wmma), warp-collective",
-    ), override=True)
+    ))
 
 
 def _flat(address: PrimExpr) -> tuple[Buffer, PrimExpr]:

@@ -89,9 +89,9 @@ _builtins_loaded = False
 
 
 def _load_builtins() -> None:
-    # The x86 intrinsics are registered on first lookup, so importing the registry stays cheap
-    # and a user's own registrations never race with ours.
+    # The built-in intrinsics (x86 tiles, CUDA tensor-core tiles) are registered on first lookup,
+    # so importing the registry stays cheap and a user's own registrations never race with ours.
     global _builtins_loaded
     if not _builtins_loaded:
         _builtins_loaded = True
-        from . import x86  # noqa: F401  (registers on import)
+        from . import cuda_wmma, x86  # noqa: F401  (register on import)
