@@ -224,3 +224,22 @@ def test_device_arrays_are_checked_before_any_launch():
         lib(_DeviceArray((10,)), _DeviceArray((10,), pointer=0x7F0000000010))
     with pytest.raises(refcomp.RuntimeFailure, match="no CUDA device"):
         lib(_DeviceArray((10,)), _DeviceArray((10,), pointer=0x7F0000100000))
+
+
+@needs_nvcc
+def test_global_intermediates_are_allocated_on_the_device(rng):
+    from refcomp import te
+
+    n = te.var("n")
+    A = te.placeholder((n,), "float32", name="A")
+    B = te.compute((n,), lambda i: te.exp(A[i]), name="B")
+    C = te.compute((n,), lambda i: B[i] * 2.0, name="C")
+    sch = refcomp.Schedule(te.create_prim_func([A, C]))
+    gpu_recipes.schedule_elementwise(sch, "B", threads=64)
+    gpu_recipes.schedule_elementwise(sch, "C", threads=64)
+    lib = refcomp.build(sch.func, target="cuda")
+    assert "cudaMalloc" in lib.source and "cudaFree" in lib.source and lib.source.count("__global__") == 2
+    a = rng.standard_normal(100).astype("float32")
+    c = rng.standard_normal(100).astype("float32")
+    run_checked(sch.func, a, c)
+    np.testing.assert_allclose(c, np.exp(a) * 2, rtol=1e-6)

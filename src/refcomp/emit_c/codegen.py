@@ -356,27 +356,32 @@ class _Emitter(ExprEmitter):
                           f"(sizeof({st}) * ({size}) + {align}) / {align} * {align});")
             else:
                 self.line(f"{st}* {name} = ({st}*)malloc(sizeof({st}) * ({size}) + 1);")
-            self.line(f"if ({name} == NULL) {{")
-            self.depth += 1
-            self.fail(OUT_OF_MEMORY)
-            self.depth -= 1
-            self.line("}")
-            scope = _Scope(self.names.fresh(f"rc_free_{name}"), parallel=False)
-            outer = self.scopes[-1]
-            self.scopes.append(scope)
-            self.stmt(s.body)
-            self.scopes.pop()
-            self.line(f"free({name});")
-            if scope.used:
-                done = self.names.fresh(f"rc_done_{name}")
-                self.line(f"goto {done};")
-                self.lines.append(f"{scope.label}:")
-                self.line(f"free({name});")
-                outer.used = True
-                self.line(f"goto {outer.label};")
-                self.lines.append(f"{done}: ;")
+            self.heap_scope(name, f"{name} == NULL", f"free({name});", s.body)
         self.depth -= 1
         self.line("}")
+
+    def heap_scope(self, name: str, failed: str, release: str, body: S.Stmt) -> None:
+        """After an allocation: fail if `failed` holds, emit body, then `release` on the normal path
+        and on every failure path out of body (which then continues to the enclosing target)."""
+        self.line(f"if ({failed}) {{")
+        self.depth += 1
+        self.fail(OUT_OF_MEMORY)
+        self.depth -= 1
+        self.line("}")
+        scope = _Scope(self.names.fresh(f"rc_free_{name}"), parallel=False)
+        outer = self.scopes[-1]
+        self.scopes.append(scope)
+        self.stmt(body)
+        self.scopes.pop()
+        self.line(release)
+        if scope.used:
+            done = self.names.fresh(f"rc_done_{name}")
+            self.line(f"goto {done};")
+            self.lines.append(f"{scope.label}:")
+            self.line(release)
+            outer.used = True
+            self.line(f"goto {outer.label};")
+            self.lines.append(f"{done}: ;")
 
     def stmt_For(self, s: S.For) -> None:
         var = self.names.name_of(s.loop_var, s.loop_var.name)

@@ -202,22 +202,8 @@ class _CudaEmitter(_Emitter):
         self.line("{")
         self.depth += 1
         self.line(f"{st}* {name} = NULL;")
-        self.line(f"if (cudaMalloc((void**)&{name}, sizeof({st}) * ({size}) + 1) != cudaSuccess) {{")
-        self.depth += 1
-        self.fail(OUT_OF_MEMORY)
-        self.depth -= 1
-        self.line("}")
-        scope = _Scope(self.names.fresh(f"rc_free_{name}"), parallel=False)
-        outer = self.scopes[-1]
-        self.scopes.append(scope)
-        self.stmt(s.body)
-        self.scopes.pop()
-        if scope.used:
-            self.lines.append(f"{scope.label}:")
-        self.line(f"cudaFree({name});")
-        if scope.used:
-            outer.used = True
-            self.line(f"if (rc_status != 0) goto {outer.label};")
+        self.heap_scope(name, f"cudaMalloc((void**)&{name}, sizeof({st}) * ({size}) + 1) != cudaSuccess",
+                        f"cudaFree({name});", s.body)
         self.depth -= 1
         self.line("}")
 
