@@ -58,6 +58,7 @@ for _dtype, (_name, _function, _element, _header) in VARIANTS.items():
         _name, _desc, _impl,
         c_helpers=(_DEVICE_TEMPLATE.replace("FUNCTION", _function).replace("ELEMENT", _element),),
         c_includes=("mma.h", _header), func_attrs={"cuda_only": True},
+        cpu_features=("cuda-device",),  # never on a CPU: names(available_only=True) leaves it out
         doc=f"16x16 float32 tile from {_dtype} operands on tensor cores (wmma), warp-collective",
     ))
 
