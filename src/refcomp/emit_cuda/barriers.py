@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ast import (
-    EQ, LT, Allocate, And, Buffer, BufferLoad, BufferStore, Call, Evaluate, For, IfThenElse, LetStmt,
+    EQ, LT, Allocate, And, BufferLoad, BufferStore, Call, Evaluate, For, IfThenElse, LetStmt,
     PrimExpr, PrimFunc, SeqStmt, Stmt, StringImm, Var, as_int, collect, free_vars, seq,
 )
 from ..ast.stmt import AssertStmt

@@ -28,7 +28,7 @@ from ..ast.dtype import int64
 from ..ast.function import PrimFunc
 from ..ast.functor import collect, free_vars
 from ..emit_c.codegen import (
-    FIRST_ASSERT_CODE, OUT_OF_MEMORY, CParam, EmitOptions, _Emitter, _Scope, _unit_ramp_base,
+    FIRST_ASSERT_CODE, CParam, EmitOptions, _Emitter, _Scope, _unit_ramp_base,
 )
 from ..emit_c.ctype import storage_type, value_type
 from ..emit_c.names import c_string, comment_safe, mangle, symbol_suffix

@@ -33,24 +33,20 @@ class _Kernels(Mutator):
         shape = kernel_shape(loop)
         ranges = {var: (0, as_int(extent)) for _, var, extent in shape.axes
                   if var in shape.thread_vars}
-        inner = {var for var in shape.thread_vars}
-        body = _Compactor(ranges, inner, set(shape.thread_vars)).visit(shape.body)
+        body = _Compactor(ranges, set(shape.thread_vars)).visit(shape.body)
         return rebuild_kernel(shape, body)
 
 
 class _Compactor(Mutator):
-    def __init__(self, ranges: dict[Var, tuple[int, int | None]], inner: set[Var], threads: set[Var]) -> None:
+    def __init__(self, ranges: dict[Var, tuple[int, int | None]], threads: set[Var]) -> None:
         super().__init__()
         self.ranges = dict(ranges)  # var -> (min, extent) with constant ints where known
-        self.inner = set(inner)  # vars that vary inside one block
         self.threads = threads  # fixed for one thread: part of the base of a per-thread buffer
         self.placed: set[Buffer] = set()  # allocations already moved to their final place
         self.access_ranges: dict[int, dict] = {}  # id(access) -> the ranges in force where it stands
 
     def visit_For(self, loop: For) -> Stmt:
-        low, extent = as_int(loop.min), as_int(loop.extent)
-        self.inner.add(loop.loop_var)
-        self.ranges[loop.loop_var] = (low, extent)
+        self.ranges[loop.loop_var] = (as_int(loop.min), as_int(loop.extent))
         return self.generic_visit(loop)
 
     def visit_BufferLoad(self, load: BufferLoad) -> PrimExpr:
@@ -79,12 +75,6 @@ class _Compactor(Mutator):
             for var, old in narrowed:
                 self.ranges[var] = old
 
-    def visit_LetStmt(self, stmt: LetStmt) -> Stmt:
-        if any(v in self.inner for v in free_vars(stmt.value)) or collect(stmt.value, BufferLoad):
-            self.inner.add(stmt.var)
-            self.ranges[stmt.var] = (None, None)
-        return self.generic_visit(stmt)
-
     def visit_Allocate(self, alloc: Allocate) -> Stmt:
         if alloc.buffer in self.placed:
             return self.compact(alloc)
@@ -105,16 +95,12 @@ class _Compactor(Mutator):
         alloc = alloc.with_(body=body)
         if not is_on_chip(alloc.buffer.scope):
             return alloc
-        saved = self.inner
         # What varies over the buffer's lifetime: loops and lets inside the allocation, and (for a
         # shared buffer) the threads of the block.  Loops around the allocation are fixed.
-        inside = {loop.loop_var for loop in collect(body, For)}
-        inside |= {let.var for let in collect(body, LetStmt)}
-        self.inner = inside | (self.threads if alloc.buffer.scope.startswith("shared") else set())
-        try:
-            plans = [self.plan(alloc.buffer, body, dim) for dim in range(len(alloc.buffer.shape))]
-        finally:
-            self.inner = saved
+        inner = {loop.loop_var for loop in collect(body, For)} | {let.var for let in collect(body, LetStmt)}
+        if alloc.buffer.scope.startswith("shared"):
+            inner |= self.threads
+        plans = [self.plan(alloc.buffer, body, dim, inner) for dim in range(len(alloc.buffer.shape))]
         shape, bases, lows = [], [], []
         for dim, plan in zip(alloc.buffer.shape, plans):
             old = as_int(dim)
@@ -131,7 +117,7 @@ class _Compactor(Mutator):
         new = alloc.buffer.with_(shape=tuple(shape))
         return Allocate(new, _Rebase(alloc.buffer, new, bases, lows).visit(body))
 
-    def plan(self, buffer: Buffer, body: Stmt, dim: int) -> tuple[PrimExpr, int, int] | None:
+    def plan(self, buffer: Buffer, body: Stmt, dim: int, inner: set[Var]) -> tuple[PrimExpr, int, int] | None:
         """(base, low, size) of dimension dim of buffer's accesses, or None if not compactable."""
         accesses = [n for n in collect(body, BufferLoad) + collect(body, BufferStore) if n.buffer is buffer]
         base_expr: PrimExpr | None = None
@@ -140,7 +126,7 @@ class _Compactor(Mutator):
             index = access.indices[dim]
             if index.dtype.lanes != 1:
                 return None
-            split = self.split(index, self.access_ranges.get(id(access), self.ranges))
+            split = self.split(index, self.access_ranges.get(id(access), self.ranges), inner)
             if split is None:
                 return None
             base, offset_bounds = split
@@ -155,16 +141,16 @@ class _Compactor(Mutator):
             return None
         return base_expr, low, high - low + 1
 
-    def split(self, index: PrimExpr, ranges: dict) -> tuple[PrimExpr, tuple[int, int]] | None:
+    def split(self, index: PrimExpr, ranges: dict, inner: set[Var]) -> tuple[PrimExpr, tuple[int, int]] | None:
         form = linear_form(index)
         base_terms = []
         lo = hi = form.constant
         for atom, coefficient in form.nonzero():
             variables = free_vars(atom)
-            if not any(v in self.inner for v in variables):
+            if not any(v in inner for v in variables):
                 base_terms.append((atom, coefficient))
                 continue
-            bounds = self.atom_bounds(atom, ranges)
+            bounds = self.atom_bounds(atom, ranges, inner)
             if bounds is None:
                 return None
             a, b = bounds[0] * coefficient, bounds[1] * coefficient
@@ -173,13 +159,13 @@ class _Compactor(Mutator):
         base = _sum(base_terms, index.dtype)
         return base, (lo, hi)
 
-    def atom_bounds(self, atom: PrimExpr, ranges: dict) -> tuple[int, int] | None:
+    def atom_bounds(self, atom: PrimExpr, ranges: dict, inner: set[Var]) -> tuple[int, int] | None:
         from ..shape import Analyzer
 
         analyzer = Analyzer()
         for var in free_vars(atom):
             low, extent = ranges.get(var, (None, None))
-            if var in self.inner:
+            if var in inner:
                 if low is None or extent is None or extent <= 0:
                     return None
                 analyzer.bind(var, (low, extent))
