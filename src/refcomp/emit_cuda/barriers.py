@@ -28,6 +28,11 @@ def barrier() -> Stmt:
     return Evaluate(Call(SYNC_OP, (StringImm("shared"),), "int32"))
 
 
+def is_uniform(expr: PrimExpr, varying: set[Var]) -> bool:
+    """The same value in every thread: no thread-dependent variable and no memory read."""
+    return not collect(expr, BufferLoad) and not any(v in varying for v in free_vars(expr))
+
+
 def is_barrier(stmt: Stmt) -> bool:
     return (isinstance(stmt, Evaluate) and isinstance(stmt.value, Call)
             and stmt.value.op == SYNC_OP)
@@ -150,9 +155,7 @@ class BarrierPlanner:
 
     # -- uniformity
     def uniform(self, expr: PrimExpr) -> bool:
-        if collect(expr, BufferLoad):
-            return False
-        return not any(v in self.varying for v in free_vars(expr))
+        return is_uniform(expr, self.varying)
 
     # -- walk: returns (new statement, state after it)
     def visit(self, stmt: Stmt, state: _State) -> tuple[Stmt, _State]:

@@ -23,11 +23,11 @@ import numpy as np
 
 from ..ast import (
     Allocate, AssertStmt, Buffer, BufferLoad, BufferStore, Call, For, IfThenElse, IntImm, LetStmt, Mutator,
-    PrimExpr, PrimFunc, Select, SeqStmt, Stmt, Var, collect, free_vars, seq, substitute,
+    PrimExpr, PrimFunc, Select, SeqStmt, Stmt, Var, collect, seq, substitute,
 )
 from ..ast.expr import as_int, max_, min_
 from ..errors import BuildError, RuntimeFailure
-from .barriers import contains_barrier, is_barrier, is_collective_extern
+from .barriers import contains_barrier, is_barrier, is_collective_extern, is_uniform
 from .kernel import kernel_shape, is_kernel_root
 from .prepare import prepare
 
@@ -193,7 +193,7 @@ class _Phases:
                          ir=self.func, spot=stmt)
 
     def uniform(self, expr: PrimExpr) -> bool:
-        return not collect(expr, BufferLoad) and not any(v in self.varying for v in free_vars(expr))
+        return is_uniform(expr, self.varying)
 
     def require_uniform(self, expr: PrimExpr, stmt: Stmt) -> None:
         if not self.uniform(expr):
