@@ -63,13 +63,33 @@ def k_tile(k_extent: PrimExpr, preferred: int, multiple: int) -> int | None:
     return None
 
 
-def pick_intrin(candidates: list[str], recipe: str) -> str:
-    """The first candidate this CPU can run."""
-    for name in candidates:
-        if get_intrin(name).available():
+def pick_intrin(candidates: list[str], recipe: str, shape: MatmulShape | None = None) -> str:
+    """The first candidate this CPU can run whose tile fits `shape` (N a multiple of its width, K of
+    its k multiple, M of its height unless it takes partial tiles).
+
+    When every runnable candidate is too wide for the shape, the first runnable one is returned,
+    so the recipe reports why it does not fit.
+    """
+    runnable = [name for name in candidates if get_intrin(name).available()]
+    for name in runnable:
+        if shape is None or fits(name, shape):
             return name
+    if runnable:
+        return runnable[0]
     raise ScheduleError(f"{recipe}: this CPU runs none of the intrinsics {candidates}",
                         hint="pass intrin= explicitly to build for another machine")
+
+
+def fits(intrin: str, shape: MatmulShape) -> bool:
+    """Whether a matmul tile intrinsic can cover the whole of `shape` without padding."""
+    mr, nr, k_multiple = tile_of(intrin)
+    rows_ok = takes_partial_rows(intrin) or divides(shape.m, mr)
+    return divides(shape.n, nr) and divides(shape.k, k_multiple) and rows_ok
+
+
+def takes_partial_rows(intrin: str) -> bool:
+    """Whether a tile intrinsic's implementation takes the row count (a last tile may be partial)."""
+    return any(v.name == "m_rows" for v in get_intrin(intrin).impl.body.value.args if hasattr(v, "name"))
 
 
 def tile_of(intrin: str) -> tuple[int, int, int]:
@@ -82,4 +102,4 @@ def divides(value: PrimExpr, factor: int) -> bool:
     return v is not None and v % factor == 0
 
 
-__all__ = ["MatmulShape", "matmul_shape", "k_tile", "pick_intrin", "tile_of", "divides", "IntImm"]
+__all__ = ["MatmulShape", "matmul_shape", "k_tile", "pick_intrin", "fits", "takes_partial_rows", "tile_of", "divides", "IntImm"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from ...ast import PrimFunc, as_int
 from ...errors import ScheduleError
 from ..schedule import BlockRV, Schedule
-from .common import divides, k_tile, matmul_shape, pick_intrin, tile_of
+from .common import divides, k_tile, matmul_shape, pick_intrin, takes_partial_rows, tile_of
 
 FP32_INTRINS = ["x86.avx512.sgemm_8x32", "x86.avx2.sgemm_6x16"]
 
@@ -47,7 +47,7 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
                 parallel: bool = True) -> Schedule:
     """Schedule the fp32 matmul block `block` (C[i, j] += A[i, k] * B[k, j]) on an fp32 tile intrinsic."""
     sch = as_schedule(func_or_sch)
-    name = intrin or pick_intrin(FP32_INTRINS, "matmul_fp32")
+    name = intrin or _pick(sch, block, FP32_INTRINS, "matmul_fp32")
     return tiled_matmul(sch, block, name, tiling, pack_a=pack_a, pack_b=pack_b, parallel=parallel,
                         recipe="matmul_fp32")
 
@@ -65,7 +65,7 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     if kc is None:
         raise ScheduleError(f"{recipe}: K = {shape.k} has no tile size that is a multiple of {k_multiple} "
                             f"(needed by {intrin})")
-    mc = _row_block(shape.m, mr, tiling.mc, _takes_partial_rows(intrin), recipe, intrin)
+    mc = _row_block(shape.m, mr, tiling.mc, takes_partial_rows(intrin), recipe, intrin)
     nc = _column_block(as_int(shape.n), nr, tiling.nc)
 
     if pack_b:
@@ -99,6 +99,11 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     return sch
 
 
+def _pick(sch: Schedule, block: str, candidates: list[str], recipe: str) -> str:
+    """The first intrinsic of `candidates` this CPU runs that tiles the block's shape."""
+    return pick_intrin(candidates, recipe, matmul_shape(sch.get(sch.get_block(block)), recipe))
+
+
 def _threads() -> int:
     """The number of threads OpenMP will use (OMP_NUM_THREADS, else the CPU count)."""
     import os
@@ -114,12 +119,6 @@ def _column_block(n: int, nr: int, preferred: int) -> int:
     fitting = [nc for nc in sizes if nc <= max(preferred, nr)]
     balanced = [nc for nc in fitting if (n // nc) % _threads() == 0 and 2 * nc >= min(preferred, n)]
     return max(balanced) if balanced else max(fitting)
-
-
-def _takes_partial_rows(intrin: str) -> bool:
-    from ..intrin import get as get_intrin
-
-    return any(v.name == "m_rows" for v in get_intrin(intrin).impl.body.value.args if hasattr(v, "name"))
 
 
 def _row_block(m, mr: int, preferred: int, partial_ok: bool, recipe: str, intrin: str) -> int:
@@ -183,7 +182,7 @@ def matmul_bf16(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
     from ..intrin.x86 import b_layout
 
     sch = as_schedule(func_or_sch)
-    name = intrin or pick_intrin(BF16_INTRINS, "matmul_bf16")
+    name = intrin or _pick(sch, block, BF16_INTRINS, "matmul_bf16")
     return tiled_matmul(sch, block, name, _low_precision_tiling(name, tiling), pack_a=True, pack_b=True,
                         parallel=parallel, recipe="matmul_bf16", b_layout=b_layout(name))
 
@@ -194,7 +193,7 @@ def matmul_int8(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
     from ..intrin.x86 import b_layout
 
     sch = as_schedule(func_or_sch)
-    name = intrin or pick_intrin(INT8_INTRINS, "matmul_int8")
+    name = intrin or _pick(sch, block, INT8_INTRINS, "matmul_int8")
     return tiled_matmul(sch, block, name, _low_precision_tiling(name, tiling), pack_a=True, pack_b=True,
                         parallel=parallel, recipe="matmul_int8", b_layout=b_layout(name))
 
