@@ -211,3 +211,131 @@ def test_bind_limits_threads_per_block():
     assert_rejected(sch, lambda: sch.bind(i, "threadIdx.y"),
                     "bind: threadIdx.y of extent 64 makes 2048 threads per GPU block; at most 1024")
     sch.bind(i, "blockIdx.x")
+
+
+# ----------------------------------------------------------------------------- fused loops, update blocks
+
+def test_parallel_fused_loop_is_proved_injective(rng):
+    before = P.two_elementwise(12, 10)
+    sch = Schedule(before)
+    c = sch.get_block("C")
+    i, j = sch.get_loops(c)
+    fused = sch.fuse(i, j)
+    outer, _ = sch.split(fused, [None, 8])  # 120 = 15 * 8: vi = (o * 8 + t) // 10, vj = ... % 10
+    sch.parallel(outer)
+    b = sch.get_block("B")
+    bi, bj = sch.get_loops(b)
+    sch.parallel(sch.fuse(bi, bj))
+    assert_script(sch.func, '''
+        @T.prim_func
+        def main(A: T.Buffer((12, 10), "float32"), C: T.Buffer((12, 10), "float32")):
+            with T.block("root"):
+                T.reads()
+                T.writes()
+                B = T.alloc_buffer((12, 10), "float32")
+                for i_j_fused in T.parallel(120):
+                    with T.block("B"):
+                        vi = T.axis.spatial(12, i_j_fused // 10)
+                        vj = T.axis.spatial(10, i_j_fused % 10)
+                        T.reads(A[vi, vj])
+                        T.writes(B[vi, vj])
+                        B[vi, vj] = A[vi, vj] * T.float32(2.0)
+                for i_j_fused_0 in T.parallel(15):
+                    for i_j_fused_1 in range(8):
+                        with T.block("C"):
+                            vi_1 = T.axis.spatial(12, (i_j_fused_0 * 8 + i_j_fused_1) // 10)
+                            vj_1 = T.axis.spatial(10, (i_j_fused_0 * 8 + i_j_fused_1) % 10)
+                            T.reads(B[vi_1, vj_1])
+                            T.writes(C[vi_1, vj_1])
+                            C[vi_1, vj_1] = B[vi_1, vj_1] + T.float32(1.0)
+    ''')
+    check_numbers(before, sch.func, rng, lambda a, c: {1: a * 2 + 1})
+    check_replay(sch, before)
+
+
+def test_parallel_fused_loop_too_large_to_enumerate():
+    sch = Schedule(P.elementwise(2048, 2048))
+    i, j = sch.get_loops(sch.get_block("B"))
+    fused = sch.fuse(i, j)
+    sch.parallel(fused)  # 2^22 iterations: decided by the proof, not by enumeration
+    assert sch.get(fused).kind == "parallel"
+
+
+
+
+def test_parallel_refuses_non_injective_floordiv_binding():
+    A, B = Buffer("A", (1 << 22,)), Buffer("B", (1 << 21,))
+    f, v = Var("f"), Var("v")
+    block = Block("B", (IterVar(v, Range(0, 1 << 21)),), (BufferRegion(A, (Range(v, 1),)),),
+                  (BufferRegion(B, (Range(v, 1),)),), BufferStore(B, A[v], (v,)))
+    sch = Schedule(P.func([A, B], [For(f, 0, 1 << 22, "serial", BlockRealize((f // 2,), true(), block))]))
+    (loop,) = sch.get_loops(sch.get_block("B"))
+    error = assert_rejected(sch, lambda: sch.parallel(loop),
+                            "parallel: block B writes overlapping parts of its output in different iterations of "
+                            "loop f")
+    assert error is not None
+
+
+def test_parallel_update_block_of_decomposed_reduction(rng):
+    before = P.matmul(8, 6, 4)
+    sch = Schedule(before)
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    sch.decompose_reduction(c, k)
+    sch.parallel(i)
+    sch.vectorize(j)
+    assert_script(sch.func, '''
+        @T.prim_func
+        def main(A: T.Buffer((8, 4), "float32"), B: T.Buffer((4, 6), "float32"), C: T.Buffer((8, 6), "float32")):
+            with T.block("root"):
+                T.reads()
+                T.writes()
+                for i in T.parallel(8):
+                    for j in T.vectorized(6):
+                        with T.block("C_init"):
+                            vi_init, vj_init = T.axis.remap("SS", [i, j])
+                            T.reads()
+                            T.writes(C[vi_init, vj_init])
+                            C[vi_init, vj_init] = T.float32(0.0)
+                        for r0 in range(4):
+                            with T.block("C"):
+                                vi, vj, vr0 = T.axis.remap("SSR", [i, j, r0])
+                                T.reads(C[vi, vj], A[vi, vr0], B[vr0, vj])
+                                T.writes(C[vi, vj])
+                                C[vi, vj] = C[vi, vj] + A[vi, vr0] * B[vr0, vj]
+    ''')
+    check_numbers(before, sch.func, rng, lambda a, b, c: {2: a @ b})
+    check_replay(sch, before)
+
+
+def test_parallel_update_block_above_its_init(rng):
+    before = P.matmul(8, 6, 4)
+    sch = Schedule(before)
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    sch.decompose_reduction(c, i)  # the init nest runs first, outside i
+    sch.parallel(i)
+    check_numbers(before, sch.func, rng, lambda a, b, c: {2: a @ b})
+
+
+def test_parallel_update_block_still_refuses_reduce_loops():
+    sch = Schedule(P.matmul(8, 6, 4))
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    sch.decompose_reduction(c, i)
+    assert_rejected(sch, lambda: sch.parallel(k), "parallel: loop r0 carries the reduction of block C")
+    sch.reorder(k, j)
+    assert_rejected(sch, lambda: sch.parallel(k), "parallel: loop r0 carries the reduction of block C")
+
+
+def test_parallel_update_block_must_read_only_what_it_writes():
+    """An init-less block that reads a neighbour of its output element is not an update block."""
+    A, C = Buffer("A", (8, 4)), Buffer("C", (9,))
+    i, k, vi, vk = Var("i"), Var("k"), Var("vi"), Var("vk")
+    block = Block("C", (IterVar(vi, Range(0, 8)), IterVar(vk, Range(0, 4), "reduce")),
+                  (BufferRegion(C, (Range(vi + 1, 1),)), BufferRegion(A, (Range(vi, 1), Range(vk, 1)))),
+                  (BufferRegion(C, (Range(vi, 1),)),), BufferStore(C, C[vi + 1] + A[vi, vk], (vi,)))
+    nest = For(i, 0, 8, "serial", For(k, 0, 4, "serial", BlockRealize((i, k), true(), block)))
+    sch = Schedule(P.func([A, C], [nest]))
+    loop, _ = sch.get_loops(sch.get_block("C"))
+    assert_rejected(sch, lambda: sch.parallel(loop), "parallel: block C reads elements of C that it does not write")

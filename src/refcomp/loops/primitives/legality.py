@@ -68,6 +68,44 @@ def prove_over_loops(condition: PrimExpr, loops: Iterable[For]) -> tuple[str, di
     return result.status, result.counterexample
 
 
+def prove_determines(values: Sequence[PrimExpr], determined: Sequence[PrimExpr], copied: Sequence[Var],
+                     facts: Sequence[PrimExpr]) -> tuple[str, dict | None]:
+    """Whether any two points that agree on `values` also agree on `determined` (an injectivity
+    claim such as "the bindings determine the loop var").
+
+    The claim is over two copies of the `copied` vars (the other vars are shared by both points),
+    each copy satisfying `facts`; it goes to `refcomp.shape.prove` (simplifier, then Z3), which is
+    exact for the floor div/mod by constants of fused and split indices.  Unknown stays unknown."""
+    try:
+        from ...shape import prove as shape_prove  # type: ignore[attr-defined]
+    except ImportError:
+        return "unknown", None
+    twin = {v: Var(f"{v.name}_other", v.dtype) for v in copied}
+    same = [EQ(a, substitute(a, twin)) for a in values]
+    goal = [EQ(d, substitute(d, twin)) for d in determined]
+    claim = Or(Not(_conjunction(same)), _conjunction(goal)) if same else _conjunction(goal)
+    assumptions = tuple(facts) + tuple(substitute(f, twin) for f in facts)
+    result = shape_prove(claim, assumptions=assumptions)
+    return result.status, (dict(result.counterexample) if result.counterexample is not None else None)
+
+
+def loop_facts(loops: Iterable[For]) -> list[PrimExpr]:
+    """`min <= v < min + extent` for each loop (symbolic bounds kept symbolic)."""
+    facts: list[PrimExpr] = []
+    for loop in loops:
+        facts += [loop.loop_var >= loop.min, loop.loop_var < loop.min + loop.extent]
+    return facts
+
+
+def _conjunction(conditions: Sequence[PrimExpr]) -> PrimExpr:
+    if not conditions:
+        return IntImm(1, "bool")
+    result = conditions[0]
+    for c in conditions[1:]:
+        result = And(result, c)
+    return result
+
+
 def _enumerate(condition: PrimExpr, variables: Sequence[Var], ranges: Mapping[Var, tuple[int, int]]):
     if not variables:
         value = _evaluate(condition, {})
@@ -214,8 +252,13 @@ def is_reduction_block(block: Block) -> bool:
     return block.init is not None or any(iv.kind == "reduce" for iv in block.iter_vars)
 
 
-def check_complete_or_reduction(func: PrimFunc, realize: BlockRealize, primitive: str) -> None:
-    """A complete block (spatial iters only, no init, writes not read) or a reduction block."""
+def check_complete_or_reduction(func: PrimFunc, realize: BlockRealize, primitive: str,
+                                allow_update: bool = False) -> None:
+    """A complete block (spatial iters only, no init, writes not read) or a reduction block.
+
+    allow_update also accepts a reduction's update block (reduce iters, no init, as left by
+    decompose_reduction) that reads of its outputs exactly the elements it writes: for the
+    independence of loop iterations, that is as good as a reduction with an init."""
     block = realize.block
     check_iter_kinds(func, realize, primitive)
     written = {r.buffer for r in block.writes}
@@ -224,14 +267,31 @@ def check_complete_or_reduction(func: PrimFunc, realize: BlockRealize, primitive
             raise ScheduleError(f"{primitive}: block {block.name} reads the buffer it writes but is not a "
                                 "reduction block", ir=func, spot=realize)
         return
-    if block.init is None:
+    if block.init is None and not allow_update:
         raise ScheduleError(f"{primitive}: block {block.name} has reduce iters but no init", ir=func, spot=realize)
+    if block.init is None:
+        _check_update_reads_its_writes(func, realize, primitive)
     reduce_vars = {iv.var for iv in block.iter_vars if iv.kind == "reduce"}
     for region in block.writes:
         for r in region.region:
             if set(free_vars(r.min)) & reduce_vars:
                 raise ScheduleError(f"{primitive}: block {block.name}: a reduce iter indexes the output "
                                     f"{region.buffer.name}", ir=func, spot=realize)
+
+
+def _check_update_reads_its_writes(func: PrimFunc, realize: BlockRealize, primitive: str) -> None:
+    """Each read of a buffer the block writes is one of its write regions (`C[vi, vj]` both ways)."""
+    from .affine import expr_key
+
+    def key(region):
+        return tuple((expr_key(r.min), expr_key(r.extent)) for r in region.region)
+
+    block = realize.block
+    for read in block.reads:
+        writes = [w for w in block.writes if w.buffer is read.buffer]
+        if writes and key(read) not in {key(w) for w in writes}:
+            raise ScheduleError(f"{primitive}: block {block.name} reads elements of {read.buffer.name} that it does "
+                                "not write", ir=func, spot=realize)
 
 
 def loop_var_uses(realize: BlockRealize, var: Var) -> tuple[bool, bool]:
@@ -252,7 +312,7 @@ def check_no_loop_carried_dependence(func: PrimFunc, loop: For, primitive: str) 
     same iteration."""
     top = blocks_under(loop)
     for realize in top:
-        check_complete_or_reduction(func, realize, primitive)
+        check_complete_or_reduction(func, realize, primitive, allow_update=True)
         check_affine_binding(func, realize, primitive)
         spatial, reduce = loop_var_uses(realize, loop.loop_var)
         if reduce:
@@ -317,7 +377,9 @@ def check_disjoint_iterations(func: PrimFunc, loop: For, realize: BlockRealize, 
             step = low.terms.get(("var", id(loop.loop_var)))
             if spread is not None and step is not None and abs(step[1]) > spread:
                 return
-    verdict = _distinct_by_enumeration(func, loop, realize, spatial)
+    verdict = _distinct_by_proof(func, loop, realize, spatial)
+    if verdict is None:
+        verdict = _distinct_by_enumeration(func, loop, realize, spatial)
     if verdict is True:
         return
     if verdict is None:
@@ -326,6 +388,27 @@ def check_disjoint_iterations(func: PrimFunc, loop: For, realize: BlockRealize, 
     raise ScheduleError(f"{primitive}: block {block.name} writes overlapping parts of its output in different "
                         f"iterations of loop {loop.loop_var.name} (a recomputed halo); those iterations cannot run "
                         "at the same time", ir=func, spot=loop)
+
+
+def _distinct_by_proof(func: PrimFunc, loop: For, realize: BlockRealize, spatial) -> bool | None:
+    """Symbolically: two executed instances of the block with the same spatial bindings (and the
+    same outer loop values) come from the same iteration of loop.  This is what makes a fused
+    loop (`vi = f // n`, `vj = f % n`) parallel: the bindings are injective in f.  None: unknown."""
+    from .tree import path_to
+
+    path = path_to(func.body, realize) or []
+    nest = [s for s in path if isinstance(s, For)]
+    position = next((k for k, s in enumerate(nest) if s is loop), None)
+    if position is None:
+        return None
+    below = nest[position:]
+    facts = loop_facts(nest)
+    if not _is_true_expr(realize.predicate):
+        facts.append(realize.predicate)
+    status, _ = prove_determines(spatial, [loop.loop_var], [l.loop_var for l in below], facts)
+    if status == "proved":
+        return True
+    return False if status == "disproved" else None
 
 
 def _distinct_by_enumeration(func: PrimFunc, loop: For, realize: BlockRealize, spatial) -> bool | None:
