@@ -9,6 +9,8 @@ to the dtype after every operation (see interpreter_values for the rules).  Vect
 """
 from __future__ import annotations
 
+import ast
+import builtins
 import functools
 import math
 import re
@@ -26,9 +28,12 @@ from . import interpreter_values as values
 from .interpreter_expr import ExprCodegen, _BufInfo, _Range, _reinterpret
 from .interpreter_vector import MIN_EXTENT, plan_loop
 
-# A loop nest deeper than this is continued in a nested Python function (CPython allows 20
-# statically nested blocks per function).
+# CPython allows 20 statically nested loops per function and 100 levels of indentation per file:
+# a loop nest deeper than _MAX_LOOP_DEPTH, or a statement indented deeper than _MAX_INDENT, is
+# continued in a module-level function that takes the locals it reads as arguments.  One
+# statement adds at most a few levels before the next check, so the file stays under 100.
 _MAX_LOOP_DEPTH = 16
+_MAX_INDENT = 64
 
 
 @dataclass
@@ -71,6 +76,7 @@ class Compiler(ExprCodegen):
         self.alias_of: dict[Buffer, Buffer] = {}  # undeclared buffer -> parameter it views
         self.depth = 0  # nesting of the expression being generated
         self.helpers: list[str] = []  # module-level helper functions (hoisted deep expressions)
+        self.parts: set[str] = set()  # names of the module-level functions continuing deep statements
 
     # ------------------------------------------------------------------ naming
 
@@ -116,8 +122,12 @@ class Compiler(ExprCodegen):
             data = self.fresh(buf.name, "B")
             self.emit(1, f"{data} = _bufs[{k}]")
             self.register(buf, data, 1)
-        self.declare_name_aliases(1)
-        self.stmt(func.body, 1)
+        try:
+            self.declare_name_aliases(1)
+            self.stmt(func.body, 1)
+        except RecursionError:
+            raise IRError(f"the interpreter cannot run {func.name}: its statements nest too deeply "
+                          "to compile (Python's recursion limit)", ir=func) from None
         self.emit(1, "return None")
         source = "".join(self.helpers) + "\n".join(self.lines) + "\n"
         namespace = self.namespace()
@@ -240,7 +250,10 @@ class Compiler(ExprCodegen):
         if method is None:
             raise IRError(f"the interpreter does not know the statement {type(s).__name__}",
                           ir=self.func, spot=s)
-        method(s, indent)
+        if indent > _MAX_INDENT:
+            self.continue_in_part(indent, lambda at: method(s, at))
+        else:
+            method(s, indent)
 
     def st_SeqStmt(self, s: SeqStmt, indent: int) -> None:
         if not s.stmts:
@@ -284,20 +297,49 @@ class Compiler(ExprCodegen):
             self.stmt(s.else_case, indent + 1)
 
     def nested(self, indent: int, emit_loop: Callable[[int], None]) -> None:
-        """Run emit_loop here, or inside a fresh nested function when loops nest too deeply."""
-        if self.loop_depth < _MAX_LOOP_DEPTH:
-            self.loop_depth += 1
-            emit_loop(indent)
-            self.loop_depth -= 1
+        """Run emit_loop here, or in a fresh module-level function when loops nest too deeply."""
+        if self.loop_depth >= _MAX_LOOP_DEPTH:
+            self.continue_in_part(indent, emit_loop)
             return
-        name = self.fresh("deeper", "_f")
-        saved = self.loop_depth
-        self.emit(indent, f"def {name}():")
-        self.loop_depth = 1
-        emit_loop(indent + 1)
-        self.emit(indent + 1, "return None")
-        self.loop_depth = saved
-        self.emit(indent, f"{name}()")
+        self.loop_depth += 1
+        emit_loop(indent)
+        self.loop_depth -= 1
+
+    def continue_in_part(self, indent: int, emit: Callable[[int], None]) -> None:
+        """Generate emit's code as a module-level function and call it here.
+
+        The function takes as arguments the locals its code reads (found from the code itself:
+        every name it loads but never assigns that is neither a global of the generated module
+        nor a builtin).  Generated names are unique and IR scoping keeps a statement's bindings to
+        itself, so the code assigns nothing the caller reads afterwards: passing the values in is
+        the same as running the code in place.
+        """
+        saved_lines, saved_depth = self.lines, self.loop_depth
+        self.lines, self.loop_depth = [], 0
+        try:
+            emit(1)
+            body = self.lines
+        finally:
+            self.lines, self.loop_depth = saved_lines, saved_depth
+        name = self.fresh("part", "_f")
+        params = ", ".join(self.free_locals(body))
+        self.parts.add(name)
+        self.helpers.append(f"def {name}({params}):\n" + "\n".join(body) + "\n    return None\n")
+        self.emit(indent, f"{name}({params})")
+
+    def free_locals(self, body: list[str]) -> list[str]:
+        """The caller's locals that the function body (lines indented one level) reads."""
+        tree = ast.parse("def _part():\n" + "\n".join(body) + "\n")
+        loaded: dict[str, None] = {}
+        stored: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                if isinstance(node.ctx, ast.Load):
+                    loaded.setdefault(node.id)
+                else:
+                    stored.add(node.id)
+        known = set(self.namespace()) | self.parts | {h.split("(", 1)[0][4:] for h in self.helpers}
+        return [n for n in loaded if n not in stored and n not in known and not hasattr(builtins, n)]
 
     def st_For(self, s: For, indent: int) -> None:
         low, extent = self.ex(s.min), self.ex(s.extent)
