@@ -10,16 +10,25 @@ computation (numpy's matmul uses the same OpenBLAS that refcomp's BLAS dispatch 
 """
 from __future__ import annotations
 
-import argparse
-import math
-import sys
-import time
+import os
 
-import numpy as np
+# numpy should run its best kernels: drop the user's OpenBLAS overrides in this process only
+# (before numpy loads OpenBLAS).  Idle OpenMP workers sleep rather than spin, so the kernels'
+# thread pool and OpenBLAS's do not take each other's cores (set OMP_WAIT_POLICY to override).
+for _name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+    os.environ.pop(_name, None)
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
-import refcomp
-from refcomp.ast import SizeVar
-from refcomp.graph import BlockBuilder, Var, const, op, tensor
+import argparse  # noqa: E402
+import math  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import refcomp  # noqa: E402
+from refcomp.ast import SizeVar  # noqa: E402
+from refcomp.graph import BlockBuilder, Var, const, op, tensor  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- models

@@ -4,7 +4,10 @@ For each block of each PrimFunc (skipping kernels already marked `scheduled`):
 - the outermost spatial loop becomes `parallel` when the block has more than one loop or the
   loop is long (OpenMP threads over rows);
 - the innermost spatial loop of a spatial block with a constant extent is split by the vector
-  width (8 lanes for 32-bit types, 16 for 16-bit) and the inner part `vectorized` when it divides.
+  width and the inner part `vectorized` when it divides: as many lanes as fill the widest vector
+  register the CPU has (64 bytes with AVX-512, else 32), halved until they divide the extent.  A
+  full register matters for math calls: libmvec's variants (tanh, exp, ...) take exactly one
+  native vector, and a narrower vector falls back to a scalar call per lane.
 - matmul-like kernels use `refcomp.loops.recipes` when that module provides a recipe.
 Every step goes through the checked Schedule primitives; a step they reject is skipped, so the
 result is always a legal schedule of the same computation.
@@ -52,8 +55,8 @@ def schedule_kernel(func: PrimFunc) -> PrimFunc:
         if is_spatial and len(loops) >= 1:
             inner = loops[-1]
             extent = const_value(sch.get(inner).extent)
-            lanes = 16 if block_dtype_bits(block) == 16 else 8
-            if extent is not None and extent >= lanes and extent % lanes == 0:
+            lanes = vector_lanes(block_dtype_bits(block), extent)
+            if lanes > 1:
                 try:
                     _, vec = sch.split(inner, [None, lanes])
                     sch.vectorize(vec)
@@ -92,6 +95,21 @@ def _realize_of(func, block):
         if r.block is block:
             return r
     return None
+
+
+def vector_lanes(bits: int, extent: int | None) -> int:
+    """Lanes of a vector loop over `extent` elements of `bits` bits: a full native register when
+    it divides the extent, else the largest halving (at least 4 lanes) that does; 1 for none."""
+    from ...loops.intrin import cpu
+
+    if extent is None or bits <= 0:
+        return 1
+    lanes = (512 if cpu.has("avx512f") else 256) // bits
+    while lanes >= 4:
+        if extent >= lanes and extent % lanes == 0:
+            return lanes
+        lanes //= 2
+    return 1
 
 
 def block_dtype_bits(block) -> int:
