@@ -11,6 +11,7 @@ from refcomp.ast import (
 )
 from refcomp.ast.dtype import DataType
 from refcomp import IRError
+from refcomp.ast.parser import from_source
 from refcomp.ast.printer import script
 from refcomp.ast.wellformed import verify_well_formed
 from refcomp.ast.stmt import THREAD_TAGS
@@ -292,3 +293,45 @@ def test_tree_facts_free_vars_agree_with_functor(data):
     builder.buffers = list(builder.params)
     func = func_of(builder.stmt([], data.draw(st.integers(1, 4))), builder.params)
     assert list(TreeFacts(func).free_vars) == free_vars(func)
+
+
+@given(st.data())
+def test_shape_vars_round_trip_wherever_they_are_bound(data):
+    """Vars in buffer shapes, strides and offsets, bound as scalar parameters anywhere in the list
+    (before or after the buffers using them) or only through the buffers themselves."""
+    from refcomp.ast import PrimFunc, free_vars
+
+    shape_vars = [data.draw(st.sampled_from([Var, SizeVar]))(name) for name in ("n", "m", "n")]
+
+    def dim():
+        var = data.draw(st.sampled_from(shape_vars))
+        return data.draw(st.sampled_from([var, var * 2 + 1, IntImm(4)]))
+
+    buffers = []
+    for name in data.draw(st.lists(st.sampled_from(["A", "B", "n"]), min_size=1, max_size=3)):
+        shape = tuple(dim() for _ in range(data.draw(st.integers(1, 2))))
+        layout = {}
+        if data.draw(st.booleans()):
+            layout = {"strides": tuple(dim() for _ in shape), "elem_offset": data.draw(st.sampled_from(shape_vars))}
+        buffers.append(Buffer(name, shape, "float32", **layout))
+    i = Var("i")
+    first = buffers[0]
+    store = BufferStore(first, FloatImm(1.0, "float32"), tuple(IntImm(0) for _ in first.shape))
+    body = For(i, 0, data.draw(st.sampled_from(shape_vars)), "serial", store)
+    params = list(buffers)
+    for var in data.draw(st.lists(st.sampled_from(shape_vars), unique=True)):
+        params.insert(data.draw(st.integers(0, len(params))), var)
+    func = PrimFunc(tuple(params), body)
+    text = roundtrip(func)
+    parsed = from_source(text)
+    # each shape var is bound to the parsed parameter at the same position (or, when it is not a
+    # parameter, to one var shared by every buffer using it)
+    position = {id(p): k for k, p in enumerate(func.params)}
+    seen = {}
+    for before, after in zip(func.params, parsed.params):
+        if isinstance(before, Buffer):
+            for old, new in zip(free_vars(before.shape), free_vars(after.shape)):
+                if id(old) in position:
+                    assert new is parsed.params[position[id(old)]]
+                else:
+                    assert seen.setdefault(id(old), new) is new
