@@ -42,7 +42,7 @@ class ArrayData:
     array: np.ndarray
 
     def __post_init__(self) -> None:
-        array = np.array(self.array, copy=True)
+        array = np.array(self.array, copy=True, order="C")  # kernels read constants as C-ordered buffers
         array.setflags(write=False)
         set_field(self, "array", array)
 
