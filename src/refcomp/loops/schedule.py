@@ -365,8 +365,10 @@ class Schedule:
         return self._apply("storage_align", storage.storage_align, block=block, buffer_index=buffer_index,
                            axis=axis, factor=factor, offset=offset)
 
-    def transform_layout(self, block: BlockRV, buffer: Any, index_map: Callable[..., Any] | IndexMap) -> None:
-        """Store a buffer (("read", i), ("write", i) or its name) in the layout index_map gives."""
+    def transform_layout(self, block: BlockRV, buffer: Any, index_map: Callable[..., Any] | IndexMap,
+                         pad_value: int | float | None = None) -> None:
+        """Store a buffer (("read", i), ("write", i) or its name) in the layout index_map gives;
+        padding added by the map is filled with pad_value."""
         if isinstance(buffer, tuple):
             buffer = list(buffer)
         if isinstance(block, str):
@@ -375,8 +377,9 @@ class Schedule:
             target = storage.resolve_buffer(self.func, self._resolve(block, "transform_layout"), buffer,
                                             "transform_layout")
             index_map = IndexMap.from_callable(index_map, target.ndim)
+        extra = {} if pad_value is None else {"pad_value": pad_value}
         return self._apply("transform_layout", storage.transform_layout, block=block, buffer=buffer,
-                           index_map=index_map)
+                           index_map=index_map, **extra)
 
     def pad_einsum(self, block: BlockRV, padding: Sequence[int]) -> None:
         """Pad an einsum block's iteration domain to multiples of padding, with padded copies."""

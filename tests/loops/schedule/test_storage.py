@@ -185,9 +185,14 @@ def test_transform_layout_rejections():
     sch = Schedule(_te_matmul(8, 32, 4))
     c = sch.get_block("C")
     assert_rejected(sch, lambda: sch.transform_layout(c, ("read", 1), lambda k, j: (j, j)),
-                    "padding is not supported")
+                    r"takes shape \(4, 32\) to \(32, 32\), which adds padding; give pad_value")
     assert_rejected(sch, lambda: sch.transform_layout(c, ("read", 1), lambda k, j: (j % 16, k)),
-                    "padding is not supported")
+                    r"sends two elements to one place \(128 elements into \(16, 4\)\)")
+    # padding an input: nothing in the function would fill it
+    assert_rejected(sch, lambda: sch.transform_layout(c, ("read", 1), lambda k, j: (k // 3, k % 3, j), pad_value=0.0),
+                    "transform_layout: B is not written in the function")
+    assert_rejected(sch, lambda: sch.transform_layout(c, ("read", 1), lambda k, j: (k, j), pad_value="x"),
+                    "transform_layout: pad_value: expected an int or a float, got 'x'")
     assert_rejected(sch, lambda: sch.transform_layout(c, ("read", 1), lambda k: (k,)),
                     "the buffer has 2 dims but the map takes 1 indices")
     assert_rejected(sch, lambda: sch.transform_layout(c, ("read", 1), lambda k, j: (j % 2, (j + k) % 16, k)),
@@ -355,3 +360,121 @@ def test_layout_changes_refuse_buffers_viewed_by_match_buffer():
     assert_rejected(sch, lambda: sch.transform_layout(b, ("write", 0), lambda i, j: (j, i)),
                     "transform_layout: block C views B through match_buffer B_tile")
     assert_rejected(sch, lambda: sch.storage_align(b, 0, 0, 8, 1), "storage_align: block C views B")
+
+
+# ----------------------------------------------------------------------------- padding, big maps, int64
+
+def _scale_then_shift(n: int = 100):
+    """B = A * 2 (intermediate); C = B + 1, one-dimensional."""
+    A, B, C = Buffer("A", (n,)), Buffer("B", (n,)), Buffer("C", (n,))
+    return P.func([A, C], [P.stage("B", B, (n,), lambda i: A[i] * 2.0),
+                           P.stage("C", C, (n,), lambda i: B[i] + 1.0)], allocs=[B])
+
+
+def test_transform_layout_pads_an_intermediate(rng):
+    before = _scale_then_shift(100)
+    sch = Schedule(before)
+    sch.transform_layout("B", ("write", 0), lambda i: (i // 32, i % 32), pad_value=-1.0)
+    assert_script(sch.func, '''
+        @T.prim_func
+        def main(A: T.Buffer((100,), "float32"), C: T.Buffer((100,), "float32")):
+            with T.block("root"):
+                T.reads()
+                T.writes()
+                B = T.alloc_buffer((4, 32), "float32")
+                for i in range(100):
+                    with T.block("B"):
+                        vi = T.axis.spatial(100, i)
+                        T.reads(A[vi])
+                        T.writes(B[vi // 32, vi % 32])
+                        B[vi // 32, vi % 32] = A[vi] * T.float32(2.0)
+                for ax0 in range(128):
+                    with T.block("B_pad"):
+                        v0 = T.axis.spatial(128, ax0)
+                        T.where(ax0 >= 100)
+                        T.reads()
+                        T.writes(B[v0 // 32, v0 % 32])
+                        B[v0 // 32, v0 % 32] = T.float32(-1.0)
+                for i_1 in range(100):
+                    with T.block("C"):
+                        vi_1 = T.axis.spatial(100, i_1)
+                        T.reads(B[vi_1 // 32, vi_1 % 32])
+                        T.writes(C[vi_1])
+                        C[vi_1] = B[vi_1 // 32, vi_1 % 32] + T.float32(1.0)
+    ''')
+    check_numbers(before, sch.func, rng, lambda a, c: {1: a * 2 + 1})
+    check_replay(sch, before)
+
+
+def test_transform_layout_pads_an_output_with_pad_value(rng):
+    """The caller passes the padded layout of an output and reads pad_value in the padding."""
+    import refcomp
+    from refcomp.loops.interpreter import interpret
+
+    A, B = Buffer("A", (10, 7)), Buffer("B", (10, 7))
+    before = P.func([A, B], [P.stage("B", B, (10, 7), lambda i, j: A[i, j] * 2.0)])
+    sch = Schedule(before)
+    sch.transform_layout("B", "B", lambda i, j: (j // 4, i, j % 4), pad_value=7.5)
+    assert [int(d.value) for d in sch.func.buffers[1].shape] == [2, 10, 4]
+    a = rng.standard_normal((10, 7)).astype(np.float32)
+    expected = np.full((10, 8), 7.5, np.float32)
+    expected[:, :7] = a * 2
+    expected = expected.reshape(10, 2, 4).transpose(1, 0, 2)
+    for run in (lambda *xs: interpret(sch.func, *xs), refcomp.build(sch.func)):
+        out = rng.standard_normal((2, 10, 4)).astype(np.float32)
+        run(a, out)
+        np.testing.assert_allclose(out, expected, rtol=1e-6)
+    check_replay(sch, before)
+
+
+def test_transform_layout_pad_value_is_an_int_for_int_buffers(rng):
+    A, B = Buffer("A", (6,), "int32"), Buffer("B", (6,), "int32")
+    before = P.func([A, B], [P.stage("B", B, (6,), lambda i: A[i] + 3)])
+    sch = Schedule(before)
+    b = sch.get_block("B")
+    assert_rejected(sch, lambda: sch.transform_layout(b, "B", lambda i: (i // 4, i % 4), pad_value=0.5),
+                    "transform_layout: pad_value 0.5 is not a int32 value")
+    sch.transform_layout("B", "B", lambda i: (i // 4, i % 4), pad_value=-9)
+    import refcomp
+
+    a = rng.integers(-5, 5, 6).astype(np.int32)
+    out = rng.integers(-5, 5, (2, 4)).astype(np.int32)
+    refcomp.build(sch.func)(a, out)
+    np.testing.assert_array_equal(out.ravel(), np.concatenate([a + 3, [-9, -9]]))
+
+
+def test_transform_layout_refuses_padding_it_cannot_list():
+    """i + i // 3 for i < 6 is one-to-one into 7 places, but leaves a hole (3) in the middle: no
+    larger box of i maps onto the new shape, so the padding cannot be listed."""
+    sch = Schedule(_scale_then_shift(6))
+    b = sch.get_block("B")
+    assert_rejected(sch, lambda: sch.transform_layout(b, ("write", 0), lambda i: (i + i // 3,), pad_value=0.0),
+                    "transform_layout: cannot list the padding of the map")
+
+
+def test_transform_layout_of_a_large_buffer_is_proved_one_to_one():
+    sch = Schedule(P.elementwise(2048, 2048))
+    sch.transform_layout("B", ("write", 0), lambda i, j: (i // 16, j, i % 16))
+    assert [int(d.value) for d in sch.func.buffers[1].shape] == [128, 2048, 16]
+    b = sch.get_block("B")
+    assert_rejected(sch, lambda: sch.transform_layout(b, ("write", 0), lambda a, b, c: (a, b // 2, (b + c) % 32)),
+                    "sends two elements to one place")
+
+
+def test_transform_layout_int64_shapes(rng):
+    """Buffers with int64 dims (from the graph level): the map's int32 constants follow the indices."""
+    from refcomp.ast import IntImm
+
+    n, k, m = (IntImm(v, "int64") for v in (8, 4, 32))
+    A = te.placeholder((n, k), "float32", "A")
+    B = te.placeholder((k, m), "float32", "B")
+    r = te.reduce_axis((IntImm(0, "int64"), k), "k")
+    C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    before = te.create_prim_func([A, B, C])
+    sch = Schedule(before)
+    pack = sch.cache_read(sch.get_block("C"), 1, "global")
+    sch.transform_layout(pack, ("write", 0), lambda kk, j: (j // 16, kk, j % 16))
+    text = sch.func.script()
+    assert "B_global[v_j // T.int64(16), v_k, v_j % T.int64(16)]" in text
+    check_numbers(before, sch.func, rng, lambda a, b, c: {2: a @ b})
+    check_replay(sch, before)

@@ -120,3 +120,37 @@ def test_te_matmul_through_schedule_matches_numpy_and_interpreter(rng, decompose
     refcomp.build(sch.func)(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(c, c_interp, rtol=1e-5, atol=1e-4)
+
+
+def test_int64_shapes_pack_and_tensorize(rng):
+    """A matmul with int64 dims (as the graph level builds them): cache_read + transform_layout of
+    B into column panels, then the tile intrinsic (described in int32) over int64 loops."""
+    from refcomp import te
+    from refcomp.ast import IntImm
+    from refcomp.loops.schedule import Schedule
+
+    m, n, k = (IntImm(v, "int64") for v in (13, 32, 24))
+    a_t = te.placeholder((m, k), "float32", "A")
+    b_t = te.placeholder((k, n), "float32", "B")
+    r = te.reduce_axis((IntImm(0, "int64"), k), "k")
+    c_t = te.compute((m, n), lambda i, j: te.sum(a_t[i, r] * b_t[r, j], axis=r), name="C")
+    func = te.create_prim_func([a_t, b_t, c_t])
+    sch = Schedule(func)
+    blk = sch.get_block("C")
+    packed = sch.cache_read(blk, 1, "global")
+    sch.transform_layout(packed, ("write", 0), lambda kk, jj: (jj // 16, kk, jj % 16))
+    i, j, kk = sch.get_loops(blk)
+    i0, i1 = sch.split(i, [None, 6])
+    j0, j1 = sch.split(j, [None, 16])
+    sch.reorder(i0, j0, i1, j1, kk)
+    sch.decompose_reduction(blk, i1)
+    untensorized = sch.func
+    sch.tensorize(i1, "x86.avx2.sgemm_6x16")
+    a = rng.standard_normal((13, 24)).astype(np.float32)
+    b = rng.standard_normal((24, 32)).astype(np.float32)
+    c_interp = rng.standard_normal((13, 32)).astype(np.float32)
+    refcomp.interpret(untensorized, a, b, c_interp)
+    c = rng.standard_normal((13, 32)).astype(np.float32)
+    refcomp.build(sch.func)(a, b, c)
+    np.testing.assert_allclose(c_interp, a @ b, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)

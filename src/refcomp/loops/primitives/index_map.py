@@ -10,7 +10,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ...ast import Add, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, Sub, Var, convert, substitute
+from ...ast import Add, Cast, DataType, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, Sub, Var, convert
 from ...errors import ScheduleError
 
 _BINARY = {Add: ("+", "add"), Sub: ("-", "sub"), Mul: ("*", "mul"), FloorDiv: ("//", "floordiv"),
@@ -54,9 +54,15 @@ class IndexMap:
         return IndexMap(initial, final)
 
     def apply(self, indices: Sequence[PrimExpr]) -> tuple[PrimExpr, ...]:
-        """The final indices with the initial vars replaced by indices."""
-        mapping = dict(zip(self.initial, (convert(i) for i in indices)))
-        return tuple(substitute(e, mapping) for e in self.final)
+        """The final indices with the initial vars replaced by indices.
+
+        The map is recorded over int32 vars, but a buffer may be indexed in int64 (shapes from the
+        graph level): the result is rebuilt in the widest dtype of the indices, constants
+        included, so no operation mixes dtypes."""
+        indices = [convert(i) for i in indices]
+        dtype = _widest([i.dtype for i in indices])
+        mapping = {v: (i if i.dtype == dtype else Cast(dtype, i)) for v, i in zip(self.initial, indices)}
+        return tuple(_rebuild(e, mapping, dtype) for e in self.final)
 
     def as_lambda(self) -> str:
         """Python text of the map, e.g. `lambda i, j: (j // 16, i, j % 16)`."""
@@ -76,6 +82,21 @@ class IndexMap:
         """The map to_json wrote."""
         initial = tuple(Var(name) for name in data["initial"])
         return IndexMap(initial, tuple(_from_json(e, initial) for e in data["final"]))
+
+
+def _widest(dtypes: Sequence[DataType]) -> DataType:
+    if not dtypes:
+        return DataType("int32")
+    return max(dtypes, key=lambda d: d.bits)
+
+
+def _rebuild(expr: PrimExpr, mapping: dict[Var, PrimExpr], dtype: DataType) -> PrimExpr:
+    """expr (a checked map expression) over mapping's values, every constant of dtype."""
+    if isinstance(expr, Var):
+        return mapping[expr]
+    if isinstance(expr, IntImm):
+        return IntImm(expr.value, dtype)
+    return type(expr)(_rebuild(expr.a, mapping, dtype), _rebuild(expr.b, mapping, dtype))
 
 
 def _check_expr(expr: PrimExpr, allowed: set[Var]) -> None:

@@ -1,13 +1,14 @@
 """Storage primitives: cache_read, cache_write, set_scope, storage_align, transform_layout."""
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
 
 from ...ast import (
-    Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferStore, For, IterVar, Mutator, PrimFunc,
-    Range, Stmt, Var, const, seq,
+    Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferStore, FloorDiv, FloorMod, For, IntImm, IterVar,
+    Mutator, Or, PrimFunc, Range, Stmt, Var, collect, const, free_vars, seq,
 )
 from ...ast.buffer import SCOPES
 from ...ast.stmt import true
@@ -41,8 +42,10 @@ class _BufferSwap(Mutator):
 
 def copy_nest(name: str, source: Buffer, target: Buffer) -> Stmt:
     """A loop nest and block copying all of source into target (same shape)."""
-    loop_vars = [Var(f"ax{d}") for d in range(source.ndim)]
-    iter_vars = [IterVar(Var(f"v{d}"), Range(const(0, dim.dtype), dim), "spatial") for d, dim in enumerate(source.shape)]
+    # loop and iter vars take the dtype of their dim (int64 shapes give int64 indices)
+    loop_vars = [Var(f"ax{d}", dim.dtype) for d, dim in enumerate(source.shape)]
+    iter_vars = [IterVar(Var(f"v{d}", dim.dtype), Range(const(0, dim.dtype), dim), "spatial")
+                 for d, dim in enumerate(source.shape)]
     index = tuple(iv.var for iv in iter_vars)
     block = Block(name, tuple(iter_vars),
                   (BufferRegion(source, tuple(Range(i, 1) for i in index)),),
@@ -273,11 +276,15 @@ class _Relayout(Mutator):
         return self.new.full_region()
 
 
-def transform_layout(func: PrimFunc, block: Block, buffer: Any, index_map: IndexMap) -> tuple[PrimFunc, None]:
+def transform_layout(func: PrimFunc, block: Block, buffer: Any, index_map: IndexMap,
+                     pad_value: Any = None) -> tuple[PrimFunc, None]:
     """Store a buffer in a new layout: element `idx` moves to `index_map(idx)`; every access follows.
 
-    Requires: a constant shape; the map sends the index space one-to-one onto a box starting at 0
-    (no padding), checked point by point.  On a parameter the function's signature changes.
+    Requires: a constant shape; the map sends the index space one-to-one into a box starting at
+    0 (proved, or checked point by point).  A box with more elements than the buffer (padding)
+    needs pad_value, a buffer written in the function, and a map whose padding can be listed
+    (see _padding_domain); a fill block then stores pad_value into every padding element.  On a
+    parameter the function's signature changes.
 
     Before: `B[vi, vj]` with B (64, 64); `transform_layout(blk, ("read", 0), lambda i, j: (j // 16, i, j % 16))`
     after: B (4, 64, 16) accessed as `B[vj // 16, vi, vj % 16]`.
@@ -289,6 +296,8 @@ def transform_layout(func: PrimFunc, block: Block, buffer: Any, index_map: Index
     if len(index_map.initial) != target.ndim:
         raise ScheduleError(f"transform_layout: the map takes {len(index_map.initial)} indices, {target.name} has "
                             f"{target.ndim} dims", ir=func)
+    if pad_value is not None and (isinstance(pad_value, bool) or not isinstance(pad_value, (int, float))):
+        raise ScheduleError(f"transform_layout: pad_value: expected an int or a float, got {pad_value!r}", ir=func)
     shape = [const_int(d) for d in target.shape]
     if any(d is None for d in shape):
         raise ScheduleError(f"transform_layout: {target.name} needs a constant shape", ir=func)
@@ -300,22 +309,44 @@ def transform_layout(func: PrimFunc, block: Block, buffer: Any, index_map: Index
             raise ScheduleError(f"transform_layout: cannot bound the new index {index_map.as_lambda()} at or above 0",
                                 ir=func)
         new_shape.append(bounds[1] + 1)
-    if product(new_shape) != product(shape):
+    if product(new_shape) < product(shape):
+        raise ScheduleError(f"transform_layout: the map {index_map.as_lambda()} sends two elements to one place "
+                            f"({product(shape)} elements into {tuple(new_shape)})", ir=func, spot=location.realize)
+    padded = product(new_shape) > product(shape)
+    if padded and pad_value is None:
         raise ScheduleError(f"transform_layout: the map {index_map.as_lambda()} takes shape {tuple(shape)} to "
-                            f"{tuple(new_shape)}: padding is not supported", ir=func, spot=location.realize)
-    _check_bijective(func, index_map, shape, new_shape)
-    new = Buffer(target.name, tuple(const(d, target.shape[0].dtype) for d in new_shape), target.dtype, target.scope)
+                            f"{tuple(new_shape)}, which adds padding; give pad_value", ir=func, spot=location.realize)
+    check_one_to_one(func, index_map, shape, new_shape)
+    index_dtype = target.shape[0].dtype
+    new = Buffer(target.name, tuple(const(d, index_dtype) for d in new_shape), target.dtype, target.scope)
+    fill = _padding_fill(func, target, new, index_map, shape, new_shape, pad_value) if padded else None
     relayout = _Relayout(target, new, index_map)
     params = tuple(relayout.visit(p) if isinstance(p, Buffer) else p for p in func.params)
-    return func.with_(body=relayout.visit(func.body), params=params), None
+    new_func = func.with_(body=relayout.visit(func.body), params=params)
+    if fill is not None:
+        new_func = _insert_fill(new_func, new, fill)
+    return new_func, None
 
 
-def _check_bijective(func: PrimFunc, index_map: IndexMap, shape: list[int], new_shape: list[int]) -> None:
-    from .legality import _evaluate, _Unsupported
+def check_one_to_one(func: PrimFunc, index_map: IndexMap, shape: list[int], new_shape: list[int]) -> None:
+    """No two elements of the box `shape` go to one place.
 
+    First symbolically (refcomp.shape.prove: equal images imply equal indices), which settles the
+    split and pack maps of any size at once; when the prover answers unknown, point by point in
+    O(points) with a mark per element of the new box (at most 2^22 points)."""
+    from .legality import _evaluate, _Unsupported, prove_determines
+
+    box = [c for v, d in zip(index_map.initial, shape) for c in (v >= 0, v < d)]
+    status, counterexample = prove_determines(index_map.final, index_map.initial, index_map.initial, box)
+    if status == "proved":
+        return
+    if status == "disproved":
+        raise ScheduleError(f"transform_layout: the map {index_map.as_lambda()} sends two elements to one place",
+                            ir=func, counterexample=counterexample)
     total = product(shape)
-    if total > (1 << 22):
-        raise ScheduleError(f"transform_layout: {total} points are too many to check the map is one-to-one", ir=func)
+    if total > (1 << 22) or product(new_shape) > (1 << 24):
+        raise ScheduleError(f"transform_layout: could not prove the map {index_map.as_lambda()} one-to-one, and "
+                            f"{total} points are too many to check one by one", ir=func)
     grids = np.meshgrid(*[np.arange(d, dtype=np.int64) for d in shape], indexing="ij")
     env = {v: g.ravel() for v, g in zip(index_map.initial, grids)}
     flat = np.zeros(total, dtype=np.int64)
@@ -324,9 +355,81 @@ def _check_bijective(func: PrimFunc, index_map: IndexMap, shape: list[int], new_
             flat = flat * extent + np.broadcast_to(_evaluate(expr, env), (total,))
     except _Unsupported as exc:
         raise ScheduleError(f"transform_layout: cannot evaluate the map: {exc}", ir=func) from None
-    if len(np.unique(flat)) != total:
+    if int(np.bincount(flat, minlength=product(new_shape)).max(initial=0)) > 1:
         raise ScheduleError(f"transform_layout: the map {index_map.as_lambda()} sends two elements to one place",
                             ir=func)
+
+
+def _padding_domain(func: PrimFunc, index_map: IndexMap, shape: list[int], new_shape: list[int]) -> list[int]:
+    """A box containing `shape` that the map sends one-to-one onto all of `new_shape`.
+
+    Its points outside `shape` are exactly the padding, which is how the fill block lists them
+    without inverting the map.  Each dim is either kept or rounded up to a multiple of the
+    divisors (of // and %) applied to it, as for `lambda i: (i // 32, i % 32)` (100 -> 128)."""
+    from itertools import product as combinations
+
+    options = []
+    for var, extent in zip(index_map.initial, shape):
+        step = 1
+        for node in collect(index_map.final, (FloorDiv, FloorMod)):
+            if var in free_vars(node.a) and isinstance(node.b, IntImm) and node.b.value > 0:
+                step = math.lcm(step, node.b.value)
+        rounded = -(-extent // step) * step
+        options.append(sorted({extent, rounded}))
+    for candidate in combinations(*options):
+        if product(candidate) != product(new_shape):
+            continue
+        ranges = {v: (0, d - 1) for v, d in zip(index_map.initial, candidate)}
+        if any(int_bounds(e, ranges) != (0, d - 1) for e, d in zip(index_map.final, new_shape)):
+            continue
+        try:
+            check_one_to_one(func, index_map, list(candidate), new_shape)
+        except ScheduleError:
+            continue
+        return list(candidate)
+    raise ScheduleError(f"transform_layout: cannot list the padding of the map {index_map.as_lambda()} from shape "
+                        f"{tuple(shape)} to {tuple(new_shape)} (no larger index box maps onto the new shape)",
+                        ir=func)
+
+
+def _padding_fill(func: PrimFunc, old: Buffer, new: Buffer, index_map: IndexMap, shape: list[int],
+                  new_shape: list[int], pad_value: Any) -> Stmt:
+    """A loop nest and block storing pad_value at the image of every index outside `shape`."""
+    writers = [r for r in block_realizes(func.body) if any(w.buffer is old for w in r.block.writes)]
+    if not writers:
+        raise ScheduleError(f"transform_layout: {old.name} is not written in the function, so its padding would hold "
+                            "whatever the caller passes; cache_read it and pad the copy", ir=func)
+    if isinstance(pad_value, float) and not new.dtype.is_float:
+        raise ScheduleError(f"transform_layout: pad_value {pad_value!r} is not a {new.dtype} value", ir=func)
+    domain = _padding_domain(func, index_map, shape, new_shape)
+    dtype = new.shape[0].dtype
+    loop_vars = [Var(f"ax{d}", dtype) for d in range(len(domain))]
+    iter_vars = [IterVar(Var(f"v{d}", dtype), Range(const(0, dtype), const(e, dtype)), "spatial")
+                 for d, e in enumerate(domain)]
+    index = index_map.apply([iv.var for iv in iter_vars])
+    outside = None
+    for var, extent, full in zip(loop_vars, shape, domain):
+        if extent < full:
+            beyond = var >= const(extent, dtype)
+            outside = beyond if outside is None else Or(outside, beyond)
+    name = fresh_block_name(func.body, f"{old.name}_pad")
+    block = Block(name, tuple(iter_vars), (), (BufferRegion(new, tuple(Range(i, 1) for i in index)),),
+                  BufferStore(new, const(pad_value, new.dtype), index))
+    stmt: Stmt = BlockRealize(tuple(loop_vars), outside, block)
+    for var, extent in reversed(list(zip(loop_vars, domain))):
+        stmt = For(var, const(0, dtype), const(extent, dtype), "serial", stmt)
+    return stmt
+
+
+def _insert_fill(func: PrimFunc, buffer: Buffer, fill: Stmt) -> PrimFunc:
+    """func with the fill nest placed right after the top-level statement holding the last writer
+    of buffer, in that writer's scope."""
+    writers = [r for r in block_realizes(func.body) if any(w.buffer is buffer for w in r.block.writes)]
+    location = locate_block(func, writers[-1].block, "transform_layout")
+    scope_realize, items = _scope_parts(func, location, "transform_layout")
+    items.insert(_item_index(items, writers[-1]) + 1, fill)
+    scope = scope_realize.block
+    return replace_in_func(func, {id(scope_realize): scope_realize.with_(block=scope.with_(body=seq(*items)))})
 
 
 # ----------------------------------------------------------------------------- pad_einsum
@@ -455,8 +558,9 @@ def _pad_nest(name: str, source: Buffer, target: Buffer) -> Stmt:
     """target[v] = source[v] inside source's shape, else 0, over target's (larger) shape."""
     from ...ast import Call, all_
 
-    loop_vars = [Var(f"ax{d}") for d in range(target.ndim)]
-    iter_vars = [IterVar(Var(f"v{d}"), Range(const(0, dim.dtype), dim), "spatial") for d, dim in enumerate(target.shape)]
+    loop_vars = [Var(f"ax{d}", dim.dtype) for d, dim in enumerate(target.shape)]
+    iter_vars = [IterVar(Var(f"v{d}", dim.dtype), Range(const(0, dim.dtype), dim), "spatial")
+                 for d, dim in enumerate(target.shape)]
     index = tuple(iv.var for iv in iter_vars)
     inside = all_(*(i < dim for i, dim, padded in zip(index, source.shape, target.shape)
                     if const_int(dim) != const_int(padded)))

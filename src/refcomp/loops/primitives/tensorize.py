@@ -133,14 +133,14 @@ class _Matcher:
                             spot=inner, hint="decompose_reduction the block first" if inner.init else None)
         body = substitute(inner.body, dict(zip((iv.var for iv in inner.iter_vars), realize.iter_values)))
         d_body = substitute(d_inner.body, dict(zip((iv.var for iv in d_inner.iter_vars), d_realize.iter_values)))
-        d_body = substitute(d_body, self.loop_map)
+        d_body = self._in_program(d_body)
         try:
             self._stmt(body, d_body)
             if inner.init is not None:
                 init = substitute(inner.init, dict(zip((iv.var for iv in inner.iter_vars), realize.iter_values)))
                 d_init = substitute(d_inner.init, dict(zip((iv.var for iv in d_inner.iter_vars),
                                                            d_realize.iter_values)))
-                self._stmt(init, substitute(d_init, self.loop_map))
+                self._stmt(init, self._in_program(d_init))
         except _Mismatch as exc:
             raise self.fail(f"the computation differs from the description: {exc}",
                             spot=exc.spot if exc.spot is not None else inner,
@@ -162,7 +162,7 @@ class _Matcher:
             if not _is_true(predicate):
                 raise imperfect
             return
-        d_form = _lt_form(substitute(d_predicate, self.loop_map))
+        d_form = _lt_form(self._in_program(d_predicate))
         if d_form is None:
             raise self.fail("the description's predicate is not of the form `x < P`")
         moving = Affine.make({t: c for t, c in d_form.terms if _term_vars(t) & self.inner}, 0)
@@ -185,6 +185,13 @@ class _Matcher:
             raise self.fail(f"the tile's predicate {_show(predicate)} does not have the description's form "
                             f"{_show(d_predicate)}", spot=predicate)
         self.result.values[var] = (Affine((), rest.const) - offset).to_expr(var.dtype)
+
+    def _in_program(self, node):
+        """A description statement or expression over the program's loop vars.  A description is
+        written in int32; a program loop of another index dtype (int64 shapes from the graph
+        level) enters through a cast, which the affine matching looks through."""
+        mapping = {d: (p if p.dtype == d.dtype else Cast(d.dtype, p)) for d, p in self.loop_map.items()}
+        return substitute(node, mapping)
 
     @staticmethod
     def _desc_shape(d_loops: list[For]) -> str:
