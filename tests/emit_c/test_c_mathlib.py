@@ -68,7 +68,7 @@ _LIBS = {}
 
 @pytest.mark.parametrize("target", ["c", "c -std=c99"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("lanes", [1, LANES])
+@pytest.mark.parametrize("lanes", [1, 4, LANES])  # 4 x float64 / 8 x float32: AVX2 variants on AVX-512
 def test_math_functions_ulp_and_specials(dtype, lanes, target, rng):
     key = (dtype, lanes, target)
     if key not in _LIBS:
@@ -115,3 +115,13 @@ def test_vector_exp_uses_libmvec_when_available():
         pytest.skip("no libmvec on this system")
     source = refcomp.build(many_unary_kernel("float32", LANES), bounds="off").source
     assert "RC_MVEC1_F32(exp)" in source and "__FAST_MATH__" not in source
+
+
+def test_half_width_vectors_use_the_avx2_variants_on_avx512():
+    from refcomp.emit_c.toolchain import mvec_functions
+    from refcomp.loops.intrin import cpu
+
+    if "exp" not in mvec_functions() or not cpu.has("avx512f"):
+        pytest.skip("needs libmvec and an AVX-512 CPU (32-byte vectors are native elsewhere)")
+    source = refcomp.build(many_unary_kernel("float32", 8), bounds="off").source
+    assert "RC_MVECH1_F32(exp)" in source and "_ZGVdN8v_##name##f" in source

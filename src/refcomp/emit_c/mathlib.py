@@ -54,6 +54,14 @@ typedef __m512d rc_mvec_f64;
 #define RC_MVEC2_F32(name) _ZGVeN16vv_##name##f
 #define RC_MVEC1_F64(name) _ZGVeN8v_##name
 #define RC_MVEC2_F64(name) _ZGVeN8vv_##name
+/* 32-byte vectors (e.g. float32x8 pieces of a wider store) take the AVX2 variants */
+#define RC_MVEC_HALF_BYTES 32
+typedef __m256 rc_mvech_f32;
+typedef __m256d rc_mvech_f64;
+#define RC_MVECH1_F32(name) _ZGVdN8v_##name##f
+#define RC_MVECH2_F32(name) _ZGVdN8vv_##name##f
+#define RC_MVECH1_F64(name) _ZGVdN4v_##name
+#define RC_MVECH2_F64(name) _ZGVdN4vv_##name
 #elif defined(__x86_64__) && defined(__AVX2__)
 #define RC_MVEC_W32 8
 #define RC_MVEC_W64 4
@@ -79,12 +87,16 @@ typedef __m128d rc_mvec_f64;
 
 
 def mvec_declaration(op: str, dtype: DataType) -> str:
-    """The extern declaration of libmvec's variant of op (inside #ifdef RC_MVEC_W32)."""
+    """The extern declarations of libmvec's variants of op (inside #ifdef RC_MVEC_W32): the
+    native width, and on AVX-512 also the 32-byte (AVX2) one."""
     tag = "F64" if dtype.element.name == "float64" else "F32"
-    vtype = f"rc_mvec_{tag.lower()}"
     arity = 2 if op in ("pow", "atan2", "hypot") else 1
-    params = ", ".join([vtype] * arity)
-    return f"extern {vtype} RC_MVEC{arity}_{tag}({LIBM[op]})({params});"
+    lines = []
+    for kind in ("", "H"):
+        vtype = f"rc_mvec{kind.lower()}_{tag.lower()}"
+        params = ", ".join([vtype] * arity)
+        lines.append(f"extern {vtype} RC_MVEC{kind}{arity}_{tag}({LIBM[op]})({params});")
+    return f"{lines[0]}\n#if defined(RC_MVEC_HALF_BYTES)\n{lines[1]}\n#endif"
 
 
 def vector_math_helper(name: str, op: str, dtype: DataType, vtype: str, mvec_functions: frozenset) -> str:

@@ -365,9 +365,16 @@ class VectorLib:
             args = ", ".join(f"({mtype}){n}" for n in names)
             return f"({self.vtype(compute.with_lanes(clanes))})RC_MVEC{arity}_{tag}({mathlib.LIBM[op]})({args})"
 
+        def half_call(names):
+            mtype = f"rc_mvech_{tag.lower()}"
+            args = ", ".join(f"({mtype}){n}" for n in names)
+            return f"({vt})RC_MVECH{arity}_{tag}({mathlib.LIBM[op]})({args})"
+
         total = compute.lanes * (8 if double else 4)
         branches = [(f"defined(RC_MVEC_BYTES) && {total} == RC_MVEC_BYTES",
-                     f"    return {call(compute.lanes, list(params))};\n")]
+                     f"    return {call(compute.lanes, list(params))};\n"),
+                    (f"defined(RC_MVEC_HALF_BYTES) && {total} == RC_MVEC_HALF_BYTES",
+                     f"    return {half_call(list(params))};\n")]
         branches += [(f"defined(RC_MVEC_BYTES) && {cond}", body) for cond, body in
                      self.split_branches("RC_MVEC_BYTES", [(p, compute) for p in params], compute, call)]
         loop = mathlib.vector_math_helper(name, op, compute, vt, frozenset())
