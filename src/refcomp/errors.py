@@ -35,6 +35,24 @@ class RefcompError(Exception):
             parts.append(rendered)
         return "\n".join(parts)
 
+    def locate(self, ir: Any, spot: Any = None) -> "RefcompError":
+        """Show this error inside `ir`, a larger piece of IR (e.g. the function holding the call
+        a shape rule rejected); returns self, to be re-raised.
+
+        The node the error showed so far (its spot, else its IR) becomes the spot when it lies
+        inside `ir`; otherwise `spot` is.  An error already showing IR that `ir` does not hold
+        (say, a PrimFunc while the caller knows only the graph function) keeps what it shows.
+        """
+        from .ast.printer import contains
+
+        if self.ir is not None and self.ir is not ir and not contains(ir, self.ir):
+            return self
+        shown = self.spot if self.spot is not None else self.ir
+        if shown is not None and shown is not ir and contains(ir, shown):
+            spot = shown
+        self.ir, self.spot = ir, spot
+        return self
+
     def render_ir(self) -> str:
         """The IR the error is about, with the offending node marked (empty if none given)."""
         if self.ir is None:

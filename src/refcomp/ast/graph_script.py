@@ -10,13 +10,17 @@
         return gv
 
 `print_function(func, namer)` is called by the module printer for every non-PrimFunc function;
-`namer` (optional) maps a loop-level Var to its printed name so both levels agree.
+`namer` (optional) maps a loop-level Var to its printed name so both levels agree.  With `mark=`,
+the text of the marked node is wrapped in the printer's mark sentinels, which
+`refcomp.ast.printer.script` turns into a `-->` gutter and a `^^^` underline (how errors on
+graph functions show where); `print_fragment` prints a piece of a function the same way.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from . import expr as tir
+from .printer_expr import CLOSE_MARK, OPEN_MARK
 from .graph_struct_info import (
     FuncStructInfo, ObjectStructInfo, PrimStructInfo, ShapeStructInfo, StructInfo, TensorStructInfo,
     TupleStructInfo, definable_vars,
@@ -122,12 +126,20 @@ class _Names:
         return self.names[key]
 
 
-def format_expr(e, names: _Names | None = None, namer=None) -> str:
+def _marked(text: str, node: Any, mark: Any) -> str:
+    return OPEN_MARK + text + CLOSE_MARK if mark is not None and node is mark else text
+
+
+def format_expr(e, names: _Names | None = None, namer=None, mark: Any = None) -> str:
     """One graph expression on one line (bindings and blocks are printed by print_function)."""
+    names = names or _Names(namer)
+    return _marked(_expr_text(e, names, namer, mark), e, mark)
+
+
+def _expr_text(e, names: _Names, namer, mark: Any) -> str:
     from . import graph as g
 
-    names = names or _Names(namer)
-    sub = lambda x: format_expr(x, names, namer)  # noqa: E731
+    sub = lambda x: format_expr(x, names, namer, mark)  # noqa: E731
     if isinstance(e, g.Var):
         return names(e)
     if isinstance(e, g.Constant):
@@ -209,18 +221,39 @@ def print_function(func, namer: Callable[[tir.Var], str] | None = None, name: st
     name = name or func.attrs.get("global_symbol", "main")
     defined = [v for p in func.params for v in definable_vars(p.struct_info)]
     quote = set(defined)
-    params = ", ".join(f"{names(p)}: {format_struct_info(p.struct_info, namer, quote)}" for p in func.params)
+    params = ", ".join(_marked(f"{names(p)}: {format_struct_info(p.struct_info, namer, quote)}", p, mark)
+                       for p in func.params)
     ret = format_struct_info(func.ret_struct_info, namer)
-    lines = ["@R.function" + ("(pure=False)" if not func.is_pure else ""), f"def {name}({params}) -> {ret}:"]
+    lines = ["@R.function" + ("(pure=False)" if not func.is_pure else ""),
+             _marked(f"def {name}({params}) -> {ret}:", func, mark)]
     for key, value in func.attrs.items():
         if key != "global_symbol":
             lines.append(f"    R.func_attr({{{key!r}: {_format_attr(value, namer)}}})")
     size_vars: dict = {}
     for v in defined:
         size_vars.setdefault(v, None)
-    for v in size_vars:
-        lines.append(f"    {namer(v) if namer else v.name} = T.int64()")
+    for v in size_vars:  # a marked size var points at its declaration
+        lines.append("    " + _marked(f"{namer(v) if namer else v.name} = T.int64()", v, mark))
     _print_seq(func.body, names, namer, lines, "    ", mark)
+    return "\n".join(lines)
+
+
+def print_fragment(node, namer=None, mark: Any = None) -> str:
+    """A piece of a graph function (an expression, binding, block or SeqExpr) as script lines."""
+    from . import graph as g
+
+    if isinstance(node, g.Function):
+        return print_function(node, namer, mark=mark)
+    names = _Names(namer)
+    lines: list[str] = []
+    if isinstance(node, g.SeqExpr):
+        _print_seq(node, names, namer, lines, "", mark)
+    elif isinstance(node, g.BindingBlock):
+        _print_block(node, names, namer, lines, "", mark)
+    elif isinstance(node, g.Binding):
+        _print_binding(node, names, namer, lines, "", mark)
+    else:
+        lines.append(format_expr(node, names, namer, mark))
     return "\n".join(lines)
 
 
@@ -228,40 +261,51 @@ def _print_seq(seq, names, namer, lines, indent, mark, target: str | None = None
     from . import graph as g
 
     for block in seq.blocks:
-        inner = indent
-        if isinstance(block, g.DataflowBlock):
-            lines.append(f"{indent}with R.dataflow():")
-            inner = indent + "    "
-        for binding in block.bindings:
-            _print_binding(binding, names, namer, lines, inner, mark)
-        if isinstance(block, g.DataflowBlock):
-            outputs = [names(b.var) for b in block.bindings if not isinstance(b.var, g.DataflowVar)]
-            lines.append(f"{inner}R.output({', '.join(outputs)})")
-    result = format_expr(seq.body, names, namer)
-    lines.append(f"{indent}{target} = {result}" if target else f"{indent}return {result}")
+        _print_block(block, names, namer, lines, indent, mark)
+    result = format_expr(seq.body, names, namer, mark)
+    line = f"{target} = {result}" if target else f"return {result}"
+    lines.append(indent + _marked(line, seq, mark))
+
+
+def _print_block(block, names, namer, lines, indent, mark) -> None:
+    from . import graph as g
+
+    inner = indent
+    if isinstance(block, g.DataflowBlock):
+        lines.append(indent + _marked("with R.dataflow():", block, mark))
+        inner = indent + "    "
+    elif block is mark and block.bindings:  # a plain block has no line of its own: mark its first
+        mark = block.bindings[0]
+    for binding in block.bindings:
+        _print_binding(binding, names, namer, lines, inner, mark)
+    if isinstance(block, g.DataflowBlock):
+        outputs = [names(b.var) for b in block.bindings if not isinstance(b.var, g.DataflowVar)]
+        lines.append(f"{inner}R.output({', '.join(outputs)})")
 
 
 def _print_binding(binding, names, namer, lines, indent, mark) -> None:
     from . import graph as g
 
-    target = names(binding.var)
+    target = _marked(names(binding.var), binding.var, mark)
+    expr = lambda e: format_expr(e, names, namer, mark)  # noqa: E731
     if isinstance(binding, g.MatchCast):
         info = format_struct_info(binding.struct_info, namer)
-        lines.append(f"{indent}{target} = R.match_cast({format_expr(binding.value, names, namer)}, {info})")
+        line = f"{target} = R.match_cast({expr(binding.value)}, {info})"
     elif isinstance(binding.value, g.If):
         branch = binding.value
-        lines.append(f"{indent}if {format_expr(branch.cond, names, namer)}:")
-        _print_seq(branch.true_branch, names, namer, lines, indent + "    ", mark, target)
-        lines.append(f"{indent}else:")
-        _print_seq(branch.false_branch, names, namer, lines, indent + "    ", mark, target)
+        line = _marked(f"if {expr(branch.cond)}:", branch, mark)
     elif isinstance(binding.value, g.Function):
-        lines.append(f"{indent}{target} = <nested function>")
+        line = f"{target} = " + _marked("<nested function>", binding.value, mark)
     else:
         info = binding.var.struct_info
         annot = f": {format_struct_info(info, namer)}" if info is not None else ""
-        lines.append(f"{indent}{target}{annot} = {format_expr(binding.value, names, namer)}")
-    if mark is not None and (binding is mark or binding.value is mark or binding.var is mark):
-        lines.append(indent + "^" * max(1, len(lines[-1]) - len(indent)))
+        line = f"{target}{annot} = {expr(binding.value)}"
+    lines.append(indent + _marked(line, binding, mark))
+    if isinstance(binding.value, g.If):
+        branch = binding.value
+        _print_seq(branch.true_branch, names, namer, lines, indent + "    ", mark, target)
+        lines.append(f"{indent}else:")
+        _print_seq(branch.false_branch, names, namer, lines, indent + "    ", mark, target)
 
 
 def _loop_namer(namer):

@@ -7,7 +7,8 @@ how errors show *where* (see `RefcompError.render_ir`).
 
 Graph-level functions of an IRModule are printed by `refcomp.ast.graph_script.print_function(func,
 namer) -> str` when that module exists; `namer` is a `script_common.Namer` whose attribute
-`function_name` holds the function's name in the module.
+`function_name` holds the function's name in the module.  Graph nodes on their own (a function, a
+call, a binding) print the same way, marks included, so errors on graph IR show where too.
 """
 from __future__ import annotations
 
@@ -59,11 +60,19 @@ def _print_lines(node: Any, mark: Any) -> list[str]:
         printer.emit(printer.axis_line(node, None))
     elif isinstance(node, MatchBufferRegion):
         printer.emit(printer.match_buffer_line(node))
+    elif _is_graph_function(node):
+        printer.lines.extend(_graph_function_lines(node, node.attrs.get("global_symbol", "main"), printer.namer,
+                                                   mark))
     elif _is_graph_node(node):
-        printer.lines.extend(_graph_function_lines(node, getattr(node, "name", None) or "main", printer.namer, mark))
+        printer.lines.extend(_graph_fragment_lines(node, printer.namer, mark))
     else:
         printer.emit(printer.expr(node))
     return printer.lines
+
+
+def contains(root: Any, node: Any) -> bool:
+    """Whether node (by identity) is root or lies inside it."""
+    return root is node or bool(_path_to(root, node))
 
 
 def _path_to(root: Any, target: Any) -> list[Any]:
@@ -93,8 +102,12 @@ def _path_to(root: Any, target: Any) -> list[Any]:
 
 
 def _is_graph_node(node: Any) -> bool:
-    """A graph-level function (refcomp.ast.graph), printed by refcomp.ast.graph_script."""
-    return type(node).__module__.startswith("refcomp.ast.graph") and type(node).__name__ == "Function"
+    """A graph-level node (refcomp.ast.graph, graph_struct_info), printed by refcomp.ast.graph_script."""
+    return type(node).__module__ in ("refcomp.ast.graph", "refcomp.ast.graph_struct_info")
+
+
+def _is_graph_function(node: Any) -> bool:
+    return _is_graph_node(node) and type(node).__name__ == "Function"
 
 
 class _StmtPrinter(ExprPrinter):
@@ -456,6 +469,18 @@ def _graph_function_lines(func: Any, key: str, namer: Namer, mark: Any = None) -
     namer.function_name = key  # type: ignore[attr-defined]
     text = print_function(func, namer, mark=mark) if mark is not None else print_function(func, namer)
     return text.rstrip("\n").split("\n")
+
+
+def _graph_fragment_lines(node: Any, namer: Namer, mark: Any) -> list[str]:
+    """A piece of a graph function (expression, binding, block, struct info), marks included."""
+    from . import graph_script
+    from .graph_struct_info import StructInfo
+
+    loop_names = lambda var: namer.name(var)  # noqa: E731  (shape vars named as the loop level does)
+    if isinstance(node, StructInfo):
+        text = graph_script.format_struct_info(node, loop_names)
+        return [OPEN_MARK + text + CLOSE_MARK if node is mark else text]
+    return graph_script.print_fragment(node, loop_names, mark=mark).split("\n")
 
 
 def _render_marks(lines: list[str], mark: Any, root: Any) -> str:

@@ -31,7 +31,7 @@ from ..ast.graph_struct_info import (
     FuncStructInfo, ObjectStructInfo, StructInfo, TensorStructInfo, TupleStructInfo, definable_vars,
     erase_to_well_defined, shape_vars,
 )
-from ..errors import IRError
+from ..errors import IRError, RefcompError
 from .infer import InferContext, RuntimeCheck, lca
 
 LEAVES = (Var, Constant, ShapeExpr, PrimValue, StringImm, GlobalVar, ExternFunc, Op)
@@ -246,8 +246,30 @@ class BlockBuilder:
         return call.with_(struct_info=info)
 
     def infer_call(self, call: Call) -> StructInfo:
-        """The struct info of a call, recording runtime checks in the open function."""
+        """The struct info of a call, recording runtime checks in the open function.
+
+        An error shows the open function up to the call, the call marked.
+        """
         frame = self._frames[-1] if self._frames else None
+        try:
+            return self._infer_call(call, frame)
+        except RefcompError as error:
+            if frame is not None:
+                error.locate(self._function_so_far(frame, call))
+            raise
+
+    def _function_so_far(self, frame: _FunctionFrame, call: Call) -> Function | None:
+        """The open function's bindings, then call bound to the name it would get (for errors)."""
+        try:
+            hint = "lv" if frame.in_dataflow else "gv"
+            var = (DataflowVar if frame.in_dataflow else Var)(f"{hint}{self._counter.get(hint, 0)}")
+            kind = DataflowBlock if frame.in_dataflow else BindingBlock
+            blocks = tuple(frame.blocks) + (kind(tuple(frame.bindings) + (VarBinding(var, call),)),)
+            return Function(frame.params, SeqExpr(blocks, var), None, getattr(frame, "pure", True), frame.attrs)
+        except Exception:  # a half-built function that cannot be shown: the error shows the call alone
+            return None
+
+    def _infer_call(self, call: Call, frame: _FunctionFrame | None) -> StructInfo:
         ctx = InferContext(call, call)
         if isinstance(call.op, Op):
             from .op.registry import get

@@ -15,7 +15,7 @@ from ..ast.function import IRModule, PrimFunc
 from ..ast.functor import substitute
 from ..ast.graph import Call, Function
 from ..ast.graph_script import format_expr, format_prim_expr
-from ..errors import IRError, ShapeError
+from ..errors import IRError, RefcompError, ShapeError
 from .shape_facts import decide_equal
 
 
@@ -50,7 +50,10 @@ def check_module(mod: IRModule) -> GraphCheckReport:
         for block in func.body.blocks:
             for b in block.bindings:
                 if isinstance(b.value, Call) and b.value.op_name == "call_tir":
-                    _check_call(mod, name, b.value, report)
+                    try:
+                        _check_call(mod, name, b.value, report)
+                    except RefcompError as error:
+                        raise error.locate(func, spot=b.value)
     return report
 
 

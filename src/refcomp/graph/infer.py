@@ -49,7 +49,8 @@ class InferContext:
         from ..ast.graph_script import format_expr
 
         where = f"\n  in: {format_expr(self.call)}" if self.call is not None else ""
-        raise kind(f"R.{self.op_name}: {message}{where}", counterexample=counterexample, hint=hint)
+        raise kind(f"R.{self.op_name}: {message}{where}", counterexample=counterexample, hint=hint,
+                   ir=self.ir if self.ir is not None else self.call, spot=self.call)
 
     def require(self, condition: tir.PrimExpr, what: str, hint: str | None = None, strict: bool = False) -> bool:
         """Ask that condition hold; True when proved, False when deferred to a runtime check.

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Callable, Iterable, Iterator
 
 from ...ast.function import IRModule
+from ...errors import RefcompError
 from ...ast.graph import (
     Binding, BindingBlock, Call, DataflowBlock, Expr, Function, If, MatchCast, SeqExpr, Tuple, TupleGetItem, Var,
     VarBinding,
@@ -99,7 +100,12 @@ def map_blocks(func: Function, fn: Callable[[BindingBlock], BindingBlock | None]
     blocks = []
     changed = False
     for block in func.body.blocks:
-        new = fn(block)
+        try:
+            new = fn(block)
+        except RefcompError as error:
+            if error.ir is not None or error.spot is not None:
+                error.locate(func)  # show the node it is about inside its function
+            raise
         changed |= new is not block
         if new is not None and new.bindings:
             blocks.append(new)

@@ -28,7 +28,7 @@ def legalize_ops(mod: IRModule) -> IRModule:
                                        **dict(value.attrs))
                     except IRError as exc:
                         raise IRError(f"legalize_ops: cannot legalize {value} in {name}: {exc.message}",
-                                      hint=exc.hint) from None
+                                      hint=exc.hint, spot=value) from None
             if isinstance(value, If):
                 return value.with_(true_branch=legalize_seq(value.true_branch),
                                    false_branch=legalize_seq(value.false_branch))

@@ -27,7 +27,7 @@ def normalize(mod: IRModule) -> IRModule:
                     if isinstance(b, VarBinding) and b.var.struct_info is not None and base_check(
                             b.var.struct_info, info) == "fail":
                         raise IRError(f"normalize: {b.var.name} is annotated {b.var.struct_info} but its value "
-                                      f"has {info}", ir=None)
+                                      f"has {info}", spot=b)
                     value = value.with_(struct_info=info)
                 out.append(b if value is b.value else b.with_(value=value))
             return with_bindings(block, out)
