@@ -3,8 +3,10 @@
 The cases ship inside the onnx package (onnx/backend/test/data/node/*/model.onnx plus
 test_data_set_0/{input,output}_*.pb).  A case's op type is its (single) node's; an `_expanded`
 case counts toward the op type of its base case.  An op type passes when every one of its cases
-passes.  Comparison: output count, then shape, then dtype, then values (floats: rtol 1e-3,
-atol 1e-5, NaN equal to NaN; everything else exact).
+passes.  Comparison: output count, then shape, then dtype, then values (float32/64: rtol 1e-3,
+atol 1e-5; float16: rtol 4e-3, atol 1e-3, a few units in the last place of its 11-bit mantissa;
+bfloat16: rtol 2e-2, atol 1e-2; NaN equal to NaN; everything else exact).  bfloat16 tensors
+travel as their uint16 bit patterns, as refcomp's runtime stores them.
 
     python benchmarks/onnx_conformance.py                 # table per op type, then totals
     python benchmarks/onnx_conformance.py --json          # last line: {"op_types_passing": N, ...}
@@ -67,18 +69,30 @@ def load_tensors(folder: str, prefix: str) -> list[np.ndarray]:
     return tensors
 
 
+TOLERANCE = {"float16": (4e-3, 1e-3), "bfloat16": (2e-2, 1e-2)}  # (rtol, atol) where not float32's
+
+
+def _runtime_array(value: np.ndarray) -> np.ndarray:
+    """The array as refcomp's runtime takes it (bfloat16 as its uint16 bits)."""
+    return value.view(np.uint16) if value.dtype.name == "bfloat16" else value
+
+
 def compare(actual, expected) -> str | None:
     """None when actual matches expected, else the reason."""
     if len(actual) != len(expected):
         return f"{len(actual)} outputs, expected {len(expected)}"
     for k, (a, e) in enumerate(zip(actual, expected)):
         a, e = np.asarray(a), np.asarray(e)
+        if e.dtype.name == "bfloat16" and a.dtype == np.uint16:
+            a = a.view(e.dtype)
         if a.shape != e.shape:
             return f"output {k}: shape {a.shape}, expected {e.shape}"
         if a.dtype != e.dtype:
             return f"output {k}: dtype {a.dtype}, expected {e.dtype}"
-        if e.dtype.kind == "f":
-            if not np.allclose(a, e, rtol=1e-3, atol=1e-5, equal_nan=True):
+        if e.dtype.kind == "f" or e.dtype.name == "bfloat16":
+            rtol, atol = TOLERANCE.get(e.dtype.name, (1e-3, 1e-5))
+            a, e = a.astype(np.float64), e.astype(np.float64)
+            if not np.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True):
                 return f"output {k}: values differ (max abs error {np.nanmax(np.abs(a - e)):.3g})"
         elif not np.array_equal(a, e):
             return f"output {k}: values differ"
@@ -122,7 +136,7 @@ def run_case(folder: str, target: str = "c", specialize: bool = False) -> tuple[
     except Exception as exc:
         return "build", f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
     try:
-        args = [value for vi, value in zip(graph_inputs, inputs) if vi.name not in fixed]
+        args = [_runtime_array(value) for vi, value in zip(graph_inputs, inputs) if vi.name not in fixed]
         out = refcomp.runtime.VirtualMachine(ex)["main"](*args)
     except Exception as exc:
         return "run", f"{type(exc).__name__}: {str(exc).splitlines()[0]}"

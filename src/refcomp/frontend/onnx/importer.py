@@ -14,13 +14,16 @@ from ...graph import BlockBuilder
 from ...graph.op.registry import get as get_op
 
 CONVERTERS: dict[str, Callable] = {}
+CONVERTER_DOMAINS: dict[str, str] = {}  # op type -> its domain, where that is not the default one
 
 
-def converter(*op_types: str):
+def converter(*op_types: str, domain: str = ""):
     """Register a converter fn(ctx, node, inputs, attrs) -> Expr | list[Expr] for ONNX op types."""
     def add(fn):
         for t in op_types:
             CONVERTERS[t] = fn
+            if domain:
+                CONVERTER_DOMAINS[t] = domain
         return fn
 
     return add
@@ -38,15 +41,73 @@ class ImportError_(IRError):
 class Context:
     """What a converter may use: the builder, constant folding, and the node for error messages."""
 
-    def __init__(self, bb: BlockBuilder, opset: int) -> None:
+    def __init__(self, bb: BlockBuilder, opset: int, opsets: dict | None = None) -> None:
         self.bb = bb
         self.opset = opset
+        self.opsets = dict(opsets or {"": opset})  # domain -> version
         self.node = None
+        self.env: dict | None = None  # the ONNX names in scope (subgraphs see the enclosing ones)
+        self.expanding: list = []  # the nodes whose function bodies are being imported, outermost first
 
     def fail(self, message: str) -> None:
         node = self.node
         where = f"node {node.name or '(unnamed)'} ({node.op_type})" if node is not None else "model"
-        raise ImportError_(f"onnx import: {where}: {message}")
+        within = "".join(f" in the expansion of node {n.name or '(unnamed)'} ({n.op_type})"
+                         for n in reversed(self.expanding))
+        raise ImportError_(f"onnx import: {where}{within}: {message}")
+
+    def import_nodes(self, nodes, env: dict) -> None:
+        """Convert `nodes` in order, binding their outputs in env (ONNX name -> Expr)."""
+        outer, self.env = self.env, env
+        try:
+            self._import_nodes(nodes, env)
+        finally:
+            self.env = outer
+
+    def _import_nodes(self, nodes, env: dict) -> None:
+        for node in nodes:
+            self.node = node
+            domain = "" if node.domain == "ai.onnx" else node.domain
+            inputs = [env.get(i) if i else None for i in node.input]
+            for i, value in zip(node.input, inputs):
+                if i and value is None:
+                    self.fail(f"input {i} is not defined")
+            convert = CONVERTERS.get(node.op_type)
+            if convert is not None and CONVERTER_DOMAINS.get(node.op_type, "") == domain:
+                result = convert(self, node, inputs, attributes(node))
+                self._bind(node, result, env)
+                continue
+            self._expand(node, domain, inputs, env)
+
+    def _expand(self, node, domain: str, inputs: list, env: dict) -> None:
+        from .functions import function_body
+
+        version = self.opsets.get(domain)
+        if version is None:
+            self.fail(f"domain {node.domain!r} is not supported")
+        body = function_body(node, version, [None if v is None else v.struct_info for v in inputs])
+        if body is None:
+            of = f" of domain {node.domain!r}" if domain else ""
+            self.fail(f"op type {node.op_type}{of} is not supported by the importer")
+        nodes, body_opset = body
+        saved = self.opset, dict(self.opsets)
+        self.expanding.append(node)
+        self.opset = self.opsets[""] = body_opset
+        try:
+            self.import_nodes(nodes, env)
+        finally:
+            self.expanding.pop()
+            self.opset, self.opsets = saved
+            self.node = node
+
+    def _bind(self, node, result, env: dict) -> None:
+        results = result if isinstance(result, (list, tuple)) else [result]
+        if isinstance(result, Expr) and isinstance(result.struct_info, TupleStructInfo) and len(node.output) > 1:
+            results = [self.emit(TupleGetItem(result, k)) if not isinstance(result, Tuple) else result.fields[k]
+                       for k in range(len(node.output))]
+        for out_name, value in zip(node.output, results):
+            if out_name:
+                env[out_name] = value
 
     def emit(self, call: Expr) -> Expr:
         """Normalize and bind a call; calls on constants are evaluated now (shape arithmetic)."""
@@ -143,7 +204,8 @@ def from_onnx(model, shape_dict: dict | None = None, name: str = "main", const_i
     if not isinstance(model, onnx.ModelProto):
         raise ImportError_(f"onnx import: expected a ModelProto or a path, got {type(model).__name__}")
     graph = model.graph
-    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=13)
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    opset = opsets.get("", 13)
     initializers = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     size_vars: dict[str, SizeVar] = {}
     params = []
@@ -163,28 +225,10 @@ def from_onnx(model, shape_dict: dict | None = None, name: str = "main", const_i
     for key, array in initializers.items():
         env[key] = Constant(np.asarray(array))
     bb = BlockBuilder()
-    ctx = Context(bb, opset)
+    ctx = Context(bb, opset, opsets)
     with bb.function(name, params):
         with bb.dataflow():
-            for node in graph.node:
-                ctx.node = node
-                if node.domain not in ("", "ai.onnx"):
-                    ctx.fail(f"domain {node.domain!r} is not supported")
-                convert = CONVERTERS.get(node.op_type)
-                if convert is None:
-                    ctx.fail(f"op type {node.op_type} is not supported by the importer")
-                inputs = [env[i] if i else None for i in node.input]
-                for i, value in zip(node.input, inputs):
-                    if i and value is None:
-                        ctx.fail(f"input {i} is not defined")
-                result = convert(ctx, node, inputs, attributes(node))
-                results = result if isinstance(result, (list, tuple)) else [result]
-                if isinstance(result, Expr) and isinstance(result.struct_info, TupleStructInfo) and len(node.output) > 1:
-                    results = [ctx.emit(TupleGetItem(result, k)) if not isinstance(result, Tuple) else result.fields[k]
-                               for k in range(len(node.output))]
-                for out_name, value in zip(node.output, results):
-                    if out_name:
-                        env[out_name] = value
+            ctx.import_nodes(graph.node, env)
             outputs = []
             for vi in graph.output:
                 if vi.name not in env:

@@ -177,7 +177,11 @@ def _constant_of_shape(ctx, node, inputs, attrs):
 @converter("Range")
 def _range(ctx, node, inputs, attrs):
     start, limit, delta = (np.asarray(ctx.constant(v, "Range bounds")) for v in inputs)
-    return Constant(np.arange(start, limit, delta, dtype=start.dtype))
+    if start.size != 1 or limit.size != 1 or delta.size != 1:
+        ctx.fail("Range bounds must be scalars")
+    start, limit, delta = (v.reshape(()) for v in (start, limit, delta))
+    count = max(int(np.ceil((limit - start) / delta)), 0)  # the ONNX definition, not numpy's float rounding
+    return Constant((start + np.arange(count, dtype=start.dtype) * delta).astype(start.dtype))
 
 
 @converter("EyeLike")
