@@ -302,3 +302,218 @@ def test_inlining_refuses_buffers_viewed_by_match_buffer():
     b, c = sch.get_block("B"), sch.get_block("C")
     assert_rejected(sch, lambda: sch.compute_inline(b), "compute_inline: block C views B through match_buffer")
     assert_rejected(sch, lambda: sch.reverse_compute_inline(c), "reverse_compute_inline: block C views B")
+
+
+# ----------------------------------------------------------------------------- floor div/mod regions
+
+def _upsample_rows():
+    """B = A * 2 (4 x 8, intermediate); C[i, j] = B[i // 4, j] + 1 (16 x 8)."""
+    from refcomp.ast import Buffer
+
+    A, B, C = Buffer("A", (4, 8)), Buffer("B", (4, 8)), Buffer("C", (16, 8))
+    return P.func([A, C], [P.stage("B", B, (4, 8), lambda i, j: A[i, j] * 2.0),
+                           P.stage("C", C, (16, 8), lambda i, j: B[i // 4, j] + 1.0)], allocs=[B])
+
+
+def _ref_upsample(a, c):
+    return {1: np.repeat(a * 2, 4, axis=0) + 1}
+
+
+def test_compute_at_region_read_through_floordiv_of_a_split_loop(rng):
+    before = _upsample_rows()
+    sch = Schedule(before)
+    i, _ = sch.get_loops(sch.get_block("C"))
+    i0, _ = sch.split(i, [None, 8])
+    sch.compute_at(sch.get_block("B"), i0)  # (i0 * 8 + i1) // 4 for i1 < 8: rows 2 * i0 and 2 * i0 + 1
+    assert_script(sch.func, '''
+        @T.prim_func
+        def main(A: T.Buffer((4, 8), "float32"), C: T.Buffer((16, 8), "float32")):
+            with T.block("root"):
+                T.reads()
+                T.writes()
+                B = T.alloc_buffer((4, 8), "float32")
+                for i_0 in range(2):
+                    for ax0, ax1 in T.grid(2, 8):
+                        with T.block("B"):
+                            vi = T.axis.spatial(4, i_0 * 2 + ax0)
+                            vj = T.axis.spatial(8, ax1)
+                            T.reads(A[vi, vj])
+                            T.writes(B[vi, vj])
+                            B[vi, vj] = A[vi, vj] * T.float32(2.0)
+                    for i_1, j in T.grid(8, 8):
+                        with T.block("C"):
+                            vi_1 = T.axis.spatial(16, i_0 * 8 + i_1)
+                            vj_1 = T.axis.spatial(8, j)
+                            T.reads(B[vi_1 // 4, vj_1])
+                            T.writes(C[vi_1, vj_1])
+                            C[vi_1, vj_1] = B[vi_1 // 4, vj_1] + T.float32(1.0)
+    ''')
+    check_numbers(before, sch.func, rng, _ref_upsample)
+    check_replay(sch, before)
+
+
+def test_compute_at_region_whose_floordiv_does_not_divide_the_tile(rng):
+    """(3 * i0 + i1) // 4 with i1 < 3 spans one or two rows: the covering region is two rows from
+    (3 * i0) // 4, guarded by the domain predicate."""
+    before = _upsample_rows()
+    sch = Schedule(before)
+    i, _ = sch.get_loops(sch.get_block("C"))
+    i0, _ = sch.split(i, [None, 3])
+    sch.compute_at(sch.get_block("B"), i0)
+    text = sch.func.script()
+    assert "vi = T.axis.spatial(4, i_0 * 3 // 4 + ax0)" in text and "T.where(i_0 * 3 // 4 + ax0 < 4)" in text
+    check_numbers(before, sch.func, rng, _ref_upsample)
+
+
+def test_compute_at_and_reverse_compute_at_under_a_fused_and_split_loop(rng):
+    before = P.two_elementwise(16, 8)
+    sch = Schedule(before)
+    i, j = sch.get_loops(sch.get_block("C"))
+    outer, _ = sch.split(sch.fuse(i, j), [None, 16])
+    sch.compute_at(sch.get_block("B"), outer)
+    assert_script(sch.func, '''
+        @T.prim_func
+        def main(A: T.Buffer((16, 8), "float32"), C: T.Buffer((16, 8), "float32")):
+            with T.block("root"):
+                T.reads()
+                T.writes()
+                B = T.alloc_buffer((16, 8), "float32")
+                for i_j_fused_0 in range(8):
+                    for ax0, ax1 in T.grid(2, 8):
+                        with T.block("B"):
+                            vi = T.axis.spatial(16, i_j_fused_0 * 2 + ax0)
+                            vj = T.axis.spatial(8, ax1)
+                            T.reads(A[vi, vj])
+                            T.writes(B[vi, vj])
+                            B[vi, vj] = A[vi, vj] * T.float32(2.0)
+                    for i_j_fused_1 in range(16):
+                        with T.block("C"):
+                            vi_1 = T.axis.spatial(16, (i_j_fused_0 * 16 + i_j_fused_1) // 8)
+                            vj_1 = T.axis.spatial(8, (i_j_fused_0 * 16 + i_j_fused_1) % 8)
+                            T.reads(B[vi_1, vj_1])
+                            T.writes(C[vi_1, vj_1])
+                            C[vi_1, vj_1] = B[vi_1, vj_1] + T.float32(1.0)
+    ''')
+    sch.parallel(outer)  # the tile's producer and consumer stay in one iteration
+    check_numbers(before, sch.func, rng, _ref_two)
+    check_replay(sch, before)
+
+    sch2 = Schedule(before)
+    i, j = sch2.get_loops(sch2.get_block("B"))
+    outer2, _ = sch2.split(sch2.fuse(i, j), [None, 16])
+    sch2.reverse_compute_at(sch2.get_block("C"), outer2)
+    assert "vi_1 = T.axis.spatial(16, i_j_fused_0 * 2 + ax0)" in sch2.func.script()
+    check_numbers(before, sch2.func, rng, _ref_two)
+    check_replay(sch2, before)
+
+
+def test_reverse_compute_at_refuses_a_written_region_that_is_not_a_box():
+    """A tile of 12 fused elements covers 12 of a 2 x 8 box of rows and columns: a consumer run on
+    the box would read 4 elements the tile did not write."""
+    sch = Schedule(P.two_elementwise(16, 8))
+    i, j = sch.get_loops(sch.get_block("B"))
+    outer, _ = sch.split(sch.fuse(i, j), [None, 12])
+    c = sch.get_block("C")
+    assert_rejected(sch, lambda: sch.reverse_compute_at(c, outer),
+                    "reverse_compute_at: cannot bound the region of B written under loop i_j_fused_0")
+
+
+def test_parallel_refuses_a_consumer_reading_outside_a_coupled_tile():
+    """compute_at under a 12-element fused tile computes a covering 2 x 8 box; the iterations then
+    overlap (a recomputed halo), so the tile loop cannot be parallel."""
+    sch = Schedule(P.two_elementwise(16, 8))
+    i, j = sch.get_loops(sch.get_block("C"))
+    outer, _ = sch.split(sch.fuse(i, j), [None, 12])
+    sch.compute_at(sch.get_block("B"), outer)
+    assert_rejected(sch, lambda: sch.parallel(outer), "parallel: block B writes overlapping parts")
+
+
+# ----------------------------------------------------------------------------- reduce iters of a consumer
+
+def _row_sums_of_a_product():
+    """B = A * 2 (8 x 16, intermediate); C[i] = sum_r B[i, r]."""
+    from refcomp.ast import Buffer
+
+    A, B, C = Buffer("A", (8, 16)), Buffer("B", (8, 16)), Buffer("C", (8,))
+    return P.func([A, C], [P.stage("B", B, (8, 16), lambda i, j: A[i, j] * 2.0),
+                           P.stage("C", C, (8,), lambda i, r: B[i, r], reduce=(16,), init=0.0)], allocs=[B])
+
+
+def _ref_row_sums(a, c):
+    return {1: (a * 2).sum(axis=1)}
+
+
+def test_reverse_compute_at_consumer_reducing_over_the_produced_tile(rng):
+    before = _row_sums_of_a_product()
+    sch = Schedule(before)
+    i, j = sch.get_loops(sch.get_block("B"))
+    j0, _ = sch.split(j, [None, 4])
+    sch.reorder(j0, i)
+    sch.reverse_compute_at(sch.get_block("C"), j0)
+    assert_script(sch.func, '''
+        @T.prim_func
+        def main(A: T.Buffer((8, 16), "float32"), C: T.Buffer((8,), "float32")):
+            with T.block("root"):
+                T.reads()
+                T.writes()
+                B = T.alloc_buffer((8, 16), "float32")
+                for j_0 in range(4):
+                    for i, j_1 in T.grid(8, 4):
+                        with T.block("B"):
+                            vi = T.axis.spatial(8, i)
+                            vj = T.axis.spatial(16, j_0 * 4 + j_1)
+                            T.reads(A[vi, vj])
+                            T.writes(B[vi, vj])
+                            B[vi, vj] = A[vi, vj] * T.float32(2.0)
+                    for ax0, ax1 in T.grid(8, 4):
+                        with T.block("C"):
+                            vi_1 = T.axis.spatial(8, ax0)
+                            vr0 = T.axis.reduce(16, j_0 * 4 + ax1)
+                            T.reads(C[vi_1], B[vi_1, vr0])
+                            T.writes(C[vi_1])
+                            with T.init():
+                                C[vi_1] = T.float32(0.0)
+                            C[vi_1] = C[vi_1] + B[vi_1, vr0]
+    ''')
+    check_numbers(before, sch.func, rng, _ref_row_sums)
+    check_replay(sch, before)
+
+
+def test_reverse_compute_at_consumer_reducing_over_a_whole_row(rng):
+    before = _row_sums_of_a_product()
+    sch = Schedule(before)
+    i, _ = sch.get_loops(sch.get_block("B"))
+    sch.reverse_compute_at(sch.get_block("C"), i)
+    sch.parallel(i)
+    check_numbers(before, sch.func, rng, _ref_row_sums)
+    check_replay(sch, before)
+
+
+def test_reverse_compute_at_reduction_split_across_a_parallel_loop_is_refused():
+    sch = Schedule(_row_sums_of_a_product())
+    i, j = sch.get_loops(sch.get_block("B"))
+    j0, _ = sch.split(j, [None, 4])
+    sch.reorder(j0, i)
+    sch.parallel(j0)
+    c = sch.get_block("C")
+    assert_rejected(sch, lambda: sch.reverse_compute_at(c, j0), "reverse_compute_at: loop j_0 carries the reduction")
+
+
+def test_reverse_compute_at_refuses_a_reduction_that_would_add_a_term_twice():
+    """The producer writes B[f // 2] in iterations 2t and 2t + 1: a consumer summing B tile by
+    tile would add each element twice."""
+    from refcomp.ast import Block, BlockRealize, Buffer, BufferRegion, BufferStore, For, IterVar, Range, Var
+    from refcomp.ast.stmt import true
+
+    A, B, C = Buffer("A", (16,)), Buffer("B", (16,)), Buffer("C", (1,))
+    f, v = Var("f"), Var("v")
+    writer = Block("B", (IterVar(v, Range(0, 16)),), (BufferRegion(A, (Range(v, 1),)),),
+                   (BufferRegion(B, (Range(v, 1),)),), BufferStore(B, A[v] * 2.0, (v,)))
+    produce = For(f, 0, 32, "serial", BlockRealize((f // 2,), true(), writer))
+    total = P.stage("C", C, (1,), lambda i, r: B[r], reduce=(16,), init=0.0)
+    sch = Schedule(P.func([A, C], [produce, total], allocs=[B]))
+    (loop,) = sch.get_loops(sch.get_block("B"))
+    c = sch.get_block("C")
+    assert_rejected(sch, lambda: sch.reverse_compute_at(c, loop),
+                    "reverse_compute_at: the reduce iter vr0 of block C would be split across the producers' tiles, "
+                    "but its 32 tile points do not match its domain of 16")

@@ -7,6 +7,7 @@ cannot bound exactly gives None, so callers fail closed.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -137,11 +138,17 @@ def int_bounds(expr: PrimExpr, ranges: Mapping[Var, tuple[int, int]]) -> tuple[i
     return None
 
 
-def relax(expr: PrimExpr, ranges: Mapping[Var, tuple[int, int]]) -> tuple[Linear, Linear] | None:
+def relax(expr: PrimExpr, ranges: Mapping[Var, tuple[int, int]],
+          cover: bool = False) -> tuple[Linear, Linear] | None:
     """[min, max] of expr as the vars in `ranges` vary, as Linear forms over the other vars.
 
-    Exact for affine expressions; a non-linear atom must involve only relaxed vars (then it is
-    bounded by intervals) or none of them (then it stays symbolic).  Otherwise None.
+    Exact for affine expressions.  A non-linear atom involving only relaxed vars is bounded by
+    intervals; one involving none of them stays symbolic; a floor div or mod by a positive
+    constant of an affine mix of both is bounded by `_relax_division`.  Otherwise None.
+
+    The bounds are tight (both ends reached, for every value of the other vars) unless `cover`
+    is set, which also accepts bounds that may exceed the values by a constant (good enough for
+    a region that only has to contain what is read, never for one that claims what is written).
     """
     form = linear(expr)
     low, high = Linear(const=form.const), Linear(const=form.const)
@@ -153,7 +160,15 @@ def relax(expr: PrimExpr, ranges: Mapping[Var, tuple[int, int]]) -> tuple[Linear
             high = high.add(Linear({key: (atom, coeff)}))
             continue
         if not used <= relaxed:
-            return None
+            bounds = _relax_division(atom, ranges, cover)
+            if bounds is None:
+                return None
+            lo_form, hi_form = bounds
+            if coeff < 0:
+                lo_form, hi_form = hi_form, lo_form
+            low = low.add(lo_form, coeff)
+            high = high.add(hi_form, coeff)
+            continue
         bounds = int_bounds(atom, ranges)
         if bounds is None:
             return None
@@ -161,6 +176,52 @@ def relax(expr: PrimExpr, ranges: Mapping[Var, tuple[int, int]]) -> tuple[Linear
         low = low.add(Linear(const=lo))
         high = high.add(Linear(const=hi))
     return low, high
+
+
+def _relax_division(atom: PrimExpr, ranges: Mapping[Var, tuple[int, int]],
+                    cover: bool) -> tuple[Linear, Linear] | None:
+    """Bounds of `x // c` or `x % c` where x = s + k0 + t: s a symbolic affine part (other vars),
+    t the relaxed part, ranging over [0, d].
+
+    When c divides every coefficient of s (a tile loop times a multiple of c, as after split or
+    fuse), `(s + k0 + t) // c = s / c + (k0 + t) // c` and `(s + k0 + t) % c = (k0 + t) % c`:
+    tight.  Otherwise s mod c is a multiple of h = gcd(coefficients, c), and the extent of
+    `x // c` is worked out for each such residue: tight when it is the same for all, else
+    (cover only) the largest.  `x % c` is then tight only when t spans c values."""
+    if not isinstance(atom, (FloorDiv, FloorMod)) or not isinstance(atom.b, IntImm) or atom.b.value <= 0:
+        return None
+    inner = relax(atom.a, ranges, cover)
+    if inner is None:
+        return None
+    xlo, xhi = inner
+    d = constant_difference(xhi, xlo)
+    if d is None or d < 0:
+        return None
+    c = atom.b.value
+    symbolic = Linear(dict(xlo.terms))
+    k0 = xlo.const
+    g = 0
+    for _, coeff in symbolic.terms.values():
+        g = math.gcd(g, coeff)
+    if g % c == 0:  # includes no symbolic part at all (g = 0)
+        if isinstance(atom, FloorDiv):
+            quotient = Linear({k: (a, coeff // c) for k, (a, coeff) in symbolic.terms.items()})
+            return quotient.add(Linear(const=k0 // c)), quotient.add(Linear(const=(k0 + d) // c))
+        if d + 1 >= c:
+            return Linear(const=0), Linear(const=c - 1)
+        if k0 % c + d < c:
+            return Linear(const=k0 % c), Linear(const=k0 % c + d)
+        return (Linear(const=0), Linear(const=c - 1)) if cover else None
+    if isinstance(atom, FloorMod):
+        return (Linear(const=0), Linear(const=c - 1)) if cover or d + 1 >= c else None
+    h = math.gcd(g, c)
+    extents = {(r + k0 + d) // c - (r + k0) // c for r in range(0, c, h)}
+    if len(extents) > 1 and not cover:
+        return None
+    dtype = atom.a.dtype
+    start = FloorDiv(xlo.to_expr(str(dtype)), IntImm(c, dtype))
+    low = Linear({expr_key(start): (start, 1)})
+    return low, low.add(Linear(const=max(extents)))
 
 
 def constant_difference(a: Linear, b: Linear) -> int | None:

@@ -78,8 +78,8 @@ def _union_regions(regions: list[list[tuple[Linear, Linear]] | None], primitive:
     result: list[tuple[Linear, Linear]] | None = None
     for region in regions:
         if region is None:
-            raise ScheduleError(f"{primitive}: cannot bound the region of {what} (non-affine access or "
-                                "symbolic loop extent)", ir=func)
+            raise ScheduleError(f"{primitive}: cannot bound the region of {what} (non-affine access, "
+                                "symbolic loop extent, or split/fused indices that do not fill a box)", ir=func)
         if result is None:
             result = list(region)
             continue
@@ -203,7 +203,7 @@ def compute_at(func: PrimFunc, block: Block, loop: For, preserve_unit_loops: boo
         consumer_realize = under[id(consumer)]
         for region in consumer.reads:
             if region.buffer is buffer:
-                required.append(access_region(loop, consumer_realize, region))
+                required.append(access_region(loop, consumer_realize, region, cover=True))
     union = _union_regions(required, "compute_at", f"{buffer.name} read under loop {loop.loop_var.name}", func)
     dims = _point_dims(func, block, block.writes, "compute_at")
     ranges = {var: union[d] for var, d in dims.items()}
@@ -258,9 +258,6 @@ def reverse_compute_at(func: PrimFunc, block: Block, loop: For,
         reads = [r for r in block.reads if r.buffer is buffer]
         dims = _point_dims(func, block, reads, "reverse_compute_at")
         for var, d in dims.items():
-            if var in reduce_vars:
-                raise ScheduleError(f"reverse_compute_at: reduce iter var {var.name} of block {block.name} indexes "
-                                    f"the produced buffer {buffer.name}", ir=func, spot=realize)
             if var in ranges:
                 old_lo, old_extent = ranges[var]
                 if constant_difference(old_lo, union[d][0]) != 0 or old_extent != union[d][1]:
@@ -269,10 +266,55 @@ def reverse_compute_at(func: PrimFunc, block: Block, loop: For,
             ranges[var] = union[d]
     outer_loops = [s for s in loop_path if isinstance(s, For)]
     nest = _regenerate(func, location, ranges, outer_loops, preserve_unit_loops)
+    split_reduce = [v for v in ranges if v in reduce_vars]
+    if split_reduce:
+        scope_loops = [s for s in loop_path[location.scope_index + 1:] if isinstance(s, For)]
+        _check_each_update_runs_once(func, block, scope_loops, nest, split_reduce)
     new_loop = loop.with_(body=seq(loop.body, nest))
     new_func = replace_in_func(func, {id(realize): None, id(loop): new_loop})
     recheck_concurrent_loops(new_func, "reverse_compute_at")
     return new_func, None
+
+
+def _check_each_update_runs_once(func: PrimFunc, block: Block, scope_loops: Sequence[For], nest: Stmt,
+                                 split_reduce: Sequence[Var]) -> None:
+    """A consumer whose reduce iters are cut into the producers' tiles still runs every update
+    exactly once, starting with the one that runs the init.
+
+    Recomputing a spatial point twice is harmless; adding a reduce term twice is not.  So the
+    tiles must partition the block's domain: no predicate is needed (each tile lies inside the
+    domain), the iter values are one-to-one in (the loops down to the target, the new loops) --
+    a proof -- and those loops have exactly as many points as the domain.  The reduce values
+    grow with every loop, so the tile holding the domain minimum (where the init runs) comes first."""
+    from .legality import loop_facts, product, prove_determines
+
+    loops, realize = [], nest
+    while isinstance(realize, For):
+        loops.append(realize)
+        realize = realize.body
+    names = ", ".join(v.name for v in split_reduce)
+    refuse = lambda why: ScheduleError(  # noqa: E731
+        f"reverse_compute_at: the reduce iter {names} of block {block.name} would be split across the "
+        f"producers' tiles, but {why}", ir=func, spot=block)
+    if not _is_true(realize.predicate):
+        raise refuse("the tiles leave its domain")
+    all_loops = list(scope_loops) + loops
+    extents = [const_int(l.extent) for l in all_loops]
+    domain = [const_int(iv.dom.extent) for iv in block.iter_vars]
+    if None in extents or None in domain:
+        raise refuse("the loop extents are not constant")
+    if product(extents) != product(domain):
+        raise refuse(f"its {product(extents)} tile points do not match its domain of {product(domain)}")
+    variables = [l.loop_var for l in all_loops]
+    status, _ = prove_determines(realize.iter_values, variables, variables, loop_facts(all_loops))
+    if status != "proved":
+        raise refuse("the tiles could not be proved to run each update once")
+    from .affine import linear
+
+    for iv, value in zip(block.iter_vars, realize.iter_values):
+        if iv.var in split_reduce and any(not isinstance(atom, Var) or coeff < 0
+                                          for atom, coeff in linear(value).terms.values()):
+            raise refuse(f"its value {value} does not grow with the loops (the init must run first)")
 
 
 # ----------------------------------------------------------------------------- inlining

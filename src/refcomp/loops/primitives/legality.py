@@ -458,24 +458,70 @@ def recheck_concurrent_loops(func: PrimFunc, primitive: str) -> None:
             check_no_loop_carried_dependence(func, stmt, primitive)
 
 
-def access_region(loop: For, realize: BlockRealize, region, inner_only: bool = True):
+def access_region(loop: For, realize: BlockRealize, region, cover: bool = False):
     """[min, max] Linear forms of each dim of region (of realize's block) with the loops strictly
-    below `loop` relaxed; None when they cannot be bounded."""
+    below `loop` relaxed; None when they cannot be bounded.  cover: the bounds may exceed the
+    accessed indices (see affine.relax); only for regions that are read."""
     binding = dict(zip((iv.var for iv in realize.block.iter_vars), realize.iter_values))
-    inner = loop_ranges(loops_above_in(loop.body, realize))
-    if len(inner) != len(loops_above_in(loop.body, realize)):
+    inner_loops = loops_above_in(loop.body, realize)
+    inner = loop_ranges(inner_loops)
+    if len(inner) != len(inner_loops):
         return None
     result = []
+    indices = []
     for r in region.region:
         extent = const_int(r.extent)
         if extent is None:
             return None
-        relaxed = relax(substitute(r.min, binding), inner)
+        index = substitute(r.min, binding)
+        relaxed = relax(index, inner, cover)
         if relaxed is None:
             return None
         low, high = relaxed
         result.append((low, high.add(type(high)(const=extent - 1))))
+        indices.append((index, extent))
+    if not cover and any(_mixed_division(index, inner) for index, _ in indices):
+        if not _fills_its_box(realize, inner_loops, indices, result):
+            return None
     return result
+
+
+def _mixed_division(expr: PrimExpr, inner: Mapping[Var, tuple[int, int]]) -> bool:
+    """expr has a floor div or mod of both relaxed and other vars (`(io * 16 + ii) // 8`)."""
+    for node in collect(expr, (FloorDiv, FloorMod)):
+        used = set(free_vars(node.a))
+        if used & set(inner) and used - set(inner):
+            return True
+    return False
+
+
+def _fills_its_box(realize: BlockRealize, inner_loops: Sequence[For], indices, box) -> bool:
+    """The points indexed in one iteration are all of the box relaxation gave, not just inside it.
+
+    Relaxing each dim on its own can claim a box that is not written, when split/fused
+    bindings couple the dims (`(16o + t) // 8, (16o + t) % 8` for t < 12 writes 12 of a 2 x 8
+    box).  The box is filled when the indices are one-to-one in the inner loops they use (a
+    proof) and those loops have exactly as many points as the box."""
+    from .affine import constant_difference
+
+    if not _is_true_expr(realize.predicate) or any(extent != 1 for _, extent in indices):
+        return False
+    used = set()
+    for index, _ in indices:
+        used |= set(free_vars(index))
+    loops = [l for l in inner_loops if l.loop_var in used]
+    points = product(const_int(l.extent) for l in loops)
+    size = 1
+    for low, high in box:
+        spread = constant_difference(high, low)
+        if spread is None:
+            return False
+        size *= spread + 1
+    if points != size:
+        return False
+    status, _ = prove_determines([index for index, _ in indices], [l.loop_var for l in loops],
+                                 [l.loop_var for l in loops], loop_facts(inner_loops))
+    return status == "proved"
 
 
 def check_same_iteration_cover(func: PrimFunc, loop: For, producer: BlockRealize, consumer: BlockRealize,
@@ -484,7 +530,7 @@ def check_same_iteration_cover(func: PrimFunc, loop: For, producer: BlockRealize
     from .affine import constant_difference
 
     writes = [access_region(loop, producer, r) for r in producer.block.writes if r.buffer is buffer]
-    reads = [access_region(loop, consumer, r) for r in consumer.block.reads if r.buffer is buffer]
+    reads = [access_region(loop, consumer, r, cover=True) for r in consumer.block.reads if r.buffer is buffer]
     for read in reads:
         covered = False
         for write in writes:
