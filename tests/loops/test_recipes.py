@@ -91,6 +91,20 @@ def test_bf16_recipe_matches_numpy(rng):
     np.testing.assert_allclose(c, _value(a) @ _value(b), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.amx
+@pytest.mark.skipif(not intrin.get("x86.avx512bf16.bf16gemm_8x32").available(), reason="CPU lacks AVX512-BF16")
+@pytest.mark.parametrize("m,n,k", [(30, 32, 64), (64, 64, 128), (7, 96, 34), (1, 32, 2)])
+def test_avx512_bf16_recipe_matches_numpy(rng, m, n, k):
+    """The default bf16 recipe on an AVX512-BF16 CPU: whole and partial row tiles, odd k pairs."""
+    sch = recipes.matmul_bf16(_matmul(m, n, k, "bfloat16", "float32"), tiling=SMALL)
+    if not intrin.get("x86.amx.bf16gemm_32x32").available():
+        assert _tensorized_with(sch.func) == {"x86.avx512bf16.bf16gemm_8x32"}
+    a, b = _bf16(rng.standard_normal((m, k))), _bf16(rng.standard_normal((k, n)))
+    c = rng.standard_normal((m, n)).astype(np.float32)  # the recipe zeroes C itself
+    refcomp.build(sch.func)(a, b, c)
+    np.testing.assert_allclose(c, _value(a) @ _value(b), rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
 def _gelu_te(x):
     return 0.5 * x * (1.0 + te.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
 
@@ -124,6 +138,7 @@ def test_fused_matmul_bias_gelu(rng):
     ("x86.amx.i8gemm_32x32", "int8", "int32"),
     ("x86.vnni.i8gemm_8x32", "int8", "int32"),
     ("x86.avx512.sgemm_8x32", "float32", "float32"),
+    ("x86.avx512bf16.bf16gemm_8x32", "bfloat16", "float32"),
 ])
 def test_wide_isa_recipes_compile_everywhere(name, in_dtype, acc, tmp_path, monkeypatch):
     monkeypatch.setenv("REFCOMP_CACHE_DIR", str(tmp_path))

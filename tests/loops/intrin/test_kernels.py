@@ -122,7 +122,7 @@ def _needs(name):
 
 
 FLOAT_KERNELS = ["x86.avx2.sgemm_6x16", "x86.avx512.sgemm_8x32"]
-BF16_KERNELS = ["x86.avx2.bf16gemm_6x16", "x86.amx.bf16gemm_32x32"]
+BF16_KERNELS = ["x86.avx2.bf16gemm_6x16", "x86.avx512bf16.bf16gemm_8x32", "x86.amx.bf16gemm_32x32"]
 INT8_KERNELS = ["x86.avx2.i8gemm_6x16", "x86.vnni.i8gemm_8x32", "x86.amx.i8gemm_32x32"]
 
 
@@ -191,8 +191,40 @@ def test_int8_kernel_strided_a(build, name, rng):
     np.testing.assert_array_equal(c, a.astype(np.int32) @ b.astype(np.int32))
 
 
+@pytest.mark.parametrize("name", _params(["x86.avx2.bf16gemm_6x16", "x86.avx512bf16.bf16gemm_8x32"]))
+@pytest.mark.parametrize("a_rows_contiguous", [True, False])
+def test_bf16_kernel_large_k(build, name, a_rows_contiguous, rng):
+    """A long reduction on random normal data, A row-major or packed MR-interleaved (a_cs = MR)."""
+    mr, nr, k_multiple = x86.tile_shape(name)
+    k = 512
+    a = to_bf16(rng.standard_normal((mr, k)))
+    b = to_bf16(rng.standard_normal((k, nr)))
+    c = rng.standard_normal((mr, nr)).astype(np.float32)
+    expected = c.astype(np.float64) + from_bf16(a).astype(np.float64) @ from_bf16(b).astype(np.float64)
+    run_kernel(build(name), name, a, pack_b(b, x86.b_layout(name)), c, a_rows_contiguous=a_rows_contiguous)
+    # fp32 accumulation of k exact products: error grows like sqrt(k) ulps of the partial sums
+    np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-5 * np.sqrt(k))
+
+
+@pytest.mark.parametrize("name", _params(["x86.avx512bf16.bf16gemm_8x32"]))
+def test_avx512_bf16_kernel_treats_denormal_inputs_as_zero(build, name, rng):
+    """vdpbf16ps reads denormal bf16 inputs as zero (spec/tensorize.md); normal ones it multiplies."""
+    mr, nr, _ = x86.tile_shape(name)
+    a = np.empty((mr, 2), np.uint16)
+    a[:, 0] = 0x0001  # the smallest positive bf16 denormal, 2**-133
+    a[:, 1] = to_bf16(rng.standard_normal(mr) * 2.0 ** -40)  # small but normal
+    b = to_bf16(rng.standard_normal((2, nr)))
+    b[0, :] = to_bf16(np.float32(2.0 ** 100))
+    c = np.zeros((mr, nr), np.float32)
+    run_kernel(build(name), name, a, pack_b(b, x86.b_layout(name)), c)
+    # Were the denormal used, each entry would gain 2**-33, about 100 times the kept product.
+    kept = np.outer(from_bf16(a[:, 1]).astype(np.float64), from_bf16(b[1]).astype(np.float64))
+    np.testing.assert_allclose(c, kept, rtol=1e-6, atol=0)
+
+
 @pytest.mark.parametrize("name", _params(["x86.avx2.sgemm_6x16", "x86.avx512.sgemm_8x32",
-                                          "x86.avx2.bf16gemm_6x16", "x86.avx2.i8gemm_6x16",
+                                          "x86.avx2.bf16gemm_6x16", "x86.avx512bf16.bf16gemm_8x32",
+                                          "x86.avx2.i8gemm_6x16",
                                           "x86.vnni.i8gemm_8x32"]))
 @given(rows=st.integers(0, 40), seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=10)

@@ -8,6 +8,7 @@ import os
 AVX2 = ("avx2", "fma")
 AVX512 = ("avx512f",)
 AVX512_VNNI = ("avx512f", "avx512bw", "avx512_vnni")
+AVX512_BF16 = ("avx512f", "avx512_bf16")
 AMX_BF16 = ("amx_tile", "amx_bf16")
 AMX_INT8 = ("amx_tile", "amx_int8")
 

@@ -172,13 +172,13 @@ def _schedule_copy(sch: Schedule, copy: BlockRV, parallel: bool, run: int) -> No
             return
 
 
-BF16_INTRINS = ["x86.amx.bf16gemm_32x32", "x86.avx2.bf16gemm_6x16"]
+BF16_INTRINS = ["x86.amx.bf16gemm_32x32", "x86.avx512bf16.bf16gemm_8x32", "x86.avx2.bf16gemm_6x16"]
 INT8_INTRINS = ["x86.amx.i8gemm_32x32", "x86.vnni.i8gemm_8x32", "x86.avx2.i8gemm_6x16"]
 
 
 def matmul_bf16(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: str | None = None,
                 tiling: Tiling = Tiling(), parallel: bool = True) -> Schedule:
-    """bf16 x bf16 -> fp32 matmul on AMX tiles where the CPU has them, else on AVX2 FMA."""
+    """bf16 x bf16 -> fp32 matmul on AMX tiles where the CPU has them, else AVX512-BF16, else AVX2 FMA."""
     from ..intrin.x86 import b_layout
 
     sch = as_schedule(func_or_sch)
