@@ -339,3 +339,36 @@ def test_parallel_update_block_must_read_only_what_it_writes():
     sch = Schedule(P.func([A, C], [nest]))
     loop, _ = sch.get_loops(sch.get_block("C"))
     assert_rejected(sch, lambda: sch.parallel(loop), "parallel: block C reads elements of C that it does not write")
+
+
+def _tile_with_local_buffer(m: int):
+    """for i: block tile (allocates T[m]): T[j] = A[i, j] * 2; C[i, j] = T[j] + 1."""
+    A, C, T = Buffer("A", (8, m)), Buffer("C", (8, m)), Buffer("T", (m,))
+    i, vi, j, vj, j2, vj2 = (Var(n) for n in ("i", "vi", "j", "vj", "j2", "vj2"))
+    write = Block("T", (IterVar(vj, Range(0, m)),), (BufferRegion(A, (Range(vi, 1), Range(vj, 1))),),
+                  (BufferRegion(T, (Range(vj, 1),)),), BufferStore(T, A[vi, vj] * 2.0, (vj,)))
+    read = Block("C", (IterVar(vj2, Range(0, m)),), (BufferRegion(T, (Range(vj2, 1),)),),
+                 (BufferRegion(C, (Range(vi, 1), Range(vj2, 1))),), BufferStore(C, T[vj2] + 1.0, (vi, vj2)))
+    body = seq(For(j, 0, m, "serial", BlockRealize((j,), true(), write)),
+               For(j2, 0, m, "serial", BlockRealize((j2,), true(), read)))
+    tile = Block("tile", (IterVar(vi, Range(0, 8)),), (BufferRegion(A, (Range(vi, 1), Range(0, m))),),
+                 (BufferRegion(C, (Range(vi, 1), Range(0, m))),), body, alloc_buffers=(T,))
+    return P.func([A, C], [For(i, 0, 8, "serial", BlockRealize((i,), true(), tile))])
+
+
+@pytest.mark.parametrize("m", [64, 8192])
+def test_parallel_loop_with_a_block_local_buffer(rng, m):
+    """Each iteration gets its own T: on the stack when it is small and of constant size (64
+    floats), else allocated per iteration (8192 floats, over the 16 KiB stack limit)."""
+    import refcomp
+
+    before = _tile_with_local_buffer(m)
+    sch = Schedule(before)
+    (i,) = sch.get_loops(sch.get_block("tile"))
+    sch.parallel(i)
+    check_numbers(before, sch.func, rng, lambda a, c: {1: a * 2 + 1})
+    source = refcomp.build(sch.func).source
+    if m == 64:
+        assert "float T[64]" in source and "alloc(" not in source
+    else:
+        assert "float* T = (float*)aligned_alloc(" in source or "float* T = (float*)malloc(" in source
