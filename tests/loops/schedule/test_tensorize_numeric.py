@@ -122,6 +122,7 @@ def test_te_matmul_through_schedule_matches_numpy_and_interpreter(rng, decompose
     np.testing.assert_allclose(c, c_interp, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.skipif(not intrin.get("x86.avx2.sgemm_6x16").available(), reason="CPU lacks AVX2/FMA")
 def test_int64_shapes_pack_and_tensorize(rng):
     """A matmul with int64 dims (as the graph level builds them): cache_read + transform_layout of
     B into column panels, then the tile intrinsic (described in int32) over int64 loops."""
@@ -153,4 +154,25 @@ def test_int64_shapes_pack_and_tensorize(rng):
     c = rng.standard_normal((13, 32)).astype(np.float32)
     refcomp.build(sch.func)(a, b, c)
     np.testing.assert_allclose(c_interp, a @ b, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.skipif(not intrin.get("x86.avx2.sgemm_6x16").available(), reason="CPU lacks AVX2/FMA")
+def test_matmul_recipe_on_int64_shapes(rng):
+    """The fp32 matmul recipe (B packed with transform_layout, tensorized tiles, parallel loops)
+    on a PrimFunc whose dims are int64, as the graph level builds them."""
+    from refcomp import te
+    from refcomp.ast import IntImm
+    from refcomp.loops.recipes import matmul_fp32
+
+    m, n, k = (IntImm(v, "int64") for v in (40, 64, 48))
+    a_t = te.placeholder((m, k), "float32", "A")
+    b_t = te.placeholder((k, n), "float32", "B")
+    r = te.reduce_axis((IntImm(0, "int64"), k), "k")
+    c_t = te.compute((m, n), lambda i, j: te.sum(a_t[i, r] * b_t[r, j], axis=r), name="C")
+    sch = matmul_fp32(te.create_prim_func([a_t, b_t, c_t]))
+    a = rng.standard_normal((40, 48)).astype(np.float32)
+    b = rng.standard_normal((48, 64)).astype(np.float32)
+    c = rng.standard_normal((40, 64)).astype(np.float32)
+    refcomp.build(sch.func)(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
