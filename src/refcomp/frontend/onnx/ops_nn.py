@@ -103,22 +103,151 @@ def _conv_transpose(ctx, node, inputs, attrs):
     return y
 
 
+def _pool_attrs(ctx, x, attrs, kernel):
+    nd = len(kernel)
+    strides = list(attrs.get("strides", [1] * nd))
+    dilations = list(attrs.get("dilations", [1] * nd))
+    pads = _auto_pad(ctx, attrs, ctx.static_shape(x)[2:], kernel, strides, dilations)
+    return strides, dilations, pads
+
+
+def pool_nd(ctx, x, kind, kernel, strides, pads, dilations, ceil=False, include_pad=False):
+    """1-, 2- or 3-d max/avg pooling through the 2-d operators.
+
+    1-d pools an (N, C, 1, L) view.  3-d pools (H, W) of an (N, C*D, H, W) view, then D of an
+    (N, C, D, H'*W') view: a window is a product of per-axis ranges, so the max is the max of
+    per-axis maxes and the average (padding counted or not) the average of per-axis averages.
+    """
+    nd = len(kernel)
+
+    def pool2d(v, k, s, p, d):
+        if kind == "max":
+            return ctx.emit(op.max_pool2d(v, k, s, p, d, ceil))
+        return ctx.emit(op.avg_pool2d(v, k, s, p, d, ceil, include_pad))
+
+    if nd == 2:
+        return pool2d(x, kernel, strides, pads, dilations)
+    shape = [const_value(d) for d in ctx.static_shape(x)]
+    if None in shape:
+        ctx.fail(f"{nd}-d pooling needs static dims")
+    if nd == 1:
+        y = pool2d(ctx.emit(op.expand_dims(x, (2,))), [1, kernel[0]], [1, strides[0]], [0, pads[0], 0, pads[1]],
+                   [1, dilations[0]])
+        return ctx.emit(op.squeeze(y, (2,)))
+    if nd != 3:
+        ctx.fail(f"{nd}-d pooling is not supported")
+    n, c, depth, h, w = shape
+    y = pool2d(ctx.emit(op.reshape(x, (n, c * depth, h, w))), kernel[1:], strides[1:],
+               [pads[1], pads[2], pads[4], pads[5]], dilations[1:])
+    oh, ow = (const_value(d) for d in ctx.static_shape(y)[2:])
+    y = pool2d(ctx.emit(op.reshape(y, (n, c, depth, oh * ow))), [kernel[0], 1], [strides[0], 1],
+               [pads[0], 0, pads[3], 0], [dilations[0], 1])
+    od = const_value(ctx.static_shape(y)[2])
+    return ctx.emit(op.reshape(y, (n, c, od, oh, ow)))
+
+
 @converter("MaxPool", "AveragePool")
 def _pool(ctx, node, inputs, attrs):
     x = inputs[0]
-    if ctx.info(x).ndim != 4:
-        ctx.fail("only 2-d pooling is supported")
-    if len(node.output) > 1 and node.output[1]:
-        ctx.fail("MaxPool with an Indices output is not supported")
     kernel = list(attrs["kernel_shape"])
-    strides = list(attrs.get("strides", [1, 1]))
-    dilations = list(attrs.get("dilations", [1, 1]))
-    pads = _auto_pad(ctx, attrs, ctx.static_shape(x)[2:], kernel, strides, dilations)
+    strides, dilations, pads = _pool_attrs(ctx, x, attrs, kernel)
     ceil = bool(attrs.get("ceil_mode", 0))
     if node.op_type == "MaxPool":
-        return ctx.emit(op.max_pool2d(x, kernel, strides, pads, dilations, ceil))
-    return ctx.emit(op.avg_pool2d(x, kernel, strides, pads, dilations, ceil,
-                                  bool(attrs.get("count_include_pad", 0))))
+        if len(node.output) > 1 and node.output[1]:
+            return _max_pool_with_indices(ctx, x, kernel, strides, pads, dilations, ceil, attrs)
+        return pool_nd(ctx, x, "max", kernel, strides, pads, dilations, ceil)
+    return pool_nd(ctx, x, "avg", kernel, strides, pads, dilations, ceil, bool(attrs.get("count_include_pad", 0)))
+
+
+def _max_pool_with_indices(ctx, x, kernel, strides, pads, dilations, ceil, attrs):
+    """2-d MaxPool with its Indices output: every window offset as a strided slice of the
+    (-inf padded) input, stacked; the max and its first position over that axis."""
+    if len(kernel) != 2 or ceil:
+        ctx.fail("MaxPool with an Indices output is supported for 2-d pooling without ceil_mode")
+    n, c, h, w = (const_value(d) for d in ctx.static_shape(x))
+    dtype = ctx.info(x).dtype.numpy()
+    low = float(np.finfo(dtype).min) if dtype.kind == "f" else float(np.iinfo(dtype).min)
+    padded = ctx.emit(op.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])), low))
+    out = [(size + pads[k] + pads[k + 2] - dilations[k] * (kernel[k] - 1) - 1) // strides[k] + 1
+           for k, size in enumerate((h, w))]
+    windows, offsets = [], []
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            y0, x0 = i * dilations[0], j * dilations[1]
+            piece = ctx.emit(op.strided_slice(padded, [2, 3], [y0, x0],
+                                              [y0 + (out[0] - 1) * strides[0] + 1, x0 + (out[1] - 1) * strides[1] + 1],
+                                              strides))
+            windows.append(ctx.emit(op.expand_dims(piece, (4,))))
+            offsets.append((y0, x0))
+    stack = ctx.emit(op.concat(*windows, axis=4))
+    values = ctx.emit(op.max(stack, axis=(4,)))
+    which = ctx.emit(op.argmax(stack, axis=4))
+    # the input row/column of each window offset at each output position, as constants
+    oy = np.arange(out[0]).reshape(-1, 1, 1) * strides[0] - pads[0]
+    ox = np.arange(out[1]).reshape(1, -1, 1) * strides[1] - pads[1]
+    rows = oy + np.array([o[0] for o in offsets]).reshape(1, 1, -1)
+    cols = ox + np.array([o[1] for o in offsets]).reshape(1, 1, -1)
+    column_major = attrs.get("storage_order", 0) == 1
+    flat = (cols * h + rows) if column_major else (rows * w + cols)
+    base = (np.arange(n * c).reshape(n, c, 1, 1) * h * w)
+    table = Constant(np.broadcast_to(flat, (n, c) + flat.shape).astype(np.int64))
+    picked = ctx.emit(op.gather_elements(table, ctx.emit(op.expand_dims(which, (4,))), axis=4))
+    picked = ctx.emit(op.squeeze(picked, (4,)))
+    return [values, ctx.emit(op.add(picked, Constant(base.astype(np.int64))))]
+
+
+@converter("LpPool")
+def _lp_pool(ctx, node, inputs, attrs):
+    x = inputs[0]
+    kernel = list(attrs["kernel_shape"])
+    strides, dilations, pads = _pool_attrs(ctx, x, attrs, kernel)
+    if attrs.get("ceil_mode", 0):
+        ctx.fail("LpPool with ceil_mode is not supported")
+    p = attrs.get("p", 2)
+    dtype = ctx.info(x).dtype.numpy()
+    c = lambda v: Constant(np.asarray(v, dtype))  # noqa: E731
+    powered = ctx.emit(op.multiply(x, x) if p == 2 else op.power(op.abs(x), c(p)))
+    # a window sum: the average with padding counted, times the window size
+    mean = pool_nd(ctx, powered, "avg", kernel, strides, pads, dilations, False, True)
+    total = ctx.emit(op.multiply(mean, c(float(np.prod(kernel)))))
+    return ctx.emit(op.sqrt(total) if p == 2 else op.power(total, c(1.0 / p)))
+
+
+@converter("LRN")
+def _lrn(ctx, node, inputs, attrs):
+    x = inputs[0]
+    size = attrs["size"]
+    alpha, beta, bias = attrs.get("alpha", 1e-4), attrs.get("beta", 0.75), attrs.get("bias", 1.0)
+    shape = [const_value(d) for d in ctx.static_shape(x)]
+    if None in shape or len(shape) < 3:
+        ctx.fail("LRN needs static dims and a rank of at least 3")
+    n, channels = shape[0], shape[1]
+    rest = int(np.prod(shape[2:]))
+    dtype = ctx.info(x).dtype.numpy()
+    c = lambda v: Constant(np.asarray(v, dtype))  # noqa: E731
+    square = ctx.emit(op.reshape(op.multiply(x, x), (n, 1, channels, rest)))
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    mean = ctx.emit(op.avg_pool2d(square, [size, 1], [1, 1], [before, 0, after, 0], [1, 1], False, True))
+    scale = ctx.emit(op.power(op.add(c(bias), op.multiply(c(alpha), mean)), c(beta)))
+    return ctx.emit(op.divide(x, op.reshape(scale, tuple(shape))))
+
+
+@converter("Upsample")
+def _upsample(ctx, node, inputs, attrs):
+    x = inputs[0]
+    scales = [float(v) for v in np.asarray(ctx.constant(inputs[1], "scales")).reshape(-1)] if len(inputs) > 1 \
+        else list(attrs["scales"])
+    mode = attrs.get("mode", b"nearest")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    shape = [const_value(d) for d in ctx.static_shape(x)]
+    if len(shape) != 4 or scales[:2] != [1.0, 1.0] or None in shape:
+        ctx.fail("Upsample is supported on static NCHW inputs scaling H and W only")
+    size = (int(np.floor(shape[2] * scales[2])), int(np.floor(shape[3] * scales[3])))
+    if mode == "nearest":
+        return ctx.emit(op.resize2d(x, size, "nearest", "asymmetric", "floor"))
+    if mode in ("linear", "bilinear"):
+        return ctx.emit(op.resize2d(x, size, "linear", "asymmetric"))
+    ctx.fail(f"Upsample mode {mode} is not supported")
 
 
 @converter("GlobalAveragePool", "GlobalMaxPool")
@@ -183,10 +312,31 @@ def _rms_norm(ctx, node, inputs, attrs):
 
 @converter("BatchNormalization")
 def _batch_norm(ctx, node, inputs, attrs):
-    if attrs.get("training_mode", 0) or len([o for o in node.output if o]) > 1:
-        ctx.fail("training-mode BatchNormalization is not supported")
     x, scale, bias, mean, var = inputs[:5]
-    return ctx.emit(op.batch_norm(x, scale, bias, mean, var, axis=1, epsilon=attrs.get("epsilon", 1e-5)))
+    eps = attrs.get("epsilon", 1e-5)
+    if attrs.get("training_mode", 0):
+        return _batch_norm_training(ctx, x, scale, bias, mean, var, eps, attrs.get("momentum", 0.9))
+    if len([o for o in node.output if o]) > 1:
+        ctx.fail("the running statistics outputs need training_mode=1")
+    return ctx.emit(op.batch_norm(x, scale, bias, mean, var, axis=1, epsilon=eps))
+
+
+def _batch_norm_training(ctx, x, scale, bias, mean, var, eps, momentum):
+    """Normalize by the batch's own statistics; also return the updated running mean and variance."""
+    ndim = ctx.info(x).ndim
+    axes = (0,) + tuple(range(2, ndim))
+    dtype = ctx.info(x).dtype.numpy()
+    c = lambda v: Constant(np.asarray(v, dtype))  # noqa: E731
+    per_channel = (-1,) + (1,) * (ndim - 2)
+    batch_mean = ctx.emit(op.mean(x, axis=axes))
+    batch_var = ctx.emit(op.variance(x, axis=axes))
+    inv = ctx.emit(op.rsqrt(op.add(batch_var, c(eps))))
+    centered = ctx.emit(op.subtract(x, op.reshape(batch_mean, per_channel)))
+    y = ctx.emit(op.add(op.multiply(op.multiply(centered, op.reshape(inv, per_channel)),
+                                    op.reshape(scale, per_channel)), op.reshape(bias, per_channel)))
+    running_mean = ctx.emit(op.add(op.multiply(mean, c(momentum)), op.multiply(batch_mean, c(1 - momentum))))
+    running_var = ctx.emit(op.add(op.multiply(var, c(momentum)), op.multiply(batch_var, c(1 - momentum))))
+    return [y, running_mean, running_var]
 
 
 @converter("InstanceNormalization")
@@ -226,4 +376,8 @@ def _lp_norm(ctx, node, inputs, attrs):
     axis = attrs.get("axis", -1)
     p = attrs.get("p", 2)
     norm = op.l2_norm(x, axis=(axis,), keepdims=True) if p == 2 else op.l1_norm(x, axis=(axis,), keepdims=True)
-    return ctx.emit(op.divide(x, ctx.emit(norm)))
+    norm = ctx.emit(norm)
+    dtype = ctx.info(x).dtype.numpy()
+    zero, one = Constant(np.zeros((), dtype)), Constant(np.ones((), dtype))
+    # an all-zero slice stays zero (0 / 0 would be NaN)
+    return ctx.emit(op.divide(x, op.where(op.equal(norm, zero), one, norm)))
