@@ -478,3 +478,14 @@ def test_transform_layout_int64_shapes(rng):
     assert "B_global[v_j // T.int64(16), v_k, v_j % T.int64(16)]" in text
     check_numbers(before, sch.func, rng, lambda a, b, c: {2: a @ b})
     check_replay(sch, before)
+
+
+def test_transform_layout_refuses_padding_written_inside_a_nested_block():
+    sch = Schedule(_scale_then_shift(100))
+    b = sch.get_block("B")
+    (i,) = sch.get_loops(b)
+    _, inner = sch.split(i, [None, 10])
+    sch.blockize(inner)
+    assert_rejected(sch, lambda: sch.transform_layout(b, ("write", 0), lambda i: (i // 32, i % 32), pad_value=0.0),
+                    "transform_layout: block B writes B inside a nested block")
+    sch.transform_layout(b, ("write", 0), lambda i: (i // 10, i % 10))  # no padding: no fill needed

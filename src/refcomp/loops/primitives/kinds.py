@@ -23,9 +23,11 @@ def _set_kind(func: PrimFunc, loop: For, kind: str, primitive: str, thread: str 
 def parallel(func: PrimFunc, loop: For) -> tuple[PrimFunc, None]:
     """Run the iterations of loop in parallel threads (OpenMP).
 
-    Requires: every block below is complete or a reduction with affine bindings; the loop binds
-    only spatial iters, each block below depends on it, and no block reads what another writes in
-    a different iteration (no loop-carried dependence).
+    Requires: every block below is complete or a reduction (an update block without init too)
+    with affine bindings; the loop binds only spatial iters, each block below depends on it,
+    different iterations run different block instances (proved for fused `f // n, f % n`
+    bindings), and no block reads what another writes in a different iteration (no
+    loop-carried dependence).
 
     Before: `for i in range(n): B[i] = A[i]`; after: `for i in parallel(n): B[i] = A[i]`.
     """

@@ -399,6 +399,12 @@ def _padding_fill(func: PrimFunc, old: Buffer, new: Buffer, index_map: IndexMap,
     if not writers:
         raise ScheduleError(f"transform_layout: {old.name} is not written in the function, so its padding would hold "
                             "whatever the caller passes; cache_read it and pad the copy", ir=func)
+    last = locate_block(func, writers[-1].block, "transform_layout")
+    if _scope_parts(func, last, "transform_layout")[0] is not func.body:
+        # inside a nested block the fill would run once per instance of that block, perhaps in
+        # parallel iterations writing the same padding
+        raise ScheduleError(f"transform_layout: block {last.block.name} writes {old.name} inside a nested block; "
+                            "pad the buffer before blockize or tensorize", ir=func, spot=last.realize)
     if isinstance(pad_value, float) and not new.dtype.is_float:
         raise ScheduleError(f"transform_layout: pad_value {pad_value!r} is not a {new.dtype} value", ir=func)
     domain = _padding_domain(func, index_map, shape, new_shape)
