@@ -1,13 +1,17 @@
 """default_schedule: a sound CPU schedule for every kernel that has none.
 
 For each block of each PrimFunc (skipping kernels already marked `scheduled`):
+- spatial stages that are not outputs are inlined into their readers (as fuse_tir does),
+  except costly math read by a reduction (see fuse_tir.inline_spatial_stages);
 - the outermost spatial loop becomes `parallel` when the block has more than one loop or the
-  loop is long (OpenMP threads over rows);
+  loop is long (OpenMP threads over rows); when it is short (< 64 iterations, e.g. 16 heads),
+  the leading spatial loops are fused first so the threads share the rows evenly;
 - the innermost spatial loop of a spatial block with a constant extent is split by the vector
   width and the inner part `vectorized` when it divides: as many lanes as fill the widest vector
   register the CPU has (64 bytes with AVX-512, else 32), halved until they divide the extent.  A
   full register matters for math calls: libmvec's variants (tanh, exp, ...) take exactly one
-  native vector, and a narrower vector falls back to a scalar call per lane.
+  native vector, and a narrower vector falls back to a scalar call per lane.  A symbolic extent
+  (or one the lanes do not divide) is split with a predicate: full vectors, then a scalar tail.
 - matmul-like kernels use `refcomp.loops.recipes` when that module provides a recipe.
 Every step goes through the checked Schedule primitives; a step they reject is skipped, so the
 result is always a legal schedule of the same computation.
@@ -24,6 +28,7 @@ from ..shape_facts import const_value
 def schedule_kernel(func: PrimFunc) -> PrimFunc:
     """func with parallel outer loops and vectorized inner loops where legal."""
     from ...loops.schedule import Schedule
+    from .fuse_tir import inline_spatial_stages
 
     recipe = _recipe_for(func)
     if recipe is not None:
@@ -32,46 +37,112 @@ def schedule_kernel(func: PrimFunc) -> PrimFunc:
         except RefcompError:
             pass
     sch = Schedule(func)
-    for block in [b for b in collect(func.body, Block) if b.name != "root"]:
+    inline_spatial_stages(sch)
+    for block in [b for b in collect(sch.func.body, Block) if b.name != "root"]:
         try:
             rv = sch.get_block(block.name)
             loops = sch.get_loops(rv)
         except RefcompError:
             continue
-        if not loops:
-            continue
-        spatial = [iv for iv in block.iter_vars if iv.kind == "spatial"]
-        is_spatial = len(spatial) == len(block.iter_vars)
-        kinds = [iv.kind for iv in block.iter_vars]
-        if len(loops) == len(kinds) >= 3 and kinds[-2:] == ["spatial", "reduce"]:
-            # matmul-like (..., i, j, k): put k outside j so the innermost loop walks rows of
-            # B and C contiguously, then vectorize it like a spatial loop.
-            try:
-                sch.reorder(loops[-1], loops[-2])
-                loops = sch.get_loops(rv)
-                is_spatial = True
-            except RefcompError:
-                pass
-        if is_spatial and len(loops) >= 1:
-            inner = loops[-1]
-            extent = const_value(sch.get(inner).extent)
-            lanes = vector_lanes(block_dtype_bits(block), extent)
-            if lanes > 1:
-                try:
-                    _, vec = sch.split(inner, [None, lanes])
-                    sch.vectorize(vec)
-                except RefcompError:
-                    pass
+        if loops:
+            _schedule_block(sch, rv, block, loops)
+    return sch.func.with_attr("scheduled", True)
+
+
+def _schedule_block(sch, rv, block: Block, loops: list) -> None:
+    kinds = [iv.kind for iv in block.iter_vars]
+    is_spatial = all(k == "spatial" for k in kinds)
+    if len(loops) == len(kinds) >= 3 and kinds[-2:] == ["spatial", "reduce"]:
+        # matmul-like (..., i, j, k): put k outside j so the innermost loop walks rows of
+        # B and C contiguously, then vectorize it like a spatial loop.
         try:
+            sch.reorder(loops[-1], loops[-2])
             loops = sch.get_loops(rv)
-            outer = loops[0]
-            first = sch.get(outer)
-            if first.kind == "serial" and _is_spatial_loop(block, first.loop_var, sch, rv):
-                if len(loops) > 1 or (const_value(first.extent) or 1 << 20) >= 64:
-                    sch.parallel(outer)
+            is_spatial = True
         except RefcompError:
             pass
-    return sch.func.with_attr("scheduled", True)
+    vector_loops = 0
+    if is_spatial:
+        vector_loops = _vectorize_inner(sch, rv, block, loops[-1])
+        if vector_loops and block.init is not None:
+            # the init as its own nest before the reduce loop, so the vector loop is one
+            # update with no `if (k == 0)` inside (the lowering vectorizes only plain bodies)
+            try:
+                loops = sch.get_loops(rv)
+                reduce_loop = next(l for l in loops if not _is_spatial_loop(block, sch.get(l).loop_var, sch, rv))
+                sch.decompose_reduction(rv, reduce_loop)
+            except (RefcompError, StopIteration):
+                pass
+    try:
+        loops = sch.get_loops(rv)
+        # the leading loops that bind spatial iters only, short of the (split) innermost loop
+        keep = max(vector_loops, 1) if is_spatial else 0
+        lead = []
+        for loop in loops[:len(loops) - keep]:
+            node = sch.get(loop)
+            if node.kind != "serial" or not _is_spatial_loop(block, node.loop_var, sch, rv):
+                break
+            lead.append(loop)
+        if not lead:
+            lead = loops[:1] if sch.get(loops[0]).kind == "serial" and \
+                _is_spatial_loop(block, sch.get(loops[0]).loop_var, sch, rv) else []
+        if not lead:
+            return
+        outer = _parallel_candidate(sch, lead)
+        extent = const_value(sch.get(outer).extent)
+        if len(loops) > 1 or extent is None or extent >= 64:
+            sch.parallel(outer)
+    except RefcompError:
+        pass
+
+
+# A leading loop shorter than this is fused with the spatial loops below it before it is made
+# parallel (16 heads on 6 threads leave a third of them idle for the last round).
+_FEW_ITERATIONS = 64
+
+
+def _parallel_candidate(sch, lead: list):
+    """The loop to make parallel among the leading spatial loops `lead` (outermost first).
+
+    A short first loop is fused with the others when all are constant (the parallel check proves
+    `f // n`, `f % n` distinct for constant n); with a symbolic one among them, that loop is moved
+    outermost instead (fusing it would give bindings the prover cannot split).  Either step is
+    skipped when its primitive refuses."""
+    first = const_value(sch.get(lead[0]).extent)
+    if len(lead) < 2 or first is None or first >= _FEW_ITERATIONS:
+        return lead[0]
+    extents = [const_value(sch.get(loop).extent) for loop in lead]
+    same_dtype = len({str(sch.get(loop).loop_var.dtype) for loop in lead}) == 1  # fuse mixes them badly
+    try:
+        if all(e is not None for e in extents):
+            return sch.fuse(*lead) if same_dtype else lead[0]
+        symbolic = lead[extents.index(None)]
+        sch.reorder(symbolic, lead[0])
+        return symbolic
+    except RefcompError:
+        return lead[0]
+
+
+def _vectorize_inner(sch, rv, block: Block, inner) -> int:
+    """Split the innermost spatial loop by the vector width and vectorize the inner part; a
+    symbolic or indivisible extent gets a predicated tail (full vectors, then a scalar rest).
+    Returns the number of loops the innermost loop became (2), or 0 when nothing changed."""
+    from ...loops.intrin import cpu
+
+    extent = const_value(sch.get(inner).extent)
+    bits = block_dtype_bits(block)
+    lanes = vector_lanes(bits, extent)
+    if lanes == 1:
+        native = (512 if cpu.has("avx512f") else 256) // max(bits, 1)
+        if extent is not None and extent < native:
+            return 0
+        lanes = native  # symbolic (or indivisible) extent: predicated last vector
+    try:
+        _, vec = sch.split(inner, [None, lanes])
+        sch.vectorize(vec)
+        return 2
+    except RefcompError:
+        return 0
 
 
 def _is_spatial_loop(block, loop_var, sch, rv) -> bool:

@@ -1,8 +1,9 @@
 """fuse_ops: group call_tir bindings of a dataflow block into primitive functions by op pattern.
 
 The pattern of each kernel is read off its PrimFunc (see op_pattern).  A producer is fused into
-its consumer when the consumer is the producer's only user, both are in the same dataflow block,
-and the patterns allow it:
+its consumer when every reader of the producer's value is in the consumer's group (usually the
+consumer is the only one; `where(mask_like(x), x, c)` reads x twice), both are in the same
+dataflow block, and the patterns allow it:
 
 - an elementwise / broadcast / injective group fuses into a consumer that is not out_fusable or
   opaque (so a matmul never recomputes an inlined producer per reduction step);
@@ -42,10 +43,10 @@ def _combine(a: str, b: str) -> str:
 def _fuse_block(block: DataflowBlock, mod: IRModule, new_funcs: dict, func_name: str, outer_uses: set):
     bindings = list(block.bindings)
     patterns: dict[int, str] = {}
-    uses: dict[Var, int] = {}
-    for b in bindings:
+    users: dict[Var, list[int]] = {}  # var -> the bindings reading it
+    for k, b in enumerate(bindings):
         for v in used_vars(b.value):
-            uses[v] = uses.get(v, 0) + 1
+            users.setdefault(v, []).append(k)
     producer_of = {}
     for k, b in enumerate(bindings):
         value = b.value
@@ -71,11 +72,13 @@ def _fuse_block(block: DataflowBlock, mod: IRModule, new_funcs: dict, func_name:
             j = producer_of.get(arg)
             if j is None or j >= k:
                 continue
-            if uses.get(arg, 0) != 1 or arg in outer_uses or not isinstance(arg, DataflowVar):
+            if arg in outer_uses or not isinstance(arg, DataflowVar):
                 continue
             lj, lk = leader(j), leader(k)
             if lj == lk:
                 continue
+            if not set(users.get(arg, ())) <= set(members[lk]):
+                continue  # a kernel outside the consumer's group reads the value too
             if members[lj][-1] != j:
                 continue  # the producer's group must end with the producer
             if not _can_fuse(group_pattern[lj], patterns[k] if lk == k else group_pattern[lk]):

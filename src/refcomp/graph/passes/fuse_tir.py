@@ -94,22 +94,46 @@ def merge_group(fn: Function, mod: IRModule, name: str) -> tuple[PrimFunc, tuple
 
 def _inline_producers(func: PrimFunc, intermediates: list) -> PrimFunc:
     """Inline every spatial stage writing an intermediate (or one of its own temporaries)."""
-    from ...ast.functor import collect
     from ...loops.schedule import Schedule
 
     sch = Schedule(func)
-    blocks = [b for b in collect(func.body, Block) if b.name != "root"]
-    writes_final = {id(func.buffers[-1])}
-    for block in blocks:
+    inline_spatial_stages(sch)
+    return sch.func
+
+
+# Intrinsics that cost far more than a load: a stage computing one of them is kept in memory when
+# a reduction reads it, since a reduction loop runs scalar (its value would be recomputed there
+# one lane at a time, where the stage itself runs in vector loops).
+COSTLY_MATH = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "tanh", "sigmoid", "erf",
+                         "sin", "cos", "tan", "pow", "sinh", "cosh", "asin", "acos", "atan", "atan2"})
+
+
+def inline_spatial_stages(sch) -> None:
+    """Inline (checked `compute_inline`) each spatial stage writing a buffer other than the
+    kernel's outputs, except a stage with costly math (COSTLY_MATH) that a reduction reads."""
+    from ...ast.functor import collect
+
+    func = sch.func
+    outputs = {id(b) for b in func.buffers}
+    for block in [b for b in collect(func.body, Block) if b.name != "root"]:
         if any(iv.kind != "spatial" for iv in block.iter_vars):
             continue
-        if any(id(w.buffer) in writes_final for w in block.writes):
+        if any(id(w.buffer) in outputs for w in block.writes):
             continue
         try:
-            sch.compute_inline(sch.get_block(block.name))
+            rv = sch.get_block(block.name)
+            if _has_costly_math(block) and any(
+                    any(iv.kind != "spatial" for iv in sch.get(c).iter_vars) for c in sch.get_consumers(rv)):
+                continue
+            sch.compute_inline(rv)
         except RefcompError:
             continue
-    return sch.func
+
+
+def _has_costly_math(block: Block) -> bool:
+    from ...ast.functor import collect
+
+    return any(c.op in COSTLY_MATH for c in collect(block.body, tir.Call))
 
 
 def fuse_tir(mod: IRModule) -> IRModule:

@@ -3,10 +3,11 @@
 elementwise: one spatial block storing out[v...] from loads at exactly [v...];
 broadcast:   the same, but some loads use a subset of the iter vars (others fixed at 0);
 injective:   spatial blocks with any other index expressions;
-reduction:   one reduction stage (plus spatial stages);
+reduction:   reduction stages (plus spatial stages), e.g. a sum, a softmax or a layer norm: an
+             injective producer may be inlined into the stages that read it;
 out_fusable: the last stage is a multiply-accumulate reduction (matmul, conv): an element-wise
              epilogue may be fused after it;
-opaque:      anything else (several reductions, opaque blocks).
+opaque:      anything else (a multiply-accumulate among other reductions, opaque blocks).
 """
 from __future__ import annotations
 
@@ -35,11 +36,11 @@ def analyze_pattern(func: PrimFunc) -> str:
         if len(blocks) == 1:
             return kinds[0]
         return "injective"
-    if len(reductions) == 1:
-        if kinds[-1] == "out_fusable" and all(k in ORDER[:3] for k in kinds[:-1]):
-            return "out_fusable"
-        return "reduction"
-    return "opaque"
+    if len(reductions) == 1 and kinds[-1] == "out_fusable" and all(k in ORDER[:3] for k in kinds[:-1]):
+        return "out_fusable"
+    if "out_fusable" in reductions and len(reductions) > 1:
+        return "opaque"
+    return "reduction"
 
 
 def _block_kind(block: Block) -> str:
