@@ -73,33 +73,38 @@ def _conv(ctx, node, inputs, attrs):
 
 @converter("ConvTranspose")
 def _conv_transpose(ctx, node, inputs, attrs):
+    from .ops_scatter import conv_transpose_nd
+
     x, w = inputs[0], inputs[1]
     b = inputs[2] if len(inputs) > 2 else None
-    if ctx.info(x).ndim != 4:
-        ctx.fail("only 2-d ConvTranspose is supported")
-    strides = list(attrs.get("strides", [1, 1]))
-    dilations = list(attrs.get("dilations", [1, 1]))
+    nd = ctx.info(x).ndim - 2
+    strides = list(attrs.get("strides", [1] * nd))
+    dilations = list(attrs.get("dilations", [1] * nd))
     kernel = [const_value(d) for d in ctx.static_shape(w)[2:]]
-    out_pad = list(attrs.get("output_padding", [0, 0]))
-    pads = list(attrs.get("pads", [0, 0, 0, 0]))
+    out_pad = list(attrs.get("output_padding", [0] * nd))
+    pads = list(attrs.get("pads", [0] * (2 * nd)))
     spatial = [const_value(d) for d in ctx.static_shape(x)[2:]]
     mode = attrs.get("auto_pad", b"NOTSET")
     mode = mode.decode() if isinstance(mode, bytes) else mode
     if "output_shape" in attrs or mode in ("SAME_UPPER", "SAME_LOWER"):
-        target = list(attrs["output_shape"])[-2:] if "output_shape" in attrs else [s * st for s, st in
-                                                                                   zip(spatial, strides)]
-        for k in range(2):
+        target = list(attrs["output_shape"])[-nd:] if "output_shape" in attrs else [s * st for s, st in
+                                                                                    zip(spatial, strides)]
+        for k in range(nd):
             total = strides[k] * (spatial[k] - 1) + out_pad[k] + (kernel[k] - 1) * dilations[k] + 1 - target[k]
             if total < 0:
                 out_pad[k] -= total
                 total = 0
             small, big = total // 2, total - total // 2
-            pads[k], pads[k + 2] = (big, small) if mode != "SAME_UPPER" and "output_shape" not in attrs or \
+            pads[k], pads[k + nd] = (big, small) if mode != "SAME_UPPER" and "output_shape" not in attrs or \
                 mode == "SAME_LOWER" else (small, big)
-    y = ctx.emit(op.conv2d_transpose(x, w, strides=strides, padding=pads, output_padding=out_pad,
-                                     dilation=dilations, groups=attrs.get("group", 1)))
+    groups = attrs.get("group", 1)
+    if nd == 2:
+        y = ctx.emit(op.conv2d_transpose(x, w, strides=strides, padding=pads, output_padding=out_pad,
+                                         dilation=dilations, groups=groups))
+    else:
+        y = conv_transpose_nd(ctx, x, w, strides, pads, dilations, out_pad, groups)
     if b is not None:
-        y = ctx.emit(op.add(y, op.reshape(b, (-1, 1, 1))))
+        y = ctx.emit(op.add(y, op.reshape(b, (-1,) + (1,) * nd)))
     return y
 
 

@@ -254,11 +254,35 @@ def _pad(ctx, node, inputs, attrs):
     width = [[0, 0] for _ in range(ndim)]
     for k, a in enumerate(axes):
         width[a] = [pads[k], pads[k + len(axes)]]
-    if any(v < 0 for w in width for v in w):
-        ctx.fail("negative pads are not supported")
+    if any(v < 0 for w in width for v in w):  # negative pads crop first
+        dims = _dims(ctx, x)
+        crops = [(a, -w[0] if w[0] < 0 else 0, -w[1] if w[1] < 0 else 0) for a, w in enumerate(width) if min(w) < 0]
+        x = ctx.emit(op.strided_slice(x, [a for a, _, _ in crops], [lo for _, lo, _ in crops],
+                                      [dims[a] - hi for a, _, hi in crops]))
+        width = [[max(v, 0) for v in w] for w in width]
+    if mode == "wrap":
+        return _wrap_pad(ctx, x, width)
     if mode not in ("constant", "edge", "reflect"):
         ctx.fail(f"pad mode {mode} is not supported")
     return ctx.emit(op.pad(x, tuple(tuple(w) for w in width), float(value), mode))
+
+
+def _wrap_pad(ctx, x, width):
+    """Pad by repeating the tensor cyclically: each side is a slice from the opposite end."""
+    for axis, (before, after) in enumerate(width):
+        if not before and not after:
+            continue
+        n = const_value(_dims(ctx, x)[axis])
+        if n is None or before > n or after > n:
+            ctx.fail("wrap padding needs a static dim at least as long as the pad")
+        parts = []
+        if before:
+            parts.append(ctx.emit(op.strided_slice(x, [axis], [n - before], [n])))
+        parts.append(x)
+        if after:
+            parts.append(ctx.emit(op.strided_slice(x, [axis], [0], [after])))
+        x = ctx.emit(op.concat(*parts, axis=axis))
+    return x
 
 
 @converter("TopK")
