@@ -64,3 +64,37 @@ def test_structural_equality_is_alpha_equivalence():
     assert structural_equal(x + 1, x + 1, map_free_vars=False)
     with pytest.raises(AssertionError):
         assert_structural_equal(x + 1, x + 2)
+
+
+def test_comparisons_with_a_size_var_keep_the_operands_in_written_order():
+    import dataclasses
+
+    from refcomp.ast import EQ, GE, GT, LE, LT, NE, Visitor
+    from refcomp.ast.printer import script
+
+    i, n, m = Var("i"), SizeVar("n"), SizeVar("m")
+    cases = [
+        (lambda a, b: a < b, LT), (lambda a, b: a <= b, LE), (lambda a, b: a > b, GT),
+        (lambda a, b: a >= b, GE), (lambda a, b: a == b, EQ), (lambda a, b: a != b, NE),
+    ]
+    for build, cls in cases:
+        for a, b in [(i, n), (n, i), (n, m), (i, i * 2), (n * 2, i)]:
+            e = build(a, b)
+            assert type(e) is cls and e.a is a and e.b is b, (cls.__name__, script(e))
+    assert script(i < n) == "i < n" and script(n > i) == "n > i"
+    # a SizeVar is still a Var everywhere else
+    assert isinstance(n, Var) and issubclass(SizeVar, Var) and not isinstance(i, SizeVar)
+    assert not isinstance(IntImm(1), Var) and not issubclass(Add, Var)
+    assert isinstance(n, (IntImm, Var)) and free_vars(i + n) == [i, n]
+    renamed = dataclasses.replace(n, name="k")
+    assert type(renamed) is SizeVar and renamed.name == "k"
+    with pytest.raises(TypeError, match="SizeVar name"):
+        SizeVar("")
+    seen = []
+
+    class Names(Visitor):
+        def visit_SizeVar(self, var):
+            seen.append(var.name)
+
+    Names().visit(i < n)
+    assert seen == ["n"]

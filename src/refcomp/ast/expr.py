@@ -108,22 +108,48 @@ class StringImm(PrimExpr):
     dtype: DataType = DataType("handle")
 
 
+class _VarType(type):
+    """Var's metaclass: a SizeVar is a Var to isinstance and issubclass without being a Python
+    subclass of it.  Were it one, `i < n` (i a Var, n a SizeVar) would build GT(n, i): Python
+    gives a right operand whose type subclasses the left one's the first try at a comparison,
+    through the reflected method (n.__gt__(i)), whatever the classes define."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return type.__instancecheck__(cls, obj) or (cls is Var and type.__instancecheck__(SizeVar, obj))
+
+    def __subclasscheck__(cls, sub: Any) -> bool:
+        return type.__subclasscheck__(cls, sub) or (cls is Var and type.__subclasscheck__(SizeVar, sub))
+
+
+def _check_var(var: Any) -> None:
+    set_field(var, "dtype", to_dtype(var.dtype))
+    if not isinstance(var.name, str) or not var.name:
+        raise TypeError(f"{type(var).__name__} name must be a non-empty str, got {var.name!r}")
+
+
 @node
-class Var(PrimExpr):
+class Var(PrimExpr, metaclass=_VarType):
     """A scalar variable: loop variable, iteration variable, let-bound name or parameter."""
 
     name: str
     dtype: DataType = int32
 
     def __post_init__(self) -> None:
-        set_field(self, "dtype", to_dtype(self.dtype))
-        if not isinstance(self.name, str) or not self.name:
-            raise TypeError(f"Var name must be a non-empty str, got {self.name!r}")
+        _check_var(self)
 
 
 @node
-class SizeVar(Var):
-    """A variable known to be >= 0, used for symbolic shape dimensions."""
+class SizeVar(PrimExpr):
+    """A variable known to be >= 0, used for symbolic shape dimensions.
+
+    `isinstance(n, Var)` holds (see _VarType for why it is not a Python subclass of Var).
+    """
+
+    name: str
+    dtype: DataType = int32
+
+    def __post_init__(self) -> None:
+        _check_var(self)
 
 
 # ----------------------------------------------------------------------------- arithmetic
