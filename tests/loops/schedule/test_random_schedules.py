@@ -116,8 +116,10 @@ def _step(sch, data):
         if index < len(regions) and regions[index].buffer in sch.func.buffers:
             return action  # a parameter's layout is the caller's business: the same arrays would not fit
         maps = [lambda *x: tuple(reversed(x)), lambda *x: x,
-                lambda *x: (x[0] // 2, x[0] % 2) + tuple(x[1:]), lambda *x: tuple(x[1:]) + (x[0],)]
-        sch.transform_layout(block, (region, index), data.draw(st.sampled_from(maps)))
+                lambda *x: (x[0] // 2, x[0] % 2) + tuple(x[1:]), lambda *x: tuple(x[1:]) + (x[0],),
+                lambda *x: (x[0] // 8, x[0] % 8) + tuple(x[1:])]  # pads a dim that is not a multiple of 8
+        pad_value = data.draw(st.sampled_from([None, -3.0]), label="pad_value")
+        sch.transform_layout(block, (region, index), data.draw(st.sampled_from(maps)), pad_value=pad_value)
     return action
 
 

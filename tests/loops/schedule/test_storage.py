@@ -489,3 +489,15 @@ def test_transform_layout_refuses_padding_written_inside_a_nested_block():
     assert_rejected(sch, lambda: sch.transform_layout(b, ("write", 0), lambda i: (i // 32, i % 32), pad_value=0.0),
                     "transform_layout: block B writes B inside a nested block")
     sch.transform_layout(b, ("write", 0), lambda i: (i // 10, i % 10))  # no padding: no fill needed
+
+
+def test_pad_einsum_refuses_a_block_sharing_its_innermost_loop():
+    """After compute_at, the producer sits in the consumer's loop: padding that loop would drop it
+    (found by the random schedule test)."""
+    sch = Schedule(P.two_elementwise(5, 3))
+    i, _ = sch.get_loops(sch.get_block("C"))
+    sch.compute_at(sch.get_block("B"), i)
+    c = sch.get_block("C")
+    i, j = sch.get_loops(c)
+    sch.compute_at(sch.get_block("B"), j)
+    assert_rejected(sch, lambda: sch.pad_einsum(c, [2, 2]), "pad_einsum: block C must be alone in its loop nest")

@@ -471,7 +471,8 @@ def pad_einsum(func: PrimFunc, block: Block, padding: Sequence[int]) -> tuple[Pr
                             ir=func, spot=realize)
     scope_realize, items = _scope_parts(func, location, "pad_einsum")
     position = _item_index(items, realize)
-    if loops and items[position] is not loops[0] or any(outer.body is not inner for outer, inner in zip(loops, loops[1:])):
+    nest = list(loops) + [realize]
+    if loops and items[position] is not loops[0] or any(outer.body is not inner for outer, inner in zip(nest, nest[1:])):
         raise ScheduleError(f"pad_einsum: block {block.name} must be alone in its loop nest", ir=func, spot=realize)
     extents = []
     for iv, loop in zip(ivs, loops):
