@@ -28,6 +28,7 @@ from ..shape_facts import const_value
 def schedule_kernel(func: PrimFunc) -> PrimFunc:
     """func with parallel outer loops and vectorized inner loops where legal."""
     from ...loops.schedule import Schedule
+    from .block_indices import simplify_block_indices
     from .fuse_tir import inline_spatial_stages
 
     recipe = _recipe_for(func)
@@ -36,7 +37,7 @@ def schedule_kernel(func: PrimFunc) -> PrimFunc:
             return recipe(func).with_attr("scheduled", True)
         except RefcompError:
             pass
-    sch = Schedule(func)
+    sch = Schedule(simplify_block_indices(func))
     inline_spatial_stages(sch)
     for block in [b for b in collect(sch.func.body, Block) if b.name != "root"]:
         try:
@@ -129,9 +130,17 @@ def _vectorize_inner(sch, rv, block: Block, inner) -> int:
     Returns the number of loops the innermost loop became (2), or 0 when nothing changed."""
     from ...loops.intrin import cpu
 
-    extent = const_value(sch.get(inner).extent)
+    from .block_indices import aligned_vector_width
+
+    loop = sch.get(inner)
+    extent = const_value(loop.extent)
     bits = block_dtype_bits(block)
     lanes = vector_lanes(bits, extent)
+    if lanes > 1:
+        iters = [iv.var for iv, value in zip(block.iter_vars, _realize_of(sch.func, sch.get(rv)).iter_values)
+                 if value is loop.loop_var]
+        if iters:
+            lanes = aligned_vector_width(sch.get(rv), iters[0], extent, lanes)
     if lanes == 1:
         native = (512 if cpu.has("avx512f") else 256) // max(bits, 1)
         if extent is not None and extent < native:
