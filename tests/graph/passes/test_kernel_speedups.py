@@ -1,0 +1,228 @@
+"""The fusion and default-schedule rules that make graph kernels fast, each alone: what the IR looks
+like before and after, and that the compiled result still equals numpy on random data."""
+import numpy as np
+import pytest
+
+import refcomp
+from refcomp.ast import For, PrimFunc, SizeVar, collect
+from refcomp.ast.stmt import Block
+from refcomp.graph import BlockBuilder, Var, const, op, tensor
+from refcomp.graph.passes import dead_code_elimination, legalize_ops
+from refcomp.graph.passes.block_indices import aligned_vector_width, simplify_block_indices
+from refcomp.graph.passes.default_schedule import schedule_kernel, vector_lanes
+from refcomp.graph.passes.fuse_ops import fuse_ops
+from refcomp.graph.passes.fuse_tir import fuse_tir
+from refcomp.graph.passes.op_pattern import analyze_pattern
+from refcomp.loops.intrin import cpu
+
+
+def single_output(params, body):
+    bb = BlockBuilder()
+    with bb.function("main", params):
+        with bb.dataflow():
+            out = bb.emit_output(body(bb, *params))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def fused_module(mod):
+    return dead_code_elimination(fuse_tir(fuse_ops(dead_code_elimination(legalize_ops(mod)))))
+
+
+def kernels(mod):
+    return {name: f for name, f in mod.functions.items() if isinstance(f, PrimFunc)}
+
+
+def calls(mod):
+    return [b.value for block in mod["main"].body.blocks for b in block.bindings if b.value.op_name == "call_tir"]
+
+
+def vm_run(mod, *arrays, **kwargs):
+    ex = refcomp.graph.build(mod, target="c", blas=False, **kwargs)
+    return refcomp.runtime.VirtualMachine(ex)["main"](*arrays), ex
+
+
+def np_softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def masked_scores(n):
+    """where(tril(full_like(s, 1)) > 0.5, s * 0.25, -1e9) then softmax: a causal attention row."""
+    s = Var("s", tensor((4, n, n)))
+
+    def body(bb, s):
+        scaled = bb.emit(op.multiply(s, const(np.float32(0.25))))
+        mask = bb.emit(op.tril(op.full_like(scaled, 1.0)))
+        masked = bb.emit(op.where(op.greater(mask, const(np.float32(0.5))), scaled, const(np.float32(-1e9))))
+        return op.softmax(masked, axis=-1)
+
+    return single_output([s], body)
+
+
+def np_masked(s):
+    n = s.shape[-1]
+    scaled = s * np.float32(0.25)
+    masked = np.where(np.tril(np.ones((n, n), bool)), scaled, np.float32(-1e9))
+    return np_softmax(masked)
+
+
+# ----------------------------------------------------------------------------- fusion
+
+def test_softmax_and_layer_norm_kernels_have_the_reduction_pattern():
+    n = SizeVar("n", "int64")
+    x = Var("x", tensor((n, 32)))
+    g, b = Var("g", tensor((32,))), Var("b", tensor((32,)))
+    for body in (lambda bb, x, g, b: op.softmax(x, axis=-1),
+                 lambda bb, x, g, b: op.layer_norm(x, g, b, axes=(-1,))):
+        legal = legalize_ops(single_output([x, g, b], body))
+        (func,) = kernels(legal).values()
+        assert len([blk for blk in collect(func.body, Block) if blk.init is not None]) >= 2  # several reductions
+        assert analyze_pattern(func) == "reduction"
+
+
+def test_a_value_read_twice_inside_one_group_still_fuses(rng):
+    # s * 0.25 is read by full_like (its shape) and by where: both are in the mask's group
+    n = SizeVar("n", "int64")
+    mod = masked_scores(n)
+    legal = dead_code_elimination(legalize_ops(mod))
+    assert len(calls(legal)) == 6
+    fused = fuse_tir(fuse_ops(legal))
+    (call,) = calls(fused)
+    assert call.args[0].name.startswith("fused_multiply")
+    s = rng.standard_normal((4, 21, 21)).astype("float32")
+    out, ex = vm_run(mod, s)
+    np.testing.assert_allclose(out, np_masked(s), rtol=2e-5, atol=1e-7)
+    unfused, _ = vm_run(mod, s, fuse=False)
+    np.testing.assert_allclose(out, unfused, rtol=2e-5, atol=1e-7)
+
+
+def test_costly_math_read_by_a_reduction_stays_in_memory():
+    # sum(exp(x)) over rows: exp is not inlined into the (scalar) sum; cheap stages are
+    n = SizeVar("n", "int64")
+    x = Var("x", tensor((n, 24)))
+    mod = single_output([x], lambda bb, x: op.sum(op.exp(op.add(x, const(np.float32(1.0)))), axis=(1,)))
+    fused = fused_module(mod)
+    (func,) = kernels(fused).values()
+    names = [blk.name for blk in collect(func.body, Block) if blk.name != "root"]
+    assert len(names) == 2  # the add went into exp; exp stays a stage of its own
+    assert any(c.op == "exp" for blk in collect(func.body, Block) if blk.init is None and blk.name != "root"
+               for c in collect(blk.body, refcomp.ast.expr.Call))
+
+
+# ----------------------------------------------------------------------------- default schedule
+
+def loops_of(func, kind):
+    return [loop for loop in collect(func.body, For) if loop.kind == kind]
+
+
+def test_vector_lanes_fill_the_widest_register():
+    native = 16 if cpu.has("avx512f") else 8
+    assert vector_lanes(32, 1024) == native
+    assert vector_lanes(32, 24) == 8
+    assert vector_lanes(32, 12) == 4
+    assert vector_lanes(32, 6) == 1
+    assert vector_lanes(32, None) == 1
+    assert vector_lanes(16, 1024) == 2 * native
+
+
+def test_symbolic_rows_get_a_predicated_vector_loop_and_parallel_rows(rng):
+    n = SizeVar("n", "int64")
+    a = Var("a", tensor((3, n, n)))
+    mod = single_output([a], lambda bb, a: op.multiply(a, const(np.float32(1.5))))
+    legal = legalize_ops(mod)
+    (before,) = kernels(legal).values()
+    assert not loops_of(before, "vectorized") and not loops_of(before, "parallel")
+    after = schedule_kernel(before)
+    (vec,) = loops_of(after, "vectorized")
+    assert vec.extent.value == vector_lanes(32, 1 << 20)
+    (par,) = loops_of(after, "parallel")
+    assert not isinstance(par.extent, refcomp.ast.IntImm)  # the symbolic loop moved outermost, not 3
+    for size in (1, 17, 40):
+        x = rng.standard_normal((3, size, size)).astype("float32")
+        out, _ = vm_run(mod, x)
+        np.testing.assert_allclose(out, x * np.float32(1.5), rtol=1e-6)
+
+
+def test_short_constant_leading_loops_are_fused_before_parallel():
+    a = Var("a", tensor((2, 3, 64)))
+    legal = legalize_ops(single_output([a], lambda bb, a: op.exp(a)))
+    (func,) = kernels(legal).values()
+    (par,) = loops_of(schedule_kernel(func), "parallel")
+    assert par.extent.value == 6
+
+
+def test_vectorized_row_reduction_has_its_init_outside_the_vector_loop(rng):
+    n = SizeVar("n", "int64")
+    x = Var("x", tensor((n, n)))
+    mod = single_output([x], lambda bb, x: op.softmax(x, axis=-1))
+    (func,) = kernels(legalize_ops(mod)).values()
+    partial = [blk for blk in collect(func.body, Block) if blk.name.endswith("_partial")]
+    assert len(partial) == 2 and all(blk.init is not None for blk in partial)
+    after = schedule_kernel(func)
+    blocks = {blk.name: blk for blk in collect(after.body, Block)}
+    assert {"max_partial_init", "sum_partial_init"} <= set(blocks)
+    assert blocks["max_partial"].init is None
+    assert len(loops_of(after, "vectorized")) >= 3  # both partial reductions and the output
+    for size in (1, 15, 16, 33):
+        a = rng.standard_normal((size, size)).astype("float32") * 3
+        out, _ = vm_run(mod, a)
+        np.testing.assert_allclose(out, np_softmax(a), rtol=2e-5, atol=1e-7)
+
+
+def test_softmax_flushes_only_exps_below_the_normal_range(rng):
+    n = SizeVar("n", "int64")
+    x = Var("x", tensor((n, n)))
+    mod = single_output([x], lambda bb, x: op.softmax(x, axis=-1))
+    a = rng.standard_normal((9, 9)).astype("float32")
+    a[:, 3] = -1e9  # masked: exp underflows to 0 either way
+    a[:, 5] = a.max(axis=1) - 86.0  # exp(-86) ~ 4e-38 is kept
+    a[0, :] = np.nan
+    out, _ = vm_run(mod, a)
+    want = np_softmax(a.astype(np.float64)).astype(np.float32)
+    np.testing.assert_allclose(out[1:], want[1:], rtol=2e-5, atol=0)
+    assert np.all(out[1:, 5] > 0) and np.all(out[:, 3][1:] == 0)
+    assert np.all(np.isnan(out[0]))
+
+
+def test_block_indices_of_a_reshape_become_plain(rng):
+    n = SizeVar("n", "int64")
+    x = Var("x", tensor((n, 96)))
+    mod = single_output([x], lambda bb, x: op.permute_dims(op.reshape(x, (n, 3, 2, 16)), (1, 2, 0, 3)))
+    fused = fused_module(mod)
+    (func,) = kernels(fused).values()
+    divisions = (refcomp.ast.expr.FloorDiv, refcomp.ast.expr.FloorMod)
+    assert collect(func.body, divisions)
+    plain = simplify_block_indices(func)
+    (store,) = collect(plain.body, refcomp.ast.BufferStore)
+    assert not collect(store, divisions)
+    a = rng.standard_normal((5, 96)).astype("float32")
+    out, _ = vm_run(mod, a)
+    np.testing.assert_array_equal(out, a.reshape(5, 3, 2, 16).transpose(1, 2, 0, 3))
+
+
+def test_vector_width_is_aligned_to_the_divisors_of_the_vector_iter(rng):
+    n = SizeVar("n", "int64")
+    x = Var("x", tensor((4, n, 32)))
+    mod = single_output([x], lambda bb, x: op.reshape(op.permute_dims(x, (1, 0, 2)), (n, 128)))
+    (func,) = kernels(fused_module(mod)).values()
+    plain = simplify_block_indices(func)
+    (block,) = [blk for blk in collect(plain.body, Block) if blk.name != "root"]
+    inner = block.iter_vars[-1].var
+    assert aligned_vector_width(block, inner, 128, 8) == 32  # reads x[v // 32, i, v % 32]
+    assert aligned_vector_width(block, inner, 128, 64) == 64
+    after = schedule_kernel(func)
+    (vec,) = loops_of(after, "vectorized")
+    assert vec.extent.value == 32
+    a = rng.standard_normal((4, 7, 32)).astype("float32")
+    out, _ = vm_run(mod, a)
+    np.testing.assert_array_equal(out, a.transpose(1, 0, 2).reshape(7, 128))
+
+
+@pytest.mark.parametrize("rows", [1, 6, 13])
+def test_masked_softmax_kernel_matches_numpy_at_several_sizes(rows, rng):
+    n = SizeVar("n", "int64")
+    mod = masked_scores(n)
+    s = rng.standard_normal((4, rows, rows)).astype("float32") * 4
+    out, _ = vm_run(mod, s)
+    np.testing.assert_allclose(out, np_masked(s), rtol=2e-5, atol=1e-7)
