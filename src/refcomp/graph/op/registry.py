@@ -83,7 +83,7 @@ def names() -> list[str]:
     return sorted(REGISTRY)
 
 
-_FAMILIES = ("base", "elementwise", "linear", "nn", "reduce", "manipulate", "index", "create", "image")
+_FAMILIES = ("base", "elementwise", "linear", "nn", "reduce", "manipulate", "index", "create", "image", "bitwise")
 _loaded = False
 
 
