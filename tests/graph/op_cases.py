@@ -243,8 +243,24 @@ def _image_cases() -> list[Case]:
     return cases
 
 
+def _bitwise_cases() -> list[Case]:
+    wide = dict(low=-2 ** 62, high=2 ** 62)
+    return [
+        Case("bitwise_and", [Input(("n", "m"), "int32", "int", **wide), Input(("m",), "int32", "int", **wide)]),
+        Case("bitwise_or", [Input(("n", "m"), "uint8", "int", 0, 256), Input(("n", "m"), "uint8", "int", 0, 256)]),
+        Case("bitwise_xor", [Input(("n", 1, "m"), "int64", "int", **wide), Input(("p", 1), "int64", "int", **wide)]),
+        Case("bitwise_and", [Input(("n",), "uint64", "int", **wide), Input(("n",), "uint64", "int", **wide)],
+             id="bitwise_and_u64"),
+        Case("bitwise_not", [Input(("n", "m"), "int8", "int", -128, 128)]),
+        Case("bitwise_not", [Input(("n",), "uint16", "int", 0, 2 ** 16)], id="bitwise_not_u16"),
+        Case("left_shift", [Input(("n", "m"), "uint32", "int", 0, 2 ** 32), Input(("m",), "uint32", "int", 0, 40)]),
+        Case("right_shift", [Input(("n",), "uint64", "int", **wide), Input(("n",), "uint64", "int", 0, 70)]),
+    ]
+
+
 CASES: list[Case] = (_unary_cases() + _binary_cases() + _other_elementwise() + _linear_cases() + _reduce_cases()
-                     + _nn_cases() + _manipulate_cases() + _index_cases() + _create_cases() + _image_cases())
+                     + _nn_cases() + _manipulate_cases() + _index_cases() + _create_cases() + _image_cases()
+                     + _bitwise_cases())
 
 
 def letters(case: Case) -> list[str]:
