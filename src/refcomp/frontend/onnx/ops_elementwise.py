@@ -231,3 +231,37 @@ def _shrink(ctx, node, inputs, attrs):
     c = lambda v: Constant(np.asarray(v, dtype))  # noqa: E731
     below = ctx.emit(op.where(op.less(x, c(-lambd)), op.add(x, c(bias)), c(0)))
     return ctx.emit(op.where(op.greater(x, c(lambd)), op.subtract(x, c(bias)), below))
+
+
+@converter("BitwiseAnd", "BitwiseOr", "BitwiseXor")
+def _bitwise(ctx, node, inputs, attrs):
+    fn = {"BitwiseAnd": op.bitwise_and, "BitwiseOr": op.bitwise_or, "BitwiseXor": op.bitwise_xor}[node.op_type]
+    return ctx.emit(fn(*inputs))
+
+
+@converter("BitwiseNot")
+def _bitwise_not(ctx, node, inputs, attrs):
+    return ctx.emit(op.bitwise_not(inputs[0]))
+
+
+@converter("BitShift")
+def _bit_shift(ctx, node, inputs, attrs):
+    direction = attrs["direction"]
+    direction = direction.decode() if isinstance(direction, bytes) else direction
+    if direction not in ("LEFT", "RIGHT"):
+        ctx.fail(f"direction must be LEFT or RIGHT, got {direction!r}")
+    fn = op.left_shift if direction == "LEFT" else op.right_shift
+    return ctx.emit(fn(*inputs))
+
+
+@converter("BitCast")
+def _bit_cast(ctx, node, inputs, attrs):
+    from .importer import _onnx_dtype
+
+    source = ctx.info(inputs[0]).dtype
+    target = _onnx_dtype(attrs["to"])
+    same_width = source.bytes == target.itemsize
+    # between integer types (and bool -> 8 bits) of one width, the modular conversion keeps the bits
+    if same_width and (source.is_integer or source.is_bool) and target.kind in "iu":
+        return ctx.emit(op.astype(inputs[0], str(target)))
+    ctx.fail(f"BitCast from {source} to {target} is not supported (same-width integer types are)")
