@@ -181,6 +181,24 @@ def test_int8_kernel_is_exact(build, name, k_units, seed, extremes):
 
 
 @pytest.mark.parametrize("name", _params(["x86.avx2.i8gemm_6x16", "x86.vnni.i8gemm_8x32"]))
+@pytest.mark.parametrize("k", [64, 148, 1024])
+@pytest.mark.parametrize("rows", [None, 3])
+def test_int8_kernel_large_k_is_exact(build, name, k, rows, rng):
+    """K past one 64-byte row chunk (VNNI sums A's rows 64 bytes at a time, then a masked tail),
+    all -128 in a row (the largest row sum), full and partial tiles."""
+    mr, nr, _ = x86.tile_shape(name)
+    a = rng.integers(-128, 128, size=(mr, k), dtype=np.int8)
+    a[1] = -128
+    b = rng.integers(-128, 128, size=(k, nr), dtype=np.int8)
+    c = rng.integers(-(2**20), 2**20, size=(mr, nr), dtype=np.int32)
+    expected = c.copy()
+    touched = mr if rows is None else rows
+    expected[:touched] += (a.astype(np.int32) @ b.astype(np.int32))[:touched]
+    run_kernel(build(name), name, a, pack_b(b, x86.b_layout(name)), c, m_rows=rows)
+    np.testing.assert_array_equal(c, expected)
+
+
+@pytest.mark.parametrize("name", _params(["x86.avx2.i8gemm_6x16", "x86.vnni.i8gemm_8x32"]))
 def test_int8_kernel_strided_a(build, name, rng):
     mr, nr, k_multiple = x86.tile_shape(name)
     k = 3 * k_multiple
