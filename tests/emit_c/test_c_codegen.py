@@ -73,9 +73,10 @@ def test_comment_text_is_escaped():
 
 
 def test_floor_division_uses_helpers():
-    func = binary_kernel(lambda a, b: floordiv(a, b) + floormod(a, b), dtype="int32")
+    func = binary_kernel(lambda a, b: floordiv(a, b) + floormod(a, 7), dtype="int32")
     source = emit(func, NATIVE).source
-    assert "rc_floordiv_i32(A[i], B[i])" in source and "rc_floormod_i32(A[i], B[i])" in source
+    # a divisor that may be zero goes through the checked helper, a nonzero constant does not
+    assert "rc_floordiv_checked_i32(A[i], B[i], &rc_zero)" in source and "rc_floormod_i32(A[i], 7)" in source
 
 
 @given(st.lists(st.integers(-2**31, 2**31 - 1), min_size=1, max_size=12),
@@ -113,14 +114,17 @@ def _lib_int_ops():
     return _CACHE["int"]
 
 
-def test_division_by_zero_and_int_min_never_trap():
+def test_int_min_divided_by_minus_one_wraps_and_division_by_zero_is_reported():
     lib = _lib_int_ops()
     a = np.array([7, -7, -2**31, 5], np.int32)
-    b = np.array([0, 0, -1, -1], np.int32)
+    b = np.array([2, -2, -1, -1], np.int32)
     out = np.zeros((4, 4), np.int32)
     lib(a, b, *out)
-    assert list(out[0]) == [0, 0, -2**31, -5]
-    assert list(out[1]) == [0, 0, 0, 0]
+    assert list(out[0]) == [3, 3, -2**31, -5]
+    assert list(out[1]) == [1, -1, 0, 0]
+    b[1] = 0
+    with pytest.raises(refcomp.RuntimeFailure, match="integer division by zero"):
+        lib(a, b, *np.zeros((4, 4), np.int32))
 
 
 @pytest.mark.parametrize("target", ["c", "c -std=c99"])

@@ -31,9 +31,16 @@ _PROGRAMS = textwrap.dedent("""
                             target=target, bounds="off")
         a = rng.integers(-2**31, 2**31 - 1, 64, dtype=np.int32)
         b = rng.integers(-5, 5, 64, dtype=np.int32)
-        b[:4] = [0, -1, 0, -1]
+        b[b == 0] = 3
+        b[:4] = [-1, -1, 1, -1]
         a[:4] = [-2**31, -2**31, 5, 7]
         lib(a, b, np.zeros(64, np.int32))
+        b[7] = 0  # a zero divisor is reported, never undefined behaviour
+        try:
+            lib(a, b, np.zeros(64, np.int32))
+            raise AssertionError("a division by zero was not reported")
+        except refcomp.RuntimeFailure as failure:
+            assert "integer division by zero" in str(failure)
         for dtype in ("float16", "bfloat16", "int8", "uint16"):
             lib = refcomp.build(binary_kernel(lambda x, y: max_(x * y, x - y), dtype, lanes=8),
                                 target=target, bounds="off")

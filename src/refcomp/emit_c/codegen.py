@@ -5,6 +5,11 @@ become GCC vector code in the native target and per-lane loops in strict C99 (or
 count is not a power of two).  Every failure path (a failed AssertStmt, out of memory) sets a
 status code and jumps to the cleanup label of the innermost scope that owns heap memory or
 parallel work, so a kernel never leaks and never returns from inside an OpenMP region.
+
+An integer division whose divisor is not a nonzero constant goes through a `_checked` helper
+that sets a flag local to its statement; the statement tests the flag once its expressions are
+computed and, before it stores, branches or allocates anything, fails with "integer division
+by zero" (the interpreter's RuntimeFailure).
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ from ..ast.function import PrimFunc
 from ..ast.functor import collect, free_vars
 from ..errors import BuildError
 from . import mathlib
-from .codegen_expr import ExprEmitter, _is_zero, _unit_ramp_base, cast_scalar
+from .codegen_expr import _INT_HELPER, ExprEmitter, _is_zero, _unit_ramp_base, cast_scalar, may_divide_by_zero
 from .ctype import storage_type, value_type
 from .legalize import split_wide_vectors
 from .names import NameTable, c_string, comment_safe, mangle, symbol_suffix
@@ -130,6 +135,9 @@ class _Emitter(ExprEmitter):
         self.nontemporal = 0  # > 0 inside a loop annotated NONTEMPORAL
         self.uses_omp_api = False
         self.streamed = False
+        self.statement_flag: str | None = None  # the division-by-zero flag of the statement being emitted
+        self.flag_tested = False  # whether that statement has emitted its test of the flag
+        self.zero_division_code: int | None = None
 
     # ================================================================== driver
     def run(self) -> CModule:
@@ -264,13 +272,55 @@ class _Emitter(ExprEmitter):
         self.line(f"rc_status = {code};")
         self.line(f"goto {scope.label};")
 
+    # ================================================================== division by zero
+    def zero_flag(self) -> str:
+        """The name of the current statement's division-by-zero flag (declared around it by stmt)."""
+        if self.statement_flag is None:
+            self.statement_flag = self.names.fresh("rc_zero")
+        return self.statement_flag
+
+    def test_zero_flag(self) -> None:
+        """Fail with "integer division by zero" if the statement's expressions so far divided by zero."""
+        if self.statement_flag is None:
+            return
+        if self.zero_division_code is None:
+            self.zero_division_code = FIRST_ASSERT_CODE + len(self.messages) - 1
+            self.messages[self.zero_division_code] = "integer division by zero"
+        self.line(f"if ({self.statement_flag}) {{")
+        self.depth += 1
+        self.fail(self.zero_division_code)
+        self.depth -= 1
+        self.line("}")
+        self.flag_tested = True
+
+    def checked_value(self, ctype: str, text: str, hint: str) -> str:
+        """text, computed into a temporary first when the statement has a flag to test before using it."""
+        if self.statement_flag is None:
+            return text
+        name = self.names.fresh(hint)
+        self.line(f"const {ctype} {name} = {text};")
+        return name
+
     # ================================================================== statements
     def stmt(self, s: S.Stmt) -> None:
         method = getattr(self, "stmt_" + type(s).__name__, None)
         if method is None:
             raise BuildError(f"build: the C backend cannot emit {type(s).__name__} statements",
                              ir=self.func, spot=s)
-        method(s)
+        outer = (self.statement_flag, self.flag_tested)
+        self.statement_flag, self.flag_tested = None, False
+        start = len(self.lines)
+        try:
+            method(s)
+            flag = self.statement_flag
+            if flag is not None:
+                if not self.flag_tested:  # a statement form that does not test early: test after it
+                    self.test_zero_flag()
+                indent = "    " * self.depth
+                inner = ["    " + line if line and not line.startswith("#") else line for line in self.lines[start:]]
+                self.lines[start:] = [indent + "{", f"{indent}    int32_t {flag} = 0;", *inner, indent + "}"]
+        finally:
+            self.statement_flag, self.flag_tested = outer
 
     def stmt_SeqStmt(self, s: S.SeqStmt) -> None:
         for item in s.stmts:
@@ -285,7 +335,9 @@ class _Emitter(ExprEmitter):
         self.line(f"(void)({self.expr(value)});")
 
     def stmt_IfThenElse(self, s: S.IfThenElse) -> None:
-        self.line(f"if ({self.expr(s.condition)}) {{")
+        condition = self.checked_value("bool", self.expr(s.condition), "rc_cond")
+        self.test_zero_flag()
+        self.line(f"if ({condition}) {{")
         self.nested(s.then_case)
         if s.else_case is not None:
             self.line("} else {")
@@ -298,8 +350,19 @@ class _Emitter(ExprEmitter):
         self.depth -= 1
 
     def stmt_While(self, s: S.While) -> None:
-        self.line(f"while ({self.expr(s.condition)}) {{")
-        self.nested(s.body)
+        condition = self.expr(s.condition)
+        if self.statement_flag is None:
+            self.line(f"while ({condition}) {{")
+            self.nested(s.body)
+            self.line("}")
+            return
+        self.line("while (1) {")  # the condition is computed and tested on every iteration
+        self.depth += 1
+        holds = self.checked_value("bool", condition, "rc_cond")
+        self.test_zero_flag()
+        self.line(f"if (!{holds}) break;")
+        self.stmt(s.body)
+        self.depth -= 1
         self.line("}")
 
     def stmt_LetStmt(self, s: S.LetStmt) -> None:
@@ -314,6 +377,7 @@ class _Emitter(ExprEmitter):
         else:
             self.line(f"const {self.ctype(dtype)} {name} = {self.expr(s.value)};")
             self.line(f"(void){name};  /* the body may not use it: no unused-variable warning */")
+        self.test_zero_flag()
         self.stmt(s.body)
         self.depth -= 1
         self.line("}")
@@ -321,7 +385,9 @@ class _Emitter(ExprEmitter):
     def stmt_AssertStmt(self, s: S.AssertStmt) -> None:
         code = FIRST_ASSERT_CODE + len(self.messages) - 1
         self.messages[code] = str(s.message)
-        self.line(f"if (!({self.expr(s.condition)})) {{")
+        condition = self.checked_value("bool", self.expr(s.condition), "rc_cond")
+        self.test_zero_flag()
+        self.line(f"if (!({condition})) {{")
         self.depth += 1
         self.fail(code)
         self.depth -= 1
@@ -349,6 +415,8 @@ class _Emitter(ExprEmitter):
             self.stmt(s.body)
         else:
             size = " * ".join(f"(size_t)({self.index(d)})" for d in buffer.shape) or "1"
+            size = self.checked_value("size_t", size, "rc_size")
+            self.test_zero_flag()
             if self.options.vectors:
                 # C11 aligned_alloc needs a size that is a multiple of the alignment.
                 align = max(buffer.align, 64)
@@ -393,6 +461,9 @@ class _Emitter(ExprEmitter):
             end = self.index(E.Add(s.min, s.extent))
         else:
             end = f"({low} + {self.index(s.extent)})"
+        low = self.checked_value(value_type(s.min.dtype), low, "rc_low")
+        end = self.checked_value(value_type(s.extent.dtype), end, "rc_end")
+        self.test_zero_flag()
         header = f"for ({ctype} {var} = {low}; {var} < {end}; ++{var}) {{"
         if s.kind == "thread_binding":
             raise BuildError(f"build: loop {s.loop_var.name} is bound to {s.thread_binding}; "
@@ -462,15 +533,21 @@ class _Emitter(ExprEmitter):
         dtype = s.value.dtype
         lanes = max(dtype.lanes, index.dtype.lanes)
         if lanes == 1:
-            self.line(f"{self.buffer_name(buffer)}[{self.index(index)}] = "
-                      f"{self.to_storage(buffer.dtype, self.expr(s.value))};")
+            where = self.index(index)
+            value = self.to_storage(buffer.dtype, self.expr(s.value))
+            where = self.checked_value(value_type(index.dtype), where, "rc_at")
+            value = self.checked_value(storage_type(buffer.dtype), value, "rc_value")
+            self.test_zero_flag()
+            self.line(f"{self.buffer_name(buffer)}[{where}] = {value};")
             return
         if dtype.lanes == 1:  # scalar value stored to many lanes
             value = E.Broadcast(s.value, lanes)
         else:
             value = s.value
         vtype = buffer.dtype.with_lanes(lanes)
-        if self.vector_ok(vtype) and (index.dtype.lanes == 1 or self.vector_ok(index.dtype)):
+        # A store that may divide by zero goes lane by lane, so it can test before storing.
+        if self.vector_ok(vtype) and (index.dtype.lanes == 1 or self.vector_ok(index.dtype)) \
+                and not _divides_by_variable(s):
             name = self.buffer_name(buffer)
             base = _unit_ramp_base(index)
             if base is not None:
@@ -494,8 +571,16 @@ class _Emitter(ExprEmitter):
         self.line(f"{value_type(buffer.dtype)} {tmp}[{lanes}];")
         self.lane_loop(lambda lane: f"{tmp}[{lane}] = {self.expr(value, lane)};", lanes)
         name = self.buffer_name(buffer)
-        self.lane_loop(lambda lane: f"{name}[{self.index(index, lane)}] = "
-                                    f"{self.to_storage(buffer.dtype, f'{tmp}[{lane}]')};", lanes)
+        if _divides_by_variable(s):  # every lane's index too, then the test, then the stores
+            at = self.names.fresh("rc_at")
+            self.line(f"{value_type(index.dtype.element)} {at}[{lanes}];")
+            self.lane_loop(lambda lane: f"{at}[{lane}] = {self.index(index, lane)};", lanes)
+            self.test_zero_flag()
+            self.lane_loop(lambda lane: f"{name}[{at}[{lane}]] = "
+                                        f"{self.to_storage(buffer.dtype, f'{tmp}[{lane}]')};", lanes)
+        else:
+            self.lane_loop(lambda lane: f"{name}[{self.index(index, lane)}] = "
+                                        f"{self.to_storage(buffer.dtype, f'{tmp}[{lane}]')};", lanes)
         self.depth -= 1
         self.line("}")
 
@@ -525,9 +610,16 @@ def _multiple_of(e: E.PrimExpr, k: int) -> bool:
     return False
 
 
+def _divides_by_variable(node: object) -> bool:
+    """Whether node holds an integer division whose divisor is not a nonzero constant (checked)."""
+    return any(may_divide_by_zero(d.b) for kind in _INT_HELPER for d in collect(node, kind))
+
+
 def _simd_safe(body: S.Stmt) -> bool:
     """`omp simd` forbids jumps out of the loop and calls with effects; only plain bodies get it."""
     if collect(body, S.AssertStmt) or collect(body, S.Allocate) or collect(body, S.While):
+        return False
+    if _divides_by_variable(body):  # its zero test jumps out
         return False
     for call in collect(body, E.Call):
         if call.op == "call_extern":

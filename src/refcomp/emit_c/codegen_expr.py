@@ -28,7 +28,8 @@ _INT_HELPER = {E.FloorDiv: "floordiv", E.FloorMod: "floormod", E.TruncDiv: "trun
 
 class ExprEmitter:
     """The expression half of the emitter; needs self.func, .options, .names, .vec, .buffers,
-    .array_vars and .index_depth from the class it is mixed into."""
+    .array_vars, .index_depth and .zero_flag() (the name of the current statement's
+    division-by-zero flag) from the class it is mixed into."""
 
     # ================================================================== buffers
     def buffer_name(self, buffer: Buffer) -> str:
@@ -220,9 +221,14 @@ class ExprEmitter:
     def int_division(self, e: E.BinaryOp, lane) -> str:
         a, b = self.binary(e, lane)
         op = _INT_HELPER[type(e)]
+        if not may_divide_by_zero(e.b):  # the common case: no check, no cost
+            if self.vector_mode(e, lane):
+                return f"{self.vec.lanewise(op, e.dtype)}({a}, {b})"
+            return f"rc_{op}_{short_name(e.dtype.element)}({a}, {b})"
+        flag = self.zero_flag()
         if self.vector_mode(e, lane):
-            return f"{self.vec.lanewise(op, e.dtype)}({a}, {b})"
-        return f"rc_{op}_{short_name(e.dtype.element)}({a}, {b})"
+            return f"{self.vec.lanewise_checked(op, e.dtype)}({a}, {b}, &{flag})"
+        return f"rc_{op}_checked_{short_name(e.dtype.element)}({a}, {b}, &{flag})"
 
     expr_FloorDiv = expr_FloorMod = expr_TruncDiv = expr_TruncMod = int_division
 
@@ -406,6 +412,13 @@ def _constant_comparison(e: E.CompareOp, symbol: str, same_text: bool) -> bool |
             outcomes = {relation(c, low), relation(c, high), relation(c, min(max(c, low), high))}
             return outcomes.pop() if len(outcomes) == 1 else None
     return None
+
+
+def may_divide_by_zero(divisor: E.PrimExpr) -> bool:
+    """Whether an integer divisor is anything but a nonzero constant (then it is checked)."""
+    if isinstance(divisor, E.Broadcast):
+        divisor = divisor.value
+    return not (isinstance(divisor, E.IntImm) and divisor.value != 0)
 
 
 def _is_zero(e: E.PrimExpr) -> bool:

@@ -5,6 +5,9 @@ All helpers are `static inline`, so the ones a kernel does not use cost nothing 
 warning.  The rules they implement are the ones spec/c_abi.md states (and the interpreter follows):
 
 * floordiv / floormod / truncdiv / truncmod by zero give 0; INT_MIN / -1 wraps to INT_MIN.
+  The `_checked` forms (used for divisors that are not a nonzero constant) also set `*zero` to
+  1 on a zero divisor; the kernel tests that flag after the statement's expressions and fails
+  with "integer division by zero" before the statement has any effect.
 * float -> integer casts truncate toward zero, saturate at the integer's range, and map NaN to 0.
 * float16 and bfloat16 conversions round to nearest, ties to even; NaN stays NaN (quiet);
   a conversion to bfloat16 rounds to float32 first (as the interpreter does).
@@ -60,6 +63,14 @@ static inline {ctype} rc_floormod_{tag}({ctype} a, {ctype} b) {{ return rc_trunc
 static inline {ctype} rc_abs_{tag}({ctype} a) {{ return a; }}
 static inline {ctype} rc_min_{tag}({ctype} a, {ctype} b) {{ return a < b ? a : b; }}
 static inline {ctype} rc_max_{tag}({ctype} a, {ctype} b) {{ return a > b ? a : b; }}"""
+
+
+def _checked_division(tag: str, ctype: str) -> str:
+    # Branch free: the flag is a local of the statement, kept in a register once inlined.
+    return "\n".join(
+        f"static inline {ctype} rc_{op}_checked_{tag}({ctype} a, {ctype} b, int32_t* zero) {{ "
+        f"*zero |= (b == 0); return rc_{op}_{tag}(a, b); }}"
+        for op in ("truncdiv", "truncmod", "floordiv", "floormod"))
 
 
 def _float_to_int(tag: str, ctype: str, low: str, high: str) -> str:
@@ -185,6 +196,8 @@ def scalar_prelude() -> str:
         parts.append(_signed_division(tag, ctype, utype, low))
     for tag, ctype, _high in _UNSIGNED:
         parts.append(_unsigned_division(tag, ctype))
+    for tag, ctype, *_ in _SIGNED + _UNSIGNED:
+        parts.append(_checked_division(tag, ctype))
     for tag, ctype, _utype, low, high in _SIGNED:
         parts.append(_float_to_int(tag, ctype, low, high))
     for tag, ctype, high in _UNSIGNED:

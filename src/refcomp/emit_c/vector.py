@@ -270,6 +270,20 @@ class VectorLib:
             f"    for (int l = 0; l < {lanes}; ++l) z[l] = rc_{op}_{tag}({args});\n"
             f"    {vt} r;\n    memcpy(&r, z, sizeof r);\n    return r;\n}}"))
 
+    def lanewise_checked(self, op: str, dtype: DataType) -> str:
+        """rc_v<op>_checked_T(a, b, zero): integer div/mod lane by lane, setting *zero on a zero divisor."""
+        vt = self.vtype(dtype)
+        tag = short_name(dtype.element)
+        name = f"rc_v{op}_checked_{vt[3:]}"
+        ctype = value_type(dtype.element)
+        lanes = dtype.lanes
+        copies = "".join(f"    {ctype} x{p}[{lanes}];\n    memcpy(x{p}, &{p}, sizeof x{p});\n" for p in "ab")
+        return self._add(name, (
+            f"static inline {vt} {name}({vt} a, {vt} b, int32_t* zero) {{\n{copies}"
+            f"    {ctype} z[{lanes}];\n"
+            f"    for (int l = 0; l < {lanes}; ++l) z[l] = rc_{op}_checked_{tag}(xa[l], xb[l], zero);\n"
+            f"    {vt} r;\n    memcpy(&r, z, sizeof r);\n    return r;\n}}"))
+
     def select(self, dtype: DataType) -> str:
         """rc_vselect_T(mask, a, b): a where the mask lane is set, else b (bitwise, branch free)."""
         vt = self.vtype(dtype)
