@@ -71,7 +71,10 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     if pack_b:
         packed_b = sch.cache_read(blk, shape.b_index, "global")
         sch.transform_layout(packed_b, ("write", 0), _b_panels(nr, b_layout))
-        _schedule_copy(sch, packed_b, parallel, nr if b_layout == "rows" else 1)
+        if b_layout == "rows":
+            _schedule_copy(sch, packed_b, parallel, nr)
+        else:
+            _schedule_grouped_copy(sch, packed_b, parallel, nr, _GROUP[b_layout])
     # transform_layout needs constant shapes, so A is packed only for a constant M.
     if pack_a and kc < as_int(shape.k) and as_int(shape.m) is not None:
         packed_a = sch.cache_read(blk, shape.a_index, "global")
@@ -170,6 +173,24 @@ def _schedule_copy(sch: Schedule, copy: BlockRV, parallel: bool, run: int) -> No
             vector = sch.split(inner, factors)[-1]
             sch.vectorize(vector)
             return
+
+
+_GROUP = {"pairs": 2, "quads": 4}
+
+
+def _schedule_grouped_copy(sch: Schedule, copy: BlockRV, parallel: bool, nr: int, group: int) -> None:
+    """Order the copy packing B (K, N) into pairs or quads, Bp[j // NR, k // g, j % NR, k % g],
+    so that it writes the packed buffer in order: k // g, j // NR, then j % NR, k % g innermost.
+
+    Split this way every packed index is affine in the loops (no division per element), and the
+    two inner loops read g rows of B and interleave them into one contiguous NR * g run.
+    """
+    k_loop, j_loop = sch.get_loops(copy)
+    k_outer, k_inner = sch.split(k_loop, [None, group])
+    j_outer, j_inner = sch.split(j_loop, [None, nr])
+    sch.reorder(k_outer, j_outer, j_inner, k_inner)
+    if parallel:
+        sch.parallel(k_outer)
 
 
 BF16_INTRINS = ["x86.amx.bf16gemm_32x32", "x86.avx512bf16.bf16gemm_8x32", "x86.avx2.bf16gemm_6x16"]
