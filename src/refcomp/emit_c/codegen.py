@@ -5,11 +5,7 @@ become GCC vector code in the native target and per-lane loops in strict C99 (or
 count is not a power of two).  Every failure path (a failed AssertStmt, out of memory) sets a
 status code and jumps to the cleanup label of the innermost scope that owns heap memory or
 parallel work, so a kernel never leaks and never returns from inside an OpenMP region.
-
-An integer division whose divisor is not a nonzero constant goes through a `_checked` helper
-that sets a flag local to its statement; the statement tests the flag once its expressions are
-computed and, before it stores, branches or allocates anything, fails with "integer division
-by zero" (the interpreter's RuntimeFailure).
+Integer division by zero is one of these failures (emit_c/zero_checks).
 """
 from __future__ import annotations
 
@@ -25,12 +21,13 @@ from ..ast.function import PrimFunc
 from ..ast.functor import collect, free_vars
 from ..errors import BuildError
 from . import mathlib
-from .codegen_expr import _INT_HELPER, ExprEmitter, _is_zero, _unit_ramp_base, cast_scalar, may_divide_by_zero
+from .codegen_expr import ExprEmitter, _is_zero, _unit_ramp_base, cast_scalar
 from .ctype import storage_type, value_type
 from .legalize import split_wide_vectors
 from .names import NameTable, c_string, comment_safe, mangle, symbol_suffix
 from .prelude import HEADER_INCLUDES, scalar_prelude
 from .vector import VectorLib
+from .zero_checks import ZeroChecks, divides_by_variable
 
 OUT_OF_MEMORY = 1
 FIRST_ASSERT_CODE = 2
@@ -116,7 +113,7 @@ class _Scope:
         self.used = False
 
 
-class _Emitter(ExprEmitter):
+class _Emitter(ZeroChecks, ExprEmitter):
     def __init__(self, func: PrimFunc, options: EmitOptions, size_vars: list[E.Var]) -> None:
         self.func = func
         self.options = options
@@ -135,9 +132,7 @@ class _Emitter(ExprEmitter):
         self.nontemporal = 0  # > 0 inside a loop annotated NONTEMPORAL
         self.uses_omp_api = False
         self.streamed = False
-        self.statement_flag: str | None = None  # the division-by-zero flag of the statement being emitted
-        self.flag_tested = False  # whether that statement has emitted its test of the flag
-        self.zero_division_code: int | None = None
+        ZeroChecks.__init__(self)
 
     # ================================================================== driver
     def run(self) -> CModule:
@@ -272,55 +267,13 @@ class _Emitter(ExprEmitter):
         self.line(f"rc_status = {code};")
         self.line(f"goto {scope.label};")
 
-    # ================================================================== division by zero
-    def zero_flag(self) -> str:
-        """The name of the current statement's division-by-zero flag (declared around it by stmt)."""
-        if self.statement_flag is None:
-            self.statement_flag = self.names.fresh("rc_zero")
-        return self.statement_flag
-
-    def test_zero_flag(self) -> None:
-        """Fail with "integer division by zero" if the statement's expressions so far divided by zero."""
-        if self.statement_flag is None:
-            return
-        if self.zero_division_code is None:
-            self.zero_division_code = FIRST_ASSERT_CODE + len(self.messages) - 1
-            self.messages[self.zero_division_code] = "integer division by zero"
-        self.line(f"if ({self.statement_flag}) {{")
-        self.depth += 1
-        self.fail(self.zero_division_code)
-        self.depth -= 1
-        self.line("}")
-        self.flag_tested = True
-
-    def checked_value(self, ctype: str, text: str, hint: str) -> str:
-        """text, computed into a temporary first when the statement has a flag to test before using it."""
-        if self.statement_flag is None:
-            return text
-        name = self.names.fresh(hint)
-        self.line(f"const {ctype} {name} = {text};")
-        return name
-
     # ================================================================== statements
     def stmt(self, s: S.Stmt) -> None:
         method = getattr(self, "stmt_" + type(s).__name__, None)
         if method is None:
             raise BuildError(f"build: the C backend cannot emit {type(s).__name__} statements",
                              ir=self.func, spot=s)
-        outer = (self.statement_flag, self.flag_tested)
-        self.statement_flag, self.flag_tested = None, False
-        start = len(self.lines)
-        try:
-            method(s)
-            flag = self.statement_flag
-            if flag is not None:
-                if not self.flag_tested:  # a statement form that does not test early: test after it
-                    self.test_zero_flag()
-                indent = "    " * self.depth
-                inner = ["    " + line if line and not line.startswith("#") else line for line in self.lines[start:]]
-                self.lines[start:] = [indent + "{", f"{indent}    int32_t {flag} = 0;", *inner, indent + "}"]
-        finally:
-            self.statement_flag, self.flag_tested = outer
+        self.with_zero_check(lambda: method(s))
 
     def stmt_SeqStmt(self, s: S.SeqStmt) -> None:
         for item in s.stmts:
@@ -382,9 +335,14 @@ class _Emitter(ExprEmitter):
         self.depth -= 1
         self.line("}")
 
-    def stmt_AssertStmt(self, s: S.AssertStmt) -> None:
+    def failure_code(self, message: str) -> int:
+        """A new status code (after those used so far) for a failure with this message."""
         code = FIRST_ASSERT_CODE + len(self.messages) - 1
-        self.messages[code] = str(s.message)
+        self.messages[code] = message
+        return code
+
+    def stmt_AssertStmt(self, s: S.AssertStmt) -> None:
+        code = self.failure_code(str(s.message))
         condition = self.checked_value("bool", self.expr(s.condition), "rc_cond")
         self.test_zero_flag()
         self.line(f"if (!({condition})) {{")
@@ -547,7 +505,7 @@ class _Emitter(ExprEmitter):
         vtype = buffer.dtype.with_lanes(lanes)
         # A store that may divide by zero goes lane by lane, so it can test before storing.
         if self.vector_ok(vtype) and (index.dtype.lanes == 1 or self.vector_ok(index.dtype)) \
-                and not _divides_by_variable(s):
+                and not divides_by_variable(s):
             name = self.buffer_name(buffer)
             base = _unit_ramp_base(index)
             if base is not None:
@@ -571,7 +529,7 @@ class _Emitter(ExprEmitter):
         self.line(f"{value_type(buffer.dtype)} {tmp}[{lanes}];")
         self.lane_loop(lambda lane: f"{tmp}[{lane}] = {self.expr(value, lane)};", lanes)
         name = self.buffer_name(buffer)
-        if _divides_by_variable(s):  # every lane's index too, then the test, then the stores
+        if divides_by_variable(s):  # every lane's index too, then the test, then the stores
             at = self.names.fresh("rc_at")
             self.line(f"{value_type(index.dtype.element)} {at}[{lanes}];")
             self.lane_loop(lambda lane: f"{at}[{lane}] = {self.index(index, lane)};", lanes)
@@ -610,16 +568,11 @@ def _multiple_of(e: E.PrimExpr, k: int) -> bool:
     return False
 
 
-def _divides_by_variable(node: object) -> bool:
-    """Whether node holds an integer division whose divisor is not a nonzero constant (checked)."""
-    return any(may_divide_by_zero(d.b) for kind in _INT_HELPER for d in collect(node, kind))
-
-
 def _simd_safe(body: S.Stmt) -> bool:
     """`omp simd` forbids jumps out of the loop and calls with effects; only plain bodies get it."""
     if collect(body, S.AssertStmt) or collect(body, S.Allocate) or collect(body, S.While):
         return False
-    if _divides_by_variable(body):  # its zero test jumps out
+    if divides_by_variable(body):  # its zero test jumps out
         return False
     for call in collect(body, E.Call):
         if call.op == "call_extern":

@@ -18,6 +18,7 @@ from ..errors import BuildError
 from . import mathlib
 from .ctype import float_literal, int_literal, is_half, short_name, value_type
 from .names import c_string
+from .zero_checks import may_divide_by_zero
 
 _C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _ARITH = {E.Add: "+", E.Sub: "-", E.Mul: "*"}
@@ -412,13 +413,6 @@ def _constant_comparison(e: E.CompareOp, symbol: str, same_text: bool) -> bool |
             outcomes = {relation(c, low), relation(c, high), relation(c, min(max(c, low), high))}
             return outcomes.pop() if len(outcomes) == 1 else None
     return None
-
-
-def may_divide_by_zero(divisor: E.PrimExpr) -> bool:
-    """Whether an integer divisor is anything but a nonzero constant (then it is checked)."""
-    if isinstance(divisor, E.Broadcast):
-        divisor = divisor.value
-    return not (isinstance(divisor, E.IntImm) and divisor.value != 0)
 
 
 def _is_zero(e: E.PrimExpr) -> bool:
