@@ -74,11 +74,20 @@ I8GEMM_VNNI_8X32 = r"""
 #include <stdint.h>
 #include <string.h>
 #define RC_ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+/* acc += vpdpbusd(u8, s8) in place.  gcc 12 compiles _mm512_dpbusd_epi32 in a loop with a
+   register copy per accumulator per iteration (it does not tie the accumulator to the
+   destination), which costs a quarter of the throughput; the asm names the one register. */
+__attribute__((target("avx512f"))) static inline __m512i rc_dpbusd(__m512i acc, __m512i u8, __m512i s8) {
+  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "v"(s8));
+  return acc;
+}
 /* excess[r] = 128 * sum_k A[r*rs + k*cs] for r < m <= 8 (K a multiple of 4), exact in int32.
-   The rows advance together: eight independent vpdpbusd chains instead of one long one. */
+   A whole tile of contiguous rows (the packed case) advances its eight rows together, 64 bytes
+   per vpdpbusd against 0x01 bytes: eight independent chains.  Edge tiles and strided A add up
+   scalars. */
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline void rc_i8_row_excess(
     const int8_t* a, int64_t rs, int64_t cs, int64_t K, int64_t m, int32_t* excess) {
-  if (cs != 1) {
+  if (cs != 1 || m < 8) {
     for (int64_t r = 0; r < m; ++r) {
       int32_t sum = 0;
       for (int64_t k = 0; k < K; ++k) sum += a[r * rs + k * cs];
@@ -87,25 +96,24 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline void rc_i8_
     return;
   }
   const __m512i ones = _mm512_set1_epi8(1);
-  __m512i acc[8];
-  for (int64_t r = 0; r < 8; ++r) acc[r] = _mm512_setzero_si512();
+#define RC_SUM0(r) __m512i s##r = _mm512_setzero_si512();
+  RC_ROWS8(RC_SUM0)
+#undef RC_SUM0
   int64_t k = 0;
-  for (; k + 64 <= K; k += 64)
-    for (int64_t r = 0; r < m; ++r)
-      acc[r] = _mm512_dpbusd_epi32(acc[r], ones, _mm512_loadu_si512((const void*)(a + r * rs + k)));
+  for (; k + 64 <= K; k += 64) {
+#define RC_SUM(r) s##r = rc_dpbusd(s##r, ones, _mm512_loadu_si512((const void*)(a + (r) * rs + k)));
+    RC_ROWS8(RC_SUM)
+#undef RC_SUM
+  }
   if (k < K) {
     const __mmask64 tail = (1ULL << (K - k)) - 1; /* 0 < K - k < 64 */
-    for (int64_t r = 0; r < m; ++r)
-      acc[r] = _mm512_dpbusd_epi32(acc[r], ones, _mm512_maskz_loadu_epi8(tail, a + r * rs + k));
+#define RC_TAIL(r) s##r = rc_dpbusd(s##r, ones, _mm512_maskz_loadu_epi8(tail, a + (r) * rs + k));
+    RC_ROWS8(RC_TAIL)
+#undef RC_TAIL
   }
-  for (int64_t r = 0; r < m; ++r) excess[r] = 128 * _mm512_reduce_add_epi32(acc[r]);
-}
-/* acc += vpdpbusd(u8, s8) in place.  gcc 12 compiles _mm512_dpbusd_epi32 in a loop with a
-   register copy per accumulator per iteration (it does not tie the accumulator to the
-   destination), which costs a quarter of the throughput; the asm names the one register. */
-__attribute__((target("avx512f"))) static inline __m512i rc_dpbusd(__m512i acc, __m512i u8, __m512i s8) {
-  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "v"(s8));
-  return acc;
+#define RC_REDUCE(r) excess[r] = 128 * _mm512_reduce_add_epi32(s##r);
+  RC_ROWS8(RC_REDUCE)
+#undef RC_REDUCE
 }
 /* (a[0], a[cs], a[2cs], a[3cs]) in every 32-bit lane: vpdpbusd's signed operand */
 __attribute__((target("avx512f"))) static inline __m512i rc_i8_quad(const int8_t* a, int64_t cs) {
