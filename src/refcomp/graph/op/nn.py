@@ -431,39 +431,48 @@ _LANES = 16
 
 
 def _row_softmax(x):
-    """softmax over the last axis with each row reduced in _LANES partial results.
+    """softmax over the last axis, its row max and sum reduced by _lane_row_reduce.
 
-    Lane l of a row's partial max (sum) takes the elements l, l + 16, ... of the row's full chunks
-    of 16, so that reduction runs as a vector loop (a plain row reduction is one serial chain);
-    a final reduction combines the 16 partials and the last n % 16 elements.  Every load is in
-    bounds: the partials read only full chunks, and the final stage reads them (and the tail)
-    under if_then_else, which evaluates only the branch taken (a row shorter than 16 has no
-    partials at all).  exp is computed again for the output instead of being kept in memory."""
-    te_ = te()
+    exp is computed again for the output instead of being kept in memory."""
     lead, n = tuple(x.shape[:-1]), x.shape[-1]
-    lanes = tir.IntImm(_LANES, n.dtype)
-    full = te_.floordiv(n, lanes) * lanes
-
-    def reduce_rows(value, combine, identity, name):
-        c = te_.reduce_axis(te_.floordiv(n, lanes), name="c")
-        partial = te_.compute(lead + (lanes,), lambda *i: combine(value(i[:-1], c.var * lanes + i[-1]), axis=c),
-                              name=f"{name}_partial")
-        t = te_.reduce_axis(n - full + lanes, name="t")
-
-        def final(*i):
-            row = i[:-1]
-            from_partial = te_.if_then_else(n >= lanes, partial[row + (t.var,)], identity)
-            return combine(te_.if_then_else(t.var < lanes, from_partial, value(row, full + t.var - lanes)), axis=t)
-
-        return te_.compute(lead + (1,), final, name=name)
-
     zero = tir.IntImm(0, n.dtype)
     low = tir.const(float("-inf"), x.dtype)
-    m = reduce_rows(lambda row, j: x[row + (j,)], te_.max, low, "max")
-    s = reduce_rows(lambda row, j: _exp_of_nonpositive(x[row + (j,)] - m[row + (zero,)]), te_.sum,
-                    tir.const(0.0, x.dtype), "sum")
-    return te_.compute(x.shape, lambda *i: _exp_of_nonpositive(x[i] - m[i[:-1] + (zero,)]) / s[i[:-1] + (zero,)],
-                       name="softmax")
+    m = _lane_row_reduce(lambda row, j: x[row + (j,)], lead, n, te().max, low, "max")
+    s = _lane_row_reduce(lambda row, j: _exp_of_nonpositive(x[row + (j,)] - m[row + (zero,)]), lead, n, te().sum,
+                         tir.const(0.0, x.dtype), "sum")
+    return te().compute(x.shape, lambda *i: _exp_of_nonpositive(x[i] - m[i[:-1] + (zero,)]) / s[i[:-1] + (zero,)],
+                        name="softmax")
+
+
+def _lane_row_reduce(value, lead: tuple, n, combine, identity, name: str):
+    """combine(value(row, j) for j < n) for each row, as a (*lead, 1) tensor, in _LANES partials.
+
+    Lane l of a row's partial takes the elements l, l + 16, ... of the row's full chunks of 16,
+    so that reduction runs as a vector loop (a plain row reduction is one serial chain); a final
+    reduction combines the 16 partials and the last n % 16 elements.  Every load is in bounds:
+    the partials read only full chunks, and when n is not a known multiple of 16 the final stage
+    reads them (and the tail) under if_then_else, which evaluates only the branch taken (a row
+    shorter than 16 has no partials)."""
+    from ..shape_facts import const_value
+
+    te_ = te()
+    lanes = tir.IntImm(_LANES, n.dtype)
+    full = te_.floordiv(n, lanes) * lanes
+    c = te_.reduce_axis(te_.floordiv(n, lanes), name="c")
+    partial = te_.compute(lead + (lanes,), lambda *i: combine(value(i[:-1], c.var * lanes + i[-1]), axis=c),
+                          name=f"{name}_partial")
+    size = const_value(n)
+    if size is not None and size % _LANES == 0:
+        t = te_.reduce_axis(lanes, name="t")
+        return te_.compute(lead + (1,), lambda *i: combine(partial[i[:-1] + (t.var,)], axis=t), name=name)
+    t = te_.reduce_axis(n - full + lanes, name="t")
+
+    def final(*i):
+        row = i[:-1]
+        from_partial = te_.if_then_else(n >= lanes, partial[row + (t.var,)], identity)
+        return combine(te_.if_then_else(t.var < lanes, from_partial, value(row, full + t.var - lanes)), axis=t)
+
+    return te_.compute(lead + (1,), final, name=name)
 
 
 # float32 exp(v) for v below this is under 1.7e-38 (the edge of the normal range) and is taken as 0.
@@ -533,6 +542,7 @@ def _norm_infer(n_params):
 
 def _norm_te(rms):
     def compute(x, *params, axes=(-1,), epsilon=1e-5):
+        from ..shape_facts import const_value
         from .reduce import _mean_finalize, _reduce_compute
 
         te_ = te()
@@ -546,6 +556,9 @@ def _norm_te(rms):
             return tuple(i[a] for a in ax)
 
         eps = tir.const(epsilon, x.dtype)
+        n = x.shape[-1]
+        if not rms and ax == (ndim - 1,) and (const_value(n) is None or const_value(n) >= _LANES):
+            return _row_layer_norm(x, *params, eps)
         if rms:
             sq = te_.compute(x.shape, lambda *i: x[i] * x[i], name="square")
             ms = _reduce_compute(sq, ax, True, te_.sum, "mean_square", _mean_finalize)
@@ -560,6 +573,24 @@ def _norm_te(rms):
                            * gamma[pidx(i)] + beta[pidx(i)], name="layer_norm")
 
     return compute
+
+
+def _row_layer_norm(x, gamma, beta, eps):
+    """layer_norm over the last axis, its row sums reduced by _lane_row_reduce (vector loops)."""
+    te_ = te()
+    lead, n = tuple(x.shape[:-1]), x.shape[-1]
+    zero = tir.IntImm(0, n.dtype)
+    count = tir.Cast(x.dtype, n)
+    total = _lane_row_reduce(lambda row, j: x[row + (j,)], lead, n, te_.sum, tir.const(0.0, x.dtype), "mean")
+
+    def centered(row, j):
+        return x[row + (j,)] - total[row + (zero,)] / count
+
+    squares = _lane_row_reduce(lambda row, j: centered(row, j) * centered(row, j), lead, n, te_.sum,
+                               tir.const(0.0, x.dtype), "var")
+    return te_.compute(x.shape, lambda *i: centered(i[:-1], i[-1]) * call_intrin("rsqrt", squares[i[:-1] + (zero,)]
+                                                                                  / count + eps)
+                       * gamma[(i[-1],)] + beta[(i[-1],)], name="layer_norm")
 
 
 def _np_layer_norm(x, gamma, beta, axes=(-1,), epsilon=1e-5):
