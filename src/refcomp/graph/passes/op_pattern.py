@@ -5,8 +5,8 @@ broadcast:   the same, but some loads use a subset of the iter vars (others fixe
 injective:   spatial blocks with any other index expressions;
 reduction:   reduction stages (plus spatial stages), e.g. a sum, a softmax or a layer norm: an
              injective producer may be inlined into the stages that read it;
-out_fusable: the last stage is a multiply-accumulate reduction (matmul, conv): an element-wise
-             epilogue may be fused after it;
+out_fusable: the last stage is a multiply-accumulate of two inputs (matmul, conv): an
+             element-wise epilogue may be fused after it;
 opaque:      anything else (a multiply-accumulate among other reductions, opaque blocks).
 """
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _block_kind(block: Block) -> str:
         return "opaque"
     if reduce:
         value = store.value
-        if isinstance(value, tir.Add) and _is_self_load(value.a, store) and isinstance(value.b, tir.Mul):
+        if isinstance(value, tir.Add) and _is_self_load(value.a, store) and _is_product_of_two_inputs(value.b):
             return "out_fusable"
         return "reduction"
     if not all(isinstance(i, tir.Var) for i in store.indices) or list(store.indices) != spatial:
@@ -69,6 +69,15 @@ def _block_kind(block: Block) -> str:
             continue
         return "injective"
     return kind
+
+
+def _is_product_of_two_inputs(e) -> bool:
+    """A * B with operands reading different buffers (a matmul / conv term; not a square x * x)."""
+    if not isinstance(e, tir.Mul):
+        return False
+    a = {id(load.buffer) for load in collect(e.a, tir.BufferLoad)}
+    b = {id(load.buffer) for load in collect(e.b, tir.BufferLoad)}
+    return bool(a) and bool(b) and a != b
 
 
 def _is_self_load(e, store: BufferStore) -> bool:
