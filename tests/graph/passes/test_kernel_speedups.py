@@ -226,3 +226,34 @@ def test_masked_softmax_kernel_matches_numpy_at_several_sizes(rows, rng):
     s = rng.standard_normal((4, rows, rows)).astype("float32") * 4
     out, _ = vm_run(mod, s)
     np.testing.assert_allclose(out, np_masked(s), rtol=2e-5, atol=1e-7)
+
+
+# ----------------------------------------------------------------------------- BLAS dispatch
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_matmul_of_a_swapped_permute_reads_the_source_transposed(batched, rng):
+    from refcomp.graph.passes.dispatch_blas import dispatch_blas
+    from refcomp.runtime.vm import register_blas
+
+    if not register_blas():
+        pytest.skip("numpy's OpenBLAS library was not found")
+    n = SizeVar("n", "int64")
+    lead = (3,) if batched else ()
+    q, k = Var("q", tensor(lead + (n, 8))), Var("k", tensor(lead + (5, 8)))
+    axes = (0, 2, 1) if batched else (1, 0)
+    mod = single_output([q, k], lambda bb, q, k: op.matmul(q, bb.emit(op.permute_dims(k, axes))))
+    dispatched = dead_code_elimination(dispatch_blas(mod))
+    (gemm,) = [b.value for block in dispatched["main"].body.blocks for b in block.bindings]
+    assert gemm.op_name == "call_dps_packed" and gemm.args[0].symbol == "refcomp.blas.sgemm_nt"
+    assert k in gemm.args[1:] or k in getattr(gemm.args[1], "fields", ())  # read in place, no permute
+    a = rng.standard_normal(lead + (7, 8)).astype("float32")
+    b = rng.standard_normal(lead + (5, 8)).astype("float32")
+    ex = refcomp.graph.build(mod, target="c", blas=True)
+    out = refcomp.runtime.VirtualMachine(ex)["main"](a, b)
+    np.testing.assert_allclose(out, a @ np.swapaxes(b, -1, -2), rtol=1e-5, atol=1e-6)
+    # a permute that is not a swap of the last two axes keeps its kernel
+    if batched:
+        k2 = Var("k2", tensor((8, 3, 5)))
+        other = single_output([q, k2], lambda bb, q, k: op.matmul(q, bb.emit(op.permute_dims(k, (1, 0, 2)))))
+        values = [b.value for block in dispatch_blas(other)["main"].body.blocks for b in block.bindings]
+        assert values[0].op_name == "permute_dims"

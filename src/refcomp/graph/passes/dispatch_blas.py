@@ -1,7 +1,8 @@
 """dispatch_blas: float32 matmul / dense / linear become calls of BLAS sgemm (call_dps_packed).
 
 Matched before legalization: `matmul(a, b)` with a (..., k) and a 2-d b (k, n), or a and b with
-the same batch dims (one sgemm per batch entry); `dense(x, w)` and
+the same batch dims (one sgemm per batch entry), where a b bound in the same block to
+`permute_dims` of a tensor swapping its last two axes is read transposed in place; `dense(x, w)` and
 `linear(x, w, bias)` with x (..., k) and w (n, k).  The leading dims of a are flattened into the
 GEMM's rows (the arrays are contiguous), so batched-by-row products are one sgemm call.  linear's
 bias is added by a separate `add`, which fusion folds into what follows.  Anything else is left to
@@ -10,7 +11,7 @@ legalization.  The externs are refcomp.runtime.vm's `refcomp.blas.sgemm_nn` / `s
 from __future__ import annotations
 
 from ...ast.function import IRModule
-from ...ast.graph import Call, DataflowBlock, DataflowVar, Op, VarBinding
+from ...ast.graph import Call, DataflowBlock, DataflowVar, Op, Var, VarBinding
 from ...ast.graph_struct_info import TensorStructInfo
 from ..block_builder import BlockBuilder
 from ..op.base import call_dps_packed
@@ -40,6 +41,21 @@ def _match(call: Call):
     return "refcomp.blas.sgemm_nn" if name == "matmul" else "refcomp.blas.sgemm_nt"
 
 
+def _transposed_source(value, defs: dict):
+    """b when value is a var bound (in this block) to permute_dims(b) swapping b's last two axes."""
+    bound = defs.get(value) if isinstance(value, Var) else None
+    if not (isinstance(bound, Call) and isinstance(bound.op, Op) and bound.op_name == "permute_dims"):
+        return None
+    source = bound.args[0]
+    info = source.struct_info
+    if not _f32(info) or info.ndim < 2:
+        return None
+    swap = tuple(range(info.ndim - 2)) + (info.ndim - 1, info.ndim - 2)
+    axes = bound.attrs.get("axes")
+    axes = tuple(reversed(range(info.ndim))) if axes is None else tuple(int(a) % info.ndim for a in axes)
+    return source if axes == swap else None
+
+
 def dispatch_blas(mod: IRModule) -> IRModule:
     """The module with float32 GEMM-shaped products sent to BLAS."""
     bb = BlockBuilder(mod)
@@ -48,13 +64,21 @@ def dispatch_blas(mod: IRModule) -> IRModule:
 
         def block_fn(block):
             out = []
+            defs: dict = {}  # var -> value, for the bindings of this block so far
             for b in block.bindings:
                 value = b.value
+                if isinstance(b, VarBinding):
+                    defs[b.var] = value
                 symbol = _match(value) if isinstance(value, Call) and isinstance(value.op, Op) else None
                 if symbol is None or not isinstance(b, VarBinding):
                     out.append(b)
                     continue
                 x, w = value.args[0], value.args[1]
+                source = _transposed_source(w, defs) if symbol == "refcomp.blas.sgemm_nn" else None
+                if source is not None:
+                    # a @ permute_dims(b) is a @ b.T: BLAS reads b transposed, no copy of it is made
+                    # (the permute becomes dead when nothing else reads it)
+                    symbol, w = "refcomp.blas.sgemm_nt", source
                 out_info = b.var.struct_info
                 if value.op_name != "linear":
                     gemm = call_dps_packed(symbol, (x, w), out_info).with_(struct_info=out_info)
