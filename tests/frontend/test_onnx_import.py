@@ -77,3 +77,19 @@ def test_shape_operands_must_be_constants_unless_specialized(rng):
 
 def test_importer_claims_many_op_types():
     assert len(supported_ops()) >= 100
+
+
+def test_a_node_missing_a_required_attribute_is_named():
+    graph = helper.make_graph([helper.make_node("Concat", ["x", "x"], ["y"], name="join")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    with pytest.raises(refcomp.IRError, match=r"node join \(Concat\): KeyError: 'axis'"):
+        from_onnx(helper.make_model(graph))
+
+
+def test_an_input_of_an_unsupported_element_type_is_named():
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT8E4M3FN, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT8E4M3FN, [2])])
+    with pytest.raises(refcomp.IRError, match=r"input x: .*float8"):
+        from_onnx(helper.make_model(graph))

@@ -74,7 +74,11 @@ class Context:
                     self.fail(f"input {i} is not defined")
             convert = CONVERTERS.get(node.op_type)
             if convert is not None and CONVERTER_DOMAINS.get(node.op_type, "") == domain:
-                result = convert(self, node, inputs, attributes(node))
+                try:
+                    result = convert(self, node, inputs, attributes(node))
+                except (ValueError, TypeError, KeyError, IndexError) as exc:
+                    # a malformed node (missing attribute, unsupported element type...): name it
+                    self.fail(f"{type(exc).__name__}: {exc}")
                 self._bind(node, result, env)
                 continue
             self._expand(node, domain, inputs, env)
@@ -126,7 +130,7 @@ class Context:
             expected = value.struct_info
             array = np.asarray(result)
             if isinstance(expected, TensorStructInfo) and expected.dtype is not None:
-                array = array.astype(expected.dtype.numpy())
+                array = array.astype(_storage_dtype(expected.dtype))
             return Constant(array)
         return self.bb.emit(value)
 
@@ -147,6 +151,16 @@ class Context:
         if shape is None:
             self.fail("the input shape must be known")
         return shape
+
+
+def _storage_dtype(dtype) -> np.dtype:
+    """The numpy dtype of a folded constant: bfloat16 keeps its own (ml_dtypes) type, since a
+    constant's type is read off its array and its bytes are the bit patterns kernels expect."""
+    if dtype.name == "bfloat16":
+        from onnx import helper, TensorProto
+
+        return np.dtype(helper.tensor_dtype_to_np_dtype(TensorProto.BFLOAT16))
+    return dtype.numpy()
 
 
 def _onnx_dtype(elem_type: int) -> np.dtype:
@@ -219,7 +233,11 @@ def from_onnx(model, shape_dict: dict | None = None, name: str = "main", const_i
             continue
         if not vi.type.HasField("tensor_type"):
             raise ImportError_(f"onnx import: input {vi.name} is not a tensor (sequences/optionals are unsupported)")
-        var = Var(_safe(vi.name), _input_info(vi, shape_dict, size_vars))
+        try:
+            info = _input_info(vi, shape_dict, size_vars)
+        except ValueError as exc:  # an element type refcomp does not have
+            raise ImportError_(f"onnx import: input {vi.name}: {exc}") from None
+        var = Var(_safe(vi.name), info)
         params.append(var)
         env[vi.name] = var
     for key, array in initializers.items():
