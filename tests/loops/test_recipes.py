@@ -13,7 +13,7 @@ from refcomp.emit_c import compile_shared, emit, parse_target
 from refcomp.loops import intrin, recipes
 from refcomp.loops.lower import lower
 from refcomp.loops.primitives.tree import walk
-from refcomp.ast import Block
+from refcomp.ast import Block, For
 
 SMALL = recipes.Tiling(mc=24, nc=32, kc=32)
 
@@ -54,6 +54,32 @@ def test_fp32_recipe_matches_numpy(rng, m, n, k):
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("m,n,by_rows", [(100, None, True), (40, 64, False), (100, 64, False)])
+@pytest.mark.parametrize("pack_a", [False, True])
+def test_fp32_recipe_parallel_loop(rng, monkeypatch, m, n, by_rows, pack_a):
+    """With 2 threads: N / NC = 2 column blocks run in parallel, each packing its own B blocks
+    inside the parallel loop; 3 column blocks (N three tiles wide, None) and 5 row blocks (of 24
+    rows) make the row-block loop outermost, parallel and dynamic, after one parallel packing of
+    B.  All compute the matmul."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    k = 96
+    if n is None:
+        n = 3 * (32 if intrin.get("x86.avx512.sgemm_8x32").available() else 16)
+    sch = recipes.matmul_fp32(_matmul(m, n, k), tiling=SMALL, pack_a=pack_a)
+    loops = [s for s in walk(sch.func.body) if isinstance(s, For) and s.kind == "parallel"]
+    compute = [s for s in loops if any(isinstance(b, Block) and "tensorized" in b.annotations for b in walk(s))]
+    assert len(compute) == 1
+    assert compute[0].loop_var.name.startswith("i" if by_rows else "j")
+    assert (compute[0].annotations.get("omp_schedule") == "dynamic") == by_rows
+    packs_b_inside = any(isinstance(b, Block) and b.name == "B_global" for b in walk(compute[0]))
+    assert packs_b_inside != by_rows
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c = rng.standard_normal((m, n)).astype(np.float32)
+    refcomp.build(sch.func)(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
+
+
 def test_fp32_recipe_symbolic_rows(rng):
     m = te.size_var("m")
     sch = recipes.matmul_fp32(_matmul(m, 32, 64), tiling=SMALL)
@@ -80,6 +106,25 @@ def test_int8_recipe_is_exact(rng):
     c = np.zeros((29, 32), np.int32)
     refcomp.build(sch.func)(a, b, c)
     np.testing.assert_array_equal(c, a.astype(np.int32) @ b.astype(np.int32))
+
+
+@pytest.mark.parametrize("m,n", [(40, 64), (100, 96)])
+def test_low_precision_recipes_pack_b_in_either_parallel_mode(rng, monkeypatch, m, n):
+    """B packed in pairs / quads inside the parallel column loop (N = 64: two blocks for two
+    threads) or once before the row-block loop (N = 96): int8 exact, bf16 to fp32 rounding."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    k = 96
+    sch = recipes.matmul_int8(_matmul(m, n, k, "int8", "int32"), tiling=SMALL)
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    c = np.zeros((m, n), np.int32)
+    refcomp.build(sch.func)(a, b, c)
+    np.testing.assert_array_equal(c, a.astype(np.int32) @ b.astype(np.int32))
+    sch = recipes.matmul_bf16(_matmul(m, n, k, "bfloat16", "float32"), tiling=SMALL)
+    x, y = _bf16(rng.standard_normal((m, k))), _bf16(rng.standard_normal((k, n)))
+    z = np.zeros((m, n), np.float32)
+    refcomp.build(sch.func)(x, y, z)
+    np.testing.assert_allclose(z, _value(x) @ _value(y), rtol=1e-4, atol=1e-4 * np.sqrt(k))
 
 
 def test_bf16_recipe_matches_numpy(rng):

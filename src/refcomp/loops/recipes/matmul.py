@@ -1,18 +1,19 @@
 """Matmul recipes: multi-level tiling around a tensorized register tile, packed operands, threads.
 
-The structure is the one BLIS uses, written as ordinary schedule primitives:
+The structure is BLIS's, written as ordinary schedule primitives:
 
-    pack B into column panels   Bp[j // NR, k, j % NR]      (cache_read + transform_layout)
-    pack A into k slabs         Ap[k // KC, i, k % KC]      (rows of a slab are KC apart, so the
-                                                             MR rows a tile reads never alias in L1)
-    for jc in parallel:         NC-wide column blocks of C  (parallel)
-      for pc:                   KC slabs of the reduction: KC x NC of B stays in L2/L3 across ...
-       for ic:                  ... the MC-high row blocks
-        for jr:                 NR-wide panels: KC x NR of B stays in L1 across ...
-          for ir:               ... the MR-high tiles: MC x KC of A stays in L2
-            if pc == 0: C[MR, NR] = 0                      (the tile block's init)
-            C[MR, NR] += A[MR, KC] * B[KC, NR]             (tensorize: a micro-kernel call)
+    pack B into column panels   Bp[j // NR, k, j % NR]      (cache_read + transform_layout;
+                                                             pairs / quads of k for bf16 / int8)
+    for ic in parallel:         MC-high row blocks of C, handed out dynamically
+      for jc:                   NC-wide column blocks
+        for pc:                 KC slabs of the reduction: MC x KC of A stays in L2 across ...
+          for jr:               ... the NR-wide panels: KC x NR of B stays in L1/L2 across ...
+            for ir:             ... the MR-high tiles
+              if pc == 0: C[MR, NR] = 0                    (the tile block's init)
+              C[MR, NR] += A[MR, KC] * B[KC, NR]           (tensorize: a micro-kernel call)
 
+With fewer than two row blocks per thread the loops run `jc, pc, ic, jr, ir` with the column
+blocks in parallel.  A is read in place unless pack_a asks for k slabs Ap[k // KC, i, k % KC].
 Rows (M) may be symbolic or not divisible by MR: the last tile is partial and the kernel touches
 only its rows.  N must be a multiple of NR; K of the intrinsic's k multiple.  Each recipe returns
 the Schedule; the caller builds `sch.func`.
@@ -43,9 +44,14 @@ def as_schedule(func_or_sch: PrimFunc | Schedule) -> Schedule:
 
 
 def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: str | None = None,
-                tiling: Tiling = Tiling(), pack_a: bool = True, pack_b: bool = True,
+                tiling: Tiling = Tiling(), pack_a: bool = False, pack_b: bool = True,
                 parallel: bool = True) -> Schedule:
-    """Schedule the fp32 matmul block `block` (C[i, j] += A[i, k] * B[k, j]) on an fp32 tile intrinsic."""
+    """Schedule the fp32 matmul block `block` (C[i, j] += A[i, k] * B[k, j]) on an fp32 tile intrinsic.
+
+    A is read in place by default: the MR rows a tile reads share an L1 set when the row stride
+    is a multiple of 4 KiB, but a 12-way L1 holds them, and the packing pass cost more than it
+    saved (at N = 2048 on one Zen 5 core, 216 GFLOP/s packed against 261 in place).
+    """
     sch = as_schedule(func_or_sch)
     name = intrin or _pick(sch, block, FP32_INTRINS, "matmul_fp32")
     return tiled_matmul(sch, block, name, tiling, pack_a=pack_a, pack_b=pack_b, parallel=parallel,
@@ -68,37 +74,55 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     mc = _row_block(shape.m, mr, tiling.mc, takes_partial_rows(intrin), recipe, intrin)
     nc = _column_block(as_int(shape.n), nr, tiling.nc)
 
-    if pack_b:
-        packed_b = sch.cache_read(blk, shape.b_index, "global")
-        sch.transform_layout(packed_b, ("write", 0), _b_panels(nr, b_layout))
-        if b_layout == "rows":
-            _schedule_copy(sch, packed_b, parallel, nr)
-        else:
-            _schedule_grouped_copy(sch, packed_b, parallel, nr, _GROUP[b_layout])
+    rows = as_int(shape.m)
+    threads = _threads()
+    # Threads take whole column blocks (NC wide) when N / NC is a multiple of the thread count:
+    # each packs its own KC x NC blocks of B (compute_at under the slab loop: one parallel
+    # region, the packed block lands in the cache of the core that uses it) and the iterations
+    # provably write disjoint parts of C.  Otherwise, with at least two row blocks per thread or
+    # a symbolic M, threads take row blocks (MC high) dynamically, all reading one packed B: a
+    # thread the OS deschedules on a shared machine no longer holds up the call.  (The legality
+    # check relaxes over the loops inside the parallel one, which must then be constant: a
+    # symbolic M cannot sit inside a parallel column loop.)
+    by_columns = parallel and rows is not None and (as_int(shape.n) // nc) % threads == 0
+    by_rows = parallel and not by_columns and (rows is None or -(-rows // mc) >= 2 * threads)
+
     # transform_layout needs constant shapes, so A is packed only for a constant M.
-    if pack_a and kc < as_int(shape.k) and as_int(shape.m) is not None:
+    if pack_a and kc < as_int(shape.k) and rows is not None:
         packed_a = sch.cache_read(blk, shape.a_index, "global")
         sch.transform_layout(packed_a, ("write", 0), lambda i, k: (k // kc, i, k % kc))
         _schedule_copy(sch, packed_a, parallel, kc)
+    packed_b = sch.cache_read(blk, shape.b_index, "global") if pack_b else None
 
     i, j, k = sch.get_loops(blk)
     i0, i1, i2 = sch.split(i, [None, mc // mr, mr])
     j0, j1, j2 = sch.split(j, [None, nc // nr, nr])
-    k_loops = sch.split(k, [None, kc]) if kc < as_int(shape.k) else [None, k]
-    k0, k1 = k_loops
-    sch.reorder(*([j0] + ([k0] if k0 is not None else []) + [i0, j1, i1, i2, j2, k1]))
+    k0, k1 = sch.split(k, [None, kc]) if kc < as_int(shape.k) else [None, k]
+    slabs = [k0] if k0 is not None else []
+    if by_rows:
+        sch.reorder(i0, j0, *slabs, j1, i1, i2, j2, k1)
+    else:
+        sch.reorder(j0, *slabs, i0, j1, i1, i2, j2, k1)
+    if packed_b is not None:
+        in_thread = by_columns
+        if in_thread:
+            sch.compute_at(packed_b, slabs[0] if slabs else j0)
+        sch.transform_layout(packed_b, ("write", 0), _b_panels(nr, b_layout))
+        copy_in_parallel = parallel and not in_thread
+        if b_layout == "rows":
+            _schedule_copy(sch, packed_b, copy_in_parallel, nr)
+        else:
+            _schedule_grouped_copy(sch, packed_b, copy_in_parallel, nr, _GROUP[b_layout])
     # tensorize blockizes the tile; the reduction's init moves to the tile block, which zeroes
     # its C tile right before the first k slab (in cache) instead of in a separate pass.
     sch.tensorize(i2, intrin)
-    # Threads take whole column blocks (NC wide): their bindings move by NC per iteration, so the
-    # iterations provably write disjoint parts of C, and N / NC is chosen as a multiple of the
-    # thread count so no thread waits.  With too few column blocks, or a symbolic M (the legality
-    # check relaxes over the loops inside the parallel one, which must then be constant), the row
-    # blocks run in parallel instead.
-    if parallel:
-        column_blocks = as_int(shape.n) // nc
-        by_columns = column_blocks % _threads() == 0 and as_int(shape.m) is not None
-        sch.parallel(j0 if by_columns else i0)
+    if by_columns:
+        sch.parallel(j0)
+    elif by_rows:
+        sch.parallel(i0)
+        sch.annotate(i0, "omp_schedule", "dynamic")
+    elif parallel:
+        sch.parallel(i0)  # few row blocks and unbalanced column blocks
     return sch
 
 
@@ -163,6 +187,7 @@ def _schedule_copy(sch: Schedule, copy: BlockRV, parallel: bool, run: int) -> No
     loops = sch.get_loops(copy)
     if parallel and loops:
         sch.parallel(loops[0])
+        sch.annotate(loops[0], "omp_schedule", "dynamic")
     inner = loops[-1]
     extent = as_int(sch.get(inner).extent)
     for lanes in (16, 8):
@@ -185,12 +210,13 @@ def _schedule_grouped_copy(sch: Schedule, copy: BlockRV, parallel: bool, nr: int
     Split this way every packed index is affine in the loops (no division per element), and the
     two inner loops read g rows of B and interleave them into one contiguous NR * g run.
     """
-    k_loop, j_loop = sch.get_loops(copy)
+    k_loop, j_loop = sch.get_loops(copy)[-2:]
     k_outer, k_inner = sch.split(k_loop, [None, group])
     j_outer, j_inner = sch.split(j_loop, [None, nr])
     sch.reorder(k_outer, j_outer, j_inner, k_inner)
     if parallel:
         sch.parallel(k_outer)
+        sch.annotate(k_outer, "omp_schedule", "dynamic")
 
 
 BF16_INTRINS = ["x86.amx.bf16gemm_32x32", "x86.avx512bf16.bf16gemm_8x32", "x86.avx2.bf16gemm_6x16"]
@@ -204,7 +230,7 @@ def matmul_bf16(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
 
     sch = as_schedule(func_or_sch)
     name = intrin or _pick(sch, block, BF16_INTRINS, "matmul_bf16")
-    return tiled_matmul(sch, block, name, _low_precision_tiling(name, tiling), pack_a=True, pack_b=True,
+    return tiled_matmul(sch, block, name, _low_precision_tiling(name, tiling), pack_a=False, pack_b=True,
                         parallel=parallel, recipe="matmul_bf16", b_layout=b_layout(name))
 
 
@@ -215,7 +241,7 @@ def matmul_int8(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
 
     sch = as_schedule(func_or_sch)
     name = intrin or _pick(sch, block, INT8_INTRINS, "matmul_int8")
-    return tiled_matmul(sch, block, name, _low_precision_tiling(name, tiling), pack_a=True, pack_b=True,
+    return tiled_matmul(sch, block, name, _low_precision_tiling(name, tiling), pack_a=False, pack_b=True,
                         parallel=parallel, recipe="matmul_int8", b_layout=b_layout(name))
 
 
