@@ -195,9 +195,21 @@ def _eye_like(ctx, node, inputs, attrs):
 
 @converter("Trilu")
 def _trilu(ctx, node, inputs, attrs):
-    k = _ints(ctx, inputs[1], "k")[0] if len(inputs) > 1 and inputs[1] is not None else 0
-    fn = op.triu if attrs.get("upper", 1) else op.tril
-    return ctx.emit(fn(inputs[0], k))
+    x = inputs[0]
+    k = inputs[1] if len(inputs) > 1 and inputs[1] is not None else Constant(np.asarray(0, np.int64))
+    upper = attrs.get("upper", 1)
+    if isinstance(k, Constant):
+        fn = op.triu if upper else op.tril
+        return ctx.emit(fn(x, int(np.asarray(k.array).reshape(-1)[0])))
+    # a run-time k: keep x where (column - row) is >= k (upper) or <= k (lower)
+    rows, cols = (const_value(d) for d in _dims(ctx, x)[-2:])
+    if rows is None or cols is None:
+        ctx.fail("Trilu with a run-time k needs static matrix dims")
+    offset = Constant(np.arange(cols, dtype=np.int64).reshape(1, -1) - np.arange(rows, dtype=np.int64).reshape(-1, 1))
+    k = ctx.emit(op.reshape(op.astype(k, "int64") if ctx.info(k).dtype != "int64" else k, ()))
+    keep = ctx.emit(op.greater_equal(offset, k) if upper else op.less_equal(offset, k))
+    zero = Constant(np.zeros((), ctx.info(x).dtype.numpy()))
+    return ctx.emit(op.where(keep, x, zero))
 
 
 @converter("CumSum")
