@@ -193,7 +193,8 @@ def vector_lanes(bits: int, extent: int | None) -> int:
 
 
 def block_dtype_bits(block) -> int:
-    return block.writes[0].buffer.dtype.bits if block.writes else 32
+    """Bits per element of what the block writes (bool counts as a byte, as it is stored)."""
+    return max(block.writes[0].buffer.dtype.bits, 8) if block.writes else 32
 
 
 def _recipe_for(func: PrimFunc):
