@@ -151,3 +151,10 @@ def test_training_optimizer_domain_converts(rng):
         got = run(model, np.array(r), np.array(t, np.int64), x, g, v)
         np.testing.assert_allclose(got[0], x_new, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got[1], v_new, rtol=1e-5, atol=1e-6)
+
+
+def test_ops_with_function_bodies_are_recognised():
+    from refcomp.frontend.onnx.functions import has_function_body
+
+    assert has_function_body("Attention") and has_function_body("HannWindow")
+    assert not has_function_body("Unique") and not has_function_body("NoSuchOp")

@@ -8,6 +8,8 @@ imports them in place of the node, under the body's own opset.
 """
 from __future__ import annotations
 
+import functools
+
 from ...ast.graph_struct_info import TensorStructInfo
 
 
@@ -114,3 +116,19 @@ def _type_proto(info):
         return helper.make_tensor_type_proto(elem, None)
     dims = [const_value(d) for d in info.shape]
     return helper.make_tensor_type_proto(elem, [d if d is not None else str(s) for d, s in zip(dims, info.shape)])
+
+
+@functools.lru_cache(maxsize=None)
+def has_function_body(op_type: str, domains=("", "ai.onnx.preview", "ai.onnx.ml")) -> bool:
+    """Whether the newest schema of op_type (in any of `domains`) defines a function body, so the
+    importer can expand it even without a converter."""
+    from onnx import defs
+
+    for domain in domains:
+        try:
+            schema = defs.get_schema(op_type, defs.onnx_opset_version(), domain)
+        except defs.SchemaError:
+            continue
+        if schema.has_function or schema.has_context_dependent_function:
+            return True
+    return False
