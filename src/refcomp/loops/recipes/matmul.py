@@ -54,8 +54,16 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
     """
     sch = as_schedule(func_or_sch)
     name = intrin or _pick(sch, block, FP32_INTRINS, "matmul_fp32")
-    return tiled_matmul(sch, block, name, tiling, pack_a=pack_a, pack_b=pack_b, parallel=parallel,
-                        recipe="matmul_fp32")
+    return tiled_matmul(sch, block, name, _fp32_tiling(name, tiling), pack_a=pack_a, pack_b=pack_b,
+                        parallel=parallel, recipe="matmul_fp32")
+
+
+def _fp32_tiling(intrin: str, tiling: Tiling) -> Tiling:
+    # The AVX-512 tile's whole-K slabs (up to 1024) load and store each C tile half as often as
+    # 512 and were 1.5-2% faster at N = 1024 and 2048 on Zen 5 (1 MiB L2 holds the KC x 32 panel).
+    if tiling == Tiling() and "avx512" in intrin:
+        return Tiling(mc=tiling.mc, nc=tiling.nc, kc=1024)
+    return tiling
 
 
 def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack_a: bool, pack_b: bool,
