@@ -122,7 +122,8 @@ class Context:
             call = call.with_(args=tuple(self.emit(a) if isinstance(a, Call) else a for a in call.args))
         value = self.bb.normalize(call)
         name = getattr(value, "op_name", None)
-        if name and all(isinstance(a, Constant) for a in value.args) and name not in ("call_tir", "call_dps_packed"):
+        if name and all(isinstance(a, Constant) for a in value.args) and name not in ("call_tir", "call_dps_packed") \
+                and _static_result(value.struct_info):
             info = get_op(name)
             result = info.evaluate([np.array(a.array) for a in value.args], value.attrs)
             if isinstance(result, tuple):
@@ -151,6 +152,18 @@ class Context:
         if shape is None:
             self.fail("the input shape must be known")
         return shape
+
+
+def _static_result(info) -> bool:
+    """Whether a call's result has only literal dims (a call without tensor arguments, like `full`
+    over a symbolic shape, is not an import-time constant)."""
+    from ...graph.shape_facts import const_value
+
+    if isinstance(info, TensorStructInfo):
+        return info.shape is not None and all(const_value(d) is not None for d in info.shape)
+    if isinstance(info, TupleStructInfo):
+        return all(_static_result(f) for f in info.fields)
+    return True
 
 
 def _storage_dtype(dtype) -> np.dtype:

@@ -5,6 +5,7 @@ import numpy as np
 
 from ...ast.graph import Constant
 from ...graph import op
+from . import shape_values
 from .importer import converter
 
 UNARY = {
@@ -41,6 +42,8 @@ def _same_dtype(ctx, a, b):
 
 def _binary(ctx, node, inputs, attrs):
     a, b = inputs
+    if shape_values.is_symbolic(a) or shape_values.is_symbolic(b):
+        return _shape_arithmetic(ctx, node, a, b)
     name = BINARY[node.op_type]
     if node.op_type == "Pow":
         ia = ctx.info(a)
@@ -55,6 +58,13 @@ def _binary(ctx, node, inputs, attrs):
     return ctx.emit(getattr(op, name)(a, b))
 
 
+def _shape_arithmetic(ctx, node, a, b):
+    result = shape_values.binary(node.op_type, a, b)
+    if result is None:
+        ctx.fail(f"{node.op_type} of a symbolic shape value needs integer shape operands")
+    return result
+
+
 for _t in UNARY:
     converter(_t)(_unary)
 for _t in BINARY:
@@ -63,6 +73,8 @@ for _t in BINARY:
 
 @converter("Div")
 def _div(ctx, node, inputs, attrs):
+    if any(shape_values.is_symbolic(v) for v in inputs):
+        return _shape_arithmetic(ctx, node, *inputs)
     a, b = _same_dtype(ctx, *inputs)
     dtype = ctx.info(a).dtype
     if dtype.is_float:
@@ -77,6 +89,8 @@ def _div(ctx, node, inputs, attrs):
 
 @converter("Mod")
 def _mod(ctx, node, inputs, attrs):
+    if any(shape_values.is_symbolic(v) for v in inputs):
+        return _shape_arithmetic(ctx, node, *inputs)
     a, b = _same_dtype(ctx, *inputs)
     dtype = ctx.info(a).dtype
     if attrs.get("fmod", 0):
@@ -194,6 +208,10 @@ def _cast(ctx, node, inputs, attrs):
     from .importer import _onnx_dtype
 
     target = _onnx_dtype(attrs["to"])
+    if shape_values.is_symbolic(inputs[0]):
+        if target.kind not in "iu":
+            ctx.fail("a symbolic shape value can only be cast to an integer type")
+        return inputs[0]
     if target.kind in "OUS" or target.itemsize == 0:
         ctx.fail(f"cast to {target} is not supported")
     return ctx.emit(op.astype(inputs[0], str(target)))

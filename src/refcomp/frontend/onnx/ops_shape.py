@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ast.graph import Constant
+from ...ast.graph import Constant, PrimValue, ShapeExpr
 from ...graph import op
 from ...graph.shape_facts import const_value
+from . import shape_values
 from .importer import converter
 
 
 def _ints(ctx, value, what):
     return [int(v) for v in np.asarray(ctx.constant(value, what)).reshape(-1)]
+
+
+def _shape_operand(ctx, value, what):
+    """A shape operand's entries: ints, or dim expressions where it was computed from symbolic dims."""
+    dims = shape_values.dims_of(value)
+    if dims is None:
+        return _ints(ctx, value, what)
+    return dims
 
 
 def _axes(ctx, inputs, attrs, index=1, key="axes"):
@@ -28,10 +37,10 @@ def _dims(ctx, x):
 @converter("Reshape")
 def _reshape(ctx, node, inputs, attrs):
     x, shape = inputs
-    target = _ints(ctx, shape, "the target shape")
+    target = _shape_operand(ctx, shape, "the target shape")
     dims = _dims(ctx, x)
     allowzero = attrs.get("allowzero", 0)
-    out = [dims[k] if (t == 0 and not allowzero) else t for k, t in enumerate(target)]
+    out = [dims[k] if (isinstance(t, int) and t == 0 and not allowzero) else t for k, t in enumerate(target)]
     return ctx.emit(op.reshape(x, tuple(out)))
 
 
@@ -44,12 +53,17 @@ def _transpose(ctx, node, inputs, attrs):
 @converter("Squeeze")
 def _squeeze(ctx, node, inputs, attrs):
     axes = _axes(ctx, inputs, attrs)
+    if isinstance(inputs[0], ShapeExpr) and len(inputs[0].values) == 1:
+        return shape_values.make(list(inputs[0].values), True)
     return ctx.emit(op.squeeze(inputs[0], None if axes is None else tuple(axes)))
 
 
 @converter("Unsqueeze")
 def _unsqueeze(ctx, node, inputs, attrs):
-    return ctx.emit(op.expand_dims(inputs[0], tuple(_axes(ctx, inputs, attrs))))
+    axes = tuple(_axes(ctx, inputs, attrs))
+    if isinstance(inputs[0], PrimValue) and axes in ((0,), (-1,)):  # a symbolic scalar becomes a 1-entry shape
+        return shape_values.make(shape_values.entries(inputs[0])[0], False)
+    return ctx.emit(op.expand_dims(inputs[0], axes))
 
 
 @converter("Flatten")
@@ -66,6 +80,12 @@ def _flatten(ctx, node, inputs, attrs):
 
 @converter("Concat")
 def _concat(ctx, node, inputs, attrs):
+    parts = [i for i in inputs if i is not None]
+    if any(shape_values.is_symbolic(p) for p in parts):
+        joined = shape_values.concat(parts)
+        if joined is None:
+            ctx.fail("Concat of symbolic shape values needs 1-d integer operands")
+        return joined
     return ctx.emit(op.concat(*[i for i in inputs if i is not None], axis=attrs["axis"]))
 
 
@@ -98,6 +118,8 @@ def _split(ctx, node, inputs, attrs):
 @converter("Slice")
 def _slice(ctx, node, inputs, attrs):
     x = inputs[0]
+    if isinstance(x, ShapeExpr):
+        return _slice_shape(ctx, x, inputs, attrs)
     if ctx.opset < 10:
         starts, ends, axes = attrs["starts"], attrs["ends"], attrs.get("axes")
         steps = None
@@ -115,15 +137,27 @@ def _slice(ctx, node, inputs, attrs):
     return ctx.emit(op.strided_slice(x, axes, starts, ends, steps))
 
 
+def _slice_shape(ctx, x, inputs, attrs):
+    if ctx.opset < 10:
+        starts, ends = list(attrs["starts"]), list(attrs["ends"])
+        steps = [1]
+    else:
+        starts, ends = _ints(ctx, inputs[1], "starts"), _ints(ctx, inputs[2], "ends")
+        steps = _ints(ctx, inputs[4], "steps") if len(inputs) > 4 and inputs[4] is not None else [1]
+    if len(starts) != 1:
+        ctx.fail("a symbolic shape value is 1-d: Slice takes one axis")
+    return shape_values.slice_(x, starts[0], ends[0], steps[0])
+
+
 @converter("Expand")
 def _expand(ctx, node, inputs, attrs):
     x, shape = inputs
-    target = _ints(ctx, shape, "the target shape")
+    target = _shape_operand(ctx, shape, "the target shape")
     dims = _dims(ctx, x)
     ndim = max(len(dims), len(target))
     dims = [1] * (ndim - len(dims)) + dims
     target = [1] * (ndim - len(target)) + target
-    out = [d if t == 1 else t for d, t in zip(dims, target)]
+    out = [d if (isinstance(t, int) and t == 1) else t for d, t in zip(dims, target)]
     return ctx.emit(op.broadcast_to(x, tuple(out)))
 
 
@@ -134,20 +168,15 @@ def _tile(ctx, node, inputs, attrs):
 
 @converter("Shape")
 def _shape(ctx, node, inputs, attrs):
-    dims = [const_value(d) for d in _dims(ctx, inputs[0])]
     start, end = attrs.get("start", 0), attrs.get("end", None)
-    dims = dims[start:end]
-    if any(d is None for d in dims):
-        ctx.fail("Shape of a tensor with symbolic dims is not supported (shape tensors are import-time values)")
-    return Constant(np.asarray(dims, dtype=np.int64))
+    return shape_values.make(_dims(ctx, inputs[0])[start:end], False)
 
 
 @converter("Size")
 def _size(ctx, node, inputs, attrs):
-    dims = [const_value(d) for d in _dims(ctx, inputs[0])]
-    if any(d is None for d in dims):
-        ctx.fail("Size of a tensor with symbolic dims is not supported")
-    return Constant(np.asarray(int(np.prod(dims)), dtype=np.int64))
+    from ...graph.shape_facts import product
+
+    return shape_values.make([product(_dims(ctx, inputs[0]))], True)
 
 
 @converter("Constant")
@@ -169,9 +198,11 @@ def _constant(ctx, node, inputs, attrs):
 def _constant_of_shape(ctx, node, inputs, attrs):
     from onnx import numpy_helper
 
-    shape = _ints(ctx, inputs[0], "the shape")
+    shape = _shape_operand(ctx, inputs[0], "the shape")
     value = numpy_helper.to_array(attrs["value"]).reshape(-1)[0] if "value" in attrs else np.float32(0)
-    return Constant(np.full(shape, value, dtype=np.asarray(value).dtype))
+    if all(isinstance(d, int) for d in shape):
+        return Constant(np.full(shape, value, dtype=np.asarray(value).dtype))
+    return ctx.emit(op.full(tuple(shape), float(value), str(np.asarray(value).dtype)))
 
 
 @converter("Range")
@@ -228,6 +259,11 @@ def _cumprod(ctx, node, inputs, attrs):
 
 @converter("Gather")
 def _gather(ctx, node, inputs, attrs):
+    if shape_values.is_symbolic(inputs[0]):
+        picked = shape_values.gather(inputs[0], inputs[1]) if attrs.get("axis", 0) == 0 else None
+        if picked is None:
+            ctx.fail("Gather from a symbolic shape value needs constant indices along axis 0")
+        return picked
     return ctx.emit(op.take(inputs[0], inputs[1], axis=attrs.get("axis", 0)))
 
 
