@@ -70,3 +70,19 @@ def test_a_symbolic_shape_used_as_float_data_is_named():
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     with pytest.raises(refcomp.IRError, match=r"to_float \(Cast\): a symbolic shape value"):
         from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_attention_body_over_dynamic_batch_and_sequence(rng):
+    # Attention imports through its ONNX function body, whose Shape chains stay symbolic
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"])
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["b", 2, "s", 8]) for n in "qkv"]
+    graph = helper.make_graph([node], "g", info, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    mod = from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)]))
+    assert [getattr(d, "name", getattr(d, "value", None)) for d in mod["main"].ret_struct_info.shape] == ["b", 2, "s", 8]
+    run = refcomp.runtime.VirtualMachine(refcomp.graph.build(mod, target="c"))["main"]
+    for b, s in [(1, 3), (2, 5)]:
+        q, k, v = (rng.standard_normal((b, 2, s, 8)).astype("float32") for _ in range(3))
+        scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(8)
+        weights = np.exp(scores - scores.max(-1, keepdims=True))
+        weights /= weights.sum(-1, keepdims=True)
+        np.testing.assert_allclose(run(q, k, v), weights @ v, rtol=1e-4, atol=1e-5)
