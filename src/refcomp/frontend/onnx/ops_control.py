@@ -1,5 +1,6 @@
 """ONNX control flow imported by evaluation at import time: If on a constant condition, Loop with a
-constant trip count and condition, and Scan over a static sequence length, unrolled.
+constant trip count and condition, and Scan over a static sequence length, unrolled; and the
+Optional queries on plain tensors (optional types themselves are not imported).
 
 The graph IR's own `If` needs the branches outside a dataflow block; the importer builds one
 dataflow block, so a condition computed at run time is rejected with a named error.  Unrolling
@@ -144,3 +145,17 @@ def _scan8(ctx, node, inputs, attrs, body, n_scan):
         rows.append(_unroll(ctx, body, [row(s) for s in states], [row(x) for x in xs], [0] * n_scan, dirs,
                             [0] * n_out, [0] * n_out))
     return [_stack(ctx, [r[k] for r in rows]) for k in range(len(rows[0]))]
+
+
+@converter("OptionalHasElement")
+def _optional_has_element(ctx, node, inputs, attrs):
+    # optional values are not imported: an input is a tensor or absent, both known now
+    present = bool(inputs) and inputs[0] is not None
+    return Constant(np.asarray(present))
+
+
+@converter("OptionalGetElement")
+def _optional_get_element(ctx, node, inputs, attrs):
+    if not inputs or inputs[0] is None:
+        ctx.fail("OptionalGetElement of an absent value")
+    return inputs[0]
