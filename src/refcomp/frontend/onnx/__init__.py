@@ -5,4 +5,4 @@ and sequence length; `shape_dict` ({input name: shape}) overrides input shapes (
 Each op family's converters live in their own module and register themselves in CONVERTERS.
 """
 from .importer import CONVERTERS, from_onnx, supported_ops  # noqa: F401
-from . import ops_control, ops_deform_conv, ops_elementwise, ops_grid_sample, ops_linalg, ops_nn, ops_quant, ops_reduce, ops_resize, ops_rnn, ops_roi_align, ops_scatter, ops_shape, ops_signal, ops_training  # noqa: F401  (register converters)
+from . import ops_control, ops_deform_conv, ops_elementwise, ops_grid_sample, ops_linalg, ops_nn, ops_quant, ops_reduce, ops_resize, ops_rnn, ops_roi_align, ops_scatter, ops_shape, ops_signal, ops_text, ops_training  # noqa: F401  (register converters)
