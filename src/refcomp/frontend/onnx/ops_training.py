@@ -1,5 +1,5 @@
-"""ONNX training-preview optimizers (Adagrad, Adam, Momentum) and the classic-ML ops Binarizer and
-ArrayFeatureExtractor, as element-wise graphs.
+"""ONNX training-preview optimizers (Adagrad, Adam, Momentum) and the classic-ML ops Binarizer,
+ArrayFeatureExtractor and TreeEnsemble, as element-wise graphs.
 
 An optimizer node updates several tensors at once: its inputs are R, T, then one group per state
 (X..., G..., and V.../H... as the op needs), its outputs one group per updated state.  R and T may
@@ -110,3 +110,89 @@ def _array_feature_extractor(ctx, node, inputs, attrs):
         x = ctx.emit(op.expand_dims(x, (0,)))
     indices = ctx.emit(op.reshape(indices, (-1,))) if ctx.info(indices).ndim != 1 else indices
     return ctx.emit(op.take(x, indices, axis=ctx.info(x).ndim - 1))
+
+
+def _leaf_paths(attrs):
+    """[(leaf index, [(node, went_true)...])] for every leaf reachable from the tree roots."""
+    true_ids, false_ids = attrs["nodes_truenodeids"], attrs["nodes_falsenodeids"]
+    true_leaf, false_leaf = attrs["nodes_trueleafs"], attrs["nodes_falseleafs"]
+    paths = []
+    for root in attrs["tree_roots"]:
+        stack = [(root, [])]
+        while stack:
+            nid, path = stack.pop()
+            for went, child, is_leaf in ((True, true_ids[nid], true_leaf[nid]), (False, false_ids[nid], false_leaf[nid])):
+                step = path + [(nid, went)]
+                if is_leaf:
+                    paths.append((child, step))
+                else:
+                    stack.append((child, step))
+    return paths
+
+
+@converter("TreeEnsemble", domain="ai.onnx.ml")
+def _tree_ensemble(ctx, node, inputs, attrs):
+    """Every node's condition at once, then each leaf's path as a product of its conditions: a
+    sample reaches exactly one leaf per tree, whose weight it adds to the leaf's target."""
+    from onnx import numpy_helper
+
+    x = inputs[0]
+    dtype = ctx.info(x).dtype.numpy()
+    tensor = lambda key: numpy_helper.to_array(attrs[key]) if key in attrs else None  # noqa: E731
+    modes, splits = tensor("nodes_modes").astype(np.int64), tensor("nodes_splits").astype(dtype)
+    features = np.asarray(attrs["nodes_featureids"], np.int64)
+    if attrs.get("aggregate_function", 1) not in (0, 1) or attrs.get("post_transform", 0) != 0:
+        ctx.fail("only SUM/AVERAGE aggregation without a post transform is supported")
+    if "nodes_missing_value_tracks_true" in attrs and any(attrs["nodes_missing_value_tracks_true"]):
+        ctx.fail("nodes_missing_value_tracks_true is not supported")
+    c = lambda v: Constant(np.asarray(v, dtype))  # noqa: E731
+    f = ctx.emit(op.take(x, Constant(features), axis=1))  # (N, nodes)
+    s = Constant(splits)
+    tests = [op.less_equal(f, s), op.less(f, s), op.greater_equal(f, s), op.greater(f, s), op.equal(f, s),
+             op.not_equal(f, s)]
+    cond = None
+    for mode in sorted(set(modes.tolist())):
+        if mode == 6:
+            values = tensor("membership_values").astype(dtype)
+            sets, current = [], []
+            for v in values:  # NaN ends one member node's set, in node order
+                if np.isnan(v):
+                    sets.append(current)
+                    current = []
+                else:
+                    current.append(v)
+            width = max((len(m) for m in sets), default=1) or 1
+            table = np.full((len(modes), width), np.nan, dtype)
+            for k, nid in enumerate(np.nonzero(modes == 6)[0]):
+                table[nid, :len(sets[k])] = sets[k]
+            hit = ctx.emit(op.max(op.astype(op.equal(op.expand_dims(f, (2,)), Constant(table[None])), str(dtype)),
+                                  axis=(2,)))
+            this = ctx.emit(op.greater(hit, c(0)))
+        elif 0 <= mode < 6:
+            this = ctx.emit(tests[mode])
+        else:
+            ctx.fail(f"unknown node mode {mode}")
+        cond = this if cond is None else ctx.emit(op.where(Constant(modes == mode), this, cond))
+    # one extra always-true column pads shorter paths
+    ones = ctx.emit(op.full_like(op.strided_slice(f, [1], [0], [1]), 1.0))
+    truth = ctx.emit(op.concat(op.astype(cond, str(dtype)), ones, axis=1))
+    paths = _leaf_paths(attrs)
+    depth = max(len(p) for _, p in paths)
+    pad = len(modes)
+    index = np.full((len(paths), depth), pad, np.int64)
+    went = np.ones((len(paths), depth), bool)
+    for k, (_, path) in enumerate(paths):
+        for j, (nid, direction) in enumerate(path):
+            index[k, j], went[k, j] = nid, direction
+    taken = ctx.emit(op.take(truth, Constant(index), axis=1))  # (N, leaves, depth)
+    terms = ctx.emit(op.where(Constant(went), taken, op.subtract(c(1), taken)))
+    reached = ctx.emit(op.prod(terms, axis=(2,)))
+    weights = tensor("leaf_weights").astype(dtype)
+    targets = attrs["leaf_targetids"]
+    table = np.zeros((len(paths), attrs["n_targets"]), dtype)
+    for k, (leaf, _) in enumerate(paths):
+        table[k, targets[leaf]] += weights[leaf]
+    y = ctx.emit(op.matmul(reached, Constant(table)))
+    if attrs.get("aggregate_function", 1) == 0:
+        y = ctx.emit(op.divide(y, c(len(attrs["tree_roots"]))))
+    return y
