@@ -257,3 +257,32 @@ def test_matmul_of_a_swapped_permute_reads_the_source_transposed(batched, rng):
         other = single_output([q, k2], lambda bb, q, k: op.matmul(q, bb.emit(op.permute_dims(k, (1, 0, 2)))))
         values = [b.value for block in dispatch_blas(other)["main"].body.blocks for b in block.bindings]
         assert values[0].op_name == "permute_dims"
+
+
+# ----------------------------------------------------------------------------- constants and masks
+
+def test_scalar_constants_of_a_fused_group_become_immediates(rng):
+    n = SizeVar("n", "int64")
+    x = Var("x", tensor((n, 8)))
+    table = const(rng.standard_normal((8,)).astype("float32"))  # not a scalar: stays a parameter
+    mod = single_output([x], lambda bb, x: op.add(op.multiply(bb.emit(op.exp(x)), const(np.float32(2.5))), table))
+    fused = fused_module(mod)
+    (call,) = calls(fused)
+    (func,) = kernels(fused).values()
+    assert len(func.buffers) == 3 and len(call.args) == 3  # x, table, out: the 2.5 is in the code
+    assert any(isinstance(e, refcomp.ast.expr.FloatImm) and e.value == 2.5
+               for e in collect(func.body, refcomp.ast.expr.FloatImm))
+    a = rng.standard_normal((6, 8)).astype("float32")
+    out, _ = vm_run(mod, a)
+    np.testing.assert_allclose(out, np.exp(a) * np.float32(2.5) + table.data.array, rtol=1e-5, atol=1e-6)
+
+
+def test_a_compare_of_a_constant_select_folds_to_its_condition():
+    n = SizeVar("n", "int64")
+    (func,) = kernels(fused_module(masked_scores(n))).values()
+
+    def compares_of_selects(f):
+        return [c for c in collect(f.body, refcomp.ast.expr.CompareOp) if isinstance(c.a, refcomp.ast.expr.Select)]
+
+    assert compares_of_selects(func)  # tril(ones) > 0.5 reads select(i >= j, 1, 0) > 0.5
+    assert not compares_of_selects(simplify_block_indices(func))

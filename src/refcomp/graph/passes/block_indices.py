@@ -68,13 +68,51 @@ class _IndexSimplifier(Mutator):
 
 
 def simplify_block_indices(func: PrimFunc) -> PrimFunc:
-    """func with the buffer indices of every block simplified under its iter domains."""
+    """func with the buffer indices of every block simplified under its iter domains, and each
+    comparison of a select between constants with a constant decided per branch."""
+    body = _SelectCompareFolder().visit(func.body)
     try:
         from ...shape import analyzer  # noqa: F401 - optional dependency of this rewrite
     except ImportError:
-        return func
-    body = _IndexSimplifier().visit(func.body)
+        return func if body is func.body else func.with_(body=body)
+    body = _IndexSimplifier().visit(body)
     return func if body is func.body else func.with_(body=body)
+
+
+_COMPARE = {"LT": lambda a, b: a < b, "LE": lambda a, b: a <= b, "GT": lambda a, b: a > b,
+            "GE": lambda a, b: a >= b, "EQ": lambda a, b: a == b, "NE": lambda a, b: a != b}
+
+
+class _SelectCompareFolder(Mutator):
+    """`select(c, A, B) op K` with A, B, K constants becomes c, not c, true or false.
+
+    A mask legalized as `where(tril(ones) > 0.5, x, y)` reads `select(i >= j, 1.0, 0.0) > 0.5`
+    per element; this is exactly `i >= j` (A op K and B op K are decided, whatever c is)."""
+
+    def _fold(self, node):
+        node = self.generic_visit(node)
+        op = _COMPARE.get(type(node).__name__)
+        select, bound = node.a, node.b
+        if op is None or not isinstance(select, tir.Select) or not _is_number(bound):
+            return node
+        if not (_is_number(select.true_value) and _is_number(select.false_value)) or select.condition.dtype.lanes != 1:
+            return node
+        when_true = op(select.true_value.value, bound.value)
+        when_false = op(select.false_value.value, bound.value)
+        if when_true and not when_false:
+            return select.condition
+        if when_false and not when_true:
+            return tir.Not(select.condition)
+        return tir.IntImm(1 if when_true else 0, "bool")
+
+    visit_LT = visit_LE = visit_GT = visit_GE = visit_EQ = visit_NE = _fold
+
+
+def _is_number(e) -> bool:
+    """A finite int or float immediate (a NaN would make every comparison false)."""
+    import math
+
+    return isinstance(e, (tir.IntImm, tir.FloatImm)) and math.isfinite(e.value)
 
 
 def aligned_vector_width(block: Block, var: tir.Var, extent: int, lanes: int) -> int:

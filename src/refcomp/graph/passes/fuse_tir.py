@@ -12,7 +12,7 @@ from ...ast import expr as tir
 from ...ast.buffer import Buffer
 from ...ast.function import IRModule, PrimFunc
 from ...ast.functor import Mutator, free_vars, substitute
-from ...ast.graph import Call, Function, GlobalVar, Var
+from ...ast.graph import Call, Constant, Function, GlobalVar, Var
 from ...ast.stmt import Block, BlockRealize, seq, true
 from ...ast.structural import structural_equal
 from ...errors import RefcompError
@@ -136,12 +136,85 @@ def _has_costly_math(block: Block) -> bool:
     return any(c.op in COSTLY_MATH for c in collect(block.body, tir.Call))
 
 
+class _BindScalars(Mutator):
+    """Loads of 0-d buffers replaced by their constant values (and dropped from block reads)."""
+
+    def __init__(self, values: dict) -> None:
+        super().__init__()
+        self.values = values  # Buffer -> PrimExpr
+
+    def visit_BufferLoad(self, load):
+        if load.buffer in self.values and not load.indices:
+            return self.values[load.buffer]
+        return self.generic_visit(load)
+
+    def visit_Block(self, block: Block) -> Block:
+        new = self.generic_visit(block)
+        reads = tuple(r for r in new.reads if r.buffer not in self.values)
+        return new if len(reads) == len(new.reads) else new.with_(reads=reads)
+
+
+def _scalar_constant(value):
+    """The PrimExpr of a 0-d int/float graph Constant, else None."""
+    if not isinstance(value, Constant):
+        return None
+    array = value.data.array
+    if array.ndim != 0 or array.dtype.kind not in "fiu" or array.dtype.itemsize > 8:
+        return None
+    if array.dtype.kind == "f":
+        return tir.FloatImm(float(array), str(array.dtype))
+    return tir.IntImm(int(array), str(array.dtype))
+
+
+def bind_scalar_constants(func: PrimFunc, args: tuple) -> tuple[PrimFunc, tuple]:
+    """func without the 0-d buffer params that args bind to scalar Constants: their values go into
+    the code as immediates (the simplifier can then fold `select(c, 1, 0) > 0.5`), and the call
+    passes the remaining args."""
+    values, keep_params, keep_args = {}, [], []
+    buffers = list(func.buffers)
+    for k, param in enumerate(func.params):
+        index = next((i for i, b in enumerate(buffers) if b is param), None)
+        value = _scalar_constant(args[index]) if index is not None and index < len(args) else None
+        if value is not None and str(value.dtype) == str(param.dtype):
+            values[param] = value
+            continue
+        keep_params.append(param)
+        if index is not None and index < len(args):
+            keep_args.append(args[index])
+    if not values:
+        return func, args
+    body = _BindScalars(values).visit(func.body)
+    return func.with_(params=tuple(keep_params), body=body), tuple(keep_args)
+
+
+def _single_call_args(mod: IRModule) -> dict[str, tuple]:
+    """The args of each primitive function called exactly once in the module."""
+    seen: dict[str, list] = {}
+    for _, func in graph_functions(mod):
+        if func.attrs.get("primitive"):
+            continue
+
+        def block_fn(block):
+            for b in block.bindings:
+                value = b.value
+                if isinstance(value, Call) and isinstance(value.op, GlobalVar):
+                    seen.setdefault(value.op.name, []).append(value.args)
+            return block
+
+        map_blocks(func, block_fn)
+    return {name: calls[0] for name, calls in seen.items() if len(calls) == 1}
+
+
 def fuse_tir(mod: IRModule) -> IRModule:
     """The module with every call of a primitive function replaced by a call_tir of a merged kernel."""
     merged: dict[str, tuple] = {}
+    call_args = _single_call_args(mod)
+    kept_args: dict[str, tuple] = {}  # primitive function -> the args its merged kernel still takes
     for fname, fn in list(mod.functions.items()):
         if isinstance(fn, Function) and fn.attrs.get("primitive"):
             func, scalars = merge_group(fn, mod, fname)
+            if fname in call_args:
+                func, kept_args[fname] = bind_scalar_constants(func, call_args[fname])
             for other_name, (other, other_scalars) in merged.items():
                 if structural_equal(other, func) and len(other_scalars) == len(scalars):
                     func = None
@@ -163,9 +236,8 @@ def fuse_tir(mod: IRModule) -> IRModule:
                 if isinstance(value, Call) and isinstance(value.op, GlobalVar) and value.op.name in merged:
                     target, scalars = merged[value.op.name]
                     target_name = target if isinstance(target, str) else value.op.name
-                    if not isinstance(target, str) and scalars:
-                        scalars = scalars
-                    value = call_tir(GlobalVar(target_name), value.args, value.struct_info, scalars or None)
+                    args = kept_args.get(value.op.name, value.args)
+                    value = call_tir(GlobalVar(target_name), args, value.struct_info, scalars or None)
                     value = value.with_(struct_info=b.var.struct_info)
                 out.append(b if value is b.value else b.with_(value=value))
             return with_bindings(block, out)
