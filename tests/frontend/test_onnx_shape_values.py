@@ -78,7 +78,8 @@ def test_attention_body_over_dynamic_batch_and_sequence(rng):
     info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["b", 2, "s", 8]) for n in "qkv"]
     graph = helper.make_graph([node], "g", info, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     mod = from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)]))
-    assert [getattr(d, "name", getattr(d, "value", None)) for d in mod["main"].ret_struct_info.shape] == ["b", 2, "s", 8]
+    dims = [getattr(d, "name", getattr(d, "value", None)) for d in mod["main"].ret_struct_info.shape]
+    assert dims == ["b", 2, "s", 8]
     run = refcomp.runtime.VirtualMachine(refcomp.graph.build(mod, target="c"))["main"]
     for b, s in [(1, 3), (2, 5)]:
         q, k, v = (rng.standard_normal((b, 2, s, 8)).astype("float32") for _ in range(3))

@@ -121,7 +121,8 @@ def _leaf_paths(attrs):
         stack = [(root, [])]
         while stack:
             nid, path = stack.pop()
-            for went, child, is_leaf in ((True, true_ids[nid], true_leaf[nid]), (False, false_ids[nid], false_leaf[nid])):
+            for went, child, is_leaf in ((True, true_ids[nid], true_leaf[nid]),
+                                         (False, false_ids[nid], false_leaf[nid])):
                 step = path + [(nid, went)]
                 if is_leaf:
                     paths.append((child, step))
