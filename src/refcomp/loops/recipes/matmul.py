@@ -88,10 +88,10 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     # each packs its own KC x NC blocks of B (compute_at under the slab loop: one parallel
     # region, the packed block lands in the cache of the core that uses it) and the iterations
     # provably write disjoint parts of C.  Otherwise, with at least two row blocks per thread or
-    # a symbolic M, threads take row blocks (MC high) dynamically, all reading one packed B: a
-    # thread the OS deschedules on a shared machine no longer holds up the call.  (The legality
-    # check relaxes over the loops inside the parallel one, which must then be constant: a
-    # symbolic M cannot sit inside a parallel column loop.)
+    # a symbolic M, threads take row blocks (MC high), all reading one packed B.  Either way the
+    # blocks are handed out dynamically: a thread the OS deschedules on a shared machine no
+    # longer holds up the call.  (The legality check relaxes over the loops inside the parallel
+    # one, which must then be constant: a symbolic M cannot sit inside a parallel column loop.)
     by_columns = parallel and rows is not None and (as_int(shape.n) // nc) % threads == 0
     by_rows = parallel and not by_columns and (rows is None or -(-rows // mc) >= 2 * threads)
 
@@ -128,6 +128,7 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     sch.tensorize(i2, intrin)
     if by_columns:
         sch.parallel(j0)
+        sch.annotate(j0, "omp_schedule", "dynamic")
     elif by_rows:
         sch.parallel(i0)
         sch.annotate(i0, "omp_schedule", "dynamic")
@@ -151,11 +152,14 @@ def _threads() -> int:
 
 def _column_block(n: int, nr: int, preferred: int) -> int:
     """NC: a multiple of NR dividing N, near `preferred`, giving a multiple of the thread count of
-    column blocks when some such size is at least half the preferred one."""
+    column blocks when some such size is at least half the preferred one, and at least two
+    blocks per thread when that is possible too (so dynamic scheduling has something to move)."""
+    threads = _threads()
     sizes = [nc for nc in range(nr, n + 1, nr) if n % nc == 0]
     fitting = [nc for nc in sizes if nc <= max(preferred, nr)]
-    balanced = [nc for nc in fitting if (n // nc) % _threads() == 0 and 2 * nc >= min(preferred, n)]
-    return max(balanced) if balanced else max(fitting)
+    balanced = [nc for nc in fitting if (n // nc) % threads == 0 and 2 * nc >= min(preferred, n)]
+    several = [nc for nc in balanced if n // nc >= 2 * threads]
+    return max(several or balanced or fitting)
 
 
 def _row_block(m, mr: int, preferred: int, partial_ok: bool, recipe: str, intrin: str) -> int:
