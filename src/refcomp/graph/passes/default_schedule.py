@@ -1,17 +1,24 @@
 """default_schedule: a sound CPU schedule for every kernel that has none.
 
-For each block of each PrimFunc (skipping kernels already marked `scheduled`):
+For each PrimFunc not marked `scheduled`:
+- buffer indices are simplified under the block iter domains (block_indices), so a reshape's
+  flat-offset divisions become plain indices the vectorizer turns into contiguous loads;
 - spatial stages that are not outputs are inlined into their readers (as fuse_tir does),
   except costly math read by a reduction (see fuse_tir.inline_spatial_stages);
-- the outermost spatial loop becomes `parallel` when the block has more than one loop or the
-  loop is long (OpenMP threads over rows); when it is short (< 64 iterations, e.g. 16 heads),
-  the leading spatial loops are fused first so the threads share the rows evenly;
+then for each block:
+- the leading spatial loops become `parallel` (OpenMP threads over rows) when the block has
+  more than one loop or the loop is long; when the first is short (< 64 iterations, e.g. 16
+  heads) they are fused first (all constant) or the symbolic one is moved outermost;
 - the innermost spatial loop of a spatial block with a constant extent is split by the vector
   width and the inner part `vectorized` when it divides: as many lanes as fill the widest vector
   register the CPU has (64 bytes with AVX-512, else 32), halved until they divide the extent.  A
   full register matters for math calls: libmvec's variants (tanh, exp, ...) take exactly one
   native vector, and a narrower vector falls back to a scalar call per lane.  A symbolic extent
   (or one the lanes do not divide) is split with a predicate: full vectors, then a scalar tail.
+  The width grows to a constant divisor d of the vector iter (`v // d`, `v % d`) that divides
+  the extent, so those stay constant across a chunk.  A reduction whose innermost loop is
+  spatial (lanes inside the reduce loop) is vectorized the same way and its init decomposed
+  out of the reduce loop;
 - matmul-like kernels use `refcomp.loops.recipes` when that module provides a recipe.
 Every step goes through the checked Schedule primitives; a step they reject is skipped, so the
 result is always a legal schedule of the same computation.
