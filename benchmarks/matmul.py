@@ -11,7 +11,7 @@ machine slows both alike.  GFLOP/s counts 2*M*N*K (int8: integer operations).
 
 Cases:
   fp32_512/1024/2048   fp32 matmul vs numpy's float32 matmul
-  bf16_2048            bf16 inputs, fp32 accumulation (AMX where the CPU has it) vs numpy fp32
+  bf16_2048            bf16 inputs, fp32 accumulation (AMX / AVX512-BF16 / AVX2) vs numpy fp32
   int8_2048            int8 inputs, int32 accumulation (AMX / VNNI / AVX2) vs numpy fp32
   fused_1024           gelu(A @ B + bias) in one kernel vs numpy's three steps
   bf16_2048_torch      same kernel vs torch.matmul in bf16 (torch installed only)
