@@ -517,3 +517,33 @@ def test_reverse_compute_at_refuses_a_reduction_that_would_add_a_term_twice():
     assert_rejected(sch, lambda: sch.reverse_compute_at(c, loop),
                     "reverse_compute_at: the reduce iter vr0 of block C would be split across the producers' tiles, "
                     "but its 32 tile points do not match its domain of 16")
+
+
+def test_compute_at_under_int64_loops_keeps_loop_types(rng):
+    """Graph-level kernels have int64 dims: the regenerated loops get int64 extents (an int32
+    extent under an int64 loop var is ill-formed IR)."""
+    import refcomp
+    from refcomp import te
+    from refcomp.ast import IntImm
+    from refcomp.ast.wellformed import verify_well_formed
+
+    m, n, k = (IntImm(v, "int64") for v in (40, 64, 48))
+    a_t = te.placeholder((m, k), "float32", "A")
+    b_t = te.placeholder((k, n), "float32", "B")
+    r = te.reduce_axis((IntImm(0, "int64"), k), "k")
+    c_t = te.compute((m, n), lambda i, j: te.sum(a_t[i, r] * b_t[r, j], axis=r), name="C")
+    sch = Schedule(te.create_prim_func([a_t, b_t, c_t]))
+    block = sch.get_block("C")
+    packed = sch.cache_read(block, 1, "global")
+    i, j, kk = sch.get_loops(block)
+    j0, _ = sch.split(j, [None, 32])
+    sch.reorder(j0, i)
+    sch.compute_at(packed, j0)
+    verify_well_formed(sch.func)
+    copy_loops = sch.get_loops(packed)
+    assert all(str(sch.get(loop).extent.dtype) == "int64" for loop in copy_loops)
+    a = rng.standard_normal((40, 48)).astype(np.float32)
+    b = rng.standard_normal((48, 64)).astype(np.float32)
+    c = rng.standard_normal((40, 64)).astype(np.float32)
+    refcomp.build(sch.func)(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)

@@ -158,6 +158,9 @@ def _regenerate(func: PrimFunc, location: BlockLocation, ranges: dict[Var, tuple
         predicate = condition if _is_true(predicate) else And(predicate, condition)
     stmt: Stmt = BlockRealize(tuple(values), predicate, block)
     for var, extent in reversed(loops):
+        # extents from the region union are Python ints: give them the loop var's type (an int64
+        # nest from the graph level must not get int32 extents)
+        extent = const(extent, var.dtype) if isinstance(extent, int) else extent
         stmt = For(var, const(0, var.dtype), extent, "serial", stmt)
     return stmt
 
