@@ -112,9 +112,7 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     else:
         sch.reorder(j0, *slabs, i0, j1, i1, i2, j2, k1)
     if packed_b is not None:
-        # compute_at builds an int32 extent under int64 loops (an ill-typed nest) when the dims
-        # are int64, as the graph level makes them; those pack B in one parallel pass instead.
-        in_thread = by_columns and all(str(e.dtype) == "int32" for e in (shape.m, shape.n, shape.k))
+        in_thread = by_columns
         if in_thread:
             sch.compute_at(packed_b, slabs[0] if slabs else j0)
         sch.transform_layout(packed_b, ("write", 0), _b_panels(nr, b_layout))
