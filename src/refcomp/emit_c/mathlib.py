@@ -106,10 +106,13 @@ def vector_math_helper(name: str, op: str, dtype: DataType, vtype: str, mvec_fun
     double = element.name == "float64"
     arity = 2 if op in ("pow", "atan2", "fmod", "hypot", "copysign") else 1
     params = ", ".join(f"{vtype} {p}" for p in ("x", "y")[:arity])
-    scalar_args = [f"{p}[l]" for p in ("x", "y")[:arity]]
-    lane_loop = (f"    {vtype} r;\n"
-                 f"    for (int l = 0; l < {lanes}; ++l) r[l] = {scalar_call(op, element, scalar_args)};\n"
-                 f"    return r;\n")
+    scalar_args = [f"a{p}[l]" for p in ("x", "y")[:arity]]
+    ctype = "double" if double else "float"
+    # through plain arrays, as vector.lane_loop (gcc 12 fails on vectors filled element by element)
+    copies = "".join(f"    {ctype} a{p}[{lanes}];\n    memcpy(a{p}, &{p}, sizeof a{p});\n" for p in ("x", "y")[:arity])
+    lane_loop = (f"{copies}    {ctype} z[{lanes}];\n"
+                 f"    for (int l = 0; l < {lanes}; ++l) z[l] = {scalar_call(op, element, scalar_args)};\n"
+                 f"    {vtype} r;\n    memcpy(&r, z, sizeof r);\n    return r;\n")
     if op not in mvec_functions:
         return f"static inline {vtype} {name}({params}) {{\n{lane_loop}}}"
     width = "RC_MVEC_W64" if double else "RC_MVEC_W32"

@@ -232,7 +232,10 @@ def compile_shared(source: str, target: Target, name: str = "kernel") -> Path:
                              hint="install gcc or set $CC to a C compiler") from exc
         if result.returncode != 0:
             tmp_so.unlink(missing_ok=True)
-            raise BuildError(_compiler_failure(command, result.stderr, source, str(c_path)))
+            crashed = "internal compiler error" in result.stderr
+            hint = ("the compiler itself crashed on this kernel (a compiler bug, not an error in the "
+                    "program); the target 'c -std=c99' builds it without vector code") if crashed else None
+            raise BuildError(_compiler_failure(command, result.stderr, source, str(c_path)), hint=hint)
         try:
             (folder / f"{key}.c").write_text(source)
         except OSError:
@@ -253,7 +256,8 @@ def _compiler_failure(command: list[str], stderr: str, source: str, c_path: str)
         low, high = max(1, line_no - 3), min(len(lines), line_no + 3)
         context = "\n".join(f"{'>' if i == line_no else ' '}{i:5d} | {lines[i - 1]}" for i in range(low, high + 1))
     flags = " ".join(shlex.quote(c) for c in command[1:] if not c.endswith(".c") and "-o" != c)
-    parts = [f"gcc failed to compile the kernel (flags: {flags})", message[:4000]]
+    what = "crashed (internal compiler error) compiling" if "internal compiler error" in stderr else "failed to compile"
+    parts = [f"gcc {what} the kernel (flags: {flags})", message[:4000]]
     if context:
         parts.append("source around the error:\n" + context)
     return "\n".join(parts)

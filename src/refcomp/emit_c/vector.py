@@ -4,7 +4,8 @@ Helpers are created on demand and emitted in first-request order, so a kernel's 
 what it uses and is the same on every run.  A vector of dtype `float32x8` is `rc_f32x8`; bool
 vectors are int32 masks (`rc_i32x8`, 0 or -1 per lane); float16/bfloat16 vectors compute as float
 vectors rounded after each operation.  Lane loops over vector elements are written so gcc turns
-them into single instructions at -O3 (broadcast, blend, convert).
+them into single instructions at -O3 (broadcast, blend, convert).  A vector computed lane by lane
+is filled through plain arrays (`lane_loop`), never by assigning its elements.
 """
 from __future__ import annotations
 
@@ -184,8 +185,7 @@ class VectorLib:
         st = storage_type(dtype.element)
         name = f"rc_vload_{dtype.element.name}x{dtype.lanes}"
         if is_half(dtype) or dtype.is_bool:
-            body = (f"    {vt} r;\n    for (int l = 0; l < {dtype.lanes}; ++l) "
-                    f"r[l] = {self._from_storage(dtype, 'p[l]')};\n    return r;\n")
+            body = lane_loop(vt, vector_element_ctype(dtype), dtype.lanes, self._from_storage(dtype, "p[l]"))
         else:
             body = f"    {vt} r;\n    memcpy(&r, p, sizeof r);\n    return r;\n"
         return self._add(name, f"static inline {vt} {name}(const {st}* p) {{\n{body}}}")
@@ -227,10 +227,9 @@ class VectorLib:
         vt, it = self.vtype(dtype), self.vtype(index)
         st = storage_type(dtype.element)
         name = f"rc_gather_{dtype.element.name}x{dtype.lanes}_{short_name(index.element)}"
-        return self._add(name, (
-            f"static inline {vt} {name}(const {st}* p, {it} idx) {{\n"
-            f"    {vt} r;\n    for (int l = 0; l < {dtype.lanes}; ++l) "
-            f"r[l] = {self._from_storage(dtype, 'p[idx[l]]')};\n    return r;\n}}"))
+        body = lane_loop(vt, vector_element_ctype(dtype), dtype.lanes, self._from_storage(dtype, "p[xidx[l]]"),
+                         [("idx", vector_element_ctype(index))])
+        return self._add(name, f"static inline {vt} {name}(const {st}* p, {it} idx) {{\n{body}}}")
 
     def scatter(self, dtype: DataType, index: DataType) -> str:
         vt, it = self.vtype(dtype), self.vtype(index)
@@ -246,10 +245,8 @@ class VectorLib:
         vt = self.vtype(dtype)
         kind = "f16" if dtype.element.name == "float16" else "bf16"
         name = f"rc_vround_{kind}_{vt[3:]}"
-        return self._add(name, (
-            f"static inline {vt} {name}({vt} v) {{\n"
-            f"    {vt} r;\n    for (int l = 0; l < {dtype.lanes}; ++l) r[l] = rc_round_{kind}(v[l]);\n"
-            f"    return r;\n}}"))
+        body = lane_loop(vt, "float", dtype.lanes, f"rc_round_{kind}(xv[l])", [("v", "float")])
+        return self._add(name, f"static inline {vt} {name}({vt} v) {{\n{body}}}")
 
     def lanewise(self, op: str, dtype: DataType, arity: int = 2) -> str:
         """A helper applying the scalar helper rc_<op>_<tag> lane by lane (integer div/mod, abs)."""
@@ -259,16 +256,8 @@ class VectorLib:
         params = ", ".join(f"{vt} {p}" for p in "ab"[:arity])
         args = ", ".join(f"x{p}[l]" for p in "ab"[:arity])
         ctype = value_type(dtype.element)
-        lanes = dtype.lanes
-        # Through plain arrays: gcc 12's SLP vectoriser miscompiled the same loop written on
-        # vector elements (uint16 floordiv inside a kernel loop gave 65535 at -O3); these
-        # operations have no SIMD instructions anyway.
-        copies = "".join(f"    {ctype} x{p}[{lanes}];\n    memcpy(x{p}, &{p}, sizeof x{p});\n" for p in "ab"[:arity])
-        return self._add(name, (
-            f"static inline {vt} {name}({params}) {{\n{copies}"
-            f"    {ctype} z[{lanes}];\n"
-            f"    for (int l = 0; l < {lanes}; ++l) z[l] = rc_{op}_{tag}({args});\n"
-            f"    {vt} r;\n    memcpy(&r, z, sizeof r);\n    return r;\n}}"))
+        body = lane_loop(vt, ctype, dtype.lanes, f"rc_{op}_{tag}({args})", [(p, ctype) for p in "ab"[:arity]])
+        return self._add(name, f"static inline {vt} {name}({params}) {{\n{body}}}")
 
     def lanewise_checked(self, op: str, dtype: DataType) -> str:
         """rc_v<op>_checked_T(a, b, zero): integer div/mod lane by lane, setting *zero on a zero divisor."""
@@ -276,13 +265,9 @@ class VectorLib:
         tag = short_name(dtype.element)
         name = f"rc_v{op}_checked_{vt[3:]}"
         ctype = value_type(dtype.element)
-        lanes = dtype.lanes
-        copies = "".join(f"    {ctype} x{p}[{lanes}];\n    memcpy(x{p}, &{p}, sizeof x{p});\n" for p in "ab")
-        return self._add(name, (
-            f"static inline {vt} {name}({vt} a, {vt} b, int32_t* zero) {{\n{copies}"
-            f"    {ctype} z[{lanes}];\n"
-            f"    for (int l = 0; l < {lanes}; ++l) z[l] = rc_{op}_checked_{tag}(xa[l], xb[l], zero);\n"
-            f"    {vt} r;\n    memcpy(&r, z, sizeof r);\n    return r;\n}}"))
+        body = lane_loop(vt, ctype, dtype.lanes, f"rc_{op}_checked_{tag}(xa[l], xb[l], zero)",
+                         [(p, ctype) for p in "ab"])
+        return self._add(name, f"static inline {vt} {name}({vt} a, {vt} b, int32_t* zero) {{\n{body}}}")
 
     def select(self, dtype: DataType) -> str:
         """rc_vselect_T(mask, a, b): a where the mask lane is set, else b (bitwise, branch free)."""
@@ -332,17 +317,13 @@ class VectorLib:
             inner = ones if tt == st else f"__builtin_convertvector({ones}, {tt})"
             body = f"    return {inner};\n"
         elif s_el.is_float and t_el.is_integer:
-            tag = short_name(t_el)
-            body = (f"    {tt} r;\n    for (int l = 0; l < {lanes}; ++l) r[l] = rc_f64_to_{tag}((double)v[l]);\n"
-                    f"    return r;\n")
+            body = lane_loop(tt, value_type(t_el), lanes, f"rc_f64_to_{short_name(t_el)}((double)xv[l])",
+                             [("v", vector_element_ctype(source))])
         elif is_half(target):
             kind = "f16" if t_el.name == "float16" else "bf16"
-            if s_el.name == "float64" or s_el.is_integer:
-                body = (f"    {tt} r;\n    for (int l = 0; l < {lanes}; ++l) r[l] = rc_round_{kind}_d((double)v[l]);\n"
-                        f"    return r;\n")
-            else:
-                body = (f"    {tt} r;\n    for (int l = 0; l < {lanes}; ++l) r[l] = rc_round_{kind}(v[l]);\n"
-                        f"    return r;\n")
+            rounding = f"rc_round_{kind}_d((double)xv[l])" if s_el.name == "float64" or s_el.is_integer \
+                else f"rc_round_{kind}(xv[l])"
+            body = lane_loop(tt, "float", lanes, rounding, [("v", vector_element_ctype(source))])
         elif st == tt:
             body = "    return v;\n"
         else:
@@ -352,10 +333,8 @@ class VectorLib:
     def predicate(self, op: str, dtype: DataType) -> str:
         vt, mt = self.vtype(dtype), self.mask(dtype.lanes)
         name = f"rc_v{op}_{vt[3:]}"
-        return self._add(name, (
-            f"static inline {mt} {name}({vt} v) {{\n"
-            f"    {mt} r;\n    for (int l = 0; l < {dtype.lanes}; ++l) r[l] = {op}(v[l]) ? -1 : 0;\n"
-            f"    return r;\n}}"))
+        body = lane_loop(mt, "int32_t", dtype.lanes, f"{op}(xv[l]) ? -1 : 0", [("v", vector_element_ctype(dtype))])
+        return self._add(name, f"static inline {mt} {name}({vt} v) {{\n{body}}}")
 
     def math(self, op: str, dtype: DataType) -> str:
         """The vector helper for a float math intrinsic (libmvec where available)."""
@@ -392,9 +371,9 @@ class VectorLib:
         branches += [(f"defined(RC_MVEC_BYTES) && {cond}", body) for cond, body in
                      self.split_branches("RC_MVEC_BYTES", [(p, compute) for p in params], compute, call)]
         loop = mathlib.vector_math_helper(name, op, compute, vt, frozenset())
-        lane_loop = loop[loop.index("{") + 2:loop.rindex("}")]
+        per_lane = loop[loop.index("{") + 2:loop.rindex("}")]
         signature = f"static inline {vt} {name}({', '.join(f'{vt} {p}' for p in params)})"
-        return self._add(name, _with_branches(signature, branches, lane_loop))
+        return self._add(name, _with_branches(signature, branches, per_lane))
 
     def _sigmoid(self, name: str, dtype: DataType, exp_name: str) -> str:
         """sigmoid as the scalar rc_sigmoid (exp of -|x|, which never overflows), branch free."""
@@ -424,6 +403,22 @@ class VectorLib:
         if self.helpers:
             parts.insert(0, "#define RC_INLINE static inline __attribute__((always_inline))")
         return "\n".join(parts) + ("\n" if parts else "")
+
+
+def lane_loop(vtype: str, ctype: str, lanes: int, expr: str, copies=()) -> str:
+    """A function body returning the vector vtype whose lane l is expr (C text using l).
+
+    copies: (parameter, element C type) pairs; each vector parameter p is copied into the plain
+    array xp first, so expr reads its lanes as xp[l].  The lanes are computed into an array and
+    copied into the vector in one piece.  gcc 12 at -O3 fails on vectors filled element by element
+    (`r[l] = ...`): an internal compiler error in store_constructor (AVX-512, a float -> int64
+    conversion feeding a compare-and-select inside a vectorised loop) and a wrong uint16 floordiv;
+    through arrays the same loops still become single instructions (convert, gather).
+    """
+    lines = "".join(f"    {ct} x{p}[{lanes}];\n    memcpy(x{p}, &{p}, sizeof x{p});\n" for p, ct in copies)
+    return (f"{lines}    {ctype} z[{lanes}];\n"
+            f"    for (int l = 0; l < {lanes}; ++l) z[l] = {expr};\n"
+            f"    {vtype} r;\n    memcpy(&r, z, sizeof r);\n    return r;\n")
 
 
 def _with_branches(signature: str, branches: list[tuple[str, str]], direct: str) -> str:

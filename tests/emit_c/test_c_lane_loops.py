@@ -1,0 +1,135 @@
+"""Vector helpers computed lane by lane, and how a crash of gcc itself is reported.
+
+gcc 12 -O3 with AVX-512 crashed (internal compiler error in store_constructor) on a float -> int64
+vector conversion feeding a compare-and-select inside a loop, the index wrap-around of DeformConv's
+gathers, while its helper filled the result vector element by element.  The helpers now fill plain
+arrays; these kernels must build and match numpy on every CPU.
+"""
+import os
+import stat
+
+import numpy as np
+import pytest
+
+import refcomp
+from refcomp.ast import (
+    Broadcast, Buffer, BufferStore, Call, Cast, For, IntImm, PrimFunc, Ramp, Select, SeqStmt, SizeVar, Var, max_,
+    min_,
+)
+from refcomp.emit_c import parse_target
+from refcomp.emit_c.toolchain import compiler_version, compile_shared
+
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
+TABLE = 9  # entries of the table the wrapped index reads
+
+
+def _int64(value: int, lanes: int):
+    return Broadcast(IntImm(value, "int64"), lanes)
+
+
+def _wrapped_index(A, i, lanes):
+    """int64(A[i*lanes : +lanes]), plus TABLE where negative (a Python-style wrap-around)."""
+    ramp = Ramp(i * lanes, IntImm(1), lanes)
+    index = Cast(f"int64x{lanes}", A[ramp])
+    return ramp, Select(index < _int64(0, lanes), index + _int64(TABLE, lanes), index)
+
+
+def _saturating_int64(a: np.ndarray) -> np.ndarray:
+    """spec/ir.md's float -> int64 conversion: toward zero, saturating, NaN -> 0."""
+    out = []
+    for x in a.astype(np.float64):
+        if np.isnan(x):
+            out.append(0)
+        elif x >= 2.0**63:
+            out.append(INT64_MAX)
+        elif x <= -2.0**63:
+            out.append(INT64_MIN)
+        else:
+            out.append(int(x))
+    return np.array(out, dtype=np.int64)
+
+
+def _float_inputs(rng, size):
+    a = (rng.standard_normal(size) * 6).astype(np.float32)
+    a[:5] = [np.nan, np.inf, -np.inf, 3e19, -3e19]
+    rng.shuffle(a)
+    return a
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+@pytest.mark.parametrize("kind", ["serial", "parallel"])
+def test_float_to_int64_then_compare_and_select(lanes, kind, rng):
+    n = SizeVar("n", "int32")
+    A, B = Buffer("A", (n * lanes,), "float32"), Buffer("B", (n * lanes,), "int64")
+    i = Var("i", "int32")
+    ramp, wrapped = _wrapped_index(A, i, lanes)
+    func = PrimFunc((A, B), For(i, 0, n, kind, BufferStore(B, wrapped, (ramp,))), f"wrap_{kind}_{lanes}")
+    lib = refcomp.build(func, bounds="off")
+    a = _float_inputs(rng, 4 * lanes)
+    out = np.zeros(4 * lanes, np.int64)
+    lib(a, out)
+    index = _saturating_int64(a)
+    np.testing.assert_array_equal(out, np.where(index < 0, index + TABLE, index))
+
+
+@pytest.mark.parametrize("lanes", [4, 8])
+def test_wrapped_clamped_gather(lanes, rng):
+    """The DeformConv construct: gather a table at clamp(wrap(int64(x)), 0, TABLE - 1)."""
+    n = SizeVar("n", "int32")
+    A, B = Buffer("A", (n * lanes,), "float32"), Buffer("B", (n * lanes,), "float32")
+    T = Buffer("T", (TABLE,), "float32")
+    i = Var("i", "int32")
+    ramp, wrapped = _wrapped_index(A, i, lanes)
+    clamped = max_(_int64(0, lanes), min_(wrapped, _int64(TABLE - 1, lanes)))
+    func = PrimFunc((A, T, B), For(i, 0, n, "parallel", BufferStore(B, T[clamped], (ramp,))), f"gather_{lanes}")
+    lib = refcomp.build(func, bounds="off")
+    a, table = _float_inputs(rng, 4 * lanes), rng.standard_normal(TABLE).astype(np.float32)
+    out = np.zeros(4 * lanes, np.float32)
+    lib(a, table, out)
+    index = _saturating_int64(a)
+    np.testing.assert_array_equal(out, table[np.clip(np.where(index < 0, index + TABLE, index), 0, TABLE - 1)])
+
+
+def test_lane_by_lane_helpers_never_assign_vector_elements(rng):
+    """Casts, isnan, gathers, half rounding and scalar math per lane all go through arrays."""
+    n = SizeVar("n", "int32")
+    A, H = Buffer("A", (n * 8,), "float32"), Buffer("H", (n * 8,), "float16")
+    B, M = Buffer("B", (n * 8,), "int32"), Buffer("M", (n * 8,), "bool")
+    i = Var("i", "int32")
+    ramp = Ramp(i * 8, IntImm(1), 8)
+    body = [BufferStore(B, Cast("int32x8", A[ramp]), (ramp,)),
+            BufferStore(M, Call("isnan", (A[ramp],), "boolx8"), (ramp,)),
+            BufferStore(H, Cast("float16x8", Call("erf", (A[ramp],), "float32x8")), (ramp,)),
+            BufferStore(A, A[Cast("int32x8", B[ramp])], (ramp,))]
+    func = PrimFunc((A, H, B, M), For(i, 0, n, "serial", SeqStmt(tuple(body))), "lanes_mix")
+    lib = refcomp.build(func, bounds="off")
+    assert "r[l] =" not in lib.source and "z[l] =" in lib.source
+    a = rng.uniform(0, 16, 16).astype(np.float32)  # valid gather positions after the int cast
+    a[rng.integers(16)] = np.nan  # and NaN converts to 0
+    h, b, m = np.zeros(16, np.float16), np.zeros(16, np.int32), np.zeros(16, bool)
+    want = [x.copy() for x in (a, h, b, m)]
+    lib(a, h, b, m)
+    refcomp.interpret(func, *want, n=2)
+    for got, expected in zip((a, h, b, m), want):
+        np.testing.assert_array_equal(got, expected)
+    assert m.sum() == 1 and b[m].tolist() == [0]
+
+
+def test_a_crashing_compiler_is_named_in_the_build_error(tmp_path, monkeypatch):
+    fake = tmp_path / "crashing-cc"
+    fake.write_text("#!/bin/sh\n"
+                    "if [ \"$1\" = --version ]; then echo 'fake-cc 1.0'; exit 0; fi\n"
+                    "echo 'kernel.c:1:1: internal compiler error: in store_constructor' >&2\n"
+                    "exit 4\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("CC", str(fake))
+    monkeypatch.setenv("REFCOMP_CACHE_DIR", str(tmp_path / "cache"))
+    try:
+        with pytest.raises(refcomp.BuildError) as info:
+            compile_shared("int f(void) { return 1; }\n", parse_target("c"))
+    finally:
+        compiler_version.cache_clear()
+    first_line = str(info.value).splitlines()[0]
+    assert "internal compiler error" in first_line
+    assert "c -std=c99" in info.value.hint
+    assert os.listdir(tmp_path / "cache" / os.listdir(tmp_path / "cache")[0]) == []
