@@ -29,6 +29,19 @@ def _matmul(m, n, k, in_dtype="float32", acc="float32"):
     return te.create_prim_func([a, b, c])
 
 
+def _linear(m, n, k, index_dtype="int32"):
+    """C = A @ W^T with the weight stored W[j, k] (N, K), as a `linear` layer keeps it; dims are
+    int64 when the graph level builds the kernel."""
+    if index_dtype == "int64":
+        m = m if not isinstance(m, int) else te.const(m, "int64")
+        n, k = te.const(n, "int64"), te.const(k, "int64")
+    a = te.placeholder((m, k), "float32", "A")
+    w = te.placeholder((n, k), "float32", "W")
+    r = te.reduce_axis((te.const(0, index_dtype), k), "k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * w[j, r], axis=r), name="C")
+    return te.create_prim_func([a, w, c])
+
+
 def _tensorized_with(func) -> set[str]:
     return {s.annotations["tensorized"] for s in walk(func.body) if isinstance(s, Block) and "tensorized" in s.annotations}
 
@@ -90,6 +103,75 @@ def test_fp32_recipe_symbolic_rows(rng):
         c = np.zeros((rows, 32), np.float32)
         lib(a, b, c)
         np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("m,n,k", [(37, 64, 48), (8, 32, 32), (5, 16, 16)])
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+def test_fp32_recipe_reads_w_transposed(rng, m, n, k, index_dtype):
+    """B stored as W[j, k]: the packing copy reads W transposed into the same k-major panels."""
+    sch = recipes.matmul_fp32(_linear(m, n, k, index_dtype), tiling=SMALL)
+    assert _tensorized_with(sch.func)
+    packs = [b for b in walk(sch.func.body) if isinstance(b, Block) and b.name == "W_global"]
+    assert len(packs) == 1 and packs[0].writes[0].buffer.shape[-1].value in (16, 32)  # NR-wide panels
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    c = rng.standard_normal((m, n)).astype(np.float32)
+    refcomp.build(sch.func)(a, w, c)
+    np.testing.assert_allclose(c, a @ w.T, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("m,by_rows", [(100, True), (40, False)])
+def test_fp32_recipe_reads_w_transposed_in_either_parallel_mode(rng, monkeypatch, m, by_rows):
+    """W packed once in a parallel pass (row blocks in parallel) or per column block inside the
+    parallel loop: both compute A @ W^T."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    k = 96
+    n = 2 * (32 if intrin.get("x86.avx512.sgemm_8x32").available() else 16)
+    if by_rows:
+        n = 3 * n // 2
+    sch = recipes.matmul_fp32(_linear(m, n, k), tiling=SMALL)
+    compute = [s for s in walk(sch.func.body) if isinstance(s, For) and s.kind == "parallel"
+               and any(isinstance(b, Block) and "tensorized" in b.annotations for b in walk(s))]
+    assert len(compute) == 1 and compute[0].loop_var.name.startswith("i" if by_rows else "j")
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    c = np.zeros((m, n), np.float32)
+    refcomp.build(sch.func)(a, w, c)
+    np.testing.assert_allclose(c, a @ w.T, rtol=1e-5, atol=1e-4)
+
+
+def test_fp32_recipe_reads_w_transposed_with_symbolic_rows(rng):
+    sch = recipes.matmul_fp32(_linear(te.size_var("m"), 32, 64), tiling=SMALL)
+    lib = refcomp.build(sch.func)  # every access proved in bounds for every m
+    for rows in (1, 7, 49):
+        a = rng.standard_normal((rows, 64)).astype(np.float32)
+        w = rng.standard_normal((32, 64)).astype(np.float32)
+        c = np.zeros((rows, 32), np.float32)
+        lib(a, w, c)
+        np.testing.assert_allclose(c, a @ w.T, rtol=1e-5, atol=1e-4)
+
+
+def test_fp32_recipe_symbolic_rows_take_their_own_row_block(rng):
+    """mc_symbolic sets the row block when M is symbolic (and only then)."""
+    tiling = recipes.Tiling(mc=48, nc=32, kc=32, mc_symbolic=24)  # multiples of both tile heights
+    symbolic = recipes.matmul_fp32(_matmul(te.size_var("m"), 32, 64), tiling=tiling).func
+    assert "T.parallel((m + 23) // 24" in symbolic.script()
+    plain = recipes.matmul_fp32(_matmul(te.size_var("m"), 32, 64), tiling=recipes.Tiling(mc=48, nc=32, kc=32))
+    assert "T.parallel((m + 47) // 48" in plain.func.script()
+    a = rng.standard_normal((37, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 32)).astype(np.float32)
+    c = np.zeros((37, 32), np.float32)
+    refcomp.build(symbolic)(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
+
+
+def test_recipe_rejects_a_into_its_own_transpose():
+    a = te.placeholder((32, 32), "float32", "A")
+    r = te.reduce_axis((0, 32), "k")
+    c = te.compute((32, 32), lambda i, j: te.sum(a[i, r] * a[j, r], axis=r), name="C")
+    func = te.create_prim_func([a, c])
+    with pytest.raises(ScheduleError, match="both A and W"):
+        recipes.matmul_fp32(func, tiling=SMALL)
 
 
 def test_fp32_recipe_replays_from_its_trace():
@@ -176,6 +258,43 @@ def test_fused_matmul_bias_gelu(rng):
     out = np.zeros((m, n), np.float32)
     refcomp.build(sch.func)(x, y, z, out)
     np.testing.assert_allclose(out, _gelu_np(x.astype(np.float64) @ y + z), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("epilogue", ["gelu", "residual"])
+def test_fused_linear_epilogue_in_the_tile(rng, epilogue):
+    """X @ W^T with W (N, K) and the epilogue moved into the parallel block loop; rows symbolic and
+    not a multiple of the tile height."""
+    m, n, k = te.size_var("m"), 64, 48
+    x = te.placeholder((m, k), "float32", "X")
+    w = te.placeholder((n, k), "float32", "W")
+    bias = te.placeholder((n,), "float32", "bias")
+    res = te.placeholder((m, n), "float32", "R")
+    r = te.reduce_axis((0, k), "k")
+    c = te.compute((m, n), lambda i, j: te.sum(x[i, r] * w[j, r], axis=r), name="C")
+    if epilogue == "gelu":
+        d = te.compute((m, n), lambda i, j: _gelu_te(c[i, j] + bias[j]), name="D")
+        params = [x, w, bias, d]
+    else:
+        d = te.compute((m, n), lambda i, j: c[i, j] + bias[j] + res[i, j], name="D")
+        params = [x, w, bias, res, d]
+    sch = recipes.matmul_bias_gelu(te.create_prim_func(params), tiling=SMALL)
+    text = sch.func.script()
+    assert text.index('T.block("C_o")') < text.index('T.block("D")')
+    lib = refcomp.build(sch.func)
+    for rows in (30, 5):
+        xv = rng.standard_normal((rows, k)).astype(np.float32)
+        wv = rng.standard_normal((n, k)).astype(np.float32)
+        bv = rng.standard_normal(n).astype(np.float32)
+        rv = rng.standard_normal((rows, n)).astype(np.float32)
+        out = np.zeros((rows, n), np.float32)
+        product = xv.astype(np.float64) @ wv.T.astype(np.float64) + bv
+        if epilogue == "gelu":
+            lib(xv, wv, bv, out)
+            expected = _gelu_np(product)
+        else:
+            lib(xv, wv, bv, rv, out)
+            expected = product + rv
+        np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("name,in_dtype,acc", [

@@ -11,17 +11,20 @@ from ..intrin import x86
 
 @dataclass(frozen=True)
 class MatmulShape:
-    """The operands of a block computing C[i, j] (+)= A[i, k] * B[k, j]: read indices and extents."""
+    """The operands of a block computing C[i, j] (+)= A[i, k] * B[k, j] (or * W[j, k]): read
+    positions and extents."""
 
     a_index: int  # position of A in block.reads
     b_index: int  # position of B in block.reads
     m: PrimExpr
     n: PrimExpr
     k: PrimExpr
+    b_transposed: bool = False  # B is read as W[j, k] (C = A @ W^T, a `linear` layer's weight)
 
 
 def matmul_shape(block: Block, recipe: str) -> MatmulShape:
-    """Recognise C[i, j] = C[i, j] + cast?(A[i, k]) * cast?(B[k, j]) with iters (S, S, R)."""
+    """Recognise C[i, j] = C[i, j] + cast?(A[i, k]) * cast?(B[k, j]) with iters (S, S, R); B may
+    also be read as W[j, k] (b_transposed)."""
     kinds = [iv.kind for iv in block.iter_vars]
     if kinds != ["spatial", "spatial", "reduce"] or not isinstance(block.body, BufferStore):
         raise ScheduleError(f"{recipe}: block {block.name!r} is not a matmul (iters S, S, R and one store); "
@@ -39,13 +42,20 @@ def matmul_shape(block: Block, recipe: str) -> MatmulShape:
     post_order_visit(block.body.value, take)
     a = next((l for l in loads if _is(l.indices, vi, vk)), None)
     b = next((l for l in loads if _is(l.indices, vk, vj)), None)
+    transposed = b is None
+    if transposed:
+        b = next((l for l in loads if l is not a and _is(l.indices, vj, vk)), None)
     if a is None or b is None:
-        raise ScheduleError(f"{recipe}: block {block.name!r} does not read A[i, k] and B[k, j]", spot=block)
+        raise ScheduleError(f"{recipe}: block {block.name!r} does not read A[i, k] and B[k, j] (or W[j, k])",
+                            spot=block)
     names = [r.buffer for r in block.reads]
+    if transposed and a.buffer is b.buffer:
+        raise ScheduleError(f"{recipe}: block {block.name!r} reads one buffer as both A and W (A @ A^T)",
+                            spot=block)
     if a.buffer not in names or b.buffer not in names:
         raise ScheduleError(f"{recipe}: block {block.name!r} does not declare its reads of A and B", spot=block)
     return MatmulShape(names.index(a.buffer), names.index(b.buffer), block.iter_vars[0].dom.extent,
-                       block.iter_vars[1].dom.extent, block.iter_vars[2].dom.extent)
+                       block.iter_vars[1].dom.extent, block.iter_vars[2].dom.extent, transposed)
 
 
 def _is(indices, first, second) -> bool:

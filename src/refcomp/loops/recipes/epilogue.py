@@ -4,6 +4,8 @@ The matmul block is scheduled by the fp32 recipe; the epilogue block is moved wi
 reverse_compute_at under the parallel loop over (NC x MC) blocks of C, so each block of C is
 turned into D while it is still in cache, by the thread that computed it, instead of in a second
 pass over memory.  Its innermost loop is vectorized (gcc calls the vector tanh/erf of libmvec).
+Any elementwise epilogue over C works the same (bias + residual, say), and B may be read as
+W[j, k] as a `linear` layer stores it.
 """
 from __future__ import annotations
 

@@ -14,6 +14,8 @@ The structure is BLIS's, written as ordinary schedule primitives:
 
 With fewer than two row blocks per thread the loops run `jc, pc, ic, jr, ir` with the column
 blocks in parallel.  A is read in place unless pack_a asks for k slabs Ap[k // KC, i, k % KC].
+B may be read as W[j, k] (C = A @ W^T, a `linear` layer's weight): the packing copy then reads W
+transposed into the same panels, NR rows of W at a time.
 Rows (M) may be symbolic or not divisible by MR: the last tile is partial and the kernel touches
 only its rows.  N must be a multiple of NR; K of the intrinsic's k multiple.  Each recipe returns
 the Schedule; the caller builds `sch.func`.
@@ -32,11 +34,13 @@ FP32_INTRINS = ["x86.avx512.sgemm_8x32", "x86.avx2.sgemm_6x16"]
 
 @dataclass(frozen=True)
 class Tiling:
-    """Cache-level tile sizes: MC rows and NC columns of C per parallel task, KC of the reduction."""
+    """Cache-level tile sizes: MC rows and NC columns of C per parallel task, KC of the reduction;
+    mc_symbolic (None: mc) is MC when the row count is symbolic."""
 
     mc: int = 96
     nc: int = 512
     kc: int = 512
+    mc_symbolic: int | None = None
 
 
 def as_schedule(func_or_sch: PrimFunc | Schedule) -> Schedule:
@@ -46,7 +50,8 @@ def as_schedule(func_or_sch: PrimFunc | Schedule) -> Schedule:
 def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: str | None = None,
                 tiling: Tiling = Tiling(), pack_a: bool = False, pack_b: bool = True,
                 parallel: bool = True) -> Schedule:
-    """Schedule the fp32 matmul block `block` (C[i, j] += A[i, k] * B[k, j]) on an fp32 tile intrinsic.
+    """Schedule the fp32 matmul block `block` (C[i, j] += A[i, k] * B[k, j], or * W[j, k]) on an
+    fp32 tile intrinsic.
 
     A is read in place by default: the MR rows a tile reads share an L1 set when the row stride
     is a multiple of 4 KiB, but a 12-way L1 holds them, and the packing pass cost more than it
@@ -61,8 +66,11 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
 def _fp32_tiling(intrin: str, tiling: Tiling) -> Tiling:
     # The AVX-512 tile's whole-K slabs (up to 1024) load and store each C tile half as often as
     # 512 and were 1.5-2% faster at N = 1024 and 2048 on Zen 5 (1 MiB L2 holds the KC x 32 panel).
+    # With symbolic rows the threads share row blocks handed out dynamically: 64-row blocks
+    # balance where 96 do not (256 rows are 3 blocks of 96 on 2 threads), measured on the graph
+    # benchmark's mlp (batch 256, 2 threads, no BLAS): 34.0 ms with 96-row blocks, 28.3 with 64.
     if tiling == Tiling() and "avx512" in intrin:
-        return Tiling(mc=tiling.mc, nc=tiling.nc, kc=1024)
+        return Tiling(mc=tiling.mc, nc=tiling.nc, kc=1024, mc_symbolic=64)
     return tiling
 
 
@@ -79,7 +87,8 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     if kc is None:
         raise ScheduleError(f"{recipe}: K = {shape.k} has no tile size that is a multiple of {k_multiple} "
                             f"(needed by {intrin})")
-    mc = _row_block(shape.m, mr, tiling.mc, takes_partial_rows(intrin), recipe, intrin)
+    preferred_mc = tiling.mc if as_int(shape.m) is not None else (tiling.mc_symbolic or tiling.mc)
+    mc = _row_block(shape.m, mr, preferred_mc, takes_partial_rows(intrin), recipe, intrin)
     nc = _column_block(as_int(shape.n), nr, tiling.nc)
 
     rows = as_int(shape.m)
@@ -111,13 +120,17 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
         sch.reorder(i0, j0, *slabs, j1, i1, i2, j2, k1)
     else:
         sch.reorder(j0, *slabs, i0, j1, i1, i2, j2, k1)
+    if shape.b_transposed and packed_b is None:
+        raise ScheduleError(f"{recipe}: B read as W[j, k] needs pack_b (the kernel reads k-major panels)")
     if packed_b is not None:
         in_thread = by_columns
         if in_thread:
             sch.compute_at(packed_b, slabs[0] if slabs else j0)
-        sch.transform_layout(packed_b, ("write", 0), _b_panels(nr, b_layout))
+        sch.transform_layout(packed_b, ("write", 0), _b_panels(nr, b_layout, shape.b_transposed))
         copy_in_parallel = parallel and not in_thread
-        if b_layout == "rows":
+        if shape.b_transposed:
+            _schedule_transposed_copy(sch, packed_b, copy_in_parallel, nr, _GROUP.get(b_layout, 1))
+        elif b_layout == "rows":
             _schedule_copy(sch, packed_b, copy_in_parallel, nr)
         else:
             _schedule_grouped_copy(sch, packed_b, copy_in_parallel, nr, _GROUP[b_layout])
@@ -178,8 +191,12 @@ def _row_block(m, mr: int, preferred: int, partial_ok: bool, recipe: str, intrin
     return mc
 
 
-def _b_panels(nr: int, layout: str):
-    """Index map packing B (K, N) into NR-wide column panels, in the layout the kernel reads."""
+def _b_panels(nr: int, layout: str, transposed: bool = False):
+    """Index map packing B (K, N) into NR-wide column panels, in the layout the kernel reads.
+    A transposed B, W (N, K), packs into the same panels: the map takes its indices as (j, k)."""
+    if transposed:
+        panels = _b_panels(nr, layout)
+        return lambda j, k: panels(k, j)
     if layout == "rows":
         return lambda k, j: (j // nr, k, j % nr)
     if layout == "pairs":
@@ -213,6 +230,25 @@ def _schedule_copy(sch: Schedule, copy: BlockRV, parallel: bool, run: int) -> No
 
 
 _GROUP = {"pairs": 2, "quads": 4}
+
+
+def _schedule_transposed_copy(sch: Schedule, copy: BlockRV, parallel: bool, nr: int, group: int) -> None:
+    """Order the copy packing W (N, K) into panels Bp[j // NR, k (// g), j % NR (, k % g)] so that
+    it writes the packed buffer in order: j // NR, k (// g), then j % NR (, k % g) innermost.
+
+    Each inner run reads NR rows of W at one k (NR streams that each advance along k, so every
+    cache line of W is used whole while the panel is built) and writes NR (* g) contiguous floats.
+    """
+    j_loop, k_loop = sch.get_loops(copy)[-2:]
+    j_outer, j_inner = sch.split(j_loop, [None, nr])
+    if group > 1:
+        k_outer, k_inner = sch.split(k_loop, [None, group])
+        sch.reorder(j_outer, k_outer, j_inner, k_inner)
+    else:
+        sch.reorder(j_outer, k_loop, j_inner)
+    if parallel:
+        sch.parallel(j_outer)
+        sch.annotate(j_outer, "omp_schedule", "dynamic")
 
 
 def _schedule_grouped_copy(sch: Schedule, copy: BlockRV, parallel: bool, nr: int, group: int) -> None:
