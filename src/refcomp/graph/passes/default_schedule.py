@@ -218,7 +218,16 @@ def _recipe_for(func: PrimFunc):
     if not block.writes or str(block.writes[0].buffer.dtype) != "float32":
         return None
 
+    spatial = [b for b in blocks if b is not block]
+
     def apply(f: PrimFunc) -> PrimFunc:
+        if len(spatial) == 1:
+            # one elementwise epilogue (bias, gelu, residual...) over the product: computed per
+            # cache block of C while it is still in cache, by the thread that computed it
+            try:
+                return recipes.matmul_bias_gelu(f, block.name, spatial[0].name).func
+            except RefcompError:
+                pass
         sch = recipes.matmul_fp32(f, block=block.name)
         return schedule_rest(sch, skip={block.name})
 
