@@ -341,19 +341,27 @@ class ExprEmitter:
     def reinterpret(self, e: E.Call, lane) -> str:
         (arg,) = e.args
         source, target = arg.dtype.element, e.dtype.element
-        if source.bits != target.bits or self.vector_mode(e, lane):
-            raise BuildError(f"build: reinterpret from {arg.dtype} to {e.dtype} is not supported",
-                             ir=self.func, spot=e)
+        if source.bits != target.bits or source.is_bool or target.is_bool or arg.dtype.lanes != e.dtype.lanes:
+            raise BuildError(f"build: reinterpret from {arg.dtype} to {e.dtype}: the lanes must be numbers "
+                             "of one width", ir=self.func, spot=e)
+        if self.vector_mode(e, lane):
+            return f"{self.vec.reinterpret(arg.dtype, e.dtype)}({self.expr(arg)})"
         value = self.expr(arg, lane)
-        if is_half(source):
-            value = self.to_storage(source, value)
-            source = DataType("uint16")
+        bits16 = DataType("uint16")
+        if is_half(source):  # computed as float: reinterpret its 16-bit pattern
+            value, source = self.to_storage(source, value), bits16
         if is_half(target):
-            return self.from_storage(target, f"rc_bitcast_{short_name(source)}_u16({value})"
-                                     if source.name != "uint16" else value)
+            return self.from_storage(target, self.scalar_bitcast(source, bits16, value))
+        return self.scalar_bitcast(source, target, value)
+
+    def scalar_bitcast(self, source: DataType, target: DataType, value: str) -> str:
+        """C text of the scalar value's bits read as target (C types of one size, not halfs)."""
+        if source == target:
+            return value
         helper = f"rc_bitcast_{short_name(source)}_{short_name(target)}"
         s_t, t_t = value_type(source), value_type(target)
-        self.vec._add(helper, f"static inline {t_t} {helper}({s_t} x) {{ {t_t} y; memcpy(&y, &x, sizeof y); return y; }}")
+        self.vec._add(helper, f"static inline {t_t} {helper}({s_t} x) {{\n"
+                              f"    {t_t} y;\n    memcpy(&y, &x, sizeof y);\n    return y;\n}}")
         return f"{helper}({value})"
 
 

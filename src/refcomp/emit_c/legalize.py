@@ -144,7 +144,8 @@ class _Splitter(Mutator):
                             self.chunk(e.false_value, k, piece))
         if isinstance(e, E.Cast):
             return E.Cast(e.dtype.with_lanes(piece), self.chunk(e.value, k, piece))
-        if isinstance(e, E.Call) and e.op not in ("call_extern", "address_of", "reinterpret"):
+        if isinstance(e, E.Call) and e.op not in ("call_extern", "address_of") and \
+                (e.op != "reinterpret" or e.args[0].dtype.lanes == e.dtype.lanes):  # lane for lane
             return E.Call(e.op, tuple(self.chunk(a, k, piece) for a in e.args), e.dtype.with_lanes(piece))
         if isinstance(e, E.Let):
             return self.chunk(substitute(e.body, {e.var: e.value}), k, piece)

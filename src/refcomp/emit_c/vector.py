@@ -330,6 +330,23 @@ class VectorLib:
             body = f"    return __builtin_convertvector(v, {tt});\n"
         return self._add(name, f"static inline {tt} {name}({st} v) {{\n{body}}}")
 
+    def reinterpret(self, source: DataType, target: DataType) -> str:
+        """The C function (or cast) taking a source vector to the target vector of the same bits.
+
+        Between vector types of one size a GCC vector cast keeps the bits.  float16/bfloat16
+        vectors compute as float vectors, so their lanes go through the 16-bit patterns.
+        """
+        st, tt = self.vtype(source), self.vtype(target)
+        if not (is_half(source) or is_half(target)):
+            return f"({tt})"
+        name = f"rc_vreinterpret_{source.element.name}_{target.element.name}x{source.lanes}"
+        bits = self._to_storage(source, "xv[l]") if is_half(source) \
+            else f"({_UINT_CTYPE[2]})xv[l]"
+        lane = self._from_storage(target, bits) if is_half(target) else f"({value_type(target.element)}){bits}"
+        body = lane_loop(tt, vector_element_ctype(target), source.lanes, lane,
+                         [("v", vector_element_ctype(source))])
+        return self._add(name, f"static inline {tt} {name}({st} v) {{\n{body}}}")
+
     def predicate(self, op: str, dtype: DataType) -> str:
         vt, mt = self.vtype(dtype), self.mask(dtype.lanes)
         name = f"rc_v{op}_{vt[3:]}"
