@@ -1,4 +1,4 @@
-"""Bitwise operators on integer tensors: bitwise_and/or/xor/not, left_shift, right_shift.
+"""Bitwise operators on integer tensors: bitwise_and/or/xor/not, left_shift, right_shift; bitcast.
 
 The loop IR has no bit operators, so these are written in integer arithmetic on the 64-bit
 unsigned image of each value (a cast that is modular in C): bit k of u is (u // 2**k) % 2, and
@@ -13,6 +13,7 @@ import numpy as np
 
 from ...ast import expr as tir
 from ...ast.dtype import dtype as to_dtype
+from ...ast.graph_struct_info import TensorStructInfo
 from ...errors import IRError
 from ._common import infer_broadcast, make_call, same_dtype, te
 from .elementwise import broadcast_compute
@@ -169,3 +170,26 @@ register("left_shift", infer=_shift_infer, reference=_np_shift(np.left_shift), l
          pattern="broadcast", doc="element-wise left shift of unsigned integers")
 register("right_shift", infer=_shift_infer, reference=_np_shift(np.right_shift), legalize=_shift_te(False),
          pattern="broadcast", doc="element-wise right shift of unsigned integers")
+
+
+# ----------------------------------------------------------------------------- bitcast
+
+def bitcast(x, dtype):
+    """x's bits read as dtype, element by element (numpy's `.view` of a same-width type)."""
+    return make_call("bitcast", x, dtype=str(to_dtype(dtype)))
+
+
+def _bitcast_infer(call, ctx):
+    x = ctx.tensor(0)
+    target = to_dtype(ctx.attr("dtype"))
+    if x.dtype is not None and (x.dtype.is_bool or target.is_bool or x.dtype.bits != target.bits):
+        ctx.fail(f"bitcast needs number types of one width, got {x.dtype} -> {target}", kind=IRError)
+    return TensorStructInfo(x.shape, target, x.ndim)
+
+
+def _bitcast_te(x, dtype):
+    return te().compute(x.shape, lambda *i: te().reinterpret(x[i], dtype), name="bitcast")
+
+
+register("bitcast", infer=_bitcast_infer, reference=lambda x, dtype: x.view(to_dtype(dtype).numpy()),
+         legalize=_bitcast_te, pattern="elementwise", doc="element-wise reinterpretation of the bits")
