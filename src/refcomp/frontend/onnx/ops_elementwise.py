@@ -282,4 +282,6 @@ def _bit_cast(ctx, node, inputs, attrs):
     # between integer types (and bool -> 8 bits) of one width, the modular conversion keeps the bits
     if same_width and (source.is_integer or source.is_bool) and target.kind in "iu":
         return ctx.emit(op.astype(inputs[0], str(target)))
-    ctx.fail(f"BitCast from {source} to {target} is not supported (same-width integer types are)")
+    if same_width and not source.is_bool and (target.kind in "iuf" or target.name == "bfloat16"):
+        return ctx.emit(op.bitcast(inputs[0], str(target)))
+    ctx.fail(f"BitCast from {source} to {target} is not supported (numbers of one width are)")
