@@ -1,9 +1,10 @@
 """Vector helpers computed lane by lane, and how a crash of gcc itself is reported.
 
-gcc 12 -O3 with AVX-512 crashed (internal compiler error in store_constructor) on a float -> int64
-vector conversion feeding a compare-and-select inside a loop, the index wrap-around of DeformConv's
-gathers, while its helper filled the result vector element by element.  The helpers now fill plain
-arrays; these kernels must build and match numpy on every CPU.
+gcc 12 -O3 with AVX-512 crashed (internal compiler error in store_constructor) on float -> int64
+vector conversions of 8 or more lanes, and of 4 lanes feeding a compare-and-select inside a loop
+(the index wrap-around of DeformConv's gathers), while the conversion helper filled the result
+vector element by element.  The helpers now fill plain arrays; these kernels must build and
+match numpy on every CPU.
 """
 import os
 import stat
@@ -70,6 +71,22 @@ def test_float_to_int64_then_compare_and_select(lanes, kind, rng):
     lib(a, out)
     index = _saturating_int64(a)
     np.testing.assert_array_equal(out, np.where(index < 0, index + TABLE, index))
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_plain_float_to_int64_vector_cast(lanes, rng):
+    """gcc 12 crashed on this conversion alone (8 and 16 lanes)."""
+    n = SizeVar("n", "int32")
+    A, B = Buffer("A", (n * lanes,), "float32"), Buffer("B", (n * lanes,), "int64")
+    i = Var("i", "int32")
+    ramp = Ramp(i * lanes, IntImm(1), lanes)
+    func = PrimFunc((A, B), For(i, 0, n, "serial", BufferStore(B, Cast(f"int64x{lanes}", A[ramp]), (ramp,))),
+                    f"to_int64_{lanes}")
+    lib = refcomp.build(func, bounds="off")
+    a = _float_inputs(rng, 4 * lanes)
+    out = np.zeros(4 * lanes, np.int64)
+    lib(a, out)
+    np.testing.assert_array_equal(out, _saturating_int64(a))
 
 
 @pytest.mark.parametrize("lanes", [4, 8])
