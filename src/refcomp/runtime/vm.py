@@ -388,17 +388,61 @@ def openblas_path() -> str | None:
     return found[0] if found else None
 
 
-def _sgemm_adapter(transpose_b: bool):
+# One call for a batch of equal-shaped products: OpenBLAS shares the entries out over its threads,
+# each running a one-thread sgemm, instead of every small product waking (and leaving spinning)
+# the whole pool.  Row-major, one group of `count` entries.
+_SGEMM_BATCH_DECL = ("void scipy_cblas_sgemm_batch64_(int order, const int* transa, const int* transb, "
+                     "const int64_t* m, const int64_t* n, const int64_t* k, const float* alpha, const float** a, "
+                     "const int64_t* lda, const float** b, const int64_t* ldb, const float* beta, float** c, "
+                     "const int64_t* ldc, int64_t group_count, const int64_t* group_size);")
+
+
+def _batch_sgemm(path: str):
+    """(ffi, the batched sgemm) from the library at path, or None when it lacks one."""
+    import cffi
+
+    ffi = cffi.FFI()
+    ffi.cdef(_SGEMM_BATCH_DECL)
+    lib = ffi.dlopen(path)
+    try:
+        cfunc = lib.scipy_cblas_sgemm_batch64_
+    except AttributeError:
+        return None
+    return ffi, cfunc, lib
+
+
+# OpenBLAS may route small entries (m*n*k <= 1e6, or m*n <= 1200 for one transpose case, on its
+# AVX-512 kernels) to its small-matrix kernels, whose batched dispatch crashes in the runtime-
+# dispatched builds numpy ships (fixed upstream after 0.3.31, OpenBLAS pull request 5980): smaller
+# batches keep one sgemm per entry, with a 4x margin over those limits.
+_BATCH_MIN_MNK = 4_000_000
+_BATCH_MIN_MN = 4800
+
+
+def _large_enough_to_batch(m: int, k: int, n: int) -> bool:
+    return m * n * k > _BATCH_MIN_MNK and m * n > _BATCH_MIN_MN
+
+
+def _entry_pointers(x: np.ndarray) -> np.ndarray:
+    """The address of each (rows, cols) matrix of a C-contiguous (count, rows, cols) array."""
+    return np.uint64(x.ctypes.data) + np.arange(x.shape[0], dtype=np.uint64) * np.uint64(x.strides[0])
+
+
+def _sgemm_adapter(transpose_b: bool, batch=None):
     def call(cfunc, ffi, a, b, out):
         if b.ndim > 2:  # equal batch dims: one sgemm per batch entry
-            a3 = a.reshape((-1,) + a.shape[-2:])
-            b3 = b.reshape((-1,) + b.shape[-2:])
-            o3 = out.reshape((-1,) + out.shape[-2:])
+            count = int(np.prod(a.shape[:-2]))  # not -1: that is ambiguous for an empty matrix
+            a3 = a.reshape((count,) + a.shape[-2:])
+            b3 = b.reshape((count,) + b.shape[-2:])
+            o3 = out.reshape((count,) + out.shape[-2:])
+            if batch is not None and a3.shape[0] > 1 and _large_enough_to_batch(*a3.shape[1:], o3.shape[-1]):
+                _call_batch(a3, b3, o3)
+                return
             for i in range(a3.shape[0]):
                 call(cfunc, ffi, a3[i], b3[i], o3[i])
             return
         k = a.shape[-1]
-        m = a.size // k if k else 0
+        m = int(np.prod(a.shape[:-1]))  # not a.size // k: with k == 0 the output must still be zeroed
         n = out.shape[-1]
         if m == 0 or n == 0:
             return
@@ -412,16 +456,35 @@ def _sgemm_adapter(transpose_b: bool):
         cfunc(_CBLAS_ROW_MAJOR, _CBLAS_NO_TRANS, _CBLAS_TRANS if transpose_b else _CBLAS_NO_TRANS,
               m, n, k, 1.0, pa, k, pb, ldb, 0.0, pc, n)
 
+    def _call_batch(a3, b3, o3):
+        bffi, bfunc, _ = batch
+        (count, m, k), n = a3.shape, o3.shape[-1]
+        pointers = [_entry_pointers(x) for x in (a3, b3, o3)]
+        new = bffi.new
+        bfunc(_CBLAS_ROW_MAJOR, new("int[1]", [_CBLAS_NO_TRANS]),
+              new("int[1]", [_CBLAS_TRANS if transpose_b else _CBLAS_NO_TRANS]),
+              new("int64_t[1]", [m]), new("int64_t[1]", [n]), new("int64_t[1]", [k]), new("float[1]", [1.0]),
+              bffi.cast("const float**", pointers[0].ctypes.data), new("int64_t[1]", [k]),
+              bffi.cast("const float**", pointers[1].ctypes.data), new("int64_t[1]", [k if transpose_b else n]),
+              new("float[1]", [0.0]), bffi.cast("float**", pointers[2].ctypes.data), new("int64_t[1]", [n]),
+              1, new("int64_t[1]", [count]))
+
     return call
 
 
 def register_blas() -> bool:
-    """Register refcomp.blas.sgemm_nn (a @ b) and sgemm_nt (a @ b.T) from numpy's OpenBLAS; False if absent."""
+    """Register refcomp.blas.sgemm_nn (a @ b) and sgemm_nt (a @ b.T) from numpy's OpenBLAS; False if absent.
+
+    Batched operands (equal leading dims) go through OpenBLAS's batched sgemm when the library has
+    it (one call), else one sgemm per entry."""
     if "refcomp.blas.sgemm_nn" in _EXTERNS:
         return True
     path = openblas_path()
     if path is None:
         return False
-    extern_from_library("refcomp.blas.sgemm_nn", path, "scipy_cblas_sgemm64_", _SGEMM_DECL, _sgemm_adapter(False))
-    extern_from_library("refcomp.blas.sgemm_nt", path, "scipy_cblas_sgemm64_", _SGEMM_DECL, _sgemm_adapter(True))
+    batch = _batch_sgemm(path)
+    extern_from_library("refcomp.blas.sgemm_nn", path, "scipy_cblas_sgemm64_", _SGEMM_DECL,
+                        _sgemm_adapter(False, batch))
+    extern_from_library("refcomp.blas.sgemm_nt", path, "scipy_cblas_sgemm64_", _SGEMM_DECL,
+                        _sgemm_adapter(True, batch))
     return True

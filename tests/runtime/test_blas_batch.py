@@ -1,0 +1,47 @@
+"""The VM's BLAS externs on batched operands (OpenBLAS's batched sgemm, or one call per entry)."""
+import numpy as np
+import pytest
+
+from refcomp.runtime import vm as V
+
+pytestmark = pytest.mark.skipif(not V.register_blas(), reason="numpy's OpenBLAS library was not found")
+
+
+def extern(name):
+    return V._EXTERNS[f"refcomp.blas.{name}"]
+
+
+@pytest.mark.parametrize("batch", [(5,), (2, 3), (1,)])
+@pytest.mark.parametrize("m, k, n", [(33, 17, 9), (1, 64, 512), (16, 1, 3), (256, 64, 300), (300, 200, 100)])
+def test_batched_products_match_numpy(rng, batch, m, k, n):
+    a = rng.standard_normal(batch + (m, k)).astype("float32")
+    b = rng.standard_normal(batch + (k, n)).astype("float32")
+    bt = np.ascontiguousarray(np.swapaxes(b, -1, -2))
+    want = a @ b
+    for name, rhs in (("sgemm_nn", b), ("sgemm_nt", bt)):
+        out = np.full(batch + (m, n), np.nan, dtype="float32")
+        extern(name)(a, rhs, out)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * k)
+
+
+def test_empty_inner_dim_gives_zeros_and_empty_batch_is_a_no_op():
+    out = np.full((3, 4, 5), np.nan, dtype="float32")
+    extern("sgemm_nn")(np.empty((3, 4, 0), "float32"), np.empty((3, 0, 5), "float32"), out)
+    assert not out.any()
+    flat = np.full((4, 5), np.nan, dtype="float32")
+    extern("sgemm_nt")(np.empty((4, 0), "float32"), np.empty((5, 0), "float32"), flat)
+    assert not flat.any()
+    extern("sgemm_nt")(np.empty((0, 4, 2), "float32"), np.empty((0, 5, 2), "float32"), np.empty((0, 4, 5), "float32"))
+
+
+def test_only_large_entries_are_batched():
+    assert V._large_enough_to_batch(512, 64, 512) and V._large_enough_to_batch(300, 200, 100)
+    assert not V._large_enough_to_batch(100, 100, 100) and not V._large_enough_to_batch(4, 10 ** 6, 1000)
+
+
+def test_the_batched_sgemm_is_found_in_numpys_openblas():
+    # numpy 2.x bundles an OpenBLAS that has it: the large shapes above took the batched path
+    found = V._batch_sgemm(V.openblas_path())
+    if found is None:
+        pytest.skip("this OpenBLAS has no batched sgemm (the per-entry loop is used)")
+    assert callable(found[1])
