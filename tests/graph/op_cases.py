@@ -255,6 +255,9 @@ def _bitwise_cases() -> list[Case]:
         Case("bitwise_not", [Input(("n",), "uint16", "int", 0, 2 ** 16)], id="bitwise_not_u16"),
         Case("left_shift", [Input(("n", "m"), "uint32", "int", 0, 2 ** 32), Input(("m",), "uint32", "int", 0, 40)]),
         Case("right_shift", [Input(("n",), "uint64", "int", **wide), Input(("n",), "uint64", "int", 0, 70)]),
+        Case("bitcast", [Input(("n", "m"))], {"dtype": "int32"}, id="bitcast_f2i"),
+        Case("bitcast", [Input(("n",), "int32", "int", 0, 2 ** 30)], {"dtype": "float32"}, id="bitcast_i2f"),
+        Case("bitcast", [Input(("n", "m"), "float64")], {"dtype": "uint64"}, id="bitcast_f64_u64"),
     ]
 
 
