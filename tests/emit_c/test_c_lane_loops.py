@@ -65,7 +65,7 @@ def test_float_to_int64_then_compare_and_select(lanes, kind, rng):
     i = Var("i", "int32")
     ramp, wrapped = _wrapped_index(A, i, lanes)
     func = PrimFunc((A, B), For(i, 0, n, kind, BufferStore(B, wrapped, (ramp,))), f"wrap_{kind}_{lanes}")
-    lib = refcomp.build(func, bounds="off")
+    lib = refcomp.build(func, target="c -Werror", bounds="off")
     a = _float_inputs(rng, 4 * lanes)
     out = np.zeros(4 * lanes, np.int64)
     lib(a, out)
@@ -82,7 +82,7 @@ def test_plain_float_to_int64_vector_cast(lanes, rng):
     ramp = Ramp(i * lanes, IntImm(1), lanes)
     func = PrimFunc((A, B), For(i, 0, n, "serial", BufferStore(B, Cast(f"int64x{lanes}", A[ramp]), (ramp,))),
                     f"to_int64_{lanes}")
-    lib = refcomp.build(func, bounds="off")
+    lib = refcomp.build(func, target="c -Werror", bounds="off")
     a = _float_inputs(rng, 4 * lanes)
     out = np.zeros(4 * lanes, np.int64)
     lib(a, out)
@@ -99,7 +99,7 @@ def test_wrapped_clamped_gather(lanes, rng):
     ramp, wrapped = _wrapped_index(A, i, lanes)
     clamped = max_(_int64(0, lanes), min_(wrapped, _int64(TABLE - 1, lanes)))
     func = PrimFunc((A, T, B), For(i, 0, n, "parallel", BufferStore(B, T[clamped], (ramp,))), f"gather_{lanes}")
-    lib = refcomp.build(func, bounds="off")
+    lib = refcomp.build(func, target="c -Werror", bounds="off")
     a, table = _float_inputs(rng, 4 * lanes), rng.standard_normal(TABLE).astype(np.float32)
     out = np.zeros(4 * lanes, np.float32)
     lib(a, table, out)
@@ -119,7 +119,7 @@ def test_lane_by_lane_helpers_never_assign_vector_elements(rng):
             BufferStore(H, Cast("float16x8", Call("erf", (A[ramp],), "float32x8")), (ramp,)),
             BufferStore(A, A[Cast("int32x8", B[ramp])], (ramp,))]
     func = PrimFunc((A, H, B, M), For(i, 0, n, "serial", SeqStmt(tuple(body))), "lanes_mix")
-    lib = refcomp.build(func, bounds="off")
+    lib = refcomp.build(func, target="c -Werror", bounds="off")
     assert "r[l] =" not in lib.source and "z[l] =" in lib.source
     a = rng.uniform(0, 16, 16).astype(np.float32)  # valid gather positions after the int cast
     a[rng.integers(16)] = np.nan  # and NaN converts to 0

@@ -71,7 +71,7 @@ def assert_same_bits(out: np.ndarray, a: np.ndarray, source: str, target: str) -
 
 @pytest.mark.parametrize("source, target", PAIRS)
 @pytest.mark.parametrize("lanes", [1, 8, 16])
-@pytest.mark.parametrize("build_target", ["c", "c -std=c99"])
+@pytest.mark.parametrize("build_target", ["c -Werror", "c -std=c99"])
 def test_reinterpret_matches_numpy_view(source, target, lanes, build_target, rng):
     func = reinterpret_kernel(source, target, lanes)
     lib = refcomp.build(func, target=build_target, bounds="off")
