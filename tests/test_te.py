@@ -147,6 +147,27 @@ def test_intrinsics_build_calls():
     assert ite.op == "if_then_else" and str(ite.dtype) == "float32"
 
 
+def test_float_predicates_of_integers_are_constants(rng):
+    """isnan/isinf of integers are False and isfinite True, in every lane; compiled on a vector loop."""
+    import refcomp
+    from refcomp.ast import Broadcast, Ramp
+
+    lanes = Ramp(0, 1, 8)
+    for predicate, expected in ((te.isnan, False), (te.isinf, False), (te.isfinite, True)):
+        scalar, vector = predicate(te.const(3, "int32")), predicate(lanes)
+        assert bool(scalar.value) is expected
+        assert isinstance(vector, Broadcast) and str(vector.dtype) == "boolx8" and bool(vector.value.value) is expected
+    X = te.placeholder((64,), "int32", "X")
+    Y = te.compute((64,), lambda i: te.if_then_else(te.isfinite(X[i]), X[i] + 1, X[i]), name="Y")
+    sch = refcomp.Schedule(te.create_prim_func([X, Y]))
+    (loop,) = sch.get_loops(sch.get_block("Y"))
+    sch.vectorize(sch.split(loop, [None, 8])[1])
+    x = rng.integers(-1000, 1000, 64, dtype=np.int32)
+    y = np.empty(64, np.int32)
+    refcomp.build(sch.func)(x, y)
+    np.testing.assert_array_equal(y, x + 1)
+
+
 def test_limits():
     assert te.max_value("int8").value == 127 and te.min_value("uint32").value == 0
     assert te.max_value("float16").value == 65504.0

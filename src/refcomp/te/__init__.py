@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..ast import (
-    Call, PrimExpr, PrimFunc, Var, SizeVar, all_, any_, const, convert, floordiv, floormod, select,
+    Broadcast, Call, PrimExpr, PrimFunc, Var, SizeVar, all_, any_, const, convert, floordiv, floormod, select,
     truncdiv, truncmod,
 )
 from ..ast.dtype import DataType, dtype as to_dtype
@@ -138,7 +138,8 @@ def _make_predicate(op: str, for_integers: bool) -> Callable[[Any], PrimExpr]:
         x = convert(x)
         result = DataType("bool", x.dtype.lanes)
         if not x.dtype.element.is_float:
-            return const(for_integers) if x.dtype.lanes == 1 else Call("reinterpret", (x,), result)
+            # integers are never NaN or infinite: a constant, broadcast to the lanes of x
+            return const(for_integers) if x.dtype.lanes == 1 else Broadcast(const(for_integers), x.dtype.lanes)
         return Call(op, (x,), result)
 
     predicate.__name__ = op
