@@ -1,4 +1,7 @@
-"""The VM's BLAS externs on batched operands (OpenBLAS's batched sgemm, or one call per entry)."""
+"""The VM's BLAS externs: batched operands (OpenBLAS's batched sgemm, or one call per entry), and
+products shared over the VM's threads while a VM function runs (OpenBLAS one-threaded)."""
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -11,17 +14,41 @@ def extern(name):
     return V._EXTERNS[f"refcomp.blas.{name}"]
 
 
-@pytest.mark.parametrize("batch", [(5,), (2, 3), (1,)])
+@pytest.mark.parametrize("shared", [False, True], ids=["openblas-threads", "vm-shared"])
+@pytest.mark.parametrize("batch", [(5,), (2, 3), (1,), ()])
 @pytest.mark.parametrize("m, k, n", [(33, 17, 9), (1, 64, 512), (16, 1, 3), (256, 64, 300), (300, 200, 100)])
-def test_batched_products_match_numpy(rng, batch, m, k, n):
+def test_products_match_numpy(rng, batch, m, k, n, shared):
     a = rng.standard_normal(batch + (m, k)).astype("float32")
     b = rng.standard_normal(batch + (k, n)).astype("float32")
     bt = np.ascontiguousarray(np.swapaxes(b, -1, -2))
     want = a @ b
+    session = V._blas_session() if shared else contextlib.nullcontext()
     for name, rhs in (("sgemm_nn", b), ("sgemm_nt", bt)):
         out = np.full(batch + (m, n), np.nan, dtype="float32")
-        extern(name)(a, rhs, out)
+        with session:
+            extern(name)(a, rhs, out)
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * k)
+
+
+def test_a_vm_session_runs_openblas_one_threaded_and_restores_it():
+    shared = V._SHARED_BLAS
+    if shared is None:
+        pytest.skip("this OpenBLAS does not export its thread-count functions")
+    before = shared._get()
+    with V._blas_session():
+        assert shared._get() == 1 and shared.threads == max(before, 1)
+        with V._blas_session():  # a nested VM call keeps the session
+            assert shared._get() == 1
+        assert shared._get() == 1
+    assert shared._get() == before and shared.threads == 1
+
+
+@pytest.mark.parametrize("n, parts", [(512, 2), (300, 2), (3072, 3), (40, 2), (1, 4)])
+def test_column_blocks_cover_the_columns_once(n, parts):
+    blocks = V._column_blocks(n, parts)
+    assert blocks[0][0] == 0 and blocks[-1][1] == n
+    assert all(hi > lo for lo, hi in blocks) and all(a[1] == b[0] for a, b in zip(blocks, blocks[1:]))
+    assert all(lo % 16 == 0 for lo, _ in blocks)
 
 
 def test_empty_inner_dim_gives_zeros_and_empty_batch_is_a_no_op():

@@ -240,7 +240,8 @@ class VirtualMachine:
         for k, a in enumerate(args):
             # np.asarray keeps 0-d arrays 0-d (np.ascontiguousarray would make them 1-d)
             frame.regs[k] = np.asarray(a, order="C") if isinstance(a, np.ndarray) else a
-        return self._run(function, function.code, frame)
+        with _blas_session():
+            return self._run(function, function.code, frame)
 
     # ------------------------------------------------------------------ execution
 
@@ -428,19 +429,121 @@ def _entry_pointers(x: np.ndarray) -> np.ndarray:
     return np.uint64(x.ctypes.data) + np.arange(x.shape[0], dtype=np.uint64) * np.uint64(x.strides[0])
 
 
+class _SharedBlas:
+    """OpenBLAS one-threaded while a VM runs, each large GEMM shared out over the VM's own threads.
+
+    OpenBLAS's idle workers spin for about 0.1 s after every call, taking a core from the OpenMP
+    kernels that run between the GEMMs (measured: every kernel of a transformer block then ran at
+    one-thread speed on 2 cores).  So while a VM function runs, OpenBLAS is set to one thread (its
+    workers stay asleep) and a large sgemm is split by output columns, or a batch by entries, over
+    as many threads as OpenBLAS had; the helpers block, not spin, when idle.  The previous thread
+    count is restored when the outermost VM call returns."""
+
+    def __init__(self, get_threads: Callable[[], int], set_threads: Callable[[int], None]) -> None:
+        import threading
+
+        self._get, self._set = get_threads, set_threads
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._saved = 1
+        self.threads = 1  # the share count while a VM runs, else 1 (OpenBLAS threads itself)
+        self._pool = None
+        self._pool_size = 0
+
+    def __enter__(self) -> "_SharedBlas":
+        with self._lock:
+            if self._depth == 0:
+                self._saved = max(int(self._get()), 1)
+                if self._saved > 1:
+                    self._set(1)
+                self.threads = self._saved
+            self._depth += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0:
+                self.threads = 1
+                if self._saved > 1:
+                    self._set(self._saved)
+
+    def run(self, tasks: list[Callable[[], None]]) -> None:
+        """Run the tasks, the first on this thread and the rest on helpers; return when all are done."""
+        if len(tasks) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            if self._pool is None or self._pool_size < len(tasks) - 1:
+                self._pool_size = len(tasks) - 1
+                self._pool = ThreadPoolExecutor(max_workers=self._pool_size, thread_name_prefix="refcomp-blas")
+            futures = [self._pool.submit(task) for task in tasks[1:]]
+            try:
+                tasks[0]()
+            finally:
+                for future in futures:
+                    future.result()
+            return
+        for task in tasks:
+            task()
+
+
+_SHARED_BLAS: _SharedBlas | None = None
+_OPENBLAS_THREADS_DECL = ("int scipy_openblas_get_num_threads64_(void); "
+                          "void scipy_openblas_set_num_threads64_(int num_threads);")
+
+
+def _shared_blas(path: str) -> _SharedBlas | None:
+    import cffi
+
+    ffi = cffi.FFI()
+    ffi.cdef(_OPENBLAS_THREADS_DECL)
+    lib = ffi.dlopen(path)
+    try:
+        get, put = lib.scipy_openblas_get_num_threads64_, lib.scipy_openblas_set_num_threads64_
+    except AttributeError:
+        return None
+    shared = _SharedBlas(get, put)
+    shared._keepalive = (ffi, lib)  # type: ignore[attr-defined]
+    return shared
+
+
+def _blas_session():
+    """The context a top-level VM call runs in: OpenBLAS one-threaded, GEMMs shared (see _SharedBlas)."""
+    import contextlib
+
+    return _SHARED_BLAS if _SHARED_BLAS is not None else contextlib.nullcontext()
+
+
+def _column_blocks(n: int, parts: int) -> list[tuple[int, int]]:
+    """[n0, n1) blocks of n columns for parts threads, bounds on multiples of 16 (whole vectors)."""
+    bounds = [0] + [min(n, (n * i // parts + 15) // 16 * 16) for i in range(1, parts)] + [n]
+    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+
+
 def _sgemm_adapter(transpose_b: bool, batch=None):
     def call(cfunc, ffi, a, b, out):
+        parts = _SHARED_BLAS.threads if _SHARED_BLAS is not None else 1
         if b.ndim > 2:  # equal batch dims: one sgemm per batch entry
             count = int(np.prod(a.shape[:-2]))  # not -1: that is ambiguous for an empty matrix
             a3 = a.reshape((count,) + a.shape[-2:])
             b3 = b.reshape((count,) + b.shape[-2:])
             o3 = out.reshape((count,) + out.shape[-2:])
-            if batch is not None and a3.shape[0] > 1 and _large_enough_to_batch(*a3.shape[1:], o3.shape[-1]):
-                _call_batch(a3, b3, o3)
+            if parts > 1 and count >= parts and _large_enough_to_batch(*a3.shape[1:], o3.shape[-1]):
+                # whole entries per thread (each a one-threaded batched call or loop)
+                edges = [count * i // parts for i in range(parts + 1)]
+                _SHARED_BLAS.run([lambda lo=lo, hi=hi: entries(a3[lo:hi], b3[lo:hi], o3[lo:hi])
+                                  for lo, hi in zip(edges, edges[1:])])
                 return
-            for i in range(a3.shape[0]):
-                call(cfunc, ffi, a3[i], b3[i], o3[i])
+            if count < parts:  # too few entries to share: share each one's columns instead
+                for i in range(count):
+                    single(a3[i], b3[i], o3[i], parts)
+                return
+            entries(a3, b3, o3)
             return
+        single(a, b, out, parts)
+
+    def single(a, b, out, parts=1):
+        """out = a @ op(b) for 2-d b, split by columns over `parts` threads when large."""
         k = a.shape[-1]
         m = int(np.prod(a.shape[:-1]))  # not a.size // k: with k == 0 the output must still be zeroed
         n = out.shape[-1]
@@ -449,12 +552,28 @@ def _sgemm_adapter(transpose_b: bool, batch=None):
         if k == 0:
             out[...] = 0
             return
-        pa = ffi.cast("const float*", a.ctypes.data)
-        pb = ffi.cast("const float*", b.ctypes.data)
-        pc = ffi.cast("float*", out.ctypes.data)
+        if parts > 1 and _large_enough_to_batch(m, k, n) and n >= 32 * parts:
+            _SHARED_BLAS.run([lambda lo=lo, hi=hi: columns(a, b, out, m, k, n, lo, hi)
+                              for lo, hi in _column_blocks(n, parts)])
+            return
+        columns(a, b, out, m, k, n, 0, n)
+
+    def columns(a, b, out, m, k, n, lo, hi):
+        """out[:, lo:hi] = a @ op(b)[:, lo:hi] (out's rows keep their full stride n)."""
+        size = out.itemsize
+        pa = ffi_cast("const float*", a.ctypes.data)
+        pb = ffi_cast("const float*", b.ctypes.data + size * (lo * k if transpose_b else lo))
+        pc = ffi_cast("float*", out.ctypes.data + size * lo)
         ldb = k if transpose_b else n
-        cfunc(_CBLAS_ROW_MAJOR, _CBLAS_NO_TRANS, _CBLAS_TRANS if transpose_b else _CBLAS_NO_TRANS,
-              m, n, k, 1.0, pa, k, pb, ldb, 0.0, pc, n)
+        sgemm[0](_CBLAS_ROW_MAJOR, _CBLAS_NO_TRANS, _CBLAS_TRANS if transpose_b else _CBLAS_NO_TRANS,
+                 m, hi - lo, k, 1.0, pa, k, pb, ldb, 0.0, pc, n)
+
+    def entries(a3, b3, o3):
+        if batch is not None and a3.shape[0] > 1 and _large_enough_to_batch(*a3.shape[1:], o3.shape[-1]):
+            _call_batch(a3, b3, o3)
+            return
+        for i in range(a3.shape[0]):
+            single(a3[i], b3[i], o3[i])  # not shared: this may already run on a helper thread
 
     def _call_batch(a3, b3, o3):
         bffi, bfunc, _ = batch
@@ -469,19 +588,32 @@ def _sgemm_adapter(transpose_b: bool, batch=None):
               new("float[1]", [0.0]), bffi.cast("float**", pointers[2].ctypes.data), new("int64_t[1]", [n]),
               1, new("int64_t[1]", [count]))
 
-    return call
+    # the sgemm and its ffi are known once extern_from_library hands them to the first call
+    sgemm: list = [None]
+    ffi_cast = None
+
+    def bound(cfunc, ffi, *arrays):
+        nonlocal ffi_cast
+        if sgemm[0] is None:
+            sgemm[0], ffi_cast = cfunc, ffi.cast
+        return call(cfunc, ffi, *arrays)
+
+    return bound
 
 
 def register_blas() -> bool:
     """Register refcomp.blas.sgemm_nn (a @ b) and sgemm_nt (a @ b.T) from numpy's OpenBLAS; False if absent.
 
     Batched operands (equal leading dims) go through OpenBLAS's batched sgemm when the library has
-    it (one call), else one sgemm per entry."""
+    it (one call), else one sgemm per entry.  While a VM function runs, large products are shared
+    over the VM's threads with OpenBLAS one-threaded (see _SharedBlas)."""
     if "refcomp.blas.sgemm_nn" in _EXTERNS:
         return True
     path = openblas_path()
     if path is None:
         return False
+    global _SHARED_BLAS
+    _SHARED_BLAS = _shared_blas(path)
     batch = _batch_sgemm(path)
     extern_from_library("refcomp.blas.sgemm_nn", path, "scipy_cblas_sgemm64_", _SGEMM_DECL,
                         _sgemm_adapter(False, batch))
