@@ -151,6 +151,21 @@ def test_fp32_recipe_reads_w_transposed_with_symbolic_rows(rng):
         np.testing.assert_allclose(c, a @ w.T, rtol=1e-5, atol=1e-4)
 
 
+def test_int8_recipe_reads_w_transposed_exactly(rng):
+    """The grouped (pairs / quads) panels pack from W[j, k] as well."""
+    m, n, k = 20, 64, 64
+    a = te.placeholder((m, k), "int8", "A")
+    w = te.placeholder((n, k), "int8", "W")
+    r = te.reduce_axis((0, k), "k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r].astype("int32") * w[j, r].astype("int32"), axis=r), name="C")
+    sch = recipes.matmul_int8(te.create_prim_func([a, w, c]), tiling=recipes.Tiling(mc=24, nc=32, kc=32))
+    x = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    y = rng.integers(-128, 128, (n, k), dtype=np.int8)
+    out = np.zeros((m, n), np.int32)
+    refcomp.build(sch.func)(x, y, out)
+    np.testing.assert_array_equal(out, x.astype(np.int32) @ y.T.astype(np.int32))
+
+
 def test_fp32_recipe_symbolic_rows_take_their_own_row_block(rng):
     """mc_symbolic sets the row block when M is symbolic (and only then)."""
     tiling = recipes.Tiling(mc=48, nc=32, kc=32, mc_symbolic=24)  # multiples of both tile heights
