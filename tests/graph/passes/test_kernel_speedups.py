@@ -144,18 +144,19 @@ def test_symbolic_rows_get_a_predicated_vector_loop_and_parallel_rows(rng):
         np.testing.assert_allclose(out, x * np.float32(1.5), rtol=1e-6)
 
 
-def test_a_sixteen_long_first_loop_stays_parallel_outermost_before_a_symbolic_one(rng):
+@pytest.mark.parametrize("lead, fused", [((16,), 16), ((1, 16), 16), ((3, 16), 48)])
+def test_constant_loops_of_16_or_more_stay_parallel_outermost_before_a_symbolic_one(rng, lead, fused):
     # (heads, n, n): moving n outermost would make each thread jump a whole head between rows
     n = SizeVar("n", "int64")
-    a = Var("a", tensor((16, n, n)))
+    a = Var("a", tensor(lead + (n, 24)))
     mod = single_output([a], lambda bb, a: op.multiply(a, const(np.float32(1.5))))
     (before,) = kernels(legalize_ops(mod)).values()
     after = schedule_kernel(before)
     (par,) = loops_of(after, "parallel")
-    assert isinstance(par.extent, refcomp.ast.IntImm) and par.extent.value == 16
+    assert isinstance(par.extent, refcomp.ast.IntImm) and par.extent.value == fused
     assert len(collect(par.body, For)) == len(collect(after.body, For)) - 1  # outermost: all loops inside
     for size in (1, 17, 40):
-        x = rng.standard_normal((16, size, size)).astype("float32")
+        x = rng.standard_normal(lead + (size, 24)).astype("float32")
         out, _ = vm_run(mod, x)
         np.testing.assert_allclose(out, x * np.float32(1.5), rtol=1e-6)
 

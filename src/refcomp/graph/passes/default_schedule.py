@@ -25,6 +25,8 @@ result is always a legal schedule of the same computation.
 """
 from __future__ import annotations
 
+import math
+
 from ...ast.function import IRModule, PrimFunc
 from ...ast.functor import collect
 from ...ast.stmt import Block
@@ -108,11 +110,11 @@ def _schedule_block(sch, rv, block: Block, loops: list) -> None:
 # parallel (16 heads on 6 threads leave a third of them idle for the last round).
 _FEW_ITERATIONS = 64
 
-# When a later leading loop is symbolic, a first loop this long is made parallel where it is:
-# moving the symbolic loop outermost makes each thread's inner walk jump by the first axis's
-# stride (for a 16-head (16, seq, seq) softmax, a 2 KB row then a 1 MB jump: measured 1.9x
-# slower on one thread, the loads missing cache), while 16 iterations still share out evenly
-# over a few threads.  Shorter first loops (3 of a qkv split) keep the reorder.
+# When a later leading loop is symbolic, constant loops before it making this many iterations
+# are made parallel where they are (fused): moving the symbolic loop outermost makes each
+# thread's inner walk jump by the outer axes' strides (for a 16-head (16, seq, seq) softmax, a
+# 2 KB row then a 1 MB jump: measured 1.9x slower on one thread, the loads missing cache), while
+# 16 iterations still share out evenly over a few threads.  Fewer (3 alone) keep the reorder.
 _IN_PLACE_ITERATIONS = 16
 
 
@@ -121,9 +123,9 @@ def _parallel_candidate(sch, lead: list):
 
     A short first loop is fused with the others when all are constant (the parallel check proves
     `f // n`, `f % n` distinct for constant n).  With a symbolic one among them (fusing it would
-    give bindings the prover cannot split), a first loop of at least _IN_PLACE_ITERATIONS stays
-    outermost and parallel; a shorter one has the symbolic loop moved outermost instead.  Either
-    step is skipped when its primitive refuses."""
+    give bindings the prover cannot split), the constant loops before it stay outermost, fused,
+    when they make at least _IN_PLACE_ITERATIONS iterations together; when fewer, the symbolic
+    loop is moved outermost instead.  Either step is skipped when its primitive refuses."""
     first = const_value(sch.get(lead[0]).extent)
     if len(lead) < 2 or first is None or first >= _FEW_ITERATIONS:
         return lead[0]
@@ -132,8 +134,10 @@ def _parallel_candidate(sch, lead: list):
     try:
         if all(e is not None for e in extents):
             return sch.fuse(*lead) if same_dtype else lead[0]
-        if first >= _IN_PLACE_ITERATIONS:
-            return lead[0]
+        prefix = lead[:extents.index(None)]  # the constant loops before the first symbolic one
+        if math.prod(extents[:len(prefix)]) >= _IN_PLACE_ITERATIONS:
+            prefix_dtypes = {str(sch.get(loop).loop_var.dtype) for loop in prefix}
+            return sch.fuse(*prefix) if len(prefix) > 1 and len(prefix_dtypes) == 1 else prefix[0]
         symbolic = lead[extents.index(None)]
         sch.reorder(symbolic, lead[0])
         return symbolic
