@@ -16,6 +16,7 @@ from refcomp.loops.primitives.tree import walk
 from refcomp.ast import Block, For
 
 SMALL = recipes.Tiling(mc=24, nc=32, kc=32)
+TRANSPOSE = "x86.avx512.transpose_f32_32x16"
 
 
 def _matmul(m, n, k, in_dtype="float32", acc="float32"):
@@ -105,14 +106,19 @@ def test_fp32_recipe_symbolic_rows(rng):
         np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("m,n,k", [(37, 64, 48), (8, 32, 32), (5, 16, 16)])
+@pytest.mark.parametrize("m,n,k", [(37, 64, 48), (8, 32, 32), (5, 16, 16), (21, 64, 32)])
 @pytest.mark.parametrize("index_dtype", ["int32", "int64"])
 def test_fp32_recipe_reads_w_transposed(rng, m, n, k, index_dtype):
     """B stored as W[j, k]: the packing copy reads W transposed into the same k-major panels."""
     sch = recipes.matmul_fp32(_linear(m, n, k, index_dtype), tiling=SMALL)
-    assert _tensorized_with(sch.func)
-    packs = [b for b in walk(sch.func.body) if isinstance(b, Block) and b.name == "W_global"]
-    assert len(packs) == 1 and packs[0].writes[0].buffer.shape[-1].value in (16, 32)  # NR-wide panels
+    tiles = _tensorized_with(sch.func)
+    assert tiles & {"x86.avx2.sgemm_6x16", "x86.avx512.sgemm_8x32"}
+    # the pack goes through the register transpose where the CPU has it, the 32-wide panels
+    # allow it and the k slab (24 of 48, 32, 16) is a multiple of 16
+    wide = "x86.avx512.sgemm_8x32" in tiles
+    assert (TRANSPOSE in tiles) == (wide and n % 32 == 0 and k in (32, 16))
+    packs = [b for b in walk(sch.func.body) if isinstance(b, Block) and b.name.startswith("W_global")]
+    assert packs and packs[0].writes[0].buffer.shape[-1].value in (16, 32)  # NR-wide panels
     a = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((n, k)).astype(np.float32)
     c = rng.standard_normal((m, n)).astype(np.float32)
@@ -131,7 +137,7 @@ def test_fp32_recipe_reads_w_transposed_in_either_parallel_mode(rng, monkeypatch
         n = 3 * n // 2
     sch = recipes.matmul_fp32(_linear(m, n, k), tiling=SMALL)
     compute = [s for s in walk(sch.func.body) if isinstance(s, For) and s.kind == "parallel"
-               and any(isinstance(b, Block) and "tensorized" in b.annotations for b in walk(s))]
+               and any(isinstance(b, Block) and "sgemm" in b.annotations.get("tensorized", "") for b in walk(s))]
     assert len(compute) == 1 and compute[0].loop_var.name.startswith("i" if by_rows else "j")
     a = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((n, k)).astype(np.float32)

@@ -28,6 +28,7 @@ from ...ast import PrimFunc, as_int
 from ...errors import ScheduleError
 from ..schedule import BlockRV, Schedule
 from .common import divides, k_tile, matmul_shape, pick_intrin, takes_partial_rows, tile_of
+from .transpose import TRANSPOSE_32X16, transpose_intrin
 
 FP32_INTRINS = ["x86.avx512.sgemm_8x32", "x86.avx2.sgemm_6x16"]
 
@@ -232,6 +233,11 @@ def _schedule_copy(sch: Schedule, copy: BlockRV, parallel: bool, run: int) -> No
 _GROUP = {"pairs": 2, "quads": 4}
 
 
+def _divisible(sch: Schedule, loop, factor: int) -> bool:
+    extent = as_int(sch.get(loop).extent)
+    return extent is not None and extent % factor == 0
+
+
 def _schedule_transposed_copy(sch: Schedule, copy: BlockRV, parallel: bool, nr: int, group: int) -> None:
     """Order the copy packing W (N, K) into panels Bp[j // NR, k (// g), j % NR (, k % g)] so that
     it writes the packed buffer in order: j // NR, k (// g), then j % NR (, k % g) innermost.
@@ -246,6 +252,11 @@ def _schedule_transposed_copy(sch: Schedule, copy: BlockRV, parallel: bool, nr: 
     if group > 1:
         k_outer, k_inner = sch.split(k_loop, [None, group])
         sch.reorder(j_outer, k_outer, j_inner, k_inner)
+    elif nr == 32 and _divisible(sch, k_loop, 16) and transpose_intrin().available():
+        # 16 k-rows of a panel at a time, transposed in registers
+        k_outer, k_inner = sch.split(k_loop, [None, 16])
+        sch.reorder(j_outer, k_outer, k_inner, j_inner)
+        sch.tensorize(k_inner, TRANSPOSE_32X16)
     else:
         sch.reorder(j_outer, k_loop, j_inner)
         sch.vectorize(j_inner)
