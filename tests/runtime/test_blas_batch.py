@@ -5,6 +5,7 @@ import contextlib
 import numpy as np
 import pytest
 
+from refcomp.runtime import blas as B
 from refcomp.runtime import vm as V
 
 pytestmark = pytest.mark.skipif(not V.register_blas(), reason="numpy's OpenBLAS library was not found")
@@ -31,7 +32,7 @@ def test_products_match_numpy(rng, batch, m, k, n, shared):
 
 
 def test_a_vm_session_runs_openblas_one_threaded_and_restores_it():
-    shared = V._SHARED_BLAS
+    shared = B.SHARED_BLAS
     if shared is None:
         pytest.skip("this OpenBLAS does not export its thread-count functions")
     before = shared._get()
@@ -45,7 +46,7 @@ def test_a_vm_session_runs_openblas_one_threaded_and_restores_it():
 
 @pytest.mark.parametrize("n, parts", [(512, 2), (300, 2), (3072, 3), (40, 2), (1, 4)])
 def test_column_blocks_cover_the_columns_once(n, parts):
-    blocks = V._column_blocks(n, parts)
+    blocks = B._column_blocks(n, parts)
     assert blocks[0][0] == 0 and blocks[-1][1] == n
     assert all(hi > lo for lo, hi in blocks) and all(a[1] == b[0] for a, b in zip(blocks, blocks[1:]))
     assert all(lo % 16 == 0 for lo, _ in blocks)
@@ -62,13 +63,13 @@ def test_empty_inner_dim_gives_zeros_and_empty_batch_is_a_no_op():
 
 
 def test_only_large_entries_are_batched():
-    assert V._large_enough_to_batch(512, 64, 512) and V._large_enough_to_batch(300, 200, 100)
-    assert not V._large_enough_to_batch(100, 100, 100) and not V._large_enough_to_batch(4, 10 ** 6, 1000)
+    assert B._large_enough_to_batch(512, 64, 512) and B._large_enough_to_batch(300, 200, 100)
+    assert not B._large_enough_to_batch(100, 100, 100) and not B._large_enough_to_batch(4, 10 ** 6, 1000)
 
 
 def test_the_batched_sgemm_is_found_in_numpys_openblas():
     # numpy 2.x bundles an OpenBLAS that has it: the large shapes above took the batched path
-    found = V._batch_sgemm(V.openblas_path())
+    found = B._batch_sgemm(V.openblas_path())
     if found is None:
         pytest.skip("this OpenBLAS has no batched sgemm (the per-entry loop is used)")
     assert callable(found[1])
