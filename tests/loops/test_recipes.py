@@ -172,18 +172,44 @@ def test_int8_recipe_reads_w_transposed_exactly(rng):
     np.testing.assert_array_equal(out, x.astype(np.int32) @ y.T.astype(np.int32))
 
 
-def test_fp32_recipe_symbolic_rows_take_their_own_row_block(rng):
-    """mc_symbolic sets the row block when M is symbolic (and only then)."""
+def test_fp32_recipe_symbolic_rows_take_their_own_row_block(rng, monkeypatch):
+    """mc_symbolic sets the row block when M is symbolic (and only then); with three column
+    blocks for two threads, threads take those row blocks."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    n = 3 * (32 if intrin.get("x86.avx512.sgemm_8x32").available() else 16)
     tiling = recipes.Tiling(mc=48, nc=32, kc=32, mc_symbolic=24)  # multiples of both tile heights
-    symbolic = recipes.matmul_fp32(_matmul(te.size_var("m"), 32, 64), tiling=tiling).func
+    symbolic = recipes.matmul_fp32(_matmul(te.size_var("m"), n, 64), tiling=tiling).func
     assert "T.parallel((m + 23) // 24" in symbolic.script()
-    plain = recipes.matmul_fp32(_matmul(te.size_var("m"), 32, 64), tiling=recipes.Tiling(mc=48, nc=32, kc=32))
+    plain = recipes.matmul_fp32(_matmul(te.size_var("m"), n, 64), tiling=recipes.Tiling(mc=48, nc=32, kc=32))
     assert "T.parallel((m + 47) // 48" in plain.func.script()
     a = rng.standard_normal((37, 64)).astype(np.float32)
-    b = rng.standard_normal((64, 32)).astype(np.float32)
-    c = np.zeros((37, 32), np.float32)
+    b = rng.standard_normal((64, n)).astype(np.float32)
+    c = np.zeros((37, n), np.float32)
     refcomp.build(symbolic)(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_fp32_recipe_symbolic_rows_outside_the_parallel_column_loop(rng, monkeypatch, transposed):
+    """Symbolic M, mc_symbolic given, column blocks balanced over 2 threads: the row blocks run
+    serially around the parallel column loop, each thread packing its own blocks of B inside."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    nr = 32 if intrin.get("x86.avx512.sgemm_8x32").available() else 16
+    n, k = 2 * nr, 64
+    func = _linear(te.size_var("m"), n, k) if transposed else _matmul(te.size_var("m"), n, k)
+    sch = recipes.matmul_fp32(func, tiling=recipes.Tiling(mc=24, nc=nr, kc=32, mc_symbolic=24))
+    parallel = [s for s in walk(sch.func.body) if isinstance(s, For) and s.kind == "parallel"]
+    assert len(parallel) == 1 and parallel[0].loop_var.name.startswith("j")
+    rows = next(s for s in walk(sch.func.body) if isinstance(s, For) and s.loop_var.name.startswith("i"))
+    assert rows.kind == "serial" and any(s is parallel[0] for s in walk(rows))
+    assert any(isinstance(b, Block) and b.name.startswith(("B_global", "W_global")) for b in walk(parallel[0]))
+    lib = refcomp.build(sch.func)
+    for m in (1, 23, 50):
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
+        c = rng.standard_normal((m, n)).astype(np.float32)
+        lib(a, b, c)
+        np.testing.assert_allclose(c, a @ (b.T if transposed else b), rtol=1e-5, atol=1e-4)
 
 
 def test_recipe_rejects_a_into_its_own_transpose():

@@ -26,7 +26,9 @@ def matmul_bias_gelu(func_or_sch: PrimFunc | Schedule, matmul_block: str = "C", 
     for name in inline:
         sch.compute_inline(sch.get_block(name))
     matmul_fp32(sch, matmul_block, intrin=intrin, tiling=tiling, parallel=parallel)
-    block_loop = sch.get_loops(sch.get_block(matmul_block + "_o"))[0]
+    loops = sch.get_loops(sch.get_block(matmul_block + "_o"))
+    # under the parallel loop over blocks of C (the first loop, unless rows run outside it)
+    block_loop = next((l for l in loops if sch.get(l).kind == "parallel"), loops[0])
     epilogue = sch.get_block(epilogue_block)
     sch.reverse_compute_at(epilogue, block_loop)
     loops = sch.get_loops(epilogue)

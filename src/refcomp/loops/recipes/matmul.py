@@ -13,7 +13,7 @@ The structure is BLIS's, written as ordinary schedule primitives:
               C[MR, NR] += A[MR, KC] * B[KC, NR]           (tensorize: a micro-kernel call)
 
 With fewer than two row blocks per thread the loops run `jc, pc, ic, jr, ir` with the column
-blocks in parallel.  A is read in place unless pack_a asks for k slabs Ap[k // KC, i, k % KC].
+blocks in parallel; with a symbolic M (and Tiling.mc_symbolic) `ic` runs serially around them.  A is read in place unless pack_a asks for k slabs Ap[k // KC, i, k % KC].
 B may be read as W[j, k] (C = A @ W^T, a `linear` layer's weight): the packing copy then reads W
 transposed into the same panels, NR rows of W at a time.
 Rows (M) may be symbolic or not divisible by MR: the last tile is partial and the kernel touches
@@ -35,8 +35,11 @@ FP32_INTRINS = ["x86.avx512.sgemm_8x32", "x86.avx2.sgemm_6x16"]
 
 @dataclass(frozen=True)
 class Tiling:
-    """Cache-level tile sizes: MC rows and NC columns of C per parallel task, KC of the reduction;
-    mc_symbolic (None: mc) is MC when the row count is symbolic."""
+    """Cache-level tile sizes: MC rows and NC columns of C per parallel task, KC of the reduction.
+
+    mc_symbolic is MC when the row count is symbolic; given, and with the column blocks balanced
+    over the threads, those row blocks run one after another around the parallel column loop
+    (None: MC rows, threads over row blocks)."""
 
     mc: int = 96
     nc: int = 512
@@ -67,11 +70,12 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
 def _fp32_tiling(intrin: str, tiling: Tiling) -> Tiling:
     # The AVX-512 tile's whole-K slabs (up to 1024) load and store each C tile half as often as
     # 512 and were 1.5-2% faster at N = 1024 and 2048 on Zen 5 (1 MiB L2 holds the KC x 32 panel).
-    # With symbolic rows the threads share row blocks handed out dynamically: 64-row blocks
-    # balance where 96 do not (256 rows are 3 blocks of 96 on 2 threads), measured on the graph
-    # benchmark's mlp (batch 256, 2 threads, no BLAS): 34.0 ms with 96-row blocks, 28.3 with 64.
+    # Symbolic rows: 256-row blocks around the parallel column loop (see tiled_matmul); A's
+    # 256 x KC block is read in place.  On the graph benchmark's mlp (batch 256, no BLAS) on 2
+    # threads 21.6 ms, against 22.6 with threads over 64-row blocks and 27.7 over 96-row ones
+    # (3 blocks of 96 for 2 threads); on one thread 38.5 against 40.3.
     if tiling == Tiling() and "avx512" in intrin:
-        return Tiling(mc=tiling.mc, nc=tiling.nc, kc=1024, mc_symbolic=64)
+        return Tiling(mc=tiling.mc, nc=tiling.nc, kc=1024, mc_symbolic=256)
     return tiling
 
 
@@ -102,8 +106,16 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     # blocks are handed out dynamically: a thread the OS deschedules on a shared machine no
     # longer holds up the call.  (The legality check relaxes over the loops inside the parallel
     # one, which must then be constant: a symbolic M cannot sit inside a parallel column loop.)
-    by_columns = parallel and rows is not None and (as_int(shape.n) // nc) % threads == 0
-    by_rows = parallel and not by_columns and (rows is None or -(-rows // mc) >= 2 * threads)
+    #
+    # With a symbolic M and a row block given for that case (mc_symbolic), the row blocks run
+    # serially outside the parallel column loop instead, so that each thread still packs its
+    # own blocks of B in cache rather than all of B going through memory in a pass of its own
+    # (the graph benchmark's mlp, batch 256 as 256-row blocks, 2 threads: 21.6 ms against 22.6
+    # for threads over 64-row blocks; OpenBLAS 22.5).
+    balanced_columns = (as_int(shape.n) // nc) % threads == 0
+    by_columns = parallel and rows is not None and balanced_columns
+    rows_outside = parallel and rows is None and balanced_columns and tiling.mc_symbolic is not None
+    by_rows = parallel and not by_columns and not rows_outside and (rows is None or -(-rows // mc) >= 2 * threads)
 
     # transform_layout needs constant shapes, so A is packed only for a constant M.
     if pack_a and kc < as_int(shape.k) and rows is not None:
@@ -117,14 +129,14 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     j0, j1, j2 = sch.split(j, [None, nc // nr, nr])
     k0, k1 = sch.split(k, [None, kc]) if kc < as_int(shape.k) else [None, k]
     slabs = [k0] if k0 is not None else []
-    if by_rows:
-        sch.reorder(i0, j0, *slabs, j1, i1, i2, j2, k1)
+    if by_rows or rows_outside:
+        sch.reorder(i0, j0, *slabs, j1, i1, i2, j2, k1)  # rows outside: i0 serial, j0 parallel
     else:
         sch.reorder(j0, *slabs, i0, j1, i1, i2, j2, k1)
     if shape.b_transposed and packed_b is None:
         raise ScheduleError(f"{recipe}: B read as W[j, k] needs pack_b (the kernel reads k-major panels)")
     if packed_b is not None:
-        in_thread = by_columns
+        in_thread = by_columns or rows_outside
         if in_thread:
             sch.compute_at(packed_b, slabs[0] if slabs else j0)
         sch.transform_layout(packed_b, ("write", 0), _b_panels(nr, b_layout, shape.b_transposed))
@@ -138,7 +150,7 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     # tensorize blockizes the tile; the reduction's init moves to the tile block, which zeroes
     # its C tile right before the first k slab (in cache) instead of in a separate pass.
     sch.tensorize(i2, intrin)
-    if by_columns:
+    if by_columns or rows_outside:
         sch.parallel(j0)
         sch.annotate(j0, "omp_schedule", "dynamic")
     elif by_rows:
