@@ -32,13 +32,15 @@ TARGETS = ("c", "interpret")
 
 
 def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True,
-                     blas: bool = False) -> list[tuple[str, Callable]]:
-    """The passes graph.build runs, in order, as (name, pass) pairs."""
+                     blas: bool | str = False) -> list[tuple[str, Callable]]:
+    """The passes graph.build runs, in order, as (name, pass) pairs (blas: see build)."""
     pipeline = [("normalize", P.normalize)]
     if blas:
+        from functools import partial
+
         from .passes.dispatch_blas import dispatch_blas
 
-        pipeline.append(("dispatch_blas", dispatch_blas))
+        pipeline.append(("dispatch_blas", partial(dispatch_blas, mode="always") if blas == "always" else dispatch_blas))
     pipeline += [("legalize_ops", P.legalize_ops),
                 ("canonicalize_bindings", P.canonicalize_bindings)]
     if fold:
@@ -59,7 +61,7 @@ def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True
 
 
 def optimize(mod: IRModule, *, fuse: bool = True, schedule: bool = True, fold: bool = True,
-             blas: bool = False) -> IRModule:
+             blas: bool | str = False) -> IRModule:
     """Run the default pipeline (without compiling kernels)."""
     for name, run in default_pipeline(fuse, schedule, fold, blas):
         mod = run(mod)
@@ -70,11 +72,13 @@ def optimize(mod: IRModule, *, fuse: bool = True, schedule: bool = True, fold: b
 
 def build(mod: IRModule | Function, target: str = "c", *, fuse: bool = True, schedule: bool = True,
           fold: bool = True, bounds: str = "off", externs: dict[str, Callable] | None = None,
-          blas: bool | None = None) -> Executable:
+          blas: bool | str | None = None) -> Executable:
     """Compile a graph module (or one Function, named main) to a VM Executable.
 
     blas: send float32 matmul/dense/linear to numpy's OpenBLAS sgemm (default: when target is "c"
-    and the library is found).  bounds is passed to refcomp.build for each kernel.
+    and the library is found), except the linears refcomp's own GEMM runs faster with their
+    epilogue in the tile (dispatch_blas mode "auto"); "always" sends all of them.  bounds is
+    passed to refcomp.build for each kernel.
     """
     if isinstance(mod, Function):
         mod = IRModule({"main": mod})
@@ -83,8 +87,9 @@ def build(mod: IRModule | Function, target: str = "c", *, fuse: bool = True, sch
     if blas is None or blas:
         from ..runtime.vm import register_blas
 
-        blas = register_blas() if (blas or target == "c") else False
-    optimized = optimize(mod, fuse=fuse, schedule=schedule, fold=fold, blas=bool(blas))
+        found = register_blas() if (blas or target == "c") else False
+        blas = ("always" if blas == "always" else True) if found else False
+    optimized = optimize(mod, fuse=fuse, schedule=schedule, fold=fold, blas=blas)
     functions = P.lower_to_vm(optimized)
     used = {inst.kernel for f in functions.values() for inst in _walk(f.code) if type(inst).__name__ == "CallKernel"}
     for name in used:
