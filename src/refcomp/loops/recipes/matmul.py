@@ -70,12 +70,14 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
 def _fp32_tiling(intrin: str, tiling: Tiling) -> Tiling:
     # The AVX-512 tile's whole-K slabs (up to 1024) load and store each C tile half as often as
     # 512 and were 1.5-2% faster at N = 1024 and 2048 on Zen 5 (1 MiB L2 holds the KC x 32 panel).
-    # Symbolic rows: 256-row blocks around the parallel column loop (see tiled_matmul); A's
-    # 256 x KC block is read in place.  On the graph benchmark's mlp (batch 256, no BLAS) on 2
-    # threads 21.6 ms, against 22.6 with threads over 64-row blocks and 27.7 over 96-row ones
-    # (3 blocks of 96 for 2 threads); on one thread 38.5 against 40.3.
+    # Symbolic rows: 512-row blocks around the parallel column loop (see tiled_matmul), so a
+    # few hundred rows pack B once; A's block is read in place.  On the graph benchmark's mlp
+    # (batch 256, no BLAS) on 2 threads 21.6 ms, against 22.6 with threads over 64-row blocks and
+    # 27.7 over 96-row ones (3 blocks of 96 for 2 threads); on one thread 38.5 against 40.3.  Its
+    # transformer block (seq 512) ran 2-3% slower with 256-row blocks than with sgemm, 2-3%
+    # faster with 512.
     if tiling == Tiling() and "avx512" in intrin:
-        return Tiling(mc=tiling.mc, nc=tiling.nc, kc=1024, mc_symbolic=256)
+        return Tiling(mc=tiling.mc, nc=tiling.nc, kc=1024, mc_symbolic=512)
     return tiling
 
 
@@ -110,7 +112,7 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     # With a symbolic M and a row block given for that case (mc_symbolic), the row blocks run
     # serially outside the parallel column loop instead, so that each thread still packs its
     # own blocks of B in cache rather than all of B going through memory in a pass of its own
-    # (the graph benchmark's mlp, batch 256 as 256-row blocks, 2 threads: 21.6 ms against 22.6
+    # (the graph benchmark's mlp, batch 256 in one row block, 2 threads: 21.6 ms against 22.6
     # for threads over 64-row blocks; OpenBLAS 22.5).
     balanced_columns = (as_int(shape.n) // nc) % threads == 0
     by_columns = parallel and rows is not None and balanced_columns

@@ -1,0 +1,84 @@
+"""dispatch_blas mode "auto": which linears stay for refcomp's GEMM (epilogue in the tile) and which
+go to sgemm, and that either way the built module equals numpy."""
+import numpy as np
+import pytest
+
+import refcomp
+from refcomp.ast import PrimFunc, SizeVar
+from refcomp.graph import BlockBuilder, Var, op, tensor
+from refcomp.graph.passes.dispatch_blas import dispatch_blas
+from refcomp.loops.intrin import cpu
+
+needs_avx512 = pytest.mark.skipif(not cpu.has("avx512f", "fma"), reason="auto keeps linears only on AVX-512")
+
+
+def _module(body, n=64, k=48, extra=()):
+    batch = SizeVar("batch", "int64")
+    x, w, b = Var("x", tensor((batch, k))), Var("w", tensor((n, k))), Var("b", tensor((n,)))
+    params = [x, w, b, *[Var(name, tensor(shape(batch))) for name, shape in extra]]
+    bb = BlockBuilder()
+    with bb.function("main", params):
+        with bb.dataflow():
+            out = bb.emit_output(body(bb, *params))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _gemm_calls(mod):
+    return [b.value.args[0].symbol for block in mod["main"].body.blocks for b in block.bindings
+            if b.value.op_name == "call_dps_packed"]
+
+
+def _gelu(y):
+    return 0.5 * y * (1.0 + np.tanh(0.7978845608028654 * (y + 0.044715 * y ** 3)))
+
+
+def _mlp_layer(bb, x, w, b, w2, b2):
+    u = bb.emit(op.gelu_tanh(bb.emit(op.linear(x, w, b))))
+    return op.add(bb.emit(op.linear(u, w2, b2)), x)
+
+
+MLP_EXTRA = (("w2", lambda batch: (64, 128)), ("b2", lambda batch: (64,)))
+
+
+@needs_avx512
+def test_auto_keeps_linears_with_an_epilogue_and_always_sends_all():
+    mod = _module(_mlp_layer, n=128, k=64, extra=MLP_EXTRA)
+    assert _gemm_calls(dispatch_blas(mod)) == []  # both linears feed an elementwise op
+    assert _gemm_calls(dispatch_blas(mod, "always")) == ["refcomp.blas.sgemm_nt"] * 2
+
+
+@needs_avx512
+def test_auto_sends_linears_the_recipe_cannot_take_to_blas():
+    # no epilogue: the result is read by a reshape
+    plain = _module(lambda bb, x, w, b: op.reshape(bb.emit(op.linear(x, w, b)), (-1,)))
+    assert _gemm_calls(dispatch_blas(plain)) == ["refcomp.blas.sgemm_nt"]
+    # a prologue fusion would fold into the product's kernel (a reshape, an elementwise op)
+    for prologue in (lambda x: op.reshape(x, (-1, 48)), op.tanh):
+        mod = _module(lambda bb, x, w, b: op.gelu_tanh(bb.emit(op.linear(bb.emit(prologue(x)), w, b))))
+        assert _gemm_calls(dispatch_blas(mod)) == ["refcomp.blas.sgemm_nt"]
+    # N not a multiple of the 32-wide panels
+    narrow = _module(lambda bb, x, w, b: op.gelu_tanh(bb.emit(op.linear(x, w, b))), n=48)
+    assert _gemm_calls(dispatch_blas(narrow)) == ["refcomp.blas.sgemm_nt"]
+
+
+def test_dispatch_blas_rejects_an_unknown_mode():
+    with pytest.raises(ValueError, match="mode"):
+        dispatch_blas(_module(lambda bb, x, w, b: op.linear(x, w, b)), "sometimes")
+
+
+@pytest.mark.parametrize("blas", [True, "always"])
+def test_mlp_layer_matches_numpy_either_way(rng, blas):
+    from refcomp.runtime.vm import register_blas
+
+    if not register_blas():
+        pytest.skip("numpy's OpenBLAS library was not found")
+    ex = refcomp.graph.build(_module(_mlp_layer, n=128, k=64, extra=MLP_EXTRA), target="c", blas=blas)
+    tiled = [f for f in ex.module.functions.values() if isinstance(f, PrimFunc) and "sgemm" in f.script()]
+    assert bool(tiled) == (blas is True and cpu.has("avx512f", "fma"))
+    x = rng.standard_normal((37, 64)).astype(np.float32)
+    w, b = rng.standard_normal((128, 64)).astype(np.float32), rng.standard_normal(128).astype(np.float32)
+    w2, b2 = rng.standard_normal((64, 128)).astype(np.float32) * 0.1, rng.standard_normal(64).astype(np.float32)
+    out = np.asarray(refcomp.runtime.VirtualMachine(ex)["main"](x, w, b, w2, b2))
+    u = _gelu(x.astype(np.float64) @ w.T + b)
+    np.testing.assert_allclose(out, u @ w2.T + b2 + x, rtol=1e-4, atol=1e-4)
