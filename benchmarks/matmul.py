@@ -14,6 +14,11 @@ Cases:
   bf16_2048            bf16 inputs, fp32 accumulation (AMX / AVX512-BF16 / AVX2) vs numpy fp32
   int8_2048            int8 inputs, int32 accumulation (AMX / VNNI / AVX2) vs numpy fp32
   fused_1024           gelu(A @ B + bias) in one kernel vs numpy's three steps
+  linear_256x4096x1024 X @ W^T with W (N, K) as a `linear` layer stores it, vs numpy's x @ w.T
+  linear_gelu_256x4096x1024, linear_res_256x1024x4096
+                       the graph benchmark's mlp layers with their epilogues in the tile, rows
+                       symbolic (as the graph builds them): gelu(X @ W^T + b) vs numpy's three
+                       steps, and X @ W^T + b + R vs numpy's three steps
   bf16_2048_torch      same kernel vs torch.matmul in bf16 (torch installed only)
   int8_2048_torch      same kernel vs torch._int_mm (torch installed only)
 
@@ -91,6 +96,26 @@ def tensorized_with(func) -> str:
     names = sorted({s.annotations["tensorized"] for s in walk(func.body)
                     if hasattr(s, "annotations") and "tensorized" in getattr(s, "annotations", {})})
     return ",".join(names) or "none"
+
+
+def linear_func(m, n: int, k: int, epilogue: str):
+    """X @ W^T (W stored (N, K)), then nothing, gelu(. + bias), or . + bias + residual."""
+    x = te.placeholder((m, k), "float32", "X")
+    w = te.placeholder((n, k), "float32", "W")
+    r = te.reduce_axis((0, k), "k")
+    c = te.compute((m, n), lambda i, j: te.sum(x[i, r] * w[j, r], axis=r), name="C")
+    if epilogue == "none":
+        return te.create_prim_func([x, w, c], name=f"linear_{n}_{k}")
+    bias = te.placeholder((n,), "float32", "bias")
+    if epilogue == "gelu":
+        def gelu(v):
+            return 0.5 * v * (1.0 + te.tanh(GELU_C * (v + 0.044715 * v * v * v)))
+
+        d = te.compute((m, n), lambda i, j: gelu(c[i, j] + bias[j]), name="D")
+        return te.create_prim_func([x, w, bias, d], name=f"linear_gelu_{n}_{k}")
+    res = te.placeholder((m, n), "float32", "R")
+    d = te.compute((m, n), lambda i, j: c[i, j] + bias[j] + res[i, j], name="D")
+    return te.create_prim_func([x, w, bias, res, d], name=f"linear_res_{n}_{k}")
 
 
 # ----------------------------------------------------------------------------- timing
@@ -202,6 +227,30 @@ def fused_case(n: int, rng) -> Case:
                 tensorized_with(sch.func), check)
 
 
+def linear_case(m: int, n: int, k: int, epilogue: str, rng) -> Case:
+    if epilogue == "none":
+        sch = recipes.matmul_fp32(linear_func(m, n, k, epilogue))
+    else:
+        sch = recipes.matmul_bias_gelu(linear_func(te.size_var("m"), n, k, epilogue))
+    lib = refcomp.build(sch.func)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    res = rng.standard_normal((m, n)).astype(np.float32)
+    out = np.empty((m, n), np.float32)
+    args = {"none": (x, w, out), "gelu": (x, w, bias, out), "res": (x, w, bias, res, out)}[epilogue]
+    steps = {"none": lambda: x @ w.T, "gelu": lambda: numpy_gelu(x @ w.T + bias),
+             "res": lambda: x @ w.T + bias + res}[epilogue]
+
+    def check():
+        lib(*args)
+        np.testing.assert_allclose(out, steps(), rtol=1e-3, atol=1e-3 * np.sqrt(k))
+
+    label = {"none": "linear", "gelu": "linear_gelu", "res": "linear_res"}[epilogue]
+    return Case(f"{label}_{m}x{n}x{k}", 2.0 * m * n * k, lambda: lib(*args), steps,
+                "numpy x @ w.T" if epilogue == "none" else "numpy 3 calls", tensorized_with(sch.func), check)
+
+
 def make_cases(only: set[str] | None, rng) -> list:
     """(name, factory) for each selected case; a factory builds and returns its Case."""
     try:
@@ -218,6 +267,9 @@ def make_cases(only: set[str] | None, rng) -> list:
         "bf16_2048": lambda: bf16_case(2048, rng, "numpy"),
         "int8_2048": lambda: int8_case(2048, rng, "numpy"),
         "fused_1024": lambda: fused_case(1024, rng),
+        "linear_256x4096x1024": lambda: linear_case(256, 4096, 1024, "none", rng),
+        "linear_gelu_256x4096x1024": lambda: linear_case(256, 4096, 1024, "gelu", rng),
+        "linear_res_256x1024x4096": lambda: linear_case(256, 1024, 4096, "res", rng),
     }
     if have_torch:
         factories["bf16_2048_torch"] = lambda: bf16_case(2048, rng, "torch")
@@ -280,7 +332,7 @@ def main() -> None:
     print(f"timing: {mode}, best of {args.rounds} alternating rounds x {args.repeat} calls")
     cases = make_cases(only, rng)
     results = {}
-    header = f"{'case':<17} {'refcomp GFLOP/s':>15} {'baseline':>14} {'GFLOP/s':>9} {'ratio':>7}  refcomp kernel"
+    header = f"{'case':<26} {'refcomp GFLOP/s':>15} {'baseline':>14} {'GFLOP/s':>9} {'ratio':>7}  refcomp kernel"
     print(header)
     print("-" * len(header))
     for _, make in cases:
@@ -291,7 +343,7 @@ def main() -> None:
         results[case.name] = {"refcomp": round(mine, 2), "baseline": round(base, 2), "unit": "GFLOP/s",
                               "ratio": round(mine / base, 3), "baseline_name": case.baseline_name,
                               "kernel": case.kernel}
-        print(f"{case.name:<17} {mine:>15.1f} {case.baseline_name:>14} {base:>9.1f} {mine / base:>7.2f}  {case.kernel}",
+        print(f"{case.name:<26} {mine:>15.1f} {case.baseline_name:>14} {base:>9.1f} {mine / base:>7.2f}  {case.kernel}",
               flush=True)
     if args.json:
         print(json.dumps({"cases": results}))

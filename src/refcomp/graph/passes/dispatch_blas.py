@@ -13,8 +13,8 @@ matmul recipe on the AVX-512 tile with the weight packed through the register tr
 multiple of 32, K of 16, both constant), its input a plain buffer after fusion, and its result
 read only by an elementwise op, so that the bias and that epilogue (gelu, a residual add) are
 computed in the tile loop while C is in cache.  On the graph benchmark (Zen 5, hidden 1024, ffn
-4096) that ran 3-5% faster than sgemm followed by the fused epilogue for the mlp (batch 256) and
-2-3% for the transformer block (seq 512), on 2 threads and on one.  mode "always" sends every
+4096) that ran 4-6% faster than sgemm followed by the fused epilogue for the mlp (batch 256, 2
+threads and one) and 0-2.5% for the transformer block (seq 512, within the noise).  mode "always" sends every
 matched product to BLAS.
 """
 from __future__ import annotations
