@@ -161,12 +161,12 @@ def best_times(fns: list, repeat: int, rounds: int, clock=time.perf_counter) -> 
 
 
 def run_case(name: str, mod, weight_shapes, input_shape, reference, repeat: int, rounds: int = 3,
-             clock=time.perf_counter) -> dict:
+             clock=time.perf_counter, blas=True) -> dict:
     rng = np.random.default_rng(0)
     x = rng.standard_normal(input_shape).astype("float32")
     weights = [(rng.standard_normal(s) * (1.0 / math.sqrt(s[-1]))).astype("float32") for s in weight_shapes]
     start = time.perf_counter()
-    fused = refcomp.graph.build(mod, target="c")
+    fused = refcomp.graph.build(mod, target="c", blas=blas)
     compile_s = time.perf_counter() - start
     unfused = refcomp.graph.build(mod, target="c", fuse=False)
     vm = refcomp.runtime.VirtualMachine(fused)
@@ -202,7 +202,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="one thread each (kernels, OpenBLAS), timed by process CPU time: steady on a busy "
                              "machine")
     parser.add_argument("--json", action="store_true", help="print the results as JSON on the last line")
+    parser.add_argument("--blas", choices=("auto", "always"), default="auto",
+                        help="graph.build's BLAS dispatch: auto keeps the linears refcomp's GEMM runs faster")
     args = parser.parse_args(argv)
+    blas = True if args.blas == "auto" else "always"
     clock = time.perf_counter
     if args.single_thread_cpu:
         # before the first kernel library loads: libgomp reads OMP_NUM_THREADS when it starts
@@ -220,12 +223,12 @@ def main(argv: list[str] | None = None) -> int:
         if case == "mlp":
             mod, shapes = mlp(args.hidden, 4 * args.hidden, args.layers)
             rows.append(run_case("mlp", mod, shapes, (args.batch, args.hidden), mlp_numpy, args.repeat,
-                                 args.rounds, clock))
+                                 args.rounds, clock, blas))
         else:
             mod, shapes = transformer_block(args.hidden, args.heads)
             rows.append(run_case("transformer_block", mod, shapes, (args.seq, args.hidden),
                                  lambda x, *w: transformer_numpy(args.heads, x, *w), args.repeat, args.rounds,
-                                 clock))
+                                 clock, blas))
     mode = "1 thread each, process CPU time" if args.single_thread_cpu else f"{os.cpu_count()} threads, wall time"
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; timing: {mode}, best of {args.rounds} "
           f"alternating rounds x {args.repeat} calls")
