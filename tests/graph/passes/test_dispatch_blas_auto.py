@@ -62,8 +62,19 @@ def test_auto_sends_linears_the_recipe_cannot_take_to_blas():
     assert _gemm_calls(dispatch_blas(narrow)) == ["refcomp.blas.sgemm_nt"]
 
 
+@needs_avx512
+def test_auto_sends_a_linear_over_leading_dims_to_blas():
+    x, w, b = Var("x", tensor((2, 5, 48))), Var("w", tensor((64, 48))), Var("b", tensor((64,)))
+    bb = BlockBuilder()
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(op.gelu_tanh(bb.emit(op.linear(x, w, b)))))
+        bb.emit_func_output(out)
+    assert _gemm_calls(dispatch_blas(bb.get())) == ["refcomp.blas.sgemm_nt"]
+
+
 def test_dispatch_blas_rejects_an_unknown_mode():
-    with pytest.raises(ValueError, match="mode"):
+    with pytest.raises(refcomp.BuildError, match="mode"):
         dispatch_blas(_module(lambda bb, x, w, b: op.linear(x, w, b)), "sometimes")
 
 

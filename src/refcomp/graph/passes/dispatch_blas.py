@@ -22,6 +22,7 @@ from __future__ import annotations
 from ...ast.function import IRModule
 from ...ast.graph import Call, DataflowBlock, DataflowVar, Op, Var, VarBinding
 from ...ast.graph_struct_info import TensorStructInfo
+from ...errors import BuildError
 from ..block_builder import BlockBuilder
 from ..op.base import call_dps_packed
 from ..op.elementwise import add
@@ -73,8 +74,10 @@ def _own_gemm_is_faster(call: Call, defs: dict, kept: set) -> bool:
     from ...loops.intrin import cpu
     from ..shape_facts import const_value
 
-    if call.op_name != "linear" or call.args[0].struct_info.ndim != 2 or not (cpu.has("avx512f") and cpu.has("fma")):
-        return False  # (leading dims beyond the rows make a kernel the recipe does not tile)
+    if call.op_name != "linear" or not cpu.has("avx512f", "fma"):
+        return False
+    if call.args[0].struct_info.ndim != 2:
+        return False  # leading dims beyond the rows make a kernel the recipe does not tile
     n, k = (const_value(d) for d in call.args[1].struct_info.shape)
     if n is None or k is None or n % 32 or k % 16:
         return False
@@ -127,7 +130,7 @@ def _pattern(call: Call) -> str:
 def dispatch_blas(mod: IRModule, mode: str = "auto") -> IRModule:
     """The module with float32 GEMM-shaped products sent to BLAS (mode: see the module docstring)."""
     if mode not in MODES:
-        raise ValueError(f"dispatch_blas: mode must be one of {MODES}, got {mode!r}")
+        raise BuildError(f"dispatch_blas: mode must be one of {MODES}, got {mode!r}")
     bb = BlockBuilder(mod)
     for name, func in graph_functions(mod):
         counter = [0]
