@@ -26,7 +26,7 @@ def _module(body, n=64, k=48, extra=()):
 
 def _gemm_calls(mod):
     return [b.value.args[0].symbol for block in mod["main"].body.blocks for b in block.bindings
-            if b.value.op_name == "call_dps_packed"]
+            if getattr(b.value, "op_name", None) == "call_dps_packed"]
 
 
 def _gelu(y):
