@@ -221,6 +221,13 @@ def test_recipe_rejects_a_into_its_own_transpose():
         recipes.matmul_fp32(func, tiling=SMALL)
 
 
+def test_fp32_recipe_on_w_transposed_replays_from_its_trace():
+    func = _linear(24, 64, 32)
+    sch = recipes.matmul_fp32(func, tiling=SMALL)
+    replayed = refcomp.Schedule.from_trace(func, sch.trace.to_json())
+    refcomp.ast.assert_structural_equal(replayed.func, sch.func)
+
+
 def test_fp32_recipe_replays_from_its_trace():
     func = _matmul(24, 32, 64)
     sch = recipes.matmul_fp32(func, tiling=SMALL)
