@@ -14,44 +14,14 @@ The VM and numpy are timed in alternating rounds and the best call of each is ke
 from __future__ import annotations
 
 import os
+import sys
 
-# numpy should run its best kernels: drop the user's OpenBLAS overrides in this process only
-# (before numpy loads OpenBLAS).  Idle OpenMP workers sleep rather than spin, so the kernels'
-# thread pool and OpenBLAS's do not take each other's cores (set OMP_WAIT_POLICY to override).
-for _name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
-    os.environ.pop(_name, None)
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")
-
-
-def keep_freed_memory() -> bool:
-    """Ask glibc to keep freed blocks up to 32 MiB in the heap instead of returning them to the OS.
-
-    numpy allocates fresh temporaries on every call (4-16 MiB here).  With glibc's default,
-    history-dependent thresholds, whether those come back as already-mapped heap memory or as new
-    pages to fault in depends on what the process allocated before: the same numpy code measured
-    24 ms or 31 ms for the mlp in two processes that differed only in how their weights were made.
-    Keeping freed memory gives numpy its fast case every time, so the baseline is the demanding one.
-    """
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    libc = ctypes.CDLL(name)
-    if not hasattr(libc, "mallopt"):
-        return False
-    m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3
-    return bool(libc.mallopt(m_mmap_threshold, 32 << 20) and libc.mallopt(m_trim_threshold, 1 << 30)
-                and libc.mallopt(m_top_pad, 64 << 20))
-
-
-KEEPS_FREED_MEMORY = keep_freed_memory()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (before numpy: it sets up OpenBLAS, OpenMP and malloc for the timings)
 
 import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -167,25 +137,6 @@ def _layer_norm(x, g, b, eps=1e-5):
 # ----------------------------------------------------------------------------- measuring
 
 # A pause before each side's round, so the other side's idle pool threads stop spinning first.
-SETTLE_SECONDS = 0.3
-
-
-def best_times(fns: list, repeat: int, rounds: int, clock=time.perf_counter) -> list[float]:
-    """Best time of each function by `clock`, timed in alternating rounds of `repeat` calls (a
-    busy machine then slows both sides alike)."""
-    for fn in fns:
-        fn()  # warm up: first touches, thread pools
-    best = [float("inf")] * len(fns)
-    for _ in range(rounds):
-        for index, fn in enumerate(fns):
-            time.sleep(SETTLE_SECONDS)
-            for _ in range(repeat):
-                start = clock()
-                fn()
-                best[index] = min(best[index], clock() - start)
-    return best
-
-
 def run_case(name: str, mod, weight_shapes, input_shape, reference, repeat: int, rounds: int = 3,
              clock=time.perf_counter, blas=True) -> dict:
     rng = np.random.default_rng(0)
@@ -199,7 +150,7 @@ def run_case(name: str, mod, weight_shapes, input_shape, reference, repeat: int,
     out = vm["main"](x, *weights)
     want = reference(x, *weights)
     error = float(np.max(np.abs(out - want)) / (np.max(np.abs(want)) + 1e-30))
-    vm_s, np_s = best_times([lambda: vm["main"](x, *weights), lambda: reference(x, *weights)], repeat, rounds,
+    vm_s, np_s = harness.best_times([lambda: vm["main"](x, *weights), lambda: reference(x, *weights)], repeat, rounds,
                             clock)
     calls = lambda ex: ex.stats["kernel_calls_static"] + sum(  # noqa: E731
         1 for i in ex.functions["main"].code if type(i).__name__ == "CallPacked")
@@ -257,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                                  clock, blas))
     mode = "1 thread each, process CPU time" if args.single_thread_cpu else f"{os.cpu_count()} threads, wall time"
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; timing: {mode}, best of {args.rounds} "
-          f"alternating rounds x {args.repeat} calls; freed memory kept in the heap: {KEEPS_FREED_MEMORY}")
+          f"alternating rounds x {args.repeat} calls; freed memory kept in the heap: {harness.KEEPS_FREED_MEMORY}")
     header = f"{'case':<18} {'kernels':>15} {'max rel err':>12} {'VM ms':>9} {'numpy ms':>9} {'numpy/VM':>9} " \
              f"{'arena MiB':>10} {'compile s':>10}"
     print(header)

@@ -27,14 +27,10 @@ Results are recorded in benchmarks/README.md ("matmul" section) with the date an
 from __future__ import annotations
 
 import os
+import sys
 
-# numpy should run its best kernels: drop the user's OpenBLAS overrides in this process only.
-for _name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
-    os.environ.pop(_name, None)
-# libgomp's default is to spin after each parallel region; on a shared 2-vCPU VM a spinning
-# worker takes the core the next region (or numpy's pool) needs, which made a 512 matmul 5x
-# slower.  Waiting threads sleep instead (set OMP_WAIT_POLICY yourself to override).
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (before numpy: it sets up OpenBLAS, OpenMP and malloc for the timings)
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -49,7 +45,6 @@ from refcomp.loops import intrin, recipes  # noqa: E402
 from refcomp.loops.primitives.tree import walk  # noqa: E402
 
 GELU_C = 0.7978845608028654
-SETTLE_SECONDS = 0.3
 
 
 # ----------------------------------------------------------------------------- programs
@@ -119,23 +114,6 @@ def linear_func(m, n: int, k: int, epilogue: str):
 
 
 # ----------------------------------------------------------------------------- timing
-
-def best_times(fns: list, repeat: int, rounds: int, clock=time.perf_counter) -> list[float]:
-    """Best time of each function by `clock`, timed in alternating rounds of `repeat` calls."""
-    for fn in fns:
-        fn()  # warm up: page in buffers, spin up thread pools
-    best = [float("inf")] * len(fns)
-    for _ in range(rounds):
-        for index, fn in enumerate(fns):
-            # Let the other side's idle worker threads stop spinning first (OpenBLAS threads
-            # busy-wait for a while after a call, and would take a core from the next kernel).
-            time.sleep(SETTLE_SECONDS)
-            for _ in range(repeat):
-                start = clock()
-                fn()
-                best[index] = min(best[index], clock() - start)
-    return best
-
 
 class Case:
     """One row of the table: a refcomp kernel and its baseline on the same inputs."""
@@ -338,7 +316,7 @@ def main() -> None:
     for _, make in cases:
         case = make()
         case.check()
-        ours, theirs = best_times([case.refcomp_fn, case.baseline_fn], args.repeat, args.rounds, clock)
+        ours, theirs = harness.best_times([case.refcomp_fn, case.baseline_fn], args.repeat, args.rounds, clock)
         mine, base = case.flops / ours / 1e9, case.flops / theirs / 1e9
         results[case.name] = {"refcomp": round(mine, 2), "baseline": round(base, 2), "unit": "GFLOP/s",
                               "ratio": round(mine / base, 3), "baseline_name": case.baseline_name,
