@@ -53,19 +53,25 @@ def _auto_pad(ctx, attrs, spatial, kernel, strides, dilations):
     return pads
 
 
-@converter("Conv")
-def _conv(ctx, node, inputs, attrs):
-    x, w = inputs[0], inputs[1]
-    b = inputs[2] if len(inputs) > 2 else None
+def emit_conv(ctx, x, w, attrs, what: str = "convolution"):
+    """x conv w (1-d or 2-d) with the node's strides, dilations, pads/auto_pad and group, no bias."""
     nd = ctx.info(x).ndim - 2
     if nd not in (1, 2):
-        ctx.fail(f"{nd}-d convolution is not supported")
+        ctx.fail(f"{nd}-d {what} is not supported")
     kernel = [const_value(d) for d in ctx.static_shape(w)[2:]]
     strides = list(attrs.get("strides", [1] * nd))
     dilations = list(attrs.get("dilations", [1] * nd))
     pads = _auto_pad(ctx, attrs, ctx.static_shape(x)[2:], kernel, strides, dilations)
     fn = op.conv2d if nd == 2 else op.conv1d
-    y = ctx.emit(fn(x, w, strides=strides, padding=pads, dilation=dilations, groups=attrs.get("group", 1)))
+    return ctx.emit(fn(x, w, strides=strides, padding=pads, dilation=dilations, groups=attrs.get("group", 1)))
+
+
+@converter("Conv")
+def _conv(ctx, node, inputs, attrs):
+    x, w = inputs[0], inputs[1]
+    b = inputs[2] if len(inputs) > 2 else None
+    nd = ctx.info(x).ndim - 2
+    y = emit_conv(ctx, x, w, attrs)
     if b is not None:
         y = ctx.emit(op.add(y, op.reshape(b, (-1,) + (1,) * nd)))
     return y

@@ -12,7 +12,7 @@ import numpy as np
 
 from ...graph import op
 from .importer import converter
-from .ops_nn import _auto_pad
+from .ops_nn import emit_conv
 
 
 def _length(ctx, value):
@@ -126,17 +126,7 @@ def _matmul_integer(ctx, node, inputs, attrs):
 
 
 def _conv_int32(ctx, x, w, attrs):
-    nd = ctx.info(x).ndim - 2
-    if nd not in (1, 2):
-        ctx.fail(f"{nd}-d integer convolution is not supported")
-    from ...graph.shape_facts import const_value
-
-    kernel = [const_value(d) for d in ctx.static_shape(w)[2:]]
-    strides = list(attrs.get("strides", [1] * nd))
-    dilations = list(attrs.get("dilations", [1] * nd))
-    pads = _auto_pad(ctx, attrs, ctx.static_shape(x)[2:], kernel, strides, dilations)
-    fn = op.conv2d if nd == 2 else op.conv1d
-    return ctx.emit(fn(x, w, strides=strides, padding=pads, dilation=dilations, groups=attrs.get("group", 1)))
+    return emit_conv(ctx, x, w, attrs, what="integer convolution")
 
 
 @converter("ConvInteger")
