@@ -5,7 +5,7 @@ import pytest
 
 from refcomp.ast import Call, Cast, IntImm, Let, Select, Var, floordiv, floormod, truncdiv, truncmod
 from refcomp.shape import EvaluationError, evaluate
-from refcomp.shape.evaluate import trunc_div, trunc_mod, wrap_to
+from refcomp.shape.evaluate import trunc_div, trunc_mod
 from refcomp.ast import dtype
 
 x, y = Var("x"), Var("y")
@@ -28,7 +28,7 @@ def test_division_by_zero_has_no_value():
 def test_casts_wrap_and_arithmetic_wraps_only_when_asked():
     assert evaluate(Cast("int8", x), {x: 200}) == -56
     assert evaluate(Cast("uint8", x), {x: -1}) == 255
-    assert wrap_to(2 ** 31, dtype("int32")) == -(2 ** 31)
+    assert dtype("int32").wrap(2 ** 31) == -(2 ** 31)
     big = Var("b", "int8")
     assert evaluate(big + IntImm(1, "int8"), {big: 127}) == 128
     assert evaluate(big + IntImm(1, "int8"), {big: 127}, wrap=True) == -128

@@ -93,6 +93,16 @@ class DataType:
             return int(np.iinfo(self.numpy()).max)
         return float("inf")
 
+    def wrap(self, value: int) -> int:
+        """value reduced into this integer type's range, as two's-complement hardware does."""
+        if self.is_bool:
+            return int(value != 0)
+        bits = self.bits
+        value &= (1 << bits) - 1
+        if self.is_int and value >= 1 << (bits - 1):
+            value -= 1 << bits
+        return value
+
     def __str__(self) -> str:
         return self.name if self.lanes == 1 else f"{self.name}x{self.lanes}"
 

@@ -23,17 +23,6 @@ class EvaluationError(ValueError):
     """The expression has no value here (division by zero, an unbound variable, an opaque node)."""
 
 
-def wrap_to(value: int, dtype: DataType) -> int:
-    """value reduced into dtype's range, as two's-complement hardware does."""
-    if dtype.is_bool:
-        return int(value != 0)
-    bits = dtype.bits
-    value &= (1 << bits) - 1
-    if dtype.is_int and value >= 1 << (bits - 1):
-        value -= 1 << bits
-    return value
-
-
 def trunc_div(a: int, b: int) -> int:
     """Integer division rounding toward zero (C's /)."""
     q = abs(a) // abs(b)
@@ -108,7 +97,7 @@ class _Evaluator:
                 return bool(self.run(expr.a)) or bool(self.run(expr.b))
             value = op(self.run(expr.a), self.run(expr.b))
             if self.wrap and kind in _WRAPPING and expr.dtype.is_integer:
-                value = wrap_to(value, expr.dtype)
+                value = expr.dtype.wrap(value)
             return value
         if kind is Div:
             return self.run(expr.a) / self.run(expr.b)
@@ -149,7 +138,7 @@ class _Evaluator:
                 if not math.isfinite(value):
                     raise EvaluationError(f"cast of {value} to {target} is undefined")
                 value = int(value)  # truncates toward zero, as C does
-            return wrap_to(int(value), target)
+            return target.wrap(int(value))
         if target.is_float:
             return float(value)
         raise EvaluationError(f"cannot cast to {target}")

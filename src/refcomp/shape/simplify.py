@@ -366,9 +366,7 @@ class Simplifier:
             return value
         constant = _const(value)
         if constant is not None and expr.dtype.lanes == 1 and (expr.dtype.is_integer or expr.dtype.is_bool):
-            from .evaluate import wrap_to
-
-            return IntImm(wrap_to(int(constant), expr.dtype), expr.dtype)
+            return IntImm(expr.dtype.wrap(int(constant)), expr.dtype)
         return expr if value is expr.value else Cast(expr.dtype, value)
 
 

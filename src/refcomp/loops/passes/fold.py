@@ -21,13 +21,13 @@ from ...ast import (
 from ...ast.dtype import DataType
 from ...ast.functor import is_pure
 from .bounds import Bounds, Interval
-from .linear import Linear, build_linear, linear_form, merge_div_mod, same_expr, wrap
+from .linear import Linear, build_linear, linear_form, merge_div_mod, same_expr
 
 # ----------------------------------------------------------------------------- constants
 
 
 def _int(value: int, dtype: DataType) -> IntImm:
-    return IntImm(wrap(value, dtype), dtype)
+    return IntImm(dtype.wrap(value), dtype)
 
 
 def _is_signed_scalar(dtype: DataType) -> bool:

@@ -58,17 +58,6 @@ def same_expr(a: PrimExpr, b: PrimExpr, cache: dict[int, tuple] | None = None) -
     return a is b or expr_key(a, cache) == expr_key(b, cache)
 
 
-def wrap(value: int, dtype: DataType) -> int:
-    """value reduced into the range of an integer dtype, as two's-complement hardware does."""
-    if dtype.is_bool:
-        return int(value != 0)
-    bits = dtype.bits
-    value &= (1 << bits) - 1
-    if dtype.is_int and value >= 1 << (bits - 1):
-        value -= 1 << bits
-    return value
-
-
 class Linear:
     """sum(coefficient * atom) + constant over exact integers; atoms kept in first-seen order."""
 
@@ -146,9 +135,9 @@ def merge_div_mod(form: Linear) -> Linear:
 
 def build_linear(form: Linear, dtype: DataType) -> PrimExpr:
     """The expression of a Linear in dtype: positive terms first, then subtracted ones, then the constant."""
-    terms = [(atom, wrap(c, dtype)) for atom, c in form.nonzero()]
+    terms = [(atom, dtype.wrap(c)) for atom, c in form.nonzero()]
     terms = [(atom, c) for atom, c in terms if c != 0]
-    constant = wrap(form.constant, dtype)
+    constant = dtype.wrap(form.constant)
     positive = [(a, c) for a, c in terms if c > 0]
     negative = [(a, c) for a, c in terms if c < 0]
     result: PrimExpr | None = None
