@@ -16,7 +16,7 @@ from ..ast.dtype import DataType, int64
 from ..ast.functor import substitute
 from ..errors import BuildError
 from . import mathlib
-from .ctype import float_literal, int_literal, is_half, short_name, value_type
+from .ctype import float_literal, float_to_half, half_to_float, int_literal, is_half, short_name, value_type
 from .names import c_string
 from .zero_checks import may_divide_by_zero
 
@@ -87,20 +87,12 @@ class ExprEmitter:
     def from_storage(self, dtype: DataType, text: str) -> str:
         if dtype.is_bool:
             return f"({text} != 0)"
-        if dtype.name == "float16":
-            return f"rc_f16_to_float({text})"
-        if dtype.name == "bfloat16":
-            return f"rc_bf16_to_float({text})"
-        return text
+        return half_to_float(dtype, text)
 
     def to_storage(self, dtype: DataType, text: str) -> str:
         if dtype.is_bool:
             return f"(uint8_t)({text})"
-        if dtype.name == "float16":
-            return f"rc_float_to_f16({text})"
-        if dtype.name == "bfloat16":
-            return f"rc_float_to_bf16({text})"
-        return text
+        return float_to_half(dtype, text)
 
     # ================================================================== expressions
     def vector_ok(self, dtype: DataType) -> bool:

@@ -44,6 +44,24 @@ def is_half(dtype: DataType) -> bool:
     return dtype.name in ("float16", "bfloat16")
 
 
+def half_to_float(dtype: DataType, text: str) -> str:
+    """C text of a stored float16/bfloat16 element as float; other types unchanged."""
+    if dtype.name == "float16":
+        return f"rc_f16_to_float({text})"
+    if dtype.name == "bfloat16":
+        return f"rc_bf16_to_float({text})"
+    return text
+
+
+def float_to_half(dtype: DataType, text: str) -> str:
+    """C text of a float rounded to stored float16/bfloat16 bits; other types unchanged."""
+    if dtype.name == "float16":
+        return f"rc_float_to_f16({text})"
+    if dtype.name == "bfloat16":
+        return f"rc_float_to_bf16({text})"
+    return text
+
+
 def short_name(dtype: DataType) -> str:
     """A short tag for helper names: f32, i64, b8 (float16/bfloat16 compute as f32)."""
     return _SHORT[dtype.name]

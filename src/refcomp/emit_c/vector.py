@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..ast.dtype import DataType
 from . import mathlib
 from .ctype import (
-    is_half, short_name, storage_type, value_type, vector_bytes, vector_element_ctype,
+    float_to_half, half_to_float, is_half, short_name, storage_type, value_type, vector_bytes, vector_element_ctype,
     vector_element_tag,
 )
 
@@ -163,21 +163,13 @@ class VectorLib:
         element = dtype.element
         if element.is_bool:
             return f"({expr} ? -1 : 0)"
-        if element.name == "float16":
-            return f"rc_f16_to_float({expr})"
-        if element.name == "bfloat16":
-            return f"rc_bf16_to_float({expr})"
-        return expr
+        return half_to_float(element, expr)
 
     def _to_storage(self, dtype: DataType, expr: str) -> str:
         element = dtype.element
         if element.is_bool:
             return f"(uint8_t)({expr} != 0)"
-        if element.name == "float16":
-            return f"rc_float_to_f16({expr})"
-        if element.name == "bfloat16":
-            return f"rc_float_to_bf16({expr})"
-        return expr
+        return float_to_half(element, expr)
 
     def load(self, dtype: DataType) -> str:
         """rc_vload_...(const T* p): lanes consecutive elements from p (no alignment needed)."""
