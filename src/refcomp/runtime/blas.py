@@ -154,7 +154,7 @@ def _column_blocks(n: int, parts: int) -> list[tuple[int, int]]:
 
 
 def _sgemm_adapter(transpose_b: bool, batch=None):
-    def call(cfunc, ffi, a, b, out):
+    def call(a, b, out):
         parts = SHARED_BLAS.threads if SHARED_BLAS is not None else 1
         if b.ndim > 2:  # equal batch dims: one sgemm per batch entry
             count = int(np.prod(a.shape[:-2]))  # not -1: that is ambiguous for an empty matrix
@@ -198,7 +198,7 @@ def _sgemm_adapter(transpose_b: bool, batch=None):
         pb = ffi_cast("const float*", b.ctypes.data + size * (lo * k if transpose_b else lo))
         pc = ffi_cast("float*", out.ctypes.data + size * lo)
         ldb = k if transpose_b else n
-        sgemm[0](_CBLAS_ROW_MAJOR, _CBLAS_NO_TRANS, _CBLAS_TRANS if transpose_b else _CBLAS_NO_TRANS,
+        sgemm(_CBLAS_ROW_MAJOR, _CBLAS_NO_TRANS, _CBLAS_TRANS if transpose_b else _CBLAS_NO_TRANS,
                  m, hi - lo, k, 1.0, pa, k, pb, ldb, 0.0, pc, n)
 
     def entries(a3, b3, o3):
@@ -222,14 +222,13 @@ def _sgemm_adapter(transpose_b: bool, batch=None):
               1, new("int64_t[1]", [count]))
 
     # the sgemm and its ffi are known once extern_from_library hands them to the first call
-    sgemm: list = [None]
-    ffi_cast = None
+    sgemm = ffi_cast = None
 
     def bound(cfunc, ffi, *arrays):
-        nonlocal ffi_cast
-        if sgemm[0] is None:
-            sgemm[0], ffi_cast = cfunc, ffi.cast
-        return call(cfunc, ffi, *arrays)
+        nonlocal sgemm, ffi_cast
+        if sgemm is None:
+            sgemm, ffi_cast = cfunc, ffi.cast
+        return call(*arrays)
 
     return bound
 

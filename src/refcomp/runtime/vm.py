@@ -12,6 +12,8 @@ integer scalars; tensors planned into a storage arena are views into preallocate
 """
 from __future__ import annotations
 
+import contextlib
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -377,9 +379,6 @@ def _eval_int(expr: Any, env: Mapping[tir.Var, int]) -> int:
 def _blas_session():
     """The context a VM call runs in: OpenBLAS one-threaded with its GEMMs shared over the VM's
     threads once the BLAS externs are registered (see refcomp.runtime.blas), else nothing."""
-    import contextlib
-    import sys
-
     blas = sys.modules.get(f"{__package__}.blas")
     shared = getattr(blas, "SHARED_BLAS", None)
     return shared if shared is not None else contextlib.nullcontext()
