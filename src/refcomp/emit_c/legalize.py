@@ -9,7 +9,9 @@ becomes two stores of float32x8 values, each computing its half of every operand
 
 Vector lets are split the same way.  A store whose value reads the buffer it writes stays whole
 (the pieces would see each other's writes) unless it is a lane-by-lane update in place, as does
-anything this pass does not know how to split; those are still correct, only slower.
+anything this pass does not know how to split; those are still correct, only slower.  A store
+that divides by a value that may be zero stays whole too: a vector store either stores every lane
+or, when some lane divides by zero, none (spec/ir.md), whatever the register width.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from ..ast.dtype import DataType
 from ..ast.function import PrimFunc
 from ..ast.functor import Mutator, collect, substitute, uses_var
 from ..ast.structural import structural_equal
+from .zero_checks import divides_by_variable
 
 
 class _CannotSplit(Exception):
@@ -84,7 +87,7 @@ class _Splitter(Mutator):
         piece = self.chunk_lanes(lanes, width)
         reads_target = any(load.buffer is s.buffer and not _same_lanes(load.indices, s.indices)
                            for load in collect(value, E.BufferLoad))
-        if piece is None or reads_target or s.indices[0].dtype.lanes != lanes:
+        if piece is None or reads_target or s.indices[0].dtype.lanes != lanes or divides_by_variable(s):
             return s.with_(value=value)
         try:
             stores = [S.BufferStore(s.buffer, self.chunk(value, k, piece), (self.chunk(s.indices[0], k, piece),))
