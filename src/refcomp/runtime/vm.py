@@ -22,6 +22,7 @@ import numpy as np
 from ..ast import expr as tir
 from ..ast.functor import free_vars
 from ..errors import ArgumentError, RuntimeFailure
+from ..shape.evaluate import EvaluationError, UnboundVariable, evaluate
 
 # ----------------------------------------------------------------------------- instructions
 
@@ -364,12 +365,12 @@ def _bound_text(env: Mapping[tir.Var, int]) -> str:
 def _eval_int(expr: Any, env: Mapping[tir.Var, int]) -> int:
     if isinstance(expr, int):
         return expr
-    from ..graph.shape_facts import NotConstant, evaluate
-
     try:
         value = evaluate(expr, env)
-    except NotConstant as exc:
-        raise RuntimeFailure(f"VM: cannot evaluate {_show(expr)}: {exc} is not bound") from None
+    except UnboundVariable as exc:
+        raise RuntimeFailure(f"VM: cannot evaluate {_show(expr)}: {exc.var.name} is not bound") from None
+    except EvaluationError as exc:
+        raise RuntimeFailure(f"VM: cannot evaluate {_show(expr)}: {exc}") from None
     return int(value) if not isinstance(value, bool) else value
 
 

@@ -1,8 +1,8 @@
 """Symbolic shapes: integer simplifier, bound analysis, Z3 prover, in-bounds proofs, `refcomp check`."""
 from .analyzer import Analyzer
-from .evaluate import EvaluationError, evaluate
+from .evaluate import EvaluationError, UnboundVariable, ZeroDivisionFailure, evaluate
 
-__all__ = ["Analyzer", "EvaluationError", "evaluate"]
+__all__ = ["Analyzer", "EvaluationError", "UnboundVariable", "ZeroDivisionFailure", "evaluate"]
 from .prove import ProofResult, prove
 
 __all__ += ["ProofResult", "prove"]

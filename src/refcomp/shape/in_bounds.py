@@ -216,7 +216,7 @@ def _witness(ob: Obligation) -> str:
         index = evaluate(ob.index, ob.result.model)
         extent = evaluate(ob.extent, ob.result.model)
         lower = evaluate(ob.lower, ob.result.model)
-    except (EvaluationError, ZeroDivisionError):
+    except EvaluationError:
         return values
     if ob.kind == "binding":
         return f"{values}: {render(ob.index)} is {index}, outside [{lower}, {lower + extent})"

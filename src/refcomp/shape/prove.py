@@ -320,7 +320,7 @@ def _counterexample(model: Any, encoder: Encoder, condition: PrimExpr, assumptio
     try:
         holds = all(evaluate(a, values, wrap=wrap, opaque=opaque) for a in assumptions)
         violated = not evaluate(condition, values, wrap=wrap, opaque=opaque)
-    except (EvaluationError, ZeroDivisionError) as exc:
+    except EvaluationError as exc:
         return ProofResult("unknown", reason=f"Z3's counterexample could not be checked ({exc})", via="z3")
     if not (holds and violated):
         return ProofResult("unknown", reason="Z3's counterexample does not violate the claim when evaluated",

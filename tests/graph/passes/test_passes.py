@@ -158,7 +158,7 @@ def test_plan_memory_reuses_storage_within_upper_bounds(rng):
     assert len(set(plan.values())) < len(plan)  # tokens are reused
     assert arena_size(func) == sum(func.attrs["storage_limits"])
     total = arena_expression(func)
-    from refcomp.graph.shape_facts import evaluate
+    from refcomp.shape import evaluate
 
     n = next(v for v in refcomp.ast.free_vars(total))
     assert evaluate(total, {n: 32}) == arena_size(func)

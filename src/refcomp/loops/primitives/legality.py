@@ -1,8 +1,8 @@
 """Named legality checks shared by the schedule primitives.  Each raises ScheduleError or returns.
 
-Proofs go to `refcomp.shape.prove` when it is available; without it, a condition over variables
-with constant ranges is decided exactly by enumerating every point (small domains only).  Anything
-else is "unknown", and unknown fails closed.
+A condition over variables with small constant ranges is decided exactly by evaluating it at
+every point at once (refcomp.shape.evaluate over numpy arrays); anything else goes to
+`refcomp.shape.prove`.  "unknown" fails closed.
 """
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from ...ast import (
-    Add, And, Block, BlockRealize, Buffer, BufferLoad, Cast, EQ, FloorDiv, FloorMod, For, GE, GT, IntImm,
-    LE, LT, Max, Min, Mul, NE, Not, Or, PrimExpr, PrimFunc, Select, Sub, Var, collect, free_vars,
-    substitute,
+    And, Block, BlockRealize, Buffer, EQ, FloorDiv, FloorMod, For, IntImm, Not, Or, PrimExpr, PrimFunc,
+    Var, collect, free_vars, substitute,
 )
 from ...errors import ScheduleError
+from ...shape import prove as shape_prove
+from ...shape.evaluate import EvaluationError, evaluate
 from .affine import linear, relax
 from .lookup import BlockLocation, child_block_realizes_of_stmt
 from .tree import block_realizes, walk
@@ -27,10 +28,6 @@ ENUMERATION_LIMIT = 1 << 16
 
 def prove(condition: PrimExpr, ranges: Mapping[Var, tuple[int, int]]) -> tuple[str, dict | None]:
     """("proved" | "disproved" | "unknown", counterexample) for condition over the var ranges."""
-    try:
-        from ...shape import prove as shape_prove  # type: ignore[attr-defined]
-    except ImportError:
-        shape_prove = None
     variables = free_vars(condition)
     if all(v in ranges for v in variables):
         total = 1
@@ -39,15 +36,13 @@ def prove(condition: PrimExpr, ranges: Mapping[Var, tuple[int, int]]) -> tuple[s
             total *= max(hi - lo + 1, 0)
         if total <= ENUMERATION_LIMIT:
             return _enumerate(condition, variables, ranges)
-    if shape_prove is not None:
-        assumptions = []
-        for v in variables:
-            if v in ranges:
-                lo, hi = ranges[v]
-                assumptions += [v >= lo, v <= hi]
-        result = shape_prove(condition, assumptions=tuple(assumptions))
-        return result.status, result.counterexample
-    return "unknown", None
+    assumptions = []
+    for v in variables:
+        if v in ranges:
+            lo, hi = ranges[v]
+            assumptions += [v >= lo, v <= hi]
+    result = shape_prove(condition, assumptions=tuple(assumptions))
+    return result.status, result.counterexample
 
 
 def prove_over_loops(condition: PrimExpr, loops: Iterable[For]) -> tuple[str, dict | None]:
@@ -57,10 +52,6 @@ def prove_over_loops(condition: PrimExpr, loops: Iterable[For]) -> tuple[str, di
     variables = free_vars(condition)
     if all(v in ranges for v in variables):
         return prove(condition, ranges)
-    try:
-        from ...shape import prove as shape_prove  # type: ignore[attr-defined]
-    except ImportError:
-        return "unknown", None
     assumptions = []
     for loop in loops:
         assumptions += [loop.loop_var >= loop.min, loop.loop_var < loop.min + loop.extent]
@@ -76,10 +67,6 @@ def prove_determines(values: Sequence[PrimExpr], determined: Sequence[PrimExpr],
     The claim is over two copies of the `copied` vars (the other vars are shared by both points),
     each copy satisfying `facts`; it goes to `refcomp.shape.prove` (simplifier, then Z3), which is
     exact for the floor div/mod by constants of fused and split indices.  Unknown stays unknown."""
-    try:
-        from ...shape import prove as shape_prove  # type: ignore[attr-defined]
-    except ImportError:
-        return "unknown", None
     twin = {v: Var(f"{v.name}_other", v.dtype) for v in copied}
     same = [EQ(a, substitute(a, twin)) for a in values]
     goal = [EQ(d, substitute(d, twin)) for d in determined]
@@ -108,54 +95,19 @@ def _conjunction(conditions: Sequence[PrimExpr]) -> PrimExpr:
 
 def _enumerate(condition: PrimExpr, variables: Sequence[Var], ranges: Mapping[Var, tuple[int, int]]):
     if not variables:
-        value = _evaluate(condition, {})
+        value = evaluate(condition, {})
         return ("proved", None) if bool(np.all(value)) else ("disproved", {})
     axes = [np.arange(ranges[v][0], ranges[v][1] + 1, dtype=np.int64) for v in variables]
     grids = np.meshgrid(*axes, indexing="ij")
     env = {v: g.ravel() for v, g in zip(variables, grids)}
     try:
-        value = np.broadcast_to(_evaluate(condition, env), env[variables[0]].shape)
-    except _Unsupported:
+        value = np.broadcast_to(evaluate(condition, env), env[variables[0]].shape)
+    except EvaluationError:
         return "unknown", None
     if bool(np.all(value)):
         return "proved", None
     bad = int(np.argmin(value))
     return "disproved", {v.name: int(env[v][bad]) for v in variables}
-
-
-class _Unsupported(Exception):
-    pass
-
-
-_NUMPY_BINARY = {
-    Add: np.add, Sub: np.subtract, Mul: np.multiply, Min: np.minimum, Max: np.maximum,
-    LT: np.less, LE: np.less_equal, GT: np.greater, GE: np.greater_equal, EQ: np.equal, NE: np.not_equal,
-    And: np.logical_and, Or: np.logical_or,
-}
-
-
-def _evaluate(expr: PrimExpr, env: Mapping[Var, np.ndarray]):
-    if isinstance(expr, IntImm):
-        return np.int64(expr.value)
-    if isinstance(expr, Var):
-        if expr not in env:
-            raise _Unsupported(expr.name)
-        return env[expr]
-    if type(expr) in _NUMPY_BINARY:
-        return _NUMPY_BINARY[type(expr)](_evaluate(expr.a, env), _evaluate(expr.b, env))
-    if isinstance(expr, (FloorDiv, FloorMod)):
-        a, b = _evaluate(expr.a, env), _evaluate(expr.b, env)
-        if np.any(b == 0):
-            raise _Unsupported("division by zero")
-        return np.floor_divide(a, b) if isinstance(expr, FloorDiv) else np.mod(a, b)
-    if isinstance(expr, Not):
-        return np.logical_not(_evaluate(expr.a, env))
-    if isinstance(expr, Select):
-        return np.where(_evaluate(expr.condition, env), _evaluate(expr.true_value, env),
-                        _evaluate(expr.false_value, env))
-    if isinstance(expr, Cast) and expr.dtype.is_integer:
-        return _evaluate(expr.value, env)
-    raise _Unsupported(type(expr).__name__)
 
 
 def require_proved(condition: PrimExpr, ranges: Mapping[Var, tuple[int, int]], primitive: str, what: str,
@@ -425,12 +377,12 @@ def _distinct_by_enumeration(func: PrimFunc, loop: For, realize: BlockRealize, s
     env = {v: g.ravel() for v, g in zip(variables, grids)}
     size = env[variables[0]].shape if variables else (1,)
     try:
-        columns = [np.broadcast_to(_evaluate(value, env), size) for value in spatial]
+        columns = [np.broadcast_to(evaluate(value, env), size) for value in spatial]
         if not _is_true_expr(realize.predicate):
-            mask = np.broadcast_to(_evaluate(realize.predicate, env), size).astype(bool)
+            mask = np.broadcast_to(evaluate(realize.predicate, env), size).astype(bool)
         else:
             mask = np.ones(size, dtype=bool)
-    except _Unsupported:
+    except EvaluationError:
         return None
     outer = [env[l.loop_var] for l in nest[:nest.index(loop)]] if loop in nest else []
     keys = np.stack(outer + columns, axis=1)[mask] if (outer or columns) else np.zeros((int(mask.sum()), 0))

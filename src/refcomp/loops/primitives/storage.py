@@ -13,6 +13,7 @@ from ...ast import (
 from ...ast.buffer import SCOPES
 from ...ast.stmt import true
 from ...errors import ScheduleError
+from ...shape.evaluate import EvaluationError, evaluate
 from .affine import int_bounds
 from .index_map import IndexMap
 from .legality import check_not_viewed, const_int, product
@@ -334,7 +335,7 @@ def check_one_to_one(func: PrimFunc, index_map: IndexMap, shape: list[int], new_
     First symbolically (refcomp.shape.prove: equal images imply equal indices), which settles the
     split and pack maps of any size at once; when the prover answers unknown, point by point in
     O(points) with a mark per element of the new box (at most 2^22 points)."""
-    from .legality import _evaluate, _Unsupported, prove_determines
+    from .legality import prove_determines
 
     box = [c for v, d in zip(index_map.initial, shape) for c in (v >= 0, v < d)]
     status, counterexample = prove_determines(index_map.final, index_map.initial, index_map.initial, box)
@@ -352,8 +353,8 @@ def check_one_to_one(func: PrimFunc, index_map: IndexMap, shape: list[int], new_
     flat = np.zeros(total, dtype=np.int64)
     try:
         for expr, extent in zip(index_map.final, new_shape):
-            flat = flat * extent + np.broadcast_to(_evaluate(expr, env), (total,))
-    except _Unsupported as exc:
+            flat = flat * extent + np.broadcast_to(evaluate(expr, env), (total,))
+    except EvaluationError as exc:
         raise ScheduleError(f"transform_layout: cannot evaluate the map: {exc}", ir=func) from None
     if int(np.bincount(flat, minlength=product(new_shape)).max(initial=0)) > 1:
         raise ScheduleError(f"transform_layout: the map {index_map.as_lambda()} sends two elements to one place",
