@@ -24,6 +24,7 @@ from ..ast import (
 from ..ast.dtype import DataType
 from ..ast.expr import Add, Div, Mul, Sub
 from ..errors import InternalError, IRError, RuntimeFailure
+from ..shape.evaluate import ZeroDivisionFailure, float_div, floordiv, floormod, truncdiv, truncmod
 from . import interpreter_values as values
 from .interpreter_expr import ExprCodegen, _BufInfo, _Range, _reinterpret
 from .interpreter_vector import MIN_EXTENT, plan_loop
@@ -201,22 +202,14 @@ class Compiler(ExprCodegen):
                 f"{kind} {node.buffer.name}[{', '.join(map(str, indices))}] is out of bounds of shape "
                 f"{tuple(dims)}", ir=func, spot=node)
 
-        def zero_division(site: int) -> Any:
-            raise RuntimeFailure("integer division by zero", ir=func, spot=sites[site])
-
-        def floordiv(a: int, b: int, site: int) -> int:
-            return a // b if b else zero_division(site)
-
-        def floormod(a: int, b: int, site: int) -> int:
-            return a % b if b else zero_division(site)
-
-        def truncdiv(a: int, b: int, site: int) -> int:
-            q = values.truncdiv(a, b)
-            return zero_division(site) if q is None else q
-
-        def truncmod(a: int, b: int, site: int) -> int:
-            r = values.truncmod(a, b)
-            return zero_division(site) if r is None else r
+        def division(rule: Callable[[int, int], int]) -> Callable[[int, int, int], int]:
+            """The shape evaluator's rule, its ZeroDivisionFailure reported at the dividing node."""
+            def divide(a: int, b: int, site: int) -> int:
+                try:
+                    return rule(a, b)
+                except ZeroDivisionFailure as exc:
+                    raise RuntimeFailure(str(exc), ir=func, spot=sites[site]) from None
+            return divide
 
         def assert_failed(site: int) -> Any:
             node = sites[site]
@@ -230,9 +223,10 @@ class Compiler(ExprCodegen):
             return values.float_to_int(x, low, high)
 
         ns: dict[str, Any] = {
-            "_oob": oob, "_floordiv": floordiv, "_floormod": floormod, "_truncdiv": truncdiv,
-            "_truncmod": truncmod, "_assert_failed": assert_failed, "_bad_alloc": bad_alloc,
-            "_fdiv": values.float_div, "_fmin": values.float_min, "_fmax": values.float_max,
+            "_oob": oob, "_floordiv": division(floordiv), "_floormod": division(floormod),
+            "_truncdiv": division(truncdiv), "_truncmod": division(truncmod),
+            "_assert_failed": assert_failed, "_bad_alloc": bad_alloc,
+            "_fdiv": float_div, "_fmin": values.float_min, "_fmax": values.float_max,
             "_p32": values._F32.pack, "_u32": values._F32.unpack, "_r16": values.round_f16,
             "_rbf": values.round_bf16, "_r32": values.round_f32_outside, "_f2i": f2i, "_i2f": values.int_to_float,
             "_isnan": math.isnan, "_isinf": math.isinf, "_isfinite": math.isfinite,

@@ -6,7 +6,7 @@ value of that type) and Python bools.  The rules (spec/ir.md states them normati
 
 * Integer +, -, *, abs and casts between integer types wrap around modulo 2**bits (two's
   complement).  floordiv/floormod round toward -inf; truncdiv/truncmod toward zero; a zero
-  divisor is a RuntimeFailure.  floordiv(INT_MIN, -1) wraps to INT_MIN (and floormod gives 0).
+  divisor is a RuntimeFailure "integer division by zero" (the rule of refcomp.shape.evaluate).  floordiv(INT_MIN, -1) wraps to INT_MIN (and floormod gives 0).
 * Float +, -, *, / and sqrt are IEEE-754 in the operand type with round-to-nearest-even: the
   exact result is computed in double and rounded once to the type (double has enough bits for
   that to equal direct rounding for float32, float16 and bfloat16).  Division by zero gives
@@ -154,34 +154,8 @@ def int_to_float(x: int, t: DataType) -> float:
 
 
 # ----------------------------------------------------------------------------- division
-
-def floordiv(a: int, b: int) -> int | None:
-    """a // b rounding toward -inf, None when b == 0 (the caller reports it)."""
-    return a // b if b else None
-
-
-def truncdiv(a: int, b: int) -> int | None:
-    """a / b rounding toward zero, None when b == 0."""
-    if not b:
-        return None
-    q = (a if a >= 0 else -a) // (b if b >= 0 else -b)
-    return q if (a >= 0) == (b >= 0) else -q
-
-
-def truncmod(a: int, b: int) -> int | None:
-    """a - b * truncdiv(a, b) (sign of a), None when b == 0."""
-    q = truncdiv(a, b)
-    return None if q is None else a - b * q
-
-
-def float_div(a: float, b: float) -> float:
-    """IEEE division: a / 0 is +-inf (by the signs) or NaN for 0/0 and NaN/0."""
-    try:
-        return a / b
-    except ZeroDivisionError:
-        if a != a or a == 0:
-            return NAN
-        return math.copysign(INF, a) * math.copysign(1.0, b)
+# Integer floordiv/floormod/truncdiv/truncmod and float division are refcomp.shape.evaluate's
+# (the one evaluator): the interpreter reports its ZeroDivisionFailure at the dividing node.
 
 
 def float_min(a: float, b: float) -> float:
