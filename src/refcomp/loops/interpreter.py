@@ -4,7 +4,8 @@
     refcomp.interpret(func, A, B, n=5)        # scalar parameters by name (or positionally)
 
 Symbolic dims are bound from the arrays' shapes; an array of the wrong shape, dtype or count is
-an ArgumentError naming the parameter.  The function is compiled once into Python source (cached
+an ArgumentError naming the parameter (refcomp.shape.arguments, the checker compiled kernels use
+too; the interpreter reads any layout and lets the same array be passed twice).  The function is compiled once into Python source (cached
 per PrimFunc, see interpreter_codegen) and each call copies the arrays into flat Python lists,
 runs, and writes the buffers the function stores to back into the arrays (also when it fails
 part way, as compiled code would have).  bfloat16 buffers take uint16 arrays of bit patterns.
@@ -33,12 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from ..ast import (
-    Add, Buffer, Cast, FloorDiv, FloorMod, IntImm, IRModule, Max, Min, Mul, PrimExpr, PrimFunc, Sub,
-    Var, free_vars,
-)
+from ..ast import Buffer, IRModule, PrimFunc
 from ..ast.dtype import DataType
 from ..errors import ArgumentError, InternalError, RefcompError
+from ..shape.arguments import Signature
 from . import interpreter_values as values
 from .interpreter_codegen import Compiler, Kernel
 
@@ -121,168 +120,43 @@ def _as_prim_func(func: Any) -> PrimFunc:
 
 # ----------------------------------------------------------------------------- arguments
 
+_SIGNATURES: "OrderedDict[int, tuple[PrimFunc, Signature]]" = OrderedDict()
+
+
+def _signature(func: PrimFunc, kernel: Kernel) -> Signature:
+    """The argument checker of func for the interpreter (cached like the kernel)."""
+    hit = _SIGNATURES.get(id(func))
+    if hit is not None and hit[0] is func:
+        _SIGNATURES.move_to_end(id(func))
+        return hit[1]
+    signature = Signature(func, kernel.scalar_inputs, raw_pointers=False)
+    _SIGNATURES[id(func)] = (func, signature)
+    while len(_SIGNATURES) > _CACHE_SIZE:
+        _SIGNATURES.popitem(last=False)
+    return signature
+
+
 def _bind(func: PrimFunc, kernel: Kernel, args: tuple, scalars: dict) -> tuple[list, list, list]:
-    """Match args to params, bind size vars, check shapes and dtypes; lists for the kernel."""
-    params = list(func.params)
-    buffer_params = [p for p in params if isinstance(p, Buffer)]
-    if len(args) == len(params):
-        pairs = list(zip(params, args))
-    elif len(args) == len(buffer_params) and len(args) < len(params):
-        pairs = list(zip(buffer_params, args))
-    else:
-        expected = ", ".join(_describe_param(p) for p in params)
-        raise ArgumentError(f"{func.name}: expected {len(params)} arguments ({expected}), got {len(args)}")
-    given = {p: a for p, a in pairs}
-    names = {p.name: p for p in params if isinstance(p, Var)}
-    shape_vars = {v.name: v for v in kernel.scalar_inputs}
-    env: dict[Var, Any] = {}
-    for key, value in scalars.items():
-        var = names.get(key)
-        var = shape_vars.get(key) if var is None else var
-        if var is None:
-            raise ArgumentError(f"{func.name}: unknown scalar argument {key!r}; "
-                                f"scalars are {sorted(set(names) | set(shape_vars))}")
-        if var in given:
-            raise ArgumentError(f"{func.name}: scalar {key} given both by position and by name")
-        env[var] = _scalar(func, var, value)
-    for p in params:
-        if isinstance(p, Var):
-            if p in given:
-                env[p] = _scalar(func, p, given[p])
-            elif p not in env:
-                raise ArgumentError(f"{func.name}: missing scalar argument {p.name} ({p.dtype})")
-
-    # A lowered function has flat parameters; attrs["original_buffers"] keeps the shapes callers use.
-    original = func.attrs.get("original_buffers") or {}
-    signature = {p: original.get(p, p) for p in buffer_params}
-    arrays: list[np.ndarray] = []
-    for p in buffer_params:
-        array = given[p]
-        p = signature[p]
-        if not isinstance(array, np.ndarray):
-            raise ArgumentError(f"{func.name}: parameter {p.name} expects a numpy array of {p.dtype} "
-                                f"with shape {_show_shape(p.shape)}, got {type(array).__name__}")
-        want = p.dtype.numpy()
-        if array.dtype != want:
-            extra = " (bfloat16 is passed as uint16 bit patterns)" if p.dtype.name == "bfloat16" else ""
-            raise ArgumentError(f"{func.name}: parameter {p.name} expects dtype {p.dtype}{extra}, "
-                                f"got {array.dtype}")
-        arrays.append(array)
-    # Bind size vars from the dims that are a bare variable, then check every dim.
-    for p, array in zip(buffer_params, arrays):
-        if array.ndim == len(signature[p].shape):
-            for dim, size in zip(signature[p].shape, array.shape):
-                if isinstance(dim, Var) and dim not in env:
-                    env[dim] = int(size)
-    for p, array in zip(buffer_params, arrays):
-        _check_shape(func, signature[p], array, env)
-
+    """Check the call with the one argument checker; the kernel's lists, scalars and outputs."""
+    bound = _signature(func, kernel).bind(args, scalars)
+    buffer_params = [p for p in func.params if isinstance(p, Buffer)]
     lists: list[list] = []
     outputs: list[tuple[np.ndarray, list, DataType]] = []
     seen: list[tuple[np.ndarray, list]] = []
-    for p, array in zip(buffer_params, arrays):
-        data = None
-        for other, other_data in seen:
-            if other is array:
-                data = other_data  # the same array twice: one list, so writes are seen by both
-            elif np.may_share_memory(other, array):
-                raise ArgumentError(f"{func.name}: the array for parameter {p.name} overlaps another argument")
-        if data is None:
+    for p, array in zip(buffer_params, bound.arrays):
+        data = next((d for other, d in seen if other is array), None)
+        if data is None:  # the same array twice: one list, so writes are seen by both
             data = _to_list(array, p.dtype)
             seen.append((array, data))
         if p in kernel.written and all(out is not array for out, _, _ in outputs):
-            if not array.flags.writeable:
-                raise ArgumentError(f"{func.name}: parameter {p.name} is written but its array is read-only")
             outputs.append((array, data, p.dtype))
         lists.append(data)
     scalar_values = []
     for var in kernel.scalar_inputs:
-        if var not in env:
-            raise ArgumentError(f"{func.name}: cannot bind {var.name} from the arrays' shapes; pass {var.name}=...")
-        scalar_values.append(env[var])
+        value = bound.env[var]
+        rounder = values.float_rounder(var.dtype) if var.dtype.is_float else None
+        scalar_values.append(rounder(value) if rounder else value)
     return lists, scalar_values, outputs
-
-
-def _describe_param(p: Any) -> str:
-    if isinstance(p, Buffer):
-        return f"{p.name}: {p.dtype}{_show_shape(p.shape)}"
-    return f"{p.name}: {p.dtype}"
-
-
-def _show_shape(shape: tuple[PrimExpr, ...]) -> str:
-    parts = [str(d.value) if isinstance(d, IntImm) else _show_expr(d) for d in shape]
-    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
-
-
-def _show_expr(e: PrimExpr) -> str:
-    try:
-        from ..ast.printer import script
-
-        return script(e)
-    except Exception:  # the printer is optional here
-        return getattr(e, "name", type(e).__name__)
-
-
-def _check_shape(func: PrimFunc, p: Buffer, array: np.ndarray, env: dict) -> None:
-    shape = array.shape
-    if len(shape) != len(p.shape):
-        raise ArgumentError(f"{func.name}: parameter {p.name} expects a {len(p.shape)}-d array of shape "
-                            f"{_show_shape(p.shape)}, got shape {tuple(array.shape)}")
-    expected = []
-    for dim in p.shape:
-        missing = [v.name for v in free_vars(dim) if v not in env]
-        if missing:
-            raise ArgumentError(f"{func.name}: cannot infer {', '.join(missing)} for parameter {p.name}; "
-                                f"pass {missing[0]}=... explicitly")
-        expected.append(_eval_int(dim, env))
-    if tuple(expected) != tuple(shape):
-        bindings = ", ".join(f"{v.name} = {env[v]}" for v in dict.fromkeys(
-            v for d in p.shape for v in free_vars(d)))
-        where = f" with {bindings}" if bindings else ""
-        raise ArgumentError(f"{func.name}: parameter {p.name} expects shape {_show_shape(p.shape)} = "
-                            f"{tuple(expected)}{where}, got {tuple(array.shape)}")
-
-
-def _eval_int(e: PrimExpr, env: dict) -> int:
-    """Value of an integer shape expression (the usual shape arithmetic)."""
-    if isinstance(e, IntImm):
-        return e.value
-    if isinstance(e, Var):
-        return env[e]
-    if isinstance(e, Cast):
-        return _eval_int(e.value, env)
-    ops = {Add: lambda a, b: a + b, Sub: lambda a, b: a - b, Mul: lambda a, b: a * b,
-           FloorDiv: lambda a, b: a // b if b else 0, FloorMod: lambda a, b: a % b if b else 0,
-           Min: min, Max: max}
-    for cls, fn in ops.items():
-        if isinstance(e, cls):
-            return fn(_eval_int(e.a, env), _eval_int(e.b, env))
-    raise ArgumentError(f"shape expression {type(e).__name__} cannot be evaluated from the arguments")
-
-
-def _scalar(func: PrimFunc, var: Var, value: Any) -> Any:
-    t = var.dtype
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value.item()
-    if isinstance(value, np.generic):
-        value = value.item()
-    if t.is_bool:
-        if not isinstance(value, (bool, int)):
-            raise ArgumentError(f"{func.name}: scalar {var.name} expects a bool, got {value!r}")
-        return bool(value)
-    if t.is_integer:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ArgumentError(f"{func.name}: scalar {var.name} expects an integer ({t}), got {value!r}")
-        low, high = values.int_range(t)
-        if not low <= value <= high:
-            raise ArgumentError(f"{func.name}: scalar {var.name} = {value} does not fit in {t}")
-        return value
-    if t.is_float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ArgumentError(f"{func.name}: scalar {var.name} expects a number ({t}), got {value!r}")
-        rounder = values.float_rounder(t)
-        return rounder(float(value)) if rounder else float(value)
-    raise ArgumentError(f"{func.name}: scalar {var.name} of dtype {t} cannot be passed to the interpreter")
 
 
 # ----------------------------------------------------------------------------- arrays <-> lists
