@@ -1,5 +1,6 @@
 """Integer division by zero in compiled C: a RuntimeFailure, as in the interpreter, raised before
-the statement that divides stores, branches or allocates; divisors that are nonzero constants
+the statement that divides stores, branches or allocates; a vector store whose lane divides by
+zero stores no lane, whatever the machine's register width; divisors that are nonzero constants
 keep the unchecked helpers (and `omp simd`)."""
 import numpy as np
 import pytest
@@ -10,11 +11,15 @@ from refcomp.ast import (
     AssertStmt, Buffer, BufferStore, For, IfThenElse, IntImm, LetStmt, PrimFunc, Ramp, SizeVar, Var,
     floordiv, floormod, seq, truncdiv, truncmod,
 )
-from refcomp.emit_c import EmitOptions, emit
+from refcomp.ast.functor import collect
+from refcomp.emit_c import EmitOptions, emit, toolchain
+from refcomp.emit_c.legalize import split_wide_vectors
+from refcomp.loops.interpreter import scalar_only
 
 TARGETS = ["c -Werror", "c -std=c99"]
 OPS = {"floordiv": floordiv, "floormod": floormod, "truncdiv": truncdiv, "truncmod": truncmod}
 INT_TYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+REGISTER_BYTES = [16, 32, 64]  # SSE/NEON, AVX2, AVX-512: the widths the emitter splits vectors into
 
 
 def _elementwise(op, dtype, lanes=1, kind="serial"):
@@ -122,3 +127,56 @@ def test_constant_divisors_stay_unchecked_and_simd():
     kernel = emit(variable, options).source
     kernel = kernel[kernel.index("int32_t refcomp_main("):]
     assert "rc_floordiv_checked_i32" in kernel and "#pragma omp simd" not in kernel  # the test jumps out
+
+
+@pytest.mark.parametrize("register_bytes", REGISTER_BYTES)
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint64"])
+@pytest.mark.parametrize("lanes", [2, 4, 8, 16, 32])
+def test_a_store_that_may_divide_by_zero_is_never_split(register_bytes, dtype, lanes):
+    """Splitting into register-wide pieces would store the pieces before a failing one."""
+    for op in OPS:
+        stores = collect(split_wide_vectors(_elementwise(op, dtype, lanes), register_bytes).body, BufferStore)
+        assert [s.value.dtype.lanes for s in stores] == [lanes]
+    # the same store by a nonzero constant is split when it is wider than a register
+    n = SizeVar("n", "int32")
+    A, O = Buffer("A", (n * lanes,), dtype), Buffer("O", (n * lanes,), dtype)
+    i = Var("i", "int32")
+    index = Ramp(i * lanes, IntImm(1), lanes)
+    constant = PrimFunc((A, O), For(i, 0, n, "serial", BufferStore(O, floordiv(A[index], 3), (index,))))
+    pieces = collect(split_wide_vectors(constant, register_bytes).body, BufferStore)
+    width = np.dtype(dtype).itemsize * lanes
+    assert len(pieces) == max(1, width // register_bytes)
+
+
+@pytest.mark.parametrize("register_bytes", REGISTER_BYTES)
+@pytest.mark.parametrize("dtype", ["int16", "int32", "int64", "uint64"])
+def test_no_lane_of_a_failing_vector_is_stored_at_any_register_width(monkeypatch, rng, register_bytes, dtype):
+    """Interpreter (both paths) and C built for each register width store the same: the vectors
+    before the failing one, nothing of it."""
+    monkeypatch.setattr(toolchain, "native_vector_bytes", lambda: register_bytes)
+    lanes, vectors = 16, 4
+    count = lanes * vectors
+    info = np.iinfo(dtype)
+    func = _elementwise("truncmod", dtype, lanes)
+    a = rng.integers(info.min, info.max, count, dtype=dtype, endpoint=True)
+    b = rng.integers(1, 100, count, dtype=dtype)
+    failing = int(rng.integers(1, vectors))
+    b[failing * lanes + int(rng.integers(1, lanes))] = 0  # never the vector's first lane
+    sentinel = np.full(count, 7, dtype)
+    results = []
+    for run in ("vector path", "scalar path", "compiled"):
+        out = sentinel.copy()
+        with pytest.raises(RuntimeFailure, match="integer division by zero"):
+            if run == "compiled":
+                refcomp.build(func, target="c -Werror", bounds="off")(a, b, out)
+            elif run == "scalar path":
+                with scalar_only():
+                    refcomp.interpret(func, a, b, out, n=vectors)
+            else:
+                refcomp.interpret(func, a, b, out, n=vectors)
+        results.append(out)
+    done = failing * lanes
+    want = np.fmod(a[:done], b[:done]) if dtype.startswith("int") else a[:done] % b[:done]
+    for out in results:
+        np.testing.assert_array_equal(out[:done], want)
+        np.testing.assert_array_equal(out[done:], 7)
