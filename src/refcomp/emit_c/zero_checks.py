@@ -15,9 +15,10 @@ from typing import Callable
 
 from ..ast import expr as E
 from ..ast.functor import collect
+from ..shape.evaluate import ZERO_DIVISION
 
 _DIVISIONS = (E.FloorDiv, E.FloorMod, E.TruncDiv, E.TruncMod)
-MESSAGE = "integer division by zero"
+MESSAGE = ZERO_DIVISION  # the interpreter's and the evaluator's message
 
 
 def may_divide_by_zero(divisor: E.PrimExpr) -> bool:

@@ -6,7 +6,8 @@ value of that type) and Python bools.  The rules (spec/ir.md states them normati
 
 * Integer +, -, *, abs and casts between integer types wrap around modulo 2**bits (two's
   complement).  floordiv/floormod round toward -inf; truncdiv/truncmod toward zero; a zero
-  divisor is a RuntimeFailure "integer division by zero" (the rule of refcomp.shape.evaluate).  floordiv(INT_MIN, -1) wraps to INT_MIN (and floormod gives 0).
+  divisor is a RuntimeFailure "integer division by zero" (the rule of refcomp.shape.evaluate).
+  floordiv(INT_MIN, -1) wraps to INT_MIN (and floormod gives 0).
 * Float +, -, *, / and sqrt are IEEE-754 in the operand type with round-to-nearest-even: the
   exact result is computed in double and rounded once to the type (double has enough bits for
   that to equal direct rounding for float32, float16 and bfloat16).  Division by zero gives

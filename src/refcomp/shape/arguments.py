@@ -9,8 +9,8 @@ for their dtype's range; the function's stated assumptions (attrs["assumptions"]
 argument raises ArgumentError naming the function, the parameter, the expectation and what was
 given.
 
-Arguments are given positionally (the first parameters in order, or every buffer parameter in
-order with the scalars by name) and by name (a parameter's name, or a size variable's to state it
+Arguments are given positionally (the first parameters in order, or, when no positional value
+is a number, every buffer parameter in order with the scalars by name) and by name (a parameter's name, or a size variable's to state it
 explicitly).  A lowered function keeps the shapes its callers use in attrs["original_buffers"];
 those are the shapes checked.
 
@@ -138,6 +138,8 @@ class Signature:
         for var, value in explicit.items():
             env[var] = self.check_scalar(var, value)
             origin[var] = var.name
+            if env[var] < 0:
+                raise self.fail(f"size variable {var.name} = {env[var]} is negative")
         for param, value in zip(self.params, values):
             if isinstance(param, Buffer):
                 self._check_array_basics(param, value)
@@ -180,7 +182,8 @@ class Signature:
     def _match(self, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list, dict]:
         params = self.params
         buffer_positions = [k for k, p in enumerate(params) if isinstance(p, Buffer)]
-        if len(buffer_positions) == len(args) < len(params) and buffer_positions != list(range(len(args))):
+        if len(buffer_positions) == len(args) < len(params) and buffer_positions != list(range(len(args))) \
+                and not any(isinstance(value, numbers.Number) for value in args):
             positions = buffer_positions  # every buffer by position, the scalars by name
         elif len(args) <= len(params):
             positions = list(range(len(args)))
