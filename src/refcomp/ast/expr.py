@@ -558,13 +558,10 @@ def convert(value: Any) -> PrimExpr:
         return value
     if isinstance(value, (bool, int, float)):
         return const(value)
-    try:
-        import numpy as np
+    import numpy as np
 
-        if isinstance(value, np.generic):
-            return const(value.item(), str(value.dtype))
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(value, np.generic):
+        return const(value.item(), str(value.dtype))
     if hasattr(value, "as_expr"):  # te tensors' scalar views, reduce axes
         return value.as_expr()
     raise TypeError(f"cannot convert {value!r} ({type(value).__name__}) to an expression")

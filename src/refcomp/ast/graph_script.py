@@ -314,7 +314,7 @@ def _loop_namer(namer):
 
 
 def print_module(mod) -> str:
-    """Every graph function of a module (PrimFuncs by name only when no loop printer is present)."""
+    """Every function of a module: graph functions in the graph script format, PrimFuncs by the loop printer."""
     from . import graph as g
 
     parts = []
@@ -322,12 +322,9 @@ def print_module(mod) -> str:
         if isinstance(func, g.Function):
             parts.append(print_function(func, name=name))
         else:
-            try:
-                from .printer import script
+            from .printer import script
 
-                parts.append(script(func))
-            except Exception:
-                parts.append(f"# PrimFunc {name}")
+            parts.append(script(func))
     return "\n\n".join(parts)
 
 
