@@ -21,7 +21,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 # Packages on one floor are siblings and may not import each other.  "" is the face,
 # refcomp/__init__.py, which reaches everything below it through lazy names.
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("errors",),        # RefcompError and its kinds; imports nothing of refcomp
+    ("errors", "version"),  # RefcompError and its kinds, the version string; they import nothing of refcomp
     ("ast",),           # the IR of both levels, printer, parser, structural equality
     ("shape",),         # the expression toolkit and the prover
     ("te",),            # tensor expressions -> PrimFunc
@@ -97,12 +97,12 @@ def imports_of(module: str, path: Path, modules: dict[str, Path]) -> list[Import
 
     def add(target: str, line: int, how: str) -> None:
         """Record target if it names a module of the tree (the face counts only when named exactly)."""
-        if target == "refcomp":
-            found.append(Import(module, "refcomp", line, how))
+        known = "refcomp" if target == "refcomp" else _known_prefix(target, modules)
+        if known is None or (known == "refcomp" and target != "refcomp"):
             return
-        known = _known_prefix(target, modules)
-        if known is not None and known != "refcomp":
-            found.append(Import(module, known, line, how))
+        item = Import(module, known, line, how)
+        if item not in found:
+            found.append(item)
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
