@@ -20,8 +20,7 @@ from . import op  # noqa: F401
 
 # `build` lives in graph.pipeline: a submodule named `build` would replace this attribute on import.
 _LAZY = {"build": ("refcomp.graph.pipeline", "build"), "optimize": ("refcomp.graph.pipeline", "optimize"),
-         "passes": ("refcomp.graph.passes", None),
-         "evaluate": ("refcomp.graph.evaluate", "evaluate")}
+         "passes": ("refcomp.graph.passes", None)}
 
 
 def __getattr__(name: str) -> Any:
