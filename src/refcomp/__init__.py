@@ -12,7 +12,7 @@ from .errors import (
     ArgumentError, BuildError, InternalError, IRError, ParseError, RefcompError, RuntimeFailure,
     ScheduleError, ShapeError,
 )
-from .version import __version__
+from .version import __version__ as __version__
 
 if TYPE_CHECKING:
     from . import ast, frontend, graph, loops, runtime, shape, te

@@ -6,7 +6,7 @@ forms are the separate nodes `TruncDiv` and `TruncMod`.  `/` is only defined on 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .dtype import DataType, bool_, dtype as to_dtype, float32, int32, int64
 from .node import Node, node, set_field
@@ -689,12 +689,3 @@ def as_int(value: Any) -> int | None:
     return None
 
 
-def vars_in(expressions: Sequence[PrimExpr]) -> list[Var]:
-    """Free variables of expressions, in first-seen order."""
-    from .functor import free_vars
-
-    seen: dict[Var, None] = {}
-    for expr in expressions:
-        for var in free_vars(expr):
-            seen.setdefault(var, None)
-    return list(seen)

@@ -67,14 +67,6 @@ def short_name(dtype: DataType) -> str:
     return _SHORT[dtype.name]
 
 
-def vector_type(dtype: DataType) -> str:
-    """The GCC vector type of a (lanes > 1) value dtype, e.g. rc_f32x8.
-
-    Bool vectors are masks as wide as an int32 lane (0 or -1), the form vector comparisons give.
-    """
-    return f"rc_{vector_element_tag(dtype)}x{dtype.lanes}"
-
-
 def vector_element_tag(dtype: DataType) -> str:
     return "i32" if dtype.is_bool else short_name(dtype.element)
 

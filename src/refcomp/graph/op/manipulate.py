@@ -16,10 +16,6 @@ from .registry import register
 BIG = 2 ** 62  # an `end` at least this large means "to the end of the axis"
 
 
-def _idx0(like):
-    return tir.IntImm(0, like.dtype)
-
-
 def _unflatten(flat: tir.PrimExpr, shape: Sequence[tir.PrimExpr]) -> tuple:
     """Row-major multi-index of a flat offset."""
     idx = []

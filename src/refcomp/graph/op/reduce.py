@@ -2,8 +2,6 @@
 l1/l2 norms) and the scans cumsum/cumprod."""
 from __future__ import annotations
 
-from typing import Sequence
-
 import numpy as np
 
 from ...ast import expr as tir
@@ -370,5 +368,3 @@ REDUCE_NAMES = ("sum", "max", "min", "prod", "mean", "l1_norm", "l2_norm", "sum_
                 "logsumexp", "argmax", "argmin", "cumsum", "cumprod")
 
 
-def reduced_shape(shape: Sequence, axes: Sequence[int], keepdims: bool) -> tuple:
-    return tuple(1 if k in axes else d for k, d in enumerate(shape) if k not in axes or keepdims)
