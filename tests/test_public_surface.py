@@ -64,3 +64,11 @@ def test_a_type_checker_sees_the_real_signatures(tmp_path):
     assert revealed[0].startswith('"def (func: ') and "Any" not in revealed[0]
     assert revealed[1].startswith('"def (func_or_mod: ') and revealed[1].endswith('refcomp.loops.schedule.Schedule"')
     assert any(":6: error: Argument 1 to \"build\" has incompatible type" in line for line in lines), run.stdout
+
+
+def test_a_missing_optional_package_names_the_extra_to_install(monkeypatch):
+    from refcomp.frontend.onnx import from_onnx
+
+    monkeypatch.setitem(sys.modules, "onnx", None)  # makes `import onnx` fail as if not installed
+    with pytest.raises(ModuleNotFoundError, match=r"needs the onnx package: pip install 'refcomp\[onnx\]'"):
+        from_onnx(b"")
