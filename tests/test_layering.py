@@ -368,3 +368,21 @@ def test_a_planted_cycle_is_found():
                Import("refcomp.loops.intrin.c", "refcomp.loops.c", 2, "from-import"),
                Import("refcomp.loops.passes.e", "refcomp.loops.e", 1, "from-import")]
     assert import_cycles(imports) == [["refcomp.loops.intrin", "refcomp.loops.passes", "refcomp.loops.primitives"]]
+
+
+def test_the_readme_layout_table_matches_the_tree():
+    readme = (SRC.parent / "README.md").read_text(encoding="utf-8")
+    table = readme.split("## Layout", 1)[1].split("\n\n", 2)[1]
+    named: set[str] = set()
+    for row in table.splitlines()[2:]:
+        cell = row.split("|")[1]
+        paths = re.findall(r"`([^`]+)`", cell)
+        base = ""
+        for path in paths:
+            full = path if "/" in path.rstrip("/") or not base else base + path
+            base = full.rsplit("/", 2)[0] + "/" if full.endswith("/") else full.rsplit("/", 1)[0] + "/"
+            assert (SRC.parent / full).exists(), f"README layout names {full}, which does not exist"
+            named.add(full.rstrip("/"))
+    entries = {f"src/refcomp/{p.name}" for p in (SRC / "refcomp").iterdir()
+               if p.name not in ("__pycache__", "py.typed")}
+    assert entries - named == set(), "README layout table lacks these entries of src/refcomp"
