@@ -72,3 +72,21 @@ def test_a_missing_optional_package_names_the_extra_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnx", None)  # makes `import onnx` fail as if not installed
     with pytest.raises(ModuleNotFoundError, match=r"needs the onnx package: pip install 'refcomp\[onnx\]'"):
         from_onnx(b"")
+
+
+def test_errors_show_ir_with_the_printer_that_ast_registers():
+    code = textwrap.dedent("""
+        from refcomp.errors import IRError
+        print(IRError("bad", ir=object()))
+        from refcomp import te
+        n = te.size_var("n")
+        A = te.placeholder((n,), "float32", "A")
+        f = te.create_prim_func([A, te.compute((n,), lambda i: A[i] * 2, name="B")], name="twice")
+        print(IRError("bad", ir=f))
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={"PYTHONPATH": str(SRC), "PATH": ""})
+    assert run.returncode == 0, run.stderr
+    first, rest = run.stdout.split("\n", 2)[1], run.stdout.split("\n", 2)[2]
+    assert first == "(IR not shown: no printer is registered for object)"
+    assert "def twice(" in rest

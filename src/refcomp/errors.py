@@ -68,7 +68,7 @@ class RefcompError(Exception):
         if self.ir is None:
             return ""
         if _ir_render is None:
-            return f"(IR not shown: no printer is registered; it is a {type(self.ir).__name__})"
+            return f"(IR not shown: no printer is registered for {type(self.ir).__name__})"
         try:
             return _ir_render(self.ir, self.spot)
         except Exception as exc:  # rendering must never hide the real error

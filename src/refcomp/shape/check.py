@@ -214,16 +214,12 @@ def _summary(ob: Obligation) -> str:
 
 
 def _marked(ir: Any, spot: Any) -> str:
-    """The marked line of the printed IR and its caret line (empty when it cannot be printed)."""
+    """The marked line of the printed IR and its caret line (empty without IR and a spot in it)."""
     if ir is None or spot is None:
         return ""
-    try:
-        from ..ast.printer import script
+    from ..ast.printer import script
 
-        text = script(ir, mark=spot)
-    except Exception:  # printing is a convenience here; the message says what is wrong
-        return ""
-    rows = text.splitlines()
+    rows = script(ir, mark=spot).splitlines()
     for k, row in enumerate(rows):
         if row.lstrip().startswith("-->"):
             return "\n".join(rows[k:k + 2]).rstrip()
