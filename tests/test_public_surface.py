@@ -34,7 +34,7 @@ def test_import_refcomp_loads_only_the_ground_floor():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={"PYTHONPATH": str(SRC), "PATH": ""})
     assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "['refcomp', 'refcomp.errors', 'refcomp.version']"
+    assert run.stdout.strip() == "['refcomp', 'refcomp.errors', 'refcomp.lazy', 'refcomp.version']"
 
 
 def test_graph_has_no_evaluate():

@@ -5,13 +5,13 @@ Type checkers read the imports under TYPE_CHECKING below, so they see each name'
 """
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
     ArgumentError, BuildError, InternalError, IRError, ParseError, RefcompError, RuntimeFailure,
     ScheduleError, ShapeError,
 )
+from .lazy import lazy_exports
 from .version import __version__ as __version__
 
 if TYPE_CHECKING:
@@ -50,21 +50,14 @@ def _connect_graph_checker() -> None:
     register_graph_checker(check_module)
 
 
+_lazy_getattr, __dir__ = lazy_exports(__name__, _LAZY)
+
+
 def __getattr__(name: str) -> Any:
-    try:
-        module_name, attribute = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'refcomp' has no attribute {name!r}") from None
-    module = importlib.import_module(module_name)
-    value = module if attribute is None else getattr(module, attribute)
+    value = _lazy_getattr(name)
     if name == "check":
         _connect_graph_checker()
-    globals()[name] = value
     return value
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_LAZY))
 
 
 __all__ = [
