@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+import shutil
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -304,6 +305,17 @@ def _planted(tmp_path: Path, where: str, text: str) -> list[str]:
 def test_a_planted_upward_import_is_found(tmp_path, planted, expected):
     (problem,) = _planted(tmp_path, "shape/planted.py", planted)
     assert problem.startswith("refcomp.shape.planted:") and expected in problem
+
+
+def test_an_upward_import_planted_in_a_copy_of_the_tree_is_found(tmp_path):
+    copy = tmp_path / "src"
+    shutil.copytree(SRC / "refcomp", copy / "refcomp", ignore=shutil.ignore_patterns("__pycache__"))
+    te_init = copy / "refcomp" / "te" / "__init__.py"
+    te_init.write_text(te_init.read_text(encoding="utf-8") + "\n\ndef _later():\n    from ..graph import op\n",
+                       encoding="utf-8")
+    added = set(violations(all_imports(copy))) - set(violations(all_imports(SRC)))
+    (problem,) = added
+    assert problem.startswith("refcomp.te:") and "-> refcomp.graph.op (from-import): upward" in problem
 
 
 def test_a_planted_sideways_import_is_found(tmp_path):
