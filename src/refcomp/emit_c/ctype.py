@@ -22,11 +22,6 @@ _SHORT = {
     "uint16": "u16", "uint32": "u32", "uint64": "u64", "float16": "f32", "bfloat16": "f32",
     "float32": "f32", "float64": "f64",
 }
-# The unsigned type of the same width, used to make signed arithmetic wrap around.
-UNSIGNED_OF = {"int8": "uint8_t", "int16": "uint16_t", "int32": "uint32_t", "int64": "uint64_t"}
-# The type C computes a narrow integer operation in after the usual promotions; an unsigned
-# operand narrower than int is promoted to (signed) int, where multiplication can overflow.
-WIDE_UNSIGNED = {"uint8": "uint32_t", "uint16": "uint32_t", "uint32": "uint32_t", "uint64": "uint64_t"}
 
 
 def value_type(dtype: DataType) -> str:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -112,6 +112,3 @@ def prim(value: Any) -> PrimValue:
 
 def is_constant(e: Expr) -> bool:
     return isinstance(e, Constant)
-
-
-ReferenceFn = Callable[..., Any]

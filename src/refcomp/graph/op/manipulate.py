@@ -620,8 +620,3 @@ def _np_pad(x, pad_width, pad_value=0.0, mode="constant"):
 
 
 register("pad", infer=_pad_infer, reference=_np_pad, legalize=_pad_te, pattern="injective", doc="pad")
-
-MANIPULATE_NAMES = ("reshape", "permute_dims", "expand_dims", "squeeze", "flatten", "concat", "split",
-                    "strided_slice", "broadcast_to", "tile", "repeat", "flip", "pad")
-
-

@@ -129,7 +129,6 @@ _make("mean", "sum", _mean_finalize, reference=_np_reduce(np.mean), float_only=T
 def _composite_reduce(name: str, pre, post, reference, float_only=True, doc=""):
     """A reduction sum(pre(x)) followed by post(sum, count) (variance, norms, logsumexp)."""
     def compute(x, axis=None, keepdims=False):
-        ndim = len(x.shape)
         if pre is None:
             src = x
         else:
@@ -362,9 +361,3 @@ for _name, _is_sum, _fn in (("cumsum", True, np.cumsum), ("cumprod", False, np.c
     _build.__name__ = _name
     _build.__doc__ = f"{_name} along `axis` (flattened when None), optionally exclusive or reversed."
     globals()[_name] = _build
-
-
-REDUCE_NAMES = ("sum", "max", "min", "prod", "mean", "l1_norm", "l2_norm", "sum_square", "variance", "std",
-                "logsumexp", "argmax", "argmin", "cumsum", "cumprod")
-
-
