@@ -1,18 +1,27 @@
 """refcomp: a correctness-focused tensor compiler.
 
 The public surface is small; names are loaded on first use so `import refcomp` stays cheap.
+Type checkers read the imports under TYPE_CHECKING below, so they see each name's real signature.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import (
     ArgumentError, BuildError, InternalError, IRError, ParseError, RefcompError, RuntimeFailure,
     ScheduleError, ShapeError,
 )
+from .lazy import lazy_exports
+from .version import __version__ as __version__
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from . import ast, frontend, graph, loops, runtime, shape, te
+    from .ast.function import IRModule, PrimFunc
+    from .ast.parser import from_source
+    from .driver import build
+    from .loops.interpreter import interpret
+    from .loops.schedule import Schedule
+    from .shape.check import check
 
 # public name -> (module, attribute)
 _LAZY = {
@@ -33,19 +42,22 @@ _LAZY = {
 }
 
 
+def _connect_graph_checker() -> None:
+    """Let refcomp.shape.check prove graph functions with the graph layer's checker (a floor above it)."""
+    from .graph.check import check_module
+    from .shape.check import register_graph_checker
+
+    register_graph_checker(check_module)
+
+
+_lazy_getattr, __dir__ = lazy_exports(__name__, _LAZY)
+
+
 def __getattr__(name: str) -> Any:
-    try:
-        module_name, attribute = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'refcomp' has no attribute {name!r}") from None
-    module = importlib.import_module(module_name)
-    value = module if attribute is None else getattr(module, attribute)
-    globals()[name] = value
+    value = _lazy_getattr(name)
+    if name == "check":
+        _connect_graph_checker()
     return value
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_LAZY))
 
 
 __all__ = [

@@ -16,14 +16,15 @@ def _demo(argv: list[str]) -> int:
 
 
 def _check(argv: list[str]) -> int:
-    import importlib
+    from . import _connect_graph_checker
+    from .shape.check import main
 
-    # refcomp.shape re-exports the function `check`, which shadows the module's name there.
-    return importlib.import_module("refcomp.shape.check").main(argv)
+    _connect_graph_checker()
+    return main(argv)
 
 
 def _version(argv: list[str]) -> int:
-    from . import __version__
+    from .version import __version__
 
     print(f"refcomp {__version__}")
     return 0

@@ -5,7 +5,18 @@ InternalError means refcomp itself is wrong and asks for a report.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
+
+# How errors show IR: set by refcomp.ast (the printer) when it is imported, so this module, the
+# ground floor, imports nothing of refcomp.  render(ir, mark) -> text; contains(outer, inner) -> bool.
+_ir_render: Callable[[Any, Any], str] | None = None
+_ir_contains: Callable[[Any, Any], bool] | None = None
+
+
+def set_ir_printer(render: Callable[[Any, Any], str], contains: Callable[[Any, Any], bool]) -> None:
+    """Show the IR of errors with render(ir, mark) and find nodes with contains(outer, inner)."""
+    global _ir_render, _ir_contains
+    _ir_render, _ir_contains = render, contains
 
 
 class RefcompError(Exception):
@@ -43,8 +54,7 @@ class RefcompError(Exception):
         inside `ir`; otherwise `spot` is.  An error already showing IR that `ir` does not hold
         (say, a PrimFunc while the caller knows only the graph function) keeps what it shows.
         """
-        from .ast.printer import contains
-
+        contains = _ir_contains or (lambda outer, inner: outer is inner)
         if self.ir is not None and self.ir is not ir and not contains(ir, self.ir):
             return self
         shown = self.spot if self.spot is not None else self.ir
@@ -57,10 +67,10 @@ class RefcompError(Exception):
         """The IR the error is about, with the offending node marked (empty if none given)."""
         if self.ir is None:
             return ""
+        if _ir_render is None:
+            return f"(IR not shown: no printer is registered for {type(self.ir).__name__})"
         try:
-            from .ast.printer import script
-
-            return script(self.ir, mark=self.spot)
+            return _ir_render(self.ir, self.spot)
         except Exception as exc:  # rendering must never hide the real error
             return f"(IR could not be printed: {type(exc).__name__}: {exc})"
 

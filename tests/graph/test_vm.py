@@ -6,7 +6,8 @@ import refcomp
 from refcomp.ast import SizeVar
 from refcomp.ast.graph import TupleGetItem
 from refcomp.graph import BlockBuilder, Var, op, tensor
-from refcomp.runtime.vm import openblas_path, register_extern
+from refcomp.runtime.blas import openblas_path
+from refcomp.runtime.vm import register_extern
 
 
 def sv(name):

@@ -8,7 +8,7 @@ import pytest
 from refcomp.runtime import blas as B
 from refcomp.runtime import vm as V
 
-pytestmark = pytest.mark.skipif(not V.register_blas(), reason="numpy's OpenBLAS library was not found")
+pytestmark = pytest.mark.skipif(not B.register_blas(), reason="numpy's OpenBLAS library was not found")
 
 
 def extern(name):
@@ -23,7 +23,7 @@ def test_products_match_numpy(rng, batch, m, k, n, shared):
     b = rng.standard_normal(batch + (k, n)).astype("float32")
     bt = np.ascontiguousarray(np.swapaxes(b, -1, -2))
     want = a @ b
-    session = V._blas_session() if shared else contextlib.nullcontext()
+    session = V.call_session() if shared else contextlib.nullcontext()
     for name, rhs in (("sgemm_nn", b), ("sgemm_nt", bt)):
         out = np.full(batch + (m, n), np.nan, dtype="float32")
         with session:
@@ -36,9 +36,9 @@ def test_a_vm_session_runs_openblas_one_threaded_and_restores_it():
     if shared is None:
         pytest.skip("this OpenBLAS does not export its thread-count functions")
     before = shared._get()
-    with V._blas_session():
+    with V.call_session():
         assert shared._get() == 1 and shared.threads == max(before, 1)
-        with V._blas_session():  # a nested VM call keeps the session
+        with V.call_session():  # a nested VM call keeps the session
             assert shared._get() == 1
         assert shared._get() == 1
     assert shared._get() == before and shared.threads == 1
@@ -69,7 +69,7 @@ def test_only_large_entries_are_batched():
 
 def test_the_batched_sgemm_is_found_in_numpys_openblas():
     # numpy 2.x bundles an OpenBLAS that has it: the large shapes above took the batched path
-    found = B._batch_sgemm(V.openblas_path())
+    found = B._batch_sgemm(B.openblas_path())
     if found is None:
         pytest.skip("this OpenBLAS has no batched sgemm (the per-entry loop is used)")
     assert callable(found[1])

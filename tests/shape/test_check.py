@@ -1,6 +1,7 @@
 """`refcomp check`: the report API, main(argv) exit codes, text and JSON output, the real CLI."""
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import textwrap
 import pytest
 
 from refcomp import te
-from refcomp.shape import check
+from refcomp import check
 from refcomp.shape.check import main
 
 KERNELS = textwrap.dedent('''
@@ -141,6 +142,24 @@ def test_module_with_graph_functions_uses_the_graph_checker():
     assert report.ok, report.text()
     assert report.functions["main"]["proved"] >= 1  # the call_tir shape relations
     assert any(text.startswith("main: ") for text in report.proved)
+
+
+def test_graph_functions_without_a_registered_checker_are_reported_unchecked(monkeypatch):
+    from refcomp.ast import SizeVar
+    from refcomp.graph import BlockBuilder, Var, op, tensor
+    shape_check = importlib.import_module("refcomp.shape.check")  # the package's `check` is the function
+    monkeypatch.setattr(shape_check, "GRAPH_CHECKERS", [])
+    n = SizeVar("n", "int64")
+    x = Var("x", tensor((n, 4)))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(op.exp(x))
+        bb.emit_func_output(out)
+    report = shape_check.check(bb.get())
+    assert not report.ok
+    (problem,) = report.problems
+    assert problem.kind == "unchecked" and "no graph checker is registered" in problem.message
 
 
 def test_stated_assumptions_are_shown_with_the_proof():

@@ -15,3 +15,4 @@ from .stmt import (
 from .function import IRModule, PrimFunc
 from .functor import Mutator, Visitor, collect, free_vars, post_order_visit, substitute
 from .structural import assert_structural_equal, structural_equal
+from . import printer as _printer  # noqa: F401  (shows the IR of refcomp errors)

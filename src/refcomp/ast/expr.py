@@ -6,7 +6,7 @@ forms are the separate nodes `TruncDiv` and `TruncMod`.  `/` is only defined on 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .dtype import DataType, bool_, dtype as to_dtype, float32, int32, int64
 from .node import Node, node, set_field
@@ -558,13 +558,10 @@ def convert(value: Any) -> PrimExpr:
         return value
     if isinstance(value, (bool, int, float)):
         return const(value)
-    try:
-        import numpy as np
+    import numpy as np
 
-        if isinstance(value, np.generic):
-            return const(value.item(), str(value.dtype))
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(value, np.generic):
+        return const(value.item(), str(value.dtype))
     if hasattr(value, "as_expr"):  # te tensors' scalar views, reduce axes
         return value.as_expr()
     raise TypeError(f"cannot convert {value!r} ({type(value).__name__}) to an expression")
@@ -692,12 +689,3 @@ def as_int(value: Any) -> int | None:
     return None
 
 
-def vars_in(expressions: Sequence[PrimExpr]) -> list[Var]:
-    """Free variables of expressions, in first-seen order."""
-    from .functor import free_vars
-
-    seen: dict[Var, None] = {}
-    for expr in expressions:
-        for var in free_vars(expr):
-            seen.setdefault(var, None)
-    return list(seen)

@@ -77,7 +77,3 @@ class IRModule(Node):
         functions = dict(self.functions)
         del functions[name]
         return self.with_(functions=freeze_mapping(functions))
-
-    @staticmethod
-    def from_expr(func: PrimFunc) -> "IRModule":
-        return IRModule({func.name: func})

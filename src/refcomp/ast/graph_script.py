@@ -209,8 +209,6 @@ def _format_call(call, sub, namer) -> str:
 def print_function(func, namer: Callable[[tir.Var], str] | None = None, name: str | None = None,
                    mark: Any = None) -> str:
     """A graph Function as `@R.function def ...` text (marking the binding `mark` with ^^^)."""
-    from . import graph as g
-
     if namer is not None and hasattr(namer, "name") and not callable(namer):
         name = name or getattr(namer, "function_name", None)
     names = _Names(namer)
@@ -258,8 +256,6 @@ def print_fragment(node, namer=None, mark: Any = None) -> str:
 
 
 def _print_seq(seq, names, namer, lines, indent, mark, target: str | None = None) -> None:
-    from . import graph as g
-
     for block in seq.blocks:
         _print_block(block, names, namer, lines, indent, mark)
     result = format_expr(seq.body, names, namer, mark)
@@ -311,24 +307,6 @@ def _print_binding(binding, names, namer, lines, indent, mark) -> None:
 def _loop_namer(namer):
     """A callable view of the loop printer's Namer object (so both levels share one namespace)."""
     return lambda var: namer.name(var)
-
-
-def print_module(mod) -> str:
-    """Every graph function of a module (PrimFuncs by name only when no loop printer is present)."""
-    from . import graph as g
-
-    parts = []
-    for name, func in mod.functions.items():
-        if isinstance(func, g.Function):
-            parts.append(print_function(func, name=name))
-        else:
-            try:
-                from .printer import script
-
-                parts.append(script(func))
-            except Exception:
-                parts.append(f"# PrimFunc {name}")
-    return "\n\n".join(parts)
 
 
 # ----------------------------------------------------------------------------- parsing

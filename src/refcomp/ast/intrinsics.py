@@ -53,9 +53,3 @@ def is_pure_call(op: str) -> bool:
     return info.pure if info is not None else False
 
 
-def check_call(op: str, arg_count: int) -> None:
-    info = INTRINSICS.get(op)
-    if info is None:
-        raise ValueError(f"unknown intrinsic {op!r}")
-    if info.arity >= 0 and info.arity != arg_count:
-        raise ValueError(f"intrinsic {op} takes {info.arity} arguments, got {arg_count}")

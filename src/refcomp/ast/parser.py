@@ -157,12 +157,8 @@ class ParseContext:
             return options.get("module_key", node.name), func
         if kind is None:
             raise self.error(node, "a function needs a decorator such as @T.prim_func")
-        try:
-            from . import graph_script  # type: ignore[attr-defined]
-            parse_function = graph_script.parse_function
-        except (ImportError, AttributeError):
-            raise self.error(node, f"@{kind} functions need refcomp.ast.graph_script.parse_function, "
-                                   "which is not available") from None
+        from .graph_script import parse_function
+
         return node.name, parse_function(node, self)
 
 

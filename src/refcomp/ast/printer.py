@@ -3,10 +3,10 @@
 `script(node, mark=None)` is the one entry point (also `node.script()`).  The text parses back with
 `refcomp.ast.parser.from_source` to a structurally equal IR, and printing that again gives the same
 text.  With `mark=`, the lines holding that node get a `-->` gutter and a `^^^` underline, which is
-how errors show *where* (see `RefcompError.render_ir`).
+how errors show *where*: importing this module makes it the printer of `RefcompError.render_ir`.
 
 Graph-level functions of an IRModule are printed by `refcomp.ast.graph_script.print_function(func,
-namer) -> str` when that module exists; `namer` is a `script_common.Namer` whose attribute
+namer) -> str`; `namer` is a `script_common.Namer` whose attribute
 `function_name` holds the function's name in the module.  Graph nodes on their own (a function, a
 call, a binding) print the same way, marks included, so errors on graph IR show where too.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ..errors import set_ir_printer
 from . import expr as E
 from .buffer import Buffer, BufferRegion
 from .function import IRModule, PrimFunc
@@ -456,16 +457,8 @@ def _nodes_in(value: Any) -> list[Any]:
 
 
 def _graph_function_lines(func: Any, key: str, namer: Namer, mark: Any = None) -> list[str]:
-    try:
-        from . import graph_script  # type: ignore[attr-defined]
-        print_function = graph_script.print_function
-    except (ImportError, AttributeError) as exc:
-        from ..errors import IRError
+    from .graph_script import print_function
 
-        raise IRError(
-            f"cannot print function {quote(key)} ({type(func).__name__}): graph-level functions are printed by "
-            f"refcomp.ast.graph_script, which is not available ({exc})"
-        ) from None
     namer.function_name = key  # type: ignore[attr-defined]
     text = print_function(func, namer, mark=mark) if mark is not None else print_function(func, namer)
     return text.rstrip("\n").split("\n")
@@ -528,3 +521,5 @@ def _short(node: Any) -> str:
     first = text.split("\n", 1)[0]
     return first if len(first) < 100 else first[:97] + "..."
 
+
+set_ir_printer(lambda ir, mark: script(ir, mark=mark), contains)

@@ -24,11 +24,6 @@ SIMPLE_INTRINSICS = frozenset(FLOAT_UNARY + FLOAT_BINARY + ANY_UNARY + PREDICATE
                               + ("if_then_else", "assume", "tvm_storage_sync", "address_of"))
 
 
-def is_plain_identifier(name: str) -> bool:
-    """True when name can be written as-is in the script (an ASCII Python identifier, not reserved)."""
-    return name.isascii() and name.isidentifier() and name not in RESERVED
-
-
 def sanitize(name: str) -> str:
     """An ASCII identifier close to name: other characters become `_` (so `a; exit(1);` is safe)."""
     text = re.sub(r"[^A-Za-z0-9_]", "_", name) or "_"

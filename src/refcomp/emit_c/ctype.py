@@ -22,11 +22,6 @@ _SHORT = {
     "uint16": "u16", "uint32": "u32", "uint64": "u64", "float16": "f32", "bfloat16": "f32",
     "float32": "f32", "float64": "f64",
 }
-# The unsigned type of the same width, used to make signed arithmetic wrap around.
-UNSIGNED_OF = {"int8": "uint8_t", "int16": "uint16_t", "int32": "uint32_t", "int64": "uint64_t"}
-# The type C computes a narrow integer operation in after the usual promotions; an unsigned
-# operand narrower than int is promoted to (signed) int, where multiplication can overflow.
-WIDE_UNSIGNED = {"uint8": "uint32_t", "uint16": "uint32_t", "uint32": "uint32_t", "uint64": "uint64_t"}
 
 
 def value_type(dtype: DataType) -> str:
@@ -65,14 +60,6 @@ def float_to_half(dtype: DataType, text: str) -> str:
 def short_name(dtype: DataType) -> str:
     """A short tag for helper names: f32, i64, b8 (float16/bfloat16 compute as f32)."""
     return _SHORT[dtype.name]
-
-
-def vector_type(dtype: DataType) -> str:
-    """The GCC vector type of a (lanes > 1) value dtype, e.g. rc_f32x8.
-
-    Bool vectors are masks as wide as an int32 lane (0 or -1), the form vector comparisons give.
-    """
-    return f"rc_{vector_element_tag(dtype)}x{dtype.lanes}"
 
 
 def vector_element_tag(dtype: DataType) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .. import __version__
+from ..version import __version__
 from ..ast import expr as E
 from ..ast import stmt as S
 from ..ast.buffer import Buffer

@@ -217,10 +217,5 @@ def base_check(base: StructInfo, derived: StructInfo) -> str:
     return "pass" if type(base) is type(derived) else "fail"
 
 
-def unknown_like(info: TensorStructInfo) -> TensorStructInfo:
-    """The same rank and dtype with the dims forgotten."""
-    return TensorStructInfo(None, info.dtype, info.ndim)
-
-
 def expr_is_tensor(e: Expr) -> bool:
     return isinstance(e.struct_info, TensorStructInfo)

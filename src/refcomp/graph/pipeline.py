@@ -85,7 +85,7 @@ def build(mod: IRModule | Function, target: str = "c", *, fuse: bool = True, sch
     if target not in TARGETS:
         raise BuildError(f"graph.build: target must be one of {TARGETS}, got {target!r}")
     if blas is None or blas:
-        from ..runtime.vm import register_blas
+        from ..runtime.blas import register_blas
 
         found = register_blas() if (blas or target == "c") else False
         blas = ("always" if blas == "always" else True) if found else False

@@ -92,11 +92,7 @@ def _debug_enabled() -> bool:
 
 
 def _show(name: str, func: PrimFunc) -> None:
-    try:
-        text = func.script()
-    except Exception as exc:  # the printer must never stop lowering
-        text = f"(IR could not be printed: {type(exc).__name__}: {exc})"
-    message = f"--- IR after {name} ({func.name})\n{text}"
+    message = f"--- IR after {name} ({func.name})\n{func.script()}"
     if os.environ.get("REFCOMP_DEBUG", "") not in ("", "0"):
         print(message, file=sys.stderr)
     else:

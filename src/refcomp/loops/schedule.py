@@ -421,7 +421,7 @@ class Schedule:
         return handle
 
     # ================================================================== tensorization
-    # Owned by the tensorization engineer: these delegate to their modules.
+    # Each delegates to its module in loops/primitives.
 
     def blockize(self, target: LoopRV | Sequence[BlockRV], preserve_unit_iters: bool = True) -> BlockRV:
         """Wrap the subtree under a loop (or a list of blocks) in a new outer block."""

@@ -1,13 +1,9 @@
-"""Loading and calling compiled kernels: Library (cffi), argument checks."""
+"""Loading and calling compiled kernels: Library (cffi), argument checks; the graph VM on first use."""
+from ..lazy import lazy_exports
 from .library import Library
+
+_LAZY = {name: ("refcomp.runtime.vm", name) for name in ("VirtualMachine", "Executable", "register_extern")}
 
 __all__ = ["Library"]
 
-
-def __getattr__(name):
-    """The graph VM (refcomp.runtime.vm), loaded on first use."""
-    if name in ("VirtualMachine", "Executable", "register_extern"):
-        from . import vm
-
-        return getattr(vm, name)
-    raise AttributeError(f"module 'refcomp.runtime' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from .vm import extern_from_library
+from .vm import _EXTERNS, extern_from_library, set_call_session
 
 _CBLAS_ROW_MAJOR, _CBLAS_NO_TRANS, _CBLAS_TRANS = 101, 111, 112
 _SGEMM_DECL = ("void scipy_cblas_sgemm64_(int order, int transa, int transb, int64_t m, int64_t n, int64_t k, "
@@ -239,8 +239,6 @@ def register_blas() -> bool:
     Batched operands (equal leading dims) go through OpenBLAS's batched sgemm when the library has
     it (one call), else one sgemm per entry.  While a VM function runs, large products are shared
     over the VM's threads with OpenBLAS one-threaded (see _SharedBlas)."""
-    from .vm import _EXTERNS
-
     if "refcomp.blas.sgemm_nn" in _EXTERNS:
         return True
     path = openblas_path()
@@ -248,6 +246,8 @@ def register_blas() -> bool:
         return False
     global SHARED_BLAS
     SHARED_BLAS = _shared_blas(path)
+    if SHARED_BLAS is not None:
+        set_call_session(lambda: SHARED_BLAS)
     batch = _batch_sgemm(path)
     extern_from_library("refcomp.blas.sgemm_nn", path, "scipy_cblas_sgemm64_", _SGEMM_DECL,
                         _sgemm_adapter(False, batch))

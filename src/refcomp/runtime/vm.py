@@ -13,7 +13,6 @@ integer scalars; tensors planned into a storage arena are views into preallocate
 from __future__ import annotations
 
 import contextlib
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -243,7 +242,7 @@ class VirtualMachine:
         for k, a in enumerate(args):
             # np.asarray keeps 0-d arrays 0-d (np.ascontiguousarray would make them 1-d)
             frame.regs[k] = np.asarray(a, order="C") if isinstance(a, np.ndarray) else a
-        with _blas_session():
+        with call_session():
             return self._run(function, function.code, frame)
 
     # ------------------------------------------------------------------ execution
@@ -374,26 +373,18 @@ def _eval_int(expr: Any, env: Mapping[tir.Var, int]) -> int:
     return int(value) if not isinstance(value, bool) else value
 
 
-# ----------------------------------------------------------------------------- BLAS (refcomp.runtime.blas)
+# ----------------------------------------------------------------------------- the call session
+
+_call_session: Callable[[], Any] = contextlib.nullcontext
 
 
-def _blas_session():
-    """The context a VM call runs in: OpenBLAS one-threaded with its GEMMs shared over the VM's
-    threads once the BLAS externs are registered (see refcomp.runtime.blas), else nothing."""
-    blas = sys.modules.get(f"{__package__}.blas")
-    shared = getattr(blas, "SHARED_BLAS", None)
-    return shared if shared is not None else contextlib.nullcontext()
+def set_call_session(factory: Callable[[], Any]) -> None:
+    """Run every VM call inside `factory()`, a context manager (refcomp.runtime.blas shares
+    OpenBLAS's GEMMs over the VM's threads this way once its externs are registered)."""
+    global _call_session
+    _call_session = factory
 
 
-def register_blas() -> bool:
-    """Register refcomp.blas.sgemm_nn / sgemm_nt from numpy's OpenBLAS (refcomp.runtime.blas)."""
-    from .blas import register_blas as register
-
-    return register()
-
-
-def openblas_path() -> str | None:
-    """The OpenBLAS shared library bundled with numpy, if present (refcomp.runtime.blas)."""
-    from .blas import openblas_path as path
-
-    return path()
+def call_session() -> Any:
+    """The context a VM call runs in: the registered session, else nothing."""
+    return _call_session()

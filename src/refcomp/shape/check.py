@@ -132,9 +132,9 @@ def check(target: "PrimFunc | IRModule | Iterable", *, name: str | None = None,
 
 # Checkers for graph-level modules: fn(module) -> object with .proved, .undecided, .runtime_checks
 # (lists of str), raising ShapeError for a refuted relation.  The graph layer sits above this
-# package, so it is found by name when a module holds graph functions, or registered explicitly.
+# package, so its checker is handed in by register_graph_checker (refcomp.check and the
+# `refcomp check` command do so); without one, graph functions are reported unchecked.
 GRAPH_CHECKERS: list[Any] = []
-_GRAPH_CHECKER_NAME = ("refcomp.graph.check", "check_module")
 
 
 def register_graph_checker(checker: Any) -> None:
@@ -143,31 +143,19 @@ def register_graph_checker(checker: Any) -> None:
         GRAPH_CHECKERS.append(checker)
 
 
-def _graph_checkers() -> list[Any]:
-    if GRAPH_CHECKERS:
-        return GRAPH_CHECKERS
-    import importlib
-
-    module_name, attribute = _GRAPH_CHECKER_NAME
-    try:
-        found = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError):
-        return []
-    return [found]
-
-
 def _check_graph(module: IRModule, names: list[str]) -> Report:
     """The graph functions' call_tir relations, via the graph layer's checker."""
     report = Report()
     label = ", ".join(names)
-    checkers = _graph_checkers()
-    if not checkers:
+    if not GRAPH_CHECKERS:
         report.functions[label] = {"proved": 0, "total": 0}
-        report.problems.append(Problem(f"{label}: graph-level functions, and no graph checker is available",
-                                       label, kind="unchecked"))
+        report.problems.append(Problem(
+            f"{label}: graph-level functions, and no graph checker is registered (use refcomp.check, "
+            "or refcomp.shape.check.register_graph_checker(refcomp.graph.check.check_module))",
+            label, kind="unchecked"))
         return report
     proved = total = 0
-    for checker in checkers:
+    for checker in GRAPH_CHECKERS:
         try:
             found = checker(module)
         except RefcompError as exc:
@@ -214,10 +202,8 @@ def _check_func(func: PrimFunc, label: str, timeout_ms: int | None, overflow: st
 
 
 def _well_formed(func: PrimFunc) -> None:
-    try:
-        from ..ast.wellformed import verify_well_formed
-    except ImportError:  # the checker is optional; the access walk does not need it
-        return
+    from ..ast.wellformed import verify_well_formed
+
     verify_well_formed(func)
 
 
@@ -228,16 +214,12 @@ def _summary(ob: Obligation) -> str:
 
 
 def _marked(ir: Any, spot: Any) -> str:
-    """The marked line of the printed IR and its caret line (empty when it cannot be printed)."""
+    """The marked line of the printed IR and its caret line (empty without IR and a spot in it)."""
     if ir is None or spot is None:
         return ""
-    try:
-        from ..ast.printer import script
+    from ..ast.printer import script
 
-        text = script(ir, mark=spot)
-    except Exception:  # printing is a convenience here; the message says what is wrong
-        return ""
-    rows = text.splitlines()
+    rows = script(ir, mark=spot).splitlines()
     for k, row in enumerate(rows):
         if row.lstrip().startswith("-->"):
             return "\n".join(rows[k:k + 2]).rstrip()

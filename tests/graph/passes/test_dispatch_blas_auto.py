@@ -80,7 +80,7 @@ def test_dispatch_blas_rejects_an_unknown_mode():
 
 @pytest.mark.parametrize("blas", [True, "always"])
 def test_mlp_layer_matches_numpy_either_way(rng, blas):
-    from refcomp.runtime.vm import register_blas
+    from refcomp.runtime.blas import register_blas
 
     if not register_blas():
         pytest.skip("numpy's OpenBLAS library was not found")

@@ -250,7 +250,7 @@ def test_masked_softmax_kernel_matches_numpy_at_several_sizes(rows, rng):
 @pytest.mark.parametrize("batched", [False, True])
 def test_matmul_of_a_swapped_permute_reads_the_source_transposed(batched, rng):
     from refcomp.graph.passes.dispatch_blas import dispatch_blas
-    from refcomp.runtime.vm import register_blas
+    from refcomp.runtime.blas import register_blas
 
     if not register_blas():
         pytest.skip("numpy's OpenBLAS library was not found")

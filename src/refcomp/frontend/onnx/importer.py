@@ -214,7 +214,11 @@ def from_onnx(model, shape_dict: dict | None = None, name: str = "main", const_i
     const_inputs ({input name: array}) specializes graph inputs to fixed values: they become
     constants (needed where an input feeds a shape, axes or pads operand) and are not parameters.
     """
-    import onnx
+    try:
+        import onnx
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError("refcomp.frontend.onnx needs the onnx package: pip install 'refcomp[onnx]'",
+                                  name="onnx") from exc
     from onnx import numpy_helper
 
     if isinstance(model, (str, os.PathLike)):

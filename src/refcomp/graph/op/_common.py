@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ...ast import expr as tir
 from ...ast.dtype import DataType, dtype as to_dtype
-from ...ast.graph import Call, Constant, Expr, Op, PrimValue, ShapeExpr, const
-from ...ast.graph_struct_info import TensorStructInfo, as_dim
+from ...ast.graph import Call, Constant, Expr, Op, PrimValue, const
+from ...ast.graph_struct_info import TensorStructInfo
 from ...errors import IRError
 from ..infer import InferContext, broadcast_shapes
 
@@ -39,11 +39,6 @@ def _freeze(value: Any) -> Any:
     return value
 
 
-def dims_tuple(values: Sequence[Any]) -> tuple[tir.PrimExpr, ...]:
-    """Shape values (ints or int expressions) as int64 dims."""
-    return tuple(as_dim(v) for v in values)
-
-
 # ----------------------------------------------------------------------------- shape rules
 
 def same_dtype(ctx: InferContext, *infos: TensorStructInfo) -> DataType | None:
@@ -63,10 +58,6 @@ def infer_broadcast(ctx: InferContext, infos: Sequence[TensorStructInfo], dtype:
         ndim = -1 if any(i.ndim == -1 for i in infos) else max(i.ndim for i in infos)
         return TensorStructInfo(None, dtype, ndim)
     return TensorStructInfo(broadcast_shapes(ctx, [i.shape for i in infos]), dtype)
-
-
-def shape_of(info: TensorStructInfo) -> tuple | None:
-    return info.shape
 
 
 # ----------------------------------------------------------------------------- te glue
@@ -115,27 +106,9 @@ def np_dtype(value: Any) -> np.dtype:
     return to_dtype(value).numpy()
 
 
-def idx_cast(value: Any, like: tir.PrimExpr) -> tir.PrimExpr:
-    """An index constant or expression in the dtype of `like` (te iteration vars may be int32)."""
-    value = tir.convert(value) if not isinstance(value, tir.PrimExpr) else value
-    return value if value.dtype == like.dtype else value.astype(like.dtype)
-
-
-def shape_arg(value: Any) -> ShapeExpr:
-    """A target shape argument as a ShapeExpr."""
-    if isinstance(value, ShapeExpr):
-        return value
-    if isinstance(value, (list, tuple)):
-        return ShapeExpr(tuple(value))
-    raise TypeError(f"expected a shape (tuple of dims), got {value!r}")
-
-
 def prim(value: Any) -> PrimValue:
     return value if isinstance(value, PrimValue) else PrimValue(tir.convert(value))
 
 
 def is_constant(e: Expr) -> bool:
     return isinstance(e, Constant)
-
-
-ReferenceFn = Callable[..., Any]

@@ -152,5 +152,3 @@ register("tril", infer=_tri_infer, reference=lambda x, k=0: np.tril(x, k), legal
          pattern="injective", doc="lower triangle")
 register("triu", infer=_tri_infer, reference=lambda x, k=0: np.triu(x, k), legalize=_tri_te(False),
          pattern="injective", doc="upper triangle")
-
-CREATE_NAMES = ("full", "full_like", "arange", "eye", "tril", "triu")

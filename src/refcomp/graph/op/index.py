@@ -343,5 +343,3 @@ def _np_topk(x, k, axis=-1, largest=True):
 
 
 register("topk", infer=_topk_infer, reference=_np_topk, legalize=_topk_te, pattern="opaque", doc="top-k")
-
-INDEX_NAMES = ("take", "embedding", "gather_elements", "gather_nd", "scatter_elements", "one_hot", "topk")

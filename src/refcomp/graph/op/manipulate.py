@@ -16,10 +16,6 @@ from .registry import register
 BIG = 2 ** 62  # an `end` at least this large means "to the end of the axis"
 
 
-def _idx0(like):
-    return tir.IntImm(0, like.dtype)
-
-
 def _unflatten(flat: tir.PrimExpr, shape: Sequence[tir.PrimExpr]) -> tuple:
     """Row-major multi-index of a flat offset."""
     idx = []
@@ -624,8 +620,3 @@ def _np_pad(x, pad_width, pad_value=0.0, mode="constant"):
 
 
 register("pad", infer=_pad_infer, reference=_np_pad, legalize=_pad_te, pattern="injective", doc="pad")
-
-MANIPULATE_NAMES = ("reshape", "permute_dims", "expand_dims", "squeeze", "flatten", "concat", "split",
-                    "strided_slice", "broadcast_to", "tile", "repeat", "flip", "pad")
-
-

@@ -282,7 +282,6 @@ def _pool_te(is_max):
         cy, cx = te_.reduce_axis(pool_size[0], name="cy"), te_.reduce_axis(pool_size[1], name="cx")
 
         def count_body(oy, ox):
-            pos = []
             conds = []
             for j, (o, r) in enumerate(((oy, cy.var), (ox, cx.var))):
                 t = o * tir.const(strides[j], o.dtype) + r * tir.const(dilation[j], o.dtype) - tir.const(padding[j], o.dtype)
@@ -707,6 +706,3 @@ def _np_batch_norm(x, gamma, beta, mean, var, axis=1, epsilon=1e-5):
 
 register("batch_norm", infer=_batch_norm_infer, reference=_np_batch_norm, legalize=_batch_norm_te,
          pattern="broadcast", doc="inference batch normalization")
-
-NN_NAMES = ("conv1d", "conv2d", "conv2d_transpose", "max_pool2d", "avg_pool2d", "global_avg_pool",
-            "global_max_pool", "softmax", "log_softmax", "layer_norm", "rms_norm", "group_norm", "batch_norm")

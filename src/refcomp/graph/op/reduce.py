@@ -2,8 +2,6 @@
 l1/l2 norms) and the scans cumsum/cumprod."""
 from __future__ import annotations
 
-from typing import Sequence
-
 import numpy as np
 
 from ...ast import expr as tir
@@ -131,7 +129,6 @@ _make("mean", "sum", _mean_finalize, reference=_np_reduce(np.mean), float_only=T
 def _composite_reduce(name: str, pre, post, reference, float_only=True, doc=""):
     """A reduction sum(pre(x)) followed by post(sum, count) (variance, norms, logsumexp)."""
     def compute(x, axis=None, keepdims=False):
-        ndim = len(x.shape)
         if pre is None:
             src = x
         else:
@@ -364,11 +361,3 @@ for _name, _is_sum, _fn in (("cumsum", True, np.cumsum), ("cumprod", False, np.c
     _build.__name__ = _name
     _build.__doc__ = f"{_name} along `axis` (flattened when None), optionally exclusive or reversed."
     globals()[_name] = _build
-
-
-REDUCE_NAMES = ("sum", "max", "min", "prod", "mean", "l1_norm", "l2_norm", "sum_square", "variance", "std",
-                "logsumexp", "argmax", "argmin", "cumsum", "cumprod")
-
-
-def reduced_shape(shape: Sequence, axes: Sequence[int], keepdims: bool) -> tuple:
-    return tuple(1 if k in axes else d for k, d in enumerate(shape) if k not in axes or keepdims)

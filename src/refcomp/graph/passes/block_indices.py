@@ -70,12 +70,7 @@ class _IndexSimplifier(Mutator):
 def simplify_block_indices(func: PrimFunc) -> PrimFunc:
     """func with the buffer indices of every block simplified under its iter domains, and each
     comparison of a select between constants with a constant decided per branch."""
-    body = _SelectCompareFolder().visit(func.body)
-    try:
-        from ...shape import analyzer  # noqa: F401 - optional dependency of this rewrite
-    except ImportError:
-        return func if body is func.body else func.with_(body=body)
-    body = _IndexSimplifier().visit(body)
+    body = _IndexSimplifier().visit(_SelectCompareFolder().visit(func.body))
     return func if body is func.body else func.with_(body=body)
 
 

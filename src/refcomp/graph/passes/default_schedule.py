@@ -220,10 +220,8 @@ def block_dtype_bits(block) -> int:
 
 def _recipe_for(func: PrimFunc):
     """A recipe for a float32 matmul kernel (one S, S, R block; plus spatial stages), else None."""
-    try:
-        from ...loops import recipes
-    except ImportError:
-        return None
+    from ...loops import recipes
+
     blocks = [b for b in collect(func.body, Block) if b.name != "root"]
     reductions = [b for b in blocks if any(iv.kind == "reduce" for iv in b.iter_vars)]
     if len(reductions) != 1 or [iv.kind for iv in reductions[0].iter_vars] != ["spatial", "spatial", "reduce"]:

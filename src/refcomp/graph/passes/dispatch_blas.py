@@ -6,7 +6,7 @@ the same batch dims (one sgemm per batch entry), where a b bound in the same blo
 `linear(x, w, bias)` with x (..., k) and w (n, k).  The leading dims of a are flattened into the
 GEMM's rows (the arrays are contiguous), so batched-by-row products are one sgemm call.  linear's
 bias is added by a separate `add`, which fusion folds into what follows.  Anything else is left to
-legalization.  The externs are refcomp.runtime.vm's `refcomp.blas.sgemm_nn` / `sgemm_nt`.
+legalization.  The externs `refcomp.blas.sgemm_nn` / `sgemm_nt` are registered by refcomp.runtime.blas.
 
 mode "auto" (the default) keeps a `linear` for refcomp's own GEMM where that measured faster: the
 matmul recipe on the AVX-512 tile with the weight packed through the register transpose (N a

@@ -32,20 +32,17 @@ def upper_bound(expr: tir.PrimExpr, bounds: dict[str, int]) -> int | None:
     names = {v.name: v for v in free_vars(expr)}
     if any(n not in bounds for n in names):
         return None
-    try:
-        from ...shape import Analyzer
+    from ...shape import Analyzer
 
-        analyzer = Analyzer()
-        for n, v in names.items():
-            analyzer.bind(v, tir.Range(tir.IntImm(0, v.dtype), tir.IntImm(bounds[n] + 1, v.dtype)))
-        hi = analyzer.const_int_bound(expr)[1]
-        if hi is not None:
-            return int(hi)
-    except ImportError:  # pragma: no cover - the shape package is part of refcomp
-        pass
+    analyzer = Analyzer()
+    for n, v in names.items():
+        analyzer.bind(v, tir.Range(tir.IntImm(0, v.dtype), tir.IntImm(bounds[n] + 1, v.dtype)))
+    hi = analyzer.const_int_bound(expr)[1]
+    if hi is not None:
+        return int(hi)
     from ..shape_facts import const_value
 
-    # Without the analyzer: shapes are monotone in their size vars (products and sums of them).
+    # No bound from the analyzer: shapes are monotone in their size vars (products and sums of them).
     return const_value(substitute(expr, {v: tir.IntImm(bounds[n], v.dtype) for n, v in names.items()}))
 
 

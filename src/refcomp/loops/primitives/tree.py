@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterator, Sequence
 
-from ...ast import Block, BlockRealize, For, PrimFunc, SeqStmt, Stmt, Var, seq
+from ...ast import Block, BlockRealize, For, PrimFunc, SeqStmt, Stmt, seq
 from ...ast.node import Node
 
 
@@ -120,11 +120,3 @@ def loops_between(path: Sequence[Stmt]) -> list[For]:
     return [s for s in path[last_block + 1:] if isinstance(s, For)]
 
 
-def loop_vars_below(stmt: Stmt) -> list[Var]:
-    """Loop vars of every For below and including stmt."""
-    return [s.loop_var for s in walk(stmt) if isinstance(s, For)]
-
-
-def fresh_var(name: str, like: Var | None = None) -> Var:
-    """A new loop variable (identity makes it distinct; the name is only for display)."""
-    return Var(name, like.dtype if like is not None else "int32")
