@@ -1,23 +1,44 @@
-"""The rewriting simplifier: canonical sums, floordiv/floormod rules, min/max, comparisons, logic.
+"""The simplifier: one engine for integer expressions, in either of the project's integer semantics.
 
-It works for one Analyzer, whose facts (variable ranges, constraints) decide the rules that need a
-bound, e.g. `(i*32 + j) // 32 -> i` needs `0 <= j < 32`.  Every rule is exact for mathematical
-integers; the whole simplifier assumes no intermediate overflow (spec/shapes.md).  The result of a
-node that did not change is the node itself, so `is` tells a pass that nothing changed.
+`Simplifier(analyzer)` reads integers as mathematical integers (the shape level, spec/shapes.md:
+no intermediate overflows).  Its facts are an Analyzer's (variable ranges, constraints), and they
+decide the rules that need a bound, e.g. `(i*32 + j) // 32 -> i` needs `0 <= j < 32`.
+
+`Simplifier(wrap=True, bounds=...)` reads them as the machine does: two's-complement wrap-around in
+their width (the loop level, lowering).  Additive and multiplicative normalisation holds modulo
+2^bits and is always allowed (linear sums, coefficients wrapped); a rewrite that needs ordinary
+arithmetic (floor division of a sum, deciding a comparison or a min/max, splitting a zero sum)
+fires only when the wrap-around interval analysis (`bounds.Bounds`) shows that no intermediate
+can wrap.  This mode never asks Z3 and keeps no result cache, since its ranges change as a pass
+walks into loops.
+
+Both modes share the canonical sum (`canonical.Sum`), the structural key (`keys.expr_key`), the
+interval rules (`bounds`) and the constant folding: integer constants, casts, and float constants
+where IEEE gives the same bits (computed in their own precision; `x * 1.0`, `x / 1.0`; no
+reassociation).  The result of a node that did not change is the node itself, so `is` tells a
+pass that nothing changed.
 """
 from __future__ import annotations
 
+import dataclasses
+import math
+import warnings
 from math import gcd
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from ..ast.dtype import DataType
 from ..ast.expr import (
-    EQ, GE, GT, LE, LT, NE, Add, And, BinaryOp, Broadcast, BufferLoad, Call, Cast, CompareOp,
-    FloorDiv, FloorMod, IntImm, Let, Max, Min, Mul, Not, Or, PrimExpr, Ramp, Select, Sub,
-    TruncDiv, TruncMod, Var,
+    EQ, GE, GT, LE, LT, NE, Add, And, BinaryOp, Broadcast, BufferLoad, Call, Cast, CompareOp, Div,
+    FloatImm, FloorDiv, FloorMod, IntImm, Let, Max, Min, Mul, Not, Or, PrimExpr, Ramp, Select,
+    StringImm, Sub, TruncDiv, TruncMod, Var,
 )
-from .canonical import Sum, to_sum
+from ..ast.functor import is_pure
+from .bounds import Bounds, Interval
+from .canonical import Sum, linear_form, to_sum
 from .evaluate import trunc_div, trunc_mod
-from .keys import expr_key
+from .keys import expr_key, same_expr
 
 if TYPE_CHECKING:
     from .analyzer import Analyzer
@@ -27,6 +48,10 @@ _NEGATE = {LT: GE, LE: GT, GT: LE, GE: LT, EQ: NE, NE: EQ}
 _FOLD = {
     Add: lambda a, b: a + b, Sub: lambda a, b: a - b, Mul: lambda a, b: a * b,
     Min: min, Max: max,
+}
+_COMPARE = {
+    LT: lambda a, b: a < b, LE: lambda a, b: a <= b, GT: lambda a, b: a > b,
+    GE: lambda a, b: a >= b, EQ: lambda a, b: a == b, NE: lambda a, b: a != b,
 }
 
 
@@ -38,16 +63,46 @@ def _is_scalar_int(expr: PrimExpr) -> bool:
     return expr.dtype.lanes == 1 and expr.dtype.is_integer
 
 
-class Simplifier:
-    """Simplifies expressions under the facts of one analyzer (caches live in the analyzer)."""
+def is_true(expr: PrimExpr) -> bool:
+    """expr is the constant true."""
+    return isinstance(expr, IntImm) and expr.dtype.is_bool and expr.value == 1
 
-    def __init__(self, analyzer: "Analyzer") -> None:
+
+def is_false(expr: PrimExpr) -> bool:
+    """expr is the constant false."""
+    return isinstance(expr, IntImm) and expr.dtype.is_bool and expr.value == 0
+
+
+def bool_const(value: bool, lanes: int = 1) -> PrimExpr:
+    """The constant true or false, broadcast to lanes."""
+    scalar = IntImm(int(bool(value)), DataType("bool"))
+    return scalar if lanes == 1 else Broadcast(scalar, lanes)
+
+
+class Simplifier:
+    """Simplifies expressions in one integer semantics (see the module docstring).
+
+    Mathematical integers: the facts of `analyzer` (caches live in the analyzer).  Wrap-around
+    (wrap=True): the variable ranges of `bounds`, a scoped `Bounds` that a pass may bind as it walks.
+    """
+
+    def __init__(self, analyzer: "Analyzer | None" = None, *, wrap: bool = False,
+                 bounds: Bounds | None = None) -> None:
+        if not wrap and analyzer is None:
+            raise TypeError("Simplifier: the mathematical-integer mode needs an Analyzer (or pass wrap=True)")
         self.analyzer = analyzer
+        self.wrap = wrap
+        self.bounds = bounds if bounds is not None else Bounds()
         self._active: set[PrimExpr] = set()
+
+    def __call__(self, expr: PrimExpr) -> PrimExpr:
+        return self.simplify(expr)
 
     # ---------------------------------------------------------------- entry
     def simplify(self, expr: PrimExpr) -> PrimExpr:
-        """expr simplified (cached per analyzer; an unchanged node is returned itself)."""
+        """expr simplified; the very same object when nothing could be simplified."""
+        if self.wrap:
+            return self._simplify_wrapping(expr)
         cache = self.analyzer._simplify_cache
         cached = cache.get(expr)
         if cached is not None:
@@ -83,7 +138,7 @@ class Simplifier:
     # ---------------------------------------------------------------- dispatch
     def _visit(self, expr: PrimExpr) -> PrimExpr:
         kind = type(expr)
-        if kind is IntImm or isinstance(expr, Var):
+        if kind is IntImm or kind is FloatImm or kind is StringImm or isinstance(expr, Var):
             return expr
         scalar_int = _is_scalar_int(expr)
         if scalar_int and kind in (Add, Sub, Mul):
@@ -112,6 +167,8 @@ class Simplifier:
         """Simplify the operands only."""
         if isinstance(expr, BinaryOp):
             a, b = self.simplify(expr.a), self.simplify(expr.b)
+            if expr.dtype.is_float:
+                return _fold_float_binary(expr if a is expr.a and b is expr.b else type(expr)(a, b))
             if a is expr.a and b is expr.b:
                 return expr
             a_value, b_value = _const(a), _const(b)
@@ -362,12 +419,343 @@ class Simplifier:
 
     def _cast(self, expr: Cast) -> PrimExpr:
         value = self.simplify(expr.value)
-        if value.dtype == expr.dtype:
-            return value
-        constant = _const(value)
-        if constant is not None and expr.dtype.lanes == 1 and (expr.dtype.is_integer or expr.dtype.is_bool):
-            return IntImm(expr.dtype.wrap(int(constant)), expr.dtype)
-        return expr if value is expr.value else Cast(expr.dtype, value)
+        return _fold_cast(expr if value is expr.value else Cast(expr.dtype, value))
+
+    # ================================================================ wrap-around mode
+    # Children first, then one rule for the node; the rules below only fire where `bounds` shows
+    # that nothing wraps, except the additive/multiplicative normalisation, exact modulo 2^bits.
+
+    def _simplify_wrapping(self, expr: PrimExpr) -> PrimExpr:
+        if isinstance(expr, (IntImm, FloatImm, StringImm, Var)):
+            return expr
+        if isinstance(expr, Let):
+            value = self._simplify_wrapping(expr.value)
+            with self.bounds.bind(expr.var, self.bounds.of(value)):
+                body = self._simplify_wrapping(expr.body)
+            return expr.with_(value=value, body=body)
+        rebuilt = self._wrapping_children(expr)
+        result = self._wrapping_rule(rebuilt)
+        if result is not expr and same_expr(result, expr):
+            return expr
+        return result
+
+    def _wrapping_children(self, expr: PrimExpr) -> PrimExpr:
+        changes = {}
+        for field in dataclasses.fields(expr):
+            old = getattr(expr, field.name)
+            if isinstance(old, PrimExpr):
+                new = self._simplify_wrapping(old)
+            elif isinstance(old, tuple) and old and all(isinstance(x, PrimExpr) for x in old):
+                items = tuple(self._simplify_wrapping(x) for x in old)
+                new = old if all(a is b for a, b in zip(items, old)) else items
+            else:
+                continue
+            if new is not old:
+                changes[field.name] = new
+        return expr.with_(**changes) if changes else expr
+
+    def _wrapping_rule(self, e: PrimExpr) -> PrimExpr:
+        if isinstance(e, (Add, Sub, Mul)):
+            return self._wrapping_arith(e)
+        if isinstance(e, Div):
+            return _fold_float_binary(e)
+        if isinstance(e, (FloorDiv, FloorMod)):
+            return self._wrapping_floor_division(e)
+        if isinstance(e, (TruncDiv, TruncMod)):
+            return _fold_trunc(e)
+        if isinstance(e, (Min, Max)):
+            return self._wrapping_min_max(e)
+        if isinstance(e, CompareOp):
+            return self._wrapping_compare(e)
+        if isinstance(e, (And, Or)):
+            return _fold_logic(e)
+        if isinstance(e, Not):
+            return _fold_not(e)
+        if isinstance(e, Select):
+            if is_true(e.condition) and is_pure(e.false_value):
+                return e.true_value
+            if is_false(e.condition) and is_pure(e.true_value):
+                return e.false_value
+            if same_expr(e.true_value, e.false_value) and is_pure(e.condition):
+                return e.true_value
+            return e
+        if isinstance(e, Cast):
+            return _fold_cast(e)
+        if isinstance(e, Call) and e.op == "if_then_else" and len(e.args) == 3:
+            if is_true(e.args[0]):
+                return e.args[1]
+            if is_false(e.args[0]):
+                return e.args[2]
+            return e
+        if isinstance(e, Broadcast) and e.lanes == 1:
+            return e.value
+        return e
+
+    def _wrapping_arith(self, e: PrimExpr) -> PrimExpr:
+        dtype = e.dtype
+        if dtype.lanes != 1:
+            return e
+        if dtype.is_float:
+            return _fold_float_binary(e)
+        a, b = _const_value(e.a), _const_value(e.b)
+        if a is not None and b is not None:
+            value = a + b if isinstance(e, Add) else a - b if isinstance(e, Sub) else a * b
+            return IntImm(dtype.wrap(value), dtype)
+        if dtype.is_int:
+            return linear_form(e).merge_div_mod(expand=False).to_expr(wrap=True)
+        # unsigned: identities only (a negative coefficient has no unsigned constant)
+        if isinstance(e, (Add, Sub)) and b == 0:
+            return e.a
+        if isinstance(e, Add) and a == 0:
+            return e.b
+        if isinstance(e, Mul):
+            if b == 1:
+                return e.a
+            if a == 1:
+                return e.b
+            if (a == 0 and is_pure(e.b)) or (b == 0 and is_pure(e.a)):
+                return IntImm(0, dtype)
+        return e
+
+    def _wrapping_floor_division(self, e: PrimExpr) -> PrimExpr:
+        dtype = e.dtype
+        divisor = e.b.value if isinstance(e.b, IntImm) else None
+        if dtype.lanes != 1 or divisor is None or divisor == 0:
+            return e
+        is_div = isinstance(e, FloorDiv)
+        if isinstance(e.a, IntImm):
+            value = e.a.value // divisor if is_div else e.a.value % divisor
+            return IntImm(dtype.wrap(value), dtype)
+        if divisor == 1:
+            return e.a if is_div else IntImm(0, dtype)
+        if divisor < 0 or not dtype.is_int:
+            return e
+        if is_div and isinstance(e.a, FloorDiv) and isinstance(e.a.b, IntImm) and e.a.b.value > 0:
+            product = e.a.b.value * divisor
+            if product <= int(dtype.max_value()):
+                return self._wrapping_floor_division(FloorDiv(e.a.a, IntImm(product, dtype)))
+        if not is_div and isinstance(e.a, FloorMod) and isinstance(e.a.b, IntImm) \
+                and e.a.b.value > 0 and e.a.b.value % divisor == 0:
+            return self._wrapping_floor_division(FloorMod(e.a.a, e.b))
+        if self.bounds.of(e.a) is None:
+            return e  # the dividend may wrap: ordinary arithmetic does not apply
+        quotient, remainder = linear_form(e.a).split_by_divisor(divisor)
+        rest = remainder.to_expr(wrap=True)
+        rest_range = self.bounds.of(rest)
+        if rest_range is None:
+            return e
+        low, high = rest_range[0] // divisor, rest_range[1] // divisor
+        if low == high:  # rest lies within one multiple of the divisor
+            if is_div:
+                quotient.const += low
+                return quotient.to_expr(wrap=True)
+            remainder.const -= low * divisor
+            return remainder.to_expr(wrap=True)
+        if not is_div:  # (c*q + r) mod c == r mod c
+            return FloorMod(rest, e.b)
+        return e
+
+    def _wrapping_min_max(self, e: PrimExpr) -> PrimExpr:
+        if e.dtype.lanes != 1:
+            return e
+        is_min = isinstance(e, Min)
+        if _const_value(e.a) is not None and _const_value(e.b) is not None:
+            return _fold_min_max(e)
+        if same_expr(e.a, e.b):
+            return e.a
+        if not e.dtype.is_integer:
+            return e
+        ra, rb = self.bounds.of(e.a), self.bounds.of(e.b)
+        if ra is None or rb is None:
+            return e
+        if ra[1] <= rb[0]:
+            return e.a if is_min else e.b
+        if rb[1] <= ra[0]:
+            return e.b if is_min else e.a
+        return e
+
+    def _wrapping_compare(self, e: CompareOp) -> PrimExpr:
+        lanes = e.dtype.lanes
+        a, b = _const_value(e.a), _const_value(e.b)
+        if a is not None and b is not None and lanes == 1:
+            return bool_const(_COMPARE[type(e)](a, b))
+        if lanes != 1 or not e.a.dtype.is_integer:
+            return e
+        ra, rb = self.bounds.of(e.a), self.bounds.of(e.b)
+        if ra is not None and rb is not None:
+            difference = self._linear_range(linear_form(e.a).add(linear_form(e.b), -1))
+            if difference is None:
+                difference = (ra[0] - rb[1], ra[1] - rb[0])
+            decided = _decide_interval(type(e), difference)
+            if decided is not None:
+                return bool_const(decided)
+        if isinstance(e, EQ) and _const_value(e.b) == 0:
+            return self._zero_sum(e)
+        return e
+
+    def _zero_sum(self, e: EQ) -> PrimExpr:
+        """c1*t1 + ... + ck*tk == 0 with positive c and non-negative t, no wrap: every t == 0.
+
+        This is how an init guard `k_0 * 2 + k_1 == 0` after a split becomes `k_0 == 0 and
+        k_1 == 0`, a test each loop level can hoist.
+        """
+        if self.bounds.of(e.a) is None:
+            return e
+        form = linear_form(e.a)
+        terms = list(form.linear_terms())
+        if form.const != 0 or len(terms) < 2 or len(terms) != form.term_count():
+            return e
+        for atom, c in terms:
+            r = self.bounds.of(atom)
+            if c <= 0 or r is None or r[0] < 0:
+                return e
+        condition: PrimExpr | None = None
+        for atom, _ in terms:
+            term = EQ(atom, IntImm(0, atom.dtype))
+            condition = term if condition is None else And(condition, term)
+        return condition
+
+    def _linear_range(self, form: Sum) -> Interval | None:
+        lo = hi = form.const
+        for atom, c in form.linear_terms():
+            r = self.bounds.of(atom)
+            if r is None:
+                return None
+            lo += min(c * r[0], c * r[1])
+            hi += max(c * r[0], c * r[1])
+        return lo, hi
+
+
+def simplify_expr(expr: PrimExpr, bounds: Bounds | None = None) -> PrimExpr:
+    """expr simplified with wrap-around integers under the variable ranges in bounds (none: unconstrained)."""
+    return Simplifier(wrap=True, bounds=bounds).simplify(expr)
+
+
+# ==================================================================== constant folding (both modes)
+
+def _const_value(expr: PrimExpr) -> int | float | None:
+    if isinstance(expr, (IntImm, FloatImm)):
+        return expr.value
+    return None
+
+
+def _numpy_float(dtype: DataType) -> np.dtype | None:
+    # bfloat16 has no numpy type: its constants are not folded
+    return None if dtype.name == "bfloat16" or dtype.lanes != 1 else dtype.numpy()
+
+
+def _fold_float_binary(e: PrimExpr) -> PrimExpr:
+    """A float + - * / min max of constants computed in its own precision; `x * 1.0`, `x / 1.0`."""
+    if isinstance(e, (Min, Max)):
+        return _fold_min_max(e)
+    if isinstance(e, Mul) and _const_value(e.b) == 1.0:
+        return e.a
+    if isinstance(e, Mul) and _const_value(e.a) == 1.0:
+        return e.b
+    if isinstance(e, Div) and _const_value(e.b) == 1.0:
+        return e.a
+    np_type = _numpy_float(e.dtype)
+    a, b = _const_value(e.a), _const_value(e.b)
+    if np_type is None or a is None or b is None or not isinstance(e, (Add, Sub, Mul, Div)):
+        return e
+    x, y = np.array(a, dtype=np_type), np.array(b, dtype=np_type)
+    with np.errstate(all="ignore"):
+        value = x + y if isinstance(e, Add) else x - y if isinstance(e, Sub) else \
+            x * y if isinstance(e, Mul) else x / y
+    return FloatImm(float(value), e.dtype)
+
+
+def _fold_min_max(e: PrimExpr) -> PrimExpr:
+    a, b = _const_value(e.a), _const_value(e.b)
+    if e.dtype.lanes != 1 or a is None or b is None:
+        return e
+    if isinstance(a, float) and (math.isnan(a) or math.isnan(b)):
+        return e
+    value = min(a, b) if isinstance(e, Min) else max(a, b)
+    return IntImm(int(value), e.dtype) if e.dtype.is_integer else FloatImm(value, e.dtype)
+
+
+def _fold_trunc(e: PrimExpr) -> PrimExpr:
+    a, b = _const_value(e.a), _const_value(e.b)
+    if e.dtype.lanes != 1 or a is None or b is None or b == 0:
+        return e
+    value = trunc_div(a, b) if isinstance(e, TruncDiv) else trunc_mod(a, b)
+    return IntImm(e.dtype.wrap(value), e.dtype)
+
+
+def _fold_logic(e: PrimExpr) -> PrimExpr:
+    """`and`/`or` with a constant side (an impure other side is kept where it would be dropped)."""
+    if e.dtype.lanes != 1:
+        return e
+    is_and = isinstance(e, And)
+    for this, other in ((e.a, e.b), (e.b, e.a)):
+        if is_true(this):
+            return other if is_and else (this if is_pure(other) else e)
+        if is_false(this):
+            return (this if is_pure(other) else e) if is_and else other
+    if same_expr(e.a, e.b) and is_pure(e.a):
+        return e.a
+    return e
+
+
+def _fold_not(e: Not) -> PrimExpr:
+    inner = e.a
+    if isinstance(inner, IntImm):
+        return bool_const(not inner.value, 1)
+    if isinstance(inner, Not):
+        return inner.a
+    if isinstance(inner, CompareOp) and inner.a.dtype.is_integer:
+        return _NEGATE[type(inner)](inner.a, inner.b)
+    return e
+
+
+def _fold_cast(e: Cast) -> PrimExpr:
+    """A cast of a constant, or to the type its value already has."""
+    target, value = e.dtype, e.value
+    if value.dtype == target:
+        return value
+    if target.lanes != 1:
+        return e
+    if isinstance(value, IntImm):
+        if target.is_integer or target.is_bool:
+            return IntImm(target.wrap(value.value), target)
+        np_type = _numpy_float(target)
+        if np_type is not None and abs(value.value) <= 2 ** 53:  # exact in double: one rounding
+            return FloatImm(float(np.array(float(value.value)).astype(np_type)), target)
+    if isinstance(value, FloatImm):
+        np_type = _numpy_float(value.dtype)
+        if np_type is None:
+            return e
+        if target.is_float and _numpy_float(target) is not None:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                converted = np.array(value.value, dtype=np_type).astype(_numpy_float(target))
+            return FloatImm(float(converted), target)
+        if target.is_integer and math.isfinite(value.value):
+            truncated = int(value.value)  # C truncates toward zero; out of range is left unfolded
+            if target.min_value() <= truncated <= target.max_value():
+                return IntImm(truncated, target)
+        if target.is_bool:
+            return bool_const(value.value != 0.0)
+    return e
+
+
+def _decide_interval(op: type, difference: Interval) -> bool | None:
+    """The truth of `a <op> b` when a - b lies in difference, if the interval decides it."""
+    lo, hi = difference
+    if op is LT:
+        return True if hi < 0 else False if lo >= 0 else None
+    if op is LE:
+        return True if hi <= 0 else False if lo > 0 else None
+    if op is GT:
+        return True if lo > 0 else False if hi <= 0 else None
+    if op is GE:
+        return True if lo >= 0 else False if hi < 0 else None
+    if op is EQ:
+        return True if lo == hi == 0 else False if lo > 0 or hi < 0 else None
+    if op is NE:
+        return False if lo == hi == 0 else True if lo > 0 or hi < 0 else None
+    return None
 
 
 class _GiveUp(Exception):
