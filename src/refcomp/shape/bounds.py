@@ -10,6 +10,11 @@ One set of interval rules, two readings of a result that leaves the dtype's rang
   interval is unknown: `of(expr)` is None, and so is every interval computed from it.  Rewrites
   that need ordinary arithmetic fire only where `of` is not None.
 
+A third reading, `closed=True` (mathematical), answers only what the variable ranges determine:
+a variable whose `var_bound` is None, a load, an opaque call or a division by an interval that
+contains 0 make the interval unknown (None) instead of the dtype's range.  Schedule primitives use it
+to size buffers and check layouts, where a dtype-wide range would be a wrong answer, not a safe one.
+
 Division by an interval that contains 0 is split around 0 in the mathematical reading (x // 0 has
 no value to bound); with wrap-around an unknown divisor gives "unknown" (INT_MIN // -1 wraps).
 `Bounds` is the wrap-around analysis with a scoped table of variable ranges, for passes that walk
@@ -142,9 +147,11 @@ _DIVISION = {FloorDiv: _floordiv, FloorMod: _floormod, TruncDiv: _truncdiv, Trun
 class Intervals:
     """Interval analysis over one var-bound function, in one integer semantics (module docstring)."""
 
-    def __init__(self, var_bound: VarBound = default_var_interval, wrap: bool = False) -> None:
+    def __init__(self, var_bound: VarBound = default_var_interval, wrap: bool = False,
+                 closed: bool = False) -> None:
         self.var_bound = var_bound
         self.wrap = wrap
+        self.closed = closed
         self.cache: dict[PrimExpr, Interval | None] = {}
         self.let_bounds: dict[Var, Interval | None] = {}
 
@@ -180,7 +187,7 @@ class Intervals:
         if isinstance(expr, Var):
             if expr in self.let_bounds:
                 return self.let_bounds[expr]
-            return self.var_bound(expr)
+            return self.var_bound(expr)  # None (closed): not determined by the ranges
         if not (expr.dtype.element.is_integer or expr.dtype.element.is_bool):
             raise TypeError(f"no integer bound for a {expr.dtype} expression")
         if isinstance(expr, CompareOp) or kind is Not:
@@ -204,7 +211,7 @@ class Intervals:
                 return (min(a[0], b[0]), min(a[1], b[1]))
             if kind is Max:
                 return (max(a[0], b[0]), max(a[1], b[1]))
-            return dtype_interval(expr.dtype)
+            return self._opaque(expr)
         if kind is Select:
             return self._either(expr.true_value, expr.false_value, expr.dtype)
         if kind is Cast:
@@ -213,7 +220,7 @@ class Intervals:
                 inner = self.of(expr.value)
                 if inner is not None and _fits(inner, expr.dtype):
                     return inner
-            return dtype_interval(expr.dtype)
+            return self._opaque(expr)
         if kind is Call:
             if expr.op == "if_then_else":
                 return self._either(expr.args[1], expr.args[2], expr.dtype)
@@ -227,20 +234,25 @@ class Intervals:
                 if hi <= 0:
                     return (-hi, -lo)
                 return (0, max(-lo, hi))
-            return dtype_interval(expr.dtype)
+            return self._opaque(expr)
         if kind is Let:
             return self._let(expr)
-        # Any other integer expression (a load, an opaque call) holds some value of its type.
-        return dtype_interval(expr.dtype)
+        return self._opaque(expr)
+
+    def _opaque(self, expr: PrimExpr) -> Interval | None:
+        """A value the rules cannot follow (a load, an opaque call): some value of its type."""
+        return None if self.closed else dtype_interval(expr.dtype)
 
     def _division(self, expr: PrimExpr, parts) -> Interval | None:
         a, b = self.of(expr.a), self.of(expr.b)
         if self.wrap and not (b is not None and b[0] > 0):
             return None  # a divisor that may be -1 or 0: INT_MIN // -1 wraps, x // 0 is unknown
+        if self.closed and (b is None or b[0] <= 0 <= b[1]):
+            return None
         if b is None:
             return None
         if a is None:
-            if type(expr) is FloorMod:
+            if type(expr) is FloorMod and b[0] > 0:
                 return (0, b[1] - 1)  # 0 <= a mod b < b for positive b, whatever a is
             return None
         return _union(parts(a, b), dtype_interval(expr.dtype))
@@ -248,7 +260,7 @@ class Intervals:
     def _either(self, t: PrimExpr, f: PrimExpr, dtype: DataType) -> Interval:
         ti, fi = self.of(t), self.of(f)
         if ti is None or fi is None:
-            return dtype_interval(dtype)
+            return None if self.closed else dtype_interval(dtype)
         return (min(ti[0], fi[0]), max(ti[1], fi[1]))
 
     def _let(self, expr: Let) -> Interval | None:

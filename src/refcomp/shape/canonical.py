@@ -20,7 +20,7 @@ from math import gcd
 from typing import Callable, Iterable, Iterator
 
 from ..ast.dtype import DataType
-from ..ast.expr import Add, FloorDiv, FloorMod, IntImm, Mul, PrimExpr, Sub, Var
+from ..ast.expr import Add, Cast, FloorDiv, FloorMod, IntImm, Mul, PrimExpr, Sub, Var
 from ..ast.functor import free_vars
 from .keys import expr_key
 
@@ -142,6 +142,12 @@ class Sum:
         """self - other, as a new sum."""
         return self.copy().add(other, -1)
 
+    def shifted(self, value: int) -> "Sum":
+        """self + value, as a new sum."""
+        result = self.copy()
+        result.const += value
+        return result
+
     def plus(self, other: "Sum", scale: int = 1) -> "Sum":
         """self + scale * other, as a new sum."""
         return self.copy().add(other, scale)
@@ -217,12 +223,19 @@ class Sum:
         return True
 
     # ---------------------------------------------------------------- back to IR
-    def to_expr(self, wrap: bool = False) -> PrimExpr | None:
+    def to_expr(self, wrap: bool = False, cast_atoms: bool = False) -> PrimExpr | None:
         """The expression for this sum, or None when a coefficient does not fit the dtype.
 
         With wrap=True every coefficient is wrapped to the dtype (the sum read modulo 2^bits) and
-        the result is never None.
+        the result is never None.  cast_atoms=True casts atoms of another dtype to the sum's (a
+        linear form read through integer casts); otherwise every atom must have the sum's dtype.
         """
+        if cast_atoms and any(atom.dtype != self.dtype for _, m in self.terms.values() for _, atom, _ in m):
+            cast = Sum(self.dtype, self.const)
+            for coef, mono in self.terms.values():
+                cast.add_term(coef, tuple((k, a if a.dtype == self.dtype else Cast(self.dtype, a), p)
+                                          for k, a, p in mono))
+            return cast.to_expr(wrap)
         if wrap:
             return self._to_wrapped_expr()
         low, high = self.dtype.min_value(), self.dtype.max_value()
