@@ -15,7 +15,7 @@ from refcomp.shape.canonical import Sum, linear_form, to_sum
 from refcomp.shape.keys import expr_key, same_expr
 from refcomp.shape.simplify import Simplifier, simplify_expr
 
-from shape_strategies import RANGES, VARS, assignments, int_exprs
+from shape_strategies import RANGES, assignments, int_exprs
 
 i8, j8 = Var("i8", "int8"), Var("j8", "int8")
 

@@ -30,7 +30,7 @@ from ..ast.expr import (
     Add, BinaryOp, Call, Cast, CompareOp, FloorDiv, FloorMod, IntImm, Let, Max, Min, Mul, Not,
     PrimExpr, Select, SizeVar, Sub, TruncDiv, TruncMod, Var,
 )
-from .evaluate import trunc_div, trunc_mod
+from .evaluate import trunc_div
 
 Interval = tuple[int, int]
 VarBound = Callable[[Var], Interval]

@@ -20,7 +20,7 @@ from math import gcd
 from typing import Callable, Iterable, Iterator
 
 from ..ast.dtype import DataType
-from ..ast.expr import Add, Cast, FloorDiv, FloorMod, IntImm, Mul, PrimExpr, Sub, Var
+from ..ast.expr import Add, Cast, FloorMod, IntImm, Mul, PrimExpr, Sub, Var
 from ..ast.functor import free_vars
 from .keys import expr_key
 

@@ -21,14 +21,9 @@ pass that nothing changed.
 from __future__ import annotations
 
 import dataclasses
-import math
-import warnings
 from math import gcd
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from ..ast.dtype import DataType
 from ..ast.expr import (
     EQ, GE, GT, LE, LT, NE, Add, And, BinaryOp, Broadcast, BufferLoad, Call, Cast, CompareOp, Div,
     FloatImm, FloorDiv, FloorMod, IntImm, Let, Max, Min, Mul, Not, Or, PrimExpr, Ramp, Select,
@@ -37,6 +32,10 @@ from ..ast.expr import (
 from ..ast.functor import is_pure
 from .bounds import Bounds, Interval
 from .canonical import Sum, linear_form, to_sum
+from .constant_fold import (
+    NEGATE, bool_const, const_value, fold_cast, fold_float_binary, fold_logic, fold_min_max, fold_not,
+    fold_trunc, is_false, is_true,
+)
 from .evaluate import trunc_div, trunc_mod
 from .keys import expr_key, same_expr
 
@@ -44,7 +43,6 @@ if TYPE_CHECKING:
     from .analyzer import Analyzer
 
 _ARITH = (Add, Sub, Mul, IntImm)
-_NEGATE = {LT: GE, LE: GT, GT: LE, GE: LT, EQ: NE, NE: EQ}
 _FOLD = {
     Add: lambda a, b: a + b, Sub: lambda a, b: a - b, Mul: lambda a, b: a * b,
     Min: min, Max: max,
@@ -61,22 +59,6 @@ def _bool(value: bool) -> IntImm:
 
 def _is_scalar_int(expr: PrimExpr) -> bool:
     return expr.dtype.lanes == 1 and expr.dtype.is_integer
-
-
-def is_true(expr: PrimExpr) -> bool:
-    """expr is the constant true."""
-    return isinstance(expr, IntImm) and expr.dtype.is_bool and expr.value == 1
-
-
-def is_false(expr: PrimExpr) -> bool:
-    """expr is the constant false."""
-    return isinstance(expr, IntImm) and expr.dtype.is_bool and expr.value == 0
-
-
-def bool_const(value: bool, lanes: int = 1) -> PrimExpr:
-    """The constant true or false, broadcast to lanes."""
-    scalar = IntImm(int(bool(value)), DataType("bool"))
-    return scalar if lanes == 1 else Broadcast(scalar, lanes)
 
 
 class Simplifier:
@@ -168,7 +150,7 @@ class Simplifier:
         if isinstance(expr, BinaryOp):
             a, b = self.simplify(expr.a), self.simplify(expr.b)
             if expr.dtype.is_float:
-                return _fold_float_binary(expr if a is expr.a and b is expr.b else type(expr)(a, b))
+                return fold_float_binary(expr if a is expr.a and b is expr.b else type(expr)(a, b))
             if a is expr.a and b is expr.b:
                 return expr
             a_value, b_value = _const(a), _const(b)
@@ -395,7 +377,7 @@ class Simplifier:
             return _bool(not value)
         if isinstance(a, Not):
             return a.a
-        flipped = _NEGATE.get(type(a))
+        flipped = NEGATE.get(type(a))
         if flipped is not None:
             return self.simplify(flipped(a.a, a.b))
         return expr if a is expr.a else Not(a)
@@ -419,7 +401,7 @@ class Simplifier:
 
     def _cast(self, expr: Cast) -> PrimExpr:
         value = self.simplify(expr.value)
-        return _fold_cast(expr if value is expr.value else Cast(expr.dtype, value))
+        return fold_cast(expr if value is expr.value else Cast(expr.dtype, value))
 
     # ================================================================ wrap-around mode
     # Children first, then one rule for the node; the rules below only fire where `bounds` shows
@@ -458,19 +440,19 @@ class Simplifier:
         if isinstance(e, (Add, Sub, Mul)):
             return self._wrapping_arith(e)
         if isinstance(e, Div):
-            return _fold_float_binary(e)
+            return fold_float_binary(e)
         if isinstance(e, (FloorDiv, FloorMod)):
             return self._wrapping_floor_division(e)
         if isinstance(e, (TruncDiv, TruncMod)):
-            return _fold_trunc(e)
+            return fold_trunc(e)
         if isinstance(e, (Min, Max)):
             return self._wrapping_min_max(e)
         if isinstance(e, CompareOp):
             return self._wrapping_compare(e)
         if isinstance(e, (And, Or)):
-            return _fold_logic(e)
+            return fold_logic(e)
         if isinstance(e, Not):
-            return _fold_not(e)
+            return fold_not(e)
         if isinstance(e, Select):
             if is_true(e.condition) and is_pure(e.false_value):
                 return e.true_value
@@ -480,7 +462,7 @@ class Simplifier:
                 return e.true_value
             return e
         if isinstance(e, Cast):
-            return _fold_cast(e)
+            return fold_cast(e)
         if isinstance(e, Call) and e.op == "if_then_else" and len(e.args) == 3:
             if is_true(e.args[0]):
                 return e.args[1]
@@ -496,8 +478,8 @@ class Simplifier:
         if dtype.lanes != 1:
             return e
         if dtype.is_float:
-            return _fold_float_binary(e)
-        a, b = _const_value(e.a), _const_value(e.b)
+            return fold_float_binary(e)
+        a, b = const_value(e.a), const_value(e.b)
         if a is not None and b is not None:
             value = a + b if isinstance(e, Add) else a - b if isinstance(e, Sub) else a * b
             return IntImm(dtype.wrap(value), dtype)
@@ -559,8 +541,8 @@ class Simplifier:
         if e.dtype.lanes != 1:
             return e
         is_min = isinstance(e, Min)
-        if _const_value(e.a) is not None and _const_value(e.b) is not None:
-            return _fold_min_max(e)
+        if const_value(e.a) is not None and const_value(e.b) is not None:
+            return fold_min_max(e)
         if same_expr(e.a, e.b):
             return e.a
         if not e.dtype.is_integer:
@@ -576,7 +558,7 @@ class Simplifier:
 
     def _wrapping_compare(self, e: CompareOp) -> PrimExpr:
         lanes = e.dtype.lanes
-        a, b = _const_value(e.a), _const_value(e.b)
+        a, b = const_value(e.a), const_value(e.b)
         if a is not None and b is not None and lanes == 1:
             return bool_const(_COMPARE[type(e)](a, b))
         if lanes != 1 or not e.a.dtype.is_integer:
@@ -589,7 +571,7 @@ class Simplifier:
             decided = _decide_interval(type(e), difference)
             if decided is not None:
                 return bool_const(decided)
-        if isinstance(e, EQ) and _const_value(e.b) == 0:
+        if isinstance(e, EQ) and const_value(e.b) == 0:
             return self._zero_sum(e)
         return e
 
@@ -629,115 +611,6 @@ class Simplifier:
 def simplify_expr(expr: PrimExpr, bounds: Bounds | None = None) -> PrimExpr:
     """expr simplified with wrap-around integers under the variable ranges in bounds (none: unconstrained)."""
     return Simplifier(wrap=True, bounds=bounds).simplify(expr)
-
-
-# ==================================================================== constant folding (both modes)
-
-def _const_value(expr: PrimExpr) -> int | float | None:
-    if isinstance(expr, (IntImm, FloatImm)):
-        return expr.value
-    return None
-
-
-def _numpy_float(dtype: DataType) -> np.dtype | None:
-    # bfloat16 has no numpy type: its constants are not folded
-    return None if dtype.name == "bfloat16" or dtype.lanes != 1 else dtype.numpy()
-
-
-def _fold_float_binary(e: PrimExpr) -> PrimExpr:
-    """A float + - * / min max of constants computed in its own precision; `x * 1.0`, `x / 1.0`."""
-    if isinstance(e, (Min, Max)):
-        return _fold_min_max(e)
-    if isinstance(e, Mul) and _const_value(e.b) == 1.0:
-        return e.a
-    if isinstance(e, Mul) and _const_value(e.a) == 1.0:
-        return e.b
-    if isinstance(e, Div) and _const_value(e.b) == 1.0:
-        return e.a
-    np_type = _numpy_float(e.dtype)
-    a, b = _const_value(e.a), _const_value(e.b)
-    if np_type is None or a is None or b is None or not isinstance(e, (Add, Sub, Mul, Div)):
-        return e
-    x, y = np.array(a, dtype=np_type), np.array(b, dtype=np_type)
-    with np.errstate(all="ignore"):
-        value = x + y if isinstance(e, Add) else x - y if isinstance(e, Sub) else \
-            x * y if isinstance(e, Mul) else x / y
-    return FloatImm(float(value), e.dtype)
-
-
-def _fold_min_max(e: PrimExpr) -> PrimExpr:
-    a, b = _const_value(e.a), _const_value(e.b)
-    if e.dtype.lanes != 1 or a is None or b is None:
-        return e
-    if isinstance(a, float) and (math.isnan(a) or math.isnan(b)):
-        return e
-    value = min(a, b) if isinstance(e, Min) else max(a, b)
-    return IntImm(int(value), e.dtype) if e.dtype.is_integer else FloatImm(value, e.dtype)
-
-
-def _fold_trunc(e: PrimExpr) -> PrimExpr:
-    a, b = _const_value(e.a), _const_value(e.b)
-    if e.dtype.lanes != 1 or a is None or b is None or b == 0:
-        return e
-    value = trunc_div(a, b) if isinstance(e, TruncDiv) else trunc_mod(a, b)
-    return IntImm(e.dtype.wrap(value), e.dtype)
-
-
-def _fold_logic(e: PrimExpr) -> PrimExpr:
-    """`and`/`or` with a constant side (an impure other side is kept where it would be dropped)."""
-    if e.dtype.lanes != 1:
-        return e
-    is_and = isinstance(e, And)
-    for this, other in ((e.a, e.b), (e.b, e.a)):
-        if is_true(this):
-            return other if is_and else (this if is_pure(other) else e)
-        if is_false(this):
-            return (this if is_pure(other) else e) if is_and else other
-    if same_expr(e.a, e.b) and is_pure(e.a):
-        return e.a
-    return e
-
-
-def _fold_not(e: Not) -> PrimExpr:
-    inner = e.a
-    if isinstance(inner, IntImm):
-        return bool_const(not inner.value, 1)
-    if isinstance(inner, Not):
-        return inner.a
-    if isinstance(inner, CompareOp) and inner.a.dtype.is_integer:
-        return _NEGATE[type(inner)](inner.a, inner.b)
-    return e
-
-
-def _fold_cast(e: Cast) -> PrimExpr:
-    """A cast of a constant, or to the type its value already has."""
-    target, value = e.dtype, e.value
-    if value.dtype == target:
-        return value
-    if target.lanes != 1:
-        return e
-    if isinstance(value, IntImm):
-        if target.is_integer or target.is_bool:
-            return IntImm(target.wrap(value.value), target)
-        np_type = _numpy_float(target)
-        if np_type is not None and abs(value.value) <= 2 ** 53:  # exact in double: one rounding
-            return FloatImm(float(np.array(float(value.value)).astype(np_type)), target)
-    if isinstance(value, FloatImm):
-        np_type = _numpy_float(value.dtype)
-        if np_type is None:
-            return e
-        if target.is_float and _numpy_float(target) is not None:
-            with warnings.catch_warnings(), np.errstate(all="ignore"):
-                warnings.simplefilter("ignore")
-                converted = np.array(value.value, dtype=np_type).astype(_numpy_float(target))
-            return FloatImm(float(converted), target)
-        if target.is_integer and math.isfinite(value.value):
-            truncated = int(value.value)  # C truncates toward zero; out of range is left unfolded
-            if target.min_value() <= truncated <= target.max_value():
-                return IntImm(truncated, target)
-        if target.is_bool:
-            return bool_const(value.value != 0.0)
-    return e
 
 
 def _decide_interval(op: type, difference: Interval) -> bool | None:

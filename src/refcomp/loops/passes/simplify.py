@@ -29,7 +29,7 @@ from .prover import ConditionProver
 
 
 def simplify(func: PrimFunc, use_analyzer: bool = True) -> PrimFunc:
-    """func simplified (see the module docstring); use_analyzer=False uses the built-in folder only."""
+    """func simplified (see the module docstring); use_analyzer=False: the wrap-around simplifier only."""
     body = _StmtSimplifier(use_analyzer).visit(func.body)
     return func.with_(body=body)
 
