@@ -113,9 +113,31 @@ class Simplifier:
         return Sum.atom(simplified)
 
     def _from_sum(self, total: Sum, original: PrimExpr) -> PrimExpr:
-        total.merge_div_mod()
-        result = total.to_expr()
+        """total back as IR: a polynomial that must fit the dtype, or (wrap) a linear sum wrapped to it."""
+        total.merge_div_mod(expand=not self.wrap)
+        result = total.to_expr(wrap=self.wrap)
         return original if result is None else result
+
+    def _rest_quotient(self, rest: Sum, divisor: int) -> int | None:
+        """The k with rest in [k*divisor, (k+1)*divisor) for every value the facts allow, if there is one.
+
+        Mathematical integers: rest's interval, or two proofs from the Analyzer's facts.
+        Wrap-around: rest's interval, known only when nothing in rest can wrap.
+        """
+        if rest.is_const():
+            return rest.const // divisor
+        if self.wrap:
+            interval = self.bounds.of(rest.to_expr(wrap=True))
+            if interval is None:
+                return None
+            lo, hi = interval
+            return lo // divisor if lo // divisor == hi // divisor else None
+        lo, hi = self.analyzer._sum_interval(rest)
+        k = lo // divisor
+        if k == hi // divisor or (self.analyzer._provable_nonpos(_minus_const(rest, (k + 1) * divisor - 1))
+                                  and self.analyzer._provable_nonpos(_negated_plus(rest, k * divisor))):
+            return k
+        return None
 
     # ---------------------------------------------------------------- dispatch
     def _visit(self, expr: PrimExpr) -> PrimExpr:
@@ -210,13 +232,9 @@ class Simplifier:
             return total if is_div else Sum(total.dtype)
         quotient, rest = total.split_by_divisor(divisor)
         result = quotient if is_div else Sum(total.dtype)
-        if rest.is_const():  # rest.const is in [0, divisor)
-            return result if is_div else result.add(rest)
         # rest in [k*d, (k+1)*d) for one k: the quotient is k and the remainder rest - k*d
-        lo, hi = self.analyzer._sum_interval(rest)
-        k = lo // divisor
-        if k == hi // divisor or (self.analyzer._provable_nonpos(_minus_const(rest, (k + 1) * divisor - 1))
-                                  and self.analyzer._provable_nonpos(_negated_plus(rest, k * divisor))):
+        k = self._rest_quotient(rest, divisor)
+        if k is not None:
             if is_div:
                 result.const += k
                 return result
@@ -484,7 +502,7 @@ class Simplifier:
             value = a + b if isinstance(e, Add) else a - b if isinstance(e, Sub) else a * b
             return IntImm(dtype.wrap(value), dtype)
         if dtype.is_int:
-            return linear_form(e).merge_div_mod(expand=False).to_expr(wrap=True)
+            return self._from_sum(linear_form(e), e)
         # unsigned: identities only (a negative coefficient has no unsigned constant)
         if isinstance(e, (Add, Sub)) and b == 0:
             return e.a
@@ -522,18 +540,15 @@ class Simplifier:
         if self.bounds.of(e.a) is None:
             return e  # the dividend may wrap: ordinary arithmetic does not apply
         quotient, remainder = linear_form(e.a).split_by_divisor(divisor)
-        rest = remainder.to_expr(wrap=True)
-        rest_range = self.bounds.of(rest)
-        if rest_range is None:
-            return e
-        low, high = rest_range[0] // divisor, rest_range[1] // divisor
-        if low == high:  # rest lies within one multiple of the divisor
+        k = self._rest_quotient(remainder, divisor)
+        if k is not None:  # the remainder lies within one multiple of the divisor
             if is_div:
-                quotient.const += low
+                quotient.const += k
                 return quotient.to_expr(wrap=True)
-            remainder.const -= low * divisor
+            remainder.const -= k * divisor
             return remainder.to_expr(wrap=True)
-        if not is_div:  # (c*q + r) mod c == r mod c
+        rest = remainder.to_expr(wrap=True)
+        if not is_div and self.bounds.of(rest) is not None:  # (c*q + r) mod c == r mod c
             return FloorMod(rest, e.b)
         return e
 
