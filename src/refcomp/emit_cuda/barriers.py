@@ -98,14 +98,14 @@ def _meet(a: Accesses, b: Accesses) -> bool:
 
 def thread_signature(index: PrimExpr, threads: dict[Var, int]) -> AccessKey:
     """The thread signature of a scalar index (see AccessKey), or None when it has none."""
-    from ..loops.passes.fold import linear_form
+    from ..shape.canonical import linear_form
 
     if index.dtype.lanes != 1 or not threads:
         return None
     form = linear_form(index)
     coefficients: dict[Var, int] = {}
     others: list[int] = []
-    for atom, coefficient in form.nonzero():
+    for atom, coefficient in form.linear_terms():
         if isinstance(atom, Var) and atom in threads:
             coefficients[atom] = coefficient
         else:

@@ -16,7 +16,7 @@ from ..ast import (
 )
 from ..ast.expr import as_int
 from ..ast.structural import structural_equal
-from ..loops.passes.fold import linear_form
+from ..shape.canonical import linear_form
 from .kernel import is_kernel_root, kernel_shape, rebuild_kernel
 from .kernel import is_on_chip
 
@@ -144,8 +144,8 @@ class _Compactor(Mutator):
     def split(self, index: PrimExpr, ranges: dict, inner: set[Var]) -> tuple[PrimExpr, tuple[int, int]] | None:
         form = linear_form(index)
         base_terms = []
-        lo = hi = form.constant
-        for atom, coefficient in form.nonzero():
+        lo = hi = form.const
+        for atom, coefficient in form.linear_terms():
             variables = free_vars(atom)
             if not any(v in inner for v in variables):
                 base_terms.append((atom, coefficient))

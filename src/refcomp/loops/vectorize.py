@@ -31,7 +31,7 @@ from ..ast import (
     collect, post_order_visit, seq, substitute,
 )
 from ..ast.expr import as_int
-from .passes.fold import simplify_expr
+from ..shape.simplify import simplify_expr
 from .passes.lane_dependence import lanes_independent
 from .passes.simplify import reads_memory
 from .passes.lane_conditions import assume_true, hoistable_conditions

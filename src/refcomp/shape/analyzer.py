@@ -20,7 +20,7 @@ from ..ast.expr import (
     EQ, GE, GT, LE, LT, NE, And, IntImm, Not, PrimExpr, Range, SizeVar, Var, convert,
 )
 from ..ast.functor import free_vars
-from .bounds import BoundEvaluator, Interval, _mul, _square, dtype_interval
+from .bounds import Interval, Intervals, dtype_interval, mul_interval, square_interval
 from .canonical import Sum, to_sum
 from .simplify import Simplifier
 
@@ -143,7 +143,7 @@ class Analyzer:
         self._nonpos_cache: dict = {}
         self._var_interval_cache: dict[Var, Interval] = {}
         self._in_progress: set[Var] = set()
-        self._bounds = BoundEvaluator(self._var_interval)
+        self._bounds = Intervals(self._var_interval)
 
     # ---------------------------------------------------------------- public queries
     def simplify(self, expr: "PrimExpr | int") -> PrimExpr:
@@ -212,14 +212,14 @@ class Analyzer:
             for _, atom, power in mono:
                 atom_interval = self._bounds.bound(atom)
                 if power == 2:
-                    factor = _square(atom_interval)
+                    factor = square_interval(atom_interval)
                 else:
                     factor = atom_interval
                     for _ in range(power - 1):
-                        factor = _mul(factor, atom_interval)
-                interval = factor if interval is None else _mul(interval, factor)
+                        factor = mul_interval(factor, atom_interval)
+                interval = factor if interval is None else mul_interval(interval, factor)
             assert interval is not None
-            scaled = _mul(interval, (coef, coef))
+            scaled = mul_interval(interval, (coef, coef))
             lo += scaled[0]
             hi += scaled[1]
         return (lo, hi)

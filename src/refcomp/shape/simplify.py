@@ -1,32 +1,55 @@
-"""The rewriting simplifier: canonical sums, floordiv/floormod rules, min/max, comparisons, logic.
+"""The simplifier: one engine for integer expressions, in either of the project's integer semantics.
 
-It works for one Analyzer, whose facts (variable ranges, constraints) decide the rules that need a
-bound, e.g. `(i*32 + j) // 32 -> i` needs `0 <= j < 32`.  Every rule is exact for mathematical
-integers; the whole simplifier assumes no intermediate overflow (spec/shapes.md).  The result of a
-node that did not change is the node itself, so `is` tells a pass that nothing changed.
+`Simplifier(analyzer)` reads integers as mathematical integers (the shape level, spec/shapes.md:
+no intermediate overflows).  Its facts are an Analyzer's (variable ranges, constraints), and they
+decide the rules that need a bound, e.g. `(i*32 + j) // 32 -> i` needs `0 <= j < 32`.
+
+`Simplifier(wrap=True, bounds=...)` reads them as the machine does: two's-complement wrap-around in
+their width (the loop level, lowering).  Additive and multiplicative normalisation holds modulo
+2^bits and is always allowed (linear sums, coefficients wrapped); a rewrite that needs ordinary
+arithmetic (floor division of a sum, deciding a comparison or a min/max, splitting a zero sum)
+fires only when the wrap-around interval analysis (`bounds.Bounds`) shows that no intermediate
+can wrap.  This mode never asks Z3 and keeps no result cache, since its ranges change as a pass
+walks into loops.
+
+Both modes share the canonical sum (`canonical.Sum`), the structural key (`keys.expr_key`), the
+interval rules (`bounds`) and the constant folding: integer constants, casts, and float constants
+where IEEE gives the same bits (computed in their own precision; `x * 1.0`, `x / 1.0`; no
+reassociation).  The result of a node that did not change is the node itself, so `is` tells a
+pass that nothing changed.
 """
 from __future__ import annotations
 
+import dataclasses
 from math import gcd
 from typing import TYPE_CHECKING
 
 from ..ast.expr import (
-    EQ, GE, GT, LE, LT, NE, Add, And, BinaryOp, Broadcast, BufferLoad, Call, Cast, CompareOp,
-    FloorDiv, FloorMod, IntImm, Let, Max, Min, Mul, Not, Or, PrimExpr, Ramp, Select, Sub,
-    TruncDiv, TruncMod, Var,
+    EQ, GE, GT, LE, LT, NE, Add, And, BinaryOp, Broadcast, BufferLoad, Call, Cast, CompareOp, Div,
+    FloatImm, FloorDiv, FloorMod, IntImm, Let, Max, Min, Mul, Not, Or, PrimExpr, Ramp, Select,
+    StringImm, Sub, TruncDiv, TruncMod, Var,
 )
-from .canonical import Sum, to_sum
+from ..ast.functor import is_pure
+from .bounds import Bounds, Interval
+from .canonical import Sum, linear_form, to_sum
+from .constant_fold import (
+    NEGATE, bool_const, const_value, fold_cast, fold_float_binary, fold_logic, fold_min_max, fold_not,
+    fold_trunc, is_false, is_true,
+)
 from .evaluate import trunc_div, trunc_mod
-from .keys import expr_key
+from .keys import expr_key, same_expr
 
 if TYPE_CHECKING:
     from .analyzer import Analyzer
 
 _ARITH = (Add, Sub, Mul, IntImm)
-_NEGATE = {LT: GE, LE: GT, GT: LE, GE: LT, EQ: NE, NE: EQ}
 _FOLD = {
     Add: lambda a, b: a + b, Sub: lambda a, b: a - b, Mul: lambda a, b: a * b,
     Min: min, Max: max,
+}
+_COMPARE = {
+    LT: lambda a, b: a < b, LE: lambda a, b: a <= b, GT: lambda a, b: a > b,
+    GE: lambda a, b: a >= b, EQ: lambda a, b: a == b, NE: lambda a, b: a != b,
 }
 
 
@@ -39,15 +62,29 @@ def _is_scalar_int(expr: PrimExpr) -> bool:
 
 
 class Simplifier:
-    """Simplifies expressions under the facts of one analyzer (caches live in the analyzer)."""
+    """Simplifies expressions in one integer semantics (see the module docstring).
 
-    def __init__(self, analyzer: "Analyzer") -> None:
+    Mathematical integers: the facts of `analyzer` (caches live in the analyzer).  Wrap-around
+    (wrap=True): the variable ranges of `bounds`, a scoped `Bounds` that a pass may bind as it walks.
+    """
+
+    def __init__(self, analyzer: "Analyzer | None" = None, *, wrap: bool = False,
+                 bounds: Bounds | None = None) -> None:
+        if not wrap and analyzer is None:
+            raise TypeError("Simplifier: the mathematical-integer mode needs an Analyzer (or pass wrap=True)")
         self.analyzer = analyzer
+        self.wrap = wrap
+        self.bounds = bounds if bounds is not None else Bounds()
         self._active: set[PrimExpr] = set()
+
+    def __call__(self, expr: PrimExpr) -> PrimExpr:
+        return self.simplify(expr)
 
     # ---------------------------------------------------------------- entry
     def simplify(self, expr: PrimExpr) -> PrimExpr:
-        """expr simplified (cached per analyzer; an unchanged node is returned itself)."""
+        """expr simplified; the very same object when nothing could be simplified."""
+        if self.wrap:
+            return self._simplify_wrapping(expr)
         cache = self.analyzer._simplify_cache
         cached = cache.get(expr)
         if cached is not None:
@@ -76,14 +113,36 @@ class Simplifier:
         return Sum.atom(simplified)
 
     def _from_sum(self, total: Sum, original: PrimExpr) -> PrimExpr:
-        total.merge_div_mod()
-        result = total.to_expr()
+        """total back as IR: a polynomial that must fit the dtype, or (wrap) a linear sum wrapped to it."""
+        total.merge_div_mod(expand=not self.wrap)
+        result = total.to_expr(wrap=self.wrap)
         return original if result is None else result
+
+    def _rest_quotient(self, rest: Sum, divisor: int) -> int | None:
+        """The k with rest in [k*divisor, (k+1)*divisor) for every value the facts allow, if there is one.
+
+        Mathematical integers: rest's interval, or two proofs from the Analyzer's facts.
+        Wrap-around: rest's interval, known only when nothing in rest can wrap.
+        """
+        if rest.is_const():
+            return rest.const // divisor
+        if self.wrap:
+            interval = self.bounds.of(rest.to_expr(wrap=True))
+            if interval is None:
+                return None
+            lo, hi = interval
+            return lo // divisor if lo // divisor == hi // divisor else None
+        lo, hi = self.analyzer._sum_interval(rest)
+        k = lo // divisor
+        if k == hi // divisor or (self.analyzer._provable_nonpos(_minus_const(rest, (k + 1) * divisor - 1))
+                                  and self.analyzer._provable_nonpos(_negated_plus(rest, k * divisor))):
+            return k
+        return None
 
     # ---------------------------------------------------------------- dispatch
     def _visit(self, expr: PrimExpr) -> PrimExpr:
         kind = type(expr)
-        if kind is IntImm or isinstance(expr, Var):
+        if kind is IntImm or kind is FloatImm or kind is StringImm or isinstance(expr, Var):
             return expr
         scalar_int = _is_scalar_int(expr)
         if scalar_int and kind in (Add, Sub, Mul):
@@ -112,6 +171,8 @@ class Simplifier:
         """Simplify the operands only."""
         if isinstance(expr, BinaryOp):
             a, b = self.simplify(expr.a), self.simplify(expr.b)
+            if expr.dtype.is_float:
+                return fold_float_binary(expr if a is expr.a and b is expr.b else type(expr)(a, b))
             if a is expr.a and b is expr.b:
                 return expr
             a_value, b_value = _const(a), _const(b)
@@ -171,13 +232,9 @@ class Simplifier:
             return total if is_div else Sum(total.dtype)
         quotient, rest = total.split_by_divisor(divisor)
         result = quotient if is_div else Sum(total.dtype)
-        if rest.is_const():  # rest.const is in [0, divisor)
-            return result if is_div else result.add(rest)
         # rest in [k*d, (k+1)*d) for one k: the quotient is k and the remainder rest - k*d
-        lo, hi = self.analyzer._sum_interval(rest)
-        k = lo // divisor
-        if k == hi // divisor or (self.analyzer._provable_nonpos(_minus_const(rest, (k + 1) * divisor - 1))
-                                  and self.analyzer._provable_nonpos(_negated_plus(rest, k * divisor))):
+        k = self._rest_quotient(rest, divisor)
+        if k is not None:
             if is_div:
                 result.const += k
                 return result
@@ -338,7 +395,7 @@ class Simplifier:
             return _bool(not value)
         if isinstance(a, Not):
             return a.a
-        flipped = _NEGATE.get(type(a))
+        flipped = NEGATE.get(type(a))
         if flipped is not None:
             return self.simplify(flipped(a.a, a.b))
         return expr if a is expr.a else Not(a)
@@ -362,12 +419,231 @@ class Simplifier:
 
     def _cast(self, expr: Cast) -> PrimExpr:
         value = self.simplify(expr.value)
-        if value.dtype == expr.dtype:
-            return value
-        constant = _const(value)
-        if constant is not None and expr.dtype.lanes == 1 and (expr.dtype.is_integer or expr.dtype.is_bool):
-            return IntImm(expr.dtype.wrap(int(constant)), expr.dtype)
-        return expr if value is expr.value else Cast(expr.dtype, value)
+        return fold_cast(expr if value is expr.value else Cast(expr.dtype, value))
+
+    # ================================================================ wrap-around mode
+    # Children first, then one rule for the node; the rules below only fire where `bounds` shows
+    # that nothing wraps, except the additive/multiplicative normalisation, exact modulo 2^bits.
+
+    def _simplify_wrapping(self, expr: PrimExpr) -> PrimExpr:
+        if isinstance(expr, (IntImm, FloatImm, StringImm, Var)):
+            return expr
+        if isinstance(expr, Let):
+            value = self._simplify_wrapping(expr.value)
+            with self.bounds.bind(expr.var, self.bounds.of(value)):
+                body = self._simplify_wrapping(expr.body)
+            return expr.with_(value=value, body=body)
+        rebuilt = self._wrapping_children(expr)
+        result = self._wrapping_rule(rebuilt)
+        if result is not expr and same_expr(result, expr):
+            return expr
+        return result
+
+    def _wrapping_children(self, expr: PrimExpr) -> PrimExpr:
+        changes = {}
+        for field in dataclasses.fields(expr):
+            old = getattr(expr, field.name)
+            if isinstance(old, PrimExpr):
+                new = self._simplify_wrapping(old)
+            elif isinstance(old, tuple) and old and all(isinstance(x, PrimExpr) for x in old):
+                items = tuple(self._simplify_wrapping(x) for x in old)
+                new = old if all(a is b for a, b in zip(items, old)) else items
+            else:
+                continue
+            if new is not old:
+                changes[field.name] = new
+        return expr.with_(**changes) if changes else expr
+
+    def _wrapping_rule(self, e: PrimExpr) -> PrimExpr:
+        if isinstance(e, (Add, Sub, Mul)):
+            return self._wrapping_arith(e)
+        if isinstance(e, Div):
+            return fold_float_binary(e)
+        if isinstance(e, (FloorDiv, FloorMod)):
+            return self._wrapping_floor_division(e)
+        if isinstance(e, (TruncDiv, TruncMod)):
+            return fold_trunc(e)
+        if isinstance(e, (Min, Max)):
+            return self._wrapping_min_max(e)
+        if isinstance(e, CompareOp):
+            return self._wrapping_compare(e)
+        if isinstance(e, (And, Or)):
+            return fold_logic(e)
+        if isinstance(e, Not):
+            return fold_not(e)
+        if isinstance(e, Select):
+            if is_true(e.condition) and is_pure(e.false_value):
+                return e.true_value
+            if is_false(e.condition) and is_pure(e.true_value):
+                return e.false_value
+            if same_expr(e.true_value, e.false_value) and is_pure(e.condition):
+                return e.true_value
+            return e
+        if isinstance(e, Cast):
+            return fold_cast(e)
+        if isinstance(e, Call) and e.op == "if_then_else" and len(e.args) == 3:
+            if is_true(e.args[0]):
+                return e.args[1]
+            if is_false(e.args[0]):
+                return e.args[2]
+            return e
+        if isinstance(e, Broadcast) and e.lanes == 1:
+            return e.value
+        return e
+
+    def _wrapping_arith(self, e: PrimExpr) -> PrimExpr:
+        dtype = e.dtype
+        if dtype.lanes != 1:
+            return e
+        if dtype.is_float:
+            return fold_float_binary(e)
+        a, b = const_value(e.a), const_value(e.b)
+        if a is not None and b is not None:
+            value = a + b if isinstance(e, Add) else a - b if isinstance(e, Sub) else a * b
+            return IntImm(dtype.wrap(value), dtype)
+        if dtype.is_int:
+            return self._from_sum(linear_form(e), e)
+        # unsigned: identities only (a negative coefficient has no unsigned constant)
+        if isinstance(e, (Add, Sub)) and b == 0:
+            return e.a
+        if isinstance(e, Add) and a == 0:
+            return e.b
+        if isinstance(e, Mul):
+            if b == 1:
+                return e.a
+            if a == 1:
+                return e.b
+            if (a == 0 and is_pure(e.b)) or (b == 0 and is_pure(e.a)):
+                return IntImm(0, dtype)
+        return e
+
+    def _wrapping_floor_division(self, e: PrimExpr) -> PrimExpr:
+        dtype = e.dtype
+        divisor = e.b.value if isinstance(e.b, IntImm) else None
+        if dtype.lanes != 1 or divisor is None or divisor == 0:
+            return e
+        is_div = isinstance(e, FloorDiv)
+        if isinstance(e.a, IntImm):
+            value = e.a.value // divisor if is_div else e.a.value % divisor
+            return IntImm(dtype.wrap(value), dtype)
+        if divisor == 1:
+            return e.a if is_div else IntImm(0, dtype)
+        if divisor < 0 or not dtype.is_int:
+            return e
+        if is_div and isinstance(e.a, FloorDiv) and isinstance(e.a.b, IntImm) and e.a.b.value > 0:
+            product = e.a.b.value * divisor
+            if product <= int(dtype.max_value()):
+                return self._wrapping_floor_division(FloorDiv(e.a.a, IntImm(product, dtype)))
+        if not is_div and isinstance(e.a, FloorMod) and isinstance(e.a.b, IntImm) \
+                and e.a.b.value > 0 and e.a.b.value % divisor == 0:
+            return self._wrapping_floor_division(FloorMod(e.a.a, e.b))
+        if self.bounds.of(e.a) is None:
+            return e  # the dividend may wrap: ordinary arithmetic does not apply
+        quotient, remainder = linear_form(e.a).split_by_divisor(divisor)
+        k = self._rest_quotient(remainder, divisor)
+        if k is not None:  # the remainder lies within one multiple of the divisor
+            if is_div:
+                quotient.const += k
+                return quotient.to_expr(wrap=True)
+            remainder.const -= k * divisor
+            return remainder.to_expr(wrap=True)
+        rest = remainder.to_expr(wrap=True)
+        if not is_div and self.bounds.of(rest) is not None:  # (c*q + r) mod c == r mod c
+            return FloorMod(rest, e.b)
+        return e
+
+    def _wrapping_min_max(self, e: PrimExpr) -> PrimExpr:
+        if e.dtype.lanes != 1:
+            return e
+        is_min = isinstance(e, Min)
+        if const_value(e.a) is not None and const_value(e.b) is not None:
+            return fold_min_max(e)
+        if same_expr(e.a, e.b):
+            return e.a
+        if not e.dtype.is_integer:
+            return e
+        ra, rb = self.bounds.of(e.a), self.bounds.of(e.b)
+        if ra is None or rb is None:
+            return e
+        if ra[1] <= rb[0]:
+            return e.a if is_min else e.b
+        if rb[1] <= ra[0]:
+            return e.b if is_min else e.a
+        return e
+
+    def _wrapping_compare(self, e: CompareOp) -> PrimExpr:
+        lanes = e.dtype.lanes
+        a, b = const_value(e.a), const_value(e.b)
+        if a is not None and b is not None and lanes == 1:
+            return bool_const(_COMPARE[type(e)](a, b))
+        if lanes != 1 or not e.a.dtype.is_integer:
+            return e
+        ra, rb = self.bounds.of(e.a), self.bounds.of(e.b)
+        if ra is not None and rb is not None:
+            difference = self._linear_range(linear_form(e.a).add(linear_form(e.b), -1))
+            if difference is None:
+                difference = (ra[0] - rb[1], ra[1] - rb[0])
+            decided = _decide_interval(type(e), difference)
+            if decided is not None:
+                return bool_const(decided)
+        if isinstance(e, EQ) and const_value(e.b) == 0:
+            return self._zero_sum(e)
+        return e
+
+    def _zero_sum(self, e: EQ) -> PrimExpr:
+        """c1*t1 + ... + ck*tk == 0 with positive c and non-negative t, no wrap: every t == 0.
+
+        This is how an init guard `k_0 * 2 + k_1 == 0` after a split becomes `k_0 == 0 and
+        k_1 == 0`, a test each loop level can hoist.
+        """
+        if self.bounds.of(e.a) is None:
+            return e
+        form = linear_form(e.a)
+        terms = list(form.linear_terms())
+        if form.const != 0 or len(terms) < 2 or len(terms) != form.term_count():
+            return e
+        for atom, c in terms:
+            r = self.bounds.of(atom)
+            if c <= 0 or r is None or r[0] < 0:
+                return e
+        condition: PrimExpr | None = None
+        for atom, _ in terms:
+            term = EQ(atom, IntImm(0, atom.dtype))
+            condition = term if condition is None else And(condition, term)
+        return condition
+
+    def _linear_range(self, form: Sum) -> Interval | None:
+        lo = hi = form.const
+        for atom, c in form.linear_terms():
+            r = self.bounds.of(atom)
+            if r is None:
+                return None
+            lo += min(c * r[0], c * r[1])
+            hi += max(c * r[0], c * r[1])
+        return lo, hi
+
+
+def simplify_expr(expr: PrimExpr, bounds: Bounds | None = None) -> PrimExpr:
+    """expr simplified with wrap-around integers under the variable ranges in bounds (none: unconstrained)."""
+    return Simplifier(wrap=True, bounds=bounds).simplify(expr)
+
+
+def _decide_interval(op: type, difference: Interval) -> bool | None:
+    """The truth of `a <op> b` when a - b lies in difference, if the interval decides it."""
+    lo, hi = difference
+    if op is LT:
+        return True if hi < 0 else False if lo >= 0 else None
+    if op is LE:
+        return True if hi <= 0 else False if lo > 0 else None
+    if op is GT:
+        return True if lo > 0 else False if hi <= 0 else None
+    if op is GE:
+        return True if lo >= 0 else False if hi < 0 else None
+    if op is EQ:
+        return True if lo == hi == 0 else False if lo > 0 or hi < 0 else None
+    if op is NE:
+        return False if lo == hi == 0 else True if lo > 0 or hi < 0 else None
+    return None
 
 
 class _GiveUp(Exception):

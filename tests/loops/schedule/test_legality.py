@@ -4,7 +4,7 @@ import pytest
 from refcomp.ast import BlockRealize, SizeVar, Var
 from refcomp.errors import ScheduleError
 from refcomp.loops.primitives import legality as L
-from refcomp.loops.primitives.affine import Linear, constant_difference, int_bounds, linear, relax
+from refcomp.loops.primitives.affine import constant_difference, int_bounds, linear, relax
 from refcomp.loops.primitives.lookup import locate_block
 from refcomp.loops.primitives.tree import replace_in_func, walk
 

@@ -18,7 +18,7 @@ from types import MappingProxyType
 from ...ast import Allocate, BufferLoad, BufferStore, IntImm, Mutator, PrimExpr, PrimFunc, Stmt
 from ...ast.buffer import Buffer
 from ...ast.expr import as_int
-from .fold import simplify_expr
+from ...shape.simplify import simplify_expr
 
 ORIGINAL_BUFFERS = "original_buffers"
 

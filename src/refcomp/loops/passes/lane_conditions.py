@@ -12,7 +12,7 @@ from typing import Any
 
 from ...ast import Call, For, IfThenElse, Let, LetStmt, Mutator, PrimExpr, Stmt, Var, post_order_visit
 from ...ast.functor import free_vars
-from .linear import expr_key
+from ...shape.keys import expr_key
 from .simplify import reads_memory
 from .vector_expr import lane_condition_is_convex
 

@@ -18,8 +18,9 @@ from ...ast import (
 )
 from ...ast.expr import as_int
 from ...ast.functor import free_vars, is_pure
-from .fold import simplify_expr
-from .linear import build_linear, expr_key, inner_span, linear_form
+from ...shape.keys import expr_key
+from ...shape.simplify import simplify_expr
+from ...shape.canonical import inner_span, linear_form
 
 
 def lanes_independent(loop: For) -> bool:
@@ -70,10 +71,10 @@ def _lanes_apart(index: PrimExpr, var: Var, inner_vars: dict[Var, int | None]) -
     if not _linear_in(index, var):
         return False
     form = linear_form(index)
-    entry = form.terms.pop(expr_key(var), None)
-    if entry is None or entry[1] == 0:
+    coefficient = form.pop(var)
+    if coefficient == 0:
         return False
     if not any(v in inner_vars for v in free_vars(index)):
         return True
-    span = inner_span(build_linear(form, index.dtype), inner_vars)
-    return span is not None and span < abs(entry[1])
+    span = inner_span(form.to_expr(wrap=True), inner_vars)
+    return span is not None and span < abs(coefficient)

@@ -19,7 +19,7 @@ from ...ast import (
 )
 from ...ast.buffer import Buffer
 from ...errors import IRError
-from .fold import is_true, simplify_expr
+from ...shape.simplify import is_true, simplify_expr
 from .simplify import reads_memory
 
 

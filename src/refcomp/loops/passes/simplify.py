@@ -2,8 +2,9 @@
 
 Requires: any PrimFunc (blocks allowed: their iter vars are bound to their domains).
 Guarantees: the same behaviour, and
-  - expressions simplified by `fold.ExprSimplifier` (exact under wrap-around integer semantics);
-    where `refcomp.shape.Analyzer` is importable it also rewrites conditions it can prove;
+  - expressions simplified by `refcomp.shape.simplify.Simplifier` in its wrap-around mode (exact
+    under the IR's two's-complement integers); conditions are also decided by the Analyzer's fast
+    path (`prover.ConditionProver`);
   - an IfThenElse whose condition is provably true or false under the enclosing loop ranges (and,
     with the Analyzer, the conditions of enclosing ifs and assertions) is replaced by the branch
     taken (e.g. the predicate of a perfect split, or a guard repeated inside the same guard);
@@ -22,13 +23,13 @@ from ...ast import (
 )
 from ...ast.functor import is_pure
 from ...ast.expr import as_int
-from .bounds import Bounds
-from .fold import ExprSimplifier, is_false, is_true
+from ...shape.bounds import Bounds
+from ...shape.simplify import Simplifier, is_false, is_true
 from .prover import ConditionProver
 
 
 def simplify(func: PrimFunc, use_analyzer: bool = True) -> PrimFunc:
-    """func simplified (see the module docstring); use_analyzer=False uses the built-in folder only."""
+    """func simplified (see the module docstring); use_analyzer=False: the wrap-around simplifier only."""
     body = _StmtSimplifier(use_analyzer).visit(func.body)
     return func.with_(body=body)
 
@@ -54,8 +55,8 @@ class _StmtSimplifier(Mutator):
     def __init__(self, use_analyzer: bool) -> None:
         super().__init__()
         self.bounds = Bounds()
-        self.expr = ExprSimplifier(self.bounds)
-        self.prover = ConditionProver(self.bounds) if use_analyzer else None
+        self.expr = Simplifier(wrap=True, bounds=self.bounds)
+        self.prover = ConditionProver() if use_analyzer else None
 
     # expressions anywhere are simplified by the expression simplifier (it scopes Let itself)
     def visit(self, node):

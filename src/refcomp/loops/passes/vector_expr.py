@@ -17,8 +17,9 @@ from ...ast import (
 from ...ast.expr import BinaryOp, FloatImm, StringImm, as_int
 from ...ast.functor import free_vars, is_pure, post_order_visit
 from ...ast.intrinsics import ANY_UNARY, FLOAT_BINARY, FLOAT_UNARY, PREDICATES
-from .fold import simplify_expr
-from .linear import expr_key, inner_span, linear_form
+from ...shape.canonical import inner_span, linear_form
+from ...shape.keys import expr_key
+from ...shape.simplify import simplify_expr
 
 # Intrinsics that apply lane by lane and have no effects: they vectorise as calls on vectors.
 ELEMENTWISE_CALLS = frozenset(FLOAT_UNARY + FLOAT_BINARY + ANY_UNARY + PREDICATES + ("reinterpret",))
@@ -294,8 +295,7 @@ def every_lane_condition(condition: PrimExpr, var: Var, first: PrimExpr, last: P
         return condition
     at_first = substitute(condition, {var: first})
     at_last = substitute(condition, {var: last})
-    difference = linear_form(condition.a).plus(linear_form(condition.b), -1)
-    slope = difference.terms.get(expr_key(var), [None, 0])[1]
+    slope = linear_form(condition.a).add(linear_form(condition.b), -1).coefficient(var)
     kind = type(condition)
     if kind is EQ or slope == 0:
         return And(at_first, at_last)

@@ -1,146 +1,40 @@
 """Affine forms of index expressions and interval relaxation, for region and binding analysis.
 
-A `Linear` is sum(coeff * atom) + const, where an atom is a Var or a non-linear subexpression
-(e.g. `x // 4`) kept whole.  `relax` turns an expression over some loop vars with constant ranges
+A linear form is shape's canonical sum read linearly: sum(coeff * atom) + const, where an atom is a
+Var or a non-linear subexpression (e.g. `x // 4`) kept whole.  `relax` turns an expression over some loop vars with constant ranges
 into the [min, max] it takes as those vars range, still symbolic in the other vars.  Anything it
 cannot bound exactly gives None, so callers fail closed.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
-from ...ast import (
-    Add, Cast, FloorDiv, FloorMod, IntImm, Max, Min, Mul, PrimExpr, Sub, Var, const, free_vars,
-)
-
-
-def expr_key(expr: PrimExpr) -> Any:
-    """A hashable structural key of an expression (vars by identity)."""
-    if isinstance(expr, Var):
-        return ("var", id(expr))
-    if isinstance(expr, IntImm):
-        return ("int", expr.value, str(expr.dtype))
-    parts = [type(expr).__name__]
-    for name in expr.fields():
-        value = getattr(expr, name)
-        if isinstance(value, PrimExpr):
-            parts.append(expr_key(value))
-        elif isinstance(value, tuple):
-            parts.append(tuple(expr_key(v) if isinstance(v, PrimExpr) else v for v in value))
-        elif name != "dtype":
-            parts.append(id(value) if not isinstance(value, (int, str, float)) else value)
-    return tuple(parts)
+from ...ast import Cast, FloorDiv, FloorMod, IntImm, PrimExpr, Var, free_vars
+from ...ast.dtype import dtype as to_dtype
+from ...shape.bounds import Intervals
+from ...shape.canonical import Sum, to_sum
 
 
-@dataclass
-class Linear:
-    """sum(coeff * atom) + const over integer atoms."""
-
-    terms: dict[Any, tuple[PrimExpr, int]] = field(default_factory=dict)
-    const: int = 0
-
-    def add(self, other: "Linear", scale: int = 1) -> "Linear":
-        """self + scale * other."""
-        terms = dict(self.terms)
-        for key, (atom, coeff) in other.terms.items():
-            old = terms.get(key, (atom, 0))[1]
-            if old + scale * coeff == 0:
-                terms.pop(key, None)
-            else:
-                terms[key] = (atom, old + scale * coeff)
-        return Linear(terms, self.const + scale * other.const)
-
-    def scale(self, factor: int) -> "Linear":
-        """factor * self."""
-        if factor == 0:
-            return Linear()
-        return Linear({k: (a, c * factor) for k, (a, c) in self.terms.items()}, self.const * factor)
-
-    def is_const(self) -> bool:
-        """No terms: the form is its constant."""
-        return not self.terms
-
-    def minus(self, other: "Linear") -> "Linear":
-        """self - other."""
-        return self.add(other, -1)
-
-    def to_expr(self, dtype: str = "int32") -> PrimExpr:
-        """The form as an expression: terms in insertion order, then the constant."""
-        result: PrimExpr | None = None
-        for atom, coeff in self.terms.values():
-            term = atom if coeff == 1 else atom * coeff if coeff > 0 else None
-            if term is None:
-                term_abs = atom if coeff == -1 else atom * (-coeff)
-                result = (const(0, dtype) - term_abs) if result is None else result - term_abs
-                continue
-            result = term if result is None else result + term
-        if result is None:
-            return const(self.const, dtype)
-        if self.const > 0:
-            result = result + self.const
-        elif self.const < 0:
-            result = result - (-self.const)
-        return result
+def linear(expr: PrimExpr) -> Sum:
+    """expr as a linear form (shape's canonical sum); integer-to-integer casts are opened up."""
+    return to_sum(expr, _atom, expand=False)
 
 
-def linear(expr: PrimExpr) -> Linear:
-    """expr as a Linear form; non-linear parts become atoms."""
-    if isinstance(expr, IntImm):
-        return Linear(const=expr.value)
-    if isinstance(expr, Add):
-        return linear(expr.a).add(linear(expr.b))
-    if isinstance(expr, Sub):
-        return linear(expr.a).minus(linear(expr.b))
-    if isinstance(expr, Mul):
-        a, b = linear(expr.a), linear(expr.b)
-        if a.is_const():
-            return b.scale(a.const)
-        if b.is_const():
-            return a.scale(b.const)
+def _atom(expr: PrimExpr) -> Sum:
     if isinstance(expr, Cast) and expr.dtype.is_integer and expr.value.dtype.is_integer:
-        return linear(expr.value)
-    return Linear({expr_key(expr): (expr, 1)})
+        return to_sum(expr.value, _atom, expand=False)
+    return Sum.atom(expr)
 
 
 def int_bounds(expr: PrimExpr, ranges: Mapping[Var, tuple[int, int]]) -> tuple[int, int] | None:
-    """Constant [lo, hi] of expr when every var in it has a constant range; else None."""
-    if isinstance(expr, IntImm):
-        return (expr.value, expr.value)
-    if isinstance(expr, Var):
-        return ranges.get(expr)
-    if isinstance(expr, Cast):
-        return int_bounds(expr.value, ranges)
-    if isinstance(expr, (Add, Sub, Mul, Min, Max, FloorDiv, FloorMod)):
-        a, b = int_bounds(expr.a, ranges), int_bounds(expr.b, ranges)
-        if a is None or b is None:
-            return None
-        if isinstance(expr, Add):
-            return (a[0] + b[0], a[1] + b[1])
-        if isinstance(expr, Sub):
-            return (a[0] - b[1], a[1] - b[0])
-        if isinstance(expr, Mul):
-            corners = [x * y for x in a for y in b]
-            return (min(corners), max(corners))
-        if isinstance(expr, Min):
-            return (min(a[0], b[0]), min(a[1], b[1]))
-        if isinstance(expr, Max):
-            return (max(a[0], b[0]), max(a[1], b[1]))
-        if b[0] != b[1] or b[0] <= 0:
-            return None  # only division by a positive constant is bounded here
-        c = b[0]
-        if isinstance(expr, FloorDiv):
-            return (a[0] // c, a[1] // c)
-        if a[1] - a[0] + 1 >= c or a[0] // c != a[1] // c:
-            return (0, c - 1)
-        return (a[0] % c, a[1] % c)
-    return None
+    """Constant [lo, hi] of expr when the ranges of its vars determine one; else None."""
+    return Intervals(ranges.get, closed=True).of(expr)
 
 
 def relax(expr: PrimExpr, ranges: Mapping[Var, tuple[int, int]],
-          cover: bool = False) -> tuple[Linear, Linear] | None:
-    """[min, max] of expr as the vars in `ranges` vary, as Linear forms over the other vars.
+          cover: bool = False) -> tuple[Sum, Sum] | None:
+    """[min, max] of expr as the vars in `ranges` vary, as linear forms over the other vars.
 
     Exact for affine expressions.  A non-linear atom involving only relaxed vars is bounded by
     intervals; one involving none of them stays symbolic; a floor div or mod by a positive
@@ -151,13 +45,14 @@ def relax(expr: PrimExpr, ranges: Mapping[Var, tuple[int, int]],
     a region that only has to contain what is read, never for one that claims what is written).
     """
     form = linear(expr)
-    low, high = Linear(const=form.const), Linear(const=form.const)
+    low, high = Sum(form.dtype, form.const), Sum(form.dtype, form.const)
     relaxed = set(ranges)
-    for key, (atom, coeff) in form.terms.items():
+    for coeff, mono in form.items():
+        atom = mono[0][1]
         used = set(free_vars(atom))
         if not used & relaxed:
-            low = low.add(Linear({key: (atom, coeff)}))
-            high = high.add(Linear({key: (atom, coeff)}))
+            low.add_term(coeff, mono)
+            high.add_term(coeff, mono)
             continue
         if not used <= relaxed:
             bounds = _relax_division(atom, ranges, cover)
@@ -166,20 +61,20 @@ def relax(expr: PrimExpr, ranges: Mapping[Var, tuple[int, int]],
             lo_form, hi_form = bounds
             if coeff < 0:
                 lo_form, hi_form = hi_form, lo_form
-            low = low.add(lo_form, coeff)
-            high = high.add(hi_form, coeff)
+            low.add(lo_form, coeff)
+            high.add(hi_form, coeff)
             continue
         bounds = int_bounds(atom, ranges)
         if bounds is None:
             return None
         lo, hi = sorted((bounds[0] * coeff, bounds[1] * coeff))
-        low = low.add(Linear(const=lo))
-        high = high.add(Linear(const=hi))
+        low.const += lo
+        high.const += hi
     return low, high
 
 
 def _relax_division(atom: PrimExpr, ranges: Mapping[Var, tuple[int, int]],
-                    cover: bool) -> tuple[Linear, Linear] | None:
+                    cover: bool) -> tuple[Sum, Sum] | None:
     """Bounds of `x // c` or `x % c` where x = s + k0 + t: s a symbolic affine part (other vars),
     t the relaxed part, ranging over [0, d].
 
@@ -198,33 +93,44 @@ def _relax_division(atom: PrimExpr, ranges: Mapping[Var, tuple[int, int]],
     if d is None or d < 0:
         return None
     c = atom.b.value
-    symbolic = Linear(dict(xlo.terms))
+    dtype = atom.dtype
     k0 = xlo.const
-    g = 0
-    for _, coeff in symbolic.terms.values():
-        g = math.gcd(g, coeff)
+    g = xlo.coef_gcd()
+
+    def constant(value: int) -> Sum:
+        return Sum(dtype, value)
+
     if g % c == 0:  # includes no symbolic part at all (g = 0)
         if isinstance(atom, FloorDiv):
-            quotient = Linear({k: (a, coeff // c) for k, (a, coeff) in symbolic.terms.items()})
-            return quotient.add(Linear(const=k0 // c)), quotient.add(Linear(const=(k0 + d) // c))
+            quotient = Sum(dtype)
+            for coeff, mono in xlo.items():
+                quotient.add_term(coeff // c, mono)
+            return quotient.plus(constant(k0 // c)), quotient.plus(constant((k0 + d) // c))
         if d + 1 >= c:
-            return Linear(const=0), Linear(const=c - 1)
+            return constant(0), constant(c - 1)
         if k0 % c + d < c:
-            return Linear(const=k0 % c), Linear(const=k0 % c + d)
-        return (Linear(const=0), Linear(const=c - 1)) if cover else None
+            return constant(k0 % c), constant(k0 % c + d)
+        return (constant(0), constant(c - 1)) if cover else None
     if isinstance(atom, FloorMod):
-        return (Linear(const=0), Linear(const=c - 1)) if cover or d + 1 >= c else None
+        return (constant(0), constant(c - 1)) if cover or d + 1 >= c else None
     h = math.gcd(g, c)
     extents = {(r + k0 + d) // c - (r + k0) // c for r in range(0, c, h)}
     if len(extents) > 1 and not cover:
         return None
-    dtype = atom.a.dtype
-    start = FloorDiv(xlo.to_expr(str(dtype)), IntImm(c, dtype))
-    low = Linear({expr_key(start): (start, 1)})
-    return low, low.add(Linear(const=max(extents)))
+    start = Sum.atom(FloorDiv(form_expr(xlo, atom.a.dtype), IntImm(c, atom.a.dtype)))
+    return start, start.plus(constant(max(extents)))
 
 
-def constant_difference(a: Linear, b: Linear) -> int | None:
+def constant_difference(a: Sum, b: Sum) -> int | None:
     """a - b when it is a constant, else None."""
     diff = a.minus(b)
     return diff.const if diff.is_const() else None
+
+
+def form_expr(form: Sum, dtype) -> PrimExpr:
+    """A linear form as an expression of dtype (atoms of another integer type are cast to it)."""
+    dtype = to_dtype(dtype)
+    if form.dtype != dtype:
+        form = Sum(dtype).add(form)
+    result = form.to_expr(cast_atoms=True)
+    return result if result is not None else form.to_expr(wrap=True, cast_atoms=True)

@@ -9,7 +9,8 @@ from ...ast import (
 )
 from ...ast.stmt import true
 from ...errors import ScheduleError
-from .affine import Linear, constant_difference
+from ...shape.canonical import Sum
+from .affine import constant_difference, form_expr
 from .legality import (
     access_region, check_complete_or_reduction, check_not_output_block, check_not_viewed, const_int, prove_over_loops,
     recheck_concurrent_loops,
@@ -72,10 +73,10 @@ def _check_order_and_interference(func: PrimFunc, location: BlockLocation, loop_
                                 f"{loop_path[-1].loop_var.name} accesses the same buffers", ir=func, spot=other)
 
 
-def _union_regions(regions: list[list[tuple[Linear, Linear]] | None], primitive: str, what: str,
-                   func: PrimFunc) -> list[tuple[Linear, int]]:
+def _union_regions(regions: list[list[tuple[Sum, Sum]] | None], primitive: str, what: str,
+                   func: PrimFunc) -> list[tuple[Sum, int]]:
     """Per-dim (min, extent) of the union of regions; extents must be constants."""
-    result: list[tuple[Linear, Linear]] | None = None
+    result: list[tuple[Sum, Sum]] | None = None
     for region in regions:
         if region is None:
             raise ScheduleError(f"{primitive}: cannot bound the region of {what} (non-affine access, "
@@ -123,7 +124,7 @@ def _domain_end(iv) -> PrimExpr:
     return iv.dom.extent if const_int(iv.dom.min) == 0 else iv.dom.min + iv.dom.extent
 
 
-def _regenerate(func: PrimFunc, location: BlockLocation, ranges: dict[Var, tuple[Linear, int]],
+def _regenerate(func: PrimFunc, location: BlockLocation, ranges: dict[Var, tuple[Sum, int]],
                 outer_loops: Sequence[For], preserve_unit_loops: bool) -> Stmt:
     """A new loop nest running the block over ranges (full domain for iters not in ranges)."""
     block = location.block
@@ -133,7 +134,7 @@ def _regenerate(func: PrimFunc, location: BlockLocation, ranges: dict[Var, tuple
     for iv in block.iter_vars:
         if iv.var in ranges:
             lo_form, extent = ranges[iv.var]
-            low = lo_form.to_expr(iv.var.dtype)
+            low = form_expr(lo_form, iv.var.dtype)
             # The regenerated range may leave the iter var's domain (a stencil's halo, a partial
             # tile); keep a predicate for each side that cannot be proved to stay inside.
             end = _domain_end(iv)
@@ -251,7 +252,7 @@ def reverse_compute_at(func: PrimFunc, block: Block, loop: For,
         if {r.buffer for r in other.block.reads} & writes:
             raise ScheduleError(f"reverse_compute_at: block {other.block.name} under loop {loop.loop_var.name} reads "
                                 f"what block {block.name} writes", ir=func, spot=other)
-    ranges: dict[Var, tuple[Linear, int]] = {}
+    ranges: dict[Var, tuple[Sum, int]] = {}
     produced = {r.buffer for p in producers for r in p.writes}
     reduce_vars = {iv.var for iv in block.iter_vars if iv.kind == "reduce"}
     for buffer in produced:
@@ -316,7 +317,7 @@ def _check_each_update_runs_once(func: PrimFunc, block: Block, scope_loops: Sequ
 
     for iv, value in zip(block.iter_vars, realize.iter_values):
         if iv.var in split_reduce and any(not isinstance(atom, Var) or coeff < 0
-                                          for atom, coeff in linear(value).terms.values()):
+                                          for atom, coeff in linear(value).linear_terms()):
             raise refuse(f"its value {value} does not grow with the loops (the init must run first)")
 
 

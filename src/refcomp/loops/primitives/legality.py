@@ -181,7 +181,7 @@ def check_affine_binding(func: PrimFunc, realize: BlockRealize, primitive: str) 
 
 
 def _is_quasi_affine(expr: PrimExpr) -> bool:
-    for key, (atom, coeff) in linear(expr).terms.items():
+    for atom, _ in linear(expr).linear_terms():
         if isinstance(atom, Var):
             continue
         if isinstance(atom, (FloorDiv, FloorMod)) and isinstance(atom.b, IntImm) and atom.b.value > 0:
@@ -233,7 +233,7 @@ def check_complete_or_reduction(func: PrimFunc, realize: BlockRealize, primitive
 
 def _check_update_reads_its_writes(func: PrimFunc, realize: BlockRealize, primitive: str) -> None:
     """Each read of a buffer the block writes is one of its write regions (`C[vi, vj]` both ways)."""
-    from .affine import expr_key
+    from ...shape.keys import expr_key
 
     def key(region):
         return tuple((expr_key(r.min), expr_key(r.extent)) for r in region.region)
@@ -326,8 +326,8 @@ def check_disjoint_iterations(func: PrimFunc, loop: For, realize: BlockRealize, 
                 continue
             low, high = relaxed
             spread = constant_difference(high, low)
-            step = low.terms.get(("var", id(loop.loop_var)))
-            if spread is not None and step is not None and abs(step[1]) > spread:
+            step = low.coefficient(loop.loop_var)
+            if spread is not None and step and abs(step) > spread:
                 return
     verdict = _distinct_by_proof(func, loop, realize, spatial)
     if verdict is None:
@@ -430,7 +430,7 @@ def access_region(loop: For, realize: BlockRealize, region, cover: bool = False)
         if relaxed is None:
             return None
         low, high = relaxed
-        result.append((low, high.add(type(high)(const=extent - 1))))
+        result.append((low, high.shifted(extent - 1)))
         indices.append((index, extent))
     if not cover and any(_mixed_division(index, inner) for index, _ in indices):
         if not _fills_its_box(realize, inner_loops, indices, result):

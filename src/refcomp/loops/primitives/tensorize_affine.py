@@ -5,6 +5,11 @@ be resolved.  `normalize` brings an index expression to this form using what is 
 variable's range, so `(vk_o * 64 + vk) // 2` becomes `vk_o * 32 + vk // 2`, and `vj // 16` with
 `vj` in [0, 16) becomes 0.  Two indices are equal when their forms are; the difference of two
 forms tells a tile offset from an index that moves with the tile.
+
+The arithmetic is shape's canonical sum (`refcomp.shape.canonical.Sum`) with Vars and Atoms as its
+atoms; an `Affine` is that sum frozen, with its terms in a canonical order (Vars by name, then
+atoms), so equal forms have equal keys and print the same.  Bounds of a form come from shape's
+interval analysis in its closed reading (only what the known ranges determine).
 """
 from __future__ import annotations
 
@@ -13,6 +18,10 @@ from typing import Mapping
 
 from ...ast import Add, Cast, FloorDiv, FloorMod, IntImm, Mul, PrimExpr, Sub, Var, const
 from ...ast.dtype import DataType, dtype as to_dtype
+from ...shape.bounds import Intervals
+from ...shape.canonical import Sum
+
+_SUM_DTYPE = to_dtype("int64")  # the scratch sums never go back to IR themselves
 
 Bounds = Mapping[Var, tuple[int, int]]  # inclusive [lo, hi] of each bounded var
 
@@ -38,33 +47,35 @@ class Affine:
 
     @staticmethod
     def make(terms: dict, const_value: int) -> "Affine":
-        by_key: dict = {}
+        total = Sum(_SUM_DTYPE, const_value)
         for term, coef in terms.items():
-            k = _term_key(term)
-            if k in by_key:
-                by_key[k] = (by_key[k][0], by_key[k][1] + coef)
-            else:
-                by_key[k] = (term, coef)
-        items = sorted((v for v in by_key.values() if v[1] != 0), key=lambda tc: _order(tc[0]))
-        return Affine(tuple(items), const_value)
+            total.add_term(coef, ((_term_key(term), term, 1),))
+        return Affine.of_sum(total)
+
+    @staticmethod
+    def of_sum(total: Sum) -> "Affine":
+        """The frozen form of a linear sum whose atoms are Vars and Atoms."""
+        items = sorted(((mono[0][1], coef) for coef, mono in total.items()), key=lambda tc: _order(tc[0]))
+        return Affine(tuple(items), total.const)
+
+    def as_sum(self) -> Sum:
+        """The form as a (fresh, mutable) canonical sum."""
+        total = Sum(_SUM_DTYPE, self.const)
+        for term, coef in self.terms:
+            total.add_term(coef, ((_term_key(term), term, 1),))
+        return total
 
     def key(self) -> tuple:
         return (tuple((_term_key(t), c) for t, c in self.terms), self.const)
 
     def __add__(self, other: "Affine") -> "Affine":
-        terms = dict(self._term_dict())
-        for t, c in other.terms:
-            terms[t] = terms.get(t, 0) + c
-        return Affine.make(terms, self.const + other.const)
+        return Affine.of_sum(self.as_sum().add(other.as_sum()))
 
     def scale(self, factor: int) -> "Affine":
-        return Affine.make({t: c * factor for t, c in self.terms}, self.const * factor)
+        return Affine.of_sum(self.as_sum().scaled(factor))
 
     def __sub__(self, other: "Affine") -> "Affine":
-        return self + other.scale(-1)
-
-    def _term_dict(self) -> dict:
-        return {t: c for t, c in self.terms}
+        return Affine.of_sum(self.as_sum().add(other.as_sum(), -1))
 
     def vars(self) -> set[Var]:
         """Every Var appearing in the form, inside atoms too."""
@@ -81,14 +92,14 @@ class Affine:
 
     def coef(self, term) -> int:
         """The coefficient of a Var or Atom term (0 when absent)."""
-        key = _term_key(term)
-        return next((c for t, c in self.terms if _term_key(t) == key), 0)
+        return self.as_sum().linear_coef(_term_key(term)) or 0
 
     def bounds(self, known: Bounds) -> tuple[int, int] | None:
         """Inclusive [lo, hi] of the form, or None when a term is unbounded."""
         lo = hi = self.const
+        intervals = Intervals(known.get, closed=True)
         for term, coef in self.terms:
-            rng = _term_bounds(term, known)
+            rng = intervals.of(term if isinstance(term, Var) else term_expr(term, _SUM_DTYPE))
             if rng is None:
                 return None
             a, b = coef * rng[0], coef * rng[1]
@@ -142,17 +153,6 @@ def _order(term) -> tuple:
     return (1, str(term.key()))
 
 
-def _term_bounds(term, known: Bounds) -> tuple[int, int] | None:
-    if isinstance(term, Var):
-        return known.get(term)
-    if term.op == "mod":
-        return (0, term.divisor - 1)
-    inner = term.form.bounds(known)
-    if inner is None:
-        return None
-    return inner[0] // term.divisor, inner[1] // term.divisor
-
-
 def normalize(expr: PrimExpr, known: Bounds | None = None) -> Affine | None:
     """The affine form of an integer index expression, or None when it is not affine."""
     known = known or {}
@@ -188,16 +188,8 @@ def divmod_form(a: Affine, c: int, op: str, known: Bounds) -> Affine:
     """floordiv(a, c) or floormod(a, c) with the multiples of c taken out and ranges used."""
     if c == 1:
         return a if op == "div" else Affine((), 0)
-    whole: dict = {}
-    rest: dict = {}
-    for term, coef in a.terms:
-        if coef % c == 0:
-            whole[term] = coef // c
-        else:
-            rest[term] = coef
-    q, r = divmod(a.const, c)
-    remainder = Affine.make(rest, r)
-    quotient = Affine.make(whole, q)
+    quotient_sum, remainder_sum = a.as_sum().split_by_divisor(c)
+    remainder, quotient = Affine.of_sum(remainder_sum), Affine.of_sum(quotient_sum)
     rng = remainder.bounds(known)
     if rng is not None and rng[0] // c == rng[1] // c:
         # the remainder stays inside one multiple of c: the division is a constant

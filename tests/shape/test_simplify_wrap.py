@@ -5,8 +5,9 @@ from hypothesis import given, settings, strategies as st
 from refcomp.ast import (
     Add, Cast, FloatImm, FloorDiv, FloorMod, IntImm, Max, Min, Mul, Select, SizeVar, Sub, Var, const,
 )
-from refcomp.loops.passes.bounds import Bounds
-from refcomp.loops.passes.fold import ExprSimplifier, same_expr, simplify_expr
+from refcomp.shape.bounds import Bounds
+from refcomp.shape.keys import same_expr
+from refcomp.shape.simplify import Simplifier, simplify_expr
 from refcomp.shape import evaluate
 
 i, j, n = Var("i"), Var("j"), SizeVar("n")
@@ -16,7 +17,7 @@ def simplified_with(ranges, expr):
     bounds = Bounds()
     for var, interval in ranges.items():
         bounds.ranges[var] = interval
-    return ExprSimplifier(bounds).simplify(expr)
+    return Simplifier(wrap=True, bounds=bounds).simplify(expr)
 
 
 def test_split_index_recombines():
