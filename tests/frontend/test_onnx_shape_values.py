@@ -63,13 +63,15 @@ def test_slice_and_divide_of_a_shape(rng):
     np.testing.assert_array_equal(run(x), x.reshape(3, 4, 2))
 
 
-def test_a_symbolic_shape_used_as_float_data_is_named():
-    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Cast", ["s"], ["y"], to=TensorProto.FLOAT,
-                                                                       name="to_float")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-    with pytest.raises(refcomp.IRError, match=r"to_float \(Cast\): a symbolic shape value"):
-        from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+def test_a_symbolic_shape_used_as_float_data_becomes_a_tensor(rng):
+    # y = float(Shape(x)) * x[0]: the shape's entries are computed from the size vars at run time
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Cast", ["s"], ["f"], to=TensorProto.FLOAT, name="to_float"),
+             helper.make_node("Mul", ["f", "x"], ["y"])]
+    _, run = build(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1])], [])
+    for n in (1, 3, 6):
+        x = rng.standard_normal((n, 1)).astype("float32")
+        np.testing.assert_allclose(run(x), np.asarray([n, 1], np.float32) * x)
 
 
 def test_attention_body_over_dynamic_batch_and_sequence(rng):

@@ -18,6 +18,7 @@ coarsened to what its caller can name.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import Any, Callable, Iterator, Sequence
 
 from ..ast import expr as tir
@@ -389,7 +390,7 @@ def _attr_vars(value: Any) -> list[tir.Var]:
     found: list[tir.Var] = []
     if isinstance(value, tir.PrimExpr):
         return list(free_vars(value))
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else ()
     for item in items:
         for v in _attr_vars(item):
             if v not in found:

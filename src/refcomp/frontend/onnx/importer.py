@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import numpy as np
@@ -202,7 +203,7 @@ def _symbolic_attrs(value) -> bool:
 
     if isinstance(value, tir.PrimExpr):
         return bool(free_vars(value))
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return any(_symbolic_attrs(v) for v in value.values())
     if isinstance(value, (list, tuple)):
         return any(_symbolic_attrs(v) for v in value)
