@@ -143,14 +143,14 @@ def shape_to_tensor(values, scalar=False):
 
 
 def _shape_to_tensor_infer(call, ctx):
-    values = ctx.attr("values")
+    values = [as_dim(v) for v in ctx.attr("values")]
     if any(not v.dtype.is_integer for v in values):
         ctx.fail("values must be integer expressions", kind=IRError)
     return TensorStructInfo(() if ctx.attr("scalar", False) else (len(values),), to_dtype("int64"))
 
 
 def _shape_to_tensor_te(values, scalar=False):
-    entries = [v.astype("int64") if v.dtype != "int64" else v for v in values]
+    entries = [as_dim(v) for v in values]
     if scalar:
         return te().compute((), lambda: entries[0], name="shape_to_tensor")
 
