@@ -14,6 +14,9 @@ from ...errors import IRError, RefcompError, ShapeError
 from ...graph import BlockBuilder
 from ...graph.op.registry import get as get_op
 
+MAX_CONSTANT_ELEMENTS = 1 << 28  # a constant tensor larger than this is refused before it is allocated
+MAX_FOLD_ELEMENTS = 1 << 22  # a call on constants with a larger result is left to run time, not folded
+
 CONVERTERS: dict[str, Callable] = {}
 CONVERTER_DOMAINS: dict[str, str] = {}  # op type -> its domain, where that is not the default one
 SHAPE_AWARE: set[str] = set()  # op types whose converters take shape values (ShapeExpr, PrimValue) as they are
@@ -153,7 +156,8 @@ class Context:
         value = self.bb.normalize(call)
         name = getattr(value, "op_name", None)
         if name and all(isinstance(a, Constant) for a in value.args) and name not in ("call_tir", "call_dps_packed") \
-                and _static_result(value.struct_info) and not _symbolic_attrs(value.attrs):
+                and _static_result(value.struct_info) and not _symbolic_attrs(value.attrs) \
+                and _elements(value.struct_info) <= MAX_FOLD_ELEMENTS:
             info = get_op(name)
             result = info.evaluate([np.array(a.array) for a in value.args], value.attrs)
             if isinstance(result, tuple):
@@ -194,6 +198,33 @@ def _static_result(info) -> bool:
     if isinstance(info, TupleStructInfo):
         return all(_static_result(f) for f in info.fields)
     return True
+
+
+def _elements(info) -> int:
+    """The element count of a static tensor (or the largest tuple field)."""
+    from ...graph.shape_facts import const_value
+
+    if isinstance(info, TensorStructInfo):
+        return int(np.prod([const_value(d) for d in info.shape], dtype=object)) if info.shape else 1
+    if isinstance(info, TupleStructInfo):
+        return max((_elements(f) for f in info.fields), default=0)
+    return 0
+
+
+def tensor_array(proto, what: str) -> np.ndarray:
+    """The array of a TensorProto, refused (an ImportError_) when it claims more than
+    MAX_CONSTANT_ELEMENTS elements or its data does not match its dims."""
+    from onnx import numpy_helper
+
+    dims = [int(d) for d in proto.dims]
+    count = int(np.prod(dims, dtype=object)) if dims else 1
+    if any(d < 0 for d in dims) or count > MAX_CONSTANT_ELEMENTS:
+        raise ImportError_(f"onnx import: {what}: a constant of shape {tuple(dims)} ({count} elements) is larger "
+                           f"than the {MAX_CONSTANT_ELEMENTS} elements allowed")
+    try:
+        return np.asarray(numpy_helper.to_array(proto))
+    except Exception as exc:  # data that does not fill the dims, unknown element types, missing external files
+        raise ImportError_(f"onnx import: {what}: cannot read its data: {type(exc).__name__}: {exc}") from None
 
 
 def _symbolic_attrs(value) -> bool:
@@ -277,7 +308,7 @@ def from_onnx(model, shape_dict: dict | None = None, name: str = "main", const_i
     graph = model.graph
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     opset = opsets.get("", 13)
-    initializers = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    initializers = {t.name: tensor_array(t, f"initializer {t.name}") for t in graph.initializer}
     size_vars: dict[str, SizeVar] = {}
     params = []
     env: dict[str, Expr] = {}

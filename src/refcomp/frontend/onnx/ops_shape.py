@@ -8,7 +8,7 @@ from ...ast.graph import Constant, PrimValue, ShapeExpr
 from ...graph import op
 from ...graph.shape_facts import const_value
 from . import shape_values
-from .importer import converter
+from .importer import MAX_CONSTANT_ELEMENTS, MAX_FOLD_ELEMENTS, ImportError_, converter
 
 
 def _ints(ctx, value, what):
@@ -261,10 +261,13 @@ def _value_dims(ctx, x):
 
 @converter("Constant")
 def _constant(ctx, node, inputs, attrs):
-    from onnx import numpy_helper
+    from .importer import tensor_array
 
     if "value" in attrs:
-        return Constant(numpy_helper.to_array(attrs["value"]))
+        try:
+            return Constant(tensor_array(attrs["value"], "its value"))
+        except ImportError_ as exc:
+            ctx.fail(str(exc).split(": ", 2)[-1])
     for key, dtype in (("value_float", np.float32), ("value_int", np.int64)):
         if key in attrs:
             return Constant(np.asarray(attrs[key], dtype))
@@ -281,6 +284,12 @@ def _constant_of_shape(ctx, node, inputs, attrs):
     shape = _shape_operand(ctx, inputs[0], "the shape")
     value = numpy_helper.to_array(attrs["value"]).reshape(-1)[0] if "value" in attrs else np.float32(0)
     if all(isinstance(d, int) for d in shape):
+        if any(d < 0 for d in shape):
+            ctx.fail(f"the shape {tuple(shape)} has a negative dim")
+        count = int(np.prod(shape, dtype=object)) if shape else 1
+        _check_size(ctx, count, "ConstantOfShape")
+        if count > MAX_FOLD_ELEMENTS:
+            return ctx.emit(op.full(tuple(shape), float(value), str(np.asarray(value).dtype)))
         return Constant(np.full(shape, value, dtype=np.asarray(value).dtype))
     return ctx.emit(op.full(tuple(shape), float(value), str(np.asarray(value).dtype)))
 
@@ -299,6 +308,8 @@ def _range(ctx, node, inputs, attrs):
         ctx.fail("Range delta must not be 0")
     count = max(int(np.ceil((limit - start) / delta)), 0)  # the ONNX definition, not numpy's float rounding
     _check_size(ctx, count, "Range")
+    if count > MAX_FOLD_ELEMENTS:
+        return ctx.emit(op.arange(start.item(), limit.item(), delta.item(), str(start.dtype)))
     return Constant((start + np.arange(count, dtype=start.dtype) * delta).astype(start.dtype))
 
 
@@ -319,9 +330,6 @@ def _symbolic_range(ctx, inputs):
         if isinstance(value, Constant):
             dtype = str(np.asarray(value.array).dtype)
     return ctx.emit(op.arange(bounds[0], bounds[1], delta, dtype))
-
-
-MAX_CONSTANT_ELEMENTS = 1 << 28  # a folded constant larger than this is refused, not allocated
 
 
 def _check_size(ctx, count: int, what: str) -> None:
