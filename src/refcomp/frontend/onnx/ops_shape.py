@@ -232,9 +232,12 @@ def unify_broadcast(ctx, values):
     return out
 
 
-@converter("Tile")
+@converter("Tile", shape_values=True)
 def _tile(ctx, node, inputs, attrs):
-    return ctx.emit(op.tile(inputs[0], tuple(_ints(ctx, inputs[1], "repeats"))))
+    repeats = _shape_operand(ctx, inputs[1], "repeats")
+    if any(isinstance(r, int) and r < 0 for r in repeats):
+        ctx.fail(f"Tile repeats must not be negative, got {repeats}")
+    return ctx.emit(op.tile(ctx.tensor(inputs[0]), tuple(repeats)))
 
 
 @converter("Shape", shape_values=True)
@@ -341,24 +344,25 @@ def _check_size(ctx, count: int, what: str) -> None:
 def _eye_like(ctx, node, inputs, attrs):
     from .importer import _onnx_dtype
 
-    n, m = (const_value(d) for d in _dims(ctx, inputs[0]))
+    n, m = (const_value(d) if const_value(d) is not None else d for d in _dims(ctx, inputs[0]))
     dtype = _onnx_dtype(attrs["dtype"]) if "dtype" in attrs else ctx.info(inputs[0]).dtype.numpy()
     return ctx.emit(op.eye(n, m, attrs.get("k", 0), str(dtype)))
 
 
-@converter("Trilu")
+@converter("Trilu", shape_values=True)
 def _trilu(ctx, node, inputs, attrs):
-    x = inputs[0]
+    x = ctx.tensor(inputs[0])
     k = inputs[1] if len(inputs) > 1 and inputs[1] is not None else Constant(np.asarray(0, np.int64))
     upper = attrs.get("upper", 1)
     if isinstance(k, Constant):
         fn = op.triu if upper else op.tril
         return ctx.emit(fn(x, int(np.asarray(k.array).reshape(-1)[0])))
     # a run-time k: keep x where (column - row) is >= k (upper) or <= k (lower)
-    rows, cols = (const_value(d) for d in _dims(ctx, x)[-2:])
-    if rows is None or cols is None:
-        ctx.fail("Trilu with a run-time k needs static matrix dims")
-    offset = Constant(np.arange(cols, dtype=np.int64).reshape(1, -1) - np.arange(rows, dtype=np.int64).reshape(-1, 1))
+    k = ctx.tensor(k)
+    rows, cols = _dims(ctx, x)[-2:]
+    column = ctx.emit(op.reshape(op.arange(0, cols), (1, cols)))
+    row = ctx.emit(op.reshape(op.arange(0, rows), (rows, 1)))
+    offset = ctx.emit(op.subtract(column, row))
     k = ctx.emit(op.reshape(op.astype(k, "int64") if ctx.info(k).dtype != "int64" else k, ()))
     keep = ctx.emit(op.greater_equal(offset, k) if upper else op.less_equal(offset, k))
     zero = Constant(np.zeros((), ctx.info(x).dtype.numpy()))

@@ -501,7 +501,8 @@ register("broadcast_to", infer=_broadcast_to_infer,
 
 
 def tile(x, repeats):
-    """Repeat the whole tensor `repeats[k]` times along each dim (numpy.tile)."""
+    """Repeat the whole tensor `repeats[k]` times along each dim (numpy.tile); a count may be an
+    integer expression over size vars."""
     return make_call("tile", x, repeats=tuple(repeats))
 
 
@@ -509,7 +510,8 @@ def _tile_shape(shape, repeats):
     ndim = max(len(shape), len(repeats))
     shape = (as_dim(1),) * (ndim - len(shape)) + tuple(shape)
     reps = (1,) * (ndim - len(repeats)) + tuple(repeats)
-    return tuple(simplify(as_dim(d) * as_dim(r)) if r != 1 else as_dim(d) for d, r in zip(shape, reps)), shape
+    return tuple(simplify(as_dim(d) * as_dim(r)) if const_value(as_dim(r)) != 1 else as_dim(d)
+                 for d, r in zip(shape, reps)), shape
 
 
 def _tile_infer(call, ctx):
