@@ -136,7 +136,7 @@ register("arange", infer=_arange_infer, reference=_arange_np, legalize=_arange_t
 def shape_to_tensor(values, scalar=False):
     """The int64 tensor holding integer expressions over size vars: 1-d with one entry per value, or
     0-d for a single scalar.  A shape value (ShapeExpr, PrimValue) used as tensor data becomes this."""
-    values = tuple(as_dim(v) for v in values)
+    values = tuple(_bound(as_dim(v)) for v in values)
     if scalar and len(values) != 1:
         raise IRError(f"shape_to_tensor: a scalar takes exactly one value, got {len(values)}")
     return make_call("shape_to_tensor", values=values, scalar=bool(scalar))
