@@ -187,8 +187,9 @@ def _assume_dims(ctx, x, dims, out):
 
 
 def assume_dims(ctx, x, wanted):
-    """x with each symbolic dim that differs from the symbolic dim `wanted` there (not provably
-    equal) match_cast to it, so the run time checks they agree; x itself when nothing differs."""
+    """x with each symbolic dim that the prover shows can differ from the symbolic dim `wanted`
+    there match_cast to it, so the run time checks they agree; x itself when nothing differs.
+    Dims the prover cannot compare are left to the op's own rule (a run-time broadcast check)."""
     from ...ast.graph_struct_info import TensorStructInfo, as_dim
     from ...graph.shape_facts import decide_equal
 
@@ -196,7 +197,7 @@ def assume_dims(ctx, x, wanted):
     assumed, changed = [], False
     for d, t in zip(dims, wanted):
         if t is not None and const_value(as_dim(d)) is None and const_value(as_dim(t)) is None \
-                and not decide_equal(as_dim(d), as_dim(t)).proved:
+                and decide_equal(as_dim(d), as_dim(t)).disproved:
             assumed.append(t)
             changed = True
         else:
@@ -207,8 +208,8 @@ def assume_dims(ctx, x, wanted):
 
 
 def unify_broadcast(ctx, values):
-    """Operands of a broadcasting op whose symbolic dims on one axis are not provably equal, cast
-    (checked at run time) to the simplest of them: `seq` and `min(seq, 64)` become `seq`."""
+    """Operands of a broadcasting op whose symbolic dims on one axis can differ, cast (checked at
+    run time) to the simplest of them: `seq` and `min(seq, 64)` become `seq`."""
     from ...ast.graph_struct_info import as_dim
 
     tensors = [v for v in values if v is not None and ctx.info(v).shape is not None]
