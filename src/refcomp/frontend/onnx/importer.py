@@ -211,20 +211,27 @@ def _elements(info) -> int:
     return 0
 
 
-def tensor_array(proto, what: str) -> np.ndarray:
-    """The array of a TensorProto, refused (an ImportError_) when it claims more than
-    MAX_CONSTANT_ELEMENTS elements or its data does not match its dims."""
+def tensor_array(proto, fail: Callable[[str], None]) -> np.ndarray:
+    """The array of a TensorProto; `fail(message)` (which raises) when it claims more than
+    MAX_CONSTANT_ELEMENTS elements or its data cannot be read as its dims say."""
     from onnx import numpy_helper
 
     dims = [int(d) for d in proto.dims]
     count = int(np.prod(dims, dtype=object)) if dims else 1
     if any(d < 0 for d in dims) or count > MAX_CONSTANT_ELEMENTS:
-        raise ImportError_(f"onnx import: {what}: a constant of shape {tuple(dims)} ({count} elements) is larger "
-                           f"than the {MAX_CONSTANT_ELEMENTS} elements allowed")
+        fail(f"a constant of shape {tuple(dims)} ({count} elements) is larger than the "
+             f"{MAX_CONSTANT_ELEMENTS} elements allowed")
     try:
         return np.asarray(numpy_helper.to_array(proto))
     except Exception as exc:  # data that does not fill the dims, unknown element types, missing external files
-        raise ImportError_(f"onnx import: {what}: cannot read its data: {type(exc).__name__}: {exc}") from None
+        fail(f"cannot read its data: {type(exc).__name__}: {exc}")
+
+
+def _initializer_failure(name: str) -> Callable[[str], None]:
+    def fail(message: str) -> None:
+        raise ImportError_(f"onnx import: initializer {name}: {message}")
+
+    return fail
 
 
 def _symbolic_attrs(value) -> bool:
@@ -290,7 +297,6 @@ def from_onnx(model, shape_dict: dict | None = None, name: str = "main", const_i
     constants (needed where an input feeds a shape, axes or pads operand) and are not parameters.
     """
     import onnx
-    from onnx import numpy_helper
 
     if isinstance(model, (str, os.PathLike)):
         try:
@@ -308,7 +314,7 @@ def from_onnx(model, shape_dict: dict | None = None, name: str = "main", const_i
     graph = model.graph
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     opset = opsets.get("", 13)
-    initializers = {t.name: tensor_array(t, f"initializer {t.name}") for t in graph.initializer}
+    initializers = {t.name: tensor_array(t, _initializer_failure(t.name)) for t in graph.initializer}
     size_vars: dict[str, SizeVar] = {}
     params = []
     env: dict[str, Expr] = {}

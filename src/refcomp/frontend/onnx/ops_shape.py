@@ -8,7 +8,7 @@ from ...ast.graph import Constant, PrimValue, ShapeExpr
 from ...graph import op
 from ...graph.shape_facts import const_value
 from . import shape_values
-from .importer import MAX_CONSTANT_ELEMENTS, MAX_FOLD_ELEMENTS, ImportError_, converter
+from .importer import MAX_CONSTANT_ELEMENTS, MAX_FOLD_ELEMENTS, converter
 
 
 def _ints(ctx, value, what):
@@ -268,10 +268,7 @@ def _constant(ctx, node, inputs, attrs):
     from .importer import tensor_array
 
     if "value" in attrs:
-        try:
-            return Constant(tensor_array(attrs["value"], "its value"))
-        except ImportError_ as exc:
-            ctx.fail(str(exc).split(": ", 2)[-1])
+        return Constant(tensor_array(attrs["value"], ctx.fail))
     for key, dtype in (("value_float", np.float32), ("value_int", np.int64)):
         if key in attrs:
             return Constant(np.asarray(attrs[key], dtype))
