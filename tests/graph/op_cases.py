@@ -224,6 +224,8 @@ def _create_cases() -> list[Case]:
         Case("full_like", [Input(("n", "m"))], {"fill_value": 3.0}),
         Case("arange", [], {"start": 2, "stop": 11, "step": 3, "dtype": "int64"}),
         Case("arange", [], {"start": 0.5, "stop": 3.0, "step": 0.5, "dtype": "float32"}, id="arange_float"),
+        Case("shape_to_tensor", [], {"values": (3, 5, 2)}),
+        Case("shape_to_tensor", [], {"values": (7,), "scalar": True}, id="shape_to_tensor_scalar"),
         Case("eye", [], {"n": 3, "m": 4, "k": 1, "dtype": "float32"}),
         Case("tril", [Input(("b", "n", "m"))], {"k": 0}),
         Case("triu", [Input(("n", "m"))], {"k": 1}),

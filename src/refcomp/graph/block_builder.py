@@ -18,6 +18,7 @@ coarsened to what its caller can name.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import Any, Callable, Iterator, Sequence
 
 from ..ast import expr as tir
@@ -373,12 +374,28 @@ def call_te(bb: BlockBuilder, compute, *args: Expr, primfunc_name_hint: str = "t
             for v in free_vars(d):
                 if v not in bare:
                     extra.setdefault(v, None)
+    for v in _attr_vars(attrs):  # a symbolic attribute (arange's start) reaches the kernel as a scalar
+        if v not in bare:
+            extra.setdefault(v, None)
     func = te.create_prim_func(tensors + list(extra), name=primfunc_name_hint)
     gvar = bb.add_func(func, primfunc_name_hint)
     out_sinfo = [TensorStructInfo(tuple(t.shape), t.dtype) for t in outs]
     call = call_tir(gvar, list(args), out_sinfo if len(out_sinfo) > 1 else out_sinfo[0], tuple(extra) or None)
     info = out_sinfo[0] if len(out_sinfo) == 1 else TupleStructInfo(tuple(out_sinfo))
     return call.with_(struct_info=info)
+
+
+def _attr_vars(value: Any) -> list[tir.Var]:
+    """The size vars in the integer expressions of attribute values, in first-seen order."""
+    found: list[tir.Var] = []
+    if isinstance(value, tir.PrimExpr):
+        return list(free_vars(value))
+    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else ()
+    for item in items:
+        for v in _attr_vars(item):
+            if v not in found:
+                found.append(v)
+    return found
 
 
 def _c_name(name: str) -> str:

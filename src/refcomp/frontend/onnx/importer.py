@@ -2,28 +2,41 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import numpy as np
 
 from ...ast import SizeVar
-from ...ast.graph import Constant, Expr, Tuple, TupleGetItem, Var
+from ...ast.graph import Constant, Expr, PrimValue, ShapeExpr, Tuple, TupleGetItem, Var
 from ...ast.graph_struct_info import TensorStructInfo, TupleStructInfo
-from ...errors import IRError
+from ...errors import IRError, RefcompError, ShapeError
 from ...graph import BlockBuilder
 from ...graph.op.registry import get as get_op
 
+MAX_CONSTANT_ELEMENTS = 1 << 28  # a constant tensor larger than this is refused before it is allocated
+MAX_FOLD_ELEMENTS = 1 << 22  # a call on constants with a larger result is left to run time, not folded
+
 CONVERTERS: dict[str, Callable] = {}
 CONVERTER_DOMAINS: dict[str, str] = {}  # op type -> its domain, where that is not the default one
+SHAPE_AWARE: set[str] = set()  # op types whose converters take shape values (ShapeExpr, PrimValue) as they are
 
 
-def converter(*op_types: str, domain: str = ""):
-    """Register a converter fn(ctx, node, inputs, attrs) -> Expr | list[Expr] for ONNX op types."""
+def converter(*op_types: str, domain: str = "", shape_values: bool = False):
+    """Register a converter fn(ctx, node, inputs, attrs) -> Expr | list[Expr] for ONNX op types.
+
+    A converter registered with shape_values=True receives symbolic shape values unchanged and
+    computes on their entries where it can; every other converter receives them as int64 tensors.
+    """
     def add(fn):
         for t in op_types:
             CONVERTERS[t] = fn
             if domain:
                 CONVERTER_DOMAINS[t] = domain
+            if shape_values:
+                SHAPE_AWARE.add(t)
+            else:
+                SHAPE_AWARE.discard(t)
         return fn
 
     return add
@@ -38,6 +51,10 @@ class ImportError_(IRError):
     """An ONNX node that cannot be imported (unsupported op, attribute or input)."""
 
 
+class ImportShapeError(ImportError_, ShapeError):
+    """An ONNX node whose operand shapes contradict each other or a declared dim."""
+
+
 class Context:
     """What a converter may use: the builder, constant folding, and the node for error messages."""
 
@@ -49,12 +66,19 @@ class Context:
         self.env: dict | None = None  # the ONNX names in scope (subgraphs see the enclosing ones)
         self.expanding: list = []  # the nodes whose function bodies are being imported, outermost first
 
-    def fail(self, message: str) -> None:
+    def fail(self, message: str, kind: type | None = None) -> None:
         node = self.node
         where = f"node {node.name or '(unnamed)'} ({node.op_type})" if node is not None else "model"
         within = "".join(f" in the expansion of node {n.name or '(unnamed)'} ({n.op_type})"
                          for n in reversed(self.expanding))
-        raise ImportError_(f"onnx import: {where}{within}: {message}")
+        text = f"onnx import: {where}{within}: {message}"
+        raise (ImportShapeError if kind is not None and issubclass(kind, ShapeError) else ImportError_)(text)
+
+    def tensor(self, value: Expr) -> Expr:
+        """A shape value as the int64 tensor holding its entries (other values unchanged)."""
+        from . import shape_values
+
+        return shape_values.as_tensor(self, value)
 
     def import_nodes(self, nodes, env: dict) -> None:
         """Convert `nodes` in order, binding their outputs in env (ONNX name -> Expr)."""
@@ -74,9 +98,15 @@ class Context:
                     self.fail(f"input {i} is not defined")
             convert = CONVERTERS.get(node.op_type)
             if convert is not None and CONVERTER_DOMAINS.get(node.op_type, "") == domain:
+                if node.op_type not in SHAPE_AWARE:
+                    inputs = [self.tensor(v) if v is not None else None for v in inputs]
                 try:
                     result = convert(self, node, inputs, attributes(node))
-                except (ValueError, TypeError, KeyError, IndexError) as exc:
+                except ImportError_:
+                    raise
+                except RefcompError as exc:  # a shape rule refuted by the node's operands: name the node
+                    self.fail(f"{type(exc).__name__}: {exc}", kind=type(exc))
+                except (ValueError, TypeError, KeyError, IndexError, ArithmeticError) as exc:
                     # a malformed node (missing attribute, unsupported element type...): name it
                     self.fail(f"{type(exc).__name__}: {exc}")
                 self._bind(node, result, env)
@@ -117,13 +147,17 @@ class Context:
         """Normalize and bind a call; calls on constants are evaluated now (shape arithmetic)."""
         from ...ast.graph import Call
 
+        if isinstance(call, Call) and any(isinstance(a, (ShapeExpr, PrimValue)) for a in call.args) \
+                and getattr(call, "op_name", None) not in ("call_tir", "call_dps_packed"):
+            call = call.with_(args=tuple(self.tensor(a) for a in call.args))
         if isinstance(call, Call) and any(isinstance(a, Call) for a in call.args):
             # nested calls first, through emit, so constant sub-expressions fold too
             call = call.with_(args=tuple(self.emit(a) if isinstance(a, Call) else a for a in call.args))
         value = self.bb.normalize(call)
         name = getattr(value, "op_name", None)
         if name and all(isinstance(a, Constant) for a in value.args) and name not in ("call_tir", "call_dps_packed") \
-                and _static_result(value.struct_info):
+                and _static_result(value.struct_info) and not _symbolic_attrs(value.attrs) \
+                and _elements(value.struct_info) <= MAX_FOLD_ELEMENTS:
             info = get_op(name)
             result = info.evaluate([np.array(a.array) for a in value.args], value.attrs)
             if isinstance(result, tuple):
@@ -164,6 +198,54 @@ def _static_result(info) -> bool:
     if isinstance(info, TupleStructInfo):
         return all(_static_result(f) for f in info.fields)
     return True
+
+
+def _elements(info) -> int:
+    """The element count of a static tensor (or the largest tuple field)."""
+    from ...graph.shape_facts import const_value
+
+    if isinstance(info, TensorStructInfo):
+        return int(np.prod([const_value(d) for d in info.shape], dtype=object)) if info.shape else 1
+    if isinstance(info, TupleStructInfo):
+        return max((_elements(f) for f in info.fields), default=0)
+    return 0
+
+
+def tensor_array(proto, fail: Callable[[str], None]) -> np.ndarray:
+    """The array of a TensorProto; `fail(message)` (which raises) when it claims more than
+    MAX_CONSTANT_ELEMENTS elements or its data cannot be read as its dims say."""
+    from onnx import numpy_helper
+
+    dims = [int(d) for d in proto.dims]
+    count = int(np.prod(dims, dtype=object)) if dims else 1
+    if any(d < 0 for d in dims) or count > MAX_CONSTANT_ELEMENTS:
+        fail(f"a constant of shape {tuple(dims)} ({count} elements) is larger than the "
+             f"{MAX_CONSTANT_ELEMENTS} elements allowed")
+    try:
+        return np.asarray(numpy_helper.to_array(proto))
+    except Exception as exc:  # data that does not fill the dims, unknown element types, missing external files
+        fail(f"cannot read its data: {type(exc).__name__}: {exc}")
+
+
+def _initializer_failure(name: str) -> Callable[[str], None]:
+    def fail(message: str) -> None:
+        raise ImportError_(f"onnx import: initializer {name}: {message}")
+
+    return fail
+
+
+def _symbolic_attrs(value) -> bool:
+    """Whether an attribute value mentions a size var (an `arange` up to `seq` is not a constant)."""
+    from ...ast import expr as tir
+    from ...ast.functor import free_vars
+
+    if isinstance(value, tir.PrimExpr):
+        return bool(free_vars(value))
+    if isinstance(value, Mapping):
+        return any(_symbolic_attrs(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_symbolic_attrs(v) for v in value)
+    return False
 
 
 def _storage_dtype(dtype) -> np.dtype:
@@ -219,7 +301,6 @@ def from_onnx(model, shape_dict: dict | None = None, name: str = "main", const_i
     except ModuleNotFoundError as exc:
         raise ModuleNotFoundError("refcomp.frontend.onnx needs the onnx package: pip install 'refcomp[onnx]'",
                                   name="onnx") from exc
-    from onnx import numpy_helper
 
     if isinstance(model, (str, os.PathLike)):
         try:
@@ -237,7 +318,7 @@ def from_onnx(model, shape_dict: dict | None = None, name: str = "main", const_i
     graph = model.graph
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     opset = opsets.get("", 13)
-    initializers = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    initializers = {t.name: tensor_array(t, _initializer_failure(t.name)) for t in graph.initializer}
     size_vars: dict[str, SizeVar] = {}
     params = []
     env: dict[str, Expr] = {}

@@ -6,7 +6,8 @@ import numpy as np
 from ...ast.graph import Constant
 from ...graph import op
 from . import shape_values
-from .importer import converter
+from .importer import attributes, converter
+from .ops_shape import unify_broadcast
 
 UNARY = {
     "Abs": "abs", "Acos": "acos", "Acosh": "acosh", "Asin": "asin", "Asinh": "asinh", "Atan": "atan",
@@ -45,6 +46,7 @@ def _binary(ctx, node, inputs, attrs):
     if shape_values.is_symbolic(a) or shape_values.is_symbolic(b):
         return _shape_arithmetic(ctx, node, a, b)
     name = BINARY[node.op_type]
+    a, b = unify_broadcast(ctx, [a, b])
     if node.op_type == "Pow":
         ia = ctx.info(a)
         if not ia.dtype.is_float:
@@ -59,19 +61,24 @@ def _binary(ctx, node, inputs, attrs):
 
 
 def _shape_arithmetic(ctx, node, a, b):
-    result = shape_values.binary(node.op_type, a, b)
-    if result is None:
-        ctx.fail(f"{node.op_type} of a symbolic shape value needs integer shape operands")
-    return result
+    """The op on the entries of shape values where it can be done at import; else on int64 tensors."""
+    if node.op_type in shape_values.COMPARE:
+        result = shape_values.compare(node.op_type, a, b)
+    else:
+        result = shape_values.binary(node.op_type, a, b)
+    if result is not None:
+        return result
+    convert = {"Div": _div, "Mod": _mod}.get(node.op_type, _binary)
+    return convert(ctx, node, [ctx.tensor(a), ctx.tensor(b)], attributes(node))
 
 
 for _t in UNARY:
     converter(_t)(_unary)
 for _t in BINARY:
-    converter(_t)(_binary)
+    converter(_t, shape_values=True)(_binary)
 
 
-@converter("Div")
+@converter("Div", shape_values=True)
 def _div(ctx, node, inputs, attrs):
     if any(shape_values.is_symbolic(v) for v in inputs):
         return _shape_arithmetic(ctx, node, *inputs)
@@ -87,9 +94,9 @@ def _div(ctx, node, inputs, attrs):
     return ctx.emit(op.where(fix, op.add(q, Constant(np.ones((), dtype.numpy()))), q))
 
 
-@converter("Mod")
+@converter("Mod", shape_values=True)
 def _mod(ctx, node, inputs, attrs):
-    if any(shape_values.is_symbolic(v) for v in inputs):
+    if any(shape_values.is_symbolic(v) for v in inputs) and not attrs.get("fmod", 0):
         return _shape_arithmetic(ctx, node, *inputs)
     a, b = _same_dtype(ctx, *inputs)
     dtype = ctx.info(a).dtype
@@ -163,9 +170,14 @@ def _prelu(ctx, node, inputs, attrs):
     return ctx.emit(op.where(op.less(x, zero), op.multiply(x, slope), x))
 
 
-@converter("Where")
+@converter("Where", shape_values=True)
 def _where(ctx, node, inputs, attrs):
     c, a, b = inputs
+    if shape_values.is_symbolic(a) or shape_values.is_symbolic(b):
+        picked = shape_values.where(c, a, b)
+        if picked is not None:
+            return picked
+    c, a, b = unify_broadcast(ctx, [ctx.tensor(v) for v in (c, a, b)])
     a, b = _same_dtype(ctx, a, b)
     return ctx.emit(op.where(c, a, b))
 
@@ -188,8 +200,16 @@ def _clip(ctx, node, inputs, attrs):
     return result
 
 
-@converter("Max", "Min", "Sum", "Mean")
+@converter("Max", "Min", "Sum", "Mean", shape_values=True)
 def _variadic(ctx, node, inputs, attrs):
+    if any(shape_values.is_symbolic(v) for v in inputs) and node.op_type != "Mean":
+        result = inputs[0]
+        for other in inputs[1:]:
+            result = None if result is None else shape_values.binary(
+                {"Sum": "Add"}.get(node.op_type, node.op_type), result, other)
+        if result is not None:
+            return result
+    inputs = unify_broadcast(ctx, [ctx.tensor(v) for v in inputs])
     fn = {"Max": op.maximum, "Min": op.minimum, "Sum": op.add, "Mean": op.add}[node.op_type]
     result = inputs[0]
     for other in inputs[1:]:
@@ -203,15 +223,15 @@ def _variadic(ctx, node, inputs, attrs):
     return result
 
 
-@converter("Cast")
+@converter("Cast", shape_values=True)
 def _cast(ctx, node, inputs, attrs):
     from .importer import _onnx_dtype
 
     target = _onnx_dtype(attrs["to"])
     if shape_values.is_symbolic(inputs[0]):
-        if target.kind not in "iu":
-            ctx.fail("a symbolic shape value can only be cast to an integer type")
-        return inputs[0]
+        if target == np.int64:
+            return inputs[0]
+        inputs = [ctx.tensor(inputs[0])]
     if target.kind in "OUS" or target.itemsize == 0:
         ctx.fail(f"cast to {target} is not supported")
     return ctx.emit(op.astype(inputs[0], str(target)))
@@ -222,7 +242,12 @@ def _cast_like(ctx, node, inputs, attrs):
     return ctx.emit(op.astype(inputs[0], ctx.info(inputs[1]).dtype))
 
 
-@converter("Identity", "Dropout")
+@converter("Identity", shape_values=True)
+def _identity_value(ctx, node, inputs, attrs):
+    return inputs[0]
+
+
+@converter("Dropout")
 def _identity(ctx, node, inputs, attrs):
     if node.op_type == "Dropout":
         training = inputs[2] if len(inputs) > 2 else None

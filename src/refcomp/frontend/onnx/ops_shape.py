@@ -8,7 +8,7 @@ from ...ast.graph import Constant, PrimValue, ShapeExpr
 from ...graph import op
 from ...graph.shape_facts import const_value
 from . import shape_values
-from .importer import converter
+from .importer import MAX_CONSTANT_ELEMENTS, MAX_FOLD_ELEMENTS, converter
 
 
 def _ints(ctx, value, what):
@@ -34,10 +34,15 @@ def _dims(ctx, x):
     return list(ctx.static_shape(x))
 
 
-@converter("Reshape")
+@converter("Reshape", shape_values=True)
 def _reshape(ctx, node, inputs, attrs):
     x, shape = inputs
     target = _shape_operand(ctx, shape, "the target shape")
+    if shape_values.is_symbolic(x):
+        result = shape_values.reshape(x, target)
+        if result is not None:
+            return result
+        x = ctx.tensor(x)
     dims = _dims(ctx, x)
     allowzero = attrs.get("allowzero", 0)
     out = [dims[k] if (isinstance(t, int) and t == 0 and not allowzero) else t for k, t in enumerate(target)]
@@ -50,20 +55,20 @@ def _transpose(ctx, node, inputs, attrs):
     return ctx.emit(op.permute_dims(inputs[0], None if perm is None else tuple(perm)))
 
 
-@converter("Squeeze")
+@converter("Squeeze", shape_values=True)
 def _squeeze(ctx, node, inputs, attrs):
     axes = _axes(ctx, inputs, attrs)
-    if isinstance(inputs[0], ShapeExpr) and len(inputs[0].values) == 1:
+    if isinstance(inputs[0], ShapeExpr) and len(inputs[0].values) == 1 and axes in (None, [0], [-1]):
         return shape_values.make(list(inputs[0].values), True)
-    return ctx.emit(op.squeeze(inputs[0], None if axes is None else tuple(axes)))
+    return ctx.emit(op.squeeze(ctx.tensor(inputs[0]), None if axes is None else tuple(axes)))
 
 
-@converter("Unsqueeze")
+@converter("Unsqueeze", shape_values=True)
 def _unsqueeze(ctx, node, inputs, attrs):
     axes = tuple(_axes(ctx, inputs, attrs))
     if isinstance(inputs[0], PrimValue) and axes in ((0,), (-1,)):  # a symbolic scalar becomes a 1-entry shape
         return shape_values.make(shape_values.entries(inputs[0])[0], False)
-    return ctx.emit(op.expand_dims(inputs[0], axes))
+    return ctx.emit(op.expand_dims(ctx.tensor(inputs[0]), axes))
 
 
 @converter("Flatten")
@@ -78,15 +83,15 @@ def _flatten(ctx, node, inputs, attrs):
     return ctx.emit(op.reshape(x, (product(dims[:axis]), product(dims[axis:]))))
 
 
-@converter("Concat")
+@converter("Concat", shape_values=True)
 def _concat(ctx, node, inputs, attrs):
     parts = [i for i in inputs if i is not None]
     if any(shape_values.is_symbolic(p) for p in parts):
         joined = shape_values.concat(parts)
-        if joined is None:
-            ctx.fail("Concat of symbolic shape values needs 1-d integer operands")
-        return joined
-    return ctx.emit(op.concat(*[i for i in inputs if i is not None], axis=attrs["axis"]))
+        if joined is not None:
+            return joined
+        parts = [ctx.tensor(p) for p in parts]
+    return ctx.emit(op.concat(*parts, axis=attrs["axis"]))
 
 
 @converter("Split")
@@ -115,25 +120,32 @@ def _split(ctx, node, inputs, attrs):
     return result
 
 
-@converter("Slice")
+@converter("Slice", shape_values=True)
 def _slice(ctx, node, inputs, attrs):
     x = inputs[0]
     if isinstance(x, ShapeExpr):
-        return _slice_shape(ctx, x, inputs, attrs)
+        result = _slice_shape(ctx, x, inputs, attrs)
+        if result is not None:
+            return result
+    x = ctx.tensor(x)
     if ctx.opset < 10:
         starts, ends, axes = attrs["starts"], attrs["ends"], attrs.get("axes")
         steps = None
     else:
-        starts = _ints(ctx, inputs[1], "starts")
-        ends = _ints(ctx, inputs[2], "ends")
+        starts = _shape_operand(ctx, inputs[1], "starts")
+        ends = _shape_operand(ctx, inputs[2], "ends")
         axes = _ints(ctx, inputs[3], "axes") if len(inputs) > 3 and inputs[3] is not None else None
         steps = _ints(ctx, inputs[4], "steps") if len(inputs) > 4 and inputs[4] is not None else None
     ndim = ctx.info(x).ndim
     axes = list(range(len(starts))) if axes is None else [a % ndim for a in axes]
     steps = steps or [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        ctx.fail("starts, ends, axes and steps must have the same length")
     big = 2 ** 62
-    ends = [min(e, big) if e > 0 else max(e, -big) for e in ends]
-    starts = [max(min(s, big), -big) for s in starts]
+    ends = [(min(e, big) if e > 0 else max(e, -big)) if isinstance(e, int) else e for e in ends]
+    starts = [max(min(s, big), -big) if isinstance(s, int) else s for s in starts]
+    if any(not isinstance(v, int) for v in starts + ends) and any(s <= 0 for s in steps):
+        ctx.fail("a slice with symbolic starts or ends needs positive steps")
     return ctx.emit(op.strided_slice(x, axes, starts, ends, steps))
 
 
@@ -142,49 +154,121 @@ def _slice_shape(ctx, x, inputs, attrs):
         starts, ends = list(attrs["starts"]), list(attrs["ends"])
         steps = [1]
     else:
+        if not all(isinstance(v, Constant) for v in inputs[1:] if v is not None):
+            return None  # symbolic bounds: slice the entries as a tensor
         starts, ends = _ints(ctx, inputs[1], "starts"), _ints(ctx, inputs[2], "ends")
         steps = _ints(ctx, inputs[4], "steps") if len(inputs) > 4 and inputs[4] is not None else [1]
-    if len(starts) != 1:
+    if len(starts) != 1 or len(ends) != 1 or len(steps) != 1:
         ctx.fail("a symbolic shape value is 1-d: Slice takes one axis")
+    if steps[0] == 0:
+        ctx.fail("Slice steps must not be 0")
     return shape_values.slice_(x, starts[0], ends[0], steps[0])
 
 
-@converter("Expand")
+@converter("Expand", shape_values=True)
 def _expand(ctx, node, inputs, attrs):
     x, shape = inputs
     target = _shape_operand(ctx, shape, "the target shape")
+    x = ctx.tensor(x)
     dims = _dims(ctx, x)
     ndim = max(len(dims), len(target))
     dims = [1] * (ndim - len(dims)) + dims
     target = [1] * (ndim - len(target)) + target
     out = [d if (isinstance(t, int) and t == 1) else t for d, t in zip(dims, target)]
-    return ctx.emit(op.broadcast_to(x, tuple(out)))
+    return ctx.emit(op.broadcast_to(_assume_dims(ctx, x, dims, out), tuple(out)))
 
 
-@converter("Tile")
+def _assume_dims(ctx, x, dims, out):
+    """x, match_cast to the output dims where its own dim is symbolic, not 1, and not provably the
+    target (a sliced `min(seq, 64)` expanded to `seq`): the run time checks the two agree, as the
+    exporter assumed when it recorded the Expand."""
+    ndim = ctx.info(x).ndim
+    return assume_dims(ctx, x, out[len(out) - ndim:])
+
+
+def assume_dims(ctx, x, wanted):
+    """x with each symbolic dim that the prover shows can differ from the symbolic dim `wanted`
+    there match_cast to it, so the run time checks they agree; x itself when nothing differs.
+    Dims the prover cannot compare are left to the op's own rule (a run-time broadcast check)."""
+    from ...ast.graph_struct_info import TensorStructInfo, as_dim
+    from ...graph.shape_facts import decide_equal
+
+    dims = list(ctx.static_shape(x))
+    assumed, changed = [], False
+    for d, t in zip(dims, wanted):
+        if t is not None and const_value(as_dim(d)) is None and const_value(as_dim(t)) is None \
+                and decide_equal(as_dim(d), as_dim(t)).disproved:
+            assumed.append(t)
+            changed = True
+        else:
+            assumed.append(d)
+    if not changed:
+        return x
+    return ctx.bb.match_cast(x, TensorStructInfo(tuple(assumed), ctx.info(x).dtype))
+
+
+def unify_broadcast(ctx, values):
+    """Operands of a broadcasting op whose symbolic dims on one axis can differ, cast (checked at
+    run time) to the simplest of them: `seq` and `min(seq, 64)` become `seq`."""
+    from ...ast.graph_struct_info import as_dim
+
+    tensors = [v for v in values if v is not None and ctx.info(v).shape is not None]
+    if len(tensors) < 2:
+        return values
+    ndim = max(ctx.info(v).ndim for v in tensors)
+    chosen = [None] * ndim
+    for v in tensors:
+        shape = ctx.info(v).shape
+        for k, d in enumerate(shape):
+            axis = ndim - len(shape) + k
+            if const_value(as_dim(d)) is None and (chosen[axis] is None or len(str(d)) < len(str(chosen[axis]))):
+                chosen[axis] = d
+    out = []
+    for v in values:
+        if v is None or ctx.info(v).shape is None:
+            out.append(v)
+            continue
+        n = ctx.info(v).ndim
+        out.append(assume_dims(ctx, v, chosen[ndim - n:]))
+    return out
+
+
+@converter("Tile", shape_values=True)
 def _tile(ctx, node, inputs, attrs):
-    return ctx.emit(op.tile(inputs[0], tuple(_ints(ctx, inputs[1], "repeats"))))
+    repeats = _shape_operand(ctx, inputs[1], "repeats")
+    if any(isinstance(r, int) and r < 0 for r in repeats):
+        ctx.fail(f"Tile repeats must not be negative, got {repeats}")
+    return ctx.emit(op.tile(ctx.tensor(inputs[0]), tuple(repeats)))
 
 
-@converter("Shape")
+@converter("Shape", shape_values=True)
 def _shape(ctx, node, inputs, attrs):
     start, end = attrs.get("start", 0), attrs.get("end", None)
-    return shape_values.make(_dims(ctx, inputs[0])[start:end], False)
+    return shape_values.make(_value_dims(ctx, inputs[0])[start:end], False)
 
 
-@converter("Size")
+@converter("Size", shape_values=True)
 def _size(ctx, node, inputs, attrs):
     from ...graph.shape_facts import product
 
-    return shape_values.make([product(_dims(ctx, inputs[0]))], True)
+    return shape_values.make([product(_value_dims(ctx, inputs[0]))], True)
+
+
+def _value_dims(ctx, x):
+    """The dims of a tensor or of a shape value (a ShapeExpr of k entries is 1-d, a PrimValue 0-d)."""
+    if isinstance(x, ShapeExpr):
+        return [len(x.values)]
+    if isinstance(x, PrimValue):
+        return []
+    return _dims(ctx, x)
 
 
 @converter("Constant")
 def _constant(ctx, node, inputs, attrs):
-    from onnx import numpy_helper
+    from .importer import tensor_array
 
     if "value" in attrs:
-        return Constant(numpy_helper.to_array(attrs["value"]))
+        return Constant(tensor_array(attrs["value"], ctx.fail))
     for key, dtype in (("value_float", np.float32), ("value_int", np.int64)):
         if key in attrs:
             return Constant(np.asarray(attrs[key], dtype))
@@ -194,49 +278,89 @@ def _constant(ctx, node, inputs, attrs):
     ctx.fail("Constant without a supported value attribute")
 
 
-@converter("ConstantOfShape")
+@converter("ConstantOfShape", shape_values=True)
 def _constant_of_shape(ctx, node, inputs, attrs):
     from onnx import numpy_helper
 
     shape = _shape_operand(ctx, inputs[0], "the shape")
     value = numpy_helper.to_array(attrs["value"]).reshape(-1)[0] if "value" in attrs else np.float32(0)
     if all(isinstance(d, int) for d in shape):
+        if any(d < 0 for d in shape):
+            ctx.fail(f"the shape {tuple(shape)} has a negative dim")
+        count = int(np.prod(shape, dtype=object)) if shape else 1
+        _check_size(ctx, count, "ConstantOfShape")
+        if count > MAX_FOLD_ELEMENTS:
+            return ctx.emit(op.full(tuple(shape), float(value), str(np.asarray(value).dtype)))
         return Constant(np.full(shape, value, dtype=np.asarray(value).dtype))
     return ctx.emit(op.full(tuple(shape), float(value), str(np.asarray(value).dtype)))
 
 
-@converter("Range")
+@converter("Range", shape_values=True)
 def _range(ctx, node, inputs, attrs):
+    if len(inputs) != 3 or any(v is None for v in inputs):
+        ctx.fail("Range takes start, limit and delta")
+    if any(shape_values.is_symbolic(v) for v in inputs):
+        return _symbolic_range(ctx, inputs)
     start, limit, delta = (np.asarray(ctx.constant(v, "Range bounds")) for v in inputs)
     if start.size != 1 or limit.size != 1 or delta.size != 1:
         ctx.fail("Range bounds must be scalars")
     start, limit, delta = (v.reshape(()) for v in (start, limit, delta))
+    if delta == 0:
+        ctx.fail("Range delta must not be 0")
     count = max(int(np.ceil((limit - start) / delta)), 0)  # the ONNX definition, not numpy's float rounding
+    _check_size(ctx, count, "Range")
+    if count > MAX_FOLD_ELEMENTS:
+        return ctx.emit(op.arange(start.item(), limit.item(), delta.item(), str(start.dtype)))
     return Constant((start + np.arange(count, dtype=start.dtype) * delta).astype(start.dtype))
+
+
+def _symbolic_range(ctx, inputs):
+    """Range over integer bounds where start or limit is symbolic: an arange whose length is an
+    expression over the size vars (delta must be a nonzero constant)."""
+    bounds = []
+    for value, what in zip(inputs, ("start", "limit", "delta")):
+        got = shape_values.entries(value)
+        if got is None or len(got[0]) != 1:
+            ctx.fail(f"Range {what} must be an integer scalar")
+        bounds.append(got[0][0])
+    delta = const_value(bounds[2])
+    if delta is None or delta == 0:
+        ctx.fail("Range with a symbolic bound needs a nonzero constant delta")
+    dtype = "int64"
+    for value in inputs:
+        if isinstance(value, Constant):
+            dtype = str(np.asarray(value.array).dtype)
+    return ctx.emit(op.arange(bounds[0], bounds[1], delta, dtype))
+
+
+def _check_size(ctx, count: int, what: str) -> None:
+    if count > MAX_CONSTANT_ELEMENTS:
+        ctx.fail(f"{what} would make a constant of {count} elements (more than {MAX_CONSTANT_ELEMENTS})")
 
 
 @converter("EyeLike")
 def _eye_like(ctx, node, inputs, attrs):
     from .importer import _onnx_dtype
 
-    n, m = (const_value(d) for d in _dims(ctx, inputs[0]))
+    n, m = (const_value(d) if const_value(d) is not None else d for d in _dims(ctx, inputs[0]))
     dtype = _onnx_dtype(attrs["dtype"]) if "dtype" in attrs else ctx.info(inputs[0]).dtype.numpy()
     return ctx.emit(op.eye(n, m, attrs.get("k", 0), str(dtype)))
 
 
-@converter("Trilu")
+@converter("Trilu", shape_values=True)
 def _trilu(ctx, node, inputs, attrs):
-    x = inputs[0]
+    x = ctx.tensor(inputs[0])
     k = inputs[1] if len(inputs) > 1 and inputs[1] is not None else Constant(np.asarray(0, np.int64))
     upper = attrs.get("upper", 1)
     if isinstance(k, Constant):
         fn = op.triu if upper else op.tril
         return ctx.emit(fn(x, int(np.asarray(k.array).reshape(-1)[0])))
     # a run-time k: keep x where (column - row) is >= k (upper) or <= k (lower)
-    rows, cols = (const_value(d) for d in _dims(ctx, x)[-2:])
-    if rows is None or cols is None:
-        ctx.fail("Trilu with a run-time k needs static matrix dims")
-    offset = Constant(np.arange(cols, dtype=np.int64).reshape(1, -1) - np.arange(rows, dtype=np.int64).reshape(-1, 1))
+    k = ctx.tensor(k)
+    rows, cols = _dims(ctx, x)[-2:]
+    column = ctx.emit(op.reshape(op.arange(0, cols), (1, cols)))
+    row = ctx.emit(op.reshape(op.arange(0, rows), (rows, 1)))
+    offset = ctx.emit(op.subtract(column, row))
     k = ctx.emit(op.reshape(op.astype(k, "int64") if ctx.info(k).dtype != "int64" else k, ()))
     keep = ctx.emit(op.greater_equal(offset, k) if upper else op.less_equal(offset, k))
     zero = Constant(np.zeros((), ctx.info(x).dtype.numpy()))
@@ -257,14 +381,13 @@ def _cumprod(ctx, node, inputs, attrs):
                                reverse=bool(attrs.get("reverse", 0))))
 
 
-@converter("Gather")
+@converter("Gather", shape_values=True)
 def _gather(ctx, node, inputs, attrs):
     if shape_values.is_symbolic(inputs[0]):
-        picked = shape_values.gather(inputs[0], inputs[1]) if attrs.get("axis", 0) == 0 else None
-        if picked is None:
-            ctx.fail("Gather from a symbolic shape value needs constant indices along axis 0")
-        return picked
-    return ctx.emit(op.take(inputs[0], inputs[1], axis=attrs.get("axis", 0)))
+        picked = shape_values.gather(inputs[0], inputs[1]) if attrs.get("axis", 0) in (0, -1) else None
+        if picked is not None:
+            return picked
+    return ctx.emit(op.take(ctx.tensor(inputs[0]), ctx.tensor(inputs[1]), axis=attrs.get("axis", 0)))
 
 
 @converter("GatherElements")

@@ -2,10 +2,12 @@
 
 `Shape` of a tensor whose dims are size vars cannot be a Constant; it becomes a `ShapeExpr` (a
 1-d int64 value) and a scalar taken from it a `PrimValue`.  The integer ops exporters put between
-`Shape` and its consumers (Gather, Slice, Concat, (Un)Squeeze, Cast, Add/Sub/Mul/Div/Mod) are
-evaluated on the entries, so `Shape -> Gather -> Concat -> Reshape` with a dynamic batch size
-imports to a reshape whose target mentions the batch size var.  Int Constants take part as
-literal entries.  A symbolic shape value used as tensor data is rejected by name.
+`Shape` and its consumers (Gather, Slice, Concat, (Un)Squeeze, Reshape, Cast, Add/Sub/Mul/Div/Mod,
+Max/Min, comparisons and Where) are evaluated on the entries, so `Shape -> Gather -> Concat ->
+Reshape` with a dynamic batch size imports to a reshape whose target mentions the batch size var,
+and `Range(0, seq)` to an `arange` of length `seq`.  Int Constants take part as literal entries.
+A shape value used as tensor data (a float Cast, a comparison with a tensor) becomes an int64
+tensor computed from the size vars (`shape_to_tensor`).
 """
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ import numpy as np
 
 from ...ast import expr as tir
 from ...ast.graph import Constant, PrimValue, ShapeExpr
-from ...graph.shape_facts import const_value
-from ...graph.shape_facts import simplify
+from ...graph import op
+from ...graph.shape_facts import const_value, prove, simplify
 
 
 def is_symbolic(value) -> bool:
@@ -69,6 +71,11 @@ BINARY = {
     "Mul": lambda a, b: a * b,
     "Div": lambda a, b: tir.FloorDiv(a, b),  # dims are >= 0, where truncation and floor agree
     "Mod": lambda a, b: tir.FloorMod(a, b),
+    "Max": lambda a, b: tir.Max(a, b),
+    "Min": lambda a, b: tir.Min(a, b),
+}
+COMPARE = {
+    "Equal": tir.EQ, "Less": tir.LT, "LessOrEqual": tir.LE, "Greater": tir.GT, "GreaterOrEqual": tir.GE,
 }
 
 
@@ -77,14 +84,22 @@ def binary(op_type: str, a, b):
     ea, eb = entries(a), entries(b)
     if ea is None or eb is None or op_type not in BINARY:
         return None
-    (va, sa), (vb, sb) = ea, eb
-    if len(va) != len(vb) and not (sa or sb or len(va) == 1 or len(vb) == 1):
+    got = _broadcast(ea, eb)
+    if got is None:
         return None
-    n = max(len(va), len(vb))
-    va = va * n if len(va) == 1 else va
-    vb = vb * n if len(vb) == 1 else vb
+    va, vb, scalar = got
+    if op_type in ("Div", "Mod") and not all(_nonnegative(x) and _positive(y) for x, y in zip(va, vb)):
+        return None  # ONNX truncates toward zero; floor division agrees only on these signs
     fn = BINARY[op_type]
-    return make([fn(x, y) for x, y in zip(va, vb)], sa and sb)
+    return make([fn(x, y) for x, y in zip(va, vb)], scalar)
+
+
+def _nonnegative(e) -> bool:
+    return prove(tir.GE(e, tir.IntImm(0, "int64"))).proved
+
+
+def _positive(e) -> bool:
+    return prove(tir.GT(e, tir.IntImm(0, "int64"))).proved
 
 
 def gather(data, indices):
@@ -112,3 +127,77 @@ def slice_(value, start: int, end: int, step: int):
     if got is None or got[1]:
         return None
     return make(got[0][slice(start, end, step)], False)
+
+
+def as_tensor(ctx, value):
+    """A shape value as an int64 tensor (computed from the size vars at run time); others unchanged."""
+    if isinstance(value, ShapeExpr):
+        return ctx.emit(op.shape_to_tensor(value.values))
+    if isinstance(value, PrimValue):
+        if not value.value.dtype.is_integer:
+            ctx.fail(f"a symbolic scalar of type {value.value.dtype} cannot be used as tensor data")
+        return ctx.emit(op.shape_to_tensor([_i64(value.value)], scalar=True))
+    return value
+
+
+def _broadcast(ea, eb):
+    (va, sa), (vb, sb) = ea, eb
+    if len(va) != len(vb) and not (sa or sb or len(va) == 1 or len(vb) == 1):
+        return None
+    n = max(len(va), len(vb))
+    return (va * n if len(va) == 1 else va), (vb * n if len(vb) == 1 else vb), sa and sb
+
+
+def compare(op_type: str, a, b):
+    """A comparison of shape values decided for every value of the size vars: a bool Constant, or
+    None where some entry is not decided at import time (or an operand is not a shape value)."""
+    ea, eb = entries(a), entries(b)
+    if ea is None or eb is None or op_type not in COMPARE:
+        return None
+    got = _broadcast(ea, eb)
+    if got is None:
+        return None
+    va, vb, scalar = got
+    decided = []
+    for x, y in zip(va, vb):
+        cond = COMPARE[op_type](x, y)
+        if prove(cond).proved:
+            decided.append(True)
+        elif prove(tir.Not(cond)).proved:
+            decided.append(False)
+        else:
+            return None
+    array = np.asarray(decided, bool)
+    return Constant(array.reshape(()) if scalar else array)
+
+
+def where(cond, a, b):
+    """Where over shape values with a condition known at import time, or None."""
+    if not isinstance(cond, Constant) or np.asarray(cond.array).dtype != bool:
+        return None
+    ea, eb = entries(a), entries(b)
+    if ea is None or eb is None:
+        return None
+    picks = np.asarray(cond.array)
+    got = _broadcast(ea, eb)
+    if got is None or picks.ndim > 1:
+        return None
+    va, vb, scalar = got
+    n = max(len(va), picks.size)
+    if picks.size not in (1, n) or len(va) not in (1, n):
+        return None
+    va, vb, picks = va * (n // len(va)), vb * (n // len(vb)), np.broadcast_to(picks.reshape(-1), (n,))
+    return make([x if p else y for x, y, p in zip(va, vb, picks)], scalar and cond.array.ndim == 0)
+
+
+def reshape(value, target):
+    """A shape value reshaped to a 0-d or 1-d target (ints; one -1 allowed), or None."""
+    got = entries(value)
+    if got is None or len(target) > 1 or any(not isinstance(t, int) for t in target):
+        return None
+    values, _ = got
+    if not target:
+        return make(values, True) if len(values) == 1 else None
+    if target[0] not in (-1, 0, len(values)):
+        return None
+    return make(values, False)

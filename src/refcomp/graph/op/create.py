@@ -1,4 +1,4 @@
-"""Tensor creation: full/zeros/ones (and their _like forms), arange, eye, tril/triu."""
+"""Tensor creation: full/zeros/ones (and their _like forms), arange, shape_to_tensor, eye, tril/triu."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,6 +7,7 @@ from ...ast import expr as tir
 from ...ast.dtype import dtype as to_dtype
 from ...ast.graph_struct_info import TensorStructInfo, as_dim
 from ...errors import IRError
+from ..shape_facts import const_value, simplify
 from ._common import make_call, te
 from .registry import register
 
@@ -71,15 +72,34 @@ register("full_like", infer=_full_like_infer,
 
 
 def arange(start, stop=None, step=1, dtype="int64"):
-    """numpy.arange with constant bounds."""
+    """numpy.arange; start and stop may be integer expressions over size vars (step a nonzero constant)."""
     if stop is None:
         start, stop = 0, start
-    return make_call("arange", start=start, stop=stop, step=step, dtype=str(to_dtype(dtype)))
+    return make_call("arange", start=_bound(start), stop=_bound(stop), step=step, dtype=str(to_dtype(dtype)))
+
+
+def _bound(value):
+    """A bound as a Python number where it is one, else an int64 expression."""
+    if isinstance(value, tir.PrimExpr):
+        value = simplify(value.astype("int64") if value.dtype != "int64" else value)
+        known = const_value(value)
+        return value if known is None else known
+    return value
 
 
 def _arange_len(start, stop, step):
+    """The element count max(ceil((stop - start) / step), 0); an expression when a bound is symbolic."""
     import math
 
+    if isinstance(start, tir.PrimExpr) or isinstance(stop, tir.PrimExpr):
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise IRError(f"arange: a symbolic bound needs an integer step, got {step!r}")
+        if isinstance(start, float) or isinstance(stop, float):
+            raise IRError("arange: a symbolic bound needs integer bounds")
+        span = as_dim(stop) - as_dim(start) if step > 0 else as_dim(start) - as_dim(stop)
+        size = abs(step)
+        count = span if size == 1 else tir.FloorDiv(span + as_dim(size - 1), as_dim(size))
+        return simplify(tir.Max(count, as_dim(0)))
     return max(int(math.ceil((stop - start) / step)), 0)
 
 
@@ -87,23 +107,69 @@ def _arange_infer(call, ctx):
     start, stop, step = ctx.attr("start"), ctx.attr("stop"), ctx.attr("step", 1)
     if step == 0:
         ctx.fail("step must not be 0", kind=IRError)
-    return TensorStructInfo((_arange_len(start, stop, step),), to_dtype(ctx.attr("dtype")))
+    try:
+        length = _arange_len(start, stop, step)
+    except IRError as exc:
+        ctx.fail(str(exc), kind=IRError)
+    return TensorStructInfo((length,), to_dtype(ctx.attr("dtype")))
 
 
 def _arange_te(start, stop, step=1, dtype="int64"):
     t = to_dtype(dtype)
     n = _arange_len(start, stop, step)
     if t.is_float:
-        return te().compute((n,), lambda i: tir.const(float(start), t) + i.astype(t) * tir.const(float(step), t),
-                            name="arange")
-    return te().compute((n,), lambda i: (tir.const(int(start), "int64") + i.astype("int64")
-                                         * tir.const(int(step), "int64")).astype(t), name="arange")
+        first = as_dim(start).astype(t) if isinstance(start, tir.PrimExpr) else tir.const(float(start), t)
+        return te().compute((n,), lambda i: first + i.astype(t) * tir.const(float(step), t), name="arange")
+    first = as_dim(start) if isinstance(start, tir.PrimExpr) else tir.const(int(start), "int64")
+    return te().compute((n,), lambda i: (first + i.astype("int64") * tir.const(int(step), "int64")).astype(t),
+                        name="arange")
 
 
-register("arange", infer=_arange_infer,
-         reference=lambda start, stop, step=1, dtype="int64": (
-             start + np.arange(_arange_len(start, stop, step)) * step).astype(to_dtype(dtype).numpy()),
-         legalize=_arange_te, pattern="injective", doc="evenly spaced values")
+def _arange_np(start, stop, step=1, dtype="int64"):
+    return (start + np.arange(_arange_len(start, stop, step)) * step).astype(to_dtype(dtype).numpy())
+
+
+register("arange", infer=_arange_infer, reference=_arange_np, legalize=_arange_te, pattern="injective",
+         doc="evenly spaced values")
+
+
+def shape_to_tensor(values, scalar=False):
+    """The int64 tensor holding integer expressions over size vars: 1-d with one entry per value, or
+    0-d for a single scalar.  A shape value (ShapeExpr, PrimValue) used as tensor data becomes this."""
+    values = tuple(_bound(as_dim(v)) for v in values)
+    if scalar and len(values) != 1:
+        raise IRError(f"shape_to_tensor: a scalar takes exactly one value, got {len(values)}")
+    return make_call("shape_to_tensor", values=values, scalar=bool(scalar))
+
+
+def _shape_to_tensor_infer(call, ctx):
+    values = [as_dim(v) for v in ctx.attr("values")]
+    if any(not v.dtype.is_integer for v in values):
+        ctx.fail("values must be integer expressions", kind=IRError)
+    return TensorStructInfo(() if ctx.attr("scalar", False) else (len(values),), to_dtype("int64"))
+
+
+def _shape_to_tensor_te(values, scalar=False):
+    entries = [as_dim(v) for v in values]
+    if scalar:
+        return te().compute((), lambda: entries[0], name="shape_to_tensor")
+
+    def body(i):
+        result = entries[-1]
+        for k in range(len(entries) - 2, -1, -1):
+            result = tir.Select(tir.EQ(i.astype("int64"), tir.IntImm(k, "int64")), entries[k], result)
+        return result
+
+    return te().compute((len(entries),), body, name="shape_to_tensor")
+
+
+def _shape_to_tensor_np(values, scalar=False):
+    array = np.asarray([int(v) for v in values], np.int64)
+    return array.reshape(()) if scalar else array
+
+
+register("shape_to_tensor", infer=_shape_to_tensor_infer, reference=_shape_to_tensor_np,
+         legalize=_shape_to_tensor_te, pattern="injective", doc="symbolic integers as an int64 tensor")
 
 
 def eye(n, m=None, k=0, dtype="float32"):

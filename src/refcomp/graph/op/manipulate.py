@@ -366,23 +366,52 @@ register("split", infer=_split_infer, reference=_np_split, legalize=_split_te, p
 # ----------------------------------------------------------------------------- strided_slice
 
 def strided_slice(x, axes, begin, end, strides=None):
-    """x[begin:end:stride] on the given axes (numpy slice semantics; ends clamp)."""
+    """x[begin:end:stride] on the given axes (numpy slice semantics; ends clamp).  begin and end may
+    be integer expressions over size vars whose sign is provable (`seq`, `seq + 1`, `-seq`)."""
     strides = tuple(strides) if strides is not None else (1,) * len(axes)
-    return make_call("strided_slice", x, axes=tuple(axes), begin=tuple(begin), end=tuple(end), strides=strides)
+    return make_call("strided_slice", x, axes=tuple(axes), begin=tuple(_slice_bound(b) for b in begin),
+                     end=tuple(_slice_bound(e) for e in end), strides=strides)
+
+
+def _slice_bound(value):
+    """An int where the bound is one, else its int64 expression."""
+    if isinstance(value, tir.PrimExpr):
+        value = simplify(value.astype("int64") if value.dtype != "int64" else value)
+        known = const_value(value)
+        return value if known is None else known
+    return int(value)
+
+
+def _sign(value) -> int:
+    """1 where a slice bound is provably >= 0, -1 where provably < 0; an IRError otherwise."""
+    if isinstance(value, int):
+        return 1 if value >= 0 else -1
+    from ..shape_facts import prove
+
+    if prove(tir.GE(value, as_dim(0))).proved:
+        return 1
+    if prove(tir.LT(value, as_dim(0))).proved:
+        return -1
+    raise IRError(f"strided_slice: the sign of the bound {value} is not known at compile time")
 
 
 def _slice_dim(dim, b, e, s):
-    """(start, length) of slice(b, e, s) over a dim; symbolic dims need b >= 0 and s > 0."""
+    """(start, length) of slice(b, e, s) over a dim; symbolic dims or bounds need s > 0."""
     n = const_value(dim)
-    if n is not None:
+    symbolic = isinstance(b, tir.PrimExpr) or isinstance(e, tir.PrimExpr)
+    if n is not None and not symbolic:
         r = range(*slice(b, e if e < BIG else None, s).indices(n))
         return as_dim(r.start if len(r) else 0), as_dim(len(r))
     if s <= 0:
-        raise IRError(f"strided_slice: a negative stride needs a static dim, got {dim}")
-    start = as_dim(b) if b >= 0 else tir.Max(as_dim(dim) + as_dim(b), as_dim(0))
-    start = tir.Min(start, as_dim(dim)) if b >= 0 else start
-    stop = as_dim(dim) if e >= BIG else (tir.Min(as_dim(e), as_dim(dim)) if e >= 0 else
-                                         tir.Max(as_dim(dim) + as_dim(e), as_dim(0)))
+        raise IRError(f"strided_slice: a negative stride needs a static dim and bounds, got {dim}")
+    begin_sign, end_sign = _sign(b), _sign(e)
+    start = tir.Min(as_dim(b), as_dim(dim)) if begin_sign > 0 else tir.Max(as_dim(dim) + as_dim(b), as_dim(0))
+    if isinstance(e, int) and e >= BIG:
+        stop = as_dim(dim)
+    elif end_sign > 0:
+        stop = tir.Min(as_dim(e), as_dim(dim))
+    else:
+        stop = tir.Max(as_dim(dim) + as_dim(e), as_dim(0))
     length = tir.Max(tir.FloorDiv(stop - start + as_dim(s - 1), as_dim(s)), as_dim(0))
     return simplify(start), simplify(length)
 
@@ -426,7 +455,7 @@ def _np_slice(x, axes, begin, end, strides=None):
     strides = strides or (1,) * len(axes)
     index = [slice(None)] * x.ndim
     for a, b, e, s in zip(axes, begin, end, strides):
-        index[a] = slice(b, None if e >= BIG else e, s)
+        index[a] = slice(int(b), None if e >= BIG else int(e), s)
     return x[tuple(index)]
 
 
@@ -468,7 +497,8 @@ register("broadcast_to", infer=_broadcast_to_infer,
 
 
 def tile(x, repeats):
-    """Repeat the whole tensor `repeats[k]` times along each dim (numpy.tile)."""
+    """Repeat the whole tensor `repeats[k]` times along each dim (numpy.tile); a count may be an
+    integer expression over size vars."""
     return make_call("tile", x, repeats=tuple(repeats))
 
 
@@ -476,7 +506,8 @@ def _tile_shape(shape, repeats):
     ndim = max(len(shape), len(repeats))
     shape = (as_dim(1),) * (ndim - len(shape)) + tuple(shape)
     reps = (1,) * (ndim - len(repeats)) + tuple(repeats)
-    return tuple(simplify(as_dim(d) * as_dim(r)) if r != 1 else as_dim(d) for d, r in zip(shape, reps)), shape
+    return tuple(simplify(as_dim(d) * as_dim(r)) if const_value(as_dim(r)) != 1 else as_dim(d)
+                 for d, r in zip(shape, reps)), shape
 
 
 def _tile_infer(call, ctx):
