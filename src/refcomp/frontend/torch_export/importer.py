@@ -8,7 +8,7 @@ import numpy as np
 
 from ...ast import SizeVar
 from ...ast.graph import Constant, Expr, Tuple, TupleGetItem, Var
-from ...ast.graph_struct_info import TensorStructInfo, TupleStructInfo
+from ...ast.graph_struct_info import TensorStructInfo, TupleStructInfo, as_dim
 from ...errors import IRError
 from ...graph import BlockBuilder
 from . import symbolic
@@ -287,24 +287,37 @@ def _convert(ctx: Context, node, env):
         raise TorchImportError(f"torch.export import: node {node.name} ({key}): {exc}") from None
     except (ValueError, TypeError, KeyError, IndexError, NotImplementedError) as exc:
         ctx.fail(f"{type(exc).__name__}: {exc}")
-    _check_rank(ctx, node, result)
-    return result
+    return _check_result(ctx, node, result)
 
 
-def _check_rank(ctx, node, result) -> None:
-    """The converted value has torch's rank and dtype (a converter bug otherwise)."""
+def _check_result(ctx, node, result):
+    """The converted value has torch's rank and dtype (a converter bug otherwise); where its shape is
+    not visibly torch's (`min(s0, 64)` where torch knows `s0 <= 32`), it is cast to torch's shape,
+    checked at run time."""
     import torch
 
     val = node.meta.get("val")
     values = result if isinstance(result, (list, tuple)) else [result]
     metas = val if isinstance(val, (list, tuple)) else [val]
-    for value, meta in zip(values, metas):
+    out = []
+    for k, (value, meta) in enumerate(zip(values, metas)):
         if isinstance(meta, torch.Tensor) and isinstance(value, Expr):
             info = ctx.info(value)
             if info.shape is not None and len(info.shape) != meta.dim():
                 ctx.fail(f"internal error: converted to rank {len(info.shape)}, torch has {meta.dim()}")
             if str(info.dtype) != torch_dtype_name(meta.dtype):
                 ctx.fail(f"internal error: converted to dtype {info.dtype}, torch has {meta.dtype}")
+            expected = tuple(as_dim(d) for d in ctx.out_shape(k if isinstance(val, (list, tuple)) else None))
+            if info.shape is not None and not all(_same_dim(a, b) for a, b in zip(info.shape, expected)):
+                value = ctx.bb.match_cast(value, TensorStructInfo(expected, info.dtype))
+        out.append(value)
+    return out if isinstance(result, (list, tuple)) else out[0]
+
+
+def _same_dim(a, b) -> bool:
+    from ...graph.shape_facts import const_value, simplify
+
+    return const_value(simplify(as_dim(a) - as_dim(b))) == 0
 
 
 def _resolve(value, env):

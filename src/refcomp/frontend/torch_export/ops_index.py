@@ -12,7 +12,8 @@ def wrapped(ctx, indices, dim):
     idx = ctx.tensor(indices, "int64")
     from .symbolic import as_tensor
 
-    length = ctx.scalar(int(dim), "int64") if isinstance(ctx.dim(dim), int) else as_tensor(ctx, dim)
+    dim = ctx.dim(dim)
+    length = ctx.scalar(dim, "int64") if isinstance(dim, int) else as_tensor(ctx, dim)
     zero = ctx.scalar(0, "int64")
     return ctx.emit(op.where(op.less(idx, zero), op.add(idx, length), idx))
 

@@ -179,10 +179,12 @@ def _select(ctx, node, args, kwargs):
         n = const_value(shape[axis])
         index = n + index if n is not None else simplify(as_dim(shape[axis]) + index)
     if isinstance(index, int):
-        part = ctx.emit(op.strided_slice(x, [axis], [index], [index + 1], [1]))
+        picked = ctx.scalar(index, "int64")
     else:
-        part = slice_axis(ctx, x, axis, index, simplify(as_dim(index) + 1))
-    return ctx.emit(op.squeeze(part, [axis]))
+        from .symbolic import as_tensor
+
+        picked = as_tensor(ctx, index)
+    return ctx.emit(op.take(x, picked, axis=axis))
 
 
 @converter("aten.cat.default", "aten.concat.default", "aten.concatenate.default")
