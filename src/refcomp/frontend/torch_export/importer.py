@@ -273,6 +273,9 @@ def _convert(ctx: Context, node, env):
             ctx.fail("getitem of a value that is not a tuple")
         return values[index]
     fn = CONVERTERS.get(key)
+    in_place = fn is None and _functional_name(key) in CONVERTERS
+    if in_place:  # x.add_(y): the functional op, whose result then stands for x in later nodes
+        fn = CONVERTERS[_functional_name(key)]
     if key in DATA_DEPENDENT:
         ctx.fail(f"ATen op {key} has a data-dependent result shape, which refcomp does not support")
     if fn is None:
@@ -287,7 +290,21 @@ def _convert(ctx: Context, node, env):
         raise TorchImportError(f"torch.export import: node {node.name} ({key}): {exc}") from None
     except (ValueError, TypeError, KeyError, IndexError, NotImplementedError) as exc:
         ctx.fail(f"{type(exc).__name__}: {exc}")
-    return _check_result(ctx, node, result)
+    result = _check_result(ctx, node, result)
+    if in_place:
+        mutated = node.args[0]
+        if mutated.op == "placeholder":
+            ctx.fail("in-place updates of inputs, parameters or buffers are not supported")
+        env[mutated] = result
+    return result
+
+
+def _functional_name(key: str) -> str:
+    """aten.add_.Tensor -> aten.add.Tensor (the out-of-place form of an in-place overload)."""
+    parts = key.split(".")
+    if len(parts) == 3 and parts[1].endswith("_") and not parts[1].startswith("_"):
+        return f"{parts[0]}.{parts[1][:-1]}.{parts[2]}"
+    return key
 
 
 def _check_result(ctx, node, result):
