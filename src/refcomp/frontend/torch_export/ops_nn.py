@@ -60,7 +60,7 @@ def _addmm(ctx, node, args, kwargs):
     beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
     dtype = ctx.out_dtype()
     product = ctx.emit(op.matmul(a, b))
-    if "addbmm" in str(node.target):
+    if str(node.target) == "aten.addbmm.default":  # summed over the batch
         product = ctx.emit(op.sum(product, axis=[0], keepdims=False))
     if alpha != 1:
         product = ctx.emit(op.multiply(product, ctx.scalar(alpha, dtype)))

@@ -74,10 +74,12 @@ def _variance(sqrt):
     def convert(ctx, node, args, kwargs):
         x = args[0]
         dims = args[1] if len(args) > 1 else kwargs.get("dim")
-        correction = kwargs.get("correction", 1)
-        if "unbiased" in kwargs:
-            correction = 1 if kwargs["unbiased"] else 0
-        keepdim = bool(kwargs.get("keepdim", args[2] if len(args) > 2 and isinstance(args[2], bool) else False))
+        if str(node.target).endswith(".dim"):  # var.dim(x, dim, unbiased=True, keepdim=False)
+            correction = 1 if (args[2] if len(args) > 2 else kwargs.get("unbiased", True)) else 0
+            keepdim = bool(args[3] if len(args) > 3 else kwargs.get("keepdim", False))
+        else:  # var.correction(x, dim, *, correction=None, keepdim=False)
+            correction = kwargs.get("correction", 1)
+            keepdim = bool(kwargs.get("keepdim", False))
         axes = _axes(ctx, x, dims)
         shape = ctx.shape(x)
         count = 1
