@@ -280,15 +280,15 @@ def _convert(ctx: Context, node, env):
         ctx.fail(f"ATen op {key} has a data-dependent result shape, which refcomp does not support")
     if fn is None:
         ctx.fail(f"ATen op {key} is not supported by the importer")
-    args = _resolve(node.args, env)
-    kwargs = {k: _resolve(v, env) for k, v in node.kwargs.items()}
+    args = _resolve(ctx, node.args, env)
+    kwargs = {k: _resolve(ctx, v, env) for k, v in node.kwargs.items()}
     try:
         result = fn(ctx, node, args, kwargs)
     except TorchImportError:
         raise
     except IRError as exc:
         raise TorchImportError(f"torch.export import: node {node.name} ({key}): {exc}") from None
-    except (ValueError, TypeError, KeyError, IndexError, NotImplementedError) as exc:
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, NotImplementedError) as exc:
         ctx.fail(f"{type(exc).__name__}: {exc}")
     result = _check_result(ctx, node, result)
     if in_place:
@@ -337,10 +337,13 @@ def _same_dim(a, b) -> bool:
     return const_value(simplify(as_dim(a) - as_dim(b))) == 0
 
 
-def _resolve(value, env):
+def _resolve(ctx, value, env):
     if isinstance(value, (list, tuple)):
-        return type(value)(_resolve(v, env) for v in value)
+        return type(value)(_resolve(ctx, v, env) for v in value)
     if hasattr(value, "op") and hasattr(value, "target"):  # an fx Node
+        if env.get(value) is None:
+            ctx.fail(f"uses {value.name}, a result the importer does not compute "
+                     "(pooling indices or normalization statistics)")
         return env[value]
     return value
 

@@ -178,8 +178,11 @@ def _floor_divide(ctx, node, args, kwargs):
 def _remainder(ctx, node, args, kwargs):
     dtype = ctx.out_dtype()
     a, b = ctx.tensor(args[0], dtype), ctx.tensor(args[1], dtype)
-    if np.dtype(dtype).kind == "f":  # a - floor(a / b) * b, torch's float remainder
-        return ctx.emit(op.subtract(a, op.multiply(op.floor(op.divide(a, b)), b)))
+    if np.dtype(dtype).kind == "f":  # torch's float remainder: fmod, moved into b's sign
+        r = ctx.emit(op.fmod(a, b))
+        zero = ctx.scalar(0, dtype)
+        fix = ctx.emit(op.logical_and(op.not_equal(r, zero), op.not_equal(op.less(r, zero), op.less(b, zero))))
+        return ctx.emit(op.where(fix, op.add(r, b), r))
     return ctx.emit(op.floor_mod(a, b))
 
 
