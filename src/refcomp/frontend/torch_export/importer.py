@@ -183,9 +183,8 @@ def from_exported_program(ep, name: str = "main", decompose: bool = False):
     decompose=True first runs `ep.run_decompositions()` (the core ATen opset).
     """
     try:
-        import torch
         from torch.export import ExportedProgram
-        from torch.export.graph_signature import InputKind, OutputKind
+        from torch.export.graph_signature import OutputKind
     except ImportError:  # pragma: no cover - torch is an optional dependency
         raise TorchImportError("torch.export import needs torch (pip install 'refcomp[torch]')") from None
 
@@ -196,31 +195,14 @@ def from_exported_program(ep, name: str = "main", decompose: bool = False):
         fail(f"expected a torch.export.ExportedProgram, got {type(ep).__name__}")
     if decompose:
         ep = ep.run_decompositions()
-    signature = ep.graph_signature
     size_vars: dict[str, SizeVar] = {}
-    lower, upper = symbolic.ranges(ep.range_constraints)
-    state = dict(ep.state_dict)
-    state.update(getattr(ep, "constants", {}) or {})
     env: dict[Any, Any] = {}
-    params: list[Var] = []
-    for spec, node in zip(signature.input_specs, [n for n in ep.graph.nodes if n.op == "placeholder"]):
-        if spec.kind == InputKind.USER_INPUT:
-            var = _user_input(node, size_vars, fail)
-            params.append(var)
-            env[node] = var
-        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
-            if spec.target not in state:
-                fail(f"input {node.name}: {spec.kind.name.lower()} {spec.target} has no value in the program")
-            value = state[spec.target]
-            if not isinstance(value, torch.Tensor):
-                fail(f"input {node.name}: constant {spec.target} is a {type(value).__name__}, not a tensor")
-            env[node] = _constant(value, f"input {node.name}", fail)
-        else:
-            fail(f"input {node.name}: inputs of kind {spec.kind.name} are not supported")
-    for spec in signature.output_specs:
+    params = _bind_inputs(ep, env, size_vars, fail)
+    for spec in ep.graph_signature.output_specs:
         if spec.kind != OutputKind.USER_OUTPUT:
             fail(f"output {spec.arg}: {spec.kind.name} outputs (in-place updates of buffers or inputs) "
                  "are not supported; export the model in eval mode without mutation")
+    lower, upper = symbolic.ranges(ep.range_constraints)
     attrs = {}
     names = {v.name for v in size_vars.values()}
     if upper:
@@ -245,6 +227,32 @@ def from_exported_program(ep, name: str = "main", decompose: bool = False):
             results = [bb.emit_output(v) for v in outputs]
         bb.emit_func_output(results[0] if len(results) == 1 else Tuple(tuple(results)))
     return bb.get()
+
+
+def _bind_inputs(ep, env: dict, size_vars: dict, fail) -> list[Var]:
+    """Bind each placeholder: user inputs become parameters, weights and buffers constants."""
+    import torch
+    from torch.export.graph_signature import InputKind
+
+    state = dict(ep.state_dict)
+    state.update(getattr(ep, "constants", {}) or {})
+    params: list[Var] = []
+    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
+    for spec, node in zip(ep.graph_signature.input_specs, placeholders):
+        if spec.kind == InputKind.USER_INPUT:
+            var = _user_input(node, size_vars, fail)
+            params.append(var)
+            env[node] = var
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            if spec.target not in state:
+                fail(f"input {node.name}: {spec.kind.name.lower()} {spec.target} has no value in the program")
+            value = state[spec.target]
+            if not isinstance(value, torch.Tensor):
+                fail(f"input {node.name}: constant {spec.target} is a {type(value).__name__}, not a tensor")
+            env[node] = _constant(value, f"input {node.name}", fail)
+        else:
+            fail(f"input {node.name}: inputs of kind {spec.kind.name} are not supported")
+    return params
 
 
 def _output(ctx, env, arg) -> Expr:

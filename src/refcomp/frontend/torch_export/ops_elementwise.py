@@ -68,14 +68,6 @@ def _bitwise_not(ctx, node, args, kwargs):
 
 # ----------------------------------------------------------------------------- arithmetic
 
-def _python_kind(value):
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, float):
-        return "float"
-    return "int"
-
-
 def promoted(ctx, a, b) -> str:
     """torch's result dtype of a binary op on a and b (tensors, numbers or size expressions)."""
     import torch

@@ -10,7 +10,6 @@ from ...ast.graph_struct_info import as_dim
 from ...graph import op
 from ...graph.shape_facts import const_value
 from .importer import converter
-from .ops_shape import axis_of
 
 
 def _get(args, kwargs, k, name, default=None):
