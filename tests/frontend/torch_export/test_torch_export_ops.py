@@ -220,12 +220,64 @@ CASES += [
     case("aten.pixel_shuffle.default", lambda x: F.pixel_shuffle(x, 2), IMG),
     case("aten.upsample_nearest2d.vec", lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), IMG),
 ]
+aten = torch.ops.aten
+# Overloads models and decompositions emit, called directly
+CASES += [
+    case("aten._softmax.default", lambda x: aten._softmax(x, 1, False)),
+    case("aten._log_softmax.default", lambda x: aten._log_softmax(x, 0, False)),
+    case("aten.native_layer_norm.default", lambda x, w, c: aten.native_layer_norm(x, [4], w, c, 1e-5)[0], *A, f(4),
+         f(4)),
+    case("aten._native_batch_norm_legit_no_training.default",
+         lambda x, w, c, m, v: aten._native_batch_norm_legit_no_training(x, w, c, m, v, 0.1, 1e-5)[0], IMG, f(4), f(4),
+         f(4), pos(4)),
+    case("aten.native_group_norm.default", lambda x, w, c: aten.native_group_norm(x, w, c, 2, 4, 36, 2, 1e-5)[0],
+         IMG, f(4), f(4)),
+    case("aten.convolution.default",
+         lambda x, w: aten.convolution(x, w, None, [1, 2], [1, 0], [1, 1], False, [0, 0], 1), IMG, f(3, 4, 3, 3)),
+    case("aten.conv2d.padding", lambda x, w: F.conv2d(x, w, padding="same"), IMG, f(3, 4, 3, 3)),
+    case("aten.upsample_bilinear2d.vec", lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), IMG),
+    case("aten.adaptive_max_pool2d.default", lambda x: F.adaptive_max_pool2d(x, 3), IMG),
+    case("aten.max_pool2d_with_indices.default", lambda x: aten.max_pool2d_with_indices(x, [2, 2], [2, 2])[0], IMG),
+    case("aten.instance_norm.default", lambda x, w, c: F.instance_norm(x, weight=w, bias=c), IMG, f(4), f(4)),
+    case("aten.scatter.value", lambda x, i: x.scatter(1, i, 2.5), X, ("perm", (3, 4))),
+    case("aten.scatter_reduce.two", lambda x, i, s: x.scatter_reduce(1, i, s, "amax"), X, i64(3, 5, hi=4), f(3, 5)),
+    case("aten.take_along_dim.default", lambda x, i: torch.take_along_dim(x, i, 1), X, i64(3, 2, hi=4)),
+    case("aten.var_mean.dim", lambda x: sum(torch.var_mean(x, 1))),
+    case("aten.var_mean.correction", lambda x: sum(aten.var_mean.correction(x, [0], correction=0, keepdim=True))),
+    case("aten.std.dim", lambda x: aten.std.dim(x, [1], True, True)),
+    case("aten.addbmm.default", torch.addbmm, f(3, 5), *A, f(2, 4, 5)),
+    case("aten.addmv.default", torch.addmv, f(3), X, f(4)),
+    case("aten.masked_fill.Tensor", lambda x, m, v: x.masked_fill(m, v), X, b(3, 4), f()),
+    case("aten.where.ScalarSelf", lambda x: aten.where.ScalarSelf(x > 0, 0.5, x)),
+    case("aten.rsub.Tensor", lambda x, y: torch.rsub(x, y, alpha=2), X, X),
+    case("aten.div.Scalar_mode", lambda x: aten.div.Scalar_mode(x, 3, rounding_mode="trunc"),
+         i64(3, 4, lo=-9, hi=9)),
+    case("aten.reflection_pad2d.default", lambda x: aten.reflection_pad2d(x, [1, 2, 2, 1]), IMG),
+    case("aten.replication_pad2d.default", lambda x: aten.replication_pad2d(x, [1, 2, 2, 1]), IMG),
+    case("aten.eye.m", lambda x: x + torch.eye(3, 4)),
+    case("aten.lerp.Tensor", torch.lerp, X, X, unit(3, 4)),
+    case("aten.clamp_min.Tensor", lambda x, y: aten.clamp_min.Tensor(x, y), X, f(4)),
+    case("aten.clamp_max.Tensor", lambda x, y: aten.clamp_max.Tensor(x, y), X, f(4)),
+    case("aten.add.Scalar", lambda x: aten.add.Scalar(x, 2, alpha=3), i64(3, 4)),
+    case("aten.mul.Scalar", lambda x: aten.mul.Scalar(x, 1.5)),
+    case("aten.sub.Scalar", lambda x: aten.sub.Scalar(x, 1.5)),
+    case("aten.div.Scalar", lambda x: aten.div.Scalar(x, 3), i64(3, 4)),
+    case("aten.true_divide.Tensor", torch.true_divide, i64(3, 4), i64(4, lo=1)),
+    case("aten.__xor__.Tensor", operator.xor, b(3, 4), b(3, 4)),
+    case("aten.bitwise_and.Scalar", lambda x: torch.bitwise_and(x, 6), i64(3, 4, hi=64)),
+    case("aten.any.dims", lambda x: aten.any.dims(x > 1, [0, 1])),
+    case("aten.all.dims", lambda x: aten.all.dims(x > -1, [1], True)),
+    case("aten.norm.ScalarOpt_dim", lambda x: aten.norm.ScalarOpt_dim(x, 1, [1])),
+    case("aten.vdot.default", torch.vdot, f(4), f(4)),
+    case("aten.numpy_T.default", lambda x: x.T * 2, *A),
+    case("aten.view_as.default", lambda x, y: x.view_as(y), X, f(2, 6)),
+]
 
 
 def _data(spec, rng):
     kind, shape = spec[0], spec[1]
     if kind == "f":
-        return torch.from_numpy(rng.standard_normal(shape).astype("float32"))
+        return torch.from_numpy(np.asarray(rng.standard_normal(shape), "float32"))
     if kind == "p":
         return torch.from_numpy(rng.uniform(0.2, 2.0, shape).astype("float32"))
     if kind == "p1":

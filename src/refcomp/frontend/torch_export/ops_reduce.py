@@ -70,27 +70,30 @@ converter("aten.any.dim", "aten.any.dims", "aten.any.default")(_bool_reduce(True
 converter("aten.all.dim", "aten.all.dims", "aten.all.default")(_bool_reduce(False))
 
 
+def _correction_keepdim(node, args, kwargs):
+    """(correction, keepdim) of var/std/var_mean: the .dim overloads take unbiased and keepdim by
+    position, the .correction ones by keyword (correction None meaning 1)."""
+    if str(node.target).endswith(".dim"):
+        unbiased = args[2] if len(args) > 2 else kwargs.get("unbiased", True)
+        return (1 if unbiased else 0), bool(args[3] if len(args) > 3 else kwargs.get("keepdim", False))
+    correction = kwargs.get("correction")
+    return (1 if correction is None else correction), bool(kwargs.get("keepdim", False))
+
+
 def _variance(sqrt):
     def convert(ctx, node, args, kwargs):
         x = args[0]
         dims = args[1] if len(args) > 1 else kwargs.get("dim")
-        if str(node.target).endswith(".dim"):  # var.dim(x, dim, unbiased=True, keepdim=False)
-            correction = 1 if (args[2] if len(args) > 2 else kwargs.get("unbiased", True)) else 0
-            keepdim = bool(args[3] if len(args) > 3 else kwargs.get("keepdim", False))
-        else:  # var.correction(x, dim, *, correction=None, keepdim=False)
-            correction = kwargs.get("correction", 1)
-            keepdim = bool(kwargs.get("keepdim", False))
+        correction, keepdim = _correction_keepdim(node, args, kwargs)
         axes = _axes(ctx, x, dims)
-        shape = ctx.shape(x)
-        count = 1
-        for a in (axes if axes is not None else range(len(shape))):
-            n = const_value(as_dim(shape[a]))
-            if n is None:
-                ctx.fail("a corrected variance over a symbolic dim is not supported")
-            count *= n
-        correction = 0 if correction is None else correction
         var = ctx.emit(op.variance(x, axis=axes, keepdims=keepdim))
-        if correction:
+        if correction:  # the population variance scaled by n / (n - correction)
+            shape, count = ctx.shape(x), 1
+            for a in (axes if axes is not None else range(len(shape))):
+                n = const_value(as_dim(shape[a]))
+                if n is None:
+                    ctx.fail("a corrected variance over a symbolic dim is not supported")
+                count *= n
             var = ctx.emit(op.multiply(var, ctx.scalar(count / max(count - correction, 0) if count > correction
                                                        else np.inf, ctx.dtype(x))))
         return ctx.emit(op.sqrt(var)) if sqrt else var
@@ -101,11 +104,13 @@ converter("aten.var.correction", "aten.var.dim")(_variance(False))
 converter("aten.std.correction", "aten.std.dim")(_variance(True))
 
 
-@converter("aten.var_mean.correction")
+@converter("aten.var_mean.correction", "aten.var_mean.dim")
 def _var_mean(ctx, node, args, kwargs):
+    x = args[0]
+    dims = args[1] if len(args) > 1 else kwargs.get("dim")
     var = _variance(False)(ctx, node, args, kwargs)
-    mean = _reduce("mean", float_result=True)(ctx, node, [args[0], args[1] if len(args) > 1 else kwargs.get("dim"),
-                                                         kwargs.get("keepdim", False)], {})
+    keepdim = _correction_keepdim(node, args, kwargs)[1]
+    mean = ctx.emit(op.mean(x, axis=_axes(ctx, x, dims), keepdims=keepdim))
     return [var, mean]
 
 
