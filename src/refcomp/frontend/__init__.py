@@ -9,4 +9,11 @@ def from_onnx(model, shape_dict=None, name: str = "main", const_inputs=None):
     return _from_onnx(model, shape_dict, name, const_inputs)
 
 
-__all__ = ["from_onnx"]
+def from_exported_program(ep, name: str = "main", decompose: bool = False):
+    """Import a torch.export ExportedProgram; see refcomp.frontend.torch_export.from_exported_program."""
+    from .torch_export import from_exported_program as _from_exported_program
+
+    return _from_exported_program(ep, name, decompose)
+
+
+__all__ = ["from_exported_program", "from_onnx"]
