@@ -1,7 +1,9 @@
-"""Loading and calling compiled kernels: Library (cffi), argument checks."""
+"""Loading and calling compiled kernels: one loader base (LoadedKernel) for C and CUDA, argument checks."""
+from .cuda_library import CudaLibrary
 from .library import Library
+from .loader import LoadedKernel
 
-__all__ = ["Library"]
+__all__ = ["CudaLibrary", "Library", "LoadedKernel"]
 
 
 def __getattr__(name):
