@@ -141,10 +141,10 @@ def test_both_builds_reject_bad_bounds_alike(bounds):
         refcomp.graph.build(_scale_graph(), bounds=bounds)
 
 
-def test_both_builds_prove_by_default():
+def test_both_builds_share_one_default():
     import inspect
 
-    assert DEFAULT_BOUNDS == "prove"
+    assert DEFAULT_BOUNDS == "runtime"
     assert inspect.signature(refcomp.build).parameters["bounds"].default == DEFAULT_BOUNDS
     assert inspect.signature(refcomp.graph.build).parameters["bounds"].default == DEFAULT_BOUNDS
 
@@ -153,10 +153,29 @@ def test_graph_build_proves_its_kernels(monkeypatch):
     import refcomp.driver as driver
 
     proved = []
-    original = driver.verify_in_bounds
-    monkeypatch.setattr(driver, "verify_in_bounds", lambda f: proved.append(f.name) or original(f))
+    original = driver.insert_runtime_guards
+    monkeypatch.setattr(driver, "insert_runtime_guards", lambda f: proved.append(f.name) or original(f))
     ex = refcomp.graph.build(_scale_graph())
     assert proved and set(proved) == set(ex.kernels)
+
+
+def test_default_bounds_guard_what_cannot_be_proved(rng):
+    """An index read from a buffer cannot be proved: "prove" refuses it, the default guards it."""
+    n = te.var("n")
+    A = te.placeholder((n,), "float32", "A")
+    idx = te.placeholder((n,), "int32", "idx")
+    B = te.compute((n,), lambda i: A[idx[i]], name="B")
+    func = te.create_prim_func([A, idx, B])
+    with pytest.raises(refcomp.ShapeError, match="may be out of bounds"):
+        refcomp.build(func, bounds="prove")
+    lib = refcomp.build(func)
+    a = rng.standard_normal(6).astype("float32")
+    perm = rng.permutation(6).astype("int32")
+    b = np.full_like(a, np.nan)
+    lib(a, perm, b)
+    np.testing.assert_array_equal(b, a[perm])
+    with pytest.raises(refcomp.RuntimeFailure):
+        lib(a, perm + 6, b)
 
 
 def test_importing_refcomp_leaves_the_environment_alone():

@@ -10,7 +10,7 @@ plan_memory, then lower_to_vm and kernel compilation.  The target vocabulary is 
 (spec/targets.md): a "c" target, with any of its options, compiles each PrimFunc with refcomp.build
 for that target; "interpret" runs kernels in the reference interpreter (slow; for testing).  The
 graph's kernels get CPU schedules, so "cuda" is not a graph target.  bounds has refcomp.build's
-modes and default ("prove").
+modes and default ("runtime": proved, or checked at run time).
 """
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def build(mod: IRModule | Function, target: str | Target = "c", *, fuse: bool = 
     blas: send float32 matmul/dense/linear to numpy's OpenBLAS sgemm (default: when target is "c"
     and the library is found), except the linears refcomp's own GEMM runs faster with their
     epilogue in the tile (dispatch_blas mode "auto"); "always" sends all of them.  bounds is
-    refcomp.build's (each kernel is built with it): "prove" (the default), "runtime" or "off".
+    refcomp.build's (each kernel is built with it): "runtime" (the default), "prove" or "off".
     """
     if isinstance(mod, Function):
         mod = IRModule({"main": mod})
