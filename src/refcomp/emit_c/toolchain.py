@@ -1,8 +1,9 @@
 """What "c" targets mean for gcc, the gcc invocation and the content-hashed build cache.
 
 The grammar of target strings is refcomp.target's (spec/targets.md).  Here: `"c"` is gcc -O3
--march=native with OpenMP, GCC vector types and libmvec; `"c -std=c99"` is strict portable C99 (no OpenMP, no vector extensions or intrinsics) built with
-`-std=c99 -pedantic -Wall -Wextra -Werror`.  Options: `-sanitize` (AddressSanitizer + UBSan),
+-march=native with OpenMP, GCC vector types and libmvec; `"c -std=c99"` is strict portable C99
+(no OpenMP, no vector extensions or intrinsics) built with `-std=c99 -pedantic -Wall -Wextra
+-Werror`.  Options: `-sanitize` (AddressSanitizer + UBSan),
 `-O0`..`-O3`/`-Os`, `-g`, `-Werror` (warnings as errors in the native target too), `-no-openmp`.
 
 The cache (`$REFCOMP_CACHE_DIR`, default `~/.cache/refcomp`) keys a shared object by the source,

@@ -11,8 +11,8 @@ The CUDA emitter and the CPU simulation both start from the prepared form:
 4. place each on-chip buffer at the innermost statement holding all its accesses and shrink it,
    dimension by dimension, to the tile it uses there (`compact.compact_on_chip_buffers`);
 5. the rest of the lowering pipeline (flatten, simplify, vectorize);
-6. (after_lowering hooks) combine single-thread reduction loops with warp shuffles where the block is one warp
-   (`warp_reduce.use_warp_reductions`);
+6. (after_lowering hooks) combine single-thread reduction loops with warp shuffles where the
+   block is one warp (`warp_reduce.use_warp_reductions`);
 7. insert the barriers each kernel needs (`barriers.plan_barriers`).
 """
 from __future__ import annotations

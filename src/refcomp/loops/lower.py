@@ -66,7 +66,6 @@ PIPELINE: tuple[tuple[str, Pass], ...] = (
 )
 
 
-
 @dataclass(frozen=True)
 class LoweringHooks:
     """A target's extra lowering passes, each run at one declared point of PIPELINE."""
