@@ -7,6 +7,7 @@ reference interpreter.  spec/targets.md is the normative description of targets 
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -22,6 +23,9 @@ from .shape import insert_runtime_guards, verify_in_bounds
 from .target import Target, parse_target
 
 BOUNDS_MODES = ("prove", "runtime", "off")
+# Z3's Python API is not thread-safe: graph.build compiles kernels from several threads, so the
+# proofs of one process run one at a time (lowering, emission and gcc still overlap).
+_PROOF_LOCK = threading.Lock()
 # Both builds prove every access; what cannot be proved (an index read from a buffer, an edge case
 # of a generated kernel) is checked at run time rather than trusted or refused (spec/targets.md).
 DEFAULT_BOUNDS = "runtime"
@@ -82,12 +86,13 @@ def check_bounds_mode(bounds: str, what: str = "build") -> str:
 def apply_bounds(func: PrimFunc, bounds: str) -> PrimFunc:
     """func after the bounds policy: proved in bounds ("prove"), guarded ("runtime") or as is ("off")."""
     check_bounds_mode(bounds)
-    if bounds == "prove":
-        verify_in_bounds(func)
+    if bounds == "off":
         return func
-    if bounds == "runtime":
+    with _PROOF_LOCK:
+        if bounds == "prove":
+            verify_in_bounds(func)
+            return func
         return insert_runtime_guards(func)
-    return func
 
 
 def _single_prim_func(func: PrimFunc | IRModule) -> PrimFunc:
