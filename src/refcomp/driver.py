@@ -1,39 +1,101 @@
-"""refcomp.build: check bounds, lower, emit C, compile (cached) and load a kernel."""
+"""refcomp.build: parse the target, apply the bounds policy, lower with the target's hooks, emit,
+compile (cached) and load a kernel.
+
+Each target kind (refcomp.target.KINDS) has one `Backend` here: the lowering hooks it adds, its
+emitter, its toolchain and its loader.  "interpret" has none of these: the kernel runs in the
+reference interpreter.  spec/targets.md is the normative description of targets and bounds modes.
+"""
 from __future__ import annotations
 
-import importlib
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
 
-from .ast import stmt as S
 from .ast.function import IRModule, PrimFunc
-from .ast.functor import collect
-from .emit_c import compile_shared, emit, parse_target, size_vars_of
+from .emit_c import c_options, compile_shared, emit, size_vars_of
+from .emit_cuda import CUDA_LOWERING, compile_cuda, emit_cuda
 from .errors import BuildError
-from .runtime.library import Library
+from .loops.lower import NO_HOOKS, LoweringHooks, lower
+from .runtime import CudaLibrary, Library, LoadedKernel
+from .runtime.interpreted import InterpretedKernel
+from .shape import insert_runtime_guards, verify_in_bounds
+from .target import Target, parse_target
 
 BOUNDS_MODES = ("prove", "runtime", "off")
+# Z3's Python API is not thread-safe: graph.build compiles kernels from several threads, so the
+# proofs of one process run one at a time (lowering, emission and gcc still overlap).
+_PROOF_LOCK = threading.Lock()
+# Both builds prove every access; what cannot be proved (an index read from a buffer, an edge case
+# of a generated kernel) is checked at run time rather than trusted or refused (spec/targets.md).
+DEFAULT_BOUNDS = "runtime"
 
 
-def _optional(module: str, name: str):
-    """A function from another part of refcomp, or None when that part is not installed yet."""
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return None
+@dataclass(frozen=True)
+class Backend:
+    """How one target kind builds a kernel: lowering hooks, emitter, toolchain, loader."""
+
+    hooks: LoweringHooks
+    emit: Callable[[PrimFunc, Target, list], Any]  # (lowered, target, size vars) -> module
+    compile: Callable[[str, Target, str], Path]  # (source, target, name) -> shared object
+    load: Callable[..., LoadedKernel]  # (module, path, func, lowered, target) -> kernel
 
 
-def _needs_lowering(func: PrimFunc) -> bool:
-    if collect(func.body, S.Block) or collect(func.body, S.BlockRealize):
-        return True
-    return any(len(b.shape) != 1 for b in func.buffers)
+BACKENDS: dict[str, Backend] = {
+    "c": Backend(NO_HOOKS, lambda f, t, sizes: emit(f, c_options(t).emit_options(), size_vars=sizes),
+                 compile_shared, Library),
+    "cuda": Backend(CUDA_LOWERING, lambda f, t, sizes: emit_cuda(f, sizes), compile_cuda, CudaLibrary),
+}
 
 
-def build(func: PrimFunc | IRModule, target: str = "c", bounds: str = "prove") -> Library:
-    """Compile a PrimFunc to a callable Library: `lib(a, b, c)` runs it in place on numpy arrays.
+def build(func: PrimFunc | IRModule, target: str | Target = "c", bounds: str = DEFAULT_BOUNDS):
+    """Compile a PrimFunc to a callable kernel: `lib(a, b, c)` runs it in place on numpy arrays.
 
-    bounds="prove" proves every buffer access in bounds first (ShapeError otherwise);
-    "runtime" inserts checks that make the kernel fail with a RuntimeFailure instead;
-    "off" trusts the program.
+    target is a target string or Target (spec/targets.md): "c" (the default), "c -std=c99",
+    "cuda -arch=sm_80", "interpret", ...  bounds="runtime" (the default) proves every buffer
+    access in bounds and compiles a check for each one it cannot prove (the kernel then fails
+    with a RuntimeFailure instead of touching memory outside a buffer); "prove" refuses such a
+    kernel with a ShapeError; "off" trusts the program.
     """
+    func = _single_prim_func(func)
+    parsed = parse_target(target)
+    checked = apply_bounds(func, bounds)
+    if parsed.kind == "interpret":
+        return InterpretedKernel(func, checked, parsed)
+    backend = BACKENDS[parsed.kind]
+    lowered = lower(checked, hooks=backend.hooks)
+    module = backend.emit(lowered, parsed, size_vars_of(func))
+    path = backend.compile(module.source, parsed, func.name)
+    try:
+        return backend.load(module, path, func, lowered, parsed)
+    except BuildError:
+        # A damaged cache entry (a full disk, a killed writer on another file system) would
+        # fail the same way forever: drop it and build once more before giving up.
+        path.unlink(missing_ok=True)
+        path = backend.compile(module.source, parsed, func.name)
+        return backend.load(module, path, func, lowered, parsed)
+
+
+def check_bounds_mode(bounds: str, what: str = "build") -> str:
+    """bounds if it is one of BOUNDS_MODES, else a BuildError listing them."""
+    if bounds not in BOUNDS_MODES:
+        raise BuildError(f"{what}: bounds must be one of {', '.join(map(repr, BOUNDS_MODES))}, got {bounds!r}")
+    return bounds
+
+
+def apply_bounds(func: PrimFunc, bounds: str) -> PrimFunc:
+    """func after the bounds policy: proved in bounds ("prove"), guarded ("runtime") or as is ("off")."""
+    check_bounds_mode(bounds)
+    if bounds == "off":
+        return func
+    with _PROOF_LOCK:
+        if bounds == "prove":
+            verify_in_bounds(func)
+            return func
+        return insert_runtime_guards(func)
+
+
+def _single_prim_func(func: PrimFunc | IRModule) -> PrimFunc:
     if isinstance(func, IRModule):
         prims = [f for _, f in func if isinstance(f, PrimFunc)]
         if len(prims) != 1:
@@ -42,45 +104,4 @@ def build(func: PrimFunc | IRModule, target: str = "c", bounds: str = "prove") -
         func = prims[0]
     if not isinstance(func, PrimFunc):
         raise BuildError(f"build: expected a PrimFunc, got {type(func).__name__}")
-    if bounds not in BOUNDS_MODES:
-        raise BuildError(f"build: bounds must be one of {BOUNDS_MODES}, got {bounds!r}")
-    if target.split()[:1] == ["cuda"]:
-        from .emit_cuda.build import build_cuda
-
-        return build_cuda(func, target, checked=apply_bounds(func, bounds))
-    parsed = parse_target(target)
-    checked = apply_bounds(func, bounds)
-    lower = _optional("refcomp.loops.lower", "lower")
-    if lower is not None:
-        lowered = lower(checked)
-    elif _needs_lowering(checked):
-        raise BuildError("build: this function has blocks or multi-dimensional buffers and "
-                         "refcomp.loops.lower is not available to lower it", ir=checked)
-    else:
-        lowered = checked
-    module = emit(lowered, parsed.emit_options(), size_vars=size_vars_of(func))
-    path = compile_shared(module.source, parsed, name=func.name)
-    try:
-        return Library(module, path, func, lowered, parsed)
-    except BuildError:
-        # A damaged cache entry (a full disk, a killed writer on another file system) would
-        # fail the same way forever: drop it and build once more before giving up.
-        path.unlink(missing_ok=True)
-        path = compile_shared(module.source, parsed, name=func.name)
-        return Library(module, path, func, lowered, parsed)
-
-
-def apply_bounds(func: PrimFunc, bounds: str) -> PrimFunc:
-    """func after the bounds policy: proved in bounds ("prove"), guarded ("runtime") or as is ("off")."""
-    checked = func
-    if bounds == "prove":
-        verify = _optional("refcomp.shape", "verify_in_bounds")
-        if verify is not None:
-            verify(func)
-    elif bounds == "runtime":
-        guard = _optional("refcomp.shape", "insert_runtime_guards")
-        if guard is None:
-            raise BuildError("build: bounds='runtime' needs refcomp.shape.insert_runtime_guards, "
-                             "which is not available in this installation")
-        checked = guard(func)
-    return checked
+    return func

@@ -17,7 +17,7 @@ from refcomp.ast import (
     Broadcast, Buffer, BufferStore, Call, Cast, For, IntImm, PrimFunc, Ramp, Select, SeqStmt, SizeVar, Var, max_,
     min_,
 )
-from refcomp.emit_c import parse_target
+from refcomp.emit_c import c_options
 from refcomp.emit_c.toolchain import compiler_version, compile_shared
 
 INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
@@ -143,7 +143,7 @@ def test_a_crashing_compiler_is_named_in_the_build_error(tmp_path, monkeypatch):
     monkeypatch.setenv("REFCOMP_CACHE_DIR", str(tmp_path / "cache"))
     try:
         with pytest.raises(refcomp.BuildError) as info:
-            compile_shared("int f(void) { return 1; }\n", parse_target("c"))
+            compile_shared("int f(void) { return 1; }\n", c_options("c"))
     finally:
         compiler_version.cache_clear()
     first_line = str(info.value).splitlines()[0]

@@ -8,7 +8,7 @@ from refcomp.ast import (
 )
 from refcomp.emit_c import EmitOptions, emit
 from refcomp.emit_c.legalize import split_wide_vectors
-from refcomp.emit_c.toolchain import compile_shared, mvec_functions, parse_target
+from refcomp.emit_c.toolchain import c_options, compile_shared, mvec_functions
 from refcomp.runtime.library import Library
 
 
@@ -28,7 +28,7 @@ def _kernel(dtype="float32", lanes=16):
 def _build(func, vector_bytes):
     options = EmitOptions(vectors=True, openmp=True, mvec_functions=mvec_functions(), vector_bytes=vector_bytes)
     module = emit(func, options)
-    target = parse_target("c")
+    target = c_options("c")
     return Library(module, compile_shared(module.source, target), func, func, target)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import refcomp
 from refcomp import ScheduleError, te
-from refcomp.emit_c import compile_shared, emit, parse_target
+from refcomp.emit_c import c_options, compile_shared, emit
 from refcomp.loops import intrin, recipes
 from refcomp.loops.lower import lower
 from refcomp.loops.primitives.tree import walk
@@ -366,7 +366,7 @@ def test_wide_isa_recipes_compile_everywhere(name, in_dtype, acc, tmp_path, monk
     assert _tensorized_with(sch.func) == {name}
     if intrin.get(name).func_attrs.get("needs_amx"):
         assert sch.func.attrs["needs_amx"] is True
-    target = parse_target("c")
+    target = c_options("c")
     module = emit(lower(sch.func), target.emit_options())
     assert compile_shared(module.source, target).exists()
 

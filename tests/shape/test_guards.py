@@ -105,7 +105,7 @@ def test_build_with_runtime_bounds_returns_an_error_instead_of_overrunning(rng):
 
     func = _tiled_copy()
     with pytest.raises(ShapeError, match=r"A\[io\*32 \+ ii\] reads row"):
-        refcomp.build(func)
+        refcomp.build(func, bounds="prove")
     lib = refcomp.build(func, bounds="runtime")
     a = rng.standard_normal(64).astype("float32")
     b = np.zeros(64, "float32")

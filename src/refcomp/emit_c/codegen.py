@@ -21,7 +21,7 @@ from ..ast.function import PrimFunc
 from ..ast.functor import collect, free_vars
 from ..errors import BuildError
 from . import mathlib
-from .codegen_expr import ExprEmitter, _is_zero, _unit_ramp_base, cast_scalar
+from .codegen_expr import ExprEmitter, _is_zero, unit_ramp_base, cast_scalar
 from .ctype import storage_type, value_type
 from .legalize import split_wide_vectors
 from .names import NameTable, c_string, comment_safe, mangle, symbol_suffix
@@ -101,10 +101,10 @@ def emit(func: PrimFunc, options: EmitOptions = EmitOptions(), size_vars: list[E
     size_vars = size_vars_of(func) if size_vars is None else size_vars
     if options.vectors and options.vector_bytes:
         func = split_wide_vectors(func, options.vector_bytes)
-    return _Emitter(func, options, size_vars).run()
+    return CFamilyEmitter(func, options, size_vars).run()
 
 
-class _Scope:
+class FailureScope:
     """A failure target: a label the emitter jumps to, created only if something jumps there."""
 
     def __init__(self, label: str, parallel: bool) -> None:
@@ -113,7 +113,14 @@ class _Scope:
         self.used = False
 
 
-class _Emitter(ZeroChecks, ExprEmitter):
+class CFamilyEmitter(ZeroChecks, ExprEmitter):
+    """The C-family emitter base: C expressions, statements, failure scopes and the exported function.
+
+    `run()` gives the C99 module.  Another C-family backend (emit_cuda) subclasses it and overrides
+    the statement visitors it prints differently; the expression, cast, NaN, half-precision and
+    integer-division rules stay the ones of this class, so every C-family target agrees on them.
+    """
+
     def __init__(self, func: PrimFunc, options: EmitOptions, size_vars: list[E.Var]) -> None:
         self.func = func
         self.options = options
@@ -123,7 +130,7 @@ class _Emitter(ZeroChecks, ExprEmitter):
         self.lines: list[str] = []
         self.depth = 1
         self.messages: dict[int, str] = {OUT_OF_MEMORY: "out of memory"}
-        self.scopes: list[_Scope] = []
+        self.scopes: list[FailureScope] = []
         self.buffers: dict[Buffer, str] = {}
         self.array_vars: set[E.Var] = set()  # vector vars held as C arrays (lane mode)
         self.in_parallel = False
@@ -166,7 +173,7 @@ class _Emitter(ZeroChecks, ExprEmitter):
                                    f"({value_type(var.dtype)}){arg};")
         self._check_free_vars(set(func.scalar_params) | set(self.size_vars))
 
-        root = _Scope("rc_exit", parallel=False)
+        root = FailureScope("rc_exit", parallel=False)
         self.scopes.append(root)
         self.stmt(func.body)
         body = self.lines
@@ -394,7 +401,7 @@ class _Emitter(ZeroChecks, ExprEmitter):
         self.fail(OUT_OF_MEMORY)
         self.depth -= 1
         self.line("}")
-        scope = _Scope(self.names.fresh(f"rc_free_{name}"), parallel=False)
+        scope = FailureScope(self.names.fresh(f"rc_free_{name}"), parallel=False)
         outer = self.scopes[-1]
         self.scopes.append(scope)
         self.stmt(body)
@@ -458,7 +465,7 @@ class _Emitter(ZeroChecks, ExprEmitter):
         self.line("}")
 
     def emit_parallel(self, s: S.For, header: str) -> None:
-        scope = _Scope(self.names.fresh("rc_next"), parallel=True)
+        scope = FailureScope(self.names.fresh("rc_next"), parallel=True)
         outer = self.scopes[-1]
         self.scopes.append(scope)
         self.in_parallel = True
@@ -507,7 +514,7 @@ class _Emitter(ZeroChecks, ExprEmitter):
         if self.vector_ok(vtype) and (index.dtype.lanes == 1 or self.vector_ok(index.dtype)) \
                 and not divides_by_variable(s):
             name = self.buffer_name(buffer)
-            base = _unit_ramp_base(index)
+            base = unit_ramp_base(index)
             if base is not None:
                 store = self.vec.store(vtype)
                 if self.nontemporal and buffer.align >= self.vec.element_width(vtype) * lanes \

@@ -1,4 +1,4 @@
-"""Expressions and buffer accesses of the C emitter (mixed into codegen's _Emitter).
+"""Expressions and buffer accesses of the C emitter (mixed into codegen's CFamilyEmitter).
 
 Scalars become C expressions; with `lane` given, one lane of a vector expression (lane mode,
 used by strict C99 and odd lane counts); otherwise vector expressions become GCC vector code
@@ -77,7 +77,7 @@ class ExprEmitter:
         lanes = load.dtype.lanes
         if lanes == 1 or lane is not None:
             return self.from_storage(buffer.dtype, f"{name}[{self.index(index, lane)}]")
-        base = _unit_ramp_base(index)
+        base = unit_ramp_base(index)
         if base is not None:
             return f"{self.vec.load(load.dtype)}(&{name}[{self.index(base)}])"
         if isinstance(index, E.Broadcast):
@@ -419,7 +419,7 @@ def _is_zero(e: E.PrimExpr) -> bool:
     return isinstance(e, E.IntImm) and e.value == 0
 
 
-def _unit_ramp_base(index: E.PrimExpr) -> E.PrimExpr | None:
+def unit_ramp_base(index: E.PrimExpr) -> E.PrimExpr | None:
     """The base of index if it is Ramp(base, 1, lanes) (a contiguous access), else None."""
     if isinstance(index, E.Ramp) and isinstance(index.stride, E.IntImm) and index.stride.value == 1:
         return index.base

@@ -1,8 +1,9 @@
-"""Targets, the gcc invocation and the content-hashed build cache.
+"""What "c" targets mean for gcc, the gcc invocation and the content-hashed build cache.
 
-Target strings: `"c"` is gcc -O3 -march=native with OpenMP, GCC vector types and libmvec;
-`"c -std=c99"` is strict portable C99 (no OpenMP, no vector extensions or intrinsics) built with
-`-std=c99 -pedantic -Wall -Wextra -Werror`.  Options: `-sanitize` (AddressSanitizer + UBSan),
+The grammar of target strings is refcomp.target's (spec/targets.md).  Here: `"c"` is gcc -O3
+-march=native with OpenMP, GCC vector types and libmvec; `"c -std=c99"` is strict portable C99
+(no OpenMP, no vector extensions or intrinsics) built with `-std=c99 -pedantic -Wall -Wextra
+-Werror`.  Options: `-sanitize` (AddressSanitizer + UBSan),
 `-O0`..`-O3`/`-Os`, `-g`, `-Werror` (warnings as errors in the native target too), `-no-openmp`.
 
 The cache (`$REFCOMP_CACHE_DIR`, default `~/.cache/refcomp`) keys a shared object by the source,
@@ -21,30 +22,30 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BuildError
+from ..target import Target, parse_target
 from . import mathlib
 from .codegen import EmitOptions
 
 CACHE_STATS = {"hits": 0, "misses": 0}
-_OPTIONS = ("-std=c99", "-sanitize", "-O0", "-O1", "-O2", "-O3", "-Os", "-g", "-Werror", "-no-openmp")
 STRICT_WARNINGS = ("-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror")
+_OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3", "-Os")
 
 
 @dataclass(frozen=True)
-class Target:
-    """A parsed target string."""
+class COptions:
+    """What a "c" target's options mean for gcc and the emitter (c_options(target) makes one)."""
 
-    text: str
+    target: Target
     strict: bool = False
     sanitize: bool = False
     opt: str = "-O3"
     debug: bool = False
     werror: bool = False
     openmp: bool = True
-    options: tuple[str, ...] = field(default=())
 
     @property
     def vectors(self) -> bool:
@@ -53,7 +54,7 @@ class Target:
     def emit_options(self) -> EmitOptions:
         mvec = frozenset() if self.strict else mvec_functions()
         return EmitOptions(vectors=not self.strict, openmp=self.openmp and not self.strict,
-                           mvec_functions=mvec, label=self.text,
+                           mvec_functions=mvec, label=str(self.target),
                            vector_bytes=0 if self.strict else native_vector_bytes())
 
     def compile_flags(self) -> list[str]:
@@ -81,32 +82,13 @@ class Target:
         return libs + ["-lm"]
 
 
-def parse_target(text: str) -> Target:
-    """Parse a target string such as "c", "c -std=c99" or "c -sanitize -O0 -g"."""
-    if not isinstance(text, str):
-        raise BuildError(f"target must be a string like 'c' or 'c -std=c99', got {text!r}")
-    words = text.split()
-    if not words or words[0] != "c":
-        kind = words[0] if words else ""
-        raise BuildError(f"target {text!r}: unknown kind {kind!r}; the C backend's targets start "
-                         f"with 'c' (e.g. 'c', 'c -std=c99', 'c -sanitize')")
-    values: dict = {}
-    for word in words[1:]:
-        if word not in _OPTIONS:
-            raise BuildError(f"target {text!r}: unknown option {word!r}; expected any of {', '.join(_OPTIONS)}")
-        if word == "-std=c99":
-            values["strict"] = True
-        elif word == "-sanitize":
-            values["sanitize"] = True
-        elif word == "-g":
-            values["debug"] = True
-        elif word == "-Werror":
-            values["werror"] = True
-        elif word == "-no-openmp":
-            values["openmp"] = False
-        else:
-            values["opt"] = word
-    return Target(text=" ".join(words), options=tuple(words[1:]), **values)
+def c_options(target: Target | str) -> COptions:
+    """The gcc and emitter settings of a "c" target (a Target or a target string)."""
+    target = parse_target(target, kinds=("c",))
+    return COptions(target=target, strict=target.has("-std=c99"), sanitize=target.has("-sanitize"),
+                    opt=next((o for o in target.options if o in _OPT_LEVELS), "-O3"),
+                    debug=target.has("-g"), werror=target.has("-Werror"),
+                    openmp=not target.has("-no-openmp"))
 
 
 def compiler() -> str:
@@ -190,7 +172,8 @@ def cache_dir() -> Path:
     return Path(root) if root else Path.home() / ".cache" / "refcomp"
 
 
-def cache_key(source: str, target: Target) -> str:
+def cache_key(source: str, target: Target | COptions) -> str:
+    target = target if isinstance(target, COptions) else c_options(target)
     cc = compiler()
     parts = [source, " ".join(target.compile_flags()), " ".join(target.link_flags()), cc,
              compiler_version(cc)]
@@ -200,8 +183,9 @@ def cache_key(source: str, target: Target) -> str:
     return digest.hexdigest()[:32]
 
 
-def compile_shared(source: str, target: Target, name: str = "kernel") -> Path:
+def compile_shared(source: str, target: Target | COptions | str, name: str = "kernel") -> Path:
     """The path of a shared object built from source for target, from the cache when possible."""
+    target = target if isinstance(target, COptions) else c_options(target)
     key = cache_key(source, target)
     root = cache_dir()
     folder = root / key[:2]

@@ -27,16 +27,13 @@ from ..ast.buffer import Buffer
 from ..ast.dtype import int64
 from ..ast.function import PrimFunc
 from ..ast.functor import collect, free_vars
-from ..emit_c.codegen import (
-    FIRST_ASSERT_CODE, CParam, EmitOptions, _Emitter, _Scope, _unit_ramp_base,
+from ..emit_c import (
+    FIRST_ASSERT_CODE, HEADER_INCLUDES, CFamilyEmitter, CParam, EmitOptions, FailureScope, c_string,
+    comment_safe, mangle, scalar_prelude, storage_type, symbol_suffix, unit_ramp_base, value_type,
 )
-from ..emit_c.ctype import storage_type, value_type
-from ..emit_c.names import c_string, comment_safe, mangle, symbol_suffix
-from ..emit_c.prelude import HEADER_INCLUDES, scalar_prelude
 from ..errors import BuildError
 from .barriers import SYNC_OP
-from .kernel import is_on_chip, kernel_shape
-from .simulate import hoist_shared_allocations
+from .kernel import hoist_shared_allocations, is_on_chip, kernel_shape
 
 LAUNCH_FAILED = FIRST_ASSERT_CODE - 1 + 1000  # far from the assertion codes
 CUDA_OPTIONS = EmitOptions(vectors=False, openmp=False, label="cuda")
@@ -55,6 +52,7 @@ class CudaModule:
     kernel_names: tuple[str, ...]
     messages: dict[int, str] = field(default_factory=dict)
     pointer_alignment: int = 1  # bytes every buffer pointer must be aligned to (vector accesses)
+    launch_failed_code: int = LAUNCH_FAILED  # the status a failed launch or CUDA call returns
 
     def cdef(self) -> str:
         args = ", ".join(f"{p.c_type} {p.c_name}".replace(" __restrict__", "") for p in self.params)
@@ -76,7 +74,7 @@ def _device_prelude() -> str:
     return scalar_prelude().replace("static inline ", "static __host__ __device__ inline ")
 
 
-class _CudaEmitter(_Emitter):
+class _CudaEmitter(CFamilyEmitter):
     def __init__(self, func: PrimFunc, size_vars: list[E.Var]) -> None:
         super().__init__(func, CUDA_OPTIONS, size_vars)
         self.device = False
@@ -106,7 +104,7 @@ class _CudaEmitter(_Emitter):
             size_locals.append(f"const {value_type(var.dtype)} {self.names.name_of(var, var.name)} = "
                                f"({value_type(var.dtype)}){arg};")
         self._check_free_vars(set(func.scalar_params) | set(self.size_vars))
-        root = _Scope("rc_exit", parallel=False)
+        root = FailureScope("rc_exit", parallel=False)
         self.scopes.append(root)
         self.status_used = True
         self.stmt(func.body)
@@ -220,7 +218,7 @@ class _CudaEmitter(_Emitter):
             return False
         if value.buffer.dtype.name != "float32" or s.buffer.dtype.name != "float32":
             return False
-        destination, source = _unit_ramp_base(s.indices[0]), _unit_ramp_base(value.indices[0])
+        destination, source = unit_ramp_base(s.indices[0]), unit_ramp_base(value.indices[0])
         if destination is None or source is None or len(s.indices) != 1 or len(value.indices) != 1:
             return False
         if not (_aligned(destination, lanes, self.loop_ranges) and _aligned(source, lanes, self.loop_ranges)):
@@ -296,7 +294,7 @@ class _CudaEmitter(_Emitter):
                 threads *= E.as_int(extent) or 1
 
         saved = (self.lines, self.depth, self.scopes)
-        self.lines, self.depth, self.scopes = [], 1, [_Scope("rc_kernel_exit", parallel=False)]
+        self.lines, self.depth, self.scopes = [], 1, [FailureScope("rc_kernel_exit", parallel=False)]
         self.device = True
         try:
             for tag, var, _ in shape.axes:

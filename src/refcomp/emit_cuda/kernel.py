@@ -224,3 +224,18 @@ def kernels_of(func: PrimFunc) -> list[For]:
 
 __all__ = ["KernelShape", "kernel_shape", "kernels_of", "normalize_kernels", "is_kernel_root",
            "rebuild_kernel", "BLOCK_AXES", "THREAD_AXES"]
+
+
+def hoist_shared_allocations(body: Stmt) -> tuple[Stmt, list[Allocate]]:
+    """body without its shared-memory Allocate statements, and those statements."""
+    found: list[Allocate] = []
+
+    class _Hoist(Mutator):
+        def visit_Allocate(self, alloc: Allocate) -> Stmt:
+            inner = self.visit(alloc.body)
+            if alloc.buffer.scope.startswith("shared"):
+                found.append(alloc)
+                return inner
+            return alloc.with_(body=inner)
+
+    return _Hoist().visit(body), found

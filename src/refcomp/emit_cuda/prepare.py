@@ -1,40 +1,51 @@
-"""The GPU-specific steps after lowering, shared by the CUDA emitter and the CPU simulation.
+"""The GPU-specific lowering steps, declared as `CUDA_LOWERING` hooks of `refcomp.loops.lower`.
 
-    prepared = prepare(func)
+    prepared = prepare(func)          # lower(func, hooks=CUDA_LOWERING)
+
+The CUDA emitter and the CPU simulation both start from the prepared form:
 
 1. turn blocks into loops (`lower_blocks`, the first pass of `refcomp.loops.lower`);
-2. put every kernel in normal form (`kernel.normalize_kernels`);
+2. (after_blocks hooks) put every kernel in normal form (`kernel.normalize_kernels`);
 3. move `shared` / `local` allocations that lowering left in host code into the kernels that use
    them (a block-scoped buffer lives in on-chip memory of one kernel: it can't outlive it);
 4. place each on-chip buffer at the innermost statement holding all its accesses and shrink it,
    dimension by dimension, to the tile it uses there (`compact.compact_on_chip_buffers`);
 5. the rest of the lowering pipeline (flatten, simplify, vectorize);
-6. combine single-thread reduction loops with warp shuffles where the block is one warp
-   (`warp_reduce.use_warp_reductions`);
+6. (after_lowering hooks) combine single-thread reduction loops with warp shuffles where the
+   block is one warp (`warp_reduce.use_warp_reductions`);
 7. insert the barriers each kernel needs (`barriers.plan_barriers`).
 """
 from __future__ import annotations
 
 from ..ast import Allocate, BufferLoad, BufferStore, For, Mutator, PrimFunc, Stmt, collect
 from ..errors import BuildError
+from ..loops.lower import LoweringHooks, lower
 from .barriers import plan_barriers
 from .compact import compact_on_chip_buffers
 from .warp_reduce import use_warp_reductions
 from .kernel import is_kernel_root, is_on_chip, kernel_shape, normalize_kernels, rebuild_kernel
 
+
+def sink_on_chip_allocations(func: PrimFunc) -> PrimFunc:
+    """Move shared/local allocations that lowering left in host code into the kernels using them."""
+    return func.with_(body=_SinkAllocations(func).visit(func.body))
+
+
+def plan_kernels(func: PrimFunc) -> PrimFunc:
+    """Each kernel with warp-shuffle reductions where it is one warp, and the barriers it needs."""
+    return func.with_(body=_PlanKernels(func).visit(func.body))
+
+
+CUDA_LOWERING = LoweringHooks(
+    after_blocks=(normalize_kernels, sink_on_chip_allocations,
+                  compact_on_chip_buffers),  # per dimension, before buffers are flattened
+    after_lowering=(plan_kernels,),
+)
+
+
 def prepare(func: PrimFunc) -> PrimFunc:
     """func lowered and in kernel normal form with barriers (module docstring)."""
-    from ..loops.lower import PIPELINE
-
-    passes = dict(PIPELINE)
-    func = passes["lower_blocks"](func)
-    func = normalize_kernels(func)
-    func = func.with_(body=_SinkAllocations(func).visit(func.body))
-    func = compact_on_chip_buffers(func)  # per dimension, before buffers are flattened
-    for name, run in PIPELINE:
-        if name != "lower_blocks":
-            func = run(func)
-    return func.with_(body=_PlanKernels(func).visit(func.body))
+    return lower(func, hooks=CUDA_LOWERING)
 
 
 def _uses(stmt: Stmt, buffer) -> bool:

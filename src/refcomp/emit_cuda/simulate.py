@@ -28,7 +28,7 @@ from ..ast import (
 from ..ast.expr import as_int, max_, min_
 from ..errors import BuildError, RuntimeFailure
 from .barriers import contains_barrier, is_barrier, is_collective_extern, is_uniform
-from .kernel import kernel_shape, is_kernel_root
+from .kernel import hoist_shared_allocations, is_kernel_root, kernel_shape
 from .prepare import prepare
 
 
@@ -98,21 +98,6 @@ class _Sequentializer(Mutator):
         for var, extent in reversed(blocks):
             body = _serial_loop(var, extent, body, self.reverse_blocks)
         return body
-
-
-def hoist_shared_allocations(body: Stmt) -> tuple[Stmt, list[Allocate]]:
-    """body without its shared-memory Allocate statements, and those statements."""
-    found: list[Allocate] = []
-
-    class _Hoist(Mutator):
-        def visit_Allocate(self, alloc: Allocate) -> Stmt:
-            inner = self.visit(alloc.body)
-            if alloc.buffer.scope.startswith("shared"):
-                found.append(alloc)
-                return inner
-            return alloc.with_(body=inner)
-
-    return _Hoist().visit(body), found
 
 
 def _serial_loop(var: Var, extent: PrimExpr, body: Stmt, reverse: bool) -> Stmt:

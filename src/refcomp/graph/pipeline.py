@@ -6,8 +6,11 @@
 Pipeline (each a pure IRModule -> IRModule pass; the IR after each is logged at DEBUG level on
 the "refcomp.graph" logger): normalize, legalize_ops, canonicalize_bindings, fold_constant,
 dead_code_elimination, fuse_ops + fuse_tir (fuse=True), default_schedule (schedule=True),
-plan_memory, then lower_to_vm and kernel compilation.  target "c" compiles each PrimFunc with
-refcomp.build; target "interpret" runs kernels in the reference interpreter (slow; for testing).
+plan_memory, then lower_to_vm and kernel compilation.  The target vocabulary is refcomp.build's
+(spec/targets.md): a "c" target, with any of its options, compiles each PrimFunc with refcomp.build
+for that target; "interpret" runs kernels in the reference interpreter (slow; for testing).  The
+graph's kernels get CPU schedules, so "cuda" is not a graph target.  bounds has refcomp.build's
+modes and default ("runtime": proved, or checked at run time).
 """
 from __future__ import annotations
 
@@ -17,18 +20,17 @@ from typing import Any, Callable
 
 from ..ast.function import IRModule, PrimFunc
 from ..ast.graph import Function
+from ..driver import DEFAULT_BOUNDS, check_bounds_mode
+from ..driver import build as build_kernel
 from ..errors import BuildError
+from ..runtime.threads import prefer_passive_openmp_waits
 from ..runtime.vm import Executable
+from ..target import Target, parse_target
 from . import passes as P
 
 log = logging.getLogger("refcomp.graph")
 
-# A graph run alternates OpenMP kernels with OpenBLAS calls (which have their own thread pool).
-# libgomp's default lets idle threads spin, which starves the BLAS threads on small machines
-# (measured: 10-50x slower runs on 2 cores); passive waiting avoids that.  Read by libgomp when it
-# is first loaded, so it is set before any kernel library is; a user's own setting wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-TARGETS = ("c", "interpret")
+TARGET_KINDS = ("c", "interpret")
 
 
 def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True,
@@ -70,24 +72,27 @@ def optimize(mod: IRModule, *, fuse: bool = True, schedule: bool = True, fold: b
     return mod
 
 
-def build(mod: IRModule | Function, target: str = "c", *, fuse: bool = True, schedule: bool = True,
-          fold: bool = True, bounds: str = "off", externs: dict[str, Callable] | None = None,
+def build(mod: IRModule | Function, target: str | Target = "c", *, fuse: bool = True, schedule: bool = True,
+          fold: bool = True, bounds: str = DEFAULT_BOUNDS, externs: dict[str, Callable] | None = None,
           blas: bool | str | None = None) -> Executable:
     """Compile a graph module (or one Function, named main) to a VM Executable.
 
     blas: send float32 matmul/dense/linear to numpy's OpenBLAS sgemm (default: when target is "c"
     and the library is found), except the linears refcomp's own GEMM runs faster with their
     epilogue in the tile (dispatch_blas mode "auto"); "always" sends all of them.  bounds is
-    passed to refcomp.build for each kernel.
+    refcomp.build's (each kernel is built with it): "runtime" (the default), "prove" or "off".
     """
     if isinstance(mod, Function):
         mod = IRModule({"main": mod})
-    if target not in TARGETS:
-        raise BuildError(f"graph.build: target must be one of {TARGETS}, got {target!r}")
+    parsed = parse_target(target, kinds=TARGET_KINDS, what="graph.build")
+    check_bounds_mode(bounds, "graph.build")
+    compiled_kernels = parsed.kind == "c"
+    if compiled_kernels:
+        prefer_passive_openmp_waits()
     if blas is None or blas:
         from ..runtime.blas import register_blas
 
-        found = register_blas() if (blas or target == "c") else False
+        found = register_blas() if (blas or compiled_kernels) else False
         blas = ("always" if blas == "always" else True) if found else False
     optimized = optimize(mod, fuse=fuse, schedule=schedule, fold=fold, blas=blas)
     functions = P.lower_to_vm(optimized)
@@ -96,30 +101,24 @@ def build(mod: IRModule | Function, target: str = "c", *, fuse: bool = True, sch
         if not isinstance(optimized[name], PrimFunc):
             raise BuildError(f"graph.build: call_tir target {name} is not a PrimFunc")
     names = sorted(used)
-    if target == "c" and len(names) > 1:
+    if compiled_kernels and len(names) > 1:
         # gcc runs in subprocesses, so threads compile kernels in parallel.
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=max(1, min(len(names), os.cpu_count() or 1))) as pool:
-            compiled = list(pool.map(lambda n: _compile(optimized[n], target, bounds), names))
+            compiled = list(pool.map(lambda n: _compile(optimized[n], parsed, bounds), names))
     else:
-        compiled = [_compile(optimized[n], target, bounds) for n in names]
+        compiled = [_compile(optimized[n], parsed, bounds) for n in names]
     kernels = dict(zip(names, compiled))
     stats = {"kernels": len(kernels),
              "kernel_calls_static": sum(1 for f in functions.values() for i in _walk(f.code)
                                         if type(i).__name__ == "CallKernel")}
-    return Executable(functions, kernels, dict(externs or {}), target, stats, optimized)
+    return Executable(functions, kernels, dict(externs or {}), str(parsed), stats, optimized)
 
 
-def _compile(func: PrimFunc, target: str, bounds: str) -> Callable[..., Any]:
-    if target == "interpret":
-        from ..loops.interpreter import interpret
-
-        return lambda *arrays: interpret(func, *arrays)
-    from ..driver import build as build_kernel
-
+def _compile(func: PrimFunc, target: Target, bounds: str) -> Callable[..., Any]:
     try:
-        return build_kernel(func, target="c", bounds=bounds)
+        return build_kernel(func, target=target, bounds=bounds)
     except BuildError:
         raise
     except Exception as exc:  # surface toolchain or lowering failures as a BuildError naming the kernel

@@ -10,6 +10,11 @@ Each pass is a pure function PrimFunc -> PrimFunc in its own module under `refco
 (vectorize: `refcomp.loops.vectorize`); each module's docstring says what it requires and
 guarantees.
 
+A target adds its own steps through `LoweringHooks` (the CUDA backend: kernel normal form, on-chip
+buffer placement before flattening, barriers after): passes run at the two declared points,
+`after_blocks` (loops exist, buffers are still multi-dimensional) and `after_lowering` (the final
+form).  The driver passes the hooks of the target it builds for.
+
 With `REFCOMP_DEBUG=1` in the environment, or the logger "refcomp.lower" at DEBUG level, the IR
 after each pass is printed (to stderr, or to the log).
 
@@ -39,6 +44,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from typing import Callable
 
 from ..ast import IRModule, PrimFunc
@@ -59,32 +65,57 @@ PIPELINE: tuple[tuple[str, Pass], ...] = (
     ("simplify_vector", simplify),
 )
 
-__all__ = ["PIPELINE", "lower", "original_buffer"]
+
+@dataclass(frozen=True)
+class LoweringHooks:
+    """A target's extra lowering passes, each run at one declared point of PIPELINE."""
+
+    after_blocks: tuple[Pass, ...] = ()  # after lower_blocks: loops, multi-dimensional buffers
+    after_lowering: tuple[Pass, ...] = ()  # after the whole pipeline: the form the emitter prints
+
+
+NO_HOOKS = LoweringHooks()
+
+__all__ = ["NO_HOOKS", "PIPELINE", "LoweringHooks", "lower", "original_buffer"]
 
 
 def lower(func: PrimFunc | IRModule, *, after_pass: Callable[[str, PrimFunc], None] | None = None,
-          vector_bytes: int | None = None):
+          vector_bytes: int | None = None, hooks: LoweringHooks = NO_HOOKS):
     """func lowered for the emitters (an IRModule: each PrimFunc in it, other functions unchanged).
 
     after_pass(name, func), when given, is called with the IR after each pass (tests use it to
     run the well-formedness checker or the interpreter between passes).  vector_bytes is the
     widest vector `vectorize` makes: by default 16 (CUDA's float4) for a function with GPU thread
-    bindings, else 64 (an AVX-512 register).
+    bindings, else 64 (an AVX-512 register).  hooks are the target's extra passes.
     """
     if isinstance(func, IRModule):
-        lowered = {name: lower(f, after_pass=after_pass, vector_bytes=vector_bytes)
+        lowered = {name: lower(f, after_pass=after_pass, vector_bytes=vector_bytes, hooks=hooks)
                    if isinstance(f, PrimFunc) else f for name, f in func.functions.items()}
         return func.with_(functions=lowered)
     if not isinstance(func, PrimFunc):
         raise TypeError(f"lower expects a PrimFunc or IRModule, got {type(func).__name__}")
     debug = _debug_enabled()
-    for name, run in PIPELINE:
+
+    def step(name: str, run: Pass, func: PrimFunc) -> PrimFunc:
         func = run(func, vector_bytes=vector_bytes) if run is vectorize else run(func)
         if after_pass is not None:
             after_pass(name, func)
         if debug:
             _show(name, func)
+        return func
+
+    for name, run in PIPELINE:
+        func = step(name, run, func)
+        if name == "lower_blocks":
+            for hook in hooks.after_blocks:
+                func = step(_hook_name(hook), hook, func)
+    for hook in hooks.after_lowering:
+        func = step(_hook_name(hook), hook, func)
     return func
+
+
+def _hook_name(hook: Pass) -> str:
+    return getattr(hook, "__name__", type(hook).__name__)
 
 
 def _debug_enabled() -> bool:

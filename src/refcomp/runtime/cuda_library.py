@@ -9,13 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import cffi
 import numpy as np
 
 from ..ast.function import PrimFunc
-from ..errors import ArgumentError, BuildError, RuntimeFailure
-from ..emit_cuda.codegen import LAUNCH_FAILED
-from .args import Signature
+from ..errors import ArgumentError, RuntimeFailure
+from ..target import Target
+from .loader import LoadedKernel
 
 
 class _DeviceArrayView:
@@ -45,33 +44,22 @@ class _DeviceArrayView:
         return np.empty(self.shape, self.dtype)
 
 
-class CudaLibrary:
-    """Call with arrays in the order of the function's parameters; runs on the GPU in place."""
+class CudaLibrary(LoadedKernel):
+    """Call with arrays in the order of the function's parameters; runs on the GPU in place.
 
-    def __init__(self, module, path: Path, func: PrimFunc, prepared: PrimFunc, target) -> None:
-        self.module = module
-        self.source: str = module.source
-        self.path = Path(path)
-        self.func = func
-        self.lowered = prepared
-        self.target = target
-        self.signature = Signature(func, [p.obj for p in module.params if p.kind == "size"])
-        self._ffi = cffi.FFI()
-        self._ffi.cdef(module.cdef())
-        try:
-            self._lib = self._ffi.dlopen(str(self.path), self._ffi.RTLD_NOW | self._ffi.RTLD_LOCAL)
-        except OSError as exc:
-            raise BuildError(f"the compiled CUDA module {self.path} cannot be loaded: {exc}") from exc
+    `time(*args)` times whole calls: with numpy arguments that includes the copies to and from the
+    device, with device arrays only the launches.
+    """
+
+    label = "CudaLibrary"
+
+    def __init__(self, module, path: Path, func: PrimFunc, prepared: PrimFunc, target: Target) -> None:
+        super().__init__(module, path, func, prepared, target)
         symbol = module.symbol
-        self._entry = getattr(self._lib, symbol)
-        self._message = getattr(self._lib, module.message_symbol)
         self._device_count = getattr(self._lib, f"{symbol}_device_count")
         self._alloc = getattr(self._lib, f"{symbol}_alloc")
         self._free = getattr(self._lib, f"{symbol}_free")
         self._copy = getattr(self._lib, f"{symbol}_copy")
-
-    def __repr__(self) -> str:
-        return f"<refcomp.CudaLibrary {self.signature.describe()} target={self.target.text!r}>"
 
     def device_available(self) -> bool:
         return self._device_count() > 0
@@ -79,14 +67,24 @@ class CudaLibrary:
     def _require_device(self) -> None:
         count = self._device_count()
         if count <= 0:
-            detail = self._ffi.string(self._message(LAUNCH_FAILED)).decode() if count < 0 else "no device found"
+            detail = "no device found"
+            if count < 0:
+                detail = self._ffi.string(self._message(self.module.launch_failed_code)).decode()
             raise RuntimeFailure(
                 f"{self.func.name}: no CUDA device is available to run this kernel ({detail}); "
                 "the source (lib.source) and the compiled module (lib.path) were built"
             )
 
+    def _prepared_call(self, args: tuple, kwargs: dict):
+        self._check(args, kwargs)
+        return (lambda: self._launch(args, kwargs)), args
+
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         """Check the arguments, copy numpy arrays in, launch, copy them back."""
+        self._launch(args, kwargs)
+
+    def _check(self, args: tuple, kwargs: dict):
+        """The views of args and their binding, after every check that needs no device."""
         views = [(_DeviceArrayView(a) if hasattr(a, "__cuda_array_interface__") else a) for a in args]
         proxies = [v.host_proxy() if isinstance(v, _DeviceArrayView) else v for v in views]
         bound = self.signature.bind(proxies, kwargs)
@@ -105,6 +103,10 @@ class CudaLibrary:
             if view.pointer % alignment:
                 raise ArgumentError(f"{param.name}: the kernel uses {alignment}-byte vector accesses, but the "
                                     f"device pointer {view.pointer:#x} is not {alignment}-byte aligned")
+        return views, bound
+
+    def _launch(self, args: tuple, kwargs: dict) -> None:
+        views, bound = self._check(args, kwargs)
         self._require_device()
         buffer_values = [v for v in views if isinstance(v, (np.ndarray, _DeviceArrayView))]
         staged: list[tuple[np.ndarray, Any]] = []
@@ -131,8 +133,7 @@ class CudaLibrary:
                     values.append(bound.env[param.obj])
             code = self._entry(*values)
             if code != 0:
-                message = self._ffi.string(self._message(code)).decode("utf-8", "replace")
-                raise RuntimeFailure(f"{self.func.name}: CUDA kernel failed with code {code}: {message}")
+                raise self._failure(code, "CUDA kernel")
             for host, device in staged:
                 if self._copy(self._ffi.cast("void*", host.ctypes.data), device, host.nbytes, 0) != 0:
                     raise RuntimeFailure(f"{self.func.name}: copy from the device failed")

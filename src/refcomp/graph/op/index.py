@@ -90,8 +90,15 @@ def _gather_elements_infer(call, ctx):
 
 def _gather_elements_te(x, indices, axis=0):
     a = axis % len(x.shape)
-    return te().compute(indices.shape, lambda *i: x[tuple(
-        _safe_index(indices[i], x.shape[a], i[k]) if k == a else i[k] for k in range(len(i)))], name="gather")
+    extent = as_dim(x.shape[a])
+
+    def body(*i):
+        value = x[tuple(_safe_index(indices[i], extent, i[k]) if k == a else i[k] for k in range(len(i)))]
+        # An empty axis has no element to clamp to: the output (only reachable with invalid
+        # indices) is zero there instead of a read outside x.
+        return te().if_then_else(tir.GT(extent, as_dim(0)), value, tir.const(0, x.dtype))
+
+    return te().compute(indices.shape, body, name="gather")
 
 
 register("gather_elements", infer=_gather_elements_infer,
