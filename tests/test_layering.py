@@ -23,6 +23,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 # refcomp/__init__.py, which reaches everything below it through lazy names.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("errors", "version", "lazy"),  # the ground: they import nothing of refcomp
+    ("target",),        # the Target type every build parses its target string into
     ("ast",),           # the IR of both levels, printer, parser, structural equality
     ("shape",),         # the expression toolkit and the prover
     ("te",),            # tensor expressions -> PrimFunc
