@@ -15,7 +15,9 @@ from refcomp import ScheduleError, te
 from refcomp.ast import Block, For, SizeVar
 from refcomp.graph.op.nn import _conv_te, _np_conv
 from refcomp.graph.passes.default_schedule import schedule_kernel
-from refcomp.loops import recipes
+from refcomp.loops import intrin, recipes
+import refcomp.loops.recipes.common  # noqa: F401
+import refcomp.loops.recipes.matmul  # noqa: F401
 from refcomp.loops.interpreter import interpret
 from refcomp.loops.primitives.tree import walk
 
@@ -49,6 +51,10 @@ def _check(func, rng, x_shape, w_shape, strides, padding, dilation, groups):
     np.testing.assert_allclose(_run(func, x, w, expected.shape, rng), expected, rtol=1e-4, atol=1e-4)
 
 
+def _tensorized_with(func) -> set[str]:
+    return {s.annotations["tensorized"] for s in walk(func.body) if isinstance(s, Block) and "tensorized" in s.annotations}
+
+
 def _kinds(func) -> set[str]:
     return {s.kind for s in walk(func.body) if isinstance(s, For)}
 
@@ -74,11 +80,33 @@ def test_a_matmul_is_not_a_convolution():
 
 
 def test_recipe_vectorizes_and_tiles(rng):
-    sch = recipes.conv_fp32(_conv(2, 8, 9, 16, 12, 3, 3, pad=1))
+    sch = recipes.conv_fp32(_conv(2, 8, 9, 16, 12, 3, 3, pad=1), gemm_tile=False)
     kinds = _kinds(sch.func)
     assert {"vectorized", "unrolled", "parallel"} <= kinds
     assert any(b.name == "W_global" for b in walk(sch.func.body) if isinstance(b, Block))  # packed weights
     _check(sch.func, rng, (2, 8, 9, 16), (12, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+
+
+@pytest.mark.parametrize("c,o,w,k,pad,dilation", [
+    (8, 12, 16, 3, 1, 1),   # MR divides the output channels
+    (5, 10, 32, 3, 1, 1),   # a partial tile of output channels, a prime channel count
+    (3, 7, 16, 3, 2, 2),    # dilated
+    (4, 6, 16, 1, 0, 1),    # 1x1
+])
+def test_gemm_tile_path(rng, c, o, w, k, pad, dilation):
+    """An output width the GEMM tile's NR divides, read at unit stride: the channel reduction runs
+    in the micro-kernel, once per window position."""
+    intrins = [name for name in recipes.matmul.FP32_INTRINS if intrin.get(name).available()]
+    if not intrins or w % recipes.common.tile_of(intrins[0])[1]:
+        pytest.skip("no fp32 GEMM tile here, or its NR does not divide the width")
+    sch = recipes.conv_fp32(_conv(2, c, 5, w, o, k, k, 1, pad, dilation))
+    assert _tensorized_with(sch.func) == {intrins[0]}
+    _check(sch.func, rng, (2, c, 5, w), (o, c, k, k), (1, 1), (pad,) * 4, (dilation, dilation), 1)
+
+
+def test_stride_two_keeps_the_direct_schedule():
+    sch = recipes.conv_fp32(_conv(1, 4, 9, 32, 6, 3, 3, stride=2, pad=1))
+    assert not _tensorized_with(sch.func) and "vectorized" in _kinds(sch.func)
 
 
 def test_symbolic_width_falls_back_to_the_generic_schedule(rng):
@@ -116,6 +144,8 @@ def test_default_schedule_matches_the_interpreter(rng):
     (1, 8, 10, 10, 8, 3, 1, 1, 1, 8),      # depthwise
     (1, 6, 9, 9, 9, 3, 2, 1, 1, 3),        # grouped, stride 2
     (1, 5, 13, 11, 7, 3, 1, 2, 2, 1),      # dilated, prime sizes
+    (2, 7, 6, 32, 13, 3, 1, 1, 1, 1),      # GEMM tile, partial channel tile
+    (1, 3, 4, 16, 5, 1, 1, 0, 1, 1),       # GEMM tile, 1x1
     (1, 1, 1, 1, 1, 1, 1, 0, 1, 1),        # all ones
 ])
 def test_default_schedule_matches_numpy(rng, n, c, h, w, o, k, stride, pad, dilation, groups):

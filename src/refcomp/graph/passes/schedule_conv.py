@@ -30,9 +30,8 @@ def schedule_conv(func: PrimFunc, rest: Callable) -> PrimFunc | None:
     if found is None:
         return None
     others = [b.name for b in collect(func.body, Block) if b.name not in ("root", found.block)]
-    sch = Schedule(func)
     try:
-        recipes.conv_fp32(sch, found.block)
+        sch = recipes.conv_fp32(Schedule(func), found.block)
     except RefcompError as exc:
         log.debug("schedule_conv: %s keeps the generic schedule: %s", func.name, exc)
         return None

@@ -28,12 +28,15 @@ Each recipe returns the Schedule; the caller builds `sch.func`.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from ...ast import Add, Block, BufferLoad, BufferStore, Cast, Mul, PrimFunc, Var, as_int, post_order_visit
 from ...ast.functor import collect
 from ...errors import ScheduleError
 from ..schedule import Schedule
+
+log = logging.getLogger("refcomp.loops.recipes.conv")
 
 
 @dataclass(frozen=True)
@@ -138,8 +141,10 @@ _CHANNEL_BLOCK = {8: 6, 16: 12}
 
 
 def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, parallel: bool = True,
-              pack_weight: bool = True) -> Schedule:
-    """Schedule a float32 convolution block (see the module docstring).  Raises ScheduleError
+              pack_weight: bool = True, gemm_tile: bool = True) -> Schedule:
+    """Schedule a float32 convolution block (see the module docstring): on the fp32 GEMM tile
+    when its NR divides the output width and the input is read at unit stride along it (unless
+    gemm_tile is False), else the direct register tile.  Raises ScheduleError
     when the block is not a convolution or a step is not legal for it; nothing is changed then
     (the caller still holds its own Schedule or function)."""
     sch = func_or_sch if isinstance(func_or_sch, Schedule) else Schedule(func_or_sch)
@@ -164,6 +169,14 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
     loops = sch.get_loops(rv)
     if len(loops) != len(node.iter_vars):
         raise ScheduleError(f"conv_fp32: block {block!r} is already scheduled ({len(loops)} loops)")
+    if gemm_tile and not grouped:
+        tile = _gemm_tile_for(shape, node)
+        if tile is not None:
+            attempt = sch.copy()
+            try:
+                return _conv_on_gemm_tile(attempt, attempt.get_block(block), shape, tile, parallel)
+            except ScheduleError as exc:
+                log.debug("conv_fp32: %s: the GEMM tile does not apply (%s); direct schedule", block, exc)
     n, o, *spatial = loops[:2 + nd]
     reduce_loops = loops[2 + nd:]
     rows, x = spatial[:-1], spatial[-1]
@@ -180,6 +193,66 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
     if parallel:
         outer = sch.fuse(n, o_outer, *rows)
         sch.parallel(outer)
+    return sch
+
+
+def _gemm_tile_for(shape: ConvShape, block: Block) -> str | None:
+    """The fp32 GEMM tile intrinsic whose MR x NR tile covers output channels x output columns
+    exactly, when the input is read at unit stride along the output columns."""
+    from ..intrin import get as get_intrin
+    from .common import takes_partial_rows, tile_of
+    from .matmul import FP32_INTRINS
+
+    nd = shape.spatial_dims
+    x_var, r_var = block.iter_vars[1 + nd].var, block.iter_vars[-1].var
+    if not _unit_stride(_data_load(block, shape).indices[-1], x_var, r_var):
+        return None
+    for name in FP32_INTRINS:
+        mr, nr, _ = tile_of(name)
+        rows_ok = shape.out_channels % mr == 0 or takes_partial_rows(name)
+        if get_intrin(name).available() and shape.out_width % nr == 0 and rows_ok:
+            return name
+    return None
+
+
+def _unit_stride(index, x_var, r_var) -> bool:
+    """Whether index is x + f(r): one step along the output columns moves one input column
+    (checked at a few points; conv_shape has already found index to use only x and r)."""
+    from ...shape import EvaluationError, evaluate
+
+    try:
+        for r in (0, 1, 2):
+            base = evaluate(index, {x_var: 0, r_var: r})
+            if any(evaluate(index, {x_var: x, r_var: r}) != base + x for x in (1, 2, 5)):
+                return False
+    except EvaluationError:
+        return False
+    return True
+
+
+def _conv_on_gemm_tile(sch: Schedule, rv, shape: ConvShape, intrin: str, parallel: bool) -> Schedule:
+    """out[o, x] += W[o, c] * X[c, x] for each (n, y, window position), on the MR x NR GEMM tile:
+    the channel reduction runs inside the micro-kernel, the kernel window around it.  The
+    weights are packed as Wp[r..., o, c], so the tile reads MR rows of C channels each."""
+    from .common import tile_of
+
+    mr, nr, _ = tile_of(intrin)
+    nd = shape.spatial_dims
+    loops = sch.get_loops(rv)
+    n, o, *spatial = loops[:2 + nd]
+    c, *window = loops[2 + nd:]
+    rows, x = spatial[:-1], spatial[-1]
+    o_outer, o_inner = sch.split(o, [None, mr])
+    x_outer, x_inner = sch.split(x, [None, nr])
+    sch.reorder(n, o_outer, *rows, x_outer, *window, o_inner, x_inner, c)
+    packed = sch.cache_read(rv, shape.w_index, "global")
+    if nd == 2:
+        sch.transform_layout(packed, ("write", 0), lambda o, c, r0, r1: (r0, r1, o, c))
+    else:
+        sch.transform_layout(packed, ("write", 0), lambda o, c, r0: (r0, o, c))
+    sch.tensorize(o_inner, intrin)
+    if parallel:
+        sch.parallel(sch.fuse(n, o_outer, *rows))
     return sch
 
 
