@@ -17,6 +17,7 @@ from refcomp.graph.op.nn import _conv_te, _np_conv
 from refcomp.graph.passes.default_schedule import schedule_kernel
 from refcomp.loops import intrin, recipes
 import refcomp.loops.recipes.common  # noqa: F401
+import refcomp.loops.recipes.conv  # noqa: F401
 import refcomp.loops.recipes.matmul  # noqa: F401
 from refcomp.loops.interpreter import interpret
 from refcomp.loops.primitives.tree import walk
@@ -92,15 +93,21 @@ def test_recipe_vectorizes_and_tiles(rng):
     (5, 10, 32, 3, 1, 1),   # a partial tile of output channels, a prime channel count
     (3, 7, 16, 3, 2, 2),    # dilated
     (4, 6, 16, 1, 0, 1),    # 1x1
+    (3, 16, 24, 3, 1, 1),   # 8 divides the width, 16 does not: the one-vector tile
+    (2, 5, 8, 3, 1, 1),     # ... with a partial tile of channels
 ])
 def test_gemm_tile_path(rng, c, o, w, k, pad, dilation):
     """An output width the GEMM tile's NR divides, read at unit stride: the channel reduction runs
     in the micro-kernel, once per window position."""
-    intrins = [name for name in recipes.matmul.FP32_INTRINS if intrin.get(name).available()]
-    if not intrins or w % recipes.common.tile_of(intrins[0])[1]:
-        pytest.skip("no fp32 GEMM tile here, or its NR does not divide the width")
+    tiles = [name for name in recipes.matmul.FP32_INTRINS + recipes.conv.NARROW_FP32_INTRINS
+             if intrin.get(name).available() and w % recipes.common.tile_of(name)[1] == 0]
+    if not tiles:
+        pytest.skip("no fp32 GEMM tile here whose NR divides the width")
     sch = recipes.conv_fp32(_conv(2, c, 5, w, o, k, k, 1, pad, dilation))
-    assert _tensorized_with(sch.func) == {intrins[0]}
+    used = _tensorized_with(sch.func)
+    assert len(used) == 1 and used <= set(tiles)
+    mr = recipes.common.tile_of(next(iter(used)))[0]
+    assert o % mr == 0 or all(o % recipes.common.tile_of(t)[0] for t in tiles)  # a whole tile when one fits
     _check(sch.func, rng, (2, c, 5, w), (o, c, k, k), (1, 1), (pad,) * 4, (dilation, dilation), 1)
 
 

@@ -197,6 +197,10 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
     return sch
 
 
+# Tiles one vector wide, for output widths the wide tiles' NR does not divide (56, 24, 8).
+NARROW_FP32_INTRINS = ["x86.avx2.sgemm_8x8"]
+
+
 def _gemm_tile_for(shape: ConvShape, block: Block) -> str | None:
     """The fp32 GEMM tile intrinsic whose MR x NR tile covers output channels x output columns
     exactly, when the input is read at unit stride along the output columns."""
@@ -208,12 +212,12 @@ def _gemm_tile_for(shape: ConvShape, block: Block) -> str | None:
     x_var, r_var = block.iter_vars[1 + nd].var, block.iter_vars[-1].var
     if not _unit_stride(_data_load(block, shape).indices[-1], x_var, r_var):
         return None
-    for name in FP32_INTRINS:
-        mr, nr, _ = tile_of(name)
-        rows_ok = shape.out_channels % mr == 0 or takes_partial_rows(name)
-        if get_intrin(name).available() and shape.out_width % nr == 0 and rows_ok:
-            return name
-    return None
+    fitting = [name for name in FP32_INTRINS + NARROW_FP32_INTRINS
+               if get_intrin(name).available() and shape.out_width % tile_of(name)[1] == 0]
+    # a tile whose MR divides the output channels first: a partial tile runs row by row
+    whole = [name for name in fitting if shape.out_channels % tile_of(name)[0] == 0]
+    partial = [name for name in fitting if takes_partial_rows(name)]
+    return (whole or partial or [None])[0]
 
 
 def _unit_stride(index, x_var, r_var) -> bool:
