@@ -1,4 +1,4 @@
-"""Direct convolution recipe: a register tile of output channels x output columns.
+"""Convolution recipe: the GEMM micro-kernel per window position, or a direct register tile.
 
 A convolution block is recognised by its structure, not by its name (conv_shape):
 
@@ -10,21 +10,31 @@ count (depthwise included: one input channel per group).  The input may be a pad
 an earlier stage of the same function; that stage keeps its own loop nest (inlined, its bounds
 test would run once per multiply-add).
 
-The schedule (conv_fp32), in schedule primitives:
+conv_fp32 schedules it in one of two forms, with schedule primitives only:
 
-    W packed once per call:      Wp[o // OB, c, r..., o % OB]    (cache_read + transform_layout)
-    for (n, o // OB, y) parallel:
-      for x // V:
-        out[OB, V] = 0                                          (decompose_reduction)
-        for c, r0, r1:                                          the reduction, outside the tile
-          for o % OB (unrolled):                                OB accumulators of V lanes,
-            for x % V (vectorized):                             one input vector reused OB times
-              out[n, o, y, x] += X[...] * Wp[...]
+GEMM tile (not grouped, unit stride along the output columns, an fp32 tile's NR divides the
+output width): for each window position the block is a matmul out[o, x] += W[o, c] * X[c, x]
+over the channels, so an MR x NR tile of it is tensorized with the matmul micro-kernel (the
+window iters are fixed in the tile; tensorize takes out's and X's moving dims as the tile's):
+
+    W packed once per call:      Wp[r0, r1, o, c]                (cache_read + transform_layout)
+    for (n, o // MR) parallel, y, x // NR, r0, r1:
+      out[MR, NR] (= 0 at the first window position) += Wp[r0, r1, MR, C] * X[n, C, y + r0, NR]
+
+Direct (otherwise: strided, grouped, depthwise, other widths):
+
+    W packed once per call:      Wp[o // OB, c, r..., o % OB]
+    for (n, o // OB) parallel, y, x // V:
+      out[OB, V] = 0                                            (decompose_reduction)
+      for c, r0, r1:                                            the reduction, outside the tile
+        for o % OB (unrolled):                                  OB accumulators of V lanes,
+          for x % V (vectorized):                               one input vector reused OB times
+            out[n, o, y, x] += X[...] * Wp[...]
 
 V is a native vector (8 fp32 lanes with AVX2, 16 with AVX-512) or the largest halving of it that
-divides the output width; OB output channels share each input vector.  The output width must be
-constant; without a divisor of at least 4 lanes the vector loop gets a predicated tail.
-Each recipe returns the Schedule; the caller builds `sch.func`.
+divides the output width (a predicated tail when none of at least 4 lanes does); OB output
+channels share each input vector (1 when grouped).  The output width and channel count must be
+constant.  The recipe returns the Schedule; the caller builds `sch.func`.
 """
 from __future__ import annotations
 
@@ -144,9 +154,9 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
               pack_weight: bool = True, gemm_tile: bool = True) -> Schedule:
     """Schedule a float32 convolution block (see the module docstring): on the fp32 GEMM tile
     when its NR divides the output width and the input is read at unit stride along it (unless
-    gemm_tile is False), else the direct register tile.  Raises ScheduleError
-    when the block is not a convolution or a step is not legal for it; nothing is changed then
-    (the caller still holds its own Schedule or function)."""
+    gemm_tile is False), else the direct register tile.  Raises ScheduleError when the block
+    is not a convolution or a step is not legal for it; a Schedule passed in may then hold the
+    steps made before (pass a function, or a copy, to keep the original)."""
     sch = func_or_sch if isinstance(func_or_sch, Schedule) else Schedule(func_or_sch)
     if block is None:
         found = find_conv(sch.func)
