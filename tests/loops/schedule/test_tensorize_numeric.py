@@ -176,3 +176,31 @@ def test_matmul_recipe_on_int64_shapes(rng):
     c = rng.standard_normal((40, 64)).astype(np.float32)
     refcomp.build(sch.func)(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.skipif(not intrin.get("x86.avx2.sgemm_6x16").available(), reason="CPU lacks AVX2 + FMA")
+@given(batches=st.integers(1, 3), k=st.integers(1, 9), row_tiles=st.integers(1, 2), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=3, deadline=None)
+def test_tile_with_fixed_iters_and_dims_between(batches, k, row_tiles, seed):
+    """C[i, b, j] += A[i, q] * B[b, q, j] for each b: the batch iter b is fixed in the (i, j, q)
+    tile and sits between C's matched dims, so the tile is C[i, j] with b in its origin."""
+    from refcomp import te
+    from refcomp.loops.schedule import Schedule
+
+    m, n = 6 * row_tiles, 16
+    a = te.placeholder((m, k), "float32", "A")
+    b = te.placeholder((batches, k, n), "float32", "B")
+    q = te.reduce_axis((0, k), "q")
+    c = te.compute((m, batches, n), lambda i, t, j: te.sum(a[i, q] * b[t, q, j], axis=q), name="C")
+    sch = Schedule(te.create_prim_func([a, b, c]))
+    i, t, j, q_loop = sch.get_loops(sch.get_block("C"))
+    i0, i1 = sch.split(i, [None, 6])
+    sch.reorder(t, i0, i1, j, q_loop)
+    sch.tensorize(i1, "x86.avx2.sgemm_6x16")
+    assert "refcomp_sgemm_avx2_6x16" in sch.func.script()
+    rng = np.random.default_rng(seed)
+    av = rng.standard_normal((m, k)).astype(np.float32)
+    bv = rng.standard_normal((batches, k, n)).astype(np.float32)
+    out = rng.standard_normal((m, batches, n)).astype(np.float32)
+    refcomp.build(sch.func)(av, bv, out)
+    np.testing.assert_allclose(out, np.einsum("iq,tqj->itj", av, bv), rtol=1e-5, atol=1e-4)

@@ -40,6 +40,11 @@ def schedule_kernel(func: PrimFunc) -> PrimFunc:
     from .block_indices import simplify_block_indices
     from .fuse_tir import inline_spatial_stages
 
+    from .schedule_conv import schedule_conv
+
+    conv = schedule_conv(func, _schedule_block)
+    if conv is not None:
+        return conv.with_attr("scheduled", True)
     recipe = _recipe_for(func)
     if recipe is not None:
         try:

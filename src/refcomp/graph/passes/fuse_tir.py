@@ -110,7 +110,8 @@ COSTLY_MATH = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p"
 
 def inline_spatial_stages(sch) -> None:
     """Inline (checked `compute_inline`) each spatial stage writing a buffer other than the
-    kernel's outputs, except a stage with costly math (COSTLY_MATH) that a reduction reads."""
+    kernel's outputs, except a stage with costly math (COSTLY_MATH) that a reduction reads and
+    a stage a convolution reads (its padded input)."""
     from ...ast.functor import collect
 
     func = sch.func
@@ -122,12 +123,24 @@ def inline_spatial_stages(sch) -> None:
             continue
         try:
             rv = sch.get_block(block.name)
-            if _has_costly_math(block) and any(
-                    any(iv.kind != "spatial" for iv in sch.get(c).iter_vars) for c in sch.get_consumers(rv)):
+            consumers = [sch.get(c) for c in sch.get_consumers(rv)]
+            if _has_costly_math(block) and any(any(iv.kind != "spatial" for iv in c.iter_vars) for c in consumers):
                 continue
+            if any(_is_convolution(c) for c in consumers):
+                continue  # the padded input keeps its own pass: inlined, its bounds test runs per multiply-add
             sch.compute_inline(rv)
         except RefcompError:
             continue
+
+
+def _is_convolution(block: Block) -> bool:
+    from ...loops.recipes import conv_shape
+
+    try:
+        conv_shape(block)
+    except RefcompError:
+        return False
+    return True
 
 
 def _has_costly_math(block: Block) -> bool:

@@ -55,6 +55,46 @@ __attribute__((target("avx2,fma"))) static inline void refcomp_sgemm_avx2_6x16(
 #undef RC_ROWS6
 """
 
+# An 8 x 8 tile for N that 16 does not divide but 8 does (a convolution's output width of 56 or
+# 24): eight one-vector accumulators, one load of B and eight broadcasts of A per k.
+SGEMM_AVX2_8X8 = r"""
+#include <immintrin.h>
+#include <stdint.h>
+#define RC_ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+__attribute__((target("avx2,fma"))) static inline void refcomp_sgemm_avx2_8x8(
+    const float* restrict A, int64_t a_rs, int64_t a_cs, const float* restrict B, int64_t ldb,
+    float* restrict C, int64_t ldc, int64_t K, int64_t m_rows) {
+  if (m_rows < 8) {
+    for (int64_t r = 0; r < m_rows; ++r) {
+      __m256 t0 = _mm256_loadu_ps(C + r * ldc), t1 = _mm256_setzero_ps();
+      int64_t k = 0;
+      for (; k + 1 < K; k += 2) {
+        t0 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + r * a_rs + k * a_cs), _mm256_loadu_ps(B + k * ldb), t0);
+        t1 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + r * a_rs + (k + 1) * a_cs),
+                             _mm256_loadu_ps(B + (k + 1) * ldb), t1);
+      }
+      if (k < K) t0 = _mm256_fmadd_ps(_mm256_broadcast_ss(A + r * a_rs + k * a_cs), _mm256_loadu_ps(B + k * ldb), t0);
+      _mm256_storeu_ps(C + r * ldc, _mm256_add_ps(t0, t1));
+    }
+    return;
+  }
+#define RC_LOADC(r) __m256 c##r = _mm256_loadu_ps(C + (r) * ldc);
+  RC_ROWS8(RC_LOADC)
+#undef RC_LOADC
+  for (int64_t k = 0; k < K; ++k) {
+    const float* a = A + k * a_cs;
+    __m256 b0 = _mm256_loadu_ps(B + k * ldb);
+#define RC_FMA(r) c##r = _mm256_fmadd_ps(_mm256_broadcast_ss(a + (r) * a_rs), b0, c##r);
+    RC_ROWS8(RC_FMA)
+#undef RC_FMA
+  }
+#define RC_STOREC(r) _mm256_storeu_ps(C + (r) * ldc, c##r);
+  RC_ROWS8(RC_STOREC)
+#undef RC_STOREC
+}
+#undef RC_ROWS8
+"""
+
 SGEMM_AVX512_8X32 = r"""
 #include <immintrin.h>
 #include <stdint.h>

@@ -10,7 +10,11 @@ around one block, as `blockize` makes; and that nest matches the intrinsic's des
   commuted operands of + and * accepted, and every access to a buffer equal to the description's
   access plus one offset per dimension that does not move inside the tile (the tile's origin);
 * each buffer's strides, over the dimensions the description has, equal the description's (a
-  stride var such as `ldb` is bound to the actual stride), and extra leading dimensions are fixed.
+  stride var such as `ldb` is bound to the actual stride), and extra leading dimensions are fixed;
+  when an index before the last dimensions moves in the tile, the description's dimensions are the
+  ones whose indices move, in order, and the others (between them too) are fixed;
+* inner-block iter vars bound to no tile loop are fixed for the tile (a convolution's window
+  position around a GEMM tile over channels); the others match the description's one by one.
 
 Effect: the outer block's body becomes the intrinsic's implementation with its buffers bound to
 the program's buffers at the tile origin and its size vars to the matched values; the block is
@@ -62,6 +66,7 @@ class Match:
     def __init__(self) -> None:
         self.buffers: dict[Buffer, Buffer] = {}
         self.origins: dict[Buffer, tuple[Affine, ...]] = {}
+        self.dims: dict[Buffer, tuple[int, ...]] = {}  # desc buffer -> the program buffer's dims it spans
         self.values: dict[Var, PrimExpr] = {}
 
 
@@ -119,13 +124,14 @@ class _Matcher:
             raise self.fail(f"the tile has {len(loops)} loops, the description {len(d_loops)}",
                             hint=f"split the loops so that the tile is {self._desc_shape(d_loops)}")
         inner, d_inner = realize.block, d_realize.block
-        if len(inner.iter_vars) != len(d_inner.iter_vars):
-            raise self.fail(f"block {inner.name!r} has {len(inner.iter_vars)} iter vars, the description "
-                            f"{len(d_inner.iter_vars)}", spot=inner)
         self.inner = {l.loop_var for l in loops}
+        moving = self._moving_iters(realize)
+        if len(moving) != len(d_inner.iter_vars):
+            raise self.fail(f"block {inner.name!r} has {len(moving)} iter vars that move in the tile, the "
+                            f"description {len(d_inner.iter_vars)}", spot=inner)
         self.bounds = {l.loop_var: (0, as_int(l.extent) - 1) for l in loops
                        if as_int(l.extent) is not None and as_int(l.min) == 0}
-        self._match_loops(loops, d_loops, realize, d_realize)
+        self._match_loops(loops, d_loops, realize, d_realize, moving)
         self._match_predicate(realize, d_realize)
         if (inner.init is None) != (d_inner.init is None):
             has = "has" if inner.init is not None else "has no"
@@ -197,14 +203,21 @@ class _Matcher:
     def _desc_shape(d_loops: list[For]) -> str:
         return " x ".join(_show(l.extent) for l in d_loops)
 
-    def _match_loops(self, loops, d_loops, realize, d_realize) -> None:
-        # Each iter var is bound to offset + one loop; the loops correspond through the iter vars.
-        for index, (iv, d_iv) in enumerate(zip(realize.block.iter_vars, d_realize.block.iter_vars)):
+    def _moving_iters(self, realize: BlockRealize) -> list[int]:
+        """Positions of the inner block's iter vars bound to a tile loop.  The others are fixed
+        for the whole tile (a convolution's window position outside a GEMM tile over channels):
+        their values enter the accesses as part of the tile's origin."""
+        return [i for i, value in enumerate(realize.iter_values) if set(free_vars(value)) & self.inner]
+
+    def _match_loops(self, loops, d_loops, realize, d_realize, moving: list[int]) -> None:
+        # Each moving iter var is bound to offset + one loop; the loops correspond through them.
+        for d_index, (index, d_iv) in enumerate(zip(moving, d_realize.block.iter_vars)):
+            iv = realize.block.iter_vars[index]
             if iv.kind != d_iv.kind:
                 raise self.fail(f"iter var {iv.var.name} is {iv.kind}, the description's "
                                 f"{d_iv.var.name} is {d_iv.kind}", spot=realize.block)
             loop = self._single_loop(realize.iter_values[index], set(l.loop_var for l in loops), realize)
-            d_loop = self._single_loop(d_realize.iter_values[index], set(l.loop_var for l in d_loops), d_realize)
+            d_loop = self._single_loop(d_realize.iter_values[d_index], set(l.loop_var for l in d_loops), d_realize)
             if d_loop in self.loop_map or loop in self.loop_map.values():
                 raise self.fail(f"loop {loop.name} binds two iter vars", spot=realize)
             self.loop_map[d_loop] = loop
@@ -334,10 +347,10 @@ class _Matcher:
 
     def _snapshot(self):
         r = self.result
-        return dict(r.buffers), dict(r.origins), dict(r.values)
+        return dict(r.buffers), dict(r.origins), dict(r.values), dict(r.dims)
 
     def _restore(self, saved) -> None:
-        self.result.buffers, self.result.origins, self.result.values = (dict(s) for s in saved)
+        self.result.buffers, self.result.origins, self.result.values, self.result.dims = (dict(s) for s in saved)
 
     def _access(self, buffer: Buffer, indices, d_buffer: Buffer, d_indices, spot: Any) -> None:
         mapped = self.result.buffers.get(d_buffer)
@@ -354,22 +367,26 @@ class _Matcher:
         elif mapped is not buffer:
             raise _Mismatch(f"{buffer.name} is accessed where the description accesses {d_buffer.name}, "
                             f"which is already {mapped.name}", spot)
-        lead = buffer.ndim - d_buffer.ndim
+        dims = self.result.dims.get(d_buffer)
+        if dims is None:
+            dims = self.result.dims[d_buffer] = self._tile_dims(buffer, indices, d_buffer, spot)
         origin = []
-        for index in indices[:lead]:
+        d_of = dict(zip(dims, d_indices))
+        for axis, index in enumerate(indices):
             form = normalize(index, self.bounds)
-            if form is None or form.vars() & self.inner:
-                raise _Mismatch(f"index {_show(index)} of {buffer.name} moves inside the tile in a "
-                                f"dimension the description does not have", spot)
-            origin.append(form)
-        for index, d_index in zip(indices[lead:], d_indices):
-            form, d_form = normalize(index, self.bounds), normalize(d_index, self.bounds)
+            if axis not in d_of:
+                if form is None or form.vars() & self.inner:
+                    raise _Mismatch(f"index {_show(index)} of {buffer.name} moves inside the tile in a "
+                                    f"dimension the description does not have", spot)
+                origin.append(form)
+                continue
+            d_form = normalize(d_of[axis], self.bounds)
             if form is None or d_form is None:
                 raise _Mismatch(f"index {_show(index)} of {buffer.name} is not affine", spot)
             offset = form - d_form
             if offset.vars() & self.inner:
                 raise _Mismatch(f"index {_show(index)} of {buffer.name} does not follow the description's "
-                                f"{_show(d_index)} (they differ by {_show(offset.to_expr())}, which moves "
+                                f"{_show(d_of[axis])} (they differ by {_show(offset.to_expr())}, which moves "
                                 "inside the tile)", spot)
             origin.append(offset)
         known = self.result.origins.get(d_buffer)
@@ -378,14 +395,30 @@ class _Matcher:
         elif any(a.key() != b.key() for a, b in zip(known, origin)):
             raise _Mismatch(f"two accesses of {buffer.name} are at different offsets from the description's", spot)
 
+    def _tile_dims(self, buffer: Buffer, indices, d_buffer: Buffer, spot: Any) -> tuple[int, ...]:
+        """The dims of `buffer` that play the description's dims: its last ones, unless an index
+        before them moves in the tile; then exactly the dims whose indices move (a convolution's
+        output [n, o, y, x] is a C[o, x] tile with y fixed between its dims)."""
+        lead = buffer.ndim - d_buffer.ndim
+        trailing = tuple(range(lead, buffer.ndim))
+        moving = []
+        for axis, index in enumerate(indices):
+            form = normalize(index, self.bounds)
+            if form is None or form.vars() & self.inner:
+                moving.append(axis)
+        if all(axis >= lead for axis in moving) or len(moving) != d_buffer.ndim:
+            return trailing
+        return tuple(moving)
+
     def _match_layout(self, d_buffer: Buffer) -> None:
         buffer = self.result.buffers[d_buffer]
+        dims = self.result.dims[d_buffer]
         lead = buffer.ndim - d_buffer.ndim
-        strides = strides_of(buffer)[lead:]
+        strides = [strides_of(buffer)[axis] for axis in dims]
         if d_buffer.strides:
-            for axis, (stride, d_stride) in enumerate(zip(strides, d_buffer.strides)):
-                self._bind(d_stride, stride, f"stride {axis + lead} of {buffer.name}", buffer)
-        elif not _compact_tail(buffer, d_buffer, lead):
+            for axis, stride, d_stride in zip(dims, strides, d_buffer.strides):
+                self._bind(d_stride, stride, f"stride {axis} of {buffer.name}", buffer)
+        elif dims != tuple(range(lead, buffer.ndim)) or not _compact_tail(buffer, d_buffer, lead):
             raise self.fail(f"buffer {buffer.name} is not laid out as the description's compact "
                             f"{d_buffer.name}", spot=buffer)
         if buffer.scope not in ("global", "local", "global.packed"):
@@ -471,9 +504,13 @@ class _Instantiator(Mutator):
             return buffer, indices
         target = self.match.buffers[d_buffer]
         origin = self.match.origins[d_buffer]
-        lead = target.ndim - d_buffer.ndim
-        out = [o.to_expr() for o in origin[:lead]]
-        for o, index in zip(origin[lead:], indices):
+        index_of = dict(zip(self.match.dims[d_buffer], indices))
+        out = []
+        for axis, o in enumerate(origin):
+            index = index_of.get(axis)
+            if index is None:
+                out.append(o.to_expr())
+                continue
             form = normalize(index)
             out.append((o + form).to_expr(index.dtype) if form is not None else o.to_expr(index.dtype) + index)
         return target, tuple(out)

@@ -1,0 +1,58 @@
+"""schedule_conv: the default schedule of a kernel whose one reduction is a convolution.
+
+The convolution block gets the direct-convolution recipe (refcomp.loops.recipes.conv: a register
+tile of output channels x a vector of output columns, weights packed per call); the function's
+other stages (the padded copy of the input, an epilogue such as bias + relu) keep their own loop
+nests and get the generic treatment `rest` gives them (parallel rows, vector columns).  A
+convolution the recipe cannot schedule (symbolic width, another dtype, a step the checks
+reject) returns None, and the caller falls back to its generic schedule; the debug log says why.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from ...ast.function import PrimFunc
+from ...ast.functor import collect
+from ...ast.stmt import Block
+from ...errors import RefcompError
+
+log = logging.getLogger("refcomp.graph.schedule_conv")
+
+
+def schedule_conv(func: PrimFunc, rest: Callable) -> PrimFunc | None:
+    """func with its convolution block on the conv recipe and `rest(sch, rv, block, loops)`
+    applied to every other block, or None when func has no convolution the recipe takes."""
+    from ...loops import recipes
+    from ...loops.schedule import Schedule
+
+    found = recipes.find_conv(func)
+    if found is None:
+        return None
+    others = [b.name for b in collect(func.body, Block) if b.name not in ("root", found.block)]
+    try:
+        sch = recipes.conv_fp32(Schedule(func), found.block)
+    except RefcompError as exc:
+        log.debug("schedule_conv: %s keeps the generic schedule: %s", func.name, exc)
+        return None
+    for name in others:
+        try:
+            rv = sch.get_block(name)
+            loops = sch.get_loops(rv)
+        except RefcompError:
+            continue
+        if loops:
+            rest(sch, rv, sch.get(rv), loops)
+    for block in collect(sch.func.body, Block):
+        if block.name.endswith("_global") and block.name not in others:  # the packed weights
+            _parallel_outer(sch, block.name)
+    return sch.func
+
+
+def _parallel_outer(sch, name: str) -> None:
+    try:
+        loops = sch.get_loops(sch.get_block(name))
+        if loops and sch.get(loops[0]).kind == "serial":
+            sch.parallel(loops[0])
+    except RefcompError:
+        pass

@@ -1,0 +1,285 @@
+"""Convolution recipe: the GEMM micro-kernel per window position, or a direct register tile.
+
+A convolution block is recognised by its structure, not by its name (conv_shape):
+
+    out[n, o, y, x] (+)= X[n, c (+ g * C/G), y * s + r0 * d, x * s + r1 * d] * W[o, c, r0, r1]
+
+with iters (S, S, S..., R, R...): batch, output channel, output spatial, then the input channel
+and the kernel window.  Channels first (NCHW x OIHW), 1-d or 2-d, any stride, dilation and group
+count (depthwise included: one input channel per group).  The input may be a padded copy made by
+an earlier stage of the same function; that stage keeps its own loop nest (inlined, its bounds
+test would run once per multiply-add).
+
+conv_fp32 schedules it in one of two forms, with schedule primitives only:
+
+GEMM tile (not grouped, unit stride along the output columns, an fp32 tile's NR divides the
+output width): for each window position the block is a matmul out[o, x] += W[o, c] * X[c, x]
+over the channels, so an MR x NR tile of it is tensorized with the matmul micro-kernel (the
+window iters are fixed in the tile; tensorize takes out's and X's moving dims as the tile's):
+
+    W packed once per call:      Wp[r0, r1, o, c]                (cache_read + transform_layout)
+    for (n, o // MR) parallel, y, x // NR, r0, r1:
+      out[MR, NR] (= 0 at the first window position) += Wp[r0, r1, MR, C] * X[n, C, y + r0, NR]
+
+Direct (otherwise: strided, grouped, depthwise, other widths):
+
+    W packed once per call:      Wp[o // OB, c, r..., o % OB]
+    for (n, o // OB) parallel, y, x // V:
+      out[OB, V] = 0                                            (decompose_reduction)
+      for c, r0, r1:                                            the reduction, outside the tile
+        for o % OB (unrolled):                                  OB accumulators of V lanes,
+          for x % V (vectorized):                               one input vector reused OB times
+            out[n, o, y, x] += X[...] * Wp[...]
+
+V is a native vector (8 fp32 lanes with AVX2, 16 with AVX-512) or the largest halving of it that
+divides the output width (a predicated tail when none of at least 4 lanes does); OB output
+channels share each input vector (1 when grouped).  The output width and channel count must be
+constant.  The recipe returns the Schedule; the caller builds `sch.func`.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from ...ast import Add, Block, BufferLoad, BufferStore, Cast, Mul, PrimFunc, Var, as_int, post_order_visit
+from ...ast.functor import collect
+from ...errors import ScheduleError
+from ..schedule import Schedule
+
+log = logging.getLogger("refcomp.loops.recipes.conv")
+
+
+@dataclass(frozen=True)
+class ConvShape:
+    """What conv_shape found: the block, its dimension count and the positions of X and W in its reads."""
+
+    block: str
+    spatial_dims: int  # 1 or 2
+    x_index: int
+    w_index: int
+    out_channels: int | None
+    out_width: int | None
+
+
+def conv_shape(block: Block, recipe: str = "conv") -> ConvShape:
+    """Recognise out[n, o, sp...] = out[...] + X[n, c.., sp * s + r * d...] * W[o, c, r...]."""
+    kinds = [iv.kind for iv in block.iter_vars]
+    nd = kinds.count("reduce") - 1
+    if nd not in (1, 2) or kinds != ["spatial"] * (2 + nd) + ["reduce"] * (1 + nd):
+        raise ScheduleError(f"{recipe}: block {block.name!r} is not a convolution (iters S, S, S.., R, R..); "
+                            f"its iters are {kinds}", spot=block)
+    store = block.body
+    if not isinstance(store, BufferStore) or not isinstance(store.value, Add):
+        raise ScheduleError(f"{recipe}: block {block.name!r} is not one multiply-accumulate store", spot=block)
+    out_vars = [iv.var for iv in block.iter_vars[:2 + nd]]
+    c_var, *r_vars = [iv.var for iv in block.iter_vars[2 + nd:]]
+    if len(store.indices) != 2 + nd or any(i is not v for i, v in zip(store.indices, out_vars)):
+        raise ScheduleError(f"{recipe}: block {block.name!r} does not store out[n, o, spatial...]", spot=block)
+    acc, product = store.value.a, store.value.b
+    if not (isinstance(acc, BufferLoad) and acc.buffer is store.buffer and isinstance(product, Mul)):
+        raise ScheduleError(f"{recipe}: block {block.name!r} does not accumulate a product", spot=block)
+    loads = [side.value if isinstance(side, Cast) else side for side in (product.a, product.b)]
+    if not all(isinstance(load, BufferLoad) for load in loads):
+        raise ScheduleError(f"{recipe}: block {block.name!r} multiplies something other than two loads", spot=block)
+    weight = next((l for l in loads if len(l.indices) == 2 + nd and l.indices[0] is out_vars[1]
+                   and l.indices[1] is c_var and all(i is r for i, r in zip(l.indices[2:], r_vars))), None)
+    data = next((l for l in loads if l is not weight), None)
+    if weight is None or data is None or len(data.indices) != 2 + nd or data.indices[0] is not out_vars[0]:
+        raise ScheduleError(f"{recipe}: block {block.name!r} does not read X[n, c, ...] and W[o, c, r...]",
+                            spot=block)
+    for k in range(nd):
+        used = _vars_in(data.indices[2 + k])
+        if not used or not used <= {out_vars[2 + k], r_vars[k]} or c_var in _vars_in(data.indices[2 + k]):
+            raise ScheduleError(f"{recipe}: block {block.name!r}: X's spatial index {k} is not "
+                                f"out * stride + window * dilation", spot=block)
+    if c_var not in _vars_in(data.indices[1]) or _vars_in(data.indices[1]) - {c_var, out_vars[1]}:
+        raise ScheduleError(f"{recipe}: block {block.name!r}: X's channel index does not follow c", spot=block)
+    buffers = [r.buffer for r in block.reads]
+    if data.buffer not in buffers or weight.buffer not in buffers or data.buffer is weight.buffer:
+        raise ScheduleError(f"{recipe}: block {block.name!r} does not declare its reads of X and W", spot=block)
+    return ConvShape(block.name, nd, buffers.index(data.buffer), buffers.index(weight.buffer),
+                     as_int(block.iter_vars[1].dom.extent), as_int(block.iter_vars[1 + nd].dom.extent))
+
+
+def _vars_in(expr) -> set:
+    found: set = set()
+    post_order_visit(expr, lambda node: found.add(node) if isinstance(node, Var) else None)
+    return found
+
+
+def find_conv(func: PrimFunc) -> ConvShape | None:
+    """The convolution block of func when it has exactly one reduction and that is a convolution."""
+    blocks = [b for b in collect(func.body, Block) if b.name != "root"]
+    reductions = [b for b in blocks if any(iv.kind == "reduce" for iv in b.iter_vars)]
+    if len(reductions) != 1:
+        return None
+    try:
+        return conv_shape(reductions[0])
+    except ScheduleError:
+        return None
+
+
+def native_lanes(bits: int = 32) -> int:
+    """Lanes of the widest vector register this CPU has (64 bytes with AVX-512, else 32)."""
+    from ..intrin import cpu
+
+    return (512 if cpu.has("avx512f") else 256) // bits
+
+
+def vector_width(width: int, native: int) -> int:
+    """V: the native lanes, halved while they do not divide the output width (at least 4);
+    the native lanes again when none does (the vector loop then gets a predicated tail)."""
+    lanes = native
+    while lanes >= 4:
+        if width % lanes == 0:
+            return lanes
+        lanes //= 2
+    return native if width >= native else max(1, width)
+
+
+def channel_block(channels: int, preferred: int) -> int:
+    """OB: the largest divisor of the output channel count up to `preferred`."""
+    for candidate in range(min(preferred, channels), 0, -1):
+        if channels % candidate == 0:
+            return candidate
+    return 1
+
+
+# Output channels per register tile: with one vector of output columns each, OB accumulators plus
+# the input vector and a weight broadcast fit the 16 ymm registers of AVX2 (32 zmm with AVX-512).
+_CHANNEL_BLOCK = {8: 6, 16: 12}
+
+
+def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, parallel: bool = True,
+              pack_weight: bool = True, gemm_tile: bool = True) -> Schedule:
+    """Schedule a float32 convolution block (see the module docstring): on the fp32 GEMM tile
+    when its NR divides the output width and the input is read at unit stride along it (unless
+    gemm_tile is False), else the direct register tile.  Raises ScheduleError when the block
+    is not a convolution or a step is not legal for it; a Schedule passed in may then hold the
+    steps made before (pass a function, or a copy, to keep the original)."""
+    sch = func_or_sch if isinstance(func_or_sch, Schedule) else Schedule(func_or_sch)
+    if block is None:
+        found = find_conv(sch.func)
+        if found is None:
+            raise ScheduleError("conv_fp32: the function has no single convolution block")
+        block = found.block
+    rv = sch.get_block(block)
+    shape = conv_shape(sch.get(rv), "conv_fp32")
+    node = sch.get(rv)
+    if not node.writes or str(node.writes[0].buffer.dtype) != "float32":
+        raise ScheduleError(f"conv_fp32: block {block!r} does not write float32")
+    if shape.out_width is None or shape.out_channels is None:
+        raise ScheduleError(f"conv_fp32: block {block!r} has a symbolic output width or channel count")
+    nd = shape.spatial_dims
+    native = native_lanes()
+    lanes = vector_width(shape.out_width, native)
+    grouped = _vars_in(_data_load(node, shape).indices[1]) - {node.iter_vars[2 + nd].var}
+    ob = 1 if grouped else channel_block(shape.out_channels, _CHANNEL_BLOCK.get(native, 6))
+
+    loops = sch.get_loops(rv)
+    if len(loops) != len(node.iter_vars):
+        raise ScheduleError(f"conv_fp32: block {block!r} is already scheduled ({len(loops)} loops)")
+    if gemm_tile and not grouped:
+        tile = _gemm_tile_for(shape, node)
+        if tile is not None:
+            attempt = sch.copy()
+            try:
+                return _conv_on_gemm_tile(attempt, attempt.get_block(block), shape, tile, parallel)
+            except ScheduleError as exc:
+                log.debug("conv_fp32: %s: the GEMM tile does not apply (%s); direct schedule", block, exc)
+    n, o, *spatial = loops[:2 + nd]
+    reduce_loops = loops[2 + nd:]
+    rows, x = spatial[:-1], spatial[-1]
+    o_outer, o_inner = sch.split(o, [None, ob])
+    x_outer, x_inner = sch.split(x, [None, lanes])
+    sch.reorder(n, o_outer, *rows, x_outer, *reduce_loops, o_inner, x_inner)
+    if pack_weight and ob > 1:
+        packed = sch.cache_read(rv, shape.w_index, "global")
+        sch.transform_layout(packed, ("write", 0), _weight_panels(ob, nd))
+    sch.decompose_reduction(rv, reduce_loops[0])
+    sch.vectorize(x_inner)
+    if ob > 1:
+        sch.unroll(o_inner)
+    if parallel:
+        # n and the channel blocks only: with the rows fused in too, gcc recomputes the fused
+        # index's floor divisions (their sign fix-ups) inside the window loops
+        sch.parallel(sch.fuse(n, o_outer))
+    return sch
+
+
+# Tiles one vector wide, for output widths the wide tiles' NR does not divide (56, 24, 8).
+NARROW_FP32_INTRINS = ["x86.avx2.sgemm_8x8"]
+
+
+def _gemm_tile_for(shape: ConvShape, block: Block) -> str | None:
+    """The fp32 GEMM tile intrinsic whose MR x NR tile covers output channels x output columns
+    exactly, when the input is read at unit stride along the output columns."""
+    from ..intrin import get as get_intrin
+    from .common import takes_partial_rows, tile_of
+    from .matmul import FP32_INTRINS
+
+    nd = shape.spatial_dims
+    x_var, r_var = block.iter_vars[1 + nd].var, block.iter_vars[-1].var
+    if not _unit_stride(_data_load(block, shape).indices[-1], x_var, r_var):
+        return None
+    fitting = [name for name in FP32_INTRINS + NARROW_FP32_INTRINS
+               if get_intrin(name).available() and shape.out_width % tile_of(name)[1] == 0]
+    # a tile whose MR divides the output channels first: a partial tile runs row by row
+    whole = [name for name in fitting if shape.out_channels % tile_of(name)[0] == 0]
+    partial = [name for name in fitting if takes_partial_rows(name)]
+    return (whole or partial or [None])[0]
+
+
+def _unit_stride(index, x_var, r_var) -> bool:
+    """Whether index is x + f(r): one step along the output columns moves one input column
+    (checked at a few points; conv_shape has already found index to use only x and r)."""
+    from ...shape import EvaluationError, evaluate
+
+    try:
+        for r in (0, 1, 2):
+            base = evaluate(index, {x_var: 0, r_var: r})
+            if any(evaluate(index, {x_var: x, r_var: r}) != base + x for x in (1, 2, 5)):
+                return False
+    except EvaluationError:
+        return False
+    return True
+
+
+def _conv_on_gemm_tile(sch: Schedule, rv, shape: ConvShape, intrin: str, parallel: bool) -> Schedule:
+    """out[o, x] += W[o, c] * X[c, x] for each (n, y, window position), on the MR x NR GEMM tile:
+    the channel reduction runs inside the micro-kernel, the kernel window around it.  The
+    weights are packed as Wp[r..., o, c], so the tile reads MR rows of C channels each."""
+    from .common import tile_of
+
+    mr, nr, _ = tile_of(intrin)
+    nd = shape.spatial_dims
+    loops = sch.get_loops(rv)
+    n, o, *spatial = loops[:2 + nd]
+    c, *window = loops[2 + nd:]
+    rows, x = spatial[:-1], spatial[-1]
+    o_outer, o_inner = sch.split(o, [None, mr])
+    x_outer, x_inner = sch.split(x, [None, nr])
+    sch.reorder(n, o_outer, *rows, x_outer, *window, o_inner, x_inner, c)
+    packed = sch.cache_read(rv, shape.w_index, "global")
+    if nd == 2:
+        sch.transform_layout(packed, ("write", 0), lambda o, c, r0, r1: (r0, r1, o, c))
+    else:
+        sch.transform_layout(packed, ("write", 0), lambda o, c, r0: (r0, o, c))
+    sch.tensorize(o_inner, intrin)
+    if parallel:
+        sch.parallel(sch.fuse(n, o_outer))
+    return sch
+
+
+def _weight_panels(ob: int, nd: int):
+    if nd == 2:
+        return lambda o, c, r0, r1: (o // ob, c, r0, r1, o % ob)
+    return lambda o, c, r0: (o // ob, c, r0, o % ob)
+
+
+def _data_load(block: Block, shape: ConvShape) -> BufferLoad:
+    loads = [node for node in collect(block.body, BufferLoad) if node.buffer is block.reads[shape.x_index].buffer]
+    return loads[0]
+
+
+__all__ = ["ConvShape", "conv_fp32", "conv_shape", "find_conv", "vector_width", "channel_block"]

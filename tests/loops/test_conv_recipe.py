@@ -1,0 +1,187 @@
+"""The direct-convolution recipe and the default schedule it gives convolution kernels.
+
+Every case is compiled to C and compared with numpy on fresh random data: odd sizes, size 1,
+primes, strides, padding, dilation, groups and depthwise; a kernel the recipe cannot take
+(a symbolic width) keeps the generic schedule and still computes the convolution.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import refcomp
+from refcomp import ScheduleError, te
+from refcomp.ast import Block, For, SizeVar
+from refcomp.graph.op.nn import _conv_te, _np_conv
+from refcomp.graph.passes.default_schedule import schedule_kernel
+from refcomp.loops import intrin, recipes
+import refcomp.loops.recipes.common  # noqa: F401
+import refcomp.loops.recipes.conv  # noqa: F401
+import refcomp.loops.recipes.matmul  # noqa: F401
+from refcomp.loops.interpreter import interpret
+from refcomp.loops.primitives.tree import walk
+
+
+def _conv(n, c, h, w, o, kh, kw, stride=1, pad=0, dilation=1, groups=1, index_dtype="int64"):
+    """The PrimFunc conv2d legalizes to (the graph level builds it with int64 dims)."""
+    dim = (lambda v: te.const(v, index_dtype) if isinstance(v, int) else v)
+    x = te.placeholder((dim(n), dim(c), dim(h), dim(w)), "float32", "X")
+    wt = te.placeholder((dim(o), dim(c // groups), dim(kh), dim(kw)), "float32", "W")
+    y = _conv_te(2)(x, wt, (stride, stride), (pad, pad, pad, pad), (dilation, dilation), groups)
+    return te.create_prim_func([x, wt, y])
+
+
+def _conv1d(n, c, w, o, k, stride=1, pad=0):
+    x = te.placeholder((n, c, w), "float32", "X")
+    wt = te.placeholder((o, c, k), "float32", "W")
+    y = _conv_te(1)(x, wt, (stride,), (pad, pad), (1,), 1)
+    return te.create_prim_func([x, wt, y])
+
+
+def _run(func, x, w, out_shape, rng):
+    out = rng.standard_normal(out_shape).astype(np.float32)  # the kernel must overwrite all of it
+    refcomp.build(func)(x, w, out)
+    return out
+
+
+def _check(func, rng, x_shape, w_shape, strides, padding, dilation, groups):
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    expected = _np_conv(x, w, strides, padding, dilation, groups)
+    np.testing.assert_allclose(_run(func, x, w, expected.shape, rng), expected, rtol=1e-4, atol=1e-4)
+
+
+def _tensorized_with(func) -> set[str]:
+    return {s.annotations["tensorized"] for s in walk(func.body) if isinstance(s, Block) and "tensorized" in s.annotations}
+
+
+def _kinds(func) -> set[str]:
+    return {s.kind for s in walk(func.body) if isinstance(s, For)}
+
+
+def test_recognises_a_convolution_by_its_structure():
+    found = recipes.find_conv(_conv(1, 3, 7, 7, 5, 3, 3, pad=1))
+    assert found is not None and found.spatial_dims == 2 and found.out_width == 7
+    assert recipes.find_conv(_conv1d(1, 3, 9, 4, 3)).spatial_dims == 1
+    a = te.placeholder((8, 8), "float32", "A")
+    b = te.placeholder((8, 8), "float32", "B")
+    k = te.reduce_axis((0, 8), "k")
+    matmul = te.compute((8, 8), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    assert recipes.find_conv(te.create_prim_func([a, b, matmul])) is None
+
+
+def test_a_matmul_is_not_a_convolution():
+    a = te.placeholder((4, 4), "float32", "A")
+    b = te.placeholder((4, 4), "float32", "B")
+    k = te.reduce_axis((0, 4), "k")
+    c = te.compute((4, 4), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    with pytest.raises(ScheduleError, match="conv_fp32: the function has no single convolution block"):
+        recipes.conv_fp32(te.create_prim_func([a, b, c]))
+
+
+def test_recipe_vectorizes_and_tiles(rng):
+    sch = recipes.conv_fp32(_conv(2, 8, 9, 16, 12, 3, 3, pad=1), gemm_tile=False)
+    kinds = _kinds(sch.func)
+    assert {"vectorized", "unrolled", "parallel"} <= kinds
+    assert any(b.name == "W_global" for b in walk(sch.func.body) if isinstance(b, Block))  # packed weights
+    _check(sch.func, rng, (2, 8, 9, 16), (12, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1)
+
+
+@pytest.mark.parametrize("c,o,w,k,pad,dilation", [
+    (8, 12, 16, 3, 1, 1),   # MR divides the output channels
+    (5, 10, 32, 3, 1, 1),   # a partial tile of output channels, a prime channel count
+    (3, 7, 16, 3, 2, 2),    # dilated
+    (4, 6, 16, 1, 0, 1),    # 1x1
+    (3, 16, 24, 3, 1, 1),   # 8 divides the width, 16 does not: the one-vector tile
+    (2, 5, 8, 3, 1, 1),     # ... with a partial tile of channels
+])
+def test_gemm_tile_path(rng, c, o, w, k, pad, dilation):
+    """An output width the GEMM tile's NR divides, read at unit stride: the channel reduction runs
+    in the micro-kernel, once per window position."""
+    tiles = [name for name in recipes.matmul.FP32_INTRINS + recipes.conv.NARROW_FP32_INTRINS
+             if intrin.get(name).available() and w % recipes.common.tile_of(name)[1] == 0]
+    if not tiles:
+        pytest.skip("no fp32 GEMM tile here whose NR divides the width")
+    sch = recipes.conv_fp32(_conv(2, c, 5, w, o, k, k, 1, pad, dilation))
+    used = _tensorized_with(sch.func)
+    assert len(used) == 1 and used <= set(tiles)
+    mr = recipes.common.tile_of(next(iter(used)))[0]
+    assert o % mr == 0 or all(o % recipes.common.tile_of(t)[0] for t in tiles)  # a whole tile when one fits
+    _check(sch.func, rng, (2, c, 5, w), (o, c, k, k), (1, 1), (pad,) * 4, (dilation, dilation), 1)
+
+
+def test_stride_two_keeps_the_direct_schedule():
+    sch = recipes.conv_fp32(_conv(1, 4, 9, 32, 6, 3, 3, stride=2, pad=1))
+    assert not _tensorized_with(sch.func) and "vectorized" in _kinds(sch.func)
+
+
+def test_symbolic_width_falls_back_to_the_generic_schedule(rng):
+    width = SizeVar("w", "int64")
+    func = _conv(1, 3, 5, width, 4, 3, 3, pad=1)
+    with pytest.raises(ScheduleError, match="symbolic output width"):
+        recipes.conv_fp32(func)
+    scheduled = schedule_kernel(func)
+    assert not any(b.name == "W_global" for b in walk(scheduled.body) if isinstance(b, Block))
+    x = rng.standard_normal((1, 3, 5, 11)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    expected = _np_conv(x, w, (1, 1), (1, 1, 1, 1), (1, 1))
+    out = np.empty(expected.shape, np.float32)
+    refcomp.build(scheduled)(x, w, out)
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_default_schedule_matches_the_interpreter(rng):
+    func = _conv(1, 3, 5, 6, 4, 3, 3, stride=1, pad=1)
+    scheduled = schedule_kernel(func)
+    assert "W_global" in {b.name for b in walk(scheduled.body) if isinstance(b, Block)}
+    x = rng.standard_normal((1, 3, 5, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    before, after = np.zeros((1, 4, 5, 6), np.float32), np.zeros((1, 4, 5, 6), np.float32)
+    interpret(func, x, w, before)
+    interpret(scheduled, x, w, after)
+    np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(after, _np_conv(x, w, (1, 1), (1, 1, 1, 1), (1, 1)), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n,c,h,w,o,k,stride,pad,dilation,groups", [
+    (2, 16, 14, 14, 32, 3, 1, 1, 1, 1),    # a ResNet stage at half size
+    (1, 3, 17, 17, 8, 7, 2, 3, 1, 1),      # the stem: 7x7, stride 2
+    (1, 8, 8, 8, 16, 1, 1, 0, 1, 1),       # 1x1
+    (1, 8, 10, 10, 8, 3, 1, 1, 1, 8),      # depthwise
+    (1, 6, 9, 9, 9, 3, 2, 1, 1, 3),        # grouped, stride 2
+    (1, 5, 13, 11, 7, 3, 1, 2, 2, 1),      # dilated, prime sizes
+    (2, 7, 6, 32, 13, 3, 1, 1, 1, 1),      # GEMM tile, partial channel tile
+    (1, 3, 4, 16, 5, 1, 1, 0, 1, 1),       # GEMM tile, 1x1
+    (1, 1, 1, 1, 1, 1, 1, 0, 1, 1),        # all ones
+])
+def test_default_schedule_matches_numpy(rng, n, c, h, w, o, k, stride, pad, dilation, groups):
+    func = schedule_kernel(_conv(n, c, h, w, o, k, k, stride, pad, dilation, groups))
+    _check(func, rng, (n, c, h, w), (o, c // groups, k, k), (stride, stride), (pad,) * 4, (dilation, dilation),
+           groups)
+
+
+def test_conv1d_matches_numpy(rng):
+    func = schedule_kernel(_conv1d(2, 5, 19, 6, 3, stride=1, pad=1))
+    assert "vectorized" in _kinds(func)
+    x = rng.standard_normal((2, 5, 19)).astype(np.float32)
+    w = rng.standard_normal((6, 5, 3)).astype(np.float32)
+    expected = _np_conv(x, w, (1,), (1, 1), (1,))
+    np.testing.assert_allclose(_run(func, x, w, expected.shape, rng), expected, rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_random_shapes_match_numpy(rng, data):
+    groups = data.draw(st.sampled_from([1, 1, 2, 3]), label="groups")
+    per_group = data.draw(st.sampled_from([1, 2, 3, 5]), label="channels per group")
+    out_per_group = data.draw(st.sampled_from([1, 2, 3, 7]), label="outputs per group")
+    k = data.draw(st.integers(1, 3), label="k")
+    stride = data.draw(st.integers(1, 2), label="stride")
+    pad = data.draw(st.integers(0, k - 1), label="pad")
+    h = data.draw(st.integers(k, 13), label="h")
+    w = data.draw(st.integers(k, 19), label="w")
+    n = data.draw(st.integers(1, 2), label="n")
+    c, o = groups * per_group, groups * out_per_group
+    func = schedule_kernel(_conv(n, c, h, w, o, k, k, stride, pad, 1, groups))
+    _check(func, rng, (n, c, h, w), (o, per_group, k, k), (stride, stride), (pad,) * 4, (1, 1), groups)
