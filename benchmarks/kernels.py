@@ -143,7 +143,7 @@ float refcomp_fma_peak(int64_t iterations) {
 
 def fma_peak(threads: int, clock=time.perf_counter) -> tuple[float, int]:
     """(GFLOP/s, lanes) of independent fp32 FMA chains on `threads` threads, best of a few runs."""
-    from refcomp.emit_c import compile_shared, parse_target
+    from refcomp.emit_c import compile_shared
 
     wide = cpu.has("avx512f")
     lanes = 16 if wide else 8
@@ -152,7 +152,7 @@ def fma_peak(threads: int, clock=time.perf_counter) -> tuple[float, int]:
               "#define VEC __m256\n#define SET1 _mm256_set1_ps\n#define FMA _mm256_fmadd_ps\n"
               "#define ADD _mm256_add_ps\n#define STORE _mm256_storeu_ps\n")
     source = f"#define CHAINS {16 if wide else 12}\n#define LANES {lanes}\n" + macros + _PEAK_SOURCE
-    library = ctypes.CDLL(str(compile_shared(source, parse_target("c"), name="fma_peak")))
+    library = ctypes.CDLL(str(compile_shared(source, "c", name="fma_peak")))
     library.refcomp_fma_peak.restype = ctypes.c_float
     library.refcomp_fma_peak.argtypes = [ctypes.c_int64]
     iterations = 2_000_000
