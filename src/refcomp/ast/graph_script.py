@@ -26,6 +26,10 @@ from .graph_struct_info import (
     TupleStructInfo, definable_vars,
 )
 
+# TVMScript groups some operators in namespaces (R.nn.softmax, R.image.resize2d); refcomp's
+# operator names are flat, so the parser drops the namespace.
+_OP_NAMESPACES = ("nn", "image")
+
 _PRECEDENCE = {"or": 1, "and": 2, "==": 3, "!=": 3, "<": 3, "<=": 3, ">": 3, ">=": 3,
                "+": 4, "-": 4, "*": 5, "//": 5, "%": 5, "/": 5}
 
@@ -372,6 +376,9 @@ class _GraphReader:
             if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and \
                     self.dotted(stmt.value.func) == "T.int64":
                 continue
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Name) and \
+                    self.dotted(stmt.targets[0]) == "cls":
+                continue  # `cls = Module`: module functions are named cls.name anyway
             if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
                     self.dotted(stmt.value.func) == "R.func_attr":
                 attrs.update(self.attr(stmt.value.args[0]))
@@ -461,6 +468,9 @@ class _GraphReader:
         if not isinstance(node, ast.Call):
             raise self.error(node, "unsupported graph expression")
         name = self.dotted(node.func)
+        namespace, _, rest = name[2:].partition(".")
+        if name.startswith("R.") and namespace in _OP_NAMESPACES and rest:
+            name = "R." + rest  # R.nn.softmax names the operator softmax
         if name == "R.const":
             value = self.literal(node.args[0])
             dtype = self.literal(node.args[1]) if len(node.args) > 1 else None
@@ -482,12 +492,48 @@ class _GraphReader:
             attrs = {k: self.attr(v) for k, v in kwargs.items()}
             return g.Call(g.Op(name[2:]), (callee,) + args, attrs, outs)
         if name.startswith("R."):
-            args = tuple(self.expr(a) for a in node.args)
+            args = tuple(self.call_arg(a) for a in node.args)
             attrs = {kw.arg: self.attr(kw.value) for kw in node.keywords if kw.arg != "sinfo_args"}
             return g.Call(g.Op(name[2:]), args, attrs)
         if name.startswith("cls."):
             return g.Call(g.GlobalVar(name[4:]), tuple(self.expr(a) for a in node.args))
         raise self.error(node, f"unknown graph call {name}")
+
+    def call_arg(self, node):
+        """A positional operator argument: a graph value, or a shape, number or string written inline.
+
+        `(n * k, 4)` of dims becomes a ShapeExpr, a number a PrimValue, a string a StringImm; the
+        graph normalizer hands them to the operator's constructor, which makes them attributes.
+        """
+        import ast
+
+        from . import graph as g
+
+        if isinstance(node, (ast.Tuple, ast.List)) and node.elts and all(self.is_dim(e) for e in node.elts):
+            return g.ShapeExpr(tuple(self.prim(e) for e in node.elts))
+        if isinstance(node, ast.List):
+            return g.Tuple(tuple(self.expr(e) for e in node.elts))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return g.StringImm(node.value)
+        if isinstance(node, ast.Constant) and isinstance(node.value, float):
+            return g.PrimValue(tir.FloatImm(node.value, "float64"))
+        if self.is_dim(node):
+            return g.PrimValue(self.prim(node))
+        return self.expr(node)
+
+    def is_dim(self, node) -> bool:
+        """Whether node is an integer shape expression (literals, declared size vars, arithmetic)."""
+        import ast
+
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, int) and not isinstance(node.value, bool)
+        if isinstance(node, ast.Name):
+            return node.id in self.size_vars and node.id not in self.values
+        if isinstance(node, ast.UnaryOp):
+            return isinstance(node.op, ast.USub) and self.is_dim(node.operand)
+        if isinstance(node, ast.BinOp):
+            return self.is_dim(node.left) and self.is_dim(node.right)
+        return False
 
     def attr(self, node):
         import ast
@@ -496,7 +542,7 @@ class _GraphReader:
             return {self.literal(k): self.attr(v) for k, v in zip(node.keys, node.values)}
         if isinstance(node, (ast.Compare, ast.BoolOp)):
             return self.prim(node)
-        if isinstance(node, ast.Tuple):
+        if isinstance(node, (ast.Tuple, ast.List)):
             return tuple(self.attr(e) for e in node.elts)
         if isinstance(node, ast.Name) and node.id in self.size_vars or isinstance(node, ast.BinOp):
             return self.prim(node)
@@ -525,6 +571,10 @@ class _GraphReader:
                     raise self.error(node, f"size var {node.id} is not declared (write {node.id} = T.int64())")
                 self.size_vars[node.id] = tir.SizeVar(node.id, "int64")
             return self.size_vars[node.id]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            if isinstance(node.operand, ast.Constant) and isinstance(node.operand.value, int):
+                return tir.IntImm(-node.operand.value, "int64")
+            return tir.Sub(tir.IntImm(0, "int64"), self.prim(node.operand))
         if isinstance(node, ast.BinOp):
             a, b = self.prim(node.left), self.prim(node.right)
             ops = {ast.Add: tir.Add, ast.Sub: tir.Sub, ast.Mult: tir.Mul, ast.FloorDiv: tir.FloorDiv,
