@@ -6,6 +6,7 @@ graph functions with a `@T.prim_func` called through `R.call_tir`.
 """
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import refcomp
 from refcomp.ast import structural_equal
@@ -271,3 +272,33 @@ def test_programs_round_trip_before_and_after_normalization(text):
         back = from_source(printed)
         assert back.script() == printed
         assert structural_equal(back["main"], mod["main"])
+
+
+LEAKY = HEADER + '''
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n", "k"), "float32")):
+        n = T.int64()
+        k = T.int64()
+        with R.dataflow():
+            d = R.permute_dims(x, [1, 0])
+            e = R.nn.leaky_relu(R.reshape(d, (k * n,)), alpha=0.125)
+            f = R.reshape(e, (k, -1))
+            g = R.sum(f, 1)
+            R.output(g)
+        return g
+'''
+
+_LEAKY_VM = []
+
+
+@settings(max_examples=12, deadline=None)
+@given(n=st.integers(1, 6), k=st.integers(1, 6), seed=st.integers(0, 2**31 - 1))
+def test_positional_scalars_and_nested_calls_at_random_sizes(n, k, seed):
+    if not _LEAKY_VM:
+        _LEAKY_VM.append(VirtualMachine(build(from_source(LEAKY), "c")))
+    x = randn(np.random.default_rng(seed), n, k)
+    t = x.T
+    want = np.where(t > 0, t, 0.125 * t).sum(axis=1)
+    np.testing.assert_allclose(np.asarray(_LEAKY_VM[0]["main"](x)), want, rtol=1e-5, atol=1e-6)

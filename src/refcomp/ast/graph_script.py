@@ -565,6 +565,8 @@ class _GraphReader:
             return self.size_vars.setdefault(node.value, tir.SizeVar(node.value, "int64"))
         if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
             return tir.IntImm(node.value, "int64")
+        if isinstance(node, ast.Constant) and isinstance(node.value, float):
+            return tir.FloatImm(node.value, "float64")
         if isinstance(node, ast.Name):
             if node.id not in self.size_vars:
                 if not define:
