@@ -60,6 +60,24 @@ FORMS = {
         u = t[0]
         return (u, s)
 ''',
+    "keyword_struct_info_and_tir_vars": '''
+    @T.prim_func
+    def fill(b: T.handle, k: T.int64):
+        n = T.int64()
+        B = T.match_buffer(b, (n,), "float32")
+        for i in range(n):
+            with T.block("B"):
+                vi = T.axis.spatial(n, i)
+                B[vi] = T.Cast("float32", vi * k)
+
+    @R.function
+    def main(x: R.Tensor(shape=["n"], dtype="float32"), y: R.Tensor(ndim=1, dtype="float32")):
+        n = T.int64()
+        cls = Module
+        z = R.call_tir(cls.fill, (), out_sinfo=R.Tensor((n,), dtype="float32"), tir_vars=R.shape([n + 1]))
+        c = R.prim_value(T.int64(3))
+        return (z, c)
+''',
 }
 
 

@@ -302,3 +302,63 @@ def test_positional_scalars_and_nested_calls_at_random_sizes(n, k, seed):
     t = x.T
     want = np.where(t > 0, t, 0.125 * t).sum(axis=1)
     np.testing.assert_allclose(np.asarray(_LEAKY_VM[0]["main"](x)), want, rtol=1e-5, atol=1e-6)
+
+
+BUFFER_PARAMS = HEADER + '''
+@I.ir_module
+class Module:
+    @T.prim_func(private=True)
+    def scale(A: T.Buffer((T.int64(8), T.int64(4)), "float32"), B: T.Buffer((T.int64(8), T.int64(4)), "float32")):
+        T.func_attr({"tir.noalias": True})
+        for i, j in T.grid(T.int64(8), T.int64(4)):
+            with T.block("B"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                T.reads(A[vi, vj])
+                T.writes(B[vi, vj])
+                B[vi, vj] = A[vi, vj] * T.float32(2)
+
+    @R.function
+    def main(x: R.Tensor((8, 4), dtype="float32")) -> R.Tensor((8, 4), dtype="float32"):
+        cls = Module
+        with R.dataflow():
+            y = R.call_tir(cls.scale, (x,), out_sinfo=R.Tensor((8, 4), dtype="float32"))
+            gv = R.add(y, R.const(1.0, "float32"))
+            R.output(gv)
+        return gv
+'''
+
+HELPER = HEADER + '''
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n", 4), dtype="float32")):
+        cls = Module
+        y = cls.swish(x)
+        both = R.concat((R.exp(x), y), axis=0)
+        return R.sum(both, axis=0)
+
+    @R.function
+    def swish(a: R.Tensor(("m", 4), dtype="float32")):
+        return R.multiply(a, R.sigmoid(a))
+'''
+
+
+def test_prim_func_with_buffer_params_and_keyword_dtypes():
+    rng = np.random.default_rng(0)
+    x = randn(rng, 8, 4)
+    np.testing.assert_allclose(np.asarray(run(BUFFER_PARAMS, x)), x * 2 + 1, rtol=1e-6)
+    main = normalize(from_source(BUFFER_PARAMS))["main"]
+    assert str(main.params[0].struct_info) == 'R.Tensor((8, 4), "float32")'
+
+
+def test_calls_of_graph_functions_nested_calls_and_returned_calls():
+    rng = np.random.default_rng(1)
+    vm = VirtualMachine(build(from_source(HELPER), "c"))
+    for n in (1, 4):
+        x = randn(rng, n, 4)
+        swish = x / (1 + np.exp(-x))
+        want = np.concatenate([np.exp(x), swish]).sum(axis=0)
+        np.testing.assert_allclose(np.asarray(vm["main"](x)), want, rtol=1e-5, atol=1e-6)
+    mod = normalize(from_source(HELPER))
+    assert str(mod["main"].ret_struct_info) == 'R.Tensor((4,), "float32")'
+    assert str(mod["swish"].ret_struct_info) == 'R.Tensor((m, 4), "float32")'

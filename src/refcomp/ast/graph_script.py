@@ -30,6 +30,9 @@ from .graph_struct_info import (
 # operator names are flat, so the parser drops the namespace.
 _OP_NAMESPACES = ("nn", "image")
 
+_TIR_SCALARS = tuple(f"T.{t}" for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                                          "float16", "float32", "float64"))
+
 _PRECEDENCE = {"or": 1, "and": 2, "==": 3, "!=": 3, "<": 3, "<=": 3, ">": 3, ">=": 3,
                "+": 4, "-": 4, "*": 5, "//": 5, "%": 5, "/": 5}
 
@@ -89,8 +92,9 @@ def format_struct_info(info: StructInfo, namer=None, quote: set | None = None) -
             return f"R.Shape({_shape_text(info.values, namer, quote)})"
         return f"R.Shape(ndim={info.ndim})" if info.ndim != -1 else "R.Shape"
     if isinstance(info, PrimStructInfo):
-        if info.value is not None and not isinstance(info.value, (tir.IntImm, tir.FloatImm)):
-            return f"R.Prim(value={format_prim_expr(info.value, namer)})"
+        if info.value is not None and (not isinstance(info.value, (tir.IntImm, tir.FloatImm))
+                                       or str(info.value.dtype) in ("int64", "float64")):
+            return f"R.Prim(value={format_prim_expr(info.value, namer)})"  # the parser's literal types
         return f'R.Prim("{info.dtype}")'
     if isinstance(info, TupleStructInfo):
         return "R.Tuple(" + ", ".join(format_struct_info(f, namer, quote) for f in info.fields) + ")"
@@ -546,6 +550,8 @@ class _GraphReader:
             return tuple(self.attr(e) for e in node.elts)
         if isinstance(node, ast.Name) and node.id in self.size_vars or isinstance(node, ast.BinOp):
             return self.prim(node)
+        if isinstance(node, ast.Call) and self.dotted(node.func) == "R.shape":
+            return tuple(self.prim(e) for e in node.args[0].elts)  # tir_vars=R.shape([n])
         if isinstance(node, ast.Call) and self.dotted(node.func).startswith("R."):
             return self.struct_info(node)
         return self.literal(node)
@@ -596,6 +602,10 @@ class _GraphReader:
             for p in parts[1:]:
                 result = tir.And(result, p) if isinstance(node.op, ast.And) else tir.Or(result, p)
             return result
+        if isinstance(node, ast.Call) and self.dotted(node.func) in _TIR_SCALARS and len(node.args) == 1:
+            value = self.literal(node.args[0])  # T.int64(3), T.float32(0.5): a typed literal
+            dtype = self.dotted(node.func)[2:]
+            return tir.FloatImm(float(value), dtype) if dtype.startswith("float") else tir.IntImm(int(value), dtype)
         if isinstance(node, ast.Call) and self.dotted(node.func) == "T.Cast":
             return self.prim(node.args[1]).astype(self.literal(node.args[0]))
         if isinstance(node, ast.Call) and self.dotted(node.func) in ("T.max", "T.min"):
@@ -611,8 +621,9 @@ class _GraphReader:
         kwargs = {kw.arg: kw.value for kw in node.keywords} if isinstance(node, ast.Call) else {}
         if name == "R.Tensor":
             shape, dtype = None, None
+            args = list(args) + [kwargs[k] for k in ("shape", "dtype") if k in kwargs]
             for a in args:
-                if isinstance(a, ast.Tuple):
+                if isinstance(a, (ast.Tuple, ast.List)):
                     shape = tuple(self.prim(e, define=define) for e in a.elts)
                 elif isinstance(a, ast.Constant) and isinstance(a.value, str):
                     dtype = a.value

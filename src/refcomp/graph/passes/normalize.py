@@ -4,7 +4,10 @@ The graph-level counterpart of Relax's normalizer, run first by `graph.build`:
 
 - a call written in script form (`R.reshape(x, (n * k,))`, `R.sum(x, 1)`: shapes, scalars and
   strings passed positionally) is rebuilt through the operator's constructor into its canonical
-  form (`R.reshape(x, shape=(n * k,))`);
+  form (`R.reshape(x, shape=(n * k,))`, see call_forms); a call nested in another's arguments is
+  bound to a fresh var first (A-normal form);
+- functions are normalized callees first, so a call of another graph function sees its
+  inferred return info;
 - every call's struct info is (re)inferred with the operator rules; a var bound without an
   annotation (`h = R.matmul(x, w)`) gets the inferred info (a new Var, substituted in every use);
 - a var with an annotation keeps it, checked against the inferred info: a static contradiction
@@ -22,8 +25,8 @@ from typing import Any
 from ...ast import expr as tir
 from ...ast.function import IRModule
 from ...ast.graph import (
-    BindingBlock, Call, DataflowBlock, DataflowVar, ExternFunc, Function, GlobalVar, If, MatchCast, Op, PrimValue, SeqExpr, ShapeExpr,
-    StringImm, Tuple, TupleGetItem, Var, VarBinding,
+    BindingBlock, Call, DataflowBlock, DataflowVar, ExternFunc, Function, GlobalVar, If, MatchCast, Op, SeqExpr,
+    Tuple, TupleGetItem, Var, VarBinding,
 )
 from ...ast.graph_script import format_prim_expr
 from ...ast.graph_struct_info import (
@@ -34,20 +37,66 @@ from ...errors import IRError, RefcompError, ShapeError
 from ..block_builder import BlockBuilder
 from ..infer import InferContext, RuntimeCheck, base_check, lca
 from ..shape_facts import decide_equal, prove
+from .call_forms import canonical_attrs, canonical_call, is_script_arg
 from .common import graph_functions, replace_vars
-
-_SCRIPT_ARGS = (ShapeExpr, PrimValue, StringImm)
 
 
 def normalize(mod: IRModule) -> IRModule:
     """The module with every binding's struct info inferred or checked (see the module docstring)."""
     bb = BlockBuilder(mod)
-    for name, func in graph_functions(mod):
+    for name in _callees_first(mod):
+        func = mod.functions[name]
         new = _FunctionNormalizer(bb, func).run()
         if new is not func:
             mod = mod.with_function(name, new)
             bb = BlockBuilder(mod)  # later callers see this function's inferred return info
     return mod
+
+
+def _callees_first(mod: IRModule) -> list[str]:
+    """Graph function names, each after the graph functions it calls (so their return info is known)."""
+    order: list[str] = []
+    state: dict[str, str] = {}
+
+    def visit(name: str) -> None:
+        if state.get(name):
+            return  # done, or on the current path (recursion: its declared return info is used)
+        state[name] = "visiting"
+        for callee in _called_functions(mod.functions[name]):
+            if isinstance(mod.functions.get(callee), Function):
+                visit(callee)
+        state[name] = "done"
+        order.append(name)
+
+    for name, _ in graph_functions(mod):
+        visit(name)
+    return order
+
+
+def _called_functions(func: Function) -> list[str]:
+    names: list[str] = []
+
+    def walk_seq(seq: SeqExpr) -> None:
+        for block in seq.blocks:
+            for b in block.bindings:
+                walk(b.value)
+        walk(seq.body)
+
+    def walk(e) -> None:
+        if isinstance(e, Call):
+            if isinstance(e.op, GlobalVar):
+                names.append(e.op.name)
+            for a in e.args:
+                walk(a)
+        elif isinstance(e, Tuple):
+            for f in e.fields:
+                walk(f)
+        elif isinstance(e, If):
+            walk_seq(e.true_branch)
+            walk_seq(e.false_branch)
+
+    walk_seq(func.body)
+    return names
 
 
 class _FunctionNormalizer:
@@ -72,6 +121,9 @@ class _FunctionNormalizer:
         if isinstance(ret, ObjectStructInfo) and body.struct_info is not None:
             ret = erase_to_well_defined(body.struct_info, param_vars)
         elif body.struct_info is not None:
+            if base_check(ret, body.struct_info) == "fail":
+                raise IRError(f"normalize: the function returns {ret} but its body has {body.struct_info}",
+                              ir=func, spot=func.body)
             self.check_annotation(ret, body.struct_info, "the return value", func)
         attrs = func.attrs
         known = {(str(c), m) for c, m in attrs.get("runtime_checks", ())}
@@ -87,8 +139,16 @@ class _FunctionNormalizer:
     # ------------------------------------------------------------------ structure
     def seq(self, seq: SeqExpr) -> SeqExpr:
         blocks = tuple(self.block(b) for b in seq.blocks)
-        result = self.value(seq.body, seq)
-        if result is seq.body and all(a is b for a, b in zip(blocks, seq.blocks)) and seq.struct_info is not None:
+        outer = self.pending, self.in_dataflow
+        self.pending, self.in_dataflow = [], False
+        try:
+            result = self.value(seq.body, seq, leaf=True)  # `return R.exp(x)`: the call is bound first
+            if self.pending:
+                blocks += (BindingBlock(tuple(self.pending)),)
+        finally:
+            self.pending, self.in_dataflow = outer
+        if result is seq.body and len(blocks) == len(seq.blocks) and all(
+                a is b for a, b in zip(blocks, seq.blocks)) and seq.struct_info is not None:
             return seq
         return SeqExpr(blocks, result, result.struct_info)
 
@@ -108,8 +168,12 @@ class _FunctionNormalizer:
             return block
         return type(block)(tuple(bindings))
 
+    def leaf(self, expr):
+        """An argument in A-normal form: a nested call is bound to a fresh var first."""
+        return self.bind_nested(expr) if isinstance(expr, Call) else self._value(expr)
+
     def bind_nested(self, call: Call) -> Var:
-        """A call nested in another's arguments, bound to a fresh var first (A-normal form)."""
+        """A call nested in another expression, bound to a fresh var ahead of the binding in progress."""
         value = self._value(call)
         self.count += 1
         var = (DataflowVar if self.in_dataflow else Var)(f"{call.op_name or 'call'}_{self.count}",
@@ -141,35 +205,34 @@ class _FunctionNormalizer:
         return VarBinding(var, value)
 
     # ------------------------------------------------------------------ values
-    def value(self, expr, where):
+    def value(self, expr, where, leaf: bool = False):
         """expr with vars renamed and struct info filled in (errors shown at `where` in the function)."""
         expr = replace_vars(expr, self.mapping)
         try:
-            return self._value(expr)
+            return self.leaf(expr) if leaf else self._value(expr)
         except RefcompError as error:
-            if error.ir is None or error.ir is expr or getattr(error.ir, "op", None) is not None:
+            if error.ir is None or isinstance(error.ir, Call):  # a rewritten call: show the written one
                 error.ir, error.spot = None, None
                 error.locate(self.func, spot=where.value if hasattr(where, "value") else where)
             raise
 
     def _value(self, expr):
         if isinstance(expr, Call):
-            args = tuple(self.bind_nested(a) if isinstance(a, Call) else
-                         self._value(a) if isinstance(a, (Tuple, TupleGetItem)) else a for a in expr.args)
+            args = tuple(self.leaf(a) for a in expr.args)
             if any(a is not b for a, b in zip(args, expr.args)):
                 expr = expr.with_(args=args)
-            if isinstance(expr.op, Op) and expr.op.name not in ("call_tir", "call_dps_packed") and any(
-                    _is_script_arg(a) for a in expr.args):
-                expr = canonical_call(expr)
+            if isinstance(expr.op, Op) and expr.op.name not in ("call_tir", "call_dps_packed"):
+                script_form = any(is_script_arg(a) for a in expr.args)
+                expr = canonical_call(expr) if script_form else canonical_attrs(expr)
             return expr.with_(struct_info=self.infer(expr))
         if isinstance(expr, Tuple):
-            fields = tuple(self._value(f) for f in expr.fields)
+            fields = tuple(self.leaf(f) for f in expr.fields)
             infos = tuple(f.struct_info for f in fields)
             if any(i is None for i in infos):
                 return expr
             return Tuple(fields, TupleStructInfo(infos))
         if isinstance(expr, TupleGetItem):
-            value = self._value(expr.tuple_value)
+            value = self.leaf(expr.tuple_value)
             info = value.struct_info
             if not isinstance(info, TupleStructInfo):
                 raise IRError(f"indexing {value!s} of non-tuple type {info}", ir=expr)
@@ -243,68 +306,3 @@ def _dim_pairs(a: StructInfo, b: StructInfo):
     elif isinstance(a, TupleStructInfo) and isinstance(b, TupleStructInfo) and len(a.fields) == len(b.fields):
         for x, y in zip(a.fields, b.fields):
             yield from _dim_pairs(x, y)
-
-
-# ----------------------------------------------------------------------------- call forms
-
-def canonical_call(call: Call) -> Call:
-    """A call written with shapes, scalars or strings as positional arguments, rebuilt by its constructor.
-
-    `R.reshape(x, R.shape([n * k]))` becomes `R.reshape(x, shape=(n * k,))`: each ShapeExpr is
-    passed as a tuple of dims, each PrimValue as its number (or symbolic value), each string as
-    str, so the operator's own constructor decides which of them are attributes.
-    """
-    from .. import op as ops
-
-    name = call.op.name
-    make = getattr(ops, name, None)
-    if make is None or not callable(make):
-        raise IRError(f"R.{name}: unknown graph operator", ir=call)
-    args = [_python_value(a) for a in call.args]
-    attrs = {k: _plain_attr(v) for k, v in call.attrs.items()}
-    try:
-        result = make(*args, **attrs)
-    except (TypeError, ValueError) as exc:
-        raise IRError(f"R.{name}: cannot take these arguments: {exc}", ir=call) from None
-    if not isinstance(result, Call):
-        raise IRError(f"R.{name}: the constructor did not make a call", ir=call)
-    return result
-
-
-def _is_script_arg(arg) -> bool:
-    """A shape, scalar or string (inline, or a var bound to a known shape or scalar)."""
-    if isinstance(arg, _SCRIPT_ARGS):
-        return True
-    info = arg.struct_info if isinstance(arg, Var) else None
-    return (isinstance(info, ShapeStructInfo) and info.values is not None
-            or isinstance(info, PrimStructInfo) and info.value is not None)
-
-
-def _python_value(arg):
-    if isinstance(arg, Var) and _is_script_arg(arg):
-        info = arg.struct_info
-        return tuple(_python_dim(v) for v in info.values) if isinstance(info, ShapeStructInfo) \
-            else _python_dim(info.value)
-    if isinstance(arg, ShapeExpr):
-        return tuple(_python_dim(v) for v in arg.values)
-    if isinstance(arg, PrimValue):
-        return _python_dim(arg.value)
-    if isinstance(arg, StringImm):
-        return arg.value
-    return arg
-
-
-def _python_dim(value):
-    if isinstance(value, tir.IntImm) and not value.dtype.is_bool:
-        return value.value
-    if isinstance(value, tir.FloatImm):
-        return value.value
-    return value
-
-
-def _plain_attr(value):
-    if isinstance(value, list):
-        return tuple(_plain_attr(v) for v in value)
-    return value
-
-
