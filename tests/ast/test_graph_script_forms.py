@@ -102,3 +102,14 @@ def test_an_unknown_namespaced_operator_is_named_in_the_error():
 
     with pytest.raises(refcomp.IRError, match="no_such_op"):
         build(mod, "c")
+
+
+def test_an_undeclared_size_var_in_an_inline_shape_says_how_to_declare_it():
+    text = HEADER + '''
+    @R.function
+    def main(x: R.Tensor(("n",), "float32")):
+        y = R.reshape(x, (k * 1,))
+        return y
+'''
+    with pytest.raises(refcomp.ParseError, match=r"size var k is not declared \(write k = T.int64\(\)\)"):
+        from_source(text)

@@ -513,7 +513,8 @@ class _GraphReader:
 
         from . import graph as g
 
-        if isinstance(node, (ast.Tuple, ast.List)) and node.elts and all(self.is_dim(e) for e in node.elts):
+        if isinstance(node, (ast.Tuple, ast.List)) and node.elts and all(
+                self.is_dim(e, undeclared=True) for e in node.elts):  # so its error says to declare them
             return g.ShapeExpr(tuple(self.prim(e) for e in node.elts))
         if isinstance(node, ast.List):
             return g.Tuple(tuple(self.expr(e) for e in node.elts))
@@ -525,18 +526,22 @@ class _GraphReader:
             return g.PrimValue(self.prim(node))
         return self.expr(node)
 
-    def is_dim(self, node) -> bool:
-        """Whether node is an integer shape expression (literals, declared size vars, arithmetic)."""
+    def is_dim(self, node, undeclared: bool = False) -> bool:
+        """Whether node is an integer shape expression (literals, size vars, arithmetic).
+
+        undeclared: a name that is neither a graph value nor a size var counts as a size var.
+        """
         import ast
 
         if isinstance(node, ast.Constant):
             return isinstance(node.value, int) and not isinstance(node.value, bool)
         if isinstance(node, ast.Name):
-            return node.id in self.size_vars and node.id not in self.values
+            return node.id in self.size_vars and node.id not in self.values or (
+                undeclared and node.id not in self.values)
         if isinstance(node, ast.UnaryOp):
-            return isinstance(node.op, ast.USub) and self.is_dim(node.operand)
+            return isinstance(node.op, ast.USub) and self.is_dim(node.operand, undeclared)
         if isinstance(node, ast.BinOp):
-            return self.is_dim(node.left) and self.is_dim(node.right)
+            return self.is_dim(node.left, undeclared) and self.is_dim(node.right, undeclared)
         return False
 
     def attr(self, node):
