@@ -60,6 +60,16 @@ FORMS = {
         u = t[0]
         return (u, s)
 ''',
+    "if_else": '''
+    @R.function
+    def main(c: R.Tensor((), "bool"), x: R.Tensor(("n", 3), "float32")):
+        if c:
+            a = R.exp(x)
+            y: R.Tensor(("n", 3), "float32") = R.add(a, x)
+        else:
+            y = R.multiply(x, x)
+        return R.sum(y, axis=1)
+''',
     "keyword_struct_info_and_tir_vars": '''
     @T.prim_func
     def fill(b: T.handle, k: T.int64):

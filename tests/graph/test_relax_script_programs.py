@@ -362,3 +362,29 @@ def test_calls_of_graph_functions_nested_calls_and_returned_calls():
     mod = normalize(from_source(HELPER))
     assert str(mod["main"].ret_struct_info) == 'R.Tensor((4,), "float32")'
     assert str(mod["swish"].ret_struct_info) == 'R.Tensor((m, 4), "float32")'
+
+
+BRANCH = HEADER + '''
+@I.ir_module
+class Module:
+    @R.function
+    def main(c: R.Tensor((), "bool"), x: R.Tensor(("n", 3), "float32")):
+        if c:
+            a = R.exp(x)
+            y = R.add(a, x)
+        else:
+            y = R.multiply(x, x)
+        return R.sum(y, axis=1)
+'''
+
+
+def test_if_else_branches_join_their_struct_info():
+    rng = np.random.default_rng(2)
+    vm = VirtualMachine(build(from_source(BRANCH), "c"))
+    x = randn(rng, 4, 3)
+    np.testing.assert_allclose(np.asarray(vm["main"](np.array(True), x)), (np.exp(x) + x).sum(axis=1), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(vm["main"](np.array(False), x)), (x * x).sum(axis=1), rtol=1e-5)
+    mod = normalize(from_source(BRANCH))
+    assert str(mod["main"].ret_struct_info) == 'R.Tensor((n,), "float32")'
+    printed = mod.script()
+    assert structural_equal(normalize(from_source(printed))["main"], mod["main"])

@@ -324,7 +324,9 @@ def parse_function(node, context):
 
     `context` is the module parser's ParseContext (`context.error(node, message)` makes a
     ParseError at the node).  Size vars are declared by `n = T.int64()` (or quoted in parameter
-    shapes); module functions are referred to as `cls.name`.
+    shapes); module functions are referred to as `cls.name`.  The reader records what is written:
+    unannotated bindings keep no struct info and inline shapes, numbers and strings stay call
+    arguments until the graph normalizer (refcomp.graph.passes.normalize) completes them.
     """
     return _GraphReader(context).function(node)
 
@@ -407,6 +409,9 @@ class _GraphReader:
             if isinstance(stmt, ast.Return):
                 result = self.expr(stmt.value)
                 continue
+            if isinstance(stmt, ast.If):
+                loose.append(self.if_binding(stmt))
+                continue
             loose.append(self.binding(stmt, dataflow=False))
         if loose:
             blocks.append(g.BindingBlock(tuple(loose)))
@@ -438,6 +443,30 @@ class _GraphReader:
         var = (g.DataflowVar if dataflow and target not in outputs else g.Var)(target, info)
         self.values[target] = var
         return g.VarBinding(var, value)
+
+    def if_binding(self, stmt):
+        """`if cond: ... y = a else: ... y = b` as the binding `y = If(cond, ..., ...)`."""
+        import ast
+
+        from . import graph as g
+
+        cond = self.expr(stmt.test)
+        branches, targets = [], []
+        for stmts in (stmt.body, stmt.orelse):
+            last = stmts[-1] if stmts else stmt
+            target = last.target if isinstance(last, ast.AnnAssign) else (
+                last.targets[0] if isinstance(last, ast.Assign) and len(last.targets) == 1 else None)
+            if not isinstance(target, ast.Name):
+                raise self.error(last, "each branch of an if must end by assigning its result to a name")
+            result = ast.copy_location(ast.Return(value=last.value), last)
+            blocks, body = self.body(list(stmts[:-1]) + [result], {})
+            branches.append(g.SeqExpr(tuple(blocks), body))
+            targets.append(target.id)
+        if targets[0] != targets[1]:
+            raise self.error(stmt, f"the branches of an if assign different names: {targets[0]}, {targets[1]}")
+        var = g.Var(targets[0])
+        self.values[targets[0]] = var
+        return g.VarBinding(var, g.If(cond, *branches))
 
     # ------------------------------------------------------------------ expressions
     def dotted(self, node) -> str:
