@@ -143,7 +143,9 @@ class _FunctionNormalizer:
         self.pending, self.in_dataflow = [], False
         try:
             result = self.value(seq.body, seq, leaf=True)  # `return R.exp(x)`: the call is bound first
-            if self.pending:
+            if self.pending and blocks and type(blocks[-1]) is BindingBlock:
+                blocks = blocks[:-1] + (BindingBlock(blocks[-1].bindings + tuple(self.pending)),)
+            elif self.pending:
                 blocks += (BindingBlock(tuple(self.pending)),)
         finally:
             self.pending, self.in_dataflow = outer
