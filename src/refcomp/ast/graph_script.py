@@ -26,6 +26,13 @@ from .graph_struct_info import (
     TupleStructInfo, definable_vars,
 )
 
+# TVMScript groups some operators in namespaces (R.nn.softmax, R.image.resize2d); refcomp's
+# operator names are flat, so the parser drops the namespace.
+_OP_NAMESPACES = ("nn", "image")
+
+_TIR_SCALARS = tuple(f"T.{t}" for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                                          "float16", "float32", "float64"))
+
 _PRECEDENCE = {"or": 1, "and": 2, "==": 3, "!=": 3, "<": 3, "<=": 3, ">": 3, ">=": 3,
                "+": 4, "-": 4, "*": 5, "//": 5, "%": 5, "/": 5}
 
@@ -85,8 +92,9 @@ def format_struct_info(info: StructInfo, namer=None, quote: set | None = None) -
             return f"R.Shape({_shape_text(info.values, namer, quote)})"
         return f"R.Shape(ndim={info.ndim})" if info.ndim != -1 else "R.Shape"
     if isinstance(info, PrimStructInfo):
-        if info.value is not None and not isinstance(info.value, (tir.IntImm, tir.FloatImm)):
-            return f"R.Prim(value={format_prim_expr(info.value, namer)})"
+        if info.value is not None and (not isinstance(info.value, (tir.IntImm, tir.FloatImm))
+                                       or str(info.value.dtype) in ("int64", "float64")):
+            return f"R.Prim(value={format_prim_expr(info.value, namer)})"  # the parser's literal types
         return f'R.Prim("{info.dtype}")'
     if isinstance(info, TupleStructInfo):
         return "R.Tuple(" + ", ".join(format_struct_info(f, namer, quote) for f in info.fields) + ")"
@@ -316,7 +324,9 @@ def parse_function(node, context):
 
     `context` is the module parser's ParseContext (`context.error(node, message)` makes a
     ParseError at the node).  Size vars are declared by `n = T.int64()` (or quoted in parameter
-    shapes); module functions are referred to as `cls.name`.
+    shapes); module functions are referred to as `cls.name`.  The reader records what is written:
+    unannotated bindings keep no struct info and inline shapes, numbers and strings stay call
+    arguments until the graph normalizer (refcomp.graph.passes.normalize) completes them.
     """
     return _GraphReader(context).function(node)
 
@@ -372,6 +382,9 @@ class _GraphReader:
             if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and \
                     self.dotted(stmt.value.func) == "T.int64":
                 continue
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Name) and \
+                    self.dotted(stmt.targets[0]) == "cls":
+                continue  # `cls = Module`: module functions are named cls.name anyway
             if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
                     self.dotted(stmt.value.func) == "R.func_attr":
                 attrs.update(self.attr(stmt.value.args[0]))
@@ -395,6 +408,9 @@ class _GraphReader:
                 continue
             if isinstance(stmt, ast.Return):
                 result = self.expr(stmt.value)
+                continue
+            if isinstance(stmt, ast.If):
+                loose.append(self.if_binding(stmt))
                 continue
             loose.append(self.binding(stmt, dataflow=False))
         if loose:
@@ -427,6 +443,30 @@ class _GraphReader:
         var = (g.DataflowVar if dataflow and target not in outputs else g.Var)(target, info)
         self.values[target] = var
         return g.VarBinding(var, value)
+
+    def if_binding(self, stmt):
+        """`if cond: ... y = a else: ... y = b` as the binding `y = If(cond, ..., ...)`."""
+        import ast
+
+        from . import graph as g
+
+        cond = self.expr(stmt.test)
+        branches, targets = [], []
+        for stmts in (stmt.body, stmt.orelse):
+            last = stmts[-1] if stmts else stmt
+            target = last.target if isinstance(last, ast.AnnAssign) else (
+                last.targets[0] if isinstance(last, ast.Assign) and len(last.targets) == 1 else None)
+            if not isinstance(target, ast.Name):
+                raise self.error(last, "each branch of an if must end by assigning its result to a name")
+            result = ast.copy_location(ast.Return(value=last.value), last)
+            blocks, body = self.body(list(stmts[:-1]) + [result], {})
+            branches.append(g.SeqExpr(tuple(blocks), body))
+            targets.append(target.id)
+        if targets[0] != targets[1]:
+            raise self.error(stmt, f"the branches of an if assign different names: {targets[0]}, {targets[1]}")
+        var = g.Var(targets[0])
+        self.values[targets[0]] = var
+        return g.VarBinding(var, g.If(cond, *branches))
 
     # ------------------------------------------------------------------ expressions
     def dotted(self, node) -> str:
@@ -461,6 +501,9 @@ class _GraphReader:
         if not isinstance(node, ast.Call):
             raise self.error(node, "unsupported graph expression")
         name = self.dotted(node.func)
+        namespace, _, rest = name[2:].partition(".")
+        if name.startswith("R.") and namespace in _OP_NAMESPACES and rest:
+            name = "R." + rest  # R.nn.softmax names the operator softmax
         if name == "R.const":
             value = self.literal(node.args[0])
             dtype = self.literal(node.args[1]) if len(node.args) > 1 else None
@@ -482,12 +525,53 @@ class _GraphReader:
             attrs = {k: self.attr(v) for k, v in kwargs.items()}
             return g.Call(g.Op(name[2:]), (callee,) + args, attrs, outs)
         if name.startswith("R."):
-            args = tuple(self.expr(a) for a in node.args)
+            args = tuple(self.call_arg(a) for a in node.args)
             attrs = {kw.arg: self.attr(kw.value) for kw in node.keywords if kw.arg != "sinfo_args"}
             return g.Call(g.Op(name[2:]), args, attrs)
         if name.startswith("cls."):
             return g.Call(g.GlobalVar(name[4:]), tuple(self.expr(a) for a in node.args))
         raise self.error(node, f"unknown graph call {name}")
+
+    def call_arg(self, node):
+        """A positional operator argument: a graph value, or a shape, number or string written inline.
+
+        `(n * k, 4)` of dims becomes a ShapeExpr, a number a PrimValue, a string a StringImm; the
+        graph normalizer hands them to the operator's constructor, which makes them attributes.
+        """
+        import ast
+
+        from . import graph as g
+
+        if isinstance(node, (ast.Tuple, ast.List)) and node.elts and all(
+                self.is_dim(e, undeclared=True) for e in node.elts):  # so its error says to declare them
+            return g.ShapeExpr(tuple(self.prim(e) for e in node.elts))
+        if isinstance(node, ast.List):
+            return g.Tuple(tuple(self.expr(e) for e in node.elts))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return g.StringImm(node.value)
+        if isinstance(node, ast.Constant) and isinstance(node.value, float):
+            return g.PrimValue(tir.FloatImm(node.value, "float64"))
+        if self.is_dim(node):
+            return g.PrimValue(self.prim(node))
+        return self.expr(node)
+
+    def is_dim(self, node, undeclared: bool = False) -> bool:
+        """Whether node is an integer shape expression (literals, size vars, arithmetic).
+
+        undeclared: a name that is neither a graph value nor a size var counts as a size var.
+        """
+        import ast
+
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, int) and not isinstance(node.value, bool)
+        if isinstance(node, ast.Name):
+            return node.id in self.size_vars and node.id not in self.values or (
+                undeclared and node.id not in self.values)
+        if isinstance(node, ast.UnaryOp):
+            return isinstance(node.op, ast.USub) and self.is_dim(node.operand, undeclared)
+        if isinstance(node, ast.BinOp):
+            return self.is_dim(node.left, undeclared) and self.is_dim(node.right, undeclared)
+        return False
 
     def attr(self, node):
         import ast
@@ -496,10 +580,12 @@ class _GraphReader:
             return {self.literal(k): self.attr(v) for k, v in zip(node.keys, node.values)}
         if isinstance(node, (ast.Compare, ast.BoolOp)):
             return self.prim(node)
-        if isinstance(node, ast.Tuple):
+        if isinstance(node, (ast.Tuple, ast.List)):
             return tuple(self.attr(e) for e in node.elts)
         if isinstance(node, ast.Name) and node.id in self.size_vars or isinstance(node, ast.BinOp):
             return self.prim(node)
+        if isinstance(node, ast.Call) and self.dotted(node.func) == "R.shape":
+            return tuple(self.prim(e) for e in node.args[0].elts)  # tir_vars=R.shape([n])
         if isinstance(node, ast.Call) and self.dotted(node.func).startswith("R."):
             return self.struct_info(node)
         return self.literal(node)
@@ -519,12 +605,18 @@ class _GraphReader:
             return self.size_vars.setdefault(node.value, tir.SizeVar(node.value, "int64"))
         if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
             return tir.IntImm(node.value, "int64")
+        if isinstance(node, ast.Constant) and isinstance(node.value, float):
+            return tir.FloatImm(node.value, "float64")
         if isinstance(node, ast.Name):
             if node.id not in self.size_vars:
                 if not define:
                     raise self.error(node, f"size var {node.id} is not declared (write {node.id} = T.int64())")
                 self.size_vars[node.id] = tir.SizeVar(node.id, "int64")
             return self.size_vars[node.id]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            if isinstance(node.operand, ast.Constant) and isinstance(node.operand.value, int):
+                return tir.IntImm(-node.operand.value, "int64")
+            return tir.Sub(tir.IntImm(0, "int64"), self.prim(node.operand))
         if isinstance(node, ast.BinOp):
             a, b = self.prim(node.left), self.prim(node.right)
             ops = {ast.Add: tir.Add, ast.Sub: tir.Sub, ast.Mult: tir.Mul, ast.FloorDiv: tir.FloorDiv,
@@ -544,6 +636,10 @@ class _GraphReader:
             for p in parts[1:]:
                 result = tir.And(result, p) if isinstance(node.op, ast.And) else tir.Or(result, p)
             return result
+        if isinstance(node, ast.Call) and self.dotted(node.func) in _TIR_SCALARS and len(node.args) == 1:
+            value = self.literal(node.args[0])  # T.int64(3), T.float32(0.5): a typed literal
+            dtype = self.dotted(node.func)[2:]
+            return tir.FloatImm(float(value), dtype) if dtype.startswith("float") else tir.IntImm(int(value), dtype)
         if isinstance(node, ast.Call) and self.dotted(node.func) == "T.Cast":
             return self.prim(node.args[1]).astype(self.literal(node.args[0]))
         if isinstance(node, ast.Call) and self.dotted(node.func) in ("T.max", "T.min"):
@@ -559,8 +655,9 @@ class _GraphReader:
         kwargs = {kw.arg: kw.value for kw in node.keywords} if isinstance(node, ast.Call) else {}
         if name == "R.Tensor":
             shape, dtype = None, None
+            args = list(args) + [kwargs[k] for k in ("shape", "dtype") if k in kwargs]
             for a in args:
-                if isinstance(a, ast.Tuple):
+                if isinstance(a, (ast.Tuple, ast.List)):
                     shape = tuple(self.prim(e, define=define) for e in a.elts)
                 elif isinstance(a, ast.Constant) and isinstance(a.value, str):
                     dtype = a.value

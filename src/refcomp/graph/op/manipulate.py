@@ -58,6 +58,7 @@ def _reshape_infer(call, ctx):
         ctx.require(tir.EQ(tir.FloorMod(old, rest), as_dim(0)) if const_value(rest) != 0 else as_dim(0) == 1,
                     f"the element count {old} is divisible by {rest} (to infer the -1 dim)")
         target[minus[0]] = simplify(tir.FloorDiv(old, rest)) if const_value(rest) != 1 else old
+        return TensorStructInfo(tuple(target), x.dtype)  # the count is kept once the division is exact
     ctx.require_equal(old, product(target), "reshape keeps the element count",
                       hint="the product of the new shape must equal the product of the old one")
     return TensorStructInfo(tuple(target), x.dtype)
