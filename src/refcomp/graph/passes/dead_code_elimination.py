@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ...ast.function import IRModule, PrimFunc
 from ...ast.graph import Call, ExternFunc, Function, GlobalVar, If, MatchCast, Op, SeqExpr
+from ...ast.graph_struct_info import definable_vars
 from .common import graph_functions, used_vars
 
 
@@ -30,8 +31,10 @@ def _eliminate(func: Function) -> Function:
         dataflow = type(block).__name__ == "DataflowBlock"
         kept = []
         for b in reversed(block.bindings):
+            # a match_cast is kept outside dataflow, and wherever it defines size vars (later
+            # shapes use them even when its own var is dead)
             needed = b.var in live or not _is_pure(b.value, dataflow) or (
-                isinstance(b, MatchCast) and not dataflow)
+                isinstance(b, MatchCast) and (not dataflow or definable_vars(b.struct_info)))
             if needed:
                 kept.append(b)
                 live.update(used_vars(b.value))
