@@ -7,7 +7,7 @@ import numpy as np
 from ...ast.graph import Constant, PrimValue, ShapeExpr
 from ...graph import op
 from ...graph.shape_facts import const_value
-from . import shape_values
+from . import ops_dynamic, shape_values
 from .importer import converter
 
 
@@ -37,11 +37,18 @@ def _dims(ctx, x):
 @converter("Reshape")
 def _reshape(ctx, node, inputs, attrs):
     x, shape = inputs
+    if not isinstance(shape, Constant) and not shape_values.is_symbolic(shape):
+        return ops_dynamic.reshape_runtime(ctx, x, shape, bool(attrs.get("allowzero", 0)))
     target = _shape_operand(ctx, shape, "the target shape")
     dims = _dims(ctx, x)
     allowzero = attrs.get("allowzero", 0)
     out = [dims[k] if (isinstance(t, int) and t == 0 and not allowzero) else t for k, t in enumerate(target)]
     return ctx.emit(op.reshape(x, tuple(out)))
+
+
+def _runtime_axes(inputs) -> bool:
+    return len(inputs) > 1 and inputs[1] is not None and not isinstance(inputs[1], Constant) \
+        and not shape_values.is_symbolic(inputs[1]) and not shape_values.is_symbolic(inputs[0])
 
 
 @converter("Transpose")
@@ -52,6 +59,8 @@ def _transpose(ctx, node, inputs, attrs):
 
 @converter("Squeeze")
 def _squeeze(ctx, node, inputs, attrs):
+    if _runtime_axes(inputs):
+        return ops_dynamic.squeeze_runtime(ctx, inputs[0], inputs[1])
     axes = _axes(ctx, inputs, attrs)
     if isinstance(inputs[0], ShapeExpr) and len(inputs[0].values) == 1:
         return shape_values.make(list(inputs[0].values), True)
@@ -60,6 +69,8 @@ def _squeeze(ctx, node, inputs, attrs):
 
 @converter("Unsqueeze")
 def _unsqueeze(ctx, node, inputs, attrs):
+    if _runtime_axes(inputs):
+        return ops_dynamic.unsqueeze_runtime(ctx, inputs[0], inputs[1])
     axes = tuple(_axes(ctx, inputs, attrs))
     if isinstance(inputs[0], PrimValue) and axes in ((0,), (-1,)):  # a symbolic scalar becomes a 1-entry shape
         return shape_values.make(shape_values.entries(inputs[0])[0], False)
@@ -152,6 +163,8 @@ def _slice_shape(ctx, x, inputs, attrs):
 @converter("Expand")
 def _expand(ctx, node, inputs, attrs):
     x, shape = inputs
+    if not isinstance(shape, Constant) and not shape_values.is_symbolic(shape):
+        return ops_dynamic.reshape_runtime(ctx, x, shape, bool(attrs.get("allowzero", 0)))
     target = _shape_operand(ctx, shape, "the target shape")
     dims = _dims(ctx, x)
     ndim = max(len(dims), len(target))
@@ -245,6 +258,10 @@ def _trilu(ctx, node, inputs, attrs):
 
 @converter("CumSum")
 def _cumsum(ctx, node, inputs, attrs):
+    if not isinstance(inputs[1], Constant):
+        return ops_dynamic.cumulative_runtime_axis(ctx, op.cumsum, inputs[0], inputs[1],
+                                                   exclusive=bool(attrs.get("exclusive", 0)),
+                                                   reverse=bool(attrs.get("reverse", 0)))
     axis = _ints(ctx, inputs[1], "axis")[0]
     return ctx.emit(op.cumsum(inputs[0], axis=axis, exclusive=bool(attrs.get("exclusive", 0)),
                               reverse=bool(attrs.get("reverse", 0))))
@@ -252,6 +269,10 @@ def _cumsum(ctx, node, inputs, attrs):
 
 @converter("CumProd")
 def _cumprod(ctx, node, inputs, attrs):
+    if not isinstance(inputs[1], Constant):
+        return ops_dynamic.cumulative_runtime_axis(ctx, op.cumprod, inputs[0], inputs[1],
+                                                   exclusive=bool(attrs.get("exclusive", 0)),
+                                                   reverse=bool(attrs.get("reverse", 0)))
     axis = _ints(ctx, inputs[1], "axis")[0]
     return ctx.emit(op.cumprod(inputs[0], axis=axis, exclusive=bool(attrs.get("exclusive", 0)),
                                reverse=bool(attrs.get("reverse", 0))))

@@ -1,0 +1,112 @@
+"""Converters for operands read at run time: Reshape's target, (Un)Squeeze's axes, CumSum's axis.
+
+Each reads the operand into vars bound when the program runs (runtime_values), derives the
+output dims as expressions over them and, where the element count cannot be seen to agree for
+every value, checks it at run time: the data, flattened, is matched against the product of the
+new dims before the reshape (`checked_reshape`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ast import expr as tir
+from ...ast.graph import Constant
+from ...ast.graph_struct_info import TensorStructInfo, as_dim
+from ...graph import op
+from ...graph.shape_facts import product
+from .runtime_values import bind_sizes, require, runtime_ints, runtime_sizes
+
+
+def _i64(v: int):
+    return tir.IntImm(v, "int64")
+
+
+def _prod(values):
+    out = _i64(1)
+    for v in values:
+        out = out * v
+    return out
+
+
+def checked_reshape(ctx, x, dims, what: str):
+    """x reshaped to dims (expressions over run-time vars), the element count checked at run time."""
+    sizes = bind_sizes(ctx, dims, what)
+    info = ctx.info(x)
+    flat = ctx.emit(op.reshape(x, (product(info.shape),)))
+    count = _prod(as_dim(s) for s in sizes)
+    matched = ctx.bb.match_cast(flat, TensorStructInfo((count,), info.dtype))
+    return ctx.emit(op.reshape(matched, tuple(sizes)))
+
+
+def _normalized_sizes(ctx, value, rank: int, what: str):
+    """A run-time axes tensor made non-negative and read into size vars (each checked < rank)."""
+    if str(ctx.info(value).dtype) != "int64":
+        value = ctx.emit(op.astype(value, "int64"))
+    zero = Constant(np.asarray(0, np.int64))
+    value = ctx.emit(op.where(ctx.emit(op.less(value, zero)), ctx.emit(op.add(value, Constant(np.asarray(rank, np.int64)))),
+                              value))
+    axes = runtime_sizes(ctx, value, what)
+    valid = [a < _i64(rank) for a in axes] + [tir.NE(p, q) for k, p in enumerate(axes) for q in axes[k + 1:]]
+    if valid:
+        require(ctx, tir.all_(*valid), what)
+    return axes
+
+
+def reshape_runtime(ctx, x, shape_value, allowzero: bool):
+    """ONNX Reshape to a run-time target (0 copies the input dim unless allowzero, -1 is inferred)."""
+    dims = [as_dim(d) for d in ctx.static_shape(x)]
+    target = runtime_ints(ctx, shape_value, "shape")
+    total = product(dims)
+    given = []
+    for k, t in enumerate(target):
+        given.append(tir.Select(tir.EQ(t, _i64(0)), dims[k], t) if k < len(dims) and not allowzero else t)
+    known = _prod(tir.Select(tir.EQ(g, _i64(-1)), _i64(1), g) for g in given)
+    out = [tir.Select(tir.EQ(g, _i64(-1)), tir.FloorDiv(as_dim(total), tir.Max(known, _i64(1))), g) for g in given]
+    return checked_reshape(ctx, x, out, "reshape_dim")
+
+
+def unsqueeze_runtime(ctx, x, axes_value):
+    dims = [as_dim(d) for d in ctx.static_shape(x)]
+    from ...graph.shape_facts import const_value
+
+    info = ctx.info(axes_value)
+    k = const_value(info.shape[0]) if info.ndim == 1 else 1
+    if k is None:
+        ctx.fail("the number of axes must be known when the model is imported")
+    rank = len(dims) + k
+    axes = _normalized_sizes(ctx, axes_value, rank, "axis")
+    unit = [tir.any_(*(tir.EQ(a, _i64(j)) for a in axes)) for j in range(rank)]
+    out = []
+    for j in range(rank):
+        before = sum((tir.Select(u, _i64(0), _i64(1)) for u in unit[:j]), _i64(0))
+        source = sum((tir.Select(tir.EQ(before, _i64(m)), d, _i64(0)) for m, d in enumerate(dims)), _i64(0))
+        out.append(tir.Select(unit[j], _i64(1), source))
+    return checked_reshape(ctx, x, out, "unsqueeze_dim")
+
+
+def squeeze_runtime(ctx, x, axes_value):
+    dims = [as_dim(d) for d in ctx.static_shape(x)]
+    r = len(dims)
+    axes = _normalized_sizes(ctx, axes_value, r, "axis")
+    gone = [tir.any_(*(tir.EQ(a, _i64(j)) for a in axes)) for j in range(r)]
+    require(ctx, tir.all_(*(tir.Or(tir.Not(g), tir.EQ(d, _i64(1))) for g, d in zip(gone, dims))),
+            "squeezed dims are 1")
+    out = []
+    for t in range(r - len(axes)):
+        picked = []
+        for j in range(r):
+            before = sum((tir.Select(g, _i64(0), _i64(1)) for g in gone[:j]), _i64(0))
+            picked.append(tir.Select(tir.all_(tir.Not(gone[j]), tir.EQ(before, _i64(t))), dims[j], _i64(0)))
+        out.append(sum(picked[1:], picked[0]) if picked else _i64(1))
+    return checked_reshape(ctx, x, out, "squeeze_dim")
+
+
+def cumulative_runtime_axis(ctx, fn, x, axis_value, **attrs):
+    """cumsum/cumprod along an axis read at run time: x seen as (before, n, after) around that axis."""
+    dims = [as_dim(d) for d in ctx.static_shape(x)]
+    (axis,) = _normalized_sizes(ctx, axis_value, len(dims), "axis")
+    before = _prod(tir.Select(_i64(j) < axis, d, _i64(1)) for j, d in enumerate(dims))
+    n = _prod(tir.Select(tir.EQ(axis, _i64(j)), d, _i64(1)) for j, d in enumerate(dims))
+    after = _prod(tir.Select(axis < _i64(j), d, _i64(1)) for j, d in enumerate(dims))
+    y = ctx.emit(fn(ctx.emit(op.reshape(x, (before, n, after))), axis=1, **attrs))
+    return ctx.emit(op.reshape(y, tuple(dims)))
