@@ -110,3 +110,64 @@ def cumulative_runtime_axis(ctx, fn, x, axis_value, **attrs):
     after = _prod(tir.Select(axis < _i64(j), d, _i64(1)) for j, d in enumerate(dims))
     y = ctx.emit(fn(ctx.emit(op.reshape(x, (before, n, after))), axis=1, **attrs))
     return ctx.emit(op.reshape(y, tuple(dims)))
+
+
+def runtime_arange(ctx, length):
+    """The int64 tensor 0, 1, ..., length - 1 for a length known only at run time (a size var)."""
+    ones = ctx.emit(op.full((length,), 1, "int64"))
+    return ctx.emit(op.subtract(ctx.emit(op.cumsum(ones, axis=0)), Constant(np.asarray(1, np.int64))))
+
+
+def topk_runtime(ctx, x, k_value, axis: int, largest: bool):
+    """TopK with k read at run time: every entry sorted along the axis, then the first k kept."""
+    dims = ctx.static_shape(x)
+    axis = axis % len(dims)
+    (k,) = runtime_sizes(ctx, k_value, "k")
+    require(ctx, k <= as_dim(dims[axis]), "k is at most the axis length")
+    from ...graph.shape_facts import const_value
+
+    n = const_value(dims[axis])
+    if n is None:
+        ctx.fail("TopK with a run-time k needs a static axis length")
+    both = ctx.emit(op.topk(x, n, axis=axis, largest=largest))
+    first = runtime_arange(ctx, k)
+    from ...ast.graph import TupleGetItem
+
+    return [ctx.emit(op.take(ctx.emit(TupleGetItem(both, j)), first, axis=axis)) for j in range(2)]
+
+
+def split_runtime(ctx, x, split_value, axis: int, count: int):
+    """Split with the part sizes read at run time (checked to add up to the axis length)."""
+    dims = ctx.static_shape(x)
+    axis = axis % len(dims)
+    if str(ctx.info(split_value).dtype) != "int64":
+        split_value = ctx.emit(op.astype(split_value, "int64"))
+    sizes = runtime_sizes(ctx, split_value, "split")
+    if len(sizes) != count:
+        ctx.fail(f"split has {len(sizes)} entries for {count} outputs")
+    require(ctx, tir.EQ(sum(sizes[1:], as_dim(sizes[0])), as_dim(dims[axis])), "the parts add up to the axis length")
+    offsets = ctx.emit(op.cumsum(split_value, axis=0, exclusive=True))
+    parts = []
+    for j, size in enumerate(sizes):
+        start = ctx.emit(op.take(offsets, Constant(np.asarray(j, np.int64)), axis=0))
+        parts.append(ctx.emit(op.take(x, ctx.emit(op.add(runtime_arange(ctx, size), start)), axis=axis)))
+    return parts
+
+
+def one_hot_runtime(ctx, indices, depth_value, values, axis: int):
+    """OneHot with depth read at run time: indices compared with 0..depth-1 (negative ones count
+    from the end)."""
+    depth_value = ctx.emit(op.reshape(ctx.emit(op.astype(depth_value, "int64")), ()))
+    (depth,) = runtime_sizes(ctx, depth_value, "depth")
+    rank = ctx.info(indices).ndim + 1
+    axis = axis % rank
+    indices = ctx.emit(op.astype(indices, "int64"))
+    zero = Constant(np.asarray(0, np.int64))
+    indices = ctx.emit(op.where(ctx.emit(op.less(indices, zero)), ctx.emit(op.add(indices, depth_value)), indices))
+    shape = [1] * rank
+    shape[axis] = depth
+    classes = ctx.emit(op.reshape(runtime_arange(ctx, depth), tuple(shape)))
+    hit = ctx.emit(op.equal(ctx.emit(op.expand_dims(indices, (axis,))), classes))
+    off = ctx.emit(op.take(values, Constant(np.asarray(0, np.int64)), axis=0))
+    on = ctx.emit(op.take(values, Constant(np.asarray(1, np.int64)), axis=0))
+    return ctx.emit(op.where(hit, on, off))

@@ -104,6 +104,8 @@ def _concat(ctx, node, inputs, attrs):
 def _split(ctx, node, inputs, attrs):
     x = inputs[0]
     axis = attrs.get("axis", 0)
+    if _runtime_axes(inputs):
+        return ops_dynamic.split_runtime(ctx, x, inputs[1], axis, len(node.output))
     sizes = _axes(ctx, inputs, attrs, 1, "split")
     count = len(node.output)
     length = const_value(_dims(ctx, x)[axis])
@@ -356,6 +358,8 @@ def _wrap_pad(ctx, x, width):
 
 @converter("TopK")
 def _topk(ctx, node, inputs, attrs):
+    if not isinstance(inputs[1], Constant) and attrs.get("sorted", 1):
+        return ops_dynamic.topk_runtime(ctx, inputs[0], inputs[1], attrs.get("axis", -1), bool(attrs.get("largest", 1)))
     k = _ints(ctx, inputs[1], "k")[0]
     if not attrs.get("sorted", 1):
         ctx.fail("unsorted TopK is not supported")
@@ -366,6 +370,8 @@ def _topk(ctx, node, inputs, attrs):
 @converter("OneHot")
 def _one_hot(ctx, node, inputs, attrs):
     indices, depth, values = inputs
+    if not isinstance(depth, Constant):
+        return ops_dynamic.one_hot_runtime(ctx, indices, depth, values, attrs.get("axis", -1))
     depth = int(np.asarray(ctx.constant(depth, "depth")).reshape(-1)[0])
     off, on = (np.asarray(ctx.constant(values, "values")).reshape(-1)).tolist()
     dtype = ctx.info(values).dtype
