@@ -171,3 +171,74 @@ def one_hot_runtime(ctx, indices, depth_value, values, axis: int):
     off = ctx.emit(op.take(values, Constant(np.asarray(0, np.int64)), axis=0))
     on = ctx.emit(op.take(values, Constant(np.asarray(1, np.int64)), axis=0))
     return ctx.emit(op.where(hit, on, off))
+
+
+def _scalar(v: int):
+    return Constant(np.asarray(v, np.int64))
+
+
+def pad_runtime(ctx, x, pads_value, value, axes_value, mode: str):
+    """Pad with pads (and possibly axes and the pad value) read at run time.
+
+    Each padded axis j gets length L_j = d_j + begin_j + end_j (bound at run time; a negative
+    length is an error) and is gathered from source indices arange(L_j) - begin_j mapped into
+    [0, d_j) by the mode: clamped (edge), reflected, wrapped, or clamped and masked (constant).
+    """
+    dims = [as_dim(d) for d in ctx.static_shape(x)]
+    r = len(dims)
+    dtype = ctx.info(x).dtype
+    if str(ctx.info(pads_value).dtype) != "int64":
+        pads_value = ctx.emit(op.astype(pads_value, "int64"))
+    pads = runtime_ints(ctx, pads_value, "pad")
+    k = len(pads) // 2
+    if axes_value is None:
+        axes_value = Constant(np.arange(r, dtype=np.int64))
+    from ...graph.shape_facts import const_value
+
+    n_axes = const_value(ctx.info(axes_value).shape[0])
+    if n_axes != k or len(pads) % 2:
+        ctx.fail(f"pads has {len(pads)} entries for {n_axes} axes")
+    if isinstance(axes_value, Constant):
+        axis_of = [_i64(int(a) % r) for a in np.asarray(axes_value.array).reshape(-1)]
+    else:
+        axis_of = _normalized_sizes(ctx, axes_value, r, "axis")
+    normal_axes = ctx.emit(op.floor_mod(ctx.emit(op.astype(axes_value, "int64")), _scalar(r)))
+    y, mask = x, None
+    for j in range(r):
+        begin = sum((tir.Select(tir.EQ(a, _i64(j)), p, _i64(0)) for a, p in zip(axis_of, pads[:k])), _i64(0))
+        end = sum((tir.Select(tir.EQ(a, _i64(j)), p, _i64(0)) for a, p in zip(axis_of, pads[k:])), _i64(0))
+        (length,) = bind_sizes(ctx, [dims[j] + begin + end], "pad_dim")
+        here = ctx.emit(op.equal(normal_axes, _scalar(j)))
+        begin_t = ctx.emit(op.sum(ctx.emit(op.where(here, ctx.emit(op.take(pads_value, Constant(np.arange(k)), axis=0)),
+                                                    _scalar(0))), axis=None, keepdims=False))
+        index = ctx.emit(op.subtract(runtime_arange(ctx, length), begin_t))
+        if not isinstance(dims[j], tir.IntImm):
+            ctx.fail("Pad with run-time pads needs static input dims")
+        d = _scalar(dims[j].value)
+        last = _scalar(dims[j].value - 1)
+        clamped = ctx.emit(op.minimum(ctx.emit(op.maximum(index, _scalar(0))), last))
+        if mode == "wrap":
+            source = ctx.emit(op.floor_mod(index, d))
+        elif mode == "reflect" and dims[j].value > 1:
+            period = _scalar(2 * (dims[j].value - 1))
+            m = ctx.emit(op.floor_mod(index, period))
+            source = ctx.emit(op.where(ctx.emit(op.greater(m, last)), ctx.emit(op.subtract(period, m)), m))
+        else:
+            source = clamped
+        y = ctx.emit(op.take(y, source, axis=j))
+        if mode == "constant":
+            inside = ctx.emit(op.logical_and(ctx.emit(op.greater_equal(index, _scalar(0))),
+                                             ctx.emit(op.less(index, d))))
+            shape = [1] * r
+            shape[j] = length
+            inside = ctx.emit(op.reshape(inside, tuple(shape)))
+            mask = inside if mask is None else ctx.emit(op.logical_and(mask, inside))
+    if mode == "constant" and mask is not None:
+        if value is None:
+            fill = Constant(np.zeros((), dtype.numpy()))
+        else:
+            fill = ctx.emit(op.reshape(value, ()))
+            if ctx.info(fill).dtype != dtype:
+                fill = ctx.emit(op.astype(fill, dtype))
+        y = ctx.emit(op.where(mask, y, fill))
+    return y

@@ -316,6 +316,9 @@ def _pad(ctx, node, inputs, attrs):
     if ctx.opset < 11:
         pads, value = list(attrs["pads"]), attrs.get("value", 0.0)
         axes = list(range(ndim))
+    elif not isinstance(inputs[1], Constant) and mode in ("constant", "edge", "reflect", "wrap"):
+        return ops_dynamic.pad_runtime(ctx, x, inputs[1], inputs[2] if len(inputs) > 2 else None,
+                                       inputs[3] if len(inputs) > 3 else None, mode)
     else:
         pads = _ints(ctx, inputs[1], "pads")
         value = np.asarray(ctx.constant(inputs[2], "the pad value")).reshape(-1)[0] \
