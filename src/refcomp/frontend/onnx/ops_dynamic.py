@@ -242,3 +242,50 @@ def pad_runtime(ctx, x, pads_value, value, axes_value, mode: str):
                 fill = ctx.emit(op.astype(fill, dtype))
         y = ctx.emit(op.where(mask, y, fill))
     return y
+
+
+def expand_runtime(ctx, x, shape_value):
+    """Expand to a target shape read at run time (bidirectional broadcast; checked at run time)."""
+    from ...graph.shape_facts import const_value
+
+    dims = [const_value(d) for d in ctx.static_shape(x)]
+    if None in dims:
+        ctx.fail("Expand to a run-time shape needs static input dims")
+    target = runtime_ints(ctx, shape_value, "expand")
+    ndim = max(len(dims), len(target))
+    dims = [1] * (ndim - len(dims)) + dims
+    target = [_i64(1)] * (ndim - len(target)) + target
+    fits = [tir.Or(tir.EQ(t, _i64(1)), tir.EQ(t, _i64(d))) for d, t in zip(dims, target) if d != 1]
+    if fits:
+        require(ctx, tir.all_(*fits), "the target shape broadcasts with the input")
+    out = bind_sizes(ctx, [t if d == 1 else _i64(d) for d, t in zip(dims, target)], "expand_dim")
+    return ctx.emit(op.broadcast_to(ctx.emit(op.reshape(x, tuple(dims))), tuple(out)))
+
+
+def tile_runtime(ctx, x, repeats_value):
+    """Tile with repeats read at run time: axis j of length d_j * repeats_j gathers index i mod d_j."""
+    from ...graph.shape_facts import const_value
+
+    dims = [const_value(d) for d in ctx.static_shape(x)]
+    if None in dims:
+        ctx.fail("Tile with run-time repeats needs static input dims")
+    repeats = runtime_ints(ctx, repeats_value, "repeats")
+    if len(repeats) != len(dims):
+        ctx.fail(f"repeats has {len(repeats)} entries for a {len(dims)}-d input")
+    y = x
+    for j, (d, rep) in enumerate(zip(dims, repeats)):
+        (length,) = bind_sizes(ctx, [_i64(d) * rep], "tile_dim")
+        y = ctx.emit(op.take(y, ctx.emit(op.floor_mod(runtime_arange(ctx, length), _scalar(max(d, 1)))), axis=j))
+    return y
+
+
+def range_runtime(ctx, start, limit, delta):
+    """Range with bounds read at run time: max(ceil((limit - start) / delta), 0) entries."""
+    dtype = ctx.info(start).dtype
+    as_f64 = [ctx.emit(op.reshape(ctx.emit(op.astype(v, "float64")), ())) for v in (start, limit, delta)]
+    count = ctx.emit(op.ceil(ctx.emit(op.divide(ctx.emit(op.subtract(as_f64[1], as_f64[0])), as_f64[2]))))
+    count = ctx.emit(op.astype(ctx.emit(op.maximum(count, Constant(np.asarray(0.0)))), "int64"))
+    (length,) = runtime_sizes(ctx, count, "range")
+    steps = ctx.emit(op.astype(runtime_arange(ctx, length), str(dtype)))
+    first, step = (ctx.emit(op.reshape(v, ())) for v in (start, delta))
+    return ctx.emit(op.add(first, ctx.emit(op.multiply(steps, step))))

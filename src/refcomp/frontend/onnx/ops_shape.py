@@ -166,7 +166,7 @@ def _slice_shape(ctx, x, inputs, attrs):
 def _expand(ctx, node, inputs, attrs):
     x, shape = inputs
     if not isinstance(shape, Constant) and not shape_values.is_symbolic(shape):
-        return ops_dynamic.reshape_runtime(ctx, x, shape, bool(attrs.get("allowzero", 0)))
+        return ops_dynamic.expand_runtime(ctx, x, shape)
     target = _shape_operand(ctx, shape, "the target shape")
     dims = _dims(ctx, x)
     ndim = max(len(dims), len(target))
@@ -178,6 +178,8 @@ def _expand(ctx, node, inputs, attrs):
 
 @converter("Tile")
 def _tile(ctx, node, inputs, attrs):
+    if not isinstance(inputs[1], Constant):
+        return ops_dynamic.tile_runtime(ctx, inputs[0], inputs[1])
     return ctx.emit(op.tile(inputs[0], tuple(_ints(ctx, inputs[1], "repeats"))))
 
 
@@ -222,6 +224,8 @@ def _constant_of_shape(ctx, node, inputs, attrs):
 
 @converter("Range")
 def _range(ctx, node, inputs, attrs):
+    if not all(isinstance(v, Constant) for v in inputs):
+        return ops_dynamic.range_runtime(ctx, *inputs)
     start, limit, delta = (np.asarray(ctx.constant(v, "Range bounds")) for v in inputs)
     if start.size != 1 or limit.size != 1 or delta.size != 1:
         ctx.fail("Range bounds must be scalars")
