@@ -128,3 +128,21 @@ def test_tensor_to_shape_binds_size_vars_in_the_vm():
     np.testing.assert_array_equal(run(np.asarray([5], np.int64)), np.full(5, 2.0, np.float32))
     with pytest.raises(ArgumentError):
         run(np.asarray([-1], np.int64))
+
+
+@pytest.fixture(scope="module")
+def slice_():
+    node = helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["y"])
+    ints = [_tensor(n, TensorProto.INT64, [1]) for n in ("starts", "ends", "axes", "steps")]
+    return _build(node, [_tensor("x", TensorProto.FLOAT, SHAPE)] + ints, [_tensor("y", TensorProto.FLOAT, None)])
+
+
+@settings(max_examples=12, deadline=None)
+@given(axis=st.integers(-3, 2), start=st.integers(-6, 6), end=st.integers(-6, 6),
+       step=st.sampled_from([-3, -2, -1, 1, 2, 3]), seed=st.integers(0, 2 ** 31 - 1))
+def test_slice_bounds_at_run_time(slice_, axis, start, end, step, seed):
+    x = np.random.default_rng(seed).standard_normal(SHAPE).astype(np.float32)
+    got = slice_(x, *(np.asarray([v], np.int64) for v in (start, end, axis, step)))
+    index = [slice(None)] * 3
+    index[axis] = slice(start, end, step)
+    np.testing.assert_array_equal(got, x[tuple(index)])

@@ -289,3 +289,72 @@ def range_runtime(ctx, start, limit, delta):
     steps = ctx.emit(op.astype(runtime_arange(ctx, length), str(dtype)))
     first, step = (ctx.emit(op.reshape(v, ())) for v in (start, delta))
     return ctx.emit(op.add(first, ctx.emit(op.multiply(steps, step))))
+
+
+def _ints_or_vars(ctx, value, what: str):
+    """A constant's entries as int64 literals, a run-time tensor's as vars bound at run time."""
+    if isinstance(value, Constant):
+        return [_i64(int(v)) for v in np.asarray(value.array).reshape(-1)]
+    if str(ctx.info(value).dtype) != "int64":
+        value = ctx.emit(op.astype(value, "int64"))
+    return runtime_ints(ctx, value, what)
+
+
+def slice_runtime(ctx, x, starts, ends, axes, steps):
+    """Slice with starts, ends, axes or steps read at run time.
+
+    Bounds clamp as Python slices do (the reference the ONNX tests are made with).  Per input
+    axis j the step, clamped start and length are expressions over the run-time vars
+    (an axis not named keeps its full range); the length is bound to a size var and the axis
+    gathered at start + step * arange(length), start and step taken from a shape value made
+    into a tensor.
+    """
+    from ...graph.shape_facts import const_value
+
+    dims = [const_value(d) for d in ctx.static_shape(x)]
+    if None in dims:
+        ctx.fail("Slice with run-time bounds needs static input dims")
+    r = len(dims)
+    begin = _ints_or_vars(ctx, starts, "start")
+    end = _ints_or_vars(ctx, ends, "end")
+    k = len(begin)
+    axis = _ints_or_vars(ctx, axes, "slice_axis") if axes is not None else [_i64(j) for j in range(k)]
+    step = _ints_or_vars(ctx, steps, "step") if steps is not None else [_i64(1)] * k
+    if not len(end) == len(axis) == len(step) == k:
+        ctx.fail("starts, ends, axes and steps must have one entry per sliced axis")
+    axis = [tir.Select(a < _i64(0), a + _i64(r), a) for a in axis]
+    checks = [tir.all_(a >= _i64(0), a < _i64(r)) for a in axis] + [tir.NE(s, _i64(0)) for s in step]
+    checks += [tir.NE(p, q) for i, p in enumerate(axis) for q in axis[i + 1:]]
+    require(ctx, tir.all_(*checks), "slice axes in range and distinct, steps nonzero")
+    firsts, strides, lengths = [], [], []
+    for j, d in enumerate(dims):
+        named = [tir.EQ(a, _i64(j)) for a in axis]
+        pick = lambda values, default: sum((tir.Select(c, v, _i64(0)) for c, v in zip(named, values)),  # noqa: E731
+                                           tir.Select(tir.any_(*named), _i64(0), default))
+        s = pick(step, _i64(1))
+        b = pick(begin, _i64(0))
+        e = pick(end, _i64(d))
+        n = _i64(d)
+        b = tir.Select(b < _i64(0), b + n, b)
+        e = tir.Select(e < _i64(0), e + n, e)
+        forward = s > _i64(0)
+        b = tir.Select(forward, tir.Min(tir.Max(b, _i64(0)), n), tir.Min(tir.Max(b, _i64(-1)), n - _i64(1)))
+        e = tir.Select(forward, tir.Min(tir.Max(e, _i64(0)), n), tir.Min(tir.Max(e, _i64(-1)), n - _i64(1)))
+        length = tir.Select(forward, tir.FloorDiv(e - b + s - _i64(1), tir.Max(s, _i64(1))),
+                            tir.FloorDiv(b - e - s - _i64(1), tir.Max(-s, _i64(1))))
+        firsts.append(b)
+        strides.append(s)
+        lengths.append(tir.Max(length, _i64(0)))
+    sizes = bind_sizes(ctx, lengths, "slice_dim")
+    from ...ast.graph import ShapeExpr
+
+    first_t = ctx.emit(op.shape_to_tensor(ShapeExpr(tuple(firsts))))
+    stride_t = ctx.emit(op.shape_to_tensor(ShapeExpr(tuple(strides))))
+    y = x
+    for j, size in enumerate(sizes):
+        at = _scalar(j)
+        index = ctx.emit(op.add(ctx.emit(op.take(first_t, at, axis=0)),
+                                ctx.emit(op.multiply(ctx.emit(op.take(stride_t, at, axis=0)),
+                                                     runtime_arange(ctx, size)))))
+        y = ctx.emit(op.take(y, index, axis=j))
+    return y

@@ -136,6 +136,9 @@ def _slice(ctx, node, inputs, attrs):
     if ctx.opset < 10:
         starts, ends, axes = attrs["starts"], attrs["ends"], attrs.get("axes")
         steps = None
+    elif not all(isinstance(v, Constant) for v in inputs[1:] if v is not None):
+        return ops_dynamic.slice_runtime(ctx, x, inputs[1], inputs[2], inputs[3] if len(inputs) > 3 else None,
+                                         inputs[4] if len(inputs) > 4 else None)
     else:
         starts = _ints(ctx, inputs[1], "starts")
         ends = _ints(ctx, inputs[2], "ends")
