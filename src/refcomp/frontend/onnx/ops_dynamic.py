@@ -358,3 +358,37 @@ def slice_runtime(ctx, x, starts, ends, axes, steps):
                                                      runtime_arange(ctx, size)))))
         y = ctx.emit(op.take(y, index, axis=j))
     return y
+
+
+def constant_of_shape_runtime(ctx, shape_value, value, dtype: str):
+    """ConstantOfShape of a shape read at run time (each entry bound to a size var)."""
+    if str(ctx.info(shape_value).dtype) != "int64":
+        shape_value = ctx.emit(op.astype(shape_value, "int64"))
+    return ctx.emit(op.full(tuple(runtime_sizes(ctx, shape_value, "dim")), value, dtype))
+
+
+def compress_runtime(ctx, x, condition, axis):
+    """Compress with a run-time condition: the output length (the number of true entries) is
+    bound to a size var; entry j gathers the position of the (j+1)-th true entry, counted as the
+    number of positions whose running true-count is at most j."""
+    if axis is None:
+        x = ctx.emit(op.reshape(x, (product(ctx.info(x).shape),)))
+        axis = 0
+    flags = ctx.emit(op.astype(ctx.emit(op.not_equal(condition, Constant(np.zeros((), ctx.info(condition).dtype.numpy())))),
+                               "int64"))
+    if ctx.info(flags).ndim != 1:
+        ctx.fail("the condition must be 1-d")
+    count = ctx.emit(op.sum(flags, axis=None, keepdims=True))
+    (length,) = runtime_sizes(ctx, count, "compress")
+    from ...graph.shape_facts import const_value
+
+    extent = const_value(ctx.info(x).shape[axis % ctx.info(x).ndim])
+    n = const_value(ctx.info(flags).shape[0])
+    if extent is None or n is None:
+        ctx.fail("Compress with a run-time condition needs static lengths")
+    require(ctx, length <= _i64(min(n, extent)), "the condition selects positions inside the axis")
+    running = ctx.emit(op.reshape(ctx.emit(op.cumsum(flags, axis=0)), (1, n)))
+    wanted = ctx.emit(op.reshape(runtime_arange(ctx, length), (length, 1)))
+    index = ctx.emit(op.sum(ctx.emit(op.astype(ctx.emit(op.less_equal(running, wanted)), "int64")),
+                            axis=(1,), keepdims=False))
+    return ctx.emit(op.take(x, index, axis=axis))

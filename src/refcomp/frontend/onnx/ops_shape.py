@@ -218,8 +218,10 @@ def _constant(ctx, node, inputs, attrs):
 def _constant_of_shape(ctx, node, inputs, attrs):
     from onnx import numpy_helper
 
-    shape = _shape_operand(ctx, inputs[0], "the shape")
     value = numpy_helper.to_array(attrs["value"]).reshape(-1)[0] if "value" in attrs else np.float32(0)
+    if not isinstance(inputs[0], Constant) and not shape_values.is_symbolic(inputs[0]):
+        return ops_dynamic.constant_of_shape_runtime(ctx, inputs[0], float(value), str(np.asarray(value).dtype))
+    shape = _shape_operand(ctx, inputs[0], "the shape")
     if all(isinstance(d, int) for d in shape):
         return Constant(np.full(shape, value, dtype=np.asarray(value).dtype))
     return ctx.emit(op.full(tuple(shape), float(value), str(np.asarray(value).dtype)))
