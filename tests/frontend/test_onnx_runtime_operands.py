@@ -146,3 +146,27 @@ def test_slice_bounds_at_run_time(slice_, axis, start, end, step, seed):
     index = [slice(None)] * 3
     index[axis] = slice(start, end, step)
     np.testing.assert_array_equal(got, x[tuple(index)])
+
+
+@pytest.fixture(scope="module")
+def compress():
+    node = helper.make_node("Compress", ["x", "c"], ["y"], axis=2)
+    return _build(node, [_tensor("x", TensorProto.FLOAT, SHAPE), _tensor("c", TensorProto.BOOL, [4])],
+                  [_tensor("y", TensorProto.FLOAT, None)])
+
+
+@settings(max_examples=8, deadline=None)
+@given(keep=st.lists(st.booleans(), min_size=4, max_size=4), seed=st.integers(0, 2 ** 31 - 1))
+def test_compress_condition_at_run_time(compress, keep, seed):
+    x = np.random.default_rng(seed).standard_normal(SHAPE).astype(np.float32)
+    np.testing.assert_array_equal(compress(x, np.asarray(keep)), np.compress(keep, x, axis=2))
+
+
+def test_constant_of_shape_at_run_time():
+    value = helper.make_tensor("v", TensorProto.FLOAT, [1], [1.5])
+    node = helper.make_node("ConstantOfShape", ["s"], ["y"], value=value)
+    run = _build(node, [_tensor("s", TensorProto.INT64, [2])], [_tensor("y", TensorProto.FLOAT, None)])
+    for shape in ([2, 3], [0, 4], [1, 1]):
+        np.testing.assert_array_equal(run(np.asarray(shape, np.int64)), np.full(shape, 1.5, np.float32))
+    with pytest.raises(ArgumentError):
+        run(np.asarray([-1, 2], np.int64))

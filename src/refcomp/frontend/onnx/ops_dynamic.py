@@ -1,9 +1,12 @@
-"""Converters for operands read at run time: Reshape's target, (Un)Squeeze's axes, CumSum's axis.
+"""Converters for shape operands read at run time: Reshape, Expand, Tile and ConstantOfShape
+targets, (Un)Squeeze axes, CumSum/CumProd's axis, Split sizes, TopK's k, OneHot's depth, Pad's
+pads, Slice bounds, Range bounds, Compress's condition.
 
 Each reads the operand into vars bound when the program runs (runtime_values), derives the
 output dims as expressions over them and, where the element count cannot be seen to agree for
 every value, checks it at run time: the data, flattened, is matched against the product of the
-new dims before the reshape (`checked_reshape`).
+new dims before the reshape (`checked_reshape`).  An output axis of run-time length is gathered
+from index tensors of that length (`runtime_arange`).
 """
 from __future__ import annotations
 
@@ -43,8 +46,8 @@ def _normalized_sizes(ctx, value, rank: int, what: str):
     if str(ctx.info(value).dtype) != "int64":
         value = ctx.emit(op.astype(value, "int64"))
     zero = Constant(np.asarray(0, np.int64))
-    value = ctx.emit(op.where(ctx.emit(op.less(value, zero)), ctx.emit(op.add(value, Constant(np.asarray(rank, np.int64)))),
-                              value))
+    wrapped = ctx.emit(op.add(value, Constant(np.asarray(rank, np.int64))))
+    value = ctx.emit(op.where(ctx.emit(op.less(value, zero)), wrapped, value))
     axes = runtime_sizes(ctx, value, what)
     valid = [a < _i64(rank) for a in axes] + [tir.NE(p, q) for k, p in enumerate(axes) for q in axes[k + 1:]]
     if valid:
@@ -374,8 +377,8 @@ def compress_runtime(ctx, x, condition, axis):
     if axis is None:
         x = ctx.emit(op.reshape(x, (product(ctx.info(x).shape),)))
         axis = 0
-    flags = ctx.emit(op.astype(ctx.emit(op.not_equal(condition, Constant(np.zeros((), ctx.info(condition).dtype.numpy())))),
-                               "int64"))
+    zero = Constant(np.zeros((), ctx.info(condition).dtype.numpy()))
+    flags = ctx.emit(op.astype(ctx.emit(op.not_equal(condition, zero)), "int64"))
     if ctx.info(flags).ndim != 1:
         ctx.fail("the condition must be 1-d")
     count = ctx.emit(op.sum(flags, axis=None, keepdims=True))
