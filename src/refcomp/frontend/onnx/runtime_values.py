@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 from ...ast import SizeVar
 from ...ast import expr as tir
-from ...ast.graph import ShapeExpr
+from ...ast.graph import Constant, ShapeExpr
 from ...ast.graph_struct_info import ShapeStructInfo
 from ...graph import op
 from ...graph.shape_facts import const_value
@@ -37,6 +39,8 @@ def runtime_sizes(ctx, value, what: str) -> list[SizeVar]:
 
 
 def _bind(ctx, value, what: str, kind) -> list:
+    if isinstance(value, Constant):  # known now: literal entries, nothing to read at run time
+        return [tir.IntImm(int(v), "int64") for v in np.asarray(value.array).reshape(-1)]
     info = ctx.info(value)
     if info.dtype is None or not (info.dtype.is_integer or info.dtype.is_bool):
         ctx.fail(f"{what} must be an integer tensor, got {info.dtype}")
