@@ -95,7 +95,10 @@ def test_loop_with_constant_trip_count_is_unrolled(rng):
                       helper.make_tensor_value_info("steps", TensorProto.FLOAT, [4, 2])], [trips, cond])
     x, acc0 = rng.standard_normal(2).astype("float32"), rng.standard_normal(2).astype("float32")
     acc, steps = run(model, x, acc0)
-    np.testing.assert_allclose(steps, acc0 + x * np.arange(1, 5, dtype="float32")[:, None], rtol=1e-6)
+    # repeated float32 adds against one multiply: a few ulps of the largest term apart (atol for
+    # sums that cancel towards 0)
+    np.testing.assert_allclose(steps, acc0 + x * np.arange(1, 5, dtype="float32")[:, None], rtol=1e-6,
+                               atol=1e-6 * float(np.abs(acc0).max() + 4 * np.abs(x).max()))
     np.testing.assert_allclose(acc, steps[-1])
 
 

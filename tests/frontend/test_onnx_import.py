@@ -61,18 +61,28 @@ def test_malformed_files_are_clear_errors(tmp_path):
         from_onnx(b"\xff\xff\xff")
 
 
-def test_shape_operands_must_be_constants_unless_specialized(rng):
+def test_a_reshape_target_given_at_run_time_or_specialized(rng):
     nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"], name="rs")]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
                                            helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])])
     model = helper.make_model(graph)
-    with pytest.raises(refcomp.IRError, match=r"rs \(Reshape\): the target shape must be a constant"):
-        from_onnx(model)
-    mod = from_onnx(model, const_inputs={"shape": np.array([3, 4])})
     x = rng.standard_normal((2, 6)).astype("float32")
+    run = refcomp.runtime.VirtualMachine(refcomp.graph.build(from_onnx(model), target="c"))["main"]
+    np.testing.assert_array_equal(run(x, np.array([3, 4])), x.reshape(3, 4))
+    np.testing.assert_array_equal(run(x, np.array([4, -1])), x.reshape(4, 3))
+    mod = from_onnx(model, const_inputs={"shape": np.array([3, 4])})
     out = refcomp.runtime.VirtualMachine(refcomp.graph.build(mod, target="c"))["main"](x)
     np.testing.assert_array_equal(out, x.reshape(3, 4))
+
+
+def test_resize_sizes_must_be_constants():
+    nodes = [helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="rz")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2]),
+                                           helper.make_tensor_value_info("sizes", TensorProto.INT64, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    with pytest.raises(refcomp.IRError, match=r"rz \(Resize\): sizes must be a constant"):
+        from_onnx(helper.make_model(graph))
 
 
 def test_importer_claims_many_op_types():

@@ -1,6 +1,8 @@
 """The ONNX backend node tests the importer passes keep passing (a regression fails CI).
 
-The list `onnx_node_passing.txt` is written by `benchmarks/onnx_conformance.py --write-passing`.
+Scored strictly, as the benchmark's headline: every graph input is passed at run time, shape
+operands included; nothing is pinned.  The list `onnx_node_passing.txt` is written by
+`benchmarks/onnx_conformance.py --write-passing`.
 CI imports, compiles (C) and runs the first listed case of every op type; with REFCOMP_ONNX_ALL=1
 (or `-m slow` and that variable) every listed case runs.
 """
@@ -32,8 +34,8 @@ def _one_per_op(cases):
 
 
 def _check(case):
-    status, detail = conformance.run_case(os.path.join(ROOT, case), target="c", specialize=True)
-    assert status in ("pass", "pass_specialized"), f"{case}: {status}: {detail}"
+    status, detail = conformance.run_case(os.path.join(ROOT, case), target="c", specialize=False)
+    assert status == "pass", f"{case}: {status}: {detail}"
 
 
 @pytest.mark.parametrize("case", _one_per_op(CASES))

@@ -38,6 +38,32 @@ class MatchShape:
 
 
 @dataclass(frozen=True)
+class MatchShapeValue:
+    """Check shape value `reg` (a tuple of ints) against a pattern, binding vars that are still unbound."""
+
+    reg: int
+    values: tuple | None  # tuple of PrimExpr, or None for any values of that length
+    ndim: int
+    what: str
+
+
+@dataclass(frozen=True)
+class TensorToShape:
+    """dst = the entries of 1-d integer tensor src, as a shape value (a tuple of ints)."""
+
+    dst: int
+    src: int
+
+
+@dataclass(frozen=True)
+class ShapeToTensor:
+    """dst = shape value src (a tuple of ints) as a 1-d int64 tensor."""
+
+    dst: int
+    src: int
+
+
+@dataclass(frozen=True)
 class Check:
     """Evaluate condition once its size vars are bound; raise with message when false."""
 
@@ -270,6 +296,12 @@ class VirtualMachine:
                 regs[inst.dst] = values[0] if inst.scalar else values
             elif kind is CallPacked:
                 self._call_packed(inst, frame)
+            elif kind is TensorToShape:
+                regs[inst.dst] = tuple(int(v) for v in np.asarray(regs[inst.src]).reshape(-1))
+            elif kind is ShapeToTensor:
+                regs[inst.dst] = np.asarray(regs[inst.src], np.int64).reshape(-1)
+            elif kind is MatchShapeValue:
+                self._match_shape_value(inst, frame)
             elif kind is CallFunction:
                 regs[inst.dst] = self.invoke(inst.function, *(regs[r] for r in inst.args))
             elif kind is Branch:
@@ -338,6 +370,27 @@ class VirtualMachine:
                     raise ArgumentError(
                         f"{inst.what}: dim {axis} is {actual} but must be {_show(dim)} = {expected} "
                         f"(shape {value.shape}, {_bound_text(env)})")
+        self._run_checks(frame)
+
+    def _match_shape_value(self, inst: MatchShapeValue, frame: _Frame) -> None:
+        value = frame.regs[inst.reg]
+        if not isinstance(value, tuple):
+            raise ArgumentError(f"{inst.what}: expected a shape value, got {type(value).__name__}")
+        if inst.ndim != -1 and len(value) != inst.ndim:
+            raise ArgumentError(f"{inst.what}: expected a shape of {inst.ndim} values, got {value}")
+        if inst.values is not None:
+            env = frame.env
+            for k, (dim, actual) in enumerate(zip(inst.values, value)):
+                if isinstance(dim, tir.Var) and dim not in env:
+                    if isinstance(dim, tir.SizeVar) and actual < 0:
+                        raise ArgumentError(f"{inst.what}: value {k} is {actual}, but {dim.name} is a size "
+                                            f"(>= 0) (shape value {value})")
+                    env[dim] = int(actual)
+                    continue
+                expected = _eval_int(dim, env)
+                if expected != actual:
+                    raise ArgumentError(f"{inst.what}: value {k} is {actual} but must be {_show(dim)} = "
+                                        f"{expected} (shape value {value}, {_bound_text(env)})")
         self._run_checks(frame)
 
     def _run_checks(self, frame: _Frame) -> None:

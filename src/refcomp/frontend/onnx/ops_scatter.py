@@ -51,7 +51,9 @@ def _reverse_sequence(ctx, node, inputs, attrs):
 def _compress(ctx, node, inputs, attrs):
     x, condition = inputs
     if not isinstance(condition, Constant):
-        ctx.fail("the condition must be a constant known at import time (the output length depends on it)")
+        from .ops_dynamic import compress_runtime
+
+        return compress_runtime(ctx, x, condition, attrs.get("axis"))
     keep = np.nonzero(np.asarray(condition.array).reshape(-1))[0].astype(np.int64)
     axis = attrs.get("axis")
     if axis is None:

@@ -7,7 +7,7 @@ import numpy as np
 from ...ast.graph import Constant, PrimValue, ShapeExpr
 from ...graph import op
 from ...graph.shape_facts import const_value
-from . import shape_values
+from . import ops_dynamic, shape_values
 from .importer import MAX_CONSTANT_ELEMENTS, MAX_FOLD_ELEMENTS, converter
 
 
@@ -37,6 +37,8 @@ def _dims(ctx, x):
 @converter("Reshape", shape_values=True)
 def _reshape(ctx, node, inputs, attrs):
     x, shape = inputs
+    if not isinstance(shape, Constant) and not shape_values.is_symbolic(shape):
+        return ops_dynamic.reshape_runtime(ctx, x, shape, bool(attrs.get("allowzero", 0)))
     target = _shape_operand(ctx, shape, "the target shape")
     if shape_values.is_symbolic(x):
         result = shape_values.reshape(x, target)
@@ -49,6 +51,16 @@ def _reshape(ctx, node, inputs, attrs):
     return ctx.emit(op.reshape(x, tuple(out)))
 
 
+def _is_runtime_tensor(value) -> bool:
+    """value is a tensor whose entries are known only at run time (not a constant, not a shape value)."""
+    return value is not None and not isinstance(value, Constant) and not shape_values.is_symbolic(value)
+
+
+def _runtime_axes(inputs) -> bool:
+    return len(inputs) > 1 and inputs[1] is not None and not isinstance(inputs[1], Constant) \
+        and not shape_values.is_symbolic(inputs[1]) and not shape_values.is_symbolic(inputs[0])
+
+
 @converter("Transpose")
 def _transpose(ctx, node, inputs, attrs):
     perm = attrs.get("perm")
@@ -57,6 +69,8 @@ def _transpose(ctx, node, inputs, attrs):
 
 @converter("Squeeze", shape_values=True)
 def _squeeze(ctx, node, inputs, attrs):
+    if _runtime_axes(inputs):
+        return ops_dynamic.squeeze_runtime(ctx, inputs[0], inputs[1])
     axes = _axes(ctx, inputs, attrs)
     if isinstance(inputs[0], ShapeExpr) and len(inputs[0].values) == 1 and axes in (None, [0], [-1]):
         return shape_values.make(list(inputs[0].values), True)
@@ -65,6 +79,8 @@ def _squeeze(ctx, node, inputs, attrs):
 
 @converter("Unsqueeze", shape_values=True)
 def _unsqueeze(ctx, node, inputs, attrs):
+    if _runtime_axes(inputs):
+        return ops_dynamic.unsqueeze_runtime(ctx, inputs[0], inputs[1])
     axes = tuple(_axes(ctx, inputs, attrs))
     if isinstance(inputs[0], PrimValue) and axes in ((0,), (-1,)):  # a symbolic scalar becomes a 1-entry shape
         return shape_values.make(shape_values.entries(inputs[0])[0], False)
@@ -98,6 +114,8 @@ def _concat(ctx, node, inputs, attrs):
 def _split(ctx, node, inputs, attrs):
     x = inputs[0]
     axis = attrs.get("axis", 0)
+    if _runtime_axes(inputs):
+        return ops_dynamic.split_runtime(ctx, x, inputs[1], axis, len(node.output))
     sizes = _axes(ctx, inputs, attrs, 1, "split")
     count = len(node.output)
     length = const_value(_dims(ctx, x)[axis])
@@ -131,6 +149,9 @@ def _slice(ctx, node, inputs, attrs):
     if ctx.opset < 10:
         starts, ends, axes = attrs["starts"], attrs["ends"], attrs.get("axes")
         steps = None
+    elif any(_is_runtime_tensor(v) for v in inputs[1:]):
+        operands = [None if v is None else ctx.tensor(v) for v in inputs[1:5]] + [None] * (5 - len(inputs))
+        return ops_dynamic.slice_runtime(ctx, x, *operands)
     else:
         starts = _shape_operand(ctx, inputs[1], "starts")
         ends = _shape_operand(ctx, inputs[2], "ends")
@@ -168,6 +189,8 @@ def _slice_shape(ctx, x, inputs, attrs):
 @converter("Expand", shape_values=True)
 def _expand(ctx, node, inputs, attrs):
     x, shape = inputs
+    if not isinstance(shape, Constant) and not shape_values.is_symbolic(shape):
+        return ops_dynamic.expand_runtime(ctx, x, shape)
     target = _shape_operand(ctx, shape, "the target shape")
     x = ctx.tensor(x)
     dims = _dims(ctx, x)
@@ -235,6 +258,8 @@ def unify_broadcast(ctx, values):
 
 @converter("Tile", shape_values=True)
 def _tile(ctx, node, inputs, attrs):
+    if _is_runtime_tensor(inputs[1]):
+        return ops_dynamic.tile_runtime(ctx, ctx.tensor(inputs[0]), inputs[1])
     repeats = _shape_operand(ctx, inputs[1], "repeats")
     if any(isinstance(r, int) and r < 0 for r in repeats):
         ctx.fail(f"Tile repeats must not be negative, got {repeats}")
@@ -282,8 +307,10 @@ def _constant(ctx, node, inputs, attrs):
 def _constant_of_shape(ctx, node, inputs, attrs):
     from onnx import numpy_helper
 
-    shape = _shape_operand(ctx, inputs[0], "the shape")
     value = numpy_helper.to_array(attrs["value"]).reshape(-1)[0] if "value" in attrs else np.float32(0)
+    if not isinstance(inputs[0], Constant) and not shape_values.is_symbolic(inputs[0]):
+        return ops_dynamic.constant_of_shape_runtime(ctx, inputs[0], float(value), str(np.asarray(value).dtype))
+    shape = _shape_operand(ctx, inputs[0], "the shape")
     if all(isinstance(d, int) for d in shape):
         if any(d < 0 for d in shape):
             ctx.fail(f"the shape {tuple(shape)} has a negative dim")
@@ -299,8 +326,10 @@ def _constant_of_shape(ctx, node, inputs, attrs):
 def _range(ctx, node, inputs, attrs):
     if len(inputs) != 3 or any(v is None for v in inputs):
         ctx.fail("Range takes start, limit and delta")
-    if any(shape_values.is_symbolic(v) for v in inputs):
+    if any(shape_values.is_symbolic(v) for v in inputs) and not any(_is_runtime_tensor(v) for v in inputs):
         return _symbolic_range(ctx, inputs)
+    if not all(isinstance(v, Constant) for v in inputs):
+        return ops_dynamic.range_runtime(ctx, *(ctx.tensor(v) for v in inputs))
     start, limit, delta = (np.asarray(ctx.constant(v, "Range bounds")) for v in inputs)
     if start.size != 1 or limit.size != 1 or delta.size != 1:
         ctx.fail("Range bounds must be scalars")
@@ -369,6 +398,10 @@ def _trilu(ctx, node, inputs, attrs):
 
 @converter("CumSum")
 def _cumsum(ctx, node, inputs, attrs):
+    if not isinstance(inputs[1], Constant):
+        return ops_dynamic.cumulative_runtime_axis(ctx, op.cumsum, inputs[0], inputs[1],
+                                                   exclusive=bool(attrs.get("exclusive", 0)),
+                                                   reverse=bool(attrs.get("reverse", 0)))
     axis = _ints(ctx, inputs[1], "axis")[0]
     return ctx.emit(op.cumsum(inputs[0], axis=axis, exclusive=bool(attrs.get("exclusive", 0)),
                               reverse=bool(attrs.get("reverse", 0))))
@@ -376,6 +409,10 @@ def _cumsum(ctx, node, inputs, attrs):
 
 @converter("CumProd")
 def _cumprod(ctx, node, inputs, attrs):
+    if not isinstance(inputs[1], Constant):
+        return ops_dynamic.cumulative_runtime_axis(ctx, op.cumprod, inputs[0], inputs[1],
+                                                   exclusive=bool(attrs.get("exclusive", 0)),
+                                                   reverse=bool(attrs.get("reverse", 0)))
     axis = _ints(ctx, inputs[1], "axis")[0]
     return ctx.emit(op.cumprod(inputs[0], axis=axis, exclusive=bool(attrs.get("exclusive", 0)),
                                reverse=bool(attrs.get("reverse", 0))))
@@ -416,6 +453,9 @@ def _pad(ctx, node, inputs, attrs):
     if ctx.opset < 11:
         pads, value = list(attrs["pads"]), attrs.get("value", 0.0)
         axes = list(range(ndim))
+    elif not isinstance(inputs[1], Constant) and mode in ("constant", "edge", "reflect", "wrap"):
+        return ops_dynamic.pad_runtime(ctx, x, inputs[1], inputs[2] if len(inputs) > 2 else None,
+                                       inputs[3] if len(inputs) > 3 else None, mode)
     else:
         pads = _ints(ctx, inputs[1], "pads")
         value = np.asarray(ctx.constant(inputs[2], "the pad value")).reshape(-1)[0] \
@@ -458,6 +498,8 @@ def _wrap_pad(ctx, x, width):
 
 @converter("TopK")
 def _topk(ctx, node, inputs, attrs):
+    if not isinstance(inputs[1], Constant) and attrs.get("sorted", 1):
+        return ops_dynamic.topk_runtime(ctx, inputs[0], inputs[1], attrs.get("axis", -1), bool(attrs.get("largest", 1)))
     k = _ints(ctx, inputs[1], "k")[0]
     if not attrs.get("sorted", 1):
         ctx.fail("unsorted TopK is not supported")
@@ -468,6 +510,8 @@ def _topk(ctx, node, inputs, attrs):
 @converter("OneHot")
 def _one_hot(ctx, node, inputs, attrs):
     indices, depth, values = inputs
+    if not isinstance(depth, Constant):
+        return ops_dynamic.one_hot_runtime(ctx, indices, depth, values, attrs.get("axis", -1))
     depth = int(np.asarray(ctx.constant(depth, "depth")).reshape(-1)[0])
     off, on = (np.asarray(ctx.constant(values, "values")).reshape(-1)).tolist()
     dtype = ctx.info(values).dtype

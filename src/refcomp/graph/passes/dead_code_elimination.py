@@ -1,7 +1,8 @@
 """dead_code_elimination: drop pure bindings whose vars are never used, and unreachable functions.
 
 A binding is kept when its value may have an effect (an impure call in a non-dataflow block) or
-its var is read later (or is the result).  Functions not reachable from an entry (`global_symbol`
+its var is read later (or is the result); a match_cast (a run-time check that may define size vars) is
+always kept.  Functions not reachable from an entry (`global_symbol`
 attribute, or the given entry names) are removed.
 """
 from __future__ import annotations
@@ -30,8 +31,9 @@ def _eliminate(func: Function) -> Function:
         dataflow = type(block).__name__ == "DataflowBlock"
         kept = []
         for b in reversed(block.bindings):
-            needed = b.var in live or not _is_pure(b.value, dataflow) or (
-                isinstance(b, MatchCast) and not dataflow)
+            # a match_cast is a run-time check, and may define size vars that later shapes use
+            # even when its own var is dead: it stays
+            needed = b.var in live or not _is_pure(b.value, dataflow) or isinstance(b, MatchCast)
             if needed:
                 kept.append(b)
                 live.update(used_vars(b.value))

@@ -11,7 +11,7 @@ from ...ast.graph import (
     Call, Constant, ExternFunc, Function, GlobalVar, If, MatchCast, PrimValue, SeqExpr, ShapeExpr, StringImm, Tuple,
     TupleGetItem, Var,
 )
-from ...ast.graph_struct_info import PrimStructInfo, TensorStructInfo, TupleStructInfo
+from ...ast.graph_struct_info import PrimStructInfo, ShapeStructInfo, TensorStructInfo, TupleStructInfo
 from ...errors import BuildError
 from ...runtime import vm as V
 from .common import graph_functions
@@ -49,6 +49,8 @@ class _Lowering:
     def match(self, reg: int, info, what: str, code: list) -> None:
         if isinstance(info, TensorStructInfo):
             code.append(V.MatchShape(reg, info.shape, info.ndim, None if info.dtype is None else str(info.dtype), what))
+        elif isinstance(info, ShapeStructInfo):
+            code.append(V.MatchShapeValue(reg, info.values, info.ndim, what))
         elif isinstance(info, TupleStructInfo):
             for k, f in enumerate(info.fields):
                 sub = self.reg()
@@ -114,6 +116,10 @@ class _Lowering:
             else:
                 code.append(V.CallPacked(callee.symbol, arg_regs, tuple(outs)))
             code.append(V.Move(dst, outs[0]) if len(outs) == 1 else V.MakeTuple(dst, tuple(outs)))
+        elif name == "tensor_to_shape":
+            code.append(V.TensorToShape(dst, self.value(call.args[0], code)))
+        elif name == "shape_to_tensor":
+            code.append(V.ShapeToTensor(dst, self.value(call.args[0], code)))
         elif isinstance(call.op, GlobalVar):
             code.append(V.CallFunction(dst, call.op.name, tuple(self.value(a, code) for a in call.args)))
         elif isinstance(call.op, ExternFunc):
