@@ -60,9 +60,9 @@ def test_shape_rule_matches_numpy(index, data):
 
 def test_every_registered_op_has_a_case():
     covered = {c.op for c in CASES}
-    # the shape-value conversions have no tensor-to-tensor case; the VM tests of run-time shape
+    # tensor_to_shape has no tensor-to-tensor case; the VM tests of run-time shape
     # operands (tests/frontend/test_onnx_runtime_operands.py) run them
-    exempt = ("call_tir", "call_dps_packed", "tensor_to_shape", "shape_to_tensor")
+    exempt = ("call_tir", "call_dps_packed", "tensor_to_shape")
     missing = [n for n in registry.names() if n not in covered and n not in exempt]
     assert not missing, f"operators without a test case: {missing}"
     assert len(registry.names()) >= 80

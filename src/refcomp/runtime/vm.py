@@ -56,14 +56,6 @@ class TensorToShape:
 
 
 @dataclass(frozen=True)
-class ShapeToTensor:
-    """dst = shape value src (a tuple of ints) as a 1-d int64 tensor."""
-
-    dst: int
-    src: int
-
-
-@dataclass(frozen=True)
 class Check:
     """Evaluate condition once its size vars are bound; raise with message when false."""
 
@@ -298,8 +290,6 @@ class VirtualMachine:
                 self._call_packed(inst, frame)
             elif kind is TensorToShape:
                 regs[inst.dst] = tuple(int(v) for v in np.asarray(regs[inst.src]).reshape(-1))
-            elif kind is ShapeToTensor:
-                regs[inst.dst] = np.asarray(regs[inst.src], np.int64).reshape(-1)
             elif kind is MatchShapeValue:
                 self._match_shape_value(inst, frame)
             elif kind is CallFunction:

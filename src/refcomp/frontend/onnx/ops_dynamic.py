@@ -349,10 +349,9 @@ def slice_runtime(ctx, x, starts, ends, axes, steps):
         strides.append(s)
         lengths.append(tir.Max(length, _i64(0)))
     sizes = bind_sizes(ctx, lengths, "slice_dim")
-    from ...ast.graph import ShapeExpr
 
-    first_t = ctx.emit(op.shape_to_tensor(ShapeExpr(tuple(firsts))))
-    stride_t = ctx.emit(op.shape_to_tensor(ShapeExpr(tuple(strides))))
+    first_t = ctx.emit(op.shape_to_tensor(tuple(firsts)))
+    stride_t = ctx.emit(op.shape_to_tensor(tuple(strides)))
     y = x
     for j, size in enumerate(sizes):
         at = _scalar(j)

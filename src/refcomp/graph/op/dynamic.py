@@ -1,4 +1,4 @@
-"""tensor_to_shape and shape_to_tensor: between 1-d integer tensors and shape values, at run time.
+"""tensor_to_shape: a 1-d integer tensor's values as a shape value, at run time.
 
 This is how a value computed by the program becomes a shape (the Relax way): the tensor is
 read when the program runs, the resulting shape is bound to fresh size vars with `match_cast`,
@@ -7,14 +7,14 @@ and ops after it are typed with those vars.  The VM runs it directly; it has no 
     s = R.tensor_to_shape(t)                       # t: Tensor((3,), "int64")
     lv = R.match_cast(s, R.Shape([n0, n1, n2]))     # n0, n1, n2 bound when the program runs
 
-shape_to_tensor goes the other way: a shape value (entries that are expressions over size vars)
-becomes an int64 tensor, evaluated when the program runs.
+The other way, a shape value as tensor data, is `shape_to_tensor` (graph/op/create.py): a kernel
+that writes the entries' values, evaluated from the size vars when the program runs.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ...ast.graph_struct_info import ShapeStructInfo, TensorStructInfo
+from ...ast.graph_struct_info import ShapeStructInfo
 from ...errors import IRError
 from ..shape_facts import const_value
 from ._common import make_call
@@ -42,23 +42,3 @@ def _tensor_to_shape_reference(x):
 
 register("tensor_to_shape", infer=_tensor_to_shape_infer, reference=_tensor_to_shape_reference,
          pattern="opaque", doc="a 1-d integer tensor's values as a shape value, read at run time")
-
-
-def shape_to_tensor(shape):
-    """A shape value's entries as a 1-d int64 tensor."""
-    return make_call("shape_to_tensor", shape)
-
-
-def _shape_to_tensor_infer(call, ctx):
-    info = call.args[0].struct_info if call.args else None
-    if not isinstance(info, ShapeStructInfo) or info.ndim < 0:
-        ctx.fail(f"expects a shape value of known length, got {info}", kind=IRError)
-    return TensorStructInfo((info.ndim,), "int64")
-
-
-def _shape_to_tensor_reference(shape):
-    return np.asarray(tuple(shape), np.int64).reshape(-1)
-
-
-register("shape_to_tensor", infer=_shape_to_tensor_infer, reference=_shape_to_tensor_reference,
-         pattern="opaque", doc="a shape value's entries as a 1-d int64 tensor, evaluated at run time")

@@ -118,8 +118,6 @@ class _Lowering:
             code.append(V.Move(dst, outs[0]) if len(outs) == 1 else V.MakeTuple(dst, tuple(outs)))
         elif name == "tensor_to_shape":
             code.append(V.TensorToShape(dst, self.value(call.args[0], code)))
-        elif name == "shape_to_tensor":
-            code.append(V.ShapeToTensor(dst, self.value(call.args[0], code)))
         elif isinstance(call.op, GlobalVar):
             code.append(V.CallFunction(dst, call.op.name, tuple(self.value(a, code) for a in call.args)))
         elif isinstance(call.op, ExternFunc):
