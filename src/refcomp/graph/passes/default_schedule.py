@@ -26,6 +26,7 @@ result is always a legal schedule of the same computation.
 from __future__ import annotations
 
 import math
+import warnings
 
 from ...ast.function import IRModule, PrimFunc
 from ...ast.functor import collect
@@ -48,6 +49,7 @@ def schedule_kernel(func: PrimFunc) -> PrimFunc:
             pass
     sch = Schedule(simplify_block_indices(func))
     inline_spatial_stages(sch)
+    sch = _apply_rules(sch)
     for block in [b for b in collect(sch.func.body, Block) if b.name != "root"]:
         try:
             rv = sch.get_block(block.name)
@@ -57,6 +59,29 @@ def schedule_kernel(func: PrimFunc) -> PrimFunc:
         if loops:
             _schedule_block(sch, rv, block, loops)
     return sch.func.with_attr("scheduled", True)
+
+
+def _apply_rules(sch):
+    """sch after the first rule of loops.defaults that applies to it (the loops each rule leaves
+    serial get the per-block treatment after).  When a rule applies but a primitive refuses one
+    of its steps, the schedule as it was goes on to the generic treatment, with a warning."""
+    from ...loops.defaults import RULES
+
+    for name, rule in RULES:
+        trial = sch.copy()
+        try:
+            if rule(trial) is not None:
+                return trial
+        except RefcompError as err:
+            warnings.warn(f"default_schedule: {sch.func.name}: the {name} rule could not be applied "
+                          f"({str(err).splitlines()[0]}); using the generic schedule", RuleFallbackWarning,
+                          stacklevel=2)
+            return sch
+    return sch
+
+
+class RuleFallbackWarning(UserWarning):
+    """A rule-based default schedule did not apply to a kernel it matched; the generic one did."""
 
 
 def _schedule_block(sch, rv, block: Block, loops: list) -> None:

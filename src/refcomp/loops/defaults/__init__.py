@@ -1,0 +1,16 @@
+"""Rule-based default schedules, one module per operator class, chosen by analysing the PrimFunc.
+
+Each rule takes a Schedule, decides from the blocks' iter kinds and buffer accesses (never the
+function's name) whether its class applies, and transforms the schedule with the checked
+primitives only.  A rule that does not apply returns None and changes nothing; one whose step a
+primitive refuses (the step cannot be proven legal or in bounds) raises the primitive's
+RefcompError, and the caller falls back to the generic schedule and says so.
+"""
+from .reduction import is_row_reduction, row_reduction_loop, schedule_row_reduction
+
+# (name, rule) in the order they are tried; a rule returns None when its class does not apply.
+RULES = (
+    ("row reduction", schedule_row_reduction),
+)
+
+__all__ = ["RULES", "is_row_reduction", "row_reduction_loop", "schedule_row_reduction"]

@@ -1,0 +1,68 @@
+"""Row reductions (softmax, layer norm, RMS norm, mean/variance, argmax): every stage per row.
+
+A legalized row reduction is a chain of stages over the same leading "row" axes: partial
+reductions into a few lanes, their final combine, and a last spatial stage that writes the
+output row from the input row and the per-row results.  Scheduled stage by stage, each stage is
+its own pass over the whole input (softmax: max, sum of exp, output: three reads of a tensor that
+does not fit any cache).  This rule moves every earlier stage under the output stage's row loop
+(compute_at, which proves each move covers what the consumer reads), so one thread makes one
+pass: the row is read from memory once and the later stages find it in L1/L2.  The row loop
+(the leading loops fused when there are several) is the one parallel loop; the loops inside are
+left to the vectorizer.
+
+Applies when: the last block is spatial, every other block writes a buffer that is not a
+parameter, at least one block reduces, and the output has a leading (row) axis.
+"""
+from __future__ import annotations
+
+from ...ast.function import PrimFunc
+from ...ast.functor import collect
+from ...ast.stmt import Block
+from ..schedule import LoopRV, Schedule
+
+
+def _stages(func: PrimFunc) -> list[Block]:
+    return [b for b in collect(func.body, Block) if b.name != "root"]
+
+
+def is_row_reduction(func: PrimFunc) -> bool:
+    """True for a chain of stages ending in a spatial output stage with reductions before it."""
+    blocks = _stages(func)
+    if len(blocks) < 2:
+        return False
+    last = blocks[-1]
+    if any(iv.kind != "spatial" for iv in last.iter_vars) or len(last.iter_vars) < 2:
+        return False
+    if not any(iv.kind == "reduce" for b in blocks[:-1] for iv in b.iter_vars):
+        return False
+    if any(iv.kind not in ("spatial", "reduce") for b in blocks for iv in b.iter_vars):
+        return False
+    params = {id(p) for p in func.params}
+    return all(b.writes and all(id(w.buffer) not in params for w in b.writes) for b in blocks[:-1])
+
+
+def row_reduction_loop(sch: Schedule) -> LoopRV | None:
+    """The loop over rows of the output stage, once every earlier stage is under it; None when
+    the function is not a row reduction (nothing changed).  Raises the refusing primitive's
+    RefcompError when a stage cannot be moved (the caller keeps its own copy of the schedule)."""
+    if not is_row_reduction(sch.func):
+        return None
+    blocks = _stages(sch.func)
+    out = sch.get_block(blocks[-1].name)
+    loops = sch.get_loops(out)
+    rows = loops[:len(blocks[-1].iter_vars) - 1]
+    if len(rows) > 1:
+        row = sch.fuse(*rows)
+    else:
+        row = rows[0]
+    for block in reversed(blocks[:-1]):
+        sch.compute_at(sch.get_block(block.name), row)
+    return row
+
+
+def schedule_row_reduction(sch: Schedule) -> LoopRV | None:
+    """row_reduction_loop, with that loop made parallel (the one parallel loop of the kernel)."""
+    row = row_reduction_loop(sch)
+    if row is not None:
+        sch.parallel(row)
+    return row
