@@ -18,6 +18,8 @@ from __future__ import annotations
 from ...ast.function import PrimFunc
 from ...ast.functor import collect
 from ...ast.stmt import Block
+from ...ast.structural import structural_equal
+from ...errors import RefcompError
 from ..schedule import LoopRV, Schedule
 
 
@@ -26,19 +28,32 @@ def _stages(func: PrimFunc) -> list[Block]:
 
 
 def is_row_reduction(func: PrimFunc) -> bool:
-    """True for a chain of stages ending in a spatial output stage with reductions before it."""
+    """True for a chain of stages ending in a spatial output stage with reductions before it,
+    every earlier stage writing a per-row buffer: its leading dims are the output's row dims (a
+    column reduction, whose result every row reads whole, is not one: moved under the row loop
+    it would be computed again for every row)."""
     blocks = _stages(func)
     if len(blocks) < 2:
         return False
     last = blocks[-1]
-    if any(iv.kind != "spatial" for iv in last.iter_vars) or len(last.iter_vars) < 2:
+    if any(iv.kind != "spatial" for iv in last.iter_vars) or len(last.iter_vars) < 2 or len(last.writes) != 1:
         return False
     if not any(iv.kind == "reduce" for b in blocks[:-1] for iv in b.iter_vars):
         return False
     if any(iv.kind not in ("spatial", "reduce") for b in blocks for iv in b.iter_vars):
         return False
     params = {id(p) for p in func.params}
-    return all(b.writes and all(id(w.buffer) not in params for w in b.writes) for b in blocks[:-1])
+    row_dims = last.writes[0].buffer.shape[:len(last.iter_vars) - 1]
+    for block in blocks[:-1]:
+        if not block.writes:
+            return False
+        for write in block.writes:
+            buffer = write.buffer
+            if id(buffer) in params or len(buffer.shape) < len(row_dims):
+                return False
+            if not all(structural_equal(a, b) for a, b in zip(buffer.shape, row_dims)):
+                return False
+    return True
 
 
 def row_reduction_loop(sch: Schedule) -> LoopRV | None:
@@ -50,11 +65,15 @@ def row_reduction_loop(sch: Schedule) -> LoopRV | None:
     blocks = _stages(sch.func)
     out = sch.get_block(blocks[-1].name)
     loops = sch.get_loops(out)
+    if len(loops) != len(blocks[-1].iter_vars):
+        return None  # a unit loop folded away (one row): nothing to gather under a row loop
     rows = loops[:len(blocks[-1].iter_vars) - 1]
+    row = rows[-1]
     if len(rows) > 1:
-        row = sch.fuse(*rows)
-    else:
-        row = rows[0]
+        try:
+            row = sch.fuse(*rows)  # one parallel loop over all rows (a batch of 1 still splits)
+        except RefcompError:
+            pass  # (symbolic dims the prover cannot split back): stages go under the last row loop
     for block in reversed(blocks[:-1]):
         sch.compute_at(sch.get_block(block.name), row)
     return row
