@@ -97,6 +97,16 @@ def test_row_rule_vectorizes_the_partials():
     assert any(loop.kind == "vectorized" for loop in _loops(scheduled))
 
 
+def test_plain_row_sum_is_reduced_in_vector_partials():
+    """RMS norm's mean of squares is a plain row reduction: factored into lane partials (rfactor),
+    whose lane loop is vectorized inside the row loop."""
+    _, scheduled = _check("rms_norm", (5, 64), seed=11)
+    names = {b.name for b in walk(scheduled.body) if hasattr(b, "iter_vars")}
+    assert any(name.endswith("_rf") for name in names)
+    assert any(loop.kind == "vectorized" for loop in _loops(scheduled))
+    assert len([loop for loop in _loops(scheduled) if loop.kind == "parallel"]) == 1
+
+
 def test_column_reduction_is_not_a_row_reduction():
     """out[i, j] = x[i, j] - max over i of x[:, j]: every row reads the whole column result, so
     the rule leaves it (moved under the row loop it would be recomputed per row)."""

@@ -96,6 +96,9 @@ def _schedule_block(sch, rv, block: Block, loops: list) -> None:
             is_spatial = True
         except RefcompError:
             pass
+    if not is_spatial and block.init is not None and \
+            _is_spatial_loop(block, sch.get(loops[-1]).loop_var, sch, rv):
+        is_spatial = True  # lanes already inside the reduce loop (a factored-out partial)
     vector_loops = 0
     if is_spatial:
         vector_loops = _vectorize_inner(sch, rv, block, loops[-1])

@@ -15,6 +15,7 @@ parameter, at least one block reduces, and the output has a leading (row) axis.
 """
 from __future__ import annotations
 
+from ...ast.expr import as_int
 from ...ast.function import PrimFunc
 from ...ast.functor import collect
 from ...ast.stmt import Block
@@ -62,8 +63,11 @@ def row_reduction_loop(sch: Schedule) -> LoopRV | None:
     RefcompError when a stage cannot be moved (the caller keeps its own copy of the schedule)."""
     if not is_row_reduction(sch.func):
         return None
+    output = _stages(sch.func)[-1].name
+    for block in _stages(sch.func)[:-1]:
+        _lane_partials(sch, block)
     blocks = _stages(sch.func)
-    out = sch.get_block(blocks[-1].name)
+    out = sch.get_block(output)
     loops = sch.get_loops(out)
     if len(loops) != len(blocks[-1].iter_vars):
         return None  # a unit loop folded away (one row): nothing to gather under a row loop
@@ -77,6 +81,36 @@ def row_reduction_loop(sch: Schedule) -> LoopRV | None:
     for block in reversed(blocks[:-1]):
         sch.compute_at(sch.get_block(block.name), row)
     return row
+
+
+def _lane_partials(sch: Schedule, block: Block) -> None:
+    """Reduce a plain row reduction (spatial iters, then one reduce iter over a contiguous run) in
+    as many partials as a vector register holds: the reduce loop is split by the lanes and the
+    lanes factored out (rfactor), so the partial stage's lane loop, spatial, is vectorized; a
+    serial chain of scalar adds cannot be (float addition does not reassociate).  Skipped when the
+    extent is symbolic or not a multiple of twice the lanes, or rfactor refuses."""
+    from ..intrin import cpu
+
+    kinds = [iv.kind for iv in block.iter_vars]
+    if kinds.count("reduce") != 1 or kinds[-1] != "reduce" or not block.writes:
+        return
+    extent = as_int(block.iter_vars[-1].dom.extent)
+    bits = block.writes[0].buffer.dtype.bits
+    lanes = (512 if cpu.has("avx512f") else 256) // max(bits, 8)
+    if extent is None or lanes < 2 or extent % lanes or extent < 2 * lanes:
+        return
+    rv = sch.get_block(block.name)
+    loops = sch.get_loops(rv)
+    if len(loops) != len(kinds):
+        return
+    try:
+        trial = sch.copy()
+        _, inner = trial.split(trial.get_loops(trial.get_block(block.name))[-1], [None, lanes])
+        trial.rfactor(inner, len(kinds) - 1)
+    except RefcompError:
+        return
+    sch.split(loops[-1], [None, lanes])
+    sch.rfactor(sch.get_loops(rv)[-1], len(kinds) - 1)
 
 
 def schedule_row_reduction(sch: Schedule) -> LoopRV | None:
