@@ -7,10 +7,14 @@ primitive refuses (the step cannot be proven legal or in bounds) raises the prim
 RefcompError, and the caller falls back to the generic schedule and says so.
 """
 from .reduction import is_row_reduction, row_reduction_loop, schedule_row_reduction
+from .transpose import TILE as TILE_OF_TRANSPOSE
+from .transpose import schedule_transpose, transposed_pair
 
 # (name, rule) in the order they are tried; a rule returns None when its class does not apply.
 RULES = (
     ("row reduction", schedule_row_reduction),
+    ("transpose", schedule_transpose),
 )
 
-__all__ = ["RULES", "is_row_reduction", "row_reduction_loop", "schedule_row_reduction"]
+__all__ = ["RULES", "TILE_OF_TRANSPOSE", "is_row_reduction", "row_reduction_loop", "schedule_row_reduction", "schedule_transpose",
+           "transposed_pair"]

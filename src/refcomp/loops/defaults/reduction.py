@@ -78,8 +78,18 @@ def row_reduction_loop(sch: Schedule) -> LoopRV | None:
             row = sch.fuse(*rows)  # one parallel loop over all rows (a batch of 1 still splits)
         except RefcompError:
             pass  # (symbolic dims the prover cannot split back): stages go under the last row loop
+    # Each stage the primitive refuses stays where it is (its own pass over the rows) and so do the
+    # stages that feed only it; the rule fails (and the caller falls back) when none could move.
+    refusal = None
+    moved = 0
     for block in reversed(blocks[:-1]):
-        sch.compute_at(sch.get_block(block.name), row)
+        try:
+            sch.compute_at(sch.get_block(block.name), row)
+            moved += 1
+        except RefcompError as err:
+            refusal = refusal or err
+    if refusal is not None and moved == 0:
+        raise refusal
     return row
 
 
