@@ -6,6 +6,7 @@ primitives only.  A rule that does not apply returns None and changes nothing; o
 primitive refuses (the step cannot be proven legal or in bounds) raises the primitive's
 RefcompError, and the caller falls back to the generic schedule and says so.
 """
+from .batched_matmul import schedule_batched_matmul_bt, transposed_operand
 from .reduction import is_row_reduction, row_reduction_loop, schedule_row_reduction
 from .transpose import TILE as TILE_OF_TRANSPOSE
 from .transpose import schedule_transpose, transposed_pair
@@ -14,7 +15,10 @@ from .transpose import schedule_transpose, transposed_pair
 RULES = (
     ("row reduction", schedule_row_reduction),
     ("transpose", schedule_transpose),
+    ("batched matmul with B transposed", schedule_batched_matmul_bt),
 )
 
-__all__ = ["RULES", "TILE_OF_TRANSPOSE", "is_row_reduction", "row_reduction_loop", "schedule_row_reduction", "schedule_transpose",
-           "transposed_pair"]
+__all__ = [
+    "RULES", "TILE_OF_TRANSPOSE", "is_row_reduction", "row_reduction_loop", "schedule_batched_matmul_bt",
+    "schedule_row_reduction", "schedule_transpose", "transposed_operand", "transposed_pair",
+]
