@@ -68,10 +68,10 @@ def _apply_rules(sch):
     from ...loops.defaults import RULES
 
     for name, rule in RULES:
-        trial = sch.copy()
         try:
-            if rule(trial) is not None:
-                return trial
+            scheduled = rule(sch.copy())  # a rule that fails half-way leaves sch as it was
+            if scheduled is not None:
+                return scheduled
         except RefcompError as err:
             warnings.warn(f"default_schedule: {sch.func.name}: the {name} rule could not be applied "
                           f"({str(err).splitlines()[0]}); using the generic schedule", RuleFallbackWarning,

@@ -21,7 +21,7 @@ from ...ast.functor import collect
 from ...ast.stmt import Block
 from ...ast.structural import structural_equal
 from ...errors import RefcompError
-from ..schedule import LoopRV, Schedule
+from ..schedule import Schedule
 
 
 def _stages(func: PrimFunc) -> list[Block]:
@@ -57,40 +57,23 @@ def is_row_reduction(func: PrimFunc) -> bool:
     return True
 
 
-def row_reduction_loop(sch: Schedule) -> LoopRV | None:
-    """The loop over rows of the output stage, once every earlier stage is under it; None when
-    the function is not a row reduction (nothing changed).  Raises the refusing primitive's
-    RefcompError when a stage cannot be moved (the caller keeps its own copy of the schedule)."""
-    if not is_row_reduction(sch.func):
-        return None
-    output = _stages(sch.func)[-1].name
-    for block in _stages(sch.func)[:-1]:
-        _lane_partials(sch, block)
+def _gather(sch: Schedule, output: str, fuse_rows: bool) -> tuple[int, int, RefcompError | None]:
+    """Move the stages before `output` under its (fused, when fuse_rows) last row loop: each
+    stage the primitive refuses stays where it is (a pass of its own over the rows), and so do
+    the stages that feed only it.  Returns (moved, stages, the first refusal)."""
     blocks = _stages(sch.func)
     out = sch.get_block(output)
     loops = sch.get_loops(out)
-    if len(loops) != len(blocks[-1].iter_vars):
-        return None  # a unit loop folded away (one row): nothing to gather under a row loop
     rows = loops[:len(blocks[-1].iter_vars) - 1]
-    row = rows[-1]
-    if len(rows) > 1:
-        try:
-            row = sch.fuse(*rows)  # one parallel loop over all rows (a batch of 1 still splits)
-        except RefcompError:
-            pass  # (symbolic dims the prover cannot split back): stages go under the last row loop
-    # Each stage the primitive refuses stays where it is (its own pass over the rows) and so do the
-    # stages that feed only it; the rule fails (and the caller falls back) when none could move.
-    refusal = None
-    moved = 0
+    row = sch.fuse(*rows) if fuse_rows and len(rows) > 1 else rows[-1]
+    refusal, moved = None, 0
     for block in reversed(blocks[:-1]):
         try:
             sch.compute_at(sch.get_block(block.name), row)
             moved += 1
         except RefcompError as err:
             refusal = refusal or err
-    if refusal is not None and moved == 0:
-        raise refusal
-    return row
+    return moved, len(blocks) - 1, refusal
 
 
 def _lane_partials(sch: Schedule, block: Block) -> None:
@@ -123,9 +106,39 @@ def _lane_partials(sch: Schedule, block: Block) -> None:
     sch.rfactor(sch.get_loops(rv)[-1], len(kinds) - 1)
 
 
-def schedule_row_reduction(sch: Schedule) -> LoopRV | None:
-    """row_reduction_loop, with that loop made parallel (the one parallel loop of the kernel)."""
-    row = row_reduction_loop(sch)
-    if row is not None:
-        sch.parallel(row)
-    return row
+def schedule_row_reduction(sch: Schedule, parallel: bool = True) -> Schedule | None:
+    """A new schedule with every earlier stage under the output stage's row loop, that loop (its
+    outermost row loop) parallel; None when the function is not a row reduction (nothing done).
+
+    The leading row loops are fused first (one parallel loop over all rows: a batch of 1 still
+    splits over the threads); when a stage cannot be moved under the fused loop (its region
+    through the fused indices is not a box the prover bounds, e.g. with a symbolic dim), they
+    are tried unfused, the stages under the last row loop.  Of the two, the one that moves every
+    stage, else the one that moves more, is kept; raises the first refusal when none moves."""
+    if not is_row_reduction(sch.func):
+        return None
+    sch = sch.copy()
+    output = _stages(sch.func)[-1].name
+    for block in _stages(sch.func)[:-1]:
+        _lane_partials(sch, block)
+    out_block = _stages(sch.func)[-1]
+    if len(sch.get_loops(sch.get_block(output))) != len(out_block.iter_vars):
+        return None  # a unit loop folded away (one row): nothing to gather under a row loop
+    best, best_moved, refusal = None, 0, None
+    for fuse_rows in (True, False):
+        trial = sch.copy()
+        try:
+            moved, stages, err = _gather(trial, output, fuse_rows)
+        except RefcompError as err_fuse:
+            refusal = refusal or err_fuse
+            continue
+        refusal = refusal or err
+        if moved > best_moved:
+            best, best_moved = trial, moved
+        if moved == stages or len(out_block.iter_vars) == 2:
+            break
+    if best is None:
+        raise refusal
+    if parallel:
+        best.parallel(best.get_loops(best.get_block(output))[0])
+    return best

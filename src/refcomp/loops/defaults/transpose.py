@@ -19,7 +19,7 @@ from ...ast.expr import as_int
 from ...ast.function import PrimFunc
 from ...ast.functor import collect
 from ...ast.stmt import Block, BufferStore
-from ..schedule import LoopRV, Schedule
+from ..schedule import Schedule
 
 # The tile edge: 32 float32 are two cache lines per tile row, and a 32 x 32 tile (4 KiB) of the
 # input stays in a 32 KiB L1 next to the output tile it is written to.
@@ -55,12 +55,13 @@ def transposed_pair(func: PrimFunc):
     return None
 
 
-def schedule_transpose(sch: Schedule) -> LoopRV | None:
-    """Tile the loops of the transposed pair TILE x TILE, the tile loops outside; returns the
-    outer tile loop, or None when the function is not a transpose (nothing changed)."""
+def schedule_transpose(sch: Schedule) -> Schedule | None:
+    """A new schedule with the loops of the transposed pair tiled TILE x TILE, the tile loops
+    outside; None when the function is not a transpose."""
     found = transposed_pair(sch.func)
     if found is None:
         return None
+    sch = sch.copy()
     block, outer_var, inner_var = found
     rv = sch.get_block(block.name)
     loops = sch.get_loops(rv)
@@ -73,4 +74,4 @@ def schedule_transpose(sch: Schedule) -> LoopRV | None:
     tiled = {id(sch.get(loop).loop_var) for loop in (a_outer, a_inner, b_outer, b_inner)}
     rest = [loop for loop in sch.get_loops(rv) if id(sch.get(loop).loop_var) not in tiled]
     sch.reorder(*rest, a_outer, b_outer, a_inner, b_inner)
-    return a_outer
+    return sch
