@@ -8,7 +8,7 @@ RefcompError, and the caller falls back to the generic schedule and says so.
 """
 from .batched_matmul import schedule_batched_matmul_bt, transposed_operand
 from .reduction import is_row_reduction, schedule_row_reduction
-from .transpose import TILE as TILE_OF_TRANSPOSE
+from .transpose import MIN_EXTENT as MIN_EXTENT_OF_TRANSPOSE
 from .transpose import schedule_transpose, transposed_pair
 
 # (name, rule) in the order they are tried: a rule takes a Schedule and returns a new one, or None
@@ -20,6 +20,6 @@ RULES = (
 )
 
 __all__ = [
-    "RULES", "TILE_OF_TRANSPOSE", "is_row_reduction", "schedule_batched_matmul_bt",
+    "RULES", "MIN_EXTENT_OF_TRANSPOSE", "is_row_reduction", "schedule_batched_matmul_bt",
     "schedule_row_reduction", "schedule_transpose", "transposed_operand", "transposed_pair",
 ]
