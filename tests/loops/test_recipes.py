@@ -94,6 +94,25 @@ def test_fp32_recipe_parallel_loop(rng, monkeypatch, m, n, by_rows, pack_a):
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("m,n,k", [(37, 32, 48), (48, 64, 96), (5, 16, 16), (1, 16, 7)])
+def test_fp32_recipe_packs_a_into_row_panels(rng, m, n, k):
+    """pack_a="panels": A packed into MR-row panels (rows past M zero) and read by the tile's
+    panel form; any M, including fewer rows than one panel."""
+    sch = recipes.matmul_fp32(_matmul(m, n, k), intrin="x86.avx2.sgemm_6x16", tiling=SMALL, pack_a="panels")
+    assert _tensorized_with(sch.func) == {"x86.avx2.sgemm_6x16_panel"}
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c = rng.standard_normal((m, n)).astype(np.float32)
+    if intrin.get("x86.avx2.sgemm_6x16").available():
+        refcomp.build(sch.func)(a, b, c)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
+
+
+def test_fp32_recipe_panels_need_a_panel_form():
+    with pytest.raises(ScheduleError, match="panel form"):
+        recipes.matmul_fp32(_matmul(32, 64, 32), intrin="x86.avx512.sgemm_8x32", tiling=SMALL, pack_a="panels")
+
+
 def test_fp32_recipe_symbolic_rows(rng):
     m = te.size_var("m")
     sch = recipes.matmul_fp32(_matmul(m, 32, 64), tiling=SMALL)

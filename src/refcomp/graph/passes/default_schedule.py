@@ -26,6 +26,7 @@ result is always a legal schedule of the same computation.
 from __future__ import annotations
 
 import math
+import warnings
 
 from ...ast.function import IRModule, PrimFunc
 from ...ast.functor import collect
@@ -53,6 +54,7 @@ def schedule_kernel(func: PrimFunc) -> PrimFunc:
             pass
     sch = Schedule(simplify_block_indices(func))
     inline_spatial_stages(sch)
+    sch = _apply_rules(sch)
     for block in [b for b in collect(sch.func.body, Block) if b.name != "root"]:
         try:
             rv = sch.get_block(block.name)
@@ -62,6 +64,29 @@ def schedule_kernel(func: PrimFunc) -> PrimFunc:
         if loops:
             _schedule_block(sch, rv, block, loops)
     return sch.func.with_attr("scheduled", True)
+
+
+def _apply_rules(sch):
+    """sch after the first rule of loops.defaults that applies to it (the loops each rule leaves
+    serial get the per-block treatment after).  When a rule applies but a primitive refuses one
+    of its steps, the schedule as it was goes on to the generic treatment, with a warning."""
+    from ...loops.defaults import RULES
+
+    for name, rule in RULES:
+        try:
+            scheduled = rule(sch.copy())  # a rule that fails half-way leaves sch as it was
+            if scheduled is not None:
+                return scheduled
+        except RefcompError as err:
+            warnings.warn(f"default_schedule: {sch.func.name}: the {name} rule could not be applied "
+                          f"({str(err).splitlines()[0]}); using the generic schedule", RuleFallbackWarning,
+                          stacklevel=2)
+            return sch
+    return sch
+
+
+class RuleFallbackWarning(UserWarning):
+    """A rule-based default schedule did not apply to a kernel it matched; the generic one did."""
 
 
 def _schedule_block(sch, rv, block: Block, loops: list) -> None:
@@ -76,6 +101,9 @@ def _schedule_block(sch, rv, block: Block, loops: list) -> None:
             is_spatial = True
         except RefcompError:
             pass
+    if not is_spatial and block.init is not None and \
+            _is_spatial_loop(block, sch.get(loops[-1]).loop_var, sch, rv):
+        is_spatial = True  # lanes already inside the reduce loop (a factored-out partial)
     vector_loops = 0
     if is_spatial:
         vector_loops = _vectorize_inner(sch, rv, block, loops[-1])

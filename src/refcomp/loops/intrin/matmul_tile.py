@@ -37,13 +37,16 @@ def _b_buffer(name: str, layout: str, k_groups: Var, nr: int, dtype: str, ldb: V
 
 def matmul_tile(mr: int, nr: int, *, a_dtype: str, b_dtype: str, acc_dtype: str, b_layout: str,
                 k_multiple: int, c_function: str, a_col_stride: bool = True,
-                partial_rows: bool = False) -> tuple[PrimFunc, PrimFunc]:
+                partial_rows: bool = False, a_panel: bool = False) -> tuple[PrimFunc, PrimFunc]:
     """The (desc, impl) pair of an MR x NR matmul tile calling `c_function`.
 
     The C function takes (A, a_rs, [a_cs,] B, ldb, C, ldc, K[, m_rows]) with pointers to element
     [0, 0] of each tile and K the tile's k extent.  With partial_rows the description's block is
     guarded by `i < m_rows`, so it also matches the last, partial tile of an imperfect split of
     the rows (the kernel then touches only min(m_rows, MR) rows); a full tile binds m_rows = MR.
+    With a_panel the description reads A from a (K, MR) region, A[vk, vi]: a packed MR-row panel
+    Ap[i // MR, k, i % MR], one contiguous run of MR values per k.  The kernel is the same one,
+    called with that region's strides (a_rs = 1, a_cs = MR).
     """
     if b_layout not in B_LAYOUTS:
         raise ValueError(f"unknown B layout {b_layout!r}; expected one of {sorted(B_LAYOUTS)}")
@@ -52,7 +55,11 @@ def matmul_tile(mr: int, nr: int, *, a_dtype: str, b_dtype: str, acc_dtype: str,
     k_q = SizeVar("K_q")
     k_extent = k_q if k_multiple == 1 else const(k_multiple) * k_q
     a_rs, a_cs, ldb, ldc = Var("a_rs"), Var("a_cs"), Var("ldb"), Var("ldc")
-    a = Buffer("A", (mr, k_extent), to_dtype(a_dtype), strides=(a_rs, a_cs if a_col_stride else 1))
+    if a_panel:
+        a = Buffer("A", (k_extent, mr), to_dtype(a_dtype), strides=(a_cs, a_rs))
+    else:
+        a = Buffer("A", (mr, k_extent), to_dtype(a_dtype), strides=(a_rs, a_cs if a_col_stride else 1))
+    a_at = (lambda r, kk: (kk, r)) if a_panel else (lambda r, kk: (r, kk))
     group = _LAYOUT_GROUP[b_layout]
     b_rows = k_extent if group == 1 else (k_q if group == k_multiple else const(k_multiple // group) * k_q)
     b = _b_buffer("B", b_layout, b_rows, nr, b_dtype, ldb)
@@ -60,7 +67,7 @@ def matmul_tile(mr: int, nr: int, *, a_dtype: str, b_dtype: str, acc_dtype: str,
 
     i, j, k = Var("i"), Var("j"), Var("k")
     vi, vj, vk = Var("vi"), Var("vj"), Var("vk")
-    a_value = a[vi, vk]
+    a_value = a[a_at(vi, vk)]
     b_value = b.vload(B_LAYOUTS[b_layout](vk, vj))
     if a.dtype != c.dtype:
         a_value = a_value.astype(c.dtype)
@@ -71,7 +78,7 @@ def matmul_tile(mr: int, nr: int, *, a_dtype: str, b_dtype: str, acc_dtype: str,
         "update",
         (IterVar(vi, Range.from_extent(mr)), IterVar(vj, Range.from_extent(nr)),
          IterVar(vk, Range.from_extent(k_extent), "reduce")),
-        reads=(BufferRegion(c, (Range(vi, 1), Range(vj, 1))), BufferRegion(a, (Range(vi, 1), Range(vk, 1))),
+        reads=(BufferRegion(c, (Range(vi, 1), Range(vj, 1))), BufferRegion(a, tuple(Range(x, 1) for x in a_at(vi, vk))),
                BufferRegion(b, tuple(Range(x, 1) for x in B_LAYOUTS[b_layout](vk, vj)))),
         writes=(BufferRegion(c, (Range(vi, 1), Range(vj, 1))),),
         body=update,

@@ -19,6 +19,8 @@ _TILES = {
                             "refcomp_sgemm_avx2_6x16", SGEMM_AVX2_6X16, cpu.AVX2, True, {}),
     "x86.avx2.sgemm_8x8": (8, 8, "float32", "float32", "float32", "rows", 1,
                            "refcomp_sgemm_avx2_8x8", SGEMM_AVX2_8X8, cpu.AVX2, True, {}),
+    "x86.avx2.sgemm_6x16_panel": (6, 16, "float32", "float32", "float32", "rows", 1,
+                                  "refcomp_sgemm_avx2_6x16", SGEMM_AVX2_6X16, cpu.AVX2, True, {"a_panel": True}),
     "x86.avx512.sgemm_8x32": (8, 32, "float32", "float32", "float32", "rows", 1,
                               "refcomp_sgemm_avx512_8x32", SGEMM_AVX512_8X32, cpu.AVX512, True, {}),
     "x86.avx2.bf16gemm_6x16": (6, 16, "bfloat16", "bfloat16", "float32", "rows", 1,
@@ -39,13 +41,14 @@ _TILES = {
 }
 
 for _name, (_mr, _nr, _a, _b, _acc, _layout, _kmul, _fn, _src, _features, _acs, _attrs) in _TILES.items():
+    _panel = _attrs.get("a_panel", False)
     _desc, _impl = matmul_tile(_mr, _nr, a_dtype=_a, b_dtype=_b, acc_dtype=_acc, b_layout=_layout,
                                k_multiple=_kmul, c_function=_fn, a_col_stride=_acs,
-                               partial_rows=not _attrs.get("needs_amx", False))
+                               partial_rows=not _attrs.get("needs_amx", False), a_panel=_panel)
     register(TensorIntrin(
         _name, _desc, _impl, c_helpers=(_src,), c_includes=("immintrin.h", "stdint.h", "string.h"),
-        cpu_features=tuple(_features), func_attrs=dict(_attrs),
-        doc=f"C[{_mr},{_nr}] ({_acc}) += A[{_mr},K] ({_a}) * B[K,{_nr}] ({_b}, {_layout}), K % {_kmul} == 0",
+        cpu_features=tuple(_features), func_attrs={k: v for k, v in _attrs.items() if k != "a_panel"},
+        doc=f"C[{_mr},{_nr}] ({_acc}) += A[{_mr},K] ({_a}{', packed MR-row panels' if _panel else ''}) * B[K,{_nr}] ({_b}, {_layout}), K % {_kmul} == 0",
     ), override=True)
 
 

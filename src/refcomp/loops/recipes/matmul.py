@@ -31,6 +31,8 @@ from .common import divides, k_tile, matmul_shape, pick_intrin, takes_partial_ro
 from .transpose import TRANSPOSE_32X16, transpose_intrin
 
 FP32_INTRINS = ["x86.avx512.sgemm_8x32", "x86.avx2.sgemm_6x16"]
+# The form of a tile intrinsic that reads A from packed MR-row panels Ap[i // MR, k, i % MR].
+PANEL_INTRINS = {"x86.avx2.sgemm_6x16": "x86.avx2.sgemm_6x16_panel"}
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,9 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
     A is read in place by default: the MR rows a tile reads share an L1 set when the row stride
     is a multiple of 4 KiB, but a 12-way L1 holds them, and the packing pass cost more than it
     saved (at N = 2048 on one Zen 5 core, 216 GFLOP/s packed against 261 in place).
+    pack_a="panels" (constant M, AVX2 tile) packs A into MR-row panels Ap[i // MR, k, i % MR]
+    (rows past M zero) read by the tile's panel form: the tile then reads one stream of A instead
+    of MR rows whose addresses may share an L1 set (a row stride of 4 KiB on an 8-way 32 KiB L1).
     """
     sch = as_schedule(func_or_sch)
     name = intrin or _pick(sch, block, FP32_INTRINS, "matmul_fp32")
@@ -120,7 +125,16 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     by_rows = parallel and not by_columns and not rows_outside and (rows is None or -(-rows // mc) >= 2 * threads)
 
     # transform_layout needs constant shapes, so A is packed only for a constant M.
-    if pack_a and kc < as_int(shape.k) and rows is not None:
+    if pack_a == "panels":
+        if rows is None or intrin not in PANEL_INTRINS:
+            raise ScheduleError(f"{recipe}: pack_a='panels' needs a constant M and a tile intrinsic with a "
+                                f"panel form ({sorted(PANEL_INTRINS)}), got M = {shape.m} and {intrin}")
+        intrin = PANEL_INTRINS[intrin]
+        packed_a = sch.cache_read(blk, shape.a_index, "global")
+        sch.transform_layout(packed_a, ("write", 0), lambda i, k: (i // mr, k, i % mr),
+                             pad_value=0.0 if rows % mr else None)
+        _schedule_panel_copy(sch, packed_a, parallel, mr)
+    elif pack_a and kc < as_int(shape.k) and rows is not None:
         packed_a = sch.cache_read(blk, shape.a_index, "global")
         sch.transform_layout(packed_a, ("write", 0), lambda i, k: (k // kc, i, k % kc))
         _schedule_copy(sch, packed_a, parallel, kc)
@@ -242,6 +256,15 @@ def _schedule_copy(sch: Schedule, copy: BlockRV, parallel: bool, run: int) -> No
             vector = sch.split(inner, factors)[-1]
             sch.vectorize(vector)
             return
+
+
+def _schedule_panel_copy(sch: Schedule, copy: BlockRV, parallel: bool, mr: int) -> None:
+    """Run the copy packing A (M, K) into MR-row panels Ap[i // MR, k, i % MR] in A's order, rows
+    over the threads: one read stream per thread (ordering the copy by panel instead, MR read
+    streams of A each 4 KiB apart when K is 1024, measured slower on Zen 3)."""
+    i_loop = sch.get_loops(copy)[-2]
+    if parallel:
+        sch.parallel(i_loop)
 
 
 _GROUP = {"pairs": 2, "quads": 4}

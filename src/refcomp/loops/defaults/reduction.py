@@ -1,0 +1,144 @@
+"""Row reductions (softmax, layer norm, RMS norm, mean/variance, argmax): every stage per row.
+
+A legalized row reduction is a chain of stages over the same leading "row" axes: partial
+reductions into a few lanes, their final combine, and a last spatial stage that writes the
+output row from the input row and the per-row results.  Scheduled stage by stage, each stage is
+its own pass over the whole input (softmax: max, sum of exp, output: three reads of a tensor that
+does not fit any cache).  This rule moves every earlier stage under the output stage's row loop
+(compute_at, which proves each move covers what the consumer reads), so one thread makes one
+pass: the row is read from memory once and the later stages find it in L1/L2.  The row loop
+(the leading loops fused when there are several) is the one parallel loop; the loops inside are
+left to the vectorizer.
+
+Applies when: the last block is spatial, every other block writes a buffer that is not a
+parameter, at least one block reduces, and the output has a leading (row) axis.
+"""
+from __future__ import annotations
+
+from ...ast.expr import as_int
+from ...ast.function import PrimFunc
+from ...ast.functor import collect
+from ...ast.stmt import Block
+from ...ast.structural import structural_equal
+from ...errors import RefcompError
+from ..schedule import Schedule
+
+
+def _stages(func: PrimFunc) -> list[Block]:
+    return [b for b in collect(func.body, Block) if b.name != "root"]
+
+
+def is_row_reduction(func: PrimFunc) -> bool:
+    """True for a chain of stages ending in a spatial output stage with reductions before it,
+    every earlier stage writing a per-row buffer: its leading dims are the output's row dims (a
+    column reduction, whose result every row reads whole, is not one: moved under the row loop
+    it would be computed again for every row)."""
+    blocks = _stages(func)
+    if len(blocks) < 2:
+        return False
+    last = blocks[-1]
+    if any(iv.kind != "spatial" for iv in last.iter_vars) or len(last.iter_vars) < 2 or len(last.writes) != 1:
+        return False
+    if not any(iv.kind == "reduce" for b in blocks[:-1] for iv in b.iter_vars):
+        return False
+    if any(iv.kind not in ("spatial", "reduce") for b in blocks for iv in b.iter_vars):
+        return False
+    params = {id(p) for p in func.params}
+    row_dims = last.writes[0].buffer.shape[:len(last.iter_vars) - 1]
+    for block in blocks[:-1]:
+        if not block.writes:
+            return False
+        for write in block.writes:
+            buffer = write.buffer
+            if id(buffer) in params or len(buffer.shape) < len(row_dims):
+                return False
+            if not all(structural_equal(a, b) for a, b in zip(buffer.shape, row_dims)):
+                return False
+    return True
+
+
+def _gather(sch: Schedule, output: str, fuse_rows: bool) -> tuple[int, int, RefcompError | None]:
+    """Move the stages before `output` under its (fused, when fuse_rows) last row loop: each
+    stage the primitive refuses stays where it is (a pass of its own over the rows), and so do
+    the stages that feed only it.  Returns (moved, stages, the first refusal)."""
+    blocks = _stages(sch.func)
+    out = sch.get_block(output)
+    loops = sch.get_loops(out)
+    rows = loops[:len(blocks[-1].iter_vars) - 1]
+    row = sch.fuse(*rows) if fuse_rows and len(rows) > 1 else rows[-1]
+    refusal, moved = None, 0
+    for block in reversed(blocks[:-1]):
+        try:
+            sch.compute_at(sch.get_block(block.name), row)
+            moved += 1
+        except RefcompError as err:
+            refusal = refusal or err
+    return moved, len(blocks) - 1, refusal
+
+
+def _lane_partials(sch: Schedule, block: Block) -> None:
+    """Reduce a plain row reduction (spatial iters, then one reduce iter over a contiguous run) in
+    as many partials as a vector register holds: the reduce loop is split by the lanes and the
+    lanes factored out (rfactor), so the partial stage's lane loop, spatial, is vectorized; a
+    serial chain of scalar adds cannot be (float addition does not reassociate).  Skipped when the
+    extent is symbolic or not a multiple of twice the lanes, or rfactor refuses."""
+    from ..intrin import cpu
+
+    kinds = [iv.kind for iv in block.iter_vars]
+    if kinds.count("reduce") != 1 or kinds[-1] != "reduce" or not block.writes:
+        return
+    extent = as_int(block.iter_vars[-1].dom.extent)
+    bits = block.writes[0].buffer.dtype.bits
+    lanes = (512 if cpu.has("avx512f") else 256) // max(bits, 8)
+    if extent is None or lanes < 2 or extent % lanes or extent < 2 * lanes:
+        return
+    rv = sch.get_block(block.name)
+    loops = sch.get_loops(rv)
+    if len(loops) != len(kinds):
+        return
+    try:
+        trial = sch.copy()
+        _, inner = trial.split(trial.get_loops(trial.get_block(block.name))[-1], [None, lanes])
+        trial.rfactor(inner, len(kinds) - 1)
+    except RefcompError:
+        return
+    sch.split(loops[-1], [None, lanes])
+    sch.rfactor(sch.get_loops(rv)[-1], len(kinds) - 1)
+
+
+def schedule_row_reduction(sch: Schedule, parallel: bool = True) -> Schedule | None:
+    """A new schedule with every earlier stage under the output stage's row loop, that loop (its
+    outermost row loop) parallel; None when the function is not a row reduction (nothing done).
+
+    The leading row loops are fused first (one parallel loop over all rows: a batch of 1 still
+    splits over the threads); when a stage cannot be moved under the fused loop (its region
+    through the fused indices is not a box the prover bounds, e.g. with a symbolic dim), they
+    are tried unfused, the stages under the last row loop.  Of the two, the one that moves every
+    stage, else the one that moves more, is kept; raises the first refusal when none moves."""
+    if not is_row_reduction(sch.func):
+        return None
+    sch = sch.copy()
+    output = _stages(sch.func)[-1].name
+    for block in _stages(sch.func)[:-1]:
+        _lane_partials(sch, block)
+    out_block = _stages(sch.func)[-1]
+    if len(sch.get_loops(sch.get_block(output))) != len(out_block.iter_vars):
+        return None  # a unit loop folded away (one row): nothing to gather under a row loop
+    best, best_moved, refusal = None, 0, None
+    for fuse_rows in (True, False):
+        trial = sch.copy()
+        try:
+            moved, stages, err = _gather(trial, output, fuse_rows)
+        except RefcompError as err_fuse:
+            refusal = refusal or err_fuse
+            continue
+        refusal = refusal or err
+        if moved > best_moved:
+            best, best_moved = trial, moved
+        if moved == stages or len(out_block.iter_vars) == 2:
+            break
+    if best is None:
+        raise refusal
+    if parallel:
+        best.parallel(best.get_loops(best.get_block(output))[0])
+    return best

@@ -1,0 +1,143 @@
+"""The row-reduction rule: every stage of softmax / layer norm / RMS norm / variance / argmax under
+the output's row loop, checked against numpy and the interpreter over odd, prime and unit shapes."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import refcomp
+from refcomp import te
+from refcomp.ast import For
+from refcomp.graph.op import registry
+from refcomp.graph.passes import default_schedule as ds
+from refcomp.loops.defaults import is_row_reduction, schedule_row_reduction
+from refcomp.loops.interpreter import interpret
+from refcomp.loops.primitives.tree import walk
+from refcomp.loops.schedule import Schedule
+
+DIMS = st.sampled_from([2, 3, 5, 7, 13, 16, 17, 31, 37])
+# Row lengths: multiples of the legalization's 16 lanes (every stage moves under the row loop)
+# and others (the final combine reads the tail under a condition whose region compute_at cannot
+# relate across rows: the rule falls back to the generic schedule with a RuleFallbackWarning).
+COLS = st.sampled_from([16, 32, 48, 3, 17, 31])
+
+
+def _kernel(op: str, shape: tuple, **attrs):
+    """The legalized PrimFunc of graph op `op` over a float32 input of `shape` (plus its
+    per-column parameters), and the numpy reference."""
+    info = registry.get(op)
+    x = te.placeholder(shape, "float32", "x")
+    params = [te.placeholder((shape[-1],), "float32", name) for name in ("g", "b")[:_PARAMS.get(op, 0)]]
+    out = info.legalize(x, *params, **attrs)
+    return te.create_prim_func([x, *params, out], name=op), info.reference
+
+
+_PARAMS = {"layer_norm": 2, "rms_norm": 1}
+
+
+def _loops(func):
+    return [s for s in walk(func.body) if isinstance(s, For)]
+
+
+def _check(op: str, shape: tuple, seed: int, **attrs):
+    func, reference = _kernel(op, shape, **attrs)
+    rng = np.random.default_rng(seed)
+    args = [rng.standard_normal(shape).astype(np.float32)]
+    args += [rng.standard_normal((shape[-1],)).astype(np.float32) for _ in range(_PARAMS.get(op, 0))]
+    expected = np.asarray(reference(*args, **attrs))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scheduled = ds.schedule_kernel(func)
+    fell_back = any(issubclass(w.category, ds.RuleFallbackWarning) for w in caught)
+    assert not fell_back or is_row_reduction(func)
+    out = np.empty(expected.shape, expected.dtype)
+    refcomp.build(scheduled)(*args, out)
+    np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5)
+    interpreted = np.empty_like(out)
+    interpret(scheduled, *args, interpreted)
+    np.testing.assert_allclose(interpreted, expected, rtol=2e-5, atol=2e-5)
+    return func, scheduled
+
+
+@settings(max_examples=5, deadline=None)
+@given(rows=DIMS, cols=COLS, op=st.sampled_from(["softmax", "layer_norm", "rms_norm"]),
+       seed=st.integers(0, 2**31 - 1))
+def test_row_rule_matches_numpy_and_interpreter(rows, cols, op, seed):
+    func, scheduled = _check(op, (rows, cols), seed)
+    assert is_row_reduction(func)
+    parallel = [loop for loop in _loops(scheduled) if loop.kind == "parallel"]
+    if cols % 16 == 0:
+        assert len(parallel) == 1  # the row loop, every stage inside it
+
+
+@settings(max_examples=3, deadline=None)
+@given(batch=st.sampled_from([1, 2, 3]), rows=DIMS, cols=COLS, seed=st.integers(0, 2**31 - 1))
+def test_row_rule_fuses_leading_axes(batch, rows, cols, seed):
+    _, scheduled = _check("softmax", (batch, rows, cols), seed)
+    if cols % 16 == 0:
+        assert len([loop for loop in _loops(scheduled) if loop.kind == "parallel"]) == 1
+
+
+@pytest.mark.parametrize("op", ["log_softmax", "softmax", "rms_norm"])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 17), (7, 1), (13, 2)])
+def test_row_rule_on_unit_and_prime_rows(op, shape):
+    """One row, one column, primes: the rule applies or leaves the kernel to the generic
+    schedule; the numbers agree either way."""
+    _check(op, shape, seed=sum(shape))
+
+
+def test_row_rule_vectorizes_the_partials():
+    _, scheduled = _check("softmax", (8, 256), seed=3)
+    assert any(loop.kind == "vectorized" for loop in _loops(scheduled))
+
+
+def test_plain_row_sum_is_reduced_in_vector_partials():
+    """RMS norm's mean of squares is a plain row reduction: factored into lane partials (rfactor),
+    whose lane loop is vectorized inside the row loop."""
+    _, scheduled = _check("rms_norm", (5, 64), seed=11)
+    names = {b.name for b in walk(scheduled.body) if hasattr(b, "iter_vars")}
+    assert any(name.endswith("_rf") for name in names)
+    assert any(loop.kind == "vectorized" for loop in _loops(scheduled))
+    assert len([loop for loop in _loops(scheduled) if loop.kind == "parallel"]) == 1
+
+
+def test_column_reduction_is_not_a_row_reduction():
+    """out[i, j] = x[i, j] - max over i of x[:, j]: every row reads the whole column result, so
+    the rule leaves it (moved under the row loop it would be recomputed per row)."""
+    x = te.placeholder((9, 5), "float32", "x")
+    r = te.reduce_axis((0, 9), "r")
+    m = te.compute((1, 5), lambda _, j: te.max(x[r, j], axis=r), name="colmax")
+    out = te.compute((9, 5), lambda i, j: x[i, j] - m[0, j], name="out")
+    func = te.create_prim_func([x, out])
+    assert not is_row_reduction(func)
+    assert schedule_row_reduction(Schedule(func)) is None
+
+
+def test_plain_elementwise_is_not_a_row_reduction():
+    x = te.placeholder((9, 5), "float32", "x")
+    out = te.compute((9, 5), lambda i, j: x[i, j] * 2.0, name="out")
+    assert not is_row_reduction(te.create_prim_func([x, out]))
+
+
+def test_a_rule_that_fails_falls_back_to_the_generic_schedule_and_says_so(monkeypatch):
+    from refcomp.errors import ScheduleError
+    from refcomp.loops import defaults
+
+    def refusing(sch):
+        sch.parallel(sch.get_loops(sch.get_block("softmax"))[0])  # a rule must not leave this behind
+        raise ScheduleError("refused for the test")
+
+    monkeypatch.setattr(defaults, "RULES", (("refusing", refusing),))
+    func, _ = _kernel("softmax", (5, 33))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scheduled = ds.schedule_kernel(func)
+    assert any(issubclass(w.category, ds.RuleFallbackWarning) and "refusing" in str(w.message) for w in caught)
+    x = np.random.default_rng(5).standard_normal((5, 33)).astype(np.float32)
+    out = np.empty_like(x)
+    refcomp.build(scheduled)(x, out)
+    np.testing.assert_allclose(out, registry.get("softmax").reference(x), rtol=2e-5, atol=2e-6)
