@@ -276,7 +276,6 @@ def from_scipy(matrix: Any, format: str = "csr", block: tuple[int, int] = (2, 2)
 def _scipy_from_torch(tensor: Any) -> Any:
     import scipy.sparse as sp
 
-    t = tensor.to_sparse_csr() if tensor.layout != getattr(type(tensor), "sparse_csr", None) else tensor
-    t = tensor.to_sparse_csr()
+    t = tensor.detach().cpu().to_sparse_csr()
     return sp.csr_matrix((t.values().numpy(), t.col_indices().numpy(), t.crow_indices().numpy()),
                          shape=tuple(t.shape))
