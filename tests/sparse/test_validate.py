@@ -87,3 +87,12 @@ def test_kernel_inputs_are_checked_before_running():
         sparse.spmm(A, np.ones((4, 2), np.float64))
     with pytest.raises(ArgumentError, match="expected a CSR SparseMatrix"):
         sparse.spmm(sparse.from_scipy(A.to_scipy(), "ell"), np.ones((4, 2), np.float32))
+
+
+def test_validated_arrays_cannot_change_afterwards():
+    indptr, indices, data = _parts()
+    A = sparse.csr(indptr, indices, data, (3, 4))
+    indices[0] = 1000  # the caller's array; the matrix keeps its own checked copy
+    assert A.indices["j"][0] == 0
+    with pytest.raises(ValueError):
+        A.indices["j"][0] = 1000

@@ -38,6 +38,13 @@ class SparseMatrix:
     indices: Mapping[str, np.ndarray] = field(default_factory=dict)
     data: np.ndarray = None  # type: ignore[assignment]
 
+    def __post_init__(self) -> None:
+        # The arrays are validated once, then trusted by every kernel: keep private read-only
+        # copies so that a later write to the caller's arrays cannot break an invariant.
+        object.__setattr__(self, "indptr", {k: _frozen(v) for k, v in self.indptr.items()})
+        object.__setattr__(self, "indices", {k: _frozen(v) for k, v in self.indices.items()})
+        object.__setattr__(self, "data", _frozen(self.data))
+
     @property
     def shape(self) -> tuple[int, int]:
         lengths = {axis.name: axis.length for axis in self.axes}
@@ -59,6 +66,14 @@ class SparseMatrix:
     def __repr__(self) -> str:
         chain = " ".join(f"({a.name}: {a.kind} {a.length})" for a in self.axes)
         return f"SparseMatrix({self.format}, shape={self.shape}, {chain}, stored={self.data.size})"
+
+
+def _frozen(array: Any) -> Any:
+    if not isinstance(array, np.ndarray):
+        return array  # validation reports it
+    copy = np.array(array, copy=True, order="C")
+    copy.flags.writeable = False
+    return copy
 
 
 def walk_positions(matrix: SparseMatrix, check: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
