@@ -114,9 +114,9 @@ def spmm_hyb(H: Hyb, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
     if out is None:
         out = np.empty((m, B.shape[1]), dtype=dtype)
     name = _dtype_name(dtype)
-    compiled("spmm_csr", name)(H.rest.indptr["j"], H.rest.indices["j"], H.rest.data, B, out)
+    compiled("spmm_csr", name, B.shape[1])(H.rest.indptr["j"], H.rest.indices["j"], H.rest.data, B, out)
     for bucket in H.buckets:
         _check_bucket(bucket, m)
-        compiled("spmm_ell", name)(bucket.rows, bucket.ell.indices["j"].reshape(bucket.ell.data.shape),
+        compiled("spmm_ell", name, B.shape[1])(bucket.rows, bucket.ell.indices["j"].reshape(bucket.ell.data.shape),
                                    bucket.ell.data, B, out)
     return out

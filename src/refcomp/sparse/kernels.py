@@ -24,9 +24,23 @@ import numpy as np
 from ..ast import Buffer, Call, FloatImm, Evaluate, For, IntImm, PrimFunc, SizeVar, Var, seq
 from ..ast.stmt import BufferStore
 from ..driver import build
+from ..emit_c.codegen import OMP_SCHEDULE
 from ..errors import ArgumentError
 from .formats import SparseMatrix
 from .validate import VALUE_DTYPES
+
+
+# Row lengths of power-law graphs vary by orders of magnitude: hand rows out in dynamic chunks.
+ROWS_DYNAMIC = {OMP_SCHEDULE: "dynamic"}
+
+
+def _width(width: int | None) -> Any:
+    """The feature width: a size variable, or a constant that lets gcc unroll and vectorise fully."""
+    if width is None:
+        return SizeVar("n")
+    if not isinstance(width, int) or width < 1:
+        raise ArgumentError(f"sparse kernels: width must be a positive int or None, got {width!r}")
+    return IntImm(width)
 
 
 def _assume(condition: Any) -> Evaluate:
@@ -44,9 +58,9 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype)
 
 
-def spmm_csr_func(dtype: str = "float32") -> PrimFunc:
+def spmm_csr_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
     """C[m, n] = A[m, k] @ B[k, n] with A in CSR (indptr, indices, data)."""
-    m, k, n, nnz = SizeVar("m"), SizeVar("k"), SizeVar("n"), SizeVar("nnz")
+    m, k, n, nnz = SizeVar("m"), SizeVar("k"), _width(width), SizeVar("nnz")
     indptr = Buffer("indptr", (m + 1,), "int32")
     indices = Buffer("indices", (nnz,), "int32")
     data = Buffer("data", (nnz,), dtype)
@@ -55,16 +69,16 @@ def spmm_csr_func(dtype: str = "float32") -> PrimFunc:
     lo, hi, col = indptr[i], indptr[i + 1], indices[j]
     update = BufferStore(C, C[i, f] + data[j] * B[col, f], (i, f))
     row = For(j, lo, hi - lo, "serial", seq(_assume((col >= 0) & (col < k)), For(f, IntImm(0), n, "serial", update)))
-    body = For(i, IntImm(0), m, "parallel", seq(
+    body = For(i, IntImm(0), m, "parallel", annotations=ROWS_DYNAMIC, body=seq(
         _assume((lo >= 0) & (lo <= hi) & (hi <= nnz)),
         For(f0, IntImm(0), n, "serial", BufferStore(C, _zero(dtype), (i, f0))),
         row))
     return PrimFunc((indptr, indices, data, B, C), body, f"spmm_csr_{dtype}")
 
 
-def spmm_ell_func(dtype: str = "float32") -> PrimFunc:
+def spmm_ell_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
     """C[rows[r], :] = sum_s data[r, s] * B[indices[r, s], :] for the r rows of one ELL bucket."""
-    m, k, n, r, w = SizeVar("m"), SizeVar("k"), SizeVar("n"), SizeVar("r"), SizeVar("w")
+    m, k, n, r, w = SizeVar("m"), SizeVar("k"), _width(width), SizeVar("r"), SizeVar("w")
     rows = Buffer("rows", (r,), "int32")
     indices = Buffer("indices", (r, w), "int32")
     data = Buffer("data", (r, w), dtype)
@@ -73,16 +87,16 @@ def spmm_ell_func(dtype: str = "float32") -> PrimFunc:
     row, col = rows[i], indices[i, s]
     update = BufferStore(C, C[row, f] + data[i, s] * B[col, f], (row, f))
     slots = For(s, IntImm(0), w, "serial", seq(_assume((col >= 0) & (col < k)), For(f, IntImm(0), n, "serial", update)))
-    body = For(i, IntImm(0), r, "parallel", seq(
+    body = For(i, IntImm(0), r, "parallel", annotations=ROWS_DYNAMIC, body=seq(
         _assume((row >= 0) & (row < m)),
         For(f0, IntImm(0), n, "serial", BufferStore(C, _zero(dtype), (row, f0))),
         slots))
     return PrimFunc((rows, indices, data, B, C), body, f"spmm_ell_{dtype}")
 
 
-def sddmm_func(dtype: str = "float32") -> PrimFunc:
+def sddmm_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
     """out[p] = data[p] * dot(X[i, :], Y[indices[p], :]) for each stored entry p = (i, j) of CSR A."""
-    m, k, n, nnz = SizeVar("m"), SizeVar("k"), SizeVar("n"), SizeVar("nnz")
+    m, k, n, nnz = SizeVar("m"), SizeVar("k"), _width(width), SizeVar("nnz")
     indptr = Buffer("indptr", (m + 1,), "int32")
     indices = Buffer("indices", (nnz,), "int32")
     data = Buffer("data", (nnz,), dtype)
@@ -92,16 +106,24 @@ def sddmm_func(dtype: str = "float32") -> PrimFunc:
     dot = For(f, IntImm(0), n, "serial", BufferStore(out, out[j] + X[i, f] * Y[col, f], (j,)))
     entry = seq(_assume((col >= 0) & (col < k)), BufferStore(out, _zero(dtype), (j,)), dot,
                 BufferStore(out, out[j] * data[j], (j,)))
-    body = For(i, IntImm(0), m, "parallel", seq(
+    body = For(i, IntImm(0), m, "parallel", annotations=ROWS_DYNAMIC, body=seq(
         _assume((lo >= 0) & (lo <= hi) & (hi <= nnz)), For(j, lo, hi - lo, "serial", entry)))
     return PrimFunc((indptr, indices, data, X, Y, out), body, f"sddmm_csr_{dtype}")
 
 
+# Feature widths that get a kernel of their own (constant trip count); others use the general one.
+SPECIALISED_WIDTHS = (16, 32, 64, 128, 256)
+
+
 @functools.lru_cache(maxsize=None)
-def compiled(kind: str, dtype: str) -> Any:
-    """The built kernel (proved in bounds) for kind in spmm_csr / spmm_ell / sddmm."""
+def _built(kind: str, dtype: str, width: int | None) -> Any:
     make = {"spmm_csr": spmm_csr_func, "spmm_ell": spmm_ell_func, "sddmm": sddmm_func}[kind]
-    return build(make(dtype), bounds="prove")
+    return build(make(dtype, width), bounds="prove")
+
+
+def compiled(kind: str, dtype: str, width: int | None = None) -> Any:
+    """The built kernel (proved in bounds) for kind in spmm_csr / spmm_ell / sddmm."""
+    return _built(kind, dtype, width if width in SPECIALISED_WIDTHS else None)
 
 
 def _dense(name: str, array: Any, rows: int, dtype: np.dtype) -> np.ndarray:
@@ -128,7 +150,7 @@ def spmm(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None = None) -> np.nd
     B = _dense("spmm: B", B, k, A.dtype)
     if out is None:
         out = np.empty((m, B.shape[1]), dtype=A.dtype)
-    compiled("spmm_csr", _dtype_name(A.dtype))(A.indptr["j"], A.indices["j"], A.data, B, out)
+    compiled("spmm_csr", _dtype_name(A.dtype), B.shape[1])(A.indptr["j"], A.indices["j"], A.data, B, out)
     return out
 
 
@@ -141,5 +163,5 @@ def sddmm(A: SparseMatrix, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
     if X.shape[1] != Y.shape[1]:
         raise ArgumentError(f"sddmm: X and Y need the same width, got {X.shape[1]} and {Y.shape[1]}")
     out = np.empty(A.data.shape, dtype=A.dtype)
-    compiled("sddmm", _dtype_name(A.dtype))(A.indptr["j"], A.indices["j"], A.data, X, Y, out)
+    compiled("sddmm", _dtype_name(A.dtype), X.shape[1])(A.indptr["j"], A.indices["j"], A.data, X, Y, out)
     return out
