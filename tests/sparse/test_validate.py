@@ -96,3 +96,13 @@ def test_validated_arrays_cannot_change_afterwards():
     assert A.indices["j"][0] == 0
     with pytest.raises(ValueError):
         A.indices["j"][0] = 1000
+
+
+def test_hyb_rejects_rows_held_twice():
+    import scipy.sparse as sp
+
+    A = sp.csr_matrix(np.array([[1, 0], [0, 2], [3, 4]], dtype=np.float32))
+    H = sparse.format_decompose(sparse.from_scipy(A), max_width=1)
+    first = H.buckets[0]
+    with pytest.raises(SparseFormatError, match=r"bucket1.rows\[0\]: row 0 is held twice"):
+        sparse.Hyb(H.shape, (first, first), H.rest)

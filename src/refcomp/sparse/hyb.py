@@ -29,6 +29,12 @@ class Bucket:
     rows: np.ndarray
     ell: SparseMatrix
 
+    def __post_init__(self) -> None:
+        rows = check_index_array("hyb", "bucket.rows", self.rows, self.ell.data.shape[0])
+        rows = np.array(rows, copy=True)
+        rows.flags.writeable = False
+        object.__setattr__(self, "rows", rows)
+
     @property
     def width(self) -> int:
         return self.ell.data.shape[1]
@@ -41,6 +47,15 @@ class Hyb:
     shape: tuple[int, int]
     buckets: tuple[Bucket, ...]
     rest: SparseMatrix
+
+    def __post_init__(self) -> None:
+        if self.rest.format != "csr" or self.rest.shape != self.shape:
+            raise SparseFormatError(f"hyb: the rest must be CSR of shape {self.shape}, got "
+                                    f"{self.rest.format} {self.rest.shape}", "rest")
+        _check_rows(self.buckets, self.shape[0])
+        held = np.concatenate([b.rows for b in self.buckets] + [np.zeros(0, np.int32)])
+        if held.size and np.diff(self.rest.indptr["j"])[held].any():
+            raise SparseFormatError("hyb: a bucket row also has entries in the rest", "rest")
 
     def to_scipy(self) -> Any:
         import scipy.sparse as sp
@@ -96,12 +111,20 @@ def _bucket(rows, width, indptr, indices, data, lengths, shape) -> Bucket:
     return Bucket(rows.astype(INDEX_DTYPE), local)
 
 
-def _check_bucket(bucket: Bucket, m: int) -> None:
-    rows = check_index_array("hyb", "bucket.rows", bucket.rows, bucket.ell.data.shape[0])
-    bad = np.flatnonzero((rows < 0) | (rows >= m))
-    if bad.size:
-        p = int(bad[0])
-        raise SparseFormatError(f"hyb: bucket.rows[{p}]: row {int(rows[p])} is outside [0, {m})", "bucket.rows", p)
+def _check_rows(buckets: tuple[Bucket, ...], m: int) -> None:
+    """Every bucket row lies in [0, m) and no row is in two places (the kernels assign rows in parallel)."""
+    seen = np.zeros(m, dtype=bool)
+    for number, bucket in enumerate(buckets):
+        rows, name = bucket.rows, f"bucket{number}.rows"
+        bad = np.flatnonzero((rows < 0) | (rows >= m))
+        if bad.size:
+            p = int(bad[0])
+            raise SparseFormatError(f"hyb: {name}[{p}]: row {int(rows[p])} is outside [0, {m})", name, p)
+        again = np.flatnonzero(seen[rows] | (np.bincount(rows, minlength=m)[rows] > 1))
+        if again.size:
+            p = int(again[0])
+            raise SparseFormatError(f"hyb: {name}[{p}]: row {int(rows[p])} is held twice", name, p)
+        seen[rows] = True
 
 
 def spmm_hyb(H: Hyb, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -116,7 +139,6 @@ def spmm_hyb(H: Hyb, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
     name = _dtype_name(dtype)
     compiled("spmm_csr", name, B.shape[1])(H.rest.indptr["j"], H.rest.indices["j"], H.rest.data, B, out)
     for bucket in H.buckets:
-        _check_bucket(bucket, m)
         compiled("spmm_ell", name, B.shape[1])(bucket.rows, bucket.ell.indices["j"].reshape(bucket.ell.data.shape),
                                    bucket.ell.data, B, out)
     return out
