@@ -26,6 +26,20 @@ def test_kernels_are_proved_from_the_invariants(make, width):
     verify_in_bounds(make("float32", width))
 
 
+@pytest.mark.parametrize("block", [(1, 1), (2, 3), (4, 4)])
+def test_bsr_kernel_is_proved(block):
+    verify_in_bounds(sparse.spmm_bsr_func("float32", block))
+    with pytest.raises(ShapeError):
+        verify_in_bounds(_without_assumptions(sparse.spmm_bsr_func("float32", block)))
+
+
+@given(sparse_matrices(block=(2, 3)), st.sampled_from([1, 5, 16]), st.integers(0, 2**32 - 1))
+def test_bsr_spmm_matches_scipy(A, width, seed):
+    B = _dense(np.random.default_rng(seed), A.shape[1], width, np.float32)
+    out = sparse.spmm(sparse.from_scipy(A, "bsr", block=(2, 3)), B)
+    np.testing.assert_allclose(out, A @ B, **TOL[np.float32])
+
+
 def _without_assumptions(func: PrimFunc) -> PrimFunc:
     from refcomp.ast import seq
     from refcomp.ast.stmt import SeqStmt

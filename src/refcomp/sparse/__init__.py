@@ -10,13 +10,13 @@ decomposes CSR into power-of-two ELL buckets plus a CSR rest.  See spec/sparse.m
 from .axes import Axis, dense_fixed, dense_variable, sparse_fixed, sparse_variable
 from .formats import SparseMatrix, bsr, csr, dcsr, ell, from_scipy, ragged, to_scipy, validate
 from .validate import SparseFormatError
-from .kernels import sddmm, sddmm_func, spmm, spmm_csr_func, spmm_ell_func
+from .kernels import sddmm, sddmm_func, spmm, spmm_bsr_func, spmm_csr_func, spmm_ell_func
 from .hyb import Hyb, format_decompose, spmm_hyb
 
 __all__ = [
     "Axis", "dense_fixed", "dense_variable", "sparse_fixed", "sparse_variable",
     "SparseMatrix", "bsr", "csr", "dcsr", "ell", "ragged", "from_scipy", "to_scipy",
     "SparseFormatError", "validate",
-    "spmm", "sddmm", "spmm_csr_func", "spmm_ell_func", "sddmm_func",
+    "spmm", "sddmm", "spmm_csr_func", "spmm_bsr_func", "spmm_ell_func", "sddmm_func",
     "Hyb", "format_decompose", "spmm_hyb",
 ]

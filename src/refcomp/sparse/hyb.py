@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 from .formats import SparseMatrix, csr, ell, to_scipy
-from .kernels import _dense, _dtype_name, _require_csr, compiled
+from .kernels import _dense, _dtype_name, _output, _require_csr, compiled
 from .validate import INDEX_DTYPE, SparseFormatError, check_index_array
 
 
@@ -134,8 +134,7 @@ def spmm_hyb(H: Hyb, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
     m, k = H.shape
     dtype = H.rest.dtype
     B = _dense("spmm_hyb: B", B, k, dtype)
-    if out is None:
-        out = np.empty((m, B.shape[1]), dtype=dtype)
+    out = _output("spmm_hyb", out, (m, B.shape[1]), dtype)
     name = _dtype_name(dtype)
     compiled("spmm_csr", name, B.shape[1])(H.rest.indptr["j"], H.rest.indices["j"], H.rest.data, B, out)
     for bucket in H.buckets:

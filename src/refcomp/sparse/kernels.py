@@ -94,6 +94,29 @@ def spmm_ell_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
     return PrimFunc((rows, indices, data, B, C), body, f"spmm_ell_{dtype}")
 
 
+def spmm_bsr_func(dtype: str = "float32", block: tuple[int, int] = (2, 2), width: int | None = None) -> PrimFunc:
+    """C[mb, R, n] = A @ B[kb, Cb, n] for BSR A with R x Cb blocks (the dense operands viewed by block)."""
+    r, c = block
+    if not all(isinstance(v, int) and v >= 1 for v in block):
+        raise ArgumentError(f"spmm_bsr_func: block must be two positive ints, got {block!r}")
+    mb, kb, n, nnzb = SizeVar("mb"), SizeVar("kb"), _width(width), SizeVar("nnzb")
+    indptr = Buffer("indptr", (mb + 1,), "int32")
+    indices = Buffer("indices", (nnzb,), "int32")
+    data = Buffer("data", (nnzb, r, c), dtype)
+    B, C = Buffer("B", (kb, c, n), dtype), Buffer("C", (mb, r, n), dtype)
+    io, p, ii, ji, f, i0, f0 = (Var(name) for name in ("io", "p", "ii", "ji", "f", "i0", "f0"))
+    lo, hi, col = indptr[io], indptr[io + 1], indices[p]
+    update = BufferStore(C, C[io, ii, f] + data[p, ii, ji] * B[col, ji, f], (io, ii, f))
+    block_loops = For(ii, IntImm(0), IntImm(r), "serial", For(ji, IntImm(0), IntImm(c), "serial",
+                                                              For(f, IntImm(0), n, "serial", update)))
+    blocks = For(p, lo, hi - lo, "serial", seq(_assume((col >= 0) & (col < kb)), block_loops))
+    zero = For(i0, IntImm(0), IntImm(r), "serial",
+               For(f0, IntImm(0), n, "serial", BufferStore(C, _zero(dtype), (io, i0, f0))))
+    body = For(io, IntImm(0), mb, "parallel", annotations=ROWS_DYNAMIC, body=seq(
+        _assume((lo >= 0) & (lo <= hi) & (hi <= nnzb)), zero, blocks))
+    return PrimFunc((indptr, indices, data, B, C), body, f"spmm_bsr{r}x{c}_{dtype}")
+
+
 def sddmm_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
     """out[p] = data[p] * dot(X[i, :], Y[indices[p], :]) for each stored entry p = (i, j) of CSR A."""
     m, k, n, nnz = SizeVar("m"), SizeVar("k"), _width(width), SizeVar("nnz")
@@ -116,14 +139,16 @@ SPECIALISED_WIDTHS = (16, 32, 64, 128, 256)
 
 
 @functools.lru_cache(maxsize=None)
-def _built(kind: str, dtype: str, width: int | None) -> Any:
+def _built(kind: str, dtype: str, width: int | None, block: tuple[int, int] | None) -> Any:
+    if kind == "spmm_bsr":
+        return build(spmm_bsr_func(dtype, block, width), bounds="prove")
     make = {"spmm_csr": spmm_csr_func, "spmm_ell": spmm_ell_func, "sddmm": sddmm_func}[kind]
     return build(make(dtype, width), bounds="prove")
 
 
-def compiled(kind: str, dtype: str, width: int | None = None) -> Any:
-    """The built kernel (proved in bounds) for kind in spmm_csr / spmm_ell / sddmm."""
-    return _built(kind, dtype, width if width in SPECIALISED_WIDTHS else None)
+def compiled(kind: str, dtype: str, width: int | None = None, block: tuple[int, int] | None = None) -> Any:
+    """The built kernel (proved in bounds) for kind in spmm_csr / spmm_ell / spmm_bsr / sddmm."""
+    return _built(kind, dtype, width if width in SPECIALISED_WIDTHS else None, block)
 
 
 def _dense(name: str, array: Any, rows: int, dtype: np.dtype) -> np.ndarray:
@@ -144,13 +169,34 @@ def _require_csr(A: Any, what: str) -> SparseMatrix:
 
 
 def spmm(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """A @ B for CSR A (validated when it was built) and a dense B of A's value type."""
+    """A @ B for CSR or BSR A (validated when it was built) and a dense B of A's value type."""
+    if isinstance(A, SparseMatrix) and A.format == "bsr":
+        return _spmm_bsr(A, B, out)
     A = _require_csr(A, "spmm")
     m, k = A.shape
     B = _dense("spmm: B", B, k, A.dtype)
-    if out is None:
-        out = np.empty((m, B.shape[1]), dtype=A.dtype)
+    out = _output("spmm", out, (m, B.shape[1]), A.dtype)
     compiled("spmm_csr", _dtype_name(A.dtype), B.shape[1])(A.indptr["j"], A.indices["j"], A.data, B, out)
+    return out
+
+
+def _output(what: str, out: Any, shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:
+    if out is None:
+        return np.empty(shape, dtype=dtype)
+    if not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous:
+        raise ArgumentError(f"{what}: out must be a C-contiguous {dtype} array of shape {shape}, got "
+                            f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
+    return out
+
+
+def _spmm_bsr(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    m, k = A.shape
+    B = _dense("spmm: B", B, k, A.dtype)
+    width = B.shape[1]
+    out = _output("spmm", out, (m, width), A.dtype)
+    _, r, c = A.data.shape
+    kernel = compiled("spmm_bsr", _dtype_name(A.dtype), width, (r, c))
+    kernel(A.indptr["jo"], A.indices["jo"], A.data, B.reshape(k // c, c, width), out.reshape(m // r, r, width))
     return out
 
 
