@@ -57,6 +57,7 @@ def test_torch_sparse_converts():
     np.testing.assert_array_equal(sparse.to_scipy(M).toarray(), dense.numpy())
     M = sparse.from_scipy(dense.to_sparse())
     np.testing.assert_array_equal(sparse.to_scipy(M).toarray(), dense.numpy())
+    np.testing.assert_array_equal(sparse.to_torch(M).to_dense().numpy(), dense.numpy())
 
 
 def test_axis_rejects_bad_definitions():

@@ -70,6 +70,12 @@ def test_spmm_matches_scipy(A, width, dtype, seed):
     np.testing.assert_allclose(out, A @ B, **TOL[dtype])
 
 
+@given(sparse_matrices(), st.sampled_from([1, 16]), st.integers(0, 2**32 - 1))
+def test_ell_spmm_matches_scipy(A, width, seed):
+    B = _dense(np.random.default_rng(seed), A.shape[1], width, np.float32)
+    np.testing.assert_allclose(sparse.spmm(sparse.from_scipy(A, "ell"), B), A @ B, **TOL[np.float32])
+
+
 @given(sparse_matrices(), st.sampled_from([1, 5, 16]), st.sampled_from([1, 2, 4, 32]), st.integers(0, 2**32 - 1))
 def test_hyb_spmm_matches_scipy(A, width, max_width, seed):
     H = sparse.format_decompose(sparse.from_scipy(A), max_width)

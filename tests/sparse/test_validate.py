@@ -86,7 +86,7 @@ def test_kernel_inputs_are_checked_before_running():
     with pytest.raises(ArgumentError, match="expected dtype float32"):
         sparse.spmm(A, np.ones((4, 2), np.float64))
     with pytest.raises(ArgumentError, match="expected a CSR SparseMatrix"):
-        sparse.spmm(sparse.from_scipy(A.to_scipy(), "ell"), np.ones((4, 2), np.float32))
+        sparse.spmm(sparse.from_scipy(A.to_scipy(), "dcsr"), np.ones((4, 2), np.float32))
 
 
 def test_validated_arrays_cannot_change_afterwards():

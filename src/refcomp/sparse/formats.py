@@ -180,6 +180,22 @@ def to_scipy(matrix: SparseMatrix) -> Any:
     return out
 
 
+def to_torch(matrix: SparseMatrix) -> Any:
+    """The matrix as a torch sparse CSR tensor (needs torch)."""
+    try:
+        import torch
+    except ImportError as err:
+        raise SparseFormatError("to_torch: torch is not installed") from err
+    import warnings
+
+    a = to_scipy(matrix)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch calls its sparse CSR support beta
+        return torch.sparse_csr_tensor(torch.from_numpy(a.indptr.astype(np.int64)),
+                                       torch.from_numpy(a.indices.astype(np.int64)),
+                                       torch.from_numpy(a.data.copy()), size=a.shape)
+
+
 # ----------------------------------------------------------------------------- constructors
 def _index(arr: Any) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=INDEX_DTYPE)
@@ -291,6 +307,10 @@ def from_scipy(matrix: Any, format: str = "csr", block: tuple[int, int] = (2, 2)
 def _scipy_from_torch(tensor: Any) -> Any:
     import scipy.sparse as sp
 
-    t = tensor.detach().cpu().to_sparse_csr()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch calls its sparse CSR support beta
+        t = tensor.detach().cpu().to_sparse_csr()
     return sp.csr_matrix((t.values().numpy(), t.col_indices().numpy(), t.crow_indices().numpy()),
                          shape=tuple(t.shape))

@@ -169,9 +169,11 @@ def _require_csr(A: Any, what: str) -> SparseMatrix:
 
 
 def spmm(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """A @ B for CSR or BSR A (validated when it was built) and a dense B of A's value type."""
+    """A @ B for CSR, BSR or ELL A (validated when it was built) and a dense B of A's value type."""
     if isinstance(A, SparseMatrix) and A.format == "bsr":
         return _spmm_bsr(A, B, out)
+    if isinstance(A, SparseMatrix) and A.format == "ell":
+        return _spmm_ell(A, B, out)
     A = _require_csr(A, "spmm")
     m, k = A.shape
     B = _dense("spmm: B", B, k, A.dtype)
@@ -186,6 +188,15 @@ def _output(what: str, out: Any, shape: tuple[int, int], dtype: np.dtype) -> np.
     if not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous:
         raise ArgumentError(f"{what}: out must be a C-contiguous {dtype} array of shape {shape}, got "
                             f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
+    return out
+
+
+def _spmm_ell(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    m, k = A.shape
+    B = _dense("spmm: B", B, k, A.dtype)
+    out = _output("spmm", out, (m, B.shape[1]), A.dtype)
+    rows = np.arange(m, dtype=np.int32)
+    compiled("spmm_ell", _dtype_name(A.dtype), B.shape[1])(rows, A.indices["j"].reshape(A.data.shape), A.data, B, out)
     return out
 
 
