@@ -50,6 +50,7 @@ def test_ragged_rows_have_their_own_lengths():
     np.testing.assert_array_equal(coords["j"], [0, 1, 0, 1, 2])
 
 
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
 def test_torch_sparse_converts():
     torch = pytest.importorskip("torch")
     dense = torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -1.0]])
