@@ -106,3 +106,8 @@ def test_hyb_rejects_rows_held_twice():
     first = H.buckets[0]
     with pytest.raises(SparseFormatError, match=r"bucket1.rows\[0\]: row 0 is held twice"):
         sparse.Hyb(H.shape, (first, first), H.rest)
+
+
+def test_ell_indices_must_match_the_slots():
+    with pytest.raises(SparseFormatError, match=r"j.indices: expected 4 entries, got 3"):
+        sparse.ell(np.array([0, 1, 2], dtype=np.int32), np.ones((2, 2), np.float32), (2, 4))
