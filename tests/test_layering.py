@@ -33,6 +33,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("runtime",),       # loads what the emitters built; the VM
     ("driver",),        # refcomp.build
     ("graph",),         # operators, passes, graph lowering
+    ("sparse",),        # sparse formats, their invariants, sparse kernels
     ("frontend",),      # ONNX and other importers
     ("",),              # the face: refcomp/__init__.py
     ("testing", "workloads"),  # helpers for tests, benchmarks and the demo, built on the face

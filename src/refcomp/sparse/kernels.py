@@ -1,0 +1,224 @@
+"""SpMM and SDDMM over CSR (and ELL buckets) lowered to refcomp's loop IR (stage III).
+
+The kernels are plain loop nests over flat position arrays.  Every indirect access reads an
+index array; the facts that make it safe are stated with `assume(...)` right where the loaded
+values come into scope, and they are exactly the format invariants `validate.py` checks once per
+input array:
+
+    for i in parallel(m):
+        assume(0 <= indptr[i] <= indptr[i + 1] <= nnz)     # indptr non-decreasing, ends at nnz
+        for j in range(indptr[i], indptr[i + 1]):
+            assume(0 <= indices[j] < k)                      # indices within the dimension
+            ... B[indices[j], f] ...
+
+so `refcomp.build` proves every access in bounds from them (bounds="prove"), and a matrix that
+would break one is rejected before the kernel runs.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from ..ast import Buffer, Call, FloatImm, Evaluate, For, IntImm, PrimFunc, SizeVar, Var, seq
+from ..ast.stmt import BufferStore
+from ..driver import build
+from ..emit_c.codegen import OMP_SCHEDULE
+from ..errors import ArgumentError
+from .formats import SparseMatrix
+from .validate import VALUE_DTYPES
+
+
+# Row lengths of power-law graphs vary by orders of magnitude: hand rows out in dynamic chunks.
+ROWS_DYNAMIC = {OMP_SCHEDULE: "dynamic"}
+
+
+def _width(width: int | None) -> Any:
+    """The feature width: a size variable, or a constant that lets gcc unroll and vectorise fully."""
+    if width is None:
+        return SizeVar("n")
+    if not isinstance(width, int) or width < 1:
+        raise ArgumentError(f"sparse kernels: width must be a positive int or None, got {width!r}")
+    return IntImm(width)
+
+
+def _assume(condition: Any) -> Evaluate:
+    return Evaluate(Call("assume", (condition,), "bool"))
+
+
+def _zero(dtype: str) -> FloatImm:
+    return FloatImm(0.0, dtype)
+
+
+def _dtype_name(dtype: Any) -> str:
+    dtype = np.dtype(dtype)
+    if dtype not in VALUE_DTYPES:
+        raise ArgumentError(f"sparse kernels: values must be float32 or float64, got {dtype}")
+    return str(dtype)
+
+
+def spmm_csr_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
+    """C[m, n] = A[m, k] @ B[k, n] with A in CSR (indptr, indices, data)."""
+    m, k, n, nnz = SizeVar("m"), SizeVar("k"), _width(width), SizeVar("nnz")
+    indptr = Buffer("indptr", (m + 1,), "int32")
+    indices = Buffer("indices", (nnz,), "int32")
+    data = Buffer("data", (nnz,), dtype)
+    B, C = Buffer("B", (k, n), dtype), Buffer("C", (m, n), dtype)
+    i, j, f, f0 = Var("i"), Var("j"), Var("f"), Var("f0")
+    lo, hi, col = indptr[i], indptr[i + 1], indices[j]
+    update = BufferStore(C, C[i, f] + data[j] * B[col, f], (i, f))
+    row = For(j, lo, hi - lo, "serial", seq(_assume((col >= 0) & (col < k)), For(f, IntImm(0), n, "serial", update)))
+    body = For(i, IntImm(0), m, "parallel", annotations=ROWS_DYNAMIC, body=seq(
+        _assume((lo >= 0) & (lo <= hi) & (hi <= nnz)),
+        For(f0, IntImm(0), n, "serial", BufferStore(C, _zero(dtype), (i, f0))),
+        row))
+    return PrimFunc((indptr, indices, data, B, C), body, f"spmm_csr_{dtype}")
+
+
+def spmm_ell_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
+    """C[rows[r], :] = sum_s data[r, s] * B[indices[r, s], :] for the r rows of one ELL bucket."""
+    m, k, n, r, w = SizeVar("m"), SizeVar("k"), _width(width), SizeVar("r"), SizeVar("w")
+    rows = Buffer("rows", (r,), "int32")
+    indices = Buffer("indices", (r, w), "int32")
+    data = Buffer("data", (r, w), dtype)
+    B, C = Buffer("B", (k, n), dtype), Buffer("C", (m, n), dtype)
+    i, s, f, f0 = Var("i"), Var("s"), Var("f"), Var("f0")
+    row, col = rows[i], indices[i, s]
+    update = BufferStore(C, C[row, f] + data[i, s] * B[col, f], (row, f))
+    slots = For(s, IntImm(0), w, "serial", seq(_assume((col >= 0) & (col < k)), For(f, IntImm(0), n, "serial", update)))
+    body = For(i, IntImm(0), r, "parallel", annotations=ROWS_DYNAMIC, body=seq(
+        _assume((row >= 0) & (row < m)),
+        For(f0, IntImm(0), n, "serial", BufferStore(C, _zero(dtype), (row, f0))),
+        slots))
+    return PrimFunc((rows, indices, data, B, C), body, f"spmm_ell_{dtype}")
+
+
+def spmm_bsr_func(dtype: str = "float32", block: tuple[int, int] = (2, 2), width: int | None = None) -> PrimFunc:
+    """C[mb, R, n] = A @ B[kb, Cb, n] for BSR A with R x Cb blocks (the dense operands viewed by block)."""
+    r, c = block
+    if not all(isinstance(v, int) and v >= 1 for v in block):
+        raise ArgumentError(f"spmm_bsr_func: block must be two positive ints, got {block!r}")
+    mb, kb, n, nnzb = SizeVar("mb"), SizeVar("kb"), _width(width), SizeVar("nnzb")
+    indptr = Buffer("indptr", (mb + 1,), "int32")
+    indices = Buffer("indices", (nnzb,), "int32")
+    data = Buffer("data", (nnzb, r, c), dtype)
+    B, C = Buffer("B", (kb, c, n), dtype), Buffer("C", (mb, r, n), dtype)
+    io, p, ii, ji, f, i0, f0 = (Var(name) for name in ("io", "p", "ii", "ji", "f", "i0", "f0"))
+    lo, hi, col = indptr[io], indptr[io + 1], indices[p]
+    update = BufferStore(C, C[io, ii, f] + data[p, ii, ji] * B[col, ji, f], (io, ii, f))
+    block_loops = For(ii, IntImm(0), IntImm(r), "serial", For(ji, IntImm(0), IntImm(c), "serial",
+                                                              For(f, IntImm(0), n, "serial", update)))
+    blocks = For(p, lo, hi - lo, "serial", seq(_assume((col >= 0) & (col < kb)), block_loops))
+    zero = For(i0, IntImm(0), IntImm(r), "serial",
+               For(f0, IntImm(0), n, "serial", BufferStore(C, _zero(dtype), (io, i0, f0))))
+    body = For(io, IntImm(0), mb, "parallel", annotations=ROWS_DYNAMIC, body=seq(
+        _assume((lo >= 0) & (lo <= hi) & (hi <= nnzb)), zero, blocks))
+    return PrimFunc((indptr, indices, data, B, C), body, f"spmm_bsr{r}x{c}_{dtype}")
+
+
+def sddmm_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
+    """out[p] = data[p] * dot(X[i, :], Y[indices[p], :]) for each stored entry p = (i, j) of CSR A."""
+    m, k, n, nnz = SizeVar("m"), SizeVar("k"), _width(width), SizeVar("nnz")
+    indptr = Buffer("indptr", (m + 1,), "int32")
+    indices = Buffer("indices", (nnz,), "int32")
+    data = Buffer("data", (nnz,), dtype)
+    X, Y, out = Buffer("X", (m, n), dtype), Buffer("Y", (k, n), dtype), Buffer("out", (nnz,), dtype)
+    i, j, f = Var("i"), Var("j"), Var("f")
+    lo, hi, col = indptr[i], indptr[i + 1], indices[j]
+    dot = For(f, IntImm(0), n, "serial", BufferStore(out, out[j] + X[i, f] * Y[col, f], (j,)))
+    entry = seq(_assume((col >= 0) & (col < k)), BufferStore(out, _zero(dtype), (j,)), dot,
+                BufferStore(out, out[j] * data[j], (j,)))
+    body = For(i, IntImm(0), m, "parallel", annotations=ROWS_DYNAMIC, body=seq(
+        _assume((lo >= 0) & (lo <= hi) & (hi <= nnz)), For(j, lo, hi - lo, "serial", entry)))
+    return PrimFunc((indptr, indices, data, X, Y, out), body, f"sddmm_csr_{dtype}")
+
+
+# Feature widths that get a kernel of their own (constant trip count); others use the general one.
+SPECIALISED_WIDTHS = (16, 32, 64, 128, 256)
+
+
+@functools.lru_cache(maxsize=None)
+def _built(kind: str, dtype: str, width: int | None, block: tuple[int, int] | None) -> Any:
+    if kind == "spmm_bsr":
+        return build(spmm_bsr_func(dtype, block, width), bounds="prove")
+    make = {"spmm_csr": spmm_csr_func, "spmm_ell": spmm_ell_func, "sddmm": sddmm_func}[kind]
+    return build(make(dtype, width), bounds="prove")
+
+
+def compiled(kind: str, dtype: str, width: int | None = None, block: tuple[int, int] | None = None) -> Any:
+    """The built kernel (proved in bounds) for kind in spmm_csr / spmm_ell / spmm_bsr / sddmm."""
+    return _built(kind, dtype, width if width in SPECIALISED_WIDTHS else None, block)
+
+
+def _dense(name: str, array: Any, rows: int, dtype: np.dtype) -> np.ndarray:
+    if not isinstance(array, np.ndarray) or array.ndim != 2:
+        raise ArgumentError(f"{name}: expected a 2-D numpy array, got {getattr(array, 'shape', type(array).__name__)}")
+    if array.shape[0] != rows:
+        raise ArgumentError(f"{name}: expected {rows} rows, got {array.shape[0]}")
+    if array.dtype != dtype:
+        raise ArgumentError(f"{name}: expected dtype {dtype} (the sparse matrix's), got {array.dtype}")
+    return np.ascontiguousarray(array)
+
+
+def _require_csr(A: Any, what: str) -> SparseMatrix:
+    if not isinstance(A, SparseMatrix) or A.format != "csr":
+        raise ArgumentError(f"{what}: expected a CSR SparseMatrix, got "
+                            f"{getattr(A, 'format', type(A).__name__)}")
+    return A
+
+
+def spmm(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """A @ B for CSR, BSR or ELL A (validated when it was built) and a dense B of A's value type."""
+    if isinstance(A, SparseMatrix) and A.format == "bsr":
+        return _spmm_bsr(A, B, out)
+    if isinstance(A, SparseMatrix) and A.format == "ell":
+        return _spmm_ell(A, B, out)
+    A = _require_csr(A, "spmm")
+    m, k = A.shape
+    B = _dense("spmm: B", B, k, A.dtype)
+    out = _output("spmm", out, (m, B.shape[1]), A.dtype)
+    compiled("spmm_csr", _dtype_name(A.dtype), B.shape[1])(A.indptr["j"], A.indices["j"], A.data, B, out)
+    return out
+
+
+def _output(what: str, out: Any, shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:
+    if out is None:
+        return np.empty(shape, dtype=dtype)
+    if not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous:
+        raise ArgumentError(f"{what}: out must be a C-contiguous {dtype} array of shape {shape}, got "
+                            f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
+    return out
+
+
+def _spmm_ell(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    m, k = A.shape
+    B = _dense("spmm: B", B, k, A.dtype)
+    out = _output("spmm", out, (m, B.shape[1]), A.dtype)
+    rows = np.arange(m, dtype=np.int32)
+    compiled("spmm_ell", _dtype_name(A.dtype), B.shape[1])(rows, A.indices["j"].reshape(A.data.shape), A.data, B, out)
+    return out
+
+
+def _spmm_bsr(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    m, k = A.shape
+    B = _dense("spmm: B", B, k, A.dtype)
+    width = B.shape[1]
+    out = _output("spmm", out, (m, width), A.dtype)
+    _, r, c = A.data.shape
+    kernel = compiled("spmm_bsr", _dtype_name(A.dtype), width, (r, c))
+    kernel(A.indptr["jo"], A.indices["jo"], A.data, B.reshape(k // c, c, width), out.reshape(m // r, r, width))
+    return out
+
+
+def sddmm(A: SparseMatrix, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    """The values A * (X @ Y.T) at A's stored positions (CSR A, its value order)."""
+    A = _require_csr(A, "sddmm")
+    m, k = A.shape
+    X = _dense("sddmm: X", X, m, A.dtype)
+    Y = _dense("sddmm: Y", Y, k, A.dtype)
+    if X.shape[1] != Y.shape[1]:
+        raise ArgumentError(f"sddmm: X and Y need the same width, got {X.shape[1]} and {Y.shape[1]}")
+    out = np.empty(A.data.shape, dtype=A.dtype)
+    compiled("sddmm", _dtype_name(A.dtype), X.shape[1])(A.indptr["j"], A.indices["j"], A.data, X, Y, out)
+    return out

@@ -1,0 +1,118 @@
+"""SpMM, SDDMM and hyb SpMM: proved in bounds from the format invariants, equal to scipy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from refcomp import sparse
+from refcomp.ast import Evaluate, PrimFunc
+from refcomp.errors import ShapeError
+from refcomp.loops.interpreter import interpret
+from refcomp.shape import verify_in_bounds
+
+from sparse_strategies import sparse_matrices
+
+TOL = {np.float32: dict(rtol=1e-5, atol=1e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
+
+
+def _dense(rng, rows, cols, dtype):
+    return rng.uniform(-1.0, 1.0, (rows, cols)).astype(dtype)
+
+
+@pytest.mark.parametrize("make", [sparse.spmm_csr_func, sparse.spmm_ell_func, sparse.sddmm_func])
+@pytest.mark.parametrize("width", [None, 32])
+def test_kernels_are_proved_from_the_invariants(make, width):
+    verify_in_bounds(make("float32", width))
+
+
+@pytest.mark.parametrize("block", [(1, 1), (2, 3), (4, 4)])
+def test_bsr_kernel_is_proved(block):
+    verify_in_bounds(sparse.spmm_bsr_func("float32", block))
+    with pytest.raises(ShapeError):
+        verify_in_bounds(_without_assumptions(sparse.spmm_bsr_func("float32", block)))
+
+
+@given(sparse_matrices(block=(2, 3)), st.sampled_from([1, 5, 16]), st.integers(0, 2**32 - 1))
+def test_bsr_spmm_matches_scipy(A, width, seed):
+    B = _dense(np.random.default_rng(seed), A.shape[1], width, np.float32)
+    out = sparse.spmm(sparse.from_scipy(A, "bsr", block=(2, 3)), B)
+    np.testing.assert_allclose(out, A @ B, **TOL[np.float32])
+
+
+def _without_assumptions(func: PrimFunc) -> PrimFunc:
+    from refcomp.ast import seq
+    from refcomp.ast.stmt import SeqStmt
+
+    def strip(stmt):
+        if isinstance(stmt, SeqStmt):
+            kept = [strip(s) for s in stmt.stmts
+                    if not (isinstance(s, Evaluate) and getattr(s.value, "op", None) == "assume")]
+            return seq(*kept)
+        if hasattr(stmt, "body"):
+            return stmt.with_(body=strip(stmt.body))
+        return stmt
+
+    return func.with_(body=strip(func.body))
+
+
+@pytest.mark.parametrize("make", [sparse.spmm_csr_func, sparse.spmm_ell_func, sparse.sddmm_func])
+def test_without_the_invariants_the_proof_fails(make):
+    with pytest.raises(ShapeError):
+        verify_in_bounds(_without_assumptions(make("float32")))
+
+
+@given(sparse_matrices(), st.sampled_from([1, 3, 9, 16, 32]), st.sampled_from([np.float32, np.float64]), st.integers(0, 2**32 - 1))
+def test_spmm_matches_scipy(A, width, dtype, seed):
+    A = A.astype(dtype)
+    B = _dense(np.random.default_rng(seed), A.shape[1], width, dtype)
+    out = sparse.spmm(sparse.from_scipy(A), B)
+    np.testing.assert_allclose(out, A @ B, **TOL[dtype])
+
+
+@given(sparse_matrices(), st.sampled_from([1, 16]), st.integers(0, 2**32 - 1))
+def test_ell_spmm_matches_scipy(A, width, seed):
+    B = _dense(np.random.default_rng(seed), A.shape[1], width, np.float32)
+    np.testing.assert_allclose(sparse.spmm(sparse.from_scipy(A, "ell"), B), A @ B, **TOL[np.float32])
+
+
+@given(sparse_matrices(), st.sampled_from([1, 5, 16]), st.sampled_from([1, 2, 4, 32]), st.integers(0, 2**32 - 1))
+def test_hyb_spmm_matches_scipy(A, width, max_width, seed):
+    H = sparse.format_decompose(sparse.from_scipy(A), max_width)
+    np.testing.assert_array_equal(H.to_scipy().toarray(), A.toarray())
+    B = _dense(np.random.default_rng(seed), A.shape[1], width, np.float32)
+    np.testing.assert_allclose(sparse.spmm_hyb(H, B), A @ B, **TOL[np.float32])
+
+
+@given(sparse_matrices(), st.sampled_from([1, 7, 16]), st.integers(0, 2**32 - 1))
+def test_sddmm_matches_numpy(A, width, seed):
+    rng = np.random.default_rng(seed)
+    X, Y = _dense(rng, A.shape[0], width, np.float32), _dense(rng, A.shape[1], width, np.float32)
+    rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+    expected = A.data * np.einsum("pf,pf->p", X[rows], Y[A.indices])
+    np.testing.assert_allclose(sparse.sddmm(sparse.from_scipy(A), X, Y), expected, **TOL[np.float32])
+
+
+def test_interpreter_agrees_with_compiled_spmm():
+    rng = np.random.default_rng(7)
+    import scipy.sparse as sp
+
+    A = sp.random(9, 7, 0.3, format="csr", dtype=np.float32, random_state=rng)
+    A.data[:] = rng.uniform(0.5, 1.5, A.nnz)
+    B = _dense(rng, 7, 3, np.float32)
+    M = sparse.from_scipy(A)
+    out = np.full((9, 3), 5.0, np.float32)
+    interpret(sparse.spmm_csr_func("float32"), M.indptr["j"].copy(), M.indices["j"].copy(), M.data.copy(), B, out)
+    np.testing.assert_allclose(out, sparse.spmm(M, B), rtol=1e-6, atol=1e-6)
+
+
+def test_hyb_puts_each_row_in_one_part():
+    import scipy.sparse as sp
+
+    lengths = [0, 1, 2, 3, 5, 8, 40]
+    rows = [np.sort(np.random.default_rng(r).choice(64, n, replace=False)) for r, n in enumerate(lengths)]
+    indptr = np.concatenate(([0], np.cumsum(lengths)))
+    A = sp.csr_matrix((np.ones(indptr[-1], np.float32), np.concatenate(rows), indptr), shape=(7, 64))
+    H = sparse.format_decompose(sparse.from_scipy(A), max_width=8)
+    assert [(b.width, list(b.rows)) for b in H.buckets] == [(1, [1]), (2, [2]), (4, [3]), (8, [4, 5])]
+    assert np.diff(H.rest.indptr["j"]).tolist() == [0, 0, 0, 0, 0, 0, 40]
