@@ -32,6 +32,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("runtime",),       # loads what the emitters built; the VM
     ("driver",),        # refcomp.build
     ("graph",),         # operators, passes, graph lowering
+    ("tune",),          # design spaces, search, cost model, database, builder/runner
     ("frontend",),      # ONNX and other importers
     ("",),              # the face: refcomp/__init__.py
     ("testing", "workloads"),  # helpers for tests, benchmarks and the demo, built on the face

@@ -12,6 +12,7 @@ inherited, and the function, the inputs and the expected outputs reach the child
 """
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing
 import time
 import traceback
@@ -148,6 +149,7 @@ def _build_child(conn: Any, func: PrimFunc, trace: dict, target: str, build: Cal
 
 def _run_child(conn: Any, func: PrimFunc, trace: dict, target: str, build: Callable,
                checker: Checker, repeats: int) -> None:
+    faulthandler.disable()  # a crashing candidate is reported by its exit code, without a dump
     try:
         kernel = build(_scheduled(func, trace), target)
     except BaseException:
