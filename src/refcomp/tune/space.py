@@ -73,8 +73,8 @@ class MultiLevelTiling:
             second_spatial = [parts[1] for parts in tiles["S"]][-1]
             sch.reverse_compute_at(cache, second_spatial)
         if self.parallel and tiles["S"]:
-            outer = sch.fuse(*[parts[0] for parts in tiles["S"]])
-            sch.parallel(outer)
+            outers = [parts[0] for parts in tiles["S"]]
+            sch.parallel(sch.fuse(*outers) if len(outers) > 1 else outers[0])
 
 
 @dataclass
