@@ -67,7 +67,7 @@ def count_flops(func: PrimFunc) -> float:
     from .features import FEATURE_NAMES
 
     feats = features_of(func)
-    return float(2.0 ** feats[FEATURE_NAMES.index("total_arith")] - 1)
+    return float(round(2.0 ** feats[FEATURE_NAMES.index("total_arith")] - 1))
 
 
 def replay(func: PrimFunc, record: TuningRecord | dict) -> Schedule:
