@@ -69,7 +69,8 @@ class XGBModel:
     def update(self, features: np.ndarray, scores: np.ndarray) -> None:
         import xgboost
 
-        data = xgboost.DMatrix(np.asarray(features, dtype=np.float64), label=np.asarray(scores, dtype=np.float64))
+        data = xgboost.DMatrix(np.asarray(features, dtype=np.float64), label=np.asarray(scores, dtype=np.float64),
+                               nthread=1)
         self.booster = xgboost.train(self.params, data, num_boost_round=self.rounds)
 
     def predict(self, features: np.ndarray) -> np.ndarray:
@@ -78,7 +79,7 @@ class XGBModel:
             return np.zeros(features.shape[0])
         import xgboost
 
-        return self.booster.predict(xgboost.DMatrix(features))
+        return self.booster.predict(xgboost.DMatrix(features, nthread=1))
 
 
 def xgboost_available() -> bool:
