@@ -56,7 +56,7 @@ def test_crashing_hanging_and_wrong_candidates_are_reported_and_the_rest_measure
     if len(plan) < 5:
         pytest.skip("two sampled schedules coincide")
     runner = Runner(workers=2, timeout_s=20, build=_planted_build(plan))
-    runner_fast = Runner(workers=2, timeout_s=4, build=_planted_build(plan))
+    runner_fast = Runner(workers=2, timeout_s=6, build=_planted_build(plan))
     checker = Checker(func, _matmul_reference, seed=3)
     results = runner.measure(func, candidates[:1] + candidates[2:], checker)
     results.insert(1, runner_fast.measure(func, [candidates[1]], checker)[0])
@@ -82,6 +82,13 @@ def test_a_kernel_that_writes_nothing_is_wrong():
     runner = Runner(timeout_s=60, build=lambda f, t: (lambda *arrays: None))
     [result] = runner.measure(func, candidates, Checker(func, _matmul_reference))
     assert result.status == "wrong"
+
+
+def test_runner_settings_are_checked():
+    with pytest.raises(RefcompError, match="workers"):
+        Runner(workers=0)
+    with pytest.raises(RefcompError, match="timeout_s"):
+        Runner(timeout_s=-1)
 
 
 def test_random_arguments_are_fresh_and_nonzero():

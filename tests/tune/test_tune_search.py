@@ -1,6 +1,6 @@
 """tune(): the search loop, the database it fills, replay of the best trace, the cost models, features."""
+import os
 import random
-import time
 
 import numpy as np
 import pytest
@@ -54,14 +54,14 @@ def test_the_search_goes_on_past_failing_candidates():
                 arrays[-1][...] *= 2.0
             return wrong
         if kind == 1:
-            return lambda *arrays: time.sleep(3600)
+            return lambda *arrays: os.abort()
         return kernel
 
     result = tune(func, "c", trials=6, batch=6, population=12, seed=random.randrange(2**20),
-                  reference=_matmul_reference, runner=Runner(workers=2, timeout_s=8, build=flaky))
+                  reference=_matmul_reference, runner=Runner(workers=2, timeout_s=120, build=flaky))
     assert result.trials == 6
     statuses = {f.result.status for f in result.failures}
-    assert statuses <= {"wrong", "timeout"}
+    assert statuses <= {"wrong", "crash"}
     assert len(result.failures) <= 6
     if result.schedule is not None:
         assert int(structural_hash(result.schedule.func), 16) % 3 == 2

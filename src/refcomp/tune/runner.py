@@ -208,6 +208,14 @@ class Runner:
     repeats: int = 3
     build: Callable[[PrimFunc, str], Callable[..., None]] = default_build
 
+    def __post_init__(self) -> None:
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
+            raise RefcompError(f"Runner: workers: expected a positive int, got {self.workers!r}")
+        if not isinstance(self.timeout_s, (int, float)) or not self.timeout_s > 0:
+            raise RefcompError(f"Runner: timeout_s: expected a positive number of seconds, got {self.timeout_s!r}")
+        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
+            raise RefcompError(f"Runner: repeats: expected a positive int, got {self.repeats!r}")
+
     def measure(self, func: PrimFunc, candidates: Sequence[Candidate], checker: Checker) -> list[MeasureResult]:
         """A result for every candidate, in order; never raises for a candidate's failure."""
         built = self._build_all(func, candidates)
@@ -225,7 +233,7 @@ class Runner:
         pending = list(enumerate(candidates))
         active: list[tuple[int, Any, Any, float]] = []
         while pending or active:
-            while pending and len(active) < max(1, self.workers):
+            while pending and len(active) < self.workers:
                 index, candidate = pending.pop(0)
                 receive, send = ctx.Pipe(duplex=False)
                 process = ctx.Process(target=_build_child, args=(send, func, candidate.trace, self.target, self.build),
