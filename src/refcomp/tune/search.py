@@ -1,0 +1,227 @@
+"""Evolutionary search over a design space, guided by a cost model trained online.
+
+`tune(func, target, trials=...)` runs rounds until `trials` candidates were measured (or
+`max_seconds` passed):
+
+1. the population: fresh samples of the design space, plus the best measured records of this
+   workload and target from the database, replayed (so a later run starts where one stopped);
+2. evolution: for a few generations, parents drawn by predicted score are mutated (one decision
+   each) and the best predicted schedules are kept;
+3. a batch: most candidates are the best predicted ones not measured yet, a fraction `epsilon`
+   are fresh random samples (exploration);
+4. measurement by the runner, every candidate checked against the reference; correct ones are
+   committed to the database, failing ones reported in `TuneResult.failures`; the cost model is
+   refitted on everything measured so far.
+
+The best schedule is replayed from its trace, so what `tune` returns is what the record holds.
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..ast import PrimFunc
+from ..errors import RefcompError
+from ..loops.schedule import Schedule
+from .cost_model import CostModel, default_cost_model, scores_from_times
+from .database import Database, TuningRecord
+from .features import features_of
+from .runner import Candidate, Checker, MeasureResult, Runner
+from .space import DesignSpace, default_mutators, default_rules, mutate_trace
+from .workload import structural_hash
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A candidate that was measured and rejected: its trace and what went wrong."""
+
+    trace: dict
+    result: MeasureResult
+
+
+@dataclass
+class TuneResult:
+    """The outcome of tune: the best schedule (None when no candidate passed), its time, the history."""
+
+    workload: str
+    target: str
+    schedule: Schedule | None
+    best_time: float
+    trials: int
+    flops: float
+    failures: list[Failure] = field(default_factory=list)
+    curve: list[tuple[int, float, float]] = field(default_factory=list)  # (trial, seconds, best time)
+
+    @property
+    def best_gflops(self) -> float:
+        return self.flops / self.best_time / 1e9 if self.best_time < float("inf") else 0.0
+
+
+def count_flops(func: PrimFunc) -> float:
+    """Arithmetic operations of one call (adds and multiplies of every store times its iterations)."""
+    from .features import FEATURE_NAMES
+
+    feats = features_of(func)
+    return float(round(2.0 ** feats[FEATURE_NAMES.index("total_arith")] - 1))
+
+
+def replay(func: PrimFunc, record: TuningRecord | dict) -> Schedule:
+    """The schedule a record (or a trace JSON object) describes, replayed onto func."""
+    trace = record.trace if isinstance(record, TuningRecord) else record
+    return Schedule.from_trace(func, trace)
+
+
+def apply_best(func: PrimFunc, database: Database, target: str = "c") -> PrimFunc:
+    """func scheduled by its best record in database for target, or func itself when there is none."""
+    record = database.best(structural_hash(func), target)
+    return func if record is None else replay(func, record).func
+
+
+def _key(sch: Schedule) -> str:
+    return sch.trace.to_json()
+
+
+@dataclass
+class _Search:
+    func: PrimFunc
+    target: str
+    space: DesignSpace
+    mutators: Sequence
+    model: CostModel
+    rng: random.Random
+    measured: dict[str, float] = field(default_factory=dict)
+    features: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def feature(self, sch: Schedule) -> np.ndarray | None:
+        key = _key(sch)
+        if key not in self.features:
+            try:
+                self.features[key] = features_of(sch.func)
+            except RefcompError:
+                return None
+        return self.features[key]
+
+    def predict(self, schedules: list[Schedule]) -> list[float]:
+        rows = [self.feature(s) for s in schedules]
+        good = [i for i, r in enumerate(rows) if r is not None]
+        scores = [-float("inf")] * len(schedules)
+        if good:
+            predicted = self.model.predict(np.stack([rows[i] for i in good]))
+            for i, p in zip(good, predicted):
+                scores[i] = float(p)
+        return scores
+
+    def evolve(self, population: list[Schedule], generations: int, size: int) -> list[Schedule]:
+        pool = {_key(s): s for s in population}
+        for _ in range(generations):
+            members = list(pool.values())
+            scores = self.predict(members)
+            finite = [(s, sc) for s, sc in zip(members, scores) if sc > -float("inf")]
+            if not finite:
+                break
+            low = min(sc for _, sc in finite)
+            weights = [sc - low + 1e-3 for _, sc in finite]
+            for _ in range(size):
+                parent = self.rng.choices([s for s, _ in finite], weights=weights)[0]
+                child = mutate_trace(self.func, json.loads(parent.trace.to_json()), self.mutators, self.rng)
+                if child is not None:
+                    pool.setdefault(_key(child), child)
+            members = list(pool.values())
+            ranked = sorted(zip(self.predict(members), range(len(members))), reverse=True)[:size]
+            pool = {_key(members[i]): members[i] for _, i in ranked}
+        return list(pool.values())
+
+    def pick(self, pool: list[Schedule], count: int, epsilon: float) -> list[Schedule]:
+        fresh = [s for s in pool if _key(s) not in self.measured]
+        chosen: dict[str, Schedule] = {}
+        explore = sum(1 for _ in range(count) if self.rng.random() < epsilon)
+        for sch in self.space.sample_many(self.func, explore, self.rng):
+            if _key(sch) not in self.measured:
+                chosen.setdefault(_key(sch), sch)
+        scores = self.predict(fresh)
+        for _, index in sorted(zip(scores, range(len(fresh))), reverse=True):
+            if len(chosen) >= count:
+                break
+            chosen.setdefault(_key(fresh[index]), fresh[index])
+        return list(chosen.values())[:count]
+
+    def refit(self) -> None:
+        keys = [k for k, t in self.measured.items() if k in self.features and t < float("inf")]
+        if len(keys) >= 4:
+            rows = np.stack([self.features[k] for k in keys])
+            self.model.update(rows, scores_from_times(np.array([self.measured[k] for k in keys])))
+
+
+def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Database | None = None,
+         space: DesignSpace | None = None, mutators: Sequence | None = None, runner: Runner | None = None,
+         cost_model: CostModel | None = None, reference: Callable | None = None, seed: int = 0,
+         population: int = 32, batch: int = 8, generations: int = 2, epsilon: float = 0.2,
+         max_seconds: float | None = None,
+         progress: Callable[[int, int, float, float], None] | None = None) -> TuneResult:
+    """Search schedules of func for target; measure `trials` candidates; return the best.
+
+    reference(arrays) computes the expected outputs in place (default: the interpreter on func);
+    progress(trials_done, trials, best_gflops, elapsed_seconds) is called after every batch.
+    """
+    if not isinstance(func, PrimFunc):
+        raise RefcompError(f"tune: expected a PrimFunc, got {type(func).__name__}")
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise RefcompError(f"tune: trials: expected a positive int, got {trials!r}")
+    database = database if database is not None else Database()
+    space = space or DesignSpace(default_rules(target))
+    runner = runner or Runner(target=target)
+    if runner.target != target:
+        raise RefcompError(f"tune: the runner builds for {runner.target!r}, the search is for {target!r}")
+    workload = structural_hash(func)
+    search = _Search(func, target, space, list(mutators or default_mutators()), cost_model or default_cost_model(),
+                     random.Random(seed))
+    checker = Checker(func, reference, seed=seed)
+    flops = count_flops(func)
+    result = TuneResult(workload, target, None, float("inf"), 0, flops)
+    best_trace: dict | None = None
+    for record in database.query(workload, target)[:population // 2]:
+        if record.mean_time < result.best_time:
+            result.best_time, best_trace = record.mean_time, record.trace
+    start = time.monotonic()
+    while result.trials < trials:
+        if max_seconds is not None and time.monotonic() - start > max_seconds:
+            break
+        seeds = []
+        for record in database.query(workload, target)[:population // 2]:
+            try:
+                seeds.append(replay(func, record))
+            except RefcompError:
+                continue
+        pool = seeds + space.sample_many(func, max(1, population - len(seeds)), search.rng)
+        if not pool:
+            raise RefcompError(f"tune: the design space yields no valid schedule of {func.name}")
+        pool = search.evolve(pool, generations, population)
+        chosen = search.pick(pool, min(batch, trials - result.trials), epsilon)
+        if not chosen:
+            break
+        candidates = [Candidate(json.loads(s.trace.to_json())) for s in chosen]
+        outcomes = runner.measure(func, candidates, checker)
+        for sch, candidate, outcome in zip(chosen, candidates, outcomes):
+            result.trials += 1
+            key = _key(sch)
+            if outcome.ok:
+                search.measured[key] = outcome.mean_time
+                search.feature(sch)
+                database.commit(TuningRecord(workload, target, candidate.trace, outcome.run_times))
+                if outcome.mean_time < result.best_time:
+                    result.best_time, best_trace = outcome.mean_time, candidate.trace
+            else:
+                search.measured[key] = float("inf")
+                result.failures.append(Failure(candidate.trace, outcome))
+            result.curve.append((result.trials, time.monotonic() - start, result.best_time))
+        search.refit()
+        if progress is not None:
+            progress(result.trials, trials, result.best_gflops, time.monotonic() - start)
+    if best_trace is not None:
+        result.schedule = replay(func, best_trace)
+    return result

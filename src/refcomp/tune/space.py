@@ -1,0 +1,220 @@
+"""Design spaces: schedule rules with random decisions, applied to every block of a PrimFunc.
+
+A rule is a plain object with `apply(sch, block) -> None` that may call sampling primitives
+(`sample_perfect_tile`, `sample_categorical`, ...); every decision lands in the trace, so a
+sampled schedule is a trace that replays exactly, and a mutator can change one decision and
+replay the rest.  A rule that does not fit a block leaves the schedule unchanged (it checks
+first, or the primitive raises and the whole sample is discarded by the caller).
+
+`DesignSpace(rules)` samples a schedule: every rule, in order, on every block it applies to.
+`default_rules(target)` is the set for a target; users add their own rule objects to the list.
+"""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+from ..ast import Block, BlockRealize, PrimFunc
+from ..ast.functor import collect, free_vars
+from ..errors import RefcompError, ScheduleError
+from ..loops.schedule import BlockRV, Schedule
+
+
+class ScheduleRule(Protocol):
+    """A rule of a design space: schedules one block, with random decisions recorded in the trace."""
+
+    def apply(self, sch: Schedule, block: BlockRV) -> None: ...
+
+
+def _iter_kinds(block: Block) -> list[str]:
+    return [iv.kind for iv in block.iter_vars]
+
+
+def _is_reduction(block: Block) -> bool:
+    return "reduce" in _iter_kinds(block)
+
+
+@dataclass
+class MultiLevelTiling:
+    """Multi-level tiling of a block whose loops are all spatial or reduction, in the CPU structure
+    `SSRSRS`: spatial loops split in 4 levels, reduction loops in 2, ordered
+    S0 S1 R0 S2 R1 S3, with a write cache (scope "local") written back under S1.
+    The outer spatial levels are fused and run in parallel when `parallel` is set."""
+
+    structure: str = "SSRSRS"
+    max_innermost_factor: int = 64
+    write_cache: bool = True
+    parallel: bool = True
+
+    def apply(self, sch: Schedule, block: BlockRV) -> None:
+        node = sch.get(block)
+        if not _is_reduction(node) or len(node.iter_vars) != len(sch.get_loops(block)):
+            return
+        kinds = _iter_kinds(node)
+        if any(kind not in ("spatial", "reduce") for kind in kinds):
+            return
+        s_levels, r_levels = self.structure.count("S"), self.structure.count("R")
+        loops = sch.get_loops(block)
+        tiles: dict[str, list[list]] = {"S": [], "R": []}
+        for loop, kind in zip(loops, kinds):
+            levels = s_levels if kind == "spatial" else r_levels
+            factors = sch.sample_perfect_tile(loop, levels, self.max_innermost_factor if kind == "spatial" else 16)
+            tiles["S" if kind == "spatial" else "R"].append(sch.split(loop, factors))
+        order, used = [], {"S": 0, "R": 0}
+        for letter in self.structure:
+            level = used[letter]
+            used[letter] += 1
+            order.extend(parts[level] for parts in tiles[letter])
+        sch.reorder(*order)
+        if self.write_cache and tiles["S"]:
+            cache = sch.cache_write(block, 0, "local")
+            second_spatial = [parts[1] for parts in tiles["S"]][-1]
+            sch.reverse_compute_at(cache, second_spatial)
+        if self.parallel and tiles["S"]:
+            outers = [parts[0] for parts in tiles["S"]]
+            sch.parallel(sch.fuse(*outers) if len(outers) > 1 else outers[0])
+
+
+@dataclass
+class ParallelVectorizeUnroll:
+    """Vectorize the innermost loop of a block when it is spatial and the block writes along it
+    contiguously; unroll the innermost reduction loop with a sampled choice (0 = leave it)."""
+
+    unroll_choices: Sequence[int] = (0, 1)
+    max_vector_extent: int = 64
+
+    def apply(self, sch: Schedule, block: BlockRV) -> None:
+        node = sch.get(block)
+        loops = sch.get_loops(block)
+        if not loops:
+            return
+        innermost = sch.get(loops[-1])
+        bindings = _loop_bindings(sch.func, node)
+        kind = bindings.get(id(innermost.loop_var))
+        extent = getattr(innermost.extent, "value", None)
+        if kind == "spatial" and isinstance(extent, int) and 1 < extent <= self.max_vector_extent \
+                and innermost.kind == "serial":
+            try:
+                sch.vectorize(loops[-1])
+            except ScheduleError:
+                pass
+        if _is_reduction(node) and len(self.unroll_choices) > 1:
+            reduce_loops = [l for l in loops if bindings.get(id(sch.get(l).loop_var)) == "reduce"]
+            choice = sch.sample_categorical(list(self.unroll_choices), [1.0] * len(self.unroll_choices))
+            if int(choice) and reduce_loops and sch.get(reduce_loops[-1]).kind == "serial":
+                extent = getattr(sch.get(reduce_loops[-1]).extent, "value", None)
+                if isinstance(extent, int) and extent <= 16:
+                    sch.unroll(reduce_loops[-1])
+
+
+def _loop_bindings(func: PrimFunc, block: Block) -> dict[int, str]:
+    """For each loop var a block's bindings use: "reduce" if it feeds a reduction iter var, else "spatial"."""
+    realize = next(r for r in collect(func.body, BlockRealize) if r.block.name == block.name)
+    kinds: dict[int, str] = {}
+    for iv, value in zip(block.iter_vars, realize.iter_values):
+        for var in free_vars(value):
+            if kinds.get(id(var)) != "reduce":
+                kinds[id(var)] = "reduce" if iv.kind == "reduce" else "spatial"
+    return kinds
+
+
+def default_rules(target: str = "c") -> list[ScheduleRule]:
+    """The rules for a target: for CPU targets multi-level tiling SSRSRS, then parallel-vectorize-unroll."""
+    if target.split()[:1] == ["cuda"]:
+        raise RefcompError("tune: no design space for CUDA targets yet (the GPU tiling rule is not built)")
+    return [MultiLevelTiling(), ParallelVectorizeUnroll()]
+
+
+@dataclass
+class DesignSpace:
+    """Samples schedules of a function: every rule on every block (blocks found by name up front)."""
+
+    rules: list[ScheduleRule] = field(default_factory=default_rules)
+
+    def sample(self, func: PrimFunc, seed: int) -> Schedule:
+        """One sampled schedule; raises ScheduleError when a rule fails for these decisions."""
+        sch = Schedule(func, seed=seed)
+        names = [b.name for b in collect(func.body, Block) if b.name != "root"]
+        for name in names:
+            for rule in self.rules:
+                rule.apply(sch, sch.get_block(name))
+        return sch
+
+    def sample_many(self, func: PrimFunc, count: int, rng: random.Random, attempts: int = 10) -> list[Schedule]:
+        """Up to count sampled schedules (samples that a primitive rejects are dropped)."""
+        result = []
+        for _ in range(count * attempts):
+            if len(result) == count:
+                break
+            try:
+                result.append(self.sample(func, rng.randrange(2**31)))
+            except RefcompError:
+                continue
+        return result
+
+
+# ----------------------------------------------------------------------------- mutators
+
+SAMPLING_KINDS = ("sample_perfect_tile", "sample_categorical", "sample_compute_location")
+
+
+@dataclass
+class MutateTileSize:
+    """Re-draw the decision of one sample_perfect_tile: move a factor of 2..7 from one level to another."""
+
+    kind: str = "sample_perfect_tile"
+
+    def mutate(self, decision: list[int], rng: random.Random, **_: object) -> list[int] | None:
+        donors = [i for i, d in enumerate(decision) if d > 1]
+        if not donors or len(decision) < 2:
+            return None
+        src = rng.choice(donors)
+        primes = [p for p in (2, 3, 5, 7) if decision[src] % p == 0] or [decision[src]]
+        factor = rng.choice(primes)
+        dst = rng.choice([i for i in range(len(decision)) if i != src])
+        new = list(decision)
+        new[src] //= factor
+        new[dst] *= factor
+        return new
+
+
+@dataclass
+class MutateCategorical:
+    """Re-draw one sample_categorical decision (the unroll choice and the like) to another index."""
+
+    kind: str = "sample_categorical"
+
+    def mutate(self, decision: int, rng: random.Random, args: dict | None = None, **_: object) -> int | None:
+        count = len(args.get("candidates", [])) if args else 0
+        others = [i for i in range(count) if i != decision]
+        return rng.choice(others) if others else None
+
+
+def default_mutators() -> list:
+    """Tile size and categorical (unroll) mutators."""
+    return [MutateTileSize(), MutateCategorical()]
+
+
+def mutate_trace(func: PrimFunc, trace: dict, mutators: Sequence, rng: random.Random,
+                 attempts: int = 8) -> Schedule | None:
+    """A schedule whose trace differs from trace in one decision, replayed from the start; None
+    when no mutation replays (a primitive rejects every changed decision tried)."""
+    by_kind = {m.kind: m for m in mutators}
+    spots = [i for i, inst in enumerate(trace["instructions"]) if inst["kind"] in by_kind]
+    if not spots:
+        return None
+    for _ in range(attempts):
+        index = rng.choice(spots)
+        inst = trace["instructions"][index]
+        new = by_kind[inst["kind"]].mutate(inst["args"]["decision"], rng, args=inst["args"])
+        if new is None or new == inst["args"]["decision"]:
+            continue
+        changed = json.loads(json.dumps(trace))
+        changed["instructions"][index]["args"]["decision"] = new
+        try:
+            return Schedule.from_trace(func, changed)
+        except RefcompError:
+            continue
+    return None

@@ -1,0 +1,88 @@
+"""The CPU design space and the mutators: every sampled or mutated schedule computes the same result."""
+import json
+import random
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from refcomp import workloads
+from refcomp.ast.structural import structural_equal
+from refcomp.loops.interpreter import interpret
+from refcomp.loops.schedule import Schedule
+from refcomp.tune import (DesignSpace, MultiLevelTiling, MutateTileSize, ParallelVectorizeUnroll, default_mutators,
+                          default_rules, mutate_trace)
+
+
+def _check_matmul(func, rng):
+    a = rng.uniform(-1, 1, (12, 6)).astype("float32")
+    b = rng.uniform(-1, 1, (6, 8)).astype("float32")
+    c = rng.uniform(-1, 1, (12, 8)).astype("float32")
+    interpret(func, a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def _decisions(trace: dict) -> list:
+    return [inst["args"]["decision"] for inst in trace["instructions"] if "decision" in inst["args"]]
+
+
+@settings(max_examples=8)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_sampled_schedules_compute_the_matmul(seed):
+    func = workloads.matmul(12, 8, 6)
+    sch = DesignSpace().sample(func, seed)
+    kinds = [inst.kind for inst in sch.trace.instructions]
+    assert kinds.count("sample_perfect_tile") == 3 and "cache_write" in kinds and "parallel" in kinds
+    _check_matmul(sch.func, np.random.default_rng(seed))
+
+
+@settings(max_examples=6)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_a_sampled_trace_replays_to_the_same_function(seed):
+    func = workloads.matmul(12, 8, 6)
+    sch = DesignSpace().sample(func, seed)
+    again = Schedule.from_trace(func, sch.trace.to_json())
+    assert structural_equal(again.func, sch.func)
+    assert again.trace.to_json() == sch.trace.to_json()
+
+
+@settings(max_examples=6)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_a_mutation_changes_one_decision_and_keeps_the_result(seed):
+    func = workloads.matmul(12, 8, 6)
+    rng = random.Random(seed)
+    sch = DesignSpace().sample(func, seed)
+    trace = json.loads(sch.trace.to_json())
+    child = mutate_trace(func, trace, default_mutators(), rng)
+    assert child is not None
+    before, after = _decisions(trace), _decisions(json.loads(child.trace.to_json()))
+    assert len(before) == len(after)
+    assert sum(x != y for x, y in zip(before, after)) == 1
+    _check_matmul(child.func, np.random.default_rng(seed))
+
+
+def test_tile_mutation_keeps_the_product():
+    mutator = MutateTileSize()
+    rng = random.Random(4)
+    for _ in range(50):
+        new = mutator.mutate([2, 3, 4, 1], rng)
+        assert new is not None and np.prod(new) == 24 and new != [2, 3, 4, 1]
+    assert mutator.mutate([1, 1, 1], rng) is None
+
+
+def test_rules_are_plain_objects_users_can_add_to():
+    seen = []
+
+    class Record:
+        def apply(self, sch, block):
+            seen.append(sch.get(block).name)
+
+    space = DesignSpace(default_rules("c") + [Record()])
+    space.sample(workloads.softmax(4, 8), 0)
+    assert sorted(seen) == ["E", "M", "O", "S"]
+    assert [type(r) for r in default_rules("c")] == [MultiLevelTiling, ParallelVectorizeUnroll]
+
+
+def test_elementwise_blocks_are_vectorized_not_tiled():
+    sch = DesignSpace().sample(workloads.exp_scale(64), 1)
+    kinds = [inst.kind for inst in sch.trace.instructions]
+    assert "split" not in kinds and "vectorize" in kinds
