@@ -31,6 +31,7 @@ from . import passes as P
 log = logging.getLogger("refcomp.graph")
 
 TARGET_KINDS = ("c", "interpret")
+EXECUTORS = ("auto", "compiled", "vm")
 
 
 def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True,
@@ -74,14 +75,19 @@ def optimize(mod: IRModule, *, fuse: bool = True, schedule: bool = True, fold: b
 
 def build(mod: IRModule | Function, target: str | Target = "c", *, fuse: bool = True, schedule: bool = True,
           fold: bool = True, bounds: str = DEFAULT_BOUNDS, externs: dict[str, Callable] | None = None,
-          blas: bool | str | None = None) -> Executable:
+          blas: bool | str | None = None, executor: str = "auto") -> Executable:
     """Compile a graph module (or one Function, named main) to a VM Executable.
 
     blas: send float32 matmul/dense/linear to numpy's OpenBLAS sgemm (default: when target is "c"
     and the library is found), except the linears refcomp's own GEMM runs faster with their
     epilogue in the tile (dispatch_blas mode "auto"); "always" sends all of them.  bounds is
     refcomp.build's (each kernel is built with it): "runtime" (the default), "prove" or "off".
+    executor: "auto" (the default) compiles each graph function to one C function where it can
+    (spec/graph_c.md) and leaves the rest to the VM, logging why; "compiled" requires it (a
+    BuildError names the reason); "vm" always interprets.  `ex.executor` says which runs main.
     """
+    if executor not in EXECUTORS:
+        raise BuildError(f"graph.build: executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     if isinstance(mod, Function):
         mod = IRModule({"main": mod})
     parsed = parse_target(target, kinds=TARGET_KINDS, what="graph.build")
@@ -113,7 +119,41 @@ def build(mod: IRModule | Function, target: str | Target = "c", *, fuse: bool = 
     stats = {"kernels": len(kernels),
              "kernel_calls_static": sum(1 for f in functions.values() for i in _walk(f.code)
                                         if type(i).__name__ == "CallKernel")}
-    return Executable(functions, kernels, dict(externs or {}), str(parsed), stats, optimized)
+    ex = Executable(functions, kernels, dict(externs or {}), str(parsed), stats, optimized)
+    if executor != "vm":
+        _compile_graph_functions(ex, parsed, executor == "compiled")
+    return ex
+
+
+def _compile_graph_functions(ex: Executable, target: Target, required: bool) -> None:
+    """Compile each graph function to C where it can (ex.compiled); record the executor and why."""
+    from ..emit_c import compile_shared
+    from ..runtime.blas import sgemm_address
+    from ..runtime.graph_function import CompiledGraphFunction
+    from .passes.lower_to_c import Unsupported, lower_to_c
+
+    for name, function in ex.functions.items():
+        try:
+            if target.kind != "c":
+                raise Unsupported(f"kernels run in the {target.kind} target, not compiled C")
+            lowered = lower_to_c(function, ex.kernels, ex.externs)
+            blas = sgemm_address() if lowered.uses_blas else None
+            if lowered.uses_blas and blas is None:
+                raise Unsupported("the BLAS externs are not registered")
+        except Unsupported as why:
+            reason = f"vm: {why}"
+            if required:
+                raise BuildError(f"graph.build: {name} cannot be compiled to C ({why})",
+                                 hint="use executor='auto' to run it in the VM") from None
+            ex.executors[name] = reason
+            log.info("graph function %s runs in the %s", name, reason)
+            continue
+        path = compile_shared(lowered.source, target, f"graph_{name}")
+        ex.compiled[name] = CompiledGraphFunction(
+            path, lowered.symbol, name, lowered.inputs, lowered.outputs, lowered.returns_tuple,
+            lowered.constants, lowered.kernels, blas, lowered.kernel_calls, lowered.param_names, target,
+            lowered.source)
+        ex.executors[name] = "compiled"
 
 
 def _compile(func: PrimFunc, target: Target, bounds: str) -> Callable[..., Any]:
