@@ -213,3 +213,33 @@ def test_benchmark_mlp_compiled_equals_the_vm(models, rng, blas):
     for batch in (1, 7):
         x = rng.standard_normal((batch, 32)).astype("float32")
         same(fast["main"](x, *w), slow["main"](x, *w), exact=not blas)
+
+
+@pytest.mark.skipif(openblas_path() is None, reason="numpy's OpenBLAS is not available")
+def test_large_blas_products_shared_over_threads_match_the_vm(rng):
+    m = sv("m")
+    x, w = Var("x", tensor((m, 256))), Var("w", tensor((4, 160, 160)))
+    bb = BlockBuilder()
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            wide = bb.emit(op.matmul(x, refcomp.graph.const(rng.standard_normal((256, 1024)).astype("float32"))))
+            batched = bb.emit(op.matmul(w, w))
+            out = bb.emit_output(refcomp.ast.graph.Tuple((wide, batched)))
+        bb.emit_func_output(out)
+    ex = refcomp.graph.build(bb.get(), target="c", blas="always")
+    assert ex.executor == "compiled" and ex.compiled["main"]._uses_blas
+    fast, slow = both(ex)
+    xa = rng.standard_normal((64, 256)).astype("float32")
+    wa = rng.standard_normal((4, 160, 160)).astype("float32")
+    for got, expected in zip(fast["main"](xa, wa), slow["main"](xa, wa)):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(fast["main"](xa, wa)[1], wa @ wa, rtol=1e-4, atol=1e-3)
+
+
+def test_strict_c99_target_compiles_the_graph_function_or_says_why(rng):
+    ex = refcomp.graph.build(attention_like(), target="c -std=c99")
+    assert ex.executor == "compiled" or ex.executor.startswith("vm: ")
+    fast, slow = both(ex)
+    x = rng.standard_normal((2, 3, 8)).astype("float32")
+    w = rng.standard_normal((8, 8)).astype("float32")
+    same(fast["main"](x, w), slow["main"](x, w), exact=True)

@@ -148,7 +148,14 @@ def _compile_graph_functions(ex: Executable, target: Target, required: bool) -> 
             ex.executors[name] = reason
             log.info("graph function %s runs in the %s", name, reason)
             continue
-        path = compile_shared(lowered.source, target, f"graph_{name}")
+        try:
+            path = compile_shared(lowered.source, target, f"graph_{name}")
+        except BuildError as exc:
+            if required:
+                raise
+            ex.executors[name] = f"vm: the graph function does not compile for {target}: {exc}".split("\n")[0]
+            log.warning("graph function %s runs in the %s", name, ex.executors[name])
+            continue
         ex.compiled[name] = CompiledGraphFunction(
             path, lowered.symbol, name, lowered.inputs, lowered.outputs, lowered.returns_tuple,
             lowered.constants, lowered.kernels, blas, lowered.kernel_calls, lowered.param_names, target,

@@ -6,12 +6,14 @@
 The Python side checks what only it can see (argument count, rank, dtype: the same ArgumentError
 texts as the VM), packs the shapes and pointers, and keeps, per tuple of input shapes, the output
 shapes and arena size the C function reported on a first dry run.  Every dim check, the runtime
-shape checks and all kernel calls run in C; an error code comes back with its message and is
+shape checks and all kernel calls run in C (while it runs, OpenBLAS is one-threaded and the C
+function shares each large product over OpenMP threads, as the VM does over its own); an error code comes back with its message and is
 raised as ArgumentError (code 1) or RuntimeFailure (code 2: a kernel failed; code 3: a
 tensor is larger than its declared upper bounds allow).
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -20,8 +22,10 @@ import numpy as np
 from ..errors import ArgumentError, RuntimeFailure
 from ..target import Target
 from .loader import LoadedKernel, load_shared
+from .vm import call_session
 
 _ALIGN = 64
+_NO_SESSION = contextlib.nullcontext()
 
 
 def _numpy_dtype(dtype: str) -> np.dtype:
@@ -57,6 +61,7 @@ class CompiledGraphFunction:
         addresses = []
         for k in self._kernels:
             addresses += [int(k._ffi.cast("uintptr_t", k._entry)), int(k._ffi.cast("uintptr_t", k._message))]
+        self._uses_blas = sgemm_address is not None
         if sgemm_address is not None:
             addresses.append(sgemm_address)
         self._fns = ffi.new("void*[]", [ffi.cast("void*", a) for a in addresses] or [ffi.NULL])
@@ -138,8 +143,9 @@ class CompiledGraphFunction:
         outs = [np.empty(shape, dtype) for shape, (_, dtype) in zip(out_shapes, self._outputs)]
         for j, o in enumerate(outs):
             self._out[j] = self._ffi.cast("void*", o.__array_interface__["data"][0])
-        code = self._entry(self._shapes, self._in, self._consts, self._fns, self._out, self._out_shapes,
-                           self._arena_pointer, max(0, self._arena.size - _ALIGN), self._need, 0)
+        with call_session() if self._uses_blas else _NO_SESSION:
+            code = self._entry(self._shapes, self._in, self._consts, self._fns, self._out, self._out_shapes,
+                               self._arena_pointer, max(0, self._arena.size - _ALIGN), self._need, 0)
         if code != 0:
             raise self._failure(code)
         del arrays

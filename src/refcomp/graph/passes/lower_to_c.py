@@ -20,6 +20,7 @@ import numpy as np
 from ...ast import expr as tir
 from ...emit_c import c_string, mangle
 from ...runtime import vm as V
+from ...runtime.blas import _BATCH_MIN_MN, _BATCH_MIN_MNK
 from ...runtime.loader import LoadedKernel
 
 BLAS_EXTERNS = {"refcomp.blas.sgemm_nn": False, "refcomp.blas.sgemm_nt": True}  # symbol -> transposed b
@@ -99,7 +100,21 @@ _PRELUDE = r"""
 #include <stdio.h>
 #include <string.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#define RCG_PARALLEL_FOR _Pragma("omp parallel for num_threads(parts) schedule(static)")
+static int rcg_threads(void) { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+#else
+#define RCG_PARALLEL_FOR
+static int rcg_threads(void) { return 1; }
+#endif
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 static _Thread_local char rcg_message[1024];
+#else
+static char rcg_message[1024];
+#endif
+#define RCG_BATCH_MIN_MNK INT64_C(%(mnk)d)
+#define RCG_BATCH_MIN_MN INT64_C(%(mn)d)
 static int64_t rcg_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
 static int64_t rcg_floormod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 static int64_t rcg_truncdiv(int64_t a, int64_t b) { return a / b; }
@@ -116,7 +131,8 @@ static void rcg_shape_text(char* out, size_t size, const int64_t* dims, int ndim
 }
 typedef void (*rcg_sgemm_t)(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t,
                             const float*, int64_t, float, float*, int64_t);
-""".replace("%(align)d", str(ARENA_ALIGN)).replace("%%", "%")
+""".replace("%(align)d", str(ARENA_ALIGN)).replace("%(mnk)d", str(_BATCH_MIN_MNK)).replace(
+    "%(mn)d", str(_BATCH_MIN_MN)).replace("%%", "%")
 
 
 class _Lowering:
@@ -325,15 +341,36 @@ class _Lowering:
             count, m = "1", (" * ".join(a_dims[:-1]) or "1")
         ldb = "k" if transposed else "n"
         trans_b = 112 if transposed else 111
+        b_step = "k" if transposed else "INT64_C(1)"
         return ["{",
-                f"    const int64_t count = {count}, m = {m}, k = {k}, n = {n};",
+                f"    const int64_t count = {count}, m = {m}, k = {k}, n = {n}, ldb = {ldb};",
                 f"    const float* a = (const float*)({pa}); const float* b = (const float*)({pb});",
-                f"    float* c = (float*)({po});",
-                "    if (m != 0 && n != 0) {",
-                "        if (k == 0) memset(c, 0, (size_t)(count * m * n) * sizeof(float));",
-                "        else for (int64_t i = 0; i < count; ++i)",
-                f"            ((rcg_sgemm_t)fns[{2 * 0}+nk])(101, 111, {trans_b}, m, n, k, 1.0f, a + i * m * k, k,",
-                f"                b + i * k * n, {ldb}, 0.0f, c + i * m * n, n);",
+                f"    float* c = (float*)({po}); const int trans_b = {trans_b};",
+                "    const rcg_sgemm_t sgemm = (rcg_sgemm_t)fns[0+nk];",
+                "    const int parts = rcg_threads();",
+                "    const int large = m * n * k > RCG_BATCH_MIN_MNK && m * n > RCG_BATCH_MIN_MN;",
+                "    if (m == 0 || n == 0) {",
+                "    } else if (k == 0) {",
+                "        memset(c, 0, (size_t)(count * m * n) * sizeof(float));",
+                "    } else if (count > 1 && parts > 1 && count >= parts && large) {",
+                "        RCG_PARALLEL_FOR",
+                "        for (int64_t i = 0; i < count; ++i)",
+                "            sgemm(101, 111, trans_b, m, n, k, 1.0f, a + i * m * k, k, b + i * k * n, ldb, 0.0f,",
+                "                  c + i * m * n, n);",
+                "    } else if (count == 1 && parts > 1 && large && n >= 32 * parts) {",
+                "        /* output columns in blocks of whole 16-float vectors, one block per thread */",
+                "        RCG_PARALLEL_FOR",
+                "        for (int p = 0; p < parts; ++p) {",
+                "            const int64_t lo = p == 0 ? 0 : rcg_min(n, (n * p / parts + 15) / 16 * 16);",
+                "            const int64_t hi = p == parts - 1 ? n : rcg_min(n, (n * (p + 1) / parts + 15) / 16 * 16);",
+                "            if (hi > lo)",
+                f"                sgemm(101, 111, trans_b, m, hi - lo, k, 1.0f, a, k, b + lo * {b_step}, ldb, 0.0f,",
+                "                      c + lo, n);",
+                "        }",
+                "    } else {",
+                "        for (int64_t i = 0; i < count; ++i)",
+                "            sgemm(101, 111, trans_b, m, n, k, 1.0f, a + i * m * k, k, b + i * k * n, ldb, 0.0f,",
+                "                  c + i * m * n, n);",
                 "    }",
                 "}"]
 
