@@ -103,10 +103,10 @@ _PRELUDE = r"""
 #ifdef _OPENMP
 #include <omp.h>
 #define RCG_PARALLEL_FOR _Pragma("omp parallel for num_threads(parts) schedule(static)")
-static int rcg_threads(void) { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+static inline int rcg_threads(void) { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
 #else
 #define RCG_PARALLEL_FOR
-static int rcg_threads(void) { return 1; }
+static inline int rcg_threads(void) { return 1; }
 #endif
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 static _Thread_local char rcg_message[1024];
@@ -115,20 +115,21 @@ static char rcg_message[1024];
 #endif
 #define RCG_BATCH_MIN_MNK INT64_C(%(mnk)d)
 #define RCG_BATCH_MIN_MN INT64_C(%(mn)d)
-static int64_t rcg_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
-static int64_t rcg_floormod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-static int64_t rcg_truncdiv(int64_t a, int64_t b) { return a / b; }
-static int64_t rcg_truncmod(int64_t a, int64_t b) { return a % b; }
-static int64_t rcg_min(int64_t a, int64_t b) { return a < b ? a : b; }
-static int64_t rcg_max(int64_t a, int64_t b) { return a > b ? a : b; }
-static int64_t rcg_align(int64_t n) { return (n + %(align)d - 1) / %(align)d * %(align)d; }
+static inline int64_t rcg_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+static inline int64_t rcg_floormod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline int64_t rcg_truncdiv(int64_t a, int64_t b) { return a / b; }
+static inline int64_t rcg_truncmod(int64_t a, int64_t b) { return a % b; }
+static inline int64_t rcg_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t rcg_max(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t rcg_align(int64_t n) { return (n + %(align)d - 1) / %(align)d * %(align)d; }
 /* Python's text of a shape tuple: (), (5,), (2, 3) */
-static void rcg_shape_text(char* out, size_t size, const int64_t* dims, int ndim) {
+static inline void rcg_shape_text(char* out, size_t size, const int64_t* dims, int ndim) {
     size_t used = (size_t)snprintf(out, size, "(");
     for (int i = 0; i < ndim && used < size; ++i)
         used += (size_t)snprintf(out + used, size - used, i ? ", %%lld" : "%%lld", (long long)dims[i]);
     if (used < size) snprintf(out + used, size - used, ndim == 1 ? ",)" : ")");
 }
+typedef void (*rcg_fn)(void);  /* any function; cast to its own type before the call */
 typedef void (*rcg_sgemm_t)(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t,
                             const float*, int64_t, float, float*, int64_t);
 """.replace("%(align)d", str(ARENA_ALIGN)).replace("%(mnk)d", str(_BATCH_MIN_MNK)).replace(
@@ -392,7 +393,7 @@ class _Lowering:
         symbol = mangle(self.f.name, "rcg_graph_")
         lines = [_PRELUDE, f"const char* {symbol}_message(void) {{ return rcg_message; }}",
                  f"int32_t {symbol}(const int64_t* shapes, void* const* inputs, void* const* consts, "
-                 "void* const* fns, void* const* outputs, int64_t* out_shapes, uint8_t* arena, "
+                 "const rcg_fn* fns, void* const* outputs, int64_t* out_shapes, uint8_t* arena, "
                  "int64_t arena_bytes, int64_t* arena_need, int32_t dry_run) {",
                  "    int32_t code = 0;", "    (void)inputs; (void)consts; (void)fns; (void)outputs; (void)code;"]
         lines += ["    " + x for x in self.lines + checks]
