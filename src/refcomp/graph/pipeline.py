@@ -1,4 +1,4 @@
-"""The pass pipeline behind `refcomp.graph.build`: a graph module to a VM executable.
+"""The pass pipeline behind `refcomp.graph.build`: a graph module to an executable.
 
     ex = refcomp.graph.build(mod, target="c")
     vm = refcomp.runtime.VirtualMachine(ex)
@@ -6,7 +6,8 @@
 Pipeline (each a pure IRModule -> IRModule pass; the IR after each is logged at DEBUG level on
 the "refcomp.graph" logger): normalize, legalize_ops, canonicalize_bindings, fold_constant,
 dead_code_elimination, fuse_ops + fuse_tir (fuse=True), default_schedule (schedule=True),
-plan_memory, then lower_to_vm and kernel compilation.  The target vocabulary is refcomp.build's
+plan_memory, then lower_to_vm and kernel compilation; then each graph function is compiled to one C
+function where it can (lower_to_c, spec/graph_c.md), else the VM runs it (ex.executor says why).  The target vocabulary is refcomp.build's
 (spec/targets.md): a "c" target, with any of its options, compiles each PrimFunc with refcomp.build
 for that target; "interpret" runs kernels in the reference interpreter (slow; for testing).  The
 graph's kernels get CPU schedules, so "cuda" is not a graph target.  bounds has refcomp.build's
