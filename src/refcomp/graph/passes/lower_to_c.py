@@ -12,7 +12,7 @@ data-dependent shapes, Python externs, interpreted kernels, tuple or scalar para
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -47,7 +47,6 @@ class CGraphSource:
     uses_blas: bool  # fns[-1] = OpenBLAS's cblas sgemm
     kernel_calls: int
     param_names: tuple[str, ...] = ()
-    notes: dict[str, Any] = field(default_factory=dict)
 
 
 _C_DTYPES = {"float32": "float", "float64": "double"}
