@@ -1,15 +1,18 @@
 """Graph-level benchmark: an MLP and a transformer block built with the BlockBuilder.
 
-For each case it prints the kernel count with and without fusion, checks the VM result against
-numpy on the same random inputs, and compares the VM's run time with numpy doing the same
-computation (numpy's matmul uses the same OpenBLAS that refcomp's BLAS dispatch calls).
+For each case it prints the kernel count with and without fusion, checks the results of both
+executors (the graph function compiled to C, graph.build's default, and the VM interpreting the
+same kernels) against numpy on the same random inputs, and compares their run times with numpy
+doing the same computation (numpy's matmul uses the same OpenBLAS that refcomp's BLAS dispatch
+calls).  The CPU's ISA is printed first.
 
     python benchmarks/graph.py                 # both cases
     python benchmarks/graph.py mlp --repeat 5
     python benchmarks/graph.py transformer_block --hidden 1024 --seq 512
     python benchmarks/graph.py --single-thread-cpu      # 1 thread each, CPU time (steady under load)
 
-The VM and numpy are timed in alternating rounds and the best call of each is kept.
+The compiled function, the VM and numpy are timed in alternating rounds and the best call of each
+is kept.  With --json the last line holds the compiled function's time as "refcomp".
 """
 from __future__ import annotations
 
@@ -136,6 +139,23 @@ def _layer_norm(x, g, b, eps=1e-5):
 
 # ----------------------------------------------------------------------------- measuring
 
+def isa() -> str:
+    """The machine and the vector extensions gcc -march=native can use on it."""
+    import platform
+
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile")
+    return f"{platform.machine()} " + (" ".join(f.upper() for f in wanted if f in flags) or "(no x86 vector flags)")
+
+
 # A pause before each side's round, so the other side's idle pool threads stop spinning first.
 def run_case(name: str, mod, weight_shapes, input_shape, reference, repeat: int, rounds: int = 3,
              clock=time.perf_counter, blas=True) -> dict:
@@ -146,12 +166,14 @@ def run_case(name: str, mod, weight_shapes, input_shape, reference, repeat: int,
     fused = refcomp.graph.build(mod, target="c", blas=blas)
     compile_s = time.perf_counter() - start
     unfused = refcomp.graph.build(mod, target="c", fuse=False)
-    vm = refcomp.runtime.VirtualMachine(fused)
-    out = vm["main"](x, *weights)
+    vm = refcomp.runtime.VirtualMachine(fused, executor="vm")
+    compiled = fused.compiled.get("main")
+    run_c = (lambda: compiled(x, *weights)) if compiled is not None else (lambda: vm["main"](x, *weights))
     want = reference(x, *weights)
-    error = float(np.max(np.abs(out - want)) / (np.max(np.abs(want)) + 1e-30))
-    vm_s, np_s = harness.best_times([lambda: vm["main"](x, *weights), lambda: reference(x, *weights)], repeat, rounds,
-                            clock)
+    error = max(float(np.max(np.abs(out - want)) / (np.max(np.abs(want)) + 1e-30))
+                for out in (vm["main"](x, *weights), run_c()))
+    c_s, vm_s, np_s = harness.best_times([run_c, lambda: vm["main"](x, *weights), lambda: reference(x, *weights)],
+                                         repeat, rounds, clock)
     calls = lambda ex: ex.stats["kernel_calls_static"] + sum(  # noqa: E731
         1 for i in ex.functions["main"].code if type(i).__name__ == "CallPacked")
     from refcomp.ast.graph_script import format_prim_expr
@@ -159,6 +181,7 @@ def run_case(name: str, mod, weight_shapes, input_shape, reference, repeat: int,
 
     main = fused.module["main"]
     return {"case": name, "kernels_unfused": calls(unfused), "kernels_fused": calls(fused), "max_rel_err": error,
+            "executor": fused.executor, "c_ms": c_s * 1e3, "c_speedup": np_s / c_s,
             "vm_ms": vm_s * 1e3, "numpy_ms": np_s * 1e3, "speedup": np_s / vm_s, "compile_s": compile_s,
             "arena_mib": fused.arena_bytes() / 2 ** 20,
             "arena_expr": format_prim_expr(arena_expression(main)),
@@ -209,23 +232,30 @@ def main(argv: list[str] | None = None) -> int:
     mode = "1 thread each, process CPU time" if args.single_thread_cpu else f"{os.cpu_count()} threads, wall time"
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; timing: {mode}, best of {args.rounds} "
           f"alternating rounds x {args.repeat} calls; freed memory kept in the heap: {harness.KEEPS_FREED_MEMORY}")
-    header = f"{'case':<18} {'kernels':>15} {'max rel err':>12} {'VM ms':>9} {'numpy ms':>9} {'numpy/VM':>9} " \
-             f"{'arena MiB':>10} {'compile s':>10}"
+    print(f"ISA: {isa()}")
+    header = f"{'case':<18} {'kernels':>15} {'max rel err':>12} {'C ms':>9} {'VM ms':>9} {'numpy ms':>9} " \
+             f"{'numpy/C':>9} {'numpy/VM':>9} {'arena MiB':>10} {'compile s':>10}"
     print(header)
     print("-" * len(header))
     for r in rows:
         kernels = f"{r['kernels_unfused']} -> {r['kernels_fused']}"
-        print(f"{r['case']:<18} {kernels:>15} {r['max_rel_err']:>12.2e} {r['vm_ms']:>9.2f} {r['numpy_ms']:>9.2f} "
-              f"{r['speedup']:>8.2f}x {r['arena_mib']:>10.1f} {r['compile_s']:>10.1f}")
+        print(f"{r['case']:<18} {kernels:>15} {r['max_rel_err']:>12.2e} {r['c_ms']:>9.2f} {r['vm_ms']:>9.2f} "
+              f"{r['numpy_ms']:>9.2f} {r['c_speedup']:>8.2f}x {r['speedup']:>8.2f}x {r['arena_mib']:>10.1f} "
+              f"{r['compile_s']:>10.1f}")
+    for r in rows:
+        if r["executor"] != "compiled":
+            print(f"{r['case']}: the C column is the VM ({r['executor']})")
     for r in rows:
         print(f"{r['case']}: planned arena = {r['arena_expr']} bytes, {r['arena_mib']:.1f} MiB at the upper "
               f"bound {r['bounds']}")
     ok = all(r["max_rel_err"] < 1e-3 for r in rows)
     if not ok:
-        print("RESULT MISMATCH: the VM disagrees with numpy", file=sys.stderr)
+        print("RESULT MISMATCH: refcomp disagrees with numpy", file=sys.stderr)
     if args.json:
-        print(json.dumps({"cases": {r["case"]: {"refcomp": round(r["vm_ms"], 3), "baseline": round(r["numpy_ms"], 3),
-                                                "unit": "ms", "ratio": round(r["speedup"], 3)} for r in rows}}))
+        print(json.dumps({"cases": {r["case"]: {"refcomp": round(r["c_ms"], 3), "baseline": round(r["numpy_ms"], 3),
+                                                "unit": "ms", "ratio": round(r["c_speedup"], 3),
+                                                "vm": round(r["vm_ms"], 3), "vm_ratio": round(r["speedup"], 3)}
+                                    for r in rows}}))
     return 0 if ok else 1
 
 

@@ -29,3 +29,10 @@ def test_a_step_the_schedule_refuses_is_skipped(rng):
 
 def test_the_matmul_recipe_declines_a_shape_it_cannot_tile():
     assert demo._matmul_recipe(workloads.matmul(7, 13, 5), "C") == (None, "")
+
+
+def test_the_demo_model_runs_compiled_and_matches_numpy(rng, capsys):
+    error = demo.model_section(rng, {"batch": 5, "hidden": 16, "ffn": 24})
+    assert error < 1e-5
+    out = capsys.readouterr().out
+    assert "refcomp (compiled)" in out and "numpy" in out

@@ -1,4 +1,10 @@
-"""`refcomp demo`: build a few kernels from te, run them, compare with numpy (error and time)."""
+"""`refcomp demo`: a small model end to end and a few kernels, compared with numpy (error and time).
+
+The model (a two-layer MLP with its weights as constants) is built with the graph API and runs as
+one compiled C call (graph.build's default executor); the same model runs in numpy and, when onnx
+and onnxruntime are installed, as an ONNX graph in onnxruntime.  Each side is timed as its best
+single call of several, after a warm-up call; the printed ISA is what gcc -march=native targets.
+"""
 from __future__ import annotations
 
 import time
@@ -98,14 +104,113 @@ def _kernels(rng):
     yield "conv2d 3x3", te.create_prim_func([Xc, W, Y]), ["Y"], [xc, wt], np.zeros((1, 16, 32, 32), np.float32), conv
 
 
+def isa() -> str:
+    """The machine and the vector extensions gcc -march=native can use on it."""
+    import platform
+
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile")
+    return f"{platform.machine()} " + (" ".join(f.upper() for f in wanted if f in flags) or "(no x86 vector flags)")
+
+
+MODEL_SIZES = {"batch": 64, "hidden": 256, "ffn": 1024}
+
+
+def mlp_model(rng, batch: int, hidden: int, ffn: int):
+    """(graph module, weights, numpy function): y = relu(x @ w1 + b1) @ w2 + b2, weights constant."""
+    from . import graph
+    from .ast import SizeVar
+    from .graph import BlockBuilder, Var, op, tensor
+
+    w1 = (rng.standard_normal((hidden, ffn)) / np.sqrt(hidden)).astype(np.float32)
+    b1 = rng.standard_normal(ffn).astype(np.float32)
+    w2 = (rng.standard_normal((ffn, hidden)) / np.sqrt(ffn)).astype(np.float32)
+    b2 = rng.standard_normal(hidden).astype(np.float32)
+    n = SizeVar("batch", "int64")
+    x = Var("x", tensor((n, hidden)))
+    bb = BlockBuilder()
+    with bb.function("main", [x], attrs={"tir_var_upper_bound": {"batch": max(batch, 1024)}}):
+        with bb.dataflow():
+            h = bb.emit(op.relu(op.add(op.matmul(x, graph.const(w1)), graph.const(b1))))
+            y = bb.emit_output(op.add(op.matmul(h, graph.const(w2)), graph.const(b2)))
+        bb.emit_func_output(y)
+
+    def reference(v):
+        return np.maximum(v @ w1 + b1, 0) @ w2 + b2
+    return bb.get(), (w1, b1, w2, b2), reference
+
+
+def _onnxruntime_session(weights, hidden: int):
+    """The same MLP as an ONNX graph in onnxruntime, or None when either package is missing."""
+    try:
+        import onnxruntime
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError:
+        return None
+    names = ("w1", "b1", "w2", "b2")
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["xw1"]), helper.make_node("Add", ["xw1", "b1"], ["h0"]),
+             helper.make_node("Relu", ["h0"], ["h"]), helper.make_node("MatMul", ["h", "w2"], ["hw2"]),
+             helper.make_node("Add", ["hw2", "b2"], ["y"])]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", hidden])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", hidden])],
+                              [numpy_helper.from_array(w, name) for w, name in zip(weights, names)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return lambda v: session.run(None, {"x": v})[0]
+
+
+def model_section(rng, sizes: dict | None = None) -> float:
+    """Print the model comparison; return the worst relative error of refcomp's result."""
+    from . import graph
+    from .runtime import VirtualMachine
+
+    sizes = dict(MODEL_SIZES, **(sizes or {}))
+    mod, weights, reference = mlp_model(rng, **sizes)
+    start = time.perf_counter()
+    ex = graph.build(mod, target="c")
+    build_s = time.perf_counter() - start
+    run = ex.compiled.get("main") or VirtualMachine(ex)["main"]
+    x = rng.standard_normal((sizes["batch"], sizes["hidden"])).astype(np.float32)
+    want = reference(x)
+    scale = max(1.0, float(np.max(np.abs(want))))
+    error = float(np.max(np.abs(run(x) - want))) / scale
+    sides = [("refcomp (" + ex.executor + ")", run), ("numpy", reference)]
+    session = _onnxruntime_session(weights, sizes["hidden"])
+    if session is not None:
+        ort_error = float(np.max(np.abs(session(x) - want))) / scale
+        sides.append(("onnxruntime", session))
+    print(f"model: MLP {sizes['batch']}x{sizes['hidden']} -> {sizes['ffn']} -> {sizes['hidden']}, relu, weights "
+          f"constant; built in {build_s:.1f} s; max error {error:.1e}"
+          + (f" (onnxruntime {ort_error:.1e})" if session is not None else ""))
+    times = {name: _best(lambda fn=fn: fn(x), repeat=20) for name, fn in sides}
+    base = times["numpy"]
+    for name, seconds in times.items():
+        print(f"  {name:<34} {seconds * 1e3:9.3f} ms   {base / seconds:6.2f}x numpy")
+    if session is None:
+        print("  (onnxruntime is not installed: pip install onnx onnxruntime to compare with it)")
+    return error
+
+
 def main() -> int:
-    """Build, run and compare the demo kernels; print one table row per kernel."""
+    """Run the model comparison, then build, run and compare the demo kernels (one row each)."""
     rng = np.random.default_rng()
-    print("refcomp demo: te kernels compiled to C (gcc -O3 -march=native -fopenmp), checked against numpy\n")
+    print(f"refcomp demo on {isa()}: compiled with gcc -O3 -march=native -fopenmp, checked against numpy\n")
+    worst = model_section(rng)
+    print()
     header = f"{'kernel':<30} {'shape':<18} {'loops':<14} {'max error':>10} {'refcomp ms':>11} {'numpy ms':>9} {'speed-up':>9}"
     print(header)
     print("-" * len(header))
-    worst = 0.0
     for name, func, blocks, inputs, out, reference in _kernels(rng):
         scheduled, how = _matmul_recipe(func, blocks[0]) if name == "matmul" else (None, "")
         if scheduled is None:

@@ -1,4 +1,4 @@
-"""The pass pipeline behind `refcomp.graph.build`: a graph module to a VM executable.
+"""The pass pipeline behind `refcomp.graph.build`: a graph module to an executable.
 
     ex = refcomp.graph.build(mod, target="c")
     vm = refcomp.runtime.VirtualMachine(ex)
@@ -6,7 +6,8 @@
 Pipeline (each a pure IRModule -> IRModule pass; the IR after each is logged at DEBUG level on
 the "refcomp.graph" logger): normalize, legalize_ops, canonicalize_bindings, fold_constant,
 dead_code_elimination, fuse_ops + fuse_tir (fuse=True), default_schedule (schedule=True),
-plan_memory, then lower_to_vm and kernel compilation.  The target vocabulary is refcomp.build's
+plan_memory, then lower_to_vm and kernel compilation; then each graph function is compiled to one C
+function where it can (lower_to_c, spec/graph_c.md), else the VM runs it (ex.executor says why).  The target vocabulary is refcomp.build's
 (spec/targets.md): a "c" target, with any of its options, compiles each PrimFunc with refcomp.build
 for that target; "interpret" runs kernels in the reference interpreter (slow; for testing).  The
 graph's kernels get CPU schedules, so "cuda" is not a graph target.  bounds has refcomp.build's
@@ -31,6 +32,7 @@ from . import passes as P
 log = logging.getLogger("refcomp.graph")
 
 TARGET_KINDS = ("c", "interpret")
+EXECUTORS = ("auto", "compiled", "vm")
 
 
 def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True,
@@ -74,14 +76,19 @@ def optimize(mod: IRModule, *, fuse: bool = True, schedule: bool = True, fold: b
 
 def build(mod: IRModule | Function, target: str | Target = "c", *, fuse: bool = True, schedule: bool = True,
           fold: bool = True, bounds: str = DEFAULT_BOUNDS, externs: dict[str, Callable] | None = None,
-          blas: bool | str | None = None) -> Executable:
+          blas: bool | str | None = None, executor: str = "auto") -> Executable:
     """Compile a graph module (or one Function, named main) to a VM Executable.
 
     blas: send float32 matmul/dense/linear to numpy's OpenBLAS sgemm (default: when target is "c"
     and the library is found), except the linears refcomp's own GEMM runs faster with their
     epilogue in the tile (dispatch_blas mode "auto"); "always" sends all of them.  bounds is
     refcomp.build's (each kernel is built with it): "runtime" (the default), "prove" or "off".
+    executor: "auto" (the default) compiles each graph function to one C function where it can
+    (spec/graph_c.md) and leaves the rest to the VM, logging why; "compiled" requires it (a
+    BuildError names the reason); "vm" always interprets.  `ex.executor` says which runs main.
     """
+    if executor not in EXECUTORS:
+        raise BuildError(f"graph.build: executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     if isinstance(mod, Function):
         mod = IRModule({"main": mod})
     parsed = parse_target(target, kinds=TARGET_KINDS, what="graph.build")
@@ -113,7 +120,48 @@ def build(mod: IRModule | Function, target: str | Target = "c", *, fuse: bool = 
     stats = {"kernels": len(kernels),
              "kernel_calls_static": sum(1 for f in functions.values() for i in _walk(f.code)
                                         if type(i).__name__ == "CallKernel")}
-    return Executable(functions, kernels, dict(externs or {}), str(parsed), stats, optimized)
+    ex = Executable(functions, kernels, dict(externs or {}), str(parsed), stats, optimized)
+    if executor != "vm":
+        _compile_graph_functions(ex, parsed, executor == "compiled")
+    return ex
+
+
+def _compile_graph_functions(ex: Executable, target: Target, required: bool) -> None:
+    """Compile each graph function to C where it can (ex.compiled); record the executor and why."""
+    from ..emit_c import compile_shared
+    from ..runtime.blas import sgemm_address
+    from ..runtime.graph_function import CompiledGraphFunction
+    from .passes.lower_to_c import Unsupported, lower_to_c
+
+    for name, function in ex.functions.items():
+        try:
+            if target.kind != "c":
+                raise Unsupported(f"kernels run in the {target.kind} target, not compiled C")
+            lowered = lower_to_c(function, ex.kernels, ex.externs)
+            blas = sgemm_address() if lowered.uses_blas else None
+            if lowered.uses_blas and blas is None:
+                raise Unsupported("the BLAS externs are not registered")
+        except Unsupported as why:
+            reason = f"vm: {why}"
+            if required:
+                raise BuildError(f"graph.build: {name} cannot be compiled to C ({why})",
+                                 hint="use executor='auto' to run it in the VM") from None
+            ex.executors[name] = reason
+            log.info("graph function %s runs in the %s", name, reason)
+            continue
+        try:
+            path = compile_shared(lowered.source, target, f"graph_{name}")
+        except BuildError as exc:
+            if required:
+                raise
+            ex.executors[name] = f"vm: the graph function does not compile for {target}: {exc}".split("\n")[0]
+            log.warning("graph function %s runs in the %s", name, ex.executors[name])
+            continue
+        ex.compiled[name] = CompiledGraphFunction(
+            path, lowered.symbol, name, lowered.inputs, lowered.outputs, lowered.returns_tuple,
+            lowered.constants, lowered.kernels, blas, lowered.kernel_calls, lowered.param_names, target,
+            lowered.source)
+        ex.executors[name] = "compiled"
 
 
 def _compile(func: PrimFunc, target: Target, bounds: str) -> Callable[..., Any]:

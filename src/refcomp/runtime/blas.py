@@ -254,3 +254,23 @@ def register_blas() -> bool:
     extern_from_library("refcomp.blas.sgemm_nt", path, "scipy_cblas_sgemm64_", _SGEMM_DECL,
                         _sgemm_adapter(True, batch))
     return True
+
+
+_SGEMM_HANDLE: tuple | None = None
+
+
+def sgemm_address() -> int | None:
+    """The address of OpenBLAS's cblas sgemm (the one refcomp.blas.* call), for compiled graph
+    functions that call it directly; None when numpy's OpenBLAS is absent."""
+    global _SGEMM_HANDLE
+    if _SGEMM_HANDLE is None:
+        path = openblas_path()
+        if path is None:
+            return None
+        import cffi
+
+        ffi = cffi.FFI()
+        ffi.cdef(_SGEMM_DECL)
+        lib = ffi.dlopen(path)
+        _SGEMM_HANDLE = (ffi, lib, int(ffi.cast("uintptr_t", lib.scipy_cblas_sgemm64_)))
+    return _SGEMM_HANDLE[2]

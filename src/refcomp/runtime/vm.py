@@ -186,6 +186,14 @@ class Executable:
     target: str = "c"
     stats: dict[str, Any] = field(default_factory=dict)
     module: Any = None  # the final IRModule, for inspection
+    compiled: dict[str, Callable] = field(default_factory=dict)  # graph functions compiled to C
+    executors: dict[str, str] = field(default_factory=dict)  # "compiled" or "vm: <reason>" per function
+
+    @property
+    def executor(self) -> str:
+        """How main (else the only function) runs: "compiled" (one C call) or "vm: <why>"."""
+        name = "main" if "main" in self.functions else next(iter(self.functions), "main")
+        return self.executors.get(name, "vm")
 
     def arena_bytes(self, function: str = "main") -> int:
         """Bytes of preallocated storage the planner reserved for function (at the upper bounds)."""
@@ -240,8 +248,12 @@ class _Frame:
 class VirtualMachine:
     """Runs an Executable's functions on numpy arrays."""
 
-    def __init__(self, executable: Executable) -> None:
+    def __init__(self, executable: Executable, executor: str = "auto") -> None:
+        """executor "auto" runs the functions compiled to C where there are; "vm" always interprets."""
+        if executor not in ("auto", "vm"):
+            raise ValueError(f"VirtualMachine: executor must be 'auto' or 'vm', got {executor!r}")
         self.executable = executable
+        self.use_compiled = executor == "auto"
         self._storage: dict[str, list[bytearray | None]] = {}
         self.kernel_calls = 0
 
@@ -252,6 +264,10 @@ class VirtualMachine:
 
     def invoke(self, name: str, *args: Any) -> Any:
         """Run function `name` on args (numpy arrays, ints for prim params, tuples for tuple params)."""
+        compiled = self.executable.compiled.get(name) if self.use_compiled else None
+        if compiled is not None:
+            self.kernel_calls += compiled.kernel_calls
+            return compiled(*args)
         function = self.executable.functions[name]
         if len(args) != function.num_params:
             raise ArgumentError(f"{name} takes {function.num_params} arguments "

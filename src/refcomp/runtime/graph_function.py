@@ -1,0 +1,152 @@
+"""A graph function compiled to C (spec/graph_c.md): one cffi call per model call.
+
+    fn = executable.compiled["main"]
+    y = fn(x, w)                    # numpy arrays in, numpy arrays out, like the VM
+
+The Python side checks what only it can see (argument count, rank, dtype: the same ArgumentError
+texts as the VM), packs the shapes and pointers, and keeps, per tuple of input shapes, the output
+shapes and arena size the C function reported on a first dry run.  Every dim check, the runtime
+shape checks and all kernel calls run in C (while it runs, OpenBLAS is one-threaded and the C
+function shares each large product over OpenMP threads, as the VM does over its own); an error code comes back with its message and is
+raised as ArgumentError (code 1) or RuntimeFailure (code 2: a kernel failed; code 3: a
+tensor is larger than its declared upper bounds allow).
+"""
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import ArgumentError, RuntimeFailure
+from ..target import Target
+from .loader import LoadedKernel, load_shared
+from .vm import call_session
+
+_ALIGN = 64
+_NO_SESSION = contextlib.nullcontext()
+
+
+def _numpy_dtype(dtype: str) -> np.dtype:
+    return np.dtype("uint16") if dtype == "bfloat16" else np.dtype(dtype)
+
+
+class CompiledGraphFunction:
+    """One graph function as a loaded C function (built by refcomp.graph.build)."""
+
+    def __init__(self, path: Path, symbol: str, name: str, inputs: Sequence[tuple[str, int, str]],
+                 outputs: Sequence[tuple[int, str]], returns_tuple: bool, constants: Sequence[np.ndarray],
+                 kernels: Sequence[LoadedKernel], sgemm_address: int | None, kernel_calls: int,
+                 param_names: Sequence[str], target: Target, source: str) -> None:
+        cdef = (f"int32_t {symbol}(const int64_t* shapes, void* const* inputs, void* const* consts, "
+                "void* const* fns, void* const* outputs, int64_t* out_shapes, uint8_t* arena, "
+                "int64_t arena_bytes, int64_t* arena_need, int32_t dry_run);\n"
+                f"const char* {symbol}_message(void);\n")
+        self._ffi, self._lib = load_shared(path, cdef, target)
+        ffi = self._ffi
+        self.name = name
+        self.path = Path(path)
+        self.source = source
+        self.kernel_calls = kernel_calls
+        self._entry = getattr(self._lib, symbol)
+        self._message = getattr(self._lib, f"{symbol}_message")
+        self._inputs = list(inputs)
+        self._dtypes = [_numpy_dtype(d) for _, _, d in self._inputs]
+        self._outputs = [(ndim, _numpy_dtype(d)) for ndim, d in outputs]
+        self._returns_tuple = returns_tuple
+        self._param_names = tuple(param_names)
+        self._constants = [np.ascontiguousarray(c) for c in constants]
+        self._kernels = list(kernels)  # kept alive: fns points into their libraries
+        addresses = []
+        for k in self._kernels:
+            addresses += [int(k._ffi.cast("uintptr_t", k._entry)), int(k._ffi.cast("uintptr_t", k._message))]
+        self._uses_blas = sgemm_address is not None
+        if sgemm_address is not None:
+            addresses.append(sgemm_address)
+        self._fns = ffi.new("void*[]", [ffi.cast("void*", a) for a in addresses] or [ffi.NULL])
+        self._consts = ffi.new("void*[]", [ffi.cast("void*", c.__array_interface__["data"][0])
+                                           for c in self._constants] or [ffi.NULL])
+        self._shapes = ffi.new("int64_t[]", max(1, sum(n for _, n, _ in self._inputs)))
+        self._in = ffi.new("void*[]", max(1, len(self._inputs)))
+        self._out = ffi.new("void*[]", max(1, len(self._outputs)))
+        self._out_shapes = ffi.new("int64_t[]", max(1, sum(n for n, _ in self._outputs)))
+        self._need = ffi.new("int64_t[1]")
+        self._plans: dict[tuple, tuple[list[tuple[int, ...]], int]] = {}
+        self._arena = np.empty(0, np.uint8)
+        self._arena_pointer = ffi.NULL
+
+    def __repr__(self) -> str:
+        return f"<refcomp.CompiledGraphFunction {self.name}({', '.join(self._param_names)})>"
+
+    def _failure(self, code: int) -> Exception:
+        message = self._ffi.string(self._message()).decode("utf-8", "replace")
+        if code == 1:
+            return ArgumentError(message)
+        if code == 3:
+            return RuntimeFailure(message, hint="raise the upper bound of the size vars or call with smaller inputs")
+        return RuntimeFailure(message)
+
+    def _check(self, args: tuple) -> list[np.ndarray]:
+        if len(args) != len(self._inputs):
+            raise ArgumentError(f"{self.name} takes {len(self._inputs)} arguments "
+                                f"({', '.join(self._param_names)}), got {len(args)}")
+        arrays = []
+        for a, (what, ndim, dtype), expected in zip(args, self._inputs, self._dtypes):
+            if not isinstance(a, np.ndarray):
+                raise ArgumentError(f"{what}: expected a tensor, got {type(a).__name__}")
+            if a.ndim != ndim:
+                raise ArgumentError(f"{what}: expected a {ndim}-d tensor, got shape {a.shape}")
+            if a.dtype != expected:
+                raise ArgumentError(f"{what}: expected dtype {dtype}, got {a.dtype}")
+            arrays.append(np.asarray(a, order="C"))
+        return arrays
+
+    def _plan(self, key: tuple) -> tuple[list[tuple[int, ...]], int]:
+        plan = self._plans.get(key)
+        if plan is None:
+            code = self._entry(self._shapes, self._in, self._consts, self._fns, self._out, self._out_shapes,
+                               self._ffi.NULL, 0, self._need, 1)
+            if code != 0:
+                raise self._failure(code)
+            shapes, k = [], 0
+            for ndim, _ in self._outputs:
+                shapes.append(tuple(int(self._out_shapes[k + i]) for i in range(ndim)))
+                k += ndim
+            plan = (shapes, int(self._need[0]))
+            self._plans[key] = plan
+        return plan
+
+    def arena_bytes(self, *args: Any) -> int:
+        """Bytes of arena a call with these arguments uses."""
+        arrays = self._check(args)
+        self._pack(arrays)
+        return self._plan(tuple(a.shape for a in arrays))[1]
+
+    def _pack(self, arrays: list[np.ndarray]) -> None:
+        k = 0
+        shapes, pointers = self._shapes, self._in
+        for i, a in enumerate(arrays):
+            for d in a.shape:
+                shapes[k] = d
+                k += 1
+            pointers[i] = self._ffi.cast("void*", a.__array_interface__["data"][0])
+
+    def __call__(self, *args: Any) -> Any:
+        arrays = self._check(args)
+        self._pack(arrays)
+        out_shapes, need = self._plan(tuple(a.shape for a in arrays))
+        if need > self._arena.size - _ALIGN:
+            self._arena = np.empty(need + _ALIGN, np.uint8)
+            address = self._arena.__array_interface__["data"][0]
+            self._arena_pointer = self._ffi.cast("uint8_t*", address + (-address) % _ALIGN)
+        outs = [np.empty(shape, dtype) for shape, (_, dtype) in zip(out_shapes, self._outputs)]
+        for j, o in enumerate(outs):
+            self._out[j] = self._ffi.cast("void*", o.__array_interface__["data"][0])
+        with call_session() if self._uses_blas else _NO_SESSION:
+            code = self._entry(self._shapes, self._in, self._consts, self._fns, self._out, self._out_shapes,
+                               self._arena_pointer, max(0, self._arena.size - _ALIGN), self._need, 0)
+        if code != 0:
+            raise self._failure(code)
+        del arrays
+        return tuple(outs) if self._returns_tuple else outs[0]

@@ -1,0 +1,246 @@
+"""The graph function compiled to C: the default executor where it applies, results equal to the
+VM's on odd, zero and one sizes, the VM's argument errors, and the VM (with its reason) elsewhere."""
+import importlib.util
+import logging
+import math
+import pathlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import refcomp
+from refcomp.ast import SizeVar
+from refcomp.ast.graph import BindingBlock, SeqExpr, TupleGetItem, VarBinding
+from refcomp.graph import BlockBuilder, Var, op, tensor
+from refcomp.runtime.blas import openblas_path
+from refcomp.runtime.vm import register_extern
+
+from test_vm import attention_like, attention_ref
+
+_BENCH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "graph.py"
+BLAS = [False, True] if openblas_path() is not None else [False]
+
+
+def sv(name):
+    return SizeVar(name, "int64")
+
+
+def both(ex):
+    return refcomp.runtime.VirtualMachine(ex), refcomp.runtime.VirtualMachine(ex, executor="vm")
+
+
+def same(a, b, exact):
+    if exact:
+        np.testing.assert_array_equal(a, b)
+    else:
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+_CACHE = {}
+
+
+def attention_executable(blas):
+    if blas not in _CACHE:
+        _CACHE[blas] = refcomp.graph.build(attention_like(), target="c", blas=blas)
+    return _CACHE[blas]
+
+
+@pytest.mark.parametrize("blas", BLAS)
+def test_attention_compiled_by_default_and_equal_to_the_vm(rng, blas):
+    ex = attention_executable(blas)
+    assert ex.executor == "compiled"
+    assert ex.compiled["main"].kernel_calls >= 1
+    fast, slow = both(ex)
+    w = rng.standard_normal((8, 8)).astype("float32")
+    for shape in [(1, 1, 8), (3, 5, 8), (4, 16, 8), (2, 0, 8), (0, 3, 8)]:
+        x = rng.standard_normal(shape).astype("float32")
+        got = fast["main"](x, w)
+        same(got, slow["main"](x, w), exact=not blas)
+        assert got.shape == x.shape
+        if x.size:
+            np.testing.assert_allclose(got, attention_ref(x, w), rtol=1e-4, atol=1e-5)
+
+
+@settings(max_examples=15, deadline=None)
+@given(batch=st.integers(0, 4), seq=st.integers(0, 16), seed=st.integers(0, 2**32 - 1))
+def test_attention_any_size_within_bounds_matches_the_vm(batch, seq, seed):
+    rng = np.random.default_rng(seed)
+    fast, slow = both(attention_executable(False))
+    x = rng.standard_normal((batch, seq, 8)).astype("float32")
+    w = rng.standard_normal((8, 8)).astype("float32")
+    np.testing.assert_array_equal(fast["main"](x, w), slow["main"](x, w))
+
+
+def _raised(fn, *args):
+    try:
+        fn(*args)
+    except refcomp.errors.RefcompError as exc:
+        return type(exc), str(exc)
+    return None
+
+
+def test_wrong_inputs_raise_what_the_vm_raises(rng):
+    fast, slow = both(attention_executable(False))
+    w = rng.standard_normal((8, 8)).astype("float32")
+    cases = [(np.ones((1, 2, 7), "float32"), w), (np.ones((1, 2, 8), "float64"), w), (np.ones((2, 8), "float32"), w),
+             (w,), (np.ones((1, 2, 8), "float32"), np.ones((8, 9), "float32")),
+             (np.ones((5, 17, 8), "float32"), w), ([1.0], w)]
+    for args in cases:
+        got, expected = _raised(fast["main"], *args), _raised(slow["main"], *args)
+        assert got is not None and got == expected, args
+    assert issubclass(_raised(fast["main"], np.ones((2, 8), "float32"), w)[0], refcomp.ArgumentError)
+
+
+def test_size_var_shared_by_two_params_is_checked_in_c():
+    n = sv("n")
+    x, y = Var("x", tensor((n,))), Var("y", tensor((n,)))
+    bb = BlockBuilder()
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            out = bb.emit_output(op.add(x, y))
+        bb.emit_func_output(out)
+    ex = refcomp.graph.build(bb.get(), target="c")
+    assert ex.executor == "compiled"
+    fast, _ = both(ex)
+    with pytest.raises(refcomp.ArgumentError, match="dim 0 is 4 but must be n = 3"):
+        fast["main"](np.ones(3, "float32"), np.ones(4, "float32"))
+    np.testing.assert_array_equal(fast["main"](np.arange(3, dtype="float32"), np.ones(3, "float32")),
+                                  np.arange(3) + 1)
+
+
+def test_tuple_results_and_constants(rng):
+    n = sv("n")
+    x = Var("x", tensor((n, 3)))
+    c = rng.standard_normal((1, 3)).astype("float32")
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(op.add(x, refcomp.graph.const(c)))
+            z = bb.emit(op.exp(y))
+            out = bb.emit_output(refcomp.ast.graph.Tuple((z, op.sum(y, axis=[1]))))
+        bb.emit_func_output(out)
+    ex = refcomp.graph.build(bb.get(), target="c")
+    assert ex.executor == "compiled"
+    fast, slow = both(ex)
+    for rows in (0, 1, 5):
+        a = rng.standard_normal((rows, 3)).astype("float32")
+        got, expected = fast["main"](a), slow["main"](a)
+        assert isinstance(got, tuple) and len(got) == 2
+        for g, e in zip(got, expected):
+            np.testing.assert_array_equal(g, e)
+        np.testing.assert_allclose(got[0], np.exp(a + c), rtol=1e-6)
+
+
+def test_control_flow_runs_in_the_vm_with_its_reason(rng, caplog):
+    n = sv("n")
+    x, c = Var("x", tensor((n,))), Var("c", tensor((), "bool"))
+    bb = BlockBuilder()
+    with bb.function("main", [c, x]):
+        branches = []
+        for build in (op.exp, op.negative):
+            value = bb.normalize(build(x))
+            var = Var("r", value.struct_info)
+            branches.append(SeqExpr((BindingBlock((VarBinding(var, value),)),), var))
+        from refcomp.graph.block_builder import make_if
+
+        y = bb.emit(make_if(None, c, branches[0], branches[1], bb.defined_vars))
+        bb.emit_func_output(y)
+    with caplog.at_level(logging.INFO, logger="refcomp.graph"):
+        ex = refcomp.graph.build(bb.get(), target="c")
+    assert ex.executor == "vm: control flow (R.If)"
+    assert "vm: control flow" in caplog.text
+    a = rng.standard_normal(4).astype("float32")
+    np.testing.assert_array_equal(refcomp.runtime.VirtualMachine(ex)["main"](np.array(False), a), -a)
+    with pytest.raises(refcomp.BuildError, match="cannot be compiled to C"):
+        refcomp.graph.build(bb.get(), target="c", executor="compiled")
+
+
+def test_python_extern_runs_in_the_vm(rng):
+    register_extern("test.graph_c.double", lambda a, out: out.__setitem__(..., 2 * a))
+    x = Var("x", tensor((4,)))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        y = bb.emit(op.call_dps_packed("test.graph_c.double", (x,), tensor((4,))))
+        bb.emit_func_output(y)
+    ex = refcomp.graph.build(bb.get(), target="c")
+    assert ex.executor == "vm: calls the Python extern test.graph_c.double"
+    a = rng.standard_normal(4).astype("float32")
+    np.testing.assert_array_equal(refcomp.runtime.VirtualMachine(ex)["main"](a), 2 * a)
+
+
+def test_interpret_target_and_vm_executor_use_the_vm():
+    ex = refcomp.graph.build(attention_like(), target="c", executor="vm")
+    assert ex.compiled == {} and ex.executor == "vm"
+    with pytest.raises(refcomp.BuildError, match="executor must be"):
+        refcomp.graph.build(attention_like(), target="c", executor="fast")
+
+
+def test_tuple_getitem_of_a_kernel_with_two_outputs(rng):
+    n = sv("n")
+    x = Var("x", tensor((n, 3)))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            parts = bb.emit(op.split(x, 3, axis=1))
+            y = bb.emit_output(op.multiply(bb.emit(TupleGetItem(parts, 0)), bb.emit(TupleGetItem(parts, 2))))
+        bb.emit_func_output(y)
+    ex = refcomp.graph.build(bb.get(), target="c")
+    fast, slow = both(ex)
+    a = rng.standard_normal((5, 3)).astype("float32")
+    np.testing.assert_array_equal(fast["main"](a), slow["main"](a))
+    np.testing.assert_allclose(fast["main"](a), a[:, :1] * a[:, 2:], rtol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def models():
+    if not _BENCH.exists():
+        pytest.skip("benchmarks/graph.py is not in this checkout")
+    spec = importlib.util.spec_from_file_location("graph_benchmark_models_c", _BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("blas", BLAS)
+def test_benchmark_mlp_compiled_equals_the_vm(models, rng, blas):
+    mod, shapes = models.mlp(32, 64, 2)
+    ex = refcomp.graph.build(mod, target="c", blas=blas)
+    assert ex.executor == "compiled"
+    fast, slow = both(ex)
+    w = [(rng.standard_normal(s) / math.sqrt(s[-1])).astype("float32") for s in shapes]
+    for batch in (1, 7):
+        x = rng.standard_normal((batch, 32)).astype("float32")
+        same(fast["main"](x, *w), slow["main"](x, *w), exact=not blas)
+
+
+@pytest.mark.skipif(openblas_path() is None, reason="numpy's OpenBLAS is not available")
+def test_large_blas_products_shared_over_threads_match_the_vm(rng):
+    m = sv("m")
+    x, w = Var("x", tensor((m, 256))), Var("w", tensor((4, 160, 160)))
+    bb = BlockBuilder()
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            wide = bb.emit(op.matmul(x, refcomp.graph.const(rng.standard_normal((256, 1024)).astype("float32"))))
+            batched = bb.emit(op.matmul(w, w))
+            out = bb.emit_output(refcomp.ast.graph.Tuple((wide, batched)))
+        bb.emit_func_output(out)
+    ex = refcomp.graph.build(bb.get(), target="c", blas="always")
+    assert ex.executor == "compiled" and ex.compiled["main"]._uses_blas
+    fast, slow = both(ex)
+    xa = rng.standard_normal((64, 256)).astype("float32")
+    wa = rng.standard_normal((4, 160, 160)).astype("float32")
+    for got, expected in zip(fast["main"](xa, wa), slow["main"](xa, wa)):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(fast["main"](xa, wa)[1], wa @ wa, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("blas", BLAS)
+def test_strict_c99_target_compiles_the_graph_function(rng, blas):
+    ex = refcomp.graph.build(attention_like(), target="c -std=c99", blas=blas)
+    assert ex.executor == "compiled"
+    fast, slow = both(ex)
+    x = rng.standard_normal((2, 3, 8)).astype("float32")
+    w = rng.standard_normal((8, 8)).astype("float32")
+    same(fast["main"](x, w), slow["main"](x, w), exact=not blas)
