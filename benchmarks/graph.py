@@ -32,6 +32,7 @@ import numpy as np  # noqa: E402
 import refcomp  # noqa: E402
 from refcomp.ast import SizeVar  # noqa: E402
 from refcomp.graph import BlockBuilder, Var, const, op, tensor  # noqa: E402
+from refcomp.loops.intrin.cpu import describe  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- models
@@ -140,20 +141,8 @@ def _layer_norm(x, g, b, eps=1e-5):
 # ----------------------------------------------------------------------------- measuring
 
 def isa() -> str:
-    """The machine and the vector extensions gcc -march=native can use on it."""
-    import platform
-
-    flags: set[str] = set()
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
-    wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile")
-    return f"{platform.machine()} " + (" ".join(f.upper() for f in wanted if f in flags) or "(no x86 vector flags)")
+    """The machine and the vector extensions the kernels can use on it."""
+    return describe()
 
 
 # A pause before each side's round, so the other side's idle pool threads stop spinning first.

@@ -130,12 +130,8 @@ def rms_norm_case(args, rng) -> Case:
 # ----------------------------------------------------------------------------- main
 
 def isa() -> str:
-    """The vector ISA the kernels are built for on this CPU."""
-    if cpu.has("avx512f"):
-        return "AVX-512"
-    if cpu.has("avx2", "fma"):
-        return "AVX2+FMA"
-    return platform.machine() or "unknown"
+    """The machine and the vector extensions the kernels can use on it."""
+    return cpu.describe()
 
 
 def main() -> None:

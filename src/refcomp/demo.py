@@ -16,6 +16,7 @@ from . import te
 from .driver import build
 from .errors import ScheduleError
 from .loops import recipes
+from .loops.intrin.cpu import describe
 from .loops.schedule import Schedule
 
 
@@ -105,20 +106,8 @@ def _kernels(rng):
 
 
 def isa() -> str:
-    """The machine and the vector extensions gcc -march=native can use on it."""
-    import platform
-
-    flags: set[str] = set()
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
-    wanted = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile")
-    return f"{platform.machine()} " + (" ".join(f.upper() for f in wanted if f in flags) or "(no x86 vector flags)")
+    """The machine and the vector extensions the kernels can use on it."""
+    return describe()
 
 
 MODEL_SIZES = {"batch": 64, "hidden": 256, "ffn": 1024}

@@ -29,6 +29,7 @@ from ..errors import BuildError
 from ..target import Target, parse_target
 from . import mathlib
 from .codegen import EmitOptions
+from ..loops.intrin import cpu
 
 CACHE_STATS = {"hits": 0, "misses": 0}
 STRICT_WARNINGS = ("-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror")
@@ -122,19 +123,13 @@ def _cpu_signature() -> str:
 
 @functools.lru_cache(maxsize=None)
 def native_vector_bytes() -> int:
-    """The vector register width -march=native gives on this CPU (64 AVX-512, 32 AVX, else 16)."""
-    flags: set[str] = set()
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        return 16
-    if "avx512f" in flags:
+    """The vector register width -march=native gives on this CPU (64 AVX-512, 32 AVX, else 16).
+
+    It follows `refcomp.loops.intrin.cpu.cpu_features`, so REFCOMP_CPU_FEATURES applies here too.
+    """
+    if cpu.has("avx512f"):
         return 64
-    if "avx" in flags:
+    if cpu.has("avx"):
         return 32
     return 16
 

@@ -36,3 +36,14 @@ def cpu_features() -> frozenset[str]:
 def has(*features: str) -> bool:
     """True when the CPU has every one of features."""
     return set(features) <= cpu_features()
+
+
+_SHOWN = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile")
+
+
+def describe() -> str:
+    """One line for reports: the machine and the vector extensions refcomp's kernels can use on it."""
+    import platform
+
+    shown = " ".join(f.upper() for f in _SHOWN if f in cpu_features())
+    return f"{platform.machine()} {shown or '(no x86 vector flags)'}"
