@@ -9,6 +9,9 @@ reported with its status and message and given no time; the search goes on.
 
 Worker processes are forked: the parent never runs kernels itself, so no OpenMP thread pool is
 inherited, and the function, the inputs and the expected outputs reach the child without pickling.
+A process that has already run an OpenMP kernel (GNU libgomp keeps its thread pool across fork
+but not its threads) must not tune: its forked children would wait forever for pool threads and
+be reported as timeouts. Tune in a fresh process (`refcomp tune`, `benchmarks/tune.py`).
 """
 from __future__ import annotations
 
