@@ -3,6 +3,7 @@ default pipeline at small sizes, against the benchmark's own numpy versions on r
 import importlib.util
 import math
 import pathlib
+import sys
 
 import numpy as np
 import pytest
@@ -18,7 +19,11 @@ def models():
         pytest.skip("benchmarks/graph.py is not in this checkout")
     spec = importlib.util.spec_from_file_location("graph_benchmark_models", _PATH)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    saved_path = list(sys.path)  # the script puts benchmarks/ first; its names must not shadow packages
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = saved_path
     return module
 
 

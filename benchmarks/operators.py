@@ -1,6 +1,6 @@
 """refcomp's default schedules vs numpy on single operators, with the machine's stream bandwidth.
 
-    python benchmarks/kernels.py [--json] [--only softmax,...] [--rows 4096] [--cols 4096]
+    python benchmarks/operators.py [--json] [--only softmax,...] [--rows 4096] [--cols 4096]
                                  [--repeat 5] [--rounds 3] [--single-thread-cpu]
 
 Each case is one graph operator, legalized and given refcomp's default schedule (no hand
