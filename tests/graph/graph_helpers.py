@@ -52,3 +52,26 @@ def assert_close(actual, expected, case: Case) -> None:
             np.testing.assert_allclose(a, e, rtol=case.rtol, atol=case.atol, equal_nan=True, err_msg=case.name)
         else:
             np.testing.assert_array_equal(a, e, err_msg=case.name)
+
+
+def load_benchmark_models(module_name: str):
+    """benchmarks/graph.py as a module (its MLP and transformer block), or a skip when the checkout
+    has no benchmarks. The script puts benchmarks/ first on sys.path for its harness; the path is
+    restored so that its file names never shadow installed packages in later tests."""
+    import importlib.util
+    import pathlib
+    import sys
+
+    import pytest
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "graph.py"
+    if not path.exists():
+        pytest.skip("benchmarks/graph.py is not in this checkout")
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    saved_path = list(sys.path)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = saved_path
+    return module

@@ -1,30 +1,18 @@
 """The two models of benchmarks/graph.py (an MLP and a causal transformer block), built with the
 default pipeline at small sizes, against the benchmark's own numpy versions on random data."""
-import importlib.util
 import math
-import pathlib
-import sys
 
 import numpy as np
 import pytest
 
 import refcomp
 
-_PATH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "graph.py"
+from graph_helpers import load_benchmark_models
 
 
 @pytest.fixture(scope="module")
 def models():
-    if not _PATH.exists():
-        pytest.skip("benchmarks/graph.py is not in this checkout")
-    spec = importlib.util.spec_from_file_location("graph_benchmark_models", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    saved_path = list(sys.path)  # the script puts benchmarks/ first; its names must not shadow packages
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path[:] = saved_path
-    return module
+    return load_benchmark_models("graph_benchmark_models")
 
 
 def weights(rng, shapes):

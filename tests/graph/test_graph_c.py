@@ -1,10 +1,7 @@
 """The graph function compiled to C: the default executor where it applies, results equal to the
 VM's on odd, zero and one sizes, the VM's argument errors, and the VM (with its reason) elsewhere."""
-import importlib.util
 import logging
 import math
-import pathlib
-import sys
 
 import numpy as np
 import pytest
@@ -12,6 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import refcomp
+
+from graph_helpers import load_benchmark_models
 from refcomp.ast import SizeVar
 from refcomp.ast.graph import BindingBlock, SeqExpr, TupleGetItem, VarBinding
 from refcomp.graph import BlockBuilder, Var, op, tensor
@@ -20,7 +19,6 @@ from refcomp.runtime.vm import register_extern
 
 from test_vm import attention_like, attention_ref
 
-_BENCH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "graph.py"
 BLAS = [False, True] if openblas_path() is not None else [False]
 
 
@@ -196,16 +194,7 @@ def test_tuple_getitem_of_a_kernel_with_two_outputs(rng):
 
 @pytest.fixture(scope="module")
 def models():
-    if not _BENCH.exists():
-        pytest.skip("benchmarks/graph.py is not in this checkout")
-    spec = importlib.util.spec_from_file_location("graph_benchmark_models_c", _BENCH)
-    module = importlib.util.module_from_spec(spec)
-    saved_path = list(sys.path)  # the script puts benchmarks/ first; its names must not shadow packages
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path[:] = saved_path
-    return module
+    return load_benchmark_models("graph_benchmark_models_c")
 
 
 @pytest.mark.parametrize("blas", BLAS)
