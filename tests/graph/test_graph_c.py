@@ -12,12 +12,12 @@ import refcomp
 
 from graph_helpers import load_benchmark_models
 from refcomp.ast import SizeVar
-from refcomp.ast.graph import BindingBlock, SeqExpr, TupleGetItem, VarBinding
+from refcomp.ast.graph import TupleGetItem
 from refcomp.graph import BlockBuilder, Var, op, tensor
 from refcomp.runtime.blas import openblas_path
 from refcomp.runtime.vm import register_extern
 
-from test_vm import attention_like, attention_ref
+from test_vm import attention_like, attention_ref, exp_or_negative
 
 BLAS = [False, True] if openblas_path() is not None else [False]
 
@@ -133,27 +133,15 @@ def test_tuple_results_and_constants(rng):
 
 
 def test_control_flow_runs_in_the_vm_with_its_reason(rng, caplog):
-    n = sv("n")
-    x, c = Var("x", tensor((n,))), Var("c", tensor((), "bool"))
-    bb = BlockBuilder()
-    with bb.function("main", [c, x]):
-        branches = []
-        for build in (op.exp, op.negative):
-            value = bb.normalize(build(x))
-            var = Var("r", value.struct_info)
-            branches.append(SeqExpr((BindingBlock((VarBinding(var, value),)),), var))
-        from refcomp.graph.block_builder import make_if
-
-        y = bb.emit(make_if(None, c, branches[0], branches[1], bb.defined_vars))
-        bb.emit_func_output(y)
+    mod, _ = exp_or_negative()
     with caplog.at_level(logging.INFO, logger="refcomp.graph"):
-        ex = refcomp.graph.build(bb.get(), target="c")
+        ex = refcomp.graph.build(mod, target="c")
     assert ex.executor == "vm: control flow (R.If)"
     assert "vm: control flow" in caplog.text
     a = rng.standard_normal(4).astype("float32")
     np.testing.assert_array_equal(refcomp.runtime.VirtualMachine(ex)["main"](np.array(False), a), -a)
     with pytest.raises(refcomp.BuildError, match="cannot be compiled to C"):
-        refcomp.graph.build(bb.get(), target="c", executor="compiled")
+        refcomp.graph.build(mod, target="c", executor="compiled")
 
 
 def test_python_extern_runs_in_the_vm(rng):

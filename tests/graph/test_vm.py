@@ -134,7 +134,9 @@ def test_blas_sgemm_from_a_shared_library_matches_numpy(rng):
         np.testing.assert_allclose(vm["main"](xa, wa, ba), np.maximum(xa @ wa.T + ba, 0), rtol=1e-5, atol=1e-5)
 
 
-def test_if_runs_only_the_taken_branch(rng):
+def exp_or_negative():
+    """A module whose main(c, x) is `exp(x) if c else -x` (an R.If with one binding per branch),
+    and the If's result var."""
     from refcomp.ast.graph import BindingBlock, SeqExpr, VarBinding
     from refcomp.graph.block_builder import make_if
 
@@ -149,8 +151,13 @@ def test_if_runs_only_the_taken_branch(rng):
             branches.append(SeqExpr((BindingBlock((VarBinding(var, value),)),), var))
         y = bb.emit(make_if(None, c, branches[0], branches[1], bb.defined_vars))
         bb.emit_func_output(y)
+    return bb.get(), y
+
+
+def test_if_runs_only_the_taken_branch(rng):
+    mod, y = exp_or_negative()
     assert str(y.struct_info) == 'R.Tensor((n,), "float32")'
-    vm = refcomp.runtime.VirtualMachine(refcomp.graph.build(bb.get(), target="c"))
+    vm = refcomp.runtime.VirtualMachine(refcomp.graph.build(mod, target="c"))
     a = rng.standard_normal(6).astype("float32")
     np.testing.assert_allclose(vm["main"](np.array(True), a), np.exp(a), rtol=1e-6)
     np.testing.assert_array_equal(vm["main"](np.array(False), a), -a)
