@@ -35,7 +35,9 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("graph",),         # operators, passes, graph lowering
     ("tune",),          # design spaces, search, cost model, database, builder/runner
     ("sparse",),        # sparse formats, their invariants, sparse kernels
+    ("llm",),           # Llama-architecture decoding: model, KV caches, sampling, speculative decoding
     ("frontend",),      # ONNX and other importers
+    ("export",),        # standalone C99 export of whole models (export-c)
     ("",),              # the face: refcomp/__init__.py
     ("testing", "workloads"),  # helpers for tests, benchmarks and the demo, built on the face
     ("demo",),

@@ -1,0 +1,147 @@
+"""The contract between a causal language model and the decoders that drive it.
+
+A model appends tokens to a cache and returns their logits.  Positions are absolute: the token
+appended at cache position p gets rotary position p, also in a streaming cache that has evicted
+older entries.  Sequences of one batch may have different lengths (after per-sequence acceptance
+in speculative decoding); `forward` appends T tokens to every sequence at its own length.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+import numpy as np
+
+from ..errors import RefcompError
+
+
+class CheckpointError(RefcompError):
+    """A checkpoint or its config cannot be loaded: a missing or mis-shaped tensor, an unknown architecture."""
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """The hyperparameters of a Llama-architecture model, named as in Hugging Face's `config.json`."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    max_position_embeddings: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    tie_word_embeddings: bool = False
+    head_dim: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                     "num_attention_heads", "num_key_value_heads", "max_position_embeddings"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise CheckpointError(f"config: {name} must be a positive integer, got {value!r}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise CheckpointError(
+                f"config: num_attention_heads ({self.num_attention_heads}) is not a multiple of "
+                f"num_key_value_heads ({self.num_key_value_heads})")
+        if self.head_dim is None:
+            if self.hidden_size % self.num_attention_heads:
+                raise CheckpointError(
+                    f"config: hidden_size ({self.hidden_size}) is not a multiple of "
+                    f"num_attention_heads ({self.num_attention_heads}) and no head_dim is given")
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
+
+    @property
+    def dim_head(self) -> int:
+        """head_dim, always set after construction."""
+        assert self.head_dim is not None
+        return self.head_dim
+
+    @classmethod
+    def from_hf(cls, config: Mapping[str, Any]) -> "LlamaConfig":
+        """Read a Hugging Face `config.json` mapping; anything but a Llama architecture is refused."""
+        architectures = config.get("architectures") or []
+        model_type = config.get("model_type")
+        if model_type != "llama" and "LlamaForCausalLM" not in architectures:
+            raise CheckpointError(
+                f"config.json: unsupported architecture {architectures or model_type!r}; "
+                "refcomp.llm loads LlamaForCausalLM checkpoints (model_type 'llama')")
+        if config.get("rope_scaling"):
+            raise CheckpointError(f"config.json: rope_scaling {config['rope_scaling']!r} is not supported")
+        missing = [name for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                     "num_attention_heads") if name not in config]
+        if missing:
+            raise CheckpointError(f"config.json: missing {', '.join(missing)}")
+        return cls(
+            vocab_size=config["vocab_size"], hidden_size=config["hidden_size"],
+            intermediate_size=config["intermediate_size"], num_hidden_layers=config["num_hidden_layers"],
+            num_attention_heads=config["num_attention_heads"],
+            num_key_value_heads=config.get("num_key_value_heads") or config["num_attention_heads"],
+            max_position_embeddings=config.get("max_position_embeddings", 2048),
+            rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(config.get("rope_theta", 10000.0)),
+            tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+            head_dim=config.get("head_dim"))
+
+    def to_hf(self) -> dict[str, Any]:
+        """The `config.json` mapping transformers' LlamaConfig reads."""
+        return {
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size, "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads, "num_key_value_heads": self.num_key_value_heads,
+            "max_position_embeddings": self.max_position_embeddings, "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta, "tie_word_embeddings": self.tie_word_embeddings,
+            "head_dim": self.dim_head, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
+        }
+
+
+@dataclass(frozen=True)
+class StreamingBudget:
+    """A StreamingLLM cache: the first `sinks` tokens plus the most recent `window` tokens.
+
+    `slack` extra slots keep the entries a rollback of up to `slack` tokens must restore, so a
+    draft that wrote gamma tokens and had some rejected returns exactly to its earlier state.
+    """
+
+    sinks: int
+    window: int
+    slack: int = 0
+
+    @property
+    def budget(self) -> int:
+        """K: the tokens attention reads per step (sinks + window)."""
+        return self.sinks + self.window
+
+
+@runtime_checkable
+class KVCache(Protocol):
+    """Keys and values of every layer for a batch of sequences."""
+
+    @property
+    def batch(self) -> int: ...
+
+    def lengths(self) -> np.ndarray:
+        """(batch,) int64: tokens appended so far per sequence (the next token's position)."""
+
+    def rollback(self, keep: np.ndarray) -> None:
+        """Forget, per sequence b, every token at position >= keep[b] (keep[b] <= lengths()[b])."""
+
+    def nbytes_per_token(self) -> int:
+        """Bytes of keys and values one token occupies over all layers."""
+
+
+@runtime_checkable
+class CausalLM(Protocol):
+    """A decoder-only language model over a KV cache."""
+
+    config: LlamaConfig
+
+    def new_cache(self, batch: int, max_tokens: int, *, streaming: StreamingBudget | None = None) -> KVCache:
+        """An empty cache for `batch` sequences of up to `max_tokens` positions each (a full cache),
+        or one that keeps only `streaming`'s sinks and window (positions still go up to max_tokens)."""
+
+    def forward(self, tokens: np.ndarray, cache: KVCache) -> np.ndarray:
+        """Append tokens (int64, (batch, T)) to every sequence at its current length and return the
+        logits (float32, (batch, T, vocab_size)); position lengths()[b] + t for token t of sequence b."""
