@@ -106,6 +106,12 @@ extern uint32_t __bss_start__, __bss_end__, __stack_top;
 
 void reset_handler(void);
 void fault_handler(void);
+void _init(void);
+void _fini(void);
+
+/* newlib's exit runs the C++ finalizers through _fini; a C program has none. */
+void _init(void) {}
+void _fini(void) {}
 
 void reset_handler(void) {
     uint32_t* p;
