@@ -1,4 +1,4 @@
-"""The `refcomp` command: `refcomp demo`, `refcomp check FILE`, `refcomp version`."""
+"""The `refcomp` command: `refcomp demo`, `refcomp check FILE`, `refcomp export-c MODEL --out DIR`, `refcomp version`."""
 from __future__ import annotations
 
 import argparse
@@ -30,9 +30,46 @@ def _version(argv: list[str]) -> int:
     return 0
 
 
+def _export_c(argv: list[str]) -> int:
+    from .errors import RefcompError
+    from .export import export_c
+
+    parser = argparse.ArgumentParser(
+        prog="refcomp export-c",
+        description="write a whole model as standalone C99 (model.h, model.c, weights, Makefile, test "
+                    "harness, memory report); then `make -C DIR test [TARGET=arm-none-eabi|aarch64-linux-gnu]`")
+    parser.add_argument("model", help="an .onnx file or a script file with a graph function main")
+    parser.add_argument("--out", required=True, help="the directory to write (created if needed)")
+    parser.add_argument("--bound", action="append", default=[], metavar="NAME=N",
+                        help="upper bound of a symbolic dim (repeatable); every symbolic dim needs one")
+    parser.add_argument("--weights", choices=("const", "blob"), default="const",
+                        help="const arrays in C (default) or a blob file the caller loads")
+    parser.add_argument("--openmp", action="store_true", help="keep the kernels' parallel loops (OpenMP)")
+    parser.add_argument("--name", default="model", help="prefix of the API and the file names (default: model)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the recorded random inputs")
+    args = parser.parse_args(argv)
+    bounds = {}
+    for item in args.bound:
+        name, _, value = item.partition("=")
+        try:
+            bounds[name.strip()] = int(value)
+        except ValueError:
+            print(f"refcomp export-c: --bound expects NAME=N with an integer N, got {item!r}", file=sys.stderr)
+            return 2
+    try:
+        export_c(args.model, args.out, bounds, weights=args.weights, openmp=args.openmp, name=args.name,
+                 seed=args.seed, quiet=False)
+    except RefcompError as exc:
+        print(f"refcomp export-c: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.out}; run: make -C {args.out} test")
+    return 0
+
+
 COMMANDS = {
     "demo": (_demo, "build and run a few kernels, compare with numpy"),
     "check": (_check, "prove every function in a file shape-correct (exit 0 only when all are proved)"),
+    "export-c": (_export_c, "write a model as standalone C99 with a static arena, a Makefile and a test harness"),
     "version": (_version, "print the version"),
 }
 
