@@ -313,6 +313,8 @@ def main() -> int:
     parser.add_argument("--resolution", type=int, default=224, help="ResNet input height and width")
     parser.add_argument("--repeat", type=int, default=5, help="calls per round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sizes-only", action="store_true",
+                        help="check and report the sizes; run each model once, time nothing")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from refcomp.loops.intrin.cpu import describe
@@ -351,14 +353,18 @@ def main() -> int:
                 emx = sides["emx-onnx-cgen"]
                 emx["working"] = emx["peak"]() + emx["working_bss"]
             names = list(calls)
-            times = harness.best_times([calls[s] for s in names], args.repeat, args.rounds, clock=time.process_time)
+            if args.sizes_only:
+                times = [float("nan")] * len(names)
+            else:
+                times = harness.best_times([calls[s] for s in names], args.repeat, args.rounds,
+                                           clock=time.process_time)
             for side, t in zip(names, times):
                 sides[side]["seconds"] = t
             rc = sides["refcomp"]
             base = sides.get("emx-onnx-cgen")
             metrics = (("working_bytes", "working", "bytes"), ("weight_bytes", "weights", "bytes"),
                        ("code_bytes", "code", "bytes"), ("host_time", "seconds", "s"))
-            for metric, key, unit in metrics:
+            for metric, key, unit in metrics[:3] if args.sizes_only else metrics:
                 b = base[key] if isinstance(base, dict) else None
                 ratio = (b / rc[key]) if b is not None and rc[key] else None
                 cases[f"{name}/{metric}"] = {"refcomp": rc[key], "baseline": b, "unit": unit,

@@ -130,3 +130,37 @@ def test_cli_exports_an_onnx_file_with_a_bound(tmp_path, rng):
     assert "arena" in done.stdout and "weights" in done.stdout
     built = make(out, "test")
     assert built.returncode == 0, built.stdout + built.stderr
+
+
+def test_cli_exports_a_script_file_with_two_inputs(tmp_path, rng):
+    n = SizeVar("n", "int64")
+    x, w = Var("x", tensor((n, 8))), Var("w", tensor((8, 4)))
+    bb = BlockBuilder()
+    with bb.function("main", [x, w], attrs={"tir_var_upper_bound": {"n": 6}}):
+        with bb.dataflow():
+            y = bb.emit_output(op.relu(op.matmul(x, w)))
+        bb.emit_func_output(y)
+    script = tmp_path / "model.py"
+    script.write_text(bb.get().script())
+    out = tmp_path / "out"
+    seed = int(rng.integers(1 << 30))
+    done = subprocess.run([sys.executable, "-m", "refcomp.cli", "export-c", str(script), "--out", str(out),
+                           "--bound", "n=3", "--seed", str(seed)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    header = (out / "model.h").read_text()
+    assert "#define MODEL_DIM_MAX_N 3" in header and "#define MODEL_NUM_INPUTS 2" in header
+    built = make(out, "test")
+    assert built.returncode == 0, built.stdout + built.stderr
+    # the recorded outputs are numpy's
+    data = (out / "test_data.h").read_text()
+    assert "test_input_shapes[4] = {INT64_C(3), INT64_C(8), INT64_C(8), INT64_C(4)}" in data
+
+
+def test_openmp_export_keeps_parallel_loops_and_matches(tmp_path, rng):
+    mod, reference = small_cnn(rng, batch_bound=3)
+    result = export_c(mod, tmp_path, openmp=True)
+    np.testing.assert_allclose(result.outputs[0], reference(result.inputs[0]), rtol=1e-4, atol=1e-4)
+    assert "#pragma omp parallel for" in (tmp_path / "model.c").read_text()
+    done = make(tmp_path, "test")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "-fopenmp" in (tmp_path / "Makefile").read_text()
