@@ -190,11 +190,11 @@ def _compile(cc, sources, out, extra=()):
     return objects
 
 
-def build_refcomp(onnx_path, work, cc):
+def build_refcomp(onnx_path, work, cc, schedule=True):
     from refcomp.export import export_c
 
     out = work / "refcomp"
-    export_c(str(onnx_path), out, name="rcmodel")
+    export_c(str(onnx_path), out, name="rcmodel", schedule=schedule)
     model_o, weights_o = _compile(cc, [out / "rcmodel.c", out / "rcmodel_weights.c"], out)
     lib = out / "librcmodel.so"
     _run([cc, "-shared", "-o", str(lib), str(model_o), str(weights_o), "-lm"])
@@ -315,6 +315,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sizes-only", action="store_true",
                         help="check and report the sizes; run each model once, time nothing")
+    parser.add_argument("--no-schedule", action="store_true", help="export refcomp's kernels unscheduled")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from refcomp.loops.intrin.cpu import describe
@@ -335,7 +336,7 @@ def main() -> int:
             to_onnx(layers, shape, onnx_path)
             x = rng.standard_normal(shape).astype(np.float32)
             want = forward(layers, x)
-            sides = {"refcomp": build_refcomp(onnx_path, work, cc), "emx-onnx-cgen": build_emx(onnx_path, work, cc)}
+            sides = {"refcomp": build_refcomp(onnx_path, work, cc, not args.no_schedule), "emx-onnx-cgen": build_emx(onnx_path, work, cc)}
             calls = {}
             for side, built in sides.items():
                 if isinstance(built, str):

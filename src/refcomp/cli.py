@@ -47,6 +47,8 @@ def _export_c(argv: list[str]) -> int:
     parser.add_argument("--openmp", action="store_true", help="keep the kernels' parallel loops (OpenMP)")
     parser.add_argument("--name", default="model", help="prefix of the API and the file names (default: model)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the recorded random inputs")
+    parser.add_argument("--no-schedule", action="store_true",
+                        help="plain loop nests: the least working memory and code, slower than the default schedules")
     args = parser.parse_args(argv)
     bounds = {}
     for item in args.bound:
@@ -58,7 +60,7 @@ def _export_c(argv: list[str]) -> int:
             return 2
     try:
         export_c(args.model, args.out, bounds, weights=args.weights, openmp=args.openmp, name=args.name,
-                 seed=args.seed, quiet=False)
+                 seed=args.seed, schedule=not args.no_schedule, quiet=False)
     except RefcompError as exc:
         print(f"refcomp export-c: {exc}", file=sys.stderr)
         return 1

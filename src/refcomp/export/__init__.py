@@ -95,6 +95,8 @@ def export_c(model: Any, out_dir: str | os.PathLike, bounds: Mapping[str, int] |
     (<name>_weights.bin, loaded by the caller).  openmp: keep the kernels' parallel loops as
     OpenMP pragmas (host and aarch64 builds).  inputs: the recorded inputs of the test harness
     (default: random at the bounds, from seed).  name: the prefix of the API and the files.
+    schedule: False exports plain loop nests (no default schedules): the least working memory
+    (no packed weight copies in kernel scratch) and code, slower on convolutions.
     """
     if weights not in WEIGHT_MODES:
         raise BuildError(f"export_c: weights must be one of {', '.join(WEIGHT_MODES)}, got {weights!r}")
