@@ -293,10 +293,9 @@ def build_emx(onnx_path, work, cc):
 
 def tvm_status() -> str:
     try:
-        import tvm  # noqa: F401
+        import tvm
     except Exception as exc:  # any import failure means: not available here
         return f"skipped: apache-tvm does not import ({type(exc).__name__}: {exc})"
-    import tvm
 
     if not hasattr(tvm, "micro"):
         return (f"skipped: TVM {tvm.__version__} has no standalone C path (its AOT executor and C runtime "
@@ -350,8 +349,8 @@ def main() -> int:
                 if not err < 1e-3:
                     raise SystemExit(f"{name}: {side} differs from numpy (relative error {err:.2e})")
                 calls[side] = call
-            if "peak" in sides.get("emx-onnx-cgen", {}) if isinstance(sides["emx-onnx-cgen"], dict) else False:
-                emx = sides["emx-onnx-cgen"]
+            emx = sides["emx-onnx-cgen"]
+            if isinstance(emx, dict):
                 emx["working"] = emx["peak"]() + emx["working_bss"]
             names = list(calls)
             if args.sizes_only:
@@ -373,7 +372,8 @@ def main() -> int:
                 rows.append((name, metric, rc[key], b, ratio, unit))
     print(f"{'model':<14} {'metric':<14} {'refcomp':>14} {'emx-onnx-cgen':>14} {'ratio':>8}")
     for name, metric, r, b, ratio, unit in rows:
-        show = (lambda v: f"{v * 1e3:.2f} ms" if unit == "s" else f"{v}") if True else None
+        def show(v, unit=unit):
+            return f"{v * 1e3:.2f} ms" if unit == "s" else f"{v}"
         print(f"{name:<14} {metric:<14} {show(r):>14} {show(b) if b is not None else '-':>14} "
               f"{f'{ratio:.2f}' if ratio is not None else '-':>8}")
     print("ratio = emx-onnx-cgen / refcomp (> 1: refcomp smaller or faster); working bytes: refcomp's arena, "

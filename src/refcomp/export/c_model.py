@@ -76,8 +76,8 @@ def c_values(array: np.ndarray) -> str:
     return ",\n    ".join(lines)
 
 
-def dim_text(dim, names: dict[str, str]) -> str:
-    """A shape dim as C text over the size-var macros (for comments and the header)."""
+def dim_text(dim) -> str:
+    """A shape dim as text for comments (batch * 2, 16)."""
     from ..runtime.vm import _show
 
     return comment_safe(_show(dim))
@@ -151,7 +151,7 @@ class CModelWriter:
         lines += ["", f"#define {N}_NUM_INPUTS {len(p.inputs)}", f"#define {N}_NUM_OUTPUTS {len(p.outputs)}"]
         for kind, specs in (("INPUT", p.inputs), ("OUTPUT", p.outputs)):
             for i, spec in enumerate(specs):
-                shape = ", ".join(dim_text(d, {}) for d in spec.dims)
+                shape = ", ".join(dim_text(d) for d in spec.dims)
                 lines += ["", f"/* {kind.lower()} {i}: {comment_safe(spec.name)}, {spec.dtype}, shape ({shape}) */",
                           f"#define {N}_{kind}_{i}_NAME {c_string(spec.name)}",
                           f"#define {N}_{kind}_{i}_DTYPE {c_string(spec.dtype)}",
@@ -163,7 +163,7 @@ class CModelWriter:
         lines += ["",
                   f"int32_t {n}_run({weights}const int64_t* input_shapes, const void* const* inputs, "
                   "void* const* outputs,",
-                  f"    int64_t* output_shapes, void* arena, size_t arena_bytes);",
+                  "    int64_t* output_shapes, void* arena, size_t arena_bytes);",
                   "/* The text of the last error (static storage; empty after a successful call). */",
                   f"const char* {n}_message(void);", "", f"#endif  /* {guard} */", ""]
         return "\n".join(lines)
@@ -256,7 +256,7 @@ class CModelWriter:
             f"int32_t {n}_run({weights}const int64_t* input_shapes, const void* const* inputs, void* const* outputs,",
             "    int64_t* output_shapes, void* arena, size_t arena_bytes) {",
             f"    void* ins[{max(len(p.inputs), 1)}];",
-            f"    int64_t need = 0;",
+            "    int64_t need = 0;",
             "    int32_t code;",
             "    int i;",
             *([f"    void* consts[{len(p.constants)}];"] if blob and p.constants else []),

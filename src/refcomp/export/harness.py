@@ -112,7 +112,7 @@ def main_source(plan: ExportPlan, writer: CModelWriter) -> str:
         "    return 1;",
         "}",
         "",
-        f"static int32_t run(const int64_t* shapes, size_t arena_bytes, int64_t* out_shapes) {{",
+        "static int32_t run(const int64_t* shapes, size_t arena_bytes, int64_t* out_shapes) {",
         f"    const void* ins[{max(len(plan.inputs), 1)}];",
         f"    void* outs[{max(len(plan.outputs), 1)}];",
         *[f"    ins[{i}] = test_input_{i};" for i in range(len(plan.inputs))],

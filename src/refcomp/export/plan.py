@@ -57,6 +57,8 @@ class KernelInfo:
     stack_bytes: int  # constant stack arrays of one call
     scratch_bytes: int = 0  # arena scratch of its largest call at the bounds
     calls: int = 0
+    heap: list = field(default_factory=list)  # the buffers its scratch allocator serves
+    loaded: object = None  # the LoadedKernel (its PrimFunc and signature)
 
 
 @dataclass
@@ -161,23 +163,26 @@ def _dims_of_registers(function: V.VMFunction) -> tuple[dict, list, int]:
     return regs, calls, result
 
 
-def _kernel_allocations(lowered) -> tuple[list, list]:
-    """(stack allocations, heap allocations) of a lowered kernel, as the C emitter splits them."""
-    stack, heap = [], []
-    for alloc in collect(lowered.body, S.Allocate):
-        buffer = alloc.buffer
-        count, constant = 1, True
-        for dim in buffer.shape:
-            value = dim.value if isinstance(dim, tir.IntImm) else None
-            if value is None:
-                constant = False
-                break
-            count *= max(int(value), 0)
-        if constant and count * buffer.dtype.bytes <= STACK_LIMIT_BYTES:
-            stack.append(max(count, 1) * buffer.dtype.bytes)
-        else:
-            heap.append(buffer)
-    return stack, heap
+def _on_heap(buffer) -> bool:
+    """True when the C emitter allocates buffer at run time (not a constant, small stack array)."""
+    count = 1
+    for dim in buffer.shape:
+        if not isinstance(dim, tir.IntImm):
+            return True
+        count *= max(int(dim.value), 0)
+    return count * buffer.dtype.bytes > STACK_LIMIT_BYTES
+
+
+def _stack_bytes(buffer) -> int:
+    count = 1
+    for dim in buffer.shape:
+        count *= max(int(dim.value), 0)
+    return max(count, 1) * buffer.dtype.bytes
+
+
+def _heap_in_parallel_loop(lowered) -> bool:
+    return any(_on_heap(alloc.buffer) for loop in collect(lowered.body, S.For) if loop.kind == "parallel"
+               for alloc in collect(loop.body, S.Allocate))
 
 
 def make_plan(mod: IRModule, bounds: dict[str, int], *, openmp: bool = False, schedule: bool = True) -> ExportPlan:
@@ -240,15 +245,15 @@ def make_plan(mod: IRModule, bounds: dict[str, int], *, openmp: bool = False, sc
         module = emit(lowered, options, sizes)
         if [p.c_type for p in module.params] != [p.c_type for p in loaded.module.params]:
             raise BuildError(f"export_c: kernel {loaded.func.name}: its portable C has another signature")
-        stack, heap = _kernel_allocations(lowered)
-        if openmp and heap and _parallel_heap(lowered):
+        buffers = [alloc.buffer for alloc in collect(lowered.body, S.Allocate)]
+        heap = [b for b in buffers if _on_heap(b)]
+        stack = [_stack_bytes(b) for b in buffers if not _on_heap(b)]
+        if openmp and _heap_in_parallel_loop(lowered):
             raise BuildError(f"export_c: kernel {loaded.func.name} allocates scratch of run-time size inside a "
                              "parallel loop, which a static arena cannot serve per thread",
                              hint="export without openmp")
         info = KernelInfo(loaded.func.name, module.symbol, module.message_symbol, module.source,
-                          tuple(p.c_type for p in module.params), int(sum(stack)))
-        info.heap = heap  # type: ignore[attr-defined]
-        info.loaded = loaded  # type: ignore[attr-defined]
+                          tuple(p.c_type for p in module.params), int(sum(stack)), heap=heap, loaded=loaded)
         kernels.append(info)
         by_name[loaded.func.name] = info
     for inst, tensor_dims in calls:
@@ -256,10 +261,10 @@ def make_plan(mod: IRModule, bounds: dict[str, int], *, openmp: bool = False, sc
         if info is None:
             continue
         info.calls += 1
-        heap = info.heap  # type: ignore[attr-defined]
+        heap = info.heap
         if not heap:
             continue
-        loaded = info.loaded  # type: ignore[attr-defined]
+        loaded = info.loaded
         buffers = [p for p in loaded.func.params if not isinstance(p, tir.Var)]
         mapping = {}
         for buf, dims in zip(buffers, tensor_dims):
@@ -280,26 +285,3 @@ def make_plan(mod: IRModule, bounds: dict[str, int], *, openmp: bool = False, sc
     scratch = max((k.scratch_bytes for k in kernels), default=0)
     return ExportPlan(graph, dict(bounds), size_vars, inputs, outputs, list(graph.constants), kernels,
                       arena, scratch, openmp, mod, ex)
-
-
-def _parallel_heap(lowered) -> bool:
-    """True when a heap allocation sits inside a parallel loop."""
-    for loop in collect(lowered.body, S.For):
-        if loop.kind == "parallel":
-            for alloc in collect(loop.body, S.Allocate):
-                _, heap = _kernel_allocations_of([alloc])
-                if heap:
-                    return True
-    return False
-
-
-def _kernel_allocations_of(allocs) -> tuple[list, list]:
-    stack, heap = [], []
-    for alloc in allocs:
-        shape = alloc.buffer.shape
-        if all(isinstance(d, tir.IntImm) for d in shape) and \
-                int(np.prod([d.value for d in shape] or [1])) * alloc.buffer.dtype.bytes <= STACK_LIMIT_BYTES:
-            stack.append(alloc)
-        else:
-            heap.append(alloc)
-    return stack, heap
