@@ -164,3 +164,23 @@ def test_openmp_export_keeps_parallel_loops_and_matches(tmp_path, rng):
     done = make(tmp_path, "test")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "-fopenmp" in (tmp_path / "Makefile").read_text()
+
+
+def test_static_model_with_two_outputs_an_int_input_and_no_weights(tmp_path, rng):
+    from refcomp.ast.graph import Tuple
+
+    x, idx = Var("x", tensor((3, 5))), Var("idx", tensor((4,), "int64"))
+    bb = BlockBuilder()
+    with bb.function("main", [x, idx]):
+        with bb.dataflow():
+            out = bb.emit_output(Tuple((bb.emit(op.exp(x)), bb.emit(op.take(x, idx, axis=0)))))
+        bb.emit_func_output(out)
+    xv = rng.standard_normal((3, 5)).astype(np.float32)
+    iv = rng.integers(0, 3, 4).astype(np.int64)
+    result = export_c(bb.get(), tmp_path, inputs=[xv, iv], weights="blob")
+    np.testing.assert_allclose(result.outputs[0], np.exp(xv), rtol=1e-6)
+    np.testing.assert_array_equal(result.outputs[1], xv[iv])
+    assert result.weight_bytes == 0
+    done = make(tmp_path, "test")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "output 1: 20 values" in done.stdout and "a smaller static dim: code 1" in done.stdout

@@ -204,7 +204,7 @@ class CModelWriter:
                   "   reports as its out-of-memory error). */",
                   "static unsigned char* rcx_scratch;",
                   "static size_t rcx_scratch_size, rcx_scratch_top;",
-                  "static void* rcx_scratch_alloc(size_t bytes) {",
+                  "static inline void* rcx_scratch_alloc(size_t bytes) {",
                   "    size_t need = (bytes + 63u) / 64u * 64u;",
                   "    void* block;",
                   "    if (need < bytes || need > rcx_scratch_size - rcx_scratch_top) return NULL;",
@@ -212,7 +212,7 @@ class CModelWriter:
                   "    rcx_scratch_top += need;",
                   "    return block;",
                   "}",
-                  "static void rcx_scratch_free(void* block) {",
+                  "static inline void rcx_scratch_free(void* block) {",
                   "    if (block != NULL) rcx_scratch_top = (size_t)((unsigned char*)block - rcx_scratch);",
                   "}", ""]
         lines += bodies
