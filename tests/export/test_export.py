@@ -184,3 +184,20 @@ def test_static_model_with_two_outputs_an_int_input_and_no_weights(tmp_path, rng
     done = make(tmp_path, "test")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "output 1: 20 values" in done.stdout and "a smaller static dim: code 1" in done.stdout
+
+
+def test_odd_size_var_names_become_safe_macros(tmp_path):
+    names = ('seq len"*/', "seq-len")  # both map to SEQ_LEN___ / SEQ_LEN: distinct macros
+    a, b = SizeVar(names[0], "int64"), SizeVar(names[1], "int64")
+    x, y = Var("x", tensor((a, 4))), Var("y", tensor((b, 4)))
+    bb = BlockBuilder()
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            out = bb.emit_output(op.relu(op.add(op.sum(x, axis=(0,)), op.sum(y, axis=(0,)))))
+        bb.emit_func_output(out)
+    export_c(bb.get(), tmp_path, bounds={names[0]: 3, names[1]: 2})
+    header = (tmp_path / "model.h").read_text()
+    assert "#define MODEL_DIM_MAX_SEQ_LEN___ 3  /* seq len\"* / */" in header
+    assert "#define MODEL_DIM_MAX_SEQ_LEN 2" in header
+    done = make(tmp_path, "test")
+    assert done.returncode == 0, done.stdout + done.stderr

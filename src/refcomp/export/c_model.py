@@ -113,9 +113,9 @@ class CModelWriter:
                  f" *   int32_t code = {n}_run({'weights, ' if blob else ''}input_shapes, inputs, outputs, "
                  "output_shapes, arena, arena_bytes);",
                  " *",
-                 " * input_shapes  every input's dims, inputs in order (int64_t; see <NAME>_INPUT_<i>_RANK)",
-                 " * inputs        one pointer per input, C-contiguous, of the input's element type",
-                 " * outputs       one pointer per output, room for <NAME>_OUTPUT_<j>_MAX_ELEMS elements",
+                 f" * input_shapes  every input's dims, inputs in order (int64_t; see {N}_INPUT_<i>_RANK)",
+                 f" * inputs        one pointer per input, C-contiguous, of type {n}_input_<i>_t",
+                 f" * outputs       one pointer per output, room for {N}_OUTPUT_<j>_MAX_ELEMS elements",
                  " * output_shapes written: every output's dims, outputs in order",
                  f" * arena         caller-owned working memory: at least {N}_ARENA_BYTES bytes, aligned to",
                  f" *               {N}_ARENA_ALIGN; intermediates and kernel scratch live there, nothing else",
@@ -146,8 +146,13 @@ class CModelWriter:
                       f"#define {N}_WEIGHTS_FILE {c_string(self.name + '_weights.bin')}",
                       f"#define {N}_WEIGHTS_BLOB 1"]
         lines += ["", "/* symbolic dims: their upper bounds */"]
+        taken: set[str] = set()
         for var, bound in p.size_vars:
-            lines.append(f"#define {N}_DIM_MAX_{_macro_name(var)} {bound}  /* {comment_safe(var)} */")
+            macro = _macro_name(var)
+            while macro in taken:  # two names that differ only in case or punctuation
+                macro += "_"
+            taken.add(macro)
+            lines.append(f"#define {N}_DIM_MAX_{macro} {bound}  /* {comment_safe(var)} */")
         lines += ["", f"#define {N}_NUM_INPUTS {len(p.inputs)}", f"#define {N}_NUM_OUTPUTS {len(p.outputs)}"]
         for kind, specs in (("INPUT", p.inputs), ("OUTPUT", p.outputs)):
             for i, spec in enumerate(specs):
