@@ -201,3 +201,21 @@ def test_odd_size_var_names_become_safe_macros(tmp_path):
     assert "#define MODEL_DIM_MAX_SEQ_LEN 2" in header
     done = make(tmp_path, "test")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_control_flow_is_refused_with_the_reason(tmp_path):
+    from refcomp.ast.graph import BindingBlock, SeqExpr, VarBinding
+    from refcomp.graph.block_builder import make_if
+
+    n = SizeVar("n", "int64")
+    x, c = Var("x", tensor((n,))), Var("c", tensor((), "bool"))
+    bb = BlockBuilder()
+    with bb.function("main", [c, x]):
+        branches = []
+        for build in (op.exp, op.negative):
+            value = bb.normalize(build(x))
+            var = Var("r", value.struct_info)
+            branches.append(SeqExpr((BindingBlock((VarBinding(var, value),)),), var))
+        bb.emit_func_output(bb.emit(make_if(None, c, branches[0], branches[1], bb.defined_vars)))
+    with pytest.raises(BuildError, match=r"main cannot be compiled to one C function \(control flow \(R.If\)\)"):
+        export_c(bb.get(), tmp_path, bounds={"n": 8})
