@@ -219,3 +219,13 @@ def test_control_flow_is_refused_with_the_reason(tmp_path):
         bb.emit_func_output(bb.emit(make_if(None, c, branches[0], branches[1], bb.defined_vars)))
     with pytest.raises(BuildError, match=r"main cannot be compiled to one C function \(control flow \(R.If\)\)"):
         export_c(bb.get(), tmp_path, bounds={"n": 8})
+
+
+def test_export_leaves_the_detected_cpu_features_in_place(tmp_path, rng):
+    from refcomp.emit_c.toolchain import native_vector_bytes
+    from refcomp.loops.intrin import cpu
+
+    before, width = cpu.cpu_features(), native_vector_bytes()
+    mod, _ = small_mlp(rng)
+    export_c(mod, tmp_path)
+    assert cpu.cpu_features() == before and native_vector_bytes() == width

@@ -90,12 +90,19 @@ class ExportPlan:
 
 @contextmanager
 def portable_cpu() -> Iterator[None]:
-    """Default schedules as for a CPU with no x86 vector extensions (no intrinsics: portable C)."""
+    """Default schedules as for a CPU with no x86 vector extensions (no intrinsics: portable C),
+    through the documented REFCOMP_CPU_FEATURES override; the detected features (and what is
+    cached from them) come back afterwards."""
+    from ..emit_c.toolchain import native_vector_bytes
     from ..loops.intrin import cpu
+
+    def forget() -> None:
+        cpu.cpu_features.cache_clear()
+        native_vector_bytes.cache_clear()
 
     old = os.environ.get("REFCOMP_CPU_FEATURES")
     os.environ["REFCOMP_CPU_FEATURES"] = ""
-    cpu.cpu_features.cache_clear()
+    forget()
     try:
         yield
     finally:
@@ -103,7 +110,7 @@ def portable_cpu() -> Iterator[None]:
             os.environ.pop("REFCOMP_CPU_FEATURES", None)
         else:
             os.environ["REFCOMP_CPU_FEATURES"] = old
-        cpu.cpu_features.cache_clear()
+        forget()
 
 
 def build_portable(mod: IRModule, schedule: bool):
