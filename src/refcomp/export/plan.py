@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -58,7 +58,7 @@ class KernelInfo:
     scratch_bytes: int = 0  # arena scratch of its largest call at the bounds
     calls: int = 0
     heap: list = field(default_factory=list)  # the buffers its scratch allocator serves
-    loaded: object = None  # the LoadedKernel (its PrimFunc and signature)
+    loaded: Any = None  # the LoadedKernel (its PrimFunc and signature)
 
 
 @dataclass
@@ -76,7 +76,7 @@ class ExportPlan:
     scratch_bytes: int
     openmp: bool
     module: IRModule | None = None
-    executable: object = None
+    executable: Any = None  # the graph.build Executable (the VM records the outputs with it)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -142,9 +142,9 @@ def _is_fields(value) -> bool:
     return isinstance(value, _Fields)
 
 
-def _dims_of_registers(function: V.VMFunction) -> tuple[dict, list, int]:
+def _dims_of_registers(function: V.VMFunction) -> tuple[dict[int, Any], list, Any]:
     """reg -> dims (PrimExprs) or _Fields(regs); the kernel calls with their tensors' dims; the result reg."""
-    regs: dict[int, object] = {}
+    regs: dict[int, Any] = {}
     calls: list[tuple[V.CallKernel, list]] = []
     result = None
     for inst in function.code:
@@ -264,16 +264,17 @@ def make_plan(mod: IRModule, bounds: dict[str, int], *, openmp: bool = False, sc
         kernels.append(info)
         by_name[loaded.func.name] = info
     for inst, tensor_dims in calls:
-        info = by_name.get(ex.kernels[inst.kernel].func.name)
-        if info is None:
+        found = by_name.get(ex.kernels[inst.kernel].func.name)
+        if found is None:
             continue
+        info = found
         info.calls += 1
         heap = info.heap
         if not heap:
             continue
         loaded = info.loaded
         buffers = [p for p in loaded.func.params if not isinstance(p, tir.Var)]
-        mapping = {}
+        mapping: dict[str, Any] = {}
         for buf, dims in zip(buffers, tensor_dims):
             if dims is None or _is_fields(dims):
                 continue
