@@ -54,8 +54,7 @@ def client():
         yield client
 
 
-def _settings(build):
-    return dict(trials=4, batch=4, population=8, seed=11, reference=_matmul_reference)
+SETTINGS = dict(trials=4, batch=4, population=4, generations=0, seed=11, reference=_matmul_reference)
 
 
 def test_a_run_on_the_cluster_reaches_the_local_runs_best_trace(client, tmp_path):
@@ -63,12 +62,12 @@ def test_a_run_on_the_cluster_reaches_the_local_runs_best_trace(client, tmp_path
     build = SleepyBuild()
     local_db = Database(tmp_path / "local.jsonl")
     local = tune(func, "c", database=local_db, runner=Runner(timeout_s=120, repeats=2, build=build),
-                 **_settings(build))
+                 **SETTINGS)
     cluster_db = Database(tmp_path / "cluster.jsonl")
     foreign = TuningRecord(structural_hash(func), "c", local_db.records[0].trace, (1e-9,), machine="another machine")
     cluster_db.commit(foreign)  # measured elsewhere: never reused here
     remote = tune(func, "c", database=cluster_db, runner=DaskRunner(client, timeout_s=120, repeats=2, build=build),
-                  **_settings(build))
+                  **SETTINGS)
     assert local.trials == remote.trials == 4 and not local.failures and not remote.failures
     local_traces = [r.trace for r in local_db.records]
     remote_records = [r for r in cluster_db.records if r is not foreign]
@@ -129,9 +128,9 @@ def test_a_worker_killed_mid_measurement_costs_no_committed_record(client, tmp_p
     killed: dict = {}
     killer = threading.Thread(target=_kill_a_measuring_worker, args=(client, path, killed), daemon=True)
     killer.start()
-    runner = DaskRunner(client, timeout_s=120, repeats=2, build=SleepyBuild(scale=10.0))
-    result = tune(func, "c", trials=8, batch=4, population=12, seed=random.randrange(2**20), database=Database(path),
-                  reference=_matmul_reference, runner=runner)
+    runner = DaskRunner(client, timeout_s=120, repeats=1, build=SleepyBuild(scale=5.0))
+    result = tune(func, "c", trials=8, batch=4, population=4, generations=0, seed=random.randrange(2**20),
+                  database=Database(path), reference=_matmul_reference, runner=runner)
     killer.join(10)
     assert "pid" in killed, "no worker was measuring after the first batch"
     assert result.trials == 8

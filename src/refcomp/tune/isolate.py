@@ -41,8 +41,9 @@ from typing import Any, Callable
 from ..ast.node import freeze_mapping
 from ..errors import RefcompError
 
-# The fork server imports these once; every child forked from it has them already.
-_PRELOAD = ["__main__", "refcomp.tune.runner"]
+# The fork server imports these once; every child forked from it has them already (the build
+# imports the driver, the emitters and cffi).
+_PRELOAD = ["__main__", "refcomp.tune.runner", "refcomp.driver", "cffi.cparser"]
 _ALARM_MARGIN_S = 10
 
 
