@@ -159,3 +159,15 @@ def test_a_build_hook_that_cannot_reach_the_workers_is_a_clear_error():
     _, candidates = _candidates(func, 1, seed=1)
     with pytest.raises(RefcompError, match="cannot be sent to a worker process"):
         Runner(build=_Unpicklable()).measure(func, candidates, Checker(func, _matmul_reference))
+
+
+def test_the_dask_runner_without_dask_names_the_extra_to_install(monkeypatch):
+    import sys
+
+    from refcomp.tune.dask_runner import resolve_runner
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # makes `import distributed` fail as if not installed
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'refcomp\[distributed\]'"):
+        resolve_runner("dask://scheduler:8786", "c")
+    with pytest.raises(RefcompError, match="dask://HOST:PORT"):
+        resolve_runner("scheduler:8786", "c")

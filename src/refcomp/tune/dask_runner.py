@@ -23,7 +23,7 @@ Dask is optional (`pip install refcomp[distributed]`); this module imports it on
 from __future__ import annotations
 
 import pickle
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..ast import PrimFunc
@@ -38,8 +38,8 @@ def _distributed() -> Any:
     try:
         import distributed
     except ImportError as error:
-        raise RefcompError("tune: the Dask runner needs Dask distributed: pip install 'refcomp[distributed]'") \
-            from error
+        raise ModuleNotFoundError("refcomp.tune.DaskRunner needs Dask distributed: pip install 'refcomp[distributed]'",
+                                  name="distributed") from error
     return distributed
 
 
@@ -75,7 +75,6 @@ class DaskRunner:
     timeout_s: float = 60.0
     repeats: int = 3
     build: Callable[[PrimFunc, str], Callable[..., None]] = default_build
-    _machine: str | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         distributed = _distributed()
@@ -113,7 +112,6 @@ class DaskRunner:
             listing = "; ".join(f"{address}: {kind}" for address, kind in sorted(machines.items()))
             raise RefcompError(f"DaskRunner: the workers measure on different machines ({listing}); records are "
                                f"only comparable on one target: tune on a cluster of one machine kind")
-        self._machine = kinds[0]
         return kinds[0]
 
     def measure(self, func: PrimFunc, candidates: Sequence[Candidate], checker: Checker) -> list[MeasureResult]:

@@ -18,9 +18,10 @@ Either way the child arms an alarm of `limit_s` (plus a margin) that ends it eve
 parent died without killing it (a worker killed mid-measurement), so no candidate outlives its
 time limit by much.
 
-Everything a child needs travels by pickle: build hooks and references must be module-level
-functions or instances of module-level classes.  When cloudpickle is installed (it comes with
-Dask), closures and lambdas work too.  Frozen IR mappings (`MappingProxyType` attributes) are
+Everything a child needs travels by pickle: build hooks must be functions or instances of
+classes defined at the top level of an importable module (not the main script).  When
+cloudpickle is installed (it comes with Dask), closures, lambdas and the main script's functions
+work too.  Frozen IR mappings (`MappingProxyType` attributes) are
 pickled as the dict they wrap.
 """
 from __future__ import annotations
@@ -42,8 +43,9 @@ from ..ast.node import freeze_mapping
 from ..errors import RefcompError
 
 # The fork server imports these once; every child forked from it has them already (the build
-# imports the driver, the emitters and cffi).
-_PRELOAD = ["__main__", "refcomp.tune.runner", "refcomp.driver", "cffi.cparser"]
+# imports the driver, the emitters and cffi).  Not the main script: one without a
+# `__name__ == "__main__"` guard would run again in the server.
+_PRELOAD = ["refcomp.tune.runner", "refcomp.driver", "cffi.cparser"]
 _ALARM_MARGIN_S = 10
 
 
