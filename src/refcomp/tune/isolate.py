@@ -2,7 +2,8 @@
 
 `start(fn, args, limit_s)` pickles `(fn, args)` and runs `fn(conn, *args)` in a new process;
 the child reports through `conn.send(...)` and the parent reads the report with a deadline
-(`IsolatedCall.poll`, `recv`), killing the child when it gives none in time.
+(`IsolatedCall.poll`, `recv`), killing the child when it gives none in time.  A child that cannot
+unpickle the call reports `("build_error", (), message)`, the runner's form of a report.
 
 Children never come from a plain `fork` of the tuning process: GNU libgomp keeps its thread
 pool's bookkeeping across `fork` but not its threads, so the child of a process that has run
@@ -81,7 +82,12 @@ def dumps(obj: Any, what: str = "the call") -> bytes:
 
 
 def _run(conn: Connection, payload: bytes) -> None:
-    limit_s, fn, args = pickle.loads(payload)
+    try:
+        limit_s, fn, args = pickle.loads(payload)
+    except Exception as error:  # e.g. a hook pickled by reference to the main script, absent here
+        conn.send(("build_error", (), f"the worker process cannot load the call: {type(error).__name__}: {error} "
+                                      f"(define build hooks in an importable module, or install cloudpickle)"))
+        return
     if hasattr(signal, "alarm"):
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
         signal.alarm(int(math.ceil(limit_s)) + _ALARM_MARGIN_S)
