@@ -39,9 +39,11 @@ def _noop() -> None:
 
 def dask_scaling(trials: int, as_json: bool) -> None:
     """Trials per minute tuning a 64x64x64 matmul: the local pool, then a LocalCluster of 1, 2 and 4
-    worker processes; the overhead per trial is the 1-worker cluster's extra time over a 1-process
-    local pool, and a Dask round trip is one empty task.  The cores are shared by the search, the
-    builds and the measurements, so on a small machine more workers add little."""
+    worker processes (non-daemonic, as spec/tune_distributed.md advises, so each worker forks its
+    candidates from a fork server); the overhead per trial is the 1-worker cluster's extra time over
+    a 1-process local pool, and a Dask round trip is one empty task.  The cores are shared by the
+    search, the builds and the measurements, so on a small machine more workers add little."""
+    import dask
     import distributed
 
     print(f"machine: {intrin.cpu.describe()}, {os.cpu_count()} CPUs; dask distributed {distributed.__version__}")
@@ -59,8 +61,9 @@ def dask_scaling(trials: int, as_json: bool) -> None:
     print(f"local pool (2 build processes): {trials / local:7.1f} trials/min")
     cases = {}
     for workers in (1, 2, 4):
-        with distributed.LocalCluster(n_workers=workers, processes=True, threads_per_worker=1,
-                                      dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        with dask.config.set({"distributed.worker.daemon": False}), \
+                distributed.LocalCluster(n_workers=workers, processes=True, threads_per_worker=1,
+                                         dashboard_address=None) as cluster, distributed.Client(cluster) as client:
             spent = minutes(client)
             start = time.monotonic()
             for _ in range(20):
