@@ -25,9 +25,3 @@ def rng():
     print(f"rng seed {seed}")
     return np.random.default_rng(seed)
 
-
-def pytest_collection_modifyitems(config, items):
-    """The tuner's tests run first: its runner forks worker processes, and a process in which GNU
-    OpenMP has already run a parallel region cannot fork a child that runs one (libgomp has no fork
-    handler, so the child waits for pool threads it does not have; spec/tune.md)."""
-    items.sort(key=lambda item: 0 if "/tune/" in str(item.path).replace(os.sep, "/") else 1)

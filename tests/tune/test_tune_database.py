@@ -83,3 +83,66 @@ def test_structural_hash_tells_different_workloads_apart():
     hashes = {structural_hash(workloads.matmul(32, 16, 8)), structural_hash(workloads.matmul(32, 16, 16)),
               structural_hash(workloads.matmul(32, 16, 8, "float64")), structural_hash(workloads.exp_scale(64))}
     assert len(hashes) == 4
+
+
+def test_duplicates_are_dropped_on_load_and_not_written_again(tmp_path):
+    path = tmp_path / "db.jsonl"
+    lines = [_record(0).to_line(), _record(1).to_line(), _record(0).to_line()]
+    path.write_text("\n".join(lines) + "\n")
+    db = Database(path)
+    assert db.records == [_record(0), _record(1)] and db.skipped == 0
+    slower = TuningRecord("w0", "c", _record(1).trace, (1.0,))  # the same measurement key, another time
+    assert db.commit(slower) is False and db.commit(_record(2)) is True
+    assert path.read_text().count("\n") == 4
+    assert Database(path).records == [_record(0), _record(1), _record(2)]
+
+
+def test_records_name_their_machine_and_queries_can_ask_for_one(tmp_path):
+    path = tmp_path / "db.jsonl"
+    db = Database(path)
+    here = TuningRecord("w0", "c", _record(0).trace, (0.002,), machine="x86_64 AVX2 FMA")
+    there = TuningRecord("w0", "c", _record(0).trace, (0.001,), machine="aarch64 (no x86 vector flags)")
+    db.commit(here)
+    db.commit(there)
+    db.commit(_record(1))  # a record that does not say where it was measured
+    again = Database(path)
+    assert again.records == [here, there, _record(1)]
+    assert again.best("w0", "c", "x86_64 AVX2 FMA") == here
+    assert again.query("w0", "c", "aarch64 (no x86 vector flags)") == [there]
+    assert again.best("w0", "c") == there and len(again.query("w0", "c")) == 3
+    assert '"machine"' not in _record(1).to_line()
+
+
+def test_refresh_reads_what_another_writer_appended(tmp_path):
+    path = tmp_path / "db.jsonl"
+    mine, theirs = Database(path), Database(path)
+    mine.commit(_record(0))
+    theirs.commit(_record(1))
+    assert theirs.records == [_record(0), _record(1)]  # it read the other writer's record before appending
+    assert mine.refresh() == 1 and mine.records == [_record(0), _record(1)]
+    assert theirs.commit(_record(0)) is False  # already in the file, from the other writer
+
+
+def _append_records(path: str, first: int, count: int) -> None:
+    db = Database(path)
+    for number in range(first, first + count):
+        db.commit(_record(number))
+
+
+def test_concurrent_drivers_leave_no_torn_or_duplicate_record(tmp_path):
+    import multiprocessing
+
+    path = tmp_path / "shared.jsonl"
+    ctx = multiprocessing.get_context("forkserver")
+    writers = [ctx.Process(target=_append_records, args=(str(path), 10 * index, 30)) for index in range(4)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(300)
+        assert writer.exitcode == 0
+    lines = path.read_text().split("\n")
+    assert lines[-1] == ""
+    records = [TuningRecord.from_line(line) for line in lines[:-1]]  # every line parses
+    assert len(records) == len({r.key for r in records}) == 60
+    assert {r.key for r in records} == {_record(n).key for n in range(60)}
+    assert Database(path).skipped == 0

@@ -15,7 +15,7 @@ import pytest
 from refcomp import workloads
 from refcomp.errors import RefcompError
 from refcomp.tune import Candidate, Checker, DesignSpace, Runner, structural_hash
-from refcomp.tune.runner import default_build, random_arguments
+from refcomp.tune.runner import default_build, machine_description, random_arguments
 
 
 def _matmul_reference(arrays):
@@ -28,10 +28,15 @@ def _candidates(func, count, seed):
     return schedules, [Candidate(json.loads(s.trace.to_json())) for s in schedules]
 
 
-def _planted_build(plan):
-    """A build hook that gives the scheduled function with hash h the behaviour plan[h]."""
-    def build(func, target):
-        behaviour = plan.get(structural_hash(func), "good")
+class PlantedBuild:
+    """A build hook that gives the scheduled function with hash h the behaviour plan[h] (a module-level
+    class, so the hook pickles into the worker processes)."""
+
+    def __init__(self, plan):
+        self.plan = plan
+
+    def __call__(self, func, target):
+        behaviour = self.plan.get(structural_hash(func), "good")
         kernel = default_build(func, target)
         if behaviour == "crash":
             return lambda *arrays: os.abort()
@@ -45,7 +50,10 @@ def _planted_build(plan):
         if behaviour == "raise":
             raise RuntimeError("planted build failure")
         return kernel
-    return build
+
+
+def _build_nothing(func, target):
+    return lambda *arrays: None
 
 
 def test_crashing_hanging_and_wrong_candidates_are_reported_and_the_rest_measured():
@@ -55,8 +63,8 @@ def test_crashing_hanging_and_wrong_candidates_are_reported_and_the_rest_measure
     plan = {structural_hash(s.func): b for s, b in zip(schedules, behaviours)}
     if len(plan) < 5:
         pytest.skip("two sampled schedules coincide")
-    runner = Runner(workers=2, timeout_s=20, build=_planted_build(plan))
-    runner_fast = Runner(workers=2, timeout_s=6, build=_planted_build(plan))
+    runner = Runner(workers=2, timeout_s=20, build=PlantedBuild(plan))
+    runner_fast = Runner(workers=2, timeout_s=6, build=PlantedBuild(plan))
     checker = Checker(func, _matmul_reference, seed=3)
     results = runner.measure(func, candidates[:1] + candidates[2:], checker)
     results.insert(1, runner_fast.measure(func, [candidates[1]], checker)[0])
@@ -79,7 +87,7 @@ def test_correct_candidates_pass_the_interpreter_reference():
 def test_a_kernel_that_writes_nothing_is_wrong():
     func = workloads.matmul(8, 8, 4)
     _, candidates = _candidates(func, 1, seed=1)
-    runner = Runner(timeout_s=60, build=lambda f, t: (lambda *arrays: None))
+    runner = Runner(timeout_s=60, build=_build_nothing)
     [result] = runner.measure(func, candidates, Checker(func, _matmul_reference))
     assert result.status == "wrong"
 
@@ -103,3 +111,63 @@ def test_symbolic_shapes_are_refused_with_a_clear_error():
 
     with pytest.raises(RefcompError, match="symbolic shape"):
         random_arguments(workloads.exp_scale(te.var("n")), 0)
+
+
+def test_tuning_works_in_a_process_that_has_run_openmp_kernels():
+    import refcomp
+
+    func = workloads.matmul(32, 32, 16)
+    schedules, candidates = _candidates(func, 2, seed=random.randrange(2**20))
+    rng = np.random.default_rng()
+    a, b = rng.uniform(-1, 1, (32, 16)).astype("float32"), rng.uniform(-1, 1, (16, 32)).astype("float32")
+    c = np.full((32, 32), 3.0, dtype="float32")
+    for sch in schedules:  # sampled schedules run their outer loops in parallel: OpenMP starts here
+        refcomp.build(sch.func)(a, b, c)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+    results = Runner(workers=2, timeout_s=60).measure(func, candidates, Checker(func, _matmul_reference))
+    assert [r.status for r in results] == ["ok", "ok"]
+    assert all(r.machine == machine_description() for r in results)
+
+
+def test_a_daemonic_process_measures_in_fresh_interpreters(monkeypatch):
+    from refcomp.tune import isolate
+
+    monkeypatch.setattr(isolate, "_daemonic", lambda: True)
+    assert isolate.method() == "exec"
+    func = workloads.matmul(8, 8, 4)
+    schedules, candidates = _candidates(func, 2, seed=random.randrange(2**20))
+    plan = {structural_hash(schedules[0].func): "crash"}
+    if len({structural_hash(s.func) for s in schedules}) < 2:
+        pytest.skip("the two sampled schedules coincide")
+    results = Runner(workers=1, timeout_s=60, build=PlantedBuild(plan)).measure(
+        func, candidates, Checker(func, _matmul_reference))
+    assert [r.status for r in results] == ["crash", "ok"]
+
+
+class _Unpicklable:
+    def __init__(self):
+        import threading
+
+        self.lock = threading.Lock()
+
+    def __call__(self, func, target):
+        return default_build(func, target)
+
+
+def test_a_build_hook_that_cannot_reach_the_workers_is_a_clear_error():
+    func = workloads.matmul(8, 8, 4)
+    _, candidates = _candidates(func, 1, seed=1)
+    with pytest.raises(RefcompError, match="cannot be sent to a worker process"):
+        Runner(build=_Unpicklable()).measure(func, candidates, Checker(func, _matmul_reference))
+
+
+def test_the_dask_runner_without_dask_names_the_extra_to_install(monkeypatch):
+    import sys
+
+    from refcomp.tune.dask_runner import resolve_runner
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # makes `import distributed` fail as if not installed
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'refcomp\[distributed\]'"):
+        resolve_runner("dask://scheduler:8786", "c")
+    with pytest.raises(RefcompError, match="dask://HOST:PORT"):
+        resolve_runner("scheduler:8786", "c")

@@ -42,23 +42,25 @@ def test_tune_fills_the_database_and_its_best_trace_replays(tmp_path):
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
 
 
+def _flaky(scheduled, target):
+    """A build hook (module level, so it pickles): a third of the schedules wrong, a third crashing."""
+    kernel = default_build(scheduled, target)
+    kind = int(structural_hash(scheduled), 16) % 3
+    if kind == 0:
+        def wrong(*arrays):
+            kernel(*arrays)
+            arrays[-1][...] *= 2.0
+        return wrong
+    if kind == 1:
+        return lambda *arrays: os.abort()
+    return kernel
+
+
 def test_the_search_goes_on_past_failing_candidates():
     func = workloads.matmul(16, 16, 8)
 
-    def flaky(scheduled, target):
-        kernel = default_build(scheduled, target)
-        kind = int(structural_hash(scheduled), 16) % 3
-        if kind == 0:
-            def wrong(*arrays):
-                kernel(*arrays)
-                arrays[-1][...] *= 2.0
-            return wrong
-        if kind == 1:
-            return lambda *arrays: os.abort()
-        return kernel
-
     result = tune(func, "c", trials=6, batch=6, population=12, seed=random.randrange(2**20),
-                  reference=_matmul_reference, runner=Runner(workers=2, timeout_s=120, build=flaky))
+                  reference=_matmul_reference, runner=Runner(workers=2, timeout_s=120, build=_flaky))
     assert result.trials == 6
     statuses = {f.result.status for f in result.failures}
     assert statuses <= {"wrong", "crash"}

@@ -1,22 +1,25 @@
 """Auto-tuning: design spaces from schedule rules, evolutionary search with a learned cost model,
-a crash-safe database, and a builder/runner that checks every candidate against the reference.
+a crash-safe database that several drivers can share, and a builder/runner that checks every
+candidate against the reference, locally or on the workers of a Dask cluster.
 
     result = refcomp.tune.tune(func, "c", trials=64, database=Database("tune.jsonl"))
     fast = result.schedule.func          # the best schedule, replayed from its trace
+    tune(func, "c", trials=256, runner="dask://scheduler:8786")   # measure on a Dask cluster
 """
 from .cost_model import CostModel, RidgeModel, XGBModel, default_cost_model, xgboost_available
+from .dask_runner import DaskRunner
 from .database import Database, TuningRecord
 from .features import FEATURE_NAMES, extract_features, features_of
-from .runner import Candidate, Checker, MeasureResult, Runner
+from .runner import Candidate, Checker, MeasureResult, Runner, RunnerBackend, machine_description
 from .search import Failure, TuneResult, apply_best, count_flops, replay, tune
 from .space import (DesignSpace, MultiLevelTiling, MutateCategorical, MutateTileSize, ParallelVectorizeUnroll,
                     ScheduleRule, default_mutators, default_rules, mutate_trace)
 from .workload import structural_hash
 
 __all__ = [
-    "Candidate", "Checker", "CostModel", "Database", "DesignSpace", "FEATURE_NAMES", "Failure", "MeasureResult",
-    "MultiLevelTiling", "MutateCategorical", "MutateTileSize", "ParallelVectorizeUnroll", "RidgeModel", "Runner",
-    "ScheduleRule", "TuneResult", "TuningRecord", "XGBModel", "apply_best", "count_flops", "default_cost_model",
-    "default_mutators", "default_rules", "extract_features", "features_of", "mutate_trace", "replay",
-    "structural_hash", "tune", "xgboost_available",
+    "Candidate", "Checker", "CostModel", "DaskRunner", "Database", "DesignSpace", "FEATURE_NAMES", "Failure",
+    "MeasureResult", "MultiLevelTiling", "MutateCategorical", "MutateTileSize", "ParallelVectorizeUnroll",
+    "RidgeModel", "Runner", "RunnerBackend", "ScheduleRule", "TuneResult", "TuningRecord", "XGBModel", "apply_best",
+    "count_flops", "default_cost_model", "default_mutators", "default_rules", "extract_features", "features_of",
+    "machine_description", "mutate_trace", "replay", "structural_hash", "tune", "xgboost_available",
 ]

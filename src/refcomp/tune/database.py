@@ -1,19 +1,31 @@
 """The tuning database: append-only JSON lines of measured candidates.
 
-Each line is one `TuningRecord`: the workload's structural hash, the target string, the trace
-(JSON, decisions included) and the measured run times in seconds.  A record is written as one
-line with a single `write` followed by flush and fsync, so a tuner killed mid-write leaves at
-most one incomplete last line; loading skips any line that does not parse (and says how many in
-`skipped`), so every committed record reloads.  The file holds no paths or pointers, so it can be
-copied to another machine with the same target and used there.
+Each line is one `TuningRecord`: the workload's structural hash, the target string, the machine
+that measured it, the trace (JSON, decisions included) and the measured run times in seconds.
+A record is written as one line with a single `write` followed by flush and fsync, so a tuner
+killed mid-write leaves at most one incomplete last line; loading skips any line that does not
+parse (and says how many in `skipped`), so every committed record reloads.  The file holds no
+paths or pointers, so it can be copied to another machine with the same target and used there.
+
+Several tuning drivers (processes, machines sharing a file system) may append to one file:
+every append holds an exclusive `flock` on the file, reads the records the others appended
+since, and writes only a record whose key (workload, target, machine, trace) is new; readers
+hold a shared lock.  So no record is torn by a concurrent append and none is stored twice;
+loading also drops duplicates, should a file have been concatenated from others.
 """
 from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import IO, Iterator
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: appends are not locked against other processes
+    fcntl = None  # type: ignore[assignment]
 
 from ..errors import RefcompError
 
@@ -22,22 +34,32 @@ RECORD_VERSION = 1
 
 @dataclass(frozen=True)
 class TuningRecord:
-    """One measured candidate of one workload on one target."""
+    """One measured candidate of one workload on one target, measured on `machine` (the runner's
+    `machine_description()`; empty in records that do not say)."""
 
     workload: str
     target: str
     trace: dict
     run_times: tuple[float, ...]
+    machine: str = ""
 
     @property
     def mean_time(self) -> float:
         """Mean of the run times (seconds)."""
         return sum(self.run_times) / len(self.run_times)
 
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        """What makes two records the same measurement: workload, target, machine and trace."""
+        return self.workload, self.target, self.machine, json.dumps(self.trace, sort_keys=True, separators=(",", ":"))
+
     def to_line(self) -> str:
         """The record as one JSON line (no newline inside)."""
-        return json.dumps({"version": RECORD_VERSION, "workload": self.workload, "target": self.target,
-                           "trace": self.trace, "run_times": list(self.run_times)}, separators=(",", ":"))
+        data = {"version": RECORD_VERSION, "workload": self.workload, "target": self.target}
+        if self.machine:
+            data["machine"] = self.machine
+        data.update(trace=self.trace, run_times=list(self.run_times))
+        return json.dumps(data, separators=(",", ":"))
 
     @staticmethod
     def from_line(line: str) -> "TuningRecord":
@@ -48,7 +70,20 @@ class TuningRecord:
         times = tuple(float(t) for t in data["run_times"])
         if not times or not isinstance(data["trace"], dict):
             raise ValueError("a record needs a trace object and at least one run time")
-        return TuningRecord(str(data["workload"]), str(data["target"]), data["trace"], times)
+        return TuningRecord(str(data["workload"]), str(data["target"]), data["trace"], times,
+                            str(data.get("machine", "")))
+
+
+@contextmanager
+def _locked(file: IO[bytes], exclusive: bool) -> Iterator[None]:
+    if fcntl is None:
+        yield
+        return
+    fcntl.flock(file.fileno(), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    try:
+        yield
+    finally:
+        fcntl.flock(file.fileno(), fcntl.LOCK_UN)
 
 
 @dataclass
@@ -58,42 +93,77 @@ class Database:
     path: Path | None = None
     records: list[TuningRecord] = field(default_factory=list)
     skipped: int = 0  # lines of the file that did not parse (a cut-off last line, foreign text)
+    _keys: set = field(default_factory=set, init=False, repr=False, compare=False)
+    _offset: int = field(default=0, init=False, repr=False, compare=False)  # bytes of the file read so far
 
     def __post_init__(self) -> None:
+        self._keys = {r.key for r in self.records}
         if self.path is None:
             return
         self.path = Path(self.path)
         if self.path.exists():
-            self._load()
+            self.refresh()
 
-    def _load(self) -> None:
-        text = self.path.read_bytes().decode("utf-8", errors="replace")
-        for line in text.split("\n"):
+    def refresh(self) -> int:
+        """Read the records other writers appended to the file since; returns how many were new."""
+        if self.path is None or not self.path.exists():
+            return 0
+        with open(self.path, "rb") as file, _locked(file, exclusive=False):
+            return self._read_new(file)
+
+    def _read_new(self, file: IO[bytes]) -> int:
+        file.seek(self._offset)
+        data = file.read()
+        self._offset += len(data)
+        added = 0
+        # Under the lock every line is complete except a writer's that died mid-line: its
+        # fragment is skipped (the next append starts on a fresh line).
+        for line in data.decode("utf-8", errors="replace").split("\n"):
             if not line.strip():
                 continue
             try:
-                self.records.append(TuningRecord.from_line(line))
+                record = TuningRecord.from_line(line)
             except (ValueError, KeyError, TypeError):
                 self.skipped += 1
+                continue
+            added += self._remember(record)
+        return added
 
-    def commit(self, record: TuningRecord) -> None:
-        """Add a record; with a file, it is on disk (flushed and fsynced) when this returns."""
+    def _remember(self, record: TuningRecord) -> bool:
+        if record.key in self._keys:
+            return False
+        self._keys.add(record.key)
+        self.records.append(record)
+        return True
+
+    def commit(self, record: TuningRecord) -> bool:
+        """Add a record; with a file, it is on disk (flushed and fsynced) when this returns.
+
+        False when the database already holds a record with the same key (this writer's or
+        another's): the earlier measurement is kept and nothing is written."""
         if not isinstance(record, TuningRecord):
             raise RefcompError(f"Database.commit: expected a TuningRecord, got {type(record).__name__}")
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "ab") as file:
-                # A previous writer cut off mid-line would glue this record onto its fragment:
-                # start on a fresh line whenever the file does not end with one.
-                prefix = b""
-                if file.tell() > 0:
-                    with open(self.path, "rb") as check:
-                        check.seek(-1, os.SEEK_END)
-                        prefix = b"" if check.read(1) == b"\n" else b"\n"
-                file.write(prefix + record.to_line().encode() + b"\n")
-                file.flush()
-                os.fsync(file.fileno())
-        self.records.append(record)
+        if self.path is None:
+            return self._remember(record)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a+b") as file, _locked(file, exclusive=True):
+            self._read_new(file)
+            if record.key in self._keys:
+                return False
+            file.seek(0, os.SEEK_END)
+            end = file.tell()
+            # A previous writer cut off mid-line would glue this record onto its fragment:
+            # start on a fresh line whenever the file does not end with one.
+            prefix = b""
+            if end > 0:
+                file.seek(end - 1)
+                prefix = b"" if file.read(1) == b"\n" else b"\n"
+            line = prefix + record.to_line().encode() + b"\n"
+            file.write(line)
+            file.flush()
+            os.fsync(file.fileno())
+            self._offset = end + len(line)
+        return self._remember(record)
 
     def __len__(self) -> int:
         return len(self.records)
@@ -101,12 +171,14 @@ class Database:
     def __iter__(self) -> Iterator[TuningRecord]:
         return iter(self.records)
 
-    def query(self, workload: str, target: str) -> list[TuningRecord]:
-        """The records of one workload on one target, fastest first."""
-        found = [r for r in self.records if r.workload == workload and r.target == target]
+    def query(self, workload: str, target: str, machine: str | None = None) -> list[TuningRecord]:
+        """The records of one workload on one target, fastest first; with `machine`, only those
+        measured on that machine."""
+        found = [r for r in self.records if r.workload == workload and r.target == target
+                 and (machine is None or r.machine == machine)]
         return sorted(found, key=lambda r: r.mean_time)
 
-    def best(self, workload: str, target: str) -> TuningRecord | None:
-        """The fastest record of a workload on a target, or None."""
-        found = self.query(workload, target)
+    def best(self, workload: str, target: str, machine: str | None = None) -> TuningRecord | None:
+        """The fastest record of a workload on a target (and machine, when given), or None."""
+        found = self.query(workload, target, machine)
         return found[0] if found else None

@@ -7,20 +7,23 @@ other's timings.  A candidate whose process dies (a crashing kernel), does not f
 `timeout_s` (a hanging kernel), raises, or produces a result that differs from the reference is
 reported with its status and message and given no time; the search goes on.
 
-Worker processes are forked: the parent never runs kernels itself, so no OpenMP thread pool is
-inherited, and the function, the inputs and the expected outputs reach the child without pickling.
-A process that has already run an OpenMP kernel (GNU libgomp keeps its thread pool across fork
-but not its threads) must not tune: its forked children would wait forever for pool threads and
-be reported as timeouts. Tune in a fresh process (`refcomp tune`, `benchmarks/tune.py`).
+Worker processes come from `isolate` (a fork server, or a fresh interpreter in a daemonic
+process), never from a plain fork of the tuning process, so tuning works in a process that has
+already run OpenMP kernels.  The function, the trace, the build hook and the checker's arrays
+reach the child by pickle; the reference runs only in the parent.
+
+`Runner` is the local backend; any object with `target`, `machine()` and `measure(...)` is a
+runner (`RunnerBackend`), such as `DaskRunner`, which measures on the workers of a Dask cluster.
+Every result names the machine that measured it (`machine_description()`), so records are only
+reused on a matching machine.
 """
 from __future__ import annotations
 
 import faulthandler
-import multiprocessing
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -28,18 +31,22 @@ from ..ast import Buffer, PrimFunc
 from ..errors import RefcompError
 from ..loops.interpreter import interpret
 from ..loops.schedule import Schedule
+from ..loops.intrin import cpu
 from ..loops.primitives.legality import const_int
+from . import isolate
 
 STATUSES = ("ok", "build_error", "run_error", "crash", "timeout", "wrong")
 
 
 @dataclass(frozen=True)
 class MeasureResult:
-    """What became of one candidate: status (one of STATUSES), run times (seconds) when ok, a message."""
+    """What became of one candidate: status (one of STATUSES), run times (seconds) when ok, a message,
+    and the machine that measured it (`machine_description()` there; empty when none did)."""
 
     status: str
     run_times: tuple[float, ...] = ()
     message: str = ""
+    machine: str = ""
 
     @property
     def ok(self) -> bool:
@@ -48,6 +55,12 @@ class MeasureResult:
     @property
     def mean_time(self) -> float:
         return sum(self.run_times) / len(self.run_times) if self.run_times else float("inf")
+
+
+def machine_description() -> str:
+    """The target of measurements taken in this process: the architecture and the vector extensions
+    refcomp's kernels can use (`refcomp.loops.intrin.cpu.describe()`), e.g. "x86_64 SSE4_2 AVX AVX2 FMA"."""
+    return cpu.describe()
 
 
 def default_build(func: PrimFunc, target: str) -> Callable[..., None]:
@@ -104,6 +117,12 @@ class Checker:
         self.inputs = random_arguments(self.func, self.seed)
         self.expected = [a.copy() for a in self.inputs]
         reference(self.expected)
+
+    def __getstate__(self) -> dict:
+        # Workers need the data, not the reference that made it (which may not pickle).
+        state = dict(self.__dict__)
+        state["reference"] = None
+        return state
 
     def fresh_arguments(self) -> list[np.ndarray]:
         """Copies of the inputs; the output buffers are overwritten with garbage so a kernel that
@@ -175,30 +194,45 @@ def _run_child(conn: Any, func: PrimFunc, trace: dict, target: str, build: Calla
         conn.send(("run_error", (), traceback.format_exc(limit=3)))
 
 
-def _context():
-    return multiprocessing.get_context("fork")
-
-
-def _finish(process: Any, conn: Any, deadline: float, what: str) -> MeasureResult:
+def _finish(process: isolate.IsolatedCall, deadline: float, what: str) -> MeasureResult:
     """Wait for one worker until deadline; its report, or crash/timeout when it gave none."""
     remaining = max(0.0, deadline - time.monotonic())
-    if conn.poll(remaining):
-        try:
-            status, times, message = conn.recv()
-        except (EOFError, OSError):
-            status, times, message = None, (), ""
-        process.join(5)
+    try:
+        if process.poll(remaining):
+            try:
+                status, times, message = process.recv()
+            except (EOFError, OSError):
+                status, times, message = None, (), ""
+            process.join(5)
+            if process.is_alive():
+                process.kill()
+                process.join()
+            if status is not None:
+                return MeasureResult(status, tuple(times), message, machine_description())
         if process.is_alive():
             process.kill()
             process.join()
-        if status is not None:
-            return MeasureResult(status, tuple(times), message)
-    if process.is_alive():
-        process.kill()
+            return MeasureResult("timeout", (), f"{what} did not finish within the time limit",
+                                 machine_description())
         process.join()
-        return MeasureResult("timeout", (), f"{what} did not finish within the time limit")
-    process.join()
-    return MeasureResult("crash", (), f"{what} process died with exit code {process.exitcode}")
+        return MeasureResult("crash", (), f"{what} process died with exit code {process.exitcode}",
+                             machine_description())
+    finally:
+        process.close()
+
+
+@runtime_checkable
+class RunnerBackend(Protocol):
+    """What the search needs of a runner: the target it builds for, the machine it measures on, and
+    one result per candidate, in the candidates' order."""
+
+    target: str
+
+    def machine(self) -> str:
+        ...
+
+    def measure(self, func: PrimFunc, candidates: Sequence[Candidate], checker: Checker) -> list[MeasureResult]:
+        ...
 
 
 @dataclass
@@ -219,6 +253,10 @@ class Runner:
         if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
             raise RefcompError(f"Runner: repeats: expected a positive int, got {self.repeats!r}")
 
+    def machine(self) -> str:
+        """The machine the candidates are measured on: this one."""
+        return machine_description()
+
     def measure(self, func: PrimFunc, candidates: Sequence[Candidate], checker: Checker) -> list[MeasureResult]:
         """A result for every candidate, in order; never raises for a candidate's failure."""
         built = self._build_all(func, candidates)
@@ -227,35 +265,25 @@ class Runner:
             if not build_result.ok:
                 results.append(build_result)
                 continue
-            results.append(self._run_one(func, candidate, checker))
+            results.append(self.run_one(func, candidate, checker))
         return results
 
     def _build_all(self, func: PrimFunc, candidates: Sequence[Candidate]) -> list[MeasureResult]:
-        ctx = _context()
         results: list[MeasureResult | None] = [None] * len(candidates)
         pending = list(enumerate(candidates))
-        active: list[tuple[int, Any, Any, float]] = []
+        active: list[tuple[int, isolate.IsolatedCall, float]] = []
         while pending or active:
             while pending and len(active) < self.workers:
                 index, candidate = pending.pop(0)
-                receive, send = ctx.Pipe(duplex=False)
-                process = ctx.Process(target=_build_child, args=(send, func, candidate.trace, self.target, self.build),
-                                      daemon=True)
-                process.start()
-                send.close()
-                active.append((index, process, receive, time.monotonic() + self.timeout_s))
-            index, process, receive, deadline = active.pop(0)
-            results[index] = _finish(process, receive, deadline, "the build")
-            receive.close()
+                process = isolate.start(_build_child, (func, candidate.trace, self.target, self.build),
+                                        self.timeout_s, "the build hook")
+                active.append((index, process, time.monotonic() + self.timeout_s))
+            index, process, deadline = active.pop(0)
+            results[index] = _finish(process, deadline, "the build")
         return results  # type: ignore[return-value]
 
-    def _run_one(self, func: PrimFunc, candidate: Candidate, checker: Checker) -> MeasureResult:
-        ctx = _context()
-        receive, send = ctx.Pipe(duplex=False)
-        process = ctx.Process(target=_run_child, args=(send, func, candidate.trace, self.target, self.build,
-                                                       checker, self.repeats), daemon=True)
-        process.start()
-        send.close()
-        result = _finish(process, receive, time.monotonic() + self.timeout_s, "the candidate")
-        receive.close()
-        return result
+    def run_one(self, func: PrimFunc, candidate: Candidate, checker: Checker) -> MeasureResult:
+        """Build (a cache hit after a build) and run one candidate in its own process, checked."""
+        process = isolate.start(_run_child, (func, candidate.trace, self.target, self.build, checker, self.repeats),
+                                self.timeout_s, "the candidate with its build hook and checker")
+        return _finish(process, time.monotonic() + self.timeout_s, "the candidate")

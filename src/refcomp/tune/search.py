@@ -29,9 +29,10 @@ from ..ast import PrimFunc
 from ..errors import RefcompError
 from ..loops.schedule import Schedule
 from .cost_model import CostModel, default_cost_model, scores_from_times
+from .dask_runner import resolve_runner
 from .database import Database, TuningRecord
 from .features import features_of
-from .runner import Candidate, Checker, MeasureResult, Runner
+from .runner import Candidate, Checker, MeasureResult, Runner, RunnerBackend
 from .space import DesignSpace, default_mutators, default_rules, mutate_trace
 from .workload import structural_hash
 
@@ -76,9 +77,10 @@ def replay(func: PrimFunc, record: TuningRecord | dict) -> Schedule:
     return Schedule.from_trace(func, trace)
 
 
-def apply_best(func: PrimFunc, database: Database, target: str = "c") -> PrimFunc:
-    """func scheduled by its best record in database for target, or func itself when there is none."""
-    record = database.best(structural_hash(func), target)
+def apply_best(func: PrimFunc, database: Database, target: str = "c", machine: str | None = None) -> PrimFunc:
+    """func scheduled by its best record in database for target (measured on machine, when given), or
+    func itself when there is none."""
+    record = database.best(structural_hash(func), target, machine)
     return func if record is None else replay(func, record).func
 
 
@@ -158,7 +160,8 @@ class _Search:
 
 
 def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Database | None = None,
-         space: DesignSpace | None = None, mutators: Sequence | None = None, runner: Runner | None = None,
+         space: DesignSpace | None = None, mutators: Sequence | None = None,
+         runner: Runner | RunnerBackend | str | object | None = None,
          cost_model: CostModel | None = None, reference: Callable | None = None, seed: int = 0,
          population: int = 32, batch: int = 8, generations: int = 2, epsilon: float = 0.2,
          max_seconds: float | None = None,
@@ -167,6 +170,9 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
 
     reference(arrays) computes the expected outputs in place (default: the interpreter on func);
     progress(trials_done, trials, best_gflops, elapsed_seconds) is called after every batch.
+    runner: a `Runner` (default: the local process pool), "dask://HOST:PORT" or a `distributed.Client`
+    (measure on a Dask cluster's workers), or any `RunnerBackend`. Database records are reused only
+    when they were measured on the runner's machine.
     """
     if not isinstance(func, PrimFunc):
         raise RefcompError(f"tune: expected a PrimFunc, got {type(func).__name__}")
@@ -174,25 +180,27 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
         raise RefcompError(f"tune: trials: expected a positive int, got {trials!r}")
     database = database if database is not None else Database()
     space = space or DesignSpace(default_rules(target))
-    runner = runner or Runner(target=target)
+    runner = resolve_runner(runner, target)
     if runner.target != target:
         raise RefcompError(f"tune: the runner builds for {runner.target!r}, the search is for {target!r}")
     workload = structural_hash(func)
+    machine = runner.machine()
     search = _Search(func, target, space, list(mutators or default_mutators()), cost_model or default_cost_model(),
                      random.Random(seed))
     checker = Checker(func, reference, seed=seed)
     flops = count_flops(func)
     result = TuneResult(workload, target, None, float("inf"), 0, flops)
     best_trace: dict | None = None
-    for record in database.query(workload, target)[:population // 2]:
+    for record in database.query(workload, target, machine)[:population // 2]:
         if record.mean_time < result.best_time:
             result.best_time, best_trace = record.mean_time, record.trace
     start = time.monotonic()
     while result.trials < trials:
         if max_seconds is not None and time.monotonic() - start > max_seconds:
             break
+        database.refresh()  # records other drivers appended to a shared file
         seeds = []
-        for record in database.query(workload, target)[:population // 2]:
+        for record in database.query(workload, target, machine)[:population // 2]:
             try:
                 seeds.append(replay(func, record))
             except RefcompError:
@@ -212,7 +220,8 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
             if outcome.ok:
                 search.measured[key] = outcome.mean_time
                 search.feature(sch)
-                database.commit(TuningRecord(workload, target, candidate.trace, outcome.run_times))
+                database.commit(TuningRecord(workload, target, candidate.trace, outcome.run_times,
+                                             outcome.machine or machine))
                 if outcome.mean_time < result.best_time:
                     result.best_time, best_trace = outcome.mean_time, candidate.trace
             else:
