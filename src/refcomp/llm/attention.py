@@ -1,0 +1,190 @@
+"""Attention over a paged KV cache: one loop-IR kernel for prefill and decode, compiled by refcomp.
+
+The kernel reads the cache pages in place through the page table and appends the call's keys and
+values to them.  Layouts (P = page size, D = head_dim, G = query heads per key/value head):
+
+    q, out      (B, T, Hq, D)     the call's queries (rotary applied) and the attention output
+    k, v        (B, T, Hkv, D)    the call's keys (rotary applied) and values
+    k_pages     (N, Hkv, D, P)    keys stored transposed within a page: a page's P keys of one
+                                  head are D contiguous rows of P, so a score loop over keys is a
+                                  unit-stride vector loop
+    v_pages     (N, Hkv, P, D)    values, one contiguous row of D per key
+    table       (B, M) int32      page table: slot s of sequence b lives in page table[b, s // P]
+    start       (B,) int32        positions already in each sequence (the call's first position)
+
+A sequence's position p lives in slot p when p < sinks, else in slot sinks + (p - sinks) % ring
+(a full cache has sinks 0 and a ring at least as long as the sequence, so slot = p).  The query at
+position pos = start[b] + t attends to every position p <= pos with p < sinks or p > pos - window
+(a full cache has window >= every position): StreamingLLM's sinks and recent window.  Positions
+before start[b] are read from the pages, the call's own positions from k and v directly, so a
+streaming cache whose ring is shorter than the call still sees every key it must.
+
+    for bh in parallel(B * Hkv):                   # one sequence and key/value head per iteration
+        for t in range(T):
+            running max m, sum l and accumulator acc of the G query heads, per chunk of keys:
+                s[g, j] = (q[g] / sqrt(D)) . K[j]     (vector loop over j, keys transposed)
+                m' = max(m, max_j s);  l = l * e^(m - m') + sum_j e^(s - m');  acc likewise
+            out[b, t, g] = acc[g] / l[g]
+        then the T new keys and values are stored in their slots
+
+Every (b, kv head) iteration reads and writes only its own sequence's pages, so the in-place
+append needs no synchronisation.  The kernel is built once per (G, D, P, Hkv) and cached.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from ..ast import (
+    Allocate, Buffer, BufferStore, Call, Cast, Evaluate, FloatImm, For, IntImm, LetStmt, PrimFunc, SizeVar, Stmt,
+    Var, max_, min_, select, seq,
+)
+from ..driver import build
+from ..errors import ArgumentError
+
+# A running maximum that starts below every score yet keeps e^(m - m') finite arithmetic.
+_LOWEST = -3.0e38
+_INT = "int64"
+
+
+def _v(name: str) -> Var:
+    return Var(name, _INT)
+
+
+def _i64(value: Any) -> Any:
+    return Cast(_INT, value) if getattr(value, "dtype", None) is not None and str(value.dtype) != _INT else value
+
+
+def _const(value: int) -> IntImm:
+    return IntImm(value, _INT)
+
+
+def _f(value: float) -> FloatImm:
+    return FloatImm(value, "float32")
+
+
+def _for(var: Var, lo: Any, extent: Any, body: Stmt, kind: str = "serial") -> For:
+    return For(var, lo, max_(extent, _const(0)) if not isinstance(extent, IntImm) else extent, kind, body)
+
+
+def _let(var: Var, value: Any, body: Stmt) -> LetStmt:
+    return LetStmt(var, value, body)
+
+
+def _assume(condition: Any) -> Evaluate:
+    return Evaluate(Call("assume", (condition,), "bool"))
+
+
+def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> PrimFunc:
+    """The paged attention kernel for G = group query heads per kv head (see the module docstring)."""
+    G, D, P, H = group, head_dim, page_size, kv_heads
+    B, T, N, M = (SizeVar(n, _INT) for n in ("B", "T", "N", "M"))
+    q = Buffer("q", (B, T, _const(H * G), _const(D)), "float32")
+    k = Buffer("k", (B, T, _const(H), _const(D)), "float32")
+    v = Buffer("v", (B, T, _const(H), _const(D)), "float32")
+    kp = Buffer("k_pages", (N, _const(H), _const(D), _const(P)), "float32")
+    vp = Buffer("v_pages", (N, _const(H), _const(P), _const(D)), "float32")
+    table = Buffer("table", (B, M), "int32")
+    start = Buffer("start", (B,), "int32")
+    out = Buffer("out", (B, T, _const(H * G), _const(D)), "float32")
+    sinks, ring, window = _v("sinks"), _v("ring"), _v("window")
+
+    qs = Buffer("qs", (_const(G * D),), "float32")
+    acc = Buffer("acc", (_const(G * D),), "float32")
+    s = Buffer("s", (_const(G * P),), "float32")
+    m = Buffer("m", (_const(G),), "float32")
+    l = Buffer("l", (_const(G),), "float32")
+    mx = Buffer("mx", (_const(1),), "float32")
+    kt = Buffer("kt", (_const(D), T), "float32")  # the call's keys of this head, transposed
+
+    bh, b, kh, t, pos, st = _v("bh"), _v("b"), _v("kh"), _v("t"), _v("pos"), _v("st")
+    g, d, j = _v("g"), _v("d"), _v("j")
+    scale = 1.0 / math.sqrt(D)
+
+    def chunk(count: Any, kload: Callable[[Any, Any], Any], vload: Callable[[Any, Any], Any]) -> Stmt:
+        """Fold `count` (<= P) keys into the running softmax of every query head of the group."""
+        g1, d1, j1, j2, j3, j4, d2, d3 = (_v(n) for n in ("g1", "d1", "j1", "j2", "j3", "j4", "d2", "d3"))
+        sgj = lambda jj: s[g1 * P + jj]  # noqa: E731
+        per_head = seq(
+            _for(j1, 0, count, BufferStore(s, _f(0.0), (g1 * P + j1,)), "vectorized"),
+            _for(d1, 0, _const(D), _for(j2, 0, count, BufferStore(
+                s, sgj(j2) + qs[g1 * D + d1] * kload(d1, j2), (g1 * P + j2,)), "vectorized")),
+            BufferStore(mx, m[g1], (0,)),
+            _for(j3, 0, count, BufferStore(mx, max_(mx[0], sgj(j3)), (0,))),
+            _for(d2, 0, _const(D), BufferStore(acc, acc[g1 * D + d2] * Call("exp", (m[g1] - mx[0],), "float32"),
+                                               (g1 * D + d2,)), "vectorized"),
+            BufferStore(l, l[g1] * Call("exp", (m[g1] - mx[0],), "float32"), (g1,)),
+            BufferStore(m, mx[0], (g1,)),
+            _for(j4, 0, count, BufferStore(s, Call("exp", (sgj(j4) - mx[0],), "float32"), (g1 * P + j4,)),
+                 "vectorized"),
+            _for(j1, 0, count, seq(
+                BufferStore(l, l[g1] + sgj(j1), (g1,)),
+                _for(d3, 0, _const(D), BufferStore(acc, acc[g1 * D + d3] + sgj(j1) * vload(j1, d3), (g1 * D + d3,)),
+                     "vectorized"))),
+        )
+        return _for(g1, 0, _const(G), per_head)
+
+    def cached_run(lo_slot: Any, count: Any) -> Stmt:
+        """Keys of `count` consecutive slots from lo_slot (no wrap), page by page."""
+        pi, pg, a, e = _v("pi"), _v("pg"), _v("a"), _v("e")
+        count = max_(count, _const(0))
+        first = lo_slot // P
+        pages = (lo_slot + count + (P - 1)) // P - first
+        page_body = _let(pg, _i64(table[b, pi]), seq(
+            _assume((pg >= 0) & (pg < N)),
+            _let(a, max_(lo_slot, pi * P) - pi * P, _let(e, min_(lo_slot + count, pi * P + P) - pi * P, chunk(
+                e - a, lambda dd, jj: kp[pg, kh, dd, a + jj], lambda jj, dd: vp[pg, kh, a + jj, dd])))))
+        return _for(pi, first, pages, page_body)
+
+    def new_run(lo: Any, count: Any) -> Stmt:
+        """The call's own keys t' in [lo, lo + count), from kt and v, in chunks of P."""
+        ci, a, e = _v("ci"), _v("a"), _v("e")
+        count = max_(count, _const(0))
+        body = _let(a, lo + ci * P, _let(e, min_(lo + count, lo + ci * P + P), chunk(
+            e - a, lambda dd, jj: kt[dd, a + jj], lambda jj, dd: v[b, a + jj, kh, dd])))
+        return _for(ci, 0, (count + (P - 1)) // P, body)
+
+    # Ranges of positions the query at pos reads (module docstring): sinks [0, min(sinks, pos + 1))
+    # and window [max(sinks, pos + 1 - window), pos + 1); positions < st come from the pages.
+    wlo, sink_old, w1, w1s, n1 = _v("wlo"), _v("sink_old"), _v("w1"), _v("w1s"), _v("n1")
+    nlo, nsink_hi = _v("nlo"), _v("nsink_hi")
+    old_window = _let(w1, max_(wlo, _const(0)), _let(
+        w1s, sinks + (w1 - sinks) % ring, _let(n1, min_(st - w1, sinks + ring - w1s), seq(
+            cached_run(w1s, n1),
+            cached_run(sinks, st - w1 - n1)))))
+    query = _let(pos, st + t, _let(wlo, max_(sinks, pos + 1 - window), seq(
+        _for(g, 0, _const(G), seq(
+            BufferStore(m, _f(_LOWEST), (g,)), BufferStore(l, _f(0.0), (g,)),
+            _for(d, 0, _const(D), seq(
+                BufferStore(acc, _f(0.0), (g * D + d,)),
+                BufferStore(qs, q[b, t, kh * G + g, d] * _f(scale), (g * D + d,))), "vectorized"))),
+        _let(sink_old, min_(sinks, st), cached_run(_const(0), sink_old)),
+        old_window,
+        _let(nsink_hi, min_(sinks, pos + 1), new_run(_const(0), nsink_hi - st)),
+        _let(nlo, max_(max_(st, sinks), wlo), new_run(nlo - st, pos + 1 - nlo)),
+        _for(g, 0, _const(G), _for(d, 0, _const(D), BufferStore(
+            out, acc[g * D + d] / l[g], (b, t, kh * G + g, d)), "vectorized")))))
+
+    slot, wp, wt, wd = _v("slot"), _v("wp"), _v("wt"), _v("wd")
+    store_new = _for(wt, 0, T, _let(slot, select(st + wt < sinks, st + wt, sinks + (st + wt - sinks) % ring), _let(
+        wp, _i64(table[b, slot // P]), seq(
+            _assume((wp >= 0) & (wp < N)),
+            _for(wd, 0, _const(D), seq(
+                BufferStore(kp, k[b, wt, kh, wd], (wp, kh, wd, slot % P)),
+                BufferStore(vp, v[b, wt, kh, wd], (wp, kh, slot % P, wd))))))))
+
+    transpose = _for(t, 0, T, _for(d, 0, _const(D), BufferStore(kt, k[b, t, kh, d], (d, t))))
+    body = _let(b, bh // H, _let(kh, bh % H, _let(st, _i64(start[b]), seq(
+        # the cache's contract (PagedKVCache checks it before every call): the table covers every
+        # slot, and a sequence either fits the ring or reads no further back than the ring holds
+        _assume((st >= 0) & (sinks >= 0) & (ring > 0) & (window > 0) & (M * P >= sinks + ring)
+                & ((st + T <= sinks + ring) | (window <= ring))),
+        transpose, _for(t, 0, T, query), store_new))))
+    for buffer in (kt, mx, l, m, s, acc, qs):
+        body = Allocate(buffer, body)
+    loop = For(bh, _const(0), B * H, "parallel", body)
+    return PrimFunc((q, k, v, kp, vp, table, start, out, sinks, ring, window), loop,
+                    f"paged_attention_g{G}_d{D}_p{P}_h{H}")
