@@ -48,6 +48,7 @@ from ..errors import ArgumentError
 # A running maximum that starts below every score yet keeps e^(m - m') finite arithmetic.
 _LOWEST = -3.0e38
 _INT = "int64"
+_ZERO = IntImm(0, _INT)
 
 
 def _v(name: str) -> Var:
@@ -67,6 +68,7 @@ def _f(value: float) -> FloatImm:
 
 
 def _for(var: Var, lo: Any, extent: Any, body: Stmt, kind: str = "serial") -> For:
+    lo = _const(lo) if isinstance(lo, int) else lo
     return For(var, lo, max_(extent, _const(0)) if not isinstance(extent, IntImm) else extent, kind, body)
 
 
@@ -112,13 +114,13 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
             _for(j1, 0, count, BufferStore(s, _f(0.0), (g1 * P + j1,)), "vectorized"),
             _for(d1, 0, _const(D), _for(j2, 0, count, BufferStore(
                 s, sgj(j2) + qs[g1 * D + d1] * kload(d1, j2), (g1 * P + j2,)), "vectorized")),
-            BufferStore(mx, m[g1], (0,)),
-            _for(j3, 0, count, BufferStore(mx, max_(mx[0], sgj(j3)), (0,))),
-            _for(d2, 0, _const(D), BufferStore(acc, acc[g1 * D + d2] * Call("exp", (m[g1] - mx[0],), "float32"),
+            BufferStore(mx, m[g1], (_ZERO,)),
+            _for(j3, 0, count, BufferStore(mx, max_(mx[_ZERO], sgj(j3)), (_ZERO,))),
+            _for(d2, 0, _const(D), BufferStore(acc, acc[g1 * D + d2] * Call("exp", (m[g1] - mx[_ZERO],), "float32"),
                                                (g1 * D + d2,)), "vectorized"),
-            BufferStore(l, l[g1] * Call("exp", (m[g1] - mx[0],), "float32"), (g1,)),
-            BufferStore(m, mx[0], (g1,)),
-            _for(j4, 0, count, BufferStore(s, Call("exp", (sgj(j4) - mx[0],), "float32"), (g1 * P + j4,)),
+            BufferStore(l, l[g1] * Call("exp", (m[g1] - mx[_ZERO],), "float32"), (g1,)),
+            BufferStore(m, mx[_ZERO], (g1,)),
+            _for(j4, 0, count, BufferStore(s, Call("exp", (sgj(j4) - mx[_ZERO],), "float32"), (g1 * P + j4,)),
                  "vectorized"),
             _for(j1, 0, count, seq(
                 BufferStore(l, l[g1] + sgj(j1), (g1,)),
