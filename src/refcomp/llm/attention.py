@@ -190,3 +190,50 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
     loop = For(bh, _const(0), B * H, "parallel", body)
     return PrimFunc((q, k, v, kp, vp, table, start, out, sinks, ring, window), loop,
                     f"paged_attention_g{G}_d{D}_p{P}_h{H}")
+
+
+@functools.lru_cache(maxsize=None)
+def compiled_attention(group: int, head_dim: int, page_size: int, kv_heads: int) -> Any:
+    """The attention kernel built with every access proved in bounds (bounds="prove")."""
+    return build(attention_func(group, head_dim, page_size, kv_heads), bounds="prove")
+
+
+class PagedAttention:
+    """The attention kernel as the model calls it, once per layer and step.
+
+    The first call with a given set of shapes and scalars goes through the kernel's full argument
+    check (shapes against the signature, overlap of written buffers); the converted scalar and
+    size arguments are kept, and later calls with identical shapes, dtypes and scalars only
+    re-check those cheaply and pass the new data pointers.  A decode step calls the kernel once
+    per layer with the same shapes, where the full check would cost more than the kernel.
+    """
+
+    ARRAYS = ("q", "k", "v", "k_pages", "v_pages", "table", "start", "out")
+
+    def __init__(self, group: int, head_dim: int, page_size: int, kv_heads: int) -> None:
+        self.kernel = compiled_attention(group, head_dim, page_size, kv_heads)
+        self._templates: dict[tuple, tuple[list, list[int], list[str]]] = {}
+
+    def __call__(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray,
+                 table: np.ndarray, start: np.ndarray, out: np.ndarray, sinks: int, ring: int, window: int) -> None:
+        arrays = (q, k, v, k_pages, v_pages, table, start, out)
+        key = tuple((a.shape, a.dtype.str) for a in arrays) + (sinks, ring, window)
+        template = self._templates.get(key)
+        if template is None or not all(a.flags.c_contiguous for a in arrays):
+            self.kernel(*arrays, sinks, ring, window)  # the checked call
+            if all(a.flags.c_contiguous for a in arrays) and len({id(a) for a in arrays}) == len(arrays):
+                self._templates[key] = self._template(arrays, (sinks, ring, window))
+            return
+        values, slots, types = template
+        values = list(values)
+        cast = self.kernel._ffi.cast
+        for slot, ctype, array in zip(slots, types, arrays):
+            values[slot] = cast(ctype, array.__array_interface__["data"][0])
+        code = self.kernel._entry(*values)
+        if code != 0:
+            raise self.kernel._failure(code)
+
+    def _template(self, arrays: tuple, scalars: tuple) -> tuple[list, list[int], list[str]]:
+        values, _ = self.kernel._c_arguments(arrays + scalars, {})
+        slots = [i for i, p in enumerate(self.kernel.module.params) if p.kind == "buffer"]
+        return list(values), slots, list(self.kernel._pointer_types)

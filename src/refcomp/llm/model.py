@@ -29,11 +29,10 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..ast import SizeVar
-from ..driver import build as build_kernel
 from ..errors import ArgumentError
 from ..graph import BlockBuilder, Var, op, tensor
 from ..graph.pipeline import build as build_graph
-from .attention import attention_func
+from .attention import PagedAttention
 from .cache import DEFAULT_PAGE_SIZE, PagedKVCache
 from .checkpoint import check_weights, load_checkpoint
 from .protocol import LlamaConfig, StreamingBudget
@@ -118,11 +117,6 @@ def rotary_tables(config: LlamaConfig, positions: np.ndarray) -> tuple[np.ndarra
 
 
 @functools.lru_cache(maxsize=None)
-def _attention_kernel(group: int, head_dim: int, page_size: int, kv_heads: int) -> Any:
-    return build_kernel(attention_func(group, head_dim, page_size, kv_heads), bounds="prove")
-
-
-@functools.lru_cache(maxsize=None)
 def _dense_executable(config: LlamaConfig, target: str) -> Any:
     return build_graph(dense_module(config), target=target, executor="compiled")
 
@@ -172,7 +166,7 @@ class CompiledLlama:
         self._head = np.ascontiguousarray(head.T)
         ex = _dense_executable(config, target)
         self._fn = {name: ex.compiled[name] for name in ("embed", "attn_in", "attn_out", "head")}
-        self._attention = _attention_kernel(c.num_attention_heads // c.num_key_value_heads, c.dim_head,
+        self._attention = PagedAttention(c.num_attention_heads // c.num_key_value_heads, c.dim_head,
                                             page_size, c.num_key_value_heads)
 
     def new_cache(self, batch: int, max_tokens: int, *, streaming: StreamingBudget | None = None,
