@@ -113,6 +113,15 @@ class PagedKVCache:
         """Bytes of the whole planned pool and page table (what the cache may ever occupy)."""
         return self.k_pool.nbytes + self.v_pool.nbytes + self.table.nbytes
 
+    @staticmethod
+    def planned_nbytes(config: LlamaConfig, batch: int, max_tokens: int, *,
+                       streaming: StreamingBudget | None = None, page_size: int = DEFAULT_PAGE_SIZE) -> int:
+        """`nbytes()` of the cache these arguments make, without making it."""
+        slots = max_tokens if streaming is None else streaming.sinks + streaming.window + streaming.slack
+        pages = -(-slots // page_size)
+        per_page = 2 * config.num_hidden_layers * config.num_key_value_heads * config.dim_head * page_size * 4
+        return batch * pages * per_page + batch * pages * 4
+
     def pages_in_use(self) -> int:
         return int((self.table >= 0).sum())
 

@@ -116,8 +116,19 @@ def rotary_tables(config: LlamaConfig, positions: np.ndarray) -> tuple[np.ndarra
     return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
 
 
-@functools.lru_cache(maxsize=None)
 def _dense_executable(config: LlamaConfig, target: str) -> Any:
+    """The compiled dense functions, shared by every model of the same shapes (tied or not)."""
+    shapes = (config.vocab_size, config.hidden_size, config.intermediate_size, config.num_attention_heads,
+              config.num_key_value_heads, config.dim_head, config.rms_norm_eps)
+    return _dense_build(shapes, target)
+
+
+@functools.lru_cache(maxsize=None)
+def _dense_build(shapes: tuple, target: str) -> Any:
+    v, h, i, hq, hkv, d, eps = shapes
+    config = LlamaConfig(vocab_size=v, hidden_size=h, intermediate_size=i, num_hidden_layers=1,
+                         num_attention_heads=hq, num_key_value_heads=hkv, max_position_embeddings=1,
+                         rms_norm_eps=eps, head_dim=d)
     return build_graph(dense_module(config), target=target, executor="compiled")
 
 
