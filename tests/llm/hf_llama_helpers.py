@@ -24,7 +24,7 @@ def random_llama(tmp_path, *, tied=False, seed=0, hidden=64, layers=2, heads=4, 
 
 
 def hf_logits(model, tokens, past=None):
-    """(logits float32 numpy, past_key_values) of transformers' model on int tokens (B, T)."""
+    """(logits float32 numpy, the KV cache to pass next) of transformers' model on int tokens (B, T)."""
     with torch.no_grad():
-        out = model(input_ids=torch.as_tensor(tokens, dtype=torch.long), past_key_values=past, use_cache=True)
-    return out.logits.float().numpy(), out.past_key_values
+        out = model(input_ids=torch.as_tensor(tokens, dtype=torch.long), cache=past, use_cache=True)
+    return out.logits.float().numpy(), out.cache
