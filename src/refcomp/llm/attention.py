@@ -49,6 +49,7 @@ from ..errors import ArgumentError
 _LOWEST = -3.0e38
 _INT = "int64"
 _ZERO = IntImm(0, _INT)
+LANES = 16
 
 
 def _v(name: str) -> Var:
@@ -106,28 +107,69 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
     g, d, j = _v("g"), _v("d"), _v("j")
     scale = 1.0 / math.sqrt(D)
 
+    # lanes of the score and value loops: 8 floats (one AVX2 register; half an AVX-512 one)
+    L = LANES
+    DW = L if D % L == 0 else D   # value columns per step
+
     def chunk(count: Any, kload: Callable[[Any, Any], Any], vload: Callable[[Any, Any], Any]) -> Stmt:
-        """Fold `count` (<= P) keys into the running softmax of every query head of the group."""
-        g1, d1, j1, j2, j3, j4, d2, d3 = (_v(n) for n in ("g1", "d1", "j1", "j2", "j3", "j4", "d2", "d3"))
-        sgj = lambda jj: s[g1 * P + jj]  # noqa: E731
-        per_head = seq(
-            _for(j1, 0, count, BufferStore(s, _f(0.0), (g1 * P + j1,)), "vectorized"),
-            _for(d1, 0, _const(D), _for(j2, 0, count, BufferStore(
-                s, sgj(j2) + qs[g1 * D + d1] * kload(d1, j2), (g1 * P + j2,)), "vectorized")),
-            BufferStore(mx, m[g1], (_ZERO,)),
-            _for(j3, 0, count, BufferStore(mx, max_(mx[_ZERO], sgj(j3)), (_ZERO,))),
-            _for(d2, 0, _const(D), BufferStore(acc, acc[g1 * D + d2] * Call("exp", (m[g1] - mx[_ZERO],), "float32"),
-                                               (g1 * D + d2,)), "vectorized"),
-            BufferStore(l, l[g1] * Call("exp", (m[g1] - mx[_ZERO],), "float32"), (g1,)),
-            BufferStore(m, mx[_ZERO], (g1,)),
-            _for(j4, 0, count, BufferStore(s, Call("exp", (sgj(j4) - mx[_ZERO],), "float32"), (g1 * P + j4,)),
+        """Fold `count` (<= P) keys into the running softmax of every query head of the group.
+
+        Scores: per block of L keys, the G heads' L scores stay in registers over the D products
+        (keys read once for all heads); values: per L columns of D, the G heads' accumulators stay
+        in registers over the keys (each value row read once for all heads)."""
+        jc, d1, g1, ln, jt, d4, g4 = (_v(n) for n in ("jc", "d1", "g1", "ln", "jt", "d4", "g4"))
+        g2, j3, d2, j4, dc, j5, g3, l2 = (_v(n) for n in ("g2", "j3", "d2", "j4", "dc", "j5", "g3", "l2"))
+        full = count // L
+        key = jc * L + ln
+        sreg = Buffer("sreg", (_const(G * L),), "float32")
+        areg = Buffer("areg", (_const(G * DW),), "float32")
+        lane = g1 * L + ln
+        block = Allocate(sreg, seq(
+            _for(g1, 0, _const(G), _for(ln, 0, _const(L), BufferStore(sreg, _f(0.0), (lane,)), "vectorized"),
+                 "unrolled"),
+            _for(d1, 0, _const(D), _for(g1, 0, _const(G), _for(ln, 0, _const(L), BufferStore(
+                sreg, sreg[lane] + qs[g1 * D + d1] * kload(d1, key), (lane,)), "vectorized"), "unrolled")),
+            _for(g1, 0, _const(G), _for(ln, 0, _const(L), BufferStore(s, sreg[lane], (g1 * P + key,)), "vectorized"),
+                 "unrolled")))
+        scores = seq(
+            _for(jc, 0, full, block),
+            _for(jt, full * L, count - full * L, _for(g4, 0, _const(G), seq(
+                BufferStore(s, _f(0.0), (g4 * P + jt,)),
+                _for(d4, 0, _const(D), BufferStore(s, s[g4 * P + jt] + qs[g4 * D + d4] * kload(d4, jt),
+                                                   (g4 * P + jt,)))))))
+        # running max and sum of the chunk's scores in L lanes, folded after (short scalar chains)
+        lanes = Buffer("lanes", (_const(L),), "float32")
+        l3, l4, j6, j7 = _v("l3"), _v("l4"), _v("j6"), _v("j7")
+        score = lambda jj: s[g2 * P + jj]  # noqa: E731
+        tail_lo, tail_n = full * L, count - full * L
+        softmax = _for(g2, 0, _const(G), Allocate(lanes, seq(
+            _for(l3, 0, _const(L), BufferStore(lanes, m[g2], (l3,)), "vectorized"),
+            _for(j6, 0, full, _for(l3, 0, _const(L), BufferStore(
+                lanes, max_(lanes[l3], score(j6 * L + l3)), (l3,)), "vectorized")),
+            BufferStore(mx, m[g2], (_ZERO,)),
+            _for(l4, 0, _const(L), BufferStore(mx, max_(mx[_ZERO], lanes[l4]), (_ZERO,))),
+            _for(j3, tail_lo, tail_n, BufferStore(mx, max_(mx[_ZERO], score(j3)), (_ZERO,))),
+            _for(d2, 0, _const(D), BufferStore(acc, acc[g2 * D + d2] * Call("exp", (m[g2] - mx[_ZERO],), "float32"),
+                                               (g2 * D + d2,)), "vectorized"),
+            BufferStore(l, l[g2] * Call("exp", (m[g2] - mx[_ZERO],), "float32"), (g2,)),
+            BufferStore(m, mx[_ZERO], (g2,)),
+            _for(j4, 0, count, BufferStore(s, Call("exp", (score(j4) - mx[_ZERO],), "float32"), (g2 * P + j4,)),
                  "vectorized"),
-            _for(j1, 0, count, seq(
-                BufferStore(l, l[g1] + sgj(j1), (g1,)),
-                _for(d3, 0, _const(D), BufferStore(acc, acc[g1 * D + d3] + sgj(j1) * vload(j1, d3), (g1 * D + d3,)),
-                     "vectorized"))),
-        )
-        return _for(g1, 0, _const(G), per_head)
+            _for(l3, 0, _const(L), BufferStore(lanes, _f(0.0), (l3,)), "vectorized"),
+            _for(j7, 0, full, _for(l3, 0, _const(L), BufferStore(
+                lanes, lanes[l3] + score(j7 * L + l3), (l3,)), "vectorized")),
+            _for(l4, 0, _const(L), BufferStore(l, l[g2] + lanes[l4], (g2,))),
+            _for(j3, tail_lo, tail_n, BufferStore(l, l[g2] + score(j3), (g2,))))))
+        column = dc * DW + l2
+        slot_a = g3 * DW + l2
+        values = _for(dc, 0, _const(D // DW), Allocate(areg, seq(
+            _for(g3, 0, _const(G), _for(l2, 0, _const(DW), BufferStore(areg, acc[g3 * D + column], (slot_a,)),
+                                        "vectorized"), "unrolled"),
+            _for(j5, 0, count, _for(g3, 0, _const(G), _for(l2, 0, _const(DW), BufferStore(
+                areg, areg[slot_a] + s[g3 * P + j5] * vload(j5, column), (slot_a,)), "vectorized"), "unrolled")),
+            _for(g3, 0, _const(G), _for(l2, 0, _const(DW), BufferStore(acc, areg[slot_a], (g3 * D + column,)),
+                                        "vectorized"), "unrolled"))))
+        return seq(scores, softmax, values)
 
     def cached_run(lo_slot: Any, count: Any) -> Stmt:
         """Keys of `count` consecutive slots from lo_slot (no wrap), page by page."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from typing import Any, Mapping
 
 import numpy as np
@@ -31,6 +32,7 @@ import numpy as np
 from ..ast import SizeVar
 from ..errors import ArgumentError
 from ..graph import BlockBuilder, Var, op, tensor
+from ..graph.passes.default_schedule import RuleFallbackWarning
 from ..graph.pipeline import build as build_graph
 from .attention import PagedAttention
 from .cache import DEFAULT_PAGE_SIZE, PagedKVCache
@@ -51,6 +53,12 @@ def dense_module(config: LlamaConfig):
     eps = c.rms_norm_eps
     bb = BlockBuilder()
 
+    def rms_norm(z: Any, weight: Any) -> Any:
+        # over rows of (b * t, h): the row-reduction schedule needs the rows as one loop
+        rows = bb.emit(op.reshape(z, (b * t, h)))
+        normed = bb.emit(op.rms_norm(rows, weight, axes=(-1,), epsilon=eps))
+        return bb.emit(op.reshape(normed, (b, t, h)))
+
     tokens, table = Var("tokens", tensor((b, t), "int64")), Var("table", tensor((v, h)))
     with bb.function("embed", [tokens, table]):
         with bb.dataflow():
@@ -62,7 +70,7 @@ def dense_module(config: LlamaConfig):
     cos, sin = Var("cos", tensor((b, t, 1, d))), Var("sin", tensor((b, t, 1, d)))
     with bb.function("attn_in", [x, norm, wqkv, cos, sin]):
         with bb.dataflow():
-            xn = bb.emit(op.rms_norm(x, norm, axes=(-1,), epsilon=eps))
+            xn = rms_norm(x, norm)
             qkv = bb.emit(op.matmul(xn, wqkv))
 
             def heads(lo: int, count: int) -> Any:
@@ -88,7 +96,7 @@ def dense_module(config: LlamaConfig):
         with bb.dataflow():
             flat = bb.emit(op.reshape(attn, (b, t, hq * d)))
             h1 = bb.emit(op.add(x2, op.matmul(flat, wo)))
-            hn = bb.emit(op.rms_norm(h1, norm2, axes=(-1,), epsilon=eps))
+            hn = rms_norm(h1, norm2)
             gu = bb.emit(op.matmul(hn, wgu))
             gate = bb.emit(op.strided_slice(gu, axes=(2,), begin=(0,), end=(i,)))
             up = bb.emit(op.strided_slice(gu, axes=(2,), begin=(i,), end=(2 * i,)))
@@ -99,7 +107,7 @@ def dense_module(config: LlamaConfig):
     x3, norm3, whead = Var("x", tensor((b, t, h))), Var("norm", tensor((h,))), Var("w", tensor((h, v)))
     with bb.function("head", [x3, norm3, whead]):
         with bb.dataflow():
-            xn = bb.emit(op.rms_norm(x3, norm3, axes=(-1,), epsilon=eps))
+            xn = rms_norm(x3, norm3)
             out = bb.emit_output(op.matmul(xn, whead))
         bb.emit_func_output(out)
     return bb.get()
@@ -116,20 +124,32 @@ def rotary_tables(config: LlamaConfig, positions: np.ndarray) -> tuple[np.ndarra
     return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
 
 
-def _dense_executable(config: LlamaConfig, target: str) -> Any:
+# Up to this many token rows per call, the dense functions run refcomp's own kernels (blas=False):
+# a product with so few rows is a matrix-vector product, where the BLAS call costs more than the
+# arithmetic; more rows go to the BLAS GEMM (graph.build's default).
+FEW_ROWS = 4
+
+
+def _dense_executable(config: LlamaConfig, target: str, few_rows: bool) -> Any:
     """The compiled dense functions, shared by every model of the same shapes (tied or not)."""
     shapes = (config.vocab_size, config.hidden_size, config.intermediate_size, config.num_attention_heads,
               config.num_key_value_heads, config.dim_head, config.rms_norm_eps)
-    return _dense_build(shapes, target)
+    return _dense_build(shapes, target, few_rows)
 
 
 @functools.lru_cache(maxsize=None)
-def _dense_build(shapes: tuple, target: str) -> Any:
+def _dense_build(shapes: tuple, target: str, few_rows: bool) -> Any:
     v, h, i, hq, hkv, d, eps = shapes
     config = LlamaConfig(vocab_size=v, hidden_size=h, intermediate_size=i, num_hidden_layers=1,
                          num_attention_heads=hq, num_key_value_heads=hkv, max_position_embeddings=1,
                          rms_norm_eps=eps, head_dim=d)
-    return build_graph(dense_module(config), target=target, executor="compiled")
+    if not few_rows:
+        return build_graph(dense_module(config), target=target, executor="compiled")
+    with warnings.catch_warnings():
+        # the matmul-plus-residual kernels take the generic schedule (the row-reduction rule
+        # does not match them); chosen on purpose for matrix-vector sized calls
+        warnings.simplefilter("ignore", RuleFallbackWarning)
+        return build_graph(dense_module(config), target=target, executor="compiled", blas=False)
 
 
 def set_threads(threads: int) -> None:
@@ -175,8 +195,9 @@ class CompiledLlama:
         self._norm = w["model.norm.weight"]
         head = w["model.embed_tokens.weight"] if c.tie_word_embeddings else w["lm_head.weight"]
         self._head = np.ascontiguousarray(head.T)
-        ex = _dense_executable(config, target)
-        self._fn = {name: ex.compiled[name] for name in ("embed", "attn_in", "attn_out", "head")}
+        self._target = target
+        self._fn_many: dict[str, Any] | None = None
+        self._fn_few: dict[str, Any] | None = None
         self._attention = PagedAttention(c.num_attention_heads // c.num_key_value_heads, c.dim_head,
                                             page_size, c.num_key_value_heads)
 
@@ -195,7 +216,7 @@ class CompiledLlama:
         positions = start[:, None].astype(np.int64) + np.arange(steps, dtype=np.int64)
         cos, sin = rotary_tables(self.config, positions)
         sinks, ring, window = cache.kernel_scalars()
-        fn = self._fn
+        fn = self._functions(batch * steps <= FEW_ROWS)
         x = fn["embed"](tokens, self._embed)
         attn = np.empty((batch, steps, self.config.num_attention_heads, self.config.dim_head), np.float32)
         for layer, (norm1, wqkv, wo, norm2, wgu, wdown) in enumerate(self._layers):
@@ -206,6 +227,18 @@ class CompiledLlama:
         logits = fn["head"](x, self._norm, self._head)
         cache.commit(steps)
         return logits
+
+    def _functions(self, few_rows: bool) -> dict[str, Any]:
+        """The compiled dense functions for calls of few or many token rows (built on first use)."""
+        if few_rows and self._fn_few is None:
+            self._fn_few = self._compiled(True)
+        if not few_rows and self._fn_many is None:
+            self._fn_many = self._compiled(False)
+        return self._fn_few if few_rows else self._fn_many  # type: ignore[return-value]
+
+    def _compiled(self, few_rows: bool) -> dict[str, Any]:
+        ex = _dense_executable(self.config, self._target, few_rows)
+        return {name: ex.compiled[name] for name in ("embed", "attn_in", "attn_out", "head")}
 
     def _check_tokens(self, tokens: Any, cache: Any) -> np.ndarray:
         if not isinstance(cache, PagedKVCache):
