@@ -126,3 +126,16 @@ def test_bad_input_is_named(pair):
         lm.new_cache(1, 10_000)
     with pytest.raises(ArgumentError, match="CompiledLlama: config must be a LlamaConfig"):
         CompiledLlama({"hidden_size": 4}, {})
+
+
+@pytest.mark.parametrize("streaming", [None, StreamingBudget(sinks=2, window=5, slack=1)])
+def test_long_prompts_run_in_chunks(pair, rng, monkeypatch, streaming):
+    _, lm = pair
+    from refcomp.llm import model as model_module
+
+    tokens = rng.integers(0, 300, (2, 23))
+    whole = lm.forward(tokens, lm.new_cache(2, 32, streaming=streaming))
+    monkeypatch.setattr(model_module, "CHUNK_ROWS", 7)  # 3 tokens per chunk at batch 2
+    cache = lm.new_cache(2, 32, streaming=streaming)
+    np.testing.assert_allclose(lm.forward(tokens, cache), whole, **TOL)
+    np.testing.assert_array_equal(cache.lengths(), [23, 23])

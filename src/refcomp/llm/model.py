@@ -128,6 +128,8 @@ def rotary_tables(config: LlamaConfig, positions: np.ndarray) -> tuple[np.ndarra
 # a product with so few rows is a matrix-vector product, where the BLAS call costs more than the
 # arithmetic; more rows go to the BLAS GEMM (graph.build's default).
 FEW_ROWS = 4
+# Token rows per compiled call when a long prompt is split (CompiledLlama.forward).
+CHUNK_ROWS = 2048
 
 
 def _dense_executable(config: LlamaConfig, target: str, few_rows: bool) -> Any:
@@ -213,20 +215,31 @@ class CompiledLlama:
         tokens = self._check_tokens(tokens, cache)
         batch, steps = tokens.shape
         start = cache.reserve(steps)
+        logits = np.empty((batch, steps, self.config.vocab_size), np.float32)
+        # a long prompt runs in chunks of about CHUNK_ROWS token rows: the activations of one call
+        # (the MLP's is batch x T x 2 intermediate) stay small; attention sees the same keys
+        chunk = max(1, CHUNK_ROWS // batch)
+        for offset in range(0, steps, chunk):
+            part = tokens[:, offset:offset + chunk]
+            logits[:, offset:offset + part.shape[1]] = self._step(part, cache, start + np.int32(offset))
+        cache.commit(steps)
+        return logits
+
+    def _step(self, tokens: np.ndarray, cache: PagedKVCache, start: np.ndarray) -> np.ndarray:
+        """Logits of tokens appended at positions start[b] + t (pages already reserved)."""
+        batch, steps = tokens.shape
         positions = start[:, None].astype(np.int64) + np.arange(steps, dtype=np.int64)
         cos, sin = rotary_tables(self.config, positions)
         sinks, ring, window = cache.kernel_scalars()
         fn = self._functions(batch * steps <= FEW_ROWS)
-        x = fn["embed"](tokens, self._embed)
+        x = fn["embed"](np.ascontiguousarray(tokens), self._embed)
         attn = np.empty((batch, steps, self.config.num_attention_heads, self.config.dim_head), np.float32)
         for layer, (norm1, wqkv, wo, norm2, wgu, wdown) in enumerate(self._layers):
             q, k, v = fn["attn_in"](x, norm1, wqkv, cos, sin)
             self._attention(q, k, v, cache.k_pool[layer], cache.v_pool[layer], cache.table, start, attn,
                             sinks, ring, window)
             x = fn["attn_out"](x, attn, wo, norm2, wgu, wdown)
-        logits = fn["head"](x, self._norm, self._head)
-        cache.commit(steps)
-        return logits
+        return fn["head"](x, self._norm, self._head)
 
     def _functions(self, few_rows: bool) -> dict[str, Any]:
         """The compiled dense functions for calls of few or many token rows (built on first use)."""
