@@ -1,5 +1,4 @@
 """Small random transformers Llama models, saved as Hugging Face checkpoints, and their logits."""
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")

@@ -43,7 +43,6 @@ from ..ast import (
     Var, max_, min_, select, seq,
 )
 from ..driver import build
-from ..errors import ArgumentError
 
 # A running maximum that starts below every score yet keeps e^(m - m') finite arithmetic.
 _LOWEST = -3.0e38
@@ -104,10 +103,10 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
     kt = Buffer("kt", (_const(D), T), "float32")  # the call's keys of this head, transposed
 
     bh, b, kh, t, pos, st = _v("bh"), _v("b"), _v("kh"), _v("t"), _v("pos"), _v("st")
-    g, d, j = _v("g"), _v("d"), _v("j")
+    g, d = _v("g"), _v("d")
     scale = 1.0 / math.sqrt(D)
 
-    # lanes of the score and value loops: 8 floats (one AVX2 register; half an AVX-512 one)
+    # lanes of the score and value blocks: 16 floats (two AVX2 registers, one AVX-512 register)
     L = LANES
     DW = L if D % L == 0 else D   # value columns per step
 
