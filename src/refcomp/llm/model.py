@@ -177,6 +177,8 @@ class CompiledLlama:
                  threads: int | None = None, page_size: int = DEFAULT_PAGE_SIZE) -> None:
         if not isinstance(config, LlamaConfig):
             raise ArgumentError(f"CompiledLlama: config must be a LlamaConfig, got {type(config).__name__}")
+        if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
+            raise ArgumentError(f"CompiledLlama: page_size must be a positive integer, got {page_size!r}")
         self.config = config
         self.page_size = page_size
         w = check_weights(config, weights, where="CompiledLlama")
@@ -201,7 +203,7 @@ class CompiledLlama:
         self._fn_many: dict[str, Any] | None = None
         self._fn_few: dict[str, Any] | None = None
         self._attention = PagedAttention(c.num_attention_heads // c.num_key_value_heads, c.dim_head,
-                                            page_size, c.num_key_value_heads)
+                                         page_size, c.num_key_value_heads)
 
     def new_cache(self, batch: int, max_tokens: int, *, streaming: StreamingBudget | None = None,
                   pages: int | None = None) -> PagedKVCache:
