@@ -4,6 +4,17 @@ MagicDec self-speculative decoding.
 `protocol.py` fixes the contract between the model and the decoders: a `CausalLM` appends tokens to a
 `KVCache` and returns logits; the decoders (autoregressive and speculative) only speak that contract.
 """
-from .protocol import CausalLM, KVCache, LlamaConfig, StreamingBudget
+from ..lazy import lazy_exports
+from .protocol import CausalLM, CheckpointError, KVCache, LlamaConfig, StreamingBudget
 
-__all__ = ["CausalLM", "KVCache", "LlamaConfig", "StreamingBudget"]
+# the model side: Hugging Face checkpoints, the paged KV cache, the compiled model (loaded on first
+# use: it brings in the graph compiler)
+from .cache import PagedKVCache
+from .checkpoint import load_checkpoint, save_checkpoint
+
+_MODEL_EXPORTS = {"CompiledLlama": ("refcomp.llm.model", "CompiledLlama"),
+                  "load_llama": ("refcomp.llm.model", "load_llama")}
+__getattr__, __dir__ = lazy_exports(__name__, _MODEL_EXPORTS)
+
+__all__ = ["CausalLM", "CheckpointError", "KVCache", "LlamaConfig", "StreamingBudget",
+           "PagedKVCache", "load_checkpoint", "save_checkpoint", "CompiledLlama", "load_llama"]

@@ -1,0 +1,280 @@
+"""Attention over a paged KV cache: one loop-IR kernel for prefill and decode, compiled by refcomp.
+
+The kernel reads the cache pages in place through the page table and appends the call's keys and
+values to them.  Layouts (P = page size, D = head_dim, G = query heads per key/value head):
+
+    q, out      (B, T, Hq, D)     the call's queries (rotary applied) and the attention output
+    k, v        (B, T, Hkv, D)    the call's keys (rotary applied) and values
+    k_pages     (N, Hkv, D, P)    keys stored transposed within a page: a page's P keys of one
+                                  head are D contiguous rows of P, so a score loop over keys is a
+                                  unit-stride vector loop
+    v_pages     (N, Hkv, P, D)    values, one contiguous row of D per key
+    table       (B, M) int32      page table: slot s of sequence b lives in page table[b, s // P]
+    start       (B,) int32        positions already in each sequence (the call's first position)
+
+A sequence's position p lives in slot p when p < sinks, else in slot sinks + (p - sinks) % ring
+(a full cache has sinks 0 and a ring at least as long as the sequence, so slot = p).  The query at
+position pos = start[b] + t attends to every position p <= pos with p < sinks or p > pos - window
+(a full cache has window >= every position): StreamingLLM's sinks and recent window.  Positions
+before start[b] are read from the pages, the call's own positions from k and v directly, so a
+streaming cache whose ring is shorter than the call still sees every key it must.
+
+    for bh in parallel(B * Hkv):                   # one sequence and key/value head per iteration
+        for t in range(T):
+            running max m, sum l and accumulator acc of the G query heads, per chunk of keys:
+                s[g, j] = (q[g] / sqrt(D)) . K[j]     (vector loop over j, keys transposed)
+                m' = max(m, max_j s);  l = l * e^(m - m') + sum_j e^(s - m');  acc likewise
+            out[b, t, g] = acc[g] / l[g]
+        then the T new keys and values are stored in their slots
+
+Every (b, kv head) iteration reads and writes only its own sequence's pages, so the in-place
+append needs no synchronisation.  The kernel is built once per (G, D, P, Hkv) and cached.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from ..ast import (
+    Allocate, Buffer, BufferStore, Call, Cast, Evaluate, FloatImm, For, IntImm, LetStmt, PrimFunc, SizeVar, Stmt,
+    Var, max_, min_, select, seq,
+)
+from ..driver import build
+
+# A running maximum that starts below every score yet keeps e^(m - m') finite arithmetic.
+_LOWEST = -3.0e38
+_INT = "int64"
+_ZERO = IntImm(0, _INT)
+LANES = 16
+
+
+def _v(name: str) -> Var:
+    return Var(name, _INT)
+
+
+def _i64(value: Any) -> Any:
+    return Cast(_INT, value) if getattr(value, "dtype", None) is not None and str(value.dtype) != _INT else value
+
+
+def _const(value: int) -> IntImm:
+    return IntImm(value, _INT)
+
+
+def _f(value: float) -> FloatImm:
+    return FloatImm(value, "float32")
+
+
+def _for(var: Var, lo: Any, extent: Any, body: Stmt, kind: str = "serial") -> For:
+    lo = _const(lo) if isinstance(lo, int) else lo
+    return For(var, lo, max_(extent, _const(0)) if not isinstance(extent, IntImm) else extent, kind, body)
+
+
+def _let(var: Var, value: Any, body: Stmt) -> LetStmt:
+    return LetStmt(var, value, body)
+
+
+def _assume(condition: Any) -> Evaluate:
+    return Evaluate(Call("assume", (condition,), "bool"))
+
+
+def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> PrimFunc:
+    """The paged attention kernel for G = group query heads per kv head (see the module docstring)."""
+    G, D, P, H = group, head_dim, page_size, kv_heads
+    B, T, N, M = (SizeVar(n, _INT) for n in ("B", "T", "N", "M"))
+    q = Buffer("q", (B, T, _const(H * G), _const(D)), "float32")
+    k = Buffer("k", (B, T, _const(H), _const(D)), "float32")
+    v = Buffer("v", (B, T, _const(H), _const(D)), "float32")
+    kp = Buffer("k_pages", (N, _const(H), _const(D), _const(P)), "float32")
+    vp = Buffer("v_pages", (N, _const(H), _const(P), _const(D)), "float32")
+    table = Buffer("table", (B, M), "int32")
+    start = Buffer("start", (B,), "int32")
+    out = Buffer("out", (B, T, _const(H * G), _const(D)), "float32")
+    sinks, ring, window = _v("sinks"), _v("ring"), _v("window")
+
+    qs = Buffer("qs", (_const(G * D),), "float32")
+    acc = Buffer("acc", (_const(G * D),), "float32")
+    s = Buffer("s", (_const(G * P),), "float32")
+    m = Buffer("m", (_const(G),), "float32")
+    l = Buffer("l", (_const(G),), "float32")
+    mx = Buffer("mx", (_const(1),), "float32")
+    kt = Buffer("kt", (_const(D), T), "float32")  # the call's keys of this head, transposed
+
+    bh, b, kh, t, pos, st = _v("bh"), _v("b"), _v("kh"), _v("t"), _v("pos"), _v("st")
+    g, d = _v("g"), _v("d")
+    scale = 1.0 / math.sqrt(D)
+
+    # lanes of the score and value blocks: 16 floats (two AVX2 registers, one AVX-512 register)
+    L = LANES
+    DW = L if D % L == 0 else D   # value columns per step
+
+    def chunk(count: Any, kload: Callable[[Any, Any], Any], vload: Callable[[Any, Any], Any]) -> Stmt:
+        """Fold `count` (<= P) keys into the running softmax of every query head of the group.
+
+        Scores: per block of L keys, the G heads' L scores stay in registers over the D products
+        (keys read once for all heads); values: per L columns of D, the G heads' accumulators stay
+        in registers over the keys (each value row read once for all heads)."""
+        jc, d1, g1, ln, jt, d4, g4 = (_v(n) for n in ("jc", "d1", "g1", "ln", "jt", "d4", "g4"))
+        g2, j3, d2, j4, dc, j5, g3, l2 = (_v(n) for n in ("g2", "j3", "d2", "j4", "dc", "j5", "g3", "l2"))
+        full = count // L
+        key = jc * L + ln
+        sreg = Buffer("sreg", (_const(G * L),), "float32")
+        areg = Buffer("areg", (_const(G * DW),), "float32")
+        lane = g1 * L + ln
+        block = Allocate(sreg, seq(
+            _for(g1, 0, _const(G), _for(ln, 0, _const(L), BufferStore(sreg, _f(0.0), (lane,)), "vectorized"),
+                 "unrolled"),
+            _for(d1, 0, _const(D), _for(g1, 0, _const(G), _for(ln, 0, _const(L), BufferStore(
+                sreg, sreg[lane] + qs[g1 * D + d1] * kload(d1, key), (lane,)), "vectorized"), "unrolled")),
+            _for(g1, 0, _const(G), _for(ln, 0, _const(L), BufferStore(s, sreg[lane], (g1 * P + key,)), "vectorized"),
+                 "unrolled")))
+        scores = seq(
+            _for(jc, 0, full, block),
+            _for(jt, full * L, count - full * L, _for(g4, 0, _const(G), seq(
+                BufferStore(s, _f(0.0), (g4 * P + jt,)),
+                _for(d4, 0, _const(D), BufferStore(s, s[g4 * P + jt] + qs[g4 * D + d4] * kload(d4, jt),
+                                                   (g4 * P + jt,)))))))
+        # running max and sum of the chunk's scores in L lanes, folded after (short scalar chains)
+        lanes = Buffer("lanes", (_const(L),), "float32")
+        l3, l4, j6, j7 = _v("l3"), _v("l4"), _v("j6"), _v("j7")
+        score = lambda jj: s[g2 * P + jj]  # noqa: E731
+        tail_lo, tail_n = full * L, count - full * L
+        softmax = _for(g2, 0, _const(G), Allocate(lanes, seq(
+            _for(l3, 0, _const(L), BufferStore(lanes, m[g2], (l3,)), "vectorized"),
+            _for(j6, 0, full, _for(l3, 0, _const(L), BufferStore(
+                lanes, max_(lanes[l3], score(j6 * L + l3)), (l3,)), "vectorized")),
+            BufferStore(mx, m[g2], (_ZERO,)),
+            _for(l4, 0, _const(L), BufferStore(mx, max_(mx[_ZERO], lanes[l4]), (_ZERO,))),
+            _for(j3, tail_lo, tail_n, BufferStore(mx, max_(mx[_ZERO], score(j3)), (_ZERO,))),
+            _for(d2, 0, _const(D), BufferStore(acc, acc[g2 * D + d2] * Call("exp", (m[g2] - mx[_ZERO],), "float32"),
+                                               (g2 * D + d2,)), "vectorized"),
+            BufferStore(l, l[g2] * Call("exp", (m[g2] - mx[_ZERO],), "float32"), (g2,)),
+            BufferStore(m, mx[_ZERO], (g2,)),
+            _for(j4, 0, count, BufferStore(s, Call("exp", (score(j4) - mx[_ZERO],), "float32"), (g2 * P + j4,)),
+                 "vectorized"),
+            _for(l3, 0, _const(L), BufferStore(lanes, _f(0.0), (l3,)), "vectorized"),
+            _for(j7, 0, full, _for(l3, 0, _const(L), BufferStore(
+                lanes, lanes[l3] + score(j7 * L + l3), (l3,)), "vectorized")),
+            _for(l4, 0, _const(L), BufferStore(l, l[g2] + lanes[l4], (g2,))),
+            _for(j3, tail_lo, tail_n, BufferStore(l, l[g2] + score(j3), (g2,))))))
+        column = dc * DW + l2
+        slot_a = g3 * DW + l2
+        values = _for(dc, 0, _const(D // DW), Allocate(areg, seq(
+            _for(g3, 0, _const(G), _for(l2, 0, _const(DW), BufferStore(areg, acc[g3 * D + column], (slot_a,)),
+                                        "vectorized"), "unrolled"),
+            _for(j5, 0, count, _for(g3, 0, _const(G), _for(l2, 0, _const(DW), BufferStore(
+                areg, areg[slot_a] + s[g3 * P + j5] * vload(j5, column), (slot_a,)), "vectorized"), "unrolled")),
+            _for(g3, 0, _const(G), _for(l2, 0, _const(DW), BufferStore(acc, areg[slot_a], (g3 * D + column,)),
+                                        "vectorized"), "unrolled"))))
+        return seq(scores, softmax, values)
+
+    def cached_run(lo_slot: Any, count: Any) -> Stmt:
+        """Keys of `count` consecutive slots from lo_slot (no wrap), page by page."""
+        pi, pg, a, e = _v("pi"), _v("pg"), _v("a"), _v("e")
+        count = max_(count, _const(0))
+        first = lo_slot // P
+        pages = (lo_slot + count + (P - 1)) // P - first
+        page_body = _let(pg, _i64(table[b, pi]), seq(
+            _assume((pg >= 0) & (pg < N)),
+            _let(a, max_(lo_slot, pi * P) - pi * P, _let(e, min_(lo_slot + count, pi * P + P) - pi * P, chunk(
+                e - a, lambda dd, jj: kp[pg, kh, dd, a + jj], lambda jj, dd: vp[pg, kh, a + jj, dd])))))
+        return _for(pi, first, pages, page_body)
+
+    def new_run(lo: Any, count: Any) -> Stmt:
+        """The call's own keys t' in [lo, lo + count), from kt and v, in chunks of P."""
+        ci, a, e = _v("ci"), _v("a"), _v("e")
+        count = max_(count, _const(0))
+        body = _let(a, lo + ci * P, _let(e, min_(lo + count, lo + ci * P + P), chunk(
+            e - a, lambda dd, jj: kt[dd, a + jj], lambda jj, dd: v[b, a + jj, kh, dd])))
+        return _for(ci, 0, (count + (P - 1)) // P, body)
+
+    # Ranges of positions the query at pos reads (module docstring): sinks [0, min(sinks, pos + 1))
+    # and window [max(sinks, pos + 1 - window), pos + 1); positions < st come from the pages.
+    wlo, sink_old, w1, w1s, n1 = _v("wlo"), _v("sink_old"), _v("w1"), _v("w1s"), _v("n1")
+    nlo, nsink_hi = _v("nlo"), _v("nsink_hi")
+    old_window = _let(w1, max_(wlo, _const(0)), _let(
+        w1s, sinks + (w1 - sinks) % ring, _let(n1, min_(st - w1, sinks + ring - w1s), seq(
+            cached_run(w1s, n1),
+            cached_run(sinks, st - w1 - n1)))))
+    query = _let(pos, st + t, _let(wlo, max_(sinks, pos + 1 - window), seq(
+        _for(g, 0, _const(G), seq(
+            BufferStore(m, _f(_LOWEST), (g,)), BufferStore(l, _f(0.0), (g,)),
+            _for(d, 0, _const(D), seq(
+                BufferStore(acc, _f(0.0), (g * D + d,)),
+                BufferStore(qs, q[b, t, kh * G + g, d] * _f(scale), (g * D + d,))), "vectorized"))),
+        _let(sink_old, min_(sinks, st), cached_run(_const(0), sink_old)),
+        old_window,
+        _let(nsink_hi, min_(sinks, pos + 1), new_run(_const(0), nsink_hi - st)),
+        _let(nlo, max_(max_(st, sinks), wlo), new_run(nlo - st, pos + 1 - nlo)),
+        _for(g, 0, _const(G), _for(d, 0, _const(D), BufferStore(
+            out, acc[g * D + d] / l[g], (b, t, kh * G + g, d)), "vectorized")))))
+
+    slot, wp, wt, wd = _v("slot"), _v("wp"), _v("wt"), _v("wd")
+    store_new = _for(wt, 0, T, _let(slot, select(st + wt < sinks, st + wt, sinks + (st + wt - sinks) % ring), _let(
+        wp, _i64(table[b, slot // P]), seq(
+            _assume((wp >= 0) & (wp < N)),
+            _for(wd, 0, _const(D), seq(
+                BufferStore(kp, k[b, wt, kh, wd], (wp, kh, wd, slot % P)),
+                BufferStore(vp, v[b, wt, kh, wd], (wp, kh, slot % P, wd))))))))
+
+    transpose = _for(t, 0, T, _for(d, 0, _const(D), BufferStore(kt, k[b, t, kh, d], (d, t))))
+    body = _let(b, bh // H, _let(kh, bh % H, _let(st, _i64(start[b]), seq(
+        # the cache's contract (PagedKVCache checks it before every call): the table covers every
+        # slot, and a sequence either fits the ring or reads no further back than the ring holds
+        _assume((st >= 0) & (sinks >= 0) & (ring > 0) & (window > 0) & (M * P >= sinks + ring)
+                & ((st + T <= sinks + ring) | (window <= ring))),
+        transpose, _for(t, 0, T, query), store_new))))
+    for buffer in (kt, mx, l, m, s, acc, qs):
+        body = Allocate(buffer, body)
+    loop = For(bh, _const(0), B * H, "parallel", body)
+    return PrimFunc((q, k, v, kp, vp, table, start, out, sinks, ring, window), loop,
+                    f"paged_attention_g{G}_d{D}_p{P}_h{H}")
+
+
+@functools.lru_cache(maxsize=None)
+def compiled_attention(group: int, head_dim: int, page_size: int, kv_heads: int) -> Any:
+    """The attention kernel built with every access proved in bounds (bounds="prove")."""
+    return build(attention_func(group, head_dim, page_size, kv_heads), bounds="prove")
+
+
+class PagedAttention:
+    """The attention kernel as the model calls it, once per layer and step.
+
+    The first call with a given set of shapes and scalars goes through the kernel's full argument
+    check (shapes against the signature, overlap of written buffers); the converted scalar and
+    size arguments are kept, and later calls with identical shapes, dtypes and scalars only
+    re-check those cheaply and pass the new data pointers.  A decode step calls the kernel once
+    per layer with the same shapes, where the full check would cost more than the kernel.
+    """
+
+    ARRAYS = ("q", "k", "v", "k_pages", "v_pages", "table", "start", "out")
+
+    def __init__(self, group: int, head_dim: int, page_size: int, kv_heads: int) -> None:
+        self.kernel = compiled_attention(group, head_dim, page_size, kv_heads)
+        self._templates: dict[tuple, tuple[list, list[int], list[str]]] = {}
+
+    def __call__(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray,
+                 table: np.ndarray, start: np.ndarray, out: np.ndarray, sinks: int, ring: int, window: int) -> None:
+        arrays = (q, k, v, k_pages, v_pages, table, start, out)
+        key = tuple((a.shape, a.dtype.str) for a in arrays) + (sinks, ring, window)
+        template = self._templates.get(key)
+        if template is None or not all(a.flags.c_contiguous for a in arrays):
+            self.kernel(*arrays, sinks, ring, window)  # the checked call
+            if all(a.flags.c_contiguous for a in arrays) and len({id(a) for a in arrays}) == len(arrays):
+                self._templates[key] = self._template(arrays, (sinks, ring, window))
+            return
+        values, slots, types = template
+        values = list(values)
+        cast = self.kernel._ffi.cast
+        for slot, ctype, array in zip(slots, types, arrays):
+            values[slot] = cast(ctype, array.__array_interface__["data"][0])
+        code = self.kernel._entry(*values)
+        if code != 0:
+            raise self.kernel._failure(code)
+
+    def _template(self, arrays: tuple, scalars: tuple) -> tuple[list, list[int], list[str]]:
+        values, _ = self.kernel._c_arguments(arrays + scalars, {})
+        slots = [i for i, p in enumerate(self.kernel.module.params) if p.kind == "buffer"]
+        return list(values), slots, list(self.kernel._pointer_types)

@@ -1,0 +1,168 @@
+"""The paged KV cache: fixed-size pages from one pool, a page table per sequence, full or streaming.
+
+Storage per layer (P = page size, H = key/value heads, D = head_dim):
+
+    k_pool[layer]   (pages, H, D, P)   a page's keys transposed, so attention's score loop runs
+                                       along P contiguous keys (refcomp.llm.attention)
+    v_pool[layer]   (pages, H, P, D)
+    table           (batch, M) int32   page of slot s of sequence b: table[b, s // P] (-1: none)
+
+Every page comes from the pool allocated when the cache is made (`pages`, by default enough for
+every sequence to reach its full size); a sequence takes a page from the free list when it first
+writes into it, and a rollback returns the pages it no longer needs.  Nothing else is allocated
+while decoding.  A pool that runs out is a `RuntimeFailure`.
+
+A full cache stores position p in slot p.  A streaming cache (StreamingLLM, MagicDec's draft)
+keeps `sinks` slots for the first positions and a ring of `window + slack` slots for the rest:
+position p >= sinks lives in slot sinks + (p - sinks) % ring.  Attention reads the sinks and the
+last `window` positions; the `slack` extra slots keep the positions a rollback of up to
+`slack` + 1 tokens must see again.  A rollback deeper than that is an `ArgumentError`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ArgumentError, RuntimeFailure
+from .protocol import LlamaConfig, StreamingBudget
+
+DEFAULT_PAGE_SIZE = 64
+# The window of a full cache: every position is visible.
+UNBOUNDED = 1 << 62
+
+
+class PagedKVCache:
+    """Keys and values of every layer for `batch` sequences of up to `max_tokens` positions each."""
+
+    def __init__(self, config: LlamaConfig, batch: int, max_tokens: int, *,
+                 streaming: StreamingBudget | None = None, page_size: int = DEFAULT_PAGE_SIZE,
+                 pages: int | None = None) -> None:
+        for name, value in (("batch", batch), ("max_tokens", max_tokens), ("page_size", page_size)):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+                raise ArgumentError(f"KV cache: {name} must be a positive integer, got {value!r}")
+        self.config = config
+        self.max_tokens = int(max_tokens)
+        self.page_size = int(page_size)
+        self.streaming = streaming
+        if streaming is None:
+            self.sinks, self.window = 0, UNBOUNDED
+            slots = self.max_tokens
+        else:
+            if streaming.sinks < 0 or streaming.window < 1 or streaming.slack < 0:
+                raise ArgumentError(f"KV cache: streaming budget needs sinks >= 0, window >= 1 and slack >= 0, "
+                                    f"got {streaming}")
+            self.sinks, self.window = int(streaming.sinks), int(streaming.window)
+            slots = self.sinks + self.window + int(streaming.slack)
+        self.pages_per_sequence = -(-slots // self.page_size)
+        # A full cache's ring is its whole table (slot = position); a streaming one's is window + slack.
+        self.ring = (self.pages_per_sequence * self.page_size if streaming is None
+                     else self.window + int(streaming.slack))
+        total = batch * self.pages_per_sequence if pages is None else pages
+        if not isinstance(total, (int, np.integer)) or isinstance(total, bool) or total < 1:
+            raise ArgumentError(f"KV cache: pages must be a positive integer, got {pages!r}")
+        layers, heads, dim = config.num_hidden_layers, config.num_key_value_heads, config.dim_head
+        # np.zeros maps fresh pages lazily: resident memory grows with the pages written.
+        self.k_pool = np.zeros((layers, int(total), heads, dim, self.page_size), np.float32)
+        self.v_pool = np.zeros((layers, int(total), heads, self.page_size, dim), np.float32)
+        self.table = np.full((batch, self.pages_per_sequence), -1, np.int32)
+        self._free = list(range(int(total) - 1, -1, -1))
+        self._lengths = np.zeros(batch, np.int64)
+        self._high = np.zeros(batch, np.int64)      # the longest each sequence has been
+        self._oldest = np.zeros(batch, np.int64)    # its oldest non-sink position still in the ring
+
+    # ------------------------------------------------------------------ the KVCache protocol
+
+    @property
+    def batch(self) -> int:
+        return self.table.shape[0]
+
+    def lengths(self) -> np.ndarray:
+        return self._lengths.copy()
+
+    def nbytes_per_token(self) -> int:
+        c = self.config
+        return 2 * c.num_hidden_layers * c.num_key_value_heads * c.dim_head * self.k_pool.itemsize
+
+    def rollback(self, keep: np.ndarray) -> None:
+        keep = np.asarray(keep)
+        if keep.shape != (self.batch,) or keep.dtype.kind not in "iu":
+            raise ArgumentError(f"KV cache rollback: keep must be integers of shape ({self.batch},), "
+                                f"got {keep.dtype} {keep.shape}")
+        keep = keep.astype(np.int64)
+        bad = np.flatnonzero((keep < 0) | (keep > self._lengths))
+        if bad.size:
+            b = int(bad[0])
+            raise ArgumentError(f"KV cache rollback: sequence {b} has {self._lengths[b]} tokens, "
+                                f"cannot keep {keep[b]}")
+        if self.streaming is not None:
+            needed = np.maximum(self.sinks, keep + 1 - self.window)
+            lost = np.flatnonzero(self._oldest > needed)
+            if lost.size:
+                b = int(lost[0])
+                raise ArgumentError(
+                    f"KV cache rollback: sequence {b} back to {keep[b]} tokens needs position {needed[b]}, "
+                    f"already overwritten in the streaming ring (slack {self.streaming.slack} allows "
+                    f"rolling back {self.streaming.slack + 1} tokens past the longest length)")
+        self._lengths = keep
+        for b in range(self.batch):
+            if self._high[b] <= self.sinks + self.ring:  # never wrapped: slots are positions
+                self._release(b, -(-int(keep[b]) // self.page_size))
+
+    # ------------------------------------------------------------------ for the model
+
+    def nbytes(self) -> int:
+        """Bytes of the whole planned pool and page table (what the cache may ever occupy)."""
+        return self.k_pool.nbytes + self.v_pool.nbytes + self.table.nbytes
+
+    @staticmethod
+    def planned_nbytes(config: LlamaConfig, batch: int, max_tokens: int, *,
+                       streaming: StreamingBudget | None = None, page_size: int = DEFAULT_PAGE_SIZE) -> int:
+        """`nbytes()` of the cache these arguments make, without making it."""
+        slots = max_tokens if streaming is None else streaming.sinks + streaming.window + streaming.slack
+        pages = -(-slots // page_size)
+        per_page = 2 * config.num_hidden_layers * config.num_key_value_heads * config.dim_head * page_size * 4
+        return batch * pages * per_page + batch * pages * 4
+
+    def pages_in_use(self) -> int:
+        return int((self.table >= 0).sum())
+
+    @property
+    def free_pages(self) -> int:
+        return len(self._free)
+
+    def reserve(self, count: int) -> np.ndarray:
+        """Make room for `count` more tokens in every sequence; the start positions (int32, (batch,)).
+
+        The lengths change only when `commit` is called, after the kernels have run."""
+        new = self._lengths + count
+        over = np.flatnonzero(new > self.max_tokens)
+        if over.size:
+            b = int(over[0])
+            raise ArgumentError(f"KV cache: sequence {b} would hold {new[b]} tokens, more than the cache's "
+                                f"max_tokens {self.max_tokens} (the context)")
+        used = np.minimum(new, self.sinks + self.ring)
+        for b in range(self.batch):
+            for page in range(-(-int(used[b]) // self.page_size)):
+                if self.table[b, page] < 0:
+                    if not self._free:
+                        raise RuntimeFailure(
+                            f"KV cache: out of pages ({self.k_pool.shape[1]} pages of {self.page_size} tokens) "
+                            f"while sequence {b} grows to {new[b]} tokens")
+                    self.table[b, page] = self._free.pop()
+        return self._lengths.astype(np.int32)
+
+    def commit(self, count: int) -> None:
+        """Record that `count` tokens were appended to every sequence (after `reserve`)."""
+        self._lengths = self._lengths + count
+        self._high = np.maximum(self._high, self._lengths)
+        if self.streaming is not None:
+            self._oldest = np.maximum(self._oldest, self._lengths - self.ring)
+
+    def kernel_scalars(self) -> tuple[int, int, int]:
+        """(sinks, ring, window) as the attention kernel takes them."""
+        return self.sinks, self.ring, self.window
+
+    def _release(self, b: int, keep_pages: int) -> None:
+        for page in range(keep_pages, self.pages_per_sequence):
+            if self.table[b, page] >= 0:
+                self._free.append(int(self.table[b, page]))
+                self.table[b, page] = -1

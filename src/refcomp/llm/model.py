@@ -1,0 +1,282 @@
+"""The Llama architecture compiled by refcomp: `CompiledLlama` (a CausalLM) and `load_llama`.
+
+The dense part of the model is a graph module built with refcomp's BlockBuilder, batch `b` and
+sequence `t` symbolic, compiled once by `graph.build` (each function one C function, its matmuls
+on the C target's GEMM) and shared by every layer (the weights are arguments):
+
+    embed(tokens (b, t) int64, table (V, h))                        -> x (b, t, h)
+    attn_in(x, norm, wqkv (h, (Hq + 2 Hkv) D), cos, sin (b, t, 1, D)) -> q (b, t, Hq, D), k, v (b, t, Hkv, D)
+        RMSNorm, the fused q/k/v projection, rotary embedding (rotate-half form) of q and k
+    attn_out(x, attn (b, t, Hq, D), wo, norm, wgate_up (h, 2 I), wdown) -> x'
+        x + attn @ wo, then x + down(silu(gate) * up) of its RMSNorm
+    head(x, norm, w (h, V))                                          -> logits (b, t, V)
+
+Attention runs between attn_in and attn_out: refcomp.llm.attention's kernel reads the layer's
+cache pages in place and appends the new keys and values to them.  A step is therefore a short
+sequence of compiled calls from Python (embed, per layer attn_in / attention / attn_out, head):
+the graph level has no call form yet that writes into an argument (the cache pages), so
+the attention kernel is called between graph functions instead of inside one.
+
+Positions are absolute: token t of sequence b gets rotary position lengths()[b] + t, also with a
+streaming cache.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..ast import SizeVar
+from ..errors import ArgumentError
+from ..graph import BlockBuilder, Var, op, tensor
+from ..graph.passes.default_schedule import RuleFallbackWarning
+from ..graph.pipeline import build as build_graph
+from .attention import PagedAttention
+from .cache import DEFAULT_PAGE_SIZE, PagedKVCache
+from .checkpoint import check_weights, load_checkpoint
+from .protocol import LlamaConfig, StreamingBudget
+
+
+def _size(name: str) -> SizeVar:
+    return SizeVar(name, "int64")
+
+
+def dense_module(config: LlamaConfig):
+    """The IRModule of the model's dense functions (embed, attn_in, attn_out, head)."""
+    c = config
+    h, d, v, i = c.hidden_size, c.dim_head, c.vocab_size, c.intermediate_size
+    hq, hkv = c.num_attention_heads, c.num_key_value_heads
+    b, t = _size("b"), _size("t")
+    eps = c.rms_norm_eps
+    bb = BlockBuilder()
+
+    def rms_norm(z: Any, weight: Any) -> Any:
+        # over rows of (b * t, h): the row-reduction schedule needs the rows as one loop
+        rows = bb.emit(op.reshape(z, (b * t, h)))
+        normed = bb.emit(op.rms_norm(rows, weight, axes=(-1,), epsilon=eps))
+        return bb.emit(op.reshape(normed, (b, t, h)))
+
+    tokens, table = Var("tokens", tensor((b, t), "int64")), Var("table", tensor((v, h)))
+    with bb.function("embed", [tokens, table]):
+        with bb.dataflow():
+            out = bb.emit_output(op.take(table, tokens, axis=0))
+        bb.emit_func_output(out)
+
+    x, norm = Var("x", tensor((b, t, h))), Var("norm", tensor((h,)))
+    wqkv = Var("wqkv", tensor((h, (hq + 2 * hkv) * d)))
+    cos, sin = Var("cos", tensor((b, t, 1, d))), Var("sin", tensor((b, t, 1, d)))
+    with bb.function("attn_in", [x, norm, wqkv, cos, sin]):
+        with bb.dataflow():
+            xn = rms_norm(x, norm)
+            qkv = bb.emit(op.matmul(xn, wqkv))
+
+            def heads(lo: int, count: int) -> Any:
+                part = bb.emit(op.strided_slice(qkv, axes=(2,), begin=(lo * d,), end=((lo + count) * d,)))
+                return bb.emit(op.reshape(part, (b, t, count, d)))
+
+            def rotary(z: Any) -> Any:
+                first = bb.emit(op.strided_slice(z, axes=(3,), begin=(0,), end=(d // 2,)))
+                second = bb.emit(op.strided_slice(z, axes=(3,), begin=(d // 2,), end=(d,)))
+                rotated = bb.emit(op.concat(op.negative(second), first, axis=3))
+                return bb.emit(op.add(op.multiply(z, cos), op.multiply(rotated, sin)))
+
+            q = bb.emit_output(rotary(heads(0, hq)))
+            k = bb.emit_output(rotary(heads(hq, hkv)))
+            val = bb.emit_output(heads(hq + hkv, hkv))
+        bb.emit_func_output((q, k, val))
+
+    attn = Var("attn", tensor((b, t, hq, d)))
+    wo = Var("wo", tensor((hq * d, h)))
+    wgu, wdown = Var("wgate_up", tensor((h, 2 * i))), Var("wdown", tensor((i, h)))
+    x2, norm2 = Var("x", tensor((b, t, h))), Var("norm", tensor((h,)))
+    with bb.function("attn_out", [x2, attn, wo, norm2, wgu, wdown]):
+        with bb.dataflow():
+            flat = bb.emit(op.reshape(attn, (b, t, hq * d)))
+            h1 = bb.emit(op.add(x2, op.matmul(flat, wo)))
+            hn = rms_norm(h1, norm2)
+            gu = bb.emit(op.matmul(hn, wgu))
+            gate = bb.emit(op.strided_slice(gu, axes=(2,), begin=(0,), end=(i,)))
+            up = bb.emit(op.strided_slice(gu, axes=(2,), begin=(i,), end=(2 * i,)))
+            act = bb.emit(op.multiply(op.silu(gate), up))
+            out = bb.emit_output(op.add(h1, op.matmul(act, wdown)))
+        bb.emit_func_output(out)
+
+    x3, norm3, whead = Var("x", tensor((b, t, h))), Var("norm", tensor((h,))), Var("w", tensor((h, v)))
+    with bb.function("head", [x3, norm3, whead]):
+        with bb.dataflow():
+            xn = rms_norm(x3, norm3)
+            out = bb.emit_output(op.matmul(xn, whead))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def rotary_tables(config: LlamaConfig, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin (b, t, 1, D) of Hugging Face's default rotary embedding at int positions (b, t),
+    computed in float32 as transformers does."""
+    d = config.dim_head
+    inv_freq = (1.0 / (np.float32(config.rope_theta) ** (np.arange(0, d, 2, dtype=np.int64).astype(np.float32)
+                                                           / np.float32(d)))).astype(np.float32)
+    freqs = positions.astype(np.float32)[..., None] * inv_freq
+    emb = np.concatenate([freqs, freqs], axis=-1)[:, :, None, :]
+    return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
+
+
+# Up to this many token rows per call, the dense functions run refcomp's own kernels (blas=False):
+# a product with so few rows is a matrix-vector product, where the BLAS call costs more than the
+# arithmetic; more rows go to the BLAS GEMM (graph.build's default).
+FEW_ROWS = 4
+# Token rows per compiled call when a long prompt is split (CompiledLlama.forward).
+CHUNK_ROWS = 2048
+
+
+def _dense_executable(config: LlamaConfig, target: str, few_rows: bool) -> Any:
+    """The compiled dense functions, shared by every model of the same shapes (tied or not)."""
+    shapes = (config.vocab_size, config.hidden_size, config.intermediate_size, config.num_attention_heads,
+              config.num_key_value_heads, config.dim_head, config.rms_norm_eps)
+    return _dense_build(shapes, target, few_rows)
+
+
+@functools.lru_cache(maxsize=None)
+def _dense_build(shapes: tuple, target: str, few_rows: bool) -> Any:
+    v, h, i, hq, hkv, d, eps = shapes
+    config = LlamaConfig(vocab_size=v, hidden_size=h, intermediate_size=i, num_hidden_layers=1,
+                         num_attention_heads=hq, num_key_value_heads=hkv, max_position_embeddings=1,
+                         rms_norm_eps=eps, head_dim=d)
+    if not few_rows:
+        return build_graph(dense_module(config), target=target, executor="compiled")
+    with warnings.catch_warnings():
+        # the matmul-plus-residual kernels take the generic schedule (the row-reduction rule
+        # does not match them); chosen on purpose for matrix-vector sized calls
+        warnings.simplefilter("ignore", RuleFallbackWarning)
+        return build_graph(dense_module(config), target=target, executor="compiled", blas=False)
+
+
+def set_threads(threads: int) -> None:
+    """The number of OpenMP threads compiled kernels use in this process."""
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise ArgumentError(f"CompiledLlama: threads must be a positive integer, got {threads!r}")
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("gomp")
+    if name:
+        try:
+            ctypes.CDLL(name).omp_set_num_threads(threads)
+        except (OSError, AttributeError):
+            pass
+
+
+class CompiledLlama:
+    """A Llama-architecture CausalLM whose every step runs refcomp-compiled code."""
+
+    def __init__(self, config: LlamaConfig, weights: Mapping[str, np.ndarray], *, target: str = "c",
+                 threads: int | None = None, page_size: int = DEFAULT_PAGE_SIZE) -> None:
+        if not isinstance(config, LlamaConfig):
+            raise ArgumentError(f"CompiledLlama: config must be a LlamaConfig, got {type(config).__name__}")
+        if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
+            raise ArgumentError(f"CompiledLlama: page_size must be a positive integer, got {page_size!r}")
+        self.config = config
+        self.page_size = page_size
+        w = check_weights(config, weights, where="CompiledLlama")
+        if threads is not None:
+            set_threads(threads)
+        c = config
+        self._embed = w["model.embed_tokens.weight"]
+        self._layers = []
+        for layer in range(c.num_hidden_layers):
+            p = f"model.layers.{layer}."
+            wqkv = np.concatenate([w[p + "self_attn.q_proj.weight"], w[p + "self_attn.k_proj.weight"],
+                                   w[p + "self_attn.v_proj.weight"]]).T
+            wgu = np.concatenate([w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"]]).T
+            self._layers.append((
+                w[p + "input_layernorm.weight"], np.ascontiguousarray(wqkv),
+                np.ascontiguousarray(w[p + "self_attn.o_proj.weight"].T), w[p + "post_attention_layernorm.weight"],
+                np.ascontiguousarray(wgu), np.ascontiguousarray(w[p + "mlp.down_proj.weight"].T)))
+        self._norm = w["model.norm.weight"]
+        head = w["model.embed_tokens.weight"] if c.tie_word_embeddings else w["lm_head.weight"]
+        self._head = np.ascontiguousarray(head.T)
+        self._target = target
+        self._fn_many: dict[str, Any] | None = None
+        self._fn_few: dict[str, Any] | None = None
+        self._attention = PagedAttention(c.num_attention_heads // c.num_key_value_heads, c.dim_head,
+                                         page_size, c.num_key_value_heads)
+
+    def new_cache(self, batch: int, max_tokens: int, *, streaming: StreamingBudget | None = None,
+                  pages: int | None = None) -> PagedKVCache:
+        if max_tokens > self.config.max_position_embeddings:
+            raise ArgumentError(f"new_cache: max_tokens {max_tokens} exceeds the model's context "
+                                f"(max_position_embeddings {self.config.max_position_embeddings})")
+        return PagedKVCache(self.config, batch, max_tokens, streaming=streaming, page_size=self.page_size,
+                            pages=pages)
+
+    def forward(self, tokens: np.ndarray, cache: PagedKVCache) -> np.ndarray:
+        tokens = self._check_tokens(tokens, cache)
+        batch, steps = tokens.shape
+        start = cache.reserve(steps)
+        logits = np.empty((batch, steps, self.config.vocab_size), np.float32)
+        # a long prompt runs in chunks of about CHUNK_ROWS token rows: the activations of one call
+        # (the MLP's is batch x T x 2 intermediate) stay small; attention sees the same keys
+        chunk = max(1, CHUNK_ROWS // batch)
+        for offset in range(0, steps, chunk):
+            part = tokens[:, offset:offset + chunk]
+            logits[:, offset:offset + part.shape[1]] = self._step(part, cache, start + np.int32(offset))
+        cache.commit(steps)
+        return logits
+
+    def _step(self, tokens: np.ndarray, cache: PagedKVCache, start: np.ndarray) -> np.ndarray:
+        """Logits of tokens appended at positions start[b] + t (pages already reserved)."""
+        batch, steps = tokens.shape
+        positions = start[:, None].astype(np.int64) + np.arange(steps, dtype=np.int64)
+        cos, sin = rotary_tables(self.config, positions)
+        sinks, ring, window = cache.kernel_scalars()
+        fn = self._functions(batch * steps <= FEW_ROWS)
+        x = fn["embed"](np.ascontiguousarray(tokens), self._embed)
+        attn = np.empty((batch, steps, self.config.num_attention_heads, self.config.dim_head), np.float32)
+        for layer, (norm1, wqkv, wo, norm2, wgu, wdown) in enumerate(self._layers):
+            q, k, v = fn["attn_in"](x, norm1, wqkv, cos, sin)
+            self._attention(q, k, v, cache.k_pool[layer], cache.v_pool[layer], cache.table, start, attn,
+                            sinks, ring, window)
+            x = fn["attn_out"](x, attn, wo, norm2, wgu, wdown)
+        return fn["head"](x, self._norm, self._head)
+
+    def _functions(self, few_rows: bool) -> dict[str, Any]:
+        """The compiled dense functions for calls of few or many token rows (built on first use)."""
+        if few_rows and self._fn_few is None:
+            self._fn_few = self._compiled(True)
+        if not few_rows and self._fn_many is None:
+            self._fn_many = self._compiled(False)
+        return self._fn_few if few_rows else self._fn_many  # type: ignore[return-value]
+
+    def _compiled(self, few_rows: bool) -> dict[str, Any]:
+        ex = _dense_executable(self.config, self._target, few_rows)
+        return {name: ex.compiled[name] for name in ("embed", "attn_in", "attn_out", "head")}
+
+    def _check_tokens(self, tokens: Any, cache: Any) -> np.ndarray:
+        if not isinstance(cache, PagedKVCache):
+            raise ArgumentError(f"forward: cache must come from this model's new_cache, got {type(cache).__name__}")
+        if cache.config != self.config or cache.page_size != self.page_size:
+            raise ArgumentError("forward: the cache was made for a different model")
+        tokens = np.asarray(tokens)
+        if tokens.ndim != 2 or tokens.dtype.kind not in "iu":
+            raise ArgumentError(f"forward: tokens must be integers of shape (batch, T), got {tokens.dtype} "
+                                f"{tokens.shape}")
+        if tokens.shape[0] != cache.batch:
+            raise ArgumentError(f"forward: {tokens.shape[0]} sequences of tokens for a cache of batch {cache.batch}")
+        if tokens.shape[1] == 0:
+            raise ArgumentError("forward: no tokens to append (T = 0); an empty prompt has nothing to condition on")
+        bad = (tokens < 0) | (tokens >= self.config.vocab_size)
+        if bad.any():
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ArgumentError(f"forward: token {tokens[where]} at {where} is outside the vocabulary "
+                                f"[0, {self.config.vocab_size})")
+        return np.ascontiguousarray(tokens, dtype=np.int64)
+
+
+def load_llama(path: str | os.PathLike, **kwargs: Any) -> CompiledLlama:
+    """A CompiledLlama of the Hugging Face checkpoint directory at path (kwargs: CompiledLlama's)."""
+    config, weights = load_checkpoint(path)
+    return CompiledLlama(config, weights, **kwargs)

@@ -1,0 +1,89 @@
+"""The paged attention kernel against numpy: prefill and decode, full and streaming caches, ragged starts."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from refcomp.llm.attention import PagedAttention, compiled_attention
+from refcomp.llm.cache import UNBOUNDED
+
+from paged_attention_reference import attention, fill_pages, slot_of
+
+GROUP, DIM, PAGE, HEADS = 2, 16, 32, 2  # pages of two 16-key blocks: full blocks and tails
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    """Built with bounds="prove": every access is proved in bounds, or the build fails."""
+    return compiled_attention(GROUP, DIM, PAGE, HEADS)
+
+
+def _case(seed, starts, steps, sinks, window, slack, streaming):
+    rng = np.random.default_rng(seed)
+    batch = len(starts)
+    starts = np.array(starts, np.int32)
+    longest = int(starts.max()) + steps
+    if streaming:
+        ring = window + slack
+        slots = sinks + ring
+    else:
+        sinks, window, ring = 0, UNBOUNDED, -(-longest // PAGE) * PAGE
+        slots = ring
+    width = -(-slots // PAGE)
+    pages = batch * width + 2
+    table = rng.permutation(pages)[:batch * width].reshape(batch, width).astype(np.int32)
+    history_k = rng.standard_normal((batch, longest, HEADS, DIM)).astype(np.float32)
+    history_v = rng.standard_normal((batch, longest, HEADS, DIM)).astype(np.float32)
+    k_pages, v_pages = fill_pages(history_k, history_v, starts, table, PAGE, sinks, ring, pages)
+    q = rng.standard_normal((batch, steps, HEADS * GROUP, DIM)).astype(np.float32)
+    k = rng.standard_normal((batch, steps, HEADS, DIM)).astype(np.float32)
+    v = rng.standard_normal((batch, steps, HEADS, DIM)).astype(np.float32)
+    return dict(q=q, k=k, v=v, k_pages=k_pages, v_pages=v_pages, table=table, start=starts,
+                history_k=history_k, history_v=history_v, sinks=sinks, ring=ring, window=window)
+
+
+def _run(kernel, c):
+    out = np.full_like(c["q"], np.nan)
+    kernel(c["q"], c["k"], c["v"], c["k_pages"], c["v_pages"], c["table"], c["start"], out,
+           c["sinks"], c["ring"], c["window"])
+    return out
+
+
+def _check(c, out):
+    # a streaming window longer than the positions behaves like a full cache in the reference
+    window = min(c["window"], 1 << 40)
+    expected = attention(c["q"], c["k"], c["v"], c["history_k"], c["history_v"], c["start"], c["sinks"], window)
+    np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5)
+    batch, steps = c["q"].shape[:2]
+    for b in range(batch):  # the call's keys and values were appended in their slots
+        for t in range(max(0, steps - c["ring"]), steps):
+            slot = slot_of(int(c["start"][b]) + t, c["sinks"], c["ring"])
+            page, offset = c["table"][b, slot // PAGE], slot % PAGE
+            np.testing.assert_array_equal(c["k_pages"][page, :, :, offset], c["k"][b, t])
+            np.testing.assert_array_equal(c["v_pages"][page, :, offset, :], c["v"][b, t])
+
+
+@settings(max_examples=15)
+@given(seed=st.integers(0, 2**31), starts=st.lists(st.integers(0, 100), min_size=1, max_size=3),
+       steps=st.integers(1, 6))
+def test_full_cache_matches_numpy(kernel, seed, starts, steps):
+    c = _case(seed, starts, steps, 0, 0, 0, streaming=False)
+    _check(c, _run(kernel, c))
+
+
+@settings(max_examples=15)
+@given(seed=st.integers(0, 2**31), starts=st.lists(st.integers(0, 120), min_size=1, max_size=3),
+       steps=st.integers(1, 20), sinks=st.integers(0, 20), window=st.integers(1, 40), slack=st.integers(0, 5))
+def test_streaming_cache_matches_numpy(kernel, seed, starts, steps, sinks, window, slack):
+    c = _case(seed, starts, steps, sinks, window, slack, streaming=True)
+    _check(c, _run(kernel, c))
+
+
+def test_repeated_calls_take_the_prepared_path(kernel):
+    call = PagedAttention(GROUP, DIM, PAGE, HEADS)
+    for seed in range(3):  # same shapes, fresh arrays each call
+        c = _case(100 + seed, [5, 17], 1, 0, 0, 0, streaming=False)
+        _check(c, _run(call, c))
+    assert len(call._templates) == 1
+    c = _case(7, [3, 30, 9], 4, 2, 6, 2, streaming=True)  # new shapes and scalars: checked again
+    _check(c, _run(call, c))
+    assert len(call._templates) == 2

@@ -1,0 +1,111 @@
+"""The paged KV cache: pages taken as sequences grow, returned on rollback, exhaustion and misuse errors."""
+import numpy as np
+import pytest
+
+from refcomp.errors import ArgumentError, RuntimeFailure
+from refcomp.llm.cache import PagedKVCache
+from refcomp.llm.protocol import KVCache, LlamaConfig, StreamingBudget
+
+CONFIG = LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=24, num_hidden_layers=3,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096)
+
+
+def grow(cache, count):
+    start = cache.reserve(count)
+    cache.commit(count)
+    return start
+
+
+def test_is_a_kv_cache_and_counts_bytes():
+    cache = PagedKVCache(CONFIG, batch=2, max_tokens=40, page_size=8)
+    assert isinstance(cache, KVCache)
+    assert cache.nbytes_per_token() == 2 * 3 * 2 * 4 * 4  # k and v, layers, kv heads, head_dim, float32
+    assert cache.pages_per_sequence == 5 and cache.free_pages == 10
+    assert cache.nbytes() == PagedKVCache.planned_nbytes(CONFIG, 2, 40, page_size=8)
+    assert cache.nbytes() == 10 * 8 * cache.nbytes_per_token() + cache.table.nbytes
+
+
+def test_planned_bytes_at_batch_64_and_8k():
+    bench = LlamaConfig(vocab_size=256, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+                        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=8192)
+    per_token = 2 * 4 * 2 * 32 * 4
+    planned = PagedKVCache.planned_nbytes(bench, 64, 8192)
+    assert planned == 64 * 8192 * per_token + 64 * 128 * 4  # 1 GiB of pages and the page table
+    budget = StreamingBudget(sinks=4, window=252, slack=8)
+    assert PagedKVCache.planned_nbytes(bench, 64, 8192, streaming=budget) == 64 * 5 * 64 * per_token + 64 * 5 * 4
+
+
+def test_pages_are_taken_as_sequences_grow_and_returned_on_rollback():
+    cache = PagedKVCache(CONFIG, batch=2, max_tokens=40, page_size=8)
+    assert cache.pages_in_use() == 0
+    np.testing.assert_array_equal(grow(cache, 3), [0, 0])
+    assert cache.pages_in_use() == 2 and cache.free_pages == 8
+    np.testing.assert_array_equal(grow(cache, 6), [3, 3])
+    np.testing.assert_array_equal(cache.lengths(), [9, 9])
+    assert cache.pages_in_use() == 4
+    first = cache.table[:, 0].copy()
+    cache.rollback(np.array([9, 2]))
+    np.testing.assert_array_equal(cache.lengths(), [9, 2])
+    assert cache.pages_in_use() == 3 and cache.table[1, 1] == -1
+    np.testing.assert_array_equal(cache.table[:, 0], first)  # kept pages stay where they were
+    grow(cache, 1)
+    assert set(cache.table[cache.table >= 0].tolist()) == set(range(10)) - set(cache._free)
+    assert len(set(cache.table[cache.table >= 0].tolist())) == cache.pages_in_use()  # no page shared
+
+
+def test_lengths_is_a_copy():
+    cache = PagedKVCache(CONFIG, batch=1, max_tokens=8)
+    cache.lengths()[0] = 5
+    assert cache.lengths()[0] == 0
+
+
+def test_exhausted_pool_is_a_runtime_failure():
+    cache = PagedKVCache(CONFIG, batch=2, max_tokens=32, page_size=8, pages=5)
+    grow(cache, 16)  # 2 pages each
+    with pytest.raises(RuntimeFailure, match=r"out of pages \(5 pages of 8 tokens\) while sequence 1"):
+        grow(cache, 8)
+    cache.rollback(np.array([16, 8]))
+    assert cache.free_pages >= 1
+
+
+def test_context_overflow_and_bad_rollback():
+    cache = PagedKVCache(CONFIG, batch=2, max_tokens=10)
+    grow(cache, 6)
+    with pytest.raises(ArgumentError, match="sequence 0 would hold 11 tokens, more than the cache's max_tokens 10"):
+        cache.reserve(5)
+    np.testing.assert_array_equal(cache.lengths(), [6, 6])
+    with pytest.raises(ArgumentError, match="sequence 1 has 6 tokens, cannot keep 7"):
+        cache.rollback(np.array([6, 7]))
+    with pytest.raises(ArgumentError, match="cannot keep -1"):
+        cache.rollback(np.array([-1, 0]))
+    with pytest.raises(ArgumentError, match=r"keep must be integers of shape \(2,\)"):
+        cache.rollback(np.array([1.0, 2.0]))
+    with pytest.raises(ArgumentError, match="batch must be a positive integer"):
+        PagedKVCache(CONFIG, batch=0, max_tokens=10)
+
+
+def test_streaming_cache_keeps_a_fixed_number_of_pages():
+    budget = StreamingBudget(sinks=2, window=10, slack=4)
+    cache = PagedKVCache(CONFIG, batch=1, max_tokens=1000, streaming=budget, page_size=4)
+    assert cache.pages_per_sequence == 4 and cache.ring == 14
+    for _ in range(50):
+        grow(cache, 7)
+    assert cache.lengths()[0] == 350 and cache.pages_in_use() == 4
+    assert cache.nbytes() == 4 * 4 * cache.nbytes_per_token() + cache.table.nbytes
+
+
+def test_streaming_rollback_within_slack_only():
+    budget = StreamingBudget(sinks=2, window=10, slack=3)
+    cache = PagedKVCache(CONFIG, batch=2, max_tokens=1000, streaming=budget, page_size=4)
+    grow(cache, 40)
+    # keep 37: the next query (position 37) reads positions 28..36, the ring holds 27..39
+    cache.rollback(np.array([37, 40]))
+    grow(cache, 3)
+    cache.rollback(np.array([36, 43]))
+    with pytest.raises(ArgumentError, match="sequence 0 back to 35 tokens needs position 26, already overwritten"):
+        cache.rollback(np.array([35, 43]))
+    # a short sequence has not wrapped the ring: any rollback is fine
+    short = PagedKVCache(CONFIG, batch=1, max_tokens=1000, streaming=budget, page_size=4)
+    grow(short, 9)
+    short.rollback(np.array([0]))
+    assert short.pages_in_use() == 0

@@ -1,0 +1,141 @@
+"""CompiledLlama against transformers' LlamaForCausalLM and a numpy reference: prefill, decode, ragged
+lengths after rollback, streaming caches, bad input."""
+import numpy as np
+import pytest
+
+from refcomp.errors import ArgumentError
+from refcomp.llm.model import CompiledLlama, load_llama
+from refcomp.llm.protocol import CausalLM, StreamingBudget
+
+from hf_llama_helpers import hf_logits, random_llama
+import numpy_llama
+
+TOL = dict(rtol=1e-4, atol=1e-4)
+PAGE = 8  # short pages: the test sequences cross several
+
+
+@pytest.fixture(scope="module", params=["untied", "tied"])
+def pair(request, tmp_path_factory):
+    model, path = random_llama(tmp_path_factory.mktemp("llama"), tied=request.param == "tied",
+                               seed=3 if request.param == "tied" else 0)
+    return model, load_llama(path, page_size=PAGE)
+
+
+def test_is_a_causal_lm(pair):
+    _, lm = pair
+    assert isinstance(lm, CausalLM)
+    assert lm.new_cache(2, 16).nbytes_per_token() == 2 * 2 * 2 * 16 * 4
+
+
+def test_prefill_and_decode_match_transformers(pair, rng):
+    model, lm = pair
+    tokens = rng.integers(0, 300, (2, 11))
+    cache = lm.new_cache(2, 64)
+    expected, past = hf_logits(model, tokens)
+    np.testing.assert_allclose(lm.forward(tokens, cache), expected, **TOL)
+    for _ in range(5):
+        step = rng.integers(0, 300, (2, 1))
+        expected, past = hf_logits(model, step, past)
+        got = lm.forward(step, cache)
+        assert got.shape == (2, 1, 300) and got.dtype == np.float32
+        np.testing.assert_allclose(got, expected, **TOL)
+    np.testing.assert_array_equal(cache.lengths(), [16, 16])
+
+
+def test_ragged_lengths_after_rollback(pair, rng):
+    model, lm = pair
+    prompt = rng.integers(0, 300, (3, 12))
+    cache = lm.new_cache(3, 40)
+    lm.forward(prompt, cache)
+    keep = np.array([12, 7, 3])
+    cache.rollback(keep)
+    chunks = [rng.integers(0, 300, (3, 4)), rng.integers(0, 300, (3, 1)), rng.integers(0, 300, (3, 1))]
+    got = np.concatenate([lm.forward(chunk, cache) for chunk in chunks], axis=1)
+    np.testing.assert_array_equal(cache.lengths(), keep + 6)
+    for b in range(3):
+        sequence = np.concatenate([prompt[b, :keep[b]]] + [chunk[b] for chunk in chunks])[None]
+        expected, _ = hf_logits(model, sequence)
+        np.testing.assert_allclose(got[b], expected[0, -6:], **TOL)
+
+
+def test_numpy_reference_agrees_with_transformers(pair, rng):
+    model, lm = pair
+    tokens = rng.integers(0, 300, 9)
+    expected, _ = hf_logits(model, tokens[None])
+    np.testing.assert_allclose(numpy_llama.logits(lm.config, _weights(lm, model), tokens), expected[0], **TOL)
+
+
+def _weights(lm, model):
+    return {name: tensor.numpy() for name, tensor in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("prompt_chunks", [(9,), (4, 5), (1,) * 3])
+def test_streaming_cache_matches_numpy_reference(pair, rng, prompt_chunks):
+    model, lm = pair
+    budget = StreamingBudget(sinks=2, window=6, slack=3)
+    steps = 10
+    tokens = rng.integers(0, 300, (2, sum(prompt_chunks) + steps))
+    cache = lm.new_cache(2, 64, streaming=budget)
+    outputs, at = [], 0
+    for size in list(prompt_chunks) + [1] * steps:
+        outputs.append(lm.forward(tokens[:, at:at + size], cache))
+        at += size
+    got = np.concatenate(outputs, axis=1)
+    weights = _weights(lm, model)
+    for b in range(2):
+        expected = numpy_llama.logits(lm.config, weights, tokens[b], sinks=2, window=6)
+        np.testing.assert_allclose(got[b], expected, **TOL)
+    assert cache.pages_in_use() == 2 * 2  # sinks + window + slack = 11 slots: two pages each
+
+
+def test_streaming_rollback_within_slack_restores_the_state(pair, rng):
+    _, lm = pair
+    budget = StreamingBudget(sinks=1, window=5, slack=4)
+    tokens = rng.integers(0, 300, (2, 30))
+    cache = lm.new_cache(2, 64, streaming=budget)
+    lm.forward(tokens[:, :20], cache)
+    first = [lm.forward(tokens[:, 20 + i:21 + i], cache) for i in range(4)]
+    lm.forward(rng.integers(0, 300, (2, 1)), cache)  # a rejected draft token
+    cache.rollback(np.array([21, 20]))
+    again = lm.forward(tokens[:, 21:24], cache)
+    np.testing.assert_allclose(again[0], np.concatenate(first[1:4], axis=1)[0], **TOL)
+    # sequence 1 went back to 20 tokens and continued differently: as if it never left
+    fresh = lm.new_cache(1, 64, streaming=budget)
+    lm.forward(tokens[1:, :20], fresh)
+    expected = np.concatenate([lm.forward(tokens[1:, 21 + i:22 + i], fresh) for i in range(3)], axis=1)
+    np.testing.assert_allclose(again[1], expected[0], **TOL)
+    with pytest.raises(ArgumentError, match="already overwritten in the streaming ring"):
+        cache.rollback(np.array([10, 10]))
+
+
+def test_bad_input_is_named(pair):
+    _, lm = pair
+    cache = lm.new_cache(2, 8)
+    with pytest.raises(ArgumentError, match="no tokens to append"):
+        lm.forward(np.zeros((2, 0), np.int64), cache)
+    with pytest.raises(ArgumentError, match="would hold 9 tokens, more than the cache's max_tokens 8"):
+        lm.forward(np.zeros((2, 9), np.int64), cache)
+    assert cache.lengths().tolist() == [0, 0] and cache.pages_in_use() == 0
+    with pytest.raises(ArgumentError, match=r"token 300 at \(1, 2\) is outside the vocabulary"):
+        lm.forward(np.array([[1, 2, 3], [4, 5, 300]]), cache)
+    with pytest.raises(ArgumentError, match="3 sequences of tokens for a cache of batch 2"):
+        lm.forward(np.zeros((3, 1), np.int64), cache)
+    with pytest.raises(ArgumentError, match=r"tokens must be integers of shape \(batch, T\)"):
+        lm.forward(np.zeros((2, 1), np.float32), cache)
+    with pytest.raises(ArgumentError, match="exceeds the model's context"):
+        lm.new_cache(1, 10_000)
+    with pytest.raises(ArgumentError, match="CompiledLlama: config must be a LlamaConfig"):
+        CompiledLlama({"hidden_size": 4}, {})
+
+
+@pytest.mark.parametrize("streaming", [None, StreamingBudget(sinks=2, window=5, slack=1)])
+def test_long_prompts_run_in_chunks(pair, rng, monkeypatch, streaming):
+    _, lm = pair
+    from refcomp.llm import model as model_module
+
+    tokens = rng.integers(0, 300, (2, 23))
+    whole = lm.forward(tokens, lm.new_cache(2, 32, streaming=streaming))
+    monkeypatch.setattr(model_module, "CHUNK_ROWS", 7)  # 3 tokens per chunk at batch 2
+    cache = lm.new_cache(2, 32, streaming=streaming)
+    np.testing.assert_allclose(lm.forward(tokens, cache), whole, **TOL)
+    np.testing.assert_array_equal(cache.lengths(), [23, 23])
