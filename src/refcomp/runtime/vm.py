@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..ast import expr as tir
+from ..ast.dtype import dtype as to_dtype, storage_array
 from ..ast.functor import free_vars
 from ..errors import ArgumentError, RuntimeFailure
 from ..shape.evaluate import EvaluationError, UnboundVariable, evaluate
@@ -338,7 +339,7 @@ class VirtualMachine:
 
     def _alloc(self, function: VMFunction, inst: Alloc, frame: _Frame) -> np.ndarray:
         shape = tuple(_eval_int(d, frame.env) for d in inst.shape)
-        dtype = np.dtype(inst.dtype) if inst.dtype != "bfloat16" else np.dtype("uint16")
+        dtype = to_dtype(inst.dtype).numpy()
         if inst.token is None:
             return np.empty(shape, dtype=dtype)
         pools = self._storage.setdefault(function.name, [None] * len(function.token_bytes))
@@ -362,7 +363,9 @@ class VirtualMachine:
         if inst.ndim != -1 and value.ndim != inst.ndim:
             raise ArgumentError(f"{inst.what}: expected a {inst.ndim}-d tensor, got shape {value.shape}")
         if inst.dtype is not None:
-            expected = np.dtype(inst.dtype) if inst.dtype != "bfloat16" else np.dtype("uint16")
+            expected = to_dtype(inst.dtype).numpy()
+            if value.dtype != expected:
+                value = frame.regs[inst.reg] = storage_array(value)  # ml_dtypes float8/int4, numpy str
             if value.dtype != expected:
                 raise ArgumentError(f"{inst.what}: expected dtype {inst.dtype}, got {value.dtype}")
         if inst.shape is not None:

@@ -7,6 +7,7 @@ allocated from its declared struct info (in its planned storage token when plan_
 from __future__ import annotations
 
 from ...ast.function import IRModule
+from ...ast.dtype import storage_array
 from ...ast.graph import (
     Call, Constant, ExternFunc, Function, GlobalVar, If, MatchCast, PrimValue, SeqExpr, ShapeExpr, StringImm, Tuple,
     TupleGetItem, Var,
@@ -73,7 +74,7 @@ class _Lowering:
             return self.regs[e]
         dst = self.reg()
         if isinstance(e, Constant):
-            code.append(V.LoadConst(dst, e.array))
+            code.append(V.LoadConst(dst, storage_array(e.array)))
         elif isinstance(e, (ShapeExpr, PrimValue)):
             values = e.values if isinstance(e, ShapeExpr) else (e.value,)
             code.append(V.MakeShape(dst, tuple(values), scalar=isinstance(e, PrimValue)))
