@@ -86,6 +86,8 @@ class _Loops:
 
     @staticmethod
     def select(cond, a, b):
+        like = a.dtype if isinstance(a, tir.PrimExpr) else b.dtype if isinstance(b, tir.PrimExpr) else "int64"
+        a, b = (v if isinstance(v, tir.PrimExpr) else tir.const(v, like) for v in (a, b))
         return tir.Select(cond, a, b)
 
     @staticmethod
