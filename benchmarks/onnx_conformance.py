@@ -94,13 +94,13 @@ def _runtime_array(value: np.ndarray) -> np.ndarray:
 def _typed_output(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
     """refcomp's storage-form output read as the expected array's storage-only element type
     (float8/float4 bits, int4/int2 values, str objects) when its storage type is that type's."""
-    from refcomp.ast.dtype import DataType, dtype as to_dtype, typed_array
+    from refcomp.ast.dtype import dtype as to_dtype, typed_array
 
     try:
         wanted = to_dtype(expected.dtype)
     except ValueError:
         return actual
-    if wanted.is_storage_only and actual.dtype == wanted.numpy() and wanted != DataType(actual.dtype.name):
+    if wanted.is_storage_only and not wanted.is_string and actual.dtype == wanted.numpy():
         return typed_array(actual, wanted.name)
     return actual
 

@@ -102,6 +102,17 @@ class CallPacked:
 
 
 @dataclass(frozen=True)
+class CallHost:
+    """dst = fn(*args): an operator the VM runs on the host (string ops), returning fresh arrays
+    whose shapes may depend on the data; `what` names it in errors."""
+
+    dst: int
+    fn: Callable[..., Any]
+    args: tuple[int, ...]
+    what: str
+
+
+@dataclass(frozen=True)
 class CallFunction:
     """dst = another graph function of the executable applied to args."""
 
@@ -309,6 +320,8 @@ class VirtualMachine:
                 regs[inst.dst] = tuple(int(v) for v in np.asarray(regs[inst.src]).reshape(-1))
             elif kind is MatchShapeValue:
                 self._match_shape_value(inst, frame)
+            elif kind is CallHost:
+                regs[inst.dst] = self._call_host(inst, frame)
             elif kind is CallFunction:
                 regs[inst.dst] = self.invoke(inst.function, *(regs[r] for r in inst.args))
             elif kind is Branch:
@@ -336,6 +349,13 @@ class VirtualMachine:
                                  hint="register it with refcomp.runtime.vm.register_extern(symbol, fn)")
         regs = frame.regs
         fn(*(regs[r] for r in inst.args), *(regs[r] for r in inst.outs))
+
+    def _call_host(self, inst: CallHost, frame: _Frame) -> Any:
+        try:
+            result = inst.fn(*(frame.regs[r] for r in inst.args))
+        except (ValueError, TypeError, IndexError, KeyError, UnicodeError) as exc:
+            raise RuntimeFailure(f"{inst.what}: {type(exc).__name__}: {exc}") from None
+        return tuple(result) if isinstance(result, (list, tuple)) else result
 
     def _alloc(self, function: VMFunction, inst: Alloc, frame: _Frame) -> np.ndarray:
         shape = tuple(_eval_int(d, frame.env) for d in inst.shape)

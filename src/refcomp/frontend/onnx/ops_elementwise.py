@@ -46,6 +46,10 @@ def _binary(ctx, node, inputs, attrs):
     if shape_values.is_symbolic(a) or shape_values.is_symbolic(b):
         return _shape_arithmetic(ctx, node, a, b)
     name = BINARY[node.op_type]
+    if node.op_type == "Equal" and any(ctx.info(v).dtype is not None and ctx.info(v).dtype.is_string for v in (a, b)):
+        from .ops_strings import strings_equal
+
+        return strings_equal(ctx, a, b)
     a, b = unify_broadcast(ctx, [a, b])
     if node.op_type == "Pow":
         ia = ctx.info(a)
