@@ -388,12 +388,12 @@ def call_te(bb: BlockBuilder, compute, *args: Expr, primfunc_name_hint: str = "t
 
 # ops that only move elements (or convert them bit by bit) take tensors of storage-only element
 # types: their kernels copy the storage (int8/uint8) values unchanged
+# (not pad, full_like, tril or scatter: they write values of their own, which would land in the
+# storage type unconverted)
 STORAGE_OPS = frozenset({
     "reshape", "permute_dims", "expand_dims", "squeeze", "flatten", "concat", "split", "strided_slice",
     "broadcast_to", "tile", "repeat", "flip", "take", "embedding", "gather_elements", "gather_nd",
-    "scatter_elements", "scatter_nd", "where", "copy", "identity", "astype", "minifloat_encode",
-    "minifloat_decode", "dynamic_strided_slice", "tril", "triu", "pad", "full_like", "zeros_like",
-    "ones_like", "space_to_depth", "depth_to_space", "transpose", "reverse_sequence", "roll",
+    "where", "astype", "minifloat_encode", "minifloat_decode",
 })
 
 

@@ -155,6 +155,8 @@ class Context:
             call = call.with_(args=tuple(self.emit(a) if isinstance(a, Call) else a for a in call.args))
         value = self.bb.normalize(call)
         name = getattr(value, "op_name", None)
+        if name:
+            self._check_element_types(name, value.args)
         if name and all(isinstance(a, Constant) for a in value.args) and name not in ("call_tir", "call_dps_packed") \
                 and _static_result(value.struct_info) and not _symbolic_attrs(value.attrs) \
                 and _elements(value.struct_info) <= MAX_FOLD_ELEMENTS:
@@ -168,6 +170,23 @@ class Context:
                 array = _typed_constant(array, expected.dtype)
             return Constant(array)
         return self.bb.emit(value)
+
+    def _check_element_types(self, name: str, args) -> None:
+        """An op given a tensor of a storage-only element type it does not take fails here,
+        naming the node (kernels never compute on minifloats, sub-byte integers or strings)."""
+        from ...graph.block_builder import STORAGE_OPS
+
+        for arg in args:
+            info = getattr(arg, "struct_info", None)
+            dtype = info.dtype if isinstance(info, TensorStructInfo) else None
+            if dtype is None or not dtype.is_storage_only:
+                continue
+            info_op = get_op(name)
+            if info_op.host or name in ("call_tir", "call_dps_packed") or (name in STORAGE_OPS and not dtype.is_string):
+                continue
+            self.fail(f"{name} does not take tensors of element type {dtype}"
+                      + (" (string tensors go through the string ops only)" if dtype.is_string else
+                         "; convert it first (Cast to float32 or int32)"))
 
     def constant(self, value: Expr | None, what: str) -> np.ndarray:
         """The value of an input that must be known at import time (shapes, axes, pads)."""
