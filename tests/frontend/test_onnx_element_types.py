@@ -38,7 +38,8 @@ def test_cast_float_to_narrow_and_back_matches_the_reference(to, saturate, rng):
         if to not in (TensorProto.INT4, TensorProto.UINT2) else helper.make_node("Cast", ["x"], ["y"], to=to)
     wide = helper.make_node("Cast", ["y"], ["z"], to=TensorProto.FLOAT)
     model = _model([narrow, wide], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
-                   [helper.make_tensor_value_info("y", to, ["n"]), helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n"])])
+                   [helper.make_tensor_value_info("y", to, ["n"]),
+                    helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n"])])
     x = _floats(rng)
     if to in (TensorProto.INT4, TensorProto.UINT2):
         # in-range integral values: beyond the range ONNX's node tests wrap (-9 -> int4 7, as refcomp
@@ -111,6 +112,22 @@ def test_string_ops_match_the_reference():
         assert g.tolist() == np.asarray(w).tolist()
 
 
+def test_reshape_concat_gather_on_strings():
+    nodes = [helper.make_node("Concat", ["x", "x"], ["c"], axis=0),
+             helper.make_node("Reshape", ["c", "shape"], ["r"]),
+             helper.make_node("Gather", ["x", "i"], ["g"], axis=0),
+             helper.make_node("Identity", ["g"], ["y"])]
+    shape = numpy_helper.from_array(np.array([2, -1], np.int64), "shape")
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.STRING, [3]),
+                           helper.make_tensor_value_info("i", TensorProto.INT64, [2])],
+                   [helper.make_tensor_value_info("r", TensorProto.STRING, [2, 3]),
+                    helper.make_tensor_value_info("y", TensorProto.STRING, [2])], [shape])
+    x, i = np.array(["a", "bb", "c c"], dtype=object), np.array([2, -3], np.int64)
+    want = ReferenceEvaluator(model).run(None, {"x": x, "i": i})
+    for g, w in zip(_run(model, x, i), want):
+        assert g.tolist() == np.asarray(w).tolist()
+
+
 def test_label_encoder_strings_to_ints():
     node = helper.make_node("LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml", keys_strings=["a", "b"],
                             values_int64s=[5, 7], default_int64=-9)
@@ -123,7 +140,7 @@ def test_label_encoder_strings_to_ints():
 @pytest.mark.parametrize("elem, node", [
     (TensorProto.FLOAT8E4M3FN, helper.make_node("Relu", ["x"], ["y"], name="act")),
     (TensorProto.INT4, helper.make_node("Add", ["x", "x"], ["y"], name="act")),
-    (TensorProto.STRING, helper.make_node("Transpose", ["x"], ["y"], name="act")),
+    (TensorProto.STRING, helper.make_node("Add", ["x", "x"], ["y"], name="act")),
 ])
 def test_a_node_given_a_type_it_does_not_take_is_named(elem, node):
     model = _model([node], [helper.make_tensor_value_info("x", elem, [2, 3])],

@@ -78,9 +78,20 @@ def test_a_bad_pattern_and_kernel_ops_on_strings_are_typed_errors():
     bb = BlockBuilder()
     with bb.function("main", [x]):
         with bb.dataflow():
-            out = bb.emit_output(op.reshape(x, (2, 1)))
+            out = bb.emit_output(op.maximum(x, x))
         bb.emit_func_output(out)
     with pytest.raises(refcomp.IRError, match="element type string"):
         refcomp.graph.build(bb.get(), target="c")
     with pytest.raises(refcomp.IRError, match="must be a string tensor"):
         BlockBuilder().normalize(op.string_concat(Var("y", TensorStructInfo((2,), "float32")), x))
+
+
+def test_element_moves_on_strings_run_on_the_host():
+    n = SizeVar("n", "int64")
+    run = _run(lambda x, i: Tuple((op.reshape(op.concat([x, x], axis=0), (2, n)), op.take(x, i, axis=0),
+                                   op.permute_dims(op.expand_dims(x, [1]), [1, 0]))),
+               ("x", _strings(n)), ("i", TensorStructInfo((2,), "int64")))
+    words = np.array(["x", "yy", "ééé"], dtype=object)
+    both, picked, column = run(words, np.array([2, 0], np.int64))
+    assert both.tolist() == [words.tolist(), words.tolist()]
+    assert picked.tolist() == ["ééé", "x"] and column.tolist() == [words.tolist()]

@@ -397,6 +397,18 @@ STORAGE_OPS = frozenset({
 })
 
 
+def moves_strings(op_name: str, args) -> bool:
+    """Whether a call moves the elements of a string tensor (reshape, concat, take ...): the VM runs
+    it on the host through the op's numpy reference, as no kernel takes strings."""
+    if op_name not in STORAGE_OPS:
+        return False
+    for arg in args:
+        info = getattr(arg, "struct_info", None)
+        if isinstance(info, TensorStructInfo) and info.dtype is not None and info.dtype.is_string:
+            return True
+    return False
+
+
 def _kernel_dtype(dtype, op_name: str, index: int):
     """The element type a kernel sees for a graph tensor of dtype (storage-only types: their storage);
     an IRError for an op that would compute on a storage-only type."""

@@ -103,13 +103,15 @@ class CallPacked:
 
 @dataclass(frozen=True)
 class CallHost:
-    """dst = fn(*args): an operator the VM runs on the host (string ops), returning fresh arrays
-    whose shapes may depend on the data; `what` names it in errors."""
+    """dst = fn(arrays, attrs): an operator the VM runs on the host (string ops), returning fresh
+    arrays whose shapes may depend on the data; integer expressions in attrs are evaluated over
+    the bound size vars first; `what` names it in errors."""
 
     dst: int
     fn: Callable[..., Any]
     args: tuple[int, ...]
     what: str
+    attrs: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -352,7 +354,8 @@ class VirtualMachine:
 
     def _call_host(self, inst: CallHost, frame: _Frame) -> Any:
         try:
-            result = inst.fn(*(frame.regs[r] for r in inst.args))
+            attrs = {k: _bound_value(v, frame.env) for k, v in inst.attrs.items()}
+            result = inst.fn([frame.regs[r] for r in inst.args], attrs)
         except (ValueError, TypeError, IndexError, KeyError, UnicodeError) as exc:
             raise RuntimeFailure(f"{inst.what}: {type(exc).__name__}: {exc}") from None
         return tuple(result) if isinstance(result, (list, tuple)) else result
@@ -431,6 +434,15 @@ class VirtualMachine:
             else:
                 remaining.append(check)
         frame.pending = remaining
+
+
+def _bound_value(value: Any, env: Mapping[tir.Var, int]) -> Any:
+    """An attribute value with its integer expressions evaluated (tuples item by item)."""
+    if isinstance(value, tir.PrimExpr) and not isinstance(value, (tir.IntImm, tir.FloatImm, tir.StringImm)):
+        return _eval_int(value, env)
+    if isinstance(value, tuple):
+        return tuple(_bound_value(v, env) for v in value)
+    return value
 
 
 def _show(dim: tir.PrimExpr) -> str:

@@ -182,7 +182,7 @@ class Context:
             if dtype is None or not dtype.is_storage_only:
                 continue
             info_op = get_op(name)
-            if info_op.host or name in ("call_tir", "call_dps_packed") or (name in STORAGE_OPS and not dtype.is_string):
+            if info_op.host or name in ("call_tir", "call_dps_packed") or name in STORAGE_OPS:
                 continue
             self.fail(f"{name} does not take tensors of element type {dtype}"
                       + (" (string tensors go through the string ops only)" if dtype.is_string else

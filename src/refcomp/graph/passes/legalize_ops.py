@@ -2,7 +2,9 @@
 
 Before: `lv = R.add(x, y)`; after: `lv = R.call_tir(cls.add, (x, y), out_sinfo=...)` with the
 PrimFunc `add` added to the module (structurally equal kernels are shared).  Calls of ops without
-a legalization (call_tir, call_dps_packed) are left alone.  Pure: the input module is unchanged.
+a legalization (call_tir, call_dps_packed, host ops) are left alone, and so is an op that only
+moves the elements of a string tensor (the VM runs it through the op's numpy reference).  Pure:
+the input module is unchanged.
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from ...ast.function import IRModule
 from ...ast.graph import Call, If, Op, SeqExpr
 from ...ast.graph_struct_info import TensorStructInfo, TupleStructInfo
 from ...errors import IRError
-from ..block_builder import BlockBuilder, call_te
+from ..block_builder import BlockBuilder, call_te, moves_strings
 from ..op.registry import get
 from .common import graph_functions, map_blocks, with_bindings
 
@@ -23,7 +25,7 @@ def legalize_ops(mod: IRModule) -> IRModule:
         def legalize_value(value):
             if isinstance(value, Call) and isinstance(value.op, Op):
                 info = get(value.op.name)
-                if info.legalize is not None:
+                if info.legalize is not None and not moves_strings(value.op.name, value.args):
                     try:
                         legal = call_te(bb, info.legalize, *value.args, primfunc_name_hint=value.op.name,
                                         **dict(value.attrs))

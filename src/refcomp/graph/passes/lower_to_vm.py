@@ -15,6 +15,7 @@ from ...ast.graph import (
 from ...ast.graph_struct_info import PrimStructInfo, ShapeStructInfo, TensorStructInfo, TupleStructInfo
 from ...errors import BuildError
 from ...runtime import vm as V
+from ..block_builder import moves_strings
 from ..op.registry import get as get_op
 from .common import graph_functions
 
@@ -120,10 +121,9 @@ class _Lowering:
             code.append(V.Move(dst, outs[0]) if len(outs) == 1 else V.MakeTuple(dst, tuple(outs)))
         elif name == "tensor_to_shape":
             code.append(V.TensorToShape(dst, self.value(call.args[0], code)))
-        elif isinstance(call.op, Op) and get_op(name).host:
-            info, attrs = get_op(name), call.attrs
-            code.append(V.CallHost(dst, lambda *arrays: info.evaluate(arrays, attrs),
-                                   tuple(self.value(a, code) for a in call.args), f"{self.name}: R.{name}"))
+        elif isinstance(call.op, Op) and (get_op(name).host or moves_strings(name, call.args)):
+            code.append(V.CallHost(dst, get_op(name).evaluate, tuple(self.value(a, code) for a in call.args),
+                                   f"{self.name}: R.{name}", dict(call.attrs)))
         elif isinstance(call.op, GlobalVar):
             code.append(V.CallFunction(dst, call.op.name, tuple(self.value(a, code) for a in call.args)))
         elif isinstance(call.op, ExternFunc):
