@@ -204,3 +204,26 @@ def test_moves_keep_the_element_type():
     r, c, values = refcomp.runtime.VirtualMachine(refcomp.graph.build(mod, target="c"))["main"](codes)
     assert np.array_equal(r, codes.reshape(3, 2)) and np.array_equal(c, np.concatenate([codes, codes]))
     assert _same_floats(values, np.concatenate([codes, codes]).view(ml_dtypes.float8_e5m2).astype(np.float32))
+
+
+def test_fold_constant_keeps_minifloat_constants_typed():
+    from refcomp.ast.graph import Constant
+    from refcomp.graph.passes import fold_constant
+
+    values = np.array([0.3, -1000.0, 2.0 ** -12, np.nan], np.float32)
+    bb = BlockBuilder()
+    x = Var("x", TensorStructInfo((4,), "float8_e4m3fn"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            c = bb.emit(op.minifloat_encode(Constant(values), "float8_e4m3fn"))
+            both = bb.emit(op.concat([x, c], axis=0))
+            out = bb.emit_output(op.minifloat_decode(both, "float8_e4m3fn"))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    folded = fold_constant(mod)
+    assert "minifloat_encode" not in str(folded["main"])
+    codes = np.array([0x01, 0x80, 0x7E, 0x40], np.uint8)
+    want = np.concatenate([codes, _expected_encode(values, "float8_e4m3fn", True)])
+    for m in (mod, folded):
+        got = refcomp.runtime.VirtualMachine(refcomp.graph.build(m, target="c"))["main"](codes)
+        assert _same_floats(got, want.view(ml_dtypes.float8_e4m3fn).astype(np.float32))
