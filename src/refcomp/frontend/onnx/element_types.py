@@ -13,13 +13,6 @@ from ...ast.dtype import DataType, dtype as to_dtype
 from ...graph import op
 
 
-def onnx_element_type(elem_type: int) -> DataType:
-    """The refcomp element type of an ONNX TensorProto data type number."""
-    from .importer import _onnx_dtype
-
-    return to_dtype(_onnx_dtype(elem_type))
-
-
 def convert(ctx, x, target, saturate: bool = True, round_mode: str = "up"):
     """x converted to the element type target (a DataType, a name or a numpy dtype)."""
     target = to_dtype(target)

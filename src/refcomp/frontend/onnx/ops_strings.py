@@ -46,9 +46,8 @@ def _regex_full_match(ctx, node, inputs, attrs):
 @converter("StringSplit")
 def _string_split(ctx, node, inputs, attrs):
     maxsplit = attrs.get("maxsplit")
-    result = ctx.emit(op.string_split(inputs[0], _text(attrs.get("delimiter", b"")),
-                                      -1 if maxsplit is None else int(maxsplit)))
-    return result
+    return ctx.emit(op.string_split(inputs[0], _text(attrs.get("delimiter", b"")),
+                                    -1 if maxsplit is None else int(maxsplit)))
 
 
 @converter("StringNormalizer")
