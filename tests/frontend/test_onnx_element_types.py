@@ -148,3 +148,21 @@ def test_a_node_given_a_type_it_does_not_take_is_named(elem, node):
     name = {TensorProto.FLOAT8E4M3FN: "float8_e4m3fn", TensorProto.INT4: "int4", TensorProto.STRING: "string"}[elem]
     with pytest.raises(refcomp.IRError, match=rf"node act \({node.op_type}\).*{name}"):
         from_onnx(model)
+
+
+def test_cast_between_strings_and_numbers(rng):
+    nodes = [helper.make_node("Cast", ["x"], ["s"], to=TensorProto.STRING),
+             helper.make_node("Cast", ["s"], ["back"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["s"], ["f8"], to=TensorProto.FLOAT8E4M3FN)]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])],
+                   [helper.make_tensor_value_info("s", TensorProto.STRING, [6]),
+                    helper.make_tensor_value_info("back", TensorProto.FLOAT, [6]),
+                    helper.make_tensor_value_info("f8", TensorProto.FLOAT8E4M3FN, [6])])
+    x = np.concatenate([rng.standard_normal(4), [np.inf, -0.5]]).astype(np.float32)
+    reference = _model(nodes[:2], list(model.graph.input), list(model.graph.output)[:2])
+    s, back = ReferenceEvaluator(reference).run(None, {"x": x})
+    got_s, got_back, got_f8 = _run(model, x)
+    assert got_s.tolist() == s.tolist()
+    assert np.array_equal(got_back, back)
+    # a string to float8 goes through float32 (the reference evaluator cannot parse into float8)
+    assert np.array_equal(got_f8, np.clip(back, -448, 448).astype(ml_dtypes.float8_e4m3fn).view(np.uint8))
