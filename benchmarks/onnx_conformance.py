@@ -9,8 +9,11 @@ Scoring is strict: every graph input is a run-time argument, shape operands (axe
 sizes, k, split, starts/ends, Range bounds...) included; nothing is pinned to the case's values.
 Comparison: output count, then shape, then dtype (equal), then values (float32/64: rtol 1e-3,
 atol 1e-5; float16: rtol 4e-3, atol 1e-3, a few units in the last place of its 11-bit mantissa;
-bfloat16: rtol 2e-2, atol 1e-2; NaN equal to NaN; everything else exact).  bfloat16 tensors
-travel as their uint16 bit patterns, as refcomp's runtime stores them.
+bfloat16: rtol 2e-2, atol 1e-2; float8/float4: exact; NaN equal to NaN; everything else exact).
+Tensors travel in the form refcomp's runtime stores them (spec/graph.md, "Element types"):
+bfloat16 as its uint16 bit patterns, float8/float4 as uint8 bit patterns, int4/uint4/int2/uint2
+one value per int8/uint8, strings as object arrays of str; an output's dtype is equal when it is
+the storage type of the expected element type.
 
 With --specialize a case that fails to import because an input feeds a shape operand is retried
 with its integer inputs fixed to the case's values; such passes are a second, "pinned" column and
@@ -81,8 +84,25 @@ TOLERANCE = {"float16": (4e-3, 1e-3), "bfloat16": (2e-2, 1e-2)}  # (rtol, atol) 
 
 
 def _runtime_array(value: np.ndarray) -> np.ndarray:
-    """The array as refcomp's runtime takes it (bfloat16 as its uint16 bits)."""
-    return value.view(np.uint16) if value.dtype.name == "bfloat16" else value
+    """The array as refcomp's runtime takes it (bfloat16 as its uint16 bits; float8/float4 as uint8
+    bits, int4/int2 one value per int8 and strings as str objects: refcomp.ast.dtype.storage_array)."""
+    from refcomp.ast.dtype import storage_array
+
+    return value.view(np.uint16) if value.dtype.name == "bfloat16" else storage_array(value)
+
+
+def _typed_output(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """refcomp's storage-form output read as the expected array's storage-only element type
+    (float8/float4 bits, int4/int2 values, str objects) when its storage type is that type's."""
+    from refcomp.ast.dtype import dtype as to_dtype, typed_array
+
+    try:
+        wanted = to_dtype(expected.dtype)
+    except ValueError:
+        return actual
+    if wanted.is_storage_only and not wanted.is_string and actual.dtype == wanted.numpy():
+        return typed_array(actual, wanted.name)
+    return actual
 
 
 def compare(actual, expected) -> str | None:
@@ -93,11 +113,19 @@ def compare(actual, expected) -> str | None:
         a, e = np.asarray(a), np.asarray(e)
         if e.dtype.name == "bfloat16" and a.dtype == np.uint16:
             a = a.view(e.dtype)
+        a = _typed_output(a, e)
+        if e.dtype.kind in "OUS":  # strings: compared as str, whatever their numpy spelling
+            e = _runtime_array(e)
+            if a.dtype.kind in "US":
+                a = _runtime_array(a)
         if a.shape != e.shape:
             return f"output {k}: shape {a.shape}, expected {e.shape}"
         if a.dtype != e.dtype:
             return f"output {k}: dtype {a.dtype}, expected {e.dtype}"
-        if e.dtype.kind == "f" or e.dtype.name == "bfloat16":
+        if e.dtype.name.startswith(("float8", "float4")):  # minifloats: the same values exactly, NaN = NaN
+            if not np.array_equal(a.astype(np.float64), e.astype(np.float64), equal_nan=True):
+                return f"output {k}: values differ"
+        elif e.dtype.kind == "f" or e.dtype.name == "bfloat16":
             rtol, atol = TOLERANCE.get(e.dtype.name, (1e-3, 1e-5))
             a, e = a.astype(np.float64), e.astype(np.float64)
             if not np.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True):

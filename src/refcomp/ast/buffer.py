@@ -35,6 +35,10 @@ class Buffer(Node):
         set_field(self, "shape", tuple(_index(d, "shape", self.name) for d in self.shape))
         set_field(self, "strides", tuple(_index(s, "stride", self.name) for s in self.strides))
         set_field(self, "dtype", to_dtype(self.dtype))
+        if self.dtype.is_storage_only:
+            raise ValueError(f"buffer {self.name}: {self.dtype} is a graph-level element type; a loop-level "
+                             f"buffer holds it as {self.dtype.storage if not self.dtype.is_string else 'nothing'}"
+                             + (" (its storage type)" if not self.dtype.is_string else " (strings never reach kernels)"))
         if self.elem_offset is None:
             set_field(self, "elem_offset", IntImm(0, "int32"))
         if self.strides and len(self.strides) != len(self.shape):

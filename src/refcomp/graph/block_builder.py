@@ -363,7 +363,8 @@ def call_te(bb: BlockBuilder, compute, *args: Expr, primfunc_name_hint: str = "t
             raise IRError(f"{primfunc_name_hint}: argument {k} needs a known shape and dtype to be legalized, "
                           f"got {info}", hint="bind the shape first with R.match_cast")
         name = arg.name if isinstance(arg, Var) else f"arg{k}"
-        placeholders.append(te.placeholder(info.shape, info.dtype, _c_name(name)))
+        placeholders.append(te.placeholder(info.shape, _kernel_dtype(info.dtype, primfunc_name_hint, k),
+                                           _c_name(name)))
     result = compute(*placeholders, **attrs)
     outs = list(result) if isinstance(result, (list, tuple)) else [result]
     tensors = placeholders + outs
@@ -383,6 +384,42 @@ def call_te(bb: BlockBuilder, compute, *args: Expr, primfunc_name_hint: str = "t
     call = call_tir(gvar, list(args), out_sinfo if len(out_sinfo) > 1 else out_sinfo[0], tuple(extra) or None)
     info = out_sinfo[0] if len(out_sinfo) == 1 else TupleStructInfo(tuple(out_sinfo))
     return call.with_(struct_info=info)
+
+
+# ops that only move elements (or convert them bit by bit) take tensors of storage-only element
+# types: their kernels copy the storage (int8/uint8) values unchanged
+# (not pad, full_like, tril or scatter: they write values of their own, which would land in the
+# storage type unconverted)
+STORAGE_OPS = frozenset({
+    "reshape", "permute_dims", "expand_dims", "squeeze", "flatten", "concat", "split", "strided_slice",
+    "broadcast_to", "tile", "repeat", "flip", "take", "embedding", "gather_elements", "gather_nd",
+    "where", "astype", "minifloat_encode", "minifloat_decode",
+})
+
+
+def moves_strings(op_name: str, args) -> bool:
+    """Whether a call moves the elements of a string tensor (reshape, concat, take ...): the VM runs
+    it on the host through the op's numpy reference, as no kernel takes strings."""
+    if op_name not in STORAGE_OPS:
+        return False
+    for arg in args:
+        info = getattr(arg, "struct_info", None)
+        if isinstance(info, TensorStructInfo) and info.dtype is not None and info.dtype.is_string:
+            return True
+    return False
+
+
+def _kernel_dtype(dtype, op_name: str, index: int):
+    """The element type a kernel sees for a graph tensor of dtype (storage-only types: their storage);
+    an IRError for an op that would compute on a storage-only type."""
+    if not dtype.is_storage_only:
+        return dtype
+    if dtype.is_string or op_name not in STORAGE_OPS:
+        what = "strings" if dtype.is_string else dtype
+        raise IRError(f"{op_name}: argument {index} has element type {dtype}, which this operator does not take "
+                      f"(nothing computes in {what})",
+                      hint="convert it first (astype to float32 or int32)" if not dtype.is_string else None)
+    return dtype.storage
 
 
 def _attr_vars(value: Any) -> list[tir.Var]:

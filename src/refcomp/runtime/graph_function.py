@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..ast.dtype import dtype as to_dtype, storage_array
 from ..errors import ArgumentError, RuntimeFailure
 from ..target import Target
 from .loader import LoadedKernel, load_shared
@@ -29,7 +30,7 @@ _NO_SESSION = contextlib.nullcontext()
 
 
 def _numpy_dtype(dtype: str) -> np.dtype:
-    return np.dtype("uint16") if dtype == "bfloat16" else np.dtype(dtype)
+    return to_dtype(dtype).numpy()
 
 
 class CompiledGraphFunction:
@@ -97,6 +98,8 @@ class CompiledGraphFunction:
                 raise ArgumentError(f"{what}: expected a tensor, got {type(a).__name__}")
             if a.ndim != ndim:
                 raise ArgumentError(f"{what}: expected a {ndim}-d tensor, got shape {a.shape}")
+            if a.dtype != expected:
+                a = storage_array(a)  # an ml_dtypes float8/int4 array: its storage form
             if a.dtype != expected:
                 raise ArgumentError(f"{what}: expected dtype {dtype}, got {a.dtype}")
             arrays.append(np.asarray(a, order="C"))

@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..ast import expr as tir
+from ..ast.dtype import dtype as to_dtype, storage_array
 from ..ast.functor import free_vars
 from ..errors import ArgumentError, RuntimeFailure
 from ..shape.evaluate import EvaluationError, UnboundVariable, evaluate
@@ -98,6 +99,19 @@ class CallPacked:
     symbol: str
     args: tuple[int, ...]
     outs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CallHost:
+    """dst = fn(arrays, attrs): an operator the VM runs on the host (string ops), returning fresh
+    arrays whose shapes may depend on the data; integer expressions in attrs are evaluated over
+    the bound size vars first; `what` names it in errors."""
+
+    dst: int
+    fn: Callable[..., Any]
+    args: tuple[int, ...]
+    what: str
+    attrs: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -308,6 +322,8 @@ class VirtualMachine:
                 regs[inst.dst] = tuple(int(v) for v in np.asarray(regs[inst.src]).reshape(-1))
             elif kind is MatchShapeValue:
                 self._match_shape_value(inst, frame)
+            elif kind is CallHost:
+                regs[inst.dst] = self._call_host(inst, frame)
             elif kind is CallFunction:
                 regs[inst.dst] = self.invoke(inst.function, *(regs[r] for r in inst.args))
             elif kind is Branch:
@@ -336,9 +352,17 @@ class VirtualMachine:
         regs = frame.regs
         fn(*(regs[r] for r in inst.args), *(regs[r] for r in inst.outs))
 
+    def _call_host(self, inst: CallHost, frame: _Frame) -> Any:
+        try:
+            attrs = {k: _bound_value(v, frame.env) for k, v in inst.attrs.items()}
+            result = inst.fn([frame.regs[r] for r in inst.args], attrs)
+        except (ValueError, TypeError, IndexError, KeyError, UnicodeError) as exc:
+            raise RuntimeFailure(f"{inst.what}: {type(exc).__name__}: {exc}") from None
+        return tuple(result) if isinstance(result, (list, tuple)) else result
+
     def _alloc(self, function: VMFunction, inst: Alloc, frame: _Frame) -> np.ndarray:
         shape = tuple(_eval_int(d, frame.env) for d in inst.shape)
-        dtype = np.dtype(inst.dtype) if inst.dtype != "bfloat16" else np.dtype("uint16")
+        dtype = to_dtype(inst.dtype).numpy()
         if inst.token is None:
             return np.empty(shape, dtype=dtype)
         pools = self._storage.setdefault(function.name, [None] * len(function.token_bytes))
@@ -362,7 +386,9 @@ class VirtualMachine:
         if inst.ndim != -1 and value.ndim != inst.ndim:
             raise ArgumentError(f"{inst.what}: expected a {inst.ndim}-d tensor, got shape {value.shape}")
         if inst.dtype is not None:
-            expected = np.dtype(inst.dtype) if inst.dtype != "bfloat16" else np.dtype("uint16")
+            expected = to_dtype(inst.dtype).numpy()
+            if value.dtype != expected:
+                value = frame.regs[inst.reg] = storage_array(value)  # ml_dtypes float8/int4, numpy str
             if value.dtype != expected:
                 raise ArgumentError(f"{inst.what}: expected dtype {inst.dtype}, got {value.dtype}")
         if inst.shape is not None:
@@ -408,6 +434,15 @@ class VirtualMachine:
             else:
                 remaining.append(check)
         frame.pending = remaining
+
+
+def _bound_value(value: Any, env: Mapping[tir.Var, int]) -> Any:
+    """An attribute value with its integer expressions evaluated (tuples item by item)."""
+    if isinstance(value, tir.PrimExpr) and not isinstance(value, (tir.IntImm, tir.FloatImm, tir.StringImm)):
+        return _eval_int(value, env)
+    if isinstance(value, tuple):
+        return tuple(_bound_value(v, env) for v in value)
+    return value
 
 
 def _show(dim: tir.PrimExpr) -> str:

@@ -155,6 +155,8 @@ class Context:
             call = call.with_(args=tuple(self.emit(a) if isinstance(a, Call) else a for a in call.args))
         value = self.bb.normalize(call)
         name = getattr(value, "op_name", None)
+        if name:
+            self._check_element_types(name, value.args)
         if name and all(isinstance(a, Constant) for a in value.args) and name not in ("call_tir", "call_dps_packed") \
                 and _static_result(value.struct_info) and not _symbolic_attrs(value.attrs) \
                 and _elements(value.struct_info) <= MAX_FOLD_ELEMENTS:
@@ -165,9 +167,26 @@ class Context:
             expected = value.struct_info
             array = np.asarray(result)
             if isinstance(expected, TensorStructInfo) and expected.dtype is not None:
-                array = array.astype(_storage_dtype(expected.dtype))
+                array = _typed_constant(array, expected.dtype)
             return Constant(array)
         return self.bb.emit(value)
+
+    def _check_element_types(self, name: str, args) -> None:
+        """An op given a tensor of a storage-only element type it does not take fails here,
+        naming the node (kernels never compute on minifloats, sub-byte integers or strings)."""
+        from ...graph.block_builder import STORAGE_OPS
+
+        for arg in args:
+            info = getattr(arg, "struct_info", None)
+            dtype = info.dtype if isinstance(info, TensorStructInfo) else None
+            if dtype is None or not dtype.is_storage_only:
+                continue
+            info_op = get_op(name)
+            if info_op.host or name in ("call_tir", "call_dps_packed") or name in STORAGE_OPS:
+                continue
+            self.fail(f"{name} does not take tensors of element type {dtype}"
+                      + (" (string tensors go through the string ops only)" if dtype.is_string else
+                         "; convert it first (Cast to float32 or int32)"))
 
     def constant(self, value: Expr | None, what: str) -> np.ndarray:
         """The value of an input that must be known at import time (shapes, axes, pads)."""
@@ -258,6 +277,16 @@ def _storage_dtype(dtype) -> np.dtype:
     return dtype.numpy()
 
 
+def _typed_constant(array: np.ndarray, dtype) -> np.ndarray:
+    """A folded array in the form whose element type is `dtype` (minifloats and sub-byte integers
+    as ml_dtypes arrays, strings as object arrays), as a Constant reads its type off its array."""
+    from ...ast.dtype import storage_array, typed_array
+
+    if dtype.is_storage_only:
+        return typed_array(storage_array(array), dtype.name) if not dtype.is_string else storage_array(array)
+    return array.astype(_storage_dtype(dtype))
+
+
 def _onnx_dtype(elem_type: int) -> np.dtype:
     from onnx import helper
 
@@ -267,10 +296,12 @@ def _onnx_dtype(elem_type: int) -> np.dtype:
 def _input_info(value_info, shape_dict, size_vars) -> TensorStructInfo:
     ttype = value_info.type.tensor_type
     name = value_info.name
-    dtype = _onnx_dtype(ttype.elem_type)
+    from ...ast.dtype import dtype as to_dtype
+
+    dtype = to_dtype(_onnx_dtype(ttype.elem_type))
     if shape_dict and name in shape_dict:
         dims = [d if isinstance(d, int) else size_vars.setdefault(d, SizeVar(d, "int64")) for d in shape_dict[name]]
-        return TensorStructInfo(tuple(dims), str(dtype))
+        return TensorStructInfo(tuple(dims), dtype)
     if not ttype.HasField("shape"):
         raise ImportError_(f"onnx import: input {name} has no shape; pass it in shape_dict")
     dims = []
@@ -281,7 +312,7 @@ def _input_info(value_info, shape_dict, size_vars) -> TensorStructInfo:
             label = d.dim_param or f"{name}_dim{k}"
             label = "".join(c if c.isalnum() or c == "_" else "_" for c in label)
             dims.append(size_vars.setdefault(label, SizeVar(label, "int64")))
-    return TensorStructInfo(tuple(dims), str(dtype))
+    return TensorStructInfo(tuple(dims), dtype)
 
 
 def attributes(node) -> dict[str, Any]:

@@ -5,7 +5,7 @@ import numpy as np
 
 from ...ast.graph import Constant
 from ...graph import op
-from . import shape_values
+from . import element_types, shape_values
 from .importer import attributes, converter
 from .ops_shape import unify_broadcast
 
@@ -46,6 +46,10 @@ def _binary(ctx, node, inputs, attrs):
     if shape_values.is_symbolic(a) or shape_values.is_symbolic(b):
         return _shape_arithmetic(ctx, node, a, b)
     name = BINARY[node.op_type]
+    if node.op_type == "Equal" and any(ctx.info(v).dtype is not None and ctx.info(v).dtype.is_string for v in (a, b)):
+        from .ops_strings import strings_equal
+
+        return strings_equal(ctx, a, b)
     a, b = unify_broadcast(ctx, [a, b])
     if node.op_type == "Pow":
         ia = ctx.info(a)
@@ -232,14 +236,20 @@ def _cast(ctx, node, inputs, attrs):
         if target == np.int64:
             return inputs[0]
         inputs = [ctx.tensor(inputs[0])]
-    if target.kind in "OUS" or target.itemsize == 0:
-        ctx.fail(f"cast to {target} is not supported")
-    return ctx.emit(op.astype(inputs[0], str(target)))
+    return element_types.convert(ctx, inputs[0], target, **_cast_options(ctx, attrs))
 
 
 @converter("CastLike")
 def _cast_like(ctx, node, inputs, attrs):
-    return ctx.emit(op.astype(inputs[0], ctx.info(inputs[1]).dtype))
+    return element_types.convert(ctx, inputs[0], ctx.info(inputs[1]).dtype, **_cast_options(ctx, attrs))
+
+
+def _cast_options(ctx, attrs) -> dict:
+    mode = attrs.get("round_mode", "up")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ("up", "down", "nearest"):
+        ctx.fail(f"round_mode must be up, down or nearest, got {mode!r}")
+    return {"saturate": bool(attrs.get("saturate", 1)), "round_mode": mode}
 
 
 @converter("Identity", shape_values=True)

@@ -1,16 +1,19 @@
-"""ONNX linear quantization over the integer types refcomp has (int8/uint8/int16/uint16/int32):
-QuantizeLinear, DequantizeLinear, MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv.
+"""ONNX linear quantization: QuantizeLinear, DequantizeLinear (to and from int8/uint8/int16/
+uint16, int4/uint4/int2/uint2 and the float8/float4 types), MatMulInteger, ConvInteger,
+QLinearMatMul, QLinearConv.
 
 Scales and zero points are per tensor, per axis (1-d) or, from opset 21, per block along the axis.
-Rounding is half to even (nearbyint), then saturation to the output type's range.  Integer
-products accumulate in int32, as the ONNX definitions do.  The float8/int4/int2 types are not
-representable and are rejected by name.
+Integer quantization rounds half to even (nearbyint), adds the zero point, then saturates to the
+output type's range (int4: [-8, 7] ...).  Float8/float4 quantization rounds x / scale + zero
+point to the type (half to even), saturating unless `saturate` is 0 (float4 always saturates).
+Integer products accumulate in int32, as the ONNX definitions do.
 """
 from __future__ import annotations
 
-import numpy as np
 
+from ...ast.dtype import dtype as to_dtype
 from ...graph import op
+from .element_types import convert
 from .importer import converter
 from .ops_nn import emit_conv
 
@@ -42,24 +45,37 @@ def _per_axis(ctx, value, x, axis, block):
     return ctx.emit(op.reshape(value, tuple(shape)))
 
 
-def _quantize(ctx, scaled, zero_point, dtype):
-    """round(scaled) + zero point, saturated to dtype and cast (scaled is a float tensor)."""
-    info = np.iinfo(dtype)
-    ftype = ctx.info(scaled).dtype.numpy()
+def _quantize(ctx, scaled, zero_point, dtype, saturate=True):
+    """round(scaled) + zero point, saturated to dtype and cast (scaled is a float tensor); for a
+    float8/float4 dtype, scaled + zero point rounded to it."""
+    dtype = to_dtype(dtype)
+    ftype = ctx.info(scaled).dtype
+    if dtype.is_minifloat:
+        if zero_point is not None:
+            scaled = ctx.emit(op.add(scaled, convert(ctx, zero_point, ftype)))
+        return convert(ctx, scaled, dtype, saturate=saturate)
     q = ctx.emit(op.round(scaled))
     if zero_point is not None:
-        q = ctx.emit(op.add(q, op.astype(zero_point, str(ftype))))
-    q = ctx.emit(op.clip(q, float(info.min), float(info.max)))
-    return ctx.emit(op.astype(q, str(dtype)))
+        q = ctx.emit(op.add(q, convert(ctx, zero_point, ftype)))
+    q = ctx.emit(op.clip(q, float(dtype.min_value()), float(dtype.max_value())))
+    return convert(ctx, q, dtype)
+
+
+_QUANTIZED = "int8, uint8, int16, uint16, int4, uint4, int2, uint2 and the float8/float4 types"
+
+
+def _quantized_dtype(ctx, dtype):
+    """dtype, when values can be quantized to it."""
+    dtype = to_dtype(dtype)
+    if not ((dtype.is_integer and dtype.bits <= 16) or (dtype.is_minifloat and dtype.name != "float8_e8m0fnu")):
+        ctx.fail(f"quantization to {dtype} is not supported ({_QUANTIZED} are)")
+    return dtype
 
 
 def _integer_dtype(ctx, elem_type):
     from .importer import _onnx_dtype
 
-    dtype = _onnx_dtype(elem_type)
-    if dtype.kind not in "iu" or dtype.itemsize > 2:
-        ctx.fail(f"quantization to {dtype} is not supported (int8, uint8, int16, uint16 are)")
-    return dtype
+    return _quantized_dtype(ctx, _onnx_dtype(elem_type))
 
 
 @converter("QuantizeLinear")
@@ -68,9 +84,7 @@ def _quantize_linear(ctx, node, inputs, attrs):
     zero_point = inputs[2] if len(inputs) > 2 else None
     axis, block = attrs.get("axis", 1), attrs.get("block_size", 0)
     if zero_point is not None:
-        dtype = ctx.info(zero_point).dtype.numpy()
-        if dtype.kind not in "iu" or dtype.itemsize > 2:
-            ctx.fail(f"quantization to {dtype} is not supported (int8, uint8, int16, uint16 are)")
+        dtype = _quantized_dtype(ctx, ctx.info(zero_point).dtype)
     else:
         dtype = _integer_dtype(ctx, attrs.get("output_dtype", 0) or 2)  # uint8 by default
     if attrs.get("precision", 0):
@@ -79,7 +93,7 @@ def _quantize_linear(ctx, node, inputs, attrs):
     zero_point = _per_axis(ctx, zero_point, x, axis, block)
     if ctx.info(scale).dtype != ctx.info(x).dtype:
         scale = ctx.emit(op.astype(scale, ctx.info(x).dtype))
-    return _quantize(ctx, ctx.emit(op.divide(x, scale)), zero_point, dtype)
+    return _quantize(ctx, ctx.emit(op.divide(x, scale)), zero_point, dtype, bool(attrs.get("saturate", 1)))
 
 
 @converter("DequantizeLinear")
@@ -89,9 +103,9 @@ def _dequantize_linear(ctx, node, inputs, attrs):
     axis, block = attrs.get("axis", 1), attrs.get("block_size", 0)
     scale = _per_axis(ctx, scale, x, axis, block)
     zero_point = _per_axis(ctx, zero_point, x, axis, block)
-    value = ctx.emit(op.astype(x, "float32"))
+    value = convert(ctx, x, "float32")
     if zero_point is not None:
-        value = ctx.emit(op.subtract(value, op.astype(zero_point, "float32")))
+        value = ctx.emit(op.subtract(value, convert(ctx, zero_point, "float32")))
     out_dtype = ctx.info(scale).dtype
     if attrs.get("output_dtype", 0):
         from .importer import _onnx_dtype
@@ -149,7 +163,7 @@ def _qlinear_matmul(ctx, node, inputs, attrs):
     a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = inputs
     acc = ctx.emit(op.matmul(_centered(ctx, a, a_zp), _centered(ctx, b, b_zp)))
     factor = ctx.emit(op.divide(op.multiply(a_scale, b_scale), y_scale))  # in the scales' own type
-    dtype = ctx.info(y_zp if y_zp is not None else a).dtype.numpy()
+    dtype = ctx.info(y_zp if y_zp is not None else a).dtype
     return _requantize(ctx, acc, factor, y_zp, dtype)
 
 
@@ -164,6 +178,6 @@ def _qlinear_conv(ctx, node, inputs, attrs):
     if ctx.info(w_scale).ndim == 1 and _length(ctx, w_scale) != 1:
         w_scale = ctx.emit(op.reshape(w_scale, (-1,) + (1,) * nd))
     factor = ctx.emit(op.divide(op.multiply(x_scale, w_scale), y_scale))
-    dtype = ctx.info(y_zp if y_zp is not None else x).dtype.numpy()
+    dtype = ctx.info(y_zp if y_zp is not None else x).dtype
     return _requantize(ctx, acc, factor, y_zp, dtype)
 

@@ -15,6 +15,10 @@ from .index import *  # noqa: F401,F403
 from .create import *  # noqa: F401,F403
 from .image import resize2d  # noqa: F401
 from .dynamic import tensor_to_shape  # noqa: F401
+from .minifloat import minifloat_decode, minifloat_encode  # noqa: F401
+from .strings import (  # noqa: F401
+    label_encode, regex_full_match, string_cast, string_concat, string_equal, string_normalize, string_split,
+)
 from .bitwise import bitcast, bitwise_and, bitwise_not, bitwise_or, bitwise_xor, left_shift, right_shift  # noqa: F401
 from . import elementwise as _e, reduce as _r
 

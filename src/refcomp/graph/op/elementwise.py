@@ -367,20 +367,37 @@ def astype(x, dtype):
 
 def _astype_infer(call, ctx):
     x = ctx.tensor(0)
-    return TensorStructInfo(x.shape, to_dtype(ctx.attr("dtype")), x.ndim)
+    target = to_dtype(ctx.attr("dtype"))
+    for t in (x.dtype, target):
+        if t is not None and (t.is_minifloat or t.is_string):
+            ctx.fail(f"cannot convert {x.dtype} to {target} element by element in C",
+                     kind=IRError, hint="minifloats convert with R.minifloat_encode / R.minifloat_decode"
+                     if t.is_minifloat else "strings convert with the string ops")
+    return TensorStructInfo(x.shape, target, x.ndim)
 
 
 def _astype_scalar(v, dtype):
     target = to_dtype(dtype)
     if target.is_bool:
         return tir.NE(v, tir.const(0, v.dtype)) if not v.dtype.is_bool else v
+    if target.is_sub_byte_int:  # the integer value wrapped to the narrow width, kept in int8/uint8
+        wide = v.astype("int64")
+        span, low = 1 << target.bits, -target.min_value() if target.is_int else 0
+        return (tir.floormod(wide + low, tir.const(span, "int64")) - low).astype(target.storage)
     return v.astype(target)
 
 
 def _astype_reference(x, dtype):
-    target = to_dtype(dtype).numpy()
+    from ...ast.dtype import storage_array, typed_array
+
+    target = to_dtype(dtype)
+    x = storage_array(np.asarray(x))
     with np.errstate(all="ignore"):
-        return x.astype(target)
+        if target.is_sub_byte_int:
+            span, low = 1 << target.bits, -target.min_value() if target.is_int else 0
+            wide = x.astype(np.int64) if x.dtype.kind != "f" else np.trunc(np.nan_to_num(x)).astype(np.int64)
+            return typed_array(((wide + low) % span - low).astype(target.numpy()), target.name)
+        return x.astype(target.numpy())
 
 
 register("astype", infer=_astype_infer, reference=_astype_reference,

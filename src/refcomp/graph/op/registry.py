@@ -31,6 +31,7 @@ class OpInfo:
     pattern: str = "opaque"
     pure: bool = True
     doc: str = ""
+    host: bool = False  # run by the VM on the host through `reference` (no kernel; string ops)
 
     def evaluate(self, arrays, attrs):
         """The numpy reference on arrays with a call's attrs (constant dims become Python ints)."""
@@ -51,13 +52,13 @@ REGISTRY: dict[str, OpInfo] = {}
 
 
 def register(name: str, *, infer: Callable, reference: Callable, legalize: Callable | None = None,
-             pattern: str = "opaque", pure: bool = True, doc: str = "") -> OpInfo:
+             pattern: str = "opaque", pure: bool = True, doc: str = "", host: bool = False) -> OpInfo:
     """Add an operator to the registry (a second registration of a name is a bug)."""
     if name in REGISTRY:
         raise ValueError(f"operator {name!r} is registered twice")
     if pattern not in PATTERNS:
         raise ValueError(f"operator {name!r}: pattern must be one of {PATTERNS}, got {pattern!r}")
-    info = OpInfo(name, infer, reference, legalize, pattern, pure, doc)
+    info = OpInfo(name, infer, reference, legalize, pattern, pure, doc, host)
     REGISTRY[name] = info
     return info
 
@@ -83,7 +84,8 @@ def names() -> list[str]:
     return sorted(REGISTRY)
 
 
-_FAMILIES = ("base", "elementwise", "linear", "nn", "reduce", "manipulate", "index", "create", "image", "bitwise")
+_FAMILIES = ("base", "elementwise", "linear", "nn", "reduce", "manipulate", "index", "create", "image", "bitwise",
+             "minifloat", "strings")
 _loaded = False
 
 

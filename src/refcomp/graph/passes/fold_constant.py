@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ast.dtype import storage_array, typed_array
 from ...ast.function import IRModule
 from ...ast.graph import Call, Constant, GlobalVar, Op, Tuple, TupleGetItem, Var
 from ...ast.graph_struct_info import TensorStructInfo
@@ -26,7 +27,7 @@ def _evaluate(call: Call, mod: IRModule):
         from ...loops.interpreter import interpret
 
         out = np.empty(shape, dtype=info.dtype.numpy())
-        interpret(mod[gvar.name], *[np.array(a.array) for a in args], out)
+        interpret(mod[gvar.name], *[storage_array(np.array(a.array)) for a in args], out)
         return out
     if name == "call_dps_packed":
         return None
@@ -41,6 +42,20 @@ def _evaluate(call: Call, mod: IRModule):
     return result if isinstance(result, np.ndarray) or isinstance(result, tuple) else np.asarray(result)
 
 
+def _typed_constant(result: np.ndarray, info) -> Constant | None:
+    """The Constant of a call's result, of the call's element type (a storage-only type kept as its
+    ml_dtypes array: a Constant's type is its array's); None where that type cannot be kept."""
+    if not isinstance(info, TensorStructInfo) or info.dtype is None:
+        return None
+    dtype = info.dtype
+    if dtype.is_storage_only:
+        array = storage_array(result)
+        constant = Constant(array if dtype.is_string else typed_array(array, dtype.name))
+    else:
+        constant = Constant(result.astype(dtype.numpy()) if result.dtype.name != dtype.name else result)
+    return constant if constant.struct_info.dtype == dtype else None
+
+
 def fold_constant(mod: IRModule, max_elements: int = 1 << 20) -> IRModule:
     """The module with constant calls replaced by their values."""
     for fname, func in graph_functions(mod):
@@ -52,9 +67,10 @@ def fold_constant(mod: IRModule, max_elements: int = 1 << 20) -> IRModule:
                 value = replace_vars(b.value, mapping)
                 if isinstance(value, Call) and isinstance(value.op, Op):
                     result = _evaluate(value, mod)
-                    if isinstance(result, np.ndarray) and result.size <= max_elements and isinstance(
-                            value.struct_info, TensorStructInfo):
-                        value = Constant(result.astype(value.struct_info.dtype.numpy()))
+                    folded = _typed_constant(result, value.struct_info) if isinstance(result, np.ndarray) \
+                        and result.size <= max_elements else None
+                    if folded is not None:
+                        value = folded
                         mapping[b.var] = value
                     elif isinstance(result, tuple) and all(isinstance(r, np.ndarray) for r in result):
                         value = Tuple(tuple(Constant(r) for r in result))

@@ -39,7 +39,8 @@ class _Rewrite(Mutator):
 
 
 def _buffer(name: str, info) -> Buffer:
-    return Buffer(name, tuple(info.shape), info.dtype)
+    """A buffer for a graph tensor (a storage-only element type as the type kernels see)."""
+    return Buffer(name, tuple(info.shape), info.dtype.storage if info.dtype is not None else info.dtype)
 
 
 def merge_group(fn: Function, mod: IRModule, name: str) -> tuple[PrimFunc, tuple]:

@@ -2,14 +2,17 @@
 
 Before: `lv = R.add(x, y)`; after: `lv = R.call_tir(cls.add, (x, y), out_sinfo=...)` with the
 PrimFunc `add` added to the module (structurally equal kernels are shared).  Calls of ops without
-a legalization (call_tir, call_dps_packed) are left alone.  Pure: the input module is unchanged.
+a legalization (call_tir, call_dps_packed, host ops) are left alone, and so is an op that only
+moves the elements of a string tensor (the VM runs it through the op's numpy reference).  Pure:
+the input module is unchanged.
 """
 from __future__ import annotations
 
 from ...ast.function import IRModule
 from ...ast.graph import Call, If, Op, SeqExpr
+from ...ast.graph_struct_info import TensorStructInfo, TupleStructInfo
 from ...errors import IRError
-from ..block_builder import BlockBuilder, call_te
+from ..block_builder import BlockBuilder, call_te, moves_strings
 from ..op.registry import get
 from .common import graph_functions, map_blocks, with_bindings
 
@@ -22,10 +25,11 @@ def legalize_ops(mod: IRModule) -> IRModule:
         def legalize_value(value):
             if isinstance(value, Call) and isinstance(value.op, Op):
                 info = get(value.op.name)
-                if info.legalize is not None:
+                if info.legalize is not None and not moves_strings(value.op.name, value.args):
                     try:
-                        return call_te(bb, info.legalize, *value.args, primfunc_name_hint=value.op.name,
-                                       **dict(value.attrs))
+                        legal = call_te(bb, info.legalize, *value.args, primfunc_name_hint=value.op.name,
+                                        **dict(value.attrs))
+                        return _keep_element_types(legal, value.struct_info)
                     except IRError as exc:
                         raise IRError(f"legalize_ops: cannot legalize {value} in {name}: {exc.message}",
                                       hint=exc.hint, spot=value) from None
@@ -52,3 +56,17 @@ def legalize_ops(mod: IRModule) -> IRModule:
     for name, func in new_functions.items():
         result = result.with_function(name, func)
     return result
+
+
+def _keep_element_types(call: Call, original) -> Call:
+    """The call_tir with its outputs typed as the operator's were: a kernel writes a storage-only
+    element type (a minifloat, int4...) as its storage type, and the graph keeps the real one."""
+    fields = original.fields if isinstance(original, TupleStructInfo) else (original,)
+    if len(fields) != len(call.sinfo_args) or not any(
+            isinstance(f, TensorStructInfo) and f.dtype is not None and f.dtype.is_storage_only for f in fields):
+        return call
+    outs = tuple(out.with_(dtype=f.dtype) if isinstance(f, TensorStructInfo) and f.dtype is not None
+                 and f.dtype.is_storage_only and f.dtype.storage == out.dtype else out
+                 for f, out in zip(fields, call.sinfo_args))
+    info = outs[0] if len(outs) == 1 else TupleStructInfo(outs)
+    return call.with_(sinfo_args=outs, struct_info=info)

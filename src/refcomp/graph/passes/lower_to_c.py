@@ -53,12 +53,15 @@ _C_DTYPES = {"float32": "float", "float64": "double"}
 
 
 def _itemsize(dtype: str) -> int:
-    if dtype == "bfloat16":
-        return 2
+    from ...ast.dtype import dtype as to_dtype
+
     try:
-        return np.dtype(dtype).itemsize
-    except TypeError:
+        t = to_dtype(dtype)
+    except ValueError:
         raise Unsupported(f"tensors of dtype {dtype} have no numpy equivalent") from None
+    if t.is_string:
+        raise Unsupported("string tensors live in the VM")
+    return t.numpy().itemsize
 
 
 class _Expr:
@@ -240,7 +243,7 @@ class _Lowering:
                 self.regs[inst.dst] = ("tensor", f"rcg_tensor_{inst.dst}", dims, inst.dtype, inst.dst)
                 self.allocs.append((inst.dst, inst))
             elif kind is V.LoadConst:
-                if not isinstance(inst.value, np.ndarray):
+                if not isinstance(inst.value, np.ndarray) or inst.value.dtype.kind == "O":
                     raise Unsupported(f"a constant of type {type(inst.value).__name__} has no C form")
                 array = np.ascontiguousarray(inst.value)
                 self.constants.append(array)

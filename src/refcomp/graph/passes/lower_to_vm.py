@@ -7,13 +7,16 @@ allocated from its declared struct info (in its planned storage token when plan_
 from __future__ import annotations
 
 from ...ast.function import IRModule
+from ...ast.dtype import storage_array
 from ...ast.graph import (
-    Call, Constant, ExternFunc, Function, GlobalVar, If, MatchCast, PrimValue, SeqExpr, ShapeExpr, StringImm, Tuple,
-    TupleGetItem, Var,
+    Call, Constant, ExternFunc, Function, GlobalVar, If, MatchCast, Op, PrimValue, SeqExpr, ShapeExpr, StringImm,
+    Tuple, TupleGetItem, Var,
 )
 from ...ast.graph_struct_info import PrimStructInfo, ShapeStructInfo, TensorStructInfo, TupleStructInfo
 from ...errors import BuildError
 from ...runtime import vm as V
+from ..block_builder import moves_strings
+from ..op.registry import get as get_op
 from .common import graph_functions
 
 
@@ -73,7 +76,7 @@ class _Lowering:
             return self.regs[e]
         dst = self.reg()
         if isinstance(e, Constant):
-            code.append(V.LoadConst(dst, e.array))
+            code.append(V.LoadConst(dst, storage_array(e.array)))
         elif isinstance(e, (ShapeExpr, PrimValue)):
             values = e.values if isinstance(e, ShapeExpr) else (e.value,)
             code.append(V.MakeShape(dst, tuple(values), scalar=isinstance(e, PrimValue)))
@@ -118,6 +121,9 @@ class _Lowering:
             code.append(V.Move(dst, outs[0]) if len(outs) == 1 else V.MakeTuple(dst, tuple(outs)))
         elif name == "tensor_to_shape":
             code.append(V.TensorToShape(dst, self.value(call.args[0], code)))
+        elif isinstance(call.op, Op) and (get_op(name).host or moves_strings(name, call.args)):
+            code.append(V.CallHost(dst, get_op(name).evaluate, tuple(self.value(a, code) for a in call.args),
+                                   f"{self.name}: R.{name}", dict(call.attrs)))
         elif isinstance(call.op, GlobalVar):
             code.append(V.CallFunction(dst, call.op.name, tuple(self.value(a, code) for a in call.args)))
         elif isinstance(call.op, ExternFunc):
