@@ -17,8 +17,10 @@ import numpy as np
 from ...ast.graph import Constant
 from ...graph import op
 from ...graph.shape_facts import const_value
-from .importer import converter
+from .importer import MAX_CONSTANT_ELEMENTS, converter
 from .ops_resize_runtime import resize_runtime
+
+MAX_WEIGHT_COLUMNS = 1 << 14  # longer output axes get their weights from graph ops, not a Python loop
 
 
 def _source(mode, y, scale, n_in, n_out_int, roi):
@@ -180,6 +182,12 @@ def _resize(ctx, node, inputs, attrs):
             out[a] = int(scale[a] * shape[a])
     else:
         ctx.fail("Resize needs scales or sizes")
+    count = int(np.prod(out, dtype=object))
+    if min(out) < 0 or count > MAX_CONSTANT_ELEMENTS:
+        ctx.fail(f"the output of shape {tuple(out)} ({count} elements) is larger than the "
+                 f"{MAX_CONSTANT_ELEMENTS} elements allowed")
+    if max(out[a] for a in axes) > MAX_WEIGHT_COLUMNS:  # weights built by graph ops, folded where small
+        return resize_runtime(ctx, x, shape, axes, *operands, attrs, mode, coordinate_mode, nearest_mode, policy)
     dtype = ctx.info(x).dtype
     y = x if dtype.is_float else ctx.emit(op.astype(x, "float32"))
     fdtype = ctx.info(y).dtype.numpy()
