@@ -112,3 +112,10 @@ def test_a_zero_range_delta_is_named():
              helper.make_node("Cast", ["r"], ["y"], to=TensorProto.FLOAT)]
     with pytest.raises(IRError, match=r"node rg \(Range\).*nonzero"):
         from_onnx(model(nodes, [x_info(("n",))], inits))
+
+
+def test_a_resize_to_a_huge_output_is_refused_without_allocating():
+    scales = numpy_helper.from_array(np.asarray([1.0, 1.0, 1e6, 1e6], np.float32), "scales")
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="grow")
+    with pytest.raises(IRError, match=r"node grow \(Resize\).*elements"):
+        from_onnx(model([node], [x_info((1, 1, 4, 4))], [scales], opset=19))

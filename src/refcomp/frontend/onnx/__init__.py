@@ -9,7 +9,7 @@ dims stays symbolic (shape_values.py).
 """
 from .importer import CONVERTERS, from_onnx, supported_ops  # noqa: F401
 from . import (  # noqa: F401  (register converters)
-    ops_control, ops_deform_conv, ops_elementwise, ops_grid_sample, ops_linalg, ops_nn,
+    ops_control, ops_data_shaped, ops_deform_conv, ops_elementwise, ops_grid_sample, ops_linalg, ops_nn,
     ops_quant, ops_reduce, ops_resize, ops_rnn, ops_roi_align, ops_scatter,
     ops_shape, ops_signal, ops_strings, ops_text, ops_training,
 )

@@ -3,7 +3,8 @@ constant trip count and condition, and Scan over a static sequence length, unrol
 Optional queries on plain tensors (optional types themselves are not imported).
 
 The graph IR's own `If` needs the branches outside a dataflow block; the importer builds one
-dataflow block, so a condition computed at run time is rejected with a named error.  Unrolling
+dataflow block, so an If on a condition computed at run time computes both branches and selects
+each output with `where` (branches whose outputs differ in shape or type are rejected).  Unrolling
 keeps every iteration's ops visible to fusion; MAX_UNROLL bounds the code it may produce.
 """
 from __future__ import annotations
@@ -12,7 +13,9 @@ import numpy as np
 
 from ...ast.graph import Constant
 from ...graph import op
-from ...graph.shape_facts import const_value
+from ...ast import expr as tir
+from ...ast.graph_struct_info import as_dim
+from ...graph.shape_facts import const_value, prove
 from .importer import converter
 
 MAX_UNROLL = 256
@@ -49,9 +52,29 @@ def _stack(ctx, values, axis=0):
 
 @converter("If")
 def _if(ctx, node, inputs, attrs):
-    cond = bool(_scalar(ctx, inputs[0], "the If condition"))
-    branch = attrs["then_branch"] if cond else attrs["else_branch"]
-    return _run_body(ctx, branch, ctx.env, [])
+    if isinstance(inputs[0], Constant):
+        cond = bool(np.asarray(inputs[0].array).reshape(-1)[0])
+        branch = attrs["then_branch"] if cond else attrs["else_branch"]
+        return _run_body(ctx, branch, ctx.env, [])
+    return _if_selected(ctx, inputs[0], attrs)
+
+
+def _if_selected(ctx, cond, attrs):
+    """If on a condition known only at run time: both branches are computed (ONNX graphs have no
+    side effects) and each output selected by the condition.  The branches' outputs must agree in
+    shape and element type, since the output's type cannot depend on the data."""
+    then = _run_body(ctx, attrs["then_branch"], ctx.env, [])
+    other = _run_body(ctx, attrs["else_branch"], ctx.env, [])
+    flag = ctx.emit(op.reshape(cond, ()))
+    results = []
+    for k, (a, b) in enumerate(zip(then, other)):
+        ia, ib = ctx.info(a), ctx.info(b)
+        if ia.dtype != ib.dtype or ia.shape is None or ib.shape is None or len(ia.shape) != len(ib.shape) \
+                or not all(prove(tir.EQ(as_dim(p), as_dim(q))).proved for p, q in zip(ia.shape, ib.shape)):
+            ctx.fail(f"an If on a condition known only at run time needs branches whose output {k} has one "
+                     f"shape and type, got {ia} and {ib}")
+        results.append(ctx.emit(op.where(flag, a, b)))
+    return results
 
 
 @converter("Loop")

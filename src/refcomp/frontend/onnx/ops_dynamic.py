@@ -307,16 +307,12 @@ def slice_runtime(ctx, x, starts, ends, axes, steps):
     """Slice with starts, ends, axes or steps read at run time.
 
     Bounds clamp as Python slices do (the reference the ONNX tests are made with).  Per input
-    axis j the step, clamped start and length are expressions over the run-time vars
+    axis j (of static or symbolic length) the step, clamped start and length are expressions over the run-time vars
     (an axis not named keeps its full range); the length is bound to a size var and the axis
     gathered at start + step * arange(length), start and step taken from a shape value made
     into a tensor.
     """
-    from ...graph.shape_facts import const_value
-
-    dims = [const_value(d) for d in ctx.static_shape(x)]
-    if None in dims:
-        ctx.fail("Slice with run-time bounds needs static input dims")
+    dims = [as_dim(d) for d in ctx.static_shape(x)]
     r = len(dims)
     begin = _ints_or_vars(ctx, starts, "start")
     end = _ints_or_vars(ctx, ends, "end")
@@ -336,8 +332,8 @@ def slice_runtime(ctx, x, starts, ends, axes, steps):
                                            tir.Select(tir.any_(*named), _i64(0), default))
         s = pick(step, _i64(1))
         b = pick(begin, _i64(0))
-        e = pick(end, _i64(d))
-        n = _i64(d)
+        e = pick(end, d)
+        n = d
         b = tir.Select(b < _i64(0), b + n, b)
         e = tir.Select(e < _i64(0), e + n, e)
         forward = s > _i64(0)

@@ -7,6 +7,7 @@ from ...ast.graph import Constant
 from ...graph import op
 from ...graph.shape_facts import const_value
 from .importer import converter
+from .ops_resize_runtime import resize_runtime
 
 
 @converter("MatMul")
@@ -246,10 +247,16 @@ def _lrn(ctx, node, inputs, attrs):
 @converter("Upsample")
 def _upsample(ctx, node, inputs, attrs):
     x = inputs[0]
-    scales = [float(v) for v in np.asarray(ctx.constant(inputs[1], "scales")).reshape(-1)] if len(inputs) > 1 \
-        else list(attrs["scales"])
     mode = attrs.get("mode", b"nearest")
     mode = mode.decode() if isinstance(mode, bytes) else mode
+    if len(inputs) > 1 and not isinstance(inputs[1], Constant):  # scales read at run time
+        shape = [const_value(d) for d in ctx.static_shape(x)]
+        if None in shape or mode not in ("nearest", "linear", "bilinear"):
+            ctx.fail("Upsample with run-time scales needs static input dims and mode nearest or linear")
+        return resize_runtime(ctx, x, shape, list(range(len(shape))), None, inputs[1], None, {},
+                              "nearest" if mode == "nearest" else "linear", "asymmetric", "floor", "stretch")
+    scales = [float(v) for v in np.asarray(ctx.constant(inputs[1], "scales")).reshape(-1)] if len(inputs) > 1 \
+        else list(attrs["scales"])
     shape = [const_value(d) for d in ctx.static_shape(x)]
     if len(shape) != 4 or scales[:2] != [1.0, 1.0] or None in shape:
         ctx.fail("Upsample is supported on static NCHW inputs scaling H and W only")

@@ -17,7 +17,10 @@ import numpy as np
 from ...ast.graph import Constant
 from ...graph import op
 from ...graph.shape_facts import const_value
-from .importer import converter
+from .importer import MAX_CONSTANT_ELEMENTS, converter
+from .ops_resize_runtime import resize_runtime
+
+MAX_WEIGHT_COLUMNS = 1 << 14  # longer output axes get their weights from graph ops, not a Python loop
 
 
 def _source(mode, y, scale, n_in, n_out_int, roi):
@@ -123,11 +126,10 @@ def _text(value, default):
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _optional_constant(ctx, inputs, k, what):
-    if len(inputs) <= k or inputs[k] is None:
-        return None
-    array = np.asarray(ctx.constant(inputs[k], what)).reshape(-1)
-    return array if array.size else None
+def _empty(ctx, value) -> bool:
+    """Whether an optional operand is given as a tensor with no entries (meaning: not given)."""
+    shape = ctx.info(value).shape
+    return shape is not None and any(const_value(d) == 0 for d in shape)
 
 
 @converter("Resize")
@@ -137,12 +139,12 @@ def _resize(ctx, node, inputs, attrs):
     if None in shape:
         ctx.fail("Resize needs static input dims (the interpolation weights are built at import)")
     ndim = len(shape)
-    if ctx.opset < 11:
-        roi, scales, sizes = None, _optional_constant(ctx, inputs, 1, "scales"), None
-    else:
-        roi = _optional_constant(ctx, inputs, 1, "roi")
-        scales = _optional_constant(ctx, inputs, 2, "scales")
-        sizes = _optional_constant(ctx, inputs, 3, "sizes")
+
+    def given(k):
+        value = inputs[k] if len(inputs) > k else None
+        return None if value is None or _empty(ctx, value) else value
+
+    operands = [None, given(1), None] if ctx.opset < 11 else [given(1), given(2), given(3)]
     mode = _text(attrs.get("mode"), "nearest")
     coordinate_mode = _text(attrs.get("coordinate_transformation_mode"),
                             "asymmetric" if ctx.opset < 11 else "half_pixel")
@@ -151,6 +153,13 @@ def _resize(ctx, node, inputs, attrs):
     if mode not in ("nearest", "linear", "cubic"):
         ctx.fail(f"mode {mode} is not supported")
     axes = [a % ndim for a in attrs.get("axes", range(ndim))]
+    if coordinate_mode != "tf_crop_and_resize":
+        operands[0] = None  # the roi matters only when cropping
+    if any(v is not None and not isinstance(v, Constant) for v in operands):
+        if operands[1] is None and operands[2] is None:
+            ctx.fail("Resize needs scales or sizes")
+        return resize_runtime(ctx, x, shape, axes, *operands, attrs, mode, coordinate_mode, nearest_mode, policy)
+    roi, scales, sizes = (None if v is None else np.asarray(v.array).reshape(-1) for v in operands)
     full_roi = [0.0] * ndim + [1.0] * ndim
     if roi is not None:
         for k, a in enumerate(axes):
@@ -173,6 +182,12 @@ def _resize(ctx, node, inputs, attrs):
             out[a] = int(scale[a] * shape[a])
     else:
         ctx.fail("Resize needs scales or sizes")
+    count = int(np.prod(out, dtype=object))
+    if min(out) < 0 or count > MAX_CONSTANT_ELEMENTS:
+        ctx.fail(f"the output of shape {tuple(out)} ({count} elements) is larger than the "
+                 f"{MAX_CONSTANT_ELEMENTS} elements allowed")
+    if max(out[a] for a in axes) > MAX_WEIGHT_COLUMNS:  # weights built by graph ops, folded where small
+        return resize_runtime(ctx, x, shape, axes, *operands, attrs, mode, coordinate_mode, nearest_mode, policy)
     dtype = ctx.info(x).dtype
     y = x if dtype.is_float else ctx.emit(op.astype(x, "float32"))
     fdtype = ctx.info(y).dtype.numpy()

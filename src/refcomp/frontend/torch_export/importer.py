@@ -177,7 +177,8 @@ def from_exported_program(ep, name: str = "main", decompose: bool = False):
     """Import a torch.export ExportedProgram into an IRModule whose `name` function computes its outputs.
 
     Parameters, buffers and lifted constants become graph constants; each user input becomes a
-    parameter.  A dynamic dim's symbol (`s0`) becomes one size var for the whole function, and its
+    parameter.  A dynamic dim's symbol (`s0`) becomes one size var for the whole function, named
+    after the torch Dim it was exported with (`Dim("batch")` gives the size var `batch`), and its
     range from `ep.range_constraints` is recorded in the function's `tir_var_lower_bound` and
     `tir_var_upper_bound` attributes (the memory planner sizes buffers from the upper bounds).
     decompose=True first runs `ep.run_decompositions()` (the core ATen opset).
@@ -195,7 +196,7 @@ def from_exported_program(ep, name: str = "main", decompose: bool = False):
         fail(f"expected a torch.export.ExportedProgram, got {type(ep).__name__}")
     if decompose:
         ep = ep.run_decompositions()
-    size_vars: dict[str, SizeVar] = {}
+    size_vars: dict[str, SizeVar] = {sym: SizeVar(name, "int64") for sym, name in symbolic.dim_names(ep).items()}
     env: dict[Any, Any] = {}
     params = _bind_inputs(ep, env, size_vars, fail)
     for spec in ep.graph_signature.output_specs:
@@ -204,11 +205,11 @@ def from_exported_program(ep, name: str = "main", decompose: bool = False):
                  "are not supported; export the model in eval mode without mutation")
     lower, upper = symbolic.ranges(ep.range_constraints)
     attrs = {}
-    names = {v.name for v in size_vars.values()}
+    used = {sym: var.name for sym, var in size_vars.items()}
     if upper:
-        attrs["tir_var_upper_bound"] = {k: v for k, v in upper.items() if k in names}
+        attrs["tir_var_upper_bound"] = {used[k]: v for k, v in upper.items() if k in used}
     if lower:
-        attrs["tir_var_lower_bound"] = {k: v for k, v in lower.items() if k in names}
+        attrs["tir_var_lower_bound"] = {used[k]: v for k, v in lower.items() if k in used}
     bb = BlockBuilder()
     ctx = Context(bb, size_vars)
     with bb.function(name, params, attrs={k: v for k, v in attrs.items() if v}):

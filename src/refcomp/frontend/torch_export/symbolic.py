@@ -35,6 +35,33 @@ def ranges(range_constraints) -> tuple[dict, dict]:
     return lower, upper
 
 
+def dim_names(ep) -> dict[str, str]:
+    """{symbol name: the name of the torch Dim it stands for} for the program's dynamic dims.
+
+    torch.export names its symbols s0, s77...; the Dim names the user gave (`Dim("batch")`) are
+    kept by the shape environment under the dim's source (`L['x'].size()[0]`).  A name that is not
+    a valid identifier, or that two symbols share, is left out (the symbol keeps its own name).
+    """
+    shape_env = None
+    for node in ep.graph.nodes:
+        value = node.meta.get("val") if node.op == "placeholder" else None
+        for d in getattr(value, "shape", ()):
+            shape_env = getattr(getattr(d, "node", None), "shape_env", None) or shape_env
+    if shape_env is None:
+        return {}
+    debug = dict(getattr(shape_env, "source_name_to_debug_name", {}) or {})
+    found: dict[str, str] = {}
+    for sym, sources in dict(getattr(shape_env, "var_to_sources", {}) or {}).items():
+        for source in sources:
+            key = getattr(source, "name", None)
+            name = debug.get(key() if callable(key) else key)
+            if name and name.isidentifier():
+                found[str(sym)] = name
+                break
+    taken = [n for n in found.values()]
+    return {sym: name for sym, name in found.items() if taken.count(name) == 1 and name not in found}
+
+
 def _finite(v) -> bool:
     try:
         return bool(getattr(v, "is_finite", True)) and abs(int(v)) < 2 ** 62
