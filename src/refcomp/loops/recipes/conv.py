@@ -124,6 +124,17 @@ def find_conv(func: PrimFunc) -> ConvShape | None:
         return None
 
 
+def find_convs(func: PrimFunc) -> list[ConvShape]:
+    """The convolution blocks of func when every reduction in it is a convolution (a residual
+    block's main and shortcut convolutions fused into one kernel), else []."""
+    blocks = [b for b in collect(func.body, Block) if b.name != "root"]
+    reductions = [b for b in blocks if any(iv.kind == "reduce" for iv in b.iter_vars)]
+    try:
+        return [conv_shape(block) for block in reductions]
+    except ScheduleError:
+        return []
+
+
 def native_lanes(bits: int = 32) -> int:
     """Lanes of the widest vector register this CPU has (64 bytes with AVX-512, else 32)."""
     from ..intrin import cpu
@@ -358,4 +369,4 @@ def _data_load(block: Block, shape: ConvShape) -> BufferLoad:
     return loads[0]
 
 
-__all__ = ["ConvShape", "channel_block", "column_tile", "conv_fp32", "conv_shape", "find_conv", "vector_width"]
+__all__ = ["ConvShape", "channel_block", "column_tile", "conv_fp32", "conv_shape", "find_conv", "find_convs", "vector_width"]
