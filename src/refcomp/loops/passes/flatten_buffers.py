@@ -5,7 +5,9 @@ BufferLoad and BufferStore.
 Guarantees: every buffer in the result has exactly one dimension, no explicit strides and element
 offset 0; one flat buffer stands for each original buffer everywhere (identity kept), with the same
 name, dtype, scope and alignment.  An access `B[i0, ..., ik]` becomes `B_flat[sum(i_d * stride_d) +
-elem_offset]`, the strides being B's explicit ones or those of compact row-major layout.  The flat
+elem_offset]`, the strides being B's explicit ones or those of compact row-major layout; in a
+compact buffer, a pair `(x // d, x % d)` at consecutive dims (., d), d being that dim, counts as
+the one index x (see _merged_div_mod).  The flat
 length is `prod(shape)` for a compact buffer, else the furthest element reached plus one.
 `func.attrs["original_buffers"]` maps each flat parameter buffer to the parameter it replaced (the
 emitter and argument checks report and check the original shapes from it); the helper
