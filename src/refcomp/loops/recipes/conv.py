@@ -29,7 +29,7 @@ channel-blocked copy of the output (see _conv_channel_vector).
 Direct (otherwise: grouped, depthwise, other widths):
 
     W packed once per call:      Wp[o // OB, c, r..., o % OB]
-    for (n, o // OB) parallel, y, x // V:
+    for o // OB parallel, n, y, x // V:                          ((n, o // OB) fused when few)
       out[OB, V] = 0                                            (decompose_reduction)
       for c, r0, r1:                                            the reduction, outside the tile
         for o % OB (unrolled):                                  OB accumulators of V lanes,
@@ -218,7 +218,12 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
     rows, x = spatial[:-1], spatial[-1]
     o_outer, o_inner = sch.split(o, [None, ob])
     x_outer, x_inner = sch.split(x, [None, lanes])
-    sch.reorder(n, o_outer, *rows, x_outer, *reduce_loops, o_inner, x_inner)
+    # With enough channel blocks to share out, they are the parallel loop on their own, outside
+    # the batch: a fused (n, o // OB) index is split back by floor divisions whose sign fix-ups
+    # the C compiler cannot drop inside a parallel loop, and the branches they leave keep the
+    # accumulators in memory.  Few blocks (a narrow layer) fuse the batch in.
+    unfused = shape.out_channels // ob >= _UNFUSED_CHANNEL_BLOCKS
+    sch.reorder(*((o_outer, n) if unfused else (n, o_outer)), *rows, x_outer, *reduce_loops, o_inner, x_inner)
     if pack_weight and ob > 1:
         packed = sch.cache_read(rv, shape.w_index, "global")
         sch.transform_layout(packed, ("write", 0), _weight_panels(ob, nd))
@@ -229,8 +234,12 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
     if parallel:
         # n and the channel blocks only: with the rows fused in too, gcc recomputes the fused
         # index's floor divisions (their sign fix-ups) inside the window loops
-        sch.parallel(sch.fuse(n, o_outer))
+        sch.parallel(o_outer if unfused else sch.fuse(n, o_outer))
     return sch
+
+
+# Channel blocks from which the direct form's parallel loop is the channel blocks alone (see there).
+_UNFUSED_CHANNEL_BLOCKS = 8
 
 
 # Tiles one vector wide, for output widths the wide tiles' NR does not divide (56, 24, 8).
