@@ -1,8 +1,13 @@
 """Hugging Face models exported by torch's default ONNX exporter with dynamic batch (and sequence):
 imported once, built once, run at several sizes, each output within 1e-4 relative of onnxruntime.
 
-The models are small configs with random weights from a fixed seed; each is exported once per run.
+The models are small configs with random weights from a fixed seed (benchmarks/hf_models.py, shared
+with the whole-model benchmark); each is exported once per run.
 """
+import importlib.util
+import pathlib
+import sys
+
 import numpy as np
 import pytest
 
@@ -16,58 +21,30 @@ from refcomp.frontend import from_onnx  # noqa: E402
 
 TEXT_SIZES = [(1, 3), (2, 7), (3, 16)]
 IMAGE_BATCHES = [1, 2, 3]
+IMAGE_SIZES = {"vit": 16, "resnet": 32, "mobilenet_v2": 32}
 
 
-def _text_model(kind):
-    t = transformers
-    if kind == "llama":  # RoPE, grouped-query attention, RMSNorm, SwiGLU
-        return t.LlamaForCausalLM(t.LlamaConfig(
-            vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=64))
-    if kind == "gpt2":
-        return t.GPT2LMHeadModel(t.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=4, n_positions=64))
-    return t.BertModel(t.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                    intermediate_size=64, max_position_embeddings=64))
-
-
-def _image_model(kind):
-    t = transformers
-    if kind == "vit":
-        return t.ViTModel(t.ViTConfig(image_size=16, patch_size=4, num_channels=3, hidden_size=32,
-                                      num_hidden_layers=2, num_attention_heads=4, intermediate_size=64))
-    if kind == "resnet":
-        return t.ResNetModel(t.ResNetConfig(num_channels=3, embedding_size=8, hidden_sizes=[8, 16],
-                                            depths=[1, 1], layer_type="basic"))
-    return t.MobileNetV2Model(t.MobileNetV2Config(num_channels=3, image_size=32, depth_multiplier=0.25))
-
-
-class _FirstOutput(torch.nn.Module):
-    def __init__(self, model, text):
-        super().__init__()
-        self.model, self.text = model, text
-
-    def forward(self, x):
-        out = self.model(input_ids=x) if self.text else self.model(pixel_values=x)
-        return out[0]
+def _hf_models():
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "hf_models.py"
+    if not path.exists():
+        pytest.skip("benchmarks/hf_models.py is not in this checkout")
+    spec = importlib.util.spec_from_file_location("benchmark_hf_models", path)
+    module = importlib.util.module_from_spec(spec)
+    saved_path = list(sys.path)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = saved_path
+    return module
 
 
 def _export(tmp_path_factory, kind, text):
-    torch.manual_seed(0)
-    model = _text_model(kind) if text else _image_model(kind)
-    model.eval()
-    if text:
-        model.config.use_cache = False
-        example = torch.randint(0, 100, (2, 5))
-        dims = {0: torch.export.Dim("batch", min=1, max=16), 1: torch.export.Dim("seq", min=2, max=32)}
-    else:
-        size = 16 if kind == "vit" else 32
-        example = torch.randn(2, 3, size, size)
-        dims = {0: torch.export.Dim("batch", min=1, max=16)}
+    hf = _hf_models()
     path = tmp_path_factory.mktemp(kind) / f"{kind}.onnx"
-    with torch.no_grad():
-        torch.onnx.export(_FirstOutput(model, text).eval(), (example,), str(path), dynamo=True,
-                          dynamic_shapes={"x": dims}, input_names=["x"], output_names=["y"], verbose=False)
-    return str(path)
+    if text:
+        return hf.export(hf.text_model(kind), path)
+    size = IMAGE_SIZES[kind]
+    return hf.export(hf.image_model(kind, size), path, image_size=size)
 
 
 def _check(path, inputs):
@@ -93,5 +70,5 @@ def test_text_model_at_several_batch_and_sequence_sizes(tmp_path_factory, kind):
 def test_vision_model_at_several_batch_sizes(tmp_path_factory, kind):
     path = _export(tmp_path_factory, kind, text=False)
     rng = np.random.default_rng(7)
-    size = 16 if kind == "vit" else 32
+    size = IMAGE_SIZES[kind]
     _check(path, [rng.standard_normal((b, 3, size, size)).astype(np.float32) for b in IMAGE_BATCHES])

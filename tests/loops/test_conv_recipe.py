@@ -185,3 +185,60 @@ def test_random_shapes_match_numpy(rng, data):
     c, o = groups * per_group, groups * out_per_group
     func = schedule_kernel(_conv(n, c, h, w, o, k, k, stride, pad, 1, groups))
     _check(func, rng, (n, c, h, w), (o, per_group, k, k), (stride, stride), (pad,) * 4, (1, 1), groups)
+
+
+def _blocked_accumulator(func) -> bool:
+    """Whether the convolution accumulates into a channel-blocked buffer (the channel-vector tile)."""
+    return any(len(b.shape) == 5 and b.name.endswith("_global") and "W" not in b.name
+               for s in walk(func.body) if isinstance(s, Block) for b in s.alloc_buffers)
+
+
+@pytest.mark.parametrize("n,c,h,w,o,k,stride,pad", [
+    (2, 5, 6, 6, 16, 3, 1, 1),     # a narrow output: 6 columns
+    (1, 3, 3, 3, 8, 3, 1, 1),      # 3 x 3
+    (1, 7, 13, 13, 8, 1, 2, 0),    # 1x1, stride 2, prime sizes
+    (2, 3, 17, 17, 16, 7, 2, 3),   # the stem: 7x7 stride 2
+    (1, 1, 1, 1, 8, 1, 1, 0),      # one pixel, one channel
+    (1, 2, 11, 11, 24, 3, 1, 1),   # a prime width
+])
+def test_channel_vector_tile(rng, n, c, h, w, o, k, stride, pad):
+    """Output channels a multiple of the vector and a width it does not divide (or a strided
+    read): the output channels run in vectors, a row of columns in registers."""
+    lanes = recipes.conv.native_lanes()
+    func = _conv(n, c, h, w, o, k, k, stride, pad)
+    sch = recipes.conv_fp32(func)
+    out_width = (w + 2 * pad - k) // stride + 1
+    if o % lanes == 0 and (out_width % lanes or stride > 1):
+        assert _blocked_accumulator(sch.func) and {"vectorized", "parallel"} <= _kinds(sch.func)
+    _check(sch.func, rng, (n, c, h, w), (o, c, k, k), (stride, stride), (pad,) * 4, (1, 1), 1)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((o, c, k, k)).astype(np.float32)
+    before = np.zeros((n, o, out_width, out_width), np.float32)
+    after = np.ones_like(before)
+    interpret(func, x, wt, before)
+    interpret(sch.func, x, wt, after)
+    np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-4)
+
+
+def test_channel_vector_tile_conv1d(rng):
+    func = _conv1d(2, 3, 13, 16, 3, stride=2, pad=1)
+    sch = recipes.conv_fp32(func)
+    x = rng.standard_normal((2, 3, 13)).astype(np.float32)
+    w = rng.standard_normal((16, 3, 3)).astype(np.float32)
+    expected = _np_conv(x, w, (2,), (1, 1), (1,))
+    np.testing.assert_allclose(_run(sch.func, x, w, expected.shape, rng), expected, rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_channel_vector_random_shapes_match_numpy(rng, data):
+    lanes = recipes.conv.native_lanes()
+    o = lanes * data.draw(st.integers(1, 3), label="channel vectors")
+    c = data.draw(st.sampled_from([1, 2, 3, 5, 7]), label="c")
+    k = data.draw(st.sampled_from([1, 3]), label="k")
+    stride = data.draw(st.integers(1, 2), label="stride")
+    pad = data.draw(st.integers(0, k - 1), label="pad")
+    h = data.draw(st.integers(k, 11), label="h")
+    w = data.draw(st.integers(k, 13), label="w")
+    func = schedule_kernel(_conv(1, c, h, w, o, k, k, stride, pad))
+    _check(func, rng, (1, c, h, w), (o, c, k, k), (stride, stride), (pad,) * 4, (1, 1), 1)

@@ -58,3 +58,31 @@ def test_symbolic_batch_conv_still_scheduled(rng):
         wv = rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
         got = refcomp.runtime.VirtualMachine(ex)["main"](xv, wv)
         np.testing.assert_allclose(got, _np_conv(xv, wv, (1, 1), (1, 1, 1, 1), (1, 1)), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("c,size,out", [(3, 9, 16), (5, 7, 8)])
+def test_residual_block_with_two_convolutions_in_one_kernel(rng, c, size, out):
+    """A downsampling residual block: relu(conv3x3(x, stride 2) + conv1x1(x, stride 2)).  Fused into
+    one kernel with two convolution blocks, both get the conv recipe (narrow strided outputs: the
+    channel-vector tile, accumulated in a channel-blocked copy); a symbolic batch."""
+    batch = SizeVar("batch", "int64")
+    x = Var("x", tensor((batch, c, size, size)))
+    w1, w2 = Var("w1", tensor((out, c, 3, 3))), Var("w2", tensor((out, c, 1, 1)))
+    bb = BlockBuilder()
+    with bb.function("main", [x, w1, w2]):
+        with bb.dataflow():
+            main = op.conv2d(x, w1, strides=2, padding=1)
+            shortcut = op.conv2d(x, w2, strides=2)
+            result = bb.emit_output(bb.emit(op.relu(op.add(main, shortcut))))
+        bb.emit_func_output(result)
+    ex = refcomp.graph.build(bb.get(), target="c", blas=False)
+    (fused,) = [f for name, f in ex.module.functions.items() if isinstance(f, PrimFunc) and name.count("conv2d") == 2]
+    assert fused.script().count("T.vectorized") >= 2  # both convolutions scheduled
+    for n in (1, 2):
+        xv = rng.standard_normal((n, c, size, size)).astype(np.float32)
+        w1v = rng.standard_normal((out, c, 3, 3)).astype(np.float32)
+        w2v = rng.standard_normal((out, c, 1, 1)).astype(np.float32)
+        expected = np.maximum(_np_conv(xv, w1v, (2, 2), (1, 1, 1, 1), (1, 1))
+                              + _np_conv(xv, w2v, (2, 2), (0, 0, 0, 0), (1, 1)), 0)
+        got = refcomp.runtime.VirtualMachine(ex)["main"](xv, w1v, w2v)
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)

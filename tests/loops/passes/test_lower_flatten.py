@@ -77,3 +77,40 @@ def test_unchanged_one_dimensional_function_keeps_its_body():
     body = For(i, 0, 4, "serial", BufferStore(A, A[i] * 2.0, (i,)))
     flat = flatten_buffers(PrimFunc((A,), body))
     assert flat.body is body
+
+
+def test_a_reshape_index_into_a_symbolic_dim_needs_no_division():
+    """B[r, j] = A[r // s, r % s, j] with A (b, s, 4): the flat offset of the read is r * 4 + j
+    (no floor division by the symbolic s, which the vectorizer cannot take), and the values stay."""
+    from refcomp.ast.expr import FloorDiv
+
+    b, s = SizeVar("b"), SizeVar("s")
+    A, B = Buffer("A", (b, s, 4)), Buffer("B", (b * s, 4))
+    r, j = Var("r"), Var("j")
+    store = BufferStore(B, A[r // s, r % s, j] * 2.0, (r, j))
+    func = PrimFunc((A, B), For(r, 0, b * s, "serial", For(j, 0, 4, "serial", store)))
+    flat = flatten_buffers(func)
+    (load,) = collect(flat, BufferLoad)
+    assert_structural_equal(load.indices[0], r * 4 + j, map_free_vars=False)
+    assert not collect(flat, FloorDiv)
+    import numpy as np
+
+    from refcomp.loops.interpreter import interpret
+
+    rng = np.random.default_rng()
+    for batch, seq in ((2, 3), (1, 1), (3, 5)):
+        a = rng.standard_normal((batch, seq, 4)).astype(np.float32)
+        got = np.full((batch * seq, 4), 9.0, np.float32)
+        interpret(flat, a, got)
+        np.testing.assert_allclose(got, 2 * a.reshape(batch * seq, 4), rtol=1e-6)
+
+
+def test_a_division_by_another_dim_keeps_its_offset():
+    """A[r // 3, r % 3] into A (n, s): 3 is not the dim s, so nothing merges."""
+    from refcomp.ast.expr import FloorDiv
+
+    n, s = SizeVar("n"), SizeVar("s")
+    A = Buffer("A", (n, s))
+    r = Var("r")
+    func = PrimFunc((A,), For(r, 0, 3, "serial", BufferStore(A, A[r // 3, r % 3] + 1.0, (r // 3, r % 3))))
+    assert collect(flatten_buffers(func), FloorDiv)

@@ -501,3 +501,46 @@ def test_pad_einsum_refuses_a_block_sharing_its_innermost_loop():
     i, j = sch.get_loops(c)
     sch.compute_at(sch.get_block("B"), j)
     assert_rejected(sch, lambda: sch.pad_einsum(c, [2, 2]), "pad_einsum: block C must be alone in its loop nest")
+
+
+def _symbolic_batch_relu():
+    """y[n, c, x] = max(t[n, c, x], 0) with t = a * 2 an intermediate; n is symbolic."""
+    from refcomp.ast import SizeVar
+
+    n = SizeVar("n", "int64")
+    a = te.placeholder((n, 12, 5), "float32", "A")
+    t = te.compute((n, 12, 5), lambda i, c, x: a[i, c, x] * 2.0, name="T")
+    y = te.compute((n, 12, 5), lambda i, c, x: te.max(t[i, c, x], 0.0), name="Y")
+    return te.create_prim_func([a, y])
+
+
+def test_transform_layout_keeps_a_symbolic_batch_dim(rng):
+    import refcomp
+    from refcomp.loops.interpreter import interpret
+
+    before = _symbolic_batch_relu()
+    sch = Schedule(before)
+    sch.transform_layout(sch.get_block("T"), ("write", 0), lambda i, c, x: (i, c // 4, x, c % 4))
+    allocated = [b for b in sch.func.body.block.alloc_buffers if b.name == "T"][0]
+    assert str(allocated.shape[0]) == "n" and [int(d.value) for d in allocated.shape[1:]] == [3, 5, 4]
+    check_replay(sch, before)
+    library = refcomp.build(sch.func)
+    for batch in (1, 3):
+        a = rng.standard_normal((batch, 12, 5)).astype(np.float32)
+        got, interpreted = np.full_like(a, 7.0), np.full_like(a, 7.0)
+        library(a, got)
+        interpret(sch.func, a, interpreted)
+        np.testing.assert_allclose(got, np.maximum(a * 2, 0), rtol=1e-6)
+        np.testing.assert_allclose(interpreted, np.maximum(a * 2, 0), rtol=1e-6)
+
+
+def test_transform_layout_moves_only_constant_dims():
+    sch = Schedule(_symbolic_batch_relu())
+    t = sch.get_block("T")
+    assert_rejected(sch, lambda: sch.transform_layout(t, ("write", 0), lambda i, c, x: (c, i + x, x)),
+                    r"symbolic dim 0 \(n\) that the map .* does not keep as a whole index")
+    assert_rejected(sch, lambda: sch.transform_layout(t, ("write", 0), lambda i, c, x: (i // 2, c, x, i % 2)),
+                    "does not keep as a whole index")
+    assert_rejected(sch, lambda: sch.transform_layout(t, ("write", 0), lambda i, c, x: (i, c // 5, x, c % 5),
+                                                      pad_value=0.0),
+                    "adds padding to T, whose shape is not constant")

@@ -1,6 +1,7 @@
 """default_schedule: a sound CPU schedule for every kernel that has none.
 
 For each PrimFunc not marked `scheduled`:
+- a power with a constant exponent of 2 or 3 becomes a product (constant_powers);
 - buffer indices are simplified under the block iter domains (block_indices), so a reshape's
   flat-offset divisions become plain indices the vectorizer turns into contiguous loads;
 - spatial stages that are not outputs are inlined into their readers (as fuse_tir does),
@@ -41,8 +42,10 @@ def schedule_kernel(func: PrimFunc) -> PrimFunc:
     from .block_indices import simplify_block_indices
     from .fuse_tir import inline_spatial_stages
 
+    from .constant_powers import reduce_constant_powers
     from .schedule_conv import schedule_conv
 
+    func = reduce_constant_powers(func)
     conv = schedule_conv(func, _schedule_block)
     if conv is not None:
         return conv.with_attr("scheduled", True)

@@ -1,6 +1,7 @@
-"""schedule_conv: the default schedule of a kernel whose one reduction is a convolution.
+"""schedule_conv: the default schedule of a kernel whose reductions are all convolutions.
 
-The convolution block gets the direct-convolution recipe (refcomp.loops.recipes.conv: a register
+Each convolution block (one, or a residual block's main and shortcut convolutions fused with
+their sum) gets the direct-convolution recipe (refcomp.loops.recipes.conv: a register
 tile of output channels x a vector of output columns, weights packed per call); the function's
 other stages (the padded copy of the input, an epilogue such as bias + relu) keep their own loop
 nests and get the generic treatment `rest` gives them (parallel rows, vector columns).  A
@@ -21,17 +22,21 @@ log = logging.getLogger("refcomp.graph.schedule_conv")
 
 
 def schedule_conv(func: PrimFunc, rest: Callable) -> PrimFunc | None:
-    """func with its convolution block on the conv recipe and `rest(sch, rv, block, loops)`
-    applied to every other block, or None when func has no convolution the recipe takes."""
+    """func with its convolution blocks on the conv recipe and `rest(sch, rv, block, loops)`
+    applied to every other block, or None when func has a reduction that is not a convolution
+    or a convolution the recipe does not take."""
     from ...loops import recipes
     from ...loops.schedule import Schedule
 
-    found = recipes.find_conv(func)
-    if found is None:
+    found = recipes.find_convs(func)
+    if not found:
         return None
-    others = [b.name for b in collect(func.body, Block) if b.name not in ("root", found.block)]
+    convs = {shape.block for shape in found}
+    others = [b.name for b in collect(func.body, Block) if b.name != "root" and b.name not in convs]
+    sch = Schedule(func)
     try:
-        sch = recipes.conv_fp32(Schedule(func), found.block)
+        for shape in found:
+            sch = recipes.conv_fp32(sch, shape.block)
     except RefcompError as exc:
         log.debug("schedule_conv: %s keeps the generic schedule: %s", func.name, exc)
         return None

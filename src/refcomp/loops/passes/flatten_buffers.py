@@ -5,7 +5,9 @@ BufferLoad and BufferStore.
 Guarantees: every buffer in the result has exactly one dimension, no explicit strides and element
 offset 0; one flat buffer stands for each original buffer everywhere (identity kept), with the same
 name, dtype, scope and alignment.  An access `B[i0, ..., ik]` becomes `B_flat[sum(i_d * stride_d) +
-elem_offset]`, the strides being B's explicit ones or those of compact row-major layout.  The flat
+elem_offset]`, the strides being B's explicit ones or those of compact row-major layout; in a
+compact buffer, a pair `(x // d, x % d)` at consecutive dims (., d), d being that dim, counts as
+the one index x (see _merged_div_mod).  The flat
 length is `prod(shape)` for a compact buffer, else the furthest element reached plus one.
 `func.attrs["original_buffers"]` maps each flat parameter buffer to the parameter it replaced (the
 emitter and argument checks report and check the original shapes from it); the helper
@@ -75,12 +77,36 @@ def flat_index(buffer: Buffer, indices: tuple[PrimExpr, ...]) -> PrimExpr:
             index = term if index is None else index + term
     else:
         index = None
-        for i, dim in zip(indices, buffer.shape):  # Horner form: ((i0 * d1 + i1) * d2 + i2) ...
+        indices, shape = _merged_div_mod(indices, buffer.shape)
+        for i, dim in zip(indices, shape):  # Horner form: ((i0 * d1 + i1) * d2 + i2) ...
             i = _as(i, index_type)
             index = i if index is None else index * _as(dim, index_type) + i
     if index is None:
         return offset
     return simplify_expr(index if as_int(offset) == 0 else index + offset)
+
+
+def _merged_div_mod(indices: tuple[PrimExpr, ...], shape: tuple[PrimExpr, ...]) -> tuple[tuple, tuple]:
+    """Indices and dims with each pair `(x // d, x % d)` over consecutive dims (., d) read as the
+    one index x over their product, when d is that very dim: a reshape's index into a symbolic
+    (batch, seq, ...) buffer.  Their flat offset `(x // d) * d + x % d` is x for every d > 0, and
+    an access to a buffer with a zero dim never runs (it would be out of bounds); so the offset
+    needs no division, which with a symbolic d would be a checked call the vectorizer stops at."""
+    from ...ast.expr import FloorDiv, FloorMod
+    from ...ast.structural import structural_equal
+
+    merged_indices, merged_shape = list(indices[:1]), list(shape[:1])
+    for i, dim in zip(indices[1:], shape[1:]):
+        last = merged_indices[-1]
+        if (isinstance(i, FloorMod) and isinstance(last, FloorDiv) and structural_equal(i.a, last.a)
+                and structural_equal(i.b, last.b) and structural_equal(i.b, dim)
+                and i.a.dtype == i.b.dtype == dim.dtype):
+            merged_indices[-1] = i.a
+            merged_shape[-1] = merged_shape[-1] * dim
+            continue
+        merged_indices.append(i)
+        merged_shape.append(dim)
+    return tuple(merged_indices), tuple(merged_shape)
 
 
 def _index_dtype(buffer: Buffer, indices: tuple[PrimExpr, ...] = ()):

@@ -281,8 +281,9 @@ def transform_layout(func: PrimFunc, block: Block, buffer: Any, index_map: Index
                      pad_value: Any = None) -> tuple[PrimFunc, None]:
     """Store a buffer in a new layout: element `idx` moves to `index_map(idx)`; every access follows.
 
-    Requires: a constant shape; the map sends the index space one-to-one into a box starting at
-    0 (proved, or checked point by point).  A box with more elements than the buffer (padding)
+    Requires: a constant shape, except dims the map keeps whole (a symbolic batch dim sent
+    unchanged to one new index and used by no other); the map sends the index space one-to-one
+    into a box starting at 0 (proved, or checked point by point).  A box with more elements than the buffer (padding)
     needs pad_value, a buffer written in the function, and a map whose padding can be listed
     (see _padding_domain); a fill block then stores pad_value into every padding element.  On a
     parameter the function's signature changes.
@@ -300,11 +301,15 @@ def transform_layout(func: PrimFunc, block: Block, buffer: Any, index_map: Index
     if pad_value is not None and (isinstance(pad_value, bool) or not isinstance(pad_value, (int, float))):
         raise ScheduleError(f"transform_layout: pad_value: expected an int or a float, got {pad_value!r}", ir=func)
     shape = [const_int(d) for d in target.shape]
-    if any(d is None for d in shape):
-        raise ScheduleError(f"transform_layout: {target.name} needs a constant shape", ir=func)
+    kept = _kept_symbolic_dims(func, target, index_map, shape)
+    # a kept symbolic dim is checked at extent 1: the map moves the other dims only
+    shape = [1 if d is None else d for d in shape]
     ranges = {v: (0, d - 1) for v, d in zip(index_map.initial, shape)}
     new_shape = []
-    for expr in index_map.final:
+    for position, expr in enumerate(index_map.final):
+        if position in kept:
+            new_shape.append(1)
+            continue
         bounds = int_bounds(expr, ranges)
         if bounds is None or bounds[0] < 0:
             raise ScheduleError(f"transform_layout: cannot bound the new index {index_map.as_lambda()} at or above 0",
@@ -314,12 +319,16 @@ def transform_layout(func: PrimFunc, block: Block, buffer: Any, index_map: Index
         raise ScheduleError(f"transform_layout: the map {index_map.as_lambda()} sends two elements to one place "
                             f"({product(shape)} elements into {tuple(new_shape)})", ir=func, spot=location.realize)
     padded = product(new_shape) > product(shape)
+    if padded and kept:
+        raise ScheduleError(f"transform_layout: the map {index_map.as_lambda()} adds padding to {target.name}, whose "
+                            f"shape is not constant", ir=func, spot=location.realize)
     if padded and pad_value is None:
         raise ScheduleError(f"transform_layout: the map {index_map.as_lambda()} takes shape {tuple(shape)} to "
                             f"{tuple(new_shape)}, which adds padding; give pad_value", ir=func, spot=location.realize)
     check_one_to_one(func, index_map, shape, new_shape)
     index_dtype = target.shape[0].dtype
-    new = Buffer(target.name, tuple(const(d, index_dtype) for d in new_shape), target.dtype, target.scope)
+    new = Buffer(target.name, tuple(target.shape[kept[k]] if k in kept else const(d, index_dtype)
+                                    for k, d in enumerate(new_shape)), target.dtype, target.scope)
     fill = _padding_fill(func, target, new, index_map, shape, new_shape, pad_value) if padded else None
     relayout = _Relayout(target, new, index_map)
     params = tuple(relayout.visit(p) if isinstance(p, Buffer) else p for p in func.params)
@@ -327,6 +336,24 @@ def transform_layout(func: PrimFunc, block: Block, buffer: Any, index_map: Index
     if fill is not None:
         new_func = _insert_fill(new_func, new, fill)
     return new_func, None
+
+
+def _kept_symbolic_dims(func: PrimFunc, target: Buffer, index_map: IndexMap, shape: list) -> dict[int, int]:
+    """{new position: old dim} of the dims with a symbolic extent: each must be sent unchanged to
+    one new position (`lambda n, c, x: (n, c // 8, x, c % 8)` keeps a symbolic n) and appear in
+    no other new index, so the map is one-to-one exactly when it is on the constant dims."""
+    kept: dict[int, int] = {}
+    for dim, extent in enumerate(shape):
+        if extent is not None:
+            continue
+        var = index_map.initial[dim]
+        users = [k for k, expr in enumerate(index_map.final) if var in free_vars(expr)]
+        if len(users) != 1 or index_map.final[users[0]] is not var:
+            raise ScheduleError(f"transform_layout: {target.name} has a symbolic dim {dim} "
+                                f"({target.shape[dim]}) that the map {index_map.as_lambda()} does not keep as a "
+                                f"whole index; only constant dims can be moved", ir=func)
+        kept[users[0]] = dim
+    return kept
 
 
 def check_one_to_one(func: PrimFunc, index_map: IndexMap, shape: list[int], new_shape: list[int]) -> None:

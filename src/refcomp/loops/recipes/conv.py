@@ -21,10 +21,15 @@ window iters are fixed in the tile; tensorize takes out's and X's moving dims as
     for (n, o // MR) parallel, y, x // NR, r0, r1:
       out[MR, NR] (= 0 at the first window position) += Wp[r0, r1, MR, C] * X[n, C, y + r0, NR]
 
-Direct (otherwise: strided, grouped, depthwise, other widths):
+Channel vector (not grouped, the output channels a multiple of the native vector, an output width
+it does not divide or an input read at a stride: a ResNet's narrow late stages, a strided stem):
+one vector of output channels x a row of XB output columns in registers, accumulated into a
+channel-blocked copy of the output (see _conv_channel_vector).
+
+Direct (otherwise: grouped, depthwise, other widths):
 
     W packed once per call:      Wp[o // OB, c, r..., o % OB]
-    for (n, o // OB) parallel, y, x // V:
+    for o // OB parallel, n, y, x // V:                          ((n, o // OB) fused when few)
       out[OB, V] = 0                                            (decompose_reduction)
       for c, r0, r1:                                            the reduction, outside the tile
         for o % OB (unrolled):                                  OB accumulators of V lanes,
@@ -119,6 +124,17 @@ def find_conv(func: PrimFunc) -> ConvShape | None:
         return None
 
 
+def find_convs(func: PrimFunc) -> list[ConvShape]:
+    """The convolution blocks of func when every reduction in it is a convolution (a residual
+    block's main and shortcut convolutions fused into one kernel), else []."""
+    blocks = [b for b in collect(func.body, Block) if b.name != "root"]
+    reductions = [b for b in blocks if any(iv.kind == "reduce" for iv in b.iter_vars)]
+    try:
+        return [conv_shape(block) for block in reductions]
+    except ScheduleError:
+        return []
+
+
 def native_lanes(bits: int = 32) -> int:
     """Lanes of the widest vector register this CPU has (64 bytes with AVX-512, else 32)."""
     from ..intrin import cpu
@@ -151,10 +167,12 @@ _CHANNEL_BLOCK = {8: 6, 16: 12}
 
 
 def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, parallel: bool = True,
-              pack_weight: bool = True, gemm_tile: bool = True) -> Schedule:
+              pack_weight: bool = True, gemm_tile: bool = True, channel_vector: bool = True) -> Schedule:
     """Schedule a float32 convolution block (see the module docstring): on the fp32 GEMM tile
     when its NR divides the output width and the input is read at unit stride along it (unless
-    gemm_tile is False), else the direct register tile.  Raises ScheduleError when the block
+    gemm_tile is False), else, for an output width the native vector does not divide (or read at a
+    stride) and a channel count it does, the channel-vector tile (unless channel_vector is False), else the direct
+    register tile.  Raises ScheduleError when the block
     is not a convolution or a step is not legal for it; a Schedule passed in may then hold the
     steps made before (pass a function, or a copy, to keep the original)."""
     sch = func_or_sch if isinstance(func_or_sch, Schedule) else Schedule(func_or_sch)
@@ -187,12 +205,25 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
                 return _conv_on_gemm_tile(attempt, attempt.get_block(block), shape, tile, parallel)
             except ScheduleError as exc:
                 log.debug("conv_fp32: %s: the GEMM tile does not apply (%s); direct schedule", block, exc)
+    x_var, r_var = node.iter_vars[1 + nd].var, node.iter_vars[-1].var
+    strided = not _unit_stride(_data_load(node, shape).indices[-1], x_var, r_var)
+    if channel_vector and not grouped and shape.out_channels % native == 0 and (shape.out_width % native or strided):
+        attempt = sch.copy()
+        try:
+            return _conv_channel_vector(attempt, attempt.get_block(block), shape, native, parallel)
+        except ScheduleError as exc:
+            log.debug("conv_fp32: %s: the channel-vector tile does not apply (%s); direct schedule", block, exc)
     n, o, *spatial = loops[:2 + nd]
     reduce_loops = loops[2 + nd:]
     rows, x = spatial[:-1], spatial[-1]
     o_outer, o_inner = sch.split(o, [None, ob])
     x_outer, x_inner = sch.split(x, [None, lanes])
-    sch.reorder(n, o_outer, *rows, x_outer, *reduce_loops, o_inner, x_inner)
+    # With enough channel blocks to share out, they are the parallel loop on their own, outside
+    # the batch: a fused (n, o // OB) index is split back by floor divisions whose sign fix-ups
+    # the C compiler cannot drop inside a parallel loop, and the branches they leave keep the
+    # accumulators in memory.  Few blocks (a narrow layer) fuse the batch in.
+    unfused = shape.out_channels // ob >= _UNFUSED_CHANNEL_BLOCKS
+    sch.reorder(*((o_outer, n) if unfused else (n, o_outer)), *rows, x_outer, *reduce_loops, o_inner, x_inner)
     if pack_weight and ob > 1:
         packed = sch.cache_read(rv, shape.w_index, "global")
         sch.transform_layout(packed, ("write", 0), _weight_panels(ob, nd))
@@ -203,8 +234,12 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
     if parallel:
         # n and the channel blocks only: with the rows fused in too, gcc recomputes the fused
         # index's floor divisions (their sign fix-ups) inside the window loops
-        sch.parallel(sch.fuse(n, o_outer))
+        sch.parallel(o_outer if unfused else sch.fuse(n, o_outer))
     return sch
+
+
+# Channel blocks from which the direct form's parallel loop is the channel blocks alone (see there).
+_UNFUSED_CHANNEL_BLOCKS = 8
 
 
 # Tiles one vector wide, for output widths the wide tiles' NR does not divide (56, 24, 8).
@@ -271,6 +306,67 @@ def _conv_on_gemm_tile(sch: Schedule, rv, shape: ConvShape, intrin: str, paralle
     return sch
 
 
+# Output columns per channel-vector tile: as many accumulators of one vector of output channels as
+# leave registers for the weight vector and the input broadcast (16 ymm with AVX2, 32 zmm).
+_COLUMN_TILE = {8: 12, 16: 24}
+
+
+def column_tile(width: int, preferred: int) -> int:
+    """XB: the divisor of the output width up to `preferred` that leaves the fewest tiles (the
+    largest), so the tile has no remainder."""
+    return channel_block(width, preferred)
+
+
+def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, parallel: bool) -> Schedule:
+    """The output channels in vectors, a row of XB output columns in registers: for narrow or
+    strided outputs (a ResNet's 12 x 12 ... 3 x 3 stages, a 7 x 7 stride-2 stem), where a vector of
+    output columns would be mostly empty.  The block accumulates into a channel-blocked copy of the
+    output, acc[n, o // L, y, x, o % L], copied back to NCHW after; the weights are packed as
+    Wp[o // L, c, r..., o % L], so each step of the reduction loads one weight vector and
+    broadcasts one input element per column:
+
+        for (n, o // L) parallel, y, x // XB:
+          acc[n, o // L, y, x : x + XB, :] = 0
+          for c, r0, r1:
+            for x % XB (unrolled):  acc[n, o // L, y, x, 0:L] += X[n, c, y*s + r0, x*s + r1] * Wp[o // L, c, r0, r1, 0:L]
+        out[n, o, y, x] = acc[n, o // L, y, x, o % L]
+    """
+    nd = shape.spatial_dims
+    node = sch.get(rv)
+    output = node.writes[0].buffer
+    if any(p is output for p in sch.func.buffers):  # a parameter keeps its layout: accumulate in a copy
+        sch.cache_write(rv, 0, "global")
+    if nd == 2:
+        sch.transform_layout(rv, ("write", 0), lambda n, o, y, x: (n, o // lanes, y, x, o % lanes))
+    else:
+        sch.transform_layout(rv, ("write", 0), lambda n, o, x: (n, o // lanes, x, o % lanes))
+    packed = sch.cache_read(rv, shape.w_index, "global")
+    if nd == 2:
+        sch.transform_layout(packed, ("write", 0), lambda o, c, r0, r1: (o // lanes, c, r0, r1, o % lanes))
+    else:
+        sch.transform_layout(packed, ("write", 0), lambda o, c, r0: (o // lanes, c, r0, o % lanes))
+    loops = sch.get_loops(rv)
+    n, o, *spatial = loops[:2 + nd]
+    reduce_loops = loops[2 + nd:]
+    rows, x = spatial[:-1], spatial[-1]
+    xb = column_tile(shape.out_width, _COLUMN_TILE.get(lanes, 12))
+    o_outer, o_inner = sch.split(o, [None, lanes])
+    x_outer, x_inner = sch.split(x, [None, xb])
+    channel, *window = reduce_loops
+    # the channel loop innermost of the reduction: the accumulators stay at one address for its
+    # whole run, so the C compiler keeps them in registers across it
+    # the channel blocks outermost and parallel, unfused: a fused (n, o // L) index would be split
+    # back by floor divisions whose sign fix-ups the C compiler cannot drop inside a parallel loop
+    sch.reorder(o_outer, n, *rows, x_outer, *window, channel, x_inner, o_inner)
+    sch.decompose_reduction(rv, window[0] if window else channel)
+    sch.vectorize(o_inner)
+    if xb > 1:
+        sch.unroll(x_inner)
+    if parallel:
+        sch.parallel(o_outer)
+    return sch
+
+
 def _weight_panels(ob: int, nd: int):
     if nd == 2:
         return lambda o, c, r0, r1: (o // ob, c, r0, r1, o % ob)
@@ -282,4 +378,4 @@ def _data_load(block: Block, shape: ConvShape) -> BufferLoad:
     return loads[0]
 
 
-__all__ = ["ConvShape", "conv_fp32", "conv_shape", "find_conv", "vector_width", "channel_block"]
+__all__ = ["ConvShape", "channel_block", "column_tile", "conv_fp32", "conv_shape", "find_conv", "find_convs", "vector_width"]
