@@ -121,10 +121,19 @@ def _loop_bindings(func: PrimFunc, block: Block) -> dict[int, str]:
 
 
 def default_rules(target: str = "c") -> list[ScheduleRule]:
-    """The rules for a target: for CPU targets multi-level tiling SSRSRS, then parallel-vectorize-unroll."""
+    """The rules for a target.  CPU: auto-inline, tensorize tiling (where a tile intrinsic this CPU
+    runs matches), multi-level tiling SSRSRS (the other reductions), random compute location,
+    parallel outer loops, parallel-vectorize-unroll."""
     if target.split()[:1] == ["cuda"]:
         raise RefcompError("tune: no design space for CUDA targets yet (the GPU tiling rule is not built)")
-    return [MultiLevelTiling(), ParallelVectorizeUnroll()]
+    from .rules import AutoInline, ParallelOuter, RandomComputeLocation, TensorizeTiling
+
+    return [AutoInline(), TensorizeTiling(), MultiLevelTiling(), RandomComputeLocation(), ParallelOuter(),
+            ParallelVectorizeUnroll()]
+
+
+def _block_names(func: PrimFunc) -> set[str]:
+    return {b.name for b in collect(func.body, Block)}
 
 
 @dataclass
@@ -135,11 +144,22 @@ class DesignSpace:
 
     def sample(self, func: PrimFunc, seed: int) -> Schedule:
         """One sampled schedule; raises ScheduleError when a rule fails for these decisions."""
+        return self._sample(func, seed, default=False)
+
+    def default_sample(self, func: PrimFunc, seed: int = 0) -> Schedule:
+        """The schedule the rules make with their preferred decisions (rules with `apply_default`;
+        the others sample as usual): the rule-based default the search starts from."""
+        return self._sample(func, seed, default=True)
+
+    def _sample(self, func: PrimFunc, seed: int, default: bool) -> Schedule:
         sch = Schedule(func, seed=seed)
         names = [b.name for b in collect(func.body, Block) if b.name != "root"]
         for name in names:
             for rule in self.rules:
-                rule.apply(sch, sch.get_block(name))
+                if name not in _block_names(sch.func):
+                    break  # inlined, or replaced by a rule (a tensorized tile)
+                apply = getattr(rule, "apply_default", None) if default else None
+                (apply or rule.apply)(sch, sch.get_block(name))
         return sch
 
     def sample_many(self, func: PrimFunc, count: int, rng: random.Random, attempts: int = 10) -> list[Schedule]:
@@ -198,9 +218,10 @@ def default_mutators() -> list:
 
 
 def mutate_trace(func: PrimFunc, trace: dict, mutators: Sequence, rng: random.Random,
-                 attempts: int = 8) -> Schedule | None:
+                 attempts: int = 8, tried: set[str] | None = None) -> Schedule | None:
     """A schedule whose trace differs from trace in one decision, replayed from the start; None
-    when no mutation replays (a primitive rejects every changed decision tried)."""
+    when no mutation replays (a primitive rejects every changed decision tried).  `tried` holds
+    the changed traces replayed before (JSON text); they are not replayed again."""
     by_kind = {m.kind: m for m in mutators}
     spots = [i for i, inst in enumerate(trace["instructions"]) if inst["kind"] in by_kind]
     if not spots:
@@ -213,6 +234,11 @@ def mutate_trace(func: PrimFunc, trace: dict, mutators: Sequence, rng: random.Ra
             continue
         changed = json.loads(json.dumps(trace))
         changed["instructions"][index]["args"]["decision"] = new
+        if tried is not None:
+            text = json.dumps(changed, sort_keys=True)
+            if text in tried:
+                continue
+            tried.add(text)
         try:
             return Schedule.from_trace(func, changed)
         except RefcompError:
