@@ -110,3 +110,10 @@ class Database:
         """The fastest record of a workload on a target, or None."""
         found = self.query(workload, target)
         return found[0] if found else None
+
+    def schedule_for(self, func, target: str):
+        """func scheduled by its fastest record on target, or None when there is none (the
+        method `refcomp.graph.build(..., tuning_database=db)` calls for each kernel)."""
+        from .search import best_scheduled
+
+        return best_scheduled(func, self, target)

@@ -78,8 +78,18 @@ def replay(func: PrimFunc, record: TuningRecord | dict) -> Schedule:
 
 def apply_best(func: PrimFunc, database: Database, target: str = "c") -> PrimFunc:
     """func scheduled by its best record in database for target, or func itself when there is none."""
-    record = database.best(structural_hash(func), target)
-    return func if record is None else replay(func, record).func
+    scheduled = best_scheduled(func, database, target)
+    return func if scheduled is None else scheduled
+
+
+def best_scheduled(func: PrimFunc, database: Database, target: str = "c") -> PrimFunc | None:
+    """func scheduled by the fastest of its records in database that replays, or None."""
+    for record in database.query(structural_hash(func), target):
+        try:
+            return replay(func, record).func
+        except RefcompError:
+            continue  # a record from another version of a primitive: try the next
+    return None
 
 
 def _key(sch: Schedule) -> str:
