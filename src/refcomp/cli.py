@@ -1,4 +1,4 @@
-"""The `refcomp` command: `refcomp demo`, `refcomp check FILE`, `refcomp version`."""
+"""The `refcomp` command: `refcomp demo`, `refcomp check FILE`, `refcomp tune WHAT`, `refcomp version`."""
 from __future__ import annotations
 
 import argparse
@@ -30,9 +30,16 @@ def _version(argv: list[str]) -> int:
     return 0
 
 
+def _tune(argv: list[str]) -> int:
+    from .tune_command import main
+
+    return main(argv)
+
+
 COMMANDS = {
     "demo": (_demo, "build and run a few kernels, compare with numpy"),
     "check": (_check, "prove every function in a file shape-correct (exit 0 only when all are proved)"),
+    "tune": (_tune, "tune a workload, a script file or an ONNX model: progress bar, database, curve plot"),
     "version": (_version, "print the version"),
 }
 

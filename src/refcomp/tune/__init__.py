@@ -9,6 +9,7 @@ from .database import Database, TuningRecord
 from .features import FEATURE_NAMES, extract_features, features_of
 from .runner import Candidate, Checker, MeasureResult, Runner
 from .model import ModelTuneResult, Task, TaskReport, extract_tasks, tune_model
+from .progress import ProgressBar, format_seconds, matplotlib_available, plot_curve
 from .rules import AutoInline, ParallelOuter, RandomComputeLocation, TensorizeTiling
 from .search import Failure, TuneResult, apply_best, best_scheduled, count_flops, replay, tune
 from .space import (DesignSpace, MultiLevelTiling, MutateCategorical, MutateTileSize, ParallelVectorizeUnroll,
@@ -17,7 +18,7 @@ from .workload import structural_hash
 
 __all__ = [
     "AutoInline", "ModelTuneResult", "ParallelOuter", "RandomComputeLocation", "Task", "TaskReport",
-    "TensorizeTiling", "best_scheduled", "extract_tasks", "tune_model",
+    "TensorizeTiling", "best_scheduled", "ProgressBar", "format_seconds", "matplotlib_available", "plot_curve", "extract_tasks", "tune_model",
     "Candidate", "Checker", "CostModel", "Database", "DesignSpace", "FEATURE_NAMES", "Failure", "MeasureResult",
     "MultiLevelTiling", "MutateCategorical", "MutateTileSize", "ParallelVectorizeUnroll", "RidgeModel", "Runner",
     "ScheduleRule", "TuneResult", "TuningRecord", "XGBModel", "apply_best", "count_flops", "default_cost_model",

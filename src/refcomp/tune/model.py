@@ -111,6 +111,12 @@ class ModelTuneResult:
 
     tasks: list[TaskReport]
     trials: int
+    curve: list[tuple[int, float, float]] = field(default_factory=list)  # (trials, seconds, weighted time)
+
+    @property
+    def flops(self) -> float:
+        """The work of one model call in the tuned kernels (call count x flops of each task)."""
+        return sum(r.task.weight * r.task.flops for r in self.tasks)
 
     @property
     def weighted_time(self) -> float:
@@ -150,6 +156,7 @@ def tune_model(mod: IRModule | Function, target: str = "c", trials: int = 256, *
     reports = [TaskReport(task) for task in tasks]
     active = list(reports)
     done, start, round_index = 0, time.monotonic(), 0
+    curve: list[tuple[int, float, float]] = []
     while done < trials and active:
         report = max(active, key=lambda r: _expected_gain(r, floor))
         if _expected_gain(report, floor) <= 0.0:
@@ -165,7 +172,10 @@ def tune_model(mod: IRModule | Function, target: str = "c", trials: int = 256, *
         report.history.append(report.best_time)
         if result.trials == 0:
             active.remove(report)  # the design space has nothing new to offer
+        elapsed = time.monotonic() - start
+        if all(r.best_time < float("inf") for r in reports):
+            curve.append((done, elapsed, sum(r.task.weight * r.best_time for r in reports)))
         if progress is not None:
             gflops = report.task.flops / report.best_time / 1e9 if report.best_time < float("inf") else 0.0
-            progress(done, trials, report.task.name, gflops, time.monotonic() - start)
-    return ModelTuneResult(reports, done)
+            progress(done, trials, report.task.name, gflops, elapsed)
+    return ModelTuneResult(reports, done, curve)
