@@ -205,7 +205,7 @@ class _Search:
 def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Database | None = None,
          space: DesignSpace | None = None, mutators: Sequence | None = None, runner: Runner | None = None,
          cost_model: CostModel | None = None, reference: Callable | None = None, seed: int = 0,
-         population: int = 32, batch: int = 16, generations: int = 2, children: int | None = None,
+         population: int = 32, batch: int = 16, generations: int = 1, children: int | None = None,
          epsilon: float = 0.2,
          max_seconds: float | None = None,
          progress: Callable[[int, int, float, float], None] | None = None) -> TuneResult:
