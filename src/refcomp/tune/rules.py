@@ -78,6 +78,7 @@ class TensorizeTiling:
         for j0 | i0 in parallel:  for k0:  for (i0 | j0):  for j1:  for i1:  tile(MR, NR, KC)
     """
 
+    restructures = True  # left out after a function-level rule (DesignSpace)
     preferred_mc: int = 96
     preferred_nc: int = 512
     preferred_kc: int = 512
@@ -149,8 +150,35 @@ def _is_output(sch: Schedule, block: Block) -> bool:
 
 
 @dataclass
+class RowReductionDefault:
+    """A function-level rule: for a row reduction (softmax, layer norm: stages over the same rows
+    ending in a spatial output stage), the rule-based default's structure, every earlier stage
+    under the output's (fused) row loop, that loop parallel (loops.defaults.schedule_row_reduction).
+    A sampled choice keeps it or leaves the function to the block rules (preferred: keep it).
+    After it, the rules that place or tile blocks (`restructures`) are left out; the block-level
+    parallel and vector rules still apply to the loops it left serial."""
+
+    def apply_function(self, sch: Schedule, default: bool = False) -> tuple[Schedule, bool]:
+        """(the schedule, whether the structure was applied); sch itself when it does not fit."""
+        from ..loops.defaults import is_row_reduction, schedule_row_reduction
+
+        if not is_row_reduction(sch.func):
+            return sch, False
+        trial = sch.copy()
+        if not int(_choose(trial, [1, 0], 1, default)):
+            return trial, False
+        try:
+            scheduled = schedule_row_reduction(trial)
+        except RefcompError:
+            return sch, False
+        return (scheduled, True) if scheduled is not None else (sch, False)
+
+
+@dataclass
 class AutoInline:
     """Inline a spatial block that is not an output into its readers (an elementwise producer)."""
+
+    restructures = True
 
     def apply(self, sch: Schedule, block: BlockRV) -> None:
         node = sch.get(block)
@@ -167,6 +195,8 @@ class AutoInline:
 @dataclass
 class RandomComputeLocation:
     """Compute a block that is not an output at a sampled loop of its consumer (or leave it)."""
+
+    restructures = True
 
     def apply(self, sch: Schedule, block: BlockRV) -> None:
         node = sch.get(block)

@@ -47,6 +47,7 @@ class MultiLevelTiling:
     max_innermost_factor: int = 64
     write_cache: bool = True
     parallel: bool = True
+    restructures = True  # left out after a function-level rule (DesignSpace)
 
     def apply(self, sch: Schedule, block: BlockRV) -> None:
         node = sch.get(block)
@@ -84,8 +85,15 @@ class ParallelVectorizeUnroll:
 
     unroll_choices: Sequence[int] = (0, 1)
     max_vector_extent: int = 64
+    split_lanes: Sequence[int] = (8, 16)
 
     def apply(self, sch: Schedule, block: BlockRV) -> None:
+        self._apply(sch, block, default=False)
+
+    def apply_default(self, sch: Schedule, block: BlockRV) -> None:
+        self._apply(sch, block, default=True)
+
+    def _apply(self, sch: Schedule, block: BlockRV, default: bool) -> None:
         node = sch.get(block)
         loops = sch.get_loops(block)
         if not loops:
@@ -100,9 +108,20 @@ class ParallelVectorizeUnroll:
                 sch.vectorize(loops[-1])
             except ScheduleError:
                 pass
+        elif kind == "spatial" and isinstance(extent, int) and extent > self.max_vector_extent \
+                and innermost.kind == "serial":
+            lanes = [n for n in self.split_lanes if extent % n == 0]
+            if lanes:
+                # a long spatial loop: split off a vector of lanes (sampled; the first is preferred)
+                width = sch.sample_categorical(lanes, [1.0] * len(lanes), decision=0 if default else None)
+                try:
+                    sch.vectorize(sch.split(loops[-1], [None, width])[-1])
+                except ScheduleError:
+                    pass
         if _is_reduction(node) and len(self.unroll_choices) > 1:
             reduce_loops = [l for l in loops if bindings.get(id(sch.get(l).loop_var)) == "reduce"]
-            choice = sch.sample_categorical(list(self.unroll_choices), [1.0] * len(self.unroll_choices))
+            choice = sch.sample_categorical(list(self.unroll_choices), [1.0] * len(self.unroll_choices),
+                                            decision=0 if default else None)
             if int(choice) and reduce_loops and sch.get(reduce_loops[-1]).kind == "serial":
                 extent = getattr(sch.get(reduce_loops[-1]).extent, "value", None)
                 if isinstance(extent, int) and extent <= 16:
@@ -121,15 +140,15 @@ def _loop_bindings(func: PrimFunc, block: Block) -> dict[int, str]:
 
 
 def default_rules(target: str = "c") -> list[ScheduleRule]:
-    """The rules for a target.  CPU: auto-inline, tensorize tiling (where a tile intrinsic this CPU
+    """The rules for a target.  CPU: the row-reduction structure (a function-level rule), auto-inline, tensorize tiling (where a tile intrinsic this CPU
     runs matches), multi-level tiling SSRSRS (the other reductions), random compute location,
     parallel outer loops, parallel-vectorize-unroll."""
     if target.split()[:1] == ["cuda"]:
         raise RefcompError("tune: no design space for CUDA targets yet (the GPU tiling rule is not built)")
-    from .rules import AutoInline, ParallelOuter, RandomComputeLocation, TensorizeTiling
+    from .rules import AutoInline, ParallelOuter, RandomComputeLocation, RowReductionDefault, TensorizeTiling
 
-    return [AutoInline(), TensorizeTiling(), MultiLevelTiling(), RandomComputeLocation(), ParallelOuter(),
-            ParallelVectorizeUnroll()]
+    return [RowReductionDefault(), AutoInline(), TensorizeTiling(), MultiLevelTiling(), RandomComputeLocation(),
+            ParallelOuter(), ParallelVectorizeUnroll()]
 
 
 def _block_names(func: PrimFunc) -> set[str]:
@@ -153,9 +172,19 @@ class DesignSpace:
 
     def _sample(self, func: PrimFunc, seed: int, default: bool) -> Schedule:
         sch = Schedule(func, seed=seed)
+        restructured = False
+        for rule in self.rules:
+            whole = getattr(rule, "apply_function", None)
+            if whole is not None:
+                sch, applied = whole(sch, default)
+                restructured = restructured or applied
         names = [b.name for b in collect(func.body, Block) if b.name != "root"]
         for name in names:
             for rule in self.rules:
+                if getattr(rule, "apply_function", None) is not None:
+                    continue
+                if restructured and getattr(rule, "restructures", False):
+                    continue  # a function rule placed every block already
                 if name not in _block_names(sch.func):
                     break  # inlined, or replaced by a rule (a tensorized tile)
                 apply = getattr(rule, "apply_default", None) if default else None
