@@ -92,3 +92,23 @@ def test_the_search_measures_the_rule_based_default_first():
     default = DesignSpace(default_rules()).default_sample(func, seed)
     assert any("tensorize" == inst.kind for inst in default.trace.instructions)
     assert db.records[0].trace == json.loads(default.trace.to_json())
+
+
+def test_row_reductions_start_from_the_default_structure_and_stay_correct():
+    from refcomp.tune import RowReductionDefault
+
+    func = workloads.layer_norm(6, 128)
+    rng = np.random.default_rng(random.randrange(2**20))
+    a = rng.uniform(-2, 2, (6, 128)).astype("float32")
+    want = (a - a.mean(1, keepdims=True)) / np.sqrt(a.var(1, keepdims=True) + 1e-5)
+    space = DesignSpace(default_rules())
+    default = space.default_sample(func)
+    kinds = [inst.kind for inst in default.trace.instructions]
+    assert "compute_at" in kinds and "parallel" in kinds and "sample_perfect_tile" not in kinds
+    assert isinstance(space.rules[0], RowReductionDefault)
+    for sch in [default] + space.sample_many(func, 3, random.Random(random.randrange(2**20))):
+        out = np.full((6, 128), 7.0, dtype="float32")
+        interpret(sch.func, a, out)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
+        again = Schedule.from_trace(func, sch.trace.to_json())
+        assert structural_equal(again.func, sch.func)

@@ -10,14 +10,14 @@ from .features import FEATURE_NAMES, extract_features, features_of
 from .runner import Candidate, Checker, MeasureResult, Runner
 from .model import ModelTuneResult, Task, TaskReport, extract_tasks, tune_model
 from .progress import ProgressBar, format_seconds, matplotlib_available, plot_curve
-from .rules import AutoInline, ParallelOuter, RandomComputeLocation, TensorizeTiling
+from .rules import AutoInline, ParallelOuter, RandomComputeLocation, RowReductionDefault, TensorizeTiling
 from .search import Failure, TuneResult, apply_best, best_scheduled, count_flops, replay, tune
 from .space import (DesignSpace, MultiLevelTiling, MutateCategorical, MutateTileSize, ParallelVectorizeUnroll,
                     ScheduleRule, default_mutators, default_rules, mutate_trace)
 from .workload import structural_hash
 
 __all__ = [
-    "AutoInline", "ModelTuneResult", "ParallelOuter", "RandomComputeLocation", "Task", "TaskReport",
+    "AutoInline", "RowReductionDefault", "ModelTuneResult", "ParallelOuter", "RandomComputeLocation", "Task", "TaskReport",
     "TensorizeTiling", "best_scheduled", "ProgressBar", "format_seconds", "matplotlib_available", "plot_curve", "extract_tasks", "tune_model",
     "Candidate", "Checker", "CostModel", "Database", "DesignSpace", "FEATURE_NAMES", "Failure", "MeasureResult",
     "MultiLevelTiling", "MutateCategorical", "MutateTileSize", "ParallelVectorizeUnroll", "RidgeModel", "Runner",

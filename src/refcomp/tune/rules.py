@@ -208,8 +208,8 @@ class RandomComputeLocation:
 
 @dataclass
 class ParallelOuter:
-    """Run the outermost loop of a block in parallel when it binds only spatial iters and is
-    still serial; `min_extent` keeps tiny loops serial."""
+    """Run the outermost loop of a block in parallel when it binds only spatial iters, the block
+    has more than one loop and none is parallel yet; `min_extent` keeps tiny loops serial."""
 
     min_extent: int = 2
 
@@ -218,8 +218,8 @@ class ParallelOuter:
 
         node = sch.get(block)
         loops = sch.get_loops(block)
-        if not loops or any(sch.get(loop).kind == "parallel" for loop in loops):
-            return
+        if len(loops) < 2 or any(sch.get(loop).kind == "parallel" for loop in loops):
+            return  # a single loop is left to the vectorizer
         first = sch.get(loops[0])
         extent = as_int(first.extent)
         if first.kind != "serial" or extent is None or extent < self.min_extent:
