@@ -17,8 +17,8 @@ from ..ast import Block, as_int
 from ..errors import RefcompError, ScheduleError
 from ..loops import intrin as intrin_registry
 from ..loops.recipes.common import MatmulShape, matmul_shape, takes_partial_rows, tile_of
-from ..loops.recipes.matmul import (_GROUP, _b_panels, _schedule_copy, _schedule_grouped_copy,
-                                    _schedule_transposed_copy)
+from ..loops.recipes.matmul import (_GROUP, PANEL_INTRINS, _b_panels, _schedule_copy, _schedule_grouped_copy,
+                                    _schedule_panel_copy, _schedule_transposed_copy)
 from ..loops.schedule import BlockRV, Schedule
 
 
@@ -70,8 +70,10 @@ class TensorizeTiling:
 
     Decisions (each a sample_categorical): the intrinsic (among those the CPU has, widest vector
     first), the row block MC (as MC / MR tiles), the column block NC (as NC / NR panels), the
-    reduction slab KC, and which loop runs in parallel (column blocks, each thread packing its
-    own slab of B; or row blocks, all reading B packed once).  B is packed into NR-wide panels
+    reduction slab KC, which loop runs in parallel (column blocks, each thread packing its own
+    slab of B; or row blocks, all reading B packed once), and, for an intrinsic with a panel
+    form, whether A is packed into MR-row panels.  The first three reach the loops as split
+    factors (mutable); the others choose the structure (explored by fresh samples).  B is packed into NR-wide panels
     (cache_read + transform_layout) in the layout the intrinsic reads; the tile block zeroes its
     C tile before the first slab, so C needs no separate write cache.  The structure is:
 
@@ -119,7 +121,16 @@ class TensorizeTiling:
         nc_panels = _choose(sch, nc_choices, _nearest(nc_choices, self.preferred_nc // nr), default)
         kc = _choose(sch, kc_choices, _nearest(kc_choices, self.preferred_kc), default)
         by_columns = _choose(sch, [1, 0], 1, default)
+        # A in MR-row panels read by the intrinsic's panel form: one stream of A per tile instead
+        # of MR rows that may share an L1 set (a row stride of 4 KiB)
+        panels = int(_choose(sch, [0, 1], 0, default)) if name in PANEL_INTRINS else 0
 
+        if panels:
+            packed_a = sch.cache_read(block, shape.a_index, "global")
+            sch.transform_layout(packed_a, ("write", 0), lambda i, k: (i // mr, k, i % mr),
+                                 pad_value=0.0 if m % mr else None)
+            _schedule_panel_copy(sch, packed_a, True, mr)
+            name = PANEL_INTRINS[name]
         packed = sch.cache_read(block, shape.b_index, "global")
         i, j, kk = sch.get_loops(block)
         i0, i1, i2 = sch.split(i, [None, mc_tiles, mr])

@@ -246,13 +246,42 @@ def default_mutators() -> list:
     return [MutateTileSize(), MutateCategorical()]
 
 
+def _outputs(inst: dict) -> list[str]:
+    out = inst.get("outputs")
+    return [o for o in (out if isinstance(out, list) else [out]) if isinstance(o, str)]
+
+
+def _referenced_handles(trace: dict) -> set[str]:
+    """The handles ({"rv": name}) that instructions of trace take as arguments."""
+    found: set[str] = set()
+
+    def walk(value) -> None:
+        if isinstance(value, dict):
+            if isinstance(value.get("rv"), str) and len(value) == 1:
+                found.add(value["rv"])
+            else:
+                for item in value.values():
+                    walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    for inst in trace["instructions"]:
+        walk(inst["args"])
+    return found
+
+
 def mutate_trace(func: PrimFunc, trace: dict, mutators: Sequence, rng: random.Random,
                  attempts: int = 8, tried: set[str] | None = None) -> Schedule | None:
     """A schedule whose trace differs from trace in one decision, replayed from the start; None
     when no mutation replays (a primitive rejects every changed decision tried).  `tried` holds
     the changed traces replayed before (JSON text); they are not replayed again."""
     by_kind = {m.kind: m for m in mutators}
-    spots = [i for i, inst in enumerate(trace["instructions"]) if inst["kind"] in by_kind]
+    used = _referenced_handles(trace)
+    # only decisions whose value a later instruction reads: a decision that chose the structure
+    # (which instructions follow) is not replayed by them, so changing it would change nothing
+    spots = [i for i, inst in enumerate(trace["instructions"]) if inst["kind"] in by_kind
+             and any(out in used for out in _outputs(inst))]
     if not spots:
         return None
     for _ in range(attempts):
