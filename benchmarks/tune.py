@@ -92,13 +92,24 @@ def _inputs(func, rng):
     return arrays
 
 
+def _llvm_cpu(tvm) -> str:
+    """LLVM's name for this CPU (what -mcpu=native would pick)."""
+    try:
+        return str(tvm.get_global_func("codegen.llvm.GetHostCPUName")())
+    except Exception:
+        return "native"
+
+
 def tvm_matmul(n: int, trials: int, work_dir: str):
     """TVM MetaSchedule's tuned time (seconds) and tuning wall time for the n x n x n fp32 matmul,
     or None and the reason when apache-tvm is not importable."""
     try:
         import tvm
-        from tvm import meta_schedule as ms
         from tvm import te as tvm_te
+        try:
+            from tvm.s_tir import meta_schedule as ms  # TVM 0.27 and later
+        except ImportError:
+            from tvm import meta_schedule as ms
     except Exception as error:  # not installed, or a broken install
         return None, f"apache-tvm is not importable ({type(error).__name__}: {error})"
     a = tvm_te.placeholder((n, n), "float32", name="A")
@@ -107,21 +118,27 @@ def tvm_matmul(n: int, trials: int, work_dir: str):
     c = tvm_te.compute((n, n), lambda i, j: tvm_te.sum(a[i, k] * b[k, j], axis=k), name="C")
     mod = tvm.IRModule({"main": tvm_te.create_prim_func([a, b, c])})
     threads = int(os.environ.get("TVM_NUM_THREADS", os.cpu_count() or 1))
-    target = tvm.target.Target(f"llvm -mcpu=native -num-cores {threads}")
+    try:  # TVM 0.27 takes a target as a dict; older ones as a command-line string
+        target = tvm.target.Target({"kind": "llvm", "mcpu": _llvm_cpu(tvm), "num-cores": threads})
+    except Exception:
+        target = tvm.target.Target(f"llvm -mcpu=native -num-cores {threads}")
     start = time.monotonic()
-    database = ms.tune_tir(mod, target, work_dir=work_dir, max_trials_global=trials, num_trials_per_iter=16)
+    # builds get more than the default 30 s: on a busy machine TVM's builder processes start slowly
+    database = ms.tune_tir(mod, target, work_dir=work_dir, max_trials_global=trials,
+                           num_trials_per_iter=min(16, trials), builder=ms.builder.LocalBuilder(timeout_sec=300))
     sch = ms.tir_integration.compile_tir(database, mod, target)
     spent = time.monotonic() - start
     if sch is None:
         return None, "TVM found no valid schedule"
-    lib = tvm.build(sch.mod, target=target)
+    lib = tvm.compile(sch.mod, target=target) if hasattr(tvm, "compile") else tvm.build(sch.mod, target=target)
     dev = tvm.cpu()
+    array = tvm.runtime.tensor if hasattr(tvm.runtime, "tensor") else tvm.nd.array
     rng = np.random.default_rng()
     an, bn = rng.uniform(-1, 1, (n, n)).astype("float32"), rng.uniform(-1, 1, (n, n)).astype("float32")
-    at, bt, ct = tvm.nd.array(an, dev), tvm.nd.array(bn, dev), tvm.nd.array(np.zeros((n, n), "float32"), dev)
-    lib(at, bt, ct)
+    at, bt, ct = array(an, dev), array(bn, dev), array(np.zeros((n, n), "float32"), dev)
+    lib["main"](at, bt, ct)
     np.testing.assert_allclose(ct.numpy(), an @ bn, rtol=1e-3, atol=1e-3 * np.sqrt(n))
-    timer = lib.time_evaluator(lib.entry_name, dev, number=5, repeat=3)
+    timer = lib.time_evaluator("main", dev, number=5, repeat=3)
     return (min(timer(at, bt, ct).results), spent), ""
 
 

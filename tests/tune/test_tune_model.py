@@ -65,7 +65,7 @@ def test_tune_model_shares_the_budget_and_build_applies_the_records(tmp_path):
     db = Database(tmp_path / "model.jsonl")
     rounds = []
     result = tune_model(mod, trials=8, database=db, batch=2, population=4, seed=random.randrange(2**20),
-                        runner=Runner(workers=2, timeout_s=60), progress=lambda *a: rounds.append(a))
+                        runner=Runner(workers=2, timeout_s=300), progress=lambda *a: rounds.append(a))
     assert result.trials == 8 and sum(r.trials for r in result.tasks) == 8
     assert all(r.trials >= 2 for r in result.tasks)  # every task had a round before any got a second
     assert [r[0] for r in rounds] == [2, 4, 6, 8]

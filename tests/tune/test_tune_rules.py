@@ -37,7 +37,7 @@ def test_tensorize_tiling_samples_are_checked_correct_and_the_default_comes_firs
     assert all(d == 0 for d in _categorical_decisions(default)[-1:])  # parallel over columns by default
     samples = space.sample_many(func, 4, random.Random(random.randrange(2**20)))
     candidates = [Candidate(json.loads(s.trace.to_json())) for s in [default] + samples]
-    results = Runner(workers=2, timeout_s=60).measure(func, candidates, Checker(func, _matmul_reference,
+    results = Runner(workers=2, timeout_s=300).measure(func, candidates, Checker(func, _matmul_reference,
                                                                                      seed=random.randrange(2**20)))
     assert [r.status for r in results] == ["ok"] * len(candidates), [r.message for r in results]
 
@@ -47,7 +47,7 @@ def _categorical_decisions(sch):
 
 
 def test_a_changed_tile_decision_reaches_the_loops():
-    func = workloads.matmul(12, 64, 32)
+    func = workloads.matmul(12, 64, 128)  # KC: 64 or 128
     _needs_a_tile_intrinsic(func)
     sch = DesignSpace([TensorizeTiling()]).default_sample(func)
     trace = json.loads(sch.trace.to_json())
@@ -55,9 +55,8 @@ def test_a_changed_tile_decision_reaches_the_loops():
     columns = trace["instructions"][sampled[2]]["args"]  # NC as NC / NR panels
     assert len(columns["candidates"]) >= 1
     kc = trace["instructions"][sampled[3]]["args"]
-    if len(kc["candidates"]) < 2:
-        pytest.skip("one KC only")
-    kc["decision"] = 1 - kc["decision"] if len(kc["candidates"]) == 2 else (kc["decision"] + 1) % len(kc["candidates"])
+    assert kc["candidates"] == [64, 128]
+    kc["decision"] = 1 - kc["decision"]
     changed = Schedule.from_trace(func, trace)
     assert not structural_equal(changed.func, sch.func)
 
@@ -87,7 +86,7 @@ def test_the_search_measures_the_rule_based_default_first():
     seed = random.randrange(2**20)
     db = Database()
     result = tune(func, "c", trials=3, batch=3, population=4, seed=seed, database=db,
-                  reference=_matmul_reference, runner=Runner(workers=2, timeout_s=60))
+                  reference=_matmul_reference, runner=Runner(workers=2, timeout_s=300))
     assert result.trials == 3 and not result.failures and result.schedule is not None
     default = DesignSpace(default_rules()).default_sample(func, seed)
     assert any("tensorize" == inst.kind for inst in default.trace.instructions)
