@@ -1,13 +1,22 @@
-"""refcomp's auto-tuner on fp32 matmul from the plain te definition (no recipe) vs numpy (OpenBLAS).
+"""refcomp's auto-tuner: fp32 matmul from the plain te definition (no recipe) vs numpy (OpenBLAS),
+and other operators tuned vs their default schedule and vs numpy / torch; TVM's MetaSchedule side
+by side when apache-tvm is installed.
 
-    python benchmarks/tune.py [--json] [--size 1024] [--trials 64,256] [--repeat 5] [--rounds 3]
+    python benchmarks/tune.py [--json] [--size 1024] [--trials 64,256] [--op-trials 32]
+                              [--ops conv2d,softmax,layer_norm,bmm_bt] [--small] [--tvm-trials 64]
     python benchmarks/tune.py --dask 32 [--json]     # tuning throughput on a local Dask cluster
 
-One tuning run, one database: the search measures the first budget's trials, the tuned kernel
-is timed against numpy, then the search goes on to the next budget.  Every candidate the search
-measures is checked against numpy on random data in its worker process; the tuned kernel is
-checked again here before it is timed.  Cases: `matmul_{size}_t{trials}` with ratio = numpy time
-/ tuned kernel time (> 1: refcomp faster) and `tuning_s`, the wall time of the search so far.
+Matmul: one tuning run, one database; the search measures the first budget's trials, the tuned
+kernel is timed against numpy, then the search goes on to the next budget.  Cases
+`matmul_{size}_t{trials}`: ratio = numpy time / tuned kernel time, with `tuning_s`, the wall time
+of the search so far.  Each other operator is tuned with `--op-trials` trials; cases
+`{op}_vs_default` (ratio = default schedule time / tuned time) and `{op}_vs_numpy` (or
+`_vs_torch`; ratio = their time / tuned time).  With apache-tvm importable, TVM's MetaSchedule
+tunes the same matmul with the first budget's trials: case `vs_tvm_matmul_{size}_t{trials}`,
+ratio = TVM's tuned time / refcomp's.  Every candidate the search measures is checked against
+the reference on random data in its worker process; every kernel timed here is checked again
+against numpy first.  All tuning happens before any kernel runs in this process (the runner
+forks its workers, and a process that has started OpenMP threads cannot fork safely).
 """
 from __future__ import annotations
 
@@ -25,11 +34,12 @@ import numpy as np  # noqa: E402
 
 import refcomp  # noqa: E402
 from refcomp import tune, workloads  # noqa: E402
+from refcomp.graph.passes.default_schedule import schedule_kernel  # noqa: E402
 from refcomp.loops import intrin  # noqa: E402
 from matmul import blas_description, cpu_name  # noqa: E402
 
 
-def _reference(arrays):
+def _matmul_reference(arrays):
     arrays[2][...] = arrays[0] @ arrays[1]
 
 
@@ -48,7 +58,7 @@ def dask_scaling(trials: int, as_json: bool) -> None:
 
     print(f"machine: {intrin.cpu.describe()}, {os.cpu_count()} CPUs; dask distributed {distributed.__version__}")
     func = workloads.matmul(64, 64, 64)
-    settings = dict(trials=trials, batch=8, population=16, generations=1, seed=0, reference=_reference)
+    settings = dict(trials=trials, batch=8, population=16, generations=1, seed=0, reference=_matmul_reference)
 
     def minutes(runner) -> float:
         start = time.monotonic()
@@ -83,11 +93,115 @@ def dask_scaling(trials: int, as_json: bool) -> None:
         print(json.dumps({"cases": cases}))
 
 
+def _softmax(a):
+    e = np.exp(a - a.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _layer_norm(a, eps=1e-5):
+    mean = a.mean(axis=1, keepdims=True)
+    return (a - mean) / np.sqrt(((a - mean) ** 2).mean(axis=1, keepdims=True) + eps)
+
+
+def _conv_torch():
+    try:
+        import torch
+    except ImportError:
+        return None, "numpy"
+    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))))
+    return (lambda x, w: torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()), \
+        "torch"
+
+
+def _conv_numpy(x, w):
+    n, c, h, _ = x.shape
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    out = np.zeros((n, w.shape[0], h, h), dtype=x.dtype)
+    for ky in range(3):
+        for kx in range(3):
+            out += np.einsum("nchw,fc->nfhw", padded[:, :, ky:ky + h, kx:kx + h], w[:, :, ky, kx], optimize=True)
+    return out
+
+
+def operator_cases(small: bool):
+    """(name, PrimFunc, numpy-or-torch function of the inputs, its label) for the operator cases."""
+    conv, conv_label = _conv_torch()
+    size = 256 if small else 1024
+    cases = {
+        "conv2d": (workloads.conv2d_nchw(1, 16, 14, 16) if small else workloads.conv2d_nchw(1, 64, 56, 64),
+                   conv or _conv_numpy, conv_label),
+        "softmax": (workloads.softmax(size, size), _softmax, "numpy"),
+        "layer_norm": (workloads.layer_norm(size, size), _layer_norm, "numpy"),
+        "bmm_bt": (workloads.batch_matmul_bt(4, 64, 64, 32) if small else workloads.batch_matmul_bt(12, 384, 384, 64),
+                   lambda a, b: a @ b.transpose(0, 2, 1), "numpy"),
+    }
+    return cases
+
+
+def _inputs(func, rng):
+    arrays = tune.runner.random_arguments(func, int(rng.integers(2**31)))
+    return arrays
+
+
+def _llvm_cpu(tvm) -> str:
+    """LLVM's name for this CPU (what -mcpu=native would pick)."""
+    try:
+        return str(tvm.get_global_func("codegen.llvm.GetHostCPUName")())
+    except Exception:
+        return "native"
+
+
+def tvm_matmul(n: int, trials: int, work_dir: str):
+    """TVM MetaSchedule's tuned time (seconds) and tuning wall time for the n x n x n fp32 matmul,
+    or None and the reason when apache-tvm is not importable."""
+    try:
+        import tvm
+        from tvm import te as tvm_te
+        try:
+            from tvm.s_tir import meta_schedule as ms  # TVM 0.27 and later
+        except ImportError:
+            from tvm import meta_schedule as ms
+    except Exception as error:  # not installed, or a broken install
+        return None, f"apache-tvm is not importable ({type(error).__name__}: {error})"
+    a = tvm_te.placeholder((n, n), "float32", name="A")
+    b = tvm_te.placeholder((n, n), "float32", name="B")
+    k = tvm_te.reduce_axis((0, n), name="k")
+    c = tvm_te.compute((n, n), lambda i, j: tvm_te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    mod = tvm.IRModule({"main": tvm_te.create_prim_func([a, b, c])})
+    threads = int(os.environ.get("TVM_NUM_THREADS", os.cpu_count() or 1))
+    try:  # TVM 0.27 takes a target as a dict; older ones as a command-line string
+        target = tvm.target.Target({"kind": "llvm", "mcpu": _llvm_cpu(tvm), "num-cores": threads})
+    except Exception:
+        target = tvm.target.Target(f"llvm -mcpu=native -num-cores {threads}")
+    start = time.monotonic()
+    # builds get more than the default 30 s: on a busy machine TVM's builder processes start slowly
+    database = ms.tune_tir(mod, target, work_dir=work_dir, max_trials_global=trials,
+                           num_trials_per_iter=min(16, trials), builder=ms.builder.LocalBuilder(timeout_sec=300))
+    sch = ms.tir_integration.compile_tir(database, mod, target)
+    spent = time.monotonic() - start
+    if sch is None:
+        return None, "TVM found no valid schedule"
+    lib = tvm.compile(sch.mod, target=target) if hasattr(tvm, "compile") else tvm.build(sch.mod, target=target)
+    dev = tvm.cpu()
+    array = tvm.runtime.tensor if hasattr(tvm.runtime, "tensor") else tvm.nd.array
+    rng = np.random.default_rng()
+    an, bn = rng.uniform(-1, 1, (n, n)).astype("float32"), rng.uniform(-1, 1, (n, n)).astype("float32")
+    at, bt, ct = array(an, dev), array(bn, dev), array(np.zeros((n, n), "float32"), dev)
+    lib["main"](at, bt, ct)
+    np.testing.assert_allclose(ct.numpy(), an @ bn, rtol=1e-3, atol=1e-3 * np.sqrt(n))
+    timer = lib.time_evaluator("main", dev, number=5, repeat=3)
+    return (min(timer(at, bt, ct).results), spent), ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     parser.add_argument("--size", type=int, default=1024, help="matmul size n (n x n times n x n)")
     parser.add_argument("--trials", default="64,256", help="comma-separated cumulative trial budgets")
+    parser.add_argument("--op-trials", type=int, default=32, help="trials for each other operator (0: none)")
+    parser.add_argument("--ops", default="conv2d,softmax,layer_norm,bmm_bt", help="the other operators")
+    parser.add_argument("--small", action="store_true", help="small operator sizes (a quick check that it runs)")
+    parser.add_argument("--tvm-trials", type=int, default=None, help="TVM's budget (default: the first of --trials)")
     parser.add_argument("--repeat", type=int, default=5, help="calls per timing round")
     parser.add_argument("--rounds", type=int, default=3, help="alternating timing rounds")
     parser.add_argument("--database", default=None, help="JSON-lines file for the records (default: memory)")
@@ -99,7 +213,7 @@ def main() -> None:
     budgets = sorted(int(t) for t in args.trials.split(","))
     n = args.size
     print(f"refcomp {refcomp.__version__} tuning benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"machine: {cpu_name()}, {os.cpu_count()} CPUs; intrinsics this CPU runs: "
+    print(f"machine: {cpu_name()}, {os.cpu_count()} CPUs, ISA {intrin.cpu.describe()}; intrinsics this CPU runs: "
           f"{', '.join(intrin.names(available_only=True))}")
     print(f"numpy {np.__version__}: {blas_description()}; cost model: "
           f"{'xgboost' if tune.xgboost_available() else 'ridge regression (xgboost not installed)'}")
@@ -111,18 +225,34 @@ def main() -> None:
     tuned, tuning_s, done = [], 0.0, 0
     for budget in budgets:
         start = time.monotonic()
-        progress = lambda trials, total, gflops, elapsed: print(  # noqa: E731
-            f"  trials {done + trials:>4}/{budget}  best {gflops:7.1f} GFLOP/s  {elapsed:6.1f} s", flush=True)
-        result = tune.tune(func, "c", trials=budget - done, database=database, reference=_reference,
+        bar = tune.ProgressBar(stream=sys.stdout, label=f"matmul_{n}", in_place=False)
+        progress = lambda trials, total, gflops, elapsed: bar(done + trials, budget, gflops, elapsed)  # noqa: E731
+        result = tune.tune(func, "c", trials=budget - done, database=database, reference=_matmul_reference,
                            seed=budget, progress=progress)
         tuning_s += time.monotonic() - start
         done = budget
         for failure in result.failures[:3]:
             print(f"  rejected ({failure.result.status}): {failure.result.message.strip().splitlines()[-1:]}")
         tuned.append((budget, result, tuning_s))
-    # Kernels run in this process only after the search: the runner forks its workers, and a
-    # process that has started OpenMP threads cannot fork safely.
+    ops = {}
+    wanted = [o for o in args.ops.split(",") if o] if args.op_trials > 0 else []
+    for name, (op_func, baseline, label) in operator_cases(args.small).items():
+        if name not in wanted:
+            continue
+        bar = tune.ProgressBar(stream=sys.stdout, label=name, in_place=False)
+        start = time.monotonic()
+        op_result = tune.tune(op_func, "c", trials=args.op_trials, database=database, seed=7, progress=bar)
+        ops[name] = (op_func, baseline, label, op_result, time.monotonic() - start)
+    tvm_trials = args.tvm_trials or budgets[0]
+    tvm_outcome, tvm_reason = (None, "")
+    if args.tvm_trials != 0:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="refcomp-tvm-") as work_dir:
+            tvm_outcome, tvm_reason = tvm_matmul(n, tvm_trials, work_dir)
+    # Kernels run in this process only from here on.
     results = {}
+    flops = 2.0 * n ** 3
     for budget, result, spent in tuned:
         name = f"matmul_{n}_t{budget}"
         if result.schedule is None:
@@ -133,12 +263,49 @@ def main() -> None:
         kernel(a, b, c)
         np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3 * np.sqrt(n))
         ours, theirs = harness.best_times([lambda: kernel(a, b, c), lambda: a @ b], args.repeat, args.rounds)
-        flops = 2.0 * n ** 3
         results[name] = {"refcomp": round(flops / ours / 1e9, 2), "baseline": round(flops / theirs / 1e9, 2),
                          "unit": "GFLOP/s", "ratio": round(theirs / ours, 3), "tuning_s": round(spent, 1),
                          "failures": len(result.failures)}
-        print(f"{name:<22} refcomp {flops / ours / 1e9:8.1f} GFLOP/s  numpy {flops / theirs / 1e9:8.1f} GFLOP/s  "
+        print(f"{name:<24} refcomp {flops / ours / 1e9:8.1f} GFLOP/s  numpy {flops / theirs / 1e9:8.1f} GFLOP/s  "
               f"ratio {theirs / ours:5.2f}  tuning {spent:6.1f} s  rejected {len(result.failures)}", flush=True)
+        if budget == tvm_trials and tvm_outcome is not None:
+            tvm_time, tvm_spent = tvm_outcome
+            results[f"vs_tvm_matmul_{n}_t{budget}"] = {
+                "refcomp": round(flops / ours / 1e9, 2), "baseline": round(flops / tvm_time / 1e9, 2),
+                "unit": "GFLOP/s", "ratio": round(tvm_time / ours, 3), "tuning_s": round(spent, 1),
+                "baseline_tuning_s": round(tvm_spent, 1)}
+            print(f"{'vs_tvm_matmul_' + str(n) + '_t' + str(budget):<24} refcomp {flops / ours / 1e9:8.1f} GFLOP/s  "
+                  f"TVM {flops / tvm_time / 1e9:8.1f} GFLOP/s  ratio {tvm_time / ours:5.2f}  "
+                  f"tuning {spent:6.1f} s vs {tvm_spent:6.1f} s", flush=True)
+    if tvm_outcome is None and args.tvm_trials != 0:
+        print(f"vs_tvm_matmul_{n}_t{tvm_trials}: skipped: {tvm_reason} "
+              f"(pip install 'apache-tvm==0.27.*' apache-tvm-ffi==0.1.14.post0; TVM_NUM_THREADS={os.cpu_count()})")
+    for name, (op_func, baseline, label, op_result, spent) in ops.items():
+        if op_result.schedule is None:
+            print(f"{name}: no candidate passed the check")
+            continue
+        arrays = _inputs(op_func, rng)
+        want = baseline(*arrays[:-1])
+        tuned_kernel = refcomp.build(op_result.schedule.func)
+        default_kernel = refcomp.build(schedule_kernel(op_func))
+        outs = {}
+        for which, kernel in (("tuned", tuned_kernel), ("default", default_kernel)):
+            out = np.full_like(arrays[-1], 7.0)
+            kernel(*arrays[:-1], out)
+            np.testing.assert_allclose(out, want, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(want).max())))
+            outs[which] = out
+        ins = arrays[:-1]
+        t_tuned, t_default, t_base = harness.best_times(
+            [lambda: tuned_kernel(*ins, outs["tuned"]), lambda: default_kernel(*ins, outs["default"]),
+             lambda: baseline(*ins)], args.repeat, args.rounds)
+        results[f"{name}_vs_default"] = {"refcomp": round(t_tuned * 1e3, 4), "baseline": round(t_default * 1e3, 4),
+                                         "unit": "ms", "ratio": round(t_default / t_tuned, 3),
+                                         "tuning_s": round(spent, 1), "trials": op_result.trials}
+        results[f"{name}_vs_{label}"] = {"refcomp": round(t_tuned * 1e3, 4), "baseline": round(t_base * 1e3, 4),
+                                         "unit": "ms", "ratio": round(t_base / t_tuned, 3)}
+        print(f"{name:<24} tuned {t_tuned * 1e3:9.3f} ms  default {t_default * 1e3:9.3f} ms  {label} "
+              f"{t_base * 1e3:9.3f} ms  vs default {t_default / t_tuned:5.2f}  vs {label} {t_base / t_tuned:5.2f}  "
+              f"({op_result.trials} trials, {spent:5.1f} s)", flush=True)
     if args.json:
         print(json.dumps({"cases": results}))
 

@@ -1,4 +1,5 @@
-"""The `refcomp` command: `refcomp demo`, `refcomp check FILE`, `refcomp export-c MODEL --out DIR`, `refcomp version`."""
+"""The `refcomp` command: `refcomp demo`, `refcomp check FILE`, `refcomp tune WHAT`,
+`refcomp export-c MODEL --out DIR`, `refcomp version`."""
 from __future__ import annotations
 
 import argparse
@@ -68,9 +69,16 @@ def _export_c(argv: list[str]) -> int:
     return 0
 
 
+def _tune(argv: list[str]) -> int:
+    from .tune_command import main
+
+    return main(argv)
+
+
 COMMANDS = {
     "demo": (_demo, "build and run a few kernels, compare with numpy"),
     "check": (_check, "prove every function in a file shape-correct (exit 0 only when all are proved)"),
+    "tune": (_tune, "tune a workload, a script file or an ONNX model: progress bar, database, curve plot"),
     "export-c": (_export_c, "write a model as standalone C99 with a static arena, a Makefile and a test harness"),
     "version": (_version, "print the version"),
 }

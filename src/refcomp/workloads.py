@@ -46,3 +46,29 @@ def matmul(n, m, k_extent, dtype: str = "float32"):
     k = te.reduce_axis((0, k_extent), name="k")
     C = te.compute((n, m), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
     return te.create_prim_func([A, B, C])
+
+
+def batch_matmul_bt(batch, n, m, k_extent, dtype: str = "float32"):
+    """C[b, i, j] = sum_k A[b, i, k] * B[b, j, k]: a batched matmul with B transposed (Q @ K^T)."""
+    A = te.placeholder((batch, n, k_extent), dtype, name="A")
+    B = te.placeholder((batch, m, k_extent), dtype, name="B")
+    k = te.reduce_axis((0, k_extent), name="k")
+    C = te.compute((batch, n, m), lambda b, i, j: te.sum(A[b, i, k] * B[b, j, k], axis=k), name="C")
+    return te.create_prim_func([A, B, C])
+
+
+def conv2d_nchw(batch, channels, size, filters, kernel: int = 3, pad: int = 1, dtype: str = "float32"):
+    """A stride-1 2-d convolution, NCHW input and OIHW weights, zero padding `pad` on each side:
+    Pad (the padded input), then Y[n, f, y, x] = sum_{c, ky, kx} Pad[n, c, y + ky, x + kx] * W[f, c, ky, kx]."""
+    X = te.placeholder((batch, channels, size, size), dtype, name="X")
+    W = te.placeholder((filters, channels, kernel, kernel), dtype, name="W")
+    padded = size + 2 * pad
+    Pad = te.compute((batch, channels, padded, padded), lambda n, c, y, x: te.if_then_else(
+        te.all(y >= pad, y < size + pad, x >= pad, x < size + pad), X[n, c, y - pad, x - pad], 0.0), name="Pad")
+    out = padded - kernel + 1
+    c = te.reduce_axis((0, channels), name="c")
+    ky = te.reduce_axis((0, kernel), name="ky")
+    kx = te.reduce_axis((0, kernel), name="kx")
+    Y = te.compute((batch, filters, out, out), lambda n, f, y, x: te.sum(
+        Pad[n, c, y + ky, x + kx] * W[f, c, ky, kx], axis=[c, ky, kx]), name="Y")
+    return te.create_prim_func([X, W, Y])

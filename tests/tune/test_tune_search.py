@@ -9,9 +9,14 @@ from refcomp import workloads
 from refcomp.ast.structural import structural_equal
 from refcomp.errors import RefcompError
 from refcomp.loops.interpreter import interpret
-from refcomp.tune import (FEATURE_NAMES, Database, RidgeModel, Runner, XGBModel, apply_best, count_flops,
+from refcomp.tune import (FEATURE_NAMES, Database, DesignSpace, MultiLevelTiling, ParallelVectorizeUnroll,
+                          RidgeModel, Runner, XGBModel, apply_best, count_flops,
                           features_of, replay, structural_hash, tune, xgboost_available)
 from refcomp.tune.runner import default_build
+
+
+# The plain tiling rules, whose schedules the interpreter runs (the default rules tensorize).
+TILING = DesignSpace([MultiLevelTiling(), ParallelVectorizeUnroll()])
 
 
 def _matmul_reference(arrays):
@@ -23,7 +28,7 @@ def test_tune_fills_the_database_and_its_best_trace_replays(tmp_path):
     db = Database(tmp_path / "db.jsonl")
     calls = []
     result = tune(func, "c", trials=6, database=db, batch=3, population=8, seed=random.randrange(2**20),
-                  reference=_matmul_reference, runner=Runner(workers=2, timeout_s=60),
+                  reference=_matmul_reference, runner=Runner(workers=2, timeout_s=60), space=TILING,
                   progress=lambda *args: calls.append(args))
     assert result.trials == 6 and not result.failures
     assert len(Database(tmp_path / "db.jsonl").records) == 6

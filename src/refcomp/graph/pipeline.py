@@ -36,8 +36,9 @@ EXECUTORS = ("auto", "compiled", "vm")
 
 
 def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True,
-                     blas: bool | str = False) -> list[tuple[str, Callable]]:
-    """The passes graph.build runs, in order, as (name, pass) pairs (blas: see build)."""
+                     blas: bool | str = False, tuning_database: Any = None,
+                     target: str = "c") -> list[tuple[str, Callable]]:
+    """The passes graph.build runs, in order, as (name, pass) pairs (blas, tuning_database: see build)."""
     pipeline = [("normalize", P.normalize)]
     if blas:
         from functools import partial
@@ -59,15 +60,22 @@ def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True
     if schedule:
         from .passes.default_schedule import default_schedule
 
+        if tuning_database is not None:
+            from functools import partial
+
+            from .passes.apply_tuning import apply_tuning_records
+
+            pipeline.append(("apply_tuning_records",
+                             partial(apply_tuning_records, database=tuning_database, target=target)))
         pipeline.append(("default_schedule", default_schedule))
     pipeline.append(("plan_memory", P.plan_memory))
     return pipeline
 
 
 def optimize(mod: IRModule, *, fuse: bool = True, schedule: bool = True, fold: bool = True,
-             blas: bool | str = False) -> IRModule:
+             blas: bool | str = False, tuning_database: Any = None, target: str = "c") -> IRModule:
     """Run the default pipeline (without compiling kernels)."""
-    for name, run in default_pipeline(fuse, schedule, fold, blas):
+    for name, run in default_pipeline(fuse, schedule, fold, blas, tuning_database, target):
         mod = run(mod)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("IR after %s:\n%s", name, _show(mod))
@@ -76,7 +84,7 @@ def optimize(mod: IRModule, *, fuse: bool = True, schedule: bool = True, fold: b
 
 def build(mod: IRModule | Function, target: str | Target = "c", *, fuse: bool = True, schedule: bool = True,
           fold: bool = True, bounds: str = DEFAULT_BOUNDS, externs: dict[str, Callable] | None = None,
-          blas: bool | str | None = None, executor: str = "auto") -> Executable:
+          blas: bool | str | None = None, executor: str = "auto", tuning_database: Any = None) -> Executable:
     """Compile a graph module (or one Function, named main) to a VM Executable.
 
     blas: send float32 matmul/dense/linear to numpy's OpenBLAS sgemm (default: when target is "c"
@@ -86,6 +94,9 @@ def build(mod: IRModule | Function, target: str | Target = "c", *, fuse: bool = 
     executor: "auto" (the default) compiles each graph function to one C function where it can
     (spec/graph_c.md) and leaves the rest to the VM, logging why; "compiled" requires it (a
     BuildError names the reason); "vm" always interprets.  `ex.executor` says which runs main.
+    tuning_database: kernels it holds records of (`schedule_for(func, target)`, as
+    refcomp.tune.Database has) get their best tuned schedule instead of the default one;
+    `ex.stats["tuned_kernels"]` counts them.
     """
     if executor not in EXECUTORS:
         raise BuildError(f"graph.build: executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
@@ -101,7 +112,12 @@ def build(mod: IRModule | Function, target: str | Target = "c", *, fuse: bool = 
 
         found = register_blas() if (blas or compiled_kernels) else False
         blas = ("always" if blas == "always" else True) if found else False
-    optimized = optimize(mod, fuse=fuse, schedule=schedule, fold=fold, blas=blas)
+    if tuning_database is not None:
+        from .passes.apply_tuning import check_tuning_database
+
+        check_tuning_database(tuning_database)
+    optimized = optimize(mod, fuse=fuse, schedule=schedule, fold=fold, blas=blas, tuning_database=tuning_database,
+                         target=str(parsed))
     functions = P.lower_to_vm(optimized)
     used = {inst.kernel for f in functions.values() for inst in _walk(f.code) if type(inst).__name__ == "CallKernel"}
     for name in used:
@@ -119,7 +135,8 @@ def build(mod: IRModule | Function, target: str | Target = "c", *, fuse: bool = 
     kernels = dict(zip(names, compiled))
     stats = {"kernels": len(kernels),
              "kernel_calls_static": sum(1 for f in functions.values() for i in _walk(f.code)
-                                        if type(i).__name__ == "CallKernel")}
+                                        if type(i).__name__ == "CallKernel"),
+             "tuned_kernels": sum(1 for n in names if optimized[n].attrs.get("tuned"))}
     ex = Executable(functions, kernels, dict(externs or {}), str(parsed), stats, optimized)
     if executor != "vm":
         _compile_graph_functions(ex, parsed, executor == "compiled")

@@ -11,15 +11,21 @@ from .dask_runner import DaskRunner
 from .database import Database, TuningRecord
 from .features import FEATURE_NAMES, extract_features, features_of
 from .runner import Candidate, Checker, MeasureResult, Runner, RunnerBackend, machine_description
-from .search import Failure, TuneResult, apply_best, count_flops, replay, tune
+from .model import ModelTuneResult, Task, TaskReport, extract_tasks, tune_model
+from .progress import ProgressBar, format_seconds, matplotlib_available, plot_curve
+from .rules import AutoInline, ParallelOuter, RandomComputeLocation, RowReductionDefault, TensorizeTiling
+from .search import Failure, TuneResult, apply_best, best_scheduled, count_flops, replay, tune
 from .space import (DesignSpace, MultiLevelTiling, MutateCategorical, MutateTileSize, ParallelVectorizeUnroll,
                     ScheduleRule, default_mutators, default_rules, mutate_trace)
 from .workload import structural_hash
 
 __all__ = [
-    "Candidate", "Checker", "CostModel", "DaskRunner", "Database", "DesignSpace", "FEATURE_NAMES", "Failure",
-    "MeasureResult", "MultiLevelTiling", "MutateCategorical", "MutateTileSize", "ParallelVectorizeUnroll",
-    "RidgeModel", "Runner", "RunnerBackend", "ScheduleRule", "TuneResult", "TuningRecord", "XGBModel", "apply_best",
-    "count_flops", "default_cost_model", "default_mutators", "default_rules", "extract_features", "features_of",
-    "machine_description", "mutate_trace", "replay", "structural_hash", "tune", "xgboost_available",
+    "AutoInline", "Candidate", "Checker", "CostModel", "DaskRunner", "Database", "DesignSpace", "FEATURE_NAMES",
+    "Failure", "MeasureResult", "ModelTuneResult", "MultiLevelTiling", "MutateCategorical", "MutateTileSize",
+    "ParallelOuter", "ParallelVectorizeUnroll", "ProgressBar", "RandomComputeLocation", "RidgeModel",
+    "RowReductionDefault", "Runner", "RunnerBackend", "ScheduleRule", "Task", "TaskReport", "TensorizeTiling",
+    "TuneResult", "TuningRecord", "XGBModel", "apply_best", "best_scheduled", "count_flops", "default_cost_model",
+    "default_mutators", "default_rules", "extract_features", "extract_tasks", "features_of", "format_seconds",
+    "machine_description", "matplotlib_available", "mutate_trace", "plot_curve", "replay", "structural_hash",
+    "tune", "tune_model", "xgboost_available",
 ]

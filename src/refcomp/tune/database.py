@@ -182,3 +182,13 @@ class Database:
         """The fastest record of a workload on a target (and machine, when given), or None."""
         found = self.query(workload, target, machine)
         return found[0] if found else None
+
+    def schedule_for(self, func, target: str):
+        """func scheduled by its fastest record on target measured on this machine, else by its
+        fastest record from any machine, or None when there is none (the method
+        `refcomp.graph.build(..., tuning_database=db)` calls for each kernel)."""
+        from .runner import machine_description
+        from .search import best_scheduled
+
+        scheduled = best_scheduled(func, self, target, machine_description())
+        return scheduled if scheduled is not None else best_scheduled(func, self, target)

@@ -80,12 +80,32 @@ def replay(func: PrimFunc, record: TuningRecord | dict) -> Schedule:
 def apply_best(func: PrimFunc, database: Database, target: str = "c", machine: str | None = None) -> PrimFunc:
     """func scheduled by its best record in database for target (measured on machine, when given), or
     func itself when there is none."""
-    record = database.best(structural_hash(func), target, machine)
-    return func if record is None else replay(func, record).func
+    scheduled = best_scheduled(func, database, target, machine)
+    return func if scheduled is None else scheduled
+
+
+def best_scheduled(func: PrimFunc, database: Database, target: str = "c",
+                   machine: str | None = None) -> PrimFunc | None:
+    """func scheduled by the fastest of its records in database (measured on machine, when given) that
+    replays, or None."""
+    for record in database.query(structural_hash(func), target, machine):
+        try:
+            return replay(func, record).func
+        except RefcompError:
+            continue  # a record from another version of a primitive: try the next
+    return None
 
 
 def _key(sch: Schedule) -> str:
     return sch.trace.to_json()
+
+
+def _default_schedule(space: DesignSpace, func: PrimFunc, seed: int) -> Schedule | None:
+    """The design space's rule-based default for func (None when its rules reject it)."""
+    try:
+        return space.default_sample(func, seed)
+    except RefcompError:
+        return None
 
 
 @dataclass
@@ -98,6 +118,8 @@ class _Search:
     rng: random.Random
     measured: dict[str, float] = field(default_factory=dict)
     features: dict[str, np.ndarray] = field(default_factory=dict)
+    replayed: dict[str, Schedule | None] = field(default_factory=dict)
+    tried: set[str] = field(default_factory=set)  # mutated traces already replayed (replay is costly)
 
     def feature(self, sch: Schedule) -> np.ndarray | None:
         key = _key(sch)
@@ -118,7 +140,31 @@ class _Search:
                 scores[i] = float(p)
         return scores
 
-    def evolve(self, population: list[Schedule], generations: int, size: int) -> list[Schedule]:
+    def population(self, previous: list[Schedule], records: list[TuningRecord], size: int) -> list[Schedule]:
+        """The next round's population: the best measured records (replayed once each), the
+        previous round's survivors, fresh samples up to size."""
+        pool: dict[str, Schedule] = {}
+        for record in records:
+            key = json.dumps(record.trace, separators=(",", ":"))
+            if key not in self.replayed:
+                try:
+                    self.replayed[key] = replay(self.func, record)
+                except RefcompError:
+                    self.replayed[key] = None
+            if self.replayed[key] is not None:
+                pool.setdefault(_key(self.replayed[key]), self.replayed[key])
+        for sch in previous:
+            if len(pool) >= size:
+                break
+            pool.setdefault(_key(sch), sch)
+        missing = size - len(pool)
+        if missing > 0:
+            for sch in self.space.sample_many(self.func, missing, self.rng):
+                pool.setdefault(_key(sch), sch)
+        return list(pool.values())
+
+    def evolve(self, population: list[Schedule], generations: int, size: int, children: int) -> list[Schedule]:
+        """Mutate parents drawn by predicted score (`children` per generation); keep the size best."""
         pool = {_key(s): s for s in population}
         for _ in range(generations):
             members = list(pool.values())
@@ -128,9 +174,10 @@ class _Search:
                 break
             low = min(sc for _, sc in finite)
             weights = [sc - low + 1e-3 for _, sc in finite]
-            for _ in range(size):
+            for _ in range(children):
                 parent = self.rng.choices([s for s, _ in finite], weights=weights)[0]
-                child = mutate_trace(self.func, json.loads(parent.trace.to_json()), self.mutators, self.rng)
+                child = mutate_trace(self.func, json.loads(parent.trace.to_json()), self.mutators, self.rng,
+                                     tried=self.tried)
                 if child is not None:
                     pool.setdefault(_key(child), child)
             members = list(pool.values())
@@ -163,7 +210,8 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
          space: DesignSpace | None = None, mutators: Sequence | None = None,
          runner: Runner | RunnerBackend | str | object | None = None,
          cost_model: CostModel | None = None, reference: Callable | None = None, seed: int = 0,
-         population: int = 32, batch: int = 8, generations: int = 2, epsilon: float = 0.2,
+         population: int = 32, batch: int = 16, generations: int = 1, children: int | None = None,
+         epsilon: float = 0.2,
          max_seconds: float | None = None,
          progress: Callable[[int, int, float, float], None] | None = None) -> TuneResult:
     """Search schedules of func for target; measure `trials` candidates; return the best.
@@ -173,6 +221,8 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
     runner: a `Runner` (default: the local process pool), "dask://HOST:PORT" or a `distributed.Client`
     (measure on a Dask cluster's workers), or any `RunnerBackend`. Database records are reused only
     when they were measured on the runner's machine.
+    Each round measures `batch` candidates; evolution makes `children` mutants per generation
+    (default: batch), each a full replay of its trace.
     """
     if not isinstance(func, PrimFunc):
         raise RefcompError(f"tune: expected a PrimFunc, got {type(func).__name__}")
@@ -195,21 +245,22 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
         if record.mean_time < result.best_time:
             result.best_time, best_trace = record.mean_time, record.trace
     start = time.monotonic()
+    first = _default_schedule(space, func, seed)
+    pool: list[Schedule] = []
     while result.trials < trials:
         if max_seconds is not None and time.monotonic() - start > max_seconds:
             break
         database.refresh()  # records other drivers appended to a shared file
-        seeds = []
-        for record in database.query(workload, target, machine)[:population // 2]:
-            try:
-                seeds.append(replay(func, record))
-            except RefcompError:
-                continue
-        pool = seeds + space.sample_many(func, max(1, population - len(seeds)), search.rng)
-        if not pool:
+        pool = search.population(pool, database.query(workload, target, machine)[:population // 2], population)
+        if not pool and first is None:
             raise RefcompError(f"tune: the design space yields no valid schedule of {func.name}")
-        pool = search.evolve(pool, generations, population)
+        pool = search.evolve(pool, generations, population, children if children is not None else batch)
         chosen = search.pick(pool, min(batch, trials - result.trials), epsilon)
+        if first is not None:
+            # the rule-based default is measured first, so the search never ends behind it
+            if _key(first) not in search.measured and database.best(workload, target, machine) is None:
+                chosen = [first] + [s for s in chosen if _key(s) != _key(first)][:max(0, len(chosen) - 1)]
+            first = None
         if not chosen:
             break
         candidates = [Candidate(json.loads(s.trace.to_json())) for s in chosen]

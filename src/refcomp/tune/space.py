@@ -47,6 +47,7 @@ class MultiLevelTiling:
     max_innermost_factor: int = 64
     write_cache: bool = True
     parallel: bool = True
+    restructures = True  # left out after a function-level rule (DesignSpace)
 
     def apply(self, sch: Schedule, block: BlockRV) -> None:
         node = sch.get(block)
@@ -84,8 +85,15 @@ class ParallelVectorizeUnroll:
 
     unroll_choices: Sequence[int] = (0, 1)
     max_vector_extent: int = 64
+    split_lanes: Sequence[int] = (8, 16)
 
     def apply(self, sch: Schedule, block: BlockRV) -> None:
+        self._apply(sch, block, default=False)
+
+    def apply_default(self, sch: Schedule, block: BlockRV) -> None:
+        self._apply(sch, block, default=True)
+
+    def _apply(self, sch: Schedule, block: BlockRV, default: bool) -> None:
         node = sch.get(block)
         loops = sch.get_loops(block)
         if not loops:
@@ -100,9 +108,20 @@ class ParallelVectorizeUnroll:
                 sch.vectorize(loops[-1])
             except ScheduleError:
                 pass
+        elif kind == "spatial" and isinstance(extent, int) and extent > self.max_vector_extent \
+                and innermost.kind == "serial":
+            lanes = [n for n in self.split_lanes if extent % n == 0]
+            if lanes:
+                # a long spatial loop: split off a vector of lanes (sampled; the first is preferred)
+                width = sch.sample_categorical(lanes, [1.0] * len(lanes), decision=0 if default else None)
+                try:
+                    sch.vectorize(sch.split(loops[-1], [None, width])[-1])
+                except ScheduleError:
+                    pass
         if _is_reduction(node) and len(self.unroll_choices) > 1:
             reduce_loops = [l for l in loops if bindings.get(id(sch.get(l).loop_var)) == "reduce"]
-            choice = sch.sample_categorical(list(self.unroll_choices), [1.0] * len(self.unroll_choices))
+            choice = sch.sample_categorical(list(self.unroll_choices), [1.0] * len(self.unroll_choices),
+                                            decision=0 if default else None)
             if int(choice) and reduce_loops and sch.get(reduce_loops[-1]).kind == "serial":
                 extent = getattr(sch.get(reduce_loops[-1]).extent, "value", None)
                 if isinstance(extent, int) and extent <= 16:
@@ -121,10 +140,19 @@ def _loop_bindings(func: PrimFunc, block: Block) -> dict[int, str]:
 
 
 def default_rules(target: str = "c") -> list[ScheduleRule]:
-    """The rules for a target: for CPU targets multi-level tiling SSRSRS, then parallel-vectorize-unroll."""
+    """The rules for a target.  CPU: the row-reduction structure (a function-level rule), auto-inline, tensorize tiling (where a tile intrinsic this CPU
+    runs matches), multi-level tiling SSRSRS (the other reductions), random compute location,
+    parallel outer loops, parallel-vectorize-unroll."""
     if target.split()[:1] == ["cuda"]:
         raise RefcompError("tune: no design space for CUDA targets yet (the GPU tiling rule is not built)")
-    return [MultiLevelTiling(), ParallelVectorizeUnroll()]
+    from .rules import AutoInline, ParallelOuter, RandomComputeLocation, RowReductionDefault, TensorizeTiling
+
+    return [RowReductionDefault(), AutoInline(), TensorizeTiling(), MultiLevelTiling(), RandomComputeLocation(),
+            ParallelOuter(), ParallelVectorizeUnroll()]
+
+
+def _block_names(func: PrimFunc) -> set[str]:
+    return {b.name for b in collect(func.body, Block)}
 
 
 @dataclass
@@ -135,11 +163,32 @@ class DesignSpace:
 
     def sample(self, func: PrimFunc, seed: int) -> Schedule:
         """One sampled schedule; raises ScheduleError when a rule fails for these decisions."""
+        return self._sample(func, seed, default=False)
+
+    def default_sample(self, func: PrimFunc, seed: int = 0) -> Schedule:
+        """The schedule the rules make with their preferred decisions (rules with `apply_default`;
+        the others sample as usual): the rule-based default the search starts from."""
+        return self._sample(func, seed, default=True)
+
+    def _sample(self, func: PrimFunc, seed: int, default: bool) -> Schedule:
         sch = Schedule(func, seed=seed)
+        restructured = False
+        for rule in self.rules:
+            whole = getattr(rule, "apply_function", None)
+            if whole is not None:
+                sch, applied = whole(sch, default)
+                restructured = restructured or applied
         names = [b.name for b in collect(func.body, Block) if b.name != "root"]
         for name in names:
             for rule in self.rules:
-                rule.apply(sch, sch.get_block(name))
+                if getattr(rule, "apply_function", None) is not None:
+                    continue
+                if restructured and getattr(rule, "restructures", False):
+                    continue  # a function rule placed every block already
+                if name not in _block_names(sch.func):
+                    break  # inlined, or replaced by a rule (a tensorized tile)
+                apply = getattr(rule, "apply_default", None) if default else None
+                (apply or rule.apply)(sch, sch.get_block(name))
         return sch
 
     def sample_many(self, func: PrimFunc, count: int, rng: random.Random, attempts: int = 10) -> list[Schedule]:
@@ -197,12 +246,42 @@ def default_mutators() -> list:
     return [MutateTileSize(), MutateCategorical()]
 
 
+def _outputs(inst: dict) -> list[str]:
+    out = inst.get("outputs")
+    return [o for o in (out if isinstance(out, list) else [out]) if isinstance(o, str)]
+
+
+def _referenced_handles(trace: dict) -> set[str]:
+    """The handles ({"rv": name}) that instructions of trace take as arguments."""
+    found: set[str] = set()
+
+    def walk(value) -> None:
+        if isinstance(value, dict):
+            if isinstance(value.get("rv"), str) and len(value) == 1:
+                found.add(value["rv"])
+            else:
+                for item in value.values():
+                    walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    for inst in trace["instructions"]:
+        walk(inst["args"])
+    return found
+
+
 def mutate_trace(func: PrimFunc, trace: dict, mutators: Sequence, rng: random.Random,
-                 attempts: int = 8) -> Schedule | None:
+                 attempts: int = 8, tried: set[str] | None = None) -> Schedule | None:
     """A schedule whose trace differs from trace in one decision, replayed from the start; None
-    when no mutation replays (a primitive rejects every changed decision tried)."""
+    when no mutation replays (a primitive rejects every changed decision tried).  `tried` holds
+    the changed traces replayed before (JSON text); they are not replayed again."""
     by_kind = {m.kind: m for m in mutators}
-    spots = [i for i, inst in enumerate(trace["instructions"]) if inst["kind"] in by_kind]
+    used = _referenced_handles(trace)
+    # only decisions whose value a later instruction reads: a decision that chose the structure
+    # (which instructions follow) is not replayed by them, so changing it would change nothing
+    spots = [i for i, inst in enumerate(trace["instructions"]) if inst["kind"] in by_kind
+             and any(out in used for out in _outputs(inst))]
     if not spots:
         return None
     for _ in range(attempts):
@@ -213,6 +292,11 @@ def mutate_trace(func: PrimFunc, trace: dict, mutators: Sequence, rng: random.Ra
             continue
         changed = json.loads(json.dumps(trace))
         changed["instructions"][index]["args"]["decision"] = new
+        if tried is not None:
+            text = json.dumps(changed, sort_keys=True)
+            if text in tried:
+                continue
+            tried.add(text)
         try:
             return Schedule.from_trace(func, changed)
         except RefcompError:

@@ -1,7 +1,7 @@
 """The identity of a tuning workload: a structural hash of its PrimFunc.
 
 Two PrimFuncs that `refcomp.ast.structural_equal` calls equal (the same IR up to a consistent
-renaming of vars and buffers) get the same hash, so records measured for one apply to the other
+renaming of vars and buffers, and whatever the function itself is called) get the same hash, so records measured for one apply to the other
 and to the same function built on another machine.  Vars and buffers hash by the order in which
 they first appear, never by name or identity.
 """
@@ -44,6 +44,8 @@ class _Hasher:
         elif isinstance(value, Node):
             out(type(value).__name__ + "(")
             for field in dataclasses.fields(value):
+                if field.name == "name" and isinstance(value, PrimFunc):
+                    continue  # a kernel's own name (fused_matmul1_relu, ...) is not its workload
                 out(field.name)
                 self.visit(getattr(value, field.name))
             out(")")

@@ -1,0 +1,243 @@
+"""Schedule rules beyond plain tiling: tensorize on a registered tile intrinsic with packing and
+sampled cache tiles, auto-inline, random compute location, and parallel outer loops.
+
+Every choice a rule makes goes through a sampling primitive, and every tile size reaches the
+loops as the sampled value itself (a split factor), so a mutator that changes one decision and
+replays the trace changes the schedule accordingly.  A rule whose block does not fit leaves the
+schedule unchanged.  Rules with an `apply_default(sch, block)` method also know a preferred
+choice for each decision (the hand recipe's); `DesignSpace.default_sample` uses it to seed the
+search with the rule-based default schedule.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..ast import Block, as_int
+from ..errors import RefcompError, ScheduleError
+from ..loops import intrin as intrin_registry
+from ..loops.recipes.common import MatmulShape, matmul_shape, takes_partial_rows, tile_of
+from ..loops.recipes.matmul import (_GROUP, PANEL_INTRINS, _b_panels, _schedule_copy, _schedule_grouped_copy,
+                                    _schedule_panel_copy, _schedule_transposed_copy)
+from ..loops.schedule import BlockRV, Schedule
+
+
+def _choose(sch: Schedule, candidates: Sequence[int], preferred: int | None, default: bool):
+    """sample_categorical over candidates (uniform); the preferred one when default is set."""
+    candidates = list(candidates)
+    decision = candidates.index(preferred) if default and preferred in candidates else None
+    return sch.sample_categorical(candidates, [1.0] * len(candidates), decision=decision)
+
+
+def _nearest(values: Sequence[int], preferred: int) -> int:
+    return min(values, key=lambda v: (abs(v - preferred), v))
+
+
+def _desc_dtypes(name: str) -> tuple[str, str, str]:
+    desc = intrin_registry.get(name).desc
+    a, b, c = (str(p.dtype) for p in desc.params[:3])
+    return a, b, c
+
+
+def tile_intrinsics(block: Block, shape: MatmulShape) -> list[str]:
+    """The registered matmul tile intrinsics this CPU runs that compute block's element types and
+    tile its shape without padding (N a multiple of NR, K of the k multiple, M of MR unless the
+    intrinsic takes partial tiles); A-panel forms are left out (they need A packed in panels)."""
+    a_dtype = str(block.reads[shape.a_index].buffer.dtype)
+    b_dtype = str(block.reads[shape.b_index].buffer.dtype)
+    c_dtype = str(block.writes[0].buffer.dtype)
+    n, k, m = as_int(shape.n), as_int(shape.k), as_int(shape.m)
+    found = []
+    for name in intrin_registry.names(available_only=True):
+        try:
+            mr, nr, k_multiple = tile_of(name)
+        except KeyError:
+            continue  # not a matmul tile
+        if intrin_registry.get(name).impl.attrs.get("a_panel") or name.endswith("_panel"):
+            continue
+        if _desc_dtypes(name) != (a_dtype, b_dtype, c_dtype) or None in (n, k, m):
+            continue
+        if n % nr or k % k_multiple or (m % mr and not takes_partial_rows(name)):
+            continue
+        found.append(name)
+    return found
+
+
+@dataclass
+class TensorizeTiling:
+    """Multi-level tiling around a tensorized register tile, for matmul blocks (C[i, j] += A[i, k]
+    * B[k, j], or * W[j, k]) that a registered tile intrinsic computes.
+
+    Decisions (each a sample_categorical): the intrinsic (among those the CPU has, widest vector
+    first), the row block MC (as MC / MR tiles), the column block NC (as NC / NR panels), the
+    reduction slab KC, which loop runs in parallel (column blocks, each thread packing its own
+    slab of B; or row blocks, all reading B packed once), and, for an intrinsic with a panel
+    form, whether A is packed into MR-row panels.  The first three reach the loops as split
+    factors (mutable); the others choose the structure (explored by fresh samples).  B is packed into NR-wide panels
+    (cache_read + transform_layout) in the layout the intrinsic reads; the tile block zeroes its
+    C tile before the first slab, so C needs no separate write cache.  The structure is:
+
+        for j0 | i0 in parallel:  for k0:  for (i0 | j0):  for j1:  for i1:  tile(MR, NR, KC)
+    """
+
+    restructures = True  # left out after a function-level rule (DesignSpace)
+    preferred_mc: int = 96
+    preferred_nc: int = 512
+    preferred_kc: int = 512
+    mc_tiles: Sequence[int] = (2, 4, 8, 12, 16, 24, 32)
+    nc_range: tuple[int, int] = (64, 2048)
+    kc_range: tuple[int, int] = (64, 1024)
+
+    def apply(self, sch: Schedule, block: BlockRV) -> None:
+        self._apply(sch, block, default=False)
+
+    def apply_default(self, sch: Schedule, block: BlockRV) -> None:
+        self._apply(sch, block, default=True)
+
+    def _apply(self, sch: Schedule, block: BlockRV, default: bool) -> None:
+        node = sch.get(block)
+        try:
+            shape = matmul_shape(node, "tensorize tiling")
+        except ScheduleError:
+            return
+        if len(sch.get_loops(block)) != 3:
+            return
+        names = tile_intrinsics(node, shape)
+        if not names:
+            return
+        names.sort(key=lambda name: -tile_of(name)[1])  # widest tile (best vector ISA) first
+        m, n, k = as_int(shape.m), as_int(shape.n), as_int(shape.k)
+        pick = int(_choose(sch, range(len(names)), 0, default))
+        name = names[pick]
+        mr, nr, k_multiple = tile_of(name)
+        layout = intrin_registry.x86.b_layout(name)
+        row_tiles = -(-m // mr)
+        mc_choices = sorted({t for t in self.mc_tiles if t <= row_tiles} | {min(row_tiles, self.mc_tiles[0])})
+        nc_choices = [p for p in range(1, n // nr + 1) if (n // nr) % p == 0
+                      and self.nc_range[0] <= p * nr <= self.nc_range[1]] or [n // nr]
+        kc_choices = [c for c in range(k_multiple, k + 1, k_multiple) if k % c == 0
+                      and self.kc_range[0] <= c <= self.kc_range[1]] or [k]
+        mc_tiles = _choose(sch, mc_choices, _nearest(mc_choices, self.preferred_mc // mr), default)
+        nc_panels = _choose(sch, nc_choices, _nearest(nc_choices, self.preferred_nc // nr), default)
+        kc = _choose(sch, kc_choices, _nearest(kc_choices, self.preferred_kc), default)
+        by_columns = _choose(sch, [1, 0], 1, default)
+        # A in MR-row panels read by the intrinsic's panel form: one stream of A per tile instead
+        # of MR rows that may share an L1 set (a row stride of 4 KiB)
+        panels = int(_choose(sch, [0, 1], 0, default)) if name in PANEL_INTRINS else 0
+
+        if panels:
+            packed_a = sch.cache_read(block, shape.a_index, "global")
+            sch.transform_layout(packed_a, ("write", 0), lambda i, k: (i // mr, k, i % mr),
+                                 pad_value=0.0 if m % mr else None)
+            _schedule_panel_copy(sch, packed_a, True, mr)
+            name = PANEL_INTRINS[name]
+        packed = sch.cache_read(block, shape.b_index, "global")
+        i, j, kk = sch.get_loops(block)
+        i0, i1, i2 = sch.split(i, [None, mc_tiles, mr])
+        j0, j1, j2 = sch.split(j, [None, nc_panels, nr])
+        k0, k1 = sch.split(kk, [None, kc])
+        if int(by_columns):
+            sch.reorder(j0, k0, i0, j1, i1, i2, j2, k1)
+            sch.compute_at(packed, k0)
+        else:
+            sch.reorder(i0, j0, k0, j1, i1, i2, j2, k1)
+        sch.transform_layout(packed, ("write", 0), _b_panels(nr, layout, shape.b_transposed))
+        copy_in_parallel = not int(by_columns)
+        if shape.b_transposed:
+            _schedule_transposed_copy(sch, packed, copy_in_parallel, nr, _GROUP.get(layout, 1))
+        elif layout == "rows":
+            _schedule_copy(sch, packed, copy_in_parallel, nr)
+        else:
+            _schedule_grouped_copy(sch, packed, copy_in_parallel, nr, _GROUP[layout])
+        sch.tensorize(i2, name)
+        outer = j0 if int(by_columns) else i0
+        sch.parallel(outer)
+        sch.annotate(outer, "omp_schedule", "dynamic")
+
+
+def _is_output(sch: Schedule, block: Block) -> bool:
+    outputs = {id(p) for p in sch.func.params}
+    return any(id(region.buffer) in outputs for region in block.writes)
+
+
+@dataclass
+class RowReductionDefault:
+    """A function-level rule: for a row reduction (softmax, layer norm: stages over the same rows
+    ending in a spatial output stage), the rule-based default's structure, every earlier stage
+    under the output's (fused) row loop, that loop parallel (loops.defaults.schedule_row_reduction).
+    A sampled choice keeps it or leaves the function to the block rules (preferred: keep it).
+    After it, the rules that place or tile blocks (`restructures`) are left out; the block-level
+    parallel and vector rules still apply to the loops it left serial."""
+
+    def apply_function(self, sch: Schedule, default: bool = False) -> tuple[Schedule, bool]:
+        """(the schedule, whether the structure was applied); sch itself when it does not fit."""
+        from ..loops.defaults import is_row_reduction, schedule_row_reduction
+
+        if not is_row_reduction(sch.func):
+            return sch, False
+        trial = sch.copy()
+        if not int(_choose(trial, [1, 0], 1, default)):
+            return trial, False
+        try:
+            scheduled = schedule_row_reduction(trial)
+        except RefcompError:
+            return sch, False
+        return (scheduled, True) if scheduled is not None else (sch, False)
+
+
+@dataclass
+class AutoInline:
+    """Inline a spatial block that is not an output into its readers (an elementwise producer)."""
+
+    restructures = True
+
+    def apply(self, sch: Schedule, block: BlockRV) -> None:
+        node = sch.get(block)
+        if any(iv.kind != "spatial" for iv in node.iter_vars) or _is_output(sch, node):
+            return
+        if not sch.get_consumers(block):
+            return
+        try:
+            sch.compute_inline(block)
+        except RefcompError:
+            return
+
+
+@dataclass
+class RandomComputeLocation:
+    """Compute a block that is not an output at a sampled loop of its consumer (or leave it)."""
+
+    restructures = True
+
+    def apply(self, sch: Schedule, block: BlockRV) -> None:
+        node = sch.get(block)
+        if _is_output(sch, node) or not sch.get_loops(block) or len(sch.get_consumers(block)) != 1:
+            return
+        location = sch.sample_compute_location(block)
+        sch.compute_at(block, location)  # the inline and stay-where-it-is markers are understood
+
+
+@dataclass
+class ParallelOuter:
+    """Run the outermost loop of a block in parallel when it binds only spatial iters, the block
+    has more than one loop and none is parallel yet; `min_extent` keeps tiny loops serial."""
+
+    min_extent: int = 2
+
+    def apply(self, sch: Schedule, block: BlockRV) -> None:
+        from .space import _loop_bindings
+
+        node = sch.get(block)
+        loops = sch.get_loops(block)
+        if len(loops) < 2 or any(sch.get(loop).kind == "parallel" for loop in loops):
+            return  # a single loop is left to the vectorizer
+        first = sch.get(loops[0])
+        extent = as_int(first.extent)
+        if first.kind != "serial" or extent is None or extent < self.min_extent:
+            return
+        if _loop_bindings(sch.func, node).get(id(first.loop_var)) != "spatial":
+            return
+        try:
+            sch.parallel(loops[0])
+        except RefcompError:
+            return

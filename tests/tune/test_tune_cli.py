@@ -1,0 +1,69 @@
+"""`refcomp tune` with a tiny budget, the progress bar's text, and the plot's optional dependency."""
+import io
+import json
+
+import pytest
+
+from refcomp.cli import main
+from refcomp.errors import RefcompError
+from refcomp.tune import Database, ProgressBar, format_seconds, matplotlib_available, plot_curve
+
+
+def test_refcomp_tune_a_named_workload_fills_the_database(tmp_path, capsys):
+    db = tmp_path / "db.jsonl"
+    plot = tmp_path / "curve.png"
+    status = main(["tune", "matmul", "--shape", "8,16,8", "--trials", "2", "--database", str(db),
+                   "--plot", str(plot), "--seed", "3"])
+    out, err = capsys.readouterr()
+    assert status == 0, out + err
+    assert "2/2 trials" in err and "GFLOP/s" in err
+    assert "matmul: 2 trials" in out
+    assert len(Database(db)) == 2
+    assert all(json.loads(line)["workload"] for line in db.read_text().splitlines())
+    if matplotlib_available():
+        assert plot.stat().st_size > 0
+    else:
+        assert "needs matplotlib" in err and not plot.exists()
+
+
+def test_refcomp_tune_a_script_file(tmp_path, capsys):
+    from refcomp import workloads
+    from refcomp.ast.printer import script
+
+    path = tmp_path / "exp.txt"
+    path.write_text(script(workloads.exp_scale(32)))
+    assert main(["tune", str(path), "--trials", "2", "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("main: ") and " trial" in out and "trials" not in err  # --quiet: no bar
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["tune", "nosuch"], "neither a file nor a named workload"),
+    (["tune", "matmul"], "needs its sizes"),
+    (["tune", "matmul", "--shape", "8,8"], "does not fit matmul"),
+    (["tune", "missing.onnx"], "no such file"),
+    (["tune", "matmul", "--shape", "8,8,8", "--trials", "0"], "--trials must be positive"),
+])
+def test_refcomp_tune_bad_input_is_a_clear_error(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_progress_bar_text_and_estimate():
+    stream = io.StringIO()
+    bar = ProgressBar(stream=stream, width=10, in_place=False)
+    bar(16, 64, 41.25, 12.0)
+    bar(64, 64, 50.0, 48.0)
+    first, last = stream.getvalue().splitlines()
+    assert first == "[##........] 16/64 trials  best 41.2 GFLOP/s  12 s, ETA 36 s"
+    assert last.startswith("[##########] 64/64 trials") and last.endswith("ETA done")
+    assert format_seconds(185) == "3 min 05 s" and format_seconds(3720) == "1 h 02 min"
+
+
+def test_plot_without_matplotlib_says_how_to_get_it(tmp_path):
+    if matplotlib_available():
+        path = plot_curve([(1, 0.5, 2e-3), (2, 1.0, 1e-3)], 2e6, str(tmp_path / "c.png"), title="t")
+        assert (tmp_path / "c.png").stat().st_size > 0 and path.endswith("c.png")
+    else:
+        with pytest.raises(RefcompError, match="pip install matplotlib"):
+            plot_curve([(1, 0.5, 2e-3)], 2e6, str(tmp_path / "c.png"))

@@ -1,0 +1,95 @@
+"""Whole-model tuning: tasks extracted from a graph module, one budget shared, records applied by graph.build."""
+import multiprocessing
+import random
+
+import numpy as np
+import pytest
+
+import refcomp
+from refcomp.ast.structural import structural_equal
+from refcomp.errors import BuildError, RefcompError
+from refcomp.graph import BlockBuilder, Var, op, tensor
+from refcomp.tune import Database, Runner, extract_tasks, replay, structural_hash, tune_model
+
+
+def two_layer_mlp():
+    """relu(x @ w1) -> relu(. @ w2) -> relu(. @ w2): the second and third layers are one kernel."""
+    x = Var("x", tensor((12, 8)))
+    w1 = Var("w1", tensor((8, 16)))
+    w2 = Var("w2", tensor((16, 16)))
+    bb = BlockBuilder()
+    with bb.function("main", [x, w1, w2]):
+        with bb.dataflow():
+            h = bb.emit(op.relu(op.matmul(x, w1)))
+            g = bb.emit(op.relu(op.matmul(h, w2)))
+            out = bb.emit_output(op.relu(op.matmul(g, w2)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def mlp_reference(x, w1, w2):
+    h = np.maximum(x @ w1, 0)
+    return np.maximum(np.maximum(h @ w2, 0) @ w2, 0)
+
+
+def _run_in_child(function, *args):
+    """function(*args) in a forked process (the tests of the tuner must not start OpenMP here)."""
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+
+    def child():
+        try:
+            send.send(("ok", function(*args)))
+        except BaseException as error:  # report everything to the parent
+            send.send(("error", repr(error)))
+
+    process = ctx.Process(target=child)
+    process.start()
+    status, value = receive.recv()
+    process.join()
+    assert status == "ok", value
+    return value
+
+
+def test_tasks_are_the_distinct_kernels_weighted_by_calls():
+    tasks = extract_tasks(two_layer_mlp(), blas=False)
+    hashes = [t.workload for t in tasks]
+    assert len(hashes) == len(set(hashes))
+    assert sum(t.weight for t in tasks) == 3
+    assert sorted(t.weight for t in tasks) == [1, 2]  # the repeated layer is one task, called twice
+    assert all(structural_hash(t.func) == t.workload and t.flops > 0 for t in tasks)
+
+
+def test_tune_model_shares_the_budget_and_build_applies_the_records(tmp_path):
+    mod = two_layer_mlp()
+    db = Database(tmp_path / "model.jsonl")
+    rounds = []
+    result = tune_model(mod, trials=8, database=db, batch=2, population=4, seed=random.randrange(2**20),
+                        runner=Runner(workers=2, timeout_s=300), progress=lambda *a: rounds.append(a))
+    assert result.trials == 8 and sum(r.trials for r in result.tasks) == 8
+    assert all(r.trials >= 2 for r in result.tasks)  # every task had a round before any got a second
+    assert [r[0] for r in rounds] == [2, 4, 6, 8]
+    assert all(r.best_time < float("inf") for r in result.tasks)
+    assert result.weighted_time > 0
+    for report in result.tasks:
+        best = db.best(report.task.workload, "c")
+        assert best is not None and best.mean_time == report.best_time
+        assert structural_equal(db.schedule_for(report.task.func, "c"), replay(report.task.func, best).func)
+
+    def build_and_run(seed):
+        rng = np.random.default_rng(seed)
+        x, w1, w2 = (rng.uniform(-1, 1, s).astype("float32") for s in ((12, 8), (8, 16), (16, 16)))
+        ex = refcomp.graph.build(mod, blas=False, tuning_database=Database(tmp_path / "model.jsonl"))
+        got = refcomp.runtime.VirtualMachine(ex)["main"](x, w1, w2)
+        return ex.stats["tuned_kernels"], np.asarray(got), mlp_reference(x, w1, w2)
+
+    tuned, got, want = _run_in_child(build_and_run, random.randrange(2**20))
+    assert tuned == sum(len(r.task.names) for r in result.tasks) == 3
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_bad_tuning_database_and_budget_are_refused():
+    with pytest.raises(BuildError, match="schedule_for"):
+        refcomp.graph.build(two_layer_mlp(), blas=False, tuning_database=object())
+    with pytest.raises(RefcompError, match="trials"):
+        tune_model(two_layer_mlp(), trials=0, database=Database())

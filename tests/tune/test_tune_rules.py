@@ -1,0 +1,113 @@
+"""The rules beyond plain tiling: tensorize tiling on a tile intrinsic, auto-inline, compute location,
+parallel outer loops; the search starts from the rule-based default."""
+import json
+import random
+
+import numpy as np
+import pytest
+
+from refcomp import workloads
+from refcomp.ast.structural import structural_equal
+from refcomp.loops.interpreter import interpret
+from refcomp.loops.recipes.common import matmul_shape
+from refcomp.loops.schedule import Schedule
+from refcomp.tune import (AutoInline, Checker, Database, DesignSpace, ParallelOuter, RandomComputeLocation, Runner,
+                          TensorizeTiling, default_rules, tune)
+from refcomp.tune.rules import tile_intrinsics
+from refcomp.tune.runner import Candidate
+
+
+def _needs_a_tile_intrinsic(func):
+    block = Schedule(func).get(Schedule(func).get_block("C"))
+    if not tile_intrinsics(block, matmul_shape(block, "test")):
+        pytest.skip("this CPU runs no fp32 matmul tile intrinsic")
+
+
+def _matmul_reference(arrays):
+    arrays[2][...] = arrays[0] @ arrays[1]
+
+
+def test_tensorize_tiling_samples_are_checked_correct_and_the_default_comes_first():
+    func = workloads.matmul(18, 32, 24)
+    _needs_a_tile_intrinsic(func)
+    space = DesignSpace([TensorizeTiling()])
+    default = space.default_sample(func)
+    kinds = [inst.kind for inst in default.trace.instructions]
+    assert "tensorize" in kinds and "cache_read" in kinds and "transform_layout" in kinds and "parallel" in kinds
+    assert all(d == 0 for d in _categorical_decisions(default)[-1:])  # parallel over columns by default
+    samples = space.sample_many(func, 4, random.Random(random.randrange(2**20)))
+    candidates = [Candidate(json.loads(s.trace.to_json())) for s in [default] + samples]
+    results = Runner(workers=2, timeout_s=300).measure(func, candidates, Checker(func, _matmul_reference,
+                                                                                     seed=random.randrange(2**20)))
+    assert [r.status for r in results] == ["ok"] * len(candidates), [r.message for r in results]
+
+
+def _categorical_decisions(sch):
+    return [inst.args["decision"] for inst in sch.trace.instructions if inst.kind == "sample_categorical"]
+
+
+def test_a_changed_tile_decision_reaches_the_loops():
+    func = workloads.matmul(12, 64, 128)  # KC: 64 or 128
+    _needs_a_tile_intrinsic(func)
+    sch = DesignSpace([TensorizeTiling()]).default_sample(func)
+    trace = json.loads(sch.trace.to_json())
+    sampled = [i for i, inst in enumerate(trace["instructions"]) if inst["kind"] == "sample_categorical"]
+    columns = trace["instructions"][sampled[2]]["args"]  # NC as NC / NR panels
+    assert len(columns["candidates"]) >= 1
+    kc = trace["instructions"][sampled[3]]["args"]
+    assert kc["candidates"] == [64, 128]
+    kc["decision"] = 1 - kc["decision"]
+    changed = Schedule.from_trace(func, trace)
+    assert not structural_equal(changed.func, sch.func)
+
+
+def test_auto_inline_and_compute_location_keep_softmax_correct():
+    func = workloads.softmax(6, 16)
+    rng = np.random.default_rng(random.randrange(2**20))
+    a = rng.uniform(-2, 2, (6, 16)).astype("float32")
+    want = np.exp(a - a.max(1, keepdims=True))
+    want /= want.sum(1, keepdims=True)
+    inlined = DesignSpace([AutoInline()]).sample(func, 0)
+    names = {inst.args.get("block") for inst in inlined.trace.instructions if inst.kind == "compute_inline"}
+    assert names  # E, the exponentials, is inlined into its readers
+    for seed in range(4):
+        sch = DesignSpace([RandomComputeLocation(), ParallelOuter()]).sample(func, seed)
+        out = np.full((6, 16), 7.0, dtype="float32")
+        interpret(sch.func, a, out)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+    out = np.full((6, 16), 7.0, dtype="float32")
+    interpret(inlined.func, a, out)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_search_measures_the_rule_based_default_first():
+    func = workloads.matmul(12, 32, 16)
+    _needs_a_tile_intrinsic(func)
+    seed = random.randrange(2**20)
+    db = Database()
+    result = tune(func, "c", trials=3, batch=3, population=4, seed=seed, database=db,
+                  reference=_matmul_reference, runner=Runner(workers=2, timeout_s=300))
+    assert result.trials == 3 and not result.failures and result.schedule is not None
+    default = DesignSpace(default_rules()).default_sample(func, seed)
+    assert any("tensorize" == inst.kind for inst in default.trace.instructions)
+    assert db.records[0].trace == json.loads(default.trace.to_json())
+
+
+def test_row_reductions_start_from_the_default_structure_and_stay_correct():
+    from refcomp.tune import RowReductionDefault
+
+    func = workloads.layer_norm(6, 128)
+    rng = np.random.default_rng(random.randrange(2**20))
+    a = rng.uniform(-2, 2, (6, 128)).astype("float32")
+    want = (a - a.mean(1, keepdims=True)) / np.sqrt(a.var(1, keepdims=True) + 1e-5)
+    space = DesignSpace(default_rules())
+    default = space.default_sample(func)
+    kinds = [inst.kind for inst in default.trace.instructions]
+    assert "compute_at" in kinds and "parallel" in kinds and "sample_perfect_tile" not in kinds
+    assert isinstance(space.rules[0], RowReductionDefault)
+    for sch in [default] + space.sample_many(func, 3, random.Random(random.randrange(2**20))):
+        out = np.full((6, 128), 7.0, dtype="float32")
+        interpret(sch.func, a, out)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
+        again = Schedule.from_trace(func, sch.trace.to_json())
+        assert structural_equal(again.func, sch.func)
