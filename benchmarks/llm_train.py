@@ -9,7 +9,7 @@ The model is transformers' `LlamaForCausalLM`, so parameter names are Hugging Fa
 seeded (torch, numpy and the batch order) and single-threaded by default.  The result is written as
 `config.json` + `model.safetensors` (fp16) + `README.md` with the command, data, steps and losses.
 
-    python benchmarks/llm_train.py --steps 300 --out src/refcomp/llm/data/byte-llama
+    python benchmarks/llm_train.py --steps 280 --out src/refcomp/llm/data/byte-llama
 """
 from __future__ import annotations
 
@@ -54,8 +54,8 @@ def stdlib_corpus() -> tuple[bytes, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=280)
+    parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)

@@ -33,3 +33,21 @@ def hf_model(config: LlamaConfig, seed: int):
                 p.add_(0.1 * torch.randn_like(p))
     weights = {name: t.detach().numpy().copy() for name, t in model.state_dict().items()}
     return model, weights
+
+
+def chi2_threshold(df: int) -> float:
+    """The chi-square quantile a correct sampler exceeds with probability 1e-6 (the Wilson-Hilferty
+    approximation, a few percent above the exact quantile for small df)."""
+    z = 4.753424  # standard normal upper 1e-6 point
+    return df * (1 - 2 / (9 * df) + z * np.sqrt(2 / (9 * df))) ** 3
+
+
+def chi2_statistic(counts: np.ndarray, probs: np.ndarray) -> tuple[float, int]:
+    """Pearson's statistic of observed counts against probabilities, and its degrees of freedom;
+    cells of probability 0 must be empty (else the statistic is infinite)."""
+    n = counts.sum()
+    support = probs > 0
+    if counts[~support].any():
+        return float("inf"), int(support.sum()) - 1
+    expected = n * probs[support]
+    return float(((counts[support] - expected) ** 2 / expected).sum()), int(support.sum()) - 1
