@@ -1,4 +1,4 @@
-"""The `refcomp` command: `refcomp demo`, `refcomp check FILE`, `refcomp version`."""
+"""The `refcomp` command: `refcomp demo`, `refcomp check FILE`, `refcomp generate`, `refcomp version`."""
 from __future__ import annotations
 
 import argparse
@@ -23,6 +23,12 @@ def _check(argv: list[str]) -> int:
     return main(argv)
 
 
+def _generate(argv: list[str]) -> int:
+    from .llm.command import main
+
+    return main(argv)
+
+
 def _version(argv: list[str]) -> int:
     from .version import __version__
 
@@ -33,6 +39,7 @@ def _version(argv: list[str]) -> int:
 COMMANDS = {
     "demo": (_demo, "build and run a few kernels, compare with numpy"),
     "check": (_check, "prove every function in a file shape-correct (exit 0 only when all are proved)"),
+    "generate": (_generate, "generate text with a Llama model (default: the shipped byte-level one), streaming"),
     "version": (_version, "print the version"),
 }
 
