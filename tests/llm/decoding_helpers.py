@@ -51,3 +51,24 @@ def chi2_statistic(counts: np.ndarray, probs: np.ndarray) -> tuple[float, int]:
         return float("inf"), int(support.sum()) - 1
     expected = n * probs[support]
     return float(((counts[support] - expected) ** 2 / expected).sum()), int(support.sum()) - 1
+
+
+def write_checkpoint(directory, config: LlamaConfig, weights: dict, dtype=np.float16, config_json=None) -> None:
+    """A Hugging Face checkpoint directory (config.json + model.safetensors) written with numpy only."""
+    import json
+    import struct
+    from pathlib import Path
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config_json if config_json is not None else config.to_hf()))
+    code = {np.dtype(np.float16): "F16", np.dtype(np.float32): "F32"}[np.dtype(dtype)]
+    header, blobs, offset = {}, [], 0
+    for name, array in weights.items():
+        blob = np.ascontiguousarray(array, dtype=dtype).astype(np.dtype(dtype).newbyteorder("<")).tobytes()
+        header[name] = {"dtype": code, "shape": list(np.shape(array)), "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    head = json.dumps(header).encode()
+    head += b" " * (-len(head) % 8)
+    (directory / "model.safetensors").write_bytes(struct.pack("<Q", len(head)) + head + b"".join(blobs))

@@ -6,4 +6,12 @@ MagicDec self-speculative decoding.
 """
 from .protocol import CausalLM, KVCache, LlamaConfig, StreamingBudget
 
+from .generate import GenerationResult, generate
+from .loading import DEFAULT_MODEL, load_model
+from .reference import ReferenceLlama
+from .sampling import SamplingParams
+from .speculative import SpeculativeConfig, speculative_generate
+
 __all__ = ["CausalLM", "KVCache", "LlamaConfig", "StreamingBudget"]
+__all__ += ["DEFAULT_MODEL", "GenerationResult", "ReferenceLlama", "SamplingParams", "SpeculativeConfig",
+            "generate", "load_model", "speculative_generate"]
