@@ -61,7 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-minutes", type=float, default=25.0,
-                        help="stop early (and say so in the README) when training takes longer")
+                        help="stop early (and say so in the README) when training takes longer; 0: no limit")
+    parser.add_argument("--stop-at", type=int, default=0,
+                        help="stop after this many steps of the --steps schedule (0: run it all); reproduces "
+                             "a run that --max-minutes stopped")
     parser.add_argument("--out", default="src/refcomp/llm/data/byte-llama")
     args = parser.parse_args(argv)
 
@@ -131,7 +134,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"step {step} loss {np.mean(losses[-25:]):.4f} lr {lr_at(step):.2e} {elapsed:.0f}s", flush=True)
         if step % 200 == 199:
             save(model, args, steps_done, losses, None, n_files, len(data), n_params, elapsed, partial=True)
-        if elapsed > args.max_minutes * 60:
+        if args.stop_at and steps_done >= args.stop_at:
+            break
+        if 0 < args.max_minutes * 60 < elapsed:
             print(f"stopping after {steps_done} steps: --max-minutes {args.max_minutes} reached", flush=True)
             break
     vloss = valid_loss()
@@ -161,15 +166,15 @@ speculative-decoding acceptance rates and speedups are measured on a model that 
   {CONFIG['num_attention_heads']} heads ({CONFIG['num_key_value_heads']} key/value heads, head_dim {CONFIG['head_dim']}),
   intermediate {CONFIG['intermediate_size']}, vocabulary 256 (token = byte), untied head,
   max_position_embeddings {CONFIG['max_position_embeddings']}; {n_params} parameters; stored in fp16.
-- Data: the Python standard library's `.py` sources (test packages excluded), {n_files} files,
+- Data: the Python {sys.version.split()[0]} standard library's `.py` sources (test packages excluded), {n_files} files,
   {n_bytes} bytes, sorted by path and concatenated; last 2% held out.
-- Training: {steps_done} steps{' (interrupted checkpoint)' if partial else ''} of {args.batch} x {args.seq} bytes,
+- Training: {steps_done} steps{' (interrupted checkpoint)' if partial else ''}{'' if steps_done == args.steps else f' of a {args.steps}-step schedule'} of {args.batch} x {args.seq} bytes,
   AdamW (lr {args.lr}, warmup then cosine to 10%, weight decay 0.1, clip 1.0), seed {args.seed},
   {args.threads} CPU thread(s), {elapsed / 60:.1f} minutes.
 - Final training loss (mean of the last 50 steps): {final:.4f} nats/byte.
 - Validation loss: {'n/a' if vloss is None else f'{vloss:.4f} nats/byte ({vloss / math.log(2):.3f} bits/byte)'}.
 
-Command:
+Command{'' if steps_done == args.steps or args.stop_at else f' (to reproduce these {steps_done} steps: add --stop-at {steps_done} --max-minutes 0)'}:
 
     {command}
 """

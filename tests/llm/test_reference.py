@@ -67,6 +67,7 @@ def streaming_oracle(model: ReferenceLlama, tokens: np.ndarray, budget: Streamin
     """Logits of a StreamingLLM model computed one query at a time from a full cache: query q sees
     the keys at j <= q with j < sinks or j > q - window."""
     full = model.new_cache(tokens.shape[0], tokens.shape[1])
+    full.mask_start = lambda start: 0
     full.visible = lambda key_pos, query_pos: (
         (key_pos[:, None, :] >= 0) & (key_pos[:, None, :] <= query_pos[:, :, None])
         & ((key_pos[:, None, :] < budget.sinks) | (key_pos[:, None, :] > query_pos[:, :, None] - budget.window)))

@@ -135,6 +135,11 @@ class ReferenceCache:
         ring = self.slots - sinks
         return np.where(pos < sinks, pos, sinks + (pos - sinks) % max(ring, 1))
 
+    def mask_start(self, start: np.ndarray) -> int:
+        """The first key slot attention must mask for queries appended at lengths `start`: in a full
+        cache every key before the shortest sequence's length is visible to every new query."""
+        return int(start.min()) if self.streaming is None else 0
+
     def visible(self, key_pos: np.ndarray, query_pos: np.ndarray) -> np.ndarray:
         """(B, T, S) bool: which keys (B, S) positions each query (B, T) attends to."""
         k = key_pos[:, None, :]
@@ -236,6 +241,7 @@ class ReferenceLlama:
             # keys live in slots 0..max(end)-1; write the new ones first, then attend
             key_pos_all = None
             span = int((start + t).max())
+        lo = cache.mask_start(start)
         x = self.embed[tokens]                                              # (B, T, H)
         scale = 1.0 / np.sqrt(d)
         for li, layer in enumerate(self.layers):
@@ -257,15 +263,15 @@ class ReferenceLlama:
                 keys = np.concatenate([kc, k], axis=2)
                 values = np.concatenate([vc, v], axis=2)
                 key_pos = np.concatenate([cache.positions, qpos], axis=1)
-            mask = cache.visible(key_pos, qpos)                             # (B, T, S)
-            qg = q.reshape(b, nkv, group * t, d)
-            scores = (qg @ keys.transpose(0, 1, 3, 2)) * scale               # (B, KV, G*T, S)
-            scores = scores.reshape(b, nkv, group, t, -1)
-            scores = np.where(mask[:, None, None], scores, -np.inf)
+            qg = (q * scale).reshape(b, nkv, group * t, d)
+            scores = qg @ keys.transpose(0, 1, 3, 2)                         # (B, KV, G*T, S)
+            masked = scores.reshape(b, nkv, group, t, -1)[..., lo:]
+            hidden = ~cache.visible(key_pos[:, lo:], qpos)                   # (B, T, S - lo)
+            np.copyto(masked, -np.inf, where=hidden[:, None, None])
             scores -= scores.max(axis=-1, keepdims=True)
             np.exp(scores, out=scores)
-            scores /= scores.sum(axis=-1, keepdims=True)
-            attn = scores.reshape(b, nkv, group * t, -1) @ values            # (B, KV, G*T, D)
+            total = scores.sum(axis=-1, keepdims=True)
+            attn = (scores @ values) / total                                 # (B, KV, G*T, D)
             attn = attn.reshape(b, nh, t, d).transpose(0, 2, 1, 3).reshape(b, t, nh * d)
             x = x + attn @ layer["o"]
             if cache.streaming is not None:
