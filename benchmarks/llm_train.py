@@ -65,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop-at", type=int, default=0,
                         help="stop after this many steps of the --steps schedule (0: run it all); reproduces "
                              "a run that --max-minutes stopped")
+    parser.add_argument("--init", default=None, metavar="DIR",
+                        help="start from this checkpoint (e.g. to extend a model trained on short sequences "
+                             "to long ones); its README is kept as the earlier stage")
     parser.add_argument("--out", default="src/refcomp/llm/data/byte-llama")
     args = parser.parse_args(argv)
 
@@ -83,6 +86,14 @@ def main(argv: list[str] | None = None) -> int:
 
     hf_config = LlamaConfig(**{k: v for k, v in CONFIG.items() if k not in ("architectures", "torch_dtype")})
     model = LlamaForCausalLM(hf_config)
+    earlier = None
+    if args.init:
+        from safetensors.torch import load_file
+
+        state = {k: v.to(torch.float32) for k, v in load_file(str(Path(args.init) / "model.safetensors")).items()}
+        model.load_state_dict(state, strict=False)
+        readme = Path(args.init) / "README.md"
+        earlier = readme.read_text() if readme.is_file() else None
     n_params = sum(p.numel() for p in model.parameters())
     print(f"parameters: {n_params}", flush=True)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
@@ -133,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         if step % 25 == 0 or step == args.steps - 1:
             print(f"step {step} loss {np.mean(losses[-25:]):.4f} lr {lr_at(step):.2e} {elapsed:.0f}s", flush=True)
         if step % 200 == 199:
-            save(model, args, steps_done, losses, None, n_files, len(data), n_params, elapsed, partial=True)
+            save(model, args, steps_done, losses, None, n_files, len(data), n_params, elapsed, earlier, partial=True)
         if args.stop_at and steps_done >= args.stop_at:
             break
         if 0 < args.max_minutes * 60 < elapsed:
@@ -141,11 +152,13 @@ def main(argv: list[str] | None = None) -> int:
             break
     vloss = valid_loss()
     print(f"validation loss {vloss:.4f} nats/byte ({vloss / math.log(2):.3f} bits/byte)", flush=True)
-    save(model, args, steps_done, losses, vloss, n_files, len(data), n_params, time.time() - start, partial=False)
+    save(model, args, steps_done, losses, vloss, n_files, len(data), n_params, time.time() - start, earlier,
+         partial=False)
     return 0
 
 
-def save(model, args, steps_done, losses, vloss, n_files, n_bytes, n_params, elapsed, *, partial: bool) -> None:
+def save(model, args, steps_done, losses, vloss, n_files, n_bytes, n_params, elapsed, earlier, *,
+         partial: bool) -> None:
     import torch
     from safetensors.torch import save_file
 
@@ -178,6 +191,10 @@ Command{'' if steps_done == args.steps or args.stop_at else f' (to reproduce the
 
     {command}
 """
+    if earlier:
+        body = earlier[earlier.index("- Architecture"):] if "- Architecture" in earlier else earlier
+        readme += "\n## The earlier stage (the checkpoint --init started from)\n\n" + body.lstrip("\n").replace(
+            "\nCommand", "\nIts command")
     (out / "README.md").write_text(readme)
 
 

@@ -22,9 +22,10 @@ import numpy as np
 from ..errors import ArgumentError
 from .protocol import CheckpointError, LlamaConfig, StreamingBudget
 
-#: Tokens one attention call processes at most; longer forwards are split (identical results,
-#: bounded memory for the (tokens x keys) score matrix).
+#: Tokens one attention call processes at most, and the most attention scores (batch x heads x
+#: tokens x keys) it holds at once; longer forwards are split (the same results, bounded memory).
 CHUNK = 256
+SCORES = 1 << 25
 
 
 def hf_weight_shapes(config: LlamaConfig) -> dict[str, tuple[int, ...]]:
@@ -209,8 +210,12 @@ class ReferenceLlama:
         if end.max() > cache.max_tokens:
             raise ArgumentError(f"forward: appending {tokens.shape[1]} tokens to lengths {cache.lengths().tolist()} "
                              f"exceeds the cache's max_tokens {cache.max_tokens}")
-        out = [self._forward_chunk(tokens[:, s:s + CHUNK].astype(np.int64), cache)
-               for s in range(0, tokens.shape[1], CHUNK)]
+        out, s, total = [], 0, tokens.shape[1]
+        while s < total:
+            span = int(cache.lengths().max()) + min(CHUNK, total - s)
+            step = max(1, min(CHUNK, SCORES // (cache.batch * self.config.num_attention_heads * span)))
+            out.append(self._forward_chunk(tokens[:, s:s + step].astype(np.int64), cache))
+            s += step
         return (out[0] if len(out) == 1 else np.concatenate(out, axis=1)).astype(np.float32)
 
     # -- the computation ------------------------------------------------------------------------
@@ -242,7 +247,7 @@ class ReferenceLlama:
             key_pos_all = None
             span = int((start + t).max())
         lo = cache.mask_start(start)
-        x = self.embed[tokens]                                              # (B, T, H)
+        x = self.embed[tokens.reshape(-1)]                                  # (B*T, H): 2-D products
         scale = 1.0 / np.sqrt(d)
         for li, layer in enumerate(self.layers):
             h = self._rms_norm(x, layer["ln1"])
@@ -272,7 +277,7 @@ class ReferenceLlama:
             np.exp(scores, out=scores)
             total = scores.sum(axis=-1, keepdims=True)
             attn = (scores @ values) / total                                 # (B, KV, G*T, D)
-            attn = attn.reshape(b, nh, t, d).transpose(0, 2, 1, 3).reshape(b, t, nh * d)
+            attn = attn.reshape(b, nh, t, d).transpose(0, 2, 1, 3).reshape(b * t, nh * d)
             x = x + attn @ layer["o"]
             if cache.streaming is not None:
                 self._store_streaming(cache, li, k, v, qpos)
@@ -285,7 +290,7 @@ class ReferenceLlama:
         else:
             cache.positions[rows, qslots] = qpos
         cache._lengths = start + t
-        return self._rms_norm(x, self.norm) @ self.head
+        return (self._rms_norm(x, self.norm) @ self.head).reshape(b, t, -1)
 
     @staticmethod
     def _kept(cache: ReferenceCache, qpos: np.ndarray) -> np.ndarray:
