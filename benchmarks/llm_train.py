@@ -185,7 +185,7 @@ speculative-decoding acceptance rates and speedups are measured on a model that 
   AdamW (lr {args.lr}, warmup then cosine to 10%, weight decay 0.1, clip 1.0), seed {args.seed},
   {args.threads} CPU thread(s), {elapsed / 60:.1f} minutes.
 - Final training loss (mean of the last 50 steps): {final:.4f} nats/byte.
-- Validation loss: {'n/a' if vloss is None else f'{vloss:.4f} nats/byte ({vloss / math.log(2):.3f} bits/byte)'}.
+- Validation loss (32 held-out windows of {args.seq} bytes): {'n/a' if vloss is None else f'{vloss:.4f} nats/byte ({vloss / math.log(2):.3f} bits/byte)'}.
 
 Command{'' if steps_done == args.steps or args.stop_at else f' (to reproduce these {steps_done} steps: add --stop-at {steps_done} --max-minutes 0)'}:
 
