@@ -74,7 +74,8 @@ def check_prompts(prompts: Sequence[Sequence[int]] | np.ndarray, max_new_tokens:
     return prompts
 
 
-def _make_rng(seed: int | np.random.Generator | None) -> np.random.Generator:
+def make_rng(seed: int | np.random.Generator | None) -> np.random.Generator:
+    """The generator `seed` names: a Generator is used as it is, an int (or None) seeds a new one."""
     if isinstance(seed, np.random.Generator):
         return seed
     return np.random.default_rng(seed)
@@ -142,11 +143,11 @@ def generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max
     params = params or SamplingParams()
     config = model.config
     prompts = check_prompts(prompts, max_new_tokens, config.max_position_embeddings, config.vocab_size)
-    rng = _make_rng(seed)
+    rng = make_rng(seed)
     batch = len(prompts)
     capacity = max(len(p) for p in prompts) + max_new_tokens
     cache = model.new_cache(batch, capacity)
-    clipped = _clip(on_tokens, max_new_tokens, batch)
+    clipped = clip_callback(on_tokens, max_new_tokens, batch)
 
     start = time.perf_counter()
     prefill = Prefill([(model, cache)], prompts, params, rng)
@@ -169,7 +170,7 @@ def generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max
                             decoded=sum(min(len(t), max_new_tokens) for t in out) - before)
 
 
-def _clip(on_tokens: TokenCallback | None, limit: int, batch: int) -> TokenCallback | None:
+def clip_callback(on_tokens: TokenCallback | None, limit: int, batch: int) -> TokenCallback | None:
     """A callback that passes on at most `limit` tokens per sequence in total."""
     if on_tokens is None:
         return None

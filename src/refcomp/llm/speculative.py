@@ -31,7 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ArgumentError
-from .generate import GenerationResult, Prefill, TokenCallback, _clip, _make_rng, check_prompts
+from .generate import GenerationResult, Prefill, TokenCallback, check_prompts, clip_callback, make_rng
 from .protocol import CausalLM, StreamingBudget
 from .sampling import SamplingParams, draw
 
@@ -117,12 +117,12 @@ def speculative_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.
     gamma = spec.gamma
     prompts = check_prompts(prompts, max_new_tokens, config.max_position_embeddings, config.vocab_size,
                             extra=gamma + 1)
-    rng = _make_rng(seed)
+    rng = make_rng(seed)
     batch = len(prompts)
     capacity = max(len(p) for p in prompts) + max_new_tokens + gamma + 1
     target_cache = model.new_cache(batch, capacity)
     draft_cache = draft.new_cache(batch, capacity, streaming=spec.streaming())
-    clipped = _clip(on_tokens, max_new_tokens, batch)
+    clipped = clip_callback(on_tokens, max_new_tokens, batch)
 
     start = time.perf_counter()
     prefill = Prefill([(model, target_cache), (draft, draft_cache)], prompts, params, rng)
