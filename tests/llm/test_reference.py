@@ -10,12 +10,15 @@ from refcomp.errors import RefcompError
 from refcomp.llm.protocol import CausalLM, CheckpointError, KVCache, StreamingBudget
 from refcomp.llm.reference import ReferenceLlama, random_weights
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+
+def torch_or_skip():
+    pytest.importorskip("transformers")
+    return pytest.importorskip("torch")
 
 
 @pytest.mark.parametrize("tie", [False, True])
 def test_matches_transformers_prefill_and_decode(tie, rng):
+    torch = torch_or_skip()
     config = tiny_config(vocab=64, hidden=64, layers=2, heads=4, kv_heads=2, inter=96, tie=tie)
     hf, weights = hf_model(config, seed=int(rng.integers(1 << 30)))
     model = ReferenceLlama(config, weights)
@@ -34,6 +37,7 @@ def test_matches_transformers_prefill_and_decode(tie, rng):
 
 def test_matches_transformers_at_large_positions(rng):
     """Absolute rotary positions far from 0 (the rotation angles are computed in float64)."""
+    torch = torch_or_skip()
     config = tiny_config(vocab=32, hidden=32, layers=1, heads=2, kv_heads=1, inter=48, max_pos=2048)
     hf, weights = hf_model(config, seed=int(rng.integers(1 << 30)))
     model = ReferenceLlama(config, weights)
