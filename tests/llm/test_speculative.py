@@ -26,6 +26,18 @@ def test_greedy_speculative_equals_autoregressive(seed):
             assert 0.0 <= got.extra["alpha"] <= 1.0
 
 
+def test_sequences_that_finish_first_wait_within_the_cache():
+    """Equal prompt lengths, different acceptance: finished sequences are frozen while the others go on."""
+    rng = np.random.default_rng(77)
+    model = tiny_model(seed=5, vocab=32, scale=1.5, max_pos=64)
+    prompts = [rng.integers(0, 32, size=20) for _ in range(8)]
+    spec = SpeculativeConfig(gamma=4, sinks=1, window=3)
+    got = speculative_generate(model, prompts, 64 - 20 - 9, spec=spec)
+    assert got.tokens == generate(model, prompts, 64 - 20 - 9).tokens
+    with pytest.raises(ArgumentError, match="exceeds the model's context of 64"):
+        speculative_generate(model, prompts, 64 - 20 - 8, spec=spec)
+
+
 def test_draft_with_the_whole_context_accepts_everything(rng):
     model = tiny_model(seed=int(rng.integers(1 << 30)), vocab=32, scale=1.5)
     prompts = [rng.integers(0, 32, size=10) for _ in range(2)]

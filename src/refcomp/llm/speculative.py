@@ -115,11 +115,14 @@ def speculative_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.
         raise ArgumentError(f"speculative: the draft's vocabulary ({draft.config.vocab_size}) differs from the "
                             f"target's ({config.vocab_size})")
     gamma = spec.gamma
+    # a sequence ends at most gamma tokens past max_new_tokens, and while frozen there it still
+    # takes a round's gamma + 1 tokens (rolled back after each round)
+    extra = 2 * gamma + 1
     prompts = check_prompts(prompts, max_new_tokens, config.max_position_embeddings, config.vocab_size,
-                            extra=gamma + 1)
+                            extra=extra)
     rng = make_rng(seed)
     batch = len(prompts)
-    capacity = max(len(p) for p in prompts) + max_new_tokens + gamma + 1
+    capacity = max(len(p) for p in prompts) + max_new_tokens + extra
     target_cache = model.new_cache(batch, capacity)
     draft_cache = draft.new_cache(batch, capacity, streaming=spec.streaming())
     clipped = clip_callback(on_tokens, max_new_tokens, batch)
