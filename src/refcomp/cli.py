@@ -1,4 +1,4 @@
-"""The `refcomp` command: `refcomp demo`, `refcomp check FILE`, `refcomp tune WHAT`,
+"""The `refcomp` command: `refcomp demo`, `refcomp check FILE`, `refcomp tune WHAT`, `refcomp generate`,
 `refcomp export-c MODEL --out DIR`, `refcomp version`."""
 from __future__ import annotations
 
@@ -21,6 +21,12 @@ def _check(argv: list[str]) -> int:
     from .shape.check import main
 
     _connect_graph_checker()
+    return main(argv)
+
+
+def _generate(argv: list[str]) -> int:
+    from .llm.command import main
+
     return main(argv)
 
 
@@ -80,6 +86,7 @@ COMMANDS = {
     "check": (_check, "prove every function in a file shape-correct (exit 0 only when all are proved)"),
     "tune": (_tune, "tune a workload, a script file or an ONNX model: progress bar, database, curve plot"),
     "export-c": (_export_c, "write a model as standalone C99 with a static arena, a Makefile and a test harness"),
+    "generate": (_generate, "generate text with a Llama model (default: the shipped byte-level one), streaming"),
     "version": (_version, "print the version"),
 }
 

@@ -11,10 +11,18 @@ from .protocol import CausalLM, CheckpointError, KVCache, LlamaConfig, Streaming
 # use: it brings in the graph compiler)
 from .cache import PagedKVCache
 from .checkpoint import load_checkpoint, save_checkpoint
+# the decoding side: sampling, generate, MagicDec speculative decoding, the numpy reference model
+from .generate import GenerationResult, generate
+from .loading import DEFAULT_MODEL, load_model
+from .reference import ReferenceLlama
+from .sampling import SamplingParams
+from .speculative import SpeculativeConfig, speculative_generate
 
 _MODEL_EXPORTS = {"CompiledLlama": ("refcomp.llm.model", "CompiledLlama"),
                   "load_llama": ("refcomp.llm.model", "load_llama")}
 __getattr__, __dir__ = lazy_exports(__name__, _MODEL_EXPORTS)
 
 __all__ = ["CausalLM", "CheckpointError", "KVCache", "LlamaConfig", "StreamingBudget",
-           "PagedKVCache", "load_checkpoint", "save_checkpoint", "CompiledLlama", "load_llama"]
+           "PagedKVCache", "load_checkpoint", "save_checkpoint", "CompiledLlama", "load_llama",
+           "DEFAULT_MODEL", "GenerationResult", "ReferenceLlama", "SamplingParams", "SpeculativeConfig",
+           "generate", "load_model", "speculative_generate"]

@@ -1,0 +1,260 @@
+"""LLM decoding benchmark: refcomp against PyTorch eager, and MagicDec against refcomp's own
+autoregressive decoding, on the shipped byte-level Llama (src/refcomp/llm/data/byte-llama).
+
+Cases (any B and S may be asked for with --cases; the defaults are the issue's):
+* `decode_b{B}_s{S}_vs_torch`: greedy decoding of B prompts of S tokens.  Time per generated token
+  (prefill excluded) of transformers' LlamaForCausalLM with its KV cache (the same weights, float32,
+  --threads threads) divided by refcomp's.  Checked first: the logits of a prompt prefix agree.
+* `magicdec_b{B}_s{S}`: greedy MagicDec self-speculation against greedy autoregressive decoding of
+  the same prompts with the same model.  gamma and the draft budget K are chosen by the analytic
+  model (refcomp.llm.analytic) from measured step times and the acceptance rate measured on the
+  prompts; the entry carries alpha (measured in the run), gamma, K and the predicted speedup
+  (from the run's alpha; `predicted_prior` from the alpha the choice used).  Checked: the two
+  decodings emit the same tokens.  Ratio = autoregressive time per token / speculative time per token.
+The KV cache's bytes per token and the peak resident memory are printed after each magicdec case.
+
+Prompts are the Python standard library's source text encoded by the byte tokenizer, each sequence
+starting at a different offset.  The model is the compiled one (refcomp.llm.model) when the package
+has it, else the numpy ReferenceLlama; the output says which.
+
+    python benchmarks/llm.py --quick                      # two small cases
+    python benchmarks/llm.py --cases magicdec_b32_s4096 --json
+    python benchmarks/llm.py --json                       # every default case (long)
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402,F401  (before numpy: it sets up OpenBLAS, OpenMP and malloc for the timings)
+
+import argparse  # noqa: E402
+import fnmatch  # noqa: E402
+import json  # noqa: E402
+import re  # noqa: E402
+import resource  # noqa: E402
+import sysconfig  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from refcomp.llm import analytic  # noqa: E402
+from refcomp.llm.generate import generate  # noqa: E402
+from refcomp.llm.loading import DEFAULT_MODEL, load_model, read_checkpoint  # noqa: E402
+from refcomp.llm.sampling import SamplingParams  # noqa: E402
+from refcomp.llm.speculative import SpeculativeConfig, speculative_generate  # noqa: E402
+from refcomp.loops.intrin.cpu import describe  # noqa: E402
+
+DECODE_CASES = [f"decode_b{b}_s{s}_vs_torch" for s in (1024, 4096) for b in (1, 8, 32)]
+MAGICDEC_CASES = [f"magicdec_b{b}_s{s}" for s in (1024, 4096, 8192) for b in (1, 8, 32, 64)]
+QUICK_CASES = ["decode_b1_s256_vs_torch", "magicdec_b2_s512"]
+CASE = re.compile(r"(decode|magicdec)_b(\d+)_s(\d+)(_vs_torch)?")
+
+
+def stdlib_text() -> np.ndarray:
+    """The stdlib's .py sources as byte tokens (int64), sorted by path."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    chunks = []
+    for path in sorted(root.rglob("*.py")):
+        if "site-packages" in path.parts or "__pycache__" in path.parts:
+            continue
+        try:
+            chunks.append(path.read_bytes())
+        except OSError:
+            continue
+    return np.frombuffer(b"\n".join(chunks), dtype=np.uint8).astype(np.int64)
+
+
+def prompts_from(text: np.ndarray, batch: int, length: int) -> list[np.ndarray]:
+    starts = (np.arange(batch) * ((len(text) - length) // max(batch, 1))).astype(np.int64)
+    return [text[s:s + length] for s in starts]
+
+
+def torch_model(model_dir: Path, threads: int):
+    import torch
+    from transformers import LlamaConfig as HFConfig, LlamaForCausalLM
+
+    torch.set_num_threads(threads)
+    config, weights = read_checkpoint(model_dir)
+    hf = LlamaForCausalLM(HFConfig(**{k: v for k, v in config.to_hf().items() if k != "architectures"}))
+    state = {k: torch.from_numpy(np.asarray(v, dtype=np.float32).copy()) for k, v in weights.items()}
+    hf.load_state_dict(state, strict=False)
+    return hf.eval()
+
+
+def torch_decode(hf, prompts: list[np.ndarray], new_tokens: int) -> tuple[np.ndarray, float, int]:
+    """Greedy decoding with transformers' KV cache; (tokens, decode seconds, tokens decoded)."""
+    import inspect
+
+    import torch
+    from transformers import DynamicCache
+
+    # transformers 5 names the cache argument `cache`; earlier versions `past_key_values`
+    key = "cache" if "cache" in inspect.signature(hf.forward).parameters else "past_key_values"
+    ids = torch.from_numpy(np.stack(prompts))
+    out = []
+    with torch.inference_mode():
+        cache = DynamicCache()
+        logits = hf(input_ids=ids, use_cache=True, logits_to_keep=1, **{key: cache}).logits[:, -1]
+        nxt = logits.argmax(-1, keepdim=True)
+        out.append(nxt)
+        start = time.perf_counter()
+        for _ in range(new_tokens - 1):
+            logits = hf(input_ids=nxt, use_cache=True, **{key: cache}).logits[:, -1]
+            nxt = logits.argmax(-1, keepdim=True)
+            out.append(nxt)
+        seconds = time.perf_counter() - start
+    return torch.cat(out, 1).numpy(), seconds, (new_tokens - 1) * len(prompts)
+
+
+def check_against_torch(model, hf, prompts: list[np.ndarray]) -> float:
+    """Max |logit difference| of refcomp and torch on the first 64 tokens of each prompt."""
+    import torch
+
+    head = np.stack([p[:64] for p in prompts[:4]])
+    ours = model.forward(head, model.new_cache(head.shape[0], head.shape[1]))
+    with torch.inference_mode():
+        theirs = hf(input_ids=torch.from_numpy(head)).logits.numpy()
+    return float(np.abs(ours - theirs).max())
+
+
+def run_decode(model, hf, text, batch, length, new_tokens) -> dict:
+    prompts = prompts_from(text, batch, length)
+    diff = check_against_torch(model, hf, prompts)
+    if diff > 1e-2:
+        raise SystemExit(f"refcomp's logits differ from torch's by {diff:.3g}: not timing a wrong model")
+    ours = generate(model, prompts, new_tokens)
+    theirs, seconds, decoded = torch_decode(hf, prompts, new_tokens)
+    agree = float(np.mean(ours.as_array() == theirs))
+    r_ms = 1e3 * ours.decode_seconds / ours.decoded
+    t_ms = 1e3 * seconds / decoded
+    print(f"  refcomp {r_ms:.3f} ms/token ({ours.tokens_per_second:.0f} tokens/s), torch {t_ms:.3f} ms/token, "
+          f"ratio {t_ms / r_ms:.2f}; max |logit diff| {diff:.2e}; greedy tokens agree {agree:.1%}", flush=True)
+    return {"refcomp": r_ms, "baseline": t_ms, "unit": "ms/token", "ratio": t_ms / r_ms,
+            "max_logit_diff": diff, "token_agreement": agree}
+
+
+def choose_speculation(model, prompts, budgets, gammas) -> tuple[analytic.Choice, analytic.StepTimes, dict]:
+    """Prefill the prompts into a full cache and one streaming cache per budget; alpha per budget from
+    the last prompt positions' logits (greedy agreement), step times from forwards that are rolled back."""
+    batch, length = len(prompts), len(prompts[0])
+    tokens = np.stack(prompts)
+    tail = min(256, length // 2)
+    target_cache = model.new_cache(batch, length + max(gammas) + 2)
+    target_logits = _prefill_tail(model, tokens, target_cache, tail)
+    draft_caches, alphas = {}, {}
+    for k in budgets:
+        spec = SpeculativeConfig.with_budget(1, k)
+        cache = model.new_cache(batch, length + 2, streaming=spec.streaming())
+        alphas[k] = analytic.acceptance_rate(target_logits, _prefill_tail(model, tokens, cache, tail),
+                                             SamplingParams())
+        draft_caches[k] = cache
+    times = analytic.measure_step_times(model, target_cache, draft_caches, gammas)
+    return analytic.choose(times, alphas), times, alphas
+
+
+def _prefill_tail(model, tokens, cache, tail, chunk=512):
+    out = None
+    for s in range(0, tokens.shape[1], chunk):
+        logits = model.forward(tokens[:, s:s + chunk], cache)
+        out = logits if out is None else np.concatenate([out, logits], axis=1)[:, -tail:]
+    return out[:, -tail:]
+
+
+def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas) -> dict:
+    prompts = prompts_from(text, batch, length)
+    budgets = [k for k in budgets if k < length] or [max(2, length // 4)]
+    choice, times, alphas = choose_speculation(model, prompts, budgets, gammas)
+    print(f"  step times: target {1e3 * times.target:.2f} ms, verify "
+          + ", ".join(f"g{g} {1e3 * t:.2f}" for g, t in times.verify.items()) + " ms, draft "
+          + ", ".join(f"K{k} {1e3 * t:.2f}" for k, t in times.draft.items()) + " ms; alpha by K "
+          + ", ".join(f"K{k} {a:.2f}" for k, a in alphas.items()), flush=True)
+    spec = SpeculativeConfig.with_budget(choice.gamma, choice.budget)
+    auto = generate(model, prompts, new_tokens)
+    fast = speculative_generate(model, prompts, new_tokens, spec=spec)
+    alpha = fast.extra["alpha"]
+    predicted = analytic.predicted_speedup(choice.gamma, alpha, times.target, times.draft[choice.budget],
+                                           times.verify[choice.gamma])
+    a_ms = 1e3 * auto.decode_seconds / auto.decoded
+    s_ms = 1e3 * fast.decode_seconds / fast.decoded
+    identical = auto.tokens == fast.tokens
+    print(f"  autoregressive {a_ms:.3f} ms/token, speculative {s_ms:.3f} ms/token: speedup {a_ms / s_ms:.2f} "
+          f"(predicted {predicted:.2f}; chosen gamma {choice.gamma}, K {choice.budget}, alpha {alpha:.3f} "
+          f"[prefill estimate {choice.alpha:.3f}, predicted {choice.predicted:.2f}]); "
+          f"identical tokens: {'yes' if identical else 'NO'}", flush=True)
+    per_token = model.new_cache(1, 1).nbytes_per_token()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"  KV cache: {per_token} bytes per token, {per_token * batch * length / 2**20:.1f} MiB for B={batch}, "
+          f"S={length}; peak resident memory so far {peak:.0f} MiB", flush=True)
+    return {"refcomp": s_ms, "baseline": a_ms, "unit": "ms/token", "ratio": a_ms / s_ms, "alpha": alpha,
+            "gamma": choice.gamma, "K": choice.budget, "predicted": predicted, "alpha_prefill": choice.alpha,
+            "predicted_prior": choice.predicted, "identical": identical, "kv_bytes_per_token": per_token,
+            "peak_rss_mib": peak}
+
+
+def select(patterns: str | None, quick: bool) -> list[str]:
+    if quick:
+        return QUICK_CASES
+    if not patterns:
+        return DECODE_CASES + MAGICDEC_CASES
+    names = []
+    for pat in patterns.split(","):
+        pat = pat.strip()
+        matched = [c for c in DECODE_CASES + MAGICDEC_CASES if fnmatch.fnmatch(c, pat)]
+        if not matched and CASE.fullmatch(pat):
+            matched = [pat]
+        if not matched:
+            raise SystemExit(f"--cases: {pat!r} names no case (decode_b{{B}}_s{{S}}_vs_torch, magicdec_b{{B}}_s{{S}})")
+        names += [m for m in matched if m not in names]
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK_CASES)}, 8 new tokens")
+    parser.add_argument("--cases", help="comma-separated names or glob patterns (e.g. 'magicdec_b32_*')")
+    parser.add_argument("--model", default=str(DEFAULT_MODEL))
+    parser.add_argument("--reference", action="store_true", help="time the numpy reference model")
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--budgets", default="64,128,256,512", help="draft budgets K to choose from")
+    parser.add_argument("--gammas", default="1,2,3,4,5,6", help="draft lengths gamma to choose from")
+    args = parser.parse_args(argv)
+    names = select(args.cases, args.quick)
+    new_tokens = 8 if args.quick else args.new_tokens
+    budgets = [int(x) for x in args.budgets.split(",")]
+    gammas = [int(x) for x in args.gammas.split(",")]
+
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(args.threads)
+    except ImportError:
+        pass
+    print(f"ISA: {describe()}")
+    model, kind = load_model(args.model, compiled=False if args.reference else None, **(
+        {} if args.reference else {"threads": args.threads}))
+    print(f"model: {args.model} on the {kind} model ({'refcomp.llm.model' if kind == 'compiled' else 'numpy'}), "
+          f"{args.threads} threads")
+    text = stdlib_text()
+    hf = None
+    cases = {}
+    for name in names:
+        kind_, b, s, _ = CASE.fullmatch(name).groups()
+        batch, length = int(b), int(s)
+        print(f"{name}:", flush=True)
+        if kind_ == "decode":
+            if hf is None:
+                hf = torch_model(Path(args.model), args.threads)
+            cases[name] = run_decode(model, hf, text, batch, length, new_tokens)
+        else:
+            cases[name] = run_magicdec(model, text, batch, length, new_tokens, budgets, gammas)
+    if args.json:
+        print(json.dumps({"cases": cases}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

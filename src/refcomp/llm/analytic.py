@@ -1,0 +1,109 @@
+"""The MagicDec speedup model: measured step times and acceptance rate -> predicted speedup -> gamma, K.
+
+One speculative round costs gamma draft steps and one verification of gamma + 1 tokens, and emits
+Omega(gamma, alpha) = (1 - alpha^(gamma+1)) / (1 - alpha) tokens per sequence on average when each
+drafted token is accepted with probability alpha.  Against one target step per token:
+
+    speedup = Omega(gamma, alpha) / (gamma * T_D / T_T + T_V / T_T)
+
+with T_T = T_target(B, S) the time of one autoregressive step at batch B and context S,
+T_D = T_draft(B, K) one draft step over a streaming cache of budget K, and T_V = T_verify(B, S, gamma)
+one forward of gamma + 1 tokens over the full cache.  At large B and S a step is bound by reading the
+KV cache, so T_V stays near T_T while T_D (K << S) is much smaller: the speedup grows with B and S.
+
+`measure_step_times` times those forwards on caches already holding S tokens (forward, then roll
+back, so the caches are unchanged); `acceptance_rates` estimates alpha for a draft cache from the
+logits of the same text run through both caches; `choose` picks (gamma, K) with the best prediction.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from ..errors import ArgumentError
+from .protocol import CausalLM, KVCache
+from .sampling import SamplingParams
+
+
+def omega(gamma: int, alpha: float) -> float:
+    """Expected tokens one round emits per sequence: 1 + alpha + ... + alpha^gamma."""
+    if gamma < 0 or not 0.0 <= alpha <= 1.0:
+        raise ArgumentError(f"analytic: need gamma >= 0 and alpha in [0, 1], got {gamma}, {alpha}")
+    if alpha == 1.0:
+        return float(gamma + 1)
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def predicted_speedup(gamma: int, alpha: float, t_target: float, t_draft: float, t_verify: float) -> float:
+    """Omega(gamma, alpha) / (gamma * T_D / T_T + T_V / T_T)."""
+    if min(t_target, t_draft, t_verify) <= 0:
+        raise ArgumentError(f"analytic: step times must be positive, got {t_target}, {t_draft}, {t_verify}")
+    return omega(gamma, alpha) / (gamma * t_draft / t_target + t_verify / t_target)
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """Seconds per forward at one batch and context: target (1 token), verify (gamma+1 tokens, by
+    gamma), draft (1 token over a streaming cache, by budget K)."""
+
+    target: float
+    verify: Mapping[int, float]
+    draft: Mapping[int, float]
+
+
+@dataclass(frozen=True)
+class Choice:
+    gamma: int
+    budget: int
+    alpha: float
+    predicted: float
+
+
+def _time_forward(model: CausalLM, cache: KVCache, width: int, repeats: int, rng: np.random.Generator) -> float:
+    """Fastest of `repeats` appends of `width` tokens to every sequence (the least disturbed by other
+    work on the machine); the cache is rolled back after each."""
+    keep = cache.lengths()
+    times = []
+    for _ in range(repeats):
+        tokens = rng.integers(0, model.config.vocab_size, size=(cache.batch, width))
+        start = time.perf_counter()
+        model.forward(tokens, cache)
+        times.append(time.perf_counter() - start)
+        cache.rollback(keep)
+    return float(np.min(times))
+
+
+def measure_step_times(model: CausalLM, target_cache: KVCache, draft_caches: Mapping[int, KVCache],
+                       gammas: Iterable[int], repeats: int = 5, seed: int = 0) -> StepTimes:
+    """T_target, T_verify(gamma) on `target_cache` and T_draft(K) on each draft cache (keyed by K);
+    each draft cache's slack must allow a rollback of one token."""
+    rng = np.random.default_rng(seed)
+    target = _time_forward(model, target_cache, 1, repeats, rng)
+    verify = {g: _time_forward(model, target_cache, g + 1, repeats, rng) for g in gammas}
+    draft = {k: _time_forward(model, c, 1, repeats, rng) for k, c in draft_caches.items()}
+    return StepTimes(target, verify, draft)
+
+
+def acceptance_rate(target_logits: np.ndarray, draft_logits: np.ndarray, params: SamplingParams) -> float:
+    """alpha from logits of the same tokens under the target and the draft, (..., V) each: the
+    probability that a drafted token is accepted, E[sum_x min(p(x), q(x))] (greedy: argmax agreement)."""
+    p, q = params.distribution(target_logits), params.distribution(draft_logits)
+    return float(np.minimum(p, q).sum(axis=-1).mean())
+
+
+def choose(times: StepTimes, alphas: Mapping[int, float]) -> Choice:
+    """The (gamma, K) with the largest predicted speedup over the measured gammas and budgets."""
+    best: Choice | None = None
+    for k, t_draft in times.draft.items():
+        if k not in alphas:
+            continue
+        for g, t_verify in times.verify.items():
+            s = predicted_speedup(g, alphas[k], times.target, t_draft, t_verify)
+            if best is None or s > best.predicted:
+                best = Choice(g, k, alphas[k], s)
+    if best is None:
+        raise ArgumentError("analytic: no budget has both a draft time and an acceptance rate")
+    return best

@@ -1,0 +1,187 @@
+"""MagicDec self-speculative decoding: the model drafts for itself through a StreamingLLM cache.
+
+The draft is the target model itself reading a streaming KV cache (sink tokens + a recent window,
+budget K = sinks + window), so a draft step reads K cached tokens instead of the whole context; at
+large batch and long context, where decoding is bound by reading the KV cache, drafting is cheap.
+Each round, per sequence (all sequences of the batch in step):
+
+1. the draft proposes gamma tokens d_1..d_gamma, one forward each, with distributions q_1..q_gamma;
+2. the target (full cache) scores [t, d_1..d_gamma] in ONE forward of gamma + 1 tokens, giving
+   p_1..p_{gamma+1} (t: the last token emitted, not yet in the caches);
+3. d_i is accepted with probability min(1, p_i(d_i) / q_i(d_i)) (greedy: exactly when
+   d_i = argmax p_i) until the first rejection; at a rejection at i the emitted token is drawn
+   from norm(max(0, p_i - q_i)) (greedy: argmax p_i); when all gamma are accepted a bonus token is
+   drawn from p_{gamma+1};
+4. both caches roll back to the accepted tokens: each sequence advances by its own 1 + n tokens.
+
+Every emitted token then has exactly the target's distribution (Leviathan et al.; Chen et al.), so
+greedy speculative output equals greedy autoregressive output token for token.
+
+The draft cache lags the target's by one token at the start of a round: its first forward carries
+[the token before t, t], which recomputes that token's entry.  That keeps every draft forward the
+same width for the whole batch whatever each sequence accepted, and a rollback of at most gamma
+tokens, which the streaming cache's slack slots make exact.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import ArgumentError
+from .generate import GenerationResult, Prefill, TokenCallback, check_prompts, clip_callback, make_rng
+from .protocol import CausalLM, StreamingBudget
+from .sampling import SamplingParams, draw
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    """gamma draft tokens per round; the draft's streaming cache keeps `sinks` + `window` tokens."""
+
+    gamma: int = 4
+    sinks: int = 16
+    window: int = 240
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.gamma, (int, np.integer)) or self.gamma < 1:
+            raise ArgumentError(f"speculative: gamma must be a positive integer, got {self.gamma!r}")
+        if self.sinks < 0 or self.window < 1:
+            raise ArgumentError(f"speculative: need sinks >= 0 and window >= 1, got {self.sinks}, {self.window}")
+
+    @property
+    def budget(self) -> int:
+        """K: the draft's KV budget in tokens."""
+        return self.sinks + self.window
+
+    def streaming(self) -> StreamingBudget:
+        # gamma + 1: a finished sequence, frozen in its place, undoes a whole round's gamma + 1 draft tokens
+        return StreamingBudget(sinks=self.sinks, window=self.window, slack=self.gamma + 1)
+
+    @classmethod
+    def with_budget(cls, gamma: int, budget: int, sinks: int = 16) -> "SpeculativeConfig":
+        """A budget K split into min(sinks, K // 4) sink tokens and a window of the rest."""
+        if budget < 2:
+            raise ArgumentError(f"speculative: the draft budget K must be at least 2 tokens, got {budget}")
+        sinks = min(sinks, budget // 4)
+        return cls(gamma=gamma, sinks=sinks, window=budget - sinks)
+
+
+def _acceptance_probability(p_tok: np.ndarray, q_tok: np.ndarray) -> np.ndarray:
+    """min(1, p/q) for a drafted token (q > 0: it was drawn from q)."""
+    return np.minimum(1.0, p_tok / np.maximum(q_tok, np.finfo(np.float64).tiny))
+
+
+def verify(p: np.ndarray, q: np.ndarray, drafts: np.ndarray, params: SamplingParams,
+           rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The acceptance step.  p: (B, gamma+1, V) target distributions, q: (B, gamma, V) draft
+    distributions, drafts: (B, gamma) drafted tokens.  Returns (accepted count n (B,), the token
+    emitted after the accepted drafts (B,))."""
+    b, gamma = drafts.shape
+    rows = np.arange(b)
+    p_draft = np.take_along_axis(p[:, :gamma], drafts[..., None], axis=-1)[..., 0]
+    if params.greedy:
+        ok = drafts == np.argmax(p[:, :gamma], axis=-1)
+    else:
+        q_draft = np.take_along_axis(q, drafts[..., None], axis=-1)[..., 0]
+        ok = rng.random((b, gamma)) < _acceptance_probability(p_draft, q_draft)
+    # n = index of the first rejection (gamma if none)
+    n = np.where(ok.all(axis=1), gamma, np.argmin(ok, axis=1))
+    target = p[rows, n]                                     # p_{n+1}: bonus or corrected distribution
+    if params.greedy:
+        return n, np.argmax(target, axis=-1).astype(np.int64)
+    rejected = n < gamma
+    residual = target.copy()
+    if np.any(rejected):
+        diff = np.maximum(0.0, target[rejected] - q[rows[rejected], n[rejected]])
+        mass = diff.sum(axis=-1, keepdims=True)
+        residual[rejected] = np.where(mass > 0, diff / np.where(mass > 0, mass, 1.0), target[rejected])
+    return n, draw(residual, rng)
+
+
+def speculative_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max_new_tokens: int, *,
+                         spec: SpeculativeConfig | None = None, params: SamplingParams | None = None,
+                         seed: int | np.random.Generator | None = 0, on_tokens: TokenCallback | None = None,
+                         draft: CausalLM | None = None) -> GenerationResult:
+    """MagicDec decoding of a batch of prompts (see the module doc).  `draft` defaults to `model`
+    itself; any CausalLM with the same vocabulary may be given.  The result's `extra` holds the
+    acceptance statistics (`alpha`, `accepted`, `rounds`) and the draft/verify times."""
+    spec = spec or SpeculativeConfig()
+    params = params or SamplingParams()
+    draft = draft if draft is not None else model
+    config = model.config
+    if draft.config.vocab_size != config.vocab_size:
+        raise ArgumentError(f"speculative: the draft's vocabulary ({draft.config.vocab_size}) differs from the "
+                            f"target's ({config.vocab_size})")
+    gamma = spec.gamma
+    # a sequence ends at most gamma tokens past max_new_tokens, and while frozen there it still
+    # takes a round's gamma + 1 tokens (rolled back after each round)
+    extra = 2 * gamma + 1
+    prompts = check_prompts(prompts, max_new_tokens, config.max_position_embeddings, config.vocab_size,
+                            extra=extra)
+    rng = make_rng(seed)
+    batch = len(prompts)
+    capacity = max(len(p) for p in prompts) + max_new_tokens + extra
+    target_cache = model.new_cache(batch, capacity)
+    draft_cache = draft.new_cache(batch, capacity, streaming=spec.streaming())
+    clipped = clip_callback(on_tokens, max_new_tokens, batch)
+
+    start = time.perf_counter()
+    prefill = Prefill([(model, target_cache), (draft, draft_cache)], prompts, params, rng)
+    pending = prefill.run(clipped)
+    out = prefill.emitted
+    length = target_cache.lengths()                        # tokens in the target cache; pending is next
+    draft_cache.rollback(length - 1)
+    prev = np.array([h[-1] for h in prefill.history], np.int64)
+    prefill_seconds = time.perf_counter() - start
+    before = sum(min(len(t), max_new_tokens) for t in out)
+
+    rounds = accepted = trials = 0
+    draft_seconds = verify_seconds = 0.0
+    start = time.perf_counter()
+    while True:
+        active = np.array([len(t) < max_new_tokens for t in out])
+        if not active.any():
+            break
+        t0 = time.perf_counter()
+        drafts = np.empty((batch, gamma), np.int64)
+        q = np.empty((batch, gamma, config.vocab_size))
+        logits = draft.forward(np.stack([prev, pending], axis=1), draft_cache)[:, -1]
+        for i in range(gamma):
+            if i:
+                logits = draft.forward(drafts[:, i - 1:i], draft_cache)[:, -1]
+            q[:, i] = params.distribution(logits)
+            drafts[:, i] = draw(q[:, i], rng)
+        t1 = time.perf_counter()
+        p = params.distribution(model.forward(np.concatenate([pending[:, None], drafts], axis=1), target_cache))
+        n, emitted = verify(p, q, drafts, params, rng)
+        t2 = time.perf_counter()
+        draft_seconds += t1 - t0
+        verify_seconds += t2 - t1
+
+        # finished sequences are frozen: they keep their state while the others catch up
+        n = np.where(active, n, -1)
+        target_cache.rollback(length + 1 + n)
+        draft_cache.rollback(length + n)
+        new_tokens: list[list[int]] = []
+        for b in range(batch):
+            if not active[b]:
+                new_tokens.append([])
+                continue
+            toks = [int(x) for x in drafts[b, :n[b]]] + [int(emitted[b])]
+            new_tokens.append(toks)
+            out[b].extend(toks)
+            prev[b] = drafts[b, n[b] - 1] if n[b] > 0 else pending[b]
+            pending[b] = emitted[b]
+            accepted += int(n[b])
+            trials += int(n[b]) + (1 if n[b] < gamma else 0)
+        length = np.where(active, length + 1 + n, length)
+        rounds += 1
+        if clipped is not None:
+            clipped(new_tokens)
+    decode_seconds = time.perf_counter() - start
+    extra = {"rounds": rounds, "accepted": accepted, "alpha": accepted / trials if trials else float("nan"),
+             "gamma": gamma, "K": spec.budget, "draft_seconds": draft_seconds, "verify_seconds": verify_seconds}
+    return GenerationResult([t[:max_new_tokens] for t in out], prefill_seconds, decode_seconds, rounds,
+                            decoded=sum(min(len(t), max_new_tokens) for t in out) - before, extra=extra)

@@ -1,0 +1,59 @@
+"""The MagicDec speedup model: Omega against simulation, the prediction's algebra, the choice, and
+measurements that leave the caches as they were."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from decoding_helpers import tiny_model
+from refcomp.errors import ArgumentError
+from refcomp.llm import analytic
+from refcomp.llm.protocol import StreamingBudget
+from refcomp.llm.sampling import SamplingParams
+
+
+@pytest.mark.parametrize("gamma,alpha", [(1, 0.3), (4, 0.8), (6, 0.5), (3, 0.0)])
+def test_omega_is_the_expected_tokens_per_round(gamma, alpha):
+    rng = np.random.default_rng(gamma * 100 + int(alpha * 10))
+    accepts = rng.random((200_000, gamma)) < alpha
+    n = np.where(accepts.all(axis=1), gamma, np.argmin(accepts, axis=1))
+    assert abs((n + 1).mean() - analytic.omega(gamma, alpha)) < 0.02
+    assert analytic.omega(gamma, 1.0) == gamma + 1
+
+
+def test_prediction_and_choice():
+    # a KV-bound regime: verification costs one step, drafting a tenth of one
+    assert analytic.predicted_speedup(4, 0.8, 1.0, 0.1, 1.0) == pytest.approx(analytic.omega(4, 0.8) / 1.4)
+    times = analytic.StepTimes(target=1.0, verify={1: 1.0, 3: 1.1, 6: 1.5}, draft={64: 0.05, 256: 0.2})
+    choice = analytic.choose(times, {64: 0.5, 256: 0.9})
+    best = max((analytic.predicted_speedup(g, a, 1.0, times.draft[k], times.verify[g]), g, k)
+               for g in (1, 3, 6) for k, a in ((64, 0.5), (256, 0.9)))
+    assert (choice.predicted, choice.gamma, choice.budget) == best
+    with pytest.raises(ArgumentError):
+        analytic.omega(2, 1.5)
+    with pytest.raises(ArgumentError):
+        analytic.choose(times, {})
+
+
+def test_acceptance_rate(rng):
+    logits = rng.standard_normal((5, 16))
+    other = logits.copy()
+    other[:2] = rng.standard_normal((2, 16))
+    greedy = analytic.acceptance_rate(logits, other, SamplingParams())
+    assert greedy == np.mean(np.argmax(logits, -1) == np.argmax(other, -1))
+    assert analytic.acceptance_rate(logits, logits, SamplingParams(temperature=1.0)) == pytest.approx(1.0)
+
+
+def test_measuring_leaves_the_caches_unchanged(rng):
+    model = tiny_model(seed=int(rng.integers(1 << 30)))
+    tokens = rng.integers(0, 32, size=(2, 20))
+    target, draft = model.new_cache(2, 40), model.new_cache(2, 40, streaming=StreamingBudget(2, 4, 2))
+    model.forward(tokens, target)
+    model.forward(tokens, draft)
+    times = analytic.measure_step_times(model, target, {6: draft}, gammas=[1, 3], repeats=2)
+    assert times.target > 0 and set(times.verify) == {1, 3} and set(times.draft) == {6}
+    assert target.lengths().tolist() == draft.lengths().tolist() == [20, 20]
+    nxt = rng.integers(0, 32, size=(2, 1))
+    fresh = model.new_cache(2, 40)
+    model.forward(tokens, fresh)
+    np.testing.assert_array_equal(model.forward(nxt, target), model.forward(nxt, fresh))

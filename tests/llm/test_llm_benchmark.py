@@ -1,0 +1,46 @@
+"""benchmarks/llm.py runs end to end at tiny sizes and reports the fields the issue asks for."""
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from decoding_helpers import tiny_config, write_checkpoint
+from refcomp.llm.reference import random_weights
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "llm.py"
+pytestmark = pytest.mark.skipif(not SCRIPT.exists(), reason="benchmarks/llm.py is not in this checkout")
+
+
+def run_benchmark(tmp_path, cases: str) -> tuple[list[str], dict]:
+    config = tiny_config(vocab=256, hidden=32, layers=1, heads=4, kv_heads=2, inter=48, max_pos=512)
+    write_checkpoint(tmp_path / "m", config, random_weights(config, seed=1))
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--model", str(tmp_path / "m"), "--reference", "--threads", "1",
+         "--cases", cases, "--new-tokens", "6", "--budgets", "16,32", "--gammas", "1,3", "--json"],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].startswith("ISA: ") and "reference model" in lines[1]
+    return lines, json.loads(lines[-1])["cases"]
+
+
+def test_magicdec_case(tmp_path):
+    lines, cases = run_benchmark(tmp_path, "magicdec_b2_s96")
+    magic = cases["magicdec_b2_s96"]
+    assert magic["identical"] is True and magic["gamma"] in (1, 3) and magic["K"] in (16, 32)
+    assert 0 <= magic["alpha"] <= 1 and magic["predicted"] > 0 and magic["ratio"] > 0
+    assert magic["kv_bytes_per_token"] == 2 * 1 * 2 * 8 * 4 and magic["unit"] == "ms/token"
+    assert any("bytes per token" in line and "peak resident memory" in line for line in lines)
+
+
+@pytest.mark.slow
+def test_decode_vs_torch_case(tmp_path):
+    pytest.importorskip("transformers")
+    _, cases = run_benchmark(tmp_path, "decode_b2_s48_vs_torch")
+    decode = cases["decode_b2_s48_vs_torch"]
+    assert decode["unit"] == "ms/token" and decode["ratio"] > 0 and decode["max_logit_diff"] < 1e-3
+    assert decode["token_agreement"] == 1.0

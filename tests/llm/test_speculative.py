@@ -1,0 +1,164 @@
+"""MagicDec self-speculative decoding is lossless: greedy output equals greedy autoregressive output
+token for token, and sampled output has the target's distribution (chi-square, small vocabulary)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from decoding_helpers import chi2_statistic, chi2_threshold, tiny_model
+from refcomp.errors import ArgumentError
+from refcomp.llm import speculative
+from refcomp.llm.generate import generate
+from refcomp.llm.sampling import SamplingParams
+from refcomp.llm.speculative import SpeculativeConfig, speculative_generate, verify
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_greedy_speculative_equals_autoregressive(seed):
+    rng = np.random.default_rng(1000 + seed)
+    model = tiny_model(seed=seed, vocab=32, scale=1.5)
+    for batch in (1, 3, 6):
+        prompts = [rng.integers(0, 32, size=int(rng.integers(1, 25))) for _ in range(batch)]
+        expected = generate(model, prompts, 24).tokens
+        for gamma, sinks, window in ((1, 0, 2), (3, 1, 3), (5, 2, 6), (4, 4, 64)):
+            got = speculative_generate(model, prompts, 24, spec=SpeculativeConfig(gamma, sinks, window))
+            assert got.tokens == expected, (batch, gamma, sinks, window)
+            assert 0.0 <= got.extra["alpha"] <= 1.0
+
+
+def test_sequences_that_finish_first_wait_within_the_cache():
+    """Equal prompt lengths, different acceptance: finished sequences are frozen while the others go on."""
+    rng = np.random.default_rng(77)
+    model = tiny_model(seed=5, vocab=32, scale=1.5, max_pos=64)
+    prompts = [rng.integers(0, 32, size=20) for _ in range(8)]
+    spec = SpeculativeConfig(gamma=4, sinks=1, window=3)
+    got = speculative_generate(model, prompts, 64 - 20 - 9, spec=spec)
+    assert got.tokens == generate(model, prompts, 64 - 20 - 9).tokens
+    with pytest.raises(ArgumentError, match="exceeds the model's context of 64"):
+        speculative_generate(model, prompts, 64 - 20 - 8, spec=spec)
+
+
+def test_draft_with_the_whole_context_accepts_everything(rng):
+    model = tiny_model(seed=int(rng.integers(1 << 30)), vocab=32, scale=1.5)
+    prompts = [rng.integers(0, 32, size=10) for _ in range(2)]
+    got = speculative_generate(model, prompts, 20, spec=SpeculativeConfig(gamma=4, sinks=4, window=100))
+    assert got.extra["alpha"] == 1.0
+    assert got.tokens == generate(model, prompts, 20).tokens
+
+
+def exact_first_two(model, prompt: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """P(t1, t2 | prompt) under the target's sampling distribution, (V, V)."""
+    v = model.config.vocab_size
+    cache = model.new_cache(1, len(prompt) + 2)
+    p1 = params.distribution(model.forward(prompt[None], cache)[0, -1])
+    joint = np.zeros((v, v))
+    for t1 in range(v):
+        if p1[t1] > 0:
+            c = model.new_cache(1, len(prompt) + 2)
+            logits = model.forward(np.concatenate([prompt, [t1]])[None], c)[0, -1]
+            joint[t1] = p1[t1] * params.distribution(logits)
+    return joint
+
+
+@pytest.mark.parametrize("params", [SamplingParams(temperature=1.0), SamplingParams(0.7, top_k=6, top_p=0.9)])
+def test_sampled_output_has_the_target_distribution(params):
+    model = tiny_model(seed=3, vocab=8, scale=0.6, layers=1)
+    prompt = np.random.default_rng(5).integers(0, 8, size=12)
+    n = 6000
+    result = speculative_generate(model, [prompt] * n, 2, params=params, seed=11,
+                                  spec=SpeculativeConfig(gamma=3, sinks=1, window=2))
+    assert 0.05 < result.extra["alpha"] < 0.98          # the draft differs from the target
+    pairs = result.as_array()
+    counts = np.bincount(pairs[:, 0] * 8 + pairs[:, 1], minlength=64)
+    stat, df = chi2_statistic(counts, exact_first_two(model, prompt, params).reshape(-1))
+    assert stat < chi2_threshold(df)
+
+
+# --- the acceptance rule alone, at a sample size that sees a 1% bias -------------------------------
+
+V, GAMMA, N = 8, 2, 400_000
+
+
+def fixed_distributions():
+    rng = np.random.default_rng(42)
+    p = rng.dirichlet(np.ones(V), size=GAMMA + 1)
+    q = rng.dirichlet(np.ones(V) * 0.5, size=GAMMA)
+    return p, q
+
+
+def first_token_law(p1: np.ndarray, q1: np.ndarray, accept) -> np.ndarray:
+    """The exact law of the first emitted token when a draft x ~ q1 is kept with probability accept(x),
+    else replaced by a draw from norm(max(0, p1 - q1))."""
+    a = accept(p1, q1)
+    residual = np.maximum(0.0, p1 - q1)
+    residual /= residual.sum()
+    return q1 * a + (1.0 - (q1 * a).sum()) * residual
+
+
+def run_verify(seed: int) -> np.ndarray:
+    p, q = fixed_distributions()
+    rng = np.random.default_rng(seed)
+    drafts = np.stack([rng.choice(V, size=N, p=q[i]) for i in range(GAMMA)], axis=1)
+    n, emitted = verify(np.broadcast_to(p, (N, GAMMA + 1, V)), np.broadcast_to(q, (N, GAMMA, V)), drafts,
+                        SamplingParams(temperature=1.0), rng)
+    return np.where(n > 0, drafts[:, 0], emitted)
+
+
+def test_rejection_sampling_law():
+    p, q = fixed_distributions()
+    law = first_token_law(p[0], q[0], speculative._acceptance_probability)
+    np.testing.assert_allclose(law, p[0], atol=1e-12)        # the rule is exact on paper ...
+    counts = np.bincount(run_verify(seed=7), minlength=V)
+    stat, df = chi2_statistic(counts, p[0])                 # ... and in the sampler
+    assert stat < chi2_threshold(df)
+
+
+def test_a_one_percent_bias_is_detected(monkeypatch):
+    """A rule that also keeps a fraction eps of rejected drafts, eps set so that the output law is
+    1% (total variation) away from the target: the same test must fail it."""
+    p, q = fixed_distributions()
+    exact = speculative._acceptance_probability
+
+    def biased_by(eps):
+        return lambda pt, qt: exact(pt, qt) + eps * (1.0 - exact(pt, qt))
+
+    def tv(eps):
+        return 0.5 * np.abs(first_token_law(p[0], q[0], biased_by(eps)) - p[0]).sum()
+
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if tv(mid) < 0.01 else (lo, mid)
+    eps = hi
+    assert abs(tv(eps) - 0.01) < 1e-9
+    monkeypatch.setattr(speculative, "_acceptance_probability", biased_by(eps))
+    counts = np.bincount(run_verify(seed=7), minlength=V)
+    stat, df = chi2_statistic(counts, p[0])
+    assert stat > chi2_threshold(df)
+
+
+def test_same_seed_same_tokens():
+    model = tiny_model(seed=2, vocab=16, scale=1.5)
+    prompts = [[1, 2, 3], [4, 5, 6, 7, 8]]
+    params = SamplingParams(temperature=0.9, top_p=0.95)
+    runs = [speculative_generate(model, prompts, 15, params=params, seed=3,
+                                 spec=SpeculativeConfig(2, 1, 3)).tokens for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def test_streaming_callback_and_errors():
+    model = tiny_model(seed=4, vocab=16, max_pos=64)
+    seen: list[list[int]] = [[], []]
+
+    def on_tokens(new):
+        for b, toks in enumerate(new):
+            seen[b].extend(toks)
+
+    result = speculative_generate(model, [[1, 2], [3]], 9, spec=SpeculativeConfig(3, 1, 2), on_tokens=on_tokens)
+    assert seen == result.tokens and all(len(t) == 9 for t in seen)
+    with pytest.raises(ArgumentError, match="prompt 1 is empty"):
+        speculative_generate(model, [[1], []], 4)
+    with pytest.raises(ArgumentError, match="exceeds the model's context of 64"):
+        speculative_generate(model, [list(range(16)) * 3], 12, spec=SpeculativeConfig(gamma=4))
+    with pytest.raises(ArgumentError, match="gamma"):
+        SpeculativeConfig(gamma=0)
