@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass
     print(f"ISA: {describe()}")
-    model, kind = load_model(args.model, compiled=False if args.reference else None, **(
+    model, kind = load_model(args.model, compiled=not args.reference, **(
         {} if args.reference else {"threads": args.threads}))
     print(f"model: {args.model} on the {kind} model ({'refcomp.llm.model' if kind == 'compiled' else 'numpy'}), "
           f"{args.threads} threads")

@@ -58,7 +58,7 @@ SETTINGS = dict(trials=4, batch=4, population=4, generations=0, seed=11, referen
 
 
 def test_a_run_on_the_cluster_reaches_the_local_runs_best_trace(client, tmp_path):
-    func = workloads.matmul(8, 8, 4)
+    func = workloads.matmul(32, 32, 8)  # a space of more than 4 distinct schedules
     scale, noise_s = 5.0, 0.01  # planted sleeps of 5 to 205 ms; measurements closer than 10 ms may swap
     build = SleepyBuild(scale)
     local_db = Database(tmp_path / "local.jsonl")
@@ -125,7 +125,7 @@ def _kill_a_measuring_worker(client, path, killed):
 
 
 def test_a_worker_killed_mid_measurement_costs_no_committed_record(client, tmp_path):
-    func = workloads.matmul(8, 8, 4)
+    func = workloads.matmul(32, 32, 8)  # enough distinct schedules for two batches of 4
     path = tmp_path / "db.jsonl"
     killed: dict = {}
     killer = threading.Thread(target=_kill_a_measuring_worker, args=(client, path, killed), daemon=True)

@@ -68,7 +68,8 @@ def test_tune_model_shares_the_budget_and_build_applies_the_records(tmp_path):
                         runner=Runner(workers=2, timeout_s=300), progress=lambda *a: rounds.append(a))
     assert result.trials == 8 and sum(r.trials for r in result.tasks) == 8
     assert all(r.trials >= 2 for r in result.tasks)  # every task had a round before any got a second
-    assert [r[0] for r in rounds] == [2, 4, 6, 8]
+    done = [r[0] for r in rounds]  # a task whose small space runs out mid-round measures fewer
+    assert done == sorted(set(done)) and done[0] == 2 and done[-1] == 8
     assert all(r.best_time < float("inf") for r in result.tasks)
     assert result.weighted_time > 0
     for report in result.tasks:

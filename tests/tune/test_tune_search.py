@@ -75,7 +75,7 @@ def test_the_search_goes_on_past_failing_candidates():
 
 
 def test_a_later_run_starts_from_the_database(tmp_path):
-    func = workloads.matmul(8, 8, 8)
+    func = workloads.matmul(16, 16, 8)  # 6 distinct schedules: the second run measures 2 new ones
     db = Database(tmp_path / "db.jsonl")
     first = tune(func, "c", trials=2, database=db, batch=2, population=4, reference=_matmul_reference)
     second = tune(func, "c", trials=2, database=Database(tmp_path / "db.jsonl"), batch=2, population=4,

@@ -143,7 +143,8 @@ def tune_model(mod: IRModule | Function, target: str = "c", trials: int = 256, *
     """Tune the kernels of a graph module for target with one shared budget of `trials`.
 
     Records go to `database`; build the model with `graph.build(mod, tuning_database=database)`.
-    progress(trials_done, trials, task_name, task_best_gflops, elapsed_seconds) follows each round.
+    progress(trials_done, trials, task_name, task_best_gflops, elapsed_seconds) follows each round
+    that measured something.
     """
     import time
 
@@ -175,7 +176,7 @@ def tune_model(mod: IRModule | Function, target: str = "c", trials: int = 256, *
         elapsed = time.monotonic() - start
         if all(r.best_time < float("inf") for r in reports):
             curve.append((done, elapsed, sum(r.task.weight * r.best_time for r in reports)))
-        if progress is not None:
+        if progress is not None and result.trials:
             gflops = report.task.flops / report.best_time / 1e9 if report.best_time < float("inf") else 0.0
             progress(done, trials, report.task.name, gflops, elapsed)
     return ModelTuneResult(reports, done, curve)

@@ -142,7 +142,7 @@ class _Search:
 
     def population(self, previous: list[Schedule], records: list[TuningRecord], size: int) -> list[Schedule]:
         """The next round's population: the best measured records (replayed once each), the
-        previous round's survivors, fresh samples up to size."""
+        previous round's survivors, and fresh samples until size members are not measured yet."""
         pool: dict[str, Schedule] = {}
         for record in records:
             key = json.dumps(record.trace, separators=(",", ":"))
@@ -152,12 +152,17 @@ class _Search:
                 except RefcompError:
                     self.replayed[key] = None
             if self.replayed[key] is not None:
-                pool.setdefault(_key(self.replayed[key]), self.replayed[key])
+                sch = self.replayed[key]
+                if _key(sch) not in self.measured:  # a database record counts as measured: not run again
+                    self.measured[_key(sch)] = record.mean_time
+                    self.feature(sch)
+                pool.setdefault(_key(sch), sch)
         for sch in previous:
             if len(pool) >= size:
                 break
             pool.setdefault(_key(sch), sch)
-        missing = size - len(pool)
+        # measured members stay as parents; fresh samples keep `size` members still to measure
+        missing = size - sum(1 for key in pool if key not in self.measured)
         if missing > 0:
             for sch in self.space.sample_many(self.func, missing, self.rng):
                 pool.setdefault(_key(sch), sch)
