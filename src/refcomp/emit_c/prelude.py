@@ -152,7 +152,18 @@ static inline uint16_t rc_float_to_f16_soft(float f) {
 }
 #if defined(RC_NATIVE) && defined(__F16C__) && defined(__FLT16_MAX__)
 /* gcc's _Float16 conversions use the F16C instructions and round to nearest even. */
+#if defined(__AVX512FP16__)
+/* With native float16 arithmetic gcc 12 at -O3 folds a conversion of a float result to _Float16
+   into float16 arithmetic that skips roundings the IR asks for; the F16C builtin stays opaque. */
+typedef float rc_v4sf __attribute__((vector_size(16)));
+typedef short rc_v8hi __attribute__((vector_size(16)));
+static inline uint16_t rc_float_to_f16(float f) {
+    rc_v8hi h = __builtin_ia32_vcvtps2ph((rc_v4sf){f, 0.0f, 0.0f, 0.0f}, 0);
+    return (uint16_t)h[0];
+}
+#else
 static inline uint16_t rc_float_to_f16(float f) { _Float16 h = (_Float16)f; uint16_t b; memcpy(&b, &h, 2); return b; }
+#endif
 static inline float rc_f16_to_float(uint16_t b) { _Float16 h; memcpy(&h, &b, 2); return (float)h; }
 #else
 static inline uint16_t rc_float_to_f16(float f) { return rc_float_to_f16_soft(f); }
