@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from ...ast.expr import as_int
 from ...ast.function import PrimFunc
-from ...ast.functor import collect
+from ...ast.expr import BufferLoad
+from ...ast.functor import collect, free_vars
 from ...ast.stmt import Block
 from ...ast.structural import structural_equal
 from ...errors import RefcompError
@@ -32,7 +33,8 @@ def is_row_reduction(func: PrimFunc) -> bool:
     """True for a chain of stages ending in a spatial output stage with reductions before it,
     every earlier stage writing a per-row buffer: its leading dims are the output's row dims (a
     column reduction, whose result every row reads whole, is not one: moved under the row loop
-    it would be computed again for every row)."""
+    it would be computed again for every row).  A contraction stage (a matmul with its epilogue:
+    many dot products per row) is not one; the matmul schedules take it."""
     blocks = _stages(func)
     if len(blocks) < 2:
         return False
@@ -54,7 +56,24 @@ def is_row_reduction(func: PrimFunc) -> bool:
                 return False
             if not all(structural_equal(a, b) for a, b in zip(buffer.shape, row_dims)):
                 return False
+        if _is_contraction(block, len(row_dims)):
+            return False  # a matmul and its epilogue: many dot products per row
     return True
+
+
+def _is_contraction(block: Block, rows: int) -> bool:
+    """True when block reads a buffer with a reduce iter alone in one dimension and a column iter
+    (a spatial iter past the first `rows`) alone in another, as a matmul reads its B[k, j]; a
+    row reduction's partial stage reads x[i, k * lanes + j], both in one dimension."""
+    reduce = {id(iv.var) for iv in block.iter_vars if iv.kind == "reduce"}
+    columns = {id(iv.var) for iv in block.iter_vars[rows:] if iv.kind == "spatial"}
+    if not reduce or not columns:
+        return False
+    for load in collect(block.body, BufferLoad):
+        dims = [{id(v) for v in free_vars(index)} for index in load.indices]
+        if any(d and d <= reduce for d in dims) and any(d and d <= columns for d in dims):
+            return True
+    return False
 
 
 def _gather(sch: Schedule, output: str, fuse_rows: bool) -> tuple[int, int, RefcompError | None]:
