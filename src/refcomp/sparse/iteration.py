@@ -12,7 +12,8 @@ over chains of them (`SpBuffer`), and one sparse iteration:
 Each iteration variable stands for the *coordinate* of its axis (the column j, not the position
 of j in the indices array); an access `B[j, f]` reads the logical element at those coordinates,
 which is 0 where a sparse buffer stores nothing.  With an "R" (reduce) axis the output is set to 0
-at every point it is written and the values are summed into it; otherwise each point is assigned.
+at every point of the spatial axes' iteration and the values are summed into it; otherwise each
+point is assigned.
 
 `script_stage1` prints the program, `check_iteration` checks it (IRError naming the rule), and
 `run_stage1` is its executable meaning on numpy arrays (the same arguments as the lowered kernel).
@@ -206,7 +207,7 @@ def check_iteration(it: SparseIteration) -> None:
 
     - every axis's parent is iterated, in an earlier loop or earlier in the same fused loop;
     - a fused loop is a chain (each axis the child of the one before it);
-    - kinds are "S" or "R"; the output is indexed by exactly the spatial variables, each once;
+    - kinds are "S" or "R", and no spatial axis is the child of a reduce axis; the output is indexed by exactly the spatial variables, each once;
     - where the output's chain has a non-dense_fixed axis, its index is that axis's own variable
       (a value can only be stored at a position the iteration visits);
     - every buffer accessed is listed, with one index per axis of its chain."""
@@ -221,6 +222,10 @@ def check_iteration(it: SparseIteration) -> None:
             if t and ia.axis.parent is not loop[t - 1].axis:
                 raise SparseIterationError(f"{it.name}: fused axes must form a chain, but "
                                            f"{ia.axis.name} is not a child of {loop[t - 1].axis.name}")
+            if ia.kind == "S" and ia.axis.parent is not None and \
+                    any(o.axis is ia.axis.parent and o.kind == "R" for o in it.iters):
+                raise SparseIterationError(f"{it.name}: spatial axis {ia.axis.name} sits below reduce axis "
+                                           f"{ia.axis.parent.name}")
             seen.add(ia.axis)
     if len(seen) != len(it.iters):
         raise SparseIterationError(f"{it.name}: an axis is iterated twice")
@@ -446,7 +451,11 @@ def run_stage1(it: SparseIteration, *args: np.ndarray, **extents: int) -> None:
     target = tuple(np.broadcast_to(evaluate(i, env), (count,)).astype(np.int64) for i in it.out_indices) \
         if count else tuple(np.zeros(0, np.int64) for _ in it.out_indices)
     if it.reduces:
-        dense[target] = 0
+        spatial = [ia for ia in it.iters if ia.kind == "S"]
+        points, scoord, _ = _enumerate([ia.axis for ia in spatial], arrays, sizes)
+        senv = {ia.var: scoord[ia.axis] for ia in spatial}
+        zeroed = tuple(np.broadcast_to(evaluate(i, senv), (points,)).astype(np.int64) for i in it.out_indices)
+        dense[zeroed] = 0  # every spatial point is set to 0, visited by a reduction or not
         np.add.at(dense, target, values.astype(dense.dtype))
     else:
         dense[target] = values.astype(dense.dtype)

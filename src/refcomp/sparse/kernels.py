@@ -27,6 +27,8 @@ from ..driver import build
 from ..emit_c.codegen import OMP_SCHEDULE
 from ..errors import ArgumentError
 from .formats import SparseMatrix
+from .iteration import SparseIteration, SpBuffer, sp_axis, sp_iter
+from .lower import lower_stage3
 from .validate import VALUE_DTYPES
 
 
@@ -58,22 +60,19 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype)
 
 
-def spmm_csr_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
-    """C[m, n] = A[m, k] @ B[k, n] with A in CSR (indptr, indices, data)."""
+def spmm_iteration(dtype: str = "float32", width: int | None = None) -> SparseIteration:
+    """Stage I of CSR SpMM: C[i, f] += A[i, j] * B[j, f] over (I, J, F) "SRS"."""
     m, k, n, nnz = SizeVar("m"), SizeVar("k"), _width(width), SizeVar("nnz")
-    indptr = Buffer("indptr", (m + 1,), "int32")
-    indices = Buffer("indices", (nnz,), "int32")
-    data = Buffer("data", (nnz,), dtype)
-    B, C = Buffer("B", (k, n), dtype), Buffer("C", (m, n), dtype)
-    i, j, f, f0 = Var("i"), Var("j"), Var("f"), Var("f0")
-    lo, hi, col = indptr[i], indptr[i + 1], indices[j]
-    update = BufferStore(C, C[i, f] + data[j] * B[col, f], (i, f))
-    row = For(j, lo, hi - lo, "serial", seq(_assume((col >= 0) & (col < k)), For(f, IntImm(0), n, "serial", update)))
-    body = For(i, IntImm(0), m, "parallel", annotations=ROWS_DYNAMIC, body=seq(
-        _assume((lo >= 0) & (lo <= hi) & (hi <= nnz)),
-        For(f0, IntImm(0), n, "serial", BufferStore(C, _zero(dtype), (i, f0))),
-        row))
-    return PrimFunc((indptr, indices, data, B, C), body, f"spmm_csr_{dtype}")
+    I, F, K = sp_axis("I", "dense_fixed", m), sp_axis("F", "dense_fixed", n), sp_axis("K", "dense_fixed", k)
+    J = sp_axis("J", "sparse_variable", k, parent=I, nnz=nnz)
+    A, B, C = SpBuffer("A", (I, J), dtype), SpBuffer("B", (K, F), dtype), SpBuffer("C", (I, F), dtype)
+    return sp_iter(f"spmm_csr_{dtype}", [(I, "S"), (J, "R"), (F, "S")], C,
+                   lambda i, j, f: ((i, f), A[i, j] * B[j, f]), [A, B, C])
+
+
+def spmm_csr_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
+    """C[m, n] = A[m, k] @ B[k, n] with A in CSR (indptr, indices, data): stage III of spmm_iteration."""
+    return lower_stage3(spmm_iteration(dtype, width))
 
 
 def spmm_ell_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
@@ -117,21 +116,21 @@ def spmm_bsr_func(dtype: str = "float32", block: tuple[int, int] = (2, 2), width
     return PrimFunc((indptr, indices, data, B, C), body, f"spmm_bsr{r}x{c}_{dtype}")
 
 
-def sddmm_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
-    """out[p] = data[p] * dot(X[i, :], Y[indices[p], :]) for each stored entry p = (i, j) of CSR A."""
+def sddmm_iteration(dtype: str = "float32", width: int | None = None) -> SparseIteration:
+    """Stage I of SDDMM: out[i, j] += A[i, j] * X[i, f] * Y[j, f] over (I, J, F) "SSR"."""
     m, k, n, nnz = SizeVar("m"), SizeVar("k"), _width(width), SizeVar("nnz")
-    indptr = Buffer("indptr", (m + 1,), "int32")
-    indices = Buffer("indices", (nnz,), "int32")
-    data = Buffer("data", (nnz,), dtype)
-    X, Y, out = Buffer("X", (m, n), dtype), Buffer("Y", (k, n), dtype), Buffer("out", (nnz,), dtype)
-    i, j, f = Var("i"), Var("j"), Var("f")
-    lo, hi, col = indptr[i], indptr[i + 1], indices[j]
-    dot = For(f, IntImm(0), n, "serial", BufferStore(out, out[j] + X[i, f] * Y[col, f], (j,)))
-    entry = seq(_assume((col >= 0) & (col < k)), BufferStore(out, _zero(dtype), (j,)), dot,
-                BufferStore(out, out[j] * data[j], (j,)))
-    body = For(i, IntImm(0), m, "parallel", annotations=ROWS_DYNAMIC, body=seq(
-        _assume((lo >= 0) & (lo <= hi) & (hi <= nnz)), For(j, lo, hi - lo, "serial", entry)))
-    return PrimFunc((indptr, indices, data, X, Y, out), body, f"sddmm_csr_{dtype}")
+    I, F, K = sp_axis("I", "dense_fixed", m), sp_axis("F", "dense_fixed", n), sp_axis("K", "dense_fixed", k)
+    J = sp_axis("J", "sparse_variable", k, parent=I, nnz=nnz)
+    A, X, Y = SpBuffer("A", (I, J), dtype), SpBuffer("X", (I, F), dtype), SpBuffer("Y", (K, F), dtype)
+    out = SpBuffer("out", (I, J), dtype)
+    return sp_iter(f"sddmm_csr_{dtype}", [(I, "S"), (J, "S"), (F, "R")], out,
+                   lambda i, j, f: ((i, j), A[i, j] * X[i, f] * Y[j, f]), [A, X, Y, out])
+
+
+def sddmm_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
+    """out[p] = data[p] * dot(X[i, :], Y[indices[p], :]) for each stored entry p = (i, j) of CSR A:
+    stage III of sddmm_iteration."""
+    return lower_stage3(sddmm_iteration(dtype, width))
 
 
 # Feature widths that get a kernel of their own (constant trip count); others use the general one.

@@ -47,6 +47,8 @@ class _Lowering:
         self.params = arrays_of(it)
         self.array = {(role, owner): buf for role, owner, buf in self.params}
         self.counter = 0
+        # sizes the parameters' shapes define (a fact may only mention those)
+        self.defined = {v for _, _, buf in self.params for dim in buf.shape for v in collect(dim, Var)}
 
     # -- names and facts
     def fresh(self, name: str) -> Var:
@@ -69,7 +71,9 @@ class _Lowering:
         return lo, hi, facts
 
     def coord_facts(self, axis: SpAxis, coord: PrimExpr) -> list[Stmt]:
-        return [_assume((coord >= 0) & (coord < axis.length))] if self.facts and axis.has_indices else []
+        if not (self.facts and axis.has_indices) or not set(collect(axis.length, Var)) <= self.defined:
+            return []  # a dimension no parameter shows: no access can depend on it
+        return [_assume((coord >= 0) & (coord < axis.length))]
 
     # -- loops
     def loop(self, loop: tuple[IterAxis, ...], env: dict, inner: Callable[[dict], Stmt], top: bool) -> Stmt:

@@ -1,0 +1,159 @@
+"""Stage I (coordinates), stage II (positions, binary search) and stage III (loop IR) agree with
+scipy/numpy; sparse_reorder and sparse_fuse keep the meaning; preconditions raise named errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings, strategies as st
+
+from refcomp import build
+from refcomp.ast import SizeVar
+from refcomp.ast.printer import script
+from refcomp.ast.wellformed import verify_well_formed
+from refcomp.loops.interpreter import interpret
+from refcomp.shape import verify_in_bounds
+from refcomp.sparse import iteration as S
+from refcomp.sparse.kernels import sddmm_iteration, spmm_iteration
+from refcomp.sparse.lower import lower_stage2, lower_stage3
+
+from sparse_strategies import sparse_matrices
+
+
+def _csr_args(A):
+    return [A.indptr.astype(np.int32), A.indices.astype(np.int32)]
+
+
+def _run_all(it, args, out, **sizes):
+    """(stage I, stage II, stage III interpreted) results, each from a copy of out."""
+    results = []
+    for run in (lambda o: S.run_stage1(it, *args, o, **sizes), lambda o: interpret(lower_stage2(it), *args, o),
+                lambda o: interpret(lower_stage3(it), *args, o)):
+        o = out.copy()
+        run(o)
+        results.append(o)
+    return results
+
+
+def _hadamard():
+    m, k = SizeVar("m"), SizeVar("k")
+    I = S.sp_axis("I", "dense_fixed", m)
+    J = S.sp_axis("J", "sparse_variable", k, parent=I, nnz=SizeVar("nnz"))
+    J2 = S.sp_axis("J2", "sparse_variable", k, parent=I, nnz=SizeVar("nnz2"))
+    A, B, H = S.SpBuffer("A", (I, J)), S.SpBuffer("B", (I, J2)), S.SpBuffer("H", (I, J))
+    return S.sp_iter("hadamard", [(I, "S"), (J, "S")], H, lambda i, j: ((i, j), A[i, j] * B[i, j]), [A, B, H])
+
+
+def test_stage1_prints_the_iteration():
+    text = S.script_stage1(spmm_iteration())
+    assert "J = sparse_variable(I, k, nnz=nnz)" in text
+    assert 'with sp_iter([I, J, F], "SRS") as [i, j, f]:' in text
+    assert "C[i, f] += A[i, j] * B[j, f]" in text
+    fused = S.script_stage1(S.sparse_fuse(sddmm_iteration(), ["I", "J"]))
+    assert 'sp_iter([(I, J), F], "SSR")' in fused
+
+
+@pytest.mark.parametrize("make", [
+    lambda: spmm_iteration(), lambda: S.sparse_reorder(spmm_iteration(), ["I", "F", "J"]),
+    lambda: sddmm_iteration(), lambda: S.sparse_fuse(sddmm_iteration(), ["I", "J"]),
+    lambda: S.sparse_fuse(spmm_iteration(), ["I", "J"]), _hadamard])
+def test_stage3_is_proved_and_well_formed(make):
+    it = make()
+    for func in (lower_stage2(it), lower_stage3(it)):
+        verify_well_formed(func)
+    verify_in_bounds(lower_stage3(it))
+
+
+@settings(deadline=None, max_examples=25)
+@given(sparse_matrices(), st.sampled_from([1, 3]), st.booleans(), st.booleans(), st.integers(0, 2**32 - 1))
+def test_spmm_stages_match_scipy(A, width, reorder, fuse, seed):
+    B = np.random.default_rng(seed).uniform(-1, 1, (A.shape[1], width)).astype(np.float32)
+    it = spmm_iteration()
+    if reorder:
+        it = S.sparse_reorder(it, ["I", "F", "J"])
+    if fuse and not reorder:
+        it = S.sparse_fuse(it, ["I", "J"])
+    out = np.full((A.shape[0], width), 7.0, np.float32)
+    for got in _run_all(it, _csr_args(A) + [A.data, B], out):
+        np.testing.assert_allclose(got, A @ B, rtol=1e-5, atol=1e-5)
+
+
+@settings(deadline=None, max_examples=25)
+@given(sparse_matrices(), st.sampled_from([1, 4]), st.booleans(), st.integers(0, 2**32 - 1))
+def test_sddmm_stages_match_numpy(A, width, fuse, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1, 1, (A.shape[0], width)).astype(np.float32)
+    Y = rng.uniform(-1, 1, (A.shape[1], width)).astype(np.float32)
+    it = S.sparse_fuse(sddmm_iteration(), ["I", "J"]) if fuse else sddmm_iteration()
+    rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+    expected = A.data * np.einsum("pf,pf->p", X[rows], Y[A.indices])
+    for got in _run_all(it, _csr_args(A) + [A.data, X, Y], np.full(A.nnz, 7.0, np.float32)):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@settings(deadline=None, max_examples=25)
+@given(sparse_matrices(), st.integers(0, 2**32 - 1))
+def test_binary_search_finds_the_other_structure(A, seed):
+    rng = np.random.default_rng(seed)
+    mask = rng.random(A.shape) < rng.choice([0.0, 0.3, 0.9])
+    B = sp.csr_matrix(np.where(mask, rng.uniform(0.5, 2.0, A.shape), 0.0).astype(np.float32), shape=A.shape)
+    B.sort_indices()
+    rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+    expected = np.asarray(A.multiply(B).todense())[rows, A.indices] if A.nnz else np.zeros(0, np.float32)
+    args = _csr_args(A) + _csr_args(B) + [A.data, B.data]
+    for got in _run_all(_hadamard(), args, np.full(A.nnz, 7.0, np.float32), k=A.shape[1]):
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+def test_compiled_fused_sddmm_matches_numpy():
+    rng = np.random.default_rng(3)
+    A = sp.random(40, 30, 0.2, format="csr", dtype=np.float32, random_state=4)
+    A.sort_indices()
+    X, Y = rng.uniform(-1, 1, (40, 8)).astype(np.float32), rng.uniform(-1, 1, (30, 8)).astype(np.float32)
+    kernel = build(lower_stage3(S.sparse_fuse(sddmm_iteration(), ["I", "J"])), bounds="prove")
+    out = np.full(A.nnz, 7.0, np.float32)
+    kernel(*_csr_args(A), A.data, X, Y, out)
+    rows = np.repeat(np.arange(40), np.diff(A.indptr))
+    np.testing.assert_allclose(out, A.data * np.einsum("pf,pf->p", X[rows], Y[A.indices]), rtol=1e-5, atol=1e-5)
+
+
+def test_stage2_shows_the_search():
+    text = script(lower_stage2(_hadamard()))
+    assert "while lo[0] < hi[0]:" in text and "J2_indices[q] == J_indices[j]" in text
+    assert "assume" not in text and "assume" in script(lower_stage3(_hadamard()))
+
+
+def test_reorder_preconditions():
+    it = spmm_iteration()
+    with pytest.raises(S.SparseScheduleError, match="before its parent"):
+        S.sparse_reorder(it, ["J", "I", "F"])
+    with pytest.raises(S.SparseScheduleError, match="unknown axes"):
+        S.sparse_reorder(it, ["I", "Q", "F"])
+    with pytest.raises(S.SparseScheduleError, match="every loop once"):
+        S.sparse_reorder(it, ["I", "F"])
+
+
+def test_fuse_preconditions():
+    it = spmm_iteration()
+    with pytest.raises(S.SparseScheduleError, match="not a child"):
+        S.sparse_fuse(it, ["J", "F"])
+    with pytest.raises(S.SparseScheduleError, match="not adjacent"):
+        S.sparse_fuse(S.sparse_reorder(it, ["I", "F", "J"]), ["I", "J"])
+    with pytest.raises(S.SparseScheduleError, match="two or more"):
+        S.sparse_fuse(it, ["I"])
+
+
+def test_iteration_rules():
+    m, k = SizeVar("m"), SizeVar("k")
+    I = S.sp_axis("I", "dense_fixed", m)
+    J = S.sp_axis("J", "sparse_variable", k, parent=I, nnz=SizeVar("nnz"))
+    J2 = S.sp_axis("J2", "sparse_variable", k, parent=I, nnz=SizeVar("nnz2"))
+    A, B = S.SpBuffer("A", (I, J)), S.SpBuffer("B", (I, J2))
+    with pytest.raises(S.SparseIterationError, match="must be the iteration variable of J2"):
+        S.sp_iter("bad", [(I, "S"), (J, "S")], B, lambda i, j: ((i, j), A[i, j]), [A, B])
+    with pytest.raises(S.SparseIterationError, match="spatial variables"):
+        S.sp_iter("bad", [(I, "S"), (J, "S")], A, lambda i, j: ((i, i), A[i, j]), [A])
+    with pytest.raises(S.SparseIterationError, match="must follow its parent"):
+        S.SpBuffer("C", (J, I))
+    with pytest.raises(S.SparseIterationError, match="not listed"):
+        S.sp_iter("bad", [(I, "S"), (J, "S")], A, lambda i, j: ((i, j), B[i, j]), [A])
