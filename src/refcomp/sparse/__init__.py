@@ -11,12 +11,12 @@ from .axes import Axis, dense_fixed, dense_variable, sparse_fixed, sparse_variab
 from .formats import SparseMatrix, bsr, csr, dcsr, ell, from_scipy, ragged, to_scipy, to_torch, validate
 from .validate import SparseFormatError
 from .kernels import sddmm, sddmm_func, spmm, spmm_bsr_func, spmm_csr_func, spmm_ell_func
-from .hyb import Hyb, format_decompose, spmm_hyb
+from .hyb import Bucket, Hyb, HybPart, Split, format_decompose, spmm_hyb
 
 __all__ = [
     "Axis", "dense_fixed", "dense_variable", "sparse_fixed", "sparse_variable",
     "SparseMatrix", "bsr", "csr", "dcsr", "ell", "ragged", "from_scipy", "to_scipy", "to_torch",
     "SparseFormatError", "validate",
     "spmm", "sddmm", "spmm_csr_func", "spmm_bsr_func", "spmm_ell_func", "sddmm_func",
-    "Hyb", "format_decompose", "spmm_hyb",
+    "Bucket", "Hyb", "HybPart", "Split", "format_decompose", "spmm_hyb",
 ]

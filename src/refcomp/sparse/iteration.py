@@ -173,6 +173,7 @@ class SparseIteration:
     out_indices: tuple[PrimExpr, ...]
     value: PrimExpr
     buffers: tuple[SpBuffer, ...]
+    init: bool = True  # a reduction first sets its output to 0 (False: it adds to what is there)
 
     @property
     def iters(self) -> tuple[IterAxis, ...]:
@@ -187,13 +188,14 @@ class SparseIteration:
 
 
 def sp_iter(name: str, axes: Sequence[tuple[SpAxis, str]], output: SpBuffer,
-            body: Callable[..., tuple[Sequence[Any], PrimExpr]], buffers: Sequence[SpBuffer]) -> SparseIteration:
+            body: Callable[..., tuple[Sequence[Any], PrimExpr]], buffers: Sequence[SpBuffer],
+            init: bool = True) -> SparseIteration:
     """An iteration over `axes` ((axis, "S" | "R") in loop order): body(*coordinate vars) gives
-    (output indices, value)."""
+    (output indices, value).  With init=False a reduction adds to the output's values."""
     iters = tuple(IterAxis(Var(axis.name.lower(), "int32"), axis, kind) for axis, kind in axes)
     indices, value = body(*(it.var for it in iters))
     it = SparseIteration(name, tuple((i,) for i in iters), output, tuple(convert(i) for i in indices),
-                         convert(value), tuple(buffers))
+                         convert(value), tuple(buffers), init)
     check_iteration(it)
     return it
 
@@ -317,7 +319,8 @@ def script_stage1(it: SparseIteration) -> str:
                        for loop in it.loops)
     kinds = "".join(ia.kind for ia in it.iters)
     names = ", ".join(ia.var.name for ia in it.iters)
-    lines.append(f"with sp_iter([{groups}], \"{kinds}\") as [{names}]:")
+    flag = ", init=False" if it.reduces and not it.init else ""
+    lines.append(f"with sp_iter([{groups}], \"{kinds}\"{flag}) as [{names}]:")
     op = "+=" if it.reduces else "="
     target = f"{it.output.name}[{', '.join(script(i) for i in it.out_indices)}]"
     lines.append(f"    {target} {op} {script(it.value)}")
@@ -450,12 +453,13 @@ def run_stage1(it: SparseIteration, *args: np.ndarray, **extents: int) -> None:
     dense, (where, flat) = _dense_view(it.output, arrays, sizes, out_store)
     target = tuple(np.broadcast_to(evaluate(i, env), (count,)).astype(np.int64) for i in it.out_indices) \
         if count else tuple(np.zeros(0, np.int64) for _ in it.out_indices)
-    if it.reduces:
+    if it.reduces and it.init:
         spatial = [ia for ia in it.iters if ia.kind == "S"]
         points, scoord, _ = _enumerate([ia.axis for ia in spatial], arrays, sizes)
         senv = {ia.var: scoord[ia.axis] for ia in spatial}
         zeroed = tuple(np.broadcast_to(evaluate(i, senv), (points,)).astype(np.int64) for i in it.out_indices)
         dense[zeroed] = 0  # every spatial point is set to 0, visited by a reduction or not
+    if it.reduces:
         np.add.at(dense, target, values.astype(dense.dtype))
     else:
         dense[target] = values.astype(dense.dtype)

@@ -60,23 +60,26 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype)
 
 
-def spmm_iteration(dtype: str = "float32", width: int | None = None) -> SparseIteration:
-    """Stage I of CSR SpMM: C[i, f] += A[i, j] * B[j, f] over (I, J, F) "SRS"."""
+def spmm_iteration(dtype: str = "float32", width: int | None = None, accumulate: bool = False) -> SparseIteration:
+    """Stage I of CSR SpMM: C[i, f] += A[i, j] * B[j, f] over (I, J, F) "SRS" (accumulate: C is
+    not set to 0 first)."""
     m, k, n, nnz = SizeVar("m"), SizeVar("k"), _width(width), SizeVar("nnz")
     I, F, K = sp_axis("I", "dense_fixed", m), sp_axis("F", "dense_fixed", n), sp_axis("K", "dense_fixed", k)
     J = sp_axis("J", "sparse_variable", k, parent=I, nnz=nnz)
     A, B, C = SpBuffer("A", (I, J), dtype), SpBuffer("B", (K, F), dtype), SpBuffer("C", (I, F), dtype)
     return sp_iter(f"spmm_csr_{dtype}", [(I, "S"), (J, "R"), (F, "S")], C,
-                   lambda i, j, f: ((i, f), A[i, j] * B[j, f]), [A, B, C])
+                   lambda i, j, f: ((i, f), A[i, j] * B[j, f]), [A, B, C], init=not accumulate)
 
 
-def spmm_csr_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
-    """C[m, n] = A[m, k] @ B[k, n] with A in CSR (indptr, indices, data): stage III of spmm_iteration."""
-    return lower_stage3(spmm_iteration(dtype, width))
+def spmm_csr_func(dtype: str = "float32", width: int | None = None, accumulate: bool = False) -> PrimFunc:
+    """C[m, n] = A[m, k] @ B[k, n] (accumulate: C += A @ B) with A in CSR (indptr, indices, data):
+    stage III of spmm_iteration."""
+    return lower_stage3(spmm_iteration(dtype, width, accumulate))
 
 
-def spmm_ell_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
-    """C[rows[r], :] = sum_s data[r, s] * B[indices[r, s], :] for the r rows of one ELL bucket."""
+def spmm_ell_func(dtype: str = "float32", width: int | None = None, accumulate: bool = False) -> PrimFunc:
+    """C[rows[r], :] = sum_s data[r, s] * B[indices[r, s], :] for the r rows of one ELL bucket
+    (accumulate: += instead of =; the rows must be distinct either way)."""
     m, k, n, r, w = SizeVar("m"), SizeVar("k"), _width(width), SizeVar("r"), SizeVar("w")
     rows = Buffer("rows", (r,), "int32")
     indices = Buffer("indices", (r, w), "int32")
@@ -86,11 +89,10 @@ def spmm_ell_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
     row, col = rows[i], indices[i, s]
     update = BufferStore(C, C[row, f] + data[i, s] * B[col, f], (row, f))
     slots = For(s, IntImm(0), w, "serial", seq(_assume((col >= 0) & (col < k)), For(f, IntImm(0), n, "serial", update)))
+    zero = None if accumulate else For(f0, IntImm(0), n, "serial", BufferStore(C, _zero(dtype), (row, f0)))
     body = For(i, IntImm(0), r, "parallel", annotations=ROWS_DYNAMIC, body=seq(
-        _assume((row >= 0) & (row < m)),
-        For(f0, IntImm(0), n, "serial", BufferStore(C, _zero(dtype), (row, f0))),
-        slots))
-    return PrimFunc((rows, indices, data, B, C), body, f"spmm_ell_{dtype}")
+        _assume((row >= 0) & (row < m)), zero, slots))
+    return PrimFunc((rows, indices, data, B, C), body, f"spmm_ell_{dtype}" + ("_acc" if accumulate else ""))
 
 
 def spmm_bsr_func(dtype: str = "float32", block: tuple[int, int] = (2, 2), width: int | None = None) -> PrimFunc:
@@ -141,12 +143,16 @@ SPECIALISED_WIDTHS = (16, 32, 64, 128, 256)
 def _built(kind: str, dtype: str, width: int | None, block: tuple[int, int] | None) -> Any:
     if kind == "spmm_bsr":
         return build(spmm_bsr_func(dtype, block, width), bounds="prove")
+    if kind in ("spmm_csr_acc", "spmm_ell_acc"):
+        make = spmm_csr_func if kind == "spmm_csr_acc" else spmm_ell_func
+        return build(make(dtype, width, accumulate=True), bounds="prove")
     make = {"spmm_csr": spmm_csr_func, "spmm_ell": spmm_ell_func, "sddmm": sddmm_func}[kind]
     return build(make(dtype, width), bounds="prove")
 
 
 def compiled(kind: str, dtype: str, width: int | None = None, block: tuple[int, int] | None = None) -> Any:
-    """The built kernel (proved in bounds) for kind in spmm_csr / spmm_ell / spmm_bsr / sddmm."""
+    """The built kernel (proved in bounds) for kind in spmm_csr / spmm_ell / spmm_bsr / sddmm
+    (and spmm_csr_acc / spmm_ell_acc, which add to the output)."""
     return _built(kind, dtype, width if width in SPECIALISED_WIDTHS else None, block)
 
 

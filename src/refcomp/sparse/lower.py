@@ -272,7 +272,7 @@ class _Lowering:
         loops = self.it.loops
         if k == len(loops):
             return self.store(env)
-        pre = self.init(loops[k:], env) if any(ia.kind == "R" for ia in loops[k]) and \
+        pre = self.init(loops[k:], env) if self.it.init and any(ia.kind == "R" for ia in loops[k]) and \
             not any(ia.kind == "R" for loop in loops[:k] for ia in loop) else None
         run = self.loop(loops[k], env, lambda e: self.body(k + 1, _alias_loop(e, loops[k])), k == 0)
         return seq(pre, run) if pre is not None else run
