@@ -157,3 +157,21 @@ def test_iteration_rules():
         S.SpBuffer("C", (J, I))
     with pytest.raises(S.SparseIterationError, match="not listed"):
         S.sp_iter("bad", [(I, "S"), (J, "S")], A, lambda i, j: ((i, j), B[i, j]), [A])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_constant_width_reduction_sums_in_lanes(dtype):
+    """A constant-width innermost reduction is summed in partial sums: same values (within
+    rounding) in the interpreter and compiled."""
+    rng = np.random.default_rng(11)
+    A = sp.random(30, 20, 0.3, format="csr", dtype=dtype, random_state=12)
+    A.sort_indices()
+    X, Y = rng.uniform(-1, 1, (30, 16)).astype(dtype), rng.uniform(-1, 1, (20, 16)).astype(dtype)
+    func = lower_stage3(sddmm_iteration(np.dtype(dtype).name, 16))
+    assert "acc = T.allocate((8,)" in script(func)
+    rows = np.repeat(np.arange(30), np.diff(A.indptr))
+    expected = A.data * np.einsum("pf,pf->p", X[rows], Y[A.indices])
+    for run in (lambda *a: interpret(func, *a), build(func, bounds="prove")):
+        out = np.full(A.nnz, 7.0, dtype)
+        run(*_csr_args(A), A.data, X, Y, out)
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)

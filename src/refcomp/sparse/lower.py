@@ -30,6 +30,7 @@ from ..emit_c.codegen import OMP_SCHEDULE
 from .iteration import IterAxis, SparseIteration, SparseIterationError, SpAxis, SpBuffer, arrays_of, check_iteration
 
 ROWS_DYNAMIC = {OMP_SCHEDULE: "dynamic"}
+LANES = 8  # partial sums of a constant-length innermost reduction (one AVX2 float32 vector)
 
 
 def _assume(condition: PrimExpr) -> Stmt:
@@ -229,6 +230,11 @@ class _Lowering:
             def emit(index: tuple[PrimExpr, ...]) -> Stmt:
                 value = substitute(template, {holes[load]: v for load, v in values.items()})
                 value = substitute(value, coord)
+                if env.get("lane_acc") is not None:
+                    acc, lane = env["lane_acc"]
+                    return BufferStore(acc, acc[lane] + value, (lane,))
+                if env.get("acc") is not None:
+                    return BufferStore(env["acc"], env["acc"][0] + value, (0,))
                 if it.reduces:
                     value = BufferLoad(out, index) + value
                 return BufferStore(out, value, index)
@@ -272,10 +278,58 @@ class _Lowering:
         loops = self.it.loops
         if k == len(loops):
             return self.store(env)
-        pre = self.init(loops[k:], env) if self.it.init and any(ia.kind == "R" for ia in loops[k]) and \
-            not any(ia.kind == "R" for loop in loops[:k] for ia in loop) else None
+        first = any(ia.kind == "R" for ia in loops[k]) and not any(ia.kind == "R" for loop in loops[:k] for ia in loop)
+        if first and all(ia.kind == "R" for loop in loops[k:] for ia in loop):
+            return self.in_register(k, env)
+        pre = self.init(loops[k:], env) if self.it.init and first else None
         run = self.loop(loops[k], env, lambda e: self.body(k + 1, _alias_loop(e, loops[k])), k == 0)
         return seq(pre, run) if pre is not None else run
+
+    def in_register(self, k: int, env: dict) -> Stmt:
+        """Every loop from k on reduces into one output element: sum in a local scalar, store once."""
+        out = self.it.output
+        acc = Buffer("acc", (1,), out.dtype, scope="local")
+
+        lanes = self.lanes(k)
+        if lanes:
+            return self.in_lanes(k, env, lanes)
+
+        def around(index: tuple[PrimExpr, ...]) -> Stmt:
+            start = FloatImm(0.0, out.dtype) if self.it.init else BufferLoad(out.storage, index)
+            run = self.loop(self.it.loops[k], {**env, "acc": acc},
+                            lambda e: self.body(k + 1, _alias_loop(e, self.it.loops[k])), k == 0)
+            return Allocate(acc, seq(BufferStore(acc, start, (0,)), run,
+                                     BufferStore(out.storage, acc[0], index)))
+        return self.locate(out, self.it.out_indices, env, around, lambda: seq())
+
+    def lanes(self, k: int) -> int:
+        """LANES when the reduction from loop k is one root dense_fixed axis of a constant length
+        that LANES divides (summed in LANES independent partial sums, which gcc vectorises)."""
+        if not self.facts or len(self.it.loops) != k + 1 or len(self.it.loops[k]) != 1:
+            return 0
+        axis = self.it.loops[k][0].axis
+        length = axis.length.value if isinstance(axis.length, IntImm) else 0
+        return LANES if axis.kind == "dense_fixed" and axis.parent is None and length and length % LANES == 0 else 0
+
+    def in_lanes(self, k: int, env: dict, lanes: int) -> Stmt:
+        out, ia = self.it.output, self.it.loops[k][0]
+        acc = Buffer("acc", (lanes,), out.dtype, scope="local")
+        outer, lane, l0, l1 = Var(ia.var.name + "_o", "int32"), Var(ia.var.name + "_l", "int32"), Var("l0"), Var("l1")
+        c = outer * lanes + lane
+        inner = _alias_loop(_scope({**env, "acc": None}, {ia.axis: c}, {ia.axis: c}), (ia,))
+
+        def around(index: tuple[PrimExpr, ...]) -> Stmt:
+            step = self.store({**inner, "acc": None, "lane_acc": (acc, lane)})
+            total = FloatImm(0.0, out.dtype) if self.it.init else BufferLoad(out.storage, index)
+            sums = Allocate(acc, seq(
+                For(l0, IntImm(0), IntImm(lanes), "serial", BufferStore(acc, FloatImm(0.0, out.dtype), (l0,))),
+                For(outer, IntImm(0), IntImm(ia.axis.length.value // lanes), "serial",
+                    For(lane, IntImm(0), IntImm(lanes), "serial", step)),
+                BufferStore(out.storage, total, index),
+                For(l1, IntImm(0), IntImm(lanes), "serial",
+                    BufferStore(out.storage, BufferLoad(out.storage, index) + acc[l1], index))))
+            return sums
+        return self.locate(out, self.it.out_indices, env, around, lambda: seq())
 
     def func(self) -> PrimFunc:
         env: dict = {"pos": {}, "coord": {}, "vars": {}, "var_axis": {}}
@@ -284,14 +338,13 @@ class _Lowering:
 
 
 def _scope(env: dict, pos: dict, coord: dict) -> dict:
-    return {"pos": {**env["pos"], **pos}, "coord": {**env["coord"], **coord},
-            "vars": env["vars"], "var_axis": env["var_axis"]}
+    return {**env, "pos": {**env["pos"], **pos}, "coord": {**env["coord"], **coord}}
 
 
 def _alias_loop(env: dict, loop: tuple[IterAxis, ...]) -> dict:
     """Inside the loop, each iteration variable means the coordinate of its axis."""
     names = {ia.var: env["coord"][ia.axis] for ia in loop}
-    return {"pos": env["pos"], "coord": env["coord"], "vars": {**env["vars"], **names},
+    return {**env, "vars": {**env["vars"], **names},
             "var_axis": {**env["var_axis"], **{ia.var: ia.axis for ia in loop}}}
 
 
