@@ -260,12 +260,13 @@ def spmm_hyb(H: Hyb, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
         compiled("spmm_csr" if number == 0 else "spmm_csr_acc", name, width)(
             rest.indptr["j"], rest.indices["j"], rest.data, B, out)
         for bucket in part.buckets:
-            compiled("spmm_ell_acc", name, width)(bucket.rows, bucket.ell.indices["j"].reshape(bucket.ell.data.shape),
-                                                  bucket.ell.data, B, out)
+            slots = bucket.ell.indices["j"].reshape(bucket.ell.data.shape)
+            compiled("spmm_ell_acc", name, width, slots=bucket.width)(bucket.rows, slots, bucket.ell.data, B, out)
         if part.split is not None:
             chunks, gather = part.split.chunks, part.split.gather
             partial = np.empty((chunks.shape[0], width), dtype=dtype)
-            compiled("spmm_ell", name, width)(np.arange(chunks.shape[0], dtype=INDEX_DTYPE),
-                                              chunks.indices["j"].reshape(chunks.data.shape), chunks.data, B, partial)
+            every = np.arange(chunks.shape[0], dtype=INDEX_DTYPE)
+            compiled("spmm_ell", name, width, slots=part.split.width)(
+                every, chunks.indices["j"].reshape(chunks.data.shape), chunks.data, B, partial)
             compiled("spmm_csr_acc", name, width)(gather.indptr["j"], gather.indices["j"], gather.data, partial, out)
     return out

@@ -77,10 +77,13 @@ def spmm_csr_func(dtype: str = "float32", width: int | None = None, accumulate: 
     return lower_stage3(spmm_iteration(dtype, width, accumulate))
 
 
-def spmm_ell_func(dtype: str = "float32", width: int | None = None, accumulate: bool = False) -> PrimFunc:
+def spmm_ell_func(dtype: str = "float32", width: int | None = None, accumulate: bool = False,
+                  slots: int | None = None) -> PrimFunc:
     """C[rows[r], :] = sum_s data[r, s] * B[indices[r, s], :] for the r rows of one ELL bucket
-    (accumulate: += instead of =; the rows must be distinct either way)."""
-    m, k, n, r, w = SizeVar("m"), SizeVar("k"), _width(width), SizeVar("r"), SizeVar("w")
+    (accumulate: += instead of =; the rows must be distinct either way).  slots: the bucket's
+    width as a constant (the slot loop then has a fixed trip count), or None for any."""
+    m, k, n, r = SizeVar("m"), SizeVar("k"), _width(width), SizeVar("r")
+    w = SizeVar("w") if slots is None else IntImm(slots)
     rows = Buffer("rows", (r,), "int32")
     indices = Buffer("indices", (r, w), "int32")
     data = Buffer("data", (r, w), dtype)
@@ -92,7 +95,8 @@ def spmm_ell_func(dtype: str = "float32", width: int | None = None, accumulate: 
     zero = None if accumulate else For(f0, IntImm(0), n, "serial", BufferStore(C, _zero(dtype), (row, f0)))
     body = For(i, IntImm(0), r, "parallel", annotations=ROWS_DYNAMIC, body=seq(
         _assume((row >= 0) & (row < m)), zero, slots))
-    return PrimFunc((rows, indices, data, B, C), body, f"spmm_ell_{dtype}" + ("_acc" if accumulate else ""))
+    name = f"spmm_ell{'' if slots is None else slots}_{dtype}" + ("_acc" if accumulate else "")
+    return PrimFunc((rows, indices, data, B, C), body, name)
 
 
 def spmm_bsr_func(dtype: str = "float32", block: tuple[int, int] = (2, 2), width: int | None = None) -> PrimFunc:
@@ -137,23 +141,28 @@ def sddmm_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
 
 # Feature widths that get a kernel of their own (constant trip count); others use the general one.
 SPECIALISED_WIDTHS = (16, 32, 64, 128, 256)
+SPECIALISED_SLOTS = (1, 2, 4, 8, 16, 32)
 
 
 @functools.lru_cache(maxsize=None)
-def _built(kind: str, dtype: str, width: int | None, block: tuple[int, int] | None) -> Any:
+def _built(kind: str, dtype: str, width: int | None, block: tuple[int, int] | None, slots: int | None) -> Any:
     if kind == "spmm_bsr":
         return build(spmm_bsr_func(dtype, block, width), bounds="prove")
-    if kind in ("spmm_csr_acc", "spmm_ell_acc"):
-        make = spmm_csr_func if kind == "spmm_csr_acc" else spmm_ell_func
-        return build(make(dtype, width, accumulate=True), bounds="prove")
+    if kind in ("spmm_ell", "spmm_ell_acc"):
+        return build(spmm_ell_func(dtype, width, accumulate=kind == "spmm_ell_acc", slots=slots), bounds="prove")
+    if kind == "spmm_csr_acc":
+        return build(spmm_csr_func(dtype, width, accumulate=True), bounds="prove")
     make = {"spmm_csr": spmm_csr_func, "spmm_ell": spmm_ell_func, "sddmm": sddmm_func}[kind]
     return build(make(dtype, width), bounds="prove")
 
 
-def compiled(kind: str, dtype: str, width: int | None = None, block: tuple[int, int] | None = None) -> Any:
+def compiled(kind: str, dtype: str, width: int | None = None, block: tuple[int, int] | None = None,
+             slots: int | None = None) -> Any:
     """The built kernel (proved in bounds) for kind in spmm_csr / spmm_ell / spmm_bsr / sddmm
-    (and spmm_csr_acc / spmm_ell_acc, which add to the output)."""
-    return _built(kind, dtype, width if width in SPECIALISED_WIDTHS else None, block)
+    (and spmm_csr_acc / spmm_ell_acc, which add to the output); ELL buckets of a width in
+    SPECIALISED_SLOTS get a kernel with that many slots fixed."""
+    return _built(kind, dtype, width if width in SPECIALISED_WIDTHS else None, block,
+                  slots if slots in SPECIALISED_SLOTS else None)
 
 
 def _dense(name: str, array: Any, rows: int, dtype: np.dtype) -> np.ndarray:
