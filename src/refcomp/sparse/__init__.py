@@ -13,7 +13,8 @@ be found) and stage III (stage II plus the format invariants as assumptions: the
 indirect accesses the shape prover proves in bounds and the C backend compiles).  `kernels.py`
 builds SpMM and SDDMM that way (and ELL / BSR SpMM directly in the loop IR); `hyb.py` decomposes
 CSR by column partitions into power-of-two ELL buckets, a CSR rest and split long rows; `ops.py`
-has block-sparse attention over BSR and RGCN with the relations fused.  See spec/sparse.md.
+has block-sparse attention over BSR and RGCN with the relations fused; `graph_layers.py` emits GCN
+and GraphSAGE layers in the graph IR.  See spec/sparse.md.
 """
 from .axes import Axis, dense_fixed, dense_variable, sparse_fixed, sparse_variable
 from .formats import SparseMatrix, bsr, csr, dcsr, ell, from_scipy, ragged, to_scipy, to_torch, validate
@@ -27,6 +28,7 @@ from .lower import lower_stage2, lower_stage3
 from .kernels import sddmm_iteration, spmm_iteration
 from .hyb import Bucket, Hyb, HybPart, Split, format_decompose, spmm_hyb
 from .ops import RelationalGraph, block_sparse_attention, rgcn
+from .graph_layers import gcn_layer, sage_layer
 
 __all__ = [
     "Axis", "dense_fixed", "dense_variable", "sparse_fixed", "sparse_variable",
@@ -37,5 +39,5 @@ __all__ = [
     "SparseIteration", "SparseIterationError", "SparseScheduleError", "SpAxis", "SpBuffer", "sp_axis", "sp_iter",
     "check_iteration", "run_stage1", "script_stage1", "sparse_reorder", "sparse_fuse", "lower_stage2",
     "lower_stage3", "spmm_iteration", "sddmm_iteration",
-    "RelationalGraph", "block_sparse_attention", "rgcn",
+    "RelationalGraph", "block_sparse_attention", "rgcn", "gcn_layer", "sage_layer",
 ]
