@@ -47,7 +47,8 @@ VMS = {}
 
 
 @settings(deadline=None, max_examples=15)
-@given(st.sampled_from(["gcn", "sage"]), st.integers(1, 20), st.sampled_from([0.0, 0.2, 0.7]), st.integers(0, 2**32 - 1))
+@given(st.sampled_from(["gcn", "sage"]), st.integers(1, 20), st.sampled_from([0.0, 0.2, 0.7]),
+       st.integers(0, 2**32 - 1))
 def test_layers_match_scipy(kind, nodes, density, seed):
     vm = VMS.setdefault(kind, _two_layer_model(kind))
     rng = np.random.default_rng(seed)

@@ -24,11 +24,13 @@ def _csr_args(A):
     return [A.indptr.astype(np.int32), A.indices.astype(np.int32)]
 
 
-def _run_all(it, args, out, **sizes):
+def _run_all(it, args, out, scalars=None, **sizes):
     """(stage I, stage II, stage III interpreted) results, each from a copy of out."""
     results = []
-    for run in (lambda o: S.run_stage1(it, *args, o, **sizes), lambda o: interpret(lower_stage2(it), *args, o),
-                lambda o: interpret(lower_stage3(it), *args, o)):
+    scalars = scalars or {}
+    for run in (lambda o: S.run_stage1(it, *args, o, **sizes),
+                lambda o: interpret(lower_stage2(it), *args, o, **scalars),
+                lambda o: interpret(lower_stage3(it), *args, o, **scalars)):
         o = out.copy()
         run(o)
         results.append(o)
@@ -175,3 +177,74 @@ def test_constant_width_reduction_sums_in_lanes(dtype):
         out = np.full(A.nnz, 7.0, dtype)
         run(*_csr_args(A), A.data, X, Y, out)
         np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def _spmm_over(kind):
+    """Stage I SpMM C[row, f] += A[...] * B[col, f] over the axes of one format."""
+    m, k, n = SizeVar("m"), SizeVar("k"), SizeVar("n")
+    F, K, M = S.sp_axis("F", "dense_fixed", n), S.sp_axis("K", "dense_fixed", k), S.sp_axis("M", "dense_fixed", m)
+    if kind == "bsr":
+        IO, KB = S.sp_axis("IO", "dense_fixed", m), S.sp_axis("KB", "dense_fixed", k)
+        JO = S.sp_axis("JO", "sparse_variable", k, parent=IO, nnz=SizeVar("nnzb"))
+        II, JI = S.sp_axis("II", "dense_fixed", 2), S.sp_axis("JI", "dense_fixed", 3)
+        A, B, C = S.SpBuffer("A", (IO, JO, II, JI)), S.SpBuffer("B", (KB, JI, F)), S.SpBuffer("C", (IO, II, F))
+        return S.sp_iter("bsr", [(IO, "S"), (JO, "R"), (II, "S"), (JI, "R"), (F, "S")], C,
+                         lambda io, jo, ii, ji, f: ((io, ii, f), A[io, jo, ii, ji] * B[jo, ji, f]), [A, B, C])
+    if kind == "dcsr":
+        I = S.sp_axis("I", "sparse_variable", m, nnz=SizeVar("r"))
+    else:
+        I = S.sp_axis("I", "dense_fixed", m)
+    if kind == "ell":
+        J = S.sp_axis("J", "sparse_fixed", k, parent=I, per_row=SizeVar("w"), sorted=False)
+    elif kind == "ragged":
+        J = S.sp_axis("J", "dense_variable", k, parent=I, nnz=SizeVar("nnz"))
+    else:
+        J = S.sp_axis("J", "sparse_variable", k, parent=I, nnz=SizeVar("nnz"))
+    A, B, C = S.SpBuffer("A", (I, J)), S.SpBuffer("B", (K, F)), S.SpBuffer("C", (M, F))
+    return S.sp_iter(kind, [(I, "S"), (J, "R"), (F, "S")], C, lambda i, j, f: ((i, f), A[i, j] * B[j, f]), [A, B, C])
+
+
+def _format_args(kind, A):
+    from refcomp import sparse
+
+    if kind == "bsr":
+        Mx = sparse.from_scipy(A, "bsr", block=(2, 3))
+        return [Mx.indptr["jo"], Mx.indices["jo"], Mx.data], np.ones(A.shape[0], bool)
+    if kind == "ragged":  # the leading columns of each row only
+        lengths = np.diff(A.indptr)
+        dense = np.zeros(A.shape, np.float32)
+        for r, length in enumerate(lengths):
+            dense[r, :length] = np.arange(1, length + 1)
+        Mx = sparse.ragged(A.indptr.astype(np.int32), dense[np.arange(A.shape[1]) < lengths[:, None]], A.shape)
+        return [Mx.indptr["j"], Mx.data], np.ones(A.shape[0], bool), dense
+    Mx = sparse.from_scipy(A, kind)
+    if kind == "dcsr":
+        return [Mx.indptr["i"], Mx.indices["i"], Mx.indptr["j"], Mx.indices["j"], Mx.data], np.diff(A.indptr) > 0
+    if kind == "ell":
+        return [Mx.indices["j"], Mx.data.reshape(-1)], np.ones(A.shape[0], bool)
+    return [Mx.indptr["j"], Mx.indices["j"], Mx.data], np.ones(A.shape[0], bool)
+
+
+@settings(deadline=None, max_examples=50)
+@given(st.sampled_from(["csr", "dcsr", "ell", "ragged", "bsr"]), st.data(), st.integers(0, 2**32 - 1))
+def test_every_axis_kind_through_the_stages(kind, data, seed):
+    A = data.draw(sparse_matrices(block=(2, 3) if kind == "bsr" else (1, 1)))
+    packed = _format_args(kind, A)
+    arrays, written = packed[0], packed[1]
+    matrix = packed[2] if kind == "ragged" else A.toarray()
+    B = np.random.default_rng(seed).uniform(-1, 1, (A.shape[1], 3)).astype(np.float32)
+    expected = np.where(written[:, None], matrix @ B, 7.0)
+    it = _spmm_over(kind)
+    m, k = A.shape
+    if kind == "bsr":
+        B, shape = B.reshape(k // 3, 3, 3), (m // 2, 2, 3)
+        expected = expected.reshape(shape)
+    else:
+        shape = (m, 3)
+    sizes = {"k": k // 3 if kind == "bsr" else k}
+    if kind == "ell":
+        sizes.update(m=m, w=arrays[-1].size // max(m, 1))
+    scalars = {"w": sizes["w"]} if kind == "ell" else {}
+    for got in _run_all(it, arrays + [B], np.full(shape, 7.0, np.float32), scalars, **sizes):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    verify_in_bounds(lower_stage3(it))

@@ -201,7 +201,8 @@ def _split(rows, width, indptr, indices, data, lengths, shape) -> Split:
     per_row = -(-lengths[rows] // width)
     total = int(per_row.sum())
     owner = np.repeat(rows, per_row)
-    first = np.repeat(indptr[rows], per_row) + (np.arange(total) - np.repeat(np.cumsum(per_row) - per_row, per_row)) * width
+    nth = np.arange(total) - np.repeat(np.cumsum(per_row) - per_row, per_row)  # chunk number within its row
+    first = np.repeat(indptr[rows], per_row) + nth * width
     slot = np.arange(width)
     take = first[:, None] + slot
     valid = take < indptr[owner + 1][:, None]

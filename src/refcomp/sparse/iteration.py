@@ -11,7 +11,9 @@ over chains of them (`SpBuffer`), and one sparse iteration:
 
 Each iteration variable stands for the *coordinate* of its axis (the column j, not the position
 of j in the indices array); an access `B[j, f]` reads the logical element at those coordinates,
-which is 0 where a sparse buffer stores nothing.  With an "R" (reduce) axis the output is set to 0
+which is 0 where a sparse buffer stores nothing (and the sum where a coordinate is stored twice,
+as ELL padding is).  A buffer read by its own iteration variables (`A[i, j]` over A's axes) reads
+the value stored at the iteration point's position.  With an "R" (reduce) axis the output is set to 0
 at every point of the spatial axes' iteration and the values are summed into it; otherwise each
 point is assigned.
 
@@ -209,9 +211,10 @@ def check_iteration(it: SparseIteration) -> None:
 
     - every axis's parent is iterated, in an earlier loop or earlier in the same fused loop;
     - a fused loop is a chain (each axis the child of the one before it);
-    - kinds are "S" or "R", and no spatial axis is the child of a reduce axis; the output is indexed by exactly the spatial variables, each once;
+    - kinds are "S" or "R", and no spatial axis is the child of a reduce axis;
+    - the output is indexed by exactly the spatial variables, each once;
     - where the output's chain has a non-dense_fixed axis, its index is that axis's own variable
-      (a value can only be stored at a position the iteration visits);
+      (a value can only be stored at a position the iteration visits), and that axis is sorted;
     - every buffer accessed is listed, with one index per axis of its chain."""
     seen: set[SpAxis] = set()
     for loop in it.loops:
@@ -240,6 +243,9 @@ def check_iteration(it: SparseIteration) -> None:
         if axis.kind != "dense_fixed" and by_var.get(it.out_indices[t]) is not axis:
             raise SparseIterationError(f"{it.name}: the output {it.output.name} is sparse along {axis.name}, so "
                                        f"its index there must be the iteration variable of {axis.name}")
+        if axis.has_indices and not axis.sorted:
+            raise SparseIterationError(f"{it.name}: the output {it.output.name} is stored along the unsorted axis "
+                                       f"{axis.name}, where a coordinate may repeat")
     known = {b.logical: b for b in it.buffers}
     if it.output.logical not in known:
         raise SparseIterationError(f"{it.name}: the output {it.output.name} is not among the buffers")
@@ -405,7 +411,7 @@ def _dense_view(buffer: SpBuffer, arrays: dict, sizes: dict, storage: np.ndarray
     flat = _storage_index(buffer, coord, pos, sizes)
     dense = np.zeros(shape, dtype=storage.dtype)
     where = tuple(coord[a] for a in buffer.axes)
-    dense[where] = storage.reshape(-1)[flat]
+    np.add.at(dense, where, storage.reshape(-1)[flat])  # a coordinate stored twice (padding) sums
     return dense, (where, flat)
 
 
@@ -429,24 +435,36 @@ def run_stage1(it: SparseIteration, *args: np.ndarray, **extents: int) -> None:
     if len(args) != len(params):
         raise SparseIterationError(f"{it.name}: expected {len(params)} arrays, got {len(args)}")
     sizes = _sizes(params, args)
-    named = {v.name: v for v in sizes} | {v.name: v for ia in it.iters for v in collect(ia.axis.length, Var)}
-    for b in it.buffers:
-        for a in b.axes:
-            named.update({v.name: v for v in collect(a.length, Var)})
+    named = {v.name: v for v in sizes}
+    for axis in [ia.axis for ia in it.iters] + [a for b in it.buffers for a in b.axes]:
+        for part in (axis.length, axis.nnz, axis.per_row):
+            if part is not None:
+                named.update({v.name: v for v in collect(part, Var)})
     for name, value in extents.items():
         if name not in named:
             raise SparseIterationError(f"{it.name}: no size named {name!r}")
         sizes[named[name]] = int(value)
     arrays = {(role, owner): np.asarray(a) for (role, owner, _), a in zip(params, args)}
-    count, coord, _ = _enumerate([ia.axis for ia in it.iters], arrays, sizes)
+    count, coord, pos = _enumerate([ia.axis for ia in it.iters], arrays, sizes)
     env = {ia.var: coord[ia.axis] for ia in it.iters}
+    own = {ia.var: ia.axis for ia in it.iters}
+    by_logical = {b.logical: b for b in it.buffers}
     views = {b.logical: _dense_view(b, arrays, sizes, arrays[("data", b)])[0] for b in it.buffers}
 
     def load(node: Any) -> Any:
-        if isinstance(node, BufferLoad):
-            where = tuple(np.broadcast_to(evaluate(i, env), (count,)).astype(np.int64) for i in node.indices)
-            return views[node.buffer][where]
-        raise SparseIterationError(f"{it.name}: cannot evaluate {script(node)}")
+        if not isinstance(node, BufferLoad):
+            raise SparseIterationError(f"{it.name}: cannot evaluate {script(node)}")
+        where = tuple(np.broadcast_to(evaluate(i, env), (count,)).astype(np.int64) for i in node.indices)
+        buffer = by_logical[node.buffer]
+        cut = buffer.sparse_depth
+        if cut >= 0 and all(own.get(i) is a for i, a in zip(node.indices[:cut + 1], buffer.axes)):
+            # read by the buffer's own iteration variables: the value stored at the point's position
+            # (padding included), as the lowered loops read it
+            flat = pos[buffer.axes[cut]]
+            for axis, c in zip(buffer.axes[cut + 1:], where[cut + 1:]):
+                flat = flat * int(evaluate(axis.length, sizes)) + c
+            return arrays[("data", buffer)].reshape(-1)[flat]
+        return views[node.buffer][where]
 
     values = np.broadcast_to(evaluate(it.value, env, opaque=load) if count else np.zeros(0), (count,))
     out_store = arrays[("data", it.output)]
