@@ -14,6 +14,7 @@ from refcomp.ast.wellformed import verify_well_formed
 from refcomp.loops.interpreter import interpret
 from refcomp.shape import verify_in_bounds
 from refcomp.sparse import iteration as S
+from refcomp.sparse.validate import SparseFormatError
 from refcomp.sparse.kernels import sddmm_iteration, spmm_iteration
 from refcomp.sparse.lower import lower_stage2, lower_stage3
 
@@ -248,3 +249,21 @@ def test_every_axis_kind_through_the_stages(kind, data, seed):
     for got in _run_all(it, arrays + [B], np.full(shape, 7.0, np.float32), scalars, **sizes):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
     verify_in_bounds(lower_stage3(it))
+
+
+def test_stage1_interpreter_rejects_broken_arrays():
+    A = sp.random(5, 4, 0.5, format="csr", dtype=np.float32, random_state=3)
+    B, out = np.ones((4, 2), np.float32), np.zeros((5, 2), np.float32)
+    it = spmm_iteration()
+    indices = A.indices.astype(np.int32)
+    indices[1] = 9
+    with pytest.raises(SparseFormatError, match=r"J.indices\[1\]: index 9 is outside \[0, 4\)"):
+        S.run_stage1(it, A.indptr.astype(np.int32), indices, A.data, B, out)
+    indptr = A.indptr.astype(np.int32)
+    indptr[2], indptr[3] = indptr[3] + 1, indptr[2]
+    with pytest.raises(SparseFormatError, match="non-decreasing"):
+        S.run_stage1(it, indptr, A.indices.astype(np.int32), A.data, B, out)
+    with pytest.raises(SparseFormatError, match="dtype int32"):
+        S.run_stage1(it, A.indptr.astype(np.int64), A.indices.astype(np.int32), A.data, B, out)
+    with pytest.raises(S.SparseIterationError, match="the size k is not known"):
+        S.run_stage1(_hadamard(), *_csr_args(A), *_csr_args(A), A.data, A.data, A.data.copy())

@@ -32,8 +32,9 @@ import numpy as np
 from ..ast import Buffer, BufferLoad, IntImm, PrimExpr, Var, collect, convert
 from ..ast.printer import script
 from ..errors import IRError, ScheduleError
-from ..shape.evaluate import evaluate
+from ..shape.evaluate import EvaluationError, evaluate
 from .formats import _ranges
+from .validate import check_index_array, check_indices, check_indptr, check_values
 
 AXIS_KINDS = ("dense_fixed", "dense_variable", "sparse_fixed", "sparse_variable")
 
@@ -407,16 +408,12 @@ def _dense_view(buffer: SpBuffer, arrays: dict, sizes: dict, storage: np.ndarray
     """The logical (coordinate-space) array of a buffer, 0 where nothing is stored, and the
     coordinates of its stored values in storage order."""
     shape = tuple(int(evaluate(a.length, sizes)) for a in buffer.axes)
-    count, coord, pos = _enumerate(_chain_walk(buffer), arrays, sizes)
+    count, coord, pos = _enumerate(list(buffer.axes), arrays, sizes)
     flat = _storage_index(buffer, coord, pos, sizes)
     dense = np.zeros(shape, dtype=storage.dtype)
     where = tuple(coord[a] for a in buffer.axes)
     np.add.at(dense, where, storage.reshape(-1)[flat])  # a coordinate stored twice (padding) sums
     return dense, (where, flat)
-
-
-def _chain_walk(buffer: SpBuffer) -> list[SpAxis]:
-    return list(buffer.axes)
 
 
 def _storage_index(buffer: SpBuffer, coord: dict, pos: dict, sizes: dict) -> np.ndarray:
@@ -425,6 +422,31 @@ def _storage_index(buffer: SpBuffer, coord: dict, pos: dict, sizes: dict) -> np.
     for axis in buffer.axes[cut + 1:]:
         flat = flat * int(evaluate(axis.length, sizes)) + coord[axis]
     return flat
+
+
+def check_arrays(it: SparseIteration, arrays: dict, sizes: dict) -> None:
+    """The format invariants of every indptr / indices array (SparseFormatError naming the array
+    and position) and the dtype and shape of every buffer, before anything reads them."""
+    def size(expr: PrimExpr) -> int:
+        try:
+            return int(evaluate(expr, sizes))
+        except EvaluationError as err:
+            raise SparseIterationError(f"{it.name}: the size {script(expr)} is not known from the arrays "
+                                       f"({err}); give it by name") from None
+
+    for (role, owner), array in arrays.items():
+        if role == "data":
+            check_values(it.name, owner.name, array, tuple(size(d) for d in owner.storage.shape))
+            continue
+        name = f"{owner.name}.{role}"
+        if role == "indptr":
+            total = arrays[("indices", owner)].size if owner.has_indices and \
+                isinstance(arrays.get(("indices", owner)), np.ndarray) else size(owner.nnz)
+            check_indptr(it.name, name, array, size(owner.parents), total)
+        else:
+            check_index_array(it.name, name, array, size(owner.positions) if not owner.has_indptr else None)
+            segments = arrays[("indptr", owner)] if owner.has_indptr else None
+            check_indices(it.name, name, array, size(owner.length), segments, owner.sorted and owner.has_indptr)
 
 
 def run_stage1(it: SparseIteration, *args: np.ndarray, **extents: int) -> None:
@@ -444,7 +466,8 @@ def run_stage1(it: SparseIteration, *args: np.ndarray, **extents: int) -> None:
         if name not in named:
             raise SparseIterationError(f"{it.name}: no size named {name!r}")
         sizes[named[name]] = int(value)
-    arrays = {(role, owner): np.asarray(a) for (role, owner, _), a in zip(params, args)}
+    arrays = {(role, owner): a for (role, owner, _), a in zip(params, args)}
+    check_arrays(it, arrays, sizes)
     count, coord, pos = _enumerate([ia.axis for ia in it.iters], arrays, sizes)
     env = {ia.var: coord[ia.axis] for ia in it.iters}
     own = {ia.var: ia.axis for ia in it.iters}
