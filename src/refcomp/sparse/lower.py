@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from ..ast import (
     Allocate, Buffer, BufferLoad, BufferStore, Call, Evaluate, FloatImm, For, IfThenElse,
-    IntImm, LetStmt, Mul, Mutator, floordiv, PrimExpr, PrimFunc, Stmt, Var, While, collect, max_, min_, seq, substitute,
+    IntImm, LetStmt, Mul, Mutator, SeqStmt, floordiv, PrimExpr, PrimFunc, Stmt, Var, While, collect, max_, min_, seq, substitute,
 )
 from ..emit_c.codegen import OMP_SCHEDULE
 from .iteration import IterAxis, SparseIteration, SparseIterationError, SpAxis, SpBuffer, arrays_of, check_iteration
@@ -35,6 +35,12 @@ LANES = 8  # partial sums of a constant-length innermost reduction (one AVX2 flo
 
 def _assume(condition: PrimExpr) -> Stmt:
     return Evaluate(Call("assume", (condition,), "bool"))
+
+
+def _if(condition: PrimExpr, then: Stmt, otherwise: Stmt) -> Stmt:
+    """if/else, without an else that does nothing."""
+    empty = isinstance(otherwise, SeqStmt) and not otherwise.stmts
+    return IfThenElse(condition, then, None if empty else otherwise)
 
 
 def _clamp(x: PrimExpr, lo: PrimExpr, hi: PrimExpr) -> PrimExpr:
@@ -50,6 +56,13 @@ class _Lowering:
         self.counter = 0
         # sizes the parameters' shapes define (a fact may only mention those)
         self.defined = {v for _, _, buf in self.params for dim in buf.shape for v in collect(dim, Var)}
+        self.loads: list[BufferLoad] = []
+        for load in collect(it.value, BufferLoad):
+            if load not in self.loads:
+                self.loads.append(load)
+        self.holes = {load: Var(f"_v{k}", load.dtype) for k, load in enumerate(self.loads)}
+        self.template = _Holes(self.holes).visit(it.value)
+        self.by_logical = {b.logical: b for b in it.buffers}
 
     # -- names and facts
     def fresh(self, name: str) -> Var:
@@ -171,9 +184,9 @@ class _Lowering:
         mid, q = self.fresh("mid"), self.fresh("q")
         step = LetStmt(mid, floordiv(lo[0] + hi[0], 2), IfThenElse(
             ind[_clamp(mid, start, end - 1)] < c, BufferStore(lo, mid + 1, (0,)), BufferStore(hi, mid, (0,))))
-        hit = LetStmt(q, _clamp(lo[0], start, end - 1), IfThenElse(ind[q] == c, found(q), absent()))
+        hit = LetStmt(q, _clamp(lo[0], start, end - 1), _if(ind[q] == c, found(q), absent()))
         search = seq(BufferStore(hi, end, (0,)), While(lo[0] < hi[0], step), hit)
-        body = seq(BufferStore(lo, start, (0,)), IfThenElse(start < end, search, absent()))
+        body = seq(BufferStore(lo, start, (0,)), _if(start < end, search, absent()))
         return seq(*facts, Allocate(lo, Allocate(hi, body)))
 
     # -- accesses
@@ -203,7 +216,7 @@ class _Lowering:
                 def inside() -> Stmt:
                     here[t] = lo + c
                     return step(t + 1, here[t], False, coords + [c])
-                return seq(*facts, IfThenElse((c >= 0) & (c < hi - lo), inside(), absent()))
+                return seq(*facts, _if((c >= 0) & (c < hi - lo), inside(), absent()))
 
             def hit(q: PrimExpr) -> Stmt:
                 here[t] = q
@@ -214,47 +227,53 @@ class _Lowering:
         return step(0, None, True, [])
 
     def store(self, env: dict) -> Stmt:
+        """The statement at the innermost point: resolve the loads not yet found, then store."""
         it = self.it
         out = it.output.storage
-        loads: list[BufferLoad] = []
-        for load in collect(it.value, BufferLoad):
-            if load not in loads:
-                loads.append(load)
-        by_logical = {b.logical: b for b in it.buffers}
         coord = env["vars"]
 
-        holes = {load: Var(f"_v{k}", load.dtype) for k, load in enumerate(loads)}
-        template = _Holes(holes).visit(it.value)
+        def emit(index: tuple[PrimExpr, ...], values: dict) -> Stmt:
+            value = substitute(self.template, {self.holes[load]: v for load, v in values.items()})
+            value = substitute(value, coord)
+            if env.get("lane_acc") is not None:
+                acc, lane = env["lane_acc"]
+                return BufferStore(acc, acc[lane] + value, (lane,))
+            if env.get("acc") is not None:
+                return BufferStore(env["acc"], env["acc"][0] + value, (0,))
+            if it.reduces:
+                value = BufferLoad(out, index) + value
+            return BufferStore(out, value, index)
 
-        def finish(values: dict) -> Stmt:
-            def emit(index: tuple[PrimExpr, ...]) -> Stmt:
-                value = substitute(template, {holes[load]: v for load, v in values.items()})
-                value = substitute(value, coord)
-                if env.get("lane_acc") is not None:
-                    acc, lane = env["lane_acc"]
-                    return BufferStore(acc, acc[lane] + value, (lane,))
-                if env.get("acc") is not None:
-                    return BufferStore(env["acc"], env["acc"][0] + value, (0,))
-                if it.reduces:
-                    value = BufferLoad(out, index) + value
-                return BufferStore(out, value, index)
-            return self.locate(it.output, it.out_indices, env, emit, lambda: seq())
+        def finish(e: dict) -> Stmt:
+            return self.locate(it.output, it.out_indices, e, lambda idx: emit(idx, e["resolved"]), lambda: seq())
+        return self.resolve(env, [load for load in self.loads if load not in env["resolved"]], True, finish)
 
-        def resolve(k: int, values: dict) -> Stmt:
-            if k == len(loads):
-                return finish(values)
-            load = loads[k]
-            buffer = by_logical[load.buffer]
-            zero = FloatImm(0.0, buffer.dtype)
+    def hoist(self, env: dict, may_skip: bool, cont: Callable[[dict], Stmt]) -> Stmt:
+        """Find, before the next loop, every load whose indices the loops so far bind."""
+        bound = set(env["vars"])
+        ready = [load for load in self.loads if load not in env["resolved"]
+                 and all(set(collect(i, Var)) <= bound for i in load.indices)]
+        return self.resolve(env, ready, may_skip, cont)
 
-            def absent() -> Stmt:
-                if it.reduces and _is_factor(load, it.value):
-                    return seq()  # adds 0
-                return resolve(k + 1, {**values, load: zero})
-            return self.locate(buffer, load.indices, env,
-                               lambda idx: resolve(k + 1, {**values, load: BufferLoad(buffer.storage, idx)}), absent)
+    def resolve(self, env: dict, loads: list, may_skip: bool, cont: Callable[[dict], Stmt]) -> Stmt:
+        """cont(env with each load's value: its element, or 0 where a search finds it absent).  A
+        reduction whose value the absent element multiplies skips the rest (may_skip: the output
+        was set already)."""
+        if not loads:
+            return cont(env)
+        load, rest = loads[0], loads[1:]
+        buffer = self.by_logical[load.buffer]
 
-        return resolve(0, {})
+        def known(value: PrimExpr) -> dict:
+            return {**env, "resolved": {**env["resolved"], load: value}}
+
+        def absent() -> Stmt:
+            if may_skip and self.it.reduces and _is_factor(load, self.it.value):
+                return seq()  # adds 0
+            return self.resolve(known(FloatImm(0.0, buffer.dtype)), rest, may_skip, cont)
+        return self.locate(buffer, load.indices, env,
+                           lambda idx: self.resolve(known(BufferLoad(buffer.storage, idx)), rest, may_skip, cont),
+                           absent)
 
     def init(self, loops: tuple[tuple[IterAxis, ...], ...], env: dict) -> Stmt:
         """out = 0 at every point the reduction writes (the spatial axes from the first reduce loop on)."""
@@ -282,7 +301,9 @@ class _Lowering:
         if first and all(ia.kind == "R" for loop in loops[k:] for ia in loop):
             return self.in_register(k, env)
         pre = self.init(loops[k:], env) if self.it.init and first else None
-        run = self.loop(loops[k], env, lambda e: self.body(k + 1, _alias_loop(e, loops[k])), k == 0)
+        ready = not self.it.init or any(ia.kind == "R" for loop in loops[:k + 1] for ia in loop)
+        run = self.hoist(env, ready, lambda e: self.loop(
+            loops[k], e, lambda inner: self.body(k + 1, _alias_loop(inner, loops[k])), k == 0))
         return seq(pre, run) if pre is not None else run
 
     def in_register(self, k: int, env: dict) -> Stmt:
@@ -296,8 +317,8 @@ class _Lowering:
 
         def around(index: tuple[PrimExpr, ...]) -> Stmt:
             start = FloatImm(0.0, out.dtype) if self.it.init else BufferLoad(out.storage, index)
-            run = self.loop(self.it.loops[k], {**env, "acc": acc},
-                            lambda e: self.body(k + 1, _alias_loop(e, self.it.loops[k])), k == 0)
+            run = self.hoist({**env, "acc": acc}, True, lambda e: self.loop(
+                self.it.loops[k], e, lambda inner: self.body(k + 1, _alias_loop(inner, self.it.loops[k])), k == 0))
             return Allocate(acc, seq(BufferStore(acc, start, (0,)), run,
                                      BufferStore(out.storage, acc[0], index)))
         return self.locate(out, self.it.out_indices, env, around, lambda: seq())
@@ -332,7 +353,7 @@ class _Lowering:
         return self.locate(out, self.it.out_indices, env, around, lambda: seq())
 
     def func(self) -> PrimFunc:
-        env: dict = {"pos": {}, "coord": {}, "vars": {}, "var_axis": {}}
+        env: dict = {"pos": {}, "coord": {}, "vars": {}, "var_axis": {}, "resolved": {}}
         body = self.body(0, env)
         return PrimFunc(tuple(buf for _, _, buf in self.params), body, self.it.name)
 
