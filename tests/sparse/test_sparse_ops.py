@@ -94,15 +94,21 @@ def test_rgcn_matches_a_per_relation_scipy_loop(nodes, count, density, width, se
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
 
 
-def test_rgcn_stages_agree_and_are_proved():
+@pytest.mark.parametrize("fuse", [False, True])
+def test_rgcn_stages_agree_and_are_proved(fuse):
+    from refcomp.sparse import sparse_fuse
+
     it = ops.rgcn_iteration()
+    if fuse:  # one loop over every (node, relation, neighbour) entry
+        it = sparse_fuse(it, ["I", "Rel", "J"])
     verify_in_bounds(lower_stage3(it))
     rng = np.random.default_rng(2)
     G = ops.RelationalGraph(_relations(rng, 9, 3, 0.3))
     Y = rng.standard_normal((3, 9, 4)).astype(np.float32)
     expected = sum(a @ y for a, y in zip(_relations(np.random.default_rng(2), 9, 3, 0.3), Y))
     for run in (lambda o: run_stage1(it, G.indptr, G.indices, G.data, Y, o),
-                lambda o: interpret(lower_stage2(it), G.indptr, G.indices, G.data, Y, o)):
+                lambda o: interpret(lower_stage2(it), G.indptr, G.indices, G.data, Y, o),
+                lambda o: interpret(lower_stage3(it), G.indptr, G.indices, G.data, Y, o)):
         out = np.full((9, 4), 7.0, np.float32)
         run(out)
         np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)

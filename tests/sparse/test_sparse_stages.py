@@ -138,12 +138,17 @@ def test_reorder_preconditions():
 
 def test_fuse_preconditions():
     it = spmm_iteration()
-    with pytest.raises(S.SparseScheduleError, match="not a child"):
-        S.sparse_fuse(it, ["J", "F"])
+    with pytest.raises(S.SparseScheduleError, match="F is not a child of I"):
+        S.sparse_fuse(S.sparse_reorder(it, ["I", "F", "J"]), ["I", "F"])
     with pytest.raises(S.SparseScheduleError, match="not adjacent"):
         S.sparse_fuse(S.sparse_reorder(it, ["I", "F", "J"]), ["I", "J"])
     with pytest.raises(S.SparseScheduleError, match="two or more"):
         S.sparse_fuse(it, ["I"])
+    from refcomp.sparse.ops import rgcn_iteration
+
+    with pytest.raises(S.SparseScheduleError, match="must start at a root axis"):
+        S.sparse_fuse(rgcn_iteration(), ["Rel", "J"])
+    assert len(S.sparse_fuse(rgcn_iteration(), ["I", "Rel", "J"]).loops) == 2
 
 
 def test_iteration_rules():

@@ -283,7 +283,8 @@ def sparse_reorder(it: SparseIteration, order: Sequence[str]) -> SparseIteration
 
 def sparse_fuse(it: SparseIteration, names: Sequence[str]) -> SparseIteration:
     """Fuse adjacent loops into one loop over the positions of the innermost of them.  Requires
-    the named axes to be adjacent loops, in order, each the child of the one before (SparseScheduleError).
+    the named axes to be adjacent loops, in order, the first a root axis and each other the child
+    of the one before (SparseScheduleError).
 
         sp_iter [I, J] "SS"   --sparse_fuse(["I", "J"])-->   sp_iter [(I, J)] "SS": one loop over nnz
     """
@@ -298,6 +299,9 @@ def sparse_fuse(it: SparseIteration, names: Sequence[str]) -> SparseIteration:
     if any(len(loop) > 1 for loop in it.loops[first:last + 1]) and \
             ({ia.axis.name for loop in it.loops[first:last + 1] for ia in loop} != set(names)):
         raise SparseScheduleError("sparse_fuse: a fused loop must be fused whole")
+    if flat[ks[0]][1].axis.parent is not None:
+        raise SparseScheduleError(f"sparse_fuse: {names[0]} is below {flat[ks[0]][1].axis.parent.name}; a fused "
+                                  f"loop must start at a root axis")
     for a, b in zip(ks, ks[1:]):
         if flat[b][1].axis.parent is not flat[a][1].axis:
             raise SparseScheduleError(f"sparse_fuse: {flat[b][1].axis.name} is not a child of {flat[a][1].axis.name}")
