@@ -1,6 +1,8 @@
-"""SpMM and SDDMM over CSR (and ELL buckets) lowered to refcomp's loop IR (stage III).
+"""SpMM and SDDMM over CSR (and ELL buckets, BSR) lowered to refcomp's loop IR (stage III).
 
-The kernels are plain loop nests over flat position arrays.  Every indirect access reads an
+CSR SpMM and SDDMM are written as stage I iterations (`spmm_iteration`, `sddmm_iteration`) and
+lowered by `lower.py`; the ELL bucket and BSR kernels are written in the loop IR directly.  The
+kernels are plain loop nests over flat position arrays.  Every indirect access reads an
 index array; the facts that make it safe are stated with `assume(...)` right where the loaded
 values come into scope, and they are exactly the format invariants `validate.py` checks once per
 input array:
