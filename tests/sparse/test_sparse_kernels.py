@@ -126,7 +126,7 @@ def test_hyb_partitions_and_split_rows_match_scipy(A, width, max_width, parts, s
     np.testing.assert_array_equal(H.to_scipy().toarray(), A.toarray())
     B = _dense(np.random.default_rng(seed), A.shape[1], width, np.float32)
     out = np.full((A.shape[0], width), 7.0, np.float32)
-    np.testing.assert_allclose(sparse.spmm_hyb(H, B, out), A @ B, **TOL[np.float32])
+    np.testing.assert_allclose(sparse.spmm_hyb(H, B, out), A @ B, rtol=1e-5, atol=1e-4)  # parts sum in another order
 
 
 def test_split_rows_cut_long_rows_into_chunks():

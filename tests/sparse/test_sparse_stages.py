@@ -78,7 +78,7 @@ def test_spmm_stages_match_scipy(A, width, reorder, fuse, seed):
         it = S.sparse_fuse(it, ["I", "J"])
     out = np.full((A.shape[0], width), 7.0, np.float32)
     for got in _run_all(it, _csr_args(A) + [A.data, B], out):
-        np.testing.assert_allclose(got, A @ B, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, A @ B, rtol=1e-5, atol=1e-4)
 
 
 @settings(deadline=None, max_examples=25)
@@ -91,7 +91,7 @@ def test_sddmm_stages_match_numpy(A, width, fuse, seed):
     rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
     expected = A.data * np.einsum("pf,pf->p", X[rows], Y[A.indices])
     for got in _run_all(it, _csr_args(A) + [A.data, X, Y], np.full(A.nnz, 7.0, np.float32)):
-        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
 
 
 @settings(deadline=None, max_examples=25)
@@ -117,7 +117,7 @@ def test_compiled_fused_sddmm_matches_numpy():
     out = np.full(A.nnz, 7.0, np.float32)
     kernel(*_csr_args(A), A.data, X, Y, out)
     rows = np.repeat(np.arange(40), np.diff(A.indptr))
-    np.testing.assert_allclose(out, A.data * np.einsum("pf,pf->p", X[rows], Y[A.indices]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out, A.data * np.einsum("pf,pf->p", X[rows], Y[A.indices]), rtol=1e-5, atol=1e-4)
 
 
 def test_stage2_shows_the_search():
@@ -182,7 +182,7 @@ def test_constant_width_reduction_sums_in_lanes(dtype):
     for run in (lambda *a: interpret(func, *a), build(func, bounds="prove")):
         out = np.full(A.nnz, 7.0, dtype)
         run(*_csr_args(A), A.data, X, Y, out)
-        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-4)
 
 
 def _spmm_over(kind):
@@ -252,7 +252,7 @@ def test_every_axis_kind_through_the_stages(kind, data, seed):
         sizes.update(m=m, w=arrays[-1].size // max(m, 1))
     scalars = {"w": sizes["w"]} if kind == "ell" else {}
     for got in _run_all(it, arrays + [B], np.full(shape, 7.0, np.float32), scalars, **sizes):
-        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
     verify_in_bounds(lower_stage3(it))
 
 
@@ -298,7 +298,7 @@ def test_a_search_is_hoisted_out_of_the_loops_it_does_not_depend_on(A, density, 
     expected = A.multiply(B).toarray() @ X
     args = _csr_args(A) + _csr_args(B) + [A.data, B.data, X]
     for got in _run_all(it, args, np.full((A.shape[0], 3), 7.0, np.float32)):
-        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
     verify_in_bounds(lower_stage3(it))
 
 
@@ -313,7 +313,7 @@ def test_compiled_searches_match_scipy():
     kernel = build(lower_stage3(_masked_spmm()), bounds="prove")
     out = np.full((60, 4), 7.0, np.float32)
     kernel(*_csr_args(A), *_csr_args(B), A.data, B.data, X, out)
-    np.testing.assert_allclose(out, A.multiply(B).toarray() @ X, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out, A.multiply(B).toarray() @ X, rtol=1e-5, atol=1e-4)
     fused = build(lower_stage3(S.sparse_fuse(spmm_iteration(), ["I", "J"])), bounds="prove")
     fused(*_csr_args(A), A.data, X, out)
-    np.testing.assert_allclose(out, A @ X, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out, A @ X, rtol=1e-5, atol=1e-4)
