@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from refcomp import sparse
 from refcomp.ast import Evaluate, PrimFunc
@@ -152,3 +152,25 @@ def test_format_decompose_preconditions(kwargs, message):
 
     with pytest.raises(ArgumentError, match=message):
         sparse.format_decompose(sparse.from_scipy(sp.eye(4, format="csr", dtype=np.float32)), **kwargs)
+
+
+@settings(deadline=None, max_examples=10)
+@given(sparse_matrices(), st.integers(0, 2**32 - 1))
+def test_choose_format_keeps_a_checked_candidate(A, seed):
+    choice = sparse.choose_format(sparse.from_scipy(A), 16, repeat=1)
+    assert [p for p, _ in choice.seconds] == list(sparse.hyb.DEFAULT_CANDIDATES)
+    assert choice.params in sparse.hyb.DEFAULT_CANDIDATES
+    B = _dense(np.random.default_rng(seed), A.shape[1], 16, np.float32)
+    np.testing.assert_allclose(choice.spmm(B), A @ B, rtol=1e-5, atol=1e-4)
+
+
+def test_choose_format_preconditions():
+    import scipy.sparse as sp
+
+    from refcomp.errors import ArgumentError
+
+    M = sparse.from_scipy(sp.eye(3, format="csr", dtype=np.float32))
+    with pytest.raises(ArgumentError, match="positive width"):
+        sparse.choose_format(M, 0)
+    with pytest.raises(ArgumentError, match="power of two"):
+        sparse.choose_format(M, 4, candidates=[dict(max_width=3)])

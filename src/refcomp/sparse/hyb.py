@@ -271,3 +271,62 @@ def spmm_hyb(H: Hyb, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
                 every, chunks.indices["j"].reshape(chunks.data.shape), chunks.data, B, partial)
             compiled("spmm_csr_acc", name, width)(gather.indptr["j"], gather.indices["j"], gather.data, partial, out)
     return out
+
+
+# ----------------------------------------------------------------------------- format search
+DEFAULT_CANDIDATES = (
+    None,  # plain CSR
+    dict(max_width=8), dict(max_width=32), dict(max_width=32, column_parts=2), dict(max_width=32, column_parts=4),
+    dict(max_width=32, split_long_rows=True),
+)
+
+
+@dataclass(frozen=True, eq=False)
+class FormatChoice:
+    """The result of `choose_format`: the fastest candidate's parameters (None: CSR), its matrix,
+    and the best seconds per SpMM of every candidate, in the order tried."""
+
+    params: dict | None
+    matrix: Any
+    seconds: tuple[tuple[dict | None, float], ...]
+
+    def spmm(self, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        from .kernels import spmm
+
+        return spmm(self.matrix, B, out) if self.params is None else spmm_hyb(self.matrix, B, out)
+
+
+def choose_format(A: SparseMatrix, width: int, candidates=DEFAULT_CANDIDATES, repeat: int = 3,
+                  seed: int = 0) -> FormatChoice:
+    """Measure SpMM with a random dense operand of `width` columns for each candidate format (None:
+    CSR; a dict: the parameters of format_decompose) and keep the fastest.  Every candidate's
+    result is checked against CSR's before it is timed (an InternalError if one differs)."""
+    import time
+
+    from ..errors import InternalError
+    from .kernels import spmm
+
+    A = _require_csr(A, "choose_format")
+    if not isinstance(width, int) or width < 1 or not candidates:
+        raise ArgumentError(f"choose_format: expected a positive width and candidates, got {width!r}, {candidates!r}")
+    rng = np.random.default_rng(seed)
+    B = rng.uniform(-1.0, 1.0, (A.shape[1], width)).astype(A.dtype)
+    expected = spmm(A, B)
+    out = np.empty_like(expected)
+    tried: list[tuple[dict | None, float, Any]] = []
+    for params in candidates:
+        matrix = A if params is None else format_decompose(A, **params)
+        run = (lambda: spmm(A, B, out)) if params is None else (lambda m=matrix: spmm_hyb(m, B, out))
+        run()
+        tolerance = 1e-4 if A.dtype == np.float32 else 1e-10
+        scale = max(1.0, float(np.abs(expected).max(initial=0.0)))
+        if not np.allclose(out, expected, rtol=tolerance, atol=tolerance * scale):
+            raise InternalError(f"choose_format: {params} gives a different product than CSR")
+        best = float("inf")
+        for _ in range(max(1, repeat)):
+            start = time.perf_counter()
+            run()
+            best = min(best, time.perf_counter() - start)
+        tried.append((params, best, matrix))
+    params, _, matrix = min(tried, key=lambda t: t[1])
+    return FormatChoice(params, matrix, tuple((p, s) for p, s, _ in tried))
