@@ -1,4 +1,5 @@
-"""SpMM on power-law graphs: refcomp's CSR and hyb kernels against scipy and torch's CSR matmul.
+"""Sparse kernels: SpMM and SDDMM on power-law graphs, block-sparse attention and RGCN, against
+scipy, numpy and torch.
 
     python benchmarks/sparse.py [--json] [--small] [--threads 2] [--repeat 5] [--rounds 3]
 
@@ -10,8 +11,17 @@ graphs for a quick check.  Cases (ratio > 1: refcomp is faster):
     spmm_{ba,rmat}_f{32,128}            refcomp CSR SpMM vs scipy's csr @ dense (target >= 3x)
     spmm_{ba,rmat}_f{32,128}_vs_torch   the same vs torch.sparse_csr_tensor @ dense (target >= 1.5x)
     spmm_rmat_f128_hyb_vs_csr           hyb (format_decompose) vs refcomp CSR (target >= 1.2x)
+    spmm_rmat_f128_hyb_split_vs_csr     hyb with long rows split into chunks vs refcomp CSR
+    sddmm_{ba,rmat}_f{32,128}           refcomp SDDMM vs numpy (gather rows, multiply, sum)
+    sddmm_{ba,rmat}_f{32,128}_vs_torch  the same vs torch.sparse.sampled_addmm (which does not
+                                        multiply by A's values: a little less work than ours)
+    attention_bsr_L{L}_b{B}             block-sparse attention (BSR, B x B blocks, 90% of them
+                                        absent) vs dense masked attention in numpy
+    attention_bsr_L{L}_b{B}_vs_torch    the same vs dense masked attention in torch
+    rgcn_r{R}_f{F}                      RGCN (R relations, fused) vs a per-relation scipy loop
+    rgcn_r{R}_f{F}_vs_torch             the same vs a per-relation torch CSR loop
 
-Every result is checked against scipy before it is timed.
+Every result is checked against scipy or numpy before it is timed.
 """
 from __future__ import annotations
 
@@ -126,7 +136,7 @@ def main() -> None:
         lengths = np.diff(A.indptr)
         print(f"graph {name}: {A.shape[0]} nodes, {A.nnz} edges, longest row {lengths.max()}, "
               f"mean {lengths.mean():.1f}")
-    header = f"{'case':<28} {'refcomp GFLOP/s':>15} {'baseline':>12} {'GFLOP/s':>9} {'ratio':>7}"
+    header = f"{'case':<34} {'refcomp GFLOP/s':>15} {'baseline':>12} {'GFLOP/s':>9} {'ratio':>7}"
     print(header)
     print("-" * len(header))
     results = {}
@@ -136,7 +146,99 @@ def main() -> None:
         mine, base = flops / ours / 1e9, flops / theirs / 1e9
         results[case] = {"refcomp": round(mine, 3), "baseline": round(base, 3), "unit": "GFLOP/s",
                          "ratio": round(mine / base, 3), "baseline_name": base_name}
-        print(f"{case:<28} {mine:>15.2f} {base_name:>12} {base:>9.2f} {mine / base:>7.2f}", flush=True)
+        print(f"{case:<34} {mine:>15.2f} {base_name:>12} {base:>9.2f} {mine / base:>7.2f}", flush=True)
+
+    def sddmm_cases(name, A, M, width):
+        X = rng.uniform(-1.0, 1.0, (A.shape[0], width)).astype(np.float32)
+        Y = rng.uniform(-1.0, 1.0, (A.shape[1], width)).astype(np.float32)
+        rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+        cols = A.indices
+
+        def numpy_sddmm():
+            return A.data * np.einsum("pf,pf->p", X[rows], Y[cols])
+
+        expected = numpy_sddmm()
+        np.testing.assert_allclose(sparse.sddmm(M, X, Y), expected, rtol=1e-4, atol=1e-4)
+        flops = 2.0 * A.nnz * width
+        case = f"sddmm_{name}_f{width}"
+        report(case, lambda: sparse.sddmm(M, X, Y), numpy_sddmm, "numpy", flops)
+        if torch is not None:
+            tA, tX, tYt = torch_csr(torch, A), torch.from_numpy(X), torch.from_numpy(np.ascontiguousarray(Y.T))
+            got = torch.sparse.sampled_addmm(tA, tX, tYt, beta=0.0).values().numpy()
+            np.testing.assert_allclose(A.data * got, expected, rtol=1e-4, atol=1e-4)
+            report(f"{case}_vs_torch", lambda: sparse.sddmm(M, X, Y),
+                   lambda: torch.sparse.sampled_addmm(tA, tX, tYt, beta=0.0), "torch", flops)
+
+    def attention_cases(length, block=32, d=64, keep=0.1):
+        import scipy.sparse as sp
+
+        blocks = length // block
+        mask = rng.random((blocks, blocks)) < keep
+        mask[np.arange(blocks), np.arange(blocks)] = True  # every row attends somewhere
+        allowed = np.kron(mask, np.ones((block, block), dtype=bool))
+        pattern = sparse.from_scipy(sp.csr_matrix(allowed.astype(np.float32)), "bsr", block=(block, block))
+        Q, K, V = (rng.standard_normal((length, d)).astype(np.float32) for _ in range(3))
+        bias = np.where(allowed, 0.0, -np.inf).astype(np.float32)
+
+        def numpy_attention():
+            s = (Q @ K.T) * np.float32(1.0 / np.sqrt(d)) + bias
+            e = np.exp(s - s.max(axis=1, keepdims=True))
+            return (e / e.sum(axis=1, keepdims=True)) @ V
+
+        expected = numpy_attention()
+        np.testing.assert_allclose(sparse.block_sparse_attention(pattern, Q, K, V), expected, rtol=1e-3, atol=1e-4)
+        stored = int(mask.sum()) * block * block
+        flops = 4.0 * stored * d  # the sparse work: scores and the weighted sum at the kept blocks
+        case = f"attention_bsr_L{length}_b{block}"
+        report(case, lambda: sparse.block_sparse_attention(pattern, Q, K, V), numpy_attention,
+               "numpy dense", flops)
+        if torch is not None:
+            tQ, tK, tV, tbias = (torch.from_numpy(a) for a in (Q, K, V, bias))
+
+            def torch_attention():
+                return torch.softmax(tQ @ tK.T / np.sqrt(d) + tbias, dim=1) @ tV
+
+            np.testing.assert_allclose(torch_attention().numpy(), expected, rtol=1e-3, atol=1e-4)
+            report(f"{case}_vs_torch", lambda: sparse.block_sparse_attention(pattern, Q, K, V),
+                   torch_attention, "torch dense", flops)
+
+    def rgcn_cases(nodes, relations=8, per_relation_edges=4, d_in=64, width=64):
+        import scipy.sparse as sp
+
+        mats = []
+        for _ in range(relations):
+            edges = nodes * per_relation_edges
+            a = sp.csr_matrix((rng.uniform(0.5, 1.5, edges).astype(np.float32),
+                               (rng.integers(0, nodes, edges), rng.integers(0, nodes, edges))), shape=(nodes, nodes))
+            a.sum_duplicates()
+            mats.append(a)
+        graph = sparse.RelationalGraph(mats)
+        X = rng.standard_normal((nodes, d_in)).astype(np.float32)
+        W = rng.standard_normal((relations, d_in, width)).astype(np.float32) / np.float32(np.sqrt(d_in))
+
+        def scipy_rgcn():
+            out = mats[0] @ (X @ W[0])
+            for a, w in zip(mats[1:], W[1:]):
+                out += a @ (X @ w)
+            return out
+
+        expected = scipy_rgcn()
+        np.testing.assert_allclose(sparse.rgcn(graph, X, W), expected, rtol=1e-3, atol=1e-3)
+        flops = 2.0 * relations * nodes * d_in * width + 2.0 * graph.data.size * width
+        case = f"rgcn_r{relations}_f{width}"
+        report(case, lambda: sparse.rgcn(graph, X, W), scipy_rgcn, "scipy loop", flops)
+        if torch is not None:
+            tmats = [torch_csr(torch, a) for a in mats]
+            tX, tW = torch.from_numpy(X), torch.from_numpy(W)
+
+            def torch_rgcn():
+                out = tmats[0] @ (tX @ tW[0])
+                for a, w in zip(tmats[1:], tW[1:]):
+                    out += a @ (tX @ w)
+                return out
+
+            np.testing.assert_allclose(torch_rgcn().numpy(), expected, rtol=1e-3, atol=1e-3)
+            report(f"{case}_vs_torch", lambda: sparse.rgcn(graph, X, W), torch_rgcn, "torch loop", flops)
 
     for name, A in graphs.items():
         M = sparse.from_scipy(A)
@@ -159,8 +261,18 @@ def main() -> None:
                 np.testing.assert_allclose(sparse.spmm_hyb(H, B, hyb_out), expected, rtol=1e-4, atol=1e-4)
                 report(f"{case}_hyb_vs_csr", lambda: sparse.spmm_hyb(H, B, hyb_out),
                        lambda: sparse.spmm(M, B, out), "refcomp csr", flops)
+            if H is not None and width == 128:
+                S = sparse.format_decompose(M, split_long_rows=True)
+                np.testing.assert_allclose(sparse.spmm_hyb(S, B, hyb_out), expected, rtol=1e-4, atol=1e-4)
+                report(f"{case}_hyb_split_vs_csr", lambda: sparse.spmm_hyb(S, B, hyb_out),
+                       lambda: sparse.spmm(M, B, out), "refcomp csr", flops)
+        for width in (32, 128):
+            sddmm_cases(name, A, M, width)
+    attention_cases(1024 if args.small else 4096)
+    rgcn_cases(2000 if args.small else 50_000)
     if args.json:
         print(json.dumps({"cases": results}))
+
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from refcomp import sparse
 from refcomp.ast import Evaluate, PrimFunc
@@ -116,3 +116,61 @@ def test_hyb_puts_each_row_in_one_part():
     H = sparse.format_decompose(sparse.from_scipy(A), max_width=8)
     assert [(b.width, list(b.rows)) for b in H.buckets] == [(1, [1]), (2, [2]), (4, [3]), (8, [4, 5])]
     assert np.diff(H.rest.indptr["j"]).tolist() == [0, 0, 0, 0, 0, 0, 40]
+
+
+@given(sparse_matrices(), st.sampled_from([1, 5, 16]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 3, 20]),
+       st.booleans(), st.integers(0, 2**32 - 1))
+def test_hyb_partitions_and_split_rows_match_scipy(A, width, max_width, parts, split, seed):
+    H = sparse.format_decompose(sparse.from_scipy(A), max_width, column_parts=parts, split_long_rows=split)
+    assert len(H.parts) == parts
+    np.testing.assert_array_equal(H.to_scipy().toarray(), A.toarray())
+    B = _dense(np.random.default_rng(seed), A.shape[1], width, np.float32)
+    out = np.full((A.shape[0], width), 7.0, np.float32)
+    np.testing.assert_allclose(sparse.spmm_hyb(H, B, out), A @ B, rtol=1e-5, atol=1e-4)  # parts sum in another order
+
+
+def test_split_rows_cut_long_rows_into_chunks():
+    import scipy.sparse as sp
+
+    A = sp.csr_matrix(np.vstack([np.ones(10), np.zeros(10), np.eye(10)[3] * 2]).astype(np.float32))
+    H = sparse.format_decompose(sparse.from_scipy(A), max_width=4, split_long_rows=True)
+    part = H.parts[0]
+    assert part.rest.data.size == 0 and [(b.width, list(b.rows)) for b in part.buckets] == [(1, [2])]
+    assert part.split.chunks.data.shape == (3, 4)  # 4 + 4 + 2 entries of row 0
+    assert part.split.gather.indptr["j"].tolist() == [0, 3, 3, 3]
+    two = sparse.format_decompose(sparse.from_scipy(A), max_width=4, column_parts=2)
+    assert [p.columns for p in two.parts] == [(0, 5), (5, 10)]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(max_width=3), "power of two"), (dict(column_parts=0), "column_parts"),
+    (dict(column_parts=True), "column_parts")])
+def test_format_decompose_preconditions(kwargs, message):
+    import scipy.sparse as sp
+
+    from refcomp.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match=message):
+        sparse.format_decompose(sparse.from_scipy(sp.eye(4, format="csr", dtype=np.float32)), **kwargs)
+
+
+@settings(deadline=None, max_examples=10)
+@given(sparse_matrices(), st.integers(0, 2**32 - 1))
+def test_choose_format_keeps_a_checked_candidate(A, seed):
+    choice = sparse.choose_format(sparse.from_scipy(A), 16, repeat=1)
+    assert [p for p, _ in choice.seconds] == list(sparse.hyb.DEFAULT_CANDIDATES)
+    assert choice.params in sparse.hyb.DEFAULT_CANDIDATES
+    B = _dense(np.random.default_rng(seed), A.shape[1], 16, np.float32)
+    np.testing.assert_allclose(choice.spmm(B), A @ B, rtol=1e-5, atol=1e-4)
+
+
+def test_choose_format_preconditions():
+    import scipy.sparse as sp
+
+    from refcomp.errors import ArgumentError
+
+    M = sparse.from_scipy(sp.eye(3, format="csr", dtype=np.float32))
+    with pytest.raises(ArgumentError, match="positive width"):
+        sparse.choose_format(M, 0)
+    with pytest.raises(ArgumentError, match="power of two"):
+        sparse.choose_format(M, 4, candidates=[dict(max_width=3)])

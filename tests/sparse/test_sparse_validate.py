@@ -105,7 +105,21 @@ def test_hyb_rejects_rows_held_twice():
     H = sparse.format_decompose(sparse.from_scipy(A), max_width=1)
     first = H.buckets[0]
     with pytest.raises(SparseFormatError, match=r"bucket1.rows\[0\]: row 0 is held twice"):
-        sparse.Hyb(H.shape, (first, first), H.rest)
+        sparse.Hyb(H.shape, (sparse.HybPart((0, 2), (first, first), H.rest),))
+
+
+def test_hyb_rejects_a_row_in_two_kinds_and_broken_partitions():
+    import scipy.sparse as sp
+
+    A = sp.csr_matrix(np.array([[1, 0], [0, 2], [3, 4]], dtype=np.float32))
+    H = sparse.format_decompose(sparse.from_scipy(A), max_width=1)
+    full = sparse.format_decompose(sparse.from_scipy(A), max_width=4)
+    with pytest.raises(SparseFormatError, match=r"part0: row 2 is held by two kinds"):
+        sparse.Hyb(H.shape, (sparse.HybPart((0, 2), full.buckets, H.rest),))
+    with pytest.raises(SparseFormatError, match=r"end at 1, not 2"):
+        sparse.Hyb(H.shape, (sparse.HybPart((0, 1), H.buckets, H.rest),))
+    with pytest.raises(SparseFormatError, match=r"do not continue"):
+        sparse.Hyb(H.shape, (sparse.HybPart((1, 2), H.buckets, H.rest),))
 
 
 def test_ell_indices_must_match_the_slots():

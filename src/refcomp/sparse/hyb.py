@@ -1,13 +1,18 @@
-"""format_decompose: CSR -> hyb, power-of-two ELL buckets plus a CSR rest.
+"""format_decompose: CSR -> hyb, column partitions of power-of-two ELL buckets, a CSR rest, and
+long rows split into chunks.
 
 Power-law graphs have a few very long rows and many short ones.  One CSR loop handles both badly:
 short rows leave the inner loop's trip count unknown and tiny.  The hyb format puts every row of
 length L (0 < L <= max_width) into the ELL bucket of width 2^ceil(log2 L) (padded with value 0 at
 column 0), where the slot loop has a fixed trip count, and keeps rows longer than max_width in a
-CSR rest.  Every row lands in exactly one part, so the parts' kernels write disjoint rows.
+CSR rest -- or, split, as chunks of max_width entries (ELL rows of their own, any number of them
+per matrix row, so one long row is spread over many threads) that a CSR gather of ones sums back
+into their rows.  Column partitions do this for each range of columns separately, so that the
+rows of B one partition reads stay in cache.  Within a partition every row lands in exactly one
+kind, so the kernels of one kind write disjoint rows and run their rows in parallel.
 
-SpMM over hyb runs the CSR rest first (it also zeroes the rows it does not hold, so empty rows come
-out 0) and then each bucket, which assigns its own rows.
+SpMM over hyb runs the first partition's CSR rest first (it also zeroes every row it does not
+hold, so empty rows come out 0); every other kernel then adds into its rows.
 """
 from __future__ import annotations
 
@@ -41,46 +46,133 @@ class Bucket:
 
 
 @dataclass(frozen=True, eq=False)
-class Hyb:
-    """A matrix split into ELL buckets (disjoint row sets) and a CSR rest (all other rows)."""
+class Split:
+    """Long rows cut into chunks of `chunks.width` entries: `chunks` holds one chunk per row (ELL,
+    padded with value 0), `gather` (CSR, values 1) sums the chunks of each matrix row, so the
+    part's product is gather @ (chunks @ B): the chunks are independent units of work."""
 
-    shape: tuple[int, int]
+    chunks: SparseMatrix
+    gather: SparseMatrix
+
+    @property
+    def width(self) -> int:
+        return self.chunks.data.shape[1]
+
+
+@dataclass(frozen=True, eq=False)
+class HybPart:
+    """The entries of columns [lo, hi): ELL buckets, a CSR rest and (optionally) split long rows,
+    each row of the matrix held by at most one of them."""
+
+    columns: tuple[int, int]
     buckets: tuple[Bucket, ...]
     rest: SparseMatrix
+    split: Split | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Hyb:
+    """A matrix decomposed by column partitions; each partition into ELL buckets (disjoint row
+    sets), a CSR rest and split long rows."""
+
+    shape: tuple[int, int]
+    parts: tuple[HybPart, ...]
 
     def __post_init__(self) -> None:
-        if self.rest.format != "csr" or self.rest.shape != self.shape:
-            raise SparseFormatError(f"hyb: the rest must be CSR of shape {self.shape}, got "
-                                    f"{self.rest.format} {self.rest.shape}", "rest")
-        _check_rows(self.buckets, self.shape[0])
-        held = np.concatenate([b.rows for b in self.buckets] + [np.zeros(0, np.int32)])
-        if held.size and np.diff(self.rest.indptr["j"])[held].any():
-            raise SparseFormatError("hyb: a bucket row also has entries in the rest", "rest")
+        m, n = self.shape
+        edge = 0
+        for number, part in enumerate(self.parts):
+            where = f"part{number}"
+            lo, hi = part.columns
+            if lo != edge or hi < lo or hi > n:
+                raise SparseFormatError(f"hyb: {where}: columns [{lo}, {hi}) do not continue the partition at "
+                                        f"{edge} within {n}", f"{where}.columns")
+            edge = hi
+            if part.rest.format != "csr" or part.rest.shape != self.shape:
+                raise SparseFormatError(f"hyb: {where}: the rest must be CSR of shape {self.shape}, got "
+                                        f"{part.rest.format} {part.rest.shape}", f"{where}.rest")
+            _check_rows(part.buckets, m)
+            held = np.zeros(m, dtype=np.int64)
+            for bucket in part.buckets:
+                held[bucket.rows] += 1
+            held += np.diff(part.rest.indptr["j"]) > 0
+            if part.split is not None:
+                gather, chunks = part.split.gather, part.split.chunks
+                if gather.format != "csr" or gather.shape != (m, chunks.shape[0]) or chunks.format != "ell" \
+                        or chunks.shape[1] != n:
+                    raise SparseFormatError(f"hyb: {where}: split must be CSR ({m}, chunks) over ELL (chunks, {n})",
+                                            f"{where}.split")
+                held += np.diff(gather.indptr["j"]) > 0
+            if (held > 1).any():
+                raise SparseFormatError(f"hyb: {where}: row {int(np.argmax(held > 1))} is held by two kinds",
+                                        f"{where}.rest")
+        if edge != n:
+            raise SparseFormatError(f"hyb: the column partitions end at {edge}, not {n}", "parts")
+
+    @property
+    def buckets(self) -> tuple[Bucket, ...]:
+        return tuple(b for part in self.parts for b in part.buckets)
+
+    @property
+    def rest(self) -> SparseMatrix:
+        if len(self.parts) != 1:
+            raise ArgumentError("hyb: .rest is defined for one column partition; use .parts")
+        return self.parts[0].rest
 
     def to_scipy(self) -> Any:
         import scipy.sparse as sp
 
-        out = to_scipy(self.rest)
-        for bucket in self.buckets:
-            part = to_scipy(bucket.ell).tocoo()
-            rows = bucket.rows[part.row]
-            out = out + sp.coo_matrix((part.data, (rows, part.col)), shape=self.shape).tocsr()
+        out = sp.csr_matrix(self.shape, dtype=self.parts[0].rest.dtype)
+        for part in self.parts:
+            out = out + to_scipy(part.rest)
+            for bucket in part.buckets:
+                piece = to_scipy(bucket.ell).tocoo()
+                out = out + sp.coo_matrix((piece.data, (bucket.rows[piece.row], piece.col)), shape=self.shape).tocsr()
+            if part.split is not None:
+                out = out + to_scipy(part.split.gather) @ to_scipy(part.split.chunks)
         out.sum_duplicates()
+        out.eliminate_zeros()
         return out
 
     def __repr__(self) -> str:
-        widths = ", ".join(f"{b.width}x{b.rows.size}" for b in self.buckets)
-        return f"Hyb(shape={self.shape}, buckets=[{widths}], rest nnz={self.rest.data.size})"
+        parts = []
+        for part in self.parts:
+            widths = ", ".join(f"{b.width}x{b.rows.size}" for b in part.buckets)
+            split = f", split {part.split.chunks.shape[0]} chunks" if part.split is not None else ""
+            parts.append(f"[{part.columns[0]}, {part.columns[1]}): buckets [{widths}], rest nnz="
+                         f"{part.rest.data.size}{split}")
+        return f"Hyb(shape={self.shape}, " + "; ".join(parts) + ")"
 
 
-def format_decompose(A: SparseMatrix, max_width: int = 32) -> Hyb:
-    """Split CSR A into power-of-two ELL buckets up to max_width and a CSR rest (long rows)."""
+def format_decompose(A: SparseMatrix, max_width: int = 32, column_parts: int = 1,
+                     split_long_rows: bool = False) -> Hyb:
+    """CSR A -> hyb: `column_parts` column partitions of equal width; in each, rows of length
+    0 < L <= max_width go to the ELL bucket of width 2^ceil(log2 L), and longer rows to a CSR
+    rest, or, with split_long_rows, into chunks of max_width entries summed back per row.
+
+    Requires CSR A, max_width a positive power of two, 1 <= column_parts (ArgumentError)."""
     A = _require_csr(A, "format_decompose")
     if not isinstance(max_width, int) or max_width < 1 or max_width & (max_width - 1):
         raise ArgumentError(f"format_decompose: max_width must be a positive power of two, got {max_width!r}")
+    if not isinstance(column_parts, int) or isinstance(column_parts, bool) or column_parts < 1:
+        raise ArgumentError(f"format_decompose: column_parts must be a positive int, got {column_parts!r}")
     m, n = A.shape
-    indptr, indices, data = A.indptr["j"], A.indices["j"], A.data
-    lengths = np.diff(indptr.astype(np.int64))
+    indptr, indices, data = A.indptr["j"].astype(np.int64), A.indices["j"], A.data
+    step = -(-n // column_parts) if n else 0
+    edges = [min(p * step, n) for p in range(column_parts)] + [n]
+    rows = np.repeat(np.arange(m), np.diff(indptr))
+    parts = []
+    for lo, hi in zip(edges, edges[1:]):
+        keep = (indices >= lo) & (indices < hi)
+        lengths = np.bincount(rows[keep], minlength=m).astype(np.int64)
+        ptr = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+        parts.append(_part((lo, hi), ptr, np.ascontiguousarray(indices[keep]), np.ascontiguousarray(data[keep]),
+                           lengths, (m, n), max_width, split_long_rows))
+    return Hyb((m, n), tuple(parts))
+
+
+def _part(columns, indptr, indices, data, lengths, shape, max_width, split) -> HybPart:
+    m, n = shape
     widths = np.zeros(m, dtype=np.int64)
     nonempty = lengths > 0
     widths[nonempty] = 1 << np.ceil(np.log2(lengths[nonempty])).astype(np.int64)
@@ -92,11 +184,37 @@ def format_decompose(A: SparseMatrix, max_width: int = 32) -> Hyb:
             buckets.append(_bucket(rows, width, indptr, indices, data, lengths, (m, n)))
         width *= 2
     long_rows = widths > max_width
+    chunks = None
+    if split and long_rows.any():
+        chunks = _split(np.flatnonzero(long_rows), max_width, indptr, indices, data, lengths, (m, n))
+        long_rows = np.zeros(m, dtype=bool)
     rest_lengths = np.where(long_rows, lengths, 0)
     rest_ptr = np.concatenate(([0], np.cumsum(rest_lengths))).astype(INDEX_DTYPE)
     take = np.repeat(long_rows, lengths)
     rest = csr(rest_ptr, np.ascontiguousarray(indices[take]), np.ascontiguousarray(data[take]), (m, n))
-    return Hyb((m, n), tuple(buckets), rest)
+    return HybPart(columns, tuple(buckets), rest, chunks)
+
+
+def _split(rows, width, indptr, indices, data, lengths, shape) -> Split:
+    """Each long row as chunks of `width` consecutive entries (the last padded)."""
+    m, n = shape
+    per_row = -(-lengths[rows] // width)
+    total = int(per_row.sum())
+    owner = np.repeat(rows, per_row)
+    nth = np.arange(total) - np.repeat(np.cumsum(per_row) - per_row, per_row)  # chunk number within its row
+    first = np.repeat(indptr[rows], per_row) + nth * width
+    slot = np.arange(width)
+    take = first[:, None] + slot
+    valid = take < indptr[owner + 1][:, None]
+    take = np.where(valid, take, 0)
+    cols = np.where(valid, indices[take], 0).astype(INDEX_DTYPE)
+    vals = np.where(valid, data[take], 0).astype(data.dtype)
+    chunks = ell(np.ascontiguousarray(cols), np.ascontiguousarray(vals), (total, n))
+    counts = np.zeros(m, dtype=np.int64)
+    counts[rows] = per_row
+    gptr = np.concatenate(([0], np.cumsum(counts))).astype(INDEX_DTYPE)
+    gather = csr(gptr, np.arange(total, dtype=INDEX_DTYPE), np.ones(total, dtype=data.dtype), (m, total))
+    return Split(chunks, gather)
 
 
 def _bucket(rows, width, indptr, indices, data, lengths, shape) -> Bucket:
@@ -128,16 +246,87 @@ def _check_rows(buckets: tuple[Bucket, ...], m: int) -> None:
 
 
 def spmm_hyb(H: Hyb, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """H @ B: the CSR rest first (zeroing every other row), then each bucket's rows."""
+    """H @ B.  The first partition's CSR rest sets every row (0 where it holds nothing); every
+    other kernel adds its rows: buckets by row, split rows as gather @ (chunks @ B)."""
     if not isinstance(H, Hyb):
         raise ArgumentError(f"spmm_hyb: expected a Hyb, got {type(H).__name__}")
     m, k = H.shape
-    dtype = H.rest.dtype
+    dtype = H.parts[0].rest.dtype
     B = _dense("spmm_hyb: B", B, k, dtype)
-    out = _output("spmm_hyb", out, (m, B.shape[1]), dtype)
+    width = B.shape[1]
+    out = _output("spmm_hyb", out, (m, width), dtype)
     name = _dtype_name(dtype)
-    compiled("spmm_csr", name, B.shape[1])(H.rest.indptr["j"], H.rest.indices["j"], H.rest.data, B, out)
-    for bucket in H.buckets:
-        compiled("spmm_ell", name, B.shape[1])(bucket.rows, bucket.ell.indices["j"].reshape(bucket.ell.data.shape),
-                                   bucket.ell.data, B, out)
+    for number, part in enumerate(H.parts):
+        rest = part.rest
+        compiled("spmm_csr" if number == 0 else "spmm_csr_acc", name, width)(
+            rest.indptr["j"], rest.indices["j"], rest.data, B, out)
+        for bucket in part.buckets:
+            slots = bucket.ell.indices["j"].reshape(bucket.ell.data.shape)
+            compiled("spmm_ell_acc", name, width, slots=bucket.width)(bucket.rows, slots, bucket.ell.data, B, out)
+        if part.split is not None:
+            chunks, gather = part.split.chunks, part.split.gather
+            partial = np.empty((chunks.shape[0], width), dtype=dtype)
+            every = np.arange(chunks.shape[0], dtype=INDEX_DTYPE)
+            compiled("spmm_ell", name, width, slots=part.split.width)(
+                every, chunks.indices["j"].reshape(chunks.data.shape), chunks.data, B, partial)
+            compiled("spmm_csr_acc", name, width)(gather.indptr["j"], gather.indices["j"], gather.data, partial, out)
     return out
+
+
+# ----------------------------------------------------------------------------- format search
+DEFAULT_CANDIDATES = (
+    None,  # plain CSR
+    dict(max_width=8), dict(max_width=32), dict(max_width=32, column_parts=2), dict(max_width=32, column_parts=4),
+    dict(max_width=32, split_long_rows=True),
+)
+
+
+@dataclass(frozen=True, eq=False)
+class FormatChoice:
+    """The result of `choose_format`: the fastest candidate's parameters (None: CSR), its matrix,
+    and the best seconds per SpMM of every candidate, in the order tried."""
+
+    params: dict | None
+    matrix: Any
+    seconds: tuple[tuple[dict | None, float], ...]
+
+    def spmm(self, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        from .kernels import spmm
+
+        return spmm(self.matrix, B, out) if self.params is None else spmm_hyb(self.matrix, B, out)
+
+
+def choose_format(A: SparseMatrix, width: int, candidates=DEFAULT_CANDIDATES, repeat: int = 3,
+                  seed: int = 0) -> FormatChoice:
+    """Measure SpMM with a random dense operand of `width` columns for each candidate format (None:
+    CSR; a dict: the parameters of format_decompose) and keep the fastest.  Every candidate's
+    result is checked against CSR's before it is timed (an InternalError if one differs)."""
+    import time
+
+    from ..errors import InternalError
+    from .kernels import spmm
+
+    A = _require_csr(A, "choose_format")
+    if not isinstance(width, int) or width < 1 or not candidates:
+        raise ArgumentError(f"choose_format: expected a positive width and candidates, got {width!r}, {candidates!r}")
+    rng = np.random.default_rng(seed)
+    B = rng.uniform(-1.0, 1.0, (A.shape[1], width)).astype(A.dtype)
+    expected = spmm(A, B)
+    out = np.empty_like(expected)
+    tried: list[tuple[dict | None, float, Any]] = []
+    for params in candidates:
+        matrix = A if params is None else format_decompose(A, **params)
+        run = (lambda: spmm(A, B, out)) if params is None else (lambda m=matrix: spmm_hyb(m, B, out))
+        run()
+        tolerance = 1e-4 if A.dtype == np.float32 else 1e-10
+        scale = max(1.0, float(np.abs(expected).max(initial=0.0)))
+        if not np.allclose(out, expected, rtol=tolerance, atol=tolerance * scale):
+            raise InternalError(f"choose_format: {params} gives a different product than CSR")
+        best = float("inf")
+        for _ in range(max(1, repeat)):
+            start = time.perf_counter()
+            run()
+            best = min(best, time.perf_counter() - start)
+        tried.append((params, best, matrix))
+    params, _, matrix = min(tried, key=lambda t: t[1])
+    return FormatChoice(params, matrix, tuple((p, s) for p, s, _ in tried))

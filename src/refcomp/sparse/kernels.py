@@ -1,6 +1,8 @@
-"""SpMM and SDDMM over CSR (and ELL buckets) lowered to refcomp's loop IR (stage III).
+"""SpMM and SDDMM over CSR (and ELL buckets, BSR) lowered to refcomp's loop IR (stage III).
 
-The kernels are plain loop nests over flat position arrays.  Every indirect access reads an
+CSR SpMM and SDDMM are written as stage I iterations (`spmm_iteration`, `sddmm_iteration`) and
+lowered by `lower.py`; the ELL bucket and BSR kernels are written in the loop IR directly.  The
+kernels are plain loop nests over flat position arrays.  Every indirect access reads an
 index array; the facts that make it safe are stated with `assume(...)` right where the loaded
 values come into scope, and they are exactly the format invariants `validate.py` checks once per
 input array:
@@ -27,6 +29,8 @@ from ..driver import build
 from ..emit_c.codegen import OMP_SCHEDULE
 from ..errors import ArgumentError
 from .formats import SparseMatrix
+from .iteration import SparseIteration, SpBuffer, sp_axis, sp_iter
+from .lower import lower_stage3
 from .validate import VALUE_DTYPES
 
 
@@ -58,27 +62,30 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype)
 
 
-def spmm_csr_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
-    """C[m, n] = A[m, k] @ B[k, n] with A in CSR (indptr, indices, data)."""
+def spmm_iteration(dtype: str = "float32", width: int | None = None, accumulate: bool = False) -> SparseIteration:
+    """Stage I of CSR SpMM: C[i, f] += A[i, j] * B[j, f] over (I, J, F) "SRS" (accumulate: C is
+    not set to 0 first)."""
     m, k, n, nnz = SizeVar("m"), SizeVar("k"), _width(width), SizeVar("nnz")
-    indptr = Buffer("indptr", (m + 1,), "int32")
-    indices = Buffer("indices", (nnz,), "int32")
-    data = Buffer("data", (nnz,), dtype)
-    B, C = Buffer("B", (k, n), dtype), Buffer("C", (m, n), dtype)
-    i, j, f, f0 = Var("i"), Var("j"), Var("f"), Var("f0")
-    lo, hi, col = indptr[i], indptr[i + 1], indices[j]
-    update = BufferStore(C, C[i, f] + data[j] * B[col, f], (i, f))
-    row = For(j, lo, hi - lo, "serial", seq(_assume((col >= 0) & (col < k)), For(f, IntImm(0), n, "serial", update)))
-    body = For(i, IntImm(0), m, "parallel", annotations=ROWS_DYNAMIC, body=seq(
-        _assume((lo >= 0) & (lo <= hi) & (hi <= nnz)),
-        For(f0, IntImm(0), n, "serial", BufferStore(C, _zero(dtype), (i, f0))),
-        row))
-    return PrimFunc((indptr, indices, data, B, C), body, f"spmm_csr_{dtype}")
+    I, F, K = sp_axis("I", "dense_fixed", m), sp_axis("F", "dense_fixed", n), sp_axis("K", "dense_fixed", k)
+    J = sp_axis("J", "sparse_variable", k, parent=I, nnz=nnz)
+    A, B, C = SpBuffer("A", (I, J), dtype), SpBuffer("B", (K, F), dtype), SpBuffer("C", (I, F), dtype)
+    return sp_iter(f"spmm_csr_{dtype}", [(I, "S"), (J, "R"), (F, "S")], C,
+                   lambda i, j, f: ((i, f), A[i, j] * B[j, f]), [A, B, C], init=not accumulate)
 
 
-def spmm_ell_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
-    """C[rows[r], :] = sum_s data[r, s] * B[indices[r, s], :] for the r rows of one ELL bucket."""
-    m, k, n, r, w = SizeVar("m"), SizeVar("k"), _width(width), SizeVar("r"), SizeVar("w")
+def spmm_csr_func(dtype: str = "float32", width: int | None = None, accumulate: bool = False) -> PrimFunc:
+    """C[m, n] = A[m, k] @ B[k, n] (accumulate: C += A @ B) with A in CSR (indptr, indices, data):
+    stage III of spmm_iteration."""
+    return lower_stage3(spmm_iteration(dtype, width, accumulate))
+
+
+def spmm_ell_func(dtype: str = "float32", width: int | None = None, accumulate: bool = False,
+                  slots: int | None = None) -> PrimFunc:
+    """C[rows[r], :] = sum_s data[r, s] * B[indices[r, s], :] for the r rows of one ELL bucket
+    (accumulate: += instead of =; the rows must be distinct either way).  slots: the bucket's
+    width as a constant (the slot loop then has a fixed trip count), or None for any."""
+    m, k, n, r = SizeVar("m"), SizeVar("k"), _width(width), SizeVar("r")
+    w = SizeVar("w") if slots is None else IntImm(slots)
     rows = Buffer("rows", (r,), "int32")
     indices = Buffer("indices", (r, w), "int32")
     data = Buffer("data", (r, w), dtype)
@@ -87,11 +94,11 @@ def spmm_ell_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
     row, col = rows[i], indices[i, s]
     update = BufferStore(C, C[row, f] + data[i, s] * B[col, f], (row, f))
     slots = For(s, IntImm(0), w, "serial", seq(_assume((col >= 0) & (col < k)), For(f, IntImm(0), n, "serial", update)))
+    zero = None if accumulate else For(f0, IntImm(0), n, "serial", BufferStore(C, _zero(dtype), (row, f0)))
     body = For(i, IntImm(0), r, "parallel", annotations=ROWS_DYNAMIC, body=seq(
-        _assume((row >= 0) & (row < m)),
-        For(f0, IntImm(0), n, "serial", BufferStore(C, _zero(dtype), (row, f0))),
-        slots))
-    return PrimFunc((rows, indices, data, B, C), body, f"spmm_ell_{dtype}")
+        _assume((row >= 0) & (row < m)), zero, slots))
+    name = f"spmm_ell{'' if slots is None else slots}_{dtype}" + ("_acc" if accumulate else "")
+    return PrimFunc((rows, indices, data, B, C), body, name)
 
 
 def spmm_bsr_func(dtype: str = "float32", block: tuple[int, int] = (2, 2), width: int | None = None) -> PrimFunc:
@@ -117,38 +124,47 @@ def spmm_bsr_func(dtype: str = "float32", block: tuple[int, int] = (2, 2), width
     return PrimFunc((indptr, indices, data, B, C), body, f"spmm_bsr{r}x{c}_{dtype}")
 
 
-def sddmm_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
-    """out[p] = data[p] * dot(X[i, :], Y[indices[p], :]) for each stored entry p = (i, j) of CSR A."""
+def sddmm_iteration(dtype: str = "float32", width: int | None = None) -> SparseIteration:
+    """Stage I of SDDMM: out[i, j] += A[i, j] * X[i, f] * Y[j, f] over (I, J, F) "SSR"."""
     m, k, n, nnz = SizeVar("m"), SizeVar("k"), _width(width), SizeVar("nnz")
-    indptr = Buffer("indptr", (m + 1,), "int32")
-    indices = Buffer("indices", (nnz,), "int32")
-    data = Buffer("data", (nnz,), dtype)
-    X, Y, out = Buffer("X", (m, n), dtype), Buffer("Y", (k, n), dtype), Buffer("out", (nnz,), dtype)
-    i, j, f = Var("i"), Var("j"), Var("f")
-    lo, hi, col = indptr[i], indptr[i + 1], indices[j]
-    dot = For(f, IntImm(0), n, "serial", BufferStore(out, out[j] + X[i, f] * Y[col, f], (j,)))
-    entry = seq(_assume((col >= 0) & (col < k)), BufferStore(out, _zero(dtype), (j,)), dot,
-                BufferStore(out, out[j] * data[j], (j,)))
-    body = For(i, IntImm(0), m, "parallel", annotations=ROWS_DYNAMIC, body=seq(
-        _assume((lo >= 0) & (lo <= hi) & (hi <= nnz)), For(j, lo, hi - lo, "serial", entry)))
-    return PrimFunc((indptr, indices, data, X, Y, out), body, f"sddmm_csr_{dtype}")
+    I, F, K = sp_axis("I", "dense_fixed", m), sp_axis("F", "dense_fixed", n), sp_axis("K", "dense_fixed", k)
+    J = sp_axis("J", "sparse_variable", k, parent=I, nnz=nnz)
+    A, X, Y = SpBuffer("A", (I, J), dtype), SpBuffer("X", (I, F), dtype), SpBuffer("Y", (K, F), dtype)
+    out = SpBuffer("out", (I, J), dtype)
+    return sp_iter(f"sddmm_csr_{dtype}", [(I, "S"), (J, "S"), (F, "R")], out,
+                   lambda i, j, f: ((i, j), A[i, j] * X[i, f] * Y[j, f]), [A, X, Y, out])
+
+
+def sddmm_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
+    """out[p] = data[p] * dot(X[i, :], Y[indices[p], :]) for each stored entry p = (i, j) of CSR A:
+    stage III of sddmm_iteration."""
+    return lower_stage3(sddmm_iteration(dtype, width))
 
 
 # Feature widths that get a kernel of their own (constant trip count); others use the general one.
 SPECIALISED_WIDTHS = (16, 32, 64, 128, 256)
+SPECIALISED_SLOTS = (1, 2, 4, 8, 16, 32)
 
 
 @functools.lru_cache(maxsize=None)
-def _built(kind: str, dtype: str, width: int | None, block: tuple[int, int] | None) -> Any:
+def _built(kind: str, dtype: str, width: int | None, block: tuple[int, int] | None, slots: int | None) -> Any:
     if kind == "spmm_bsr":
         return build(spmm_bsr_func(dtype, block, width), bounds="prove")
+    if kind in ("spmm_ell", "spmm_ell_acc"):
+        return build(spmm_ell_func(dtype, width, accumulate=kind == "spmm_ell_acc", slots=slots), bounds="prove")
+    if kind == "spmm_csr_acc":
+        return build(spmm_csr_func(dtype, width, accumulate=True), bounds="prove")
     make = {"spmm_csr": spmm_csr_func, "spmm_ell": spmm_ell_func, "sddmm": sddmm_func}[kind]
     return build(make(dtype, width), bounds="prove")
 
 
-def compiled(kind: str, dtype: str, width: int | None = None, block: tuple[int, int] | None = None) -> Any:
-    """The built kernel (proved in bounds) for kind in spmm_csr / spmm_ell / spmm_bsr / sddmm."""
-    return _built(kind, dtype, width if width in SPECIALISED_WIDTHS else None, block)
+def compiled(kind: str, dtype: str, width: int | None = None, block: tuple[int, int] | None = None,
+             slots: int | None = None) -> Any:
+    """The built kernel (proved in bounds) for kind in spmm_csr / spmm_ell / spmm_bsr / sddmm
+    (and spmm_csr_acc / spmm_ell_acc, which add to the output); ELL buckets of a width in
+    SPECIALISED_SLOTS get a kernel with that many slots fixed."""
+    return _built(kind, dtype, width if width in SPECIALISED_WIDTHS else None, block,
+                  slots if slots in SPECIALISED_SLOTS else None)
 
 
 def _dense(name: str, array: Any, rows: int, dtype: np.dtype) -> np.ndarray:

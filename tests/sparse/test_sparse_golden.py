@@ -1,0 +1,47 @@
+"""Golden files of the three stages of sparse programs (a change in the lowering shows up in
+review), and the printed stage II / III parse back to the same function.
+
+Run with REFCOMP_UPDATE_GOLDEN=1 to rewrite the files after an intended change.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+from refcomp.ast import structural_equal
+from refcomp.ast.parser import from_source
+from refcomp.ast.printer import script
+from refcomp.sparse import script_stage1, sddmm_iteration, sparse_fuse, sparse_reorder, spmm_iteration
+from refcomp.sparse.lower import lower_stage2, lower_stage3
+
+from test_sparse_stages import _masked_spmm
+
+GOLDEN = pathlib.Path(__file__).parent / "golden"
+
+CASES = {
+    "spmm_csr": lambda: spmm_iteration(),
+    "spmm_csr_reordered": lambda: sparse_reorder(spmm_iteration(), ["I", "F", "J"]),
+    "sddmm_fused_w32": lambda: sparse_fuse(sddmm_iteration("float32", 32), ["I", "J"]),
+    "masked_spmm_search": _masked_spmm,
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_stages_match_golden(name):
+    it = CASES[name]()
+    text = "\n".join([script_stage1(it), "# stage II", script(lower_stage2(it)), "", "# stage III",
+                      script(lower_stage3(it)), ""])
+    path = GOLDEN / f"{name}.txt"
+    if os.environ.get("REFCOMP_UPDATE_GOLDEN") == "1" or not path.exists():
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert text == path.read_text(), f"stages differ from {path}; REFCOMP_UPDATE_GOLDEN=1 rewrites it"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_printed_stages_parse_back(name):
+    it = CASES[name]()
+    for func in (lower_stage2(it), lower_stage3(it)):
+        assert structural_equal(from_source(script(func)), func)
