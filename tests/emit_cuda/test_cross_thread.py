@@ -1,0 +1,213 @@
+"""Cross-thread reductions: a reduction loop bound to threadIdx, simulated against numpy, nvcc-compiled."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import refcomp
+from refcomp import te, workloads
+from refcomp.ast import Allocate, Call, collect
+from refcomp.emit_cuda.prepare import prepare
+from refcomp.emit_cuda.simulate import run_checked
+from refcomp.loops.interpreter import interpret
+
+from gpu_programs import needs_nvcc
+
+
+def row_reduce(rows, cols, kind="sum", dtype="float32"):
+    A = te.placeholder((rows, cols), dtype, name="A")
+    k = te.reduce_axis((0, cols), name="k")
+    reducer = {"sum": te.sum, "max": te.max, "min": te.min}[kind]
+    B = te.compute((rows,), lambda i: reducer(A[i, k], axis=k), name="B")
+    return te.create_prim_func([A, B])
+
+
+def bind_row_reduce(func, threads, lane_outer=True):
+    """Rows over blockIdx.x, the reduction split by `threads`, its lane loop bound to threadIdx.x."""
+    sch = refcomp.Schedule(func)
+    i, k = sch.get_loops(sch.get_block("B"))
+    ko, ki = sch.split(k, factors=[None, threads])
+    if lane_outer:
+        sch.reorder(ki, ko)
+    sch.bind(i, "blockIdx.x")
+    sch.bind(ki, "threadIdx.x")
+    return sch
+
+
+def cross_thread_rows(func, output, reductions, elementwise, producers, threads):
+    """Every stage of a row in one block; each reduction's lane loop bound to threadIdx.x directly."""
+    sch = refcomp.Schedule(func)
+    row, col = sch.get_loops(sch.get_block(output))
+    sch.bind(row, "blockIdx.x")
+    _, lane = sch.split(col, factors=[None, threads])
+    sch.bind(lane, "threadIdx.x")
+    for name in producers:
+        sch.compute_at(sch.get_block(name), row)
+    for name in reductions:
+        block = sch.get_block(name)
+        ko, ki = sch.split(sch.get_loops(block)[-1], factors=[None, threads])
+        sch.reorder(ki, ko)
+        sch.bind(ki, "threadIdx.x")
+        sch.set_scope(block, 0, "shared")
+    for name in elementwise:
+        block = sch.get_block(name)
+        _, lane = sch.split(sch.get_loops(block)[-1], factors=[None, threads])
+        sch.bind(lane, "threadIdx.x")
+        sch.set_scope(block, 0, "shared")
+    return sch
+
+
+def softmax_cross_thread(rows, cols, threads):
+    return cross_thread_rows(workloads.softmax(rows, cols), "O", ["M", "S"], ["E"], ["S", "E", "M"], threads)
+
+
+def layer_norm_cross_thread(rows, cols, threads):
+    return cross_thread_rows(workloads.layer_norm(rows, cols), "out", ["mean", "var"], [], ["var", "mean"], threads)
+
+
+def _softmax(a):
+    e = np.exp(a - a.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
+def _layer_norm(a):
+    return (a - a.mean(1, keepdims=True)) / np.sqrt(a.var(1, keepdims=True) + 1e-5)
+
+
+_NUMPY = {"sum": lambda a: a.sum(1), "max": lambda a: a.max(1), "min": lambda a: a.min(1)}
+
+
+@pytest.mark.parametrize("threads", [1, 2, 16, 32, 48, 64, 128])
+@pytest.mark.parametrize("kind", ["sum", "max", "min"])
+def test_row_reduction_bound_to_threads_simulates(threads, kind, rng):
+    cols = threads * 3
+    sch = bind_row_reduce(row_reduce(5, cols, kind), threads)
+    a = rng.standard_normal((5, cols)).astype("float32")
+    out = rng.standard_normal(5).astype("float32")
+    run_checked(sch.func, a, out)
+    np.testing.assert_allclose(out, _NUMPY[kind](a), rtol=1e-5, atol=1e-5)
+    expected = rng.standard_normal(5).astype("float32")
+    interpret(sch.func, a, expected)  # the scheduled function itself keeps its meaning
+    np.testing.assert_allclose(expected, _NUMPY[kind](a), rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=15, deadline=None)
+@given(rows=st.integers(1, 4), threads=st.integers(1, 40), chunks=st.integers(1, 3), lane_outer=st.booleans(),
+       extra=st.integers(0, 5), seed=st.integers(0, 2**31 - 1))
+def test_cross_thread_any_extent(rows, threads, chunks, lane_outer, extra, seed):
+    """Any thread count, lane loop inside or outside the serial loop, a ragged last chunk (predicate)."""
+    cols = threads * chunks + (extra if threads > 1 else 0)
+    sch = bind_row_reduce(row_reduce(rows, cols), threads, lane_outer)
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(-1, 1, (rows, cols)).astype("float32")
+    out = rng.uniform(-1, 1, rows).astype("float32")
+    run_checked(sch.func, a, out)
+    np.testing.assert_allclose(out, a.sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_tree_for_wide_blocks_and_shuffle_for_one_warp():
+    wide = prepare(bind_row_reduce(row_reduce(2, 256), 64).func)
+    assert "B_red" in {a.buffer.name for a in collect(wide.body, Allocate)}
+    assert not [c for c in collect(wide.body, Call) if c.op == "warp_reduce"]
+    syncs = [c for c in collect(wide.body, Call) if c.op == "tvm_storage_sync"]
+    assert len(syncs) >= 6  # one before each of the 6 tree steps (64 -> 1) at least
+    warp = prepare(bind_row_reduce(row_reduce(2, 64), 32).func)
+    assert [c for c in collect(warp.body, Call) if c.op == "warp_reduce"]
+
+
+@pytest.mark.parametrize("threads", [32, 64, 40])
+def test_softmax_with_cross_thread_reductions(threads, rng):
+    sch = softmax_cross_thread(3, 128, threads)
+    a = rng.standard_normal((3, 128)).astype("float32")
+    out = rng.standard_normal((3, 128)).astype("float32")
+    run_checked(sch.func, a, out)
+    np.testing.assert_allclose(out, _softmax(a), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("threads", [32, 128])
+def test_layer_norm_with_cross_thread_reductions(threads, rng):
+    sch = layer_norm_cross_thread(4, 256, threads)
+    a = rng.standard_normal((4, 256)).astype("float32")
+    out = rng.standard_normal((4, 256)).astype("float32")
+    run_checked(sch.func, a, out)
+    np.testing.assert_allclose(out, _layer_norm(a), rtol=1e-4, atol=1e-5)
+
+
+def test_local_output_is_an_all_reduce(rng):
+    """A row sum kept per thread (local) and used by every thread: each thread gets the total."""
+    A = te.placeholder((3, 64), "float32", name="A")
+    k = te.reduce_axis((0, 64), name="k")
+    S = te.compute((3,), lambda i: te.sum(A[i, k], axis=k), name="S")
+    O = te.compute((3, 64), lambda i, j: A[i, j] - S[i], name="O")
+    sch = refcomp.Schedule(te.create_prim_func([A, O]))
+    row, col = sch.get_loops(sch.get_block("O"))
+    sch.bind(row, "blockIdx.x")
+    sch.bind(col, "threadIdx.x")
+    sch.compute_at(sch.get_block("S"), row)
+    block = sch.get_block("S")
+    ko, ki = sch.split(sch.get_loops(block)[-1], factors=[None, 16])
+    sch.reorder(ki, ko)
+    sch.bind(ki, "threadIdx.x")
+    sch.set_scope(block, 0, "local")
+    a = rng.standard_normal((3, 64)).astype("float32")
+    out = rng.standard_normal((3, 64)).astype("float32")
+    run_checked(sch.func, a, out)
+    np.testing.assert_allclose(out, a - a.sum(1, keepdims=True), rtol=1e-5, atol=1e-5)
+
+
+def test_bind_refuses_what_is_not_a_cross_thread_reduction():
+    # a reduction whose update is not out = out op x
+    A = te.placeholder((4, 32), "float32", name="A")
+    k = te.reduce_axis((0, 32), name="k")
+    B = te.compute((4,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    sch = refcomp.Schedule(te.create_prim_func([A, B]))
+    i, kk = sch.get_loops(sch.get_block("B"))
+    with pytest.raises(refcomp.ScheduleError, match="carries the reduction"):
+        sch.parallel(kk)  # only threadIdx may carry a reduction
+    with pytest.raises(refcomp.ScheduleError, match="carries the reduction"):
+        sch.bind(kk, "blockIdx.x")
+    # a reduce loop outside the nest directly around the block (the block's loop holds another stage)
+    sch = refcomp.Schedule(workloads.softmax(2, 64))
+    m = sch.get_block("M")
+    row, k1 = sch.get_loops(m)
+    ko, ki = sch.split(k1, factors=[None, 16])
+    sch.reorder(ki, ko)
+    kio, kii = sch.split(ki, factors=[None, 4])
+    sch.bind(kii, "threadIdx.x")  # kio, ko above: a perfect nest, accepted
+    sch = refcomp.Schedule(workloads.matmul(8, 8, 8))
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    sch.reorder(i, k, j)
+    with pytest.raises(refcomp.ScheduleError, match="reduce iters only"):
+        sch.bind(k, "threadIdx.x")  # j, a spatial loop, lies between k and the block
+
+
+def test_bind_refuses_a_product_reduction():
+    A = te.placeholder((2, 8), "float32", name="A")
+    k = te.reduce_axis((0, 8), name="k")
+    B = te.compute((2,), lambda i: te.prod(A[i, k], axis=k), name="B") if hasattr(te, "prod") else None
+    if B is None:
+        pytest.skip("te has no product reduction")
+    sch = refcomp.Schedule(te.create_prim_func([A, B]))
+    _, kk = sch.get_loops(sch.get_block("B"))
+    with pytest.raises(refcomp.ScheduleError, match="out = out \\+ x"):
+        sch.bind(kk, "threadIdx.x")
+
+
+def test_trace_round_trip_of_a_cross_thread_bind(rng):
+    sch = bind_row_reduce(row_reduce(3, 96), 32)
+    replayed = refcomp.Schedule.from_trace(row_reduce(3, 96), sch.trace.to_json())
+    a = rng.standard_normal((3, 96)).astype("float32")
+    out = rng.standard_normal(3).astype("float32")
+    run_checked(replayed.func, a, out)
+    np.testing.assert_allclose(out, a.sum(1), rtol=1e-5, atol=1e-5)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("make", [lambda: bind_row_reduce(row_reduce(8, 256), 64).func,
+                                  lambda: bind_row_reduce(row_reduce(8, 96, "max"), 32).func,
+                                  lambda: softmax_cross_thread(8, 256, 128).func,
+                                  lambda: layer_norm_cross_thread(8, 256, 64).func],
+                         ids=["sum64", "max32", "softmax128", "layer_norm64"])
+def test_cross_thread_compiles_with_nvcc(make):
+    lib = refcomp.build(make(), target="cuda")
+    assert "__syncthreads" in lib.source or "__shfl_xor_sync" in lib.source
+    assert lib.path.exists()
