@@ -38,15 +38,16 @@ WARP = 32
 
 def lower_cross_thread_reductions(func: PrimFunc) -> PrimFunc:
     """func with every cross-thread reduction rewritten as above (the CUDA before_blocks hook)."""
-    count = 0
+    counts: dict[str, int] = {}  # one <out>_red buffer per reduction into out: <out>_red, <out>_red1, ...
     while True:
         loop = next((s for s in walk(func.body) if isinstance(s, For) and is_cross_thread(s)), None)
         if loop is None:
             return func
         info = cross_thread_reduction(func, loop, "cuda")
         path = path_to(func.body, info.chain[0]) or []
+        count = counts.get(info.update.buffer.name, 0)
+        counts[info.update.buffer.name] = count + 1
         func = func.with_(body=replace(func.body, {id(info.chain[0]): _rewrite(info, path, count)}))
-        count += 1
 
 
 def _rewrite(info, path, count: int) -> Stmt:

@@ -135,6 +135,28 @@ class GPUMultiLevelTiling:
     restructures = True
 
     def apply(self, sch: Schedule, block: BlockRV) -> None:
+        self._apply(sch, block, False)
+
+    def apply_default(self, sch: Schedule, block: BlockRV) -> None:
+        self._apply(sch, block, True)
+
+    @staticmethod
+    def preferred_spatial(extent: int, threads: int) -> list[int]:
+        """[block, thread, virtual thread, register, register] with `threads` threads (or the
+        largest power of two below that divides), 4 (2, 1) registers, the rest over blocks."""
+        t = threads
+        while extent % t:
+            t //= 2
+        r = next(r for r in (4, 2, 1) if (extent // t) % r == 0)
+        return [extent // (t * r), t, 1, r, 1]
+
+    @staticmethod
+    def preferred_reduce(extent: int) -> list[int]:
+        """[steps, 8 (4, 2, 1), 1]: tiles of depth 8 staged per step."""
+        d = next(d for d in (8, 4, 2, 1) if extent % d == 0)
+        return [extent // d, d, 1]
+
+    def _apply(self, sch: Schedule, block: BlockRV, default: bool) -> None:
         node = sch.get(block)
         kinds = _kinds(node)
         if "reduce" not in kinds or "spatial" not in kinds or not _plain_nest(sch, block):
@@ -145,12 +167,20 @@ class GPUMultiLevelTiling:
             raise RefcompError(f"GPUMultiLevelTiling: structure: only 'SSSRRSRS' is built, got {self.structure!r}")
         loops = sch.get_loops(block)
         s_tiles, r_tiles = [], []
+        spatial_count = kinds.count("spatial")
+        seen_spatial = 0
         for loop, kind in zip(loops, kinds):
+            extent = as_int(sch.get(loop).extent)
             if kind == "spatial":
-                factors = sch.sample_perfect_tile(loop, 5, self.max_innermost_factor)
+                seen_spatial += 1
+                # preferred: 16 x 16 threads over the last two spatial dims, 4 x 4 registers each
+                wanted = 16 if seen_spatial > spatial_count - 2 else 1
+                decision = self.preferred_spatial(extent, wanted) if default else None
+                factors = sch.sample_perfect_tile(loop, 5, self.max_innermost_factor, decision=decision)
                 s_tiles.append((sch.split(loop, factors), [sch.get(f) for f in factors], factors))
             else:
-                factors = sch.sample_perfect_tile(loop, 3, self.max_reduce_innermost)
+                decision = self.preferred_reduce(extent) if default else None
+                factors = sch.sample_perfect_tile(loop, 3, self.max_reduce_innermost, decision=decision)
                 r_tiles.append((sch.split(loop, factors), [sch.get(f) for f in factors], factors))
         threads = 1
         for _, values, _ in s_tiles:
@@ -163,9 +193,14 @@ class GPUMultiLevelTiling:
         order = ([p[0] for p in s] + [p[0] for p in r] + [p[1] for p in s] + [p[2] for p in s]
                  + [p[1] for p in r] + [p[3] for p in s] + [p[2] for p in r] + [p[4] for p in s])
         sch.reorder(*order)
-        block_loop = sch.fuse(*[p[0] for p in s]) if len(s) > 1 else s[0][0]
+        # up to three block levels over blockIdx.z / y / x (more: the leading ones fused into z)
+        outers = [p[0] for p in s]
+        if len(outers) > 3:
+            outers = [sch.fuse(*outers[:-2])] + outers[-2:]
+        for loop, axis in zip(reversed(outers), ("blockIdx.x", "blockIdx.y", "blockIdx.z")):
+            sch.bind(loop, axis)
+        block_loop = outers[-1]
         thread_loop = sch.fuse(*[p[1] for p in s]) if len(s) > 1 else s[0][1]
-        sch.bind(block_loop, "blockIdx.x")
         sch.bind(thread_loop, "threadIdx.x")
         # the write cache: one tile per thread in registers, written back by the same threads
         cache = sch.cache_write(block, 0, "local")
