@@ -44,6 +44,21 @@ class _DeviceArrayView:
         return np.empty(self.shape, self.dtype)
 
 
+def cuda_device_count() -> int:
+    """The number of CUDA devices the driver reports (0 without a driver or a device); asks the
+    driver library directly, so nothing needs to be built first."""
+    import ctypes
+
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return int(count.value)
+
+
 class DeviceArray:
     """A copy of a numpy array in device memory, owned by the library that made it (`to_device`).
 
