@@ -110,8 +110,12 @@ def test_tree_for_wide_blocks_and_shuffle_for_one_warp():
     assert not [c for c in collect(wide.body, Call) if c.op == "warp_reduce"]
     syncs = [c for c in collect(wide.body, Call) if c.op == "tvm_storage_sync"]
     assert len(syncs) >= 6  # one before each of the 6 tree steps (64 -> 1) at least
-    warp = prepare(bind_row_reduce(row_reduce(2, 64), 32).func)
-    assert [c for c in collect(warp.body, Call) if c.op == "warp_reduce"]
+    for threads in (32, 16, 4):  # one warp, or its first lanes: a shuffle butterfly of that width
+        warp = prepare(bind_row_reduce(row_reduce(2, threads * 2), threads).func)
+        calls = [c for c in collect(warp.body, Call) if c.op == "warp_reduce"]
+        assert len(calls) == 1 and calls[0].args[2].value == threads
+    odd = prepare(bind_row_reduce(row_reduce(2, 24), 12).func)  # not a power of two: the tree
+    assert not [c for c in collect(odd.body, Call) if c.op == "warp_reduce"]
 
 
 @pytest.mark.parametrize("threads", [32, 64, 40])
@@ -204,9 +208,10 @@ def test_trace_round_trip_of_a_cross_thread_bind(rng):
 @needs_nvcc
 @pytest.mark.parametrize("make", [lambda: bind_row_reduce(row_reduce(8, 256), 64).func,
                                   lambda: bind_row_reduce(row_reduce(8, 96, "max"), 32).func,
+                                  lambda: bind_row_reduce(row_reduce(8, 48, "min"), 16).func,
                                   lambda: softmax_cross_thread(8, 256, 128).func,
                                   lambda: layer_norm_cross_thread(8, 256, 64).func],
-                         ids=["sum64", "max32", "softmax128", "layer_norm64"])
+                         ids=["sum64", "max32", "min16", "softmax128", "layer_norm64"])
 def test_cross_thread_compiles_with_nvcc(make):
     lib = refcomp.build(make(), target="cuda")
     assert "__syncthreads" in lib.source or "__shfl_xor_sync" in lib.source

@@ -16,9 +16,10 @@ Each tree step is its own bound loop, so the barrier planner separates the steps
 `__syncthreads()` and the simulator runs them as phases.  An output in `local` scope (one copy
 per thread) is written back by every thread: the result in red[.., 0] is an all-reduce.
 
-When T is 32 and the output is not local, the tree is replaced by the combine loop of the
-row-reduction recipes (`for k in range(32): thread 0: out[w] = op(out[w], red[.., k])`), which
-the backend turns into one warp shuffle (`warp_reduce`) when the block is exactly one warp.
+When T is a power of two up to 32 and the output is not local, the tree is replaced by the
+combine loop of the row-reduction recipes (`for k in range(T): thread 0: out[w] = op(out[w],
+red[.., k])`), which the backend turns into one warp shuffle (`warp_reduce`) when the block is
+exactly T threads (one warp, or its first T lanes); in a wider block it stays thread 0's loop.
 Without an init the write-back is `out[w] = op(out[w], red[.., 0])`.
 """
 from __future__ import annotations
@@ -32,8 +33,7 @@ from ..loops.primitives.cross_thread import cross_thread_reduction, is_cross_thr
 from ..loops.primitives.reduction import _identity
 from ..loops.primitives.tree import path_to, replace, walk
 from ..shape.simplify import is_true
-
-WARP = 32
+from .warp_reduce import WIDTHS
 
 
 def lower_cross_thread_reductions(func: PrimFunc) -> PrimFunc:
@@ -88,13 +88,13 @@ def _rewrite(info, path, count: int) -> Stmt:
     steps: list[Stmt] = [For(tx, 0, extent, "thread_binding", seq(put(tx, _identity(combine, dtype)), accumulate),
                              thread_binding=tag)]
     out = BufferLoad(update.buffer, out_index)
-    if extent == WARP and update.buffer.scope != "local":
-        # 2'. thread 0 folds the 32 partials (one warp shuffle where the block is one warp)
+    if extent in WIDTHS and update.buffer.scope != "local":
+        # 2'. thread 0 folds the T partials (one warp shuffle where the block is T threads)
         k = Var("k", loop.loop_var.dtype)
         fold = BufferStore(update.buffer, combine(out, at(k)), out_index)
         if info.init is not None:
             fold = seq(IfThenElse(EQ(k, const(0, k.dtype)), BufferStore(update.buffer, info.init, out_index)), fold)
-        steps.append(For(k, 0, WARP, "serial", bound(f"{tx.name}_0", 1, lambda t: fold)))
+        steps.append(For(k, 0, extent, "serial", bound(f"{tx.name}_0", 1, lambda t: fold)))
     else:
         # 2. the tree
         power = 1
