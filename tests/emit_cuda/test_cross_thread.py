@@ -216,3 +216,20 @@ def test_cross_thread_compiles_with_nvcc(make):
     lib = refcomp.build(make(), target="cuda")
     assert "__syncthreads" in lib.source or "__shfl_xor_sync" in lib.source
     assert lib.path.exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("make", [lambda: bind_row_reduce(row_reduce(8, 256), 64).func,
+                                  lambda: bind_row_reduce(row_reduce(8, 48, "max"), 16).func,
+                                  lambda: softmax_cross_thread(8, 256, 128).func],
+                         ids=["sum64", "max16", "softmax128"])
+def test_cross_thread_on_the_gpu(make, rng):
+    func = make()
+    lib = refcomp.build(func, target="cuda")
+    if not lib.device_available():
+        pytest.skip("no CUDA device")
+    arrays = [rng.standard_normal([int(d) for d in b.shape]).astype("float32") for b in func.buffers]
+    expected = [a.copy() for a in arrays]
+    run_checked(func, *expected)
+    lib(*arrays)
+    np.testing.assert_allclose(arrays[-1], expected[-1], rtol=1e-4, atol=1e-5)

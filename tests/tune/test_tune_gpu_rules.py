@@ -185,3 +185,17 @@ def test_default_and_sampled_gpu_schedules_compile_with_nvcc(name):
     for sch in [SPACE.default_sample(func)] + SPACE.sample_many(func, 1, random.Random(5)):
         lib = refcomp.build(sch.func, target="cuda")
         assert "__global__" in lib.source and lib.path.exists()
+
+
+@pytest.mark.gpu
+def test_tuning_on_the_gpu_finds_a_checked_kernel():
+    from refcomp.runtime.cuda_library import cuda_device_count
+    from refcomp.tune import tune
+
+    if cuda_device_count() == 0 or not _has_nvcc():
+        pytest.skip("no CUDA device")
+    func = workloads.matmul(64, 64, 32)
+    result = tune(func, "cuda", trials=4, batch=4, population=8,
+                  reference=lambda arrays: arrays[2].__setitem__(..., arrays[0] @ arrays[1]))
+    assert result.schedule is not None and result.best_time < float("inf")
+    _check_matmul_shape(result.schedule.func, 64, 64, 32)
