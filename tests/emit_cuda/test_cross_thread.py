@@ -233,3 +233,38 @@ def test_cross_thread_on_the_gpu(make, rng):
     run_checked(func, *expected)
     lib(*arrays)
     np.testing.assert_allclose(arrays[-1], expected[-1], rtol=1e-4, atol=1e-5)
+
+
+def test_rows_over_thread_y_each_reduced_across_thread_x(rng):
+    """4 rows per GPU block on threadIdx.y, each row's reduction across 32 threads of threadIdx.x:
+    every row of threads combines its own partials (the shared buffer has one row per ty)."""
+    sch = refcomp.Schedule(row_reduce(12, 64))
+    i, k = sch.get_loops(sch.get_block("B"))
+    io, ii = sch.split(i, factors=[None, 4])
+    ko, ki = sch.split(k, factors=[None, 32])
+    sch.reorder(io, ii, ki, ko)
+    sch.bind(io, "blockIdx.x")
+    sch.bind(ii, "threadIdx.y")
+    sch.bind(ki, "threadIdx.x")
+    prepared = prepare(sch.func)
+    red = [a.buffer for a in collect(prepared.body, Allocate) if a.buffer.name == "B_red"]
+    assert red and red[0].shape[0].value == 4 * 32
+    a = rng.standard_normal((12, 64)).astype("float32")
+    out = rng.standard_normal(12).astype("float32")
+    run_checked(sch.func, a, out)
+    np.testing.assert_allclose(out, a.sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_a_reduction_to_one_value_becomes_a_one_block_kernel(rng):
+    A = te.placeholder((100,), "float32", name="A")
+    k = te.reduce_axis((0, 100), name="k")
+    B = te.compute((1,), lambda _: te.max(A[k], axis=k), name="B")
+    sch = refcomp.Schedule(te.create_prim_func([A, B]))
+    loops = sch.get_loops(sch.get_block("B"))
+    ko, ki = sch.split(loops[-1], factors=[None, 64])  # 128 > 100: the predicate guards the tail
+    sch.reorder(ki, ko)
+    sch.bind(ki, "threadIdx.x")
+    a = rng.standard_normal(100).astype("float32")
+    out = rng.standard_normal(1).astype("float32")
+    run_checked(sch.func, a, out)
+    np.testing.assert_allclose(out, [a.max()])
