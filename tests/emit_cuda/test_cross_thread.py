@@ -268,3 +268,41 @@ def test_a_reduction_to_one_value_becomes_a_one_block_kernel(rng):
     out = rng.standard_normal(1).astype("float32")
     run_checked(sch.func, a, out)
     np.testing.assert_allclose(out, [a.max()])
+
+
+def test_bind_before_and_after():
+    """bind of a reduction loop changes only that loop's kind (the script shows the binding)."""
+    sch = refcomp.Schedule(row_reduce(4, 64))
+    i, k = sch.get_loops(sch.get_block("B"))
+    ko, ki = sch.split(k, factors=[None, 32])
+    sch.reorder(ki, ko)
+    sch.bind(i, "blockIdx.x")
+    before = sch.func.script()
+    sch.bind(ki, "threadIdx.x")
+    after = sch.func.script()
+    assert "for k_1, k_0 in T.grid(32, 2):" in before
+    expected_after = '''@T.prim_func
+def main(A: T.Buffer((4, 64), "float32"), B: T.Buffer((4,), "float32")):
+    with T.block("root"):
+        T.reads()
+        T.writes()
+        for i in T.thread_binding(4, thread="blockIdx.x"):
+            for k_1 in T.thread_binding(32, thread="threadIdx.x"):
+                for k_0 in range(2):
+                    with T.block("B"):
+                        v_i = T.axis.spatial(4, i)
+                        v_k = T.axis.reduce(64, k_0 * 32 + k_1)
+                        T.reads(A[v_i, v_k])
+                        T.writes(B[v_i])
+                        with T.init():
+                            B[v_i] = T.float32(0.0)
+                        B[v_i] = B[v_i] + A[v_i, v_k]'''
+    assert after.strip() == expected_after
+    # the numbers: the interpreter runs the bound loop serially, the simulation across threads
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4, 64)).astype("float32")
+    out, simulated = np.zeros(4, "float32") + 5, np.zeros(4, "float32") + 5
+    interpret(sch.func, a, out)
+    run_checked(sch.func, a, simulated)
+    np.testing.assert_allclose(out, a.sum(1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(simulated, a.sum(1), rtol=1e-5, atol=1e-5)
