@@ -306,3 +306,22 @@ def main(A: T.Buffer((4, 64), "float32"), B: T.Buffer((4,), "float32")):
     run_checked(sch.func, a, simulated)
     np.testing.assert_allclose(out, a.sum(1), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(simulated, a.sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_bind_names_each_cross_thread_condition():
+    # a loop holding two blocks
+    sch = refcomp.Schedule(workloads.matmul(8, 8, 16))
+    block = sch.get_block("C")
+    i, j, k = sch.get_loops(block)
+    ko, ki = sch.split(k, factors=[None, 4])
+    copy = sch.cache_read(block, 0, "shared")
+    sch.compute_at(copy, ko)
+    with pytest.raises(refcomp.ScheduleError, match="cross-thread reduction over loop .*exactly one block"):
+        sch.bind(ko, "threadIdx.x")
+    # a reduce loop above the bound one that also holds another stage: outside the nest
+    with pytest.raises(refcomp.ScheduleError, match="outside the reduction nest"):
+        sch.bind(ki, "threadIdx.x")
+    # the plain shape: one block, its only reduce loop bound
+    sch = refcomp.Schedule(row_reduce(2, 8))
+    _, k2 = sch.get_loops(sch.get_block("B"))
+    sch.bind(k2, "threadIdx.x")  # the plain shape is accepted
