@@ -214,6 +214,9 @@ class GPUMultiLevelTiling:
         sch.reorder(*[p[0] for p in parts], *[p[1] for p in parts])
         out_threads = sch.fuse(*[p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
         sch.bind(out_threads, "threadIdx.x")
+        if r:  # the accumulators zeroed once, before the reduction, by their own threads
+            init = sch.decompose_reduction(block, r[0][0])
+            sch.bind(_loops_below(sch, init, block_loop)[0], "threadIdx.x")
         if not (self.shared_inputs and r):
             return
         step = r[-1][0]  # the innermost R0 loop
