@@ -54,7 +54,18 @@ CASES = {
     "layer_norm": (lambda: workloads.layer_norm(3, 160), [(3, 160)], _layer_norm),
     "row_sum": (lambda: _row_sum(5, 100), [(5, 100)], lambda a: a.sum(1)),
     "elementwise": (lambda: workloads.exp_scale(300), [(300,)], lambda a: np.exp(a) * 2),
+    "conv2d": (lambda: workloads.conv2d_nchw(1, 4, 6, 8), [(1, 4, 6, 6), (8, 4, 3, 3)], lambda x, w: _conv(x, w)),
 }
+
+
+def _conv(x, w):
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    out = np.zeros((x.shape[0], w.shape[0], x.shape[2], x.shape[3]), "float64")
+    for ky in range(3):
+        for kx in range(3):
+            window = padded[:, :, ky:ky + x.shape[2], kx:kx + x.shape[3]]
+            out += np.einsum("nchw,fc->nfhw", window, w[:, :, ky, kx])
+    return out
 
 
 def _check(name, func, seed):
