@@ -210,3 +210,13 @@ def test_tuning_on_the_gpu_finds_a_checked_kernel():
                   reference=lambda arrays: arrays[2].__setitem__(..., arrays[0] @ arrays[1]))
     assert result.schedule is not None and result.best_time < float("inf")
     _check_matmul_shape(result.schedule.func, 64, 64, 32)
+
+
+def test_cuda_measurements_name_the_gpu():
+    from refcomp.runtime.cuda_library import cuda_device_count, cuda_device_name
+    from refcomp.tune import Runner, machine_description
+
+    cpu = machine_description("c")
+    gpu = machine_description("cuda -arch=sm_90a")
+    assert gpu.startswith(cpu + " cuda ") and Runner(target="cuda").machine() == gpu
+    assert gpu.endswith("cuda none") if cuda_device_count() == 0 else gpu.endswith(cuda_device_name())

@@ -59,6 +59,20 @@ def cuda_device_count() -> int:
     return int(count.value)
 
 
+def cuda_device_name(index: int = 0) -> str | None:
+    """The name of CUDA device `index` as the driver reports it (None without one)."""
+    import ctypes
+
+    if cuda_device_count() <= index:
+        return None
+    driver = ctypes.CDLL("libcuda.so.1")
+    device = ctypes.c_int(0)
+    name = ctypes.create_string_buffer(256)
+    if driver.cuDeviceGet(ctypes.byref(device), index) != 0 or driver.cuDeviceGetName(name, 256, device) != 0:
+        return None
+    return name.value.decode(errors="replace")
+
+
 class DeviceArray:
     """A copy of a numpy array in device memory, owned by the library that made it (`to_device`).
 

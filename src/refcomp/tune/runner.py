@@ -57,9 +57,14 @@ class MeasureResult:
         return sum(self.run_times) / len(self.run_times) if self.run_times else float("inf")
 
 
-def machine_description() -> str:
+def machine_description(target: str = "c") -> str:
     """The target of measurements taken in this process: the architecture and the vector extensions
-    refcomp's kernels can use (`refcomp.loops.intrin.cpu.describe()`), e.g. "x86_64 SSE4_2 AVX AVX2 FMA"."""
+    refcomp's kernels can use (`refcomp.loops.intrin.cpu.describe()`), e.g. "x86_64 SSE4_2 AVX AVX2 FMA";
+    for a CUDA target followed by the GPU's name ("... cuda NVIDIA H100 80GB HBM3", or "cuda none")."""
+    if str(target).split()[:1] == ["cuda"]:
+        from ..runtime.cuda_library import cuda_device_name
+
+        return f"{cpu.describe()} cuda {cuda_device_name() or 'none'}"
     return cpu.describe()
 
 
@@ -234,7 +239,7 @@ def _run_child(conn: Any, func: PrimFunc, trace: dict, target: str, build: Calla
         conn.send(("run_error", (), traceback.format_exc(limit=3)))
 
 
-def _finish(process: isolate.IsolatedCall, deadline: float, what: str) -> MeasureResult:
+def _finish(process: isolate.IsolatedCall, deadline: float, what: str, target: str = "c") -> MeasureResult:
     """Wait for one worker until deadline; its report, or crash/timeout when it gave none."""
     remaining = max(0.0, deadline - time.monotonic())
     try:
@@ -248,15 +253,15 @@ def _finish(process: isolate.IsolatedCall, deadline: float, what: str) -> Measur
                 process.kill()
                 process.join()
             if status is not None:
-                return MeasureResult(status, tuple(times), message, machine_description())
+                return MeasureResult(status, tuple(times), message, machine_description(target))
         if process.is_alive():
             process.kill()
             process.join()
             return MeasureResult("timeout", (), f"{what} did not finish within the time limit",
-                                 machine_description())
+                                 machine_description(target))
         process.join()
         return MeasureResult("crash", (), f"{what} process died with exit code {process.exitcode}",
-                             machine_description())
+                             machine_description(target))
     finally:
         process.close()
 
@@ -295,7 +300,7 @@ class Runner:
 
     def machine(self) -> str:
         """The machine the candidates are measured on: this one."""
-        return machine_description()
+        return machine_description(self.target)
 
     def measure(self, func: PrimFunc, candidates: Sequence[Candidate], checker: Checker) -> list[MeasureResult]:
         """A result for every candidate, in order; never raises for a candidate's failure."""
@@ -319,11 +324,11 @@ class Runner:
                                         self.timeout_s, "the build hook")
                 active.append((index, process, time.monotonic() + self.timeout_s))
             index, process, deadline = active.pop(0)
-            results[index] = _finish(process, deadline, "the build")
+            results[index] = _finish(process, deadline, "the build", self.target)
         return results  # type: ignore[return-value]
 
     def run_one(self, func: PrimFunc, candidate: Candidate, checker: Checker) -> MeasureResult:
         """Build (a cache hit after a build) and run one candidate in its own process, checked."""
         process = isolate.start(_run_child, (func, candidate.trace, self.target, self.build, checker, self.repeats),
                                 self.timeout_s, "the candidate with its build hook and checker")
-        return _finish(process, time.monotonic() + self.timeout_s, "the candidate")
+        return _finish(process, time.monotonic() + self.timeout_s, "the candidate", self.target)
