@@ -220,3 +220,15 @@ def test_cuda_measurements_name_the_gpu():
     gpu = machine_description("cuda -arch=sm_90a")
     assert gpu.startswith(cpu + " cuda ") and Runner(target="cuda").machine() == gpu
     assert gpu.endswith("cuda none") if cuda_device_count() == 0 else gpu.endswith(cuda_device_name())
+
+
+@settings(max_examples=4, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_mutated_thread_counts_stay_correct(seed):
+    """The thread count of a row reduction is a mutable decision (a split factor handle)."""
+    func = CASES["softmax"][0]()
+    base = SPACE.default_sample(func)
+    trace = json.loads(base.trace.to_json())
+    mutated = mutate_trace(func, trace, default_mutators(), random.Random(seed))
+    assert mutated is not None
+    _check("softmax", mutated.func, seed)

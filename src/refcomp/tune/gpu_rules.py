@@ -12,8 +12,10 @@
 * `AutoBind`: any block left unbound (an elementwise stage): its leading spatial loops fused,
   split by a sampled thread count, over blockIdx.x / threadIdx.x.
 
-Every tile size and thread count is a sampled decision; a sample that breaks a GPU limit (1024
-threads, 48 KiB of static shared memory) is refused with a ScheduleError and dropped.
+Every tile size and thread count is a sampled decision, and reaches the loops as the sampled
+handle itself (a split factor), so the tile-size and categorical mutators change it; a sample that
+breaks a GPU limit (1024 threads, 48 KiB of static shared memory) is refused with a ScheduleError
+and dropped.
 """
 from __future__ import annotations
 
@@ -98,7 +100,7 @@ class CrossThreadReduction:
         for l in reduce:
             extent *= as_int(sch.get(l).extent)
         choices = _thread_choices(extent, self.thread_choices)
-        threads = int(_choose(sch, choices, _nearest_at_most(choices, self.preferred), default))
+        threads = _choose(sch, choices, _nearest_at_most(choices, self.preferred), default)  # a handle: mutable
         fused_r = sch.fuse(*reduce) if len(reduce) > 1 else reduce[0]
         outer, lane = sch.split(fused_r, [None, threads])
         sch.reorder(lane, outer)
@@ -275,14 +277,14 @@ class GPURowReduction:
             return sch, False
         trial = sch.copy()
         choices = _thread_choices(cols, self.thread_choices)
-        threads = int(_choose(trial, choices, _nearest_at_most(choices, self.preferred), default))
+        threads = _choose(trial, choices, _nearest_at_most(choices, self.preferred), default)  # a handle: mutable
         try:
             self._schedule(trial, stages, threads)
         except RefcompError:
             return sch, False
         return trial, True
 
-    def _schedule(self, sch: Schedule, stages: list[Block], threads: int) -> None:
+    def _schedule(self, sch: Schedule, stages: list[Block], threads) -> None:
         out = stages[-1]
         row, col = sch.get_loops(sch.get_block(out.name))
         sch.bind(row, "blockIdx.x")
@@ -346,7 +348,7 @@ class AutoBind:
         for loop in leading:
             extent *= as_int(sch.get(loop).extent) or MAX_THREADS
         choices = _thread_choices(extent, self.thread_choices)
-        threads = int(_choose(sch, choices, _nearest_at_most(choices, self.preferred), default))
+        threads = _choose(sch, choices, _nearest_at_most(choices, self.preferred), default)  # a handle: mutable
         fused = sch.fuse(*leading) if len(leading) > 1 else leading[0]
         outer, inner = sch.split(fused, [None, threads])
         sch.bind(outer, "blockIdx.x")
