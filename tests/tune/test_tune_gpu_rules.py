@@ -232,3 +232,27 @@ def test_mutated_thread_counts_stay_correct(seed):
     mutated = mutate_trace(func, trace, default_mutators(), random.Random(seed))
     assert mutated is not None
     _check("softmax", mutated.func, seed)
+
+
+def simulated_build(func, target):
+    """A build hook for CUDA targets that runs the schedule in the CPU simulation (its times mean
+    nothing; it lets the whole GPU search run where there is no GPU)."""
+    return lambda *arrays: run_checked(func, *arrays)
+
+
+def _matmul_reference(arrays):
+    arrays[2][...] = arrays[0] @ arrays[1]
+
+
+def test_the_gpu_search_runs_end_to_end_in_simulation(tmp_path):
+    from refcomp.tune import Database, Runner, apply_best, tune
+
+    func = workloads.matmul(16, 16, 8)
+    database = Database(str(tmp_path / "gpu.jsonl"))
+    runner = Runner(target="cuda", workers=1, timeout_s=120, build=simulated_build)
+    result = tune(func, "cuda", trials=4, batch=4, population=4, database=database, runner=runner,
+                  reference=_matmul_reference, seed=3)
+    assert result.trials == 4 and result.schedule is not None and not result.failures
+    records = Database(str(tmp_path / "gpu.jsonl")).query(result.workload, "cuda")
+    assert records and all(r.machine == runner.machine() for r in records)
+    _check_matmul_shape(apply_best(func, database, "cuda", runner.machine()), 16, 16, 8)
