@@ -325,3 +325,17 @@ def test_bind_names_each_cross_thread_condition():
     sch = refcomp.Schedule(row_reduce(2, 8))
     _, k2 = sch.get_loops(sch.get_block("B"))
     sch.bind(k2, "threadIdx.x")  # the plain shape is accepted
+
+
+def test_moving_a_block_under_a_cross_thread_loop_is_refused():
+    A = te.placeholder((2, 64), "float32", name="A")
+    E = te.compute((2, 64), lambda i, j: te.exp(A[i, j]), name="E")
+    k = te.reduce_axis((0, 64), name="k")
+    S = te.compute((2,), lambda i: te.sum(E[i, k], axis=k), name="S")
+    sch = refcomp.Schedule(te.create_prim_func([A, S]))
+    i, kk = sch.get_loops(sch.get_block("S"))
+    ko, ki = sch.split(kk, factors=[None, 32])
+    sch.reorder(ki, ko)
+    sch.bind(ki, "threadIdx.x")
+    with pytest.raises(refcomp.ScheduleError, match="cross-thread reduction over loop .*exactly one block"):
+        sch.compute_at(sch.get_block("E"), ko)
