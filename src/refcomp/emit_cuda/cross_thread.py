@@ -30,7 +30,7 @@ from ..ast import (
 from ..ast.buffer import Buffer
 from ..ast.expr import as_int, const
 from ..loops.primitives.cross_thread import cross_thread_reduction, is_cross_thread
-from ..loops.primitives.reduction import _identity
+from ..loops.primitives.reduction import reduction_identity
 from ..loops.primitives.tree import path_to, replace, walk
 from ..shape.simplify import is_true
 from .warp_reduce import WIDTHS
@@ -85,7 +85,8 @@ def _rewrite(info, path, count: int) -> Stmt:
     for member in reversed(info.chain):
         if member is not loop:
             accumulate = member.with_(body=accumulate)
-    steps: list[Stmt] = [For(tx, 0, extent, "thread_binding", seq(put(tx, _identity(combine, dtype)), accumulate),
+    start = put(tx, reduction_identity(combine, dtype))
+    steps: list[Stmt] = [For(tx, 0, extent, "thread_binding", seq(start, accumulate),
                              thread_binding=tag)]
     out = BufferLoad(update.buffer, out_index)
     if extent in WIDTHS and update.buffer.scope != "local":

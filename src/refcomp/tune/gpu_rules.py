@@ -264,11 +264,11 @@ class GPURowReduction:
     preferred: int = 128
 
     def apply_function(self, sch: Schedule, default: bool = False) -> tuple[Schedule, bool]:
-        from ..loops.defaults.reduction import _stages, is_row_reduction
+        from ..loops.defaults.reduction import is_row_reduction
 
         if not is_row_reduction(sch.func):
             return sch, False
-        stages = _stages(sch.func)
+        stages = [b for b in collect(sch.func.body, Block) if b.name != "root"]  # in program order
         out = stages[-1]
         if len(out.iter_vars) != 2:
             return sch, False
