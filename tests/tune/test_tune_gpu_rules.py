@@ -256,3 +256,13 @@ def test_the_gpu_search_runs_end_to_end_in_simulation(tmp_path):
     records = Database(str(tmp_path / "gpu.jsonl")).query(result.workload, "cuda")
     assert records and all(r.machine == runner.machine() for r in records)
     _check_matmul_shape(apply_best(func, database, "cuda", runner.machine()), 16, 16, 8)
+
+
+def test_refcomp_tune_for_cuda_without_a_gpu_says_why(capsys):
+    from refcomp.cli import main
+    from refcomp.runtime.cuda_library import cuda_device_count
+
+    if cuda_device_count() > 0:
+        pytest.skip("a GPU is present")
+    assert main(["tune", "matmul", "--shape", "16,16,16", "--target", "cuda", "--trials", "2", "--quiet"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
