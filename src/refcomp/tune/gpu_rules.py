@@ -168,7 +168,7 @@ class GPUMultiLevelTiling:
         if self.structure != "SSSRRSRS":
             raise RefcompError(f"GPUMultiLevelTiling: structure: only 'SSSRRSRS' is built, got {self.structure!r}")
         loops = sch.get_loops(block)
-        s_tiles, r_tiles = [], []
+        sampled = []
         spatial_count = kinds.count("spatial")
         seen_spatial = 0
         for loop, kind in zip(loops, kinds):
@@ -179,16 +179,22 @@ class GPUMultiLevelTiling:
                 wanted = 16 if seen_spatial > spatial_count - 2 else 1
                 decision = self.preferred_spatial(extent, wanted) if default else None
                 factors = sch.sample_perfect_tile(loop, 5, self.max_innermost_factor, decision=decision)
-                s_tiles.append((sch.split(loop, factors), [sch.get(f) for f in factors], factors))
             else:
                 decision = self.preferred_reduce(extent) if default else None
                 factors = sch.sample_perfect_tile(loop, 3, self.max_reduce_innermost, decision=decision)
-                r_tiles.append((sch.split(loop, factors), [sch.get(f) for f in factors], factors))
+            sampled.append((loop, kind, factors, [sch.get(f) for f in factors]))
         threads = 1
-        for _, values, _ in s_tiles:
-            threads *= values[1]
+        for _, kind, _, values in sampled:
+            threads *= values[1] if kind == "spatial" else 1
         if threads > MAX_THREADS:
             raise ScheduleError(f"GPUMultiLevelTiling: {threads} threads per block (at most {MAX_THREADS})")
+        estimate = _shared_tile_bytes(node, [(kind, values) for _, kind, _, values in sampled])
+        if self.shared_inputs and estimate is not None and estimate > SHARED_BYTES:
+            raise ScheduleError(f"GPUMultiLevelTiling: {estimate} bytes of shared memory per block "
+                                f"(at most {SHARED_BYTES})")
+        s_tiles, r_tiles = [], []
+        for loop, kind, factors, values in sampled:
+            (s_tiles if kind == "spatial" else r_tiles).append((sch.split(loop, factors), values, factors))
         s = [parts for parts, _, _ in s_tiles]
         r = [parts for parts, _, _ in r_tiles]
         # split levels (outer to inner): block, thread, virtual thread, register, register
@@ -241,6 +247,33 @@ class GPUMultiLevelTiling:
         if shared_bytes > SHARED_BYTES:
             raise ScheduleError(f"GPUMultiLevelTiling: {shared_bytes} bytes of shared memory per block "
                                 f"(at most {SHARED_BYTES})")
+
+
+def _shared_tile_bytes(node: Block, tiles: list[tuple[str, list[int]]]) -> int | None:
+    """The bytes of the shared input tiles one R0 step stages, from the sampled tile sizes (per
+    spatial iter the block tile S1..S4, per reduce iter R1 x R2); None when a read index is not
+    a linear form of the iter vars (the rule then checks after staging)."""
+    from ..shape.canonical import linear_form
+
+    span = {}
+    for iv, (_, values) in zip(node.iter_vars, tiles):
+        tile = 1
+        for v in values[1:]:  # every level below the block (spatial) or the step (reduce)
+            tile *= v
+        span[iv.var] = tile
+    total = 0
+    for read in node.reads:
+        if read.buffer is node.writes[0].buffer:
+            continue
+        size = 1
+        for r in read.region:
+            form = linear_form(r.min)
+            terms = list(form.linear_terms())
+            if len(terms) != form.term_count() or any(atom not in span for atom, _ in terms):
+                return None
+            size *= 1 + sum(abs(c) * (span[atom] - 1) for atom, c in terms) + (as_int(r.extent) or 1) - 1
+        total += size * read.buffer.dtype.bytes
+    return total
 
 
 def _loops_below(sch: Schedule, block: BlockRV, loop) -> list:
