@@ -61,7 +61,8 @@ def contains_barrier(stmt: Stmt) -> bool:
 
 # An access key: None (other threads may touch the element), or a *thread signature* (the thread
 # coefficients, the span S and the constant offset modulo S of an index that is congruent modulo S
-# to an injective function of the thread index plus that offset).  Two accesses with one signature can only meet in the same thread.
+# to an injective function of the thread index plus that offset).  Two accesses with one signature
+# can only meet in the same thread.
 AccessKey = tuple | None
 SINGLE_THREAD = ("thread 0",)
 Accesses = dict  # Buffer -> set[AccessKey]

@@ -13,7 +13,8 @@ guarantees.
 A target adds its own steps through `LoweringHooks` (the CUDA backend: kernel normal form, on-chip
 buffer placement before flattening, barriers after): passes run at the three declared points,
 `before_blocks` (the block-level function), `after_blocks` (loops exist, buffers are still
-multi-dimensional) and `after_lowering` (the final form).  The driver passes the hooks of the target it builds for.
+multi-dimensional) and `after_lowering` (the final form).  The driver passes the hooks of the
+target it builds for.
 
 With `REFCOMP_DEBUG=1` in the environment, or the logger "refcomp.lower" at DEBUG level, the IR
 after each pass is printed (to stderr, or to the log).
