@@ -13,4 +13,6 @@ python -m pytest -q -m gpu tests/emit_cuda > "$out/gpu-tests.txt" 2>&1
 echo "gpu tests exit $?" >> "$out/gpu-tests.txt"
 python benchmarks/cuda.py --json > "$out/cuda-bench.txt" 2>&1
 echo "benchmark exit $?" >> "$out/cuda-bench.txt"
-tail -n 30 "$out"/gpu-tests.txt "$out"/cuda-bench.txt
+python benchmarks/tune.py --gpu --small --gpu-trials 16 --json > "$out/tune-gpu.txt" 2>&1
+echo "tune benchmark exit $?" >> "$out/tune-gpu.txt"
+tail -n 30 "$out"/gpu-tests.txt "$out"/cuda-bench.txt "$out"/tune-gpu.txt

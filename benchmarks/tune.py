@@ -5,6 +5,7 @@ by side when apache-tvm is installed.
     python benchmarks/tune.py [--json] [--size 1024] [--trials 64,256] [--op-trials 32]
                               [--ops conv2d,softmax,layer_norm,bmm_bt] [--small] [--tvm-trials 64]
     python benchmarks/tune.py --dask 32 [--json]     # tuning throughput on a local Dask cluster
+    python benchmarks/tune.py --gpu [--gpu-trials 32] [--small] [--json]   # the GPU design space vs torch
 
 Matmul: one tuning run, one database; the search measures the first budget's trials, the tuned
 kernel is timed against numpy, then the search goes on to the next budget.  Cases
@@ -193,6 +194,115 @@ def tvm_matmul(n: int, trials: int, work_dir: str):
     return (min(timer(at, bt, ct).results), spent), ""
 
 
+def _gpu_matmul_reference(arrays):
+    arrays[2][...] = arrays[0].astype("float32") @ arrays[1].astype("float32")
+
+
+def _gpu_softmax_reference(arrays):
+    a = arrays[0].astype("float64")
+    e = np.exp(a - a.max(1, keepdims=True))
+    arrays[1][...] = e / e.sum(1, keepdims=True)
+
+
+def _fp16_matmul(n):
+    A = refcomp.te.placeholder((n, n), "float16", name="A")
+    B = refcomp.te.placeholder((n, n), "float16", name="B")
+    k = refcomp.te.reduce_axis((0, n), name="k")
+    C = refcomp.te.compute((n, n), lambda i, j: refcomp.te.sum(
+        A[i, k].astype("float32") * B[k, j].astype("float32"), axis=k), name="C")
+    return refcomp.te.create_prim_func([A, B, C])
+
+
+def _time_on_device(torch, fn, repeat: int = 20) -> float:
+    """The best of `repeat` calls in milliseconds, by CUDA events, after three warm-up calls."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    best = float("inf")
+    for _ in range(repeat):
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        best = min(best, start.elapsed_time(end))
+    return best
+
+
+def gpu_cases(args) -> None:
+    """The CUDA design space on the GPU at hand: fp32 matmul, fp16 matmul (float32 accumulation)
+    and row softmax, each tuned from its plain te definition with `--gpu-trials` trials, then timed
+    with CUDA events against torch (cuBLAS / cuDNN) on the same device.  Cases `gpu_{op}`: ratio =
+    torch time / tuned time, with `tuning_s`.  Without a CUDA device, nvcc or torch built for CUDA
+    it prints why and skips (the JSON line then has no cases and a `skipped` reason)."""
+    from refcomp.runtime.cuda_library import cuda_device_count
+
+    n, rows, cols = (256, 256, 1024) if args.small else (args.size, 4096, 1024)
+    print(f"host: {cpu_name()}, ISA {intrin.cpu.describe()}")
+    reason = ""
+    if cuda_device_count() == 0:
+        reason = "no CUDA device on this machine"
+    else:
+        try:
+            from refcomp.emit_cuda.toolchain import nvcc
+
+            nvcc()
+            import torch
+
+            if not torch.cuda.is_available():
+                reason = "torch has no CUDA device"
+        except (refcomp.BuildError, ImportError) as err:
+            reason = f"{type(err).__name__}: {err}"
+    if reason:
+        print(f"GPU tuning cases skipped: {reason}")
+        if args.json:
+            print(json.dumps({"cases": {}, "skipped": reason}))
+        return
+    print(f"refcomp {refcomp.__version__} GPU tuning benchmark on {torch.cuda.get_device_name(0)}; "
+          f"host ISA {intrin.cpu.describe()}")
+    cases = {
+        f"gpu_matmul_fp32_{n}": (workloads.matmul(n, n, n), _gpu_matmul_reference, 2.0 * n ** 3,
+                                 lambda a, b: a @ b),
+        f"gpu_matmul_fp16_{n}": (_fp16_matmul(n), _gpu_matmul_reference, 2.0 * n ** 3,
+                                 lambda a, b: (a @ b).float()),
+        f"gpu_softmax_{rows}x{cols}": (workloads.softmax(rows, cols), _gpu_softmax_reference, 8.0 * rows * cols,
+                                       lambda a: torch.softmax(a, dim=1)),
+    }
+    tuned = {}
+    for name, (func, reference, _, _) in cases.items():  # every search before any kernel runs here
+        bar = tune.ProgressBar(stream=sys.stdout, label=name, in_place=False)
+        start = time.monotonic()
+        result = tune.tune(func, "cuda", trials=args.gpu_trials, reference=reference, seed=1, progress=bar,
+                           batch=min(16, args.gpu_trials), population=16)
+        tuned[name] = (result, time.monotonic() - start)
+        for failure in result.failures[:3]:
+            print(f"  rejected ({failure.result.status}): {failure.result.message.strip().splitlines()[-1:]}")
+    results = {}
+    for name, (func, _, work, baseline) in cases.items():
+        result, spent = tuned[name]
+        if result.schedule is None:
+            print(f"{name}: no candidate passed the check")
+            continue
+        lib = refcomp.build(result.schedule.func, target="cuda")
+        dtype = torch.float16 if "fp16" in name else torch.float32
+        inputs = [torch.rand(*[int(d) for d in p.shape], device="cuda", dtype=dtype) * 2 - 1
+                  for p in func.buffers[:-1]]
+        out = torch.full([int(d) for d in func.buffers[-1].shape], 7.0, device="cuda")
+        lib(*inputs, out)
+        want = baseline(*inputs).float()
+        scale = float(want.abs().max())
+        assert torch.allclose(out, want, rtol=2e-3, atol=2e-3 * max(scale, 1.0)), f"{name}: wrong result"
+        ours = _time_on_device(torch, lambda: lib(*inputs, out))
+        theirs = _time_on_device(torch, lambda: baseline(*inputs))
+        results[name] = {"refcomp": round(work / ours / 1e6, 2), "baseline": round(work / theirs / 1e6, 2),
+                         "unit": "GFLOP/s" if "matmul" in name else "GB/s",
+                         "ratio": round(theirs / ours, 3), "tuning_s": round(spent, 1), "trials": result.trials}
+        print(f"{name:<26} refcomp {ours:8.3f} ms  torch {theirs:8.3f} ms  ratio {theirs / ours:5.2f}  "
+              f"({result.trials} trials, {spent:5.1f} s)", flush=True)
+    if args.json:
+        print(json.dumps({"cases": results}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
@@ -207,7 +317,12 @@ def main() -> None:
     parser.add_argument("--database", default=None, help="JSON-lines file for the records (default: memory)")
     parser.add_argument("--dask", type=int, default=0, metavar="N",
                         help="instead: trials per minute of N trials on 1, 2 and 4 local Dask workers")
+    parser.add_argument("--gpu", action="store_true",
+                        help="instead: the CUDA design space on this machine's GPU vs torch (skips without one)")
+    parser.add_argument("--gpu-trials", type=int, default=32, help="trials for each GPU case")
     args = parser.parse_args()
+    if args.gpu:
+        return gpu_cases(args)
     if args.dask:
         return dask_scaling(args.dask, args.json)
     budgets = sorted(int(t) for t in args.trials.split(","))

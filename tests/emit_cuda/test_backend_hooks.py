@@ -16,16 +16,16 @@ def test_hooks_run_at_their_declared_points():
     seen = []
     marker = lambda func: func  # noqa: E731
     marker.__name__ = "marker"
-    hooks = LoweringHooks(after_blocks=(marker,), after_lowering=(marker,))
+    hooks = LoweringHooks(before_blocks=(marker,), after_blocks=(marker,), after_lowering=(marker,))
     lower(elementwise(), hooks=hooks, after_pass=lambda name, func: seen.append(name))
     names = [name for name, _ in PIPELINE]
-    assert seen == [names[0], "marker", *names[1:], "marker"]
+    assert seen == ["marker", names[0], "marker", *names[1:], "marker"]
 
 
 def test_cuda_lowering_is_the_pipeline_with_the_cuda_hooks():
     seen = []
     lower(elementwise(), hooks=CUDA_LOWERING, after_pass=lambda name, func: seen.append(name))
-    assert seen == ["lower_blocks", "normalize_kernels", "sink_on_chip_allocations", "compact_on_chip_buffers",
+    assert seen == ["lower_cross_thread_reductions", "lower_blocks", "normalize_kernels", "sink_on_chip_allocations", "compact_on_chip_buffers",
                     *[name for name, _ in PIPELINE[1:]], "plan_kernels"]
     assert refcomp.ast.structural_equal(prepare(elementwise()), lower(elementwise(), hooks=CUDA_LOWERING))
 

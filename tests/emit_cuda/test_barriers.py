@@ -29,6 +29,19 @@ def test_thread_signature_recognises_private_indices():
     assert thread_signature(tx, threads) is None  # ty missing: threads (tx, 0) and (tx, 1) meet
 
 
+def test_a_constant_offset_is_part_of_the_signature():
+    """Thread t reading S[t + 8] meets thread t + 8 writing S[t + 8]: not the same signature."""
+    tx = Var("tx")
+    threads = {tx: 16}
+    assert thread_signature(tx + 8, threads) != thread_signature(tx, threads)
+    assert thread_signature(tx + 16, threads) == thread_signature(tx, threads)  # a whole span apart
+    assert thread_signature(tx * tx, threads) is None  # not linear
+    S = Buffer("S", (32,), scope="shared")
+    O = Buffer("O", (32,))
+    body = seq(BufferStore(S, O[tx], (tx,)), IfThenElse(tx < 8, BufferStore(S, S[tx] + S[tx + 8], (tx,))))
+    assert _barriers(plan_barriers(_func(body, O), (tx,), body, threads)) == 1
+
+
 def test_private_accesses_need_no_barrier_and_shared_ones_do():
     tx = Var("tx")
     S = Buffer("S", (32,), scope="shared")

@@ -89,8 +89,11 @@ def test_bad_arguments_are_refused():
         tune(workloads.matmul(8, 8, 8), "c", trials=0)
     with pytest.raises(RefcompError, match="PrimFunc"):
         tune("matmul", "c")
-    with pytest.raises(RefcompError, match="CUDA"):
-        tune(workloads.matmul(8, 8, 8), "cuda", trials=1)
+    from refcomp.runtime.cuda_library import cuda_device_count
+
+    if cuda_device_count() == 0:  # the CUDA design space exists; measuring it needs a GPU
+        with pytest.raises(RefcompError, match="no CUDA device"):
+            tune(workloads.matmul(8, 8, 8), "cuda", trials=1)
 
 
 def test_features_describe_the_lowered_loops():

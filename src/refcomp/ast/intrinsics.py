@@ -40,10 +40,10 @@ INTRINSICS["reinterpret"] = IntrinsicInfo("reinterpret", 1)
 INTRINSICS["tvm_storage_sync"] = IntrinsicInfo("tvm_storage_sync", 1, pure=False)
 # call_extern("c_function_name", args...): a call into C (tensor intrinsic micro-kernels).
 INTRINSICS["call_extern"] = IntrinsicInfo("call_extern", -1, pure=False)
-# warp_reduce("sum" | "max" | "min", value): the reduction of value over the 32 threads of the
-# calling thread's warp, returned to every one of them; like a barrier, every thread of the warp
-# must reach it.
-INTRINSICS["warp_reduce"] = IntrinsicInfo("warp_reduce", 2, pure=False)
+# warp_reduce("sum" | "max" | "min", value, width): the reduction of value over the `width` (a
+# power of two, 2 to 32) threads of the calling thread's warp, returned to every one of them; like
+# a barrier, every one of those threads must reach it.
+INTRINSICS["warp_reduce"] = IntrinsicInfo("warp_reduce", 3, pure=False)
 # address_of(BufferLoad): the address of that element, for passing to call_extern.
 INTRINSICS["address_of"] = IntrinsicInfo("address_of", 1)
 

@@ -60,8 +60,9 @@ def contains_barrier(stmt: Stmt) -> bool:
 
 
 # An access key: None (other threads may touch the element), or a *thread signature* (the thread
-# coefficients and span S of an index that is congruent modulo S to an injective function of the
-# thread index).  Two accesses with one signature can only meet in the same thread.
+# coefficients, the span S and the constant offset modulo S of an index that is congruent modulo S
+# to an injective function of the thread index plus that offset).  Two accesses with one signature
+# can only meet in the same thread.
 AccessKey = tuple | None
 SINGLE_THREAD = ("thread 0",)
 Accesses = dict  # Buffer -> set[AccessKey]
@@ -119,9 +120,10 @@ def thread_signature(index: PrimExpr, threads: dict[Var, int]) -> AccessKey:
             return None
         reach += coefficient * (threads[var] - 1)
     span = reach + 1
-    if any(c % span for c in others):
-        return None
-    return tuple((id(var), c) for var, c in order) + (span,)
+    if any(c % span for c in others) or len(coefficients) + len(others) != form.term_count():
+        return None  # a term that is not a multiple of the span, or not linear
+    # The constant offset modulo the span is part of the signature: t and t + 8 may meet in two threads.
+    return tuple((id(var), c) for var, c in order) + (span, form.const % span)
 
 
 def shared_accesses(stmt: Stmt, threads: dict[Var, int] | None = None) -> tuple[Accesses, Accesses]:

@@ -252,11 +252,15 @@ class _CudaEmitter(CFamilyEmitter):
         if e.op == "warp_reduce":
             if not self.device:
                 raise BuildError("cuda: warp_reduce outside a kernel", ir=self.func, spot=e)
-            op, value = e.args
+            op, value, width = e.args
             tag = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64"}.get(e.dtype.name)
             if tag is None or e.dtype.lanes != 1:
                 raise BuildError(f"cuda: warp_reduce of {e.dtype} is not supported", ir=self.func, spot=e)
-            return f"rc_warp_{op.value}_{tag}({self.expr(value)})"
+            lanes = E.as_int(width)
+            if lanes not in (2, 4, 8, 16, 32):
+                raise BuildError(f"cuda: warp_reduce over {width} lanes (expected 2, 4, 8, 16 or 32)",
+                                 ir=self.func, spot=e)
+            return f"rc_warp_{op.value}_{tag}({self.expr(value)}, {lanes})"
         return super().expr_Call(e, lane)
 
     def fail(self, code: int) -> None:
@@ -416,12 +420,14 @@ static int32_t rc_finish(void) {
     return status;
 }
 
-/* Warp reductions: a butterfly of shuffles leaves the result in every lane.  max/min keep
+/* Warp reductions over the first `width` lanes (the whole block of width threads): a butterfly of
+   shuffles leaves the result in every one of them.  max/min keep
    refcomp's NaN rule through the same helpers as the rest of the kernel. */
 #define RC_WARP_REDUCE(name, type, combine) \
-static __device__ __forceinline__ type rc_warp_##name(type v) { \
-    for (int offset = 16; offset > 0; offset >>= 1) { \
-        type other = __shfl_xor_sync(0xffffffffu, v, offset); \
+static __device__ __forceinline__ type rc_warp_##name(type v, int width) { \
+    unsigned mask = width == 32 ? 0xffffffffu : (1u << width) - 1u; \
+    for (int offset = width / 2; offset > 0; offset >>= 1) { \
+        type other = __shfl_xor_sync(mask, v, offset); \
         v = combine; \
     } \
     return v; \

@@ -4,6 +4,8 @@
 
 The CUDA emitter and the CPU simulation both start from the prepared form:
 
+0. (before_blocks hook) rewrite cross-thread reductions -- reduction loops bound to threadIdx --
+   as per-thread partials combined in shared memory (`cross_thread.lower_cross_thread_reductions`);
 1. turn blocks into loops (`lower_blocks`, the first pass of `refcomp.loops.lower`);
 2. (after_blocks hooks) put every kernel in normal form (`kernel.normalize_kernels`);
 3. move `shared` / `local` allocations that lowering left in host code into the kernels that use
@@ -21,6 +23,7 @@ from ..ast import Allocate, BufferLoad, BufferStore, For, Mutator, PrimFunc, Stm
 from ..errors import BuildError
 from ..loops.lower import LoweringHooks, lower
 from .barriers import plan_barriers
+from .cross_thread import lower_cross_thread_reductions
 from .compact import compact_on_chip_buffers
 from .warp_reduce import use_warp_reductions
 from .kernel import is_kernel_root, is_on_chip, kernel_shape, normalize_kernels, rebuild_kernel
@@ -37,6 +40,7 @@ def plan_kernels(func: PrimFunc) -> PrimFunc:
 
 
 CUDA_LOWERING = LoweringHooks(
+    before_blocks=(lower_cross_thread_reductions,),
     after_blocks=(normalize_kernels, sink_on_chip_allocations,
                   compact_on_chip_buffers),  # per dimension, before buffers are flattened
     after_lowering=(plan_kernels,),

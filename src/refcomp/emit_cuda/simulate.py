@@ -200,18 +200,19 @@ class _Phases:
 
     def warp_reduce(self, stmt: LetStmt) -> Stmt:
         """let r = warp_reduce(op, v): every thread's v in one phase, their reduction, then the body."""
-        op, value = stmt.value.args
-        if len(self.threads) != 1 or as_int(self.threads[0][1]) != 32:
-            raise BuildError("cuda simulation: warp_reduce needs a block of exactly one warp along threadIdx.x",
-                             ir=self.func, spot=stmt)
-        lanes = Buffer(stmt.var.name + "_lanes", (32,), value.dtype, scope="shared")
+        op, value, width = stmt.value.args
+        count = as_int(width)
+        if len(self.threads) != 1 or as_int(self.threads[0][1]) != count:
+            raise BuildError(f"cuda simulation: warp_reduce over {width} lanes needs a block of exactly {width} "
+                             "threads along threadIdx.x", ir=self.func, spot=stmt)
+        lanes = Buffer(stmt.var.name + "_lanes", (count,), value.dtype, scope="shared")
         total = Buffer(stmt.var.name + "_total", (1,), value.dtype, scope="shared")
         lane = self.threads[0][0]
         gather = self.wrap(BufferStore(lanes, value, (lane.astype("int32"),)))
         k = Var("lane", "int32")
         combine = {"sum": lambda a, b: a + b, "max": max_, "min": min_}[op.value]
         fold = seq(BufferStore(total, BufferLoad(lanes, (IntImm(0, "int32"),)), (IntImm(0, "int32"),)),
-                   For(k, IntImm(1, "int32"), IntImm(31, "int32"), "serial",
+                   For(k, IntImm(1, "int32"), IntImm(count - 1, "int32"), "serial",
                        BufferStore(total, combine(BufferLoad(total, (IntImm(0, "int32"),)),
                                                   BufferLoad(lanes, (k,))), (IntImm(0, "int32"),))))
         body = substitute(stmt.body, {stmt.var: BufferLoad(total, (IntImm(0, "int32"),))})

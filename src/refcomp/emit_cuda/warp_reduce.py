@@ -2,15 +2,16 @@
 
 The row-reduction recipes leave, after rfactor, a combine step that thread 0 runs alone:
 
-    for k in range(32):                       # one iteration per partial result
+    for k in range(32):                       # one iteration per partial result (W in general)
         if thread_x < 1:                      # thread 0 only
             if k == 0: X[i] = init            # (the reduction's init, when present)
             X[i] = op(X[i], P[base + k])      # op: sum, max or min
 
-When the block is exactly one warp along threadIdx.x (extent 32, no other thread axis), this is
-replaced by
+When the block is exactly one warp along threadIdx.x (extent 32, no other thread axis) -- or W
+threads, W a power of two below 32, and a loop of W iterations: the first W lanes of a warp --
+this is replaced by
 
-    let r = warp_reduce(op, P[base + thread_x])   # every thread: a shuffle butterfly
+    let r = warp_reduce(op, P[base + thread_x], W)   # every thread: a shuffle butterfly
     if thread_x < 1:
         if True: X[i] = init                      # as before
         X[i] = op(X[i], r)
@@ -31,26 +32,31 @@ WARP_SIZE = 32
 _OPS = {Add: "sum", Max: "max", Min: "min"}
 
 
+WIDTHS = (2, 4, 8, 16, 32)
+
+
 def use_warp_reductions(body: Stmt, thread_x: Var | None, extents: dict[Var, int]) -> Stmt:
     """body (one kernel's per-thread program) with single-thread combine loops turned into shuffles."""
-    if thread_x is None or extents.get(thread_x) != WARP_SIZE:
+    width = extents.get(thread_x) if thread_x is not None else None
+    if width not in WIDTHS:
         return body
     if any(extent != 1 for var, extent in extents.items() if var is not thread_x):
         return body
-    return _Rewriter(thread_x).visit(body)
+    return _Rewriter(thread_x, width).visit(body)
 
 
 class _Rewriter(Mutator):
-    def __init__(self, thread_x: Var) -> None:
+    def __init__(self, thread_x: Var, width: int = WARP_SIZE) -> None:
         super().__init__()
         self.thread_x = thread_x
+        self.width = width
 
     def visit_For(self, loop: For) -> Stmt:
         rewritten = self.match(loop)
         return rewritten if rewritten is not None else self.generic_visit(loop)
 
     def match(self, loop: For) -> Stmt | None:
-        if loop.kind not in ("serial", "unrolled") or as_int(loop.min) != 0 or as_int(loop.extent) != WARP_SIZE:
+        if loop.kind not in ("serial", "unrolled") or as_int(loop.min) != 0 or as_int(loop.extent) != self.width:
             return None
         guard = loop.body
         if not (isinstance(guard, IfThenElse) and guard.else_case is None and _is_thread_zero(guard.condition,
@@ -90,7 +96,8 @@ class _Rewriter(Mutator):
             return None
         lane_value = substitute(partial, {k: self.thread_x.astype(k.dtype)})
         reduced = Var(update.buffer.name + "_warp", update.value.dtype)
-        call = Call("warp_reduce", (StringImm(_OPS[type(value)]), lane_value), update.value.dtype)
+        call = Call("warp_reduce", (StringImm(_OPS[type(value)]), lane_value, IntImm(self.width, "int32")),
+                    update.value.dtype)
         combined = type(value)(target, reduced)
         steps = ([init] if init is not None else []) + [BufferStore(update.buffer, combined, update.indices)]
         body = IfThenElse(guard.condition, steps[0] if len(steps) == 1 else SeqStmt(tuple(steps)))

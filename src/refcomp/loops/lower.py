@@ -11,9 +11,10 @@ Each pass is a pure function PrimFunc -> PrimFunc in its own module under `refco
 guarantees.
 
 A target adds its own steps through `LoweringHooks` (the CUDA backend: kernel normal form, on-chip
-buffer placement before flattening, barriers after): passes run at the two declared points,
-`after_blocks` (loops exist, buffers are still multi-dimensional) and `after_lowering` (the final
-form).  The driver passes the hooks of the target it builds for.
+buffer placement before flattening, barriers after): passes run at the three declared points,
+`before_blocks` (the block-level function), `after_blocks` (loops exist, buffers are still
+multi-dimensional) and `after_lowering` (the final form).  The driver passes the hooks of the
+target it builds for.
 
 With `REFCOMP_DEBUG=1` in the environment, or the logger "refcomp.lower" at DEBUG level, the IR
 after each pass is printed (to stderr, or to the log).
@@ -70,6 +71,7 @@ PIPELINE: tuple[tuple[str, Pass], ...] = (
 class LoweringHooks:
     """A target's extra lowering passes, each run at one declared point of PIPELINE."""
 
+    before_blocks: tuple[Pass, ...] = ()  # before lower_blocks: blocks are still there
     after_blocks: tuple[Pass, ...] = ()  # after lower_blocks: loops, multi-dimensional buffers
     after_lowering: tuple[Pass, ...] = ()  # after the whole pipeline: the form the emitter prints
 
@@ -104,6 +106,8 @@ def lower(func: PrimFunc | IRModule, *, after_pass: Callable[[str, PrimFunc], No
             _show(name, func)
         return func
 
+    for hook in hooks.before_blocks:
+        func = step(_hook_name(hook), hook, func)
     for name, run in PIPELINE:
         func = step(name, run, func)
         if name == "lower_blocks":

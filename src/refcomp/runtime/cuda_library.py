@@ -44,6 +44,77 @@ class _DeviceArrayView:
         return np.empty(self.shape, self.dtype)
 
 
+def cuda_device_count() -> int:
+    """The number of CUDA devices the driver reports (0 without a driver or a device); asks the
+    driver library directly, so nothing needs to be built first."""
+    import ctypes
+
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return int(count.value)
+
+
+def cuda_device_name(index: int = 0) -> str | None:
+    """The name of CUDA device `index` as the driver reports it (None without one)."""
+    import ctypes
+
+    if cuda_device_count() <= index:
+        return None
+    driver = ctypes.CDLL("libcuda.so.1")
+    device = ctypes.c_int(0)
+    name = ctypes.create_string_buffer(256)
+    if driver.cuDeviceGet(ctypes.byref(device), index) != 0 or driver.cuDeviceGetName(name, 256, device) != 0:
+        return None
+    return name.value.decode(errors="replace")
+
+
+class DeviceArray:
+    """A copy of a numpy array in device memory, owned by the library that made it (`to_device`).
+
+    It has `__cuda_array_interface__`, so the library's kernels take it as a device argument;
+    `copy_to(host)` brings the contents back; `free()` (or garbage collection) releases it."""
+
+    def __init__(self, library: "CudaLibrary", host: np.ndarray) -> None:
+        self._library = library
+        self.shape, self.dtype, self.nbytes = host.shape, host.dtype, host.nbytes
+        self._pointer = library._alloc(max(host.nbytes, 1))
+        if self._pointer == library._ffi.NULL:
+            raise RuntimeFailure(f"{library.func.name}: cudaMalloc of {host.nbytes} bytes failed")
+        source = np.ascontiguousarray(host)
+        if library._copy(self._pointer, library._ffi.cast("void*", source.ctypes.data), host.nbytes, 1) != 0:
+            self.free()
+            raise RuntimeFailure(f"{library.func.name}: copy to the device failed")
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        address = int(self._library._ffi.cast("uintptr_t", self._pointer))
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (address, False), "version": 3}
+
+    def copy_to(self, host: np.ndarray) -> None:
+        """Copy the device contents into host (C-contiguous, same shape and dtype)."""
+        if host.shape != self.shape or host.dtype != self.dtype or not host.flags.c_contiguous:
+            raise ArgumentError(f"copy_to: expected a C-contiguous {self.dtype} array of shape {self.shape}")
+        library = self._library
+        if library._copy(library._ffi.cast("void*", host.ctypes.data), self._pointer, self.nbytes, 0) != 0:
+            raise RuntimeFailure(f"{library.func.name}: copy from the device failed")
+
+    def free(self) -> None:
+        if self._pointer is not None and self._pointer != self._library._ffi.NULL:
+            self._library._free(self._pointer)
+        self._pointer = None
+
+    def __del__(self) -> None:
+        try:
+            self.free()
+        except Exception:  # interpreter shutdown
+            pass
+
+
 class CudaLibrary(LoadedKernel):
     """Call with arrays in the order of the function's parameters; runs on the GPU in place.
 
@@ -74,6 +145,11 @@ class CudaLibrary(LoadedKernel):
                 f"{self.func.name}: no CUDA device is available to run this kernel ({detail}); "
                 "the source (lib.source) and the compiled module (lib.path) were built"
             )
+
+    def to_device(self, array: np.ndarray) -> DeviceArray:
+        """A device copy of a numpy array, to call kernels without copies (needs a device)."""
+        self._require_device()
+        return DeviceArray(self, np.asarray(array))
 
     def _prepared_call(self, args: tuple, kwargs: dict):
         self._check(args, kwargs)

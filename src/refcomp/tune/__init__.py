@@ -10,7 +10,8 @@ from .cost_model import CostModel, RidgeModel, XGBModel, default_cost_model, xgb
 from .dask_runner import DaskRunner
 from .database import Database, TuningRecord
 from .features import FEATURE_NAMES, extract_features, features_of
-from .runner import Candidate, Checker, MeasureResult, Runner, RunnerBackend, machine_description
+from .gpu_rules import AutoBind, CrossThreadReduction, GPUMultiLevelTiling, GPURowReduction, gpu_rules
+from .runner import Candidate, Checker, DeviceResident, MeasureResult, Runner, RunnerBackend, machine_description
 from .model import ModelTuneResult, Task, TaskReport, extract_tasks, tune_model
 from .progress import ProgressBar, format_seconds, matplotlib_available, plot_curve
 from .rules import AutoInline, ParallelOuter, RandomComputeLocation, RowReductionDefault, TensorizeTiling
@@ -20,7 +21,8 @@ from .space import (DesignSpace, MultiLevelTiling, MutateCategorical, MutateTile
 from .workload import structural_hash
 
 __all__ = [
-    "AutoInline", "Candidate", "Checker", "CostModel", "DaskRunner", "Database", "DesignSpace", "FEATURE_NAMES",
+    "AutoBind", "AutoInline", "Candidate", "CrossThreadReduction", "DeviceResident", "GPUMultiLevelTiling",
+    "GPURowReduction", "gpu_rules", "Checker", "CostModel", "DaskRunner", "Database", "DesignSpace", "FEATURE_NAMES",
     "Failure", "MeasureResult", "ModelTuneResult", "MultiLevelTiling", "MutateCategorical", "MutateTileSize",
     "ParallelOuter", "ParallelVectorizeUnroll", "ProgressBar", "RandomComputeLocation", "RidgeModel",
     "RowReductionDefault", "Runner", "RunnerBackend", "ScheduleRule", "Task", "TaskReport", "TensorizeTiling",

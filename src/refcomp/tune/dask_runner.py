@@ -100,7 +100,7 @@ class DaskRunner:
 
     def worker_machines(self) -> dict[str, str]:
         """Each worker's address and the machine it measures on (`machine_description()` there)."""
-        return dict(self.client.run(machine_description))
+        return dict(self.client.run(machine_description, self.target))
 
     def machine(self) -> str:
         """The machine every worker measures on; a RefcompError when there are no workers or they differ."""

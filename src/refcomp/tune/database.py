@@ -190,5 +190,5 @@ class Database:
         from .runner import machine_description
         from .search import best_scheduled
 
-        scheduled = best_scheduled(func, self, target, machine_description())
+        scheduled = best_scheduled(func, self, target, machine_description(target))
         return scheduled if scheduled is not None else best_scheduled(func, self, target)

@@ -57,17 +57,58 @@ class MeasureResult:
         return sum(self.run_times) / len(self.run_times) if self.run_times else float("inf")
 
 
-def machine_description() -> str:
+def machine_description(target: str = "c") -> str:
     """The target of measurements taken in this process: the architecture and the vector extensions
-    refcomp's kernels can use (`refcomp.loops.intrin.cpu.describe()`), e.g. "x86_64 SSE4_2 AVX AVX2 FMA"."""
+    refcomp's kernels can use (`refcomp.loops.intrin.cpu.describe()`), e.g. "x86_64 SSE4_2 AVX AVX2 FMA";
+    for a CUDA target followed by the GPU's name ("... cuda NVIDIA H100 80GB HBM3", or "cuda none")."""
+    if str(target).split()[:1] == ["cuda"]:
+        from ..runtime.cuda_library import cuda_device_name
+
+        return f"{cpu.describe()} cuda {cuda_device_name() or 'none'}"
     return cpu.describe()
 
 
 def default_build(func: PrimFunc, target: str) -> Callable[..., None]:
-    """refcomp.build as the tuner uses it: the kernel as a callable on numpy arrays."""
+    """refcomp.build as the tuner uses it: the kernel as a callable on numpy arrays (for a CUDA
+    target, one that keeps the arrays on the device and times only the launches: `DeviceResident`)."""
     from ..driver import build
 
-    return build(func, target=target)
+    kernel = build(func, target=target)
+    return DeviceResident(kernel) if str(target).split()[:1] == ["cuda"] else kernel
+
+
+class DeviceResident:
+    """A CUDA kernel called on numpy arrays whose device copies are kept between calls.
+
+    A call uploads the arrays (the first time, or when called with other arrays), launches, and
+    copies every array back, so a checker reads the results; `timed_call(*arrays)` launches on the
+    device copies alone and returns the seconds until the launcher's final synchronisation:
+    the runner times GPU candidates without the copies."""
+
+    def __init__(self, library) -> None:
+        self.library = library
+        self._key: tuple | None = None
+        self._device: list = []
+
+    def _upload(self, arrays) -> list:
+        key = tuple(id(a) for a in arrays)
+        if key != self._key:
+            self._device = [self.library.to_device(a) for a in arrays]
+            self._key = key
+        return self._device
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        self._key = None  # fresh contents every checked call
+        device = self._upload(arrays)
+        self.library(*device)
+        for host, copy in zip(arrays, device):
+            copy.copy_to(host)
+
+    def timed_call(self, *arrays: np.ndarray) -> float:
+        device = self._upload(arrays)
+        start = time.perf_counter()
+        self.library(*device)
+        return time.perf_counter() - start
 
 
 def random_arguments(func: PrimFunc, seed: int) -> list[np.ndarray]:
@@ -185,7 +226,11 @@ def _run_child(conn: Any, func: PrimFunc, trace: dict, target: str, build: Calla
             conn.send(("wrong", (), problem))
             return
         times = []
+        timed_call = getattr(kernel, "timed_call", None)  # a kernel that times itself (DeviceResident)
         for _ in range(repeats):
+            if timed_call is not None:
+                times.append(float(timed_call(*arrays)))
+                continue
             start = time.perf_counter()
             kernel(*arrays)
             times.append(time.perf_counter() - start)
@@ -194,7 +239,7 @@ def _run_child(conn: Any, func: PrimFunc, trace: dict, target: str, build: Calla
         conn.send(("run_error", (), traceback.format_exc(limit=3)))
 
 
-def _finish(process: isolate.IsolatedCall, deadline: float, what: str) -> MeasureResult:
+def _finish(process: isolate.IsolatedCall, deadline: float, what: str, target: str = "c") -> MeasureResult:
     """Wait for one worker until deadline; its report, or crash/timeout when it gave none."""
     remaining = max(0.0, deadline - time.monotonic())
     try:
@@ -208,15 +253,15 @@ def _finish(process: isolate.IsolatedCall, deadline: float, what: str) -> Measur
                 process.kill()
                 process.join()
             if status is not None:
-                return MeasureResult(status, tuple(times), message, machine_description())
+                return MeasureResult(status, tuple(times), message, machine_description(target))
         if process.is_alive():
             process.kill()
             process.join()
             return MeasureResult("timeout", (), f"{what} did not finish within the time limit",
-                                 machine_description())
+                                 machine_description(target))
         process.join()
         return MeasureResult("crash", (), f"{what} process died with exit code {process.exitcode}",
-                             machine_description())
+                             machine_description(target))
     finally:
         process.close()
 
@@ -255,7 +300,7 @@ class Runner:
 
     def machine(self) -> str:
         """The machine the candidates are measured on: this one."""
-        return machine_description()
+        return machine_description(self.target)
 
     def measure(self, func: PrimFunc, candidates: Sequence[Candidate], checker: Checker) -> list[MeasureResult]:
         """A result for every candidate, in order; never raises for a candidate's failure."""
@@ -279,11 +324,11 @@ class Runner:
                                         self.timeout_s, "the build hook")
                 active.append((index, process, time.monotonic() + self.timeout_s))
             index, process, deadline = active.pop(0)
-            results[index] = _finish(process, deadline, "the build")
+            results[index] = _finish(process, deadline, "the build", self.target)
         return results  # type: ignore[return-value]
 
     def run_one(self, func: PrimFunc, candidate: Candidate, checker: Checker) -> MeasureResult:
         """Build (a cache hit after a build) and run one candidate in its own process, checked."""
         process = isolate.start(_run_child, (func, candidate.trace, self.target, self.build, checker, self.repeats),
                                 self.timeout_s, "the candidate with its build hook and checker")
-        return _finish(process, time.monotonic() + self.timeout_s, "the candidate")
+        return _finish(process, time.monotonic() + self.timeout_s, "the candidate", self.target)

@@ -32,7 +32,7 @@ from .cost_model import CostModel, default_cost_model, scores_from_times
 from .dask_runner import resolve_runner
 from .database import Database, TuningRecord
 from .features import features_of
-from .runner import Candidate, Checker, MeasureResult, Runner, RunnerBackend
+from .runner import Candidate, Checker, MeasureResult, Runner, RunnerBackend, default_build
 from .space import DesignSpace, default_mutators, default_rules, mutate_trace
 from .workload import structural_hash
 
@@ -238,6 +238,13 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
     runner = resolve_runner(runner, target)
     if runner.target != target:
         raise RefcompError(f"tune: the runner builds for {runner.target!r}, the search is for {target!r}")
+    if type(runner) is Runner and str(target).split()[:1] == ["cuda"] and runner.build is default_build:
+        from ..runtime.cuda_library import cuda_device_count
+
+        if cuda_device_count() == 0:
+            raise RefcompError("tune: the CUDA target measures candidates on a GPU, and this machine has no CUDA "
+                               "device; sampled GPU schedules can still be checked on the CPU with "
+                               "refcomp.emit_cuda.simulate.run_checked")
     workload = structural_hash(func)
     machine = runner.machine()
     search = _Search(func, target, space, list(mutators or default_mutators()), cost_model or default_cost_model(),

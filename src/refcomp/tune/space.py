@@ -140,11 +140,14 @@ def _loop_bindings(func: PrimFunc, block: Block) -> dict[int, str]:
 
 
 def default_rules(target: str = "c") -> list[ScheduleRule]:
-    """The rules for a target.  CPU: the row-reduction structure (a function-level rule), auto-inline, tensorize tiling (where a tile intrinsic this CPU
+    """The rules for a target.  CUDA (`cuda ...`): `gpu_rules.gpu_rules()` -- GPU row reduction,
+    auto-inline, cross-thread reduction, GPU multi-level tiling SSSRRSRS, auto-bind.  CPU: the row-reduction structure (a function-level rule), auto-inline, tensorize tiling (where a tile intrinsic this CPU
     runs matches), multi-level tiling SSRSRS (the other reductions), random compute location,
     parallel outer loops, parallel-vectorize-unroll."""
     if target.split()[:1] == ["cuda"]:
-        raise RefcompError("tune: no design space for CUDA targets yet (the GPU tiling rule is not built)")
+        from .gpu_rules import gpu_rules
+
+        return gpu_rules()
     from .rules import AutoInline, ParallelOuter, RandomComputeLocation, RowReductionDefault, TensorizeTiling
 
     return [RowReductionDefault(), AutoInline(), TensorizeTiling(), MultiLevelTiling(), RandomComputeLocation(),

@@ -7,6 +7,7 @@ from ...ast import Block, For, PrimFunc
 from ...ast.node import freeze_mapping
 from ...ast.stmt import THREAD_TAGS
 from ...errors import ScheduleError
+from .cross_thread import carries_reduction, cross_thread_reduction
 from .legality import check_no_loop_carried_dependence, const_int
 from .lookup import locate_block, locate_loop
 from .tree import replace_in_func, walk
@@ -58,7 +59,13 @@ def bind(func: PrimFunc, loop: For, thread_axis: str) -> tuple[PrimFunc, None]:
     """Bind loop to a GPU thread axis ("blockIdx.x", "threadIdx.y", "vthread.x", ...).
 
     Requires: a known axis; no enclosing or enclosed loop bound to the same axis; the loop starts
-    at 0; the same independence as parallel (cross-thread reductions are not supported).
+    at 0; the same independence as parallel -- except that a loop carrying a reduction may be
+    bound to a threadIdx axis when it is a cross-thread reduction (`cross_thread.py`: one block
+    `out = out + x` (max, min) with a separable init, the loop in the perfect nest of its reduce
+    loops); the CUDA backend combines the threads' partial results in shared memory.
+
+    Before: `for k in range(32): B[i] += A[i, k]`; `bind(k, "threadIdx.x")` after: the same loop
+    as `for k in T.thread_binding(32, thread="threadIdx.x")`.
     """
     path = locate_loop(func, loop, "bind")
     if thread_axis not in THREAD_TAGS:
@@ -72,6 +79,9 @@ def bind(func: PrimFunc, loop: For, thread_axis: str) -> tuple[PrimFunc, None]:
                                 ir=func, spot=other)
     if thread_axis.startswith("threadIdx"):
         _check_threads_per_block(func, path, loop, thread_axis)
+        if carries_reduction(loop):
+            cross_thread_reduction(func, loop, "bind")
+            return _set_kind(func, loop, "thread_binding", "bind", thread=thread_axis)
     check_no_loop_carried_dependence(func, loop, "bind")
     return _set_kind(func, loop, "thread_binding", "bind", thread=thread_axis)
 

@@ -407,7 +407,12 @@ def recheck_concurrent_loops(func: PrimFunc, primitive: str) -> None:
     (for primitives that move blocks under existing loops)."""
     for stmt in walk(func.body):
         if isinstance(stmt, For) and stmt.kind in CONCURRENT_KINDS:
-            check_no_loop_carried_dependence(func, stmt, primitive)
+            from .cross_thread import cross_thread_reduction, is_cross_thread
+
+            if is_cross_thread(stmt):
+                cross_thread_reduction(func, stmt, primitive)
+            else:
+                check_no_loop_carried_dependence(func, stmt, primitive)
 
 
 def access_region(loop: For, realize: BlockRealize, region, cover: bool = False):

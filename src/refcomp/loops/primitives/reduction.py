@@ -249,6 +249,11 @@ def _true() -> PrimExpr:
     return true()
 
 
+def reduction_identity(combine, dtype) -> PrimExpr:
+    """The value x with combine(x, y) == y for every y (combine: Add, Mul, Max or Min)."""
+    return _identity(combine, dtype)
+
+
 def _identity(combine, dtype) -> PrimExpr:
     """The value x with combine(x, y) == y for every y."""
     if combine is Add:
