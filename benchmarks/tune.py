@@ -29,6 +29,8 @@ import harness  # noqa: E402  (before numpy: it sets up OpenBLAS, OpenMP and mal
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -52,34 +54,31 @@ def dask_scaling(trials: int, as_json: bool) -> None:
     """Trials per minute tuning a 64x64x64 matmul: the local pool, then a LocalCluster of 1, 2 and 4
     worker processes (non-daemonic, as spec/tune_distributed.md advises, so each worker forks its
     candidates from a fork server); the overhead per trial is the 1-worker cluster's extra time over
-    a 1-process local pool, and a Dask round trip is one empty task.  The cores are shared by the
-    search, the builds and the measurements, so on a small machine more workers add little."""
-    import dask
+    a 1-process local pool, and a Dask round trip is one empty task.  Each configuration runs in a
+    fresh process with an empty build cache of its own, so none reuses another's compiled
+    candidates.  The cores are shared by the search, the builds and the measurements, so on a small
+    machine more workers add little."""
     import distributed
 
     print(f"machine: {intrin.cpu.describe()}, {os.cpu_count()} CPUs; dask distributed {distributed.__version__}")
-    func = workloads.matmul(64, 64, 64)
-    settings = dict(trials=trials, batch=8, population=16, generations=1, seed=0, reference=_matmul_reference)
 
-    def minutes(runner) -> float:
-        start = time.monotonic()
-        result = tune.tune(func, "c", runner=runner, **settings)
-        assert result.schedule is not None, "no candidate passed the check"
-        return (time.monotonic() - start) / 60.0
+    def run(config: str) -> dict:
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, REFCOMP_CACHE_DIR=cache)
+            done = subprocess.run([sys.executable, os.path.abspath(__file__), "--dask", str(trials),
+                                   "--dask-run", config], env=env, capture_output=True, text=True, timeout=3600)
+        if done.returncode != 0:
+            raise SystemExit(f"the {config} run failed:\n{done.stdout}\n{done.stderr}")
+        return json.loads(done.stdout.strip().splitlines()[-1])
 
-    local = minutes(tune.Runner())
-    local_serial = minutes(tune.Runner(workers=1))
-    print(f"local pool (2 build processes): {trials / local:7.1f} trials/min")
+    local = run("local")["minutes"]
+    local_serial = run("local1")["minutes"]
+    print(f"local pool (2 build processes): {trials / local:7.1f} trials/min; "
+          f"1 build process: {trials / local_serial:7.1f} trials/min")
     cases = {}
     for workers in (1, 2, 4):
-        with dask.config.set({"distributed.worker.daemon": False}), \
-                distributed.LocalCluster(n_workers=workers, processes=True, threads_per_worker=1,
-                                         dashboard_address=None) as cluster, distributed.Client(cluster) as client:
-            spent = minutes(client)
-            start = time.monotonic()
-            for _ in range(20):
-                client.submit(_noop, pure=False).result()
-            round_trip_ms = (time.monotonic() - start) / 20 * 1e3
+        outcome = run(str(workers))
+        spent, round_trip_ms = outcome["minutes"], outcome["round_trip_ms"]
         rate = trials / spent
         case = {"refcomp": round(rate, 1), "baseline": round(trials / local, 1), "unit": "trials/min",
                 "ratio": round(local / spent, 3), "round_trip_ms": round(round_trip_ms, 1)}
@@ -92,6 +91,39 @@ def dask_scaling(trials: int, as_json: bool) -> None:
         cases[f"dask_{workers}_workers"] = case
     if as_json:
         print(json.dumps({"cases": cases}))
+
+
+def dask_run(trials: int, config: str) -> None:
+    """One configuration of dask_scaling in this process: "local" (the pool), "local1" (one build
+    process) or a number of Dask workers; prints {"minutes": ..., "round_trip_ms": ...}."""
+    func = workloads.matmul(64, 64, 64)
+    settings = dict(trials=trials, batch=8, population=16, generations=1, seed=0, reference=_matmul_reference)
+
+    def minutes(runner) -> float:
+        # a warm-up on another workload first: process pools, fork servers and imports start there
+        tune.tune(workloads.matmul(16, 16, 16), "c", runner=runner, trials=2, batch=2, population=4,
+                  reference=_matmul_reference)
+        start = time.monotonic()
+        result = tune.tune(func, "c", runner=runner, **settings)
+        assert result.schedule is not None, "no candidate passed the check"
+        return (time.monotonic() - start) / 60.0
+
+    if config in ("local", "local1"):
+        print(json.dumps({"minutes": minutes(tune.Runner(workers=1) if config == "local1" else tune.Runner()),
+                          "round_trip_ms": 0.0}))
+        return
+    import dask
+    import distributed
+
+    with dask.config.set({"distributed.worker.daemon": False}), \
+            distributed.LocalCluster(n_workers=int(config), processes=True, threads_per_worker=1,
+                                     dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        spent = minutes(client)
+        start = time.monotonic()
+        for _ in range(20):
+            client.submit(_noop, pure=False).result()
+        round_trip_ms = (time.monotonic() - start) / 20 * 1e3
+    print(json.dumps({"minutes": spent, "round_trip_ms": round_trip_ms}))
 
 
 def _softmax(a):
@@ -315,6 +347,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="calls per timing round")
     parser.add_argument("--rounds", type=int, default=3, help="alternating timing rounds")
     parser.add_argument("--database", default=None, help="JSON-lines file for the records (default: memory)")
+    parser.add_argument("--dask-run", default=None, help=argparse.SUPPRESS)  # one configuration of --dask
     parser.add_argument("--dask", type=int, default=0, metavar="N",
                         help="instead: trials per minute of N trials on 1, 2 and 4 local Dask workers")
     parser.add_argument("--gpu", action="store_true",
@@ -323,6 +356,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.gpu:
         return gpu_cases(args)
+    if args.dask and args.dask_run:
+        return dask_run(args.dask, args.dask_run)
     if args.dask:
         return dask_scaling(args.dask, args.json)
     budgets = sorted(int(t) for t in args.trials.split(","))
