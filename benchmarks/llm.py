@@ -125,7 +125,9 @@ def run_decode(model, hf, text, batch, length, new_tokens) -> dict:
     diff = check_against_torch(model, hf, prompts)
     if diff > 1e-2:
         raise SystemExit(f"refcomp's logits differ from torch's by {diff:.3g}: not timing a wrong model")
+    generate(model, prompts, 2)  # warm-up: the first decode step of a batch size builds its kernels
     ours = generate(model, prompts, new_tokens)
+    torch_decode(hf, prompts, 2)  # the same warm-up for torch
     theirs, seconds, decoded = torch_decode(hf, prompts, new_tokens)
     agree = float(np.mean(ours.as_array() == theirs))
     r_ms = 1e3 * ours.decode_seconds / ours.decoded
