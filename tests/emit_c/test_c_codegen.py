@@ -380,3 +380,22 @@ def test_decidable_comparisons_and_unused_lets_compile_under_werror():
     b = np.arange(4, dtype=np.int32)
     lib(a, b)
     np.testing.assert_array_equal(b, 121)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_select_over_loads_in_a_short_inner_loop(seed):
+    """out = x < 0 ? x * s : x over 12 x 5 (an ONNX PRelu kernel): gcc 12 -O3 with AVX-512 turned
+    the load of s under C's ?: into a masked vector load and read chosen lanes as 0; the Select is
+    emitted through rc_select_f32, whose operands are all evaluated."""
+    X, S, O = (Buffer(name, (60,), "float32") for name in ("x", "s", "out"))
+    i, j = Var("i", "int64"), Var("j", "int64")
+    k = i * 5 + j
+    value = Select(X[k] < FloatImm(0.0), X[k] * S[k], X[k])
+    body = For(i, 0, 12, "parallel", For(j, 0, 5, "serial", BufferStore(O, value, (k,))))
+    lib = refcomp.build(PrimFunc((X, S, O), body, name="prelu_rows"), bounds="off")
+    assert "rc_select_f32(" in lib.source
+    rng = np.random.default_rng(seed)
+    x, s = rng.standard_normal(60).astype(np.float32), rng.standard_normal(60).astype(np.float32)
+    out = np.zeros(60, np.float32)
+    lib(x, s, out)
+    np.testing.assert_array_equal(out, np.where(x < 0, x * s, x))
