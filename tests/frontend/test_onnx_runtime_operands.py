@@ -170,3 +170,33 @@ def test_constant_of_shape_at_run_time():
         np.testing.assert_array_equal(run(np.asarray(shape, np.int64)), np.full(shape, 1.5, np.float32))
     with pytest.raises(ArgumentError):
         run(np.asarray([-1, 2], np.int64))
+
+
+def _squeeze_model(axes):
+    """y = Squeeze(x) on x of shape (n, 1, 3) (n symbolic), with axes (an initializer) or without."""
+    inits = [] if axes is None else [helper.make_tensor("axes", TensorProto.INT64, [len(axes)], axes)]
+    node = helper.make_node("Squeeze", ["x"] + ([] if axes is None else ["axes"]), ["y"])
+    graph = helper.make_graph([node], "g", [_tensor("x", TensorProto.FLOAT, ["n", 1, 3])],
+                              [_tensor("y", TensorProto.FLOAT, None)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    return refcomp.runtime.VirtualMachine(refcomp.graph.build(from_onnx(model), target="c"))["main"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_squeeze_without_axes_keeps_symbolic_dims_checked_at_run_time(seed):
+    run = _squeeze_model(None)
+    rng = np.random.default_rng(seed)
+    for n in (2, 5):
+        x = rng.standard_normal((n, 1, 3)).astype(np.float32)
+        np.testing.assert_array_equal(run(x), x.reshape(n, 3))
+    with pytest.raises(ArgumentError, match="is_not_1"):  # n = 1 would change the rank fixed at import
+        run(rng.standard_normal((1, 1, 3)).astype(np.float32))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_squeeze_of_a_symbolic_dim_is_checked_at_run_time(seed):
+    run = _squeeze_model([0, 1])
+    x = np.random.default_rng(seed).standard_normal((1, 1, 3)).astype(np.float32)
+    np.testing.assert_array_equal(run(x), x.reshape(3))
+    with pytest.raises(ArgumentError):
+        run(np.ones((2, 1, 3), np.float32))
