@@ -200,3 +200,41 @@ def test_squeeze_of_a_symbolic_dim_is_checked_at_run_time(seed):
     np.testing.assert_array_equal(run(x), x.reshape(3))
     with pytest.raises(ArgumentError):
         run(np.ones((2, 1, 3), np.float32))
+
+
+def _col2im_reference(x, image, block):
+    """numpy Col2Im, stride 1, no pads or dilations: block column (c, offset) at position g adds to
+    pixel position(g) + offset."""
+    n, ck, _ = x.shape
+    c = ck // int(np.prod(block))
+    grid = [i - b + 1 for i, b in zip(image, block)]
+    out = np.zeros((n, c, *image), x.dtype)
+    cols = x.reshape(n, c, int(np.prod(block)), int(np.prod(grid)))
+    for k, offset in enumerate(np.ndindex(*block)):
+        for g, pos in enumerate(np.ndindex(*grid)):
+            out[(slice(None), slice(None), *[p + o for p, o in zip(pos, offset)])] += cols[:, :, k, g]
+    return out
+
+
+@pytest.fixture(scope="module")
+def col2im():
+    node = helper.make_node("Col2Im", ["x", "image", "block"], ["y"])
+    return _build(node, [_tensor("x", TensorProto.FLOAT, [2, 4, 9]), _tensor("image", TensorProto.INT64, [2]),
+                         _tensor("block", TensorProto.INT64, [2])], [_tensor("y", TensorProto.FLOAT, None)])
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("image,block", [((4, 4), (2, 2)), ((3, 4), (1, 2)), ((3, 3), (1, 1)), ((6, 3), (4, 1))])
+def test_col2im_image_and_block_shapes_at_run_time(col2im, image, block, seed):
+    x = np.random.default_rng(seed).standard_normal((2, 4, 9)).astype(np.float32)
+    got = col2im(x, np.asarray(image, np.int64), np.asarray(block, np.int64))
+    want = _col2im_reference(x, image, block)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_col2im_with_a_block_count_that_does_not_fit_is_refused(col2im):
+    x = np.ones((2, 4, 9), np.float32)
+    for image, block in (((5, 5), (2, 2)), ((3, 3), (3, 3)), ((4, 4), (0, 2))):
+        with pytest.raises(ArgumentError):
+            col2im(x, np.asarray(image, np.int64), np.asarray(block, np.int64))

@@ -169,6 +169,10 @@ def col2im_add(ctx, cols, channels, image, kernel, strides, pads, dilations, gri
 @converter("Col2Im")
 def _col2im(ctx, node, inputs, attrs):
     x = inputs[0]
+    if not (isinstance(inputs[1], Constant) and isinstance(inputs[2], Constant)):
+        from .ops_scatter_runtime import col2im_runtime
+
+        return col2im_runtime(ctx, x, inputs[1], inputs[2], attrs)
     image = [int(v) for v in np.asarray(ctx.constant(inputs[1], "image_shape")).reshape(-1)]
     kernel = [int(v) for v in np.asarray(ctx.constant(inputs[2], "block_shape")).reshape(-1)]
     nd = len(kernel)
