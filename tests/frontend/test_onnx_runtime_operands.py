@@ -238,3 +238,36 @@ def test_col2im_with_a_block_count_that_does_not_fit_is_refused(col2im):
     for image, block in (((5, 5), (2, 2)), ((3, 3), (3, 3)), ((4, 4), (0, 2))):
         with pytest.raises(ArgumentError):
             col2im(x, np.asarray(image, np.int64), np.asarray(block, np.int64))
+
+
+@pytest.fixture(scope="module")
+def max_unpool():
+    node = helper.make_node("MaxUnpool", ["x", "i", "shape"], ["y"], kernel_shape=[2, 2], strides=[2, 2])
+    return _build(node, [_tensor("x", TensorProto.FLOAT, [1, 2, 2, 2]), _tensor("i", TensorProto.INT64, [1, 2, 2, 2]),
+                         _tensor("shape", TensorProto.INT64, [4])], [_tensor("y", TensorProto.FLOAT, None)])
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("shape", [(1, 2, 4, 4), (1, 2, 5, 5), (1, 2, 6, 4)])
+def test_max_unpool_output_shape_at_run_time(max_unpool, shape, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, 2, 2, 2)).astype(np.float32)
+    # one position per 2 x 2 window of the 4 x 4 unpooled image, as flat indices into (1, 2, 4, 4)
+    rows, cols = np.meshgrid(np.arange(2), np.arange(2), indexing="ij")
+    index = np.zeros((1, 2, 2, 2), np.int64)
+    for c in range(2):
+        pick = rng.integers(0, 2, (2, 2, 2))
+        index[0, c] = c * 16 + (2 * rows + pick[0]) * 4 + 2 * cols + pick[1]
+    want = np.zeros(shape, np.float32)
+    unpooled = np.zeros(32, np.float32)
+    unpooled[index.reshape(-1)] = x.reshape(-1)
+    want[:, :, :4, :4] = unpooled.reshape(1, 2, 4, 4)
+    got = max_unpool(x, index, np.asarray(shape, np.int64))
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def test_max_unpool_output_shape_smaller_than_unpooled_is_refused(max_unpool):
+    x, index = np.ones((1, 2, 2, 2), np.float32), np.zeros((1, 2, 2, 2), np.int64)
+    with pytest.raises(ArgumentError):
+        max_unpool(x, index, np.asarray((1, 2, 3, 4), np.int64))

@@ -77,3 +77,26 @@ def col2im_runtime(ctx, x, image_value, block_value, attrs):
     where = e(op.broadcast_to(target, (n, channels, count)))
     summed = e(op.scatter_elements(out, where, values, axis=2, reduction="add"))
     return e(op.reshape(summed, (n, channels) + tuple(image)))
+
+
+def max_unpool_runtime(ctx, x, indices, shape_value, inferred):
+    """MaxUnpool into an output_shape read at run time (each dim at least the unpooled one): the
+    indices address the unpooled shape, whose values land in the output's leading corner."""
+    e = ctx.emit
+    dims = runtime_sizes(ctx, shape_value, "output_dim")
+    if len(dims) != len(inferred):
+        ctx.fail(f"output_shape has {len(dims)} entries, the input rank is {len(inferred)}")
+    require(ctx, tir.all_(*(d >= _i64(i) for d, i in zip(dims, inferred))),
+            "output_shape is at least the unpooled shape")
+    flat = e(op.reshape(indices, (-1,)))
+    target = Constant(np.asarray(0, np.int64))
+    for a, size in enumerate(inferred):
+        inner = int(np.prod(inferred[a + 1:], dtype=np.int64))
+        coord = e(op.floor_mod(op.floor_divide(flat, Constant(np.asarray(inner, np.int64))),
+                               Constant(np.asarray(size, np.int64))))
+        target = e(op.add(op.multiply(target, e(op.shape_to_tensor((dims[a],), scalar=True))), coord))
+    total = _prod(dims)
+    out = e(op.full((1, total), 0, str(ctx.info(x).dtype)))
+    where = e(op.reshape(target, (1, -1)))
+    values = e(op.reshape(x, (1, -1)))
+    return e(op.reshape(op.scatter_elements(out, where, values, axis=1), tuple(dims)))
