@@ -84,3 +84,29 @@ def test_stft_with_a_bad_step_or_length_is_refused(stft):
     for step, length in ((0, 8), (4, 41), (4, 0)):
         with pytest.raises(ArgumentError):
             stft(x, np.asarray(step, np.int64), np.asarray(length, np.int64))
+
+
+@pytest.fixture(scope="module")
+def mel_weight_matrix():
+    node = helper.make_node("MelWeightMatrix", ["bins", "length", "rate", "low", "high"], ["y"])
+    inputs = [_vi("bins", TensorProto.INT32, []), _vi("length", TensorProto.INT32, []),
+              _vi("rate", TensorProto.INT32, []), _vi("low", TensorProto.FLOAT, []), _vi("high", TensorProto.FLOAT, [])]
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    run = refcomp.runtime.VirtualMachine(refcomp.graph.build(from_onnx(model), target="c"))["main"]
+    return run, model
+
+
+@pytest.mark.parametrize("bins,length,rate,low,high", [
+    (8, 16, 8192, 0.0, 4096.0), (5, 32, 16000, 20.0, 8000.0), (12, 64, 22050, 100.0, 6000.0), (3, 10, 1000, 0.0, 500.0)])
+def test_mel_weight_matrix_of_run_time_sizes_matches_the_onnx_reference(mel_weight_matrix, bins, length, rate,
+                                                                        low, high):
+    from onnx.reference import ReferenceEvaluator
+
+    run, model = mel_weight_matrix
+    args = [np.asarray(bins, np.int32), np.asarray(length, np.int32), np.asarray(rate, np.int32),
+            np.asarray(low, np.float32), np.asarray(high, np.float32)]
+    (want,) = ReferenceEvaluator(model).run(None, dict(zip(["bins", "length", "rate", "low", "high"], args)))
+    got = run(*args)
+    assert got.shape == want.shape == (length // 2 + 1, bins) and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -188,6 +188,11 @@ def _stft(ctx, node, inputs, attrs):
 def _mel_weight_matrix(ctx, node, inputs, attrs):
     from .importer import _onnx_dtype
 
+    if any(_runtime(inputs, k) for k in range(5)):
+        from .ops_signal_runtime import mel_weight_matrix_runtime
+
+        dtype = _onnx_dtype(attrs["output_datatype"]) if "output_datatype" in attrs else np.dtype(np.float32)
+        return mel_weight_matrix_runtime(ctx, [ctx.tensor(v) for v in inputs], str(dtype))
     bins_mel = _int_input(ctx, inputs, 0, "num_mel_bins")
     dft_length = _int_input(ctx, inputs, 1, "dft_length")
     rate = _int_input(ctx, inputs, 2, "sample_rate")

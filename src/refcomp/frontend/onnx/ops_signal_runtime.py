@@ -174,3 +174,47 @@ def stft_runtime(ctx, real, imag, step_value, window, length_value, onesided: bo
     imag = framed(imag) if imag is not None else None
     cos, sin = dft_matrices(ctx, width, length, bins, str(np.dtype(dtype)), False, False)
     return _apply(ctx, real, imag, cos, sin, False, False)
+
+
+def mel_weight_matrix_runtime(ctx, inputs, out_dtype: str):
+    """MelWeightMatrix of run-time sizes and edges: (dft_length // 2 + 1, num_mel_bins) triangles
+    between num_mel_bins + 2 edges spaced evenly in mel (the mel ends in the edges' float type, the
+    rest in float64, as ONNX's reference computes), each edge floored to a spectrogram bin."""
+    e = ctx.emit
+    (bins,) = runtime_sizes(ctx, inputs[0], "num_mel_bins")
+    (length,) = runtime_sizes(ctx, inputs[1], "dft_length")
+    (spectrogram,) = bind_sizes(ctx, [tir.FloorDiv(length, _i64(2)) + _i64(1)], "mel_rows")
+    low, high = inputs[3], inputs[4]
+    fdtype = str(ctx.info(low).dtype)
+
+    def mel(f):
+        one = Constant(np.asarray(1, ctx.info(f).dtype.numpy()))
+        scale = Constant(np.asarray(700, ctx.info(f).dtype.numpy()))
+        factor = Constant(np.asarray(2595, ctx.info(f).dtype.numpy()))
+        return e(op.astype(op.multiply(factor, op.log10(op.add(one, op.divide(f, scale)))), "float64"))
+
+    if str(ctx.info(high).dtype) != fdtype:
+        high = e(op.astype(high, fdtype))
+    low_mel, high_mel = mel(low), mel(high)
+    edges_count = _scalar(ctx, bins + _i64(2))
+    step = e(op.divide(op.subtract(high_mel, low_mel), op.astype(edges_count, "float64")))
+    edges = e(op.add(op.multiply(op.astype(op.arange(bins + _i64(2), dtype="int64"), "float64"), step), low_mel))
+    hertz = e(op.multiply(_f64(700.0), op.subtract(op.power(_f64(10.0), op.divide(edges, _f64(2595.0))), _f64(1.0))))
+    numerator = e(op.multiply(op.astype(op.add(_scalar(ctx, length), Constant(np.asarray(1, np.int64))), "float64"),
+                              hertz))
+    edges = e(op.astype(op.floor(op.divide(numerator, op.astype(inputs[2], "float64"))), "int64"))
+    m = e(op.arange(bins, dtype="int64"))
+    left, center, right = (e(op.expand_dims(op.take(edges, op.add(m, Constant(np.asarray(k, np.int64))), axis=0), (0,)))
+                           for k in range(3))
+    j = e(op.expand_dims(op.arange(spectrogram, dtype="int64"), (1,)))
+    as_f = lambda v: e(op.astype(v, "float64"))  # noqa: E731
+    rise = e(op.subtract(center, left))
+    rise_safe = e(op.where(op.equal(rise, Constant(np.asarray(0, np.int64))), Constant(np.asarray(1, np.int64)), rise))
+    up = e(op.logical_and(op.greater_equal(j, left), op.less_equal(j, center)))
+    up_value = e(op.divide(as_f(op.subtract(j, left)), as_f(rise_safe)))
+    up_value = e(op.where(op.equal(rise, Constant(np.asarray(0, np.int64))), _f64(1.0), up_value))
+    down = e(op.logical_and(op.greater_equal(j, center), op.less(j, right)))
+    fall = e(op.maximum(op.subtract(right, center), Constant(np.asarray(1, np.int64))))
+    down_value = e(op.divide(as_f(op.subtract(right, j)), as_f(fall)))
+    weights = e(op.where(down, down_value, op.where(up, up_value, _f64(0.0))))
+    return e(op.astype(weights, out_dtype))
