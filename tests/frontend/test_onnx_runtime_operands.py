@@ -271,3 +271,28 @@ def test_max_unpool_output_shape_smaller_than_unpooled_is_refused(max_unpool):
     x, index = np.ones((1, 2, 2, 2), np.float32), np.zeros((1, 2, 2, 2), np.int64)
     with pytest.raises(ArgumentError):
         max_unpool(x, index, np.asarray((1, 2, 3, 4), np.int64))
+
+
+def _dropout_model(seed):
+    node = helper.make_node("Dropout", ["x", "r", "t"], ["y", "mask"], seed=seed)
+    graph = helper.make_graph([node], "g", [_tensor("x", TensorProto.FLOAT, [3, 4, 5]), _tensor("r", TensorProto.FLOAT, []),
+                                            _tensor("t", TensorProto.BOOL, [])],
+                              [_tensor("y", TensorProto.FLOAT, None), _tensor("mask", TensorProto.BOOL, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return refcomp.runtime.VirtualMachine(refcomp.graph.build(from_onnx(model), target="c"))["main"]
+
+
+@pytest.mark.parametrize("seed", [0, 3, 7])
+def test_training_dropout_draws_numpy_random_state_of_its_seed(seed):
+    run = _dropout_model(seed)
+    x = np.random.default_rng(seed + 100).standard_normal((3, 4, 5)).astype(np.float32)
+    draws = np.random.RandomState(seed).uniform(0.0, 1.0, (3, 4, 5))
+    for ratio in (0.0, 0.25, 0.75):
+        r = np.float32(ratio)
+        y, mask = run(x, np.asarray(r), np.asarray(True))
+        want_mask = draws >= r
+        np.testing.assert_array_equal(mask, want_mask)
+        np.testing.assert_array_equal(y, want_mask * x * (np.float32(1.0) / (np.float32(1.0) - r)))
+        y, mask = run(x, np.asarray(r), np.asarray(False))  # not training: the identity, every mask entry true
+        np.testing.assert_array_equal(y, x)
+        assert mask.all()
