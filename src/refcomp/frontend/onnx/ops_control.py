@@ -82,6 +82,10 @@ def _loop(ctx, node, inputs, attrs):
     body = attrs["body"]
     trips = inputs[0] if inputs else None
     cond = inputs[1] if len(inputs) > 1 else None
+    if any(v is not None and not isinstance(v, Constant) for v in (trips, cond)):
+        from .ops_loop_runtime import loop_runtime
+
+        return loop_runtime(ctx, node, inputs, attrs, _run_body)
     max_trips = int(_scalar(ctx, trips, "the Loop trip count")) if trips is not None else None
     running = bool(_scalar(ctx, cond, "the Loop condition")) if cond is not None else True
     if max_trips is not None and max_trips > MAX_UNROLL:
