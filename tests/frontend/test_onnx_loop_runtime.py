@@ -80,21 +80,40 @@ def test_loop_ending_on_a_condition_the_body_computes(seed):
     np.testing.assert_allclose(ys, want_ys, rtol=1e-6, atol=1e-6)
 
 
-def test_scan_outputs_of_a_length_computed_in_the_body_are_refused():
+def _slicing_loop(width_from_i):
+    """ys = Loop(m): step i scans data[i : i + 1] (or data[0 : i] when width_from_i), a length the
+    body computes at run time."""
+    start, end = (["zero1", "i1"] if width_from_i else ["i1", "i_next"])
     body = helper.make_graph(
         [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Identity", ["y_in"], ["y_out"]),
-         helper.make_node("Unsqueeze", ["i", "zero"], ["end"]),
-         helper.make_node("Slice", ["data", "start", "end"], ["scan"])],
+         helper.make_node("Unsqueeze", ["i", "zero1"], ["i1"]), helper.make_node("Add", ["i1", "one1"], ["i_next"]),
+         helper.make_node("Slice", ["data", start, end], ["scan"])],
         "body", [_vi("i", TensorProto.INT64, []), _vi("cond_in", TensorProto.BOOL, []), _vi("y_in", TensorProto.FLOAT, [1])],
         [_vi("cond_out", TensorProto.BOOL, []), _vi("y_out", TensorProto.FLOAT, [1]), _vi("scan", TensorProto.FLOAT, None)],
-        initializer=[helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
-                     helper.make_tensor("start", TensorProto.INT64, [1], [0]),
+        initializer=[helper.make_tensor("zero1", TensorProto.INT64, [1], [0]),
+                     helper.make_tensor("one1", TensorProto.INT64, [1], [1]),
                      helper.make_tensor("data", TensorProto.FLOAT, [4], [1, 2, 3, 4])])
-    loop = helper.make_node("Loop", ["m", "", "y0"], ["y", "ys"], body=body, name="growing")
+    loop = helper.make_node("Loop", ["m", "", "y0"], ["y", "ys"], body=body, name="slicing")
     graph = helper.make_graph([loop], "g", [_vi("m", TensorProto.INT64, []), _vi("y0", TensorProto.FLOAT, [1])],
                               [_vi("y", TensorProto.FLOAT, [1]), _vi("ys", TensorProto.FLOAT, None)])
-    with pytest.raises(RefcompError, match=r"growing \(Loop\).*scan outputs whose dims are known"):
-        from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return refcomp.runtime.VirtualMachine(refcomp.graph.build(from_onnx(model), target="c"))["main"]
+
+
+def test_scan_outputs_of_a_length_computed_in_the_body():
+    run = _slicing_loop(width_from_i=False)
+    data = np.arange(1, 5, dtype=np.float32)
+    for m in (0, 1, 4):
+        _, ys = run(np.asarray(m, np.int64), np.zeros(1, np.float32))
+        np.testing.assert_array_equal(ys, data[:m].reshape(m, 1) if m else np.zeros((0, 0), np.float32))
+
+
+def test_scan_outputs_whose_shape_changes_between_steps_are_a_run_time_error():
+    run = _slicing_loop(width_from_i=True)
+    _, ys = run(np.asarray(1, np.int64), np.zeros(1, np.float32))  # one step: data[0:0]
+    assert ys.shape == (1, 0)
+    with pytest.raises(RefcompError):  # data[0:1] after data[0:0]: scan outputs must keep one shape
+        run(np.asarray(2, np.int64), np.zeros(1, np.float32))
 
 
 def test_a_loop_deeper_than_the_call_limit_is_a_typed_error(monkeypatch):

@@ -114,12 +114,13 @@ def loop_runtime(ctx, node, inputs, attrs, run_body):
             ctx.bb.emit_func_output(out)
     finally:
         ctx.bb = outer_bb
+    flexible = []  # scan outputs with dims computed in the body: the first step fixes them
     for k, info in enumerate(scan_infos):
         _check_param_info(ctx, info, f"scan output {k}")
-        unknown = [v for v in shape_vars(info) if v not in ctx.bb.defined_vars]
-        if unknown:
-            ctx.fail(f"a Loop with a run-time trip count needs scan outputs whose dims are known outside the "
-                     f"loop; scan output {k} is {info} ({', '.join(v.name for v in unknown)} computed in the body)")
+        flexible.append(any(v not in ctx.bb.defined_vars for v in shape_vars(info)))
+        if flexible[-1]:
+            scan_infos[k] = TensorStructInfo(tuple(SizeVar(f"scan{k}_dim{j}", "int64") for j in range(info.ndim)),
+                                             info.dtype)
     acc_infos = [TensorStructInfo((SizeVar(f"steps{k}", "int64"),) + tuple(info.shape), info.dtype)
                  for k, info in enumerate(scan_infos)]
     ret = TupleStructInfo(tuple(v.struct_info for v in carried)
@@ -140,12 +141,18 @@ def loop_runtime(ctx, node, inputs, attrs, run_body):
             grown = []
             for k, s in enumerate(outs[1 + len(carried):]):
                 acc = step_ps[3 + len(carried) + k]
+                if flexible[k]:
+                    grown.append(bb.emit_output(ctx.tensor(s)))
+                    continue
                 s = bb.match_cast(ctx.tensor(s), TensorStructInfo(tuple(acc.struct_info.shape[1:]), acc.struct_info.dtype))
                 grown.append(e(op.concat(acc, op.expand_dims(s, (0,)), axis=0)))
             following = e(op.add(step_ps[0], Constant(np.asarray(1, np.int64))))
             args = [following, step_ps[1], cond_out] + values + grown + step_ps[3 + len(carried) + n_scan:]
             args = [bb.emit_output(a) if not isinstance(a, Var) or type(a).__name__ == "DataflowVar" else a
                     for a in args]
+        for k in range(n_scan):
+            if flexible[k]:
+                args[3 + len(carried) + k] = _grow(bb, step_ps[3 + len(carried) + k], args[3 + len(carried) + k])
         result = bb.emit(Call(loop_gv, tuple(args)))
         bb.emit_func_output(result)
 
@@ -160,7 +167,8 @@ def loop_runtime(ctx, node, inputs, attrs, run_body):
         result = bb.emit(make_if(None, go, then, other, bb.defined_vars))
         bb.emit_func_output(result)
 
-    empty = [e(op.full((0,) + tuple(info.shape), 0, str(info.dtype))) for info in scan_infos]
+    empty = [e(op.full((0,) * (info.ndim + 1) if flexible[k] else (0,) + tuple(info.shape), 0, str(info.dtype)))
+             for k, info in enumerate(scan_infos)]
     call = e(Call(loop_gv, tuple([Constant(np.asarray(0, np.int64)), trips, cond] + carried + empty + free)))
     results = []
     for k, v in enumerate(carried):
@@ -168,5 +176,30 @@ def loop_runtime(ctx, node, inputs, attrs, run_body):
     for k, info in enumerate(scan_infos):
         got = e(TupleGetItem(call, len(carried) + k))
         steps = SizeVar(f"loop_steps{tag}_{k}", "int64")
-        results.append(bb.match_cast(got, TensorStructInfo((steps,) + tuple(info.shape), info.dtype)))
+        dims = tuple(SizeVar(f"loop_scan{tag}_{k}_dim{j}", "int64") for j in range(info.ndim)) if flexible[k] \
+            else tuple(info.shape)
+        results.append(bb.match_cast(got, TensorStructInfo((steps,) + dims, info.dtype)))
     return results
+
+
+def _grow(bb, acc, value):
+    """acc with value appended along a new leading axis; while acc is empty (its trailing dims 0,
+    unknown before the first step) the result is value alone, after that value's shape must be
+    that of the earlier steps (checked at run time)."""
+    from ...ast.graph import MatchCast
+
+    steps = acc.struct_info.shape[0]
+    first = bb.emit(op.equal(op.shape_to_tensor((steps,), scalar=True), Constant(np.asarray(0, np.int64))))
+    alone = bb.normalize(op.expand_dims(value, (0,)))
+    alone_var = Var("grown", alone.struct_info)
+    then = SeqExpr((BindingBlock((VarBinding(alone_var, alone),)),), alone_var)
+    info = value.struct_info
+    same = TensorStructInfo((steps,) + tuple(info.shape), info.dtype)
+    matched = Var("earlier", same)
+    lifted = bb.normalize(op.expand_dims(value, (0,)))
+    lifted_var = Var("step", lifted.struct_info)
+    joined = bb.normalize(op.concat(matched, lifted_var, axis=0))
+    joined_var = Var("grown", joined.struct_info)
+    other = SeqExpr((BindingBlock((MatchCast(matched, acc, same), VarBinding(lifted_var, lifted),
+                                   VarBinding(joined_var, joined))),), joined_var)
+    return bb.emit(make_if(None, first, then, other, bb.defined_vars))
