@@ -1,6 +1,7 @@
 """ONNX control flow imported by evaluation at import time: If on a constant condition, Loop with a
 constant trip count and condition, and Scan over a static sequence length, unrolled; and the
-Optional queries on plain tensors (optional types themselves are not imported).
+Optional queries on plain tensors (optional types themselves are not imported).  A Loop whose
+trip count or condition is known only at run time runs by recursion (ops_loop_runtime).
 
 The graph IR's own `If` needs the branches outside a dataflow block; the importer builds one
 dataflow block, so an If on a condition computed at run time computes both branches and selects

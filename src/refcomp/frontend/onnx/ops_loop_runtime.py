@@ -20,7 +20,6 @@ import itertools
 import numpy as np
 
 from ...ast import SizeVar
-from ...ast import expr as tir
 from ...ast.graph import Call, Constant, GlobalVar, SeqExpr, Tuple, TupleGetItem, Var, VarBinding
 from ...ast.graph import BindingBlock
 from ...ast.graph_struct_info import FuncStructInfo, TensorStructInfo, TupleStructInfo, definable_vars, shape_vars

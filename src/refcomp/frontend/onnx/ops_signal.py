@@ -1,5 +1,6 @@
 """ONNX signal ops: DFT and STFT as matmuls with constant cosine/sine matrices, and MelWeightMatrix
-computed at import (its inputs are sizes and frequencies).
+computed at import (its inputs are sizes and frequencies); with an axis, length, frame step or
+MelWeightMatrix input known only at run time, ops_signal_runtime computes them by graph ops.
 
 A DFT of length L along an axis: the axis is moved last, cropped or zero padded to L, and
 multiplied by cos(2 pi k n / L) and sin(2 pi k n / L) (built in float64, stored in the signal's
