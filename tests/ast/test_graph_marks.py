@@ -147,3 +147,18 @@ def test_locate_keeps_ir_that_the_larger_ir_does_not_hold():
     assert error.locate(func).ir is func and error.spot is call
     error = RefcompError("nothing yet")
     assert error.locate(func, spot=call).spot is call
+
+
+def test_a_shape_rule_error_after_a_tuple_binding_is_located():
+    """A Tuple node's `fields` (its elements) must not hide Node.fields() from the path search."""
+    from refcomp.ast.graph import Tuple
+
+    n, k, m = sv("n"), sv("k"), sv("m")
+    a, b = Var("a", tensor((n, k))), Var("b", tensor((m, n)))
+    bb = BlockBuilder()
+    with pytest.raises(ShapeError) as info:
+        with bb.function("f", [a, b]):
+            with bb.dataflow():
+                pair = bb.emit(Tuple((a, b)))
+                bb.emit(op.matmul(a, b))
+    assert pair is not None and "k == m does not hold" in str(info.value)

@@ -5,7 +5,7 @@ from hypothesis import given, strategies as st
 
 import refcomp
 from refcomp.ast import (
-    AssertStmt, Buffer, BufferStore, Call, Cast, FloatImm, For, IntImm, LetStmt, PrimFunc, Ramp, Select,
+    AssertStmt, Broadcast, Buffer, BufferStore, Call, Cast, FloatImm, For, IntImm, LetStmt, PrimFunc, Ramp, Select,
     SizeVar, StringImm, Var, const, floordiv, floormod, max_, min_, seq,
 )
 from refcomp.emit_c import EmitOptions, emit
@@ -380,3 +380,42 @@ def test_decidable_comparisons_and_unused_lets_compile_under_werror():
     b = np.arange(4, dtype=np.int32)
     lib(a, b)
     np.testing.assert_array_equal(b, 121)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_select_over_loads_in_a_short_inner_loop(seed):
+    """out = x < 0 ? x * s : x over 12 x 5 (an ONNX PRelu kernel): gcc 12 -O3 with AVX-512 turned
+    the load of s under C's ?: into a masked vector load and read chosen lanes as 0; the Select is
+    emitted through rc_select_f32, whose operands are all evaluated."""
+    X, S, O = (Buffer(name, (60,), "float32") for name in ("x", "s", "out"))
+    i, j = Var("i", "int64"), Var("j", "int64")
+    k = i * 5 + j
+    value = Select(X[k] < FloatImm(0.0), X[k] * S[k], X[k])
+    body = For(i, 0, 12, "parallel", For(j, 0, 5, "serial", BufferStore(O, value, (k,))))
+    lib = refcomp.build(PrimFunc((X, S, O), body, name="prelu_rows"), bounds="off")
+    assert "rc_select_f32(" in lib.source
+    rng = np.random.default_rng(seed)
+    x, s = rng.standard_normal(60).astype(np.float32), rng.standard_normal(60).astype(np.float32)
+    out = np.zeros(60, np.float32)
+    lib(x, s, out)
+    np.testing.assert_array_equal(out, np.where(x < 0, x * s, x))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_bool_broadcast_next_to_an_int32_broadcast_is_a_full_mask(seed):
+    """Both vectors have the type rc_i32x8; the bool one must broadcast true as -1 (every bit set,
+    as the bitwise select needs), not as the int32 1 of its neighbour."""
+    n = SizeVar("n", "int32")
+    A, C = Buffer("A", (n * 8,), "int32"), Buffer("C", (n * 8,), "int32")
+    i, flag = Var("i", "int32"), Var("flag", "int32")
+    ramp = Ramp(i * 8, IntImm(1), 8)
+    mask = (A[ramp] > Broadcast(IntImm(0, "int32"), 8)) & Broadcast(flag > IntImm(0, "int32"), 8)
+    value = Select(mask, A[ramp] + Broadcast(IntImm(1, "int32"), 8), Broadcast(IntImm(0, "int32"), 8))
+    func = PrimFunc((A, flag, C), For(i, 0, n, "serial", BufferStore(C, value, (ramp,))), "masked")
+    lib = refcomp.build(func, bounds="off")
+    assert "rc_bcast_mask_i32x8(" in lib.source
+    a = np.random.default_rng(seed).integers(-5, 5, 32).astype(np.int32)
+    for f in (0, 1):
+        c = np.zeros(32, np.int32)
+        lib(a, np.int32(f), c)
+        np.testing.assert_array_equal(c, np.where((a > 0) & bool(f), a + 1, 0))

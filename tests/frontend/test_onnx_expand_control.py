@@ -36,13 +36,34 @@ def test_an_op_without_converter_imports_through_its_function_body(rng):
 
 
 def test_errors_inside_an_expansion_name_the_expanded_node():
-    # AffineGrid's body branches on the rank of `size`; a size known only at run time cannot be unrolled
-    node = helper.make_node("AffineGrid", ["theta", "size"], ["grid"], name="grid_gen")
-    model = model_of([node], [helper.make_tensor_value_info("theta", TensorProto.FLOAT, [1, 2, 3]),
-                              helper.make_tensor_value_info("size", TensorProto.INT64, [4])],
-                     [helper.make_tensor_value_info("grid", TensorProto.FLOAT, [1, 2, 2, 2])], opset=20)
+    # AffineGrid 3-d with align_corners: its body has an If on `D == 1` (D read at run time) whose
+    # branches give a scalar and a 1-vector, which an If on a run-time condition cannot select between
+    node = helper.make_node("AffineGrid", ["theta", "size"], ["grid"], name="grid_gen", align_corners=1)
+    model = model_of([node], [helper.make_tensor_value_info("theta", TensorProto.FLOAT, [1, 3, 4]),
+                              helper.make_tensor_value_info("size", TensorProto.INT64, [5])],
+                     [helper.make_tensor_value_info("grid", TensorProto.FLOAT, None)], opset=20)
     with pytest.raises(refcomp.IRError, match=r"in the expansion of node grid_gen \(AffineGrid\)"):
         from_onnx(model)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_affine_grid_2d_with_a_run_time_size(seed):
+    """AffineGrid's body on a size read at run time (its Squeeze of a symbolic batch dim is checked
+    at run time): grid[n, h, w] = theta[n] @ (x_w, y_h, 1), pixel centres in [-1, 1]."""
+    node = helper.make_node("AffineGrid", ["theta", "size"], ["grid"], name="grid_gen")
+    model = model_of([node], [helper.make_tensor_value_info("theta", TensorProto.FLOAT, [2, 2, 3]),
+                              helper.make_tensor_value_info("size", TensorProto.INT64, [4])],
+                     [helper.make_tensor_value_info("grid", TensorProto.FLOAT, None)], opset=20)
+    run = refcomp.runtime.VirtualMachine(refcomp.graph.build(from_onnx(model), target="c"))["main"]
+    theta = np.random.default_rng(seed).standard_normal((2, 2, 3)).astype(np.float32)
+    for h, w in ((3, 4), (5, 2)):
+        x = -1 + (2 * np.arange(w) + 1) / w
+        y = -1 + (2 * np.arange(h) + 1) / h
+        base = np.stack([np.broadcast_to(x, (h, w)), np.broadcast_to(y[:, None], (h, w)), np.ones((h, w))], -1)
+        want = np.einsum("hwk,njk->nhwj", base, theta.astype(np.float64))
+        got = run(theta, np.asarray([2, 1, h, w], np.int64))
+        assert got.shape == (2, h, w, 2)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_unknown_op_of_another_domain_is_named():

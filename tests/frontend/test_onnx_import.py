@@ -76,6 +76,19 @@ def test_a_reshape_target_given_at_run_time_or_specialized(rng):
     np.testing.assert_array_equal(out, x.reshape(3, 4))
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_resize_sizes_may_be_read_at_run_time(seed):
+    nodes = [helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="rz")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2]),
+                                           helper.make_tensor_value_info("sizes", TensorProto.INT64, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    run = refcomp.runtime.VirtualMachine(refcomp.graph.build(from_onnx(helper.make_model(graph)), target="c"))["main"]
+    x = np.random.default_rng(seed).standard_normal((1, 1, 2, 2)).astype(np.float32)
+    for k in (2, 3):  # nearest, half_pixel, round_prefer_floor: an integer upscale repeats each pixel
+        got = run(x, np.asarray([1, 1, 2 * k, 2 * k], np.int64))
+        np.testing.assert_array_equal(got, x.repeat(k, axis=2).repeat(k, axis=3))
+
+
 def test_importer_claims_many_op_types():
     assert len(supported_ops()) >= 100
 

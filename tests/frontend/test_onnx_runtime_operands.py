@@ -170,3 +170,129 @@ def test_constant_of_shape_at_run_time():
         np.testing.assert_array_equal(run(np.asarray(shape, np.int64)), np.full(shape, 1.5, np.float32))
     with pytest.raises(ArgumentError):
         run(np.asarray([-1, 2], np.int64))
+
+
+def _squeeze_model(axes):
+    """y = Squeeze(x) on x of shape (n, 1, 3) (n symbolic), with axes (an initializer) or without."""
+    inits = [] if axes is None else [helper.make_tensor("axes", TensorProto.INT64, [len(axes)], axes)]
+    node = helper.make_node("Squeeze", ["x"] + ([] if axes is None else ["axes"]), ["y"])
+    graph = helper.make_graph([node], "g", [_tensor("x", TensorProto.FLOAT, ["n", 1, 3])],
+                              [_tensor("y", TensorProto.FLOAT, None)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    return refcomp.runtime.VirtualMachine(refcomp.graph.build(from_onnx(model), target="c"))["main"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_squeeze_without_axes_keeps_symbolic_dims_checked_at_run_time(seed):
+    run = _squeeze_model(None)
+    rng = np.random.default_rng(seed)
+    for n in (2, 5):
+        x = rng.standard_normal((n, 1, 3)).astype(np.float32)
+        np.testing.assert_array_equal(run(x), x.reshape(n, 3))
+    with pytest.raises(ArgumentError, match="is_not_1"):  # n = 1 would change the rank fixed at import
+        run(rng.standard_normal((1, 1, 3)).astype(np.float32))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_squeeze_of_a_symbolic_dim_is_checked_at_run_time(seed):
+    run = _squeeze_model([0, 1])
+    x = np.random.default_rng(seed).standard_normal((1, 1, 3)).astype(np.float32)
+    np.testing.assert_array_equal(run(x), x.reshape(3))
+    with pytest.raises(ArgumentError):
+        run(np.ones((2, 1, 3), np.float32))
+
+
+def _col2im_reference(x, image, block):
+    """numpy Col2Im, stride 1, no pads or dilations: block column (c, offset) at position g adds to
+    pixel position(g) + offset."""
+    n, ck, _ = x.shape
+    c = ck // int(np.prod(block))
+    grid = [i - b + 1 for i, b in zip(image, block)]
+    out = np.zeros((n, c, *image), x.dtype)
+    cols = x.reshape(n, c, int(np.prod(block)), int(np.prod(grid)))
+    for k, offset in enumerate(np.ndindex(*block)):
+        for g, pos in enumerate(np.ndindex(*grid)):
+            out[(slice(None), slice(None), *[p + o for p, o in zip(pos, offset)])] += cols[:, :, k, g]
+    return out
+
+
+@pytest.fixture(scope="module")
+def col2im():
+    node = helper.make_node("Col2Im", ["x", "image", "block"], ["y"])
+    return _build(node, [_tensor("x", TensorProto.FLOAT, [2, 4, 9]), _tensor("image", TensorProto.INT64, [2]),
+                         _tensor("block", TensorProto.INT64, [2])], [_tensor("y", TensorProto.FLOAT, None)])
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("image,block", [((4, 4), (2, 2)), ((3, 4), (1, 2)), ((3, 3), (1, 1)), ((6, 3), (4, 1))])
+def test_col2im_image_and_block_shapes_at_run_time(col2im, image, block, seed):
+    x = np.random.default_rng(seed).standard_normal((2, 4, 9)).astype(np.float32)
+    got = col2im(x, np.asarray(image, np.int64), np.asarray(block, np.int64))
+    want = _col2im_reference(x, image, block)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_col2im_with_a_block_count_that_does_not_fit_is_refused(col2im):
+    x = np.ones((2, 4, 9), np.float32)
+    for image, block in (((5, 5), (2, 2)), ((3, 3), (3, 3)), ((4, 4), (0, 2))):
+        with pytest.raises(ArgumentError):
+            col2im(x, np.asarray(image, np.int64), np.asarray(block, np.int64))
+
+
+@pytest.fixture(scope="module")
+def max_unpool():
+    node = helper.make_node("MaxUnpool", ["x", "i", "shape"], ["y"], kernel_shape=[2, 2], strides=[2, 2])
+    return _build(node, [_tensor("x", TensorProto.FLOAT, [1, 2, 2, 2]), _tensor("i", TensorProto.INT64, [1, 2, 2, 2]),
+                         _tensor("shape", TensorProto.INT64, [4])], [_tensor("y", TensorProto.FLOAT, None)])
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("shape", [(1, 2, 4, 4), (1, 2, 5, 5), (1, 2, 6, 4)])
+def test_max_unpool_output_shape_at_run_time(max_unpool, shape, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, 2, 2, 2)).astype(np.float32)
+    # one position per 2 x 2 window of the 4 x 4 unpooled image, as flat indices into (1, 2, 4, 4)
+    rows, cols = np.meshgrid(np.arange(2), np.arange(2), indexing="ij")
+    index = np.zeros((1, 2, 2, 2), np.int64)
+    for c in range(2):
+        pick = rng.integers(0, 2, (2, 2, 2))
+        index[0, c] = c * 16 + (2 * rows + pick[0]) * 4 + 2 * cols + pick[1]
+    want = np.zeros(shape, np.float32)
+    unpooled = np.zeros(32, np.float32)
+    unpooled[index.reshape(-1)] = x.reshape(-1)
+    want[:, :, :4, :4] = unpooled.reshape(1, 2, 4, 4)
+    got = max_unpool(x, index, np.asarray(shape, np.int64))
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def test_max_unpool_output_shape_smaller_than_unpooled_is_refused(max_unpool):
+    x, index = np.ones((1, 2, 2, 2), np.float32), np.zeros((1, 2, 2, 2), np.int64)
+    with pytest.raises(ArgumentError):
+        max_unpool(x, index, np.asarray((1, 2, 3, 4), np.int64))
+
+
+def _dropout_model(seed):
+    node = helper.make_node("Dropout", ["x", "r", "t"], ["y", "mask"], seed=seed)
+    graph = helper.make_graph([node], "g", [_tensor("x", TensorProto.FLOAT, [3, 4, 5]), _tensor("r", TensorProto.FLOAT, []),
+                                            _tensor("t", TensorProto.BOOL, [])],
+                              [_tensor("y", TensorProto.FLOAT, None), _tensor("mask", TensorProto.BOOL, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return refcomp.runtime.VirtualMachine(refcomp.graph.build(from_onnx(model), target="c"))["main"]
+
+
+@pytest.mark.parametrize("seed", [0, 3, 7])
+def test_training_dropout_draws_numpy_random_state_of_its_seed(seed):
+    run = _dropout_model(seed)
+    x = np.random.default_rng(seed + 100).standard_normal((3, 4, 5)).astype(np.float32)
+    draws = np.random.RandomState(seed).uniform(0.0, 1.0, (3, 4, 5))
+    for ratio in (0.0, 0.25, 0.75):
+        r = np.float32(ratio)
+        y, mask = run(x, np.asarray(r), np.asarray(True))
+        want_mask = draws >= r
+        np.testing.assert_array_equal(mask, want_mask)
+        np.testing.assert_array_equal(y, want_mask * x * (np.float32(1.0) / (np.float32(1.0) - r)))
+        y, mask = run(x, np.asarray(r), np.asarray(False))  # not training: the identity, every mask entry true
+        np.testing.assert_array_equal(y, x)
+        assert mask.all()

@@ -89,7 +89,7 @@ def _path_to(root: Any, target: Any) -> list[Any]:
             children = tuple(value.values())
         elif isinstance(value, Node) and id(value) not in seen:
             seen.add(id(value))
-            children = tuple(getattr(value, f) for f in value.fields())
+            children = tuple(getattr(value, f) for f in Node.fields(value))
             path = path + [value]
         else:
             return None

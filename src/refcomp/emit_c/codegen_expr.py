@@ -13,7 +13,7 @@ import numpy as np
 from ..ast import expr as E
 from ..ast.buffer import Buffer
 from ..ast.dtype import DataType, int64
-from ..ast.functor import substitute
+from ..ast.functor import post_order_visit, substitute
 from ..errors import BuildError
 from . import mathlib
 from .ctype import float_literal, float_to_half, half_to_float, int_literal, is_half, short_name, value_type
@@ -268,6 +268,14 @@ class ExprEmitter:
                 self.expr(E.Broadcast(e.condition, e.dtype.lanes))
             return (f"{self.vec.select(e.dtype)}({cond}, {self.expr(e.true_value)}, "
                     f"{self.expr(e.false_value)})")
+        if _loads(e.true_value) or _loads(e.false_value):
+            # Both operands as arguments of an inline function: the IR's Select evaluates them all,
+            # and a load under C's ?: is one gcc 12 may if-convert into a masked vector load, which
+            # it miscompiled at -O3 with AVX-512 (lanes of the chosen load read as 0).
+            element = e.dtype.element
+            tag = "f64" if element.name == "float64" else "f32" if element.is_float else short_name(element)
+            return (f"rc_select_{tag}({self.expr(e.condition, lane)}, {self.expr(e.true_value, lane)}, "
+                    f"{self.expr(e.false_value, lane)})")
         return (f"({self.expr(e.condition, lane)} ? {self.expr(e.true_value, lane)} : "
                 f"{self.expr(e.false_value, lane)})")
 
@@ -424,3 +432,10 @@ def unit_ramp_base(index: E.PrimExpr) -> E.PrimExpr | None:
     if isinstance(index, E.Ramp) and isinstance(index.stride, E.IntImm) and index.stride.value == 1:
         return index.base
     return None
+
+
+def _loads(e) -> bool:
+    """Whether expression e reads a buffer."""
+    found = []
+    post_order_visit(e, lambda n: found.append(n) if isinstance(n, E.BufferLoad) else None)
+    return bool(found)

@@ -198,6 +198,15 @@ static inline double rc_rsqrt_f64(double x) { return 1.0 / sqrt(x); }
 """
 
 
+def _select() -> str:
+    # A Select whose operands read buffers: every operand is an argument, so evaluated before the
+    # pick (the IR's Select semantics); float16/bfloat16 values are computed in float.
+    types = [("b8", "bool"), ("f32", "float"), ("f64", "double")]
+    types += [(tag, ctype) for tag, ctype, *_ in _SIGNED + _UNSIGNED]
+    return "\n".join(f"static inline {ctype} rc_select_{tag}(bool c, {ctype} a, {ctype} b) {{ return c ? a : b; }}"
+                     for tag, ctype in types)
+
+
 def scalar_prelude() -> str:
     """The C text of every scalar helper, in a fixed order."""
     parts = []
@@ -215,4 +224,5 @@ def scalar_prelude() -> str:
         parts.append(_float_to_int(tag, ctype, "0", high))
     parts.append(_HALF)
     parts.append(_FLOAT_OPS)
+    parts.append(_select())
     return "\n".join(p.strip("\n") for p in parts) + "\n"

@@ -142,8 +142,10 @@ class VectorLib:
         arg = "int32_t" if dtype.is_bool else value_type(dtype.element)
         value = "(x ? -1 : 0)" if dtype.is_bool else "x"
         zeros = ", ".join(["0"] * dtype.lanes)
-        return self._add(f"rc_bcast_{vt[3:]}", (
-            f"static inline {vt} rc_bcast_{vt[3:]}({arg} x) {{\n"
+        # a bool mask shares its vector type with an integer vector: its own name keeps the two apart
+        name = f"rc_bcast_{'mask_' if dtype.is_bool else ''}{vt[3:]}"
+        return self._add(name, (
+            f"static inline {vt} {name}({arg} x) {{\n"
             f"    {vt} r = {{{zeros}}};\n    return r + ({vector_element_ctype(dtype)}){value};\n}}"))
 
     def ramp(self, dtype: DataType) -> str:

@@ -252,6 +252,9 @@ def extern_from_library(symbol: str, library_path: str, c_symbol: str, signature
 # ----------------------------------------------------------------------------- the machine
 
 
+MAX_CALL_DEPTH = 20000  # graph function calls nested at run time (a recursive loop's iterations)
+
+
 class _Frame:
     def __init__(self, function: VMFunction) -> None:
         self.regs: list[Any] = [None] * function.num_regs
@@ -278,6 +281,14 @@ class VirtualMachine:
 
     def invoke(self, name: str, *args: Any) -> Any:
         """Run function `name` on args (numpy arrays, ints for prim params, tuples for tuple params)."""
+        with call_session():
+            try:
+                return self._invoke(name, args)
+            except RecursionError:
+                raise RuntimeFailure(f"{name}: graph function calls nested too deep for Python "
+                                     f"(at most {MAX_CALL_DEPTH} are allowed)") from None
+
+    def _invoke(self, name: str, args: Sequence[Any]) -> Any:
         compiled = self.executable.compiled.get(name) if self.use_compiled else None
         if compiled is not None:
             self.kernel_calls += compiled.kernel_calls
@@ -290,8 +301,22 @@ class VirtualMachine:
         for k, a in enumerate(args):
             # np.asarray keeps 0-d arrays 0-d (np.ascontiguousarray would make them 1-d)
             frame.regs[k] = np.asarray(a, order="C") if isinstance(a, np.ndarray) else a
-        with call_session():
-            return self._run(function, function.code, frame)
+        return self._run(function, function.code, frame)
+
+    def _call_function(self, name: str, args: Sequence[Any]) -> Any:
+        """A graph function called by another (recursion runs a run-time loop: one call per step)."""
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._depth > MAX_CALL_DEPTH:
+                raise RuntimeFailure(f"{name}: graph function calls nested deeper than {MAX_CALL_DEPTH} "
+                                     "(a loop run by recursion makes two calls per iteration)")
+            if self._depth > 64:  # each call takes a few Python frames: make room for MAX_CALL_DEPTH
+                import sys
+
+                sys.setrecursionlimit(max(sys.getrecursionlimit(), 8 * MAX_CALL_DEPTH + 1000))
+            return self._invoke(name, args)
+        finally:
+            self._depth -= 1
 
     # ------------------------------------------------------------------ execution
 
@@ -325,7 +350,7 @@ class VirtualMachine:
             elif kind is CallHost:
                 regs[inst.dst] = self._call_host(inst, frame)
             elif kind is CallFunction:
-                regs[inst.dst] = self.invoke(inst.function, *(regs[r] for r in inst.args))
+                regs[inst.dst] = self._call_function(inst.function, tuple(regs[r] for r in inst.args))
             elif kind is Branch:
                 taken = bool(np.asarray(regs[inst.cond]).item())
                 sub_code, result = (inst.then_code, inst.then_result) if taken else (inst.else_code, inst.else_result)

@@ -1,6 +1,7 @@
 """ONNX control flow imported by evaluation at import time: If on a constant condition, Loop with a
 constant trip count and condition, and Scan over a static sequence length, unrolled; and the
-Optional queries on plain tensors (optional types themselves are not imported).
+Optional queries on plain tensors (optional types themselves are not imported).  A Loop whose
+trip count or condition is known only at run time runs by recursion (ops_loop_runtime).
 
 The graph IR's own `If` needs the branches outside a dataflow block; the importer builds one
 dataflow block, so an If on a condition computed at run time computes both branches and selects
@@ -82,6 +83,10 @@ def _loop(ctx, node, inputs, attrs):
     body = attrs["body"]
     trips = inputs[0] if inputs else None
     cond = inputs[1] if len(inputs) > 1 else None
+    if any(v is not None and not isinstance(v, Constant) for v in (trips, cond)):
+        from .ops_loop_runtime import loop_runtime
+
+        return loop_runtime(ctx, node, inputs, attrs, _run_body)
     max_trips = int(_scalar(ctx, trips, "the Loop trip count")) if trips is not None else None
     running = bool(_scalar(ctx, cond, "the Loop condition")) if cond is not None else True
     if max_trips is not None and max_trips > MAX_UNROLL:

@@ -16,7 +16,7 @@ from ...ast import expr as tir
 from ...ast.graph import Constant
 from ...ast.graph_struct_info import TensorStructInfo, as_dim
 from ...graph import op
-from ...graph.shape_facts import product
+from ...graph.shape_facts import const_value, product
 from .runtime_values import bind_sizes, require, runtime_ints, runtime_sizes
 
 
@@ -102,6 +102,30 @@ def squeeze_runtime(ctx, x, axes_value):
             picked.append(tir.Select(tir.all_(tir.Not(gone[j]), tir.EQ(before, _i64(t))), dims[j], _i64(0)))
         out.append(sum(picked[1:], picked[0]) if picked else _i64(1))
     return checked_reshape(ctx, x, out, "squeeze_dim")
+
+
+def squeezed_axes(ctx, x) -> list[int]:
+    """The axes Squeeze without axes removes from x of known rank: its literal 1 dims.  A symbolic
+    dim is taken to stay (the rank is fixed at import), and that it is not 1 is checked at run time."""
+    dims = ctx.static_shape(x)
+    symbolic = [as_dim(d) for d in dims if const_value(d) is None]
+    if symbolic:
+        require(ctx, tir.all_(*(tir.NE(d, _i64(1)) for d in symbolic)),
+                "Squeeze without axes: a symbolic dim kept is not 1")
+    return [k for k, d in enumerate(dims) if const_value(d) == 1]
+
+
+def with_unit_dims(ctx, x, axes):
+    """x with its dims at `axes` known to be 1: where one is symbolic, x is matched at run time
+    against the shape with 1 there (a dim that is not 1 then is an error, not a wrong answer)."""
+    info = ctx.info(x)
+    dims = list(info.shape)
+    picked = {a % len(dims) for a in axes if -len(dims) <= a < len(dims)}
+    if all(const_value(dims[a]) is not None for a in picked):
+        return x
+    for a in picked:
+        dims[a] = 1
+    return ctx.bb.match_cast(x, TensorStructInfo(tuple(dims), info.dtype))
 
 
 def cumulative_runtime_axis(ctx, fn, x, axis_value, **attrs):

@@ -262,11 +262,42 @@ def _identity(ctx, node, inputs, attrs):
     if node.op_type == "Dropout":
         training = inputs[2] if len(inputs) > 2 else None
         if training is not None and (not isinstance(training, Constant) or bool(np.asarray(training.array))):
-            ctx.fail("training-mode Dropout is not supported")
+            return _training_dropout(ctx, node, inputs, attrs)
         if len(node.output) > 1 and node.output[1]:
             mask = ctx.emit(op.full_like(inputs[0], 1.0, dtype="bool"))
             return [inputs[0], mask]
     return inputs[0]
+
+
+def _training_dropout(ctx, node, inputs, attrs):
+    """Dropout whose training_mode is true or read at run time.  The uniform draws are numpy's
+    RandomState(seed).uniform(0, 1, x.shape), made at import (a seed attribute fixes them, as in
+    ONNX's reference; without one a seed is drawn at import): y = x * (u >= ratio) / (1 - ratio)
+    in training mode, else x; the mask is u >= ratio (all true when not training)."""
+    from .importer import MAX_CONSTANT_ELEMENTS
+    from ...graph.shape_facts import const_value
+
+    x = inputs[0]
+    dims = [const_value(d) for d in ctx.static_shape(x)]
+    if None in dims:
+        ctx.fail("training-mode Dropout needs a static input shape (its random draws are made at import)")
+    if int(np.prod(dims, dtype=object)) > MAX_CONSTANT_ELEMENTS:
+        ctx.fail(f"training-mode Dropout of shape {tuple(dims)} is larger than the {MAX_CONSTANT_ELEMENTS} "
+                 f"elements allowed")
+    seed = attrs.get("seed")
+    seed = int(seed) if seed is not None else int(np.random.SeedSequence().generate_state(1)[0])
+    draws = Constant(np.random.RandomState(seed).uniform(0.0, 1.0, dims))
+    dtype = ctx.info(x).dtype.numpy()
+    ratio = inputs[1] if len(inputs) > 1 and inputs[1] is not None else Constant(np.asarray(0.5, np.float32))
+    rtype = ctx.info(ratio).dtype.numpy()
+    mask = ctx.emit(op.greater_equal(draws, op.astype(ratio, "float64")))
+    scale = ctx.emit(op.divide(Constant(np.asarray(1.0, rtype)), op.subtract(Constant(np.asarray(1.0, rtype)), ratio)))
+    dropped = ctx.emit(op.multiply(op.multiply(x, op.astype(mask, str(dtype))), op.astype(scale, str(dtype))))
+    training = inputs[2]
+    y = ctx.emit(op.where(training, dropped, x))
+    if len(node.output) > 1 and node.output[1]:
+        return [y, ctx.emit(op.logical_or(mask, op.logical_not(training)))]
+    return y
 
 
 @converter("Swish")

@@ -96,6 +96,10 @@ def _max_unpool(ctx, node, inputs, attrs):
     pads = list(attrs.get("pads", [0] * (2 * nd)))
     inferred = dims[:2] + [(dims[2 + k] - 1) * strides[k] - pads[k] - pads[k + nd] + kernel[k] for k in range(nd)]
     out_shape = inferred
+    if len(inputs) > 2 and inputs[2] is not None and not isinstance(inputs[2], Constant):
+        from .ops_scatter_runtime import max_unpool_runtime
+
+        return max_unpool_runtime(ctx, x, _i64(ctx, indices), inputs[2], inferred)
     if len(inputs) > 2 and inputs[2] is not None:
         out_shape = [int(v) for v in np.asarray(ctx.constant(inputs[2], "output_shape")).reshape(-1)]
     if any(o < i for o, i in zip(out_shape, inferred)):
@@ -169,6 +173,10 @@ def col2im_add(ctx, cols, channels, image, kernel, strides, pads, dilations, gri
 @converter("Col2Im")
 def _col2im(ctx, node, inputs, attrs):
     x = inputs[0]
+    if not (isinstance(inputs[1], Constant) and isinstance(inputs[2], Constant)):
+        from .ops_scatter_runtime import col2im_runtime
+
+        return col2im_runtime(ctx, x, inputs[1], inputs[2], attrs)
     image = [int(v) for v in np.asarray(ctx.constant(inputs[1], "image_shape")).reshape(-1)]
     kernel = [int(v) for v in np.asarray(ctx.constant(inputs[2], "block_shape")).reshape(-1)]
     nd = len(kernel)

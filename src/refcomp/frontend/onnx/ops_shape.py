@@ -74,7 +74,13 @@ def _squeeze(ctx, node, inputs, attrs):
     axes = _axes(ctx, inputs, attrs)
     if isinstance(inputs[0], ShapeExpr) and len(inputs[0].values) == 1 and axes in (None, [0], [-1]):
         return shape_values.make(list(inputs[0].values), True)
-    return ctx.emit(op.squeeze(ctx.tensor(inputs[0]), None if axes is None else tuple(axes)))
+    x = ctx.tensor(inputs[0])
+    if ctx.info(x).shape is not None:
+        if axes is None:
+            axes = ops_dynamic.squeezed_axes(ctx, x)
+        else:
+            x = ops_dynamic.with_unit_dims(ctx, x, axes)
+    return ctx.emit(op.squeeze(x, None if axes is None else tuple(axes)))
 
 
 @converter("Unsqueeze", shape_values=True)

@@ -1,5 +1,6 @@
 """ONNX signal ops: DFT and STFT as matmuls with constant cosine/sine matrices, and MelWeightMatrix
-computed at import (its inputs are sizes and frequencies).
+computed at import (its inputs are sizes and frequencies); with an axis, length, frame step or
+MelWeightMatrix input known only at run time, ops_signal_runtime computes them by graph ops.
 
 A DFT of length L along an axis: the axis is moved last, cropped or zero padded to L, and
 multiplied by cos(2 pi k n / L) and sin(2 pi k n / L) (built in float64, stored in the signal's
@@ -88,10 +89,33 @@ def _join_complex(ctx, real, imag):
     return parts[0] if len(parts) == 1 else ctx.emit(op.concat(*parts, axis=-1))
 
 
+def _runtime(inputs, k) -> bool:
+    """Whether input k is given and not known at import (read at run time)."""
+    return len(inputs) > k and inputs[k] is not None and not isinstance(inputs[k], Constant)
+
+
+def _given(ctx, inputs, k, what):
+    """Input k: None when absent, an int when constant, else the tensor (read at run time)."""
+    return inputs[k] if _runtime(inputs, k) else _int_input(ctx, inputs, k, what)
+
+
 @converter("DFT")
 def _dft(ctx, node, inputs, attrs):
     x = inputs[0]
     ndim = ctx.info(x).ndim
+    if _runtime(inputs, 1) or (ctx.opset >= 20 and _runtime(inputs, 2)):
+        from .ops_signal_runtime import dft_runtime
+
+        axis = _given(ctx, inputs, 2, "axis") if ctx.opset >= 20 else attrs.get("axis", 1)
+        axis = -2 if axis is None else axis
+        if isinstance(axis, int) and axis % ndim == ndim - 1:
+            ctx.fail("the DFT axis cannot be the trailing (real, imaginary) axis")
+        inverse, onesided = bool(attrs.get("inverse", 0)), bool(attrs.get("onesided", 0))
+        axis = axis % ndim if isinstance(axis, int) else axis
+        if const_value(ctx.static_shape(x)[-1]) not in (1, 2):
+            ctx.fail("the last axis holds real or (real, imaginary) values")
+        return dft_runtime(ctx, x, axis, _given(ctx, inputs, 1, "dft_length"), inverse, onesided,
+                           _split_complex, _join_complex)
     if ctx.opset >= 20:
         axis = _int_input(ctx, inputs, 2, "axis")
         axis = -2 if axis is None else axis
@@ -124,6 +148,14 @@ def _dft(ctx, node, inputs, attrs):
 @converter("STFT")
 def _stft(ctx, node, inputs, attrs):
     x = inputs[0]
+    if _runtime(inputs, 1) or _runtime(inputs, 3):
+        from .ops_signal_runtime import stft_runtime
+
+        window = inputs[2] if len(inputs) > 2 else None
+        real, imag = _split_complex(ctx, x)
+        out_re, out_im = stft_runtime(ctx, real, imag, _given(ctx, inputs, 1, "frame_step"), window,
+                                      _given(ctx, inputs, 3, "frame_length"), bool(attrs.get("onesided", 1)))
+        return _join_complex(ctx, out_re, out_im)
     step = _int_input(ctx, inputs, 1, "frame_step")
     window = inputs[2] if len(inputs) > 2 else None
     frame_length = _int_input(ctx, inputs, 3, "frame_length")
@@ -157,6 +189,11 @@ def _stft(ctx, node, inputs, attrs):
 def _mel_weight_matrix(ctx, node, inputs, attrs):
     from .importer import _onnx_dtype
 
+    if any(_runtime(inputs, k) for k in range(5)):
+        from .ops_signal_runtime import mel_weight_matrix_runtime
+
+        dtype = _onnx_dtype(attrs["output_datatype"]) if "output_datatype" in attrs else np.dtype(np.float32)
+        return mel_weight_matrix_runtime(ctx, [ctx.tensor(v) for v in inputs], str(dtype))
     bins_mel = _int_input(ctx, inputs, 0, "num_mel_bins")
     dft_length = _int_input(ctx, inputs, 1, "dft_length")
     rate = _int_input(ctx, inputs, 2, "sample_rate")

@@ -72,8 +72,9 @@ def bind_sizes(ctx, values, what: str) -> list:
 def require(ctx, condition, what: str) -> None:
     """A run-time check of a bool expression over run-time vars (a shape value matched against 1)."""
     one = tir.IntImm(1, "int64")
+    hint = "check_" + "_".join("".join(c for c in word if c.isalnum()) for word in what.split())
     ctx.bb.match_cast(ShapeExpr((tir.Select(condition, one, tir.IntImm(0, "int64")),)),
-                      ShapeStructInfo((one,)))
+                      ShapeStructInfo((one,)), name_hint=hint)
 
 
 def _i64(v):
