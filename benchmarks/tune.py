@@ -176,7 +176,9 @@ def _llvm_cpu(tvm) -> str:
 
 def tvm_matmul(n: int, trials: int, work_dir: str):
     """TVM MetaSchedule's tuned time (seconds) and tuning wall time for the n x n x n fp32 matmul,
-    or None and the reason when apache-tvm is not importable."""
+    or None and the reason when apache-tvm is not importable.  TVM's thread pool gets
+    TVM_NUM_THREADS threads (default: every core)."""
+    os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))  # read when TVM's runtime loads
     try:
         import tvm
         from tvm import te as tvm_te
@@ -252,8 +254,10 @@ def run_models(args, rng) -> dict:
               + (", ..." if len(tasks) > 6 else ""), flush=True)
         bar = tune.ProgressBar(stream=sys.stdout, label=f"model_{name}", in_place=False)
         start = time.monotonic()
+        # rounds small enough that every task gets one before the budget runs out
+        batch = max(2, min(16, args.model_trials // max(1, len(tasks))))
         report = tune.tune_model(mod, trials=args.model_trials, database=database, blas=blas, tasks=tasks,
-                                 seed=int(rng.integers(2**20)),
+                                 batch=batch, seed=int(rng.integers(2**20)),
                                  progress=lambda done, total, task, gflops, seconds: bar(done, total, gflops, seconds))
         spent = time.monotonic() - start
         default_ex = refcomp.graph.build(mod)
@@ -281,19 +285,20 @@ def run_models(args, rng) -> dict:
     return results
 
 
-def refcomp_at(seconds: float, tuned: list) -> tuple[float, int]:
-    """The best time refcomp's matmul search had measured `seconds` into its wall time, and its
-    trials by then, from the tuning curves of its successive budgets: `tuned` holds (budget,
-    TuneResult, tuning seconds so far) per budget; a curve's seconds count from its own call's
-    start, offset here by the wall time of the calls before it.  (inf, 0) when nothing passed by then."""
-    best, trials_at, offset, done = float("inf"), 0, 0.0, 0
+def refcomp_at(seconds: float, tuned: list) -> tuple[float, int, float]:
+    """The best time refcomp's matmul search had measured `seconds` into its wall time, its trials
+    and its wall time at that measurement, from the tuning curves of its successive budgets:
+    `tuned` holds (budget, TuneResult, tuning seconds so far) per budget; a curve's seconds count
+    from its own call's start, offset here by the wall time of the calls before it.  When the
+    search ended sooner, its last point; (inf, 0, 0.0) when nothing was measured by then."""
+    best, trials_at, seconds_at, offset, done = float("inf"), 0, 0.0, 0.0, 0
     for budget, result, spent in tuned:
         for trial, at, best_time in result.curve:
             if offset + at > seconds:
-                return best, trials_at
-            best, trials_at = best_time, done + trial
+                return best, trials_at, seconds_at
+            best, trials_at, seconds_at = best_time, done + trial, offset + at
         offset, done = spent, budget
-    return best, trials_at
+    return best, trials_at, seconds_at
 
 
 def equal_wall_time_case(func, database, tuned, tvm_trials: int, tvm_outcome, a, b, rng, args) -> dict | None:
@@ -303,7 +308,7 @@ def equal_wall_time_case(func, database, tuned, tvm_trials: int, tvm_outcome, a,
     n = a.shape[0]
     name = f"vs_tvm_matmul_{n}_walltime"
     tvm_time, tvm_spent = tvm_outcome
-    best, trials_at = refcomp_at(tvm_spent, tuned)
+    best, trials_at, seconds_at = refcomp_at(tvm_spent, tuned)
     records = database.query(tuned[0][1].workload, tuned[0][1].target)
     if best == float("inf") or not records:
         print(f"{name}: skipped: refcomp had no checked kernel within TVM's {tvm_spent:.1f} s")
@@ -316,11 +321,11 @@ def equal_wall_time_case(func, database, tuned, tvm_trials: int, tvm_outcome, a,
     (ours,) = harness.best_times([lambda: kernel(a, b, c)], args.repeat, args.rounds)
     flops = 2.0 * n ** 3
     print(f"{name:<24} refcomp {flops / ours / 1e9:8.1f} GFLOP/s  TVM {flops / tvm_time / 1e9:8.1f} GFLOP/s  "
-          f"ratio {tvm_time / ours:5.2f}  within {tvm_spent:6.1f} s: refcomp {trials_at} trials, TVM {tvm_trials}",
-          flush=True)
+          f"ratio {tvm_time / ours:5.2f}  within TVM's {tvm_spent:.1f} s ({tvm_trials} trials): refcomp's best "
+          f"after {trials_at} trials, {seconds_at:.1f} s", flush=True)
     return {"refcomp": round(flops / ours / 1e9, 2), "baseline": round(flops / tvm_time / 1e9, 2), "unit": "GFLOP/s",
             "ratio": round(tvm_time / ours, 3), "wall_s": round(tvm_spent, 1), "trials": trials_at,
-            "baseline_trials": tvm_trials}
+            "tuning_s": round(seconds_at, 1), "baseline_trials": tvm_trials}
 
 
 def _gpu_matmul_reference(arrays):
