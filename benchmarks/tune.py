@@ -178,9 +178,12 @@ def _llvm_cpu(tvm) -> str:
 def tvm_matmul(n: int, trials: int, work_dir: str):
     """A call of TVM MetaSchedule's tuned n x n x n fp32 matmul (checked against numpy, to be timed
     alongside refcomp's kernels) and TVM's tuning wall time, or None and the reason when
-    apache-tvm is not importable.  TVM's thread pool gets
-    TVM_NUM_THREADS threads (default: every core)."""
+    apache-tvm is not importable.  TVM's thread pool gets TVM_NUM_THREADS threads (default: every
+    core), not pinned to cores (TVM_BIND_THREADS=0 unless set)."""
     os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))  # read when TVM's runtime loads
+    # TVM's pool pins its threads to cores by default; with its kernel timed in this process, a
+    # pinned pool left numpy's OpenBLAS 100x slower afterwards (a 128 matmul: 30 us -> 8 ms)
+    os.environ.setdefault("TVM_BIND_THREADS", "0")
     try:
         import tvm
         from tvm import te as tvm_te
