@@ -17,8 +17,9 @@ of the search so far.  Each other operator is tuned with `--op-trials` trials; c
 
 With apache-tvm importable, TVM's MetaSchedule tunes the same matmul once for each budget of
 `--tvm-trials` (default: every budget of --trials), each a fresh run with its own work directory:
-case `vs_tvm_matmul_{size}_t{trials}`, ratio = TVM's tuned time / refcomp's at that budget, the
-two kernels timed in alternating rounds in this process.  Case
+case `vs_tvm_matmul_{size}_t{trials}`, ratio = TVM's tuned time / refcomp's at that budget.  TVM
+runs in a separate process (tvm_matmul_isolated), where its kernel is checked and timed as
+refcomp's are here (best call of --rounds x --repeat).  Case
 `vs_tvm_matmul_{size}_walltime` gives refcomp the wall time TVM spent on its first budget: from
 the tuning curves (trial, seconds, best time) of refcomp's search, the best kernel measured by
 then is looked up in the database, rebuilt and timed against TVM's kernel of that budget (ratio =
@@ -175,15 +176,25 @@ def _llvm_cpu(tvm) -> str:
     return "native"
 
 
-def tvm_matmul(n: int, trials: int, work_dir: str):
-    """A call of TVM MetaSchedule's tuned n x n x n fp32 matmul (checked against numpy, to be timed
-    alongside refcomp's kernels) and TVM's tuning wall time, or None and the reason when
-    apache-tvm is not importable.  TVM's thread pool gets TVM_NUM_THREADS threads (default: every
-    core), not pinned to cores (TVM_BIND_THREADS=0 unless set)."""
-    os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))  # read when TVM's runtime loads
-    # TVM's pool pins its threads to cores by default; with its kernel timed in this process, a
-    # pinned pool left numpy's OpenBLAS 100x slower afterwards (a 128 matmul: 30 us -> 8 ms)
-    os.environ.setdefault("TVM_BIND_THREADS", "0")
+def tvm_matmul_isolated(n: int, trials: int, repeat: int, rounds: int):
+    """tvm_matmul in a fresh interpreter with a fresh work directory: TVM's thread pool never
+    shares a process with numpy's OpenBLAS and refcomp's OpenMP (once TVM's kernel had run in
+    this process, numpy's 128 x 128 matmul went from 30 us to 8 ms).  TVM_NUM_THREADS defaults to
+    the core count."""
+    import concurrent.futures
+    import multiprocessing
+
+    os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))  # the child reads it when TVM loads
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(tvm_matmul, n, trials, repeat, rounds).result()
+
+
+def tvm_matmul(n: int, trials: int, repeat: int, rounds: int):
+    """TVM MetaSchedule's tuned time for the n x n x n fp32 matmul (checked against numpy, then
+    the best call of `rounds` x `repeat`, as refcomp's kernels are timed) and its tuning wall time,
+    or None and the reason when apache-tvm is not importable."""
+    import tempfile
+
     try:
         import tvm
         from tvm import te as tvm_te
@@ -205,9 +216,10 @@ def tvm_matmul(n: int, trials: int, work_dir: str):
         target = tvm.target.Target(f"llvm -mcpu=native -num-cores {threads}")
     start = time.monotonic()
     # builds get more than the default 30 s: on a busy machine TVM's builder processes start slowly
-    database = ms.tune_tir(mod, target, work_dir=work_dir, max_trials_global=trials,
-                           num_trials_per_iter=min(16, trials), builder=ms.builder.LocalBuilder(timeout_sec=300))
-    sch = ms.tir_integration.compile_tir(database, mod, target)
+    with tempfile.TemporaryDirectory(prefix="refcomp-tvm-") as work_dir:  # a fresh search per budget
+        database = ms.tune_tir(mod, target, work_dir=work_dir, max_trials_global=trials,
+                               num_trials_per_iter=min(16, trials), builder=ms.builder.LocalBuilder(timeout_sec=300))
+        sch = ms.tir_integration.compile_tir(database, mod, target)
     spent = time.monotonic() - start
     if sch is None:
         return None, "TVM found no valid schedule"
@@ -220,7 +232,8 @@ def tvm_matmul(n: int, trials: int, work_dir: str):
     lib["main"](at, bt, ct)
     np.testing.assert_allclose(ct.numpy(), an @ bn, rtol=1e-3, atol=1e-3 * np.sqrt(n))
     main = lib["main"]
-    return ((lambda: main(at, bt, ct)), spent), ""
+    (best,) = harness.best_times([lambda: main(at, bt, ct)], repeat, rounds)
+    return (best, spent), ""
 
 
 def model_cases(small: bool) -> dict:
@@ -311,7 +324,7 @@ def equal_wall_time_case(func, database, tuned, tvm_trials: int, tvm_outcome, a,
     kernel of that budget."""
     n = a.shape[0]
     name = f"vs_tvm_matmul_{n}_walltime"
-    tvm_call, tvm_spent = tvm_outcome
+    tvm_time, tvm_spent = tvm_outcome
     best, trials_at, seconds_at = refcomp_at(tvm_spent, tuned)
     records = database.query(tuned[0][1].workload, tuned[0][1].target)
     if best == float("inf") or not records:
@@ -322,7 +335,7 @@ def equal_wall_time_case(func, database, tuned, tvm_trials: int, tvm_outcome, a,
     c = rng.uniform(-1, 1, (n, n)).astype("float32")
     kernel(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3 * np.sqrt(n))
-    ours, tvm_time = harness.best_times([lambda: kernel(a, b, c), tvm_call], args.repeat, args.rounds)
+    (ours,) = harness.best_times([lambda: kernel(a, b, c)], args.repeat, args.rounds)
     flops = 2.0 * n ** 3
     print(f"{name:<24} refcomp {flops / ours / 1e9:8.1f} GFLOP/s  TVM {flops / tvm_time / 1e9:8.1f} GFLOP/s  "
           f"ratio {tvm_time / ours:5.2f}  within TVM's {tvm_spent:.1f} s ({tvm_trials} trials): refcomp's best "
@@ -506,12 +519,9 @@ def main() -> None:
         start = time.monotonic()
         op_result = tune.tune(op_func, "c", trials=args.op_trials, database=database, seed=7, progress=bar)
         ops[name] = (op_func, baseline, label, op_result, time.monotonic() - start)
-    tvm, tvm_skipped = {}, []  # budget -> (a call of TVM's kernel, its tuning time); (budget, why) skipped
+    tvm, tvm_skipped = {}, []  # budget -> (TVM's kernel time, its tuning time); (budget, why) skipped
     for trials in tvm_budgets:
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="refcomp-tvm-") as work_dir:  # a fresh search per budget
-            outcome, reason = tvm_matmul(n, trials, work_dir)
+        outcome, reason = tvm_matmul_isolated(n, trials, args.repeat, args.rounds)
         if outcome is None:
             tvm_skipped.append((trials, reason))
         else:
@@ -534,8 +544,7 @@ def main() -> None:
         print(f"{name:<24} refcomp {flops / ours / 1e9:8.1f} GFLOP/s  numpy {flops / theirs / 1e9:8.1f} GFLOP/s  "
               f"ratio {theirs / ours:5.2f}  tuning {spent:6.1f} s  rejected {len(result.failures)}", flush=True)
         if budget in tvm:
-            tvm_call, tvm_spent = tvm[budget]
-            ours, tvm_time = harness.best_times([lambda: kernel(a, b, c), tvm_call], args.repeat, args.rounds)
+            tvm_time, tvm_spent = tvm[budget]
             results[f"vs_tvm_matmul_{n}_t{budget}"] = {
                 "refcomp": round(flops / ours / 1e9, 2), "baseline": round(flops / tvm_time / 1e9, 2),
                 "unit": "GFLOP/s", "ratio": round(tvm_time / ours, 3), "tuning_s": round(spent, 1),
