@@ -185,8 +185,11 @@ def tvm_matmul_isolated(n: int, trials: int, repeat: int, rounds: int):
     import multiprocessing
 
     os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))  # the child reads it when TVM loads
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(tvm_matmul, n, trials, repeat, rounds).result()
+    try:
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return pool.submit(tvm_matmul, n, trials, repeat, rounds).result()
+    except Exception as error:  # TVM failed, or its process died: the case is skipped, the rest goes on
+        return None, f"TVM's run failed ({type(error).__name__}: {str(error).strip().splitlines()[-1:]})"
 
 
 def tvm_matmul(n: int, trials: int, repeat: int, rounds: int):
