@@ -37,9 +37,12 @@ from refcomp.loops.intrin.cpu import describe  # noqa: E402
 
 # ----------------------------------------------------------------------------- models
 
-def mlp(hidden: int, ffn: int, layers: int):
-    """x (batch, hidden) -> [linear(ffn) -> gelu_tanh -> linear(hidden) + residual -> layer_norm] * layers."""
-    batch = SizeVar("batch", "int64")
+def mlp(hidden: int, ffn: int, layers: int, batch: int | None = None):
+    """x (batch, hidden) -> [linear(ffn) -> gelu_tanh -> linear(hidden) + residual -> layer_norm] * layers.
+    batch is symbolic unless given (a constant batch gives kernels with constant shapes, which the
+    tuner takes)."""
+    symbolic = batch is None
+    batch = SizeVar("batch", "int64") if symbolic else batch
     x = Var("x", tensor((batch, hidden)))
     params, names = [x], []
     for k in range(layers):
@@ -48,7 +51,7 @@ def mlp(hidden: int, ffn: int, layers: int):
             params.append(Var(name, tensor(shape)))
             names.append(shape)
     bb = BlockBuilder()
-    with bb.function("main", params, attrs={"tir_var_upper_bound": {"batch": 4096}}):
+    with bb.function("main", params, attrs={"tir_var_upper_bound": {"batch": 4096}} if symbolic else None):
         with bb.dataflow():
             h = x
             for k in range(layers):
@@ -71,9 +74,11 @@ def mlp_numpy(x, *weights):
     return h
 
 
-def transformer_block(hidden: int, heads: int):
-    """Pre-norm block: x + attn(ln1(x)); then + mlp(ln2(.)), with a causal mask; seq is symbolic."""
-    seq = SizeVar("seq", "int64")
+def transformer_block(hidden: int, heads: int, seq: int | None = None):
+    """Pre-norm block: x + attn(ln1(x)); then + mlp(ln2(.)), with a causal mask; seq is symbolic
+    unless given."""
+    symbolic = seq is None
+    seq = SizeVar("seq", "int64") if symbolic else seq
     d = hidden // heads
     x = Var("x", tensor((seq, hidden)))
     shapes = [("g1", (hidden,)), ("b1", (hidden,)), ("wqkv", (3 * hidden, hidden)), ("bqkv", (3 * hidden,)),
@@ -82,7 +87,7 @@ def transformer_block(hidden: int, heads: int):
     params = [x] + [Var(n, tensor(s)) for n, s in shapes]
     g1, b1, wqkv, bqkv, wo, bo, g2, b2, w1, bf1, w2, bf2 = params[1:]
     bb = BlockBuilder()
-    with bb.function("main", params, attrs={"tir_var_upper_bound": {"seq": 2048}}):
+    with bb.function("main", params, attrs={"tir_var_upper_bound": {"seq": 2048}} if symbolic else None):
         with bb.dataflow():
             h = bb.emit(op.layer_norm(x, g1, b1, axes=(-1,)))
             qkv = bb.emit(op.linear(h, wqkv, bqkv))

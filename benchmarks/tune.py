@@ -1,9 +1,10 @@
 """refcomp's auto-tuner: fp32 matmul from the plain te definition (no recipe) vs numpy (OpenBLAS),
-and other operators tuned vs their default schedule and vs numpy / torch; TVM's MetaSchedule side
-by side when apache-tvm is installed.
+and other operators and two graph models tuned vs their default schedules and vs numpy / torch;
+TVM's MetaSchedule side by side when apache-tvm is installed.
 
     python benchmarks/tune.py [--json] [--size 1024] [--trials 64,256] [--op-trials 32]
-                              [--ops conv2d,softmax,layer_norm,bmm_bt] [--small] [--tvm-trials 64]
+                              [--ops conv2d,softmax,layer_norm,bmm_bt] [--small] [--tvm-trials 64,256]
+                              [--no-models] [--model-trials 64]
     python benchmarks/tune.py --dask 32 [--json]     # tuning throughput on a local Dask cluster
     python benchmarks/tune.py --gpu [--gpu-trials 32] [--small] [--json]   # the GPU design space vs torch
 
@@ -12,12 +13,32 @@ kernel is timed against numpy, then the search goes on to the next budget.  Case
 `matmul_{size}_t{trials}`: ratio = numpy time / tuned kernel time, with `tuning_s`, the wall time
 of the search so far.  Each other operator is tuned with `--op-trials` trials; cases
 `{op}_vs_default` (ratio = default schedule time / tuned time) and `{op}_vs_numpy` (or
-`_vs_torch`; ratio = their time / tuned time).  With apache-tvm importable, TVM's MetaSchedule
-tunes the same matmul with the first budget's trials: case `vs_tvm_matmul_{size}_t{trials}`,
-ratio = TVM's tuned time / refcomp's.  Every candidate the search measures is checked against
-the reference on random data in its worker process; every kernel timed here is checked again
-against numpy first.  All tuning happens before any kernel runs in this process (the runner
-forks its workers, and a process that has started OpenMP threads cannot fork safely).
+`_vs_torch`; ratio = their time / tuned time).
+
+With apache-tvm importable, TVM's MetaSchedule tunes the same matmul once for each budget of
+`--tvm-trials` (default: every budget of --trials), each a fresh run with its own work directory:
+case `vs_tvm_matmul_{size}_t{trials}`, ratio = TVM's tuned time / refcomp's at that budget.  TVM
+runs in a separate process (tvm_matmul_isolated), where its kernel is checked and timed as
+refcomp's are here (best call of --rounds x --repeat).  Case
+`vs_tvm_matmul_{size}_walltime` gives refcomp the wall time TVM spent on its first budget: from
+the tuning curves (trial, seconds, best time) of refcomp's search, the best kernel measured by
+then is looked up in the database, rebuilt and timed against TVM's kernel of that budget (ratio =
+TVM's time / refcomp's).  Without apache-tvm these cases are skipped with a message.
+
+Models (`--models`, on unless `--no-models` or `--model-trials 0`): the MLP and the transformer
+block of benchmarks/graph.py, built there with a constant batch / sequence length (the tuner
+takes kernels with constant shapes only), are tuned with `refcomp.tune.tune_model` and
+`--model-trials` trials, then built with `refcomp.graph.build(mod)` and with
+`tuning_database=db`; both are checked against graph.py's numpy versions on fresh random data and
+timed in alternating rounds: cases `model_mlp_tuned_vs_default` and
+`model_transformer_tuned_vs_default`, ratio = default time / tuned time, with `tuning_s`.
+
+Every candidate the search measures is checked against the reference on random data in its
+worker process; every kernel timed here is checked again against numpy first.  Tuning and
+running kernels may interleave in this process: the tuner's children come from a fork server (a
+fresh interpreter that never runs a kernel, refcomp.tune.isolate), never from a fork of a
+process whose OpenMP threads have started, so the model cases are tuned after the kernels above
+have run.
 """
 from __future__ import annotations
 
@@ -40,6 +61,7 @@ from refcomp import tune, workloads  # noqa: E402
 from refcomp.graph.passes.default_schedule import schedule_kernel  # noqa: E402
 from refcomp.loops import intrin  # noqa: E402
 from matmul import blas_description, cpu_name  # noqa: E402
+import graph as graph_benchmark  # noqa: E402  (the models of benchmarks/graph.py)
 
 
 def _matmul_reference(arrays):
@@ -178,15 +200,36 @@ def _inputs(func, rng):
 
 def _llvm_cpu(tvm) -> str:
     """LLVM's name for this CPU (what -mcpu=native would pick)."""
+    for name in ("tvm.codegen.llvm.GetHostCPUName", "codegen.llvm.GetHostCPUName"):  # TVM 0.27; older
+        try:
+            return str(tvm.get_global_func(name)())
+        except Exception:
+            continue
+    return "native"
+
+
+def tvm_matmul_isolated(n: int, trials: int, repeat: int, rounds: int):
+    """tvm_matmul in a fresh interpreter with a fresh work directory, so that TVM's thread pool
+    (its threads pinned to cores by default) never shares a process with numpy's OpenBLAS and
+    refcomp's OpenMP pools: in one check, numpy's 128 x 128 matmul took 8 ms instead of 30 us
+    after a TVM kernel had run in the same process.  TVM_NUM_THREADS defaults to the core count."""
+    import concurrent.futures
+    import multiprocessing
+
+    os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))  # the child reads it when TVM loads
     try:
-        return str(tvm.get_global_func("codegen.llvm.GetHostCPUName")())
-    except Exception:
-        return "native"
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return pool.submit(tvm_matmul, n, trials, repeat, rounds).result()
+    except Exception as error:  # TVM failed, or its process died: the case is skipped, the rest goes on
+        return None, f"TVM's run failed ({type(error).__name__}: {str(error).strip().splitlines()[-1:]})"
 
 
-def tvm_matmul(n: int, trials: int, work_dir: str):
-    """TVM MetaSchedule's tuned time (seconds) and tuning wall time for the n x n x n fp32 matmul,
+def tvm_matmul(n: int, trials: int, repeat: int, rounds: int):
+    """TVM MetaSchedule's tuned time for the n x n x n fp32 matmul (checked against numpy, then
+    the best call of `rounds` x `repeat`, as refcomp's kernels are timed) and its tuning wall time,
     or None and the reason when apache-tvm is not importable."""
+    import tempfile
+
     try:
         import tvm
         from tvm import te as tvm_te
@@ -208,9 +251,10 @@ def tvm_matmul(n: int, trials: int, work_dir: str):
         target = tvm.target.Target(f"llvm -mcpu=native -num-cores {threads}")
     start = time.monotonic()
     # builds get more than the default 30 s: on a busy machine TVM's builder processes start slowly
-    database = ms.tune_tir(mod, target, work_dir=work_dir, max_trials_global=trials,
-                           num_trials_per_iter=min(16, trials), builder=ms.builder.LocalBuilder(timeout_sec=300))
-    sch = ms.tir_integration.compile_tir(database, mod, target)
+    with tempfile.TemporaryDirectory(prefix="refcomp-tvm-") as work_dir:  # a fresh search per budget
+        database = ms.tune_tir(mod, target, work_dir=work_dir, max_trials_global=trials,
+                               num_trials_per_iter=min(16, trials), builder=ms.builder.LocalBuilder(timeout_sec=300))
+        sch = ms.tir_integration.compile_tir(database, mod, target)
     spent = time.monotonic() - start
     if sch is None:
         return None, "TVM found no valid schedule"
@@ -222,8 +266,118 @@ def tvm_matmul(n: int, trials: int, work_dir: str):
     at, bt, ct = array(an, dev), array(bn, dev), array(np.zeros((n, n), "float32"), dev)
     lib["main"](at, bt, ct)
     np.testing.assert_allclose(ct.numpy(), an @ bn, rtol=1e-3, atol=1e-3 * np.sqrt(n))
-    timer = lib.time_evaluator("main", dev, number=5, repeat=3)
-    return (min(timer(at, bt, ct).results), spent), ""
+    main = lib["main"]
+    (best,) = harness.best_times([lambda: main(at, bt, ct)], repeat, rounds)
+    return (best, spent), ""
+
+
+def model_cases(small: bool) -> dict:
+    """(graph module, weight shapes, input shape, numpy version) of graph.py's two models, with a
+    constant batch / sequence length; graph.py's default sizes, or small ones."""
+    g = graph_benchmark
+    hidden, heads, batch, seq = (64, 4, 32, 16) if small else (1024, 16, 256, 512)
+    mlp, mlp_shapes = g.mlp(hidden, 4 * hidden, 2, batch=batch)
+    block, block_shapes = g.transformer_block(hidden, heads, seq=seq)
+    return {"mlp": (mlp, mlp_shapes, (batch, hidden), g.mlp_numpy),
+            "transformer": (block, block_shapes, (seq, hidden), lambda x, *w: g.transformer_numpy(heads, x, *w))}
+
+
+def _model_runner(ex, arrays):
+    """A call of the executable's main: the compiled graph function where there is one, else the VM."""
+    compiled = ex.compiled.get("main")
+    if compiled is not None:
+        return lambda: compiled(*arrays)
+    vm = refcomp.runtime.VirtualMachine(ex)
+    return lambda: vm["main"](*arrays)
+
+
+def run_models(args, rng) -> dict:
+    """The model cases: tune_model with --model-trials, graph.build with and without the records,
+    both checked against numpy on fresh random data, then timed in alternating rounds."""
+    from refcomp.runtime.blas import register_blas
+
+    blas = register_blas()  # what graph.build(mod) does by default on the C target
+    results = {}
+    for name, (mod, weight_shapes, input_shape, reference) in model_cases(args.small).items():
+        case = f"model_{name}_tuned_vs_default"
+        database = tune.Database()
+        tasks = tune.extract_tasks(mod, blas=blas)
+        print(f"{case}: {len(tasks)} tasks: " + ", ".join(f"{t.name} (x{t.weight})" for t in tasks[:6])
+              + (", ..." if len(tasks) > 6 else ""), flush=True)
+        bar = tune.ProgressBar(stream=sys.stdout, label=f"model_{name}", in_place=False)
+        start = time.monotonic()
+        # rounds small enough that every task gets one before the budget runs out
+        batch = max(2, min(16, args.model_trials // max(1, len(tasks))))
+        report = tune.tune_model(mod, trials=args.model_trials, database=database, blas=blas, tasks=tasks,
+                                 batch=batch, seed=int(rng.integers(2**20)),
+                                 progress=lambda done, total, task, gflops, seconds: bar(done, total, gflops, seconds))
+        spent = time.monotonic() - start
+        default_ex = refcomp.graph.build(mod)
+        tuned_ex = refcomp.graph.build(mod, tuning_database=database)
+        x = rng.uniform(-1, 1, input_shape).astype("float32")
+        weights = [(rng.uniform(-1, 1, s) / np.sqrt(s[-1])).astype("float32") for s in weight_shapes]
+        want = reference(x, *weights)
+        runs = {}
+        for which, ex in (("tuned", tuned_ex), ("default", default_ex)):
+            run = _model_runner(ex, [x] + weights)
+            got = np.asarray(run())
+            error = float(np.max(np.abs(got - want)) / (np.max(np.abs(want)) + 1e-30))
+            if not error < 1e-3:
+                raise SystemExit(f"{case}: the {which} build disagrees with numpy (max relative error {error:.2e})")
+            runs[which] = run
+        t_tuned, t_default = harness.best_times([runs["tuned"], runs["default"]], args.repeat, args.rounds)
+        failures = sum(r.failures for r in report.tasks)
+        results[case] = {"refcomp": round(t_tuned * 1e3, 4), "baseline": round(t_default * 1e3, 4), "unit": "ms",
+                         "ratio": round(t_default / t_tuned, 3), "tuning_s": round(spent, 1),
+                         "trials": report.trials, "tasks": len(tasks),
+                         "tuned_kernels": tuned_ex.stats["tuned_kernels"], "failures": failures}
+        print(f"{case:<36} tuned {t_tuned * 1e3:9.3f} ms  default {t_default * 1e3:9.3f} ms  "
+              f"ratio {t_default / t_tuned:5.2f}  ({report.trials} trials over {len(tasks)} tasks, "
+              f"{tuned_ex.stats['tuned_kernels']} tuned kernels, {spent:5.1f} s, rejected {failures})", flush=True)
+    return results
+
+
+def refcomp_at(seconds: float, tuned: list) -> tuple[float, int, float]:
+    """The best time refcomp's matmul search had measured `seconds` into its wall time, its trials
+    and its wall time at that measurement, from the tuning curves of its successive budgets:
+    `tuned` holds (budget, TuneResult, tuning seconds so far) per budget; a curve's seconds count
+    from its own call's start, offset here by the wall time of the calls before it.  When the
+    search ended sooner, its last point; (inf, 0, 0.0) when nothing was measured by then."""
+    best, trials_at, seconds_at, offset, done = float("inf"), 0, 0.0, 0.0, 0
+    for budget, result, spent in tuned:
+        for trial, at, best_time in result.curve:
+            if offset + at > seconds:
+                return best, trials_at, seconds_at
+            best, trials_at, seconds_at = best_time, done + trial, offset + at
+        offset, done = spent, budget
+    return best, trials_at, seconds_at
+
+
+def equal_wall_time_case(func, database, tuned, tvm_trials: int, tvm_outcome, a, b, rng, args) -> dict | None:
+    """Case vs_tvm_matmul_{n}_walltime: refcomp's best kernel measured within the wall time TVM spent
+    on `tvm_trials` trials (looked up in the database by its time), checked and timed here, vs TVM's
+    kernel of that budget."""
+    n = a.shape[0]
+    name = f"vs_tvm_matmul_{n}_walltime"
+    tvm_time, tvm_spent = tvm_outcome
+    best, trials_at, seconds_at = refcomp_at(tvm_spent, tuned)
+    records = database.query(tuned[0][1].workload, tuned[0][1].target)
+    if best == float("inf") or not records:
+        print(f"{name}: skipped: refcomp had no checked kernel within TVM's {tvm_spent:.1f} s")
+        return None
+    record = min(records, key=lambda r: abs(r.mean_time - best))
+    kernel = refcomp.build(tune.replay(func, record).func)
+    c = rng.uniform(-1, 1, (n, n)).astype("float32")
+    kernel(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3 * np.sqrt(n))
+    (ours,) = harness.best_times([lambda: kernel(a, b, c)], args.repeat, args.rounds)
+    flops = 2.0 * n ** 3
+    print(f"{name:<24} refcomp {flops / ours / 1e9:8.1f} GFLOP/s  TVM {flops / tvm_time / 1e9:8.1f} GFLOP/s  "
+          f"ratio {tvm_time / ours:5.2f}  within TVM's {tvm_spent:.1f} s ({tvm_trials} trials): refcomp's best "
+          f"after {trials_at} trials, {seconds_at:.1f} s", flush=True)
+    return {"refcomp": round(flops / ours / 1e9, 2), "baseline": round(flops / tvm_time / 1e9, 2), "unit": "GFLOP/s",
+            "ratio": round(tvm_time / ours, 3), "wall_s": round(tvm_spent, 1), "trials": trials_at,
+            "tuning_s": round(seconds_at, 1), "baseline_trials": tvm_trials}
 
 
 def _gpu_matmul_reference(arrays):
@@ -343,7 +497,11 @@ def main() -> None:
     parser.add_argument("--op-trials", type=int, default=32, help="trials for each other operator (0: none)")
     parser.add_argument("--ops", default="conv2d,softmax,layer_norm,bmm_bt", help="the other operators")
     parser.add_argument("--small", action="store_true", help="small operator sizes (a quick check that it runs)")
-    parser.add_argument("--tvm-trials", type=int, default=None, help="TVM's budget (default: the first of --trials)")
+    parser.add_argument("--tvm-trials", default=None,
+                        help="comma-separated budgets TVM tunes, each among --trials (default: all of them; 0: no TVM)")
+    parser.add_argument("--models", action=argparse.BooleanOptionalAction, default=True,
+                        help="tune graph.py's MLP and transformer block (default: on)")
+    parser.add_argument("--model-trials", type=int, default=64, help="trials for each model (0: no model cases)")
     parser.add_argument("--repeat", type=int, default=5, help="calls per timing round")
     parser.add_argument("--rounds", type=int, default=3, help="alternating timing rounds")
     parser.add_argument("--database", default=None, help="JSON-lines file for the records (default: memory)")
@@ -361,6 +519,12 @@ def main() -> None:
     if args.dask:
         return dask_scaling(args.dask, args.json)
     budgets = sorted(int(t) for t in args.trials.split(","))
+    if args.tvm_trials is None:
+        tvm_budgets = budgets
+    else:
+        tvm_budgets = sorted({int(t) for t in args.tvm_trials.split(",") if int(t) > 0})
+        if any(t not in budgets for t in tvm_budgets):
+            parser.error(f"--tvm-trials {args.tvm_trials}: each TVM budget must be one of --trials {args.trials}")
     n = args.size
     print(f"refcomp {refcomp.__version__} tuning benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"machine: {cpu_name()}, {os.cpu_count()} CPUs, ISA {intrin.cpu.describe()}; intrinsics this CPU runs: "
@@ -393,14 +557,13 @@ def main() -> None:
         start = time.monotonic()
         op_result = tune.tune(op_func, "c", trials=args.op_trials, database=database, seed=7, progress=bar)
         ops[name] = (op_func, baseline, label, op_result, time.monotonic() - start)
-    tvm_trials = args.tvm_trials or budgets[0]
-    tvm_outcome, tvm_reason = (None, "")
-    if args.tvm_trials != 0:
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="refcomp-tvm-") as work_dir:
-            tvm_outcome, tvm_reason = tvm_matmul(n, tvm_trials, work_dir)
-    # Kernels run in this process only from here on.
+    tvm, tvm_skipped = {}, []  # budget -> (TVM's kernel time, its tuning time); (budget, why) skipped
+    for trials in tvm_budgets:
+        outcome, reason = tvm_matmul_isolated(n, trials, args.repeat, args.rounds)
+        if outcome is None:
+            tvm_skipped.append((trials, reason))
+        else:
+            tvm[trials] = outcome
     results = {}
     flops = 2.0 * n ** 3
     for budget, result, spent in tuned:
@@ -418,8 +581,8 @@ def main() -> None:
                          "failures": len(result.failures)}
         print(f"{name:<24} refcomp {flops / ours / 1e9:8.1f} GFLOP/s  numpy {flops / theirs / 1e9:8.1f} GFLOP/s  "
               f"ratio {theirs / ours:5.2f}  tuning {spent:6.1f} s  rejected {len(result.failures)}", flush=True)
-        if budget == tvm_trials and tvm_outcome is not None:
-            tvm_time, tvm_spent = tvm_outcome
+        if budget in tvm:
+            tvm_time, tvm_spent = tvm[budget]
             results[f"vs_tvm_matmul_{n}_t{budget}"] = {
                 "refcomp": round(flops / ours / 1e9, 2), "baseline": round(flops / tvm_time / 1e9, 2),
                 "unit": "GFLOP/s", "ratio": round(tvm_time / ours, 3), "tuning_s": round(spent, 1),
@@ -427,9 +590,15 @@ def main() -> None:
             print(f"{'vs_tvm_matmul_' + str(n) + '_t' + str(budget):<24} refcomp {flops / ours / 1e9:8.1f} GFLOP/s  "
                   f"TVM {flops / tvm_time / 1e9:8.1f} GFLOP/s  ratio {tvm_time / ours:5.2f}  "
                   f"tuning {spent:6.1f} s vs {tvm_spent:6.1f} s", flush=True)
-    if tvm_outcome is None and args.tvm_trials != 0:
-        print(f"vs_tvm_matmul_{n}_t{tvm_trials}: skipped: {tvm_reason} "
+    for trials, reason in tvm_skipped:
+        print(f"vs_tvm_matmul_{n}_t{trials}: skipped: {reason} "
               f"(pip install 'apache-tvm==0.27.*' apache-tvm-ffi==0.1.14.post0; TVM_NUM_THREADS={os.cpu_count()})")
+    if tvm_budgets and tvm_budgets[0] in tvm:
+        walltime = equal_wall_time_case(func, database, tuned, tvm_budgets[0], tvm[tvm_budgets[0]], a, b, rng, args)
+        if walltime is not None:
+            results[f"vs_tvm_matmul_{n}_walltime"] = walltime
+    elif tvm_budgets:
+        print(f"vs_tvm_matmul_{n}_walltime: skipped: TVM did not tune its first budget ({tvm_budgets[0]} trials)")
     for name, (op_func, baseline, label, op_result, spent) in ops.items():
         if op_result.schedule is None:
             print(f"{name}: no candidate passed the check")
@@ -456,6 +625,8 @@ def main() -> None:
         print(f"{name:<24} tuned {t_tuned * 1e3:9.3f} ms  default {t_default * 1e3:9.3f} ms  {label} "
               f"{t_base * 1e3:9.3f} ms  vs default {t_default / t_tuned:5.2f}  vs {label} {t_base / t_tuned:5.2f}  "
               f"({op_result.trials} trials, {spent:5.1f} s)", flush=True)
+    if args.models and args.model_trials > 0:
+        results.update(run_models(args, rng))
     if args.json:
         print(json.dumps({"cases": results}))
 
