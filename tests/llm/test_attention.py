@@ -87,3 +87,22 @@ def test_repeated_calls_take_the_prepared_path(kernel):
     c = _case(7, [3, 30, 9], 4, 2, 6, 2, streaming=True)  # new shapes and scalars: checked again
     _check(c, _run(call, c))
     assert len(call._templates) == 2
+
+
+@pytest.mark.parametrize("steps", range(1, 9))
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_verify_calls_cross_pages(kernel, steps, streaming, seed):
+    """A verify call (T = 1..8 queries of one tile) on ragged starts whose call crosses a page
+    boundary (and, streaming, the ring's end): every query sees exactly its own causal window."""
+    starts = [PAGE - 3, 2 * PAGE - 1, PAGE + 5, 3 * PAGE - 4]
+    c = _case(seed, starts, steps, 3, 2 * PAGE - 7, 4, streaming=streaming)
+    _check(c, _run(kernel, c))
+
+
+@pytest.mark.parametrize("steps", [9, 16, 17, 70])
+def test_prefill_spans_several_tiles(kernel, steps):
+    """A long call runs its queries in tiles of QUERY_TILE; the last tile is partial."""
+    for streaming in (False, True):
+        c = _case(steps, [0, 5, PAGE - 1], steps, 2, 20, 3, streaming=streaming)
+        _check(c, _run(kernel, c))
