@@ -112,7 +112,8 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
 
     # lanes of the score and value blocks: 16 floats (two AVX2 registers, one AVX-512 register)
     L = LANES
-    DW = L if D % L == 0 else D   # value columns per step
+    DW = 2 * L if D % (2 * L) == 0 else L if D % L == 0 else D   # value columns per step
+    KB = 2 * L    # keys per score block
 
     def window_lo(query: Any) -> Any:
         """The first non-sink position the tile's query `query` sees."""
@@ -127,27 +128,27 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
         queries (the chunk stays in the first-level cache).  Query i sees the keys from
         max(lo_pos, pos0) to min(pos_i, pos0 + count - 1), lo_pos = its window's start when
         `windowed` (positions past the sinks) else 0; the other scores weigh zero.
-        Scores: per block of L keys, the G heads' L scores stay in registers over the D products;
-        values: per L columns of D, the G heads' accumulators stay in registers over the keys."""
+        Scores: per block of 2L keys, the G heads' 2L scores stay in registers over the D products;
+        values: per 2L (or L) columns of D, the G heads' accumulators stay in registers over the keys."""
         jc, d1, g1, ln, jt, d4, g4, i1 = (_v(n) for n in ("jc", "d1", "g1", "ln", "jt", "d4", "g4", "i1"))
         g2, j3, d2, dc, j5, g3, l2, i2, i3 = (_v(n) for n in ("g2", "j3", "d2", "dc", "j5", "g3", "l2", "i2", "i3"))
-        full = count // L
-        key = jc * L + ln
-        sreg = Buffer("sreg", (_const(G * L),), "float32")
+        full = count // KB
+        key = jc * KB + ln
+        sreg = Buffer("sreg", (_const(G * KB),), "float32")
         areg = Buffer("areg", (_const(G * DW),), "float32")
-        lane = g1 * L + ln
+        lane = g1 * KB + ln
         row1 = i1 * G + g1
         block = Allocate(sreg, seq(
-            _for(g1, 0, _const(G), _for(ln, 0, _const(L), BufferStore(sreg, _f(0.0), (lane,)), "vectorized"),
+            _for(g1, 0, _const(G), _for(ln, 0, _const(KB), BufferStore(sreg, _f(0.0), (lane,)), "vectorized"),
                  "unrolled"),
-            _for(d1, 0, _const(D), _for(g1, 0, _const(G), _for(ln, 0, _const(L), BufferStore(
+            _for(d1, 0, _const(D), _for(g1, 0, _const(G), _for(ln, 0, _const(KB), BufferStore(
                 sreg, sreg[lane] + qs[row1 * D + d1] * kload(d1, key), (lane,)), "vectorized"), "unrolled")),
-            _for(g1, 0, _const(G), _for(ln, 0, _const(L), BufferStore(s, sreg[lane], (row1 * P + key,)),
+            _for(g1, 0, _const(G), _for(ln, 0, _const(KB), BufferStore(s, sreg[lane], (row1 * P + key,)),
                                         "vectorized"), "unrolled")))
         row4 = i1 * G + g4
         scores = _for(i1, 0, tq, seq(
             _for(jc, 0, full, block),
-            _for(jt, full * L, count - full * L, _for(g4, 0, _const(G), seq(
+            _for(jt, full * KB, count - full * KB, _for(g4, 0, _const(G), seq(
                 BufferStore(s, _f(0.0), (row4 * P + jt,)),
                 _for(d4, 0, _const(D), BufferStore(s, s[row4 * P + jt] + qs[row4 * D + d4] * kload(d4, jt),
                                                    (row4 * P + jt,))))))))
