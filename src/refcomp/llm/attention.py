@@ -157,6 +157,16 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
         lanes = Buffer("lanes", (_const(L),), "float32")
         l3, l4, j6, j7, j8, lo, hi, nf, row = (_v(n) for n in ("l3", "l4", "j6", "j7", "j8", "lo", "hi", "nf", "row"))
         score = lambda jj: s[row * P + jj]  # noqa: E731
+
+        def fold(combine: Callable[[Any, Any], Any]) -> Stmt:
+            """lanes[0] = combine of the L lanes, by halving (a tree, not a serial chain)."""
+            steps, half = [], L // 2
+            while half >= 1:
+                steps.append(_for(l4, 0, _const(half), BufferStore(lanes, combine(lanes[l4], lanes[l4 + half]), (l4,)),
+                                  "vectorized"))
+                half //= 2
+            return seq(*steps)
+
         lo_pos = window_lo(i2) if windowed else _ZERO
         softmax = _for(i2, 0, tq, _let(lo, min_(max_(lo_pos - pos0, _ZERO), count), _let(
             hi, min_(max_(st + t0 + i2 + 1 - pos0, lo), count), _let(nf, (hi - lo) // L, _for(g2, 0, _const(G), _let(
@@ -165,7 +175,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
                     _for(j6, 0, nf, _for(l3, 0, _const(L), BufferStore(
                         lanes, max_(lanes[l3], score(lo + j6 * L + l3)), (l3,)), "vectorized")),
                     BufferStore(mx, m[row], (_ZERO,)),
-                    _for(l4, 0, _const(L), BufferStore(mx, max_(mx[_ZERO], lanes[l4]), (_ZERO,))),
+                    fold(max_), BufferStore(mx, max_(mx[_ZERO], lanes[_ZERO]), (_ZERO,)),
                     _for(j3, lo + nf * L, hi - lo - nf * L, BufferStore(mx, max_(mx[_ZERO], score(j3)), (_ZERO,))),
                     _for(d2, 0, _const(D), BufferStore(
                         acc, acc[row * D + d2] * Call("exp", (m[row] - mx[_ZERO],), "float32"), (row * D + d2,)),
@@ -179,7 +189,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
                     _for(l3, 0, _const(L), BufferStore(lanes, _f(0.0), (l3,)), "vectorized"),
                     _for(j7, 0, nf, _for(l3, 0, _const(L), BufferStore(
                         lanes, lanes[l3] + score(lo + j7 * L + l3), (l3,)), "vectorized")),
-                    _for(l4, 0, _const(L), BufferStore(l, l[row] + lanes[l4], (row,))),
+                    fold(lambda x, y: x + y), BufferStore(l, l[row] + lanes[_ZERO], (row,)),
                     _for(j3, lo + nf * L, hi - lo - nf * L, BufferStore(l, l[row] + score(j3), (row,)))))))))))
         column = dc * DW + l2
         slot_a = g3 * DW + l2
