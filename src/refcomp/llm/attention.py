@@ -104,6 +104,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
     m = Buffer("m", (_const(R),), "float32")
     l = Buffer("l", (_const(R),), "float32")
     mx = Buffer("mx", (_const(1),), "float32")
+    rescale = Buffer("rescale", (_const(1),), "float32")  # e^(m - m'), computed once per row and chunk
     kt = Buffer("kt", (_const(D), T), "float32")  # the call's keys of this head, transposed
 
     bh, b, kh, tg, t0, tq, st = _v("bh"), _v("b"), _v("kh"), _v("tg"), _v("t0"), _v("tq"), _v("st")
@@ -177,10 +178,11 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
                     BufferStore(mx, m[row], (_ZERO,)),
                     fold(max_), BufferStore(mx, max_(mx[_ZERO], lanes[_ZERO]), (_ZERO,)),
                     _for(j3, lo + nf * L, hi - lo - nf * L, BufferStore(mx, max_(mx[_ZERO], score(j3)), (_ZERO,))),
+                    BufferStore(rescale, Call("exp", (m[row] - mx[_ZERO],), "float32"), (_ZERO,)),
                     _for(d2, 0, _const(D), BufferStore(
-                        acc, acc[row * D + d2] * Call("exp", (m[row] - mx[_ZERO],), "float32"), (row * D + d2,)),
+                        acc, acc[row * D + d2] * rescale[_ZERO], (row * D + d2,)),
                          "vectorized"),
-                    BufferStore(l, l[row] * Call("exp", (m[row] - mx[_ZERO],), "float32"), (row,)),
+                    BufferStore(l, l[row] * rescale[_ZERO], (row,)),
                     BufferStore(m, mx[_ZERO], (row,)),
                     _for(j8, 0, lo, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized"),
                     _for(j8, lo, hi - lo, BufferStore(s, Call("exp", (score(j8) - mx[_ZERO],), "float32"),
@@ -263,7 +265,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
         _assume((st >= 0) & (sinks >= 0) & (ring > 0) & (window > 0) & (M * P >= sinks + ring)
                 & ((st + T <= sinks + ring) | (window <= ring))),
         transpose, _for(tg, 0, (T + (QT - 1)) // QT, tile), store_new))))
-    for buffer in (kt, mx, l, m, s, acc, qs):
+    for buffer in (kt, rescale, mx, l, m, s, acc, qs):
         body = Allocate(buffer, body)
     loop = For(bh, _const(0), B * H, "parallel", body)
     return PrimFunc((q, k, v, kp, vp, table, start, out, sinks, ring, window), loop,
