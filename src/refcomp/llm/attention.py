@@ -20,13 +20,19 @@ before start[b] are read from the pages, the call's own positions from k and v d
 streaming cache whose ring is shorter than the call still sees every key it must.
 
     for bh in parallel(B * Hkv):                   # one sequence and key/value head per iteration
-        for t in range(T):
-            running max m, sum l and accumulator acc of the G query heads, per chunk of keys:
-                s[g, j] = (q[g] / sqrt(D)) . K[j]     (vector loop over j, keys transposed)
-                m' = max(m, max_j s);  l = l * e^(m - m') + sum_j e^(s - m');  acc likewise
-            out[b, t, g] = acc[g] / l[g]
+        for each tile of up to QUERY_TILE consecutive queries t0 .. t0 + tq - 1:
+            per query i and head g: running max m, sum l and accumulator acc
+            for each chunk of <= P keys the tile's queries see (read from its page once):
+                for each query i: s[i, g, j] = (q[i, g] / sqrt(D)) . K[j]   (vector loop over j)
+                for each query i, head g, over the keys [lo_i, hi_i) query i sees in the chunk:
+                    m' = max(m, max_j s);  l = l * e^(m - m') + sum_j e^(s - m');  s = e^(s - m')
+                    (s = 0 outside [lo_i, hi_i))
+                for each query i: acc[i, g] = acc[i, g] * e^(m - m') + sum_j s[i, g, j] V[j]
+            out[b, t0 + i, g] = acc[i, g] / l[i, g]
         then the T new keys and values are stored in their slots
 
+A decode step is one tile of one query; a verify step of a few tokens is one tile, so it reads
+the pages once, as a decode step does, and only its arithmetic grows with the number of queries.
 Every (b, kv head) iteration reads and writes only its own sequence's pages, so the in-place
 append needs no synchronisation.  The kernel is built once per (G, D, P, Hkv) and cached.
 """
