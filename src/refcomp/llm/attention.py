@@ -120,7 +120,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
     # lanes of the score and value blocks: 16 floats (two AVX2 registers, one AVX-512 register)
     L = LANES
     DW = 2 * L if D % (2 * L) == 0 else L if D % L == 0 else D   # value columns per step
-    KB = 2 * L    # keys per score block
+    KB = 2 * L if P % (2 * L) == 0 else L   # keys per score block
 
     def window_lo(query: Any) -> Any:
         """The first non-sink position the tile's query `query` sees."""
@@ -135,7 +135,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
         queries (the chunk stays in the first-level cache).  Query i sees the keys from
         max(lo_pos, pos0) to min(pos_i, pos0 + count - 1), lo_pos = its window's start when
         `windowed` (positions past the sinks) else 0; the other scores weigh zero.
-        Scores: per block of 2L keys, the G heads' 2L scores stay in registers over the D products;
+        Scores: per block of KB = 2L (or L) keys, the G heads' KB scores stay in registers over the D products;
         values: per 2L (or L) columns of D, the G heads' accumulators stay in registers over the keys."""
         jc, d1, g1, ln, jt, d4, g4, i1 = (_v(n) for n in ("jc", "d1", "g1", "ln", "jt", "d4", "g4", "i1"))
         g2, j3, d2, dc, j5, g3, l2, i2, i3 = (_v(n) for n in ("g2", "j3", "d2", "dc", "j5", "g3", "l2", "i2", "i3"))
