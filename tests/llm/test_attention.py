@@ -87,3 +87,52 @@ def test_repeated_calls_take_the_prepared_path(kernel):
     c = _case(7, [3, 30, 9], 4, 2, 6, 2, streaming=True)  # new shapes and scalars: checked again
     _check(c, _run(call, c))
     assert len(call._templates) == 2
+
+
+@pytest.mark.parametrize("steps", range(1, 9))
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_verify_calls_cross_pages(kernel, steps, streaming, seed):
+    """A verify call (T = 1..8 queries of one tile) on ragged starts whose call crosses a page
+    boundary (and, streaming, the ring's end): every query sees exactly its own causal window."""
+    starts = [PAGE - 3, 2 * PAGE - 1, PAGE + 5, 3 * PAGE - 4]
+    c = _case(seed, starts, steps, 3, 2 * PAGE - 7, 4, streaming=streaming)
+    _check(c, _run(kernel, c))
+
+
+@pytest.mark.parametrize("steps", [9, 16, 17, 70])
+def test_prefill_spans_several_tiles(kernel, steps):
+    """A long call runs its queries in tiles of QUERY_TILE; the last tile is partial."""
+    for streaming in (False, True):
+        c = _case(steps, [0, 5, PAGE - 1], steps, 2, 20, 3, streaming=streaming)
+        _check(c, _run(kernel, c))
+
+
+@pytest.mark.parametrize("group, dim, page, heads", [(1, 8, 16, 3), (4, 32, 64, 2), (3, 48, 8, 2)])
+@pytest.mark.parametrize("streaming", [False, True])
+def test_other_shapes(group, dim, page, heads, streaming):
+    """Other kernel shapes: one head per group, value blocks of 32 columns (D = 32, the shipped
+    model's), D not a multiple of 16, pages shorter than a score block; tiles of 1, 3, 8 and 11 queries."""
+    call = PagedAttention(group, dim, page, heads)
+    rng = np.random.default_rng(group * dim)
+    for steps in (1, 3, 8, 11):
+        starts = np.array([0, 5, 2 * page - 1, 3 * page + 2], np.int32)
+        batch, longest = len(starts), int(starts.max()) + steps
+        if streaming:
+            sinks, window = 2, page + 3
+            ring = window + 2
+        else:
+            sinks, window, ring = 0, UNBOUNDED, -(-longest // page) * page
+        width = -(-(sinks + ring) // page)
+        pages = batch * width + 1
+        table = rng.permutation(pages)[:batch * width].reshape(batch, width).astype(np.int32)
+        history_k = rng.standard_normal((batch, longest, heads, dim)).astype(np.float32)
+        history_v = rng.standard_normal((batch, longest, heads, dim)).astype(np.float32)
+        k_pages, v_pages = fill_pages(history_k, history_v, starts, table, page, sinks, ring, pages)
+        q = rng.standard_normal((batch, steps, heads * group, dim)).astype(np.float32)
+        k = rng.standard_normal((batch, steps, heads, dim)).astype(np.float32)
+        v = rng.standard_normal((batch, steps, heads, dim)).astype(np.float32)
+        out = np.full_like(q, np.nan)
+        call(q, k, v, k_pages, v_pages, table, starts, out, sinks, ring, window)
+        expected = attention(q, k, v, history_k, history_v, starts, sinks, min(window, 1 << 40))
+        np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5)

@@ -109,3 +109,24 @@ def test_streaming_rollback_within_slack_only():
     grow(short, 9)
     short.rollback(np.array([0]))
     assert short.pages_in_use() == 0
+
+
+@pytest.mark.parametrize("streaming", [None, StreamingBudget(sinks=3, window=10, slack=4)])
+def test_every_used_slot_has_a_page_after_any_grow_and_rollback(streaming):
+    """reserve only looks at pages past the slots already used: after random grows and rollbacks
+    (ragged per sequence) every used slot's page is still in the table, and pages stay distinct."""
+    rng = np.random.default_rng(3)
+    cache = PagedKVCache(CONFIG, batch=3, max_tokens=60, page_size=8, streaming=streaming)
+    for _ in range(40):
+        lengths = cache.lengths()
+        if rng.random() < 0.4 and lengths.max() > 0:
+            keep = lengths - rng.integers(0, 3, size=3)
+            keep = np.maximum(keep, 0 if streaming is None else lengths - 4)
+            cache.rollback(np.maximum(keep, 0))
+        elif lengths.max() + 4 <= 60:
+            grow(cache, int(rng.integers(1, 5)))
+        used = np.minimum(cache.lengths(), cache.sinks + cache.ring)
+        for b in range(3):
+            assert (cache.table[b, :-(-int(used[b]) // 8)] >= 0).all()
+        held = cache.table[cache.table >= 0]
+        assert len(set(held.tolist())) == held.size

@@ -20,13 +20,19 @@ before start[b] are read from the pages, the call's own positions from k and v d
 streaming cache whose ring is shorter than the call still sees every key it must.
 
     for bh in parallel(B * Hkv):                   # one sequence and key/value head per iteration
-        for t in range(T):
-            running max m, sum l and accumulator acc of the G query heads, per chunk of keys:
-                s[g, j] = (q[g] / sqrt(D)) . K[j]     (vector loop over j, keys transposed)
-                m' = max(m, max_j s);  l = l * e^(m - m') + sum_j e^(s - m');  acc likewise
-            out[b, t, g] = acc[g] / l[g]
+        for each tile of up to QUERY_TILE consecutive queries t0 .. t0 + tq - 1:
+            per query i and head g: running max m, sum l and accumulator acc
+            for each chunk of <= P keys the tile's queries see (read from its page once):
+                for each query i: s[i, g, j] = (q[i, g] / sqrt(D)) . K[j]   (vector loop over j)
+                for each query i, head g, over the keys [lo_i, hi_i) query i sees in the chunk:
+                    m' = max(m, max_j s);  l = l * e^(m - m') + sum_j e^(s - m');  s = e^(s - m')
+                    (s = 0 outside [lo_i, hi_i))
+                for each query i: acc[i, g] = acc[i, g] * e^(m - m') + sum_j s[i, g, j] V[j]
+            out[b, t0 + i, g] = acc[i, g] / l[i, g]
         then the T new keys and values are stored in their slots
 
+A decode step is one tile of one query; a verify step of a few tokens is one tile, so it reads
+the pages once, as a decode step does, and only its arithmetic grows with the number of queries.
 Every (b, kv head) iteration reads and writes only its own sequence's pages, so the in-place
 append needs no synchronisation.  The kernel is built once per (G, D, P, Hkv) and cached.
 """
@@ -49,6 +55,8 @@ _LOWEST = -3.0e38
 _INT = "int64"
 _ZERO = IntImm(0, _INT)
 LANES = 16
+# queries per tile: each block of keys and values is read once for a tile's queries
+QUERY_TILE = 8
 
 
 def _v(name: str) -> Var:
@@ -94,84 +102,117 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
     out = Buffer("out", (B, T, _const(H * G), _const(D)), "float32")
     sinks, ring, window = _v("sinks"), _v("ring"), _v("window")
 
-    qs = Buffer("qs", (_const(G * D),), "float32")
-    acc = Buffer("acc", (_const(G * D),), "float32")
-    s = Buffer("s", (_const(G * P),), "float32")
-    m = Buffer("m", (_const(G),), "float32")
-    l = Buffer("l", (_const(G),), "float32")
+    QT = QUERY_TILE
+    R = QT * G  # state rows: query i of the tile and head g at row i * G + g
+    qs = Buffer("qs", (_const(R * D),), "float32")
+    acc = Buffer("acc", (_const(R * D),), "float32")
+    s = Buffer("s", (_const(R * P),), "float32")
+    m = Buffer("m", (_const(R),), "float32")
+    l = Buffer("l", (_const(R),), "float32")
     mx = Buffer("mx", (_const(1),), "float32")
+    rescale = Buffer("rescale", (_const(1),), "float32")  # e^(m - m'), computed once per row and chunk
     kt = Buffer("kt", (_const(D), T), "float32")  # the call's keys of this head, transposed
 
-    bh, b, kh, t, pos, st = _v("bh"), _v("b"), _v("kh"), _v("t"), _v("pos"), _v("st")
-    g, d = _v("g"), _v("d")
+    bh, b, kh, tg, t0, tq, st = _v("bh"), _v("b"), _v("kh"), _v("tg"), _v("t0"), _v("tq"), _v("st")
+    t, i, g, d = _v("t"), _v("i"), _v("g"), _v("d")
     scale = 1.0 / math.sqrt(D)
 
     # lanes of the score and value blocks: 16 floats (two AVX2 registers, one AVX-512 register)
     L = LANES
-    DW = L if D % L == 0 else D   # value columns per step
+    DW = 2 * L if D % (2 * L) == 0 else L if D % L == 0 else D   # value columns per step
+    KB = 2 * L if P % (2 * L) == 0 else L   # keys per score block
 
-    def chunk(count: Any, kload: Callable[[Any, Any], Any], vload: Callable[[Any, Any], Any]) -> Stmt:
-        """Fold `count` (<= P) keys into the running softmax of every query head of the group.
+    def window_lo(query: Any) -> Any:
+        """The first non-sink position the tile's query `query` sees."""
+        return max_(sinks, st + t0 + query + 1 - window)
 
-        Scores: per block of L keys, the G heads' L scores stay in registers over the D products
-        (keys read once for all heads); values: per L columns of D, the G heads' accumulators stay
-        in registers over the keys (each value row read once for all heads)."""
-        jc, d1, g1, ln, jt, d4, g4 = (_v(n) for n in ("jc", "d1", "g1", "ln", "jt", "d4", "g4"))
-        g2, j3, d2, j4, dc, j5, g3, l2 = (_v(n) for n in ("g2", "j3", "d2", "j4", "dc", "j5", "g3", "l2"))
-        full = count // L
-        key = jc * L + ln
-        sreg = Buffer("sreg", (_const(G * L),), "float32")
+    def chunk(count: Any, pos0: Any, windowed: bool, kload: Callable[[Any, Any], Any],
+              vload: Callable[[Any, Any], Any]) -> Stmt:
+        """Fold `count` (<= P) keys at positions pos0, pos0 + 1, ... into the running softmax of
+        every query of the tile and head of the group.
+
+        The keys and values are read from their pages once per chunk and used for all the tile's
+        queries (the chunk stays in the first-level cache).  Query i sees the keys from
+        max(lo_pos, pos0) to min(pos_i, pos0 + count - 1), lo_pos = its window's start when
+        `windowed` (positions past the sinks) else 0; the other scores weigh zero.
+        Scores: per block of KB = 2L (or L) keys, the G heads' KB scores stay in registers over the D products;
+        values: per 2L (or L) columns of D, the G heads' accumulators stay in registers over the keys."""
+        jc, d1, g1, ln, jt, d4, g4, i1 = (_v(n) for n in ("jc", "d1", "g1", "ln", "jt", "d4", "g4", "i1"))
+        g2, j3, d2, dc, j5, g3, l2, i2, i3 = (_v(n) for n in ("g2", "j3", "d2", "dc", "j5", "g3", "l2", "i2", "i3"))
+        full = count // KB
+        key = jc * KB + ln
+        sreg = Buffer("sreg", (_const(G * KB),), "float32")
         areg = Buffer("areg", (_const(G * DW),), "float32")
-        lane = g1 * L + ln
+        lane = g1 * KB + ln
+        row1 = i1 * G + g1
         block = Allocate(sreg, seq(
-            _for(g1, 0, _const(G), _for(ln, 0, _const(L), BufferStore(sreg, _f(0.0), (lane,)), "vectorized"),
+            _for(g1, 0, _const(G), _for(ln, 0, _const(KB), BufferStore(sreg, _f(0.0), (lane,)), "vectorized"),
                  "unrolled"),
-            _for(d1, 0, _const(D), _for(g1, 0, _const(G), _for(ln, 0, _const(L), BufferStore(
-                sreg, sreg[lane] + qs[g1 * D + d1] * kload(d1, key), (lane,)), "vectorized"), "unrolled")),
-            _for(g1, 0, _const(G), _for(ln, 0, _const(L), BufferStore(s, sreg[lane], (g1 * P + key,)), "vectorized"),
-                 "unrolled")))
-        scores = seq(
+            _for(d1, 0, _const(D), _for(g1, 0, _const(G), _for(ln, 0, _const(KB), BufferStore(
+                sreg, sreg[lane] + qs[row1 * D + d1] * kload(d1, key), (lane,)), "vectorized"), "unrolled")),
+            _for(g1, 0, _const(G), _for(ln, 0, _const(KB), BufferStore(s, sreg[lane], (row1 * P + key,)),
+                                        "vectorized"), "unrolled")))
+        row4 = i1 * G + g4
+        scores = _for(i1, 0, tq, seq(
             _for(jc, 0, full, block),
-            _for(jt, full * L, count - full * L, _for(g4, 0, _const(G), seq(
-                BufferStore(s, _f(0.0), (g4 * P + jt,)),
-                _for(d4, 0, _const(D), BufferStore(s, s[g4 * P + jt] + qs[g4 * D + d4] * kload(d4, jt),
-                                                   (g4 * P + jt,)))))))
-        # running max and sum of the chunk's scores in L lanes, folded after (short scalar chains)
+            _for(jt, full * KB, count - full * KB, _for(g4, 0, _const(G), seq(
+                BufferStore(s, _f(0.0), (row4 * P + jt,)),
+                _for(d4, 0, _const(D), BufferStore(s, s[row4 * P + jt] + qs[row4 * D + d4] * kload(d4, jt),
+                                                   (row4 * P + jt,))))))))
+        # per query, the visible keys [lo, hi) of the chunk; running max and sum of their scores
+        # in L lanes, folded after (short scalar chains); the other keys' weights are zero
         lanes = Buffer("lanes", (_const(L),), "float32")
-        l3, l4, j6, j7 = _v("l3"), _v("l4"), _v("j6"), _v("j7")
-        score = lambda jj: s[g2 * P + jj]  # noqa: E731
-        tail_lo, tail_n = full * L, count - full * L
-        softmax = _for(g2, 0, _const(G), Allocate(lanes, seq(
-            _for(l3, 0, _const(L), BufferStore(lanes, m[g2], (l3,)), "vectorized"),
-            _for(j6, 0, full, _for(l3, 0, _const(L), BufferStore(
-                lanes, max_(lanes[l3], score(j6 * L + l3)), (l3,)), "vectorized")),
-            BufferStore(mx, m[g2], (_ZERO,)),
-            _for(l4, 0, _const(L), BufferStore(mx, max_(mx[_ZERO], lanes[l4]), (_ZERO,))),
-            _for(j3, tail_lo, tail_n, BufferStore(mx, max_(mx[_ZERO], score(j3)), (_ZERO,))),
-            _for(d2, 0, _const(D), BufferStore(acc, acc[g2 * D + d2] * Call("exp", (m[g2] - mx[_ZERO],), "float32"),
-                                               (g2 * D + d2,)), "vectorized"),
-            BufferStore(l, l[g2] * Call("exp", (m[g2] - mx[_ZERO],), "float32"), (g2,)),
-            BufferStore(m, mx[_ZERO], (g2,)),
-            _for(j4, 0, count, BufferStore(s, Call("exp", (score(j4) - mx[_ZERO],), "float32"), (g2 * P + j4,)),
-                 "vectorized"),
-            _for(l3, 0, _const(L), BufferStore(lanes, _f(0.0), (l3,)), "vectorized"),
-            _for(j7, 0, full, _for(l3, 0, _const(L), BufferStore(
-                lanes, lanes[l3] + score(j7 * L + l3), (l3,)), "vectorized")),
-            _for(l4, 0, _const(L), BufferStore(l, l[g2] + lanes[l4], (g2,))),
-            _for(j3, tail_lo, tail_n, BufferStore(l, l[g2] + score(j3), (g2,))))))
+        l3, l4, j6, j7, j8, lo, hi, nf, row = (_v(n) for n in ("l3", "l4", "j6", "j7", "j8", "lo", "hi", "nf", "row"))
+        score = lambda jj: s[row * P + jj]  # noqa: E731
+
+        def fold(combine: Callable[[Any, Any], Any]) -> Stmt:
+            """lanes[0] = combine of the L lanes, by halving (a tree, not a serial chain)."""
+            steps, half = [], L // 2
+            while half >= 1:
+                steps.append(_for(l4, 0, _const(half), BufferStore(lanes, combine(lanes[l4], lanes[l4 + half]), (l4,)),
+                                  "vectorized"))
+                half //= 2
+            return seq(*steps)
+
+        lo_pos = window_lo(i2) if windowed else _ZERO
+        softmax = _for(i2, 0, tq, _let(lo, min_(max_(lo_pos - pos0, _ZERO), count), _let(
+            hi, min_(max_(st + t0 + i2 + 1 - pos0, lo), count), _let(nf, (hi - lo) // L, _for(g2, 0, _const(G), _let(
+                row, i2 * G + g2, Allocate(lanes, seq(
+                    _for(l3, 0, _const(L), BufferStore(lanes, m[row], (l3,)), "vectorized"),
+                    _for(j6, 0, nf, _for(l3, 0, _const(L), BufferStore(
+                        lanes, max_(lanes[l3], score(lo + j6 * L + l3)), (l3,)), "vectorized")),
+                    BufferStore(mx, m[row], (_ZERO,)),
+                    fold(max_), BufferStore(mx, max_(mx[_ZERO], lanes[_ZERO]), (_ZERO,)),
+                    _for(j3, lo + nf * L, hi - lo - nf * L, BufferStore(mx, max_(mx[_ZERO], score(j3)), (_ZERO,))),
+                    BufferStore(rescale, Call("exp", (m[row] - mx[_ZERO],), "float32"), (_ZERO,)),
+                    _for(d2, 0, _const(D), BufferStore(
+                        acc, acc[row * D + d2] * rescale[_ZERO], (row * D + d2,)),
+                         "vectorized"),
+                    BufferStore(l, l[row] * rescale[_ZERO], (row,)),
+                    BufferStore(m, mx[_ZERO], (row,)),
+                    _for(j8, 0, lo, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized"),
+                    _for(j8, lo, hi - lo, BufferStore(s, Call("exp", (score(j8) - mx[_ZERO],), "float32"),
+                                                      (row * P + j8,)), "vectorized"),
+                    _for(j8, hi, count - hi, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized"),
+                    _for(l3, 0, _const(L), BufferStore(lanes, _f(0.0), (l3,)), "vectorized"),
+                    _for(j7, 0, nf, _for(l3, 0, _const(L), BufferStore(
+                        lanes, lanes[l3] + score(lo + j7 * L + l3), (l3,)), "vectorized")),
+                    fold(lambda x, y: x + y), BufferStore(l, l[row] + lanes[_ZERO], (row,)),
+                    _for(j3, lo + nf * L, hi - lo - nf * L, BufferStore(l, l[row] + score(j3), (row,)))))))))))
         column = dc * DW + l2
         slot_a = g3 * DW + l2
-        values = _for(dc, 0, _const(D // DW), Allocate(areg, seq(
-            _for(g3, 0, _const(G), _for(l2, 0, _const(DW), BufferStore(areg, acc[g3 * D + column], (slot_a,)),
+        row3 = i3 * G + g3
+        values = _for(dc, 0, _const(D // DW), _for(i3, 0, tq, Allocate(areg, seq(
+            _for(g3, 0, _const(G), _for(l2, 0, _const(DW), BufferStore(areg, acc[row3 * D + column], (slot_a,)),
                                         "vectorized"), "unrolled"),
             _for(j5, 0, count, _for(g3, 0, _const(G), _for(l2, 0, _const(DW), BufferStore(
-                areg, areg[slot_a] + s[g3 * P + j5] * vload(j5, column), (slot_a,)), "vectorized"), "unrolled")),
-            _for(g3, 0, _const(G), _for(l2, 0, _const(DW), BufferStore(acc, areg[slot_a], (g3 * D + column,)),
-                                        "vectorized"), "unrolled"))))
+                areg, areg[slot_a] + s[row3 * P + j5] * vload(j5, column), (slot_a,)), "vectorized"), "unrolled")),
+            _for(g3, 0, _const(G), _for(l2, 0, _const(DW), BufferStore(acc, areg[slot_a], (row3 * D + column,)),
+                                        "vectorized"), "unrolled")))))
         return seq(scores, softmax, values)
 
-    def cached_run(lo_slot: Any, count: Any) -> Stmt:
-        """Keys of `count` consecutive slots from lo_slot (no wrap), page by page."""
+    def cached_run(lo_slot: Any, count: Any, lo_pos: Any, windowed: bool) -> Stmt:
+        """Keys of `count` consecutive slots from lo_slot (no wrap, positions from lo_pos), page by page."""
         pi, pg, a, e = _v("pi"), _v("pg"), _v("a"), _v("e")
         count = max_(count, _const(0))
         first = lo_slot // P
@@ -179,37 +220,41 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
         page_body = _let(pg, _i64(table[b, pi]), seq(
             _assume((pg >= 0) & (pg < N)),
             _let(a, max_(lo_slot, pi * P) - pi * P, _let(e, min_(lo_slot + count, pi * P + P) - pi * P, chunk(
-                e - a, lambda dd, jj: kp[pg, kh, dd, a + jj], lambda jj, dd: vp[pg, kh, a + jj, dd])))))
+                e - a, lo_pos + (pi * P + a - lo_slot), windowed,
+                lambda dd, jj: kp[pg, kh, dd, a + jj], lambda jj, dd: vp[pg, kh, a + jj, dd])))))
         return _for(pi, first, pages, page_body)
 
-    def new_run(lo: Any, count: Any) -> Stmt:
+    def new_run(lo: Any, count: Any, windowed: bool) -> Stmt:
         """The call's own keys t' in [lo, lo + count), from kt and v, in chunks of P."""
         ci, a, e = _v("ci"), _v("a"), _v("e")
         count = max_(count, _const(0))
         body = _let(a, lo + ci * P, _let(e, min_(lo + count, lo + ci * P + P), chunk(
-            e - a, lambda dd, jj: kt[dd, a + jj], lambda jj, dd: v[b, a + jj, kh, dd])))
+            e - a, st + a, windowed, lambda dd, jj: kt[dd, a + jj], lambda jj, dd: v[b, a + jj, kh, dd])))
         return _for(ci, 0, (count + (P - 1)) // P, body)
 
-    # Ranges of positions the query at pos reads (module docstring): sinks [0, min(sinks, pos + 1))
-    # and window [max(sinks, pos + 1 - window), pos + 1); positions < st come from the pages.
+    # Positions the tile's queries read (module docstring): the union over its queries of the sinks
+    # [0, min(sinks, pos + 1)) and the windows [max(sinks, pos + 1 - window), pos + 1), i.e. from the
+    # first query's window start to the last query's position; positions < st come from the pages.
     wlo, sink_old, w1, w1s, n1 = _v("wlo"), _v("sink_old"), _v("w1"), _v("w1s"), _v("n1")
-    nlo, nsink_hi = _v("nlo"), _v("nsink_hi")
+    nlo, nsink_hi, last = _v("nlo"), _v("nsink_hi"), _v("last")
     old_window = _let(w1, max_(wlo, _const(0)), _let(
         w1s, sinks + (w1 - sinks) % ring, _let(n1, min_(st - w1, sinks + ring - w1s), seq(
-            cached_run(w1s, n1),
-            cached_run(sinks, st - w1 - n1)))))
-    query = _let(pos, st + t, _let(wlo, max_(sinks, pos + 1 - window), seq(
-        _for(g, 0, _const(G), seq(
-            BufferStore(m, _f(_LOWEST), (g,)), BufferStore(l, _f(0.0), (g,)),
-            _for(d, 0, _const(D), seq(
-                BufferStore(acc, _f(0.0), (g * D + d,)),
-                BufferStore(qs, q[b, t, kh * G + g, d] * _f(scale), (g * D + d,))), "vectorized"))),
-        _let(sink_old, min_(sinks, st), cached_run(_const(0), sink_old)),
-        old_window,
-        _let(nsink_hi, min_(sinks, pos + 1), new_run(_const(0), nsink_hi - st)),
-        _let(nlo, max_(max_(st, sinks), wlo), new_run(nlo - st, pos + 1 - nlo)),
-        _for(g, 0, _const(G), _for(d, 0, _const(D), BufferStore(
-            out, acc[g * D + d] / l[g], (b, t, kh * G + g, d)), "vectorized")))))
+            cached_run(w1s, n1, w1, True),
+            cached_run(sinks, st - w1 - n1, w1 + n1, True)))))
+    tile = _let(t0, tg * QT, _let(tq, min_(_const(QT), T - t0), _let(
+        last, st + t0 + tq - 1, _let(wlo, window_lo(_ZERO), seq(
+            _for(i, 0, tq, _for(g, 0, _const(G), seq(
+                BufferStore(m, _f(_LOWEST), (i * G + g,)), BufferStore(l, _f(0.0), (i * G + g,)),
+                _for(d, 0, _const(D), seq(
+                    BufferStore(acc, _f(0.0), ((i * G + g) * D + d,)),
+                    BufferStore(qs, q[b, t0 + i, kh * G + g, d] * _f(scale), ((i * G + g) * D + d,))),
+                     "vectorized")))),
+            _let(sink_old, min_(sinks, st), cached_run(_const(0), sink_old, _const(0), False)),
+            old_window,
+            _let(nsink_hi, min_(sinks, last + 1), new_run(_const(0), nsink_hi - st, False)),
+            _let(nlo, max_(max_(st, sinks), wlo), new_run(nlo - st, last + 1 - nlo, True)),
+            _for(i, 0, tq, _for(g, 0, _const(G), _for(d, 0, _const(D), BufferStore(
+                out, acc[(i * G + g) * D + d] / l[i * G + g], (b, t0 + i, kh * G + g, d)), "vectorized"))))))))
 
     slot, wp, wt, wd = _v("slot"), _v("wp"), _v("wt"), _v("wd")
     store_new = _for(wt, 0, T, _let(slot, select(st + wt < sinks, st + wt, sinks + (st + wt - sinks) % ring), _let(
@@ -225,8 +270,8 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
         # slot, and a sequence either fits the ring or reads no further back than the ring holds
         _assume((st >= 0) & (sinks >= 0) & (ring > 0) & (window > 0) & (M * P >= sinks + ring)
                 & ((st + T <= sinks + ring) | (window <= ring))),
-        transpose, _for(t, 0, T, query), store_new))))
-    for buffer in (kt, mx, l, m, s, acc, qs):
+        transpose, _for(tg, 0, (T + (QT - 1)) // QT, tile), store_new))))
+    for buffer in (kt, rescale, mx, l, m, s, acc, qs):
         body = Allocate(buffer, body)
     loop = For(bh, _const(0), B * H, "parallel", body)
     return PrimFunc((q, k, v, kp, vp, table, start, out, sinks, ring, window), loop,

@@ -140,8 +140,10 @@ class PagedKVCache:
             raise ArgumentError(f"KV cache: sequence {b} would hold {new[b]} tokens, more than the cache's "
                                 f"max_tokens {self.max_tokens} (the context)")
         used = np.minimum(new, self.sinks + self.ring)
-        for b in range(self.batch):
-            for page in range(-(-int(used[b]) // self.page_size)):
+        # the pages of the slots already used are in the table (rollback frees only pages past them)
+        held = np.minimum(self._lengths, self.sinks + self.ring) // self.page_size
+        for b in np.flatnonzero(-(-used // self.page_size) > held):
+            for page in range(int(held[b]), -(-int(used[b]) // self.page_size)):
                 if self.table[b, page] < 0:
                     if not self._free:
                         raise RuntimeFailure(
