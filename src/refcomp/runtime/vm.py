@@ -281,12 +281,17 @@ class VirtualMachine:
 
     def invoke(self, name: str, *args: Any) -> Any:
         """Run function `name` on args (numpy arrays, ints for prim params, tuples for tuple params)."""
+        import sys
+
+        limit = sys.getrecursionlimit()
         with call_session():
             try:
                 return self._invoke(name, args)
             except RecursionError:
                 raise RuntimeFailure(f"{name}: graph function calls nested too deep for Python "
                                      f"(at most {MAX_CALL_DEPTH} are allowed)") from None
+            finally:
+                sys.setrecursionlimit(limit)  # deep recursion raised it for this call only
 
     def _invoke(self, name: str, args: Sequence[Any]) -> Any:
         compiled = self.executable.compiled.get(name) if self.use_compiled else None
@@ -305,14 +310,14 @@ class VirtualMachine:
 
     def _call_function(self, name: str, args: Sequence[Any]) -> Any:
         """A graph function called by another (recursion runs a run-time loop: one call per step)."""
+        import sys
+
         self._depth = getattr(self, "_depth", 0) + 1
         try:
             if self._depth > MAX_CALL_DEPTH:
                 raise RuntimeFailure(f"{name}: graph function calls nested deeper than {MAX_CALL_DEPTH} "
                                      "(a loop run by recursion makes two calls per iteration)")
             if self._depth > 64:  # each call takes a few Python frames: make room for MAX_CALL_DEPTH
-                import sys
-
                 sys.setrecursionlimit(max(sys.getrecursionlimit(), 8 * MAX_CALL_DEPTH + 1000))
             return self._invoke(name, args)
         finally:
