@@ -1,13 +1,14 @@
-"""`refcomp demo`'s scheduling helpers: legal steps applied, illegal ones skipped, numbers unchanged."""
+"""`refcomp demo`: its kernels under the default schedule (numbers unchanged), and its model section."""
 import numpy as np
 
+import refcomp
 from refcomp import demo, interpret, te, workloads
 
 
 def test_elementwise_kernels_get_parallel_and_simd_loops(rng):
     A = te.placeholder((4, 64), "float32", "A")
     func = te.create_prim_func([A, te.compute((4, 64), lambda i, j: te.exp(A[i, j]) * 2.0, name="B")])
-    scheduled, how = demo._schedule(func, ["B"])
+    scheduled, how = demo._schedule(func)
     assert how == "parallel+simd"
     a = rng.standard_normal((4, 64)).astype("float32")
     want, got = np.full((4, 64), np.nan, "float32"), np.full((4, 64), np.nan, "float32")
@@ -16,10 +17,10 @@ def test_elementwise_kernels_get_parallel_and_simd_loops(rng):
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
-def test_a_step_the_schedule_refuses_is_skipped(rng):
+def test_an_odd_matmul_gets_a_default_schedule_with_the_same_numbers(rng):
     func = workloads.matmul(8, 12, 5)
-    scheduled, how = demo._schedule(func, ["C"])
-    assert "parallel" in how
+    scheduled, how = demo._schedule(func)
+    assert how in ("parallel", "simd", "parallel+simd", "serial")
     a = rng.standard_normal((8, 5)).astype("float32")
     b = rng.standard_normal((5, 12)).astype("float32")
     out = np.full((8, 12), np.nan, "float32")
@@ -27,8 +28,12 @@ def test_a_step_the_schedule_refuses_is_skipped(rng):
     np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
 
 
-def test_the_matmul_recipe_declines_a_shape_it_cannot_tile():
-    assert demo._matmul_recipe(workloads.matmul(7, 13, 5), "C") == (None, "")
+def test_every_demo_kernel_is_scheduled_and_matches_numpy(rng):
+    for name, func, _blocks, inputs, out, reference in demo._kernels(rng):
+        scheduled, _how = demo._schedule(func)
+        refcomp.build(scheduled)(*inputs, out)
+        want = reference(*inputs)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()), err_msg=name)
 
 
 def test_the_demo_model_runs_compiled_and_matches_numpy(rng, capsys):

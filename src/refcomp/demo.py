@@ -14,10 +14,7 @@ import numpy as np
 
 from . import te
 from .driver import build
-from .errors import ScheduleError
-from .loops import recipes
 from .loops.intrin.cpu import describe
-from .loops.schedule import Schedule
 
 
 def _best(fn: Callable[[], object], repeat: int = 3) -> float:
@@ -29,31 +26,18 @@ def _best(fn: Callable[[], object], repeat: int = 3) -> float:
     return best
 
 
-def _schedule(func, block_names):
-    """func with each block's outer loop parallel and its inner loop split by 16 and vectorized,
-    as far as the schedule allows (an illegal step is refused and leaves the IR unchanged)."""
-    sch = Schedule(func)
-    done = set()
-    for name in block_names:
-        try:
-            loops = sch.get_loops(sch.get_block(name))
-            sch.parallel(loops[0])
-            done.add("parallel")
-            if len(loops) > 1:
-                _outer, inner = sch.split(loops[-1], [None, 16])
-                sch.vectorize(inner)
-                done.add("simd")
-        except ScheduleError:
-            continue  # this step is not legal here (a reduction loop, an odd extent): skip it
-    return sch.func, "+".join(sorted(done)) or "serial"
+def _schedule(func):
+    """func under the default schedule graph.build gives every kernel (rules chosen by analysing the
+    PrimFunc: recipes for matmul and convolution, row reductions, elementwise), and a word for the
+    kind of loops it made."""
+    from .ast.functor import collect
+    from .ast.stmt import For
+    from .graph.passes.default_schedule import schedule_kernel
 
-
-def _matmul_recipe(func, block_name: str):
-    """The schedule engineer's tiled fp32 matmul recipe, when it applies here (else None)."""
-    try:
-        return recipes.matmul_fp32(func, block=block_name).func, "recipe"
-    except ScheduleError:  # no tile intrinsic of this machine fits the shape
-        return None, ""
+    scheduled = schedule_kernel(func)
+    kinds = {loop.kind for loop in collect(scheduled.body, For)}
+    words = [w for w, k in (("parallel", "parallel"), ("simd", "vectorized")) if k in kinds]
+    return scheduled, "+".join(words) or "serial"
 
 
 def _kernels(rng):
@@ -64,7 +48,7 @@ def _kernels(rng):
     yield ("elementwise silu (n symbolic)", te.create_prim_func([A, B]), ["B"], [a],
            np.zeros_like(a), lambda x: x / (1 + np.exp(-x)))
 
-    rows, cols = te.var("rows"), te.var("cols")
+    rows, cols = 256, 1024
     X = te.placeholder((rows, cols), "float32", "X")
     k = te.reduce_axis(cols, "k")
     peak = te.compute((rows,), lambda i: te.max(X[i, k], axis=k), name="peak")
@@ -201,9 +185,7 @@ def main() -> int:
     print(header)
     print("-" * len(header))
     for name, func, blocks, inputs, out, reference in _kernels(rng):
-        scheduled, how = _matmul_recipe(func, blocks[0]) if name == "matmul" else (None, "")
-        if scheduled is None:
-            scheduled, how = _schedule(func, blocks)
+        scheduled, how = _schedule(func)
         lib = build(scheduled)
         lib(*inputs, out)
         want = reference(*inputs)
