@@ -20,12 +20,12 @@ from ...graph.shape_facts import const_value, product
 from .runtime_values import bind_sizes, require, runtime_ints, runtime_sizes
 
 
-def _i64(v: int):
+def i64(v: int):
     return tir.IntImm(v, "int64")
 
 
-def _prod(values):
-    out = _i64(1)
+def prod_i64(values):
+    out = i64(1)
     for v in values:
         out = out * v
     return out
@@ -36,7 +36,7 @@ def checked_reshape(ctx, x, dims, what: str):
     sizes = bind_sizes(ctx, dims, what)
     info = ctx.info(x)
     flat = ctx.emit(op.reshape(x, (product(info.shape),)))
-    count = _prod(as_dim(s) for s in sizes)
+    count = prod_i64(as_dim(s) for s in sizes)
     matched = ctx.bb.match_cast(flat, TensorStructInfo((count,), info.dtype))
     return ctx.emit(op.reshape(matched, tuple(sizes)))
 
@@ -49,7 +49,7 @@ def _normalized_sizes(ctx, value, rank: int, what: str):
     wrapped = ctx.emit(op.add(value, Constant(np.asarray(rank, np.int64))))
     value = ctx.emit(op.where(ctx.emit(op.less(value, zero)), wrapped, value))
     axes = runtime_sizes(ctx, value, what)
-    valid = [a < _i64(rank) for a in axes] + [tir.NE(p, q) for k, p in enumerate(axes) for q in axes[k + 1:]]
+    valid = [a < i64(rank) for a in axes] + [tir.NE(p, q) for k, p in enumerate(axes) for q in axes[k + 1:]]
     if valid:
         require(ctx, tir.all_(*valid), what)
     return axes
@@ -62,9 +62,9 @@ def reshape_runtime(ctx, x, shape_value, allowzero: bool):
     total = product(dims)
     given = []
     for k, t in enumerate(target):
-        given.append(tir.Select(tir.EQ(t, _i64(0)), dims[k], t) if k < len(dims) and not allowzero else t)
-    known = _prod(tir.Select(tir.EQ(g, _i64(-1)), _i64(1), g) for g in given)
-    out = [tir.Select(tir.EQ(g, _i64(-1)), tir.FloorDiv(as_dim(total), tir.Max(known, _i64(1))), g) for g in given]
+        given.append(tir.Select(tir.EQ(t, i64(0)), dims[k], t) if k < len(dims) and not allowzero else t)
+    known = prod_i64(tir.Select(tir.EQ(g, i64(-1)), i64(1), g) for g in given)
+    out = [tir.Select(tir.EQ(g, i64(-1)), tir.FloorDiv(as_dim(total), tir.Max(known, i64(1))), g) for g in given]
     return checked_reshape(ctx, x, out, "reshape_dim")
 
 
@@ -78,12 +78,12 @@ def unsqueeze_runtime(ctx, x, axes_value):
         ctx.fail("the number of axes must be known when the model is imported")
     rank = len(dims) + k
     axes = _normalized_sizes(ctx, axes_value, rank, "axis")
-    unit = [tir.any_(*(tir.EQ(a, _i64(j)) for a in axes)) for j in range(rank)]
+    unit = [tir.any_(*(tir.EQ(a, i64(j)) for a in axes)) for j in range(rank)]
     out = []
     for j in range(rank):
-        before = sum((tir.Select(u, _i64(0), _i64(1)) for u in unit[:j]), _i64(0))
-        source = sum((tir.Select(tir.EQ(before, _i64(m)), d, _i64(0)) for m, d in enumerate(dims)), _i64(0))
-        out.append(tir.Select(unit[j], _i64(1), source))
+        before = sum((tir.Select(u, i64(0), i64(1)) for u in unit[:j]), i64(0))
+        source = sum((tir.Select(tir.EQ(before, i64(m)), d, i64(0)) for m, d in enumerate(dims)), i64(0))
+        out.append(tir.Select(unit[j], i64(1), source))
     return checked_reshape(ctx, x, out, "unsqueeze_dim")
 
 
@@ -91,16 +91,16 @@ def squeeze_runtime(ctx, x, axes_value):
     dims = [as_dim(d) for d in ctx.static_shape(x)]
     r = len(dims)
     axes = _normalized_sizes(ctx, axes_value, r, "axis")
-    gone = [tir.any_(*(tir.EQ(a, _i64(j)) for a in axes)) for j in range(r)]
-    require(ctx, tir.all_(*(tir.Or(tir.Not(g), tir.EQ(d, _i64(1))) for g, d in zip(gone, dims))),
+    gone = [tir.any_(*(tir.EQ(a, i64(j)) for a in axes)) for j in range(r)]
+    require(ctx, tir.all_(*(tir.Or(tir.Not(g), tir.EQ(d, i64(1))) for g, d in zip(gone, dims))),
             "squeezed dims are 1")
     out = []
     for t in range(r - len(axes)):
         picked = []
         for j in range(r):
-            before = sum((tir.Select(g, _i64(0), _i64(1)) for g in gone[:j]), _i64(0))
-            picked.append(tir.Select(tir.all_(tir.Not(gone[j]), tir.EQ(before, _i64(t))), dims[j], _i64(0)))
-        out.append(sum(picked[1:], picked[0]) if picked else _i64(1))
+            before = sum((tir.Select(g, i64(0), i64(1)) for g in gone[:j]), i64(0))
+            picked.append(tir.Select(tir.all_(tir.Not(gone[j]), tir.EQ(before, i64(t))), dims[j], i64(0)))
+        out.append(sum(picked[1:], picked[0]) if picked else i64(1))
     return checked_reshape(ctx, x, out, "squeeze_dim")
 
 
@@ -110,7 +110,7 @@ def squeezed_axes(ctx, x) -> list[int]:
     dims = ctx.static_shape(x)
     symbolic = [as_dim(d) for d in dims if const_value(d) is None]
     if symbolic:
-        require(ctx, tir.all_(*(tir.NE(d, _i64(1)) for d in symbolic)),
+        require(ctx, tir.all_(*(tir.NE(d, i64(1)) for d in symbolic)),
                 "Squeeze without axes: a symbolic dim kept is not 1")
     return [k for k, d in enumerate(dims) if const_value(d) == 1]
 
@@ -128,13 +128,20 @@ def with_unit_dims(ctx, x, axes):
     return ctx.bb.match_cast(x, TensorStructInfo(tuple(dims), info.dtype))
 
 
+def split_at_runtime_axis(dims, axis):
+    """(before, n, after): the products of dims before, at and after `axis`, an index known only at
+    run time, so that a tensor of shape dims reshapes to (before, n, after) around that axis."""
+    before = prod_i64(tir.Select(i64(j) < axis, d, i64(1)) for j, d in enumerate(dims))
+    n = prod_i64(tir.Select(tir.EQ(axis, i64(j)), d, i64(1)) for j, d in enumerate(dims))
+    after = prod_i64(tir.Select(axis < i64(j), d, i64(1)) for j, d in enumerate(dims))
+    return before, n, after
+
+
 def cumulative_runtime_axis(ctx, fn, x, axis_value, **attrs):
     """cumsum/cumprod along an axis read at run time: x seen as (before, n, after) around that axis."""
     dims = [as_dim(d) for d in ctx.static_shape(x)]
     (axis,) = _normalized_sizes(ctx, axis_value, len(dims), "axis")
-    before = _prod(tir.Select(_i64(j) < axis, d, _i64(1)) for j, d in enumerate(dims))
-    n = _prod(tir.Select(tir.EQ(axis, _i64(j)), d, _i64(1)) for j, d in enumerate(dims))
-    after = _prod(tir.Select(axis < _i64(j), d, _i64(1)) for j, d in enumerate(dims))
+    before, n, after = split_at_runtime_axis(dims, axis)
     y = ctx.emit(fn(ctx.emit(op.reshape(x, (before, n, after))), axis=1, **attrs))
     return ctx.emit(op.reshape(y, tuple(dims)))
 
@@ -226,14 +233,14 @@ def pad_runtime(ctx, x, pads_value, value, axes_value, mode: str):
     if n_axes != k or len(pads) % 2:
         ctx.fail(f"pads has {len(pads)} entries for {n_axes} axes")
     if isinstance(axes_value, Constant):
-        axis_of = [_i64(int(a) % r) for a in np.asarray(axes_value.array).reshape(-1)]
+        axis_of = [i64(int(a) % r) for a in np.asarray(axes_value.array).reshape(-1)]
     else:
         axis_of = _normalized_sizes(ctx, axes_value, r, "axis")
     normal_axes = ctx.emit(op.floor_mod(ctx.emit(op.astype(axes_value, "int64")), _scalar(r)))
     y, mask = x, None
     for j in range(r):
-        begin = sum((tir.Select(tir.EQ(a, _i64(j)), p, _i64(0)) for a, p in zip(axis_of, pads[:k])), _i64(0))
-        end = sum((tir.Select(tir.EQ(a, _i64(j)), p, _i64(0)) for a, p in zip(axis_of, pads[k:])), _i64(0))
+        begin = sum((tir.Select(tir.EQ(a, i64(j)), p, i64(0)) for a, p in zip(axis_of, pads[:k])), i64(0))
+        end = sum((tir.Select(tir.EQ(a, i64(j)), p, i64(0)) for a, p in zip(axis_of, pads[k:])), i64(0))
         (length,) = bind_sizes(ctx, [dims[j] + begin + end], "pad_dim")
         here = ctx.emit(op.equal(normal_axes, _scalar(j)))
         begin_t = ctx.emit(op.sum(ctx.emit(op.where(here, ctx.emit(op.take(pads_value, Constant(np.arange(k)), axis=0)),
@@ -281,11 +288,11 @@ def expand_runtime(ctx, x, shape_value):
     target = runtime_ints(ctx, shape_value, "expand")
     ndim = max(len(dims), len(target))
     dims = [1] * (ndim - len(dims)) + dims
-    target = [_i64(1)] * (ndim - len(target)) + target
-    fits = [tir.Or(tir.EQ(t, _i64(1)), tir.EQ(t, _i64(d))) for d, t in zip(dims, target) if d != 1]
+    target = [i64(1)] * (ndim - len(target)) + target
+    fits = [tir.Or(tir.EQ(t, i64(1)), tir.EQ(t, i64(d))) for d, t in zip(dims, target) if d != 1]
     if fits:
         require(ctx, tir.all_(*fits), "the target shape broadcasts with the input")
-    out = bind_sizes(ctx, [t if d == 1 else _i64(d) for d, t in zip(dims, target)], "expand_dim")
+    out = bind_sizes(ctx, [t if d == 1 else i64(d) for d, t in zip(dims, target)], "expand_dim")
     return ctx.emit(op.broadcast_to(ctx.emit(op.reshape(x, tuple(dims))), tuple(out)))
 
 
@@ -301,7 +308,7 @@ def tile_runtime(ctx, x, repeats_value):
         ctx.fail(f"repeats has {len(repeats)} entries for a {len(dims)}-d input")
     y = x
     for j, (d, rep) in enumerate(zip(dims, repeats)):
-        (length,) = bind_sizes(ctx, [_i64(d) * rep], "tile_dim")
+        (length,) = bind_sizes(ctx, [i64(d) * rep], "tile_dim")
         y = ctx.emit(op.take(y, ctx.emit(op.floor_mod(runtime_arange(ctx, length), _scalar(max(d, 1)))), axis=j))
     return y
 
@@ -321,7 +328,7 @@ def range_runtime(ctx, start, limit, delta):
 def _ints_or_vars(ctx, value, what: str):
     """A constant's entries as int64 literals, a run-time tensor's as vars bound at run time."""
     if isinstance(value, Constant):
-        return [_i64(int(v)) for v in np.asarray(value.array).reshape(-1)]
+        return [i64(int(v)) for v in np.asarray(value.array).reshape(-1)]
     if str(ctx.info(value).dtype) != "int64":
         value = ctx.emit(op.astype(value, "int64"))
     return runtime_ints(ctx, value, what)
@@ -341,33 +348,33 @@ def slice_runtime(ctx, x, starts, ends, axes, steps):
     begin = _ints_or_vars(ctx, starts, "start")
     end = _ints_or_vars(ctx, ends, "end")
     k = len(begin)
-    axis = _ints_or_vars(ctx, axes, "slice_axis") if axes is not None else [_i64(j) for j in range(k)]
-    step = _ints_or_vars(ctx, steps, "step") if steps is not None else [_i64(1)] * k
+    axis = _ints_or_vars(ctx, axes, "slice_axis") if axes is not None else [i64(j) for j in range(k)]
+    step = _ints_or_vars(ctx, steps, "step") if steps is not None else [i64(1)] * k
     if not len(end) == len(axis) == len(step) == k:
         ctx.fail("starts, ends, axes and steps must have one entry per sliced axis")
-    axis = [tir.Select(a < _i64(0), a + _i64(r), a) for a in axis]
-    checks = [tir.all_(a >= _i64(0), a < _i64(r)) for a in axis] + [tir.NE(s, _i64(0)) for s in step]
+    axis = [tir.Select(a < i64(0), a + i64(r), a) for a in axis]
+    checks = [tir.all_(a >= i64(0), a < i64(r)) for a in axis] + [tir.NE(s, i64(0)) for s in step]
     checks += [tir.NE(p, q) for i, p in enumerate(axis) for q in axis[i + 1:]]
     require(ctx, tir.all_(*checks), "slice axes in range and distinct, steps nonzero")
     firsts, strides, lengths = [], [], []
     for j, d in enumerate(dims):
-        named = [tir.EQ(a, _i64(j)) for a in axis]
-        pick = lambda values, default: sum((tir.Select(c, v, _i64(0)) for c, v in zip(named, values)),  # noqa: E731
-                                           tir.Select(tir.any_(*named), _i64(0), default))
-        s = pick(step, _i64(1))
-        b = pick(begin, _i64(0))
+        named = [tir.EQ(a, i64(j)) for a in axis]
+        pick = lambda values, default: sum((tir.Select(c, v, i64(0)) for c, v in zip(named, values)),  # noqa: E731
+                                           tir.Select(tir.any_(*named), i64(0), default))
+        s = pick(step, i64(1))
+        b = pick(begin, i64(0))
         e = pick(end, d)
         n = d
-        b = tir.Select(b < _i64(0), b + n, b)
-        e = tir.Select(e < _i64(0), e + n, e)
-        forward = s > _i64(0)
-        b = tir.Select(forward, tir.Min(tir.Max(b, _i64(0)), n), tir.Min(tir.Max(b, _i64(-1)), n - _i64(1)))
-        e = tir.Select(forward, tir.Min(tir.Max(e, _i64(0)), n), tir.Min(tir.Max(e, _i64(-1)), n - _i64(1)))
-        length = tir.Select(forward, tir.FloorDiv(e - b + s - _i64(1), tir.Max(s, _i64(1))),
-                            tir.FloorDiv(b - e - s - _i64(1), tir.Max(-s, _i64(1))))
+        b = tir.Select(b < i64(0), b + n, b)
+        e = tir.Select(e < i64(0), e + n, e)
+        forward = s > i64(0)
+        b = tir.Select(forward, tir.Min(tir.Max(b, i64(0)), n), tir.Min(tir.Max(b, i64(-1)), n - i64(1)))
+        e = tir.Select(forward, tir.Min(tir.Max(e, i64(0)), n), tir.Min(tir.Max(e, i64(-1)), n - i64(1)))
+        length = tir.Select(forward, tir.FloorDiv(e - b + s - i64(1), tir.Max(s, i64(1))),
+                            tir.FloorDiv(b - e - s - i64(1), tir.Max(-s, i64(1))))
         firsts.append(b)
         strides.append(s)
-        lengths.append(tir.Max(length, _i64(0)))
+        lengths.append(tir.Max(length, i64(0)))
     sizes = bind_sizes(ctx, lengths, "slice_dim")
 
     first_t = ctx.emit(op.shape_to_tensor(tuple(firsts)))
@@ -408,7 +415,7 @@ def compress_runtime(ctx, x, condition, axis):
     n = const_value(ctx.info(flags).shape[0])
     if extent is None or n is None:
         ctx.fail("Compress with a run-time condition needs static lengths")
-    require(ctx, length <= _i64(min(n, extent)), "the condition selects positions inside the axis")
+    require(ctx, length <= i64(min(n, extent)), "the condition selects positions inside the axis")
     running = ctx.emit(op.reshape(ctx.emit(op.cumsum(flags, axis=0)), (1, n)))
     wanted = ctx.emit(op.reshape(runtime_arange(ctx, length), (length, 1)))
     index = ctx.emit(op.sum(ctx.emit(op.astype(ctx.emit(op.less_equal(running, wanted)), "int64")),

@@ -15,19 +15,8 @@ from ...ast import expr as tir
 from ...ast.graph import Constant
 from ...ast.graph_struct_info import as_dim
 from ...graph import op
-from .ops_dynamic import checked_reshape
+from .ops_dynamic import checked_reshape, i64, prod_i64
 from .runtime_values import require, runtime_sizes
-
-
-def _i64(v: int):
-    return tir.IntImm(v, "int64")
-
-
-def _prod(values):
-    out = _i64(1)
-    for v in values:
-        out = out * v
-    return out
 
 
 def col2im_runtime(ctx, x, image_value, block_value, attrs):
@@ -45,12 +34,12 @@ def col2im_runtime(ctx, x, image_value, block_value, attrs):
     strides = [int(v) for v in attrs.get("strides", [1] * nd)]
     dilations = [int(v) for v in attrs.get("dilations", [1] * nd)]
     pads = [int(v) for v in attrs.get("pads", [0] * (2 * nd))]
-    require(ctx, tir.all_(*(k > _i64(0) for k in kernel)), "block dims are positive")
-    grid = [tir.FloorDiv(image[a] + _i64(pads[a] + pads[a + nd]) - _i64(dilations[a]) * (kernel[a] - _i64(1))
-                         - _i64(1), _i64(strides[a])) + _i64(1) for a in range(nd)]
-    require(ctx, tir.all_(tir.EQ(_prod(grid), blocks), *(g > _i64(0) for g in grid)),
+    require(ctx, tir.all_(*(k > i64(0) for k in kernel)), "block dims are positive")
+    grid = [tir.FloorDiv(image[a] + i64(pads[a] + pads[a + nd]) - i64(dilations[a]) * (kernel[a] - i64(1))
+                         - i64(1), i64(strides[a])) + i64(1) for a in range(nd)]
+    require(ctx, tir.all_(tir.EQ(prod_i64(grid), blocks), *(g > i64(0) for g in grid)),
             "the block count is the number of block positions in the image")
-    size = _prod(kernel)
+    size = prod_i64(kernel)
     channels = tir.FloorDiv(ck, size)
     cols = checked_reshape(ctx, x, [n, channels, size * blocks], "col2im_dim")
     n, channels, count = ctx.info(cols).shape
@@ -60,7 +49,7 @@ def col2im_runtime(ctx, x, image_value, block_value, attrs):
     target = Constant(np.asarray(0, np.int64))
     valid = Constant(np.asarray(True))
     for a in range(nd):
-        inner_k, inner_g = _prod(kernel[a + 1:]), _prod(grid[a + 1:])
+        inner_k, inner_g = prod_i64(kernel[a + 1:]), prod_i64(grid[a + 1:])
         offset = e(op.floor_mod(op.floor_divide(offset_index, scalar(inner_k)), scalar(kernel[a])))
         position = e(op.floor_mod(op.floor_divide(position_index, scalar(inner_g)), scalar(grid[a])))
         coord = e(op.add(op.multiply(position, Constant(np.asarray(strides[a], np.int64))),
@@ -72,7 +61,7 @@ def col2im_runtime(ctx, x, image_value, block_value, attrs):
     target = e(op.where(valid, target, Constant(np.asarray(0, np.int64))))
     dtype = ctx.info(x).dtype
     values = e(op.where(valid, cols, Constant(np.zeros((), dtype.numpy()))))
-    pixels = _prod(image)
+    pixels = prod_i64(image)
     out = e(op.full((n, channels, pixels), 0, str(dtype)))
     where = e(op.broadcast_to(target, (n, channels, count)))
     summed = e(op.scatter_elements(out, where, values, axis=2, reduction="add"))
@@ -86,7 +75,7 @@ def max_unpool_runtime(ctx, x, indices, shape_value, inferred):
     dims = runtime_sizes(ctx, shape_value, "output_dim")
     if len(dims) != len(inferred):
         ctx.fail(f"output_shape has {len(dims)} entries, the input rank is {len(inferred)}")
-    require(ctx, tir.all_(*(d >= _i64(i) for d, i in zip(dims, inferred))),
+    require(ctx, tir.all_(*(d >= i64(i) for d, i in zip(dims, inferred))),
             "output_shape is at least the unpooled shape")
     flat = e(op.reshape(indices, (-1,)))
     target = Constant(np.asarray(0, np.int64))
@@ -95,7 +84,7 @@ def max_unpool_runtime(ctx, x, indices, shape_value, inferred):
         coord = e(op.floor_mod(op.floor_divide(flat, Constant(np.asarray(inner, np.int64))),
                                Constant(np.asarray(size, np.int64))))
         target = e(op.add(op.multiply(target, e(op.shape_to_tensor((dims[a],), scalar=True))), coord))
-    total = _prod(dims)
+    total = prod_i64(dims)
     out = e(op.full((1, total), 0, str(ctx.info(x).dtype)))
     where = e(op.reshape(target, (1, -1)))
     values = e(op.reshape(x, (1, -1)))

@@ -18,19 +18,8 @@ from ...ast import expr as tir
 from ...ast.graph import Constant
 from ...ast.graph_struct_info import as_dim
 from ...graph import op
-from .ops_dynamic import checked_reshape
+from .ops_dynamic import checked_reshape, i64, split_at_runtime_axis
 from .runtime_values import bind_sizes, require, runtime_sizes
-
-
-def _i64(v: int):
-    return tir.IntImm(v, "int64")
-
-
-def _prod(values):
-    out = _i64(1)
-    for v in values:
-        out = out * v
-    return out
 
 
 def _scalar(ctx, value):
@@ -90,9 +79,9 @@ def _apply(ctx, real, imag, cos, sin, inverse: bool, onesided: bool):
 def _lengths(n, length, inverse: bool, onesided: bool):
     """(L, output bins) as expressions: L given or from n; a forward one-sided DFT keeps L // 2 + 1."""
     if length is None:
-        length = _i64(2) * (n - _i64(1)) if inverse and onesided else n
+        length = i64(2) * (n - i64(1)) if inverse and onesided else n
     if onesided and not inverse:
-        return length, tir.FloorDiv(length, _i64(2)) + _i64(1)
+        return length, tir.FloorDiv(length, i64(2)) + i64(1)
     return length, length
 
 
@@ -104,7 +93,7 @@ def dft_runtime(ctx, x, axis_value, length_value, inverse: bool, onesided: bool,
     dims, parts = shape[:-1], shape[-1]
     rank = len(dims)
     if isinstance(axis_value, int):
-        axis = _i64(axis_value % rank)
+        axis = i64(axis_value % rank)
     else:
         if str(ctx.info(axis_value).dtype) != "int64":
             axis_value = ctx.emit(op.astype(axis_value, "int64"))
@@ -112,14 +101,12 @@ def dft_runtime(ctx, x, axis_value, length_value, inverse: bool, onesided: bool,
         zero = Constant(np.asarray(0, np.int64))
         axis_value = ctx.emit(op.where(op.less(axis_value, zero), wrapped, axis_value))
         (axis,) = runtime_sizes(ctx, axis_value, "axis")
-        require(ctx, axis < _i64(rank), "the DFT axis is not the trailing complex axis")
-    before = _prod(tir.Select(_i64(j) < axis, d, _i64(1)) for j, d in enumerate(dims))
-    n = _prod(tir.Select(tir.EQ(axis, _i64(j)), d, _i64(1)) for j, d in enumerate(dims))
-    after = _prod(tir.Select(axis < _i64(j), d, _i64(1)) for j, d in enumerate(dims))
+        require(ctx, axis < i64(rank), "the DFT axis is not the trailing complex axis")
+    before, n, after = split_at_runtime_axis(dims, axis)
     x = checked_reshape(ctx, x, [before, n, after, parts], "dft_dim")
     n = ctx.info(x).shape[1]
     if length_value is None or isinstance(length_value, int):
-        given = None if length_value is None else _i64(length_value)
+        given = None if length_value is None else i64(length_value)
     else:
         (given,) = runtime_sizes(ctx, length_value, "dft_length")
     length, bins = bind_sizes(ctx, _lengths(as_dim(n), given, inverse, onesided), "dft_length")
@@ -129,7 +116,7 @@ def dft_runtime(ctx, x, axis_value, length_value, inverse: bool, onesided: bool,
     if out_im is None and not (inverse and onesided):
         out_im = ctx.emit(op.multiply(out_re, Constant(np.zeros((), ctx.info(out_re).dtype.numpy()))))
     y = ctx.emit(op.permute_dims(join(ctx, out_re, out_im), (0, 2, 1, 3)))
-    out_dims = [tir.Select(tir.EQ(axis, _i64(j)), as_dim(bins), d) for j, d in enumerate(dims)]
+    out_dims = [tir.Select(tir.EQ(axis, i64(j)), as_dim(bins), d) for j, d in enumerate(dims)]
     return checked_reshape(ctx, y, out_dims + [as_dim(ctx.info(y).shape[-1])], "dft_out")
 
 
@@ -139,25 +126,25 @@ def stft_runtime(ctx, real, imag, step_value, window, length_value, onesided: bo
     e = ctx.emit
     batch, n = (as_dim(d) for d in ctx.static_shape(real))
     if isinstance(step_value, int):
-        step = _i64(step_value)
+        step = i64(step_value)
     else:
         (step,) = runtime_sizes(ctx, step_value, "frame_step")
-        require(ctx, step > _i64(0), "the frame step is positive")
+        require(ctx, step > i64(0), "the frame step is positive")
     width = None if window is None else as_dim(ctx.static_shape(window)[0])
     if length_value is None:
         length = width
     elif isinstance(length_value, int):
-        length = _i64(length_value)
+        length = i64(length_value)
     else:
         (length,) = runtime_sizes(ctx, length_value, "frame_length")
     if width is None:
         width = length
     else:
         require(ctx, tir.EQ(length, width), "the frame length is the window length")
-    require(ctx, tir.all_(length > _i64(0), length <= n), "the frame length is in 1 .. signal length")
+    require(ctx, tir.all_(length > i64(0), length <= n), "the frame length is in 1 .. signal length")
     frames, width, length, bins = bind_sizes(
-        ctx, [tir.FloorDiv(n - length, step) + _i64(1), width, length,
-              tir.FloorDiv(length, _i64(2)) + _i64(1) if onesided else length], "stft")
+        ctx, [tir.FloorDiv(n - length, step) + i64(1), width, length,
+              tir.FloorDiv(length, i64(2)) + i64(1) if onesided else length], "stft")
     starts = e(op.multiply(op.arange(frames, dtype="int64"), _scalar(ctx, step)))
     index = e(op.add(op.expand_dims(starts, (1,)), op.expand_dims(op.arange(width, dtype="int64"), (0,))))
     size = _scalar(ctx, n)
@@ -183,7 +170,7 @@ def mel_weight_matrix_runtime(ctx, inputs, out_dtype: str):
     e = ctx.emit
     (bins,) = runtime_sizes(ctx, inputs[0], "num_mel_bins")
     (length,) = runtime_sizes(ctx, inputs[1], "dft_length")
-    (spectrogram,) = bind_sizes(ctx, [tir.FloorDiv(length, _i64(2)) + _i64(1)], "mel_rows")
+    (spectrogram,) = bind_sizes(ctx, [tir.FloorDiv(length, i64(2)) + i64(1)], "mel_rows")
     low, high = inputs[3], inputs[4]
     fdtype = str(ctx.info(low).dtype)
 
@@ -196,9 +183,9 @@ def mel_weight_matrix_runtime(ctx, inputs, out_dtype: str):
     if str(ctx.info(high).dtype) != fdtype:
         high = e(op.astype(high, fdtype))
     low_mel, high_mel = mel(low), mel(high)
-    edges_count = _scalar(ctx, bins + _i64(2))
+    edges_count = _scalar(ctx, bins + i64(2))
     step = e(op.divide(op.subtract(high_mel, low_mel), op.astype(edges_count, "float64")))
-    edges = e(op.add(op.multiply(op.astype(op.arange(bins + _i64(2), dtype="int64"), "float64"), step), low_mel))
+    edges = e(op.add(op.multiply(op.astype(op.arange(bins + i64(2), dtype="int64"), "float64"), step), low_mel))
     hertz = e(op.multiply(_f64(700.0), op.subtract(op.power(_f64(10.0), op.divide(edges, _f64(2595.0))), _f64(1.0))))
     numerator = e(op.multiply(op.astype(op.add(_scalar(ctx, length), Constant(np.asarray(1, np.int64))), "float64"),
                               hertz))
