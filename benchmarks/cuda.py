@@ -52,7 +52,8 @@ def fp16_matmul_func(n):
     return sch.func
 
 
-def _time_cuda(torch, fn, repeat=20):
+def time_cuda(torch, fn, repeat=20):
+    """The best of `repeat` calls in milliseconds, by CUDA events, after three warm-up calls."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -105,8 +106,8 @@ def main(argv=None) -> int:
         out_shape = [int(d) for d in func.buffers[-1].shape]
         out = torch.empty(*out_shape, device="cuda")
         lib = libs[name]
-        ours = _time_cuda(torch, lambda: lib(*inputs, out))
-        theirs = _time_cuda(torch, lambda: reference(torch, *inputs))
+        ours = time_cuda(torch, lambda: lib(*inputs, out))
+        theirs = time_cuda(torch, lambda: reference(torch, *inputs))
         expected = reference(torch, *inputs)
         error = float((out - expected).abs().max())
         unit = "GFLOP/s" if name.startswith("fp") else "GB/s"

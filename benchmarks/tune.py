@@ -60,6 +60,7 @@ import refcomp  # noqa: E402
 from refcomp import tune, workloads  # noqa: E402
 from refcomp.graph.passes.default_schedule import schedule_kernel  # noqa: E402
 from refcomp.loops import intrin  # noqa: E402
+from cuda import time_cuda  # noqa: E402
 from matmul import blas_description, cpu_name  # noqa: E402
 import graph as graph_benchmark  # noqa: E402  (the models of benchmarks/graph.py)
 
@@ -399,22 +400,6 @@ def _fp16_matmul(n):
     return refcomp.te.create_prim_func([A, B, C])
 
 
-def _time_on_device(torch, fn, repeat: int = 20) -> float:
-    """The best of `repeat` calls in milliseconds, by CUDA events, after three warm-up calls."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    best = float("inf")
-    for _ in range(repeat):
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        best = min(best, start.elapsed_time(end))
-    return best
-
-
 def gpu_cases(args) -> None:
     """The CUDA design space on the GPU at hand: fp32 matmul, fp16 matmul (float32 accumulation)
     and row softmax, each tuned from its plain te definition with `--gpu-trials` trials, then timed
@@ -478,8 +463,8 @@ def gpu_cases(args) -> None:
         want = baseline(*inputs).float()
         scale = float(want.abs().max())
         assert torch.allclose(out, want, rtol=2e-3, atol=2e-3 * max(scale, 1.0)), f"{name}: wrong result"
-        ours = _time_on_device(torch, lambda: lib(*inputs, out))
-        theirs = _time_on_device(torch, lambda: baseline(*inputs))
+        ours = time_cuda(torch, lambda: lib(*inputs, out))
+        theirs = time_cuda(torch, lambda: baseline(*inputs))
         results[name] = {"refcomp": round(work / ours / 1e6, 2), "baseline": round(work / theirs / 1e6, 2),
                          "unit": "GFLOP/s" if "matmul" in name else "GB/s",
                          "ratio": round(theirs / ours, 3), "tuning_s": round(spent, 1), "trials": result.trials}
