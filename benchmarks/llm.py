@@ -42,7 +42,8 @@ import numpy as np  # noqa: E402
 
 from refcomp.llm import analytic  # noqa: E402
 from refcomp.llm.generate import generate  # noqa: E402
-from refcomp.llm.loading import DEFAULT_MODEL, load_model, read_checkpoint  # noqa: E402
+from refcomp.llm.checkpoint import load_checkpoint  # noqa: E402
+from refcomp.llm.loading import DEFAULT_MODEL, load_model  # noqa: E402
 from refcomp.llm.sampling import SamplingParams  # noqa: E402
 from refcomp.llm.speculative import SpeculativeConfig, speculative_generate  # noqa: E402
 from refcomp.loops.intrin.cpu import describe  # noqa: E402
@@ -77,7 +78,7 @@ def torch_model(model_dir: Path, threads: int):
     from transformers import LlamaConfig as HFConfig, LlamaForCausalLM
 
     torch.set_num_threads(threads)
-    config, weights = read_checkpoint(model_dir)
+    config, weights = load_checkpoint(model_dir)
     hf = LlamaForCausalLM(HFConfig(**{k: v for k, v in config.to_hf().items() if k != "architectures"}))
     state = {k: torch.from_numpy(np.asarray(v, dtype=np.float32).copy()) for k, v in weights.items()}
     hf.load_state_dict(state, strict=False)

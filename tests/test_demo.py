@@ -29,7 +29,7 @@ def test_an_odd_matmul_gets_a_default_schedule_with_the_same_numbers(rng):
 
 
 def test_every_demo_kernel_is_scheduled_and_matches_numpy(rng):
-    for name, func, _blocks, inputs, out, reference in demo._kernels(rng):
+    for name, func, inputs, out, reference in demo._kernels(rng):
         scheduled, _how = demo._schedule(func)
         refcomp.build(scheduled)(*inputs, out)
         want = reference(*inputs)

@@ -86,7 +86,8 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 
 from decoding_helpers import tiny_config, write_checkpoint  # noqa: E402
-from refcomp.llm.loading import DEFAULT_MODEL, load_model, read_checkpoint  # noqa: E402
+from refcomp.llm.checkpoint import load_checkpoint  # noqa: E402
+from refcomp.llm.loading import DEFAULT_MODEL, load_model  # noqa: E402
 from refcomp.llm.protocol import CheckpointError  # noqa: E402
 from refcomp.llm.reference import ReferenceLlama, random_weights  # noqa: E402
 
@@ -101,7 +102,7 @@ def byte_checkpoint(tmp_path):
 
 def test_checkpoint_round_trip(byte_checkpoint):
     path, config, weights = byte_checkpoint
-    got_config, got = read_checkpoint(path)
+    got_config, got = load_checkpoint(path)
     assert got_config == config and set(got) == set(weights)
     for name, value in weights.items():
         np.testing.assert_array_equal(np.asarray(got[name], np.float32), value.astype(np.float16).astype(np.float32))
@@ -154,7 +155,7 @@ def test_generate_command(byte_checkpoint):
 
 @pytest.mark.skipif(not (DEFAULT_MODEL / "model.safetensors").is_file(), reason="the shipped model is absent")
 def test_shipped_model_has_learned_python():
-    config, weights = read_checkpoint(DEFAULT_MODEL)
+    config, weights = load_checkpoint(DEFAULT_MODEL)
     assert json.loads((DEFAULT_MODEL / "config.json").read_text())["vocab_size"] == 256
     model = ReferenceLlama(config, weights)
     text = tokenizer.encode(json.__doc__ or "import os\nimport sys\n\n\ndef main():\n    return 0\n")[:400]

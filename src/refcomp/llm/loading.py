@@ -5,18 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .checkpoint import load_checkpoint
-from .protocol import CausalLM, LlamaConfig
+from .protocol import CausalLM
 
 #: The byte-level Llama trained by benchmarks/llm_train.py and shipped with the package.
 DEFAULT_MODEL = Path(__file__).resolve().parent / "data" / "byte-llama"
-
-
-def read_checkpoint(path: str | Path) -> tuple[LlamaConfig, dict[str, np.ndarray]]:
-    """(config, float32 weights) of a Hugging Face checkpoint directory (refcomp.llm.checkpoint)."""
-    return load_checkpoint(path)
 
 
 def load_model(path: str | Path | None = None, *, compiled: bool = True,
@@ -31,5 +24,5 @@ def load_model(path: str | Path | None = None, *, compiled: bool = True,
         return load_llama(path, **compile_options), "compiled"
     from .reference import ReferenceLlama
 
-    config, weights = read_checkpoint(path)
+    config, weights = load_checkpoint(path)
     return ReferenceLlama(config, weights), "reference"
