@@ -58,7 +58,7 @@ import numpy as np  # noqa: E402
 
 import refcomp  # noqa: E402
 from refcomp import tune, workloads  # noqa: E402
-from refcomp.graph.passes.default_schedule import schedule_kernel  # noqa: E402
+from refcomp.graph.passes.default_schedule import prepare_kernel, schedule_kernel  # noqa: E402
 from refcomp.loops import intrin  # noqa: E402
 from cuda import time_cuda  # noqa: E402
 from matmul import blas_description, cpu_name  # noqa: E402
@@ -522,12 +522,14 @@ def main() -> None:
     a = rng.uniform(-1, 1, (n, n)).astype("float32")
     b = rng.uniform(-1, 1, (n, n)).astype("float32")
     tuned, tuning_s, done = [], 0.0, 0
+    # from the plain definition: without the graph's own default schedule, which is the matmul recipe
+    no_recipe = tune.DesignSpace([rule for rule in tune.default_rules("c") if not isinstance(rule, tune.GraphDefault)])
     for budget in budgets:
         start = time.monotonic()
         bar = tune.ProgressBar(stream=sys.stdout, label=f"matmul_{n}", in_place=False)
         progress = lambda trials, total, gflops, elapsed: bar(done + trials, budget, gflops, elapsed)  # noqa: E731
         result = tune.tune(func, "c", trials=budget - done, database=database, reference=_matmul_reference,
-                           seed=budget, progress=progress)
+                           seed=budget, progress=progress, space=no_recipe)
         tuning_s += time.monotonic() - start
         done = budget
         for failure in result.failures[:3]:
@@ -540,7 +542,9 @@ def main() -> None:
             continue
         bar = tune.ProgressBar(stream=sys.stdout, label=name, in_place=False)
         start = time.monotonic()
-        op_result = tune.tune(op_func, "c", trials=args.op_trials, database=database, seed=7, progress=bar)
+        # the design space starts from graph.build's default schedule (tune.GraphDefault)
+        op_result = tune.tune(prepare_kernel(op_func), "c", trials=args.op_trials, database=database, seed=7,
+                              progress=bar)
         ops[name] = (op_func, baseline, label, op_result, time.monotonic() - start)
     tvm, tvm_skipped = {}, []  # budget -> (TVM's kernel time, its tuning time); (budget, why) skipped
     for trials in tvm_budgets:

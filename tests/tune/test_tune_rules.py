@@ -6,6 +6,7 @@ import random
 import numpy as np
 import pytest
 
+import refcomp
 from refcomp import workloads
 from refcomp.ast.structural import structural_equal
 from refcomp.loops.interpreter import interpret
@@ -15,6 +16,7 @@ from refcomp.tune import (AutoInline, Checker, Database, DesignSpace, ParallelOu
                           TensorizeTiling, default_rules, tune)
 from refcomp.tune.rules import tile_intrinsics
 from refcomp.tune.runner import Candidate
+from refcomp.tune.runner import random_arguments
 
 
 def _needs_a_tile_intrinsic(func):
@@ -94,13 +96,14 @@ def test_the_search_measures_the_rule_based_default_first():
 
 
 def test_row_reductions_start_from_the_default_structure_and_stay_correct():
-    from refcomp.tune import RowReductionDefault
+    from refcomp.tune import GraphDefault, RowReductionDefault
 
     func = workloads.layer_norm(6, 128)
     rng = np.random.default_rng(random.randrange(2**20))
     a = rng.uniform(-2, 2, (6, 128)).astype("float32")
     want = (a - a.mean(1, keepdims=True)) / np.sqrt(a.var(1, keepdims=True) + 1e-5)
-    space = DesignSpace(default_rules())
+    # without the graph default in front (it would make the default sample its own schedule)
+    space = DesignSpace([rule for rule in default_rules() if not isinstance(rule, GraphDefault)])
     default = space.default_sample(func)
     kinds = [inst.kind for inst in default.trace.instructions]
     assert "compute_at" in kinds and "parallel" in kinds and "sample_perfect_tile" not in kinds
@@ -111,3 +114,47 @@ def test_row_reductions_start_from_the_default_structure_and_stay_correct():
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
         again = Schedule.from_trace(func, sch.trace.to_json())
         assert structural_equal(again.func, sch.func)
+
+
+GRAPH_DEFAULT_CASES = {
+    "conv2d": lambda: workloads.conv2d_nchw(1, 8, 9, 16),
+    "matmul": lambda: workloads.matmul(64, 48, 32),
+    "softmax": lambda: workloads.softmax(6, 96),
+    "layer_norm": lambda: workloads.layer_norm(5, 64),
+    "bmm_bt": lambda: workloads.batch_matmul_bt(2, 24, 20, 16),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GRAPH_DEFAULT_CASES))
+def test_the_design_space_default_is_the_schedule_graph_build_gives(name):
+    from refcomp.graph.passes.default_schedule import prepare_kernel, schedule_kernel
+    from refcomp.tune import GraphDefault
+
+    func = prepare_kernel(GRAPH_DEFAULT_CASES[name]())
+    space = DesignSpace(default_rules())
+    assert isinstance(space.rules[0], GraphDefault)
+    default = space.default_sample(func)
+    # exactly what graph.build's default_schedule makes of the kernel, recipes included
+    assert structural_equal(default.func.with_attr("scheduled", True), schedule_kernel(func, prepared=True))
+    again = Schedule.from_trace(func, default.trace.to_json())
+    assert structural_equal(again.func, default.func)
+    # fresh samples keep it or leave the function to the other rules; either computes the same
+    rng = random.Random(random.randrange(2**20))
+    arrays = random_arguments(func, rng.randrange(2**20))
+    want = [a.copy() for a in arrays]
+    interpret(func, *want)
+    outputs = [i for i, p in enumerate(func.params) if any(p is b for b in _written(func))]
+    for sch in [default] + space.sample_many(func, 2, rng):
+        got = [a.copy() for a in arrays]
+        for i in outputs:
+            got[i][...] = 7
+        refcomp.build(sch.func)(*got)  # compiled: a tensorized tile does not interpret
+        for i in outputs:
+            np.testing.assert_allclose(got[i], want[i], rtol=1e-4, atol=1e-4)
+
+
+def _written(func):
+    from refcomp.ast import Block
+    from refcomp.ast.functor import collect
+
+    return [region.buffer for block in collect(func.body, Block) for region in block.writes]

@@ -119,3 +119,25 @@ def test_cost_models_learn_a_ranking(model_class):
     want = 2.0 * test[:, 0] - test[:, 1]
     got = model.predict(test)
     assert np.corrcoef(got, want)[0, 1] > 0.9
+
+
+def _row_softmax_reference(arrays):
+    x = arrays[0].astype("float64")
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    arrays[1][...] = e / e.sum(axis=1, keepdims=True)
+
+
+def test_the_first_batch_measures_the_schedule_graph_build_gives():
+    from refcomp.graph.passes.default_schedule import prepare_kernel, schedule_kernel
+
+    func = prepare_kernel(workloads.softmax(8, 64))
+    db = Database()
+    result = tune(func, "c", trials=3, database=db, batch=3, population=6, seed=random.randrange(2**20),
+                  reference=_row_softmax_reference, runner=Runner(workers=2, timeout_s=60))
+    assert result.trials == 3 and not result.failures
+    graph_default = schedule_kernel(func, prepared=True)
+    replayed = [replay(func, record).func.with_attr("scheduled", True) for record in db.records]
+    assert any(structural_equal(f, graph_default) for f in replayed)
+    # so the best the search returns is at most the default's own measured time
+    default_time = next(r.mean_time for r, f in zip(db.records, replayed) if structural_equal(f, graph_default))
+    assert result.best_time <= default_time

@@ -58,8 +58,9 @@ def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True
         pipeline += [("fuse_ops", fuse_ops), ("fuse_tir", fuse_tir),
                      ("dead_code_elimination", P.dead_code_elimination)]
     if schedule:
-        from .passes.default_schedule import default_schedule
+        from .passes.default_schedule import default_schedule, prepare_kernels
 
+        pipeline.append(("prepare_kernels", prepare_kernels))
         if tuning_database is not None:
             from functools import partial
 

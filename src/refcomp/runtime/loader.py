@@ -69,6 +69,12 @@ class LoadedKernel:
     def __repr__(self) -> str:
         return f"<refcomp.{self.label} {self.signature.describe()} target={str(self.target)!r}>"
 
+    def __reduce__(self):
+        """Pickles as what it was built from; unpickling loads the same shared object again (in
+        another process of this machine, while the file is there: the tuner's runner sends a
+        kernel its build process compiled to the process that times it)."""
+        return (type(self), (self.module, self.path, self.func, self.lowered, self.target))
+
     def _failure(self, code: int, what: str = "kernel") -> RuntimeFailure:
         message = self._ffi.string(self._message(code)).decode("utf-8", "replace")
         return RuntimeFailure(f"{self.func.name}: {what} failed with code {code}: {message}")

@@ -53,7 +53,9 @@ def _tunable(func: PrimFunc) -> bool:
 
 def unscheduled_kernels(mod: IRModule | Function, *, fuse: bool = True, fold: bool = True,
                         blas: bool | str = False) -> IRModule:
-    """mod after the graph pipeline's passes that come before the default schedule."""
+    """mod after the graph pipeline's passes that come before the default schedule (its kernels
+    prepared as graph.build prepares them before it looks up tuning records)."""
+    from ..graph.passes.default_schedule import prepare_kernels
     from ..graph.pipeline import default_pipeline
 
     if isinstance(mod, Function):
@@ -64,7 +66,7 @@ def unscheduled_kernels(mod: IRModule | Function, *, fuse: bool = True, fold: bo
         if name == "plan_memory":
             break
         mod = run(mod)
-    return mod
+    return prepare_kernels(mod)
 
 
 def extract_tasks(mod: IRModule | Function, *, fuse: bool = True, fold: bool = True,

@@ -161,6 +161,34 @@ def _is_output(sch: Schedule, block: Block) -> bool:
 
 
 @dataclass
+class GraphDefault:
+    """A function-level rule: the schedule graph.build gives the kernel when it has no tuning
+    record (graph.passes.default_schedule: the conv and matmul recipes, the rule-based defaults of
+    loops.defaults, the per-block parallel and vector treatment), made with schedule primitives so
+    its trace replays it.  The default sample keeps it, so the search measures the graph's own
+    default first and never ends behind it; a fresh sample keeps it with probability `keep` and
+    otherwise leaves the function to the other rules.  When kept, no other rule runs (`complete`).
+    The kernel should have been through graph.passes.default_schedule.prepare_kernel, as the
+    kernels graph.build and extract_tasks give are."""
+
+    keep: float = 0.125
+    complete = True  # DesignSpace: after it applied, no other rule runs
+
+    def apply_function(self, sch: Schedule, default: bool = False) -> tuple[Schedule, bool]:
+        """(the schedule, whether the graph default was applied)."""
+        from ..graph.passes.default_schedule import default_schedule_of
+
+        trial = sch.copy()
+        kept = trial.sample_categorical([1, 0], [self.keep, 1.0 - self.keep], decision=0 if default else None)
+        if not int(kept):
+            return trial, False
+        try:
+            return default_schedule_of(trial), True
+        except RefcompError:
+            return sch, False
+
+
+@dataclass
 class RowReductionDefault:
     """A function-level rule: for a row reduction (softmax, layer norm: stages over the same rows
     ending in a spatial output stage), the rule-based default's structure, every earlier stage

@@ -20,6 +20,7 @@ reused on a matching machine.
 from __future__ import annotations
 
 import faulthandler
+import pickle
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -202,8 +203,12 @@ def _scheduled(func: PrimFunc, trace: dict) -> PrimFunc:
 
 def _build_child(conn: Any, func: PrimFunc, trace: dict, target: str, build: Callable) -> None:
     try:
-        build(_scheduled(func, trace), target)
-        conn.send(("ok", (), ""))
+        kernel = build(_scheduled(func, trace), target)
+        try:  # the built kernel itself, when it pickles: the run process then need not replay
+            built = pickle.dumps(kernel)
+        except Exception:
+            built = None
+        conn.send(("ok", (), "", built))
     except RefcompError as error:
         conn.send(("build_error", (), f"{type(error).__name__}: {error}"))
     except BaseException:  # a child reports everything; the parent decides
@@ -211,10 +216,10 @@ def _build_child(conn: Any, func: PrimFunc, trace: dict, target: str, build: Cal
 
 
 def _run_child(conn: Any, func: PrimFunc, trace: dict, target: str, build: Callable,
-               checker: Checker, repeats: int) -> None:
+               checker: Checker, repeats: int, built: bytes | None = None) -> None:
     faulthandler.disable()  # a crashing candidate is reported by its exit code, without a dump
     try:
-        kernel = build(_scheduled(func, trace), target)
+        kernel = pickle.loads(built) if built is not None else build(_scheduled(func, trace), target)
     except BaseException:
         conn.send(("build_error", (), traceback.format_exc(limit=3)))
         return
@@ -241,27 +246,34 @@ def _run_child(conn: Any, func: PrimFunc, trace: dict, target: str, build: Calla
 
 def _finish(process: isolate.IsolatedCall, deadline: float, what: str, target: str = "c") -> MeasureResult:
     """Wait for one worker until deadline; its report, or crash/timeout when it gave none."""
+    return _finish_with(process, deadline, what, target)[0]
+
+
+def _finish_with(process: isolate.IsolatedCall, deadline: float, what: str,
+                 target: str = "c") -> tuple[MeasureResult, Any]:
+    """_finish, and what the worker sent after its report (the pickled kernel of a build; None)."""
     remaining = max(0.0, deadline - time.monotonic())
     try:
         if process.poll(remaining):
             try:
-                status, times, message = process.recv()
+                status, times, message, *extra = process.recv()
             except (EOFError, OSError):
-                status, times, message = None, (), ""
+                status, times, message, extra = None, (), "", []
             process.join(5)
             if process.is_alive():
                 process.kill()
                 process.join()
             if status is not None:
-                return MeasureResult(status, tuple(times), message, machine_description(target))
+                return MeasureResult(status, tuple(times), message, machine_description(target)), \
+                    (extra[0] if extra else None)
         if process.is_alive():
             process.kill()
             process.join()
             return MeasureResult("timeout", (), f"{what} did not finish within the time limit",
-                                 machine_description(target))
+                                 machine_description(target)), None
         process.join()
         return MeasureResult("crash", (), f"{what} process died with exit code {process.exitcode}",
-                             machine_description(target))
+                             machine_description(target)), None
     finally:
         process.close()
 
@@ -306,15 +318,16 @@ class Runner:
         """A result for every candidate, in order; never raises for a candidate's failure."""
         built = self._build_all(func, candidates)
         results = []
-        for candidate, build_result in zip(candidates, built):
+        for candidate, (build_result, kernel) in zip(candidates, built):
             if not build_result.ok:
                 results.append(build_result)
                 continue
-            results.append(self.run_one(func, candidate, checker))
+            results.append(self.run_one(func, candidate, checker, kernel))
         return results
 
-    def _build_all(self, func: PrimFunc, candidates: Sequence[Candidate]) -> list[MeasureResult]:
-        results: list[MeasureResult | None] = [None] * len(candidates)
+    def _build_all(self, func: PrimFunc, candidates: Sequence[Candidate]) -> list[tuple[MeasureResult, Any]]:
+        """(result, the pickled kernel or None) for each candidate, built `workers` at a time."""
+        results: list[tuple[MeasureResult, Any] | None] = [None] * len(candidates)
         pending = list(enumerate(candidates))
         active: list[tuple[int, isolate.IsolatedCall, float]] = []
         while pending or active:
@@ -324,11 +337,15 @@ class Runner:
                                         self.timeout_s, "the build hook")
                 active.append((index, process, time.monotonic() + self.timeout_s))
             index, process, deadline = active.pop(0)
-            results[index] = _finish(process, deadline, "the build", self.target)
+            results[index] = _finish_with(process, deadline, "the build", self.target)
         return results  # type: ignore[return-value]
 
-    def run_one(self, func: PrimFunc, candidate: Candidate, checker: Checker) -> MeasureResult:
-        """Build (a cache hit after a build) and run one candidate in its own process, checked."""
-        process = isolate.start(_run_child, (func, candidate.trace, self.target, self.build, checker, self.repeats),
+    def run_one(self, func: PrimFunc, candidate: Candidate, checker: Checker,
+                built: bytes | None = None) -> MeasureResult:
+        """Run one candidate in its own process, checked: the kernel its build process pickled
+        (`built`, loaded again from the build cache), else built there (replayed and compiled:
+        a cache hit after a build)."""
+        process = isolate.start(_run_child, (func, candidate.trace, self.target, self.build, checker, self.repeats,
+                                             built if isinstance(built, bytes) else None),
                                 self.timeout_s, "the candidate with its build hook and checker")
         return _finish(process, time.monotonic() + self.timeout_s, "the candidate", self.target)

@@ -141,17 +141,19 @@ def _loop_bindings(func: PrimFunc, block: Block) -> dict[int, str]:
 
 def default_rules(target: str = "c") -> list[ScheduleRule]:
     """The rules for a target.  CUDA (`cuda ...`): `gpu_rules.gpu_rules()` -- GPU row reduction,
-    auto-inline, cross-thread reduction, GPU multi-level tiling SSSRRSRS, auto-bind.  CPU: the row-reduction structure (a function-level rule), auto-inline, tensorize tiling (where a tile intrinsic this CPU
+    auto-inline, cross-thread reduction, GPU multi-level tiling SSSRRSRS, auto-bind.  CPU: graph.build's
+    own default schedule and the row-reduction structure (function-level rules), auto-inline, tensorize tiling (where a tile intrinsic this CPU
     runs matches), multi-level tiling SSRSRS (the other reductions), random compute location,
     parallel outer loops, parallel-vectorize-unroll."""
     if target.split()[:1] == ["cuda"]:
         from .gpu_rules import gpu_rules
 
         return gpu_rules()
-    from .rules import AutoInline, ParallelOuter, RandomComputeLocation, RowReductionDefault, TensorizeTiling
+    from .rules import (AutoInline, GraphDefault, ParallelOuter, RandomComputeLocation, RowReductionDefault,
+                        TensorizeTiling)
 
-    return [RowReductionDefault(), AutoInline(), TensorizeTiling(), MultiLevelTiling(), RandomComputeLocation(),
-            ParallelOuter(), ParallelVectorizeUnroll()]
+    return [GraphDefault(), RowReductionDefault(), AutoInline(), TensorizeTiling(), MultiLevelTiling(),
+            RandomComputeLocation(), ParallelOuter(), ParallelVectorizeUnroll()]
 
 
 def _block_names(func: PrimFunc) -> set[str]:
@@ -180,6 +182,8 @@ class DesignSpace:
             whole = getattr(rule, "apply_function", None)
             if whole is not None:
                 sch, applied = whole(sch, default)
+                if applied and getattr(rule, "complete", False):
+                    return sch  # a whole schedule (GraphDefault): nothing else to add
                 restructured = restructured or applied
         names = [b.name for b in collect(func.body, Block) if b.name != "root"]
         for name in names:

@@ -36,26 +36,53 @@ from ...errors import RefcompError
 from ..shape_facts import const_value
 
 
-def schedule_kernel(func: PrimFunc) -> PrimFunc:
-    """func with parallel outer loops and vectorized inner loops where legal."""
-    from ...loops.schedule import Schedule
+def prepare_kernel(func: PrimFunc) -> PrimFunc:
+    """func with the rewrites the default schedule assumes and that are not schedule primitives:
+    constant powers as products, block indices simplified under the iter domains.  Idempotent;
+    graph.build runs it on every unscheduled kernel before tuning records are looked up, so the
+    tuner sees the kernels in the form the default schedule starts from."""
     from .block_indices import simplify_block_indices
-    from .fuse_tir import inline_spatial_stages
-
     from .constant_powers import reduce_constant_powers
+
+    return simplify_block_indices(reduce_constant_powers(func))
+
+
+def prepare_kernels(mod: IRModule) -> IRModule:
+    """The module with every unscheduled PrimFunc prepared (prepare_kernel)."""
+    for name, func in list(mod.functions.items()):
+        if isinstance(func, PrimFunc) and not func.attrs.get("scheduled"):
+            mod = mod.with_function(name, prepare_kernel(func))
+    return mod
+
+
+def schedule_kernel(func: PrimFunc, prepared: bool = False) -> PrimFunc:
+    """func with parallel outer loops and vectorized inner loops where legal (prepared: func has
+    been through prepare_kernel already)."""
+    from ...loops.schedule import Schedule
+
+    if not prepared:
+        func = prepare_kernel(func)
+    return default_schedule_of(Schedule(func)).func.with_attr("scheduled", True)
+
+
+def default_schedule_of(sch):
+    """The default schedule of sch's (prepared) kernel, made with Schedule primitives only, so
+    its trace replays it: the conv recipe for a kernel whose reductions are convolutions, the
+    matmul recipes, else the rule-based defaults and the per-block treatment.  sch is left as it
+    was; the result is a new Schedule."""
+    from .fuse_tir import inline_spatial_stages
     from .schedule_conv import schedule_conv
 
-    func = reduce_constant_powers(func)
-    conv = schedule_conv(func, _schedule_block)
+    conv = schedule_conv(sch.copy(), _schedule_block)
     if conv is not None:
-        return conv.with_attr("scheduled", True)
-    recipe = _recipe_for(func)
+        return conv
+    recipe = _recipe_for(sch.func)
     if recipe is not None:
         try:
-            return recipe(func).with_attr("scheduled", True)
+            return recipe(sch.copy())
         except RefcompError:
             pass
-    sch = Schedule(simplify_block_indices(func))
+    sch = sch.copy()
     inline_spatial_stages(sch)
     sch = _apply_rules(sch)
     for block in [b for b in collect(sch.func.body, Block) if b.name != "root"]:
@@ -66,7 +93,7 @@ def schedule_kernel(func: PrimFunc) -> PrimFunc:
             continue
         if loops:
             _schedule_block(sch, rv, block, loops)
-    return sch.func.with_attr("scheduled", True)
+    return sch
 
 
 def _apply_rules(sch):
@@ -268,22 +295,22 @@ def _recipe_for(func: PrimFunc):
 
     spatial = [b for b in blocks if b is not block]
 
-    def apply(f: PrimFunc) -> PrimFunc:
+    def apply(sch):
         if len(spatial) == 1:
             # one elementwise epilogue (bias, gelu, residual...) over the product: computed per
             # cache block of C while it is still in cache, by the thread that computed it
             try:
-                return recipes.matmul_bias_gelu(f, block.name, spatial[0].name).func
+                return recipes.matmul_bias_gelu(sch.copy(), block.name, spatial[0].name)
             except RefcompError:
                 pass
-        sch = recipes.matmul_fp32(f, block=block.name)
+        sch = recipes.matmul_fp32(sch, block=block.name)
         return schedule_rest(sch, skip={block.name})
 
     return apply
 
 
-def schedule_rest(sch, skip: set) -> PrimFunc:
-    """Give the spatial blocks a recipe left alone the default loop treatment."""
+def schedule_rest(sch, skip: set):
+    """sch with the spatial blocks a recipe left alone given the default loop treatment."""
     func = sch.func
     for block in [b for b in collect(func.body, Block) if b.name != "root" and b.name not in skip]:
         if any(iv.kind != "spatial" for iv in block.iter_vars):
@@ -294,12 +321,13 @@ def schedule_rest(sch, skip: set) -> PrimFunc:
                 sch.parallel(loops[0])
         except RefcompError:
             continue
-    return sch.func
+    return sch
 
 
 def default_schedule(mod: IRModule) -> IRModule:
-    """The module with every unscheduled PrimFunc given the default CPU schedule."""
+    """The module with every unscheduled PrimFunc given the default CPU schedule (the pipeline
+    has prepared them: prepare_kernels)."""
     for name, func in list(mod.functions.items()):
         if isinstance(func, PrimFunc) and not func.attrs.get("scheduled"):
-            mod = mod.with_function(name, schedule_kernel(func))
+            mod = mod.with_function(name, schedule_kernel(func, prepared=True))
     return mod

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from ...ast.function import PrimFunc
 from ...ast.functor import collect
 from ...ast.stmt import Block
 from ...errors import RefcompError
@@ -21,19 +20,18 @@ from ...errors import RefcompError
 log = logging.getLogger("refcomp.graph.schedule_conv")
 
 
-def schedule_conv(func: PrimFunc, rest: Callable) -> PrimFunc | None:
-    """func with its convolution blocks on the conv recipe and `rest(sch, rv, block, loops)`
-    applied to every other block, or None when func has a reduction that is not a convolution
-    or a convolution the recipe does not take."""
+def schedule_conv(sch, rest: Callable):
+    """sch (a Schedule, changed in place) with its convolution blocks on the conv recipe and
+    `rest(sch, rv, block, loops)` applied to every other block, or None when the function has a
+    reduction that is not a convolution or a convolution the recipe does not take."""
     from ...loops import recipes
-    from ...loops.schedule import Schedule
 
+    func = sch.func
     found = recipes.find_convs(func)
     if not found:
         return None
     convs = {shape.block for shape in found}
     others = [b.name for b in collect(func.body, Block) if b.name != "root" and b.name not in convs]
-    sch = Schedule(func)
     try:
         for shape in found:
             sch = recipes.conv_fp32(sch, shape.block)
@@ -51,7 +49,7 @@ def schedule_conv(func: PrimFunc, rest: Callable) -> PrimFunc | None:
     for block in collect(sch.func.body, Block):
         if block.name.endswith("_global") and block.name not in others:  # the packed weights
             _parallel_outer(sch, block.name)
-    return sch.func
+    return sch
 
 
 def _parallel_outer(sch, name: str) -> None:
