@@ -23,7 +23,7 @@ from ..errors import ArgumentError
 from ..graph import op
 from ..runtime.vm import register_extern
 from .formats import csr
-from .kernels import _dtype_name, compiled
+from .kernels import _dtype_name, run_spmm_csr
 
 SPMM_EXTERN = "refcomp.sparse.spmm_csr"
 
@@ -36,8 +36,8 @@ def _spmm_extern(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, de
                  (rows, cols))
     if dense.dtype != matrix.dtype:
         raise ArgumentError(f"{SPMM_EXTERN}: the features are {dense.dtype}, the adjacency values {matrix.dtype}")
-    compiled("spmm_csr", _dtype_name(matrix.dtype), dense.shape[1])(
-        matrix.indptr["j"], matrix.indices["j"], matrix.data, np.ascontiguousarray(dense), out)
+    run_spmm_csr(_dtype_name(matrix.dtype), dense.shape[1], matrix.indptr["j"], matrix.indices["j"], matrix.data,
+                 np.ascontiguousarray(dense), out)
 
 
 register_extern(SPMM_EXTERN, _spmm_extern)

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 from .formats import SparseMatrix, csr, ell, to_scipy
-from .kernels import _dense, _dtype_name, _output, _require_csr, compiled
+from .kernels import _dense, _dtype_name, _output, _require_csr, compiled, run_spmm_csr
 from .validate import INDEX_DTYPE, SparseFormatError, check_index_array
 
 
@@ -258,8 +258,7 @@ def spmm_hyb(H: Hyb, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
     name = _dtype_name(dtype)
     for number, part in enumerate(H.parts):
         rest = part.rest
-        compiled("spmm_csr" if number == 0 else "spmm_csr_acc", name, width)(
-            rest.indptr["j"], rest.indices["j"], rest.data, B, out)
+        run_spmm_csr(name, width, rest.indptr["j"], rest.indices["j"], rest.data, B, out, accumulate=number > 0)
         for bucket in part.buckets:
             slots = bucket.ell.indices["j"].reshape(bucket.ell.data.shape)
             compiled("spmm_ell_acc", name, width, slots=bucket.width)(bucket.rows, slots, bucket.ell.data, B, out)
@@ -269,7 +268,7 @@ def spmm_hyb(H: Hyb, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
             every = np.arange(chunks.shape[0], dtype=INDEX_DTYPE)
             compiled("spmm_ell", name, width, slots=part.split.width)(
                 every, chunks.indices["j"].reshape(chunks.data.shape), chunks.data, B, partial)
-            compiled("spmm_csr_acc", name, width)(gather.indptr["j"], gather.indices["j"], gather.data, partial, out)
+            run_spmm_csr(name, width, gather.indptr["j"], gather.indices["j"], gather.data, partial, out, accumulate=True)
     return out
 
 

@@ -27,10 +27,12 @@ from ..ast import Buffer, Call, FloatImm, Evaluate, For, IntImm, PrimFunc, SizeV
 from ..ast.stmt import BufferStore
 from ..driver import build
 from ..emit_c.codegen import OMP_SCHEDULE
+from ..emit_c.toolchain import native_vector_bytes
 from ..errors import ArgumentError
 from .formats import SparseMatrix
 from .iteration import SparseIteration, SpBuffer, sp_axis, sp_iter
 from .lower import lower_stage3
+from .schedule import partition_rows, row_parts, vectorize_row_tile
 from .validate import VALUE_DTYPES
 
 
@@ -77,6 +79,38 @@ def spmm_csr_func(dtype: str = "float32", width: int | None = None, accumulate: 
     """C[m, n] = A[m, k] @ B[k, n] (accumulate: C += A @ B) with A in CSR (indptr, indices, data):
     stage III of spmm_iteration."""
     return lower_stage3(spmm_iteration(dtype, width, accumulate))
+
+
+# The row tile of the scheduled CSR SpMM, in vector registers: 8 of the 32 (AVX-512) or 16 (AVX2)
+# the CPU has, so that the tile's sums, the broadcast value and B's loads fit without spilling.
+ROW_TILE_VECTORS = 8
+
+
+def row_tile_lanes(dtype: str) -> tuple[int, int]:
+    """(row tile, lanes): the elements of dtype in one native vector register, and ROW_TILE_VECTORS
+    such registers."""
+    lanes = max(1, native_vector_bytes() // np.dtype(dtype).itemsize)
+    return ROW_TILE_VECTORS * lanes, lanes
+
+
+def spmm_csr_scheduled(dtype: str = "float32", width: int | None = None, accumulate: bool = False) -> PrimFunc:
+    """The CSR SpMM that `spmm` runs: stage III with the output row in a tile of vector registers
+    (`lower_stage3(row_tile=...)`, then split / vectorize / unroll of the tile loops) and the rows
+    partitioned by stored entries (`partition_rows`: the kernel takes `parts` first, see
+    `row_parts`).  A width that is not a constant keeps the plain row loop body."""
+    it = spmm_iteration(dtype, width, accumulate)
+    if width is None:
+        return partition_rows(lower_stage3(it))
+    tile, lanes = row_tile_lanes(dtype)
+    return partition_rows(vectorize_row_tile(lower_stage3(it, row_tile=tile), lanes))
+
+
+def run_spmm_csr(dtype: str, width: int, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
+                 B: np.ndarray, out: np.ndarray, accumulate: bool = False) -> None:
+    """out (+)= CSR(indptr, indices, data) @ B with the scheduled kernel (arrays validated by the
+    caller), its row partition computed here from indptr."""
+    kind = "spmm_csr_acc" if accumulate else "spmm_csr"
+    compiled(kind, dtype, width)(row_parts(indptr), indptr, indices, data, B, out)
 
 
 def spmm_ell_func(dtype: str = "float32", width: int | None = None, accumulate: bool = False,
@@ -152,16 +186,17 @@ def _built(kind: str, dtype: str, width: int | None, block: tuple[int, int] | No
         return build(spmm_bsr_func(dtype, block, width), bounds="prove")
     if kind in ("spmm_ell", "spmm_ell_acc"):
         return build(spmm_ell_func(dtype, width, accumulate=kind == "spmm_ell_acc", slots=slots), bounds="prove")
-    if kind == "spmm_csr_acc":
-        return build(spmm_csr_func(dtype, width, accumulate=True), bounds="prove")
-    make = {"spmm_csr": spmm_csr_func, "spmm_ell": spmm_ell_func, "sddmm": sddmm_func}[kind]
+    if kind in ("spmm_csr", "spmm_csr_acc"):
+        return build(spmm_csr_scheduled(dtype, width, accumulate=kind == "spmm_csr_acc"), bounds="prove")
+    make = {"spmm_ell": spmm_ell_func, "sddmm": sddmm_func}[kind]
     return build(make(dtype, width), bounds="prove")
 
 
 def compiled(kind: str, dtype: str, width: int | None = None, block: tuple[int, int] | None = None,
              slots: int | None = None) -> Any:
     """The built kernel (proved in bounds) for kind in spmm_csr / spmm_ell / spmm_bsr / sddmm
-    (and spmm_csr_acc / spmm_ell_acc, which add to the output); ELL buckets of a width in
+    (and spmm_csr_acc / spmm_ell_acc, which add to the output; the CSR SpMM kernels are
+    `spmm_csr_scheduled`'s and take the row partition first, see `run_spmm_csr`); ELL buckets of a width in
     SPECIALISED_SLOTS get a kernel with that many slots fixed."""
     return _built(kind, dtype, width if width in SPECIALISED_WIDTHS else None, block,
                   slots if slots in SPECIALISED_SLOTS else None)
@@ -194,7 +229,7 @@ def spmm(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None = None) -> np.nd
     m, k = A.shape
     B = _dense("spmm: B", B, k, A.dtype)
     out = _output("spmm", out, (m, B.shape[1]), A.dtype)
-    compiled("spmm_csr", _dtype_name(A.dtype), B.shape[1])(A.indptr["j"], A.indices["j"], A.data, B, out)
+    run_spmm_csr(_dtype_name(A.dtype), B.shape[1], A.indptr["j"], A.indices["j"], A.data, B, out)
     return out
 
 

@@ -1,0 +1,103 @@
+"""Schedules of stage III sparse kernels: the row partition by stored entries, and the dense
+primitives (split, vectorize, unroll) on the loops of a row tile.
+
+`partition_rows` is a sparse transformation of stage III (the partition's boundaries are data,
+computed from the matrix by `row_parts`); the rest is the loop IR's own schedule primitives
+applied to the loops `lower_stage3(..., row_tile=...)` produces.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ast import Buffer, BufferLoad, Call, Evaluate, For, IntImm, PrimFunc, SizeVar, Var, seq
+from ..ast.stmt import BufferStore
+from ..emit_c.codegen import OMP_SCHEDULE
+from ..loops.primitives.kinds import unroll, vectorize
+from ..loops.primitives.legality import const_int
+from ..loops.primitives.loop import split
+from ..loops.primitives.tree import walk
+from .iteration import SparseScheduleError
+
+# Parts per partition of the rows: enough that dynamic scheduling evens out what the split of a
+# single long row cannot, few enough that a part's bookkeeping is nothing next to its work.
+ROW_PARTS = 256
+
+
+def partition_rows(func: PrimFunc) -> PrimFunc:
+    """The parallel row loop split at data-dependent boundaries: a new first parameter
+    `parts[p + 1]` (non-decreasing from 0 to m, see `row_parts`), a parallel loop over the p parts
+    and, inside it, the rows of one part.
+
+    Requires: the function body is a parallel loop from 0 over a size variable (stage III of an
+    iteration whose outer axis is spatial and dense).
+
+    Before: `for i in parallel(m): body`; after:
+    `for t in parallel(p): assume(0 <= parts[t] <= parts[t + 1] <= m); for i in range(parts[t],
+    parts[t + 1]): body`.
+    """
+    loop = func.body
+    if not isinstance(loop, For) or loop.kind != "parallel":
+        raise SparseScheduleError(f"partition_rows: {func.name}: the body must be one parallel row loop, got "
+                                  f"{type(loop).__name__}{'' if not isinstance(loop, For) else ' ' + loop.kind}")
+    if const_int(loop.min) != 0 or not isinstance(loop.extent, SizeVar):
+        raise SparseScheduleError(f"partition_rows: {func.name}: the row loop {loop.loop_var.name} must run from 0 "
+                                  f"over a size variable")
+    if any(p.name == "parts" for p in func.params):
+        raise SparseScheduleError(f"partition_rows: {func.name} already has a parameter named 'parts'")
+    m, count = loop.extent, SizeVar("p")
+    parts = Buffer("parts", (count + 1,), "int32")
+    t = Var("t", "int32")
+    lo, hi = parts[t], parts[t + 1]
+    rows = For(loop.loop_var, lo, hi - lo, "serial", loop.body)
+    fact = Evaluate(Call("assume", ((lo >= 0) & (lo <= hi) & (hi <= m),), "bool"))
+    body = For(t, IntImm(0), count, "parallel", seq(fact, rows), annotations={OMP_SCHEDULE: "dynamic"})
+    return PrimFunc((parts,) + tuple(func.params), body, func.name)
+
+
+def row_parts(indptr: np.ndarray, count: int = ROW_PARTS) -> np.ndarray:
+    """Boundaries of `count` runs of rows holding about the same number of stored entries (a
+    run is empty where one row holds more than a run's share): int32, from 0 to the row count."""
+    rows = indptr.size - 1
+    count = max(1, min(int(count), rows))
+    targets = np.linspace(0, int(indptr[-1]), count + 1)
+    parts = np.searchsorted(indptr, targets, side="left").astype(np.int32)
+    parts[0], parts[-1] = 0, rows
+    return np.minimum(parts, rows)
+
+
+def vectorize_row_tile(func: PrimFunc, lanes: int) -> PrimFunc:
+    """Each row-tile loop of `in_row_tile` (the stores to and of its local `acc`) split into
+    vectors of `lanes` elements: the inner part vectorized, the outer part unrolled, so that the
+    tile's sums stay in vector registers.  A tile narrower than lanes is vectorized whole.
+
+    Requires: lanes a positive int; the function has row-tile loops (else a SparseScheduleError).
+    """
+    if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1:
+        raise SparseScheduleError(f"vectorize_row_tile: lanes must be a positive int, got {lanes!r}")
+    targets = [s.loop_var for s in walk(func.body) if _is_tile_loop(s)]
+    if not targets:
+        raise SparseScheduleError(f"vectorize_row_tile: {func.name} has no row-tile loop (lower with row_tile)")
+    for var in targets:
+        loop = next(s for s in walk(func.body) if isinstance(s, For) and s.loop_var is var)
+        extent = const_int(loop.extent)
+        if extent <= lanes or extent % lanes:
+            func, _ = vectorize(func, loop)
+            continue
+        func, (outer, inner) = split(func, loop, [None, lanes])
+        func, _ = vectorize(func, inner)
+        outer = next(s for s in walk(func.body) if isinstance(s, For) and s.loop_var is outer.loop_var)
+        func, _ = unroll(func, outer)
+    return func
+
+
+def _is_tile_loop(stmt) -> bool:
+    """A serial loop of constant extent whose body is one store to, or of, a local buffer at the
+    loop's index (the loops `in_row_tile` writes)."""
+    if not (isinstance(stmt, For) and stmt.kind == "serial" and const_int(stmt.extent) is not None
+            and const_int(stmt.min) == 0 and isinstance(stmt.body, BufferStore)):
+        return False
+    store, var = stmt.body, stmt.loop_var
+    if store.buffer.scope == "local":
+        return tuple(store.indices) == (var,)
+    return isinstance(store.value, BufferLoad) and store.value.buffer.scope == "local" and \
+        tuple(store.value.indices) == (var,)
