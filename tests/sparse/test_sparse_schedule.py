@@ -15,9 +15,10 @@ from refcomp.driver import build
 from refcomp.loops.interpreter import interpret
 from refcomp.loops.primitives.tree import walk
 from refcomp.shape import verify_in_bounds
-from refcomp.sparse.kernels import row_tile_lanes, spmm_csr_scheduled, spmm_iteration
+from refcomp.errors import ArgumentError
+from refcomp.sparse.kernels import row_tile_lanes, run_spmm_csr_rows, spmm_csr_scheduled, spmm_iteration
 from refcomp.sparse.lower import lower_stage3
-from refcomp.sparse.schedule import partition_rows, row_parts, vectorize_row_tile
+from refcomp.sparse.schedule import partition_rows, row_parts, select_rows, vectorize_row_tile
 
 from sparse_strategies import sparse_matrices
 
@@ -76,6 +77,53 @@ def test_partition_rows_before_after():
     serial = before.with_(body=before.body.with_(kind="serial"))
     with pytest.raises(sparse.SparseScheduleError, match="one parallel row loop"):
         partition_rows(serial)
+
+
+def test_select_rows_before_after():
+    before = lower_stage3(spmm_iteration("float32", 32))
+    after = select_rows(before)
+    assert [p.name for p in after.params] == ["rows"] + [p.name for p in before.params]
+    text = script(after)
+    assert "for q in T.parallel(r" in text and "i: T.int32 = rows[q]" in text
+    assert "T.assume(i >= 0 and i < m)" in text
+    verify_in_bounds(after)
+    with pytest.raises(sparse.SparseScheduleError, match="already has a parameter named 'rows'"):
+        select_rows(after)
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("width", [16, 128])
+def test_row_list_kernel_touches_only_its_rows(accumulate, width):
+    rng = np.random.default_rng(width + accumulate)
+    A = _skewed(rng, 200, 150, np.float32)
+    B = rng.uniform(-1.0, 1.0, (150, width)).astype(np.float32)
+    out = rng.uniform(-1.0, 1.0, (200, width)).astype(np.float32)
+    rows = rng.permutation(200)[:77].astype(np.int32)
+    expected = out.copy()
+    expected[rows] = (A @ B)[rows] + (out[rows] if accumulate else 0)
+    run_spmm_csr_rows("float32", width, rows, A.indptr, A.indices, A.data, B, out, accumulate)
+    np.testing.assert_allclose(out, expected, **TOL[np.float32])
+    with pytest.raises(ArgumentError, match="width 20 has no kernel"):
+        run_spmm_csr_rows("float32", 20, rows, A.indptr, A.indices, A.data, B[:, :20].copy(), out[:, :20].copy())
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("width, slots", [(32, 1), (128, 4), (256, 8)])
+def test_ell_row_tile_matches_numpy(accumulate, width, slots):
+    rng = np.random.default_rng(slots)
+    rows = rng.permutation(50)[:30].astype(np.int32)
+    indices = rng.integers(0, 40, (30, slots)).astype(np.int32)
+    data = rng.uniform(-1.0, 1.0, (30, slots)).astype(np.float32)
+    B = rng.uniform(-1.0, 1.0, (40, width)).astype(np.float32)
+    out = rng.uniform(-1.0, 1.0, (50, width)).astype(np.float32)
+    expected = out.copy()
+    expected[rows] = np.einsum("rs,rsf->rf", data, B[indices]) + (out[rows] if accumulate else 0)
+    tile, lanes = row_tile_lanes("float32")
+    func = sparse.spmm_ell_func("float32", width, accumulate, slots, row_tile=tile)
+    assert "acc" in script(func)
+    verify_in_bounds(func)
+    build(vectorize_row_tile(func, lanes), bounds="prove")(rows, indices, data, B, out)
+    np.testing.assert_allclose(out, expected, **TOL[np.float32])
 
 
 @given(st.lists(st.integers(0, 40), min_size=0, max_size=60), st.integers(1, 300))

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ast import Buffer, Call, FloatImm, Evaluate, For, IntImm, PrimFunc, SizeVar, Var, seq
+from ..ast import Allocate, Buffer, Call, FloatImm, Evaluate, For, IntImm, PrimFunc, SizeVar, Var, seq
 from ..ast.stmt import BufferStore
 from ..driver import build
 from ..emit_c.codegen import OMP_SCHEDULE
@@ -32,7 +32,7 @@ from ..errors import ArgumentError
 from .formats import SparseMatrix
 from .iteration import SparseIteration, SpBuffer, sp_axis, sp_iter
 from .lower import lower_stage3
-from .schedule import partition_rows, row_parts, vectorize_row_tile
+from .schedule import partition_rows, row_parts, select_rows, vectorize_row_tile
 from .validate import VALUE_DTYPES
 
 
@@ -105,6 +105,18 @@ def spmm_csr_scheduled(dtype: str = "float32", width: int | None = None, accumul
     return partition_rows(vectorize_row_tile(lower_stage3(it, row_tile=tile), lanes))
 
 
+def run_spmm_csr_rows(dtype: str, width: int, rows: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
+                      data: np.ndarray, B: np.ndarray, out: np.ndarray, accumulate: bool = False) -> None:
+    """out[rows] (+)= CSR(indptr, indices, data)[rows] @ B (rows distinct, checked by the caller);
+    rows of a width not in SPECIALISED_WIDTHS are done by the general row kernel on all rows."""
+    if width not in SPECIALISED_WIDTHS:
+        raise ArgumentError(f"spmm over a row list: width {width} has no kernel (one of {SPECIALISED_WIDTHS})")
+    lengths = indptr[rows + 1] - indptr[rows]
+    ptr = np.concatenate(([0], np.cumsum(lengths, dtype=np.int64)))
+    kind = "spmm_csr_rows_acc" if accumulate else "spmm_csr_rows"
+    compiled(kind, dtype, width)(row_parts(ptr), rows, indptr, indices, data, B, out)
+
+
 def run_spmm_csr(dtype: str, width: int, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
                  B: np.ndarray, out: np.ndarray, accumulate: bool = False) -> None:
     """out (+)= CSR(indptr, indices, data) @ B with the scheduled kernel (arrays validated by the
@@ -114,10 +126,12 @@ def run_spmm_csr(dtype: str, width: int, indptr: np.ndarray, indices: np.ndarray
 
 
 def spmm_ell_func(dtype: str = "float32", width: int | None = None, accumulate: bool = False,
-                  slots: int | None = None) -> PrimFunc:
+                  slots: int | None = None, row_tile: int | None = None) -> PrimFunc:
     """C[rows[r], :] = sum_s data[r, s] * B[indices[r, s], :] for the r rows of one ELL bucket
     (accumulate: += instead of =; the rows must be distinct either way).  slots: the bucket's
-    width as a constant (the slot loop then has a fixed trip count), or None for any."""
+    width as a constant (the slot loop then has a fixed trip count), or None for any.  row_tile
+    (a constant width only): each row's sums in a local tile of that many elements, stored once
+    per row, as `lower_stage3(row_tile=...)` does for CSR (`vectorize_row_tile` applies)."""
     m, k, n, r = SizeVar("m"), SizeVar("k"), _width(width), SizeVar("r")
     w = SizeVar("w") if slots is None else IntImm(slots)
     rows = Buffer("rows", (r,), "int32")
@@ -126,13 +140,49 @@ def spmm_ell_func(dtype: str = "float32", width: int | None = None, accumulate: 
     B, C = Buffer("B", (k, n), dtype), Buffer("C", (m, n), dtype)
     i, s, f, f0 = Var("i"), Var("s"), Var("f"), Var("f0")
     row, col = rows[i], indices[i, s]
-    update = BufferStore(C, C[row, f] + data[i, s] * B[col, f], (row, f))
-    slots = For(s, IntImm(0), w, "serial", seq(_assume((col >= 0) & (col < k)), For(f, IntImm(0), n, "serial", update)))
-    zero = None if accumulate else For(f0, IntImm(0), n, "serial", BufferStore(C, _zero(dtype), (row, f0)))
-    body = For(i, IntImm(0), r, "parallel", annotations=ROWS_DYNAMIC, body=seq(
-        _assume((row >= 0) & (row < m)), zero, slots))
     name = f"spmm_ell{'' if slots is None else slots}_{dtype}" + ("_acc" if accumulate else "")
+    tile = 0
+    if row_tile is not None and width is not None:
+        tile = min(width, row_tile) if width % min(width, row_tile) == 0 else 0
+    if tile:
+        body = _ell_row_tile(dtype, tile, width, row, col, data[i, s], B, C, accumulate, (s, w))
+        name += f"_t{tile}"
+    else:
+        update = BufferStore(C, C[row, f] + data[i, s] * B[col, f], (row, f))
+        loop = For(s, IntImm(0), w, "serial", seq(_assume((col >= 0) & (col < k)), For(f, IntImm(0), n, "serial", update)))
+        zero = None if accumulate else For(f0, IntImm(0), n, "serial", BufferStore(C, _zero(dtype), (row, f0)))
+        body = seq(zero, loop)
+    body = For(i, IntImm(0), r, "parallel", annotations=ROWS_DYNAMIC, body=seq(_assume((row >= 0) & (row < m)), body))
     return PrimFunc((rows, indices, data, B, C), body, name)
+
+
+def _ell_row_tile(dtype: str, tile: int, width: int, row: Any, col: Any, value: Any, B: Buffer, C: Buffer,
+                  accumulate: bool, slot_loop: tuple[Var, Any]) -> Any:
+    """One ELL row in tiles of `tile` elements: acc = 0 (or C's row), the slots added, C's row
+    stored once (the loop shapes `vectorize_row_tile` looks for)."""
+    acc = Buffer("acc", (tile,), dtype, scope="local")
+    outer = Var("f_o", "int32") if width > tile else None
+    fz, fu, fw = Var("f_z", "int32"), Var("f_u", "int32"), Var("f_w", "int32")
+
+    def column(lane: Var) -> Any:
+        return lane if outer is None else outer * tile + lane
+    start = C[row, column(fz)] if accumulate else _zero(dtype)
+    k = B.shape[0]
+    update = For(fu, IntImm(0), IntImm(tile), "serial", BufferStore(acc, acc[fu] + value * B[col, column(fu)], (fu,)))
+    body = Allocate(acc, seq(
+        For(fz, IntImm(0), IntImm(tile), "serial", BufferStore(acc, start, (fz,))),
+        For(slot_loop[0], IntImm(0), slot_loop[1], "serial", seq(_assume((col >= 0) & (col < k)), update)),
+        For(fw, IntImm(0), IntImm(tile), "serial", BufferStore(C, acc[fw], (row, column(fw))))))
+    return body if outer is None else For(outer, IntImm(0), IntImm(width // tile), "serial", body)
+
+
+def spmm_csr_rows_scheduled(dtype: str, width: int, accumulate: bool) -> PrimFunc:
+    """CSR SpMM over a list of rows (`select_rows`): C[rows[q], :] (+)= A[rows[q], :] @ B, the other
+    rows untouched; the rows partitioned by stored entries and tiled as in spmm_csr_scheduled (the
+    kernel takes parts, rows, then the CSR arrays)."""
+    tile, lanes = row_tile_lanes(dtype)
+    func = lower_stage3(spmm_iteration(dtype, width, accumulate), row_tile=tile)
+    return partition_rows(select_rows(vectorize_row_tile(func, lanes)))
 
 
 def spmm_bsr_func(dtype: str = "float32", block: tuple[int, int] = (2, 2), width: int | None = None) -> PrimFunc:
@@ -185,7 +235,13 @@ def _built(kind: str, dtype: str, width: int | None, block: tuple[int, int] | No
     if kind == "spmm_bsr":
         return build(spmm_bsr_func(dtype, block, width), bounds="prove")
     if kind in ("spmm_ell", "spmm_ell_acc"):
-        return build(spmm_ell_func(dtype, width, accumulate=kind == "spmm_ell_acc", slots=slots), bounds="prove")
+        func = spmm_ell_func(dtype, width, accumulate=kind == "spmm_ell_acc", slots=slots,
+                             row_tile=None if width is None else row_tile_lanes(dtype)[0])
+        if width is not None:
+            func = vectorize_row_tile(func, row_tile_lanes(dtype)[1])
+        return build(func, bounds="prove")
+    if kind in ("spmm_csr_rows", "spmm_csr_rows_acc"):
+        return build(spmm_csr_rows_scheduled(dtype, width, accumulate=kind == "spmm_csr_rows_acc"), bounds="prove")
     if kind in ("spmm_csr", "spmm_csr_acc"):
         return build(spmm_csr_scheduled(dtype, width, accumulate=kind == "spmm_csr_acc"), bounds="prove")
     make = {"spmm_ell": spmm_ell_func, "sddmm": sddmm_func}[kind]

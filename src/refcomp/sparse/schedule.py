@@ -1,4 +1,4 @@
-"""Schedules of stage III sparse kernels: the row partition by stored entries, and the dense
+"""Schedules of stage III sparse kernels: the row partition by stored entries, row lists, and the dense
 primitives (split, vectorize, unroll) on the loops of a row tile.
 
 `partition_rows` is a sparse transformation of stage III (the partition's boundaries are data,
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ast import Buffer, BufferLoad, Call, Evaluate, For, IntImm, PrimFunc, SizeVar, Var, seq
+from ..ast import Buffer, BufferLoad, Call, Evaluate, For, IntImm, LetStmt, PrimFunc, SizeVar, Var, seq
 from ..ast.stmt import BufferStore
 from ..emit_c.codegen import OMP_SCHEDULE
 from ..loops.primitives.kinds import unroll, vectorize
@@ -35,15 +35,7 @@ def partition_rows(func: PrimFunc) -> PrimFunc:
     `for t in parallel(p): assume(0 <= parts[t] <= parts[t + 1] <= m); for i in range(parts[t],
     parts[t + 1]): body`.
     """
-    loop = func.body
-    if not isinstance(loop, For) or loop.kind != "parallel":
-        raise SparseScheduleError(f"partition_rows: {func.name}: the body must be one parallel row loop, got "
-                                  f"{type(loop).__name__}{'' if not isinstance(loop, For) else ' ' + loop.kind}")
-    if const_int(loop.min) != 0 or not isinstance(loop.extent, SizeVar):
-        raise SparseScheduleError(f"partition_rows: {func.name}: the row loop {loop.loop_var.name} must run from 0 "
-                                  f"over a size variable")
-    if any(p.name == "parts" for p in func.params):
-        raise SparseScheduleError(f"partition_rows: {func.name} already has a parameter named 'parts'")
+    loop = _row_loop(func, "partition_rows", "parts")
     m, count = loop.extent, SizeVar("p")
     parts = Buffer("parts", (count + 1,), "int32")
     t = Var("t", "int32")
@@ -52,6 +44,40 @@ def partition_rows(func: PrimFunc) -> PrimFunc:
     fact = Evaluate(Call("assume", ((lo >= 0) & (lo <= hi) & (hi <= m),), "bool"))
     body = For(t, IntImm(0), count, "parallel", seq(fact, rows), annotations={OMP_SCHEDULE: "dynamic"})
     return PrimFunc((parts,) + tuple(func.params), body, func.name)
+
+
+def select_rows(func: PrimFunc) -> PrimFunc:
+    """The parallel row loop run over a list of rows: a new first parameter `rows[r]` (distinct
+    rows of [0, m), which the caller guarantees: the hyb format checks its row lists), and the
+    loop over its r entries binding the old row variable to `rows[q]`.
+
+    Requires: what partition_rows requires.
+
+    Before: `for i in parallel(m): body`; after:
+    `for q in parallel(r): i = rows[q]; assume(0 <= i < m); body`.
+    """
+    loop = _row_loop(func, "select_rows", "rows")
+    m, count = loop.extent, SizeVar("r")
+    rows = Buffer("rows", (count,), "int32")
+    q = Var("q", "int32")
+    fact = Evaluate(Call("assume", ((loop.loop_var >= 0) & (loop.loop_var < m),), "bool"))
+    body = For(q, IntImm(0), count, "parallel", LetStmt(loop.loop_var, rows[q], seq(fact, loop.body)),
+               annotations=loop.annotations)
+    return PrimFunc((rows,) + tuple(func.params), body, func.name)
+
+
+def _row_loop(func: PrimFunc, primitive: str, param: str) -> For:
+    """The function's parallel row loop from 0 over a size variable, or a SparseScheduleError."""
+    loop = func.body
+    if not isinstance(loop, For) or loop.kind != "parallel":
+        raise SparseScheduleError(f"{primitive}: {func.name}: the body must be one parallel row loop, got "
+                                  f"{type(loop).__name__}{'' if not isinstance(loop, For) else ' ' + loop.kind}")
+    if const_int(loop.min) != 0 or not isinstance(loop.extent, SizeVar):
+        raise SparseScheduleError(f"{primitive}: {func.name}: the row loop {loop.loop_var.name} must run from 0 "
+                                  f"over a size variable")
+    if any(p.name == param for p in func.params):
+        raise SparseScheduleError(f"{primitive}: {func.name} already has a parameter named {param!r}")
+    return loop
 
 
 def row_parts(indptr: np.ndarray, count: int = ROW_PARTS) -> np.ndarray:
