@@ -26,7 +26,8 @@ import numpy as np
 from ..errors import ArgumentError
 from .formats import SparseMatrix, csr, ell, to_scipy
 from .kernels import (
-    SPECIALISED_WIDTHS, _dense, _dtype_name, _output, _require_csr, compiled, run_spmm_csr, run_spmm_csr_rows,
+    SPECIALISED_WIDTHS, _dense, _dtype_name, _output, _require_csr, compiled, row_list_parts, run_spmm_csr,
+    run_spmm_csr_rows,
 )
 from .validate import INDEX_DTYPE, SparseFormatError, check_index_array
 
@@ -84,6 +85,19 @@ class HybPart:
         if self.split is None:
             return np.zeros(0, dtype=INDEX_DTYPE)
         return np.flatnonzero(np.diff(self.split.gather.indptr["j"]) > 0).astype(INDEX_DTYPE)
+
+    @cached_property
+    def rest_plan(self) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """(rows, parts) of the rest kernel's row list: in the first partition (the rest's rows
+        and the unheld ones, which it zeroes), in any later one (the rest's rows only)."""
+        ptr = self.rest.indptr["j"]
+        first = np.concatenate([self.rest_rows, self.unheld_rows])
+        return (first, row_list_parts(ptr, first)), (self.rest_rows, row_list_parts(ptr, self.rest_rows))
+
+    @cached_property
+    def split_parts(self) -> np.ndarray:
+        """The row-list partition of the split rows' gather."""
+        return row_list_parts(self.split.gather.indptr["j"], self.split_rows)
 
     @cached_property
     def unheld_rows(self) -> np.ndarray:
@@ -291,14 +305,15 @@ def spmm_hyb(H: Hyb, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
             compiled("spmm_ell_acc" if add else "spmm_ell", name, width, slots=bucket.width)(
                 bucket.rows, slots, bucket.ell.data, B, out)
         rest = part.rest
-        rows = part.rest_rows if add else np.concatenate([part.rest_rows, part.unheld_rows])
+        rows, parts = part.rest_plan[1 if add else 0]
         if rows.size:
-            run_spmm_csr_rows(name, width, rows, rest.indptr["j"], rest.indices["j"], rest.data, B, out, accumulate=add)
+            run_spmm_csr_rows(name, width, rows, rest.indptr["j"], rest.indices["j"], rest.data, B, out,
+                              accumulate=add, parts=parts)
         if part.split is not None:
             partial = _split_partial(part.split, B, name, width)
             gather = part.split.gather
             run_spmm_csr_rows(name, width, part.split_rows, gather.indptr["j"], gather.indices["j"], gather.data,
-                              partial, out, accumulate=add)
+                              partial, out, accumulate=add, parts=part.split_parts)
     return out
 
 

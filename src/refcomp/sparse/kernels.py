@@ -106,15 +106,22 @@ def spmm_csr_scheduled(dtype: str = "float32", width: int | None = None, accumul
 
 
 def run_spmm_csr_rows(dtype: str, width: int, rows: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
-                      data: np.ndarray, B: np.ndarray, out: np.ndarray, accumulate: bool = False) -> None:
-    """out[rows] (+)= CSR(indptr, indices, data)[rows] @ B (rows distinct, checked by the caller);
-    rows of a width not in SPECIALISED_WIDTHS are done by the general row kernel on all rows."""
+                      data: np.ndarray, B: np.ndarray, out: np.ndarray, accumulate: bool = False,
+                      parts: np.ndarray | None = None) -> None:
+    """out[rows] (+)= CSR(indptr, indices, data)[rows] @ B (rows distinct, checked by the caller),
+    for a width in SPECIALISED_WIDTHS (else an ArgumentError).  parts: `row_list_parts(indptr,
+    rows)`, computed here when not given."""
     if width not in SPECIALISED_WIDTHS:
         raise ArgumentError(f"spmm over a row list: width {width} has no kernel (one of {SPECIALISED_WIDTHS})")
-    lengths = indptr[rows + 1] - indptr[rows]
-    ptr = np.concatenate(([0], np.cumsum(lengths, dtype=np.int64)))
     kind = "spmm_csr_rows_acc" if accumulate else "spmm_csr_rows"
-    compiled(kind, dtype, width)(row_parts(ptr), rows, indptr, indices, data, B, out)
+    compiled(kind, dtype, width)(parts if parts is not None else row_list_parts(indptr, rows),
+                                 rows, indptr, indices, data, B, out)
+
+
+def row_list_parts(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """`row_parts` over the listed rows: runs of the list holding about the same number of entries."""
+    lengths = indptr[rows + 1] - indptr[rows]
+    return row_parts(np.concatenate(([0], np.cumsum(lengths, dtype=np.int64))))
 
 
 def run_spmm_csr(dtype: str, width: int, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
