@@ -189,3 +189,15 @@ def _skewed(rng, m, k, dtype):
     A.sort_indices()
     A.indptr, A.indices = A.indptr.astype(np.int32), A.indices.astype(np.int32)
     return A
+
+
+def test_scheduled_kernels_compile_as_strict_c99():
+    """-std=c99 -pedantic -Wall -Wextra -Werror: the sizes that only the assumptions mention
+    (the row loop runs over parts[]) are declared but unused, and must not warn."""
+    from refcomp.sparse.graph_layers import spmm_graph_func
+
+    tile, lanes = row_tile_lanes("float32")
+    for func in (spmm_csr_scheduled("float32", 128), sparse.kernels.spmm_csr_rows_scheduled("float64", 32, True),
+                 vectorize_row_tile(sparse.spmm_ell_func("float32", 64, True, 4, row_tile=tile), lanes),
+                 spmm_graph_func("float32", 32)):
+        build(func, target="c -std=c99", bounds="prove")
