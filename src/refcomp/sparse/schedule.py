@@ -81,12 +81,14 @@ def _row_loop(func: PrimFunc, primitive: str, param: str) -> For:
 
 
 def row_parts(indptr: np.ndarray, count: int = ROW_PARTS) -> np.ndarray:
-    """Boundaries of `count` runs of rows holding about the same number of stored entries (a
-    run is empty where one row holds more than a run's share): int32, from 0 to the row count."""
+    """Boundaries of `count` runs of consecutive rows of about the same work, a row costing its
+    stored entries plus one (its output row is written even when it is empty; a run is empty where
+    one row holds more than a run's share): int32, from 0 to the row count, non-decreasing."""
     rows = indptr.size - 1
     count = max(1, min(int(count), rows))
-    targets = np.linspace(0, int(indptr[-1]), count + 1)
-    parts = np.searchsorted(indptr, targets, side="left").astype(np.int32)
+    cost = np.asarray(indptr, dtype=np.int64) + np.arange(rows + 1)
+    targets = np.linspace(0, int(cost[-1]), count + 1)
+    parts = np.searchsorted(cost, targets, side="left").astype(np.int32)
     parts[0], parts[-1] = 0, rows
     return np.minimum(parts, rows)
 
