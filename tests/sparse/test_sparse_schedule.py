@@ -202,3 +202,34 @@ def test_scheduled_kernels_compile_as_strict_c99():
                  vectorize_row_tile(sparse.spmm_ell_func("float32", 64, True, 4, row_tile=tile), lanes),
                  spmm_graph_func("float32", 32)):
         build(func, target="c -std=c99", bounds="prove")
+
+
+@pytest.mark.parametrize("rows, empty", [(700, False), (5, False), (300, True), (0, True)])
+def test_partition_computed_in_the_kernel_matches_scipy(rows, empty):
+    """partition_rows(func, indptr=...): the kernel finds its own row runs (binary searches of
+    indptr[r] + r), for more rows than runs, fewer, and a matrix without entries."""
+    rng = np.random.default_rng(rows)
+    A = _skewed(rng, max(rows, 1), 60, np.float32)[:rows] if rows else sp.csr_matrix((0, 60), dtype=np.float32)
+    if empty:
+        A = sp.csr_matrix((rows, 60), dtype=np.float32)
+    A.indptr, A.indices = A.indptr.astype(np.int32), A.indices.astype(np.int32)
+    func = lower_stage3(spmm_iteration("float32", 16))
+    func = partition_rows(func, indptr=func.params[0], count=64)
+    assert [p.name for p in func.params][0] == "J_indptr"
+    verify_in_bounds(func)
+    B = rng.uniform(-1.0, 1.0, (60, 16)).astype(np.float32)
+    out = np.full((rows, 16), 7.0, np.float32)
+    build(func, bounds="prove")(A.indptr, A.indices, A.data, B, out)
+    np.testing.assert_allclose(out, A @ B, **TOL[np.float32])
+    if rows == 5:
+        interpreted = np.full((rows, 16), 7.0, np.float32)
+        interpret(func, A.indptr, A.indices, A.data, B, interpreted)
+        np.testing.assert_allclose(interpreted, A @ B, **TOL[np.float32])
+
+
+def test_partition_rows_preconditions():
+    func = lower_stage3(spmm_iteration("float32", 16))
+    with pytest.raises(sparse.SparseScheduleError, match="count must be a positive int"):
+        partition_rows(func, indptr=func.params[0], count=0)
+    with pytest.raises(sparse.SparseScheduleError, match=r"indptr must be a parameter of shape \(m \+ 1,\)"):
+        partition_rows(func, indptr=func.params[1])

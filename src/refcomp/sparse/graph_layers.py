@@ -36,7 +36,7 @@ from ..runtime.vm import register_extern
 from .formats import csr, to_scipy
 from .kernels import SPECIALISED_WIDTHS, _dtype_name, row_tile_lanes, run_spmm_csr, spmm_iteration
 from .lower import lower_stage3
-from .schedule import vectorize_row_tile
+from .schedule import partition_rows, vectorize_row_tile
 
 SPMM_EXTERN = "refcomp.sparse.spmm_csr"
 SPMM_OP = "sparse.spmm_csr"
@@ -114,6 +114,7 @@ def spmm_graph_func(dtype: str, width: int | None) -> PrimFunc:
         tile, lanes = row_tile_lanes(dtype)
         func = vectorize_row_tile(lower_stage3(it, row_tile=tile), lanes)
     indptr, indices = func.params[0], func.params[1]
+    func = partition_rows(func, indptr=indptr)
     m, nnz, k = indptr.shape[0] - 1, indices.shape[0], func.params[3].shape[0]
     i, p = (var for var in (_int_var("i"), _int_var("p")))
     ordered = For(i, IntImm(0), m, "serial", AssertStmt(

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ast import Buffer, BufferLoad, Call, Evaluate, For, IntImm, LetStmt, PrimFunc, SizeVar, Var, seq
+from ..ast import (
+    Allocate, Buffer, BufferLoad, Call, Cast, Evaluate, For, IfThenElse, IntImm, LetStmt, PrimFunc, SizeVar, Var,
+    While, floordiv, max_, min_, seq,
+)
+from ..ast.dtype import int64
+from ..shape import Analyzer
 from ..ast.stmt import BufferStore
 from ..emit_c.codegen import OMP_SCHEDULE
 from ..loops.primitives.kinds import unroll, vectorize
@@ -23,27 +28,58 @@ from .iteration import SparseScheduleError
 ROW_PARTS = 256
 
 
-def partition_rows(func: PrimFunc) -> PrimFunc:
+def partition_rows(func: PrimFunc, indptr: Buffer | None = None, count: int = ROW_PARTS) -> PrimFunc:
     """The parallel row loop split at data-dependent boundaries: a new first parameter
     `parts[p + 1]` (non-decreasing from 0 to m, see `row_parts`), a parallel loop over the p parts
-    and, inside it, the rows of one part.
+    and, inside it, the rows of one part.  With `indptr` (a parameter of m + 1 entries) the kernel
+    computes `count` parts itself, as `row_parts` would, before the parallel loop (`parts` is then
+    a local array, not a parameter).
 
     Requires: the function body is a parallel loop from 0 over a size variable (stage III of an
-    iteration whose outer axis is spatial and dense).
+    iteration whose outer axis is spatial and dense); indptr, if given, a parameter of shape
+    (m + 1,); count a positive int.
 
     Before: `for i in parallel(m): body`; after:
     `for t in parallel(p): assume(0 <= parts[t] <= parts[t + 1] <= m); for i in range(parts[t],
     parts[t + 1]): body`.
     """
     loop = _row_loop(func, "partition_rows", "parts")
-    m, count = loop.extent, SizeVar("p")
-    parts = Buffer("parts", (count + 1,), "int32")
+    m = loop.extent
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise SparseScheduleError(f"partition_rows: count must be a positive int, got {count!r}")
+    if indptr is not None and (not any(p is indptr for p in func.params) or len(indptr.shape) != 1
+                               or not _same(indptr.shape[0], m + 1)):
+        raise SparseScheduleError(f"partition_rows: {func.name}: indptr must be a parameter of shape (m + 1,), the "
+                                  f"row loop's extent plus one")
+    extent = SizeVar("p") if indptr is None else IntImm(count)
+    parts = Buffer("parts", (extent + 1,), "int32", scope="global" if indptr is None else "local")
     t = Var("t", "int32")
     lo, hi = parts[t], parts[t + 1]
     rows = For(loop.loop_var, lo, hi - lo, "serial", loop.body)
     fact = Evaluate(Call("assume", ((lo >= 0) & (lo <= hi) & (hi <= m),), "bool"))
-    body = For(t, IntImm(0), count, "parallel", seq(fact, rows), annotations={OMP_SCHEDULE: "dynamic"})
-    return PrimFunc((parts,) + tuple(func.params), body, func.name)
+    body = For(t, IntImm(0), extent, "parallel", seq(fact, rows), annotations={OMP_SCHEDULE: "dynamic"})
+    if indptr is None:
+        return PrimFunc((parts,) + tuple(func.params), body, func.name)
+    return func.with_(body=Allocate(parts, seq(_compute_parts(parts, indptr, m, count), body)))
+
+
+def _same(a, b) -> bool:
+    return a is b or Analyzer().can_prove(a == b)
+
+
+def _compute_parts(parts: Buffer, indptr: Buffer, m, count: int):
+    """parts[t] = the first row r with indptr[r] + r >= t * (indptr[m] + m) / count (a row costs
+    its entries plus one, as in `row_parts`), by a binary search per boundary; int64 arithmetic."""
+    lo, hi = Buffer("lo", (1,), "int32", scope="local"), Buffer("hi", (1,), "int32", scope="local")
+    t, mid = Var("t0", "int32"), Var("mid", "int32")
+    total = Cast(int64, indptr[m]) + Cast(int64, m)
+    target = floordiv(Cast(int64, t) * total, IntImm(count, int64))
+    cost = Cast(int64, indptr[max_(min_(mid, m), 0)]) + Cast(int64, mid)
+    step = LetStmt(mid, floordiv(lo[0] + hi[0], 2), IfThenElse(
+        cost < target, BufferStore(lo, mid + 1, (0,)), BufferStore(hi, mid, (0,))))
+    search = seq(BufferStore(lo, IntImm(0), (0,)), BufferStore(hi, m, (0,)), While(lo[0] < hi[0], step),
+                 BufferStore(parts, max_(min_(lo[0], m), 0), (t,)))
+    return Allocate(lo, Allocate(hi, For(t, IntImm(0), IntImm(count + 1), "serial", search)))
 
 
 def select_rows(func: PrimFunc) -> PrimFunc:
