@@ -419,3 +419,17 @@ def test_a_bool_broadcast_next_to_an_int32_broadcast_is_a_full_mask(seed):
         c = np.zeros(32, np.int32)
         lib(a, np.int32(f), c)
         np.testing.assert_array_equal(c, np.where((a > 0) & bool(f), a + 1, 0))
+
+
+def test_a_broadcast_keeps_negative_zero():
+    """A scalar broadcast into a vector is x - 0, exact for -0.0 too (0 + x would make it +0.0)."""
+    from refcomp import te
+
+    A = te.placeholder((2,), "float32", "A")
+    B = te.compute((2, 16), lambda i, j: A[i], name="B")
+    sch = refcomp.Schedule(te.create_prim_func([A, B]))
+    _, j = sch.get_loops(sch.get_block("B"))
+    sch.vectorize(j)
+    out = np.ones((2, 16), np.float32)
+    refcomp.build(sch.func)(np.array([-0.0, 1.5], np.float32), out)
+    assert np.all(np.signbit(out[0])) and np.all(out[1] == 1.5)

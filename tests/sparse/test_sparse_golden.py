@@ -15,6 +15,7 @@ from refcomp.ast.parser import from_source
 from refcomp.ast.printer import script
 from refcomp.sparse import script_stage1, sddmm_iteration, sparse_fuse, sparse_reorder, spmm_iteration
 from refcomp.sparse.lower import lower_stage2, lower_stage3
+from refcomp.sparse.schedule import partition_rows, select_rows, vectorize_row_tile
 
 from test_sparse_stages import _masked_spmm
 
@@ -45,3 +46,24 @@ def test_printed_stages_parse_back(name):
     it = CASES[name]()
     for func in (lower_stage2(it), lower_stage3(it)):
         assert structural_equal(from_source(script(func)), func)
+
+
+SCHEDULED = {
+    # the CSR SpMM's schedule with the vector width pinned (16 float32 lanes), so the file is the
+    # same on every machine
+    "spmm_csr_scheduled_w128": lambda: partition_rows(vectorize_row_tile(
+        lower_stage3(spmm_iteration("float32", 128), row_tile=64), 16)),
+    "spmm_csr_rows_acc_w32": lambda: partition_rows(select_rows(vectorize_row_tile(
+        lower_stage3(spmm_iteration("float32", 32, accumulate=True), row_tile=128), 16))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULED))
+def test_scheduled_stage3_matches_golden_and_parses_back(name):
+    func = SCHEDULED[name]()
+    text = script(func) + "\n"
+    path = GOLDEN / f"{name}.txt"
+    if os.environ.get("REFCOMP_UPDATE_GOLDEN") == "1" or not path.exists():
+        path.write_text(text)
+    assert text == path.read_text(), f"schedule differs from {path}; REFCOMP_UPDATE_GOLDEN=1 rewrites it"
+    assert structural_equal(from_source(script(func)), func)

@@ -76,7 +76,8 @@ def test_ell_spmm_matches_scipy(A, width, seed):
     np.testing.assert_allclose(sparse.spmm(sparse.from_scipy(A, "ell"), B), A @ B, **TOL[np.float32])
 
 
-@given(sparse_matrices(), st.sampled_from([1, 5, 16]), st.sampled_from([1, 2, 4, 32]), st.integers(0, 2**32 - 1))
+@given(sparse_matrices(), st.sampled_from([1, 5, 16, 32, 128]), st.sampled_from([1, 2, 4, 32]),
+       st.integers(0, 2**32 - 1))
 def test_hyb_spmm_matches_scipy(A, width, max_width, seed):
     H = sparse.format_decompose(sparse.from_scipy(A), max_width)
     np.testing.assert_array_equal(H.to_scipy().toarray(), A.toarray())
@@ -118,7 +119,7 @@ def test_hyb_puts_each_row_in_one_part():
     assert np.diff(H.rest.indptr["j"]).tolist() == [0, 0, 0, 0, 0, 0, 40]
 
 
-@given(sparse_matrices(), st.sampled_from([1, 5, 16]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 3, 20]),
+@given(sparse_matrices(), st.sampled_from([1, 5, 16, 64]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 3, 20]),
        st.booleans(), st.integers(0, 2**32 - 1))
 def test_hyb_partitions_and_split_rows_match_scipy(A, width, max_width, parts, split, seed):
     H = sparse.format_decompose(sparse.from_scipy(A), max_width, column_parts=parts, split_long_rows=split)

@@ -186,6 +186,10 @@ class CFamilyEmitter(ZeroChecks, ExprEmitter):
         for p in params:
             out.append(f"    (void){p.c_name};")
         out.extend("    " + line for line in size_locals)
+        for var in self.size_vars:  # a size only the assumptions mention (stage III's facts) is unused
+            name = self.names.name_of(var, var.name)
+            if var.dtype != int64 and not any(re.search(rf"\b{re.escape(name)}\b", line) for line in body):
+                out.append(f"    (void){name};")
         if self.options.vectors:
             for p in params:
                 if p.kind == "buffer" and p.obj.align > 0:

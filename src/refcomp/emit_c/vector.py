@@ -142,11 +142,12 @@ class VectorLib:
         arg = "int32_t" if dtype.is_bool else value_type(dtype.element)
         value = "(x ? -1 : 0)" if dtype.is_bool else "x"
         zeros = ", ".join(["0"] * dtype.lanes)
+        # x - 0 (not 0 + x): exact for every x, -0.0 included, so gcc folds it to a plain broadcast
         # a bool mask shares its vector type with an integer vector: its own name keeps the two apart
         name = f"rc_bcast_{'mask_' if dtype.is_bool else ''}{vt[3:]}"
         return self._add(name, (
             f"static inline {vt} {name}({arg} x) {{\n"
-            f"    {vt} r = {{{zeros}}};\n    return r + ({vector_element_ctype(dtype)}){value};\n}}"))
+            f"    {vt} r = {{{zeros}}};\n    return ({vector_element_ctype(dtype)}){value} - r;\n}}"))
 
     def ramp(self, dtype: DataType) -> str:
         vt = self.vtype(dtype)

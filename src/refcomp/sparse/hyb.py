@@ -11,19 +11,24 @@ into their rows.  Column partitions do this for each range of columns separately
 rows of B one partition reads stay in cache.  Within a partition every row lands in exactly one
 kind, so the kernels of one kind write disjoint rows and run their rows in parallel.
 
-SpMM over hyb runs the first partition's CSR rest first (it also zeroes every row it does not
-hold, so empty rows come out 0); every other kernel then adds into its rows.
+SpMM over hyb writes each row of the output whole, from sums held in vector registers: in the
+first partition every row is set exactly once (rows without entries there are zeroed by the rest
+kernel's row list); later partitions add into the rows they hold.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from ..errors import ArgumentError
 from .formats import SparseMatrix, csr, ell, to_scipy
-from .kernels import _dense, _dtype_name, _output, _require_csr, compiled
+from .kernels import (
+    SPECIALISED_WIDTHS, _dense, _dtype_name, _output, _require_csr, compiled, row_list_parts, run_spmm_csr,
+    run_spmm_csr_rows,
+)
 from .validate import INDEX_DTYPE, SparseFormatError, check_index_array
 
 
@@ -68,6 +73,39 @@ class HybPart:
     buckets: tuple[Bucket, ...]
     rest: SparseMatrix
     split: Split | None = None
+
+    @cached_property
+    def rest_rows(self) -> np.ndarray:
+        """The rows the CSR rest holds entries of."""
+        return np.flatnonzero(np.diff(self.rest.indptr["j"]) > 0).astype(INDEX_DTYPE)
+
+    @cached_property
+    def split_rows(self) -> np.ndarray:
+        """The rows cut into chunks."""
+        if self.split is None:
+            return np.zeros(0, dtype=INDEX_DTYPE)
+        return np.flatnonzero(np.diff(self.split.gather.indptr["j"]) > 0).astype(INDEX_DTYPE)
+
+    @cached_property
+    def rest_plan(self) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """(rows, parts) of the rest kernel's row list: in the first partition (the rest's rows
+        and the unheld ones, which it zeroes), in any later one (the rest's rows only)."""
+        ptr = self.rest.indptr["j"]
+        first = np.concatenate([self.rest_rows, self.unheld_rows])
+        return (first, row_list_parts(ptr, first)), (self.rest_rows, row_list_parts(ptr, self.rest_rows))
+
+    @cached_property
+    def split_parts(self) -> np.ndarray:
+        """The row-list partition of the split rows' gather."""
+        return row_list_parts(self.split.gather.indptr["j"], self.split_rows)
+
+    @cached_property
+    def unheld_rows(self) -> np.ndarray:
+        """The rows with no entry in this partition's columns."""
+        held = np.zeros(self.rest.shape[0], dtype=bool)
+        for rows in [b.rows for b in self.buckets] + [self.rest_rows, self.split_rows]:
+            held[rows] = True
+        return np.flatnonzero(~held).astype(INDEX_DTYPE)
 
 
 @dataclass(frozen=True, eq=False)
@@ -246,8 +284,10 @@ def _check_rows(buckets: tuple[Bucket, ...], m: int) -> None:
 
 
 def spmm_hyb(H: Hyb, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """H @ B.  The first partition's CSR rest sets every row (0 where it holds nothing); every
-    other kernel adds its rows: buckets by row, split rows as gather @ (chunks @ B)."""
+    """H @ B.  Each kernel writes whole rows from sums kept in registers: in the first column
+    partition every row is set once (by its bucket, the rest, its split chunks' gather, or, for a
+    row with no entry there, to 0 by the rest kernel's row list); later partitions add into the
+    rows they hold.  Split rows are gather @ (chunks @ B)."""
     if not isinstance(H, Hyb):
         raise ArgumentError(f"spmm_hyb: expected a Hyb, got {type(H).__name__}")
     m, k = H.shape
@@ -256,20 +296,51 @@ def spmm_hyb(H: Hyb, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
     width = B.shape[1]
     out = _output("spmm_hyb", out, (m, width), dtype)
     name = _dtype_name(dtype)
+    if width not in SPECIALISED_WIDTHS:
+        return _spmm_hyb_general(H, B, out, name)
+    for number, part in enumerate(H.parts):
+        add = number > 0
+        for bucket in part.buckets:
+            slots = bucket.ell.indices["j"].reshape(bucket.ell.data.shape)
+            compiled("spmm_ell_acc" if add else "spmm_ell", name, width, slots=bucket.width)(
+                bucket.rows, slots, bucket.ell.data, B, out)
+        rest = part.rest
+        rows, parts = part.rest_plan[1 if add else 0]
+        if rows.size:
+            run_spmm_csr_rows(name, width, rows, rest.indptr["j"], rest.indices["j"], rest.data, B, out,
+                              accumulate=add, parts=parts)
+        if part.split is not None:
+            partial = _split_partial(part.split, B, name, width)
+            gather = part.split.gather
+            run_spmm_csr_rows(name, width, part.split_rows, gather.indptr["j"], gather.indices["j"], gather.data,
+                              partial, out, accumulate=add, parts=part.split_parts)
+    return out
+
+
+def _split_partial(split: Split, B: np.ndarray, name: str, width: int) -> np.ndarray:
+    """chunks @ B: one row of partial sums per chunk."""
+    chunks = split.chunks
+    partial = np.empty((chunks.shape[0], width), dtype=B.dtype)
+    every = np.arange(chunks.shape[0], dtype=INDEX_DTYPE)
+    compiled("spmm_ell", name, width, slots=split.width)(
+        every, chunks.indices["j"].reshape(chunks.data.shape), chunks.data, B, partial)
+    return partial
+
+
+def _spmm_hyb_general(H: Hyb, B: np.ndarray, out: np.ndarray, name: str) -> np.ndarray:
+    """spmm_hyb for a width without kernels of its own: the first partition's CSR rest sets every
+    row (0 where it holds nothing), every other kernel adds into its rows."""
+    width = B.shape[1]
     for number, part in enumerate(H.parts):
         rest = part.rest
-        compiled("spmm_csr" if number == 0 else "spmm_csr_acc", name, width)(
-            rest.indptr["j"], rest.indices["j"], rest.data, B, out)
+        run_spmm_csr(name, width, rest.indptr["j"], rest.indices["j"], rest.data, B, out, accumulate=number > 0)
         for bucket in part.buckets:
             slots = bucket.ell.indices["j"].reshape(bucket.ell.data.shape)
             compiled("spmm_ell_acc", name, width, slots=bucket.width)(bucket.rows, slots, bucket.ell.data, B, out)
         if part.split is not None:
-            chunks, gather = part.split.chunks, part.split.gather
-            partial = np.empty((chunks.shape[0], width), dtype=dtype)
-            every = np.arange(chunks.shape[0], dtype=INDEX_DTYPE)
-            compiled("spmm_ell", name, width, slots=part.split.width)(
-                every, chunks.indices["j"].reshape(chunks.data.shape), chunks.data, B, partial)
-            compiled("spmm_csr_acc", name, width)(gather.indptr["j"], gather.indices["j"], gather.data, partial, out)
+            partial = _split_partial(part.split, B, name, width)
+            gather = part.split.gather
+            run_spmm_csr(name, width, gather.indptr["j"], gather.indices["j"], gather.data, partial, out, accumulate=True)
     return out
 
 

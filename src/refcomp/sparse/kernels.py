@@ -23,14 +23,16 @@ from typing import Any
 
 import numpy as np
 
-from ..ast import Buffer, Call, FloatImm, Evaluate, For, IntImm, PrimFunc, SizeVar, Var, seq
+from ..ast import Allocate, Buffer, Call, FloatImm, Evaluate, For, IntImm, PrimFunc, SizeVar, Var, seq
 from ..ast.stmt import BufferStore
 from ..driver import build
 from ..emit_c.codegen import OMP_SCHEDULE
+from ..emit_c.toolchain import native_vector_bytes
 from ..errors import ArgumentError
 from .formats import SparseMatrix
 from .iteration import SparseIteration, SpBuffer, sp_axis, sp_iter
 from .lower import lower_stage3
+from .schedule import partition_rows, row_parts, select_rows, vectorize_row_tile
 from .validate import VALUE_DTYPES
 
 
@@ -79,11 +81,64 @@ def spmm_csr_func(dtype: str = "float32", width: int | None = None, accumulate: 
     return lower_stage3(spmm_iteration(dtype, width, accumulate))
 
 
+# The row tile of the scheduled CSR SpMM, in vector registers: 8 of the 32 (AVX-512) or 16 (AVX2)
+# the CPU has, so that the tile's sums, the broadcast value and B's loads fit without spilling.
+ROW_TILE_VECTORS = 8
+
+
+def row_tile_lanes(dtype: str) -> tuple[int, int]:
+    """(row tile, lanes): the elements of dtype in one native vector register, and ROW_TILE_VECTORS
+    such registers."""
+    lanes = max(1, native_vector_bytes() // np.dtype(dtype).itemsize)
+    return ROW_TILE_VECTORS * lanes, lanes
+
+
+def spmm_csr_scheduled(dtype: str = "float32", width: int | None = None, accumulate: bool = False) -> PrimFunc:
+    """The CSR SpMM that `spmm` runs: stage III with the output row in a tile of vector registers
+    (`lower_stage3(row_tile=...)`, then split / vectorize / unroll of the tile loops) and the rows
+    partitioned by stored entries (`partition_rows`: the kernel takes `parts` first, see
+    `row_parts`).  A width that is not a constant keeps the plain row loop body."""
+    it = spmm_iteration(dtype, width, accumulate)
+    if width is None:
+        return partition_rows(lower_stage3(it))
+    tile, lanes = row_tile_lanes(dtype)
+    return partition_rows(vectorize_row_tile(lower_stage3(it, row_tile=tile), lanes))
+
+
+def run_spmm_csr_rows(dtype: str, width: int, rows: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
+                      data: np.ndarray, B: np.ndarray, out: np.ndarray, accumulate: bool = False,
+                      parts: np.ndarray | None = None) -> None:
+    """out[rows] (+)= CSR(indptr, indices, data)[rows] @ B (rows distinct, checked by the caller),
+    for a width in SPECIALISED_WIDTHS (else an ArgumentError).  parts: `row_list_parts(indptr,
+    rows)`, computed here when not given."""
+    if width not in SPECIALISED_WIDTHS:
+        raise ArgumentError(f"spmm over a row list: width {width} has no kernel (one of {SPECIALISED_WIDTHS})")
+    kind = "spmm_csr_rows_acc" if accumulate else "spmm_csr_rows"
+    compiled(kind, dtype, width)(parts if parts is not None else row_list_parts(indptr, rows),
+                                 rows, indptr, indices, data, B, out)
+
+
+def row_list_parts(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """`row_parts` over the listed rows: runs of the list holding about the same number of entries."""
+    lengths = indptr[rows + 1] - indptr[rows]
+    return row_parts(np.concatenate(([0], np.cumsum(lengths, dtype=np.int64))))
+
+
+def run_spmm_csr(dtype: str, width: int, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
+                 B: np.ndarray, out: np.ndarray, accumulate: bool = False) -> None:
+    """out (+)= CSR(indptr, indices, data) @ B with the scheduled kernel (arrays validated by the
+    caller), its row partition computed here from indptr."""
+    kind = "spmm_csr_acc" if accumulate else "spmm_csr"
+    compiled(kind, dtype, width)(row_parts(indptr), indptr, indices, data, B, out)
+
+
 def spmm_ell_func(dtype: str = "float32", width: int | None = None, accumulate: bool = False,
-                  slots: int | None = None) -> PrimFunc:
+                  slots: int | None = None, row_tile: int | None = None) -> PrimFunc:
     """C[rows[r], :] = sum_s data[r, s] * B[indices[r, s], :] for the r rows of one ELL bucket
     (accumulate: += instead of =; the rows must be distinct either way).  slots: the bucket's
-    width as a constant (the slot loop then has a fixed trip count), or None for any."""
+    width as a constant (the slot loop then has a fixed trip count), or None for any.  row_tile
+    (a constant width only): each row's sums in a local tile of that many elements, stored once
+    per row, as `lower_stage3(row_tile=...)` does for CSR (`vectorize_row_tile` applies)."""
     m, k, n, r = SizeVar("m"), SizeVar("k"), _width(width), SizeVar("r")
     w = SizeVar("w") if slots is None else IntImm(slots)
     rows = Buffer("rows", (r,), "int32")
@@ -92,13 +147,49 @@ def spmm_ell_func(dtype: str = "float32", width: int | None = None, accumulate: 
     B, C = Buffer("B", (k, n), dtype), Buffer("C", (m, n), dtype)
     i, s, f, f0 = Var("i"), Var("s"), Var("f"), Var("f0")
     row, col = rows[i], indices[i, s]
-    update = BufferStore(C, C[row, f] + data[i, s] * B[col, f], (row, f))
-    slots = For(s, IntImm(0), w, "serial", seq(_assume((col >= 0) & (col < k)), For(f, IntImm(0), n, "serial", update)))
-    zero = None if accumulate else For(f0, IntImm(0), n, "serial", BufferStore(C, _zero(dtype), (row, f0)))
-    body = For(i, IntImm(0), r, "parallel", annotations=ROWS_DYNAMIC, body=seq(
-        _assume((row >= 0) & (row < m)), zero, slots))
     name = f"spmm_ell{'' if slots is None else slots}_{dtype}" + ("_acc" if accumulate else "")
+    tile = 0
+    if row_tile is not None and width is not None:
+        tile = min(width, row_tile) if width % min(width, row_tile) == 0 else 0
+    if tile:
+        body = _ell_row_tile(dtype, tile, width, row, col, data[i, s], B, C, accumulate, (s, w))
+        name += f"_t{tile}"
+    else:
+        update = BufferStore(C, C[row, f] + data[i, s] * B[col, f], (row, f))
+        loop = For(s, IntImm(0), w, "serial", seq(_assume((col >= 0) & (col < k)), For(f, IntImm(0), n, "serial", update)))
+        zero = None if accumulate else For(f0, IntImm(0), n, "serial", BufferStore(C, _zero(dtype), (row, f0)))
+        body = seq(zero, loop)
+    body = For(i, IntImm(0), r, "parallel", annotations=ROWS_DYNAMIC, body=seq(_assume((row >= 0) & (row < m)), body))
     return PrimFunc((rows, indices, data, B, C), body, name)
+
+
+def _ell_row_tile(dtype: str, tile: int, width: int, row: Any, col: Any, value: Any, B: Buffer, C: Buffer,
+                  accumulate: bool, slot_loop: tuple[Var, Any]) -> Any:
+    """One ELL row in tiles of `tile` elements: acc = 0 (or C's row), the slots added, C's row
+    stored once (the loop shapes `vectorize_row_tile` looks for)."""
+    acc = Buffer("acc", (tile,), dtype, scope="local")
+    outer = Var("f_o", "int32") if width > tile else None
+    fz, fu, fw = Var("f_z", "int32"), Var("f_u", "int32"), Var("f_w", "int32")
+
+    def column(lane: Var) -> Any:
+        return lane if outer is None else outer * tile + lane
+    start = C[row, column(fz)] if accumulate else _zero(dtype)
+    k = B.shape[0]
+    update = For(fu, IntImm(0), IntImm(tile), "serial", BufferStore(acc, acc[fu] + value * B[col, column(fu)], (fu,)))
+    body = Allocate(acc, seq(
+        For(fz, IntImm(0), IntImm(tile), "serial", BufferStore(acc, start, (fz,))),
+        For(slot_loop[0], IntImm(0), slot_loop[1], "serial", seq(_assume((col >= 0) & (col < k)), update)),
+        For(fw, IntImm(0), IntImm(tile), "serial", BufferStore(C, acc[fw], (row, column(fw))))))
+    return body if outer is None else For(outer, IntImm(0), IntImm(width // tile), "serial", body)
+
+
+def spmm_csr_rows_scheduled(dtype: str, width: int, accumulate: bool) -> PrimFunc:
+    """CSR SpMM over a list of rows (`select_rows`): C[rows[q], :] (+)= A[rows[q], :] @ B, the other
+    rows untouched; the rows partitioned by stored entries and tiled as in spmm_csr_scheduled (the
+    kernel takes parts, rows, then the CSR arrays)."""
+    tile, lanes = row_tile_lanes(dtype)
+    func = lower_stage3(spmm_iteration(dtype, width, accumulate), row_tile=tile)
+    return partition_rows(select_rows(vectorize_row_tile(func, lanes)))
 
 
 def spmm_bsr_func(dtype: str = "float32", block: tuple[int, int] = (2, 2), width: int | None = None) -> PrimFunc:
@@ -151,17 +242,24 @@ def _built(kind: str, dtype: str, width: int | None, block: tuple[int, int] | No
     if kind == "spmm_bsr":
         return build(spmm_bsr_func(dtype, block, width), bounds="prove")
     if kind in ("spmm_ell", "spmm_ell_acc"):
-        return build(spmm_ell_func(dtype, width, accumulate=kind == "spmm_ell_acc", slots=slots), bounds="prove")
-    if kind == "spmm_csr_acc":
-        return build(spmm_csr_func(dtype, width, accumulate=True), bounds="prove")
-    make = {"spmm_csr": spmm_csr_func, "spmm_ell": spmm_ell_func, "sddmm": sddmm_func}[kind]
+        func = spmm_ell_func(dtype, width, accumulate=kind == "spmm_ell_acc", slots=slots,
+                             row_tile=None if width is None else row_tile_lanes(dtype)[0])
+        if width is not None:
+            func = vectorize_row_tile(func, row_tile_lanes(dtype)[1])
+        return build(func, bounds="prove")
+    if kind in ("spmm_csr_rows", "spmm_csr_rows_acc"):
+        return build(spmm_csr_rows_scheduled(dtype, width, accumulate=kind == "spmm_csr_rows_acc"), bounds="prove")
+    if kind in ("spmm_csr", "spmm_csr_acc"):
+        return build(spmm_csr_scheduled(dtype, width, accumulate=kind == "spmm_csr_acc"), bounds="prove")
+    make = {"spmm_ell": spmm_ell_func, "sddmm": sddmm_func}[kind]
     return build(make(dtype, width), bounds="prove")
 
 
 def compiled(kind: str, dtype: str, width: int | None = None, block: tuple[int, int] | None = None,
              slots: int | None = None) -> Any:
     """The built kernel (proved in bounds) for kind in spmm_csr / spmm_ell / spmm_bsr / sddmm
-    (and spmm_csr_acc / spmm_ell_acc, which add to the output); ELL buckets of a width in
+    (and spmm_csr_acc / spmm_ell_acc, which add to the output; the CSR SpMM kernels are
+    `spmm_csr_scheduled`'s and take the row partition first, see `run_spmm_csr`); ELL buckets of a width in
     SPECIALISED_SLOTS get a kernel with that many slots fixed."""
     return _built(kind, dtype, width if width in SPECIALISED_WIDTHS else None, block,
                   slots if slots in SPECIALISED_SLOTS else None)
@@ -194,7 +292,7 @@ def spmm(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None = None) -> np.nd
     m, k = A.shape
     B = _dense("spmm: B", B, k, A.dtype)
     out = _output("spmm", out, (m, B.shape[1]), A.dtype)
-    compiled("spmm_csr", _dtype_name(A.dtype), B.shape[1])(A.indptr["j"], A.indices["j"], A.data, B, out)
+    run_spmm_csr(_dtype_name(A.dtype), B.shape[1], A.indptr["j"], A.indices["j"], A.data, B, out)
     return out
 
 

@@ -48,9 +48,10 @@ def _clamp(x: PrimExpr, lo: PrimExpr, hi: PrimExpr) -> PrimExpr:
 
 
 class _Lowering:
-    def __init__(self, it: SparseIteration, stage: int) -> None:
+    def __init__(self, it: SparseIteration, stage: int, row_tile: int | None = None) -> None:
         check_iteration(it)
         self.it, self.facts = it, stage >= 3
+        self.row_tile = row_tile
         self.params = arrays_of(it)
         self.array = {(role, owner): buf for role, owner, buf in self.params}
         self.counter = 0
@@ -300,6 +301,9 @@ class _Lowering:
         first = any(ia.kind == "R" for ia in loops[k]) and not any(ia.kind == "R" for loop in loops[:k] for ia in loop)
         if first and all(ia.kind == "R" for loop in loops[k:] for ia in loop):
             return self.in_register(k, env)
+        tile = self.tile(k) if first else 0
+        if tile:
+            return self.in_row_tile(k, env, tile)
         pre = self.init(loops[k:], env) if self.it.init and first else None
         ready = not self.it.init or any(ia.kind == "R" for loop in loops[:k + 1] for ia in loop)
         run = self.hoist(env, ready, lambda e: self.loop(
@@ -352,6 +356,67 @@ class _Lowering:
             return sums
         return self.locate(out, self.it.out_indices, env, around, lambda: seq())
 
+    def tile(self, k: int) -> int:
+        """The tile width when the loops from k are reduce loops and then one root dense_fixed
+        spatial axis of a constant length L, the output's last index (SpMM's "SRS"): min(L,
+        row_tile) when that divides L, else 0 (stage III with a row_tile only)."""
+        loops = self.it.loops
+        if not (self.facts and self.row_tile) or len(loops[-1]) != 1 or k == len(loops) - 1:
+            return 0
+        if not all(ia.kind == "R" for loop in loops[k:-1] for ia in loop):
+            return 0
+        last = loops[-1][0]
+        length = last.axis.length.value if isinstance(last.axis.length, IntImm) else 0
+        if last.kind != "S" or last.axis.kind != "dense_fixed" or last.axis.parent is not None or not length:
+            return 0
+        if not self.it.out_indices or self.it.out_indices[-1] is not last.var:
+            return 0
+        tile = min(length, self.row_tile)
+        return tile if length % tile == 0 else 0
+
+    def in_row_tile(self, k: int, env: dict, tile: int) -> Stmt:
+        """The output row in registers: for each tile of the last (spatial) axis, the tile's sums
+        live in a local buffer `acc[tile]` through all the reduce loops from k, and are stored once.
+
+            for f_o in range(L // tile):
+                acc[f_i] = 0                      (C[.., f] where the iteration accumulates)
+                for j in ...: acc[f_i] += value   (f = f_o * tile + f_i)
+                C[.., f] = acc[f_i]
+        """
+        loops, out = self.it.loops, self.it.output
+        ia = loops[-1][0]
+        length = ia.axis.length.value
+        acc = Buffer("acc", (tile,), out.dtype, scope="local")
+        outer = Var(ia.var.name + "_o", "int32") if length > tile else None
+
+        def at(e: dict, lane: Var) -> dict:
+            c = lane if outer is None else outer * tile + lane
+            return _alias_loop(_scope(e, {ia.axis: c}, {ia.axis: c}), (ia,))
+
+        def tile_loop(name: str, make: Callable[[Var, dict], Stmt], e: dict) -> Stmt:
+            lane = Var(f"{ia.var.name}_{name}", "int32")
+            return For(lane, IntImm(0), IntImm(tile), "serial", make(lane, at(e, lane)))
+
+        def start(lane: Var, e: dict) -> Stmt:
+            return self.locate(out, self.it.out_indices, e, lambda idx: BufferStore(
+                acc, FloatImm(0.0, out.dtype) if self.it.init else BufferLoad(out.storage, idx), (lane,)), lambda: seq())
+
+        def finish(lane: Var, e: dict) -> Stmt:
+            return self.locate(out, self.it.out_indices, e,
+                               lambda idx: BufferStore(out.storage, acc[lane], idx), lambda: seq())
+
+        def update(lane: Var, e: dict) -> Stmt:
+            return self.store({**e, "acc": None, "lane_acc": (acc, lane)})
+
+        def reduce(t: int, e: dict) -> Stmt:
+            if t == len(loops) - 1:
+                return self.hoist(e, True, lambda e1: tile_loop("u", update, e1))
+            return self.hoist(e, True, lambda e1: self.loop(
+                loops[t], e1, lambda inner: reduce(t + 1, _alias_loop(inner, loops[t])), False))
+
+        body = Allocate(acc, seq(tile_loop("z", start, env), reduce(k, env), tile_loop("w", finish, env)))
+        return body if outer is None else For(outer, IntImm(0), IntImm(length // tile), "serial", body)
+
     def func(self) -> PrimFunc:
         env: dict = {"pos": {}, "coord": {}, "vars": {}, "var_axis": {}, "resolved": {}}
         body = self.body(0, env)
@@ -392,7 +457,14 @@ def lower_stage2(it: SparseIteration) -> PrimFunc:
     return _Lowering(it, 2).func()
 
 
-def lower_stage3(it: SparseIteration) -> PrimFunc:
+def lower_stage3(it: SparseIteration, row_tile: int | None = None) -> PrimFunc:
     """Stage II with the format invariants as assumptions and the outer spatial loop parallel: the
-    loop IR that `refcomp.build(..., bounds="prove")` proves and compiles."""
-    return _Lowering(it, 3).func()
+    loop IR that `refcomp.build(..., bounds="prove")` proves and compiles.
+
+    row_tile: where the reduce loops are followed by one constant-length dense spatial axis that
+    is the output's last index (SpMM), keep the output row in a local buffer of row_tile elements
+    (a tile loop around the reduce loops when the axis is longer), so that the schedule can hold
+    it in vector registers (`in_row_tile`)."""
+    if row_tile is not None and (isinstance(row_tile, bool) or not isinstance(row_tile, int) or row_tile < 1):
+        raise SparseIterationError(f"lower_stage3: row_tile must be a positive int or None, got {row_tile!r}")
+    return _Lowering(it, 3, row_tile).func()

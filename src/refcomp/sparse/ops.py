@@ -31,8 +31,9 @@ from ..driver import build
 from ..errors import ArgumentError
 from .formats import SparseMatrix
 from .iteration import SparseIteration, SpBuffer, sp_axis, sp_iter
-from .kernels import ROWS_DYNAMIC, _assume, _dense, _dtype_name, _width, compiled
+from .kernels import SPECIALISED_WIDTHS, ROWS_DYNAMIC, _assume, _dense, _dtype_name, _width, compiled, row_tile_lanes
 from .lower import lower_stage3
+from .schedule import partition_rows, row_parts, vectorize_row_tile
 from .validate import INDEX_DTYPE, SparseFormatError
 
 LOWEST = {"float32": -3.4028234663852886e38, "float64": -1.7976931348623157e308}
@@ -119,16 +120,16 @@ def block_sparse_attention(pattern: SparseMatrix, Q: np.ndarray, K: np.ndarray, 
 
 # ----------------------------------------------------------------------------- RGCN
 def rgcn_iteration(dtype: str = "float32", width: int | None = None) -> SparseIteration:
-    """out[i, f] += A[i, r, j] * Y[r, j, f] over (I, Rel, J, F) "SRRS": all relations of row i in
-    one visit (Y[r] = X @ W_r)."""
+    """out[i, f] += A[i, r, j] * Y[j, r, f] over (I, Rel, J, F) "SRRS": all relations of row i in
+    one visit (Y[:, r] = X @ W_r: one matrix product of X with the relations' weights side by side)."""
     m, rels, k, n, nnz = SizeVar("m"), SizeVar("rels"), SizeVar("k"), _width(width), SizeVar("nnz")
     I, F = sp_axis("I", "dense_fixed", m), sp_axis("F", "dense_fixed", n)
     Rel = sp_axis("Rel", "dense_fixed", rels, parent=I)
     J = sp_axis("J", "sparse_variable", k, parent=Rel, nnz=nnz)
     RY, K = sp_axis("RY", "dense_fixed", rels), sp_axis("K", "dense_fixed", k)
-    A, Y, out = SpBuffer("A", (I, Rel, J), dtype), SpBuffer("Y", (RY, K, F), dtype), SpBuffer("out", (I, F), dtype)
+    A, Y, out = SpBuffer("A", (I, Rel, J), dtype), SpBuffer("Y", (K, RY, F), dtype), SpBuffer("out", (I, F), dtype)
     return sp_iter(f"rgcn_{dtype}", [(I, "S"), (Rel, "R"), (J, "R"), (F, "S")], out,
-                   lambda i, r, j, f: ((i, f), A[i, r, j] * Y[r, j, f]), [A, Y, out])
+                   lambda i, r, j, f: ((i, f), A[i, r, j] * Y[j, r, f]), [A, Y, out])
 
 
 class RelationalGraph:
@@ -169,7 +170,13 @@ class RelationalGraph:
 
 @functools.lru_cache(maxsize=None)
 def _rgcn_kernel(dtype: str, width: int | None) -> Any:
-    return build(lower_stage3(rgcn_iteration(dtype, width)), bounds="prove")
+    """Stage III of rgcn_iteration, scheduled like the CSR SpMM: the output row in a register tile
+    (a constant width), the nodes partitioned by entries (the kernel takes `parts` first)."""
+    it = rgcn_iteration(dtype, width)
+    if width is None:
+        return build(partition_rows(lower_stage3(it)), bounds="prove")
+    tile, lanes = row_tile_lanes(dtype)
+    return build(partition_rows(vectorize_row_tile(lower_stage3(it, row_tile=tile), lanes)), bounds="prove")
 
 
 def rgcn(graph: RelationalGraph, X: np.ndarray, W: np.ndarray) -> np.ndarray:
@@ -182,9 +189,10 @@ def rgcn(graph: RelationalGraph, X: np.ndarray, W: np.ndarray) -> np.ndarray:
             or W.dtype != graph.dtype:
         raise ArgumentError(f"rgcn: W must be a {graph.dtype} array of shape ({graph.relations}, {X.shape[1]}, "
                             f"d_out), got {getattr(W, 'dtype', type(W).__name__)} {getattr(W, 'shape', '')}")
-    Y = np.ascontiguousarray(np.matmul(X[None], W))  # (R, nodes, d_out)
-    width = W.shape[2]
+    rels, width = graph.relations, W.shape[2]
+    side_by_side = np.ascontiguousarray(W.transpose(1, 0, 2)).reshape(X.shape[1], rels * width)
+    Y = np.ascontiguousarray(X @ side_by_side).reshape(k, rels, width)  # Y[j, r] = X[j] @ W[r]
     out = np.empty((m, width), dtype=graph.dtype)
-    kernel = _rgcn_kernel(_dtype_name(graph.dtype), width if width in (16, 32, 64, 128, 256) else None)
-    kernel(graph.indptr, graph.indices, graph.data, Y, out)
+    kernel = _rgcn_kernel(_dtype_name(graph.dtype), width if width in SPECIALISED_WIDTHS else None)
+    kernel(row_parts(graph.indptr[::rels]), graph.indptr, graph.indices, graph.data, Y, out)
     return out

@@ -6,7 +6,10 @@ An operator is registered once with `register(...)`.  The graph IR only names op
 - `infer(call, ctx) -> StructInfo`: the struct-info rule over symbolic shapes.  It asks `ctx` to
   decide every relation it needs (`ctx.require_equal`): a relation the prover refutes is a
   ShapeError with a counterexample, an undecided one becomes a runtime check.
-- `legalize(bb, call) -> Expr`: the op as loop-level code, usually `bb.emit_te(compute, ...)`.
+- `legalize(*placeholders, **attrs)`: the op as a te computation, which `legalize_ops` turns into a
+  PrimFunc and its call_tir.
+- `legalize_call(bb, call) -> Call`: instead of `legalize`, for an op whose kernel is not a te
+  computation (a hand-scheduled PrimFunc): adds its PrimFunc to `bb` and returns the call_tir.
 - `reference(*arrays, **attrs)`: numpy semantics, used by tests, constant folding and the
   reference evaluator.
 - `pattern`: how the op's loops look, for fusion ("elementwise" < "broadcast" < "injective" <
@@ -32,6 +35,7 @@ class OpInfo:
     pure: bool = True
     doc: str = ""
     host: bool = False  # run by the VM on the host through `reference` (no kernel; string ops)
+    legalize_call: Callable[..., Any] | None = None  # (bb, call) -> call_tir, instead of a te legalize
 
     def evaluate(self, arrays, attrs):
         """The numpy reference on arrays with a call's attrs (constant dims become Python ints)."""
@@ -52,13 +56,16 @@ REGISTRY: dict[str, OpInfo] = {}
 
 
 def register(name: str, *, infer: Callable, reference: Callable, legalize: Callable | None = None,
-             pattern: str = "opaque", pure: bool = True, doc: str = "", host: bool = False) -> OpInfo:
+             pattern: str = "opaque", pure: bool = True, doc: str = "", host: bool = False,
+             legalize_call: Callable | None = None) -> OpInfo:
     """Add an operator to the registry (a second registration of a name is a bug)."""
     if name in REGISTRY:
         raise ValueError(f"operator {name!r} is registered twice")
     if pattern not in PATTERNS:
         raise ValueError(f"operator {name!r}: pattern must be one of {PATTERNS}, got {pattern!r}")
-    info = OpInfo(name, infer, reference, legalize, pattern, pure, doc, host)
+    if legalize is not None and legalize_call is not None:
+        raise ValueError(f"operator {name!r}: give legalize or legalize_call, not both")
+    info = OpInfo(name, infer, reference, legalize, pattern, pure, doc, host, legalize_call)
     REGISTRY[name] = info
     return info
 

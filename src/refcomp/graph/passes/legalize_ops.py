@@ -1,7 +1,8 @@
 """legalize_ops: every operator call becomes a call_tir of a PrimFunc built from the op's te rule.
 
 Before: `lv = R.add(x, y)`; after: `lv = R.call_tir(cls.add, (x, y), out_sinfo=...)` with the
-PrimFunc `add` added to the module (structurally equal kernels are shared).  Calls of ops without
+PrimFunc `add` added to the module (structurally equal kernels are shared); an op registered with
+`legalize_call` builds its own PrimFunc and call_tir instead.  Calls of ops without
 a legalization (call_tir, call_dps_packed, host ops) are left alone, and so is an op that only
 moves the elements of a string tensor (the VM runs it through the op's numpy reference).  Pure:
 the input module is unchanged.
@@ -25,6 +26,12 @@ def legalize_ops(mod: IRModule) -> IRModule:
         def legalize_value(value):
             if isinstance(value, Call) and isinstance(value.op, Op):
                 info = get(value.op.name)
+                if info.legalize_call is not None:
+                    try:
+                        return info.legalize_call(bb, value)
+                    except IRError as exc:
+                        raise IRError(f"legalize_ops: cannot legalize {value} in {name}: {exc.message}",
+                                      hint=exc.hint, spot=value) from None
                 if info.legalize is not None and not moves_strings(value.op.name, value.args):
                     try:
                         legal = call_te(bb, info.legalize, *value.args, primfunc_name_hint=value.op.name,

@@ -1,0 +1,167 @@
+"""Schedules of stage III sparse kernels: the row partition by stored entries, row lists, and the dense
+primitives (split, vectorize, unroll) on the loops of a row tile.
+
+`partition_rows` is a sparse transformation of stage III (the partition's boundaries are data,
+computed from the matrix by `row_parts`); the rest is the loop IR's own schedule primitives
+applied to the loops `lower_stage3(..., row_tile=...)` produces.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ast import (
+    Allocate, Buffer, BufferLoad, Call, Cast, Evaluate, For, IfThenElse, IntImm, LetStmt, PrimFunc, SizeVar, Var,
+    While, floordiv, max_, min_, seq,
+)
+from ..ast.dtype import int64
+from ..shape import Analyzer
+from ..ast.stmt import BufferStore
+from ..emit_c.codegen import OMP_SCHEDULE
+from ..loops.primitives.kinds import unroll, vectorize
+from ..loops.primitives.legality import const_int
+from ..loops.primitives.loop import split
+from ..loops.primitives.tree import walk
+from .iteration import SparseScheduleError
+
+# Parts per partition of the rows: enough that dynamic scheduling evens out what the split of a
+# single long row cannot, few enough that a part's bookkeeping is nothing next to its work.
+ROW_PARTS = 256
+
+
+def partition_rows(func: PrimFunc, indptr: Buffer | None = None, count: int = ROW_PARTS) -> PrimFunc:
+    """The parallel row loop split at data-dependent boundaries: a new first parameter
+    `parts[p + 1]` (non-decreasing from 0 to m, see `row_parts`), a parallel loop over the p parts
+    and, inside it, the rows of one part.  With `indptr` (a parameter of m + 1 entries) the kernel
+    computes `count` parts itself, as `row_parts` would, before the parallel loop (`parts` is then
+    a local array, not a parameter).
+
+    Requires: the function body is a parallel loop from 0 over a size variable (stage III of an
+    iteration whose outer axis is spatial and dense); indptr, if given, a parameter of shape
+    (m + 1,); count a positive int.
+
+    Before: `for i in parallel(m): body`; after:
+    `for t in parallel(p): assume(0 <= parts[t] <= parts[t + 1] <= m); for i in range(parts[t],
+    parts[t + 1]): body`.
+    """
+    loop = _row_loop(func, "partition_rows", "parts")
+    m = loop.extent
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise SparseScheduleError(f"partition_rows: count must be a positive int, got {count!r}")
+    if indptr is not None and (not any(p is indptr for p in func.params) or len(indptr.shape) != 1
+                               or not _same(indptr.shape[0], m + 1)):
+        raise SparseScheduleError(f"partition_rows: {func.name}: indptr must be a parameter of shape (m + 1,), the "
+                                  f"row loop's extent plus one")
+    extent = SizeVar("p") if indptr is None else IntImm(count)
+    parts = Buffer("parts", (extent + 1,), "int32", scope="global" if indptr is None else "local")
+    t = Var("t", "int32")
+    lo, hi = parts[t], parts[t + 1]
+    rows = For(loop.loop_var, lo, hi - lo, "serial", loop.body)
+    fact = Evaluate(Call("assume", ((lo >= 0) & (lo <= hi) & (hi <= m),), "bool"))
+    body = For(t, IntImm(0), extent, "parallel", seq(fact, rows), annotations={OMP_SCHEDULE: "dynamic"})
+    if indptr is None:
+        return PrimFunc((parts,) + tuple(func.params), body, func.name)
+    return func.with_(body=Allocate(parts, seq(_compute_parts(parts, indptr, m, count), body)))
+
+
+def _same(a, b) -> bool:
+    return a is b or Analyzer().can_prove(a == b)
+
+
+def _compute_parts(parts: Buffer, indptr: Buffer, m, count: int):
+    """parts[t] = the first row r with indptr[r] + r >= t * (indptr[m] + m) / count (a row costs
+    its entries plus one, as in `row_parts`), by a binary search per boundary; int64 arithmetic."""
+    lo, hi = Buffer("lo", (1,), "int32", scope="local"), Buffer("hi", (1,), "int32", scope="local")
+    t, mid = Var("t0", "int32"), Var("mid", "int32")
+    total = Cast(int64, indptr[m]) + Cast(int64, m)
+    target = floordiv(Cast(int64, t) * total, IntImm(count, int64))
+    cost = Cast(int64, indptr[max_(min_(mid, m), 0)]) + Cast(int64, mid)
+    step = LetStmt(mid, floordiv(lo[0] + hi[0], 2), IfThenElse(
+        cost < target, BufferStore(lo, mid + 1, (0,)), BufferStore(hi, mid, (0,))))
+    search = seq(BufferStore(lo, IntImm(0), (0,)), BufferStore(hi, m, (0,)), While(lo[0] < hi[0], step),
+                 BufferStore(parts, max_(min_(lo[0], m), 0), (t,)))
+    return Allocate(lo, Allocate(hi, For(t, IntImm(0), IntImm(count + 1), "serial", search)))
+
+
+def select_rows(func: PrimFunc) -> PrimFunc:
+    """The parallel row loop run over a list of rows: a new first parameter `rows[r]` (distinct
+    rows of [0, m), which the caller guarantees: the hyb format checks its row lists), and the
+    loop over its r entries binding the old row variable to `rows[q]`.
+
+    Requires: what partition_rows requires.
+
+    Before: `for i in parallel(m): body`; after:
+    `for q in parallel(r): i = rows[q]; assume(0 <= i < m); body`.
+    """
+    loop = _row_loop(func, "select_rows", "rows")
+    m, count = loop.extent, SizeVar("r")
+    rows = Buffer("rows", (count,), "int32")
+    q = Var("q", "int32")
+    fact = Evaluate(Call("assume", ((loop.loop_var >= 0) & (loop.loop_var < m),), "bool"))
+    body = For(q, IntImm(0), count, "parallel", LetStmt(loop.loop_var, rows[q], seq(fact, loop.body)),
+               annotations=loop.annotations)
+    return PrimFunc((rows,) + tuple(func.params), body, func.name)
+
+
+def _row_loop(func: PrimFunc, primitive: str, param: str) -> For:
+    """The function's parallel row loop from 0 over a size variable, or a SparseScheduleError."""
+    loop = func.body
+    if not isinstance(loop, For) or loop.kind != "parallel":
+        raise SparseScheduleError(f"{primitive}: {func.name}: the body must be one parallel row loop, got "
+                                  f"{type(loop).__name__}{'' if not isinstance(loop, For) else ' ' + loop.kind}")
+    if const_int(loop.min) != 0 or not isinstance(loop.extent, SizeVar):
+        raise SparseScheduleError(f"{primitive}: {func.name}: the row loop {loop.loop_var.name} must run from 0 "
+                                  f"over a size variable")
+    if any(p.name == param for p in func.params):
+        raise SparseScheduleError(f"{primitive}: {func.name} already has a parameter named {param!r}")
+    return loop
+
+
+def row_parts(indptr: np.ndarray, count: int = ROW_PARTS) -> np.ndarray:
+    """Boundaries of `count` runs of consecutive rows of about the same work, a row costing its
+    stored entries plus one (its output row is written even when it is empty; a run is empty where
+    one row holds more than a run's share): int32, from 0 to the row count, non-decreasing."""
+    rows = indptr.size - 1
+    count = max(1, min(int(count), rows))
+    cost = np.asarray(indptr, dtype=np.int64) + np.arange(rows + 1)
+    targets = np.linspace(0, int(cost[-1]), count + 1)
+    parts = np.searchsorted(cost, targets, side="left").astype(np.int32)
+    parts[0], parts[-1] = 0, rows
+    return np.minimum(parts, rows)
+
+
+def vectorize_row_tile(func: PrimFunc, lanes: int) -> PrimFunc:
+    """Each row-tile loop of `in_row_tile` (the stores to and of its local `acc`) split into
+    vectors of `lanes` elements: the inner part vectorized, the outer part unrolled, so that the
+    tile's sums stay in vector registers.  A tile narrower than lanes is vectorized whole.
+
+    Requires: lanes a positive int; the function has row-tile loops (else a SparseScheduleError).
+    """
+    if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1:
+        raise SparseScheduleError(f"vectorize_row_tile: lanes must be a positive int, got {lanes!r}")
+    targets = [s.loop_var for s in walk(func.body) if _is_tile_loop(s)]
+    if not targets:
+        raise SparseScheduleError(f"vectorize_row_tile: {func.name} has no row-tile loop (lower with row_tile)")
+    for var in targets:
+        loop = next(s for s in walk(func.body) if isinstance(s, For) and s.loop_var is var)
+        extent = const_int(loop.extent)
+        if extent <= lanes or extent % lanes:
+            func, _ = vectorize(func, loop)
+            continue
+        func, (outer, inner) = split(func, loop, [None, lanes])
+        func, _ = vectorize(func, inner)
+        outer = next(s for s in walk(func.body) if isinstance(s, For) and s.loop_var is outer.loop_var)
+        func, _ = unroll(func, outer)
+    return func
+
+
+def _is_tile_loop(stmt) -> bool:
+    """A serial loop of constant extent whose body is one store to, or of, a local buffer at the
+    loop's index (the loops `in_row_tile` writes)."""
+    if not (isinstance(stmt, For) and stmt.kind == "serial" and const_int(stmt.extent) is not None
+            and const_int(stmt.min) == 0 and isinstance(stmt.body, BufferStore)):
+        return False
+    store, var = stmt.body, stmt.loop_var
+    if store.buffer.scope == "local":
+        return tuple(store.indices) == (var,)
+    return isinstance(store.value, BufferLoad) and store.value.buffer.scope == "local" and \
+        tuple(store.value.indices) == (var,)

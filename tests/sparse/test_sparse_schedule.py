@@ -1,0 +1,235 @@
+"""The scheduled CSR SpMM: the row tile of stage III (lower_stage3(row_tile=...)), the dense
+primitives on its loops (vectorize_row_tile) and the row partition by stored entries
+(partition_rows, row_parts); before/after programs and numbers against scipy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings, strategies as st
+
+from refcomp import sparse
+from refcomp.ast import For, PrimFunc
+from refcomp.ast.printer import script
+from refcomp.driver import build
+from refcomp.loops.interpreter import interpret
+from refcomp.loops.primitives.tree import walk
+from refcomp.shape import verify_in_bounds
+from refcomp.errors import ArgumentError
+from refcomp.sparse.kernels import row_tile_lanes, run_spmm_csr_rows, spmm_csr_scheduled, spmm_iteration
+from refcomp.sparse.lower import lower_stage3
+from refcomp.sparse.schedule import partition_rows, row_parts, select_rows, vectorize_row_tile
+
+from sparse_strategies import sparse_matrices
+
+TOL = {np.float32: dict(rtol=1e-5, atol=1e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
+
+
+def _loops(func: PrimFunc) -> list[For]:
+    return [s for s in walk(func.body) if isinstance(s, For)]
+
+
+def test_row_tile_keeps_the_row_in_a_local_buffer():
+    before = lower_stage3(spmm_iteration("float32", 128))
+    after = lower_stage3(spmm_iteration("float32", 128), row_tile=64)
+    assert "acc" not in script(before)
+    text = script(after)
+    assert 'acc = T.allocate((64,), "float32", "local")' in text
+    assert "for f_o in range(2):" in text
+    assert "acc[f_u] = acc[f_u] + A[j] * B[J_indices[j], f_o * 64 + f_u]" in text
+    assert "C[i, f_o * 64 + f_w] = acc[f_w]" in text
+    verify_in_bounds(after)
+
+
+def test_row_tile_does_not_apply_where_it_does_not_divide_or_the_width_is_symbolic():
+    plain = script(lower_stage3(spmm_iteration("float32", 96)))
+    assert script(lower_stage3(spmm_iteration("float32", 96), row_tile=64)) == plain
+    plain = script(lower_stage3(spmm_iteration("float32", None)))
+    assert script(lower_stage3(spmm_iteration("float32", None), row_tile=64)) == plain
+    with pytest.raises(sparse.SparseIterationError, match="row_tile must be a positive int"):
+        lower_stage3(spmm_iteration("float32", 32), row_tile=0)
+
+
+def test_vectorize_row_tile_splits_vectorizes_and_unrolls():
+    func = vectorize_row_tile(lower_stage3(spmm_iteration("float32", 64), row_tile=64), 16)
+    kinds = {loop.loop_var.name: loop.kind for loop in _loops(func)}
+    for name in ("f_z", "f_u", "f_w"):
+        assert kinds[f"{name}_0"] == "unrolled" and kinds[f"{name}_1"] == "vectorized"
+    narrow = vectorize_row_tile(lower_stage3(spmm_iteration("float32", 8), row_tile=64), 16)
+    assert {loop.loop_var.name: loop.kind for loop in _loops(narrow)}["f_u"] == "vectorized"
+    with pytest.raises(sparse.SparseScheduleError, match="no row-tile loop"):
+        vectorize_row_tile(lower_stage3(spmm_iteration("float32", 64)), 16)
+    with pytest.raises(sparse.SparseScheduleError, match="lanes must be a positive int"):
+        vectorize_row_tile(lower_stage3(spmm_iteration("float32", 64), row_tile=64), 0)
+
+
+def test_partition_rows_before_after():
+    before = lower_stage3(spmm_iteration("float32", 32))
+    after = partition_rows(before)
+    assert [p.name for p in after.params] == ["parts"] + [p.name for p in before.params]
+    text = script(after)
+    assert "for t in T.parallel(p" in text
+    assert "T.assume(parts[t] >= 0 and parts[t] <= parts[t + 1] and parts[t + 1] <= m)" in text
+    assert "for i in range(parts[t], parts[t] + (parts[t + 1] - parts[t])):" in text
+    verify_in_bounds(after)
+    with pytest.raises(sparse.SparseScheduleError, match="already has a parameter named 'parts'"):
+        partition_rows(after)
+    serial = before.with_(body=before.body.with_(kind="serial"))
+    with pytest.raises(sparse.SparseScheduleError, match="one parallel row loop"):
+        partition_rows(serial)
+
+
+def test_select_rows_before_after():
+    before = lower_stage3(spmm_iteration("float32", 32))
+    after = select_rows(before)
+    assert [p.name for p in after.params] == ["rows"] + [p.name for p in before.params]
+    text = script(after)
+    assert "for q in T.parallel(r" in text and "i: T.int32 = rows[q]" in text
+    assert "T.assume(i >= 0 and i < m)" in text
+    verify_in_bounds(after)
+    with pytest.raises(sparse.SparseScheduleError, match="already has a parameter named 'rows'"):
+        select_rows(after)
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("width", [16, 128])
+def test_row_list_kernel_touches_only_its_rows(accumulate, width):
+    rng = np.random.default_rng(width + accumulate)
+    A = _skewed(rng, 200, 150, np.float32)
+    B = rng.uniform(-1.0, 1.0, (150, width)).astype(np.float32)
+    out = rng.uniform(-1.0, 1.0, (200, width)).astype(np.float32)
+    rows = rng.permutation(200)[:77].astype(np.int32)
+    expected = out.copy()
+    expected[rows] = (A @ B)[rows] + (out[rows] if accumulate else 0)
+    run_spmm_csr_rows("float32", width, rows, A.indptr, A.indices, A.data, B, out, accumulate)
+    np.testing.assert_allclose(out, expected, **TOL[np.float32])
+    with pytest.raises(ArgumentError, match="width 20 has no kernel"):
+        run_spmm_csr_rows("float32", 20, rows, A.indptr, A.indices, A.data, B[:, :20].copy(), out[:, :20].copy())
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("width, slots", [(32, 1), (128, 4), (256, 8)])
+def test_ell_row_tile_matches_numpy(accumulate, width, slots):
+    rng = np.random.default_rng(slots)
+    rows = rng.permutation(50)[:30].astype(np.int32)
+    indices = rng.integers(0, 40, (30, slots)).astype(np.int32)
+    data = rng.uniform(-1.0, 1.0, (30, slots)).astype(np.float32)
+    B = rng.uniform(-1.0, 1.0, (40, width)).astype(np.float32)
+    out = rng.uniform(-1.0, 1.0, (50, width)).astype(np.float32)
+    expected = out.copy()
+    expected[rows] = np.einsum("rs,rsf->rf", data, B[indices]) + (out[rows] if accumulate else 0)
+    tile, lanes = row_tile_lanes("float32")
+    func = sparse.spmm_ell_func("float32", width, accumulate, slots, row_tile=tile)
+    assert "acc" in script(func)
+    verify_in_bounds(func)
+    build(vectorize_row_tile(func, lanes), bounds="prove")(rows, indices, data, B, out)
+    np.testing.assert_allclose(out, expected, **TOL[np.float32])
+
+
+@given(st.lists(st.integers(0, 40), min_size=0, max_size=60), st.integers(1, 300))
+def test_row_parts_balance_the_stored_entries(lengths, count):
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    parts = row_parts(indptr, count)
+    rows = len(lengths)
+    assert parts.dtype == np.int32 and parts[0] == 0 and parts[-1] == rows
+    assert np.all(np.diff(parts) >= 0) and parts.size - 1 == max(1, min(count, rows))
+    if rows:
+        cost = indptr + np.arange(rows + 1)  # a row costs its entries plus one
+        share = cost[-1] / (parts.size - 1)
+        # a part holds at most its share plus one row more
+        per_part = cost[parts[1:]] - cost[parts[:-1]]
+        assert np.all(per_part <= share + max(lengths) + 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("width", [8, 24, 48, 128, 256])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_scheduled_kernel_matches_scipy(dtype, width, accumulate):
+    rng = np.random.default_rng(width)
+    A = _skewed(rng, 300, 200, dtype)
+    B = rng.uniform(-1.0, 1.0, (200, width)).astype(dtype)
+    out = rng.uniform(-1.0, 1.0, (300, width)).astype(dtype)
+    expected = A @ B + (out if accumulate else 0)
+    kernel = build(spmm_csr_scheduled(np.dtype(dtype).name, width, accumulate), bounds="prove")
+    for count in (1, 7, 1000):
+        got = out.copy()
+        kernel(row_parts(A.indptr, count), A.indptr, A.indices, A.data, B, got)
+        np.testing.assert_allclose(got, expected, **TOL[dtype])
+
+
+def test_scheduled_kernel_interprets_like_scipy():
+    rng = np.random.default_rng(3)
+    A = _skewed(rng, 20, 15, np.float32)
+    B = rng.uniform(-1.0, 1.0, (15, 32)).astype(np.float32)
+    out = np.empty((20, 32), np.float32)
+    interpret(spmm_csr_scheduled("float32", 32), row_parts(A.indptr, 4), A.indptr, A.indices, A.data, B, out)
+    np.testing.assert_allclose(out, A @ B, **TOL[np.float32])
+
+
+@settings(max_examples=40, deadline=None)
+@given(sparse_matrices(max_dim=40), st.sampled_from([16, 32, 128, 256, 20]), st.integers(0, 2**32 - 1))
+def test_spmm_matches_scipy(A, width, seed):
+    B = np.random.default_rng(seed).uniform(-1.0, 1.0, (A.shape[1], width)).astype(np.float32)
+    np.testing.assert_allclose(sparse.spmm(sparse.from_scipy(A), B), A @ B, **TOL[np.float32])
+
+
+def test_row_tile_fits_the_vector_registers():
+    tile, lanes = row_tile_lanes("float32")
+    assert tile == 8 * lanes and lanes in (4, 8, 16)
+    assert row_tile_lanes("float64") == (tile // 2, lanes // 2)
+
+
+def _skewed(rng, m, k, dtype):
+    """Power-law-like rows: a dense row, empty rows, a few long ones, the rest short."""
+    lengths = np.minimum(rng.zipf(1.6, m), k)
+    lengths[rng.integers(m)] = k
+    lengths[rng.integers(m, size=m // 10)] = 0
+    rows = np.repeat(np.arange(m), lengths)
+    cols = np.concatenate([rng.choice(k, n, replace=False) for n in lengths]).astype(np.int64)
+    A = sp.csr_matrix((rng.uniform(0.5, 1.5, rows.size), (rows, cols)), shape=(m, k), dtype=dtype)
+    A.sort_indices()
+    A.indptr, A.indices = A.indptr.astype(np.int32), A.indices.astype(np.int32)
+    return A
+
+
+def test_scheduled_kernels_compile_as_strict_c99():
+    """-std=c99 -pedantic -Wall -Wextra -Werror: the sizes that only the assumptions mention
+    (the row loop runs over parts[]) are declared but unused, and must not warn."""
+    from refcomp.sparse.graph_layers import spmm_graph_func
+
+    tile, lanes = row_tile_lanes("float32")
+    for func in (spmm_csr_scheduled("float32", 128), sparse.kernels.spmm_csr_rows_scheduled("float64", 32, True),
+                 vectorize_row_tile(sparse.spmm_ell_func("float32", 64, True, 4, row_tile=tile), lanes),
+                 spmm_graph_func("float32", 32)):
+        build(func, target="c -std=c99", bounds="prove")
+
+
+@pytest.mark.parametrize("rows, empty", [(700, False), (5, False), (300, True), (0, True)])
+def test_partition_computed_in_the_kernel_matches_scipy(rows, empty):
+    """partition_rows(func, indptr=...): the kernel finds its own row runs (binary searches of
+    indptr[r] + r), for more rows than runs, fewer, and a matrix without entries."""
+    rng = np.random.default_rng(rows)
+    A = _skewed(rng, max(rows, 1), 60, np.float32)[:rows] if rows else sp.csr_matrix((0, 60), dtype=np.float32)
+    if empty:
+        A = sp.csr_matrix((rows, 60), dtype=np.float32)
+    A.indptr, A.indices = A.indptr.astype(np.int32), A.indices.astype(np.int32)
+    func = lower_stage3(spmm_iteration("float32", 16))
+    func = partition_rows(func, indptr=func.params[0], count=64)
+    assert [p.name for p in func.params][0] == "J_indptr"
+    verify_in_bounds(func)
+    B = rng.uniform(-1.0, 1.0, (60, 16)).astype(np.float32)
+    out = np.full((rows, 16), 7.0, np.float32)
+    build(func, bounds="prove")(A.indptr, A.indices, A.data, B, out)
+    np.testing.assert_allclose(out, A @ B, **TOL[np.float32])
+    if rows == 5:
+        interpreted = np.full((rows, 16), 7.0, np.float32)
+        interpret(func, A.indptr, A.indices, A.data, B, interpreted)
+        np.testing.assert_allclose(interpreted, A @ B, **TOL[np.float32])
+
+
+def test_partition_rows_preconditions():
+    func = lower_stage3(spmm_iteration("float32", 16))
+    with pytest.raises(sparse.SparseScheduleError, match="count must be a positive int"):
+        partition_rows(func, indptr=func.params[0], count=0)
+    with pytest.raises(sparse.SparseScheduleError, match=r"indptr must be a parameter of shape \(m \+ 1,\)"):
+        partition_rows(func, indptr=func.params[1])
