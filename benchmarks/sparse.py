@@ -12,6 +12,7 @@ graphs for a quick check.  Cases (ratio > 1: refcomp is faster):
     spmm_{ba,rmat}_f{32,128}_vs_torch   the same vs torch.sparse_csr_tensor @ dense (target >= 1.5x)
     spmm_rmat_f128_hyb_vs_csr           hyb (format_decompose) vs refcomp CSR (target >= 1.2x)
     spmm_rmat_f128_hyb_split_vs_csr     hyb with long rows split into chunks vs refcomp CSR
+    spmm_rmat_f128_tuned_vs_csr         the format tune_format picks (--format-trials measured) vs CSR
     sddmm_{ba,rmat}_f{32,128}           refcomp SDDMM vs numpy (gather rows, multiply, sum)
     sddmm_{ba,rmat}_f{32,128}_vs_torch  the same vs torch.sparse.sampled_addmm (which does not
                                         multiply by A's values: a little less work than ours)
@@ -123,6 +124,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="threads for refcomp and torch")
     parser.add_argument("--repeat", type=int, default=5, help="calls per round")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds")
+    parser.add_argument("--format-trials", type=int, default=12,
+                        help="formats tune_format measures for the R-MAT f128 case (0: skip it)")
     args = parser.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # before the first kernel loads libgomp
 
@@ -277,6 +280,17 @@ def main() -> None:
                 check_spmm(sparse.spmm_hyb(S, B, hyb_out), expected, bound, f"refcomp hyb split {name} f{width}")
                 report(f"{case}_hyb_split_vs_csr", lambda: sparse.spmm_hyb(S, B, hyb_out),
                        lambda: sparse.spmm(M, B, out), "refcomp csr", flops)
+                if args.format_trials > 0:
+                    start = time.monotonic()
+                    choice = sparse.tune_format(M, width, trials=args.format_trials, seed=1)
+                    spent = time.monotonic() - start
+                    check_spmm(choice.spmm(B, hyb_out), expected, bound, f"refcomp tuned format {name} f{width}")
+                    report(f"{case}_tuned_vs_csr", lambda: choice.spmm(B, hyb_out),
+                           lambda: sparse.spmm(M, B, out), "refcomp csr", flops)
+                    results[f"{case}_tuned_vs_csr"].update(format=choice.params, trials=args.format_trials,
+                                                           tuning_s=round(spent, 1))
+                    print(f"    tune_format chose {choice.params or 'CSR'} after {args.format_trials} formats "
+                          f"in {spent:.1f} s")
         for width in (32, 128):
             sddmm_cases(name, A, M, width)
     attention_cases(1024 if args.small else 4096)

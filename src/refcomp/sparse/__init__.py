@@ -12,7 +12,8 @@ and lowered (`lower.py`) to stage II (loops over positions, binary search where 
 be found) and stage III (stage II plus the format invariants as assumptions: the loop IR whose
 indirect accesses the shape prover proves in bounds and the C backend compiles).  `kernels.py`
 builds SpMM and SDDMM that way (and ELL / BSR SpMM directly in the loop IR); `hyb.py` decomposes
-CSR by column partitions into power-of-two ELL buckets, a CSR rest and split long rows; `ops.py`
+CSR by column partitions into power-of-two ELL buckets, a CSR rest and split long rows, and
+`format_search.py` searches those parameters with measurements kept in a tuning database; `ops.py`
 has block-sparse attention over BSR and RGCN with the relations fused; `graph_layers.py` emits GCN
 and GraphSAGE layers in the graph IR.  See spec/sparse.md.
 """
@@ -27,6 +28,7 @@ from .iteration import (
 from .lower import lower_stage2, lower_stage3
 from .kernels import sddmm_iteration, spmm_iteration
 from .hyb import Bucket, FormatChoice, Hyb, HybPart, Split, choose_format, format_decompose, spmm_hyb
+from .format_search import format_workload, tune_format
 from .ops import RelationalGraph, block_sparse_attention, rgcn
 from .graph_layers import gcn_layer, sage_layer
 
@@ -35,7 +37,7 @@ __all__ = [
     "SparseMatrix", "bsr", "csr", "dcsr", "ell", "ragged", "from_scipy", "to_scipy", "to_torch",
     "SparseFormatError", "validate",
     "spmm", "sddmm", "spmm_csr_func", "spmm_bsr_func", "spmm_ell_func", "sddmm_func",
-    "Bucket", "Hyb", "HybPart", "Split", "format_decompose", "spmm_hyb", "FormatChoice", "choose_format",
+    "Bucket", "Hyb", "HybPart", "Split", "format_decompose", "spmm_hyb", "FormatChoice", "choose_format", "format_workload", "tune_format",
     "SparseIteration", "SparseIterationError", "SparseScheduleError", "SpAxis", "SpBuffer", "sp_axis", "sp_iter",
     "check_iteration", "run_stage1", "script_stage1", "sparse_reorder", "sparse_fuse", "lower_stage2",
     "lower_stage3", "spmm_iteration", "sddmm_iteration",

@@ -371,33 +371,42 @@ def choose_format(A: SparseMatrix, width: int, candidates=DEFAULT_CANDIDATES, re
                   seed: int = 0) -> FormatChoice:
     """Measure SpMM with a random dense operand of `width` columns for each candidate format (None:
     CSR; a dict: the parameters of format_decompose) and keep the fastest.  Every candidate's
-    result is checked against CSR's before it is timed (an InternalError if one differs)."""
-    import time
-
-    from ..errors import InternalError
-    from .kernels import spmm
-
+    result is checked against CSR's before it is timed (an InternalError if one differs).
+    `refcomp.sparse.tune_format` searches the parameters instead of a fixed list."""
     A = _require_csr(A, "choose_format")
     if not isinstance(width, int) or width < 1 or not candidates:
         raise ArgumentError(f"choose_format: expected a positive width and candidates, got {width!r}, {candidates!r}")
     rng = np.random.default_rng(seed)
     B = rng.uniform(-1.0, 1.0, (A.shape[1], width)).astype(A.dtype)
-    expected = spmm(A, B)
-    out = np.empty_like(expected)
     tried: list[tuple[dict | None, float, Any]] = []
     for params in candidates:
-        matrix = A if params is None else format_decompose(A, **params)
-        run = (lambda: spmm(A, B, out)) if params is None else (lambda m=matrix: spmm_hyb(m, B, out))
-        run()
-        tolerance = 1e-4 if A.dtype == np.float32 else 1e-10
-        scale = max(1.0, float(np.abs(expected).max(initial=0.0)))
-        if not np.allclose(out, expected, rtol=tolerance, atol=tolerance * scale):
-            raise InternalError(f"choose_format: {params} gives a different product than CSR")
-        best = float("inf")
-        for _ in range(max(1, repeat)):
-            start = time.perf_counter()
-            run()
-            best = min(best, time.perf_counter() - start)
-        tried.append((params, best, matrix))
+        seconds, matrix = measure_format(A, B, params, repeat, "choose_format")
+        tried.append((params, seconds, matrix))
     params, _, matrix = min(tried, key=lambda t: t[1])
     return FormatChoice(params, matrix, tuple((p, s) for p, s, _ in tried))
+
+
+def measure_format(A: SparseMatrix, B: np.ndarray, params: dict | None, repeat: int, what: str) -> tuple[float, Any]:
+    """(best seconds of `repeat` SpMMs, the matrix) for CSR A in the format params describes (None:
+    CSR itself; a dict: format_decompose's parameters), after checking its product against CSR's
+    (an InternalError when it differs)."""
+    import time
+
+    from ..errors import InternalError
+    from .kernels import spmm
+
+    expected = spmm(A, B)
+    matrix = A if params is None else format_decompose(A, **params)
+    out = np.empty_like(expected)
+    run = (lambda: spmm(A, B, out)) if params is None else (lambda: spmm_hyb(matrix, B, out))
+    run()
+    tolerance = 1e-4 if A.dtype == np.float32 else 1e-10
+    scale = max(1.0, float(np.abs(expected).max(initial=0.0)))
+    if not np.allclose(out, expected, rtol=tolerance, atol=tolerance * scale):
+        raise InternalError(f"{what}: {params} gives a different product than CSR")
+    best = float("inf")
+    for _ in range(max(1, repeat)):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best, matrix
