@@ -358,10 +358,18 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, parall
     # the channel blocks outermost and parallel, unfused: a fused (n, o // L) index would be split
     # back by floor divisions whose sign fix-ups the C compiler cannot drop inside a parallel loop
     sch.reorder(o_outer, n, *rows, x_outer, *window, channel, x_inner, o_inner)
+    # the XB x L accumulators in a "local" tile per (y, x // XB), written back after the whole
+    # reduction: lowering gives the tile a stack array of its own in each thread, which the C
+    # compiler keeps in registers (the blocked output, a heap buffer it cannot tell apart from the
+    # input and the weights, would be stored back on every step of the reduction)
+    tile = sch.cache_write(rv, 0, "local")
+    sch.reverse_compute_at(tile, x_outer)
     sch.decompose_reduction(rv, window[0] if window else channel)
     sch.vectorize(o_inner)
     if xb > 1:
         sch.unroll(x_inner)
+    tile_loops = sch.get_loops(tile)
+    sch.vectorize(tile_loops[-1])
     if parallel:
         sch.parallel(o_outer)
     return sch
