@@ -119,7 +119,7 @@ class BufferCompactor(Mutator):
         if all(b is None for b in bases):
             return alloc
         new = alloc.buffer.with_(shape=tuple(shape))
-        return Allocate(new, _Rebase(alloc.buffer, new, bases, lows).visit(body))
+        return Allocate(new, _Rebase(alloc.buffer, new, bases, lows, self.access_ranges).visit(body))
 
     def plan(self, buffer: Buffer, body: Stmt, dim: int, inner: set[Var]) -> tuple[PrimExpr, int, int] | None:
         """(base, low, size) of dimension dim of buffer's accesses, or None if not compactable."""
@@ -146,7 +146,7 @@ class BufferCompactor(Mutator):
         return base_expr, low, high - low + 1
 
     def split(self, index: PrimExpr, ranges: dict, inner: set[Var]) -> tuple[PrimExpr, tuple[int, int]] | None:
-        form = linear_form(index)
+        form = linear_form(_simplified(index, ranges))
         base_terms = []
         lo = hi = form.const
         for atom, coefficient in form.linear_terms():
@@ -245,28 +245,40 @@ def _sum(terms: list[tuple[PrimExpr, int]], dtype) -> PrimExpr:
 class _Rebase(Mutator):
     """Accesses to old become accesses to new, each index shifted by its dimension's base + low."""
 
-    def __init__(self, old: Buffer, new: Buffer, bases: list, lows: list[int]) -> None:
+    def __init__(self, old: Buffer, new: Buffer, bases: list, lows: list[int], access_ranges: dict) -> None:
         super().__init__()
         self.old, self.new, self.bases, self.lows = old, new, bases, lows
+        self.access_ranges = access_ranges
 
-    def indices(self, indices: tuple[PrimExpr, ...]) -> tuple[PrimExpr, ...]:
-        from ...shape import Analyzer
-
-        analyzer = Analyzer()
-        return tuple(index if base is None else analyzer.simplify(index - base - low)
+    def indices(self, indices: tuple[PrimExpr, ...], ranges: dict) -> tuple[PrimExpr, ...]:
+        return tuple(index if base is None else _simplified(index - base - low, ranges)
                      for index, base, low in zip(indices, self.bases, self.lows))
 
     def visit_BufferLoad(self, load: BufferLoad) -> PrimExpr:
+        ranges = self.access_ranges.get(id(load), {})
         load = self.generic_visit(load)
         if load.buffer is not self.old:
             return load
-        return BufferLoad(self.new, self.indices(load.indices))
+        return BufferLoad(self.new, self.indices(load.indices, ranges))
 
     def visit_BufferStore(self, store: BufferStore) -> Stmt:
+        ranges = self.access_ranges.get(id(store), {})
         store = self.generic_visit(store)
         if store.buffer is not self.old:
             return store
-        return BufferStore(self.new, store.value, self.indices(store.indices))
+        return BufferStore(self.new, store.value, self.indices(store.indices, ranges))
+
+
+def _simplified(index: PrimExpr, ranges: dict) -> PrimExpr:
+    """index simplified knowing the ranges of the loops around its access: floordiv(o0 * 16 + o1, 16)
+    is o0 where 0 <= o1 < 16, so its dimension splits into a base and a bounded offset."""
+    from ...shape import Analyzer
+
+    analyzer = Analyzer()
+    for var, (low, extent) in ranges.items():
+        if low is not None and extent is not None and extent > 0 and var in free_vars(index):
+            analyzer.bind(var, (low, extent))
+    return analyzer.simplify(index)
 
 
 __all__ = ["BufferCompactor", "compact_local_buffers"]

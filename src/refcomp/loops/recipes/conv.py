@@ -345,6 +345,7 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, parall
         sch.transform_layout(packed, ("write", 0), lambda o, c, r0, r1: (o // lanes, c, r0, r1, o % lanes))
     else:
         sch.transform_layout(packed, ("write", 0), lambda o, c, r0: (o // lanes, c, r0, o % lanes))
+    _pack_in_write_order(sch, packed, lanes)
     loops = sch.get_loops(rv)
     n, o, *spatial = loops[:2 + nd]
     reduce_loops = loops[2 + nd:]
@@ -373,6 +374,15 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, parall
     if parallel:
         sch.parallel(o_outer)
     return sch
+
+
+def _pack_in_write_order(sch: Schedule, packed, lanes: int) -> None:
+    """The packing stage Wp[o // L, c, r..., o % L] = W[o, c, r...] in the packed buffer's order,
+    o % L innermost: each step writes one contiguous vector of L weights (in W's order it writes
+    one element per cache line, and the weights of a wide layer are packed on every call)."""
+    o, *rest = sch.get_loops(packed)
+    o_outer, o_inner = sch.split(o, [None, lanes])
+    sch.reorder(o_outer, *rest, o_inner)
 
 
 def _weight_panels(ob: int, nd: int):
