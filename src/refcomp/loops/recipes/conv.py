@@ -197,22 +197,29 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
     loops = sch.get_loops(rv)
     if len(loops) != len(node.iter_vars):
         raise ScheduleError(f"conv_fp32: block {block!r} is already scheduled ({len(loops)} loops)")
-    if gemm_tile and not grouped:
-        tile = _gemm_tile_for(shape, node)
-        if tile is not None:
+    cv_lanes = channel_lanes(shape.out_channels, native) if channel_vector and not grouped else None
+    reduction = 1
+    for iv in node.iter_vars[2 + nd:]:
+        reduction *= as_int(iv.dom.extent) or 0
+    # the channel-vector tile first where the reduction is long enough to hide its write-back
+    # (a transpose of XB x L values per tile); short ones (a 1x1 over a few channels) on the GEMM
+    # tile where it applies
+    forms = ["gemm", "cv"] if reduction < _CHANNEL_VECTOR_MIN_REDUCTION else ["cv", "gemm"]
+    for form in forms:
+        if form == "gemm" and gemm_tile and not grouped:
+            tile = _gemm_tile_for(shape, node)
+            if tile is not None:
+                attempt = sch.copy()
+                try:
+                    return _conv_on_gemm_tile(attempt, attempt.get_block(block), shape, tile, parallel)
+                except ScheduleError as exc:
+                    log.debug("conv_fp32: %s: the GEMM tile does not apply (%s)", block, exc)
+        if form == "cv" and cv_lanes is not None:
             attempt = sch.copy()
             try:
-                return _conv_on_gemm_tile(attempt, attempt.get_block(block), shape, tile, parallel)
+                return _conv_channel_vector(attempt, attempt.get_block(block), shape, cv_lanes, native, parallel)
             except ScheduleError as exc:
-                log.debug("conv_fp32: %s: the GEMM tile does not apply (%s); direct schedule", block, exc)
-    x_var, r_var = node.iter_vars[1 + nd].var, node.iter_vars[-1].var
-    strided = not _unit_stride(_data_load(node, shape).indices[-1], x_var, r_var)
-    if channel_vector and not grouped and shape.out_channels % native == 0 and (shape.out_width % native or strided):
-        attempt = sch.copy()
-        try:
-            return _conv_channel_vector(attempt, attempt.get_block(block), shape, native, parallel)
-        except ScheduleError as exc:
-            log.debug("conv_fp32: %s: the channel-vector tile does not apply (%s); direct schedule", block, exc)
+                log.debug("conv_fp32: %s: the channel-vector tile does not apply (%s)", block, exc)
     n, o, *spatial = loops[:2 + nd]
     reduce_loops = loops[2 + nd:]
     rows, x = spatial[:-1], spatial[-1]
@@ -236,6 +243,21 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
         # index's floor divisions (their sign fix-ups) inside the window loops
         sch.parallel(o_outer if unfused else sch.fuse(n, o_outer))
     return sch
+
+
+# The reduction length (input channels per group x window) from which the channel-vector tile is
+# tried before the GEMM tile (measured: a 1x1 over 16 or 32 channels runs faster on the GEMM tile,
+# a 3x3 over 16 or a 1x1 over 96 on the channel-vector tile).
+_CHANNEL_VECTOR_MIN_REDUCTION = 64
+
+
+def channel_lanes(channels: int, native: int) -> int | None:
+    """L of the channel-vector tile: the native vector, or half of it (at least 8 lanes: a
+    MobileNet's 24 or 40 channels with AVX-512), that divides the output channels; else None."""
+    for lanes in (native, native // 2):
+        if lanes >= 8 and channels % lanes == 0:
+            return lanes
+    return None
 
 
 # Channel blocks from which the direct form's parallel loop is the channel blocks alone (see there).
@@ -306,8 +328,9 @@ def _conv_on_gemm_tile(sch: Schedule, rv, shape: ConvShape, intrin: str, paralle
     return sch
 
 
-# Output columns per channel-vector tile: as many accumulators of one vector of output channels as
-# leave registers for the weight vector and the input broadcast (16 ymm with AVX2, 32 zmm).
+# Output columns per channel-vector tile, by the native lanes: as many accumulators of one vector of
+# output channels as leave registers for the weight vector and the input broadcast (16 ymm with
+# AVX2, 32 zmm with AVX-512, also when the tile's vectors are half as wide).
 _COLUMN_TILE = {8: 12, 16: 24}
 
 
@@ -317,29 +340,22 @@ def column_tile(width: int, preferred: int) -> int:
     return channel_block(width, preferred)
 
 
-def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, parallel: bool) -> Schedule:
-    """The output channels in vectors, a row of XB output columns in registers: for narrow or
-    strided outputs (a ResNet's 12 x 12 ... 3 x 3 stages, a 7 x 7 stride-2 stem), where a vector of
-    output columns would be mostly empty.  The block accumulates into a channel-blocked copy of the
-    output, acc[n, o // L, y, x, o % L], copied back to NCHW after; the weights are packed as
-    Wp[o // L, c, r..., o % L], so each step of the reduction loads one weight vector and
-    broadcasts one input element per column:
+def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native: int, parallel: bool) -> Schedule:
+    """The output channels in vectors of L, a row of XB output columns in registers (MLAS's direct
+    NCHWc kernel, on NCHW tensors): the block accumulates into a "local" tile acc[x % XB, o % L]
+    per (n, o // L, y, x // XB), which lowering turns into a stack array of each thread that the C
+    compiler keeps in XB vector registers, written back to the output in NCHW order once the whole
+    reduction is done.  The weights are packed as Wp[o // L, c, r..., o % L], so each step of the
+    reduction loads one weight vector and broadcasts one input element per column:
 
-        for (n, o // L) parallel, y, x // XB:
-          acc[n, o // L, y, x : x + XB, :] = 0
-          for c, r0, r1:
-            for x % XB (unrolled):  acc[n, o // L, y, x, 0:L] += X[n, c, y*s + r0, x*s + r1] * Wp[o // L, c, r0, r1, 0:L]
-        out[n, o, y, x] = acc[n, o // L, y, x, o % L]
+        for o // L parallel, n, y, x // XB:
+          acc[0:XB, 0:L] = 0
+          for r0, r1, c:
+            for x % XB (unrolled):  acc[x % XB, 0:L] += X[n, c, y*s + r0, x*s + r1] * Wp[o // L, c, r0, r1, 0:L]
+          out[n, o : o + L, y, x : x + XB] = acc^T
     """
     nd = shape.spatial_dims
-    node = sch.get(rv)
-    output = node.writes[0].buffer
-    if any(p is output for p in sch.func.buffers):  # a parameter keeps its layout: accumulate in a copy
-        sch.cache_write(rv, 0, "global")
-    if nd == 2:
-        sch.transform_layout(rv, ("write", 0), lambda n, o, y, x: (n, o // lanes, y, x, o % lanes))
-    else:
-        sch.transform_layout(rv, ("write", 0), lambda n, o, x: (n, o // lanes, x, o % lanes))
+    tile = sch.cache_write(rv, 0, "local")
     packed = sch.cache_read(rv, shape.w_index, "global")
     if nd == 2:
         sch.transform_layout(packed, ("write", 0), lambda o, c, r0, r1: (o // lanes, c, r0, r1, o % lanes))
@@ -350,7 +366,7 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, parall
     n, o, *spatial = loops[:2 + nd]
     reduce_loops = loops[2 + nd:]
     rows, x = spatial[:-1], spatial[-1]
-    xb = column_tile(shape.out_width, _COLUMN_TILE.get(lanes, 12))
+    xb = column_tile(shape.out_width, _COLUMN_TILE.get(native, 12))
     o_outer, o_inner = sch.split(o, [None, lanes])
     x_outer, x_inner = sch.split(x, [None, xb])
     channel, *window = reduce_loops
@@ -359,18 +375,17 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, parall
     # the channel blocks outermost and parallel, unfused: a fused (n, o // L) index would be split
     # back by floor divisions whose sign fix-ups the C compiler cannot drop inside a parallel loop
     sch.reorder(o_outer, n, *rows, x_outer, *window, channel, x_inner, o_inner)
-    # the XB x L accumulators in a "local" tile per (y, x // XB), written back after the whole
-    # reduction: lowering gives the tile a stack array of its own in each thread, which the C
-    # compiler keeps in registers (the blocked output, a heap buffer it cannot tell apart from the
-    # input and the weights, would be stored back on every step of the reduction)
-    tile = sch.cache_write(rv, 0, "local")
     sch.reverse_compute_at(tile, x_outer)
+    # channels last in the tile: each column's L channels one vector (compaction then keeps the
+    # XB x L part one (n, o // L, y, x // XB) step uses)
+    if nd == 2:
+        sch.transform_layout(rv, ("write", 0), lambda n, o, y, x: (n, y, x, o))
+    else:
+        sch.transform_layout(rv, ("write", 0), lambda n, o, x: (n, x, o))
     sch.decompose_reduction(rv, window[0] if window else channel)
     sch.vectorize(o_inner)
     if xb > 1:
         sch.unroll(x_inner)
-    tile_loops = sch.get_loops(tile)
-    sch.vectorize(tile_loops[-1])
     if parallel:
         sch.parallel(o_outer)
     return sch
