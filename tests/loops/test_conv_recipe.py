@@ -309,3 +309,50 @@ def test_channel_vector_tile_random_shapes_on_both_widths(rng, vector_isa, data)
     scheduled = schedule_kernel(func)
     assert _local_tile(scheduled)
     _check(scheduled, rng, (n, c, h, w), (o, c, k, k), (stride, stride), (pad,) * 4, (dilation, dilation), 1)
+
+
+def _depthwise(n, c, h, w, k, stride=1, pad=0, dilation=1):
+    return _conv(n, c, h, w, c, k, k, stride, pad, dilation, groups=c)
+
+
+@pytest.mark.parametrize("n,c,h,w,k,stride,pad,dilation", [
+    (2, 5, 8, 8, 3, 1, 1, 1),       # one vector of 8 columns per row
+    (1, 3, 11, 32, 3, 1, 1, 1),     # a whole native vector (or two) per row
+    (1, 4, 9, 23, 3, 2, 1, 1),      # stride 2: 12 columns, read at stride 2
+    (2, 3, 7, 12, 3, 1, 2, 2),      # dilated
+    (1, 2, 5, 4, 5, 1, 2, 1),       # 5x5, 4 columns
+    (1, 2, 1, 4, 1, 1, 0, 1),       # one row, 1x1
+    (1, 3, 5, 7, 3, 1, 1, 1),       # 7 columns: no vector divides them, the direct form
+])
+def test_depthwise_row_tile(rng, vector_isa, n, c, h, w, k, stride, pad, dilation):
+    """Depthwise: a row of output columns in local vector accumulators over the kernel window,
+    where a vector of at least 4 lanes divides the output width; the interpreter and numpy agree."""
+    func = _depthwise(n, c, h, w, k, stride, pad, dilation)
+    sch = recipes.conv_fp32(func)
+    out_h = (h + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+    out_w = (w + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+    assert _local_tile(sch.func) == (out_w % 4 == 0)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    before = np.zeros((n, c, out_h, out_w), np.float32)
+    after = np.ones_like(before)
+    interpret(func, x, wt, before)
+    interpret(sch.func, x, wt, after)
+    np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-4)
+    _check(sch.func, rng, (n, c, h, w), (c, 1, k, k), (stride, stride), (pad,) * 4, (dilation, dilation), c)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_depthwise_random_shapes_on_both_widths(rng, vector_isa, data):
+    """The default schedule of depthwise kernels (padded copy + row tile or direct form) on random
+    shapes: odd and prime sizes, size 1, stride 2, padding, batch 1 and 2."""
+    c = data.draw(st.sampled_from([1, 2, 3, 7, 16]), label="c")
+    k = data.draw(st.sampled_from([1, 3, 5]), label="k")
+    stride = data.draw(st.integers(1, 2), label="stride")
+    pad = data.draw(st.integers(0, k // 2), label="pad")
+    h = data.draw(st.integers(max(k - 2 * pad, 1), 9), label="h")
+    w = data.draw(st.integers(max(k - 2 * pad, 1), 67), label="w")
+    n = data.draw(st.integers(1, 2), label="n")
+    func = schedule_kernel(_depthwise(n, c, h, w, k, stride, pad))
+    _check(func, rng, (n, c, h, w), (c, 1, k, k), (stride, stride), (pad,) * 4, (1, 1), c)

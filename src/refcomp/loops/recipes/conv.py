@@ -167,7 +167,8 @@ _CHANNEL_BLOCK = {8: 6, 16: 12}
 
 
 def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, parallel: bool = True,
-              pack_weight: bool = True, gemm_tile: bool = True, channel_vector: bool = True) -> Schedule:
+              pack_weight: bool = True, gemm_tile: bool = True, channel_vector: bool = True,
+              depthwise_rows: bool = True) -> Schedule:
     """Schedule a float32 convolution block (see the module docstring): on the fp32 GEMM tile
     when its NR divides the output width and the input is read at unit stride along it (unless
     gemm_tile is False), else, for an output width the native vector does not divide (or read at a
@@ -220,6 +221,13 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
                 return _conv_channel_vector(attempt, attempt.get_block(block), shape, cv_lanes, native, parallel)
             except ScheduleError as exc:
                 log.debug("conv_fp32: %s: the channel-vector tile does not apply (%s)", block, exc)
+    row_lanes = _row_lanes(shape.out_width, native)
+    if depthwise_rows and grouped and as_int(node.iter_vars[2 + nd].dom.extent) == 1 and row_lanes:
+        attempt = sch.copy()
+        try:
+            return _conv_depthwise_rows(attempt, attempt.get_block(block), shape, row_lanes, parallel)
+        except ScheduleError as exc:
+            log.debug("conv_fp32: %s: the depthwise row tile does not apply (%s)", block, exc)
     n, o, *spatial = loops[:2 + nd]
     reduce_loops = loops[2 + nd:]
     rows, x = spatial[:-1], spatial[-1]
@@ -388,6 +396,56 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
         sch.unroll(x_inner)
     if parallel:
         sch.parallel(o_outer)
+    return sch
+
+
+# Accumulator vectors of one depthwise row tile (of the 16 ymm / 32 zmm registers, the rest hold
+# the input vectors and the weight broadcasts).
+_ROW_VECTORS = 12
+
+
+def _row_lanes(width: int, native: int) -> int | None:
+    """The vector of the depthwise row tile: the widest power of two of at least 4 lanes, up to the
+    native vector, that divides the output width; None when none does (3, 6, 7 ... columns)."""
+    lanes = native
+    while lanes >= 4:
+        if width % lanes == 0:
+            return lanes
+        lanes //= 2
+    return None
+
+
+def _conv_depthwise_rows(sch: Schedule, rv, shape: ConvShape, lanes: int, parallel: bool) -> Schedule:
+    """A depthwise convolution (one input channel per group) a row at a time: up to _ROW_VECTORS
+    vectors of output columns accumulate in a "local" tile (registers) over the kernel window,
+    each window position one input vector (a gather at stride 2) times the broadcast weight, and
+    the tile is stored to the output once:
+
+        for o parallel, n, y, x // (XV * V):
+          acc[0:XV * V] = 0
+          for r0, r1:
+            for xv (unrolled), x % V (vectorized):  acc[xv * V + x] += X[n, o, y*s + r0*d, (x..)*s + r1*d] * W[o, 0, r0, r1]
+          out[n, o, y, x : x + XV * V] = acc
+    """
+    nd = shape.spatial_dims
+    loops = sch.get_loops(rv)
+    n, o, *spatial = loops[:2 + nd]
+    reduce_loops = loops[2 + nd:]
+    rows, x = spatial[:-1], spatial[-1]
+    vectors = channel_block(shape.out_width // lanes, _ROW_VECTORS)
+    x_outer, x_vec, x_lane = sch.split(x, [None, vectors, lanes])
+    sch.reorder(o, n, *rows, x_outer, *reduce_loops, x_vec, x_lane)
+    tile = sch.cache_write(rv, 0, "local")
+    sch.reverse_compute_at(tile, x_outer)
+    sch.decompose_reduction(rv, reduce_loops[0])
+    sch.vectorize(x_lane)
+    if vectors > 1:
+        sch.unroll(x_vec)
+    # the write-back: the tile's columns in vectors (a row of the output, contiguous)
+    _, lane = sch.split(sch.get_loops(tile)[-1], [None, lanes])
+    sch.vectorize(lane)
+    if parallel:
+        sch.parallel(o)
     return sch
 
 
