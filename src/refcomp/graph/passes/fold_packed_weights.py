@@ -8,7 +8,8 @@ PrimFunc the *packing stages*:
 
     a block of spatial iters only, with no predicate and no init, whose body is one store
     Q[f(v)] = P[g(v)] of a parameter P into a buffer Q allocated by the function (root level),
-    where no other block reads P and no other block writes Q, in a loop nest of its own
+    where no other block reads P and no other block writes Q, in a loop nest of its own, and Q's
+    address is not taken (a tensorized micro-kernel's operand counts as written: not foldable)
 
 and, for a call whose argument for P is a Constant, evaluates the copy with numpy over the
 block's whole domain (the one evaluator, on arrays of index points), passes the packed array in
@@ -114,9 +115,18 @@ def find_packing_stage(func: PrimFunc, index: int) -> BlockRealize | None:
         return None
     if any(r is not realize and any(w.buffer is store.buffer for w in r.block.writes) for r in realizes):
         return None
-    if _own_nest(root.body, realize) is None:
+    if _own_nest(root.body, realize) is None or _escapes(func, store.buffer):
         return None
     return realize
+
+
+def _escapes(func: PrimFunc, buffer) -> bool:
+    """Whether the function takes buffer's address (a tensorized micro-kernel's operand): the
+    argument checks then count it as written, and a Constant, read-only, could not be passed."""
+    from ...ast.expr import Call as TirCall
+
+    return any(call.op == "address_of" and any(getattr(a, "buffer", None) is buffer for a in call.args)
+               for call in collect(func.body, TirCall))
 
 
 def _own_nest(seq: SeqStmt, realize: BlockRealize) -> int | None:

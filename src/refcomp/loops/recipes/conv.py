@@ -356,7 +356,7 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     reduction is done.  The weights are packed as Wp[o // L, c, r..., o % L], so each step of the
     reduction loads one weight vector and broadcasts one input element per column:
 
-        for o // L parallel, n, y, x // XB:
+        for n, o // L parallel, y, x // XB:
           acc[0:XB, 0:L] = 0
           for r0, r1, c:
             for x % XB (unrolled):  acc[x % XB, 0:L] += X[n, c, y*s + r0, x*s + r1] * Wp[o // L, c, r0, r1, 0:L]
@@ -380,9 +380,11 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     channel, *window = reduce_loops
     # the channel loop innermost of the reduction: the accumulators stay at one address for its
     # whole run, so the C compiler keeps them in registers across it
-    # the channel blocks outermost and parallel, unfused: a fused (n, o // L) index would be split
-    # back by floor divisions whose sign fix-ups the C compiler cannot drop inside a parallel loop
-    sch.reorder(o_outer, n, *rows, x_outer, *window, channel, x_inner, o_inner)
+    # the channel blocks parallel, unfused: a fused (n, o // L) index would be split back by floor
+    # divisions whose sign fix-ups the C compiler cannot drop inside a parallel loop; the batch
+    # outside them, so every loop inside the parallel one has a constant extent (a symbolic batch
+    # would leave the tile's independence across channel blocks unprovable)
+    sch.reorder(n, o_outer, *rows, x_outer, *window, channel, x_inner, o_inner)
     sch.reverse_compute_at(tile, x_outer)
     # channels last in the tile: each column's L channels one vector (compaction then keeps the
     # XB x L part one (n, o // L, y, x // XB) step uses)
@@ -421,7 +423,7 @@ def _conv_depthwise_rows(sch: Schedule, rv, shape: ConvShape, lanes: int, parall
     each window position one input vector (a gather at stride 2) times the broadcast weight, and
     the tile is stored to the output once:
 
-        for o parallel, n, y, x // (XV * V):
+        for n, o parallel, y, x // (XV * V):
           acc[0:XV * V] = 0
           for r0, r1:
             for xv (unrolled), x % V (vectorized):  acc[xv * V + x] += X[n, o, y*s + r0*d, (x..)*s + r1*d] * W[o, 0, r0, r1]
@@ -434,7 +436,7 @@ def _conv_depthwise_rows(sch: Schedule, rv, shape: ConvShape, lanes: int, parall
     rows, x = spatial[:-1], spatial[-1]
     vectors = channel_block(shape.out_width // lanes, _ROW_VECTORS)
     x_outer, x_vec, x_lane = sch.split(x, [None, vectors, lanes])
-    sch.reorder(o, n, *rows, x_outer, *reduce_loops, x_vec, x_lane)
+    sch.reorder(n, o, *rows, x_outer, *reduce_loops, x_vec, x_lane)  # the batch outside: see _conv_channel_vector
     tile = sch.cache_write(rv, 0, "local")
     sch.reverse_compute_at(tile, x_outer)
     sch.decompose_reduction(rv, reduce_loops[0])
