@@ -342,6 +342,10 @@ def _conv_on_gemm_tile(sch: Schedule, rv, shape: ConvShape, intrin: str, paralle
 _COLUMN_TILE = {8: 12, 16: 24}
 
 
+# Vectors of output channels per channel-vector tile (when they divide the channels).
+_CHANNEL_VECTORS = 2
+
+
 def column_tile(width: int, preferred: int) -> int:
     """XB: the divisor of the output width up to `preferred` that leaves the fewest tiles (the
     largest), so the tile has no remainder."""
@@ -374,8 +378,12 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     n, o, *spatial = loops[:2 + nd]
     reduce_loops = loops[2 + nd:]
     rows, x = spatial[:-1], spatial[-1]
-    xb = column_tile(shape.out_width, _COLUMN_TILE.get(native, 12))
-    o_outer, o_inner = sch.split(o, [None, lanes])
+    # MV vectors of output channels per tile where the channels allow: each broadcast input
+    # element then feeds MV multiply-adds, and the loads per multiply-add drop (the two load
+    # ports, not the two FMA units, bound a one-vector tile)
+    mv = _CHANNEL_VECTORS if shape.out_channels % (_CHANNEL_VECTORS * lanes) == 0 else 1
+    xb = column_tile(shape.out_width, _COLUMN_TILE.get(native, 12) // mv)
+    o_outer, o_mid, o_inner = sch.split(o, [None, mv, lanes])
     x_outer, x_inner = sch.split(x, [None, xb])
     channel, *window = reduce_loops
     # the channel loop innermost of the reduction: the accumulators stay at one address for its
@@ -384,7 +392,7 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     # divisions whose sign fix-ups the C compiler cannot drop inside a parallel loop; the batch
     # outside them, so every loop inside the parallel one has a constant extent (a symbolic batch
     # would leave the tile's independence across channel blocks unprovable)
-    sch.reorder(n, o_outer, *rows, x_outer, *window, channel, x_inner, o_inner)
+    sch.reorder(n, o_outer, *rows, x_outer, *window, channel, x_inner, o_mid, o_inner)
     sch.reverse_compute_at(tile, x_outer)
     # channels last in the tile: each column's L channels one vector (compaction then keeps the
     # XB x L part one (n, o // L, y, x // XB) step uses)
@@ -396,6 +404,8 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     sch.vectorize(o_inner)
     if xb > 1:
         sch.unroll(x_inner)
+    if mv > 1:
+        sch.unroll(o_mid)
     if parallel:
         sch.parallel(o_outer)
     return sch
