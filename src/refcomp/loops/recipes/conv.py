@@ -1,4 +1,4 @@
-"""Convolution recipe: the GEMM micro-kernel per window position, or a direct register tile.
+"""Convolution recipe: the GEMM micro-kernel per window position, or a register tile of the block.
 
 A convolution block is recognised by its structure, not by its name (conv_shape):
 
@@ -10,7 +10,8 @@ count (depthwise included: one input channel per group).  The input may be a pad
 an earlier stage of the same function; that stage keeps its own loop nest (inlined, its bounds
 test would run once per multiply-add).
 
-conv_fp32 schedules it in one of two forms, with schedule primitives only:
+conv_fp32 schedules it in one of four forms, with schedule primitives only (not grouped: the
+channel-vector tile first when the reduction has 64 terms or more, else the GEMM tile first):
 
 GEMM tile (not grouped, unit stride along the output columns, an fp32 tile's NR divides the
 output width): for each window position the block is a matmul out[o, x] += W[o, c] * X[c, x]
@@ -21,12 +22,15 @@ window iters are fixed in the tile; tensorize takes out's and X's moving dims as
     for (n, o // MR) parallel, y, x // NR, r0, r1:
       out[MR, NR] (= 0 at the first window position) += Wp[r0, r1, MR, C] * X[n, C, y + r0, NR]
 
-Channel vector (not grouped, the output channels a multiple of the native vector, an output width
-it does not divide or an input read at a stride: a ResNet's narrow late stages, a strided stem):
-one vector of output channels x a row of XB output columns in registers, accumulated into a
-channel-blocked copy of the output (see _conv_channel_vector).
+Channel vector (not grouped, the output channels a multiple of a vector of at least 8 lanes):
+MV vectors of output channels x a row of XB output columns accumulate in a "local" tile, which
+the C target turns into registers, written back once per tile (see _conv_channel_vector).
 
-Direct (otherwise: grouped, depthwise, other widths):
+Depthwise rows (one input channel per group, a vector of at least 4 lanes dividing the output
+width): a row of output columns in a "local" tile of vectors over the window (see
+_conv_depthwise_rows).
+
+Direct (otherwise: grouped, depthwise widths no vector divides, other widths):
 
     W packed once per call:      Wp[o // OB, c, r..., o % OB]
     for o // OB parallel, n, y, x // V:                          ((n, o // OB) fused when few)
@@ -169,10 +173,12 @@ _CHANNEL_BLOCK = {8: 6, 16: 12}
 def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, parallel: bool = True,
               pack_weight: bool = True, gemm_tile: bool = True, channel_vector: bool = True,
               depthwise_rows: bool = True) -> Schedule:
-    """Schedule a float32 convolution block (see the module docstring): on the fp32 GEMM tile
-    when its NR divides the output width and the input is read at unit stride along it (unless
-    gemm_tile is False), else, for an output width the native vector does not divide (or read at a
-    stride) and a channel count it does, the channel-vector tile (unless channel_vector is False), else the direct
+    """Schedule a float32 convolution block (see the module docstring): not grouped, on the
+    channel-vector tile (unless channel_vector is False) when a vector of at least 8 lanes divides
+    the output channels, or on the fp32 GEMM tile (unless gemm_tile is False) when its NR divides
+    the output width and the input is read at unit stride along it, the first of the two for a
+    reduction of 64 terms or more, the second for a shorter one; depthwise, on the row tile
+    (unless depthwise_rows is False) when a vector divides the output width; else on the direct
     register tile.  Raises ScheduleError when the block
     is not a convolution or a step is not legal for it; a Schedule passed in may then hold the
     steps made before (pass a function, or a copy, to keep the original)."""
