@@ -268,6 +268,8 @@ def vector_isa(request, monkeypatch):
     (1, 64, 6, 6, 8, 1, 2, 0),      # a strided 1x1, 8 channels
     (2, 1, 1, 1, 16, 1, 1, 0),      # one pixel, one channel
     (1, 3, 29, 29, 16, 7, 2, 3),    # the stem: 7x7 stride 2, 15 columns
+    (2, 32, 3, 3, 32, 3, 1, 1),     # 3 x 3 outputs: the tile takes all 9 pixels (rows fused)
+    (1, 16, 6, 6, 16, 3, 1, 1),     # 6 x 6 outputs: three rows per tile with AVX-512
 ])
 def test_channel_vector_tile_on_both_widths(rng, vector_isa, n, c, h, w, o, k, stride, pad):
     """The channel-vector tile (local accumulators, weights packed per vector of channels) on

@@ -388,8 +388,16 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     # element then feeds MV multiply-adds, and the loads per multiply-add drop (the two load
     # ports, not the two FMA units, bound a one-vector tile)
     mv = _CHANNEL_VECTORS if shape.out_channels % (_CHANNEL_VECTORS * lanes) == 0 else 1
-    xb = column_tile(shape.out_width, _COLUMN_TILE.get(native, 12) // mv)
+    preferred = _COLUMN_TILE.get(native, 12) // mv
+    xb = column_tile(shape.out_width, preferred)
     o_outer, o_mid, o_inner = sch.split(o, [None, mv, lanes])
+    # a narrow output (a ResNet's 6 x 6 or 3 x 3 stages): the tile takes whole rows, so each
+    # weight vector loaded feeds more output pixels
+    height = as_int(sch.get(rows[-1]).extent) if rows else None
+    if height is not None and xb < preferred:
+        pixels = column_tile(height * shape.out_width, preferred)
+        if pixels > xb and pixels % shape.out_width == 0:
+            x, rows, xb = sch.fuse(rows[-1], x), rows[:-1], pixels
     x_outer, x_inner = sch.split(x, [None, xb])
     channel, *window = reduce_loops
     # the channel loop innermost of the reduction: the accumulators stay at one address for its
