@@ -50,6 +50,8 @@ def schedule_conv(func: PrimFunc, rest: Callable) -> PrimFunc | None:
             continue
         if not loops:
             continue
+        if _into_write_back(sch, rv):
+            continue
         padded = _padded_copy(sch, rv, inputs)
         if padded is not None:
             sch = padded
@@ -59,6 +61,26 @@ def schedule_conv(func: PrimFunc, rest: Callable) -> PrimFunc | None:
         if block.name.endswith("_global") and block.name not in others:  # the packed weights
             _parallel_outer(sch, block.name)
     return sch.func
+
+
+def _into_write_back(sch, rv) -> bool:
+    """Inline an epilogue (bias, activation, residual sum) into the stage that writes a tile of
+    the convolution's output back from its registers (`reverse_compute_inline`), when that stage
+    produces what the epilogue reads: the output is then written once, with the epilogue applied,
+    instead of written, read back and written again.  False (nothing changed) when the
+    primitive refuses (a GEMM tile or direct form writes the output from the reduction itself)."""
+    block = sch.get(rv)
+    if any(iv.kind != "spatial" for iv in block.iter_vars):
+        return False
+    try:
+        producers = sch.get_producers(rv)
+        if not any(sch.get(p).name.endswith("_local") for p in producers):
+            return False
+        sch.reverse_compute_inline(rv)
+    except RefcompError as exc:
+        log.debug("schedule_conv: epilogue %s stays a stage of its own: %s", block.name, exc)
+        return False
+    return True
 
 
 def _padded_copy(sch, rv, inputs: set):
