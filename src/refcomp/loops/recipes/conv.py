@@ -421,7 +421,10 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     if mv > 1:
         sch.unroll(o_mid)
     if parallel:
-        sch.parallel(o_outer)
+        # the channel blocks, or the rows when there are few blocks (a stem's 16 or 32 channels are
+        # one or two blocks: too few to share out)
+        few = shape.out_channels // (mv * lanes) < _UNFUSED_CHANNEL_BLOCKS
+        sch.parallel(rows[0] if few and rows else o_outer)
     return sch
 
 
