@@ -324,16 +324,20 @@ def _depthwise(n, c, h, w, k, stride=1, pad=0, dilation=1):
     (2, 3, 7, 12, 3, 1, 2, 2),      # dilated
     (1, 2, 5, 4, 5, 1, 2, 1),       # 5x5, 4 columns
     (1, 2, 1, 4, 1, 1, 0, 1),       # one row, 1x1
-    (1, 3, 5, 7, 3, 1, 1, 1),       # 7 columns: no vector divides them, the direct form
+    (1, 3, 5, 7, 3, 1, 1, 1),       # 7 columns: the row is the vector (4 + 2 + 1 lanes)
+    (1, 3, 6, 2, 3, 1, 1, 1),       # 2 columns: the direct form
+    (1, 2, 9, 37, 3, 2, 1, 1),      # 19 columns at stride 2: the direct form (or, with AVX2, too)
 ])
 def test_depthwise_row_tile(rng, vector_isa, n, c, h, w, k, stride, pad, dilation):
     """Depthwise: a row of output columns in local vector accumulators over the kernel window,
-    where a vector of at least 4 lanes divides the output width; the interpreter and numpy agree."""
+    where a vector of at least 4 lanes divides the output width or the row is at most one native
+    vector of 3 or more columns; the interpreter and numpy agree."""
     func = _depthwise(n, c, h, w, k, stride, pad, dilation)
     sch = recipes.conv_fp32(func)
     out_h = (h + 2 * pad - dilation * (k - 1) - 1) // stride + 1
     out_w = (w + 2 * pad - dilation * (k - 1) - 1) // stride + 1
-    assert _local_tile(sch.func) == (out_w % 4 == 0)
+    native = recipes.conv.native_lanes()
+    assert _local_tile(sch.func) == (out_w % 4 == 0 or 2 < out_w <= native)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     wt = rng.standard_normal((c, 1, k, k)).astype(np.float32)
     before = np.zeros((n, c, out_h, out_w), np.float32)

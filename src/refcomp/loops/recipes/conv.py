@@ -435,13 +435,16 @@ _ROW_VECTORS = 12
 
 def _row_lanes(width: int, native: int) -> int | None:
     """The vector of the depthwise row tile: the widest power of two of at least 4 lanes, up to the
-    native vector, that divides the output width; None when none does (3, 6, 7 ... columns)."""
+    native vector, that divides the output width; else the width itself when it is 3 up to the
+    native vector; else None."""
     lanes = native
     while lanes >= 4:
         if width % lanes == 0:
             return lanes
         lanes //= 2
-    return None
+    # a narrow row no such vector divides (14, 7, 6 or 3 columns): the whole row is the vector
+    # (lowering runs it as vectors of the powers of two it is made of, 14 = 8 + 4 + 2)
+    return width if 2 < width <= native else None
 
 
 def _conv_depthwise_rows(sch: Schedule, rv, shape: ConvShape, lanes: int, parallel: bool) -> Schedule:
