@@ -406,7 +406,13 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     # divisions whose sign fix-ups the C compiler cannot drop inside a parallel loop; the batch
     # outside them, so every loop inside the parallel one has a constant extent (a symbolic batch
     # would leave the tile's independence across channel blocks unprovable)
-    sch.reorder(n, o_outer, *rows, x_outer, *window, channel, x_inner, o_mid, o_inner)
+    # few channel blocks (a stem's 16 or 32 channels are one or two): the rows outside them are
+    # the parallel loop instead, one parallel region per image
+    few = shape.out_channels // (mv * lanes) < _UNFUSED_CHANNEL_BLOCKS and bool(rows)
+    if few:
+        sch.reorder(n, rows[0], o_outer, *rows[1:], x_outer, *window, channel, x_inner, o_mid, o_inner)
+    else:
+        sch.reorder(n, o_outer, *rows, x_outer, *window, channel, x_inner, o_mid, o_inner)
     sch.reverse_compute_at(tile, x_outer)
     # channels last in the tile: each column's L channels one vector (compaction then keeps the
     # XB x L part one (n, o // L, y, x // XB) step uses)
@@ -421,10 +427,7 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     if mv > 1:
         sch.unroll(o_mid)
     if parallel:
-        # the channel blocks, or the rows when there are few blocks (a stem's 16 or 32 channels are
-        # one or two blocks: too few to share out)
-        few = shape.out_channels // (mv * lanes) < _UNFUSED_CHANNEL_BLOCKS
-        sch.parallel(rows[0] if few and rows else o_outer)
+        sch.parallel(rows[0] if few else o_outer)
     return sch
 
 
