@@ -1,11 +1,13 @@
 """Convolution kernels vs onnxruntime: ResNet-18 and MobileNetV2 layer shapes, one node each.
 
     python benchmarks/conv.py [--json] [--small] [--repeat N] [--rounds N] [--only a,b]
-                                 [--single-thread-cpu]
+                                 [--single-thread-cpu] [--constant-weights]
 
 Each case is one conv2d built the default way (graph.build: legalize, default schedule) and run in
 the VM, against onnxruntime running the same one-node ONNX Conv model with as many intra-op
-threads as the machine has CPUs (one with --single-thread-cpu).  Both results are checked against
+threads as the machine has CPUs (one with --single-thread-cpu).  The weights are inputs of both
+(each engine lays them out on every call), or with --constant-weights a graph constant and an ONNX
+initializer (laid out once, when the model is built).  Both results are checked against
 numpy (float64) before anything is timed.  The script first measures this machine's fp32 FMA
 peak with a small C loop (independent vector FMA chains on every thread, built with refcomp's
 toolchain) and prints each refcomp convolution's GFLOP/s as a fraction of it.
@@ -82,22 +84,31 @@ def cases(small: bool) -> list[Conv]:
     return shrink
 
 
-def refcomp_conv(case: Conv):
+def refcomp_conv(case: Conv, weights: np.ndarray | None = None):
+    """The one-conv graph built the default way; with `weights`, they are a graph constant (packed
+    at build time) and the function takes x alone."""
+    from refcomp.ast.graph import Constant
+
     x = Var("x", TensorStructInfo((case.batch, case.channels, case.size, case.size), "float32"))
     w = Var("w", TensorStructInfo((case.out_channels, case.channels // case.groups, case.kernel, case.kernel),
                                   "float32"))
+    params = [x] if weights is not None else [x, w]
     bb = BlockBuilder()
-    with bb.function("main", [x, w]):
+    with bb.function("main", params):
         with bb.dataflow():
-            out = bb.emit_output(conv2d(x, w, strides=case.stride, padding=case.pad, groups=case.groups))
+            out = bb.emit_output(conv2d(x, Constant(weights) if weights is not None else w, strides=case.stride,
+                                        padding=case.pad, groups=case.groups))
         bb.emit_func_output(out)
-    return refcomp.runtime.VirtualMachine(refcomp.graph.build(bb.get(), target="c", blas=False))["main"]
+    fn = refcomp.runtime.VirtualMachine(refcomp.graph.build(bb.get(), target="c", blas=False))["main"]
+    return (lambda xv, wv: fn(xv)) if weights is not None else fn
 
 
-def onnxruntime_conv(case: Conv, threads: int):
+def onnxruntime_conv(case: Conv, threads: int, weights: np.ndarray | None = None):
+    """The one-node ONNX Conv in onnxruntime; with `weights`, they are an initializer (onnxruntime
+    may then pre-pack them for its blocked kernels) and the session takes x alone."""
     import onnx
     import onnxruntime as ort
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, numpy_helper
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [case.batch, case.channels, case.size, case.size])
     w = helper.make_tensor_value_info("w", TensorProto.FLOAT,
@@ -106,13 +117,18 @@ def onnxruntime_conv(case: Conv, threads: int):
                                       [case.batch, case.out_channels, case.out_size, case.out_size])
     node = helper.make_node("Conv", ["x", "w"], ["y"], strides=[case.stride] * 2, pads=[case.pad] * 4,
                             group=case.groups, kernel_shape=[case.kernel] * 2)
-    model = helper.make_model(helper.make_graph([node], "conv", [x, w], [y]),
-                              opset_imports=[helper.make_opsetid("", 17)])
+    if weights is not None:
+        graph = helper.make_graph([node], "conv", [x], [y], initializer=[numpy_helper.from_array(weights, "w")])
+    else:
+        graph = helper.make_graph([node], "conv", [x, w], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     onnx.checker.check_model(model)
+    if weights is not None:
+        return lambda xv, wv: session.run(None, {"x": xv})[0]
     return lambda xv, wv: session.run(None, {"x": xv, "w": wv})[0]
 
 
@@ -172,6 +188,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="calls per round")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds")
     parser.add_argument("--only", default=None, help="comma-separated case names")
+    parser.add_argument("--constant-weights", action="store_true",
+                        help="weights as graph constants / ONNX initializers (packed once, at build time)")
     parser.add_argument("--single-thread-cpu", action="store_true",
                         help="one thread each side, timed by process CPU time (steady on a busy machine)")
     args = parser.parse_args()
@@ -200,7 +218,8 @@ def main() -> None:
         x = rng.standard_normal((case.batch, case.channels, case.size, case.size)).astype(np.float32)
         w = rng.standard_normal((case.out_channels, case.channels // case.groups, case.kernel,
                                  case.kernel)).astype(np.float32)
-        mine, theirs = refcomp_conv(case), onnxruntime_conv(case, threads)
+        constant = w if args.constant_weights else None
+        mine, theirs = refcomp_conv(case, constant), onnxruntime_conv(case, threads, constant)
         expected = _np_conv(x.astype(np.float64), w.astype(np.float64), (case.stride,) * 2, (case.pad,) * 4,
                             (1, 1), case.groups)
         scale = float(np.abs(expected).max()) or 1.0

@@ -16,7 +16,8 @@ from .ast.function import IRModule, PrimFunc
 from .emit_c import c_options, compile_shared, emit, size_vars_of
 from .emit_cuda import CUDA_LOWERING, compile_cuda, emit_cuda
 from .errors import BuildError
-from .loops.lower import NO_HOOKS, LoweringHooks, lower
+from .loops.lower import LoweringHooks, lower
+from .loops.passes.compact_buffers import compact_local_buffers
 from .runtime import CudaLibrary, Library, LoadedKernel
 from .runtime.interpreted import InterpretedKernel
 from .shape import insert_runtime_guards, verify_in_bounds
@@ -41,8 +42,13 @@ class Backend:
     load: Callable[..., LoadedKernel]  # (module, path, func, lowered, target) -> kernel
 
 
+# The C target's one extra lowering step: "local" scratch tiles (a cache stage computed at a loop)
+# placed where they are used and shrunk to one iteration's part, stack arrays the C compiler keeps
+# in registers (refcomp.loops.passes.compact_buffers).
+C_LOWERING = LoweringHooks(after_blocks=(compact_local_buffers,))
+
 BACKENDS: dict[str, Backend] = {
-    "c": Backend(NO_HOOKS, lambda f, t, sizes: emit(f, c_options(t).emit_options(), size_vars=sizes),
+    "c": Backend(C_LOWERING, lambda f, t, sizes: emit(f, c_options(t).emit_options(), size_vars=sizes),
                  compile_shared, Library),
     "cuda": Backend(CUDA_LOWERING, lambda f, t, sizes: emit_cuda(f, sizes), compile_cuda, CudaLibrary),
 }

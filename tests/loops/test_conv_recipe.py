@@ -187,10 +187,9 @@ def test_random_shapes_match_numpy(rng, data):
     _check(func, rng, (n, c, h, w), (o, per_group, k, k), (stride, stride), (pad,) * 4, (1, 1), groups)
 
 
-def _blocked_accumulator(func) -> bool:
-    """Whether the convolution accumulates into a channel-blocked buffer (the channel-vector tile)."""
-    return any(len(b.shape) == 5 and b.name.endswith("_global") and "W" not in b.name
-               for s in walk(func.body) if isinstance(s, Block) for b in s.alloc_buffers)
+def _local_tile(func) -> bool:
+    """Whether the convolution accumulates into a "local" tile (the channel-vector form)."""
+    return any(b.scope == "local" for s in walk(func.body) if isinstance(s, Block) for b in s.alloc_buffers)
 
 
 @pytest.mark.parametrize("n,c,h,w,o,k,stride,pad", [
@@ -208,8 +207,8 @@ def test_channel_vector_tile(rng, n, c, h, w, o, k, stride, pad):
     func = _conv(n, c, h, w, o, k, k, stride, pad)
     sch = recipes.conv_fp32(func)
     out_width = (w + 2 * pad - k) // stride + 1
-    if o % lanes == 0 and (out_width % lanes or stride > 1):
-        assert _blocked_accumulator(sch.func) and {"vectorized", "parallel"} <= _kinds(sch.func)
+    if recipes.conv.channel_lanes(o, lanes) and (out_width % 8 or stride > 1):  # no GEMM tile fits
+        assert _local_tile(sch.func) and {"vectorized", "parallel"} <= _kinds(sch.func)
     _check(sch.func, rng, (n, c, h, w), (o, c, k, k), (stride, stride), (pad,) * 4, (1, 1), 1)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     wt = rng.standard_normal((o, c, k, k)).astype(np.float32)
@@ -242,3 +241,124 @@ def test_channel_vector_random_shapes_match_numpy(rng, data):
     w = data.draw(st.integers(k, 13), label="w")
     func = schedule_kernel(_conv(1, c, h, w, o, k, k, stride, pad))
     _check(func, rng, (1, c, h, w), (o, c, k, k), (stride, stride), (pad,) * 4, (1, 1), 1)
+
+
+@pytest.fixture(params=["native", "avx2"])
+def vector_isa(request, monkeypatch):
+    """The recipe on this CPU's widest vectors, and on AVX2's (8 lanes, 16 registers) through the
+    feature override, which the C build follows too."""
+    from refcomp.loops.intrin import cpu
+
+    if request.param == "avx2":
+        if not cpu.has("avx2", "fma"):
+            pytest.skip("this CPU has no AVX2")
+        monkeypatch.setenv("REFCOMP_CPU_FEATURES", "avx2,fma")
+        cpu.cpu_features.cache_clear()
+    try:
+        yield request.param
+    finally:
+        monkeypatch.delenv("REFCOMP_CPU_FEATURES", raising=False)
+        cpu.cpu_features.cache_clear()
+
+
+@pytest.mark.parametrize("n,c,h,w,o,k,stride,pad", [
+    (2, 64, 9, 9, 32, 3, 1, 1),     # a 3x3 over 64 channels: the register tile, 9 columns
+    (1, 7, 17, 17, 24, 3, 2, 1),    # 24 channels: half-width vectors with AVX-512; stride 2, primes
+    (1, 96, 5, 5, 16, 1, 1, 0),     # a 1x1 over 96 channels
+    (1, 64, 6, 6, 8, 1, 2, 0),      # a strided 1x1, 8 channels
+    (2, 1, 1, 1, 16, 1, 1, 0),      # one pixel, one channel
+    (1, 3, 29, 29, 16, 7, 2, 3),    # the stem: 7x7 stride 2, 15 columns
+    (2, 32, 3, 3, 32, 3, 1, 1),     # 3 x 3 outputs: the tile takes all 9 pixels (rows fused)
+    (1, 16, 6, 6, 16, 3, 1, 1),     # 6 x 6 outputs: three rows per tile with AVX-512
+])
+def test_channel_vector_tile_on_both_widths(rng, vector_isa, n, c, h, w, o, k, stride, pad):
+    """The channel-vector tile (local accumulators, weights packed per vector of channels) on
+    AVX-512 and AVX2 widths: it is the form taken, the interpreter agrees with the unscheduled
+    function and the compiled kernel with numpy."""
+    native = recipes.conv.native_lanes()
+    assert native == (8 if vector_isa == "avx2" else native)
+    func = _conv(n, c, h, w, o, k, k, stride, pad)
+    sch = recipes.conv_fp32(func)
+    assert recipes.conv.channel_lanes(o, native) and _local_tile(sch.func)
+    out_width = (w + 2 * pad - k) // stride + 1
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((o, c, k, k)).astype(np.float32)
+    if n * c * o * out_width * out_width * k * k <= 200_000:
+        before = np.zeros((n, o, out_width, out_width), np.float32)
+        after = np.ones_like(before)
+        interpret(func, x, wt, before)
+        interpret(sch.func, x, wt, after)
+        np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-4)
+    _check(sch.func, rng, (n, c, h, w), (o, c, k, k), (stride, stride), (pad,) * 4, (1, 1), 1)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_channel_vector_tile_random_shapes_on_both_widths(rng, vector_isa, data):
+    """Random shapes the channel-vector tile takes first (a reduction of 64 or more, output channels
+    a multiple of 8): odd and prime sizes, size 1, stride 2, padding, dilation, batch 1 and 2."""
+    o = 8 * data.draw(st.integers(1, 5), label="channel octets")
+    k = data.draw(st.sampled_from([1, 3]), label="k")
+    c = data.draw(st.sampled_from([64, 67, 96] if k == 1 else [8, 11, 16]), label="c")
+    stride = data.draw(st.integers(1, 2), label="stride")
+    dilation = data.draw(st.integers(1, 2), label="dilation") if k == 3 else 1
+    pad = data.draw(st.integers(0, k - 1), label="pad")
+    span = dilation * (k - 1) + 1
+    h = data.draw(st.integers(max(span - 2 * pad, 1), 9), label="h")
+    w = data.draw(st.integers(max(span - 2 * pad, 1), 31), label="w")
+    n = data.draw(st.integers(1, 2), label="n")
+    func = _conv(n, c, h, w, o, k, k, stride, pad, dilation)
+    scheduled = schedule_kernel(func)
+    assert _local_tile(scheduled)
+    _check(scheduled, rng, (n, c, h, w), (o, c, k, k), (stride, stride), (pad,) * 4, (dilation, dilation), 1)
+
+
+def _depthwise(n, c, h, w, k, stride=1, pad=0, dilation=1):
+    return _conv(n, c, h, w, c, k, k, stride, pad, dilation, groups=c)
+
+
+@pytest.mark.parametrize("n,c,h,w,k,stride,pad,dilation", [
+    (2, 5, 8, 8, 3, 1, 1, 1),       # one vector of 8 columns per row
+    (1, 3, 11, 32, 3, 1, 1, 1),     # a whole native vector (or two) per row
+    (1, 4, 9, 23, 3, 2, 1, 1),      # stride 2: 12 columns, read at stride 2
+    (2, 3, 7, 12, 3, 1, 2, 2),      # dilated
+    (1, 2, 5, 4, 5, 1, 2, 1),       # 5x5, 4 columns
+    (1, 2, 1, 4, 1, 1, 0, 1),       # one row, 1x1
+    (1, 3, 5, 7, 3, 1, 1, 1),       # 7 columns: the row is the vector (4 + 2 + 1 lanes)
+    (1, 3, 6, 2, 3, 1, 1, 1),       # 2 columns: the direct form
+    (1, 2, 9, 37, 3, 2, 1, 1),      # 19 columns at stride 2: the direct form (or, with AVX2, too)
+])
+def test_depthwise_row_tile(rng, vector_isa, n, c, h, w, k, stride, pad, dilation):
+    """Depthwise: a row of output columns in local vector accumulators over the kernel window,
+    where a vector of at least 4 lanes divides the output width or the row is at most one native
+    vector of 3 or more columns; the interpreter and numpy agree."""
+    func = _depthwise(n, c, h, w, k, stride, pad, dilation)
+    sch = recipes.conv_fp32(func)
+    out_h = (h + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+    out_w = (w + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+    native = recipes.conv.native_lanes()
+    assert _local_tile(sch.func) == (out_w % 4 == 0 or 2 < out_w <= native)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    before = np.zeros((n, c, out_h, out_w), np.float32)
+    after = np.ones_like(before)
+    interpret(func, x, wt, before)
+    interpret(sch.func, x, wt, after)
+    np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-4)
+    _check(sch.func, rng, (n, c, h, w), (c, 1, k, k), (stride, stride), (pad,) * 4, (dilation, dilation), c)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_depthwise_random_shapes_on_both_widths(rng, vector_isa, data):
+    """The default schedule of depthwise kernels (padded copy + row tile or direct form) on random
+    shapes: odd and prime sizes, size 1, stride 2, padding, batch 1 and 2."""
+    c = data.draw(st.sampled_from([1, 2, 3, 7, 16]), label="c")
+    k = data.draw(st.sampled_from([1, 3, 5]), label="k")
+    stride = data.draw(st.integers(1, 2), label="stride")
+    pad = data.draw(st.integers(0, k // 2), label="pad")
+    h = data.draw(st.integers(max(k - 2 * pad, 1), 9), label="h")
+    w = data.draw(st.integers(max(k - 2 * pad, 1), 67), label="w")
+    n = data.draw(st.integers(1, 2), label="n")
+    func = schedule_kernel(_depthwise(n, c, h, w, k, stride, pad))
+    _check(func, rng, (n, c, h, w), (c, 1, k, k), (stride, stride), (pad,) * 4, (1, 1), c)

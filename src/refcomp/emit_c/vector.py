@@ -141,13 +141,15 @@ class VectorLib:
         vt = self.vtype(dtype)
         arg = "int32_t" if dtype.is_bool else value_type(dtype.element)
         value = "(x ? -1 : 0)" if dtype.is_bool else "x"
-        zeros = ", ".join(["0"] * dtype.lanes)
-        # x - 0 (not 0 + x): exact for every x, -0.0 included, so gcc folds it to a plain broadcast
+        # every lane initialised with the value (not zeros + value: 0.0f + x is not x for x = -0.0f,
+        # so the compiler would keep a scalar add before each broadcast)
+        lanes = ", ".join(["v"] * dtype.lanes)
         # a bool mask shares its vector type with an integer vector: its own name keeps the two apart
         name = f"rc_bcast_{'mask_' if dtype.is_bool else ''}{vt[3:]}"
         return self._add(name, (
             f"static inline {vt} {name}({arg} x) {{\n"
-            f"    {vt} r = {{{zeros}}};\n    return ({vector_element_ctype(dtype)}){value} - r;\n}}"))
+            f"    const {vector_element_ctype(dtype)} v = ({vector_element_ctype(dtype)}){value};\n"
+            f"    {vt} r = {{{lanes}}};\n    return r;\n}}"))
 
     def ramp(self, dtype: DataType) -> str:
         vt = self.vtype(dtype)

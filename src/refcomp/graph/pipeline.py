@@ -6,7 +6,8 @@
 Pipeline (each a pure IRModule -> IRModule pass; the IR after each is logged at DEBUG level on
 the "refcomp.graph" logger): normalize, legalize_ops, canonicalize_bindings, fold_constant,
 dead_code_elimination, fuse_ops + fuse_tir (fuse=True), default_schedule (schedule=True),
-plan_memory, then lower_to_vm and kernel compilation; then each graph function is compiled to one C
+fold_packed_weights + dead_code_elimination (schedule and fold: constant weights packed at build
+time), plan_memory, then lower_to_vm and kernel compilation; then each graph function is compiled to one C
 function where it can (lower_to_c, spec/graph_c.md), else the VM runs it (ex.executor says why).  The target vocabulary is refcomp.build's
 (spec/targets.md): a "c" target, with any of its options, compiles each PrimFunc with refcomp.build
 for that target; "interpret" runs kernels in the reference interpreter (slow; for testing).  The
@@ -69,6 +70,11 @@ def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True
             pipeline.append(("apply_tuning_records",
                              partial(apply_tuning_records, database=tuning_database, target=target)))
         pipeline.append(("default_schedule", default_schedule))
+        if fold:
+            from .passes.fold_packed_weights import fold_packed_weights
+
+            pipeline += [("fold_packed_weights", fold_packed_weights),
+                         ("dead_code_elimination", P.dead_code_elimination)]  # the kernels no call uses now
     pipeline.append(("plan_memory", P.plan_memory))
     return pipeline
 

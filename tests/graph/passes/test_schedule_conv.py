@@ -86,3 +86,64 @@ def test_residual_block_with_two_convolutions_in_one_kernel(rng, c, size, out):
                               + _np_conv(xv, w2v, (2, 2), (0, 0, 0, 0), (1, 1)), 0)
         got = refcomp.runtime.VirtualMachine(ex)["main"](xv, w1v, w2v)
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("c,size,width,k,stride", [(3, 9, 16, 3, 1), (4, 7, 23, 5, 2), (1, 1, 1, 3, 1)])
+def test_padded_copy_is_parallel_over_planes_and_vectorized_per_row(rng, c, size, width, k, stride):
+    """The padded input of a conv kernel: its image planes fused and parallel, each row one vector
+    loop (the boundary tests per row, not per element of a fused index)."""
+    from refcomp.ast import For
+    from refcomp.graph.passes.default_schedule import schedule_kernel
+    from refcomp.loops.primitives.tree import walk
+
+    x, w = Var("x", tensor((2, c, size, width))), Var("w", tensor((c, 1, k, k)))
+    bb = BlockBuilder()
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            out = bb.emit_output(op.conv2d(x, w, strides=stride, padding=k // 2, groups=c))
+        bb.emit_func_output(out)
+    ex = refcomp.graph.build(bb.get(), target="c", blas=False)
+    (kernel,) = [f for f in ex.module.functions.values() if isinstance(f, PrimFunc)]
+    text = kernel.script()
+    assert 'T.block("pad")' in text
+    pad_loops = [s for s in walk(kernel.body) if isinstance(s, For) and 'T.block("pad")' in str(s)]
+    kinds = [s.kind for s in pad_loops]
+    assert kinds[0] == "parallel" and kinds[-1] == "vectorized" and len(kinds) == 3
+    xv = rng.standard_normal((2, c, size, width)).astype(np.float32)
+    wv = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    got = refcomp.runtime.VirtualMachine(ex)["main"](xv, wv)
+    expected = _np_conv(xv.astype(np.float64), wv.astype(np.float64), (stride,) * 2, (k // 2,) * 4, (1, 1), c)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+@pytest.mark.parametrize("groups,o", [(1, 32), (8, 8)])
+def test_epilogue_is_applied_in_the_register_tile_write_back(rng, symbolic, groups, o):
+    """conv + bias + relu6 on the channel-vector or depthwise-row tile: the epilogue is folded
+    into the stage that writes the tile back (no conv output buffer remains), also with a
+    symbolic batch; the numbers are numpy's."""
+    batch = SizeVar("batch", "int64") if symbolic else 2
+    x, w = Var("x", tensor((batch, 8, 7, 16))), Var("w", tensor((o, 8 // groups, 3, 3)))
+    b = Var("b", tensor((1, o, 1, 1)))
+    bb = BlockBuilder()
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            y = bb.emit(op.add(op.conv2d(x, w, padding=1, groups=groups), b))
+            out = bb.emit_output(op.clip(y, 0.0, 6.0))
+        bb.emit_func_output(out)
+    ex = refcomp.graph.build(bb.get(), target="c", blas=False)
+    (kernel,) = [f for f in ex.module.functions.values() if isinstance(f, PrimFunc)]
+    from refcomp.ast import Block
+    from refcomp.loops.primitives.tree import walk
+
+    allocated = [buf for s in walk(kernel.body) if isinstance(s, Block) for buf in s.alloc_buffers]
+    assert any(buf.scope == "local" for buf in allocated)
+    # the padded input, the register tile and the packed weights: no conv output between stages
+    assert all(buf.name == "pad" or buf.name.endswith(("_local", "_global")) for buf in allocated)
+    xv = rng.standard_normal((2, 8, 7, 16)).astype(np.float32)
+    wv = rng.standard_normal((o, 8 // groups, 3, 3)).astype(np.float32)
+    bv = rng.standard_normal((1, o, 1, 1)).astype(np.float32)
+    got = refcomp.runtime.VirtualMachine(ex)["main"](xv, wv, bv)
+    expected = np.clip(_np_conv(xv.astype(np.float64), wv.astype(np.float64), (1, 1), (1,) * 4, (1, 1), groups) + bv,
+                       0, 6)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)

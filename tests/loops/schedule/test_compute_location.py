@@ -232,6 +232,32 @@ def test_reverse_compute_inline_rejections():
     assert_rejected(sch2, lambda: sch2.reverse_compute_inline(b), "must have exactly one producer")
 
 
+def test_reverse_compute_inline_over_a_symbolic_extent(rng):
+    """A dimension of symbolic size n spanned by iters of extent n (a model's batch): the
+    consumer folds into its producer; numbers checked at several n."""
+    from refcomp import te
+    from refcomp.loops.interpreter import interpret
+
+    n = te.size_var("n")
+    A = te.placeholder((n, 4), "float32", "A")
+    B = te.compute((n, 4), lambda i, j: A[i, j] * 2.0, name="B")
+    C = te.compute((n, 4), lambda i, j: B[i, j] + 1.0, name="C")
+    before = te.create_prim_func([A, C])
+    sch = Schedule(before)
+    sch.reverse_compute_inline(sch.get_block("C"))
+    assert 'T.block("C")' not in sch.func.script()
+    import refcomp
+
+    library = refcomp.build(sch.func)
+    for size in (1, 2, 7):
+        a = rng.standard_normal((size, 4)).astype("float32")
+        for run in (lambda *xs: interpret(sch.func, *xs), library):
+            c = np.full((size, 4), np.nan, dtype="float32")
+            run(a, c)
+            np.testing.assert_allclose(c, a * 2 + 1, rtol=1e-6)
+    check_replay(sch, before)
+
+
 def test_compute_at_symbolic_extent_keeps_a_predicate(rng):
     from refcomp import te
     from refcomp.loops.interpreter import interpret

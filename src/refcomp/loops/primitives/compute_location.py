@@ -429,6 +429,14 @@ def compute_inline(func: PrimFunc, block: Block) -> tuple[PrimFunc, None]:
     return remove_alloc(func.with_(body=body), buffer), None
 
 
+def _spans(iv, dim) -> bool:
+    """Whether iter var iv runs over the whole of a buffer dimension: from 0, an extent equal to
+    dim (constant, or the same symbolic expression: a symbolic batch)."""
+    from .affine import linear
+
+    return const_int(iv.dom.min) == 0 and constant_difference(linear(iv.dom.extent), linear(dim)) == 0
+
+
 def reverse_compute_inline(func: PrimFunc, block: Block) -> tuple[PrimFunc, None]:
     """Fold a consumer block into its single producer, which then writes the consumer's output.
 
@@ -474,7 +482,7 @@ def reverse_compute_inline(func: PrimFunc, block: Block) -> tuple[PrimFunc, None
         raise ScheduleError(f"reverse_compute_inline: block {block.name} must load {buffer.name} at the same "
                             "distinct iter vars, one per iter var", ir=func, spot=realize)
     for iv, dim in zip((next(i for i in block.iter_vars if i.var is v) for v in first), buffer.shape):
-        if const_int(iv.dom.min) != 0 or const_int(iv.dom.extent) is None or const_int(iv.dom.extent) != const_int(dim):
+        if not _spans(iv, dim):
             raise ScheduleError(f"reverse_compute_inline: iter var {iv.var.name} of block {block.name} does not span "
                                 f"the whole of {buffer.name}", ir=func, spot=realize)
     producer_location = locate_block(func, producer, "reverse_compute_inline")
@@ -485,7 +493,7 @@ def reverse_compute_inline(func: PrimFunc, block: Block) -> tuple[PrimFunc, None
     producer_store = _single_store(func, producer, "reverse_compute_inline")
     for index, dim in zip(producer_store.indices, buffer.shape):
         iv = next(i for i in producer.iter_vars if i.var is index)
-        if const_int(iv.dom.min) != 0 or const_int(iv.dom.extent) != const_int(dim):
+        if not _spans(iv, dim):
             raise ScheduleError(f"reverse_compute_inline: producer {producer.name} does not write all of {buffer.name}",
                                 ir=func)
     mapping = dict(zip(first, producer_store.indices))

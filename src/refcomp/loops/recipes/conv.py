@@ -1,4 +1,4 @@
-"""Convolution recipe: the GEMM micro-kernel per window position, or a direct register tile.
+"""Convolution recipe: the GEMM micro-kernel per window position, or a register tile of the block.
 
 A convolution block is recognised by its structure, not by its name (conv_shape):
 
@@ -10,7 +10,8 @@ count (depthwise included: one input channel per group).  The input may be a pad
 an earlier stage of the same function; that stage keeps its own loop nest (inlined, its bounds
 test would run once per multiply-add).
 
-conv_fp32 schedules it in one of two forms, with schedule primitives only:
+conv_fp32 schedules it in one of four forms, with schedule primitives only (not grouped: the
+channel-vector tile first when the reduction has 64 terms or more, else the GEMM tile first):
 
 GEMM tile (not grouped, unit stride along the output columns, an fp32 tile's NR divides the
 output width): for each window position the block is a matmul out[o, x] += W[o, c] * X[c, x]
@@ -21,12 +22,15 @@ window iters are fixed in the tile; tensorize takes out's and X's moving dims as
     for (n, o // MR) parallel, y, x // NR, r0, r1:
       out[MR, NR] (= 0 at the first window position) += Wp[r0, r1, MR, C] * X[n, C, y + r0, NR]
 
-Channel vector (not grouped, the output channels a multiple of the native vector, an output width
-it does not divide or an input read at a stride: a ResNet's narrow late stages, a strided stem):
-one vector of output channels x a row of XB output columns in registers, accumulated into a
-channel-blocked copy of the output (see _conv_channel_vector).
+Channel vector (not grouped, the output channels a multiple of a vector of at least 8 lanes):
+MV vectors of output channels x a row of XB output columns accumulate in a "local" tile, which
+the C target turns into registers, written back once per tile (see _conv_channel_vector).
 
-Direct (otherwise: grouped, depthwise, other widths):
+Depthwise rows (one input channel per group, a vector of at least 4 lanes dividing the output
+width): a row of output columns in a "local" tile of vectors over the window (see
+_conv_depthwise_rows).
+
+Direct (otherwise: grouped, depthwise widths no vector divides, other widths):
 
     W packed once per call:      Wp[o // OB, c, r..., o % OB]
     for o // OB parallel, n, y, x // V:                          ((n, o // OB) fused when few)
@@ -167,11 +171,14 @@ _CHANNEL_BLOCK = {8: 6, 16: 12}
 
 
 def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, parallel: bool = True,
-              pack_weight: bool = True, gemm_tile: bool = True, channel_vector: bool = True) -> Schedule:
-    """Schedule a float32 convolution block (see the module docstring): on the fp32 GEMM tile
-    when its NR divides the output width and the input is read at unit stride along it (unless
-    gemm_tile is False), else, for an output width the native vector does not divide (or read at a
-    stride) and a channel count it does, the channel-vector tile (unless channel_vector is False), else the direct
+              pack_weight: bool = True, gemm_tile: bool = True, channel_vector: bool = True,
+              depthwise_rows: bool = True) -> Schedule:
+    """Schedule a float32 convolution block (see the module docstring): not grouped, on the
+    channel-vector tile (unless channel_vector is False) when a vector of at least 8 lanes divides
+    the output channels, or on the fp32 GEMM tile (unless gemm_tile is False) when its NR divides
+    the output width and the input is read at unit stride along it, the first of the two for a
+    reduction of 64 terms or more, the second for a shorter one; depthwise, on the row tile
+    (unless depthwise_rows is False) when a vector divides the output width; else on the direct
     register tile.  Raises ScheduleError when the block
     is not a convolution or a step is not legal for it; a Schedule passed in may then hold the
     steps made before (pass a function, or a copy, to keep the original)."""
@@ -197,22 +204,36 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
     loops = sch.get_loops(rv)
     if len(loops) != len(node.iter_vars):
         raise ScheduleError(f"conv_fp32: block {block!r} is already scheduled ({len(loops)} loops)")
-    if gemm_tile and not grouped:
-        tile = _gemm_tile_for(shape, node)
-        if tile is not None:
+    cv_lanes = channel_lanes(shape.out_channels, native) if channel_vector and not grouped else None
+    reduction = 1
+    for iv in node.iter_vars[2 + nd:]:
+        reduction *= as_int(iv.dom.extent) or 0
+    # the channel-vector tile first where the reduction is long enough to hide its write-back
+    # (a transpose of XB x L values per tile); short ones (a 1x1 over a few channels) on the GEMM
+    # tile where it applies
+    forms = ["gemm", "cv"] if reduction < _CHANNEL_VECTOR_MIN_REDUCTION else ["cv", "gemm"]
+    for form in forms:
+        if form == "gemm" and gemm_tile and not grouped:
+            tile = _gemm_tile_for(shape, node)
+            if tile is not None:
+                attempt = sch.copy()
+                try:
+                    return _conv_on_gemm_tile(attempt, attempt.get_block(block), shape, tile, parallel)
+                except ScheduleError as exc:
+                    log.debug("conv_fp32: %s: the GEMM tile does not apply (%s)", block, exc)
+        if form == "cv" and cv_lanes is not None:
             attempt = sch.copy()
             try:
-                return _conv_on_gemm_tile(attempt, attempt.get_block(block), shape, tile, parallel)
+                return _conv_channel_vector(attempt, attempt.get_block(block), shape, cv_lanes, native, parallel)
             except ScheduleError as exc:
-                log.debug("conv_fp32: %s: the GEMM tile does not apply (%s); direct schedule", block, exc)
-    x_var, r_var = node.iter_vars[1 + nd].var, node.iter_vars[-1].var
-    strided = not _unit_stride(_data_load(node, shape).indices[-1], x_var, r_var)
-    if channel_vector and not grouped and shape.out_channels % native == 0 and (shape.out_width % native or strided):
+                log.debug("conv_fp32: %s: the channel-vector tile does not apply (%s)", block, exc)
+    row_lanes = _row_lanes(shape.out_width, native)
+    if depthwise_rows and grouped and as_int(node.iter_vars[2 + nd].dom.extent) == 1 and row_lanes:
         attempt = sch.copy()
         try:
-            return _conv_channel_vector(attempt, attempt.get_block(block), shape, native, parallel)
+            return _conv_depthwise_rows(attempt, attempt.get_block(block), shape, row_lanes, parallel)
         except ScheduleError as exc:
-            log.debug("conv_fp32: %s: the channel-vector tile does not apply (%s); direct schedule", block, exc)
+            log.debug("conv_fp32: %s: the depthwise row tile does not apply (%s)", block, exc)
     n, o, *spatial = loops[:2 + nd]
     reduce_loops = loops[2 + nd:]
     rows, x = spatial[:-1], spatial[-1]
@@ -236,6 +257,21 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
         # index's floor divisions (their sign fix-ups) inside the window loops
         sch.parallel(o_outer if unfused else sch.fuse(n, o_outer))
     return sch
+
+
+# The reduction length (input channels per group x window) from which the channel-vector tile is
+# tried before the GEMM tile (measured: a 1x1 over 16 or 32 channels runs faster on the GEMM tile,
+# a 3x3 over 16 or a 1x1 over 96 on the channel-vector tile).
+_CHANNEL_VECTOR_MIN_REDUCTION = 64
+
+
+def channel_lanes(channels: int, native: int) -> int | None:
+    """L of the channel-vector tile: the native vector, or half of it (at least 8 lanes: a
+    MobileNet's 24 or 40 channels with AVX-512), that divides the output channels; else None."""
+    for lanes in (native, native // 2):
+        if lanes >= 8 and channels % lanes == 0:
+            return lanes
+    return None
 
 
 # Channel blocks from which the direct form's parallel loop is the channel blocks alone (see there).
@@ -306,9 +342,14 @@ def _conv_on_gemm_tile(sch: Schedule, rv, shape: ConvShape, intrin: str, paralle
     return sch
 
 
-# Output columns per channel-vector tile: as many accumulators of one vector of output channels as
-# leave registers for the weight vector and the input broadcast (16 ymm with AVX2, 32 zmm).
+# Output columns per channel-vector tile, by the native lanes: as many accumulators of one vector of
+# output channels as leave registers for the weight vector and the input broadcast (16 ymm with
+# AVX2, 32 zmm with AVX-512, also when the tile's vectors are half as wide).
 _COLUMN_TILE = {8: 12, 16: 24}
+
+
+# Vectors of output channels per channel-vector tile (when they divide the channels).
+_CHANNEL_VECTORS = 2
 
 
 def column_tile(width: int, preferred: int) -> int:
@@ -317,54 +358,139 @@ def column_tile(width: int, preferred: int) -> int:
     return channel_block(width, preferred)
 
 
-def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, parallel: bool) -> Schedule:
-    """The output channels in vectors, a row of XB output columns in registers: for narrow or
-    strided outputs (a ResNet's 12 x 12 ... 3 x 3 stages, a 7 x 7 stride-2 stem), where a vector of
-    output columns would be mostly empty.  The block accumulates into a channel-blocked copy of the
-    output, acc[n, o // L, y, x, o % L], copied back to NCHW after; the weights are packed as
-    Wp[o // L, c, r..., o % L], so each step of the reduction loads one weight vector and
-    broadcasts one input element per column:
+def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native: int, parallel: bool) -> Schedule:
+    """The output channels in vectors of L, a row of XB output columns in registers (MLAS's direct
+    NCHWc kernel, on NCHW tensors): the block accumulates into a "local" tile acc[x % XB, o % L]
+    per (n, o // L, y, x // XB), which lowering turns into a stack array of each thread that the C
+    compiler keeps in XB vector registers, written back to the output in NCHW order once the whole
+    reduction is done.  The weights are packed as Wp[o // L, c, r..., o % L], so each step of the
+    reduction loads one weight vector and broadcasts one input element per column:
 
-        for (n, o // L) parallel, y, x // XB:
-          acc[n, o // L, y, x : x + XB, :] = 0
-          for c, r0, r1:
-            for x % XB (unrolled):  acc[n, o // L, y, x, 0:L] += X[n, c, y*s + r0, x*s + r1] * Wp[o // L, c, r0, r1, 0:L]
-        out[n, o, y, x] = acc[n, o // L, y, x, o % L]
+        for n, o // L parallel, y, x // XB:
+          acc[0:XB, 0:L] = 0
+          for r0, r1, c:
+            for x % XB (unrolled):  acc[x % XB, 0:L] += X[n, c, y*s + r0, x*s + r1] * Wp[o // L, c, r0, r1, 0:L]
+          out[n, o : o + L, y, x : x + XB] = acc^T
     """
     nd = shape.spatial_dims
-    node = sch.get(rv)
-    output = node.writes[0].buffer
-    if any(p is output for p in sch.func.buffers):  # a parameter keeps its layout: accumulate in a copy
-        sch.cache_write(rv, 0, "global")
-    if nd == 2:
-        sch.transform_layout(rv, ("write", 0), lambda n, o, y, x: (n, o // lanes, y, x, o % lanes))
-    else:
-        sch.transform_layout(rv, ("write", 0), lambda n, o, x: (n, o // lanes, x, o % lanes))
+    tile = sch.cache_write(rv, 0, "local")
     packed = sch.cache_read(rv, shape.w_index, "global")
     if nd == 2:
         sch.transform_layout(packed, ("write", 0), lambda o, c, r0, r1: (o // lanes, c, r0, r1, o % lanes))
     else:
         sch.transform_layout(packed, ("write", 0), lambda o, c, r0: (o // lanes, c, r0, o % lanes))
+    _pack_in_write_order(sch, packed, lanes)
     loops = sch.get_loops(rv)
     n, o, *spatial = loops[:2 + nd]
     reduce_loops = loops[2 + nd:]
     rows, x = spatial[:-1], spatial[-1]
-    xb = column_tile(shape.out_width, _COLUMN_TILE.get(lanes, 12))
-    o_outer, o_inner = sch.split(o, [None, lanes])
+    # MV vectors of output channels per tile where the channels allow: each broadcast input
+    # element then feeds MV multiply-adds, and the loads per multiply-add drop (the two load
+    # ports, not the two FMA units, bound a one-vector tile)
+    mv = _CHANNEL_VECTORS if shape.out_channels % (_CHANNEL_VECTORS * lanes) == 0 else 1
+    preferred = _COLUMN_TILE.get(native, 12) // mv
+    xb = column_tile(shape.out_width, preferred)
+    o_outer, o_mid, o_inner = sch.split(o, [None, mv, lanes])
+    # a narrow output (a ResNet's 6 x 6 or 3 x 3 stages): the tile takes whole rows, so each
+    # weight vector loaded feeds more output pixels
+    height = as_int(sch.get(rows[-1]).extent) if rows else None
+    if height is not None and xb < preferred:
+        pixels = column_tile(height * shape.out_width, preferred)
+        if pixels > xb and pixels % shape.out_width == 0:
+            x, rows, xb = sch.fuse(rows[-1], x), rows[:-1], pixels
     x_outer, x_inner = sch.split(x, [None, xb])
     channel, *window = reduce_loops
     # the channel loop innermost of the reduction: the accumulators stay at one address for its
     # whole run, so the C compiler keeps them in registers across it
-    # the channel blocks outermost and parallel, unfused: a fused (n, o // L) index would be split
-    # back by floor divisions whose sign fix-ups the C compiler cannot drop inside a parallel loop
-    sch.reorder(o_outer, n, *rows, x_outer, *window, channel, x_inner, o_inner)
+    # the channel blocks parallel, unfused: a fused (n, o // L) index would be split back by floor
+    # divisions whose sign fix-ups the C compiler cannot drop inside a parallel loop; the batch
+    # outside them, so every loop inside the parallel one has a constant extent (a symbolic batch
+    # would leave the tile's independence across channel blocks unprovable)
+    # few channel blocks (a stem's 16 or 32 channels are one or two): the rows outside them are
+    # the parallel loop instead, one parallel region per image
+    few = shape.out_channels // (mv * lanes) < _UNFUSED_CHANNEL_BLOCKS and bool(rows)
+    if few:
+        sch.reorder(n, rows[0], o_outer, *rows[1:], x_outer, *window, channel, x_inner, o_mid, o_inner)
+    else:
+        sch.reorder(n, o_outer, *rows, x_outer, *window, channel, x_inner, o_mid, o_inner)
+    sch.reverse_compute_at(tile, x_outer)
+    # channels last in the tile: each column's L channels one vector (compaction then keeps the
+    # XB x L part one (n, o // L, y, x // XB) step uses)
+    if nd == 2:
+        sch.transform_layout(rv, ("write", 0), lambda n, o, y, x: (n, y, x, o))
+    else:
+        sch.transform_layout(rv, ("write", 0), lambda n, o, x: (n, x, o))
     sch.decompose_reduction(rv, window[0] if window else channel)
     sch.vectorize(o_inner)
     if xb > 1:
         sch.unroll(x_inner)
+    if mv > 1:
+        sch.unroll(o_mid)
     if parallel:
-        sch.parallel(o_outer)
+        sch.parallel(rows[0] if few else o_outer)
     return sch
+
+
+# Accumulator vectors of one depthwise row tile (of the 16 ymm / 32 zmm registers, the rest hold
+# the input vectors and the weight broadcasts).
+_ROW_VECTORS = 12
+
+
+def _row_lanes(width: int, native: int) -> int | None:
+    """The vector of the depthwise row tile: the widest power of two of at least 4 lanes, up to the
+    native vector, that divides the output width; else the width itself when it is 3 up to the
+    native vector; else None."""
+    lanes = native
+    while lanes >= 4:
+        if width % lanes == 0:
+            return lanes
+        lanes //= 2
+    # a narrow row no such vector divides (14, 7, 6 or 3 columns): the whole row is the vector
+    # (lowering runs it as vectors of the powers of two it is made of, 14 = 8 + 4 + 2)
+    return width if 2 < width <= native else None
+
+
+def _conv_depthwise_rows(sch: Schedule, rv, shape: ConvShape, lanes: int, parallel: bool) -> Schedule:
+    """A depthwise convolution (one input channel per group) a row at a time: up to _ROW_VECTORS
+    vectors of output columns accumulate in a "local" tile (registers) over the kernel window,
+    each window position one input vector (a gather at stride 2) times the broadcast weight, and
+    the tile is stored to the output once:
+
+        for n, o parallel, y, x // (XV * V):
+          acc[0:XV * V] = 0
+          for r0, r1:
+            for xv (unrolled), x % V (vectorized):  acc[xv * V + x] += X[n, o, y*s + r0*d, (x..)*s + r1*d] * W[o, 0, r0, r1]
+          out[n, o, y, x : x + XV * V] = acc
+    """
+    nd = shape.spatial_dims
+    loops = sch.get_loops(rv)
+    n, o, *spatial = loops[:2 + nd]
+    reduce_loops = loops[2 + nd:]
+    rows, x = spatial[:-1], spatial[-1]
+    vectors = channel_block(shape.out_width // lanes, _ROW_VECTORS)
+    x_outer, x_vec, x_lane = sch.split(x, [None, vectors, lanes])
+    sch.reorder(n, o, *rows, x_outer, *reduce_loops, x_vec, x_lane)  # the batch outside: see _conv_channel_vector
+    tile = sch.cache_write(rv, 0, "local")
+    sch.reverse_compute_at(tile, x_outer)
+    sch.decompose_reduction(rv, reduce_loops[0])
+    sch.vectorize(x_lane)
+    if vectors > 1:
+        sch.unroll(x_vec)
+    # the write-back: the tile's columns in vectors (a row of the output, contiguous)
+    _, lane = sch.split(sch.get_loops(tile)[-1], [None, lanes])
+    sch.vectorize(lane)
+    if parallel:
+        sch.parallel(o)
+    return sch
+
+
+def _pack_in_write_order(sch: Schedule, packed, lanes: int) -> None:
+    """The packing stage Wp[o // L, c, r..., o % L] = W[o, c, r...] in the packed buffer's order,
+    o % L innermost: each step writes one contiguous vector of L weights (in W's order it writes
+    one element per cache line, and the weights of a wide layer are packed on every call)."""
+    o, *rest = sch.get_loops(packed)
+    o_outer, o_inner = sch.split(o, [None, lanes])
+    sch.reorder(o_outer, *rest, o_inner)
 
 
 def _weight_panels(ob: int, nd: int):

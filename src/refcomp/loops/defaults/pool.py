@@ -1,0 +1,110 @@
+"""Pooling: a window reduction per output element, its accumulator in a register.
+
+    out[n, c, y, x] = max/sum over (r0, r1) of f(X[n, c, y * s + r0 - p, x * s + r1 - p])
+
+The generic schedule runs such a block with `out` in memory: every step of the window loads and
+stores the output element (the C compiler cannot tell `out` from `X` inside a parallel loop), and
+the bounds test of the padding runs per step.  This rule gives each output element a "local"
+accumulator (`cache_write`) written back once after its window (`reverse_compute_at` at the
+innermost spatial loop; lowering makes it a scalar of each thread, a register), its init split off
+(`decompose_reduction`), and the leading spatial loops but the last two (batch and channels)
+fused and parallel; the window loops stay innermost.
+
+Applies when: the function has one block; its iters are spatial then reduce (at least one
+each, two or more spatial); it stores out[spatial iters in order] = combine(out[same], value),
+with an init; `value` reads exactly one other buffer, at indices in which every reduce iter
+appears together with a spatial iter (a window: `y * s + r`); and no loop is scheduled yet.  A
+matmul or a row reduction reads a reduce iter alone in some index and is not taken.
+"""
+from __future__ import annotations
+
+from ...ast import expr as tir
+from ...ast.expr import as_int
+from ...ast.function import PrimFunc
+from ...ast.functor import collect, free_vars
+from ...ast.stmt import Block, BufferStore
+from ..schedule import Schedule
+
+
+def window_reduction(func: PrimFunc) -> Block | None:
+    """The pooling block of func (module doc), else None."""
+    blocks = [b for b in collect(func.body, Block) if b.name != "root"]
+    if len(blocks) != 1:
+        return None
+    block = blocks[0]
+    kinds = [iv.kind for iv in block.iter_vars]
+    spatial = kinds.count("spatial")
+    if spatial < 2 or spatial == len(kinds) or kinds != ["spatial"] * spatial + ["reduce"] * (len(kinds) - spatial):
+        return None
+    store = block.body
+    if block.init is None or not isinstance(store, BufferStore):
+        return None
+    out_vars = [iv.var for iv in block.iter_vars[:spatial]]
+    reduce_vars = {iv.var for iv in block.iter_vars[spatial:]}
+    if len(store.indices) != spatial or any(i is not v for i, v in zip(store.indices, out_vars)):
+        return None
+    loads = [l for l in collect(store.value, tir.BufferLoad)]
+    others = {l.buffer for l in loads if l.buffer is not store.buffer}
+    if len(others) != 1 or not any(l.buffer is store.buffer for l in loads):
+        return None
+    for load in loads:
+        if load.buffer is store.buffer:
+            continue
+        seen = set()
+        for index in load.indices:
+            used = set(free_vars(index))
+            window = used & reduce_vars
+            if window and not (used - reduce_vars):
+                return None  # a reduce iter alone: a contraction or a row reduction, not a window
+            seen |= window
+        if seen != reduce_vars:
+            return None
+    if any(as_int(iv.dom.extent) is None for iv in block.iter_vars[spatial:]):
+        return None
+    return block
+
+
+def schedule_pool(sch: Schedule) -> Schedule | None:
+    """sch with its pooling block scheduled (module doc), or None when the rule does not apply."""
+    block = window_reduction(sch.func)
+    if block is None:
+        return None
+    sch = sch.copy()
+    rv = sch.get_block(block.name)
+    loops = sch.get_loops(rv)
+    spatial = sum(1 for iv in block.iter_vars if iv.kind == "spatial")
+    if len(loops) != len(block.iter_vars):
+        return None
+    space, window = loops[:spatial], loops[spatial:]
+    width = as_int(block.iter_vars[spatial - 1].dom.extent)
+    lanes = _lanes(width)
+    accumulator = sch.cache_write(rv, 0, "local")
+    if lanes:
+        outer, inner = sch.split(space[-1], [None, lanes])
+        sch.reorder(outer, *window, inner)
+        sch.reverse_compute_at(accumulator, outer)
+        sch.decompose_reduction(rv, window[0])
+        sch.vectorize(inner)
+        sch.vectorize(sch.get_loops(accumulator)[-1])
+    else:
+        sch.reverse_compute_at(accumulator, space[-1])
+        sch.decompose_reduction(rv, window[0])
+    planes = space[:-2] if spatial > 2 else space[:1]
+    sch.parallel(planes[-1])
+    return sch
+
+
+def _lanes(width) -> int | None:
+    from ..recipes.conv import native_lanes
+
+    if width is None:
+        return None
+    lanes = native_lanes()
+    while lanes >= 4:
+        if width % lanes == 0:
+            return lanes
+        lanes //= 2
+    return None
+
+
+__all__ = ["schedule_pool", "window_reduction"]

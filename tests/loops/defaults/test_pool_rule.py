@@ -1,0 +1,106 @@
+"""The pooling rule: a window reduction with its accumulator in a local (register) tile, a vector
+of output columns per tile where one divides the width (max pooling: one block; average pooling,
+three, keeps the generic schedule); both checked against
+the operators' numpy references and the interpreter over odd, prime and unit shapes, padding,
+stride 2, a symbolic batch, on AVX-512 and AVX2 widths."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import refcomp
+from refcomp.ast import Block, For, SizeVar
+from refcomp.graph import BlockBuilder, Var, op, tensor
+from refcomp.graph.op.registry import get
+from refcomp.graph.passes import default_schedule as ds
+from refcomp.graph.pipeline import optimize
+from refcomp.ast import PrimFunc
+from refcomp.loops.defaults import window_reduction
+from refcomp.loops.interpreter import interpret
+from refcomp.loops.primitives.tree import walk
+
+
+@pytest.fixture(params=["native", "avx2"])
+def vector_isa(request, monkeypatch):
+    from refcomp.loops.intrin import cpu
+
+    if request.param == "avx2":
+        if not cpu.has("avx2", "fma"):
+            pytest.skip("this CPU has no AVX2")
+        monkeypatch.setenv("REFCOMP_CPU_FEATURES", "avx2,fma")
+        cpu.cpu_features.cache_clear()
+    try:
+        yield request.param
+    finally:
+        monkeypatch.delenv("REFCOMP_CPU_FEATURES", raising=False)
+        cpu.cpu_features.cache_clear()
+
+
+def _pool_kernel(kind, batch, c, h, w, k, stride, pad):
+    x = Var("x", tensor((batch, c, h, w)))
+    make = op.max_pool2d if kind == "max" else op.avg_pool2d
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(make(x, pool_size=k, strides=stride, padding=pad))
+        bb.emit_func_output(out)
+    call = bb.get()
+    mod = optimize(call, schedule=False)
+    (func,) = [f for f in mod.functions.values() if isinstance(f, PrimFunc)]
+    return func, make(Var("y", tensor((2, c, h, w))), pool_size=k, strides=stride, padding=pad)
+
+
+def _check(kind, batch, c, h, w, k, stride, pad, seed, interpreter=False):
+    func, call = _pool_kernel(kind, batch, c, h, w, k, stride, pad)
+    scheduled = ds.schedule_kernel(func)
+    x = np.random.default_rng(seed).standard_normal((2, c, h, w)).astype(np.float32)
+    expected = get(call.op.name).evaluate([x], call.attrs)
+    out = np.full(expected.shape, np.nan, np.float32)
+    refcomp.build(scheduled)(x, out)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+    if interpreter:
+        again = np.full(expected.shape, np.nan, np.float32)
+        interpret(scheduled, x, again)
+        np.testing.assert_allclose(again, expected, rtol=1e-5, atol=1e-6)
+    return func, scheduled
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+@pytest.mark.parametrize("c,h,w,k,stride,pad", [
+    (3, 9, 16, 3, 2, 1),    # the ResNet stem's pool: 8 output columns, stride 2, padding
+    (2, 8, 8, 2, 2, 0),     # 2x2, 4 columns
+    (1, 5, 7, 3, 1, 1),     # 7 columns: no vector divides them, scalar accumulators
+    (2, 1, 1, 1, 1, 0),     # one pixel
+])
+def test_pool_rule_matches_numpy(rng, vector_isa, kind, c, h, w, k, stride, pad):
+    func, scheduled = _check(kind, 2, c, h, w, k, stride, pad, int(rng.integers(1 << 30)), interpreter=True)
+    if kind == "avg":  # a window sum, a count and a division: several blocks, not this rule's
+        return
+    assert window_reduction(func) is not None
+    local = [b for s in walk(scheduled.body) if isinstance(s, Block) for b in s.alloc_buffers if b.scope == "local"]
+    assert local and any(f.kind == "parallel" for f in walk(scheduled.body) if isinstance(f, For))
+
+
+def test_pool_rule_with_a_symbolic_batch(rng):
+    _check("max", SizeVar("batch", "int64"), 4, 12, 16, 3, 2, 1, int(rng.integers(1 << 30)))
+
+
+def test_a_matmul_or_row_reduction_is_not_a_window():
+    from refcomp import te
+
+    a = te.placeholder((4, 8), "float32", "A")
+    r = te.reduce_axis((0, 8), "r")
+    row_max = te.compute((4,), lambda i: te.max(a[i, r], axis=r), name="m")
+    assert window_reduction(te.create_prim_func([a, row_max])) is None
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(["max", "avg"]), c=st.integers(1, 5), h=st.integers(1, 13), w=st.integers(1, 37),
+       k=st.sampled_from([1, 2, 3]), stride=st.integers(1, 2), pad=st.integers(0, 1), seed=st.integers(0, 1 << 30))
+def test_pool_rule_random_shapes(kind, c, h, w, k, stride, pad, seed):
+    pad = min(pad, k // 2)
+    if h + 2 * pad < k or w + 2 * pad < k:
+        return
+    _check(kind, 2, c, h, w, k, stride, pad, seed)

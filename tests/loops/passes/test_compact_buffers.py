@@ -1,0 +1,79 @@
+"""compact_local_buffers (the C target's lowering hook): a "local" cache stage computed at a loop
+gets a stack tile of one iteration's size, inside that loop, and the kernel still computes the same
+numbers; local buffers it cannot shrink keep their allocation."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import refcomp
+from refcomp import te
+from refcomp.ast import Allocate, For, as_int, collect
+from refcomp.driver import C_LOWERING
+from refcomp.loops.lower import lower
+from refcomp.loops.passes.compact_buffers import compact_local_buffers
+from refcomp.loops.passes.lower_blocks import lower_blocks
+from refcomp.loops.schedule import Schedule
+
+
+def _matmul(m: int, n: int, k: int):
+    a = te.placeholder((m, k), "float32", "A")
+    b = te.placeholder((k, n), "float32", "B")
+    r = te.reduce_axis((0, k), "r")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), "C")
+    return te.create_prim_func([a, b, c])
+
+
+def _tiled(m: int, n: int, k: int, tile: int = 4, parallel: bool = True):
+    """C accumulated in a local tile of `tile` columns per (i, j // tile), written back there."""
+    sch = Schedule(_matmul(m, n, k))
+    rv = sch.get_block("C")
+    i, j, r = sch.get_loops(rv)
+    j0, j1 = sch.split(j, [None, tile])
+    sch.reorder(i, j0, r, j1)
+    local = sch.cache_write(rv, 0, "local")
+    sch.reverse_compute_at(local, j0)
+    if parallel:
+        sch.parallel(i)
+    return sch.func
+
+
+def _allocations(func):
+    return {a.buffer.name: a for a in collect(func.body, Allocate)}
+
+
+def test_a_local_tile_moves_under_its_loops_and_shrinks_to_one_iteration():
+    before = lower_blocks(_tiled(6, 12, 5))
+    after = compact_local_buffers(before)
+    (name,) = [n for n in _allocations(before) if "local" in n]
+    assert [as_int(d) for d in _allocations(before)[name].buffer.shape] == [6, 12]
+    tile = _allocations(after)[name]
+    assert [as_int(d) for d in tile.buffer.shape] == [1, 4]
+    # the allocation now stands inside the parallel loop: one tile per thread
+    parallel = [f for f in collect(after.body, For) if f.kind == "parallel"]
+    assert parallel and any(a is tile for a in collect(parallel[0].body, Allocate))
+
+
+def test_global_buffers_and_unshrinkable_local_ones_are_left_alone():
+    sch = Schedule(_matmul(4, 8, 3))
+    sch.cache_write(sch.get_block("C"), 0, "local")  # written back after the whole matmul
+    before = lower_blocks(sch.func)
+    after = compact_local_buffers(before)
+    assert [tuple(as_int(d) for d in a.buffer.shape) for a in collect(after.body, Allocate)] == [(4, 8)]
+    assert compact_local_buffers(lower_blocks(_matmul(3, 3, 3))).body is not None
+
+
+def test_the_c_target_runs_it():
+    lowered = lower(_tiled(6, 12, 5), hooks=C_LOWERING)
+    shapes = [tuple(as_int(d) for d in a.buffer.shape) for a in collect(lowered.body, Allocate)]
+    assert shapes == [(4,)]  # flattened after compaction
+
+
+@pytest.mark.parametrize("m,n,k,tile", [(6, 12, 5, 4), (1, 7, 1, 7), (13, 10, 17, 5), (3, 16, 2, 16)])
+def test_compacted_kernels_match_numpy(rng, m, n, k, tile):
+    func = _tiled(m, n, k, tile)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c = rng.standard_normal((m, n)).astype(np.float32)  # overwritten
+    refcomp.build(func)(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
