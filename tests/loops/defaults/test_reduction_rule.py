@@ -141,3 +141,42 @@ def test_a_rule_that_fails_falls_back_to_the_generic_schedule_and_says_so(monkey
     out = np.empty_like(x)
     refcomp.build(scheduled)(x, out)
     np.testing.assert_allclose(out, registry.get("softmax").reference(x), rtol=2e-5, atol=2e-6)
+
+
+def _symbolic_kernel(op: str, symbolic: tuple):
+    """The kernel of `op` over a shape whose entries named by a str are size vars."""
+    sizes = {name: te.size_var(name, "int64") for name in symbolic if isinstance(name, str)}
+    return _kernel(op, tuple(sizes.get(d, d) if isinstance(d, str) else d for d in symbolic))
+
+
+@pytest.mark.parametrize("op, symbolic", [
+    ("layer_norm", ("n", "m", 128)),   # a transformer's (batch, seq, hidden), both dynamic
+    ("softmax", ("n", 4, "m", "m")),   # attention scores: symbolic row count and row length
+    ("softmax", ("n", "m", 64)),
+    ("rms_norm", ("n", "m", 48)),
+])
+def test_row_rule_applies_with_symbolic_rows(op, symbolic):
+    """Symbolic leading dims fuse into one parallel row loop (`f // m`, `f % m` bindings) and a
+    symbolic row length does not keep the per-row results from moving under it: the rule
+    applies (no fallback), every stage under the one parallel loop, for any sizes."""
+    (func, reference) = _symbolic_kernel(op, symbolic)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scheduled = ds.schedule_kernel(func)
+    assert not [w for w in caught if issubclass(w.category, ds.RuleFallbackWarning)]
+    parallel = [loop for loop in _loops(scheduled) if loop.kind == "parallel"]
+    assert len(parallel) == 1
+    kernel = refcomp.build(scheduled)
+    for seed, (n, m) in enumerate([(1, 1), (2, 7), (3, 13), (1, 64)]):
+        shape = tuple({"n": n, "m": m}.get(d, d) if isinstance(d, str) else d for d in symbolic)
+        rng = np.random.default_rng(seed)
+        args = [rng.standard_normal(shape).astype(np.float32)]
+        args += [rng.standard_normal((shape[-1],)).astype(np.float32) for _ in range(_PARAMS.get(op, 0))]
+        expected = np.asarray(reference(*args))
+        out = np.empty(expected.shape, expected.dtype)
+        kernel(*args, out)
+        np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5)
+        if n * m <= 14:
+            interpreted = np.empty_like(out)
+            interpret(scheduled, *args, interpreted)
+            np.testing.assert_allclose(interpreted, expected, rtol=2e-5, atol=2e-5)
