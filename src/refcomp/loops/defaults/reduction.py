@@ -125,6 +125,39 @@ def _lane_partials(sch: Schedule, block: Block) -> None:
     sch.rfactor(sch.get_loops(rv)[-1], len(kinds) - 1)
 
 
+def _lanes_inside(sch: Schedule, output: str) -> None:
+    """Under the row loop, a partial stage's nest is (lanes, chunks): the lane loop, spatial,
+    outside the reduce loop over the row's chunks.  Swapped, the lane loop is innermost and the
+    per-block treatment vectorizes it (one vector of partials updated per chunk, its math, exp
+    included, a vector call); left outside, every element is a scalar step.  A stage whose
+    reorder the primitive refuses stays as it is."""
+    for block in _stages(sch.func)[:-1]:
+        try:
+            rv = sch.get_block(block.name)
+            loops = sch.get_loops(rv)
+        except RefcompError:
+            continue
+        if len(loops) < 2:
+            continue
+        realize = sch.get(rv)
+        kinds = {id(iv.var): iv.kind for iv in block.iter_vars}
+        inner, outer = sch.get(loops[-1]).loop_var, sch.get(loops[-2]).loop_var
+        if _binds(sch, block, inner) == {"reduce"} and _binds(sch, block, outer) == {"spatial"}:
+            try:
+                sch.reorder(loops[-1], loops[-2])
+            except RefcompError:
+                pass
+
+
+def _binds(sch: Schedule, block: Block, loop_var) -> set[str]:
+    """The kinds of the iter vars of block whose bindings use loop_var."""
+    from ...ast.functor import uses_var
+    from ...ast.stmt import BlockRealize
+
+    realize = next(r for r in collect(sch.func.body, BlockRealize) if r.block.name == block.name)
+    return {iv.kind for iv, value in zip(realize.block.iter_vars, realize.iter_values) if uses_var(value, loop_var)}
+
+
 def schedule_row_reduction(sch: Schedule, parallel: bool = True) -> Schedule | None:
     """A new schedule with every earlier stage under the output stage's row loop, that loop (its
     outermost row loop) parallel; None when the function is not a row reduction (nothing done).
@@ -158,6 +191,7 @@ def schedule_row_reduction(sch: Schedule, parallel: bool = True) -> Schedule | N
             break
     if best is None:
         raise refusal
+    _lanes_inside(best, output)
     if parallel:
         best.parallel(best.get_loops(best.get_block(output))[0])
     return best
