@@ -432,7 +432,7 @@ def _without(factors: list[PrimExpr], remove: list[PrimExpr]) -> list[PrimExpr] 
     """factors with each of `remove` taken out once (structurally), None when one is missing."""
     rest = list(factors)
     for r in remove:
-        k = next((k for k, f in enumerate(rest) if structural_equal(f, r)), None)
+        k = next((k for k, f in enumerate(rest) if structural_equal(f, r, map_free_vars=False)), None)
         if k is None:
             return None
         del rest[k]
