@@ -2,6 +2,7 @@
 the output's row loop, checked against numpy and the interpreter over odd, prime and unit shapes."""
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -156,9 +157,11 @@ def _symbolic_kernel(op: str, symbolic: tuple):
     ("rms_norm", ("n", "m", 48)),
 ])
 def test_row_rule_applies_with_symbolic_rows(op, symbolic):
-    """Symbolic leading dims fuse into one parallel row loop (`f // m`, `f % m` bindings) and a
-    symbolic row length does not keep the per-row results from moving under it: the rule
-    applies (no fallback), every stage under the one parallel loop, for any sizes."""
+    """Symbolic leading dims: the rows fuse across constant extents only (`(n, 4)` into one
+    loop dividing by 4; a symbolic m stays a loop inside), every stage moves under the last row
+    loop (a symbolic row length does not keep the per-row results from being bounded), and the
+    outer loop is parallel (its iterations proved independent through the symbolic loops
+    inside): the rule applies (no fallback), for any sizes."""
     (func, reference) = _symbolic_kernel(op, symbolic)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -166,6 +169,8 @@ def test_row_rule_applies_with_symbolic_rows(op, symbolic):
     assert not [w for w in caught if issubclass(w.category, ds.RuleFallbackWarning)]
     parallel = [loop for loop in _loops(scheduled) if loop.kind == "parallel"]
     assert len(parallel) == 1
+    # rows are fused only across constant extents: no index divides by the run-time m
+    assert not re.search(r"(//|%) \(?(T\.int64\(\d+\) \* )?m\b", scheduled.script())
     kernel = refcomp.build(scheduled)
     for seed, (n, m) in enumerate([(1, 1), (2, 7), (3, 13), (1, 64)]):
         shape = tuple({"n": n, "m": m}.get(d, d) if isinstance(d, str) else d for d in symbolic)

@@ -83,8 +83,13 @@ def _gather(sch: Schedule, output: str, fuse_rows: bool) -> tuple[int, int, Refc
     blocks = _stages(sch.func)
     out = sch.get_block(output)
     loops = sch.get_loops(out)
-    rows = loops[:len(blocks[-1].iter_vars) - 1]
-    row = sch.fuse(*rows) if fuse_rows and len(rows) > 1 else rows[-1]
+    count = len(blocks[-1].iter_vars) - 1
+    rows = loops[:count]
+    group = _fusable_rows(sch, rows) if fuse_rows else rows[:1]
+    if len(group) > 1:
+        sch.fuse(*group)
+        rows = sch.get_loops(out)[:count - len(group) + 1]
+    row = rows[-1]
     refusal, moved = None, 0
     for block in reversed(blocks[:-1]):
         try:
@@ -93,6 +98,19 @@ def _gather(sch: Schedule, output: str, fuse_rows: bool) -> tuple[int, int, Refc
         except RefcompError as err:
             refusal = refusal or err
     return moved, len(blocks) - 1, refusal
+
+
+def _fusable_rows(sch: Schedule, rows: list) -> list:
+    """The leading row loops to fuse: the first and every constant one after it.  A symbolic
+    extent inside the group would make every index a division by a run-time value (`f % m`):
+    checked, per element, in the emitted C, where the vector loops cannot take it; `(n, 4)`
+    fused over a symbolic n divides by 4 only.  The rows after the group stay loops inside it."""
+    group = rows[:1]
+    for loop in rows[1:]:
+        if as_int(sch.get(loop).extent) is None:
+            break
+        group.append(loop)
+    return group
 
 
 def _lane_partials(sch: Schedule, block: Block) -> None:

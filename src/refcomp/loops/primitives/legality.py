@@ -14,6 +14,7 @@ from ...ast import (
     And, Block, BlockRealize, Buffer, EQ, FloorDiv, FloorMod, For, IntImm, Mul, Not, Or, PrimExpr, PrimFunc,
     SizeVar, Var, collect, free_vars, substitute,
 )
+from ...ast.functor import uses_var
 from ...ast.functor import Mutator
 from ...ast.structural import structural_equal
 from ...errors import ScheduleError
@@ -516,14 +517,19 @@ def access_region(loop: For, realize: BlockRealize, region, cover: bool = False)
         extent = const_int(r.extent)
         if extent is None:
             return None
-        if unbounded & set(free_vars(index)):
-            # a loop of symbolic extent moves this index: a read lies in the buffer (accesses
-            # are in bounds), so it is covered by the whole dim when that is constant (a row's
-            # lane partials read at `t` under `t < lanes`, t ranging over lanes + n % lanes)
-            size = const_int(region.buffer.shape[dim])
-            if not cover or size is None:
-                return None
-            result.append((Sum(index.dtype, 0), Sum(index.dtype, size - 1)))
+        moving = [l for l in inner_loops if l.loop_var in unbounded and uses_var(index, l.loop_var)]
+        if moving:
+            bounds = _relax_through_symbolic_loops(index, moving, inner, cover)
+            if bounds is None:
+                # a read lies in the buffer (accesses are in bounds), so it is covered by the
+                # whole dim when that is constant (a row's lane partials read at `t` under
+                # `t < lanes`, t ranging over lanes + n % lanes)
+                size = const_int(region.buffer.shape[dim])
+                if not cover or size is None:
+                    return None
+                bounds = (Sum(index.dtype, 0), Sum(index.dtype, size - 1))
+            low, high = bounds
+            result.append((low, high.shifted(extent - 1)))
             continue
         relaxed = relax(index, inner, cover)
         if relaxed is None:
@@ -535,6 +541,32 @@ def access_region(loop: For, realize: BlockRealize, region, cover: bool = False)
         if not _fills_its_box(realize, inner_loops, indices, result):
             return None
     return result
+
+
+def _relax_through_symbolic_loops(index: PrimExpr, moving: Sequence[For], inner, cover: bool):
+    """[min, max] of index over the loops below, where `moving` (of symbolic extent) enter it as
+    plain terms `c * v` (v over [min, min + extent - 1]: both ends reached); None otherwise."""
+    form = linear(index)
+    coefficients = [(loop, form.pop(loop.loop_var)) for loop in moving]
+    if any(c == 0 for _, c in coefficients):
+        return None
+    if any(uses_var(atom, loop.loop_var) for atom, _ in form.linear_terms() for loop in moving) or \
+            any(len(mono) != 1 or mono[0][2] != 1 for _, mono in form.items()):
+        return None
+    from .affine import form_expr
+
+    rest = form_expr(form, index.dtype)
+    if not cover and _mixed_division(rest, inner):
+        return None
+    relaxed = relax(rest, inner, cover)
+    if relaxed is None:
+        return None
+    low, high = relaxed
+    for loop, c in coefficients:
+        first, last = linear(loop.min), linear(loop.min + loop.extent - 1)
+        low.add(first if c > 0 else last, c)
+        high.add(last if c > 0 else first, c)
+    return low, high
 
 
 def _mixed_division(expr: PrimExpr, inner: Mapping[Var, tuple[int, int]]) -> bool:
