@@ -199,12 +199,14 @@ def _is_quasi_affine(expr: PrimExpr, loop_vars: set[int]) -> bool:
 
 
 def _is_invariant_divisor(divisor: PrimExpr, loop_vars: set[int]) -> bool:
-    """A positive constant, or a product of symbolic extents (no loop var among them): a
-    fused loop's `f // n` is as regular as `f // 8`, the same for every iteration."""
+    """A positive constant, or an expression in size vars only (symbolic extents, no loop var
+    among them): a fused loop's `f // n` is as regular as `f // 8`, the same for every
+    iteration."""
     value = const_int(divisor)
     if value is not None:
         return value > 0
-    return not any(id(v) in loop_vars for v in free_vars(divisor))
+    variables = free_vars(divisor)
+    return all(isinstance(v, SizeVar) and id(v) not in loop_vars for v in variables)
 
 
 def check_iter_kinds(func: PrimFunc, realize: BlockRealize, primitive: str) -> None:
