@@ -7,8 +7,8 @@ its own pass over the whole input (softmax: max, sum of exp, output: three reads
 does not fit any cache).  This rule moves every earlier stage under the output stage's row loop
 (compute_at, which proves each move covers what the consumer reads), so one thread makes one
 pass: the row is read from memory once and the later stages find it in L1/L2.  The row loop
-(the leading loops fused when there are several) is the one parallel loop; the loops inside are
-left to the vectorizer.
+(the leading loops fused when there are several) is the one parallel loop; a partial stage's
+lane loop is put innermost and the loops inside are left to the vectorizer.
 
 Applies when: the last block is spatial, every other block writes a buffer that is not a
 parameter, at least one block reduces, and the output has a leading (row) axis.
@@ -18,8 +18,8 @@ from __future__ import annotations
 from ...ast.expr import as_int
 from ...ast.function import PrimFunc
 from ...ast.expr import BufferLoad
-from ...ast.functor import collect, free_vars
-from ...ast.stmt import Block
+from ...ast.functor import collect, free_vars, uses_var
+from ...ast.stmt import Block, BlockRealize
 from ...ast.structural import structural_equal
 from ...errors import RefcompError
 from ..schedule import Schedule
@@ -157,8 +157,6 @@ def _lanes_inside(sch: Schedule, output: str) -> None:
             continue
         if len(loops) < 2:
             continue
-        realize = sch.get(rv)
-        kinds = {id(iv.var): iv.kind for iv in block.iter_vars}
         inner, outer = sch.get(loops[-1]).loop_var, sch.get(loops[-2]).loop_var
         if _binds(sch, block, inner) == {"reduce"} and _binds(sch, block, outer) == {"spatial"}:
             try:
@@ -169,9 +167,6 @@ def _lanes_inside(sch: Schedule, output: str) -> None:
 
 def _binds(sch: Schedule, block: Block, loop_var) -> set[str]:
     """The kinds of the iter vars of block whose bindings use loop_var."""
-    from ...ast.functor import uses_var
-    from ...ast.stmt import BlockRealize
-
     realize = next(r for r in collect(sch.func.body, BlockRealize) if r.block.name == block.name)
     return {iv.kind for iv, value in zip(realize.block.iter_vars, realize.iter_values) if uses_var(value, loop_var)}
 
@@ -180,10 +175,11 @@ def schedule_row_reduction(sch: Schedule, parallel: bool = True) -> Schedule | N
     """A new schedule with every earlier stage under the output stage's row loop, that loop (its
     outermost row loop) parallel; None when the function is not a row reduction (nothing done).
 
-    The leading row loops are fused first (one parallel loop over all rows: a batch of 1 still
-    splits over the threads); when a stage cannot be moved under the fused loop (its region
-    through the fused indices is not a box the prover bounds, e.g. with a symbolic dim), they
-    are tried unfused, the stages under the last row loop.  Of the two, the one that moves every
+    The leading row loops are fused first, across constant extents (one parallel loop over all
+    rows: a batch of 1 still splits over the threads; a symbolic row dim after the first stays a
+    loop inside, see _fusable_rows), the stages under the last row loop; when a stage cannot be
+    moved there (its region through the fused indices is not a box the prover bounds), they are
+    tried unfused.  Of the two, the one that moves every
     stage, else the one that moves more, is kept; raises the first refusal when none moves."""
     if not is_row_reduction(sch.func):
         return None
