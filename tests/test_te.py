@@ -97,7 +97,21 @@ def test_reduction_with_where_and_max_identity():
     assert block.init.value.value == -math.inf
     assert isinstance(block.body, IfThenElse)
     assert isinstance(block.body.then_case.value, Max)
-    assert block.reads[0].region[1].extent.value == 5  # guarded by where=: the whole row
+    # guarded by where=, but k spans the dim (in bounds either way): the point, as unguarded
+    assert block.reads[0].region[1].extent.value == 1
+
+
+def test_guarded_read_is_the_whole_dim_only_where_its_index_may_leave_it():
+    """A read under a condition keeps the exact index in a dim whose index is an iter var over
+    that dim, and claims the whole dim where the index may leave the buffer when the condition
+    is false (here k + 1 reaches 5)."""
+    A = te.placeholder((3, 5), "float32", "A")
+    k = te.reduce_axis(5, "k")
+    M = te.compute((3,), lambda i: te.sum(te.if_then_else(k < 4, A[i, k + 1], 0.0), axis=k), name="M")
+    (block,) = stage_blocks(te.create_prim_func([A, M]))
+    row, col = block.reads[0].region
+    assert row.extent.value == 1 and structural_equal(row.min, block.iter_vars[0].var)
+    assert col.min.value == 0 and col.extent.value == 5
 
 
 def test_identities_of_reducers_per_dtype():

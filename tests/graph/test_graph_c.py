@@ -226,3 +226,40 @@ def test_strict_c99_target_compiles_the_graph_function(rng, blas):
     x = rng.standard_normal((2, 3, 8)).astype("float32")
     w = rng.standard_normal((8, 8)).astype("float32")
     same(fast["main"](x, w), slow["main"](x, w), exact=not blas)
+
+
+def _positions_added(table_rows: int):
+    """out[b, s, :] = x[b, s, :] + table[s, :] for s < seq, where the table slice has shape
+    (min(seq, rows), 8) and a match_cast says it is (seq, 8): a transformer's position
+    embeddings, checked at run time (seq <= rows) as an exported BERT does."""
+    from refcomp.ast.graph import Constant
+    from refcomp.ast.graph_struct_info import TensorStructInfo
+
+    batch, seq = sv("batch"), sv("seq")
+    x = Var("x", tensor((batch, seq, 8)))
+    table = np.random.default_rng(table_rows).standard_normal((table_rows, 8)).astype("float32")
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            rows = bb.emit(op.strided_slice(Constant(table), axes=(0,), begin=(0,), end=(seq,)))
+            cast = bb.match_cast(rows, TensorStructInfo((seq, 8), "float32"))
+            out = bb.emit_output(op.add(x, cast))
+        bb.emit_func_output(out)
+    return bb.get(), table
+
+
+@pytest.mark.parametrize("batch, seq", [(1, 1), (2, 5), (3, 16)])
+def test_match_cast_of_a_computed_shape_is_checked_in_c(batch, seq):
+    """A match_cast whose shape follows from the inputs' shapes (no data) no longer sends the
+    function to the VM: the check runs in C before any kernel, with the VM's message."""
+    mod, table = _positions_added(16)
+    ex = refcomp.graph.build(mod, target="c")
+    assert ex.executor == "compiled"
+    fast, slow = both(ex)
+    x = np.random.default_rng(batch * seq).standard_normal((batch, seq, 8)).astype("float32")
+    np.testing.assert_array_equal(fast["main"](x), x + table[:seq])
+    np.testing.assert_array_equal(slow["main"](x), x + table[:seq])
+    too_long = np.ones((batch, 17, 8), "float32")
+    got, expected = _raised(fast["main"], too_long), _raised(slow["main"], too_long)
+    assert got is not None and got == expected
+    assert issubclass(got[0], refcomp.ArgumentError) and "match_cast" in got[1]

@@ -84,3 +84,31 @@ def test_shape_to_tensor_holds_the_sizes(rng):
     for a, b in [(1, 1), (3, 5), (6, 2)]:
         np.testing.assert_array_equal(run(rng.standard_normal((a, b)).astype("float32")),
                                       np.asarray([a, 2 * b, a + b]) * 2)
+
+
+def test_reshape_minus_one_cancels_the_symbolic_factors_both_sides_share():
+    """(batch, seq, 128) to (batch, seq, -1, 32) infers 4, as an exported attention's head
+    split does: the shared batch * seq cancels (no `batch * seq * 128 // (batch * seq * 32)`
+    left for every later shape and kernel); distinct size vars never cancel each other."""
+    import numpy as np
+
+    import refcomp
+    from refcomp.ast import SizeVar
+    from refcomp.graph import BlockBuilder, Var, op, tensor
+
+    batch, seq = SizeVar("batch", "int64"), SizeVar("seq", "int64")
+    x = Var("x", tensor((batch, seq, 128)))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            heads = bb.emit(op.reshape(x, (batch, seq, -1, 32)))
+            merged = bb.emit(op.reshape(heads, (-1, seq, 32)))
+            out = bb.emit_output(op.reshape(merged, (batch, seq, -1)))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    text = mod.functions["main"].script()
+    assert "R.Tensor((batch, seq, 4, 32)" in text and "R.Tensor((batch * 4, seq, 32)" in text
+    ex = refcomp.graph.build(mod, target="c")
+    for b, s in [(1, 1), (2, 5), (3, 7)]:
+        a = np.random.default_rng(b * s).standard_normal((b, s, 128)).astype("float32")
+        np.testing.assert_array_equal(refcomp.runtime.VirtualMachine(ex)["main"](a), a)

@@ -147,6 +147,7 @@ def _stage(tensor: Tensor, shape_vars: dict[Var, PrimExpr], buffer_map: dict[Buf
     for axis, block_var in zip(axes, block_vars):
         var_map[axis.var] = block_var
     rebind = _Rebind(var_map, buffer_map)  # fresh mutator: the mapping grew
+    domains = dict(zip(block_vars, doms))
 
     out = buffer_map[tensor.buffer]
     indices = tuple(block_vars[: len(op.axis)])
@@ -157,14 +158,14 @@ def _stage(tensor: Tensor, shape_vars: dict[Var, PrimExpr], buffer_map: dict[Buf
         if body.condition is not None:
             condition = rebind.visit(body.condition)
             update = IfThenElse(condition, update)
-            reads = _read_regions([condition], [source], exclude=out)
+            reads = _read_regions([condition], [source], exclude=out, domains=domains)
         else:
-            reads = _read_regions([source], [], exclude=out)
+            reads = _read_regions([source], [], exclude=out, domains=domains)
         init = BufferStore(out, body.identity(), indices)
     else:
         value = rebind.visit(body)
         update = BufferStore(out, value, indices)
-        reads = _read_regions([value], [], exclude=None)
+        reads = _read_regions([value], [], exclude=None, domains=domains)
     iter_vars = tuple(IterVar(bv, dom, axis.kind) for bv, dom, axis in zip(block_vars, doms, axes))
     writes = (BufferRegion(out, tuple(Range(v, const(1, v.dtype)) for v in indices)),)
     block = Block(out.name, iter_vars, reads, writes, update, init, annotations=op.attrs)
@@ -176,9 +177,12 @@ def _stage(tensor: Tensor, shape_vars: dict[Var, PrimExpr], buffer_map: dict[Buf
 
 # ----------------------------------------------------------------------------- read regions
 
-def _read_regions(unguarded: list[PrimExpr], guarded: list[PrimExpr], exclude: Buffer | None) -> tuple[BufferRegion, ...]:
-    """The region of each buffer one block instance reads: exact points where the access is plain,
-    the whole buffer where it sits under a condition (if_then_else, where=) or is data dependent."""
+def _read_regions(unguarded: list[PrimExpr], guarded: list[PrimExpr], exclude: Buffer | None,
+                  domains: dict[Var, Range] | None = None) -> tuple[BufferRegion, ...]:
+    """The region of each buffer one block instance reads: exact points where the access is plain;
+    where it sits under a condition (if_then_else, where=) or is data dependent, the whole dim,
+    except in a dim whose index is an iter var whose domain is that dim (it stays in bounds
+    whether or not the condition holds: `partial[i, t]` under `t < 16` reads row i only)."""
     accesses: dict[Buffer, list[tuple[tuple[PrimExpr, ...], bool]]] = {}
     for root in unguarded:
         _walk(root, False, accesses)
@@ -188,14 +192,23 @@ def _read_regions(unguarded: list[PrimExpr], guarded: list[PrimExpr], exclude: B
     for buffer, uses in accesses.items():
         if buffer is exclude:
             continue
-        if any(imprecise for _, imprecise in uses):
-            regions.append(buffer.full_region())
-            continue
         ranges = []
         for dim, extent in enumerate(buffer.shape):
-            ranges.append(_merge([indices[dim] for indices, _ in uses], extent))
+            exact = all(not imprecise or _spans_dim(indices[dim], extent, domains or {})
+                        for indices, imprecise in uses)
+            if exact:
+                ranges.append(_merge([indices[dim] for indices, _ in uses], extent))
+            else:
+                ranges.append(Range(IntImm(0, extent.dtype), extent))
         regions.append(BufferRegion(buffer, tuple(ranges)))
     return tuple(regions)
+
+
+def _spans_dim(index: PrimExpr, extent: PrimExpr, domains: dict[Var, Range]) -> bool:
+    """index is an iter var ranging over [0, extent): in bounds of that dim for every instance."""
+    dom = domains.get(index) if isinstance(index, Var) else None
+    return dom is not None and isinstance(dom.min, IntImm) and dom.min.value == 0 and \
+        structural_equal(dom.extent, extent, map_free_vars=False)
 
 
 def _walk(expr: Any, guarded: bool, out: dict) -> None:

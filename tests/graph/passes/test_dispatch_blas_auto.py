@@ -93,3 +93,56 @@ def test_mlp_layer_matches_numpy_either_way(rng, blas):
     out = np.asarray(refcomp.runtime.VirtualMachine(ex)["main"](x, w, b, w2, b2))
     u = _gelu(x.astype(np.float64) @ w.T + b)
     np.testing.assert_allclose(out, u @ w2.T + b2 + x, rtol=1e-4, atol=1e-4)
+
+
+def _flatten_gemm_unflatten(k, n, reuse_flat=False, last=None):
+    """x (batch, seq, k) -> reshape (-1, k) -> @ W (k, n) -> reshape (batch, seq, n) -> tanh, as
+    an exported GPT-2's Conv1D does (plus, with reuse_flat, another reader of the (rows, n) value)."""
+    from refcomp.ast.graph import Constant
+
+    batch, seq = SizeVar("batch", "int64"), SizeVar("seq", "int64")
+    x = Var("x", tensor((batch, seq, k)))
+    w = np.random.default_rng(k * n).standard_normal((k if last is None else last, n)).astype("float32")
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            flat = bb.emit(op.reshape(x, (-1, k if last is None else last)))
+            product = bb.emit(op.matmul(flat, Constant(w)))
+            back = bb.emit(op.reshape(product, (batch, seq, -1) if last is None else (-1, n)))
+            out = op.tanh(back)
+            if reuse_flat:
+                out = op.add(bb.emit(out), op.reshape(bb.emit(op.exp(product)), (batch, seq, n)))
+            out = bb.emit_output(out)
+        bb.emit_func_output(out)
+    return bb.get(), w
+
+
+@pytest.mark.parametrize("k, n", [(16, 24), (7, 13), (1, 1)])
+@pytest.mark.parametrize("reuse_flat", [False, True])
+def test_gemm_reads_flattened_rows_in_place_and_the_reshapes_fold(k, n, reuse_flat):
+    """The GEMM reads x (batch, seq, k) itself (its leading dims are the rows) and its result in
+    (batch, seq, n) is what the reshape back gives: no copy kernel on either side; a reader of
+    the (rows, n) value gets a reshape of it.  Equal to numpy for any batch and seq."""
+    mod, w = _flatten_gemm_unflatten(k, n, reuse_flat)
+    ex = refcomp.graph.build(mod, target="c", blas="always")
+    text = ex.module["main"].script() if hasattr(ex, "module") else ""
+    assert "sgemm_nn'), (x," in text
+    assert ex.executor == "compiled"
+    if not reuse_flat:
+        assert ex.stats["kernels"] == 1  # tanh alone
+    for batch, seq in [(1, 1), (2, 5), (3, 7)]:
+        a = np.random.default_rng(batch * seq).standard_normal((batch, seq, k)).astype("float32")
+        y = a @ w
+        expected = np.tanh(y) + (np.exp(y) if reuse_flat else 0)
+        np.testing.assert_allclose(ex.compiled["main"](a), expected, rtol=2e-5, atol=2e-5)
+
+
+def test_a_reshape_that_changes_the_last_dim_is_not_read_in_place():
+    """(batch, seq, 4) -> (-1, 8): the rows of the GEMM are not x's leading dims; left as it was."""
+    mod, w = _flatten_gemm_unflatten(4, 6, last=8)
+    out = dispatch_blas(refcomp.graph.passes.normalize(mod))
+    text = out["main"].script()
+    assert "sgemm_nn'), (x," not in text and "sgemm_nn'), (lv0," in text
+    ex = refcomp.graph.build(mod, target="c", blas="always")
+    a = np.random.default_rng(3).standard_normal((2, 4, 4)).astype("float32")
+    np.testing.assert_allclose(ex.compiled["main"](a), np.tanh(a.reshape(-1, 8) @ w), rtol=2e-5, atol=2e-5)

@@ -573,3 +573,61 @@ def test_compute_at_under_int64_loops_keeps_loop_types(rng):
     c = rng.standard_normal((40, 64)).astype(np.float32)
     refcomp.build(sch.func)(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
+
+
+def _row_max_then_subtract():
+    """M[i] = max over a symbolic row length m of A[i, :]; C[i, j] = A[i, j] - M[i]."""
+    from refcomp import te
+
+    n, m = te.size_var("n", "int64"), te.size_var("m", "int64")
+    A = te.placeholder((n, m), "float32", "A")
+    k = te.reduce_axis((0, m), "k")
+    M = te.compute((n,), lambda i: te.max(A[i, k], axis=k), name="M")
+    C = te.compute((n, m), lambda i, j: A[i, j] - M[i], name="C")
+    return te.create_prim_func([A, C])
+
+
+@pytest.mark.parametrize("sizes", [(1, 1), (3, 7), (4, 33)])
+def test_compute_at_under_a_row_loop_with_a_symbolic_row_length(sizes):
+    """C's loop j has a symbolic extent but C reads M[i] only: the region is bounded without it
+    (before: "cannot bound the region of M read under loop i")."""
+    import refcomp
+
+    before = _row_max_then_subtract()
+    sch = Schedule(before)
+    i, _ = sch.get_loops(sch.get_block("C"))
+    sch.compute_at(sch.get_block("M"), i)
+    sch.parallel(i)
+    text = sch.func.script()
+    assert text.index('T.block("M")') < text.index('T.block("C")') and text.count("T.parallel(") == 1
+    n, m = sizes
+    a = np.random.default_rng(n + m).standard_normal((n, m)).astype(np.float32)
+    out = np.empty_like(a)
+    refcomp.build(sch.func)(a, out)
+    np.testing.assert_allclose(out, a - a.max(axis=1, keepdims=True))
+
+
+def test_compute_at_covers_a_guarded_read_through_a_symbolic_loop_by_the_whole_dim(rng):
+    """A combine stage reads P[i, t] under `t < 4` (else Q[i, t - 4]), t ranging over the
+    symbolic m + 4: the read covers P's whole (constant) lane dim, so P moves under the row loop
+    computing its 4 lanes per row."""
+    import refcomp
+    from refcomp import te
+
+    n, m = te.size_var("n", "int64"), te.size_var("m", "int64")
+    A = te.placeholder((n, 4), "float32", "A")
+    Q = te.placeholder((n, m), "float32", "Q")
+    P = te.compute((n, 4), lambda i, l: A[i, l] * 2.0, name="P")
+    t = te.reduce_axis((0, m + 4), "t")
+    S = te.compute((n,), lambda i: te.sum(te.if_then_else(t < 4, P[i, t], Q[i, t - 4]), axis=t), name="S")
+    before = te.create_prim_func([A, Q, S])
+    sch = Schedule(before)
+    (i, _) = sch.get_loops(sch.get_block("S"))
+    sch.compute_at(sch.get_block("P"), i)
+    sch.parallel(i)
+    for rows, cols in [(5, 3), (1, 1), (2, 0)]:
+        a = rng.standard_normal((rows, 4)).astype(np.float32)
+        q = rng.standard_normal((rows, cols)).astype(np.float32)
+        out = np.empty((rows,), np.float32)
+        refcomp.build(sch.func)(a, q, out)
+        np.testing.assert_allclose(out, (a * 2).sum(axis=1) + q.sum(axis=1), rtol=1e-5, atol=1e-5)

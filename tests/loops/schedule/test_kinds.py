@@ -373,3 +373,50 @@ def test_parallel_loop_with_a_block_local_buffer(rng, m):
         assert "float T[64]" in source and "alloc(" not in source
     else:
         assert "float* T = (float*)aligned_alloc(" in source or "float* T = (float*)malloc(" in source
+
+
+def _symbolic_elementwise():
+    from refcomp import te
+
+    n, m = te.size_var("n", "int64"), te.size_var("m", "int64")
+    A = te.placeholder((n, 4, m), "float32", "A")
+    B = te.compute((n, 4, m), lambda i, j, k: A[i, j, k] * 2.0, name="B")
+    return te.create_prim_func([A, B])
+
+
+@pytest.mark.parametrize("sizes", [(1, 1), (2, 3), (3, 17), (5, 1)])
+def test_parallel_fused_loop_over_symbolic_extents(sizes):
+    """fuse over (n, 4, m) binds `f // (4 * m)`, `f % (4 * m) // m`, `f % m`: affine in the loop
+    var (the divisors use no loop var), and injective (proved in nested form, `f // m // 4`).
+    Before, parallel refused it: "the binding of vi is not affine in the loop variables"."""
+    import numpy as np
+
+    import refcomp
+
+    before = _symbolic_elementwise()
+    sch = Schedule(before)
+    fused = sch.fuse(*sch.get_loops(sch.get_block("B")))
+    sch.parallel(fused)
+    assert sch.get(sch.get_loops(sch.get_block("B"))[0]).kind == "parallel"
+    text = sch.func.script()
+    assert '% (T.Cast("int64", 4) * m) // m' in text and "i_j_k_fused % m" in text
+    n, m = sizes
+    a = np.random.default_rng(n * 31 + m).standard_normal((n, 4, m)).astype(np.float32)
+    out = np.empty_like(a)
+    refcomp.build(sch.func)(a, out)
+    np.testing.assert_array_equal(out, a * 2)
+
+
+def test_parallel_refuses_symbolic_floordiv_that_is_not_injective():
+    """`v = f // m` over f < n * m writes B[v] m times from m iterations: still refused."""
+    from refcomp.ast import SizeVar
+
+    n, m = SizeVar("n", "int64"), SizeVar("m", "int64")
+    A, B = Buffer("A", (n,)), Buffer("B", (n,))
+    f, v = Var("f", "int64"), Var("v", "int64")
+    block = Block("B", (IterVar(v, Range(0, n)),), (BufferRegion(A, (Range(v, 1),)),),
+                  (BufferRegion(B, (Range(v, 1),)),), BufferStore(B, A[v], (v,)))
+    sch = Schedule(P.func([A, B], [For(f, 0, n * m, "serial", BlockRealize((f // m,), true(), block))]))
+    (loop,) = sch.get_loops(sch.get_block("B"))
+    with pytest.raises(Exception, match="parallel: "):
+        sch.parallel(loop)

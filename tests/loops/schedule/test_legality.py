@@ -99,3 +99,17 @@ def test_relax_and_int_bounds():
     assert int_bounds((i * 4 + j) // 3, {i: (0, 3), j: (0, 3)}) == (0, 5)
     assert int_bounds((i * 4 + j) % 16, {i: (0, 3), j: (0, 3)}) == (0, 15)
     assert int_bounds(i // j, {i: (0, 3), j: (0, 3)}) is None
+
+
+def test_nested_fused_form_rewrites_only_matching_size_var_products():
+    """`f // (4 * m)` -> `f // m // 4` and `f % (4 * m) // m` -> `f // m % 4`; a divisor with
+    another size var (n is not m, though both are size vars) or a plain var stays as it is."""
+    from refcomp.ast import IntImm
+
+    f, v = Var("f", "int64"), Var("v", "int64")
+    n, m = SizeVar("n", "int64"), SizeVar("m", "int64")
+    four = IntImm(4, "int64")
+    assert str(L.nested_fused_form(f // (four * m))) == str(f // m // four)
+    assert str(L.nested_fused_form(f % (four * m) // m)) == str(f // m % four)
+    for unchanged in (f % (four * n) // m, f // (v * m), f % (four * v) // v, f // four):
+        assert str(L.nested_fused_form(unchanged)) == str(unchanged)

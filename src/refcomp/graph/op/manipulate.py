@@ -54,7 +54,7 @@ def _reshape_infer(call, ctx):
         return TensorStructInfo(tuple(target), x.dtype)
     old = product(x.shape)
     if minus:
-        rest = product(d for k, d in enumerate(target) if k != minus[0])
+        old, rest = _cancel_common_factors(x.shape, [d for k, d in enumerate(target) if k != minus[0]])
         ctx.require(tir.EQ(tir.FloorMod(old, rest), as_dim(0)) if const_value(rest) != 0 else as_dim(0) == 1,
                     f"the element count {old} is divisible by {rest} (to infer the -1 dim)")
         target[minus[0]] = simplify(tir.FloorDiv(old, rest)) if const_value(rest) != 1 else old
@@ -74,9 +74,39 @@ def _resolved_shape(old_shape, shape):
     target = [as_dim(d) for d in shape]
     for k, d in enumerate(target):
         if const_value(d) == -1:
-            rest = product(t for j, t in enumerate(target) if j != k)
-            target[k] = simplify(tir.FloorDiv(product(old_shape), rest))
+            old, rest = _cancel_common_factors(old_shape, [t for j, t in enumerate(target) if j != k])
+            target[k] = simplify(tir.FloorDiv(old, rest)) if const_value(rest) != 1 else old
     return tuple(target)
+
+
+def _cancel_common_factors(old_shape, other_dims) -> tuple:
+    """(element count, product of the other dims) with the symbolic factors they share taken
+    out of both: `(batch, seq, 128)` to `(batch, seq, -1, 32)` infers 128 // 32 = 4, not
+    `batch * seq * 128 // (batch * seq * 32)` (which no simplifier may cancel, batch * seq
+    being possibly 0; when it is, the tensor is empty and any -1 dim holds its 0 elements)."""
+    from ...ast.structural import structural_equal
+
+    def factors(dims):
+        out = []
+        for d in dims:
+            stack = [as_dim(d)]
+            while stack:
+                e = stack.pop()
+                if isinstance(e, tir.Mul):
+                    stack += [e.a, e.b]
+                else:
+                    out.append(e)
+        return out
+
+    old, rest = factors(old_shape), factors(other_dims)
+    for f in list(rest):
+        if const_value(f) is not None:
+            continue
+        k = next((k for k, g in enumerate(old) if structural_equal(g, f, map_free_vars=False)), None)
+        if k is not None:
+            del old[k]
+            rest.remove(f)
+    return product(old), product(rest)
 
 
 register("reshape", infer=_reshape_infer, reference=lambda x, shape: x.reshape(tuple(int(d) for d in shape)),

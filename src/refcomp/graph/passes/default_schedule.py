@@ -122,9 +122,11 @@ class RuleFallbackWarning(UserWarning):
 def _schedule_block(sch, rv, block: Block, loops: list) -> None:
     kinds = [iv.kind for iv in block.iter_vars]
     is_spatial = all(k == "spatial" for k in kinds)
-    if len(loops) == len(kinds) >= 3 and kinds[-2:] == ["spatial", "reduce"]:
+    if len(loops) == len(kinds) >= 3 and kinds[-2:] == ["spatial", "reduce"] and \
+            not _is_spatial_loop(block, sch.get(loops[-1]).loop_var, sch, rv):
         # matmul-like (..., i, j, k): put k outside j so the innermost loop walks rows of
-        # B and C contiguously, then vectorize it like a spatial loop.
+        # B and C contiguously, then vectorize it like a spatial loop (unless a rule already
+        # put a spatial loop innermost).
         try:
             sch.reorder(loops[-1], loops[-2])
             loops = sch.get_loops(rv)

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ...ast import expr as tir
+from ...ast.functor import free_vars as tir_free_vars
 from ...emit_c import c_string, mangle
 from ...runtime import vm as V
 from ...runtime.blas import _BATCH_MIN_MN, _BATCH_MIN_MNK
@@ -154,6 +155,8 @@ class _Lowering:
         self.kernel_calls = 0
         self.inputs: list[tuple[str, int, str]] = []
         self.shape_offset = 0
+        self.match_lines: list[str] = []  # the checks of match_casts in the body (shapes only)
+        self.pending_checks: list = []
 
     def fail_block(self, code: int, fmt: str, *args: str) -> list[str]:
         joined = "".join(f", {a}" for a in args)
@@ -169,7 +172,9 @@ class _Lowering:
         body = self.match_params(list(self.f.code))
         checks = self.checks_after_params()
         main = self.body(body)
-        return self.assemble(checks, main)
+        if self.pending_checks:
+            raise Unsupported(f"a runtime shape check uses a size var no shape binds: {self.pending_checks[0].message}")
+        return self.assemble(checks + self.match_lines, main)
 
     def match_params(self, code: list) -> list:
         k = 0
@@ -218,8 +223,16 @@ class _Lowering:
             self.lines.append("}")
 
     def checks_after_params(self) -> list[str]:
+        """The runtime shape checks whose size vars the parameters bind; the others wait for the
+        match_cast that binds them (emit_bound_checks)."""
+        self.pending_checks = list(self.f.checks)
+        return self.emit_bound_checks()
+
+    def emit_bound_checks(self) -> list[str]:
         out = []
-        for check in self.f.checks:
+        ready = [c for c in self.pending_checks if all(v in self.names for v in tir_free_vars(c.condition))]
+        self.pending_checks = [c for c in self.pending_checks if c not in ready]
+        for check in ready:
             cond = self.expr(check.condition)
             bound, bound_args = self.bound_text()
             out.append(f"if (!({cond})) {{")
@@ -263,7 +276,7 @@ class _Lowering:
             elif kind is V.CallPacked:
                 out += self.call_blas(inst)
             elif kind is V.MatchShape:
-                raise Unsupported(f"data-dependent shape at {inst.what}")
+                self.match_cast(inst)
             elif kind is V.MakeShape:
                 raise Unsupported("a shape or scalar value is computed at run time")
             elif kind is V.CallFunction:
@@ -276,6 +289,39 @@ class _Lowering:
             else:
                 raise Unsupported(f"instruction {kind.__name__}")
         raise Unsupported("the function does not return")
+
+    def match_cast(self, inst: V.MatchShape) -> None:
+        """A match_cast of a tensor computed here: its dims are expressions in the size vars bound
+        so far, so the check (and any size var it binds) runs with the parameters' checks, before
+        the first kernel, with the VM's message.  A rank or dtype that differs is left to the VM."""
+        _, pointer, dims, dtype, alloc = self.tensor(inst.reg, inst.what)
+        if inst.ndim != -1 and inst.ndim != len(dims):
+            raise Unsupported(f"{inst.what}: a {len(dims)}-d tensor is cast to {inst.ndim} dims")
+        if inst.dtype is not None and inst.dtype != dtype:
+            raise Unsupported(f"{inst.what}: a {dtype} tensor is cast to {inst.dtype}")
+        if inst.shape is None:
+            return
+        from ...runtime.vm import _show
+
+        lines = self.match_lines
+        for axis, dim in enumerate(inst.shape):
+            if isinstance(dim, tir.Var) and dim not in self.names:
+                name = mangle(dim.name, f"d{len(self.names)}_")
+                lines.append(f"const int64_t {name} = {dims[axis]};")
+                self.names[dim] = name
+                continue
+            expected = self.expr(dim)
+            bound, bound_args = self.bound_text()
+            fmt = f"{inst.what}: dim {axis} is %lld but must be {_show(dim)} = %lld (shape %s, {bound})"
+            lines.append(f"if (({dims[axis]}) != {expected}) {{")
+            lines.append(f"    const int64_t dims[] = {{{', '.join(dims) or '0'}}}; char shape[256];")
+            lines.append(f"    rcg_shape_text(shape, sizeof shape, dims, {len(dims)});")
+            lines += ["    " + x for x in self.fail_block(ARGUMENT_ERROR, fmt, f"(long long)({dims[axis]})",
+                                                            f"(long long)({expected})", "shape", *bound_args)]
+            lines.append("}")
+        self.regs[inst.reg] = ("tensor", pointer, [self.names.get(d, t) if isinstance(d, tir.Var) else t
+                                                    for d, t in zip(inst.shape, dims)], dtype, alloc)
+        lines += self.emit_bound_checks()
 
     def call_kernel(self, inst: V.CallKernel) -> list[str]:
         kernel = self.kernels[inst.kernel]

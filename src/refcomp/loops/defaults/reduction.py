@@ -7,8 +7,8 @@ its own pass over the whole input (softmax: max, sum of exp, output: three reads
 does not fit any cache).  This rule moves every earlier stage under the output stage's row loop
 (compute_at, which proves each move covers what the consumer reads), so one thread makes one
 pass: the row is read from memory once and the later stages find it in L1/L2.  The row loop
-(the leading loops fused when there are several) is the one parallel loop; the loops inside are
-left to the vectorizer.
+(the leading loops fused when there are several) is the one parallel loop; a partial stage's
+lane loop is put innermost and the loops inside are left to the vectorizer.
 
 Applies when: the last block is spatial, every other block writes a buffer that is not a
 parameter, at least one block reduces, and the output has a leading (row) axis.
@@ -18,8 +18,8 @@ from __future__ import annotations
 from ...ast.expr import as_int
 from ...ast.function import PrimFunc
 from ...ast.expr import BufferLoad
-from ...ast.functor import collect, free_vars
-from ...ast.stmt import Block
+from ...ast.functor import collect, free_vars, uses_var
+from ...ast.stmt import Block, BlockRealize
 from ...ast.structural import structural_equal
 from ...errors import RefcompError
 from ..schedule import Schedule
@@ -83,8 +83,13 @@ def _gather(sch: Schedule, output: str, fuse_rows: bool) -> tuple[int, int, Refc
     blocks = _stages(sch.func)
     out = sch.get_block(output)
     loops = sch.get_loops(out)
-    rows = loops[:len(blocks[-1].iter_vars) - 1]
-    row = sch.fuse(*rows) if fuse_rows and len(rows) > 1 else rows[-1]
+    count = len(blocks[-1].iter_vars) - 1
+    rows = loops[:count]
+    group = _fusable_rows(sch, rows) if fuse_rows else rows[:1]
+    if len(group) > 1:
+        sch.fuse(*group)
+        rows = sch.get_loops(out)[:count - len(group) + 1]
+    row = rows[-1]
     refusal, moved = None, 0
     for block in reversed(blocks[:-1]):
         try:
@@ -93,6 +98,20 @@ def _gather(sch: Schedule, output: str, fuse_rows: bool) -> tuple[int, int, Refc
         except RefcompError as err:
             refusal = refusal or err
     return moved, len(blocks) - 1, refusal
+
+
+def _fusable_rows(sch: Schedule, rows: list) -> list:
+    """The leading row loops to fuse: the first and, when constant, the second.  Fused loops bind
+    `f // c`, `f % c`; two of them give indices the simplifier makes linear again
+    (`(f // 4) * 4225 + (f % 4) * 65 * 65` is `f * 4225`), a third a nested `f % 260 // 65` it
+    does not, computed per access (measured 2.6x slower on a (2, 4, 65, 65) softmax than the
+    loops left apart).  A symbolic extent would divide by a run-time value (`f % m`): checked,
+    per element, in the emitted C, where the vector loops cannot take it.  The rows after the
+    group stay loops inside it."""
+    group = rows[:1]
+    if len(rows) > 1 and as_int(sch.get(rows[1]).extent) is not None:
+        group.append(rows[1])
+    return group
 
 
 def _lane_partials(sch: Schedule, block: Block) -> None:
@@ -125,14 +144,43 @@ def _lane_partials(sch: Schedule, block: Block) -> None:
     sch.rfactor(sch.get_loops(rv)[-1], len(kinds) - 1)
 
 
+def _lanes_inside(sch: Schedule, output: str) -> None:
+    """Under the row loop, a partial stage's nest is (lanes, chunks): the lane loop, spatial,
+    outside the reduce loop over the row's chunks.  Swapped, the lane loop is innermost and the
+    per-block treatment vectorizes it (one vector of partials updated per chunk, its math, exp
+    included, a vector call); left outside, every element is a scalar step.  A stage whose
+    reorder the primitive refuses stays as it is."""
+    for block in _stages(sch.func)[:-1]:
+        try:
+            rv = sch.get_block(block.name)
+            loops = sch.get_loops(rv)
+        except RefcompError:
+            continue
+        if len(loops) < 2:
+            continue
+        inner, outer = sch.get(loops[-1]).loop_var, sch.get(loops[-2]).loop_var
+        if _binds(sch, block, inner) == {"reduce"} and _binds(sch, block, outer) == {"spatial"}:
+            try:
+                sch.reorder(loops[-1], loops[-2])
+            except RefcompError:
+                pass
+
+
+def _binds(sch: Schedule, block: Block, loop_var) -> set[str]:
+    """The kinds of the iter vars of block whose bindings use loop_var."""
+    realize = next(r for r in collect(sch.func.body, BlockRealize) if r.block.name == block.name)
+    return {iv.kind for iv, value in zip(realize.block.iter_vars, realize.iter_values) if uses_var(value, loop_var)}
+
+
 def schedule_row_reduction(sch: Schedule, parallel: bool = True) -> Schedule | None:
     """A new schedule with every earlier stage under the output stage's row loop, that loop (its
     outermost row loop) parallel; None when the function is not a row reduction (nothing done).
 
-    The leading row loops are fused first (one parallel loop over all rows: a batch of 1 still
-    splits over the threads); when a stage cannot be moved under the fused loop (its region
-    through the fused indices is not a box the prover bounds, e.g. with a symbolic dim), they
-    are tried unfused, the stages under the last row loop.  Of the two, the one that moves every
+    The first two row loops are fused first when the second is constant (one parallel loop over
+    more rows: a batch of 1 still splits over the threads; see _fusable_rows), the stages under
+    the last row loop; when a stage cannot be
+    moved there (its region through the fused indices is not a box the prover bounds), they are
+    tried unfused.  Of the two, the one that moves every
     stage, else the one that moves more, is kept; raises the first refusal when none moves."""
     if not is_row_reduction(sch.func):
         return None
@@ -158,6 +206,7 @@ def schedule_row_reduction(sch: Schedule, parallel: bool = True) -> Schedule | N
             break
     if best is None:
         raise refusal
+    _lanes_inside(best, output)
     if parallel:
         best.parallel(best.get_loops(best.get_block(output))[0])
     return best

@@ -11,11 +11,15 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from ...ast import (
-    And, Block, BlockRealize, Buffer, EQ, FloorDiv, FloorMod, For, IntImm, Not, Or, PrimExpr, PrimFunc,
-    Var, collect, free_vars, substitute,
+    And, Block, BlockRealize, Buffer, EQ, FloorDiv, FloorMod, For, IntImm, Mul, Not, Or, PrimExpr, PrimFunc,
+    SizeVar, Var, collect, free_vars, substitute,
 )
+from ...ast.functor import uses_var
+from ...ast.functor import Mutator
+from ...ast.structural import structural_equal
 from ...errors import ScheduleError
 from ...shape import prove as shape_prove
+from ...shape.canonical import Sum
 from ...shape.evaluate import EvaluationError, evaluate
 from .affine import linear, relax
 from .lookup import BlockLocation, child_block_realizes_of_stmt
@@ -173,22 +177,36 @@ def loops_above_in(stmt, realize: BlockRealize) -> list[For]:
 
 
 def check_affine_binding(func: PrimFunc, realize: BlockRealize, primitive: str) -> None:
-    """Every iter value is affine in loop vars (floor div/mod by positive constants allowed)."""
+    """Every iter value is affine in loop vars: floor div/mod by positive constants allowed, and
+    by a divisor free of loop vars (a symbolic extent, as `fuse` of a loop over `n` gives:
+    `f // n`, `f % n`)."""
+    loop_vars = {id(s.loop_var) for s in walk(func.body) if isinstance(s, For)}
     for iv, value in zip(realize.block.iter_vars, realize.iter_values):
-        if not _is_quasi_affine(value):
+        if not _is_quasi_affine(value, loop_vars):
             raise ScheduleError(f"{primitive}: block {realize.block.name}: the binding of {iv.var.name} is not "
                                 "affine in the loop variables", ir=func, spot=realize)
 
 
-def _is_quasi_affine(expr: PrimExpr) -> bool:
+def _is_quasi_affine(expr: PrimExpr, loop_vars: set[int]) -> bool:
     for atom, _ in linear(expr).linear_terms():
         if isinstance(atom, Var):
             continue
-        if isinstance(atom, (FloorDiv, FloorMod)) and isinstance(atom.b, IntImm) and atom.b.value > 0:
-            if _is_quasi_affine(atom.a):
+        if isinstance(atom, (FloorDiv, FloorMod)) and _is_invariant_divisor(atom.b, loop_vars):
+            if _is_quasi_affine(atom.a, loop_vars):
                 continue
         return False
     return True
+
+
+def _is_invariant_divisor(divisor: PrimExpr, loop_vars: set[int]) -> bool:
+    """A positive constant, or an expression in size vars only (symbolic extents, no loop var
+    among them): a fused loop's `f // n` is as regular as `f // 8`, the same for every
+    iteration."""
+    value = const_int(divisor)
+    if value is not None:
+        return value > 0
+    variables = free_vars(divisor)
+    return all(isinstance(v, SizeVar) and id(v) not in loop_vars for v in variables)
 
 
 def check_iter_kinds(func: PrimFunc, realize: BlockRealize, primitive: str) -> None:
@@ -357,10 +375,78 @@ def _distinct_by_proof(func: PrimFunc, loop: For, realize: BlockRealize, spatial
     facts = loop_facts(nest)
     if not _is_true_expr(realize.predicate):
         facts.append(realize.predicate)
-    status, _ = prove_determines(spatial, [loop.loop_var], [l.loop_var for l in below], facts)
+    status, _ = prove_determines([nested_fused_form(v) for v in spatial], [loop.loop_var],
+                                 [l.loop_var for l in below], facts)
     if status == "proved":
         return True
     return False if status == "disproved" else None
+
+
+class _NestedFusedForm(Mutator):
+    """See nested_fused_form."""
+
+    def visit_FloorDiv(self, node: FloorDiv) -> PrimExpr:
+        new = self.generic_visit(node)
+        nested = self._nest(new.a, new.b)
+        return new if nested is None else nested
+
+    def _nest(self, a: PrimExpr, b: PrimExpr) -> PrimExpr | None:
+        """a // b in nested form, None when there is nothing to rewrite."""
+        factors = _extent_factors(b)
+        if factors is None:
+            return None
+        if len(factors) >= 2:  # x // (a * b) -> x // b // a
+            inner = _or(self._nest(a, factors[-1]), FloorDiv(a, factors[-1]))
+            rest = _product(factors[:-1])
+            return _or(self._nest(inner, rest), FloorDiv(inner, rest))
+        if isinstance(a, FloorMod):
+            outer = _extent_factors(a.b)
+            rest = _without(outer, factors) if outer is not None else None
+            if rest:  # (x % (a * b)) // b -> (x // b) % a
+                return FloorMod(FloorDiv(a.a, b), _product(rest))
+        return None
+
+
+def nested_fused_form(expr: PrimExpr) -> PrimExpr:
+    """expr with fused-loop bindings over symbolic extents put in nested form, `x // (a * b)` as
+    `x // b // a` and `(x % (a * b)) // b` as `(x // b) % a`, for a prover that reasons
+    linearly about one division at a time.  Both are identities when a, b >= 1; the divisors
+    rewritten are products of size vars (>= 0) and positive constants, so they hold wherever
+    the expression is defined (no division by zero)."""
+    return _NestedFusedForm().visit(expr)
+
+
+def _or(expr: PrimExpr | None, default: PrimExpr) -> PrimExpr:
+    return default if expr is None else expr
+
+
+def _extent_factors(expr: PrimExpr) -> list[PrimExpr] | None:
+    """The factors of a product of size vars and positive constants, else None."""
+    if isinstance(expr, Mul):
+        left, right = _extent_factors(expr.a), _extent_factors(expr.b)
+        return None if left is None or right is None else left + right
+    value = const_int(expr)
+    if value is not None:
+        return [IntImm(value, expr.dtype)] if value > 0 else None
+    return [expr] if isinstance(expr, SizeVar) else None
+
+
+def _without(factors: list[PrimExpr], remove: list[PrimExpr]) -> list[PrimExpr] | None:
+    """factors with each of `remove` taken out once (structurally), None when one is missing."""
+    rest = list(factors)
+    for r in remove:
+        k = next((k for k, f in enumerate(rest) if structural_equal(f, r, map_free_vars=False)), None)
+        if k is None:
+            return None
+        del rest[k]
+    return rest
+
+
+def _product(factors: list[PrimExpr]) -> PrimExpr:
+    result = factors[0]
+    for f in factors[1:]:
+        result = result * f
+    return result
 
 
 def _distinct_by_enumeration(func: PrimFunc, loop: For, realize: BlockRealize, spatial) -> bool | None:
@@ -420,17 +506,33 @@ def access_region(loop: For, realize: BlockRealize, region, cover: bool = False)
     below `loop` relaxed; None when they cannot be bounded.  cover: the bounds may exceed the
     accessed indices (see affine.relax); only for regions that are read."""
     binding = dict(zip((iv.var for iv in realize.block.iter_vars), realize.iter_values))
-    inner_loops = loops_above_in(loop.body, realize)
+    starts = [substitute(r.min, binding) for r in region.region]
+    used = {id(v) for index in starts for v in free_vars(index)}
+    # only the loops the indices use need constant ranges (a symbolic row length below a row
+    # loop does not keep the per-row results it never indexes from being bounded)
+    inner_loops = [l for l in loops_above_in(loop.body, realize) if id(l.loop_var) in used]
     inner = loop_ranges(inner_loops)
-    if len(inner) != len(inner_loops):
-        return None
+    unbounded = {l.loop_var for l in inner_loops if l.loop_var not in inner}
     result = []
     indices = []
-    for r in region.region:
+    for dim, (r, index) in enumerate(zip(region.region, starts)):
         extent = const_int(r.extent)
         if extent is None:
             return None
-        index = substitute(r.min, binding)
+        moving = [l for l in inner_loops if l.loop_var in unbounded and uses_var(index, l.loop_var)]
+        if moving:
+            bounds = _relax_through_symbolic_loops(index, moving, inner, cover)
+            if bounds is None:
+                # a read lies in the buffer (accesses are in bounds), so it is covered by the
+                # whole dim when that is constant (a row's lane partials read at `t` under
+                # `t < lanes`, t ranging over lanes + n % lanes)
+                size = const_int(region.buffer.shape[dim])
+                if not cover or size is None:
+                    return None
+                bounds = (Sum(index.dtype, 0), Sum(index.dtype, size - 1))
+            low, high = bounds
+            result.append((low, high.shifted(extent - 1)))
+            continue
         relaxed = relax(index, inner, cover)
         if relaxed is None:
             return None
@@ -441,6 +543,32 @@ def access_region(loop: For, realize: BlockRealize, region, cover: bool = False)
         if not _fills_its_box(realize, inner_loops, indices, result):
             return None
     return result
+
+
+def _relax_through_symbolic_loops(index: PrimExpr, moving: Sequence[For], inner, cover: bool):
+    """[min, max] of index over the loops below, where `moving` (of symbolic extent) enter it as
+    plain terms `c * v` (v over [min, min + extent - 1]: both ends reached); None otherwise."""
+    form = linear(index)
+    coefficients = [(loop, form.pop(loop.loop_var)) for loop in moving]
+    if any(c == 0 for _, c in coefficients):
+        return None
+    if any(uses_var(atom, loop.loop_var) for atom, _ in form.linear_terms() for loop in moving) or \
+            any(len(mono) != 1 or mono[0][2] != 1 for _, mono in form.items()):
+        return None
+    from .affine import form_expr
+
+    rest = form_expr(form, index.dtype)
+    if not cover and _mixed_division(rest, inner):
+        return None
+    relaxed = relax(rest, inner, cover)
+    if relaxed is None:
+        return None
+    low, high = relaxed
+    for loop, c in coefficients:
+        first, last = linear(loop.min), linear(loop.min + loop.extent - 1)
+        low.add(first if c > 0 else last, c)
+        high.add(last if c > 0 else first, c)
+    return low, high
 
 
 def _mixed_division(expr: PrimExpr, inner: Mapping[Var, tuple[int, int]]) -> bool:

@@ -6,7 +6,7 @@ from typing import Sequence
 import numpy as np
 
 from ...ast import (
-    And, Block, BlockRealize, For, IntImm, PrimExpr, PrimFunc, SeqStmt, Stmt, Var, const, free_vars,
+    And, Block, BlockRealize, Cast, For, IntImm, PrimExpr, PrimFunc, SeqStmt, Stmt, Var, const, free_vars,
     substitute,
 )
 from ...errors import ScheduleError
@@ -156,6 +156,8 @@ def fuse(func: PrimFunc, loops: Sequence[For], preserve_unit_iters: bool = True)
             value = value // inner_product
         if not preserve_unit_iters and const_int(loop.extent) == 1:
             value = const(0, dtype)
+        if loop.loop_var.dtype != dtype:  # loops of mixed index types: each keeps its own
+            value = Cast(loop.loop_var.dtype, value)
         mapping[loop.loop_var] = value
     body = substitute(loops[-1].body, mapping)
     total = _mul_all(extents)
