@@ -141,12 +141,15 @@ class VectorLib:
         vt = self.vtype(dtype)
         arg = "int32_t" if dtype.is_bool else value_type(dtype.element)
         value = "(x ? -1 : 0)" if dtype.is_bool else "x"
-        zeros = ", ".join(["0"] * dtype.lanes)
+        lanes = ", ".join(["e"] * dtype.lanes)
         # a bool mask shares its vector type with an integer vector: its own name keeps the two apart
         name = f"rc_bcast_{'mask_' if dtype.is_bool else ''}{vt[3:]}"
+        # every lane initialised with the value (one vbroadcast); `zero vector + x` would make GCC add
+        # 0.0 in scalar first (not an identity for -0.0 without -ffast-math)
+        element = vector_element_ctype(dtype)
         return self._add(name, (
             f"static inline {vt} {name}({arg} x) {{\n"
-            f"    {vt} r = {{{zeros}}};\n    return r + ({vector_element_ctype(dtype)}){value};\n}}"))
+            f"    {element} e = ({element}){value};\n    {vt} r = {{{lanes}}};\n    return r;\n}}"))
 
     def ramp(self, dtype: DataType) -> str:
         vt = self.vtype(dtype)

@@ -109,18 +109,21 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
     s = Buffer("s", (_const(R * P),), "float32")
     m = Buffer("m", (_const(R),), "float32")
     l = Buffer("l", (_const(R),), "float32")
-    mx = Buffer("mx", (_const(1),), "float32")
-    rescale = Buffer("rescale", (_const(1),), "float32")  # e^(m - m'), computed once per row and chunk
+    mx = Buffer("mx", (_const(R),), "float32")  # per row, the running maximum after the chunk
+    rescale = Buffer("rescale", (_const(R),), "float32")  # per row, e^(m - m') of the chunk
     kt = Buffer("kt", (_const(D), T), "float32")  # the call's keys of this head, transposed
 
     bh, b, kh, tg, t0, tq, st = _v("bh"), _v("b"), _v("kh"), _v("tg"), _v("t0"), _v("tq"), _v("st")
-    t, i, g, d = _v("t"), _v("i"), _v("g"), _v("d")
+    t, i, g, d, r = _v("t"), _v("i"), _v("g"), _v("d"), _v("r")
     scale = 1.0 / math.sqrt(D)
 
     # lanes of the score and value blocks: 16 floats (two AVX2 registers, one AVX-512 register)
     L = LANES
     DW = 2 * L if D % (2 * L) == 0 else L if D % L == 0 else D   # value columns per step
     KB = 2 * L if P % (2 * L) == 0 else L   # keys per score block
+    # queries per register tile: U * G state rows (8 for the usual G), so a tile holds 8 x KB scores
+    # or 8 x DW accumulators (16 AVX-512 registers) and each key or value row is loaded once per tile
+    U = max(1, 8 // G)
 
     def window_lo(query: Any) -> Any:
         """The first non-sink position the tile's query `query` sees."""
@@ -135,27 +138,32 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
         queries (the chunk stays in the first-level cache).  Query i sees the keys from
         max(lo_pos, pos0) to min(pos_i, pos0 + count - 1), lo_pos = its window's start when
         `windowed` (positions past the sinks) else 0; the other scores weigh zero.
-        Scores: per block of KB = 2L (or L) keys, the G heads' KB scores stay in registers over the D products;
-        values: per 2L (or L) columns of D, the G heads' accumulators stay in registers over the keys."""
-        jc, d1, g1, ln, jt, d4, g4, i1 = (_v(n) for n in ("jc", "d1", "g1", "ln", "jt", "d4", "g4", "i1"))
-        g2, j3, d2, dc, j5, g3, l2, i2, i3 = (_v(n) for n in ("g2", "j3", "d2", "dc", "j5", "g3", "l2", "i2", "i3"))
+        Scores: per block of KB = 2L (or L) keys, a tile of U queries' G heads' KB scores stays in
+        registers over the D products; values: per 2L (or L) columns of D, the tile's accumulators stay
+        in registers over the keys (a last tq % U queries in tiles of one query)."""
+        jc, d1, r1, ln, jt, d4, g4, i1, u1 = (_v(n) for n in ("jc", "d1", "r1", "ln", "jt", "d4", "g4", "i1", "u1"))
         full = count // KB
         key = jc * KB + ln
-        sreg = Buffer("sreg", (_const(G * KB),), "float32")
-        areg = Buffer("areg", (_const(G * DW),), "float32")
-        lane = g1 * KB + ln
-        row1 = i1 * G + g1
-        block = Allocate(sreg, seq(
-            _for(g1, 0, _const(G), _for(ln, 0, _const(KB), BufferStore(sreg, _f(0.0), (lane,)), "vectorized"),
-                 "unrolled"),
-            _for(d1, 0, _const(D), _for(g1, 0, _const(G), _for(ln, 0, _const(KB), BufferStore(
-                sreg, sreg[lane] + qs[row1 * D + d1] * kload(d1, key), (lane,)), "vectorized"), "unrolled")),
-            _for(g1, 0, _const(G), _for(ln, 0, _const(KB), BufferStore(s, sreg[lane], (row1 * P + key,)),
-                                        "vectorized"), "unrolled")))
+
+        def score_rows(r0: Any, rows: int) -> Stmt:
+            """Scores of the `rows` state rows from r0 (whole queries) on the chunk's full blocks: a
+            register tile of rows x KB scores, each key row of the block loaded once per tile."""
+            sreg = Buffer("sreg", (_const(rows * KB),), "float32")
+            lane = r1 * KB + ln
+            return _for(jc, 0, full, Allocate(sreg, seq(
+                _for(r1, 0, _const(rows), _for(ln, 0, _const(KB), BufferStore(sreg, _f(0.0), (lane,)), "vectorized"),
+                     "unrolled"),
+                _for(d1, 0, _const(D), _for(r1, 0, _const(rows), _for(ln, 0, _const(KB), BufferStore(
+                    sreg, sreg[lane] + qs[(r0 + r1) * D + d1] * kload(d1, key), (lane,)), "vectorized"), "unrolled"),
+                     "unrolled"),
+                _for(r1, 0, _const(rows), _for(ln, 0, _const(KB), BufferStore(s, sreg[lane], ((r0 + r1) * P + key,)),
+                                               "vectorized"), "unrolled"))))
+
         row4 = i1 * G + g4
-        scores = _for(i1, 0, tq, seq(
-            _for(jc, 0, full, block),
-            _for(jt, full * KB, count - full * KB, _for(g4, 0, _const(G), seq(
+        scores = seq(
+            _for(u1, 0, tq // U, score_rows(u1 * (U * G), U * G)),
+            _for(i1, tq // U * U, tq - tq // U * U, score_rows(i1 * G, G)),
+            _for(i1, 0, tq, _for(jt, full * KB, count - full * KB, _for(g4, 0, _const(G), seq(
                 BufferStore(s, _f(0.0), (row4 * P + jt,)),
                 _for(d4, 0, _const(D), BufferStore(s, s[row4 * P + jt] + qs[row4 * D + d4] * kload(d4, jt),
                                                    (row4 * P + jt,))))))))
@@ -163,6 +171,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
         # in L lanes, folded after (short scalar chains); the other keys' weights are zero
         lanes = Buffer("lanes", (_const(L),), "float32")
         l3, l4, j6, j7, j8, lo, hi, nf, row = (_v(n) for n in ("l3", "l4", "j6", "j7", "j8", "lo", "hi", "nf", "row"))
+        g2, j3, d2, i2 = (_v(n) for n in ("g2", "j3", "d2", "i2"))
         score = lambda jj: s[row * P + jj]  # noqa: E731
 
         def fold(combine: Callable[[Any, Any], Any]) -> Stmt:
@@ -175,40 +184,60 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
             return seq(*steps)
 
         lo_pos = window_lo(i2) if windowed else _ZERO
-        softmax = _for(i2, 0, tq, _let(lo, min_(max_(lo_pos - pos0, _ZERO), count), _let(
-            hi, min_(max_(st + t0 + i2 + 1 - pos0, lo), count), _let(nf, (hi - lo) // L, _for(g2, 0, _const(G), _let(
-                row, i2 * G + g2, Allocate(lanes, seq(
-                    _for(l3, 0, _const(L), BufferStore(lanes, m[row], (l3,)), "vectorized"),
-                    _for(j6, 0, nf, _for(l3, 0, _const(L), BufferStore(
-                        lanes, max_(lanes[l3], score(lo + j6 * L + l3)), (l3,)), "vectorized")),
-                    BufferStore(mx, m[row], (_ZERO,)),
-                    fold(max_), BufferStore(mx, max_(mx[_ZERO], lanes[_ZERO]), (_ZERO,)),
-                    _for(j3, lo + nf * L, hi - lo - nf * L, BufferStore(mx, max_(mx[_ZERO], score(j3)), (_ZERO,))),
-                    BufferStore(rescale, Call("exp", (m[row] - mx[_ZERO],), "float32"), (_ZERO,)),
-                    _for(d2, 0, _const(D), BufferStore(
-                        acc, acc[row * D + d2] * rescale[_ZERO], (row * D + d2,)),
-                         "vectorized"),
-                    BufferStore(l, l[row] * rescale[_ZERO], (row,)),
-                    BufferStore(m, mx[_ZERO], (row,)),
-                    _for(j8, 0, lo, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized"),
-                    _for(j8, lo, hi - lo, BufferStore(s, Call("exp", (score(j8) - mx[_ZERO],), "float32"),
-                                                      (row * P + j8,)), "vectorized"),
-                    _for(j8, hi, count - hi, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized"),
-                    _for(l3, 0, _const(L), BufferStore(lanes, _f(0.0), (l3,)), "vectorized"),
-                    _for(j7, 0, nf, _for(l3, 0, _const(L), BufferStore(
-                        lanes, lanes[l3] + score(lo + j7 * L + l3), (l3,)), "vectorized")),
-                    fold(lambda x, y: x + y), BufferStore(l, l[row] + lanes[_ZERO], (row,)),
-                    _for(j3, lo + nf * L, hi - lo - nf * L, BufferStore(l, l[row] + score(j3), (row,)))))))))))
+
+        def visible(body: Stmt) -> Stmt:
+            """body for each state row of the tile, with [lo, hi) its query's visible keys of the chunk."""
+            return _for(i2, 0, tq, _let(lo, min_(max_(lo_pos - pos0, _ZERO), count), _let(
+                hi, min_(max_(st + t0 + i2 + 1 - pos0, lo), count), _let(nf, (hi - lo) // L, _for(
+                    g2, 0, _const(G), _let(row, i2 * G + g2, body))))))
+
+        # 1. per row, the new running maximum mx = max(m, visible scores)
+        new_max = visible(Allocate(lanes, seq(
+            _for(l3, 0, _const(L), BufferStore(lanes, m[row], (l3,)), "vectorized"),
+            _for(j6, 0, nf, _for(l3, 0, _const(L), BufferStore(
+                lanes, max_(lanes[l3], score(lo + j6 * L + l3)), (l3,)), "vectorized")),
+            BufferStore(mx, m[row], (row,)),
+            fold(max_), BufferStore(mx, max_(mx[row], lanes[_ZERO]), (row,)),
+            _for(j3, lo + nf * L, hi - lo - nf * L, BufferStore(mx, max_(mx[row], score(j3)), (row,))))))
+        # 2. every row of the tile at once (vector exp): rescale = e^(m - mx); l *= rescale; m = mx
+        # (rows past the tile's queries keep m = mx = lowest: rescale 1, l 0)
+        r2 = _v("r2")
+        shift = _for(r2, 0, _const(R), seq(
+            BufferStore(rescale, Call("exp", (m[r2] - mx[r2],), "float32"), (r2,)),
+            BufferStore(l, l[r2] * rescale[r2], (r2,)),
+            BufferStore(m, mx[r2], (r2,))), "vectorized")
+        # 3. per row, the visible scores become e^(s - m), the others 0; l += their sum
+        weights = visible(Allocate(lanes, seq(
+            _for(j8, 0, lo, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized"),
+            _for(j8, lo, hi - lo, BufferStore(s, Call("exp", (score(j8) - m[row],), "float32"),
+                                              (row * P + j8,)), "vectorized"),
+            _for(j8, hi, count - hi, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized"),
+            _for(l3, 0, _const(L), BufferStore(lanes, _f(0.0), (l3,)), "vectorized"),
+            _for(j7, 0, nf, _for(l3, 0, _const(L), BufferStore(
+                lanes, lanes[l3] + score(lo + j7 * L + l3), (l3,)), "vectorized")),
+            fold(lambda x, y: x + y), BufferStore(l, l[row] + lanes[_ZERO], (row,)),
+            _for(j3, lo + nf * L, hi - lo - nf * L, BufferStore(l, l[row] + score(j3), (row,))))))
+        softmax = seq(new_max, shift, weights)
+        j5, l2, r3, dc, u3, i3 = (_v(n) for n in ("j5", "l2", "r3", "dc", "u3", "i3"))
         column = dc * DW + l2
-        slot_a = g3 * DW + l2
-        row3 = i3 * G + g3
-        values = _for(dc, 0, _const(D // DW), _for(i3, 0, tq, Allocate(areg, seq(
-            _for(g3, 0, _const(G), _for(l2, 0, _const(DW), BufferStore(areg, acc[row3 * D + column], (slot_a,)),
-                                        "vectorized"), "unrolled"),
-            _for(j5, 0, count, _for(g3, 0, _const(G), _for(l2, 0, _const(DW), BufferStore(
-                areg, areg[slot_a] + s[row3 * P + j5] * vload(j5, column), (slot_a,)), "vectorized"), "unrolled")),
-            _for(g3, 0, _const(G), _for(l2, 0, _const(DW), BufferStore(acc, areg[slot_a], (row3 * D + column,)),
-                                        "vectorized"), "unrolled")))))
+
+        def value_rows(r0: Any, rows: int) -> Stmt:
+            """acc of the `rows` state rows from r0 += weights x V: a register tile of rows x DW
+            accumulators over the chunk's keys, each value row loaded once per tile."""
+            areg = Buffer("areg", (_const(rows * DW),), "float32")
+            slot_a = r3 * DW + l2
+            return _for(dc, 0, _const(D // DW), Allocate(areg, seq(
+                _for(r3, 0, _const(rows), _for(l2, 0, _const(DW), BufferStore(
+                    areg, acc[(r0 + r3) * D + column] * rescale[r0 + r3], (slot_a,)), "vectorized"), "unrolled"),
+                _for(j5, 0, count, _for(r3, 0, _const(rows), _for(l2, 0, _const(DW), BufferStore(
+                    areg, areg[slot_a] + s[(r0 + r3) * P + j5] * vload(j5, column), (slot_a,)), "vectorized"),
+                                        "unrolled")),
+                _for(r3, 0, _const(rows), _for(l2, 0, _const(DW), BufferStore(
+                    acc, areg[slot_a], ((r0 + r3) * D + column,)), "vectorized"), "unrolled"))))
+
+        values = seq(
+            _for(u3, 0, tq // U, value_rows(u3 * (U * G), U * G)),
+            _for(i3, tq // U * U, tq - tq // U * U, value_rows(i3 * G, G)))
         return seq(scores, softmax, values)
 
     def cached_run(lo_slot: Any, count: Any, lo_pos: Any, windowed: bool) -> Stmt:
@@ -243,8 +272,10 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
             cached_run(sinks, st - w1 - n1, w1 + n1, True)))))
     tile = _let(t0, tg * QT, _let(tq, min_(_const(QT), T - t0), _let(
         last, st + t0 + tq - 1, _let(wlo, window_lo(_ZERO), seq(
+            _for(r, 0, _const(R), seq(
+                BufferStore(m, _f(_LOWEST), (r,)), BufferStore(mx, _f(_LOWEST), (r,)), BufferStore(l, _f(0.0), (r,))),
+                 "vectorized"),
             _for(i, 0, tq, _for(g, 0, _const(G), seq(
-                BufferStore(m, _f(_LOWEST), (i * G + g,)), BufferStore(l, _f(0.0), (i * G + g,)),
                 _for(d, 0, _const(D), seq(
                     BufferStore(acc, _f(0.0), ((i * G + g) * D + d,)),
                     BufferStore(qs, q[b, t0 + i, kh * G + g, d] * _f(scale), ((i * G + g) * D + d,))),
