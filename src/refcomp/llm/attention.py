@@ -49,6 +49,7 @@ from ..ast import (
     Var, max_, min_, select, seq,
 )
 from ..driver import build
+from ..errors import ArgumentError
 
 # A running maximum that starts below every score yet keeps e^(m - m') finite arithmetic.
 _LOWEST = -3.0e38
@@ -88,15 +89,34 @@ def _assume(condition: Any) -> Evaluate:
     return Evaluate(Call("assume", (condition,), "bool"))
 
 
-def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> PrimFunc:
-    """The paged attention kernel for G = group query heads per kv head (see the module docstring)."""
+KV_DTYPES = ("float32", "float16")
+
+
+def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_dtype: str = "float32") -> PrimFunc:
+    """The paged attention kernel for G = group query heads per kv head (see the module docstring).
+
+    kv_dtype is the pages' element type: float32, or float16 (half the bytes; the kernel converts
+    to float32 as it loads and computes in float32).  With float16 pages the call's own keys and
+    values are rounded to float16 before use too, so a token sees the same numbers whether its
+    neighbours come from this call or from the pages (a verify pass equals the decode steps)."""
+    if kv_dtype not in KV_DTYPES:
+        raise ArgumentError(f"paged attention: kv_dtype must be one of {KV_DTYPES}, got {kv_dtype!r}")
     G, D, P, H = group, head_dim, page_size, kv_heads
+    half = kv_dtype == "float16"
+
+    def load(value: Any) -> Any:
+        """A page element as float32."""
+        return Cast("float32", value) if half else value
+
+    def stored(value: Any) -> Any:
+        """A float32 of this call as the pages hold it."""
+        return Cast("float32", Cast("float16", value)) if half else value
     B, T, N, M = (SizeVar(n, _INT) for n in ("B", "T", "N", "M"))
     q = Buffer("q", (B, T, _const(H * G), _const(D)), "float32")
     k = Buffer("k", (B, T, _const(H), _const(D)), "float32")
     v = Buffer("v", (B, T, _const(H), _const(D)), "float32")
-    kp = Buffer("k_pages", (N, _const(H), _const(D), _const(P)), "float32")
-    vp = Buffer("v_pages", (N, _const(H), _const(P), _const(D)), "float32")
+    kp = Buffer("k_pages", (N, _const(H), _const(D), _const(P)), kv_dtype)
+    vp = Buffer("v_pages", (N, _const(H), _const(P), _const(D)), kv_dtype)
     table = Buffer("table", (B, M), "int32")
     start = Buffer("start", (B,), "int32")
     out = Buffer("out", (B, T, _const(H * G), _const(D)), "float32")
@@ -250,7 +270,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
             _assume((pg >= 0) & (pg < N)),
             _let(a, max_(lo_slot, pi * P) - pi * P, _let(e, min_(lo_slot + count, pi * P + P) - pi * P, chunk(
                 e - a, lo_pos + (pi * P + a - lo_slot), windowed,
-                lambda dd, jj: kp[pg, kh, dd, a + jj], lambda jj, dd: vp[pg, kh, a + jj, dd])))))
+                lambda dd, jj: load(kp[pg, kh, dd, a + jj]), lambda jj, dd: load(vp[pg, kh, a + jj, dd]))))))
         return _for(pi, first, pages, page_body)
 
     def new_run(lo: Any, count: Any, windowed: bool) -> Stmt:
@@ -258,7 +278,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
         ci, a, e = _v("ci"), _v("a"), _v("e")
         count = max_(count, _const(0))
         body = _let(a, lo + ci * P, _let(e, min_(lo + count, lo + ci * P + P), chunk(
-            e - a, st + a, windowed, lambda dd, jj: kt[dd, a + jj], lambda jj, dd: v[b, a + jj, kh, dd])))
+            e - a, st + a, windowed, lambda dd, jj: kt[dd, a + jj], lambda jj, dd: stored(v[b, a + jj, kh, dd]))))
         return _for(ci, 0, (count + (P - 1)) // P, body)
 
     # Positions the tile's queries read (module docstring): the union over its queries of the sinks
@@ -292,10 +312,11 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
         wp, _i64(table[b, slot // P]), seq(
             _assume((wp >= 0) & (wp < N)),
             _for(wd, 0, _const(D), seq(
-                BufferStore(kp, k[b, wt, kh, wd], (wp, kh, wd, slot % P)),
-                BufferStore(vp, v[b, wt, kh, wd], (wp, kh, slot % P, wd))))))))
+                BufferStore(kp, Cast(kv_dtype, k[b, wt, kh, wd]) if half else k[b, wt, kh, wd], (wp, kh, wd, slot % P)),
+                BufferStore(vp, Cast(kv_dtype, v[b, wt, kh, wd]) if half else v[b, wt, kh, wd],
+                            (wp, kh, slot % P, wd))))))))
 
-    transpose = _for(t, 0, T, _for(d, 0, _const(D), BufferStore(kt, k[b, t, kh, d], (d, t))))
+    transpose = _for(t, 0, T, _for(d, 0, _const(D), BufferStore(kt, stored(k[b, t, kh, d]), (d, t))))
     body = _let(b, bh // H, _let(kh, bh % H, _let(st, _i64(start[b]), seq(
         # the cache's contract (PagedKVCache checks it before every call): the table covers every
         # slot, and a sequence either fits the ring or reads no further back than the ring holds
@@ -306,13 +327,13 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
         body = Allocate(buffer, body)
     loop = For(bh, _const(0), B * H, "parallel", body)
     return PrimFunc((q, k, v, kp, vp, table, start, out, sinks, ring, window), loop,
-                    f"paged_attention_g{G}_d{D}_p{P}_h{H}")
+                    f"paged_attention_g{G}_d{D}_p{P}_h{H}" + ("_f16" if half else ""))
 
 
 @functools.lru_cache(maxsize=None)
-def compiled_attention(group: int, head_dim: int, page_size: int, kv_heads: int) -> Any:
+def compiled_attention(group: int, head_dim: int, page_size: int, kv_heads: int, kv_dtype: str = "float32") -> Any:
     """The attention kernel built with every access proved in bounds (bounds="prove")."""
-    return build(attention_func(group, head_dim, page_size, kv_heads), bounds="prove")
+    return build(attention_func(group, head_dim, page_size, kv_heads, kv_dtype), bounds="prove")
 
 
 class PagedAttention:
@@ -327,8 +348,8 @@ class PagedAttention:
 
     ARRAYS = ("q", "k", "v", "k_pages", "v_pages", "table", "start", "out")
 
-    def __init__(self, group: int, head_dim: int, page_size: int, kv_heads: int) -> None:
-        self.kernel = compiled_attention(group, head_dim, page_size, kv_heads)
+    def __init__(self, group: int, head_dim: int, page_size: int, kv_heads: int, kv_dtype: str = "float32") -> None:
+        self.kernel = compiled_attention(group, head_dim, page_size, kv_heads, kv_dtype)
         self._templates: dict[tuple, tuple[list, list[int], list[str]]] = {}
 
     def __call__(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray,
