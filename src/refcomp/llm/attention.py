@@ -45,7 +45,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..ast import (
-    Allocate, Buffer, BufferStore, Call, Cast, Evaluate, FloatImm, For, IntImm, LetStmt, PrimFunc, SizeVar, Stmt,
+    Allocate, Buffer, BufferStore, Call, Cast, Evaluate, FloatImm, For, IfThenElse, IntImm, LetStmt, PrimFunc, SizeVar, Stmt,
     Var, max_, min_, select, seq,
 )
 from ..driver import build
@@ -205,20 +205,27 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
 
         lo_pos = window_lo(i2) if windowed else _ZERO
 
-        def visible(body: Stmt) -> Stmt:
-            """body for each state row of the tile, with [lo, hi) its query's visible keys of the chunk."""
+        def visible(body: Stmt, whole: bool) -> Stmt:
+            """body for each state row of the tile, with [lo, hi) its query's visible keys of the
+            chunk; `whole`: every query sees the whole chunk of P keys (constant bounds)."""
+            if whole:
+                return _for(i2, 0, tq, _let(lo, _ZERO, _let(hi, _const(P), _let(nf, _const(P // L), _for(
+                    g2, 0, _const(G), _let(row, i2 * G + g2, body))))))
             return _for(i2, 0, tq, _let(lo, min_(max_(lo_pos - pos0, _ZERO), count), _let(
                 hi, min_(max_(st + t0 + i2 + 1 - pos0, lo), count), _let(nf, (hi - lo) // L, _for(
                     g2, 0, _const(G), _let(row, i2 * G + g2, body))))))
 
-        # 1. per row, the new running maximum mx = max(m, visible scores)
-        new_max = visible(Allocate(lanes, seq(
-            _for(l3, 0, _const(L), BufferStore(lanes, m[row], (l3,)), "vectorized"),
-            _for(j6, 0, nf, _for(l3, 0, _const(L), BufferStore(
-                lanes, max_(lanes[l3], score(lo + j6 * L + l3)), (l3,)), "vectorized")),
-            BufferStore(mx, m[row], (row,)),
-            fold(max_), BufferStore(mx, max_(mx[row], lanes[_ZERO]), (row,)),
-            _for(j3, lo + nf * L, hi - lo - nf * L, BufferStore(mx, max_(mx[row], score(j3)), (row,))))))
+        def new_max(whole: bool) -> Stmt:
+            """1. per row, the new running maximum mx = max(m, visible scores)"""
+            return visible(Allocate(lanes, seq(
+                _for(l3, 0, _const(L), BufferStore(lanes, m[row], (l3,)), "vectorized"),
+                _for(j6, 0, nf, _for(l3, 0, _const(L), BufferStore(
+                    lanes, max_(lanes[l3], score(lo + j6 * L + l3)), (l3,)), "vectorized")),
+                BufferStore(mx, m[row], (row,)),
+                fold(max_), BufferStore(mx, max_(mx[row], lanes[_ZERO]), (row,)),
+                *([] if whole else [_for(j3, lo + nf * L, hi - lo - nf * L,
+                                         BufferStore(mx, max_(mx[row], score(j3)), (row,)))]))), whole)
+
         # 2. every row of the tile at once (vector exp): rescale = e^(m - mx); l *= rescale; m = mx
         # (rows past the tile's queries keep m = mx = lowest: rescale 1, l 0)
         r2 = _v("r2")
@@ -226,18 +233,32 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
             BufferStore(rescale, Call("exp", (m[r2] - mx[r2],), "float32"), (r2,)),
             BufferStore(l, l[r2] * rescale[r2], (r2,)),
             BufferStore(m, mx[r2], (r2,))), "vectorized")
-        # 3. per row, the visible scores become e^(s - m), the others 0; l += their sum
-        weights = visible(Allocate(lanes, seq(
-            _for(j8, 0, lo, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized"),
-            _for(j8, lo, hi - lo, BufferStore(s, Call("exp", (score(j8) - m[row],), "float32"),
-                                              (row * P + j8,)), "vectorized"),
-            _for(j8, hi, count - hi, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized"),
-            _for(l3, 0, _const(L), BufferStore(lanes, _f(0.0), (l3,)), "vectorized"),
-            _for(j7, 0, nf, _for(l3, 0, _const(L), BufferStore(
-                lanes, lanes[l3] + score(lo + j7 * L + l3), (l3,)), "vectorized")),
-            fold(lambda x, y: x + y), BufferStore(l, l[row] + lanes[_ZERO], (row,)),
-            _for(j3, lo + nf * L, hi - lo - nf * L, BufferStore(l, l[row] + score(j3), (row,))))))
-        softmax = seq(new_max, shift, weights)
+
+        def weights(whole: bool) -> Stmt:
+            """3. per row, the visible scores become e^(s - m), the others 0; l += their sum"""
+            weight = Call("exp", (score(lo + j7 * L + l3) - m[row],), "float32")
+            return visible(Allocate(lanes, seq(
+                *([] if whole else [_for(j8, 0, lo, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized")]),
+                _for(l3, 0, _const(L), BufferStore(lanes, _f(0.0), (l3,)), "vectorized"),
+                _for(j7, 0, nf, _for(l3, 0, _const(L), seq(
+                    BufferStore(s, weight, (row * P + lo + j7 * L + l3,)),
+                    BufferStore(lanes, lanes[l3] + score(lo + j7 * L + l3), (l3,))), "vectorized")),
+                *([] if whole else [
+                    _for(j8, lo + nf * L, hi - lo - nf * L, BufferStore(
+                        s, Call("exp", (score(j8) - m[row],), "float32"), (row * P + j8,)), "vectorized"),
+                    _for(j8, hi, count - hi, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized")]),
+                fold(lambda x, y: x + y), BufferStore(l, l[row] + lanes[_ZERO], (row,)),
+                *([] if whole else [_for(j3, lo + nf * L, hi - lo - nf * L,
+                                         BufferStore(l, l[row] + score(j3), (row,)))]))), whole)
+
+        # the chunk is whole for every query of the tile when it has P keys, the first query sees
+        # its last key and (windowed) the last query's window starts at or before its first key
+        whole_chunk = (count == _const(P)) & (pos0 + P <= st + t0 + 1)
+        if windowed:
+            whole_chunk = whole_chunk & (window_lo(tq - 1) <= pos0)
+        softmax = seq(new_max(False), shift, weights(False))
+        if P % L == 0:  # the whole-chunk form has no tails
+            softmax = IfThenElse(whole_chunk, seq(new_max(True), shift, weights(True)), softmax)
         j5, l2, r3, dc, u3, i3 = (_v(n) for n in ("j5", "l2", "r3", "dc", "u3", "i3"))
         column = dc * DW + l2
 
