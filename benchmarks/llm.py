@@ -229,8 +229,10 @@ def run_memory(model, text, batch, length, steps: int = 3) -> dict:
         rng = np.random.default_rng(0)
         used = np.unique(cache.table[cache.table >= 0])
         for pool in (cache.k_pool, cache.v_pool):  # every page written: resident, as after a prefill
-            for layer in range(pool.shape[0]):
-                pool[layer, used] = (0.1 * rng.standard_normal(pool[layer, used].shape)).astype(pool.dtype)
+            for layer in range(pool.shape[0]):  # in pieces of 64 pages: the temporaries stay small
+                for first in range(0, len(used), 64):
+                    part = used[first:first + 64]
+                    pool[layer, part] = 0.1 * rng.standard_normal(pool[layer, part].shape, dtype=np.float32)
         cache.commit(length)
         assert int(start.max()) == 0
         planned = cache.nbytes()
