@@ -56,6 +56,7 @@ _LOWEST = -3.0e38
 _INT = "int64"
 _ZERO = IntImm(0, _INT)
 LANES = 16
+EXP_FLOOR = -80.0
 # queries per tile: each block of keys and values is read once for a tile's queries
 QUERY_TILE = 8
 
@@ -83,6 +84,17 @@ def _for(var: Var, lo: Any, extent: Any, body: Stmt, kind: str = "serial") -> Fo
 
 def _let(var: Var, value: Any, body: Stmt) -> LetStmt:
     return LetStmt(var, value, body)
+
+
+def _exp(x: Any) -> Call:
+    """e^max(x, EXP_FLOOR) for x = a score minus the running maximum (<= 0).
+
+    A weight below e^-80 relative to the row's largest is raised to e^-80 (1.8e-35): at most
+    P * 1.8e-35 of the row's sum, far below float32 rounding, and it keeps the vector exp off its
+    slow path (libmvec computes a vector with an underflowing lane with the scalar routine,
+    lane by lane: many such vectors in a trained model's attention, whose sink keys score far
+    above the rest)."""
+    return Call("exp", (max_(x, _f(EXP_FLOOR)),), "float32")
 
 
 def _assume(condition: Any) -> Evaluate:
@@ -230,13 +242,13 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         # (rows past the tile's queries keep m = mx = lowest: rescale 1, l 0)
         r2 = _v("r2")
         shift = _for(r2, 0, _const(R), seq(
-            BufferStore(rescale, Call("exp", (m[r2] - mx[r2],), "float32"), (r2,)),
+            BufferStore(rescale, _exp(m[r2] - mx[r2]), (r2,)),
             BufferStore(l, l[r2] * rescale[r2], (r2,)),
             BufferStore(m, mx[r2], (r2,))), "vectorized")
 
         def weights(whole: bool) -> Stmt:
             """3. per row, the visible scores become e^(s - m), the others 0; l += their sum"""
-            weight = Call("exp", (score(lo + j7 * L + l3) - m[row],), "float32")
+            weight = _exp(score(lo + j7 * L + l3) - m[row])
             return visible(Allocate(lanes, seq(
                 *([] if whole else [_for(j8, 0, lo, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized")]),
                 _for(l3, 0, _const(L), BufferStore(lanes, _f(0.0), (l3,)), "vectorized"),
@@ -245,7 +257,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                     BufferStore(lanes, lanes[l3] + score(lo + j7 * L + l3), (l3,))), "vectorized")),
                 *([] if whole else [
                     _for(j8, lo + nf * L, hi - lo - nf * L, BufferStore(
-                        s, Call("exp", (score(j8) - m[row],), "float32"), (row * P + j8,)), "vectorized"),
+                        s, _exp(score(j8) - m[row]), (row * P + j8,)), "vectorized"),
                     _for(j8, hi, count - hi, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized")]),
                 fold(lambda x, y: x + y), BufferStore(l, l[row] + lanes[_ZERO], (row,)),
                 *([] if whole else [_for(j3, lo + nf * L, hi - lo - nf * L,
