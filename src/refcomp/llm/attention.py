@@ -175,27 +175,36 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         in registers over the keys (a last tq % U queries in tiles of one query)."""
         jc, d1, r1, ln, jt, d4, g4, i1, u1 = (_v(n) for n in ("jc", "d1", "r1", "ln", "jt", "d4", "g4", "i1", "u1"))
         full = count // KB
-        key = jc * KB + ln
+        # when KB = 2L: one more block of L keys after the full ones, if it fits
+        half_blocks = (count - full * KB) // L if KB == 2 * L else _ZERO
+        done = full * KB + half_blocks * L   # keys scored by register tiles; the rest one by one
 
-        def score_rows(r0: Any, rows: int) -> Stmt:
-            """Scores of the `rows` state rows from r0 (whole queries) on the chunk's full blocks: a
-            register tile of rows x KB scores, each key row of the block loaded once per tile."""
-            sreg = Buffer("sreg", (_const(rows * KB),), "float32")
-            lane = r1 * KB + ln
-            return _for(jc, 0, full, Allocate(sreg, seq(
-                _for(r1, 0, _const(rows), _for(ln, 0, _const(KB), BufferStore(sreg, _f(0.0), (lane,)), "vectorized"),
+        def score_rows(r0: Any, rows: int, kb: int, first: Any, blocks: Any) -> Stmt:
+            """Scores of the `rows` state rows from r0 (whole queries) on `blocks` blocks of kb keys
+            from key `first`: a register tile of rows x kb scores, each key row of the block loaded
+            once per tile."""
+            sreg = Buffer("sreg", (_const(rows * kb),), "float32")
+            lane = r1 * kb + ln
+            key = first + jc * kb + ln
+            return _for(jc, 0, blocks, Allocate(sreg, seq(
+                _for(r1, 0, _const(rows), _for(ln, 0, _const(kb), BufferStore(sreg, _f(0.0), (lane,)), "vectorized"),
                      "unrolled"),
-                _for(d1, 0, _const(D), _for(r1, 0, _const(rows), _for(ln, 0, _const(KB), BufferStore(
+                _for(d1, 0, _const(D), _for(r1, 0, _const(rows), _for(ln, 0, _const(kb), BufferStore(
                     sreg, sreg[lane] + qs[(r0 + r1) * D + d1] * kload(d1, key), (lane,)), "vectorized"), "unrolled"),
                      "unrolled"),
-                _for(r1, 0, _const(rows), _for(ln, 0, _const(KB), BufferStore(s, sreg[lane], ((r0 + r1) * P + key,)),
+                _for(r1, 0, _const(rows), _for(ln, 0, _const(kb), BufferStore(s, sreg[lane], ((r0 + r1) * P + key,)),
                                                "vectorized"), "unrolled"))))
+
+        def score_all(r0: Any, rows: int) -> Stmt:
+            if KB != 2 * L:
+                return score_rows(r0, rows, KB, _ZERO, full)
+            return seq(score_rows(r0, rows, KB, _ZERO, full), score_rows(r0, rows, L, full * KB, half_blocks))
 
         row4 = i1 * G + g4
         scores = seq(
-            _for(u1, 0, tq // U, score_rows(u1 * (U * G), U * G)),
-            _for(i1, tq // U * U, tq - tq // U * U, score_rows(i1 * G, G)),
-            _for(i1, 0, tq, _for(jt, full * KB, count - full * KB, _for(g4, 0, _const(G), seq(
+            _for(u1, 0, tq // U, score_all(u1 * (U * G), U * G)),
+            _for(i1, tq // U * U, tq - tq // U * U, score_all(i1 * G, G)),
+            _for(i1, 0, tq, _for(jt, done, count - done, _for(g4, 0, _const(G), seq(
                 BufferStore(s, _f(0.0), (row4 * P + jt,)),
                 _for(d4, 0, _const(D), BufferStore(s, s[row4 * P + jt] + qs[row4 * D + d4] * kload(d4, jt),
                                                    (row4 * P + jt,))))))))
