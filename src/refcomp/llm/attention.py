@@ -5,7 +5,8 @@ values to them.  Layouts (P = page size, D = head_dim, G = query heads per key/v
 
     q, out      (B, T, Hq, D)     the call's queries (rotary applied) and the attention output
     k, v        (B, T, Hkv, D)    the call's keys (rotary applied) and values
-    k_pages     (N, Hkv, D, P)    keys stored transposed within a page: a page's P keys of one
+    k_pages     (N, Hkv, D, P)    float32 or float16 (kv_dtype; computed in float32 either way)
+                                  keys stored transposed within a page: a page's P keys of one
                                   head are D contiguous rows of P, so a score loop over keys is a
                                   unit-stride vector loop
     v_pages     (N, Hkv, P, D)    values, one contiguous row of D per key
@@ -23,11 +24,11 @@ streaming cache whose ring is shorter than the call still sees every key it must
         for each tile of up to QUERY_TILE consecutive queries t0 .. t0 + tq - 1:
             per query i and head g: running max m, sum l and accumulator acc
             for each chunk of <= P keys the tile's queries see (read from its page once):
-                for each query i: s[i, g, j] = (q[i, g] / sqrt(D)) . K[j]   (vector loop over j)
-                for each query i, head g, over the keys [lo_i, hi_i) query i sees in the chunk:
-                    m' = max(m, max_j s);  l = l * e^(m - m') + sum_j e^(s - m');  s = e^(s - m')
-                    (s = 0 outside [lo_i, hi_i))
-                for each query i: acc[i, g] = acc[i, g] * e^(m - m') + sum_j s[i, g, j] V[j]
+                per register tile of 8 rows (queries x heads): s[row, j] = (q[row] / sqrt(D)) . K[j]
+                per row, over the keys [lo_i, hi_i) its query i sees in the chunk: m' = max(m, max_j s)
+                all rows at once: r = e^(m - m');  l = l * r
+                per row: s = e^max(s - m', -80) (0 outside [lo_i, hi_i));  l += sum_j s
+                per register tile of 8 rows: acc[row] = acc[row] * r + sum_j s[row, j] V[j]
             out[b, t0 + i, g] = acc[i, g] / l[i, g]
         then the T new keys and values are stored in their slots
 
