@@ -11,6 +11,12 @@ Cases (any B and S may be asked for with --cases; the defaults are the issue's):
   prompts; the entry carries alpha (measured in the run), gamma, K and the predicted speedup
   (from the run's alpha; `predicted_prior` from the alpha the choice used).  Checked: the two
   decodings emit the same tokens.  Ratio = autoregressive time per token / speculative time per token.
+  `predicted` uses the step times measured in the two decodings themselves (T_T: the autoregressive
+  decode's mean step; T_D: the mean draft forward; T_V: the rest of a speculative round, verify,
+  sampling and rollbacks); `predicted_prior` is what the choice used (fastest of 5 forwards each).
+* `memory_b{B}_s{S}`: the KV cache of B sequences of S tokens: bytes per token, the planned bytes
+  (float16 pages, beside float32's), the peak resident memory after filling it and decoding a few
+  steps, and that decode step's time.
 The KV cache's bytes per token and the peak resident memory are printed after each magicdec case.
 
 Prompts are the Python standard library's source text encoded by the byte tokenizer, each sequence
@@ -50,8 +56,9 @@ from refcomp.loops.intrin.cpu import describe  # noqa: E402
 
 DECODE_CASES = [f"decode_b{b}_s{s}_vs_torch" for s in (1024, 4096) for b in (1, 8, 32)]
 MAGICDEC_CASES = [f"magicdec_b{b}_s{s}" for s in (1024, 4096, 8192) for b in (1, 8, 32, 64)]
+MEMORY_CASES = ["memory_b64_s8192"]
 QUICK_CASES = ["decode_b1_s256_vs_torch", "magicdec_b2_s512"]
-CASE = re.compile(r"(decode|magicdec)_b(\d+)_s(\d+)(_vs_torch)?")
+CASE = re.compile(r"(decode|magicdec|memory)_b(\d+)_s(\d+)(_vs_torch)?")
 
 
 def stdlib_text() -> np.ndarray:
@@ -178,13 +185,22 @@ def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas) -> dic
     auto = generate(model, prompts, new_tokens)
     fast = speculative_generate(model, prompts, new_tokens, spec=spec)
     alpha = fast.extra["alpha"]
-    predicted = analytic.predicted_speedup(choice.gamma, alpha, times.target, times.draft[choice.budget],
-                                           times.verify[choice.gamma])
+    # the analytic model's inputs as the two decodings measured them (means over the runs, Python
+    # between the forwards included: sampling and rollbacks count to the verify step)
+    t_target = auto.decode_seconds / max(auto.steps, 1)
+    rounds = max(fast.extra["rounds"], 1)
+    t_draft = fast.extra["draft_seconds"] / (rounds * choice.gamma)
+    t_verify = (fast.decode_seconds - fast.extra["draft_seconds"]) / rounds
+    predicted = analytic.predicted_speedup(choice.gamma, alpha, t_target, t_draft, t_verify)
+    print(f"  measured in the runs: T_T {1e3 * t_target:.2f} ms, T_D {1e3 * t_draft:.2f} ms, "
+          f"T_V {1e3 * t_verify:.2f} ms (T_V/T_T {t_verify / t_target:.2f}, T_D/T_T {t_draft / t_target:.3f})",
+          flush=True)
     a_ms = 1e3 * auto.decode_seconds / auto.decoded
     s_ms = 1e3 * fast.decode_seconds / fast.decoded
     identical = auto.tokens == fast.tokens
     print(f"  autoregressive {a_ms:.3f} ms/token, speculative {s_ms:.3f} ms/token: speedup {a_ms / s_ms:.2f} "
-          f"(predicted {predicted:.2f}; chosen gamma {choice.gamma}, K {choice.budget}, alpha {alpha:.3f} "
+          f"(predicted {predicted:.2f} from the runs' T_T, T_D, T_V; chosen gamma {choice.gamma}, K {choice.budget}, "
+          f"alpha {alpha:.3f} "
           f"[prefill estimate {choice.alpha:.3f}, predicted {choice.predicted:.2f}]); "
           f"identical tokens: {'yes' if identical else 'NO'}", flush=True)
     per_token = model.new_cache(1, 1).nbytes_per_token()
@@ -194,22 +210,68 @@ def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas) -> dic
     return {"refcomp": s_ms, "baseline": a_ms, "unit": "ms/token", "ratio": a_ms / s_ms, "alpha": alpha,
             "gamma": choice.gamma, "K": choice.budget, "predicted": predicted, "alpha_prefill": choice.alpha,
             "predicted_prior": choice.predicted, "identical": identical, "kv_bytes_per_token": per_token,
-            "peak_rss_mib": peak}
+            "peak_rss_mib": peak, "t_target_ms": 1e3 * t_target, "t_draft_ms": 1e3 * t_draft,
+            "t_verify_ms": 1e3 * t_verify}
+
+
+def run_memory(model, text, batch, length, steps: int = 3) -> dict:
+    """The KV cache of `batch` sequences of `length` tokens: bytes per token, the planned bytes of
+    the cache (float16 pages, and what float32 pages would take), and the peak resident memory after
+    filling it and decoding `steps` tokens (timed: the decode step at that size).  The compiled
+    model's cache is filled by writing its pages directly (a prefill of this size takes minutes and
+    is not what is measured here); the reference model's by prefilling."""
+    cache = model.new_cache(batch, length + steps)
+    per_token = cache.nbytes_per_token()
+    if hasattr(cache, "reserve"):
+        from refcomp.llm.cache import PagedKVCache
+
+        start = cache.reserve(length)
+        rng = np.random.default_rng(0)
+        used = np.unique(cache.table[cache.table >= 0])
+        for pool in (cache.k_pool, cache.v_pool):  # every page written: resident, as after a prefill
+            for layer in range(pool.shape[0]):  # in pieces of 64 pages: the temporaries stay small
+                for first in range(0, len(used), 64):
+                    part = used[first:first + 64]
+                    pool[layer, part] = 0.1 * rng.standard_normal(pool[layer, part].shape, dtype=np.float32)
+        cache.commit(length)
+        assert int(start.max()) == 0
+        planned = cache.nbytes()
+        planned32 = PagedKVCache.planned_nbytes(model.config, batch, length + steps, page_size=cache.page_size)
+    else:
+        prompts = np.stack(prompts_from(text, batch, length))
+        for s in range(0, length, 512):
+            model.forward(prompts[:, s:s + 512], cache)
+        planned = planned32 = per_token * batch * (length + steps)
+    tokens = np.stack(prompts_from(text, batch, 1))
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        tokens = model.forward(tokens, cache)[:, -1].argmax(-1)[:, None]
+        times.append(time.perf_counter() - t0)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    mib = 2 ** 20
+    print(f"  KV cache: {per_token} bytes per token; planned {planned / mib:.0f} MiB for B={batch}, S={length} "
+          f"(float32 pages: {planned32 / mib:.0f} MiB); peak resident memory {peak:.0f} MiB; decode step "
+          f"{1e3 * min(times):.1f} ms (fastest of {steps})", flush=True)
+    return {"refcomp": planned / mib, "baseline": planned32 / mib, "unit": "MiB of KV cache",
+            "ratio": planned32 / planned, "kv_bytes_per_token": per_token, "peak_rss_mib": peak,
+            "decode_step_ms": 1e3 * min(times)}
 
 
 def select(patterns: str | None, quick: bool) -> list[str]:
     if quick:
         return QUICK_CASES
     if not patterns:
-        return DECODE_CASES + MAGICDEC_CASES
+        return DECODE_CASES + MAGICDEC_CASES + MEMORY_CASES
     names = []
     for pat in patterns.split(","):
         pat = pat.strip()
-        matched = [c for c in DECODE_CASES + MAGICDEC_CASES if fnmatch.fnmatch(c, pat)]
+        matched = [c for c in DECODE_CASES + MAGICDEC_CASES + MEMORY_CASES if fnmatch.fnmatch(c, pat)]
         if not matched and CASE.fullmatch(pat):
             matched = [pat]
         if not matched:
-            raise SystemExit(f"--cases: {pat!r} names no case (decode_b{{B}}_s{{S}}_vs_torch, magicdec_b{{B}}_s{{S}})")
+            raise SystemExit(f"--cases: {pat!r} names no case (decode_b{{B}}_s{{S}}_vs_torch, magicdec_b{{B}}_s{{S}}, "
+                             f"memory_b{{B}}_s{{S}})")
         names += [m for m in matched if m not in names]
     return names
 
@@ -252,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
             if hf is None:
                 hf = torch_model(Path(args.model), args.threads)
             cases[name] = run_decode(model, hf, text, batch, length, new_tokens)
+        elif kind_ == "memory":
+            cases[name] = run_memory(model, text, batch, length)
         else:
             cases[name] = run_magicdec(model, text, batch, length, new_tokens, budgets, gammas)
     if args.json:

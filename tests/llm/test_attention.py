@@ -136,3 +136,60 @@ def test_other_shapes(group, dim, page, heads, streaming):
         call(q, k, v, k_pages, v_pages, table, starts, out, sinks, ring, window)
         expected = attention(q, k, v, history_k, history_v, starts, sinks, min(window, 1 << 40))
         np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5)
+
+
+@pytest.fixture(scope="module")
+def kernel16():
+    """The float16-page kernel, also built with every access proved in bounds."""
+    return compiled_attention(GROUP, DIM, PAGE, HEADS, "float16")
+
+
+def _half(c):
+    """The case with float16 pages; the reference sees every key and value rounded to float16."""
+    c = dict(c)
+    c["k_pages"], c["v_pages"] = c["k_pages"].astype(np.float16), c["v_pages"].astype(np.float16)
+    for name in ("history_k", "history_v"):
+        c[name] = c[name].astype(np.float16).astype(np.float32)
+    return c
+
+
+def _check16(c, out):
+    rounded = {name: c[name].astype(np.float16).astype(np.float32) for name in ("k", "v")}
+    expected = attention(c["q"], rounded["k"], rounded["v"], c["history_k"], c["history_v"], c["start"],
+                         c["sinks"], min(c["window"], 1 << 40))
+    np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5)
+    batch, steps = c["q"].shape[:2]
+    for b in range(batch):  # the call's keys and values were stored as float16 in their slots
+        for t in range(max(0, steps - c["ring"]), steps):
+            slot = slot_of(int(c["start"][b]) + t, c["sinks"], c["ring"])
+            page, offset = c["table"][b, slot // PAGE], slot % PAGE
+            np.testing.assert_array_equal(c["k_pages"][page, :, :, offset], c["k"][b, t].astype(np.float16))
+            np.testing.assert_array_equal(c["v_pages"][page, :, offset, :], c["v"][b, t].astype(np.float16))
+
+
+@settings(max_examples=10)
+@given(seed=st.integers(0, 2**31), starts=st.lists(st.integers(0, 120), min_size=1, max_size=3),
+       steps=st.integers(1, 12), streaming=st.booleans(), sinks=st.integers(0, 20), window=st.integers(1, 40),
+       slack=st.integers(0, 5))
+def test_float16_pages_match_numpy(kernel16, seed, starts, steps, streaming, sinks, window, slack):
+    """float16 pages: the kernel computes in float32 on the rounded keys and values, its own
+    call's included, and stores the new ones rounded."""
+    c = _half(_case(seed, starts, steps, sinks, window, slack, streaming=streaming))
+    _check16(c, _run(kernel16, c))
+
+
+@pytest.mark.parametrize("steps", [1, 4, 8, 17])
+def test_float16_verify_and_prefill(kernel16, steps):
+    for streaming in (False, True):
+        c = _half(_case(steps, [PAGE - 3, 2 * PAGE - 1, 5], steps, 3, 2 * PAGE - 7, 4, streaming=streaming))
+        _check16(c, _run(kernel16, c))
+
+
+def test_float16_kernel_rejects_float32_pages(kernel16):
+    from refcomp.errors import ArgumentError
+
+    c = _case(0, [5], 1, 0, 0, 0, streaming=False)
+    with pytest.raises(ArgumentError, match="k_pages: expected dtype float16"):
+        _run(kernel16, c)
+    with pytest.raises(ArgumentError, match="kv_dtype must be one of"):
+        compiled_attention(GROUP, DIM, PAGE, HEADS, "bfloat16")

@@ -164,3 +164,21 @@ def test_shipped_model_has_learned_python():
         - logits.max(-1, keepdims=True)
     loss = -logp[np.arange(len(text) - 1), text[1:]].mean()
     assert loss < 0.6 * np.log(256)        # far better than a uniform guess over bytes
+
+
+@pytest.mark.skipif(not (DEFAULT_MODEL / "model.safetensors").is_file(), reason="the shipped model is absent")
+def test_shipped_model_greedy_tokens_same_with_float16_cache():
+    """The float16 KV cache (the compiled model's default) leaves the shipped model's greedy
+    tokens unchanged on Python source (and its logits within float16 rounding of float32's)."""
+    import inspect
+
+    texts = [inspect.getsource(json.dumps), inspect.getsource(subprocess.run), inspect.getsource(np.pad)]
+    prompts = [tokenizer.encode(t)[:200] for t in texts]
+    half, _ = load_model(DEFAULT_MODEL, kv_dtype="float16")
+    full, _ = load_model(DEFAULT_MODEL, kv_dtype="float32")
+    assert half.kv_dtype == "float16" and full.kv_dtype == "float32"
+    np.testing.assert_array_equal(generate(half, prompts, 32).as_array(), generate(full, prompts, 32).as_array())
+    tokens = np.stack(prompts)
+    a = half.forward(tokens, half.new_cache(3, 200))
+    b = full.forward(tokens, full.new_cache(3, 200))
+    np.testing.assert_allclose(a, b, rtol=0, atol=5e-2)

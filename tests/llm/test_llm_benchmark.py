@@ -44,3 +44,11 @@ def test_decode_vs_torch_case(tmp_path):
     decode = cases["decode_b2_s48_vs_torch"]
     assert decode["unit"] == "ms/token" and decode["ratio"] > 0 and decode["max_logit_diff"] < 1e-3
     assert decode["token_agreement"] == 1.0
+
+
+def test_memory_case(tmp_path):
+    lines, cases = run_benchmark(tmp_path, "memory_b2_s64")
+    memory = cases["memory_b2_s64"]
+    assert memory["kv_bytes_per_token"] == 2 * 1 * 2 * 8 * 4 and memory["peak_rss_mib"] > 0
+    assert memory["refcomp"] > 0 and memory["decode_step_ms"] > 0 and memory["ratio"] == 1.0
+    assert any("bytes per token" in line and "peak resident memory" in line for line in lines)

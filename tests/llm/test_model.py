@@ -18,13 +18,32 @@ PAGE = 8  # short pages: the test sequences cross several
 def pair(request, tmp_path_factory):
     model, path = random_llama(tmp_path_factory.mktemp("llama"), tied=request.param == "tied",
                                seed=3 if request.param == "tied" else 0)
-    return model, load_llama(path, page_size=PAGE)
+    # float32 pages: the logits agree with transformers to float32 rounding
+    return model, load_llama(path, page_size=PAGE, kv_dtype="float32")
 
 
 def test_is_a_causal_lm(pair):
     _, lm = pair
     assert isinstance(lm, CausalLM)
     assert lm.new_cache(2, 16).nbytes_per_token() == 2 * 2 * 2 * 16 * 4
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_float16_cache_matches_transformers_to_half_precision(tmp_path, rng, tied):
+    """The default cache stores float16: half the bytes per token, logits within float16 rounding."""
+    model, path = random_llama(tmp_path, tied=tied, seed=5)
+    lm = load_llama(path, page_size=PAGE)
+    cache = lm.new_cache(2, 64)
+    assert cache.k_pool.dtype == np.float16 and cache.nbytes_per_token() == 2 * 2 * 2 * 16 * 2
+    tokens = rng.integers(0, 300, (2, 13))
+    expected, past = hf_logits(model, tokens)
+    np.testing.assert_allclose(lm.forward(tokens, cache), expected, rtol=2e-2, atol=2e-2)
+    for _ in range(3):
+        step = rng.integers(0, 300, (2, 1))
+        expected, past = hf_logits(model, step, past)
+        np.testing.assert_allclose(lm.forward(step, cache), expected, rtol=2e-2, atol=2e-2)
+    with pytest.raises(ArgumentError, match="kv_dtype must be one of"):
+        load_llama(path, kv_dtype="int8")
 
 
 def test_prefill_and_decode_match_transformers(pair, rng):

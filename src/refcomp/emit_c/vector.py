@@ -183,9 +183,28 @@ class VectorLib:
         name = f"rc_vload_{dtype.element.name}x{dtype.lanes}"
         if is_half(dtype) or dtype.is_bool:
             body = lane_loop(vt, vector_element_ctype(dtype), dtype.lanes, self._from_storage(dtype, "p[l]"))
+            if dtype.element.name == "float16" and dtype.lanes % 8 == 0:
+                body = self._f16c_load(vt, dtype.lanes, body)
         else:
             body = f"    {vt} r;\n    memcpy(&r, p, sizeof r);\n    return r;\n"
         return self._add(name, f"static inline {vt} {name}(const {st}* p) {{\n{body}}}")
+
+    def _f16c_load(self, vt: str, lanes: int, fallback: str) -> str:
+        """float16 lanes to float32 by the x86 conversion instructions (exact, as the lane loop),
+        16 at a time with AVX-512, else 8 at a time with F16C; the lane loop elsewhere."""
+        self.needs_intrinsics = True
+        return (
+            "#if defined(RC_NATIVE) && defined(__x86_64__) && defined(__F16C__)\n"
+            f"    float z[{lanes}];\n"
+            "#if defined(__AVX512F__)" + (" && 0" if lanes % 16 else "") + "\n"
+            f"    for (int c = 0; c < {lanes}; c += 16)\n"
+            "        _mm512_storeu_ps(z + c, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(const void*)(p + c))));\n"
+            "#else\n"
+            f"    for (int c = 0; c < {lanes}; c += 8)\n"
+            "        _mm256_storeu_ps(z + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(const void*)(p + c))));\n"
+            "#endif\n"
+            f"    {vt} r;\n    memcpy(&r, z, sizeof r);\n    return r;\n"
+            f"#else\n{fallback}#endif\n")
 
     def store(self, dtype: DataType) -> str:
         vt = self.vtype(dtype)

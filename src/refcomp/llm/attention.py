@@ -5,7 +5,8 @@ values to them.  Layouts (P = page size, D = head_dim, G = query heads per key/v
 
     q, out      (B, T, Hq, D)     the call's queries (rotary applied) and the attention output
     k, v        (B, T, Hkv, D)    the call's keys (rotary applied) and values
-    k_pages     (N, Hkv, D, P)    keys stored transposed within a page: a page's P keys of one
+    k_pages     (N, Hkv, D, P)    float32 or float16 (kv_dtype; computed in float32 either way)
+                                  keys stored transposed within a page: a page's P keys of one
                                   head are D contiguous rows of P, so a score loop over keys is a
                                   unit-stride vector loop
     v_pages     (N, Hkv, P, D)    values, one contiguous row of D per key
@@ -23,11 +24,11 @@ streaming cache whose ring is shorter than the call still sees every key it must
         for each tile of up to QUERY_TILE consecutive queries t0 .. t0 + tq - 1:
             per query i and head g: running max m, sum l and accumulator acc
             for each chunk of <= P keys the tile's queries see (read from its page once):
-                for each query i: s[i, g, j] = (q[i, g] / sqrt(D)) . K[j]   (vector loop over j)
-                for each query i, head g, over the keys [lo_i, hi_i) query i sees in the chunk:
-                    m' = max(m, max_j s);  l = l * e^(m - m') + sum_j e^(s - m');  s = e^(s - m')
-                    (s = 0 outside [lo_i, hi_i))
-                for each query i: acc[i, g] = acc[i, g] * e^(m - m') + sum_j s[i, g, j] V[j]
+                per register tile of 8 rows (queries x heads): s[row, j] = (q[row] / sqrt(D)) . K[j]
+                per row, over the keys [lo_i, hi_i) its query i sees in the chunk: m' = max(m, max_j s)
+                all rows at once: r = e^(m - m');  l = l * r
+                per row: s = e^max(s - m', -80) (0 outside [lo_i, hi_i));  l += sum_j s
+                per register tile of 8 rows: acc[row] = acc[row] * r + sum_j s[row, j] V[j]
             out[b, t0 + i, g] = acc[i, g] / l[i, g]
         then the T new keys and values are stored in their slots
 
@@ -45,16 +46,18 @@ from typing import Any, Callable
 import numpy as np
 
 from ..ast import (
-    Allocate, Buffer, BufferStore, Call, Cast, Evaluate, FloatImm, For, IntImm, LetStmt, PrimFunc, SizeVar, Stmt,
+    Allocate, Buffer, BufferStore, Call, Cast, Evaluate, FloatImm, For, IfThenElse, IntImm, LetStmt, PrimFunc, SizeVar, Stmt,
     Var, max_, min_, select, seq,
 )
 from ..driver import build
+from ..errors import ArgumentError
 
 # A running maximum that starts below every score yet keeps e^(m - m') finite arithmetic.
 _LOWEST = -3.0e38
 _INT = "int64"
 _ZERO = IntImm(0, _INT)
 LANES = 16
+EXP_FLOOR = -80.0
 # queries per tile: each block of keys and values is read once for a tile's queries
 QUERY_TILE = 8
 
@@ -84,19 +87,49 @@ def _let(var: Var, value: Any, body: Stmt) -> LetStmt:
     return LetStmt(var, value, body)
 
 
+def _exp(x: Any) -> Call:
+    """e^max(x, EXP_FLOOR) for x = a score minus the running maximum (<= 0).
+
+    A weight below e^-80 relative to the row's largest is raised to e^-80 (1.8e-35): at most
+    P * 1.8e-35 of the row's sum, far below float32 rounding, and it keeps the vector exp off its
+    slow path (libmvec computes a vector with an underflowing lane with the scalar routine,
+    lane by lane: many such vectors in a trained model's attention, whose sink keys score far
+    above the rest)."""
+    return Call("exp", (max_(x, _f(EXP_FLOOR)),), "float32")
+
+
 def _assume(condition: Any) -> Evaluate:
     return Evaluate(Call("assume", (condition,), "bool"))
 
 
-def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> PrimFunc:
-    """The paged attention kernel for G = group query heads per kv head (see the module docstring)."""
+KV_DTYPES = ("float32", "float16")
+
+
+def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_dtype: str = "float32") -> PrimFunc:
+    """The paged attention kernel for G = group query heads per kv head (see the module docstring).
+
+    kv_dtype is the pages' element type: float32, or float16 (half the bytes; the kernel converts
+    to float32 as it loads and computes in float32).  With float16 pages the call's own keys and
+    values are rounded to float16 before use too, so a token sees the same numbers whether its
+    neighbours come from this call or from the pages (a verify pass equals the decode steps)."""
+    if kv_dtype not in KV_DTYPES:
+        raise ArgumentError(f"paged attention: kv_dtype must be one of {KV_DTYPES}, got {kv_dtype!r}")
     G, D, P, H = group, head_dim, page_size, kv_heads
+    half = kv_dtype == "float16"
+
+    def load(value: Any) -> Any:
+        """A page element as float32."""
+        return Cast("float32", value) if half else value
+
+    def stored(value: Any) -> Any:
+        """A float32 of this call as the pages hold it."""
+        return Cast("float32", Cast("float16", value)) if half else value
     B, T, N, M = (SizeVar(n, _INT) for n in ("B", "T", "N", "M"))
     q = Buffer("q", (B, T, _const(H * G), _const(D)), "float32")
     k = Buffer("k", (B, T, _const(H), _const(D)), "float32")
     v = Buffer("v", (B, T, _const(H), _const(D)), "float32")
-    kp = Buffer("k_pages", (N, _const(H), _const(D), _const(P)), "float32")
-    vp = Buffer("v_pages", (N, _const(H), _const(P), _const(D)), "float32")
+    kp = Buffer("k_pages", (N, _const(H), _const(D), _const(P)), kv_dtype)
+    vp = Buffer("v_pages", (N, _const(H), _const(P), _const(D)), kv_dtype)
     table = Buffer("table", (B, M), "int32")
     start = Buffer("start", (B,), "int32")
     out = Buffer("out", (B, T, _const(H * G), _const(D)), "float32")
@@ -109,18 +142,21 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
     s = Buffer("s", (_const(R * P),), "float32")
     m = Buffer("m", (_const(R),), "float32")
     l = Buffer("l", (_const(R),), "float32")
-    mx = Buffer("mx", (_const(1),), "float32")
-    rescale = Buffer("rescale", (_const(1),), "float32")  # e^(m - m'), computed once per row and chunk
+    mx = Buffer("mx", (_const(R),), "float32")  # per row, the running maximum after the chunk
+    rescale = Buffer("rescale", (_const(R),), "float32")  # per row, e^(m - m') of the chunk
     kt = Buffer("kt", (_const(D), T), "float32")  # the call's keys of this head, transposed
 
     bh, b, kh, tg, t0, tq, st = _v("bh"), _v("b"), _v("kh"), _v("tg"), _v("t0"), _v("tq"), _v("st")
-    t, i, g, d = _v("t"), _v("i"), _v("g"), _v("d")
+    t, i, g, d, r = _v("t"), _v("i"), _v("g"), _v("d"), _v("r")
     scale = 1.0 / math.sqrt(D)
 
     # lanes of the score and value blocks: 16 floats (two AVX2 registers, one AVX-512 register)
     L = LANES
     DW = 2 * L if D % (2 * L) == 0 else L if D % L == 0 else D   # value columns per step
     KB = 2 * L if P % (2 * L) == 0 else L   # keys per score block
+    # queries per register tile: U * G state rows (8 for the usual G), so a tile holds 8 x KB scores
+    # or 8 x DW accumulators (16 AVX-512 registers) and each key or value row is loaded once per tile
+    U = max(1, 8 // G)
 
     def window_lo(query: Any) -> Any:
         """The first non-sink position the tile's query `query` sees."""
@@ -135,27 +171,41 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
         queries (the chunk stays in the first-level cache).  Query i sees the keys from
         max(lo_pos, pos0) to min(pos_i, pos0 + count - 1), lo_pos = its window's start when
         `windowed` (positions past the sinks) else 0; the other scores weigh zero.
-        Scores: per block of KB = 2L (or L) keys, the G heads' KB scores stay in registers over the D products;
-        values: per 2L (or L) columns of D, the G heads' accumulators stay in registers over the keys."""
-        jc, d1, g1, ln, jt, d4, g4, i1 = (_v(n) for n in ("jc", "d1", "g1", "ln", "jt", "d4", "g4", "i1"))
-        g2, j3, d2, dc, j5, g3, l2, i2, i3 = (_v(n) for n in ("g2", "j3", "d2", "dc", "j5", "g3", "l2", "i2", "i3"))
+        Scores: per block of KB = 2L (or L) keys, a tile of U queries' G heads' KB scores stays in
+        registers over the D products; values: per 2L (or L) columns of D, the tile's accumulators stay
+        in registers over the keys (a last tq % U queries in tiles of one query)."""
+        jc, d1, r1, ln, jt, d4, g4, i1, u1 = (_v(n) for n in ("jc", "d1", "r1", "ln", "jt", "d4", "g4", "i1", "u1"))
         full = count // KB
-        key = jc * KB + ln
-        sreg = Buffer("sreg", (_const(G * KB),), "float32")
-        areg = Buffer("areg", (_const(G * DW),), "float32")
-        lane = g1 * KB + ln
-        row1 = i1 * G + g1
-        block = Allocate(sreg, seq(
-            _for(g1, 0, _const(G), _for(ln, 0, _const(KB), BufferStore(sreg, _f(0.0), (lane,)), "vectorized"),
-                 "unrolled"),
-            _for(d1, 0, _const(D), _for(g1, 0, _const(G), _for(ln, 0, _const(KB), BufferStore(
-                sreg, sreg[lane] + qs[row1 * D + d1] * kload(d1, key), (lane,)), "vectorized"), "unrolled")),
-            _for(g1, 0, _const(G), _for(ln, 0, _const(KB), BufferStore(s, sreg[lane], (row1 * P + key,)),
-                                        "vectorized"), "unrolled")))
+        # when KB = 2L: one more block of L keys after the full ones, if it fits
+        half_blocks = (count - full * KB) // L if KB == 2 * L else _ZERO
+        done = full * KB + half_blocks * L   # keys scored by register tiles; the rest one by one
+
+        def score_rows(r0: Any, rows: int, kb: int, first: Any, blocks: Any) -> Stmt:
+            """Scores of the `rows` state rows from r0 (whole queries) on `blocks` blocks of kb keys
+            from key `first`: a register tile of rows x kb scores, each key row of the block loaded
+            once per tile."""
+            sreg = Buffer("sreg", (_const(rows * kb),), "float32")
+            lane = r1 * kb + ln
+            key = first + jc * kb + ln
+            return _for(jc, 0, blocks, Allocate(sreg, seq(
+                _for(r1, 0, _const(rows), _for(ln, 0, _const(kb), BufferStore(sreg, _f(0.0), (lane,)), "vectorized"),
+                     "unrolled"),
+                _for(d1, 0, _const(D), _for(r1, 0, _const(rows), _for(ln, 0, _const(kb), BufferStore(
+                    sreg, sreg[lane] + qs[(r0 + r1) * D + d1] * kload(d1, key), (lane,)), "vectorized"), "unrolled"),
+                     "unrolled"),
+                _for(r1, 0, _const(rows), _for(ln, 0, _const(kb), BufferStore(s, sreg[lane], ((r0 + r1) * P + key,)),
+                                               "vectorized"), "unrolled"))))
+
+        def score_all(r0: Any, rows: int) -> Stmt:
+            if KB != 2 * L:
+                return score_rows(r0, rows, KB, _ZERO, full)
+            return seq(score_rows(r0, rows, KB, _ZERO, full), score_rows(r0, rows, L, full * KB, half_blocks))
+
         row4 = i1 * G + g4
-        scores = _for(i1, 0, tq, seq(
-            _for(jc, 0, full, block),
-            _for(jt, full * KB, count - full * KB, _for(g4, 0, _const(G), seq(
+        scores = seq(
+            _for(u1, 0, tq // U, score_all(u1 * (U * G), U * G)),
+            _for(i1, tq // U * U, tq - tq // U * U, score_all(i1 * G, G)),
+            _for(i1, 0, tq, _for(jt, done, count - done, _for(g4, 0, _const(G), seq(
                 BufferStore(s, _f(0.0), (row4 * P + jt,)),
                 _for(d4, 0, _const(D), BufferStore(s, s[row4 * P + jt] + qs[row4 * D + d4] * kload(d4, jt),
                                                    (row4 * P + jt,))))))))
@@ -163,6 +213,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
         # in L lanes, folded after (short scalar chains); the other keys' weights are zero
         lanes = Buffer("lanes", (_const(L),), "float32")
         l3, l4, j6, j7, j8, lo, hi, nf, row = (_v(n) for n in ("l3", "l4", "j6", "j7", "j8", "lo", "hi", "nf", "row"))
+        g2, j3, d2, i2 = (_v(n) for n in ("g2", "j3", "d2", "i2"))
         score = lambda jj: s[row * P + jj]  # noqa: E731
 
         def fold(combine: Callable[[Any, Any], Any]) -> Stmt:
@@ -175,40 +226,81 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
             return seq(*steps)
 
         lo_pos = window_lo(i2) if windowed else _ZERO
-        softmax = _for(i2, 0, tq, _let(lo, min_(max_(lo_pos - pos0, _ZERO), count), _let(
-            hi, min_(max_(st + t0 + i2 + 1 - pos0, lo), count), _let(nf, (hi - lo) // L, _for(g2, 0, _const(G), _let(
-                row, i2 * G + g2, Allocate(lanes, seq(
-                    _for(l3, 0, _const(L), BufferStore(lanes, m[row], (l3,)), "vectorized"),
-                    _for(j6, 0, nf, _for(l3, 0, _const(L), BufferStore(
-                        lanes, max_(lanes[l3], score(lo + j6 * L + l3)), (l3,)), "vectorized")),
-                    BufferStore(mx, m[row], (_ZERO,)),
-                    fold(max_), BufferStore(mx, max_(mx[_ZERO], lanes[_ZERO]), (_ZERO,)),
-                    _for(j3, lo + nf * L, hi - lo - nf * L, BufferStore(mx, max_(mx[_ZERO], score(j3)), (_ZERO,))),
-                    BufferStore(rescale, Call("exp", (m[row] - mx[_ZERO],), "float32"), (_ZERO,)),
-                    _for(d2, 0, _const(D), BufferStore(
-                        acc, acc[row * D + d2] * rescale[_ZERO], (row * D + d2,)),
-                         "vectorized"),
-                    BufferStore(l, l[row] * rescale[_ZERO], (row,)),
-                    BufferStore(m, mx[_ZERO], (row,)),
-                    _for(j8, 0, lo, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized"),
-                    _for(j8, lo, hi - lo, BufferStore(s, Call("exp", (score(j8) - mx[_ZERO],), "float32"),
-                                                      (row * P + j8,)), "vectorized"),
-                    _for(j8, hi, count - hi, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized"),
-                    _for(l3, 0, _const(L), BufferStore(lanes, _f(0.0), (l3,)), "vectorized"),
-                    _for(j7, 0, nf, _for(l3, 0, _const(L), BufferStore(
-                        lanes, lanes[l3] + score(lo + j7 * L + l3), (l3,)), "vectorized")),
-                    fold(lambda x, y: x + y), BufferStore(l, l[row] + lanes[_ZERO], (row,)),
-                    _for(j3, lo + nf * L, hi - lo - nf * L, BufferStore(l, l[row] + score(j3), (row,)))))))))))
+
+        def visible(body: Stmt, whole: bool) -> Stmt:
+            """body for each state row of the tile, with [lo, hi) its query's visible keys of the
+            chunk; `whole`: every query sees the whole chunk of P keys (constant bounds)."""
+            if whole:
+                return _for(i2, 0, tq, _let(lo, _ZERO, _let(hi, _const(P), _let(nf, _const(P // L), _for(
+                    g2, 0, _const(G), _let(row, i2 * G + g2, body))))))
+            return _for(i2, 0, tq, _let(lo, min_(max_(lo_pos - pos0, _ZERO), count), _let(
+                hi, min_(max_(st + t0 + i2 + 1 - pos0, lo), count), _let(nf, (hi - lo) // L, _for(
+                    g2, 0, _const(G), _let(row, i2 * G + g2, body))))))
+
+        def new_max(whole: bool) -> Stmt:
+            """1. per row, the new running maximum mx = max(m, visible scores)"""
+            return visible(Allocate(lanes, seq(
+                _for(l3, 0, _const(L), BufferStore(lanes, m[row], (l3,)), "vectorized"),
+                _for(j6, 0, nf, _for(l3, 0, _const(L), BufferStore(
+                    lanes, max_(lanes[l3], score(lo + j6 * L + l3)), (l3,)), "vectorized")),
+                BufferStore(mx, m[row], (row,)),
+                fold(max_), BufferStore(mx, max_(mx[row], lanes[_ZERO]), (row,)),
+                *([] if whole else [_for(j3, lo + nf * L, hi - lo - nf * L,
+                                         BufferStore(mx, max_(mx[row], score(j3)), (row,)))]))), whole)
+
+        # 2. every row of the tile at once (vector exp): rescale = e^(m - mx); l *= rescale; m = mx
+        # (rows past the tile's queries keep m = mx = lowest: rescale 1, l 0)
+        r2 = _v("r2")
+        shift = _for(r2, 0, _const(R), seq(
+            BufferStore(rescale, _exp(m[r2] - mx[r2]), (r2,)),
+            BufferStore(l, l[r2] * rescale[r2], (r2,)),
+            BufferStore(m, mx[r2], (r2,))), "vectorized")
+
+        def weights(whole: bool) -> Stmt:
+            """3. per row, the visible scores become e^(s - m), the others 0; l += their sum"""
+            weight = _exp(score(lo + j7 * L + l3) - m[row])
+            return visible(Allocate(lanes, seq(
+                *([] if whole else [_for(j8, 0, lo, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized")]),
+                _for(l3, 0, _const(L), BufferStore(lanes, _f(0.0), (l3,)), "vectorized"),
+                _for(j7, 0, nf, _for(l3, 0, _const(L), seq(
+                    BufferStore(s, weight, (row * P + lo + j7 * L + l3,)),
+                    BufferStore(lanes, lanes[l3] + score(lo + j7 * L + l3), (l3,))), "vectorized")),
+                *([] if whole else [
+                    _for(j8, lo + nf * L, hi - lo - nf * L, BufferStore(
+                        s, _exp(score(j8) - m[row]), (row * P + j8,)), "vectorized"),
+                    _for(j8, hi, count - hi, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized")]),
+                fold(lambda x, y: x + y), BufferStore(l, l[row] + lanes[_ZERO], (row,)),
+                *([] if whole else [_for(j3, lo + nf * L, hi - lo - nf * L,
+                                         BufferStore(l, l[row] + score(j3), (row,)))]))), whole)
+
+        # the chunk is whole for every query of the tile when it has P keys, the first query sees
+        # its last key and (windowed) the last query's window starts at or before its first key
+        whole_chunk = (count == _const(P)) & (pos0 + P <= st + t0 + 1)
+        if windowed:
+            whole_chunk = whole_chunk & (window_lo(tq - 1) <= pos0)
+        softmax = seq(new_max(False), shift, weights(False))
+        if P % L == 0:  # the whole-chunk form has no tails
+            softmax = IfThenElse(whole_chunk, seq(new_max(True), shift, weights(True)), softmax)
+        j5, l2, r3, dc, u3, i3 = (_v(n) for n in ("j5", "l2", "r3", "dc", "u3", "i3"))
         column = dc * DW + l2
-        slot_a = g3 * DW + l2
-        row3 = i3 * G + g3
-        values = _for(dc, 0, _const(D // DW), _for(i3, 0, tq, Allocate(areg, seq(
-            _for(g3, 0, _const(G), _for(l2, 0, _const(DW), BufferStore(areg, acc[row3 * D + column], (slot_a,)),
-                                        "vectorized"), "unrolled"),
-            _for(j5, 0, count, _for(g3, 0, _const(G), _for(l2, 0, _const(DW), BufferStore(
-                areg, areg[slot_a] + s[row3 * P + j5] * vload(j5, column), (slot_a,)), "vectorized"), "unrolled")),
-            _for(g3, 0, _const(G), _for(l2, 0, _const(DW), BufferStore(acc, areg[slot_a], (row3 * D + column,)),
-                                        "vectorized"), "unrolled")))))
+
+        def value_rows(r0: Any, rows: int) -> Stmt:
+            """acc of the `rows` state rows from r0 += weights x V: a register tile of rows x DW
+            accumulators over the chunk's keys, each value row loaded once per tile."""
+            areg = Buffer("areg", (_const(rows * DW),), "float32")
+            slot_a = r3 * DW + l2
+            return _for(dc, 0, _const(D // DW), Allocate(areg, seq(
+                _for(r3, 0, _const(rows), _for(l2, 0, _const(DW), BufferStore(
+                    areg, acc[(r0 + r3) * D + column] * rescale[r0 + r3], (slot_a,)), "vectorized"), "unrolled"),
+                _for(j5, 0, count, _for(r3, 0, _const(rows), _for(l2, 0, _const(DW), BufferStore(
+                    areg, areg[slot_a] + s[(r0 + r3) * P + j5] * vload(j5, column), (slot_a,)), "vectorized"),
+                                        "unrolled")),
+                _for(r3, 0, _const(rows), _for(l2, 0, _const(DW), BufferStore(
+                    acc, areg[slot_a], ((r0 + r3) * D + column,)), "vectorized"), "unrolled"))))
+
+        values = seq(
+            _for(u3, 0, tq // U, value_rows(u3 * (U * G), U * G)),
+            _for(i3, tq // U * U, tq - tq // U * U, value_rows(i3 * G, G)))
         return seq(scores, softmax, values)
 
     def cached_run(lo_slot: Any, count: Any, lo_pos: Any, windowed: bool) -> Stmt:
@@ -221,7 +313,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
             _assume((pg >= 0) & (pg < N)),
             _let(a, max_(lo_slot, pi * P) - pi * P, _let(e, min_(lo_slot + count, pi * P + P) - pi * P, chunk(
                 e - a, lo_pos + (pi * P + a - lo_slot), windowed,
-                lambda dd, jj: kp[pg, kh, dd, a + jj], lambda jj, dd: vp[pg, kh, a + jj, dd])))))
+                lambda dd, jj: load(kp[pg, kh, dd, a + jj]), lambda jj, dd: load(vp[pg, kh, a + jj, dd]))))))
         return _for(pi, first, pages, page_body)
 
     def new_run(lo: Any, count: Any, windowed: bool) -> Stmt:
@@ -229,7 +321,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
         ci, a, e = _v("ci"), _v("a"), _v("e")
         count = max_(count, _const(0))
         body = _let(a, lo + ci * P, _let(e, min_(lo + count, lo + ci * P + P), chunk(
-            e - a, st + a, windowed, lambda dd, jj: kt[dd, a + jj], lambda jj, dd: v[b, a + jj, kh, dd])))
+            e - a, st + a, windowed, lambda dd, jj: kt[dd, a + jj], lambda jj, dd: stored(v[b, a + jj, kh, dd]))))
         return _for(ci, 0, (count + (P - 1)) // P, body)
 
     # Positions the tile's queries read (module docstring): the union over its queries of the sinks
@@ -243,8 +335,10 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
             cached_run(sinks, st - w1 - n1, w1 + n1, True)))))
     tile = _let(t0, tg * QT, _let(tq, min_(_const(QT), T - t0), _let(
         last, st + t0 + tq - 1, _let(wlo, window_lo(_ZERO), seq(
+            _for(r, 0, _const(R), seq(
+                BufferStore(m, _f(_LOWEST), (r,)), BufferStore(mx, _f(_LOWEST), (r,)), BufferStore(l, _f(0.0), (r,))),
+                 "vectorized"),
             _for(i, 0, tq, _for(g, 0, _const(G), seq(
-                BufferStore(m, _f(_LOWEST), (i * G + g,)), BufferStore(l, _f(0.0), (i * G + g,)),
                 _for(d, 0, _const(D), seq(
                     BufferStore(acc, _f(0.0), ((i * G + g) * D + d,)),
                     BufferStore(qs, q[b, t0 + i, kh * G + g, d] * _f(scale), ((i * G + g) * D + d,))),
@@ -261,10 +355,11 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
         wp, _i64(table[b, slot // P]), seq(
             _assume((wp >= 0) & (wp < N)),
             _for(wd, 0, _const(D), seq(
-                BufferStore(kp, k[b, wt, kh, wd], (wp, kh, wd, slot % P)),
-                BufferStore(vp, v[b, wt, kh, wd], (wp, kh, slot % P, wd))))))))
+                BufferStore(kp, Cast(kv_dtype, k[b, wt, kh, wd]) if half else k[b, wt, kh, wd], (wp, kh, wd, slot % P)),
+                BufferStore(vp, Cast(kv_dtype, v[b, wt, kh, wd]) if half else v[b, wt, kh, wd],
+                            (wp, kh, slot % P, wd))))))))
 
-    transpose = _for(t, 0, T, _for(d, 0, _const(D), BufferStore(kt, k[b, t, kh, d], (d, t))))
+    transpose = _for(t, 0, T, _for(d, 0, _const(D), BufferStore(kt, stored(k[b, t, kh, d]), (d, t))))
     body = _let(b, bh // H, _let(kh, bh % H, _let(st, _i64(start[b]), seq(
         # the cache's contract (PagedKVCache checks it before every call): the table covers every
         # slot, and a sequence either fits the ring or reads no further back than the ring holds
@@ -275,13 +370,13 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int) -> 
         body = Allocate(buffer, body)
     loop = For(bh, _const(0), B * H, "parallel", body)
     return PrimFunc((q, k, v, kp, vp, table, start, out, sinks, ring, window), loop,
-                    f"paged_attention_g{G}_d{D}_p{P}_h{H}")
+                    f"paged_attention_g{G}_d{D}_p{P}_h{H}" + ("_f16" if half else ""))
 
 
 @functools.lru_cache(maxsize=None)
-def compiled_attention(group: int, head_dim: int, page_size: int, kv_heads: int) -> Any:
+def compiled_attention(group: int, head_dim: int, page_size: int, kv_heads: int, kv_dtype: str = "float32") -> Any:
     """The attention kernel built with every access proved in bounds (bounds="prove")."""
-    return build(attention_func(group, head_dim, page_size, kv_heads), bounds="prove")
+    return build(attention_func(group, head_dim, page_size, kv_heads, kv_dtype), bounds="prove")
 
 
 class PagedAttention:
@@ -296,8 +391,8 @@ class PagedAttention:
 
     ARRAYS = ("q", "k", "v", "k_pages", "v_pages", "table", "start", "out")
 
-    def __init__(self, group: int, head_dim: int, page_size: int, kv_heads: int) -> None:
-        self.kernel = compiled_attention(group, head_dim, page_size, kv_heads)
+    def __init__(self, group: int, head_dim: int, page_size: int, kv_heads: int, kv_dtype: str = "float32") -> None:
+        self.kernel = compiled_attention(group, head_dim, page_size, kv_heads, kv_dtype)
         self._templates: dict[tuple, tuple[list, list[int], list[str]]] = {}
 
     def __call__(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray,

@@ -1,6 +1,6 @@
 """The paged KV cache: fixed-size pages from one pool, a page table per sequence, full or streaming.
 
-Storage per layer (P = page size, H = key/value heads, D = head_dim):
+Storage per layer (P = page size, H = key/value heads, D = head_dim), float32 or float16 (`dtype`):
 
     k_pool[layer]   (pages, H, D, P)   a page's keys transposed, so attention's score loop runs
                                        along P contiguous keys (refcomp.llm.attention)
@@ -26,6 +26,8 @@ from ..errors import ArgumentError, RuntimeFailure
 from .protocol import LlamaConfig, StreamingBudget
 
 DEFAULT_PAGE_SIZE = 64
+# element types of the pages: float16 halves the bytes; attention converts to float32 as it loads
+KV_DTYPES = ("float32", "float16")
 # The window of a full cache: every position is visible.
 UNBOUNDED = 1 << 62
 
@@ -35,7 +37,9 @@ class PagedKVCache:
 
     def __init__(self, config: LlamaConfig, batch: int, max_tokens: int, *,
                  streaming: StreamingBudget | None = None, page_size: int = DEFAULT_PAGE_SIZE,
-                 pages: int | None = None) -> None:
+                 pages: int | None = None, dtype: str = "float32") -> None:
+        if dtype not in KV_DTYPES:
+            raise ArgumentError(f"KV cache: dtype must be one of {KV_DTYPES}, got {dtype!r}")
         for name, value in (("batch", batch), ("max_tokens", max_tokens), ("page_size", page_size)):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 raise ArgumentError(f"KV cache: {name} must be a positive integer, got {value!r}")
@@ -61,8 +65,9 @@ class PagedKVCache:
             raise ArgumentError(f"KV cache: pages must be a positive integer, got {pages!r}")
         layers, heads, dim = config.num_hidden_layers, config.num_key_value_heads, config.dim_head
         # np.zeros maps fresh pages lazily: resident memory grows with the pages written.
-        self.k_pool = np.zeros((layers, int(total), heads, dim, self.page_size), np.float32)
-        self.v_pool = np.zeros((layers, int(total), heads, self.page_size, dim), np.float32)
+        self.dtype = dtype
+        self.k_pool = np.zeros((layers, int(total), heads, dim, self.page_size), dtype)
+        self.v_pool = np.zeros((layers, int(total), heads, self.page_size, dim), dtype)
         self.table = np.full((batch, self.pages_per_sequence), -1, np.int32)
         self._free = list(range(int(total) - 1, -1, -1))
         self._lengths = np.zeros(batch, np.int64)
@@ -115,11 +120,13 @@ class PagedKVCache:
 
     @staticmethod
     def planned_nbytes(config: LlamaConfig, batch: int, max_tokens: int, *,
-                       streaming: StreamingBudget | None = None, page_size: int = DEFAULT_PAGE_SIZE) -> int:
+                       streaming: StreamingBudget | None = None, page_size: int = DEFAULT_PAGE_SIZE,
+                       dtype: str = "float32") -> int:
         """`nbytes()` of the cache these arguments make, without making it."""
         slots = max_tokens if streaming is None else streaming.sinks + streaming.window + streaming.slack
         pages = -(-slots // page_size)
-        per_page = 2 * config.num_hidden_layers * config.num_key_value_heads * config.dim_head * page_size * 4
+        per_page = (2 * config.num_hidden_layers * config.num_key_value_heads * config.dim_head * page_size
+                    * np.dtype(dtype).itemsize)
         return batch * pages * per_page + batch * pages * 4
 
     def pages_in_use(self) -> int:

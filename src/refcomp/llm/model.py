@@ -35,7 +35,7 @@ from ..graph import BlockBuilder, Var, op, tensor
 from ..graph.passes.default_schedule import RuleFallbackWarning
 from ..graph.pipeline import build as build_graph
 from .attention import PagedAttention
-from .cache import DEFAULT_PAGE_SIZE, PagedKVCache
+from .cache import DEFAULT_PAGE_SIZE, KV_DTYPES, PagedKVCache
 from .checkpoint import check_weights, load_checkpoint
 from .protocol import LlamaConfig, StreamingBudget
 
@@ -128,6 +128,8 @@ def rotary_tables(config: LlamaConfig, positions: np.ndarray) -> tuple[np.ndarra
 # a product with so few rows is a matrix-vector product, where the BLAS call costs more than the
 # arithmetic; more rows go to the BLAS GEMM (graph.build's default).
 FEW_ROWS = 4
+# the KV cache's element type unless asked otherwise (refcomp.llm.cache.KV_DTYPES)
+DEFAULT_KV_DTYPE = "float16"
 # Token rows per compiled call when a long prompt is split (CompiledLlama.forward).
 CHUNK_ROWS = 2048
 
@@ -174,13 +176,17 @@ class CompiledLlama:
     """A Llama-architecture CausalLM whose every step runs refcomp-compiled code."""
 
     def __init__(self, config: LlamaConfig, weights: Mapping[str, np.ndarray], *, target: str = "c",
-                 threads: int | None = None, page_size: int = DEFAULT_PAGE_SIZE) -> None:
+                 threads: int | None = None, page_size: int = DEFAULT_PAGE_SIZE,
+                 kv_dtype: str = DEFAULT_KV_DTYPE) -> None:
         if not isinstance(config, LlamaConfig):
             raise ArgumentError(f"CompiledLlama: config must be a LlamaConfig, got {type(config).__name__}")
         if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
             raise ArgumentError(f"CompiledLlama: page_size must be a positive integer, got {page_size!r}")
+        if kv_dtype not in KV_DTYPES:
+            raise ArgumentError(f"CompiledLlama: kv_dtype must be one of {KV_DTYPES}, got {kv_dtype!r}")
         self.config = config
         self.page_size = page_size
+        self.kv_dtype = kv_dtype
         w = check_weights(config, weights, where="CompiledLlama")
         if threads is not None:
             set_threads(threads)
@@ -203,7 +209,7 @@ class CompiledLlama:
         self._fn_many: dict[str, Any] | None = None
         self._fn_few: dict[str, Any] | None = None
         self._attention = PagedAttention(c.num_attention_heads // c.num_key_value_heads, c.dim_head,
-                                         page_size, c.num_key_value_heads)
+                                         page_size, c.num_key_value_heads, kv_dtype)
 
     def new_cache(self, batch: int, max_tokens: int, *, streaming: StreamingBudget | None = None,
                   pages: int | None = None) -> PagedKVCache:
@@ -211,7 +217,7 @@ class CompiledLlama:
             raise ArgumentError(f"new_cache: max_tokens {max_tokens} exceeds the model's context "
                                 f"(max_position_embeddings {self.config.max_position_embeddings})")
         return PagedKVCache(self.config, batch, max_tokens, streaming=streaming, page_size=self.page_size,
-                            pages=pages)
+                            pages=pages, dtype=self.kv_dtype)
 
     def forward(self, tokens: np.ndarray, cache: PagedKVCache) -> np.ndarray:
         tokens = self._check_tokens(tokens, cache)
