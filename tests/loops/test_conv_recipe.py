@@ -243,23 +243,6 @@ def test_channel_vector_random_shapes_match_numpy(rng, data):
     _check(func, rng, (1, c, h, w), (o, c, k, k), (stride, stride), (pad,) * 4, (1, 1), 1)
 
 
-@pytest.fixture(params=["native", "avx2"])
-def vector_isa(request, monkeypatch):
-    """The recipe on this CPU's widest vectors, and on AVX2's (8 lanes, 16 registers) through the
-    feature override, which the C build follows too."""
-    from refcomp.loops.intrin import cpu
-
-    if request.param == "avx2":
-        if not cpu.has("avx2", "fma"):
-            pytest.skip("this CPU has no AVX2")
-        monkeypatch.setenv("REFCOMP_CPU_FEATURES", "avx2,fma")
-        cpu.cpu_features.cache_clear()
-    try:
-        yield request.param
-    finally:
-        monkeypatch.delenv("REFCOMP_CPU_FEATURES", raising=False)
-        cpu.cpu_features.cache_clear()
-
 
 @pytest.mark.parametrize("n,c,h,w,o,k,stride,pad", [
     (2, 64, 9, 9, 32, 3, 1, 1),     # a 3x3 over 64 channels: the register tile, 9 columns

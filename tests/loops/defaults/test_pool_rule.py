@@ -22,21 +22,6 @@ from refcomp.loops.interpreter import interpret
 from refcomp.loops.primitives.tree import walk
 
 
-@pytest.fixture(params=["native", "avx2"])
-def vector_isa(request, monkeypatch):
-    from refcomp.loops.intrin import cpu
-
-    if request.param == "avx2":
-        if not cpu.has("avx2", "fma"):
-            pytest.skip("this CPU has no AVX2")
-        monkeypatch.setenv("REFCOMP_CPU_FEATURES", "avx2,fma")
-        cpu.cpu_features.cache_clear()
-    try:
-        yield request.param
-    finally:
-        monkeypatch.delenv("REFCOMP_CPU_FEATURES", raising=False)
-        cpu.cpu_features.cache_clear()
-
 
 def _pool_kernel(kind, batch, c, h, w, k, stride, pad):
     x = Var("x", tensor((batch, c, h, w)))

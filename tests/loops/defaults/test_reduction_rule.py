@@ -170,14 +170,7 @@ def test_row_rule_applies_with_symbolic_rows(op, symbolic):
     assert not re.search(r"(//|%) \(?(T\.int64\(\d+\) \* )?m\b", scheduled.script())
     kernel = refcomp.build(scheduled)
     for seed, (n, m) in enumerate([(1, 1), (2, 7), (3, 13), (1, 64)]):
-        shape = tuple({"n": n, "m": m}.get(d, d) if isinstance(d, str) else d for d in symbolic)
-        rng = np.random.default_rng(seed)
-        args = [rng.standard_normal(shape).astype(np.float32)]
-        args += [rng.standard_normal((shape[-1],)).astype(np.float32) for _ in range(_PARAMS.get(op, 0))]
-        expected = np.asarray(reference(*args))
-        out = np.empty(expected.shape, expected.dtype)
-        kernel(*args, out)
-        np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5)
+        args, expected, out = _run_at(kernel, reference, op, symbolic, n, m, seed)
         if n * m <= 14:
             interpreted = np.empty_like(out)
             interpret(scheduled, *args, interpreted)
@@ -205,6 +198,11 @@ def test_symbolic_row_kernels_match_numpy_for_any_sizes(case, n, m, seed):
     primes, around the 16 lanes."""
     op, symbolic = case
     kernel, reference = _symbolic_build(op, symbolic)
+    _run_at(kernel, reference, op, symbolic, n, m, seed)
+
+
+def _run_at(kernel, reference, op: str, symbolic: tuple, n: int, m: int, seed: int):
+    """Run kernel on random inputs at sizes n, m, check it against reference; (args, expected, out)."""
     shape = tuple({"n": n, "m": m}.get(d, d) if isinstance(d, str) else d for d in symbolic)
     rng = np.random.default_rng(seed)
     args = [rng.standard_normal(shape).astype(np.float32)]
@@ -213,3 +211,4 @@ def test_symbolic_row_kernels_match_numpy_for_any_sizes(case, n, m, seed):
     out = np.empty(expected.shape, expected.dtype)
     kernel(*args, out)
     np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5)
+    return args, expected, out
