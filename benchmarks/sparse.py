@@ -57,8 +57,6 @@ def cpu_isa() -> str:
 
 def barabasi_albert(nodes: int, per_node: int, rng: np.random.Generator):
     """Preferential attachment: each new node links to per_node earlier ones drawn by degree."""
-    import scipy.sparse as sp
-
     ends = np.empty(2 * nodes * per_node, dtype=np.int64)
     ends[: 2 * per_node] = np.repeat(np.arange(per_node), 2)
     filled = 2 * per_node

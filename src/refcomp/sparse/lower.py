@@ -92,7 +92,7 @@ class _Lowering:
 
     # -- loops
     def loop(self, loop: tuple[IterAxis, ...], env: dict, inner: Callable[[dict], Stmt], top: bool) -> Stmt:
-        pos, coord = env["pos"], env["coord"]
+        pos = env["pos"]
         if len(loop) == 1:
             ia = loop[0]
             axis, var = ia.axis, Var(ia.var.name, "int32")

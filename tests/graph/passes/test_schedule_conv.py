@@ -93,7 +93,6 @@ def test_padded_copy_is_parallel_over_planes_and_vectorized_per_row(rng, c, size
     """The padded input of a conv kernel: its image planes fused and parallel, each row one vector
     loop (the boundary tests per row, not per element of a fused index)."""
     from refcomp.ast import For
-    from refcomp.graph.passes.default_schedule import schedule_kernel
     from refcomp.loops.primitives.tree import walk
 
     x, w = Var("x", tensor((2, c, size, width))), Var("w", tensor((c, 1, k, k)))

@@ -2,7 +2,6 @@
 import numpy as np
 import pytest
 
-from refcomp.ast import max_
 from refcomp.loops.schedule import Schedule
 
 from . import programs as P

@@ -1,12 +1,11 @@
 """The named legality checks, each with programs that must pass and programs that must fail."""
 import pytest
 
-from refcomp.ast import BlockRealize, SizeVar, Var
+from refcomp.ast import SizeVar, Var
 from refcomp.errors import ScheduleError
 from refcomp.loops.primitives import legality as L
 from refcomp.loops.primitives.affine import constant_difference, int_bounds, linear, relax
 from refcomp.loops.primitives.lookup import locate_block
-from refcomp.loops.primitives.tree import replace_in_func, walk
 
 from . import programs as P
 from .test_kinds import _neighbour_reader

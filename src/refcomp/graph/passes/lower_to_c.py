@@ -453,7 +453,6 @@ class _Lowering:
         outputs = {r: j for j, r in enumerate(output_regs)}
         out_specs = []
         layout = []
-        from ...runtime.vm import _show
 
         for reg, alloc in self.allocs:
             dims = self.regs[reg][2]
