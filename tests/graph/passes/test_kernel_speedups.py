@@ -276,6 +276,65 @@ def test_matmul_of_a_swapped_permute_reads_the_source_transposed(batched, rng):
         assert values[0].op_name == "permute_dims"
 
 
+def exported_key_transpose(bb, k, heads, seq, dim, scale, split):
+    """An exported attention's K^T: k (batch, heads, seq, dim) merged to (batch * heads, seq, dim),
+    its last two axes swapped, split back to (batch, heads, dim, seq) and scaled (split False: the
+    swap read through the merged (batch * heads, ...) tensor alone)."""
+    merged = bb.emit(op.reshape(k, (-1, seq, dim)))
+    swapped = bb.emit(op.permute_dims(merged, (0, 2, 1)))
+    batch = k.struct_info.shape[0]
+    back = bb.emit(op.reshape(swapped, (batch, heads, dim, seq))) if split else swapped
+    return bb.emit(op.multiply(back, const(np.float32(scale)))) if scale is not None else back
+
+
+@pytest.mark.parametrize("seq,scale,split", [(1, 0.42, True), (7, 0.42, True), (13, None, True), (5, 0.5, False)])
+def test_an_exported_key_transpose_folds_into_sgemm_nt(seq, scale, split, rng):
+    """reshape, permute_dims swapping the last two axes, reshape back and a scalar multiply (the
+    chain torch's exporter writes for K^T) become sgemm_nt reading K as it is: no transposed copy,
+    the scale applied to K element-wise."""
+    from refcomp.graph.passes.dispatch_blas import dispatch_blas
+    from refcomp.runtime.blas import register_blas
+
+    if not register_blas():
+        pytest.skip("numpy's OpenBLAS library was not found")
+    b, s = SizeVar("b", "int64"), SizeVar("s", "int64")
+    heads, dim = 3, 8
+    lead = (b, heads) if split else (b * heads,)
+    q = Var("q", tensor(lead + (s, dim)))
+    k = Var("k", tensor((b, heads, s, dim)))
+    mod = single_output([k, q], lambda bb, k, q: op.matmul(  # k first: it binds b
+        q, exported_key_transpose(bb, k, heads, s, dim, scale, split)))
+    dispatched = dead_code_elimination(dispatch_blas(mod))
+    values = [x.value for block in dispatched["main"].body.blocks for x in block.bindings]
+    assert not any(v.op_name == "permute_dims" for v in values)
+    (gemm,) = [v for v in values if v.op_name == "call_dps_packed"]
+    assert gemm.args[0].symbol == "refcomp.blas.sgemm_nt"
+    a = rng.standard_normal((2, heads, seq, dim)).astype("float32")
+    key = rng.standard_normal((2, heads, seq, dim)).astype("float32")
+    expected = (a @ np.swapaxes(key, -1, -2)) * (1.0 if scale is None else np.float32(scale))
+    if not split:
+        a, expected = a.reshape(2 * heads, seq, dim), expected.reshape(2 * heads, seq, seq)
+    ex = refcomp.graph.build(mod, target="c", blas=True)
+    out = refcomp.runtime.VirtualMachine(ex)["main"](key, a)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_reshape_that_moves_the_last_axes_keeps_the_transposed_copy():
+    """A reshape that changes the swapped operand's last two dims is no batch split: not folded."""
+    from refcomp.graph.passes.dispatch_blas import dispatch_blas
+
+    q, k = Var("q", tensor((2, 4, 6))), Var("k", tensor((2, 3, 8)))
+
+    def body(bb, q, k):
+        swapped = bb.emit(op.permute_dims(k, (0, 2, 1)))  # (2, 8, 3)
+        return op.matmul(q, bb.emit(op.reshape(swapped, (2, 6, 4))))
+
+    values = [x.value for block in dispatch_blas(single_output([q, k], body))["main"].body.blocks
+              for x in block.bindings]
+    assert values[-1].op_name == "call_dps_packed" and values[-1].args[0].symbol == "refcomp.blas.sgemm_nn"
+    assert any(v.op_name == "permute_dims" for v in values)
+
+
 # ----------------------------------------------------------------------------- constants and masks
 
 def test_scalar_constants_of_a_fused_group_become_immediates(rng):
