@@ -184,8 +184,8 @@ def _bind(call, bb, block, b, counter, out, what):
 
 def _as_batch_of(source, w, bb, block, b, counter, out):
     """source (..., n, k), reshaped when its leading dims are not provably w's (..., k, n)."""
-    from ..shape_facts import decide_equal
     from ..op.manipulate import reshape
+    from ..shape_facts import decide_equal
 
     have, want = source.struct_info, w.struct_info
     if have.ndim == want.ndim and all(decide_equal(x, y).proved for x, y in zip(have.shape[:-2], want.shape[:-2])):
