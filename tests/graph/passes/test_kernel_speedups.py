@@ -335,6 +335,48 @@ def test_a_reshape_that_moves_the_last_axes_keeps_the_transposed_copy():
     assert any(v.op_name == "permute_dims" for v in values)
 
 
+@pytest.mark.parametrize("sections,axis", [(3, 1), ((2, 7), 1), ((0, 5), 1), (2, 0)])
+def test_split_fields_become_slices_that_fuse_into_their_readers(sections, axis, rng):
+    """split then per-field readers: each field a strided_slice of the input, folded into its
+    reader's kernel (no split kernel), equal to numpy's split."""
+    from refcomp.ast.graph import TupleGetItem
+    from refcomp.graph.passes.split_to_slices import split_to_slices
+
+    n = SizeVar("n", "int64")
+    x = Var("x", tensor((4, 12) if axis == 0 else (n, 12)))
+
+    def body(bb, x):
+        parts = bb.emit(op.split(x, sections, axis=axis))
+        count = sections if isinstance(sections, int) else len(sections) + 1
+        fields = [bb.emit(TupleGetItem(parts, i)) for i in range(count)]
+        outs = [bb.emit(op.multiply(f, const(np.float32(i + 1)))) for i, f in enumerate(fields)]
+        return op.concat(outs, axis=axis)
+
+    mod = single_output([x], body)
+    sliced = split_to_slices(mod)
+    ops = [b.value.op_name for block in sliced["main"].body.blocks for b in block.bindings
+           if hasattr(b.value, "op_name")]
+    assert "strided_slice" in ops
+    assert not any(b.value.op_name == "split" for block in dead_code_elimination(sliced)["main"].body.blocks
+                   for b in block.bindings if hasattr(b.value, "op_name"))
+    assert all("split" not in name for name in kernels(fused_module(sliced)))
+    a = rng.standard_normal((4, 12) if axis == 0 else (5, 12)).astype("float32")
+    out, _ = vm_run(mod, a)
+    pieces = np.split(a, sections if isinstance(sections, int) else list(sections), axis=axis)
+    np.testing.assert_array_equal(out, np.concatenate([p * np.float32(i + 1) for i, p in enumerate(pieces)], axis=axis))
+
+
+def test_a_split_along_a_symbolic_axis_stays():
+    from refcomp.ast.graph import TupleGetItem
+    from refcomp.graph.passes.split_to_slices import split_to_slices
+
+    n = SizeVar("n", "int64")
+    x = Var("x", tensor((n, 4)))
+    mod = single_output([x], lambda bb, x: op.exp(bb.emit(TupleGetItem(bb.emit(op.split(x, 2, axis=0)), 1))))
+    values = [b.value for block in split_to_slices(mod)["main"].body.blocks for b in block.bindings]
+    assert [getattr(v, "op_name", None) for v in values] == ["split", None, "exp"]  # the field read stays
+
+
 # ----------------------------------------------------------------------------- constants and masks
 
 def test_scalar_constants_of_a_fused_group_become_immediates(rng):
