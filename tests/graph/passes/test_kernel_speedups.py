@@ -377,6 +377,53 @@ def test_a_split_along_a_symbolic_axis_stays():
     assert [getattr(v, "op_name", None) for v in values] == ["split", None, "exp"]  # the field read stays
 
 
+@pytest.mark.parametrize("mask", ["causal", "padding"])
+@pytest.mark.parametrize("seq", [1, 7, 33])
+def test_exported_attention_with_a_mask_matches_numpy(mask, seq, rng):
+    """An attention block as torch exports it (Q and K scaled by d^-1/4, K^T through reshape /
+    swap / reshape, an additive mask of 0 and float32's lowest value, softmax, NaN rows zeroed,
+    times V): sgemm_nt reads K in place, the softmax kernel computes its exp once per element,
+    and the result equals numpy's, fully masked rows included."""
+    from refcomp.runtime.blas import register_blas
+
+    if not register_blas():
+        pytest.skip("numpy's OpenBLAS library was not found")
+    b, s = SizeVar("b", "int64"), SizeVar("s", "int64")
+    heads, dim = 2, 8
+    scale = np.float32(dim ** -0.25)
+    q, k, v = (Var(name, tensor((b, heads, s, dim))) for name in "qkv")
+    m = Var("m", tensor((b, 1, s, s)))
+
+    def body(bb, q, k, v, m):
+        qs = bb.emit(op.multiply(q, const(scale)))
+        kt = exported_key_transpose(bb, k, heads, s, dim, float(scale), True)
+        scores = bb.emit(op.add(bb.emit(op.matmul(qs, kt)), m))
+        p = bb.emit(op.softmax(scores, axis=-1))
+        p = bb.emit(op.where(op.isnan(p), const(np.float32(0)), p))
+        return op.matmul(p, v)
+
+    mod = single_output([q, k, v, m], body)
+    ex = refcomp.graph.build(mod, target="c", blas=True)
+    assert not any("permute" in name for name in ex.kernels)
+    (softmax,) = [kern for name, kern in ex.kernels.items() if "softmax" in name]
+    lowest = np.finfo(np.float32).min
+    if mask == "causal":
+        allowed = np.broadcast_to(np.tril(np.ones((seq, seq), bool)), (2, 1, seq, seq))
+    else:
+        lengths = np.array([seq, max(seq - 3, 0)])  # the second batch entry padded (wholly when short)
+        allowed = np.broadcast_to(np.arange(seq)[None, None, None, :] < lengths[:, None, None, None], (2, 1, seq, seq))
+    additive = np.where(allowed, np.float32(0), lowest).astype(np.float32)
+    qa, ka, va = (rng.standard_normal((2, heads, seq, dim)).astype(np.float32) for _ in range(3))
+    out = refcomp.runtime.VirtualMachine(ex)["main"](qa, ka, va, additive)
+    scores = (qa * scale) @ np.swapaxes(ka * scale, -1, -2) + additive
+    with np.errstate(invalid="ignore"):
+        e = np.exp(scores - scores.max(-1, keepdims=True))
+        probs = e / e.sum(-1, keepdims=True)
+    probs = np.where(np.isnan(probs), 0, probs)
+    np.testing.assert_allclose(out, probs @ va, rtol=1e-4, atol=1e-5)
+    assert softmax.source.count("rc_vexp_f32x16(") <= 3  # helper + sum partial + output (bound once)
+
+
 # ----------------------------------------------------------------------------- constants and masks
 
 def test_scalar_constants_of_a_fused_group_become_immediates(rng):
