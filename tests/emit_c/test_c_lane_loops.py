@@ -150,3 +150,25 @@ def test_a_crashing_compiler_is_named_in_the_build_error(tmp_path, monkeypatch):
     assert "internal compiler error" in first_line
     assert "c -std=c99" in info.value.hint
     assert os.listdir(tmp_path / "cache" / os.listdir(tmp_path / "cache")[0]) == []
+
+
+@pytest.mark.parametrize("dtype,lanes", [("float32", 4), ("float32", 8), ("float32", 16), ("float64", 4),
+                                         ("float64", 8)])
+def test_vector_isnan_is_one_compare(dtype, lanes, rng):
+    """isnan of a float vector is `v != v` (true for NaN only: not for inf, -inf, subnormals or
+    zeros), converted to the mask's lanes: no lane loop."""
+    n = SizeVar("n", "int32")
+    A, M = Buffer("A", (n * lanes,), dtype), Buffer("M", (n * lanes,), "bool")
+    i = Var("i", "int32")
+    ramp = Ramp(i * lanes, IntImm(1), lanes)
+    body = BufferStore(M, Call("isnan", (A[ramp],), f"boolx{lanes}"), (ramp,))
+    func = PrimFunc((A, M), For(i, 0, n, "serial", body), f"isnan_{dtype}_{lanes}")
+    lib = refcomp.build(func, target="c -Werror", bounds="off")
+    helper = lib.source[lib.source.index(f"rc_visnan_{dtype[0]}"):]
+    assert "__builtin_convertvector(v != v" in helper.split("}")[0]
+    special = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, np.finfo(dtype).tiny / 4, 1.0], dtype)
+    a = rng.standard_normal(3 * lanes).astype(dtype)
+    a[rng.choice(a.size, special.size, replace=False)] = special
+    m = np.zeros(a.size, bool)
+    lib(a, m)
+    np.testing.assert_array_equal(m, np.isnan(a))

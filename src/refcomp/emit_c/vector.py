@@ -366,6 +366,11 @@ class VectorLib:
     def predicate(self, op: str, dtype: DataType) -> str:
         vt, mt = self.vtype(dtype), self.mask(dtype.lanes)
         name = f"rc_v{op}_{vt[3:]}"
+        if op == "isnan" and dtype.element.name in ("float32", "float64"):
+            # x != x only for a NaN (IEEE compare, no fast-math): one vector compare, its lanes
+            # (-1 / 0, of the element's width) converted to the mask's
+            return self._add(name, f"static inline {mt} {name}({vt} v) {{\n"
+                                   f"    return __builtin_convertvector(v != v, {mt});\n}}")
         body = lane_loop(mt, "int32_t", dtype.lanes, f"{op}(xv[l]) ? -1 : 0", [("v", vector_element_ctype(dtype))])
         return self._add(name, f"static inline {mt} {name}({vt} v) {{\n{body}}}")
 

@@ -4,7 +4,7 @@
     vm = refcomp.runtime.VirtualMachine(ex)
 
 Pipeline (each a pure IRModule -> IRModule pass; the IR after each is logged at DEBUG level on
-the "refcomp.graph" logger): normalize, legalize_ops, canonicalize_bindings, fold_constant,
+the "refcomp.graph" logger): normalize, split_to_slices, (dispatch_blas,) legalize_ops, canonicalize_bindings, fold_constant,
 dead_code_elimination, fuse_ops + fuse_tir (fuse=True), default_schedule (schedule=True),
 fold_packed_weights + dead_code_elimination (schedule and fold: constant weights packed at build
 time), plan_memory, then lower_to_vm and kernel compilation; then each graph function is compiled to one C
@@ -40,7 +40,9 @@ def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True
                      blas: bool | str = False, tuning_database: Any = None,
                      target: str = "c") -> list[tuple[str, Callable]]:
     """The passes graph.build runs, in order, as (name, pass) pairs (blas, tuning_database: see build)."""
-    pipeline = [("normalize", P.normalize)]
+    from .passes.split_to_slices import split_to_slices
+
+    pipeline = [("normalize", P.normalize), ("split_to_slices", split_to_slices)]
     if blas:
         from functools import partial
 

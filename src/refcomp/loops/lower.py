@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..ast import IRModule, PrimFunc
+from .passes.bind_repeated_math import bind_repeated_math
 from .passes.flatten_buffers import flatten_buffers, original_buffer
 from .passes.lower_blocks import lower_blocks
 from .passes.simplify import simplify
@@ -64,6 +65,7 @@ PIPELINE: tuple[tuple[str, Pass], ...] = (
     ("simplify", simplify),
     ("vectorize", vectorize),
     ("simplify_vector", simplify),
+    ("bind_repeated_math", bind_repeated_math),
 )
 
 

@@ -276,6 +276,154 @@ def test_matmul_of_a_swapped_permute_reads_the_source_transposed(batched, rng):
         assert values[0].op_name == "permute_dims"
 
 
+def exported_key_transpose(bb, k, heads, seq, dim, scale, split):
+    """An exported attention's K^T: k (batch, heads, seq, dim) merged to (batch * heads, seq, dim),
+    its last two axes swapped, split back to (batch, heads, dim, seq) and scaled (split False: the
+    swap read through the merged (batch * heads, ...) tensor alone)."""
+    merged = bb.emit(op.reshape(k, (-1, seq, dim)))
+    swapped = bb.emit(op.permute_dims(merged, (0, 2, 1)))
+    batch = k.struct_info.shape[0]
+    back = bb.emit(op.reshape(swapped, (batch, heads, dim, seq))) if split else swapped
+    return bb.emit(op.multiply(back, const(np.float32(scale)))) if scale is not None else back
+
+
+@pytest.mark.parametrize("seq,scale,split", [(1, 0.42, True), (7, 0.42, True), (13, None, True), (5, 0.5, False)])
+def test_an_exported_key_transpose_folds_into_sgemm_nt(seq, scale, split, rng):
+    """reshape, permute_dims swapping the last two axes, reshape back and a scalar multiply (the
+    chain torch's exporter writes for K^T) become sgemm_nt reading K as it is: no transposed copy,
+    the scale applied to K element-wise."""
+    from refcomp.graph.passes.dispatch_blas import dispatch_blas
+    from refcomp.runtime.blas import register_blas
+
+    if not register_blas():
+        pytest.skip("numpy's OpenBLAS library was not found")
+    b, s = SizeVar("b", "int64"), SizeVar("s", "int64")
+    heads, dim = 3, 8
+    lead = (b, heads) if split else (b * heads,)
+    q = Var("q", tensor(lead + (s, dim)))
+    k = Var("k", tensor((b, heads, s, dim)))
+    mod = single_output([k, q], lambda bb, k, q: op.matmul(  # k first: it binds b
+        q, exported_key_transpose(bb, k, heads, s, dim, scale, split)))
+    dispatched = dead_code_elimination(dispatch_blas(mod))
+    values = [x.value for block in dispatched["main"].body.blocks for x in block.bindings]
+    assert not any(v.op_name == "permute_dims" for v in values)
+    (gemm,) = [v for v in values if v.op_name == "call_dps_packed"]
+    assert gemm.args[0].symbol == "refcomp.blas.sgemm_nt"
+    a = rng.standard_normal((2, heads, seq, dim)).astype("float32")
+    key = rng.standard_normal((2, heads, seq, dim)).astype("float32")
+    expected = (a @ np.swapaxes(key, -1, -2)) * (1.0 if scale is None else np.float32(scale))
+    if not split:
+        a, expected = a.reshape(2 * heads, seq, dim), expected.reshape(2 * heads, seq, seq)
+    ex = refcomp.graph.build(mod, target="c", blas=True)
+    out = refcomp.runtime.VirtualMachine(ex)["main"](key, a)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_reshape_that_moves_the_last_axes_keeps_the_transposed_copy():
+    """A reshape that changes the swapped operand's last two dims is no batch split: not folded."""
+    from refcomp.graph.passes.dispatch_blas import dispatch_blas
+
+    q, k = Var("q", tensor((2, 4, 6))), Var("k", tensor((2, 3, 8)))
+
+    def body(bb, q, k):
+        swapped = bb.emit(op.permute_dims(k, (0, 2, 1)))  # (2, 8, 3)
+        return op.matmul(q, bb.emit(op.reshape(swapped, (2, 6, 4))))
+
+    values = [x.value for block in dispatch_blas(single_output([q, k], body))["main"].body.blocks
+              for x in block.bindings]
+    assert values[-1].op_name == "call_dps_packed" and values[-1].args[0].symbol == "refcomp.blas.sgemm_nn"
+    assert any(v.op_name == "permute_dims" for v in values)
+
+
+@pytest.mark.parametrize("sections,axis", [(3, 1), ((2, 7), 1), ((0, 5), 1), (2, 0)])
+def test_split_fields_become_slices_that_fuse_into_their_readers(sections, axis, rng):
+    """split then per-field readers: each field a strided_slice of the input, folded into its
+    reader's kernel (no split kernel), equal to numpy's split."""
+    from refcomp.ast.graph import TupleGetItem
+    from refcomp.graph.passes.split_to_slices import split_to_slices
+
+    n = SizeVar("n", "int64")
+    x = Var("x", tensor((4, 12) if axis == 0 else (n, 12)))
+
+    def body(bb, x):
+        parts = bb.emit(op.split(x, sections, axis=axis))
+        count = sections if isinstance(sections, int) else len(sections) + 1
+        fields = [bb.emit(TupleGetItem(parts, i)) for i in range(count)]
+        outs = [bb.emit(op.multiply(f, const(np.float32(i + 1)))) for i, f in enumerate(fields)]
+        return op.concat(outs, axis=axis)
+
+    mod = single_output([x], body)
+    sliced = split_to_slices(mod)
+    ops = [b.value.op_name for block in sliced["main"].body.blocks for b in block.bindings
+           if hasattr(b.value, "op_name")]
+    assert "strided_slice" in ops
+    assert not any(b.value.op_name == "split" for block in dead_code_elimination(sliced)["main"].body.blocks
+                   for b in block.bindings if hasattr(b.value, "op_name"))
+    assert all("split" not in name for name in kernels(fused_module(sliced)))
+    a = rng.standard_normal((4, 12) if axis == 0 else (5, 12)).astype("float32")
+    out, _ = vm_run(mod, a)
+    pieces = np.split(a, sections if isinstance(sections, int) else list(sections), axis=axis)
+    np.testing.assert_array_equal(out, np.concatenate([p * np.float32(i + 1) for i, p in enumerate(pieces)], axis=axis))
+
+
+def test_a_split_along_a_symbolic_axis_stays():
+    from refcomp.ast.graph import TupleGetItem
+    from refcomp.graph.passes.split_to_slices import split_to_slices
+
+    n = SizeVar("n", "int64")
+    x = Var("x", tensor((n, 4)))
+    mod = single_output([x], lambda bb, x: op.exp(bb.emit(TupleGetItem(bb.emit(op.split(x, 2, axis=0)), 1))))
+    values = [b.value for block in split_to_slices(mod)["main"].body.blocks for b in block.bindings]
+    assert [getattr(v, "op_name", None) for v in values] == ["split", None, "exp"]  # the field read stays
+
+
+@pytest.mark.parametrize("mask", ["causal", "padding"])
+@pytest.mark.parametrize("seq", [1, 7, 33])
+def test_exported_attention_with_a_mask_matches_numpy(mask, seq, rng):
+    """An attention block as torch exports it (Q and K scaled by d^-1/4, K^T through reshape /
+    swap / reshape, an additive mask of 0 and float32's lowest value, softmax, NaN rows zeroed,
+    times V): sgemm_nt reads K in place, the softmax kernel computes its exp once per element,
+    and the result equals numpy's, fully masked rows included."""
+    from refcomp.runtime.blas import register_blas
+
+    if not register_blas():
+        pytest.skip("numpy's OpenBLAS library was not found")
+    b, s = SizeVar("b", "int64"), SizeVar("s", "int64")
+    heads, dim = 2, 8
+    scale = np.float32(dim ** -0.25)
+    q, k, v = (Var(name, tensor((b, heads, s, dim))) for name in "qkv")
+    m = Var("m", tensor((b, 1, s, s)))
+
+    def body(bb, q, k, v, m):
+        qs = bb.emit(op.multiply(q, const(scale)))
+        kt = exported_key_transpose(bb, k, heads, s, dim, float(scale), True)
+        scores = bb.emit(op.add(bb.emit(op.matmul(qs, kt)), m))
+        p = bb.emit(op.softmax(scores, axis=-1))
+        p = bb.emit(op.where(op.isnan(p), const(np.float32(0)), p))
+        return op.matmul(p, v)
+
+    mod = single_output([q, k, v, m], body)
+    ex = refcomp.graph.build(mod, target="c", blas=True)
+    assert not any("permute" in name for name in ex.kernels)
+    (softmax,) = [kern for name, kern in ex.kernels.items() if "softmax" in name]
+    lowest = np.finfo(np.float32).min
+    if mask == "causal":
+        allowed = np.broadcast_to(np.tril(np.ones((seq, seq), bool)), (2, 1, seq, seq))
+    else:
+        lengths = np.array([seq, max(seq - 3, 0)])  # the second batch entry padded (wholly when short)
+        allowed = np.broadcast_to(np.arange(seq)[None, None, None, :] < lengths[:, None, None, None], (2, 1, seq, seq))
+    additive = np.where(allowed, np.float32(0), lowest).astype(np.float32)
+    qa, ka, va = (rng.standard_normal((2, heads, seq, dim)).astype(np.float32) for _ in range(3))
+    out = refcomp.runtime.VirtualMachine(ex)["main"](qa, ka, va, additive)
+    scores = (qa * scale) @ np.swapaxes(ka * scale, -1, -2) + additive
+    with np.errstate(invalid="ignore"):
+        e = np.exp(scores - scores.max(-1, keepdims=True))
+        probs = e / e.sum(-1, keepdims=True)
+    probs = np.where(np.isnan(probs), 0, probs)
+    np.testing.assert_allclose(out, probs @ va, rtol=1e-4, atol=1e-5)
+    assert softmax.source.count("rc_vexp_f32x16(") <= 3  # helper + sum partial + output (bound once)
+
+
 # ----------------------------------------------------------------------------- constants and masks
 
 def test_scalar_constants_of_a_fused_group_become_immediates(rng):

@@ -2,7 +2,9 @@
 
 Matched before legalization: `matmul(a, b)` with a (..., k) and a 2-d b (k, n), or a and b with
 the same batch dims (one sgemm per batch entry), where a b bound in the same block to
-`permute_dims` of a tensor swapping its last two axes is read transposed in place, and an a bound
+`permute_dims` of a tensor swapping its last two axes is read transposed in place (also through
+reshapes keeping the last two dims and one multiply by a scalar constant, as exporters write K^T:
+the factor then multiplies the source, which fuses into its producer), and an a bound
 to `reshape(x, (rows, k))` that flattens x's leading dims is read as x (the result in x's leading
 shape; a reshape of it back is that result: no copy either way); `dense(x, w)` and
 `linear(x, w, bias)` with x (..., k) and w (n, k).  The leading dims of a are flattened into the
@@ -27,7 +29,7 @@ from ...ast.graph_struct_info import TensorStructInfo
 from ...errors import BuildError
 from ..block_builder import BlockBuilder
 from ..op.base import call_dps_packed
-from ..op.elementwise import add
+from ..op.elementwise import add, multiply
 from .common import graph_functions, map_blocks, used_vars
 
 
@@ -68,6 +70,70 @@ def _transposed_source(value, defs: dict):
     return source if axes == swap else None
 
 
+def _scalar_f32(value) -> bool:
+    from ...ast.graph import Constant
+
+    return isinstance(value, Constant) and _f32(value.struct_info) and value.struct_info.ndim == 0
+
+
+def _same_rows(value, defs: dict):
+    """x when value is bound (in this block) to reshape(x, shape) keeping x's last two dims: only
+    the leading (batch) dims are merged or split, so value[b, i, j] is x at the same flat batch
+    entry (both contiguous, row-major)."""
+    from ..shape_facts import decide_equal
+
+    bound = defs.get(value) if isinstance(value, Var) else None
+    if not (isinstance(bound, Call) and isinstance(bound.op, Op) and bound.op_name == "reshape"):
+        return None
+    x = bound.args[0]
+    have, want = x.struct_info, value.struct_info
+    if not (_f32(have) and _f32(want) and have.ndim >= 2 and want.ndim >= 2):
+        return None
+    if not all(decide_equal(a, b).proved for a, b in zip(have.shape[-2:], want.shape[-2:])):
+        return None
+    return x
+
+
+def _transposed_operand(value, defs: dict, depth: int = 8):
+    """(src, scale) when value (a matmul's rhs) is swap-last-two(src) times scale, up to merges and
+    splits of the leading dims, so that `a @ value` is `scale * (a @ src^T)` entry by entry:
+    value bound (in this block) through any of reshape keeping the last two dims, multiply by a
+    float32 scalar constant (scale: that constant, else None; at most one), and one permute_dims
+    swapping the last two axes.  src then has the same element count as value and its last two
+    dims swapped (its leading dims may be split differently)."""
+    scale, swapped = None, None
+    for _ in range(depth):
+        bound = defs.get(value) if isinstance(value, Var) else None
+        if not (isinstance(bound, Call) and isinstance(bound.op, Op)):
+            break
+        name = bound.op_name
+        if name == "multiply" and scale is None and len(bound.args) == 2:
+            x, y = bound.args
+            if _scalar_f32(y) and _f32(x.struct_info):
+                scale, value = y, x
+                continue
+            if _scalar_f32(x) and _f32(y.struct_info):
+                scale, value = x, y
+                continue
+            break
+        if name == "reshape":
+            x = _same_rows(value, defs)
+            if x is None:
+                break
+            value = x
+            continue
+        if name == "permute_dims" and swapped is None:
+            src = _transposed_source(value, defs)
+            if src is None:
+                break
+            swapped = value = src
+            continue
+        break
+    if swapped is None:
+        return None
+    return value, scale
+
+
 MODES = ("auto", "always")
 
 
@@ -104,6 +170,28 @@ def _flattened_gemm_rows(binding, defs: dict, flat: dict):
     if not all(decide_equal(a, b).proved for a, b in zip(want.shape, have.shape)):
         return None
     return binding.with_(value=gemm)
+
+
+def _bind(call, bb, block, b, counter, out, what):
+    """A new var of block bound to call (its struct info inferred), appended to out."""
+    counter[0] += 1
+    info = bb.infer_call(call)
+    cls = DataflowVar if isinstance(block, DataflowBlock) else type(b.var)
+    var = cls(f"{b.var.name}_{what}{counter[0]}", info)
+    out.append(VarBinding(var, call.with_(struct_info=info)))
+    return var
+
+
+def _as_batch_of(source, w, bb, block, b, counter, out):
+    """source (..., n, k), reshaped when its leading dims are not provably w's (..., k, n)."""
+    from ..op.manipulate import reshape
+    from ..shape_facts import decide_equal
+
+    have, want = source.struct_info, w.struct_info
+    if have.ndim == want.ndim and all(decide_equal(x, y).proved for x, y in zip(have.shape[:-2], want.shape[:-2])):
+        return source
+    shape = tuple(want.shape[:-2]) + (want.shape[-1], want.shape[-2])
+    return _bind(reshape(source, shape), bb, block, b, counter, out, "rows")
 
 
 def _reshape_to(x, info, bb):
@@ -205,10 +293,16 @@ def dispatch_blas(mod: IRModule, mode: str = "auto") -> IRModule:
                     out.append(b)
                     continue
                 x, w = value.args[0], value.args[1]
-                source = _transposed_source(w, defs) if symbol == "refcomp.blas.sgemm_nn" else None
-                if source is not None:
+                found = _transposed_operand(w, defs) if symbol == "refcomp.blas.sgemm_nn" else None
+                if found is not None:
                     # a @ permute_dims(b) is a @ b.T: BLAS reads b transposed, no copy of it is made
-                    # (the permute becomes dead when nothing else reads it)
+                    # (the permute becomes dead when nothing else reads it); a scalar factor on the
+                    # way is applied to b (an element-wise op that fuses into b's producer), and b
+                    # split into other leading dims is reshaped to w's (a view of the same order)
+                    source, scale = found
+                    source = _as_batch_of(source, w, bb, block, b, counter, out)
+                    if scale is not None:
+                        source = _bind(multiply(source, scale), bb, block, b, counter, out, "scaled")
                     symbol, w = "refcomp.blas.sgemm_nt", source
                 out_info = b.var.struct_info
                 unflat = _rows_source(x, w, defs)

@@ -16,6 +16,7 @@ from ...ast.graph import Call, Constant, Function, GlobalVar, Var
 from ...ast.stmt import Block, BlockRealize, seq, true
 from ...ast.structural import structural_equal
 from ...errors import RefcompError
+from ...loops.passes.bind_repeated_math import COSTLY_MATH
 from ..op.base import call_tir
 from .common import graph_functions, map_blocks, with_bindings
 
@@ -102,11 +103,9 @@ def _inline_producers(func: PrimFunc, intermediates: list) -> PrimFunc:
     return sch.func
 
 
-# Intrinsics that cost far more than a load: a stage computing one of them is kept in memory when
-# a reduction reads it, since a reduction loop runs scalar (its value would be recomputed there
-# one lane at a time, where the stage itself runs in vector loops).
-COSTLY_MATH = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "tanh", "sigmoid", "erf",
-                         "sin", "cos", "tan", "pow", "sinh", "cosh", "asin", "acos", "atan", "atan2"})
+# COSTLY_MATH: intrinsics that cost far more than a load: a stage computing one of them is kept in
+# memory when a reduction reads it, since a reduction loop runs scalar (its value would be
+# recomputed there one lane at a time, where the stage itself runs in vector loops).
 
 
 def inline_spatial_stages(sch) -> None:
