@@ -221,6 +221,29 @@ def test_gather_with_strided_ramp(rng):
         np.testing.assert_array_equal(b, a[::2])
 
 
+@pytest.mark.parametrize("lanes", [2, 4, 8, 16])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+def test_stride_two_ramp_is_two_loads_and_a_shuffle(rng, lanes, dtype):
+    """A[Ramp(base, 2, lanes)] (a stride-2 convolution's input) is read as two contiguous loads
+    and one shuffle, not element by element; the last row ends at A's last element, so the loads
+    read nothing outside the span the ramp covers."""
+    n = SizeVar("n", "int32")
+    A = Buffer("A", (n * (2 * lanes) - 1,), dtype)
+    B = Buffer("B", (n * lanes,), dtype)
+    i = Var("i", "int32")
+    body = For(i, 0, n, "parallel",
+               BufferStore(B, A[Ramp(i * (2 * lanes), IntImm(2), lanes)], (Ramp(i * lanes, IntImm(1), lanes),)))
+    func = PrimFunc((A, B), body, name=f"stride2_{dtype}_{lanes}")
+    source = emit(func).source
+    assert f"rc_vload2_{dtype}x{lanes}(&A[" in source and "rc_gather" not in source
+    for rows in (1, 5):
+        lib = refcomp.build(func, target="c -Werror", bounds="off")
+        a = (rng.standard_normal(rows * 2 * lanes - 1) * 100).astype(dtype)
+        b = np.zeros(rows * lanes, dtype)
+        lib(a, b)
+        np.testing.assert_array_equal(b, a[::2])
+
+
 def test_float_constants_are_exact():
     n = SizeVar("n", "int32")
     A = Buffer("A", (n,), "float64")

@@ -220,6 +220,27 @@ class VectorLib:
             f"    {function}(({itype}*)(void*)p, ({itype})v);\n"
             f"#else\n    memcpy(p, &v, sizeof v);\n#endif\n}}"))
 
+    def load_stride2(self, dtype: DataType) -> str | None:
+        """rc_vload2_...(const T* p): lanes elements p[0], p[2], ... p[2 (lanes - 1)] (a stride-2
+        read, a strided convolution's input) as two contiguous loads, of p[0 .. lanes) and of
+        p[lanes - 1 .. 2 lanes - 1), and one two-source shuffle of their even and odd lanes: no
+        element outside the span the gather would read is touched.  None for element types stored
+        through conversions (half, bool) and single lanes (they keep the gather)."""
+        if is_half(dtype) or dtype.is_bool or dtype.lanes < 2:
+            return None
+        vt = self.vtype(dtype)
+        st = storage_type(dtype.element)
+        lanes = dtype.lanes
+        mask = ", ".join(str(i) for i in list(range(0, lanes, 2)) + list(range(lanes + 1, 2 * lanes, 2)))
+        name = f"rc_vload2_{dtype.element.name}x{lanes}"
+        fallback = lane_loop(vt, vector_element_ctype(dtype), lanes, "p[2 * l]")
+        return self._add(name, (
+            f"static inline {vt} {name}(const {st}* p) {{\n"
+            f"#if defined(__GNUC__) && !defined(__CUDACC__)\n"
+            f"    {vt} a, b;\n    memcpy(&a, p, sizeof a);\n    memcpy(&b, p + {lanes - 1}, sizeof b);\n"
+            f"    return __builtin_shufflevector(a, b, {mask});\n"
+            f"#else\n{fallback}#endif\n}}"))
+
     def gather(self, dtype: DataType, index: DataType) -> str:
         vt, it = self.vtype(dtype), self.vtype(index)
         st = storage_type(dtype.element)
