@@ -147,3 +147,42 @@ def test_epilogue_is_applied_in_the_register_tile_write_back(rng, symbolic, grou
     expected = np.clip(_np_conv(xv.astype(np.float64), wv.astype(np.float64), (1, 1), (1,) * 4, (1, 1), groups) + bv,
                        0, 6)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("c,h,w,o,stride,residual", [
+    (8, 7, 16, 32, 1, False), (5, 9, 13, 16, 1, True), (3, 11, 23, 16, 2, False),
+    (16, 6, 7, 48, 1, True), (4, 5, 1, 16, 1, False), (3, 12, 96, 16, 2, False),
+])
+def test_channel_vector_write_back_runs_on_vectors(rng, c, h, w, o, stride, residual):
+    """conv + bias (+ residual) + clip on the channel-vector tile: the write-back, with the
+    epilogue folded in, stores vectors of output columns where a vector applies (always for 16
+    columns); odd, prime, single-column and stride-2 outputs match numpy."""
+    x, wt, b = Var("x", tensor((2, c, h, w))), Var("w", tensor((o, c, 3, 3))), Var("b", tensor((1, o, 1, 1)))
+    oh, ow = (h + 2 - 3) // stride + 1, (w + 2 - 3) // stride + 1
+    params = [x, wt, b] + ([Var("r", tensor((2, o, oh, ow)))] if residual else [])
+    bb = BlockBuilder()
+    with bb.function("main", params):
+        with bb.dataflow():
+            y = op.add(op.conv2d(x, wt, strides=stride, padding=1), b)
+            if residual:
+                y = op.add(y, params[3])
+            out = bb.emit_output(op.clip(y, 0.0, 6.0))
+        bb.emit_func_output(out)
+    ex = refcomp.graph.build(bb.get(), target="c", blas=False)
+    (kernel,) = [f for f in ex.module.functions.values() if isinstance(f, PrimFunc)]
+    from refcomp.ast import BufferStore, For
+    from refcomp.loops.primitives.tree import walk
+
+    out_buffer = kernel.params[-1]
+    vector_stores = [s for loop in walk(kernel.body) if isinstance(loop, For) and loop.kind == "vectorized"
+                     for s in walk(loop.body) if isinstance(s, BufferStore) and s.buffer is out_buffer]
+    if w == 16:
+        assert vector_stores
+    values = [rng.standard_normal((2, c, h, w)), rng.standard_normal((o, c, 3, 3)), rng.standard_normal((1, o, 1, 1))]
+    if residual:
+        values.append(rng.standard_normal((2, o, oh, ow)))
+    values = [v.astype(np.float32) for v in values]
+    got = refcomp.runtime.VirtualMachine(ex)["main"](*values)
+    expected = _np_conv(values[0].astype(np.float64), values[1].astype(np.float64), (stride,) * 2, (1,) * 4, (1, 1))
+    expected = expected + values[2] + (values[3] if residual else 0)
+    np.testing.assert_allclose(got, np.clip(expected, 0, 6), rtol=1e-4, atol=1e-4)

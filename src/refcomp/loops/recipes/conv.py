@@ -394,10 +394,11 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     # a narrow output (a ResNet's 6 x 6 or 3 x 3 stages): the tile takes whole rows, so each
     # weight vector loaded feeds more output pixels
     height = as_int(sch.get(rows[-1]).extent) if rows else None
+    fused = False
     if height is not None and xb < preferred:
         pixels = column_tile(height * shape.out_width, preferred)
         if pixels > xb and pixels % shape.out_width == 0:
-            x, rows, xb = sch.fuse(rows[-1], x), rows[:-1], pixels
+            x, rows, xb, fused = sch.fuse(rows[-1], x), rows[:-1], pixels, True
     x_outer, x_inner = sch.split(x, [None, xb])
     channel, *window = reduce_loops
     # the channel loop innermost of the reduction: the accumulators stay at one address for its
@@ -426,9 +427,27 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
         sch.unroll(x_inner)
     if mv > 1:
         sch.unroll(o_mid)
+    if not fused:
+        _vectorize_write_back(sch, tile, xb, native)
     if parallel:
         sch.parallel(rows[0] if few else o_outer)
     return sch
+
+
+def _vectorize_write_back(sch: Schedule, tile, xb: int, native: int) -> None:
+    """The tile's write-back out[n, o, y, x : x + XB] = acc[0 : XB, o] a vector of output columns
+    at a time (contiguous in the output; each lane of the tile read at the stride of a column,
+    MV * L): the epilogue inlined into it later (bias, clip, residual sum) then runs on vectors,
+    not one element at a time.  The columns' loop is split by the widest power of two of at least
+    4 lanes, up to the native vector, dividing XB, or vectorized whole when XB is 3 up to the
+    native lanes (lowered as the powers of two it is made of); else left as it is."""
+    lanes = _row_lanes(xb, native)
+    if lanes is None:
+        return
+    column = sch.get_loops(tile)[-1]
+    if lanes < xb:
+        _, column = sch.split(column, [None, lanes])
+    sch.vectorize(column)
 
 
 # Accumulator vectors of one depthwise row tile (of the 16 ymm / 32 zmm registers, the rest hold
