@@ -152,6 +152,7 @@ def test_epilogue_is_applied_in_the_register_tile_write_back(rng, symbolic, grou
 @pytest.mark.parametrize("c,h,w,o,stride,residual", [
     (8, 7, 16, 32, 1, False), (5, 9, 13, 16, 1, True), (3, 11, 23, 16, 2, False),
     (16, 6, 7, 48, 1, True), (4, 5, 1, 16, 1, False), (3, 12, 96, 16, 2, False),
+    (64, 3, 3, 32, 1, True), (80, 2, 5, 48, 2, False),
 ])
 def test_channel_vector_write_back_runs_on_vectors(rng, c, h, w, o, stride, residual):
     """conv + bias (+ residual) + clip on the channel-vector tile: the write-back, with the

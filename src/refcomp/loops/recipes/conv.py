@@ -427,24 +427,26 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
         sch.unroll(x_inner)
     if mv > 1:
         sch.unroll(o_mid)
-    if not fused:
-        _vectorize_write_back(sch, tile, xb, native)
+    _vectorize_write_back(sch, tile, xb, native, fused)
     if parallel:
         sch.parallel(rows[0] if few else o_outer)
     return sch
 
 
-def _vectorize_write_back(sch: Schedule, tile, xb: int, native: int) -> None:
+def _vectorize_write_back(sch: Schedule, tile, xb: int, native: int, whole_rows: bool) -> None:
     """The tile's write-back out[n, o, y, x : x + XB] = acc[0 : XB, o] a vector of output columns
     at a time (contiguous in the output; each lane of the tile read at the stride of a column,
     MV * L): the epilogue inlined into it later (bias, clip, residual sum) then runs on vectors,
-    not one element at a time.  The columns' loop is split by the widest power of two of at least
+    not one element at a time.  The columns' loop (with whole_rows, the tile's rows and columns
+    fused: whole rows are contiguous in the output too) is split by the widest power of two of at least
     4 lanes, up to the native vector, dividing XB, or vectorized whole when XB is 3 up to the
     native lanes (lowered as the powers of two it is made of); else left as it is."""
     lanes = _row_lanes(xb, native)
     if lanes is None:
         return
-    column = sch.get_loops(tile)[-1]
+    loops = sch.get_loops(tile)
+    # a tile of whole rows: its rows and columns one loop (contiguous in the output too)
+    column = sch.fuse(*loops[-2:]) if whole_rows and len(loops) >= 2 else loops[-1]
     if lanes < xb:
         _, column = sch.split(column, [None, lanes])
     sch.vectorize(column)
