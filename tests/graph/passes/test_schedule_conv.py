@@ -187,3 +187,39 @@ def test_channel_vector_write_back_runs_on_vectors(rng, c, h, w, o, stride, resi
     expected = _np_conv(values[0].astype(np.float64), values[1].astype(np.float64), (stride,) * 2, (1,) * 4, (1, 1))
     expected = expected + values[2] + (values[3] if residual else 0)
     np.testing.assert_allclose(got, np.clip(expected, 0, 6), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("c,h,w,o,residual", [(8, 6, 48, 48, False), (16, 5, 24, 96, True), (3, 4, 16, 17, True)])
+def test_gemm_tile_epilogue_runs_under_the_tile_loop(rng, c, h, w, o, residual):
+    """A 1x1 convolution over few channels (the GEMM tile form, which writes the output from the
+    reduction) + bias (+ residual) + clip: the epilogue is moved under the convolution's parallel
+    loop (reverse_compute_at), so each tile is finished while in cache; numpy's numbers."""
+    x, wt, b = Var("x", tensor((2, c, h, w))), Var("w", tensor((o, c, 1, 1))), Var("b", tensor((1, o, 1, 1)))
+    params = [x, wt, b] + ([Var("r", tensor((2, o, h, w)))] if residual else [])
+    bb = BlockBuilder()
+    with bb.function("main", params):
+        with bb.dataflow():
+            y = op.add(op.conv2d(x, wt), b)
+            if residual:
+                y = op.add(y, params[3])
+            out = bb.emit_output(op.clip(y, 0.0, 6.0))
+        bb.emit_func_output(out)
+    ex = refcomp.graph.build(bb.get(), target="c", blas=False)
+    (kernel,) = [f for f in ex.module.functions.values() if isinstance(f, PrimFunc)]
+    from refcomp.ast import BufferStore, For
+    from refcomp.loops.primitives.tree import walk
+
+    out_buffer = kernel.params[-1]
+    parallel = [loop for loop in walk(kernel.body) if isinstance(loop, For) and loop.kind == "parallel"]
+    if w % 8 == 0 and o % 8 == 0:  # the GEMM tile applies: one parallel nest holds the conv and its epilogue
+        assert any(any(isinstance(s, BufferStore) and s.buffer is out_buffer for s in walk(loop.body))
+                   and any(isinstance(s, BufferStore) and s.buffer is not out_buffer for s in walk(loop.body))
+                   for loop in parallel)
+    values = [rng.standard_normal((2, c, h, w)), rng.standard_normal((o, c, 1, 1)), rng.standard_normal((1, o, 1, 1))]
+    if residual:
+        values.append(rng.standard_normal((2, o, h, w)))
+    values = [v.astype(np.float32) for v in values]
+    got = refcomp.runtime.VirtualMachine(ex)["main"](*values)
+    expected = _np_conv(values[0].astype(np.float64), values[1].astype(np.float64), (1, 1), (0,) * 4, (1, 1))
+    expected = expected + values[2] + (values[3] if residual else 0)
+    np.testing.assert_allclose(got, np.clip(expected, 0, 6), rtol=1e-4, atol=1e-4)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+from ...ast import as_int
 from ...ast.functor import collect
 from ...ast.stmt import Block
 from ...errors import RefcompError
@@ -50,6 +51,10 @@ def schedule_conv(sch, rest: Callable):
             continue
         if _into_write_back(sch, rv):
             continue
+        moved = _epilogue_at_tile(sch, rv, convs)
+        if moved is not None:
+            sch = moved
+            continue
         padded = _padded_copy(sch, rv, inputs)
         if padded is not None:
             sch = padded
@@ -79,6 +84,47 @@ def _into_write_back(sch, rv) -> bool:
         log.debug("schedule_conv: epilogue %s stays a stage of its own: %s", block.name, exc)
         return False
     return True
+
+
+def _epilogue_at_tile(sch, rv, convs: set):
+    """Move an epilogue that reads a convolution's output (bias, activation, residual sum) under
+    the innermost loop of the convolution's nest at which `reverse_compute_at` takes it (the GEMM
+    tile and direct forms, which write the output from the reduction itself: the tile's values
+    are then still in cache when the epilogue reads them), its innermost loop vectorized by the
+    widest power of two dividing it (`row_lanes`): a new schedule, or None (sch unchanged) when
+    the block is not such an epilogue or no loop takes it."""
+    from ...loops import recipes
+
+    block = sch.get(rv)
+    if any(iv.kind != "spatial" for iv in block.iter_vars):
+        return None
+    try:
+        producers = [sch.get(p).name for p in sch.get_producers(rv)]
+    except RefcompError:
+        return None
+    conv = next((name for name in producers if name in convs or name.rstrip("_o") in convs), None)
+    if conv is None:
+        return None
+    for depth in range(len(sch.get_loops(sch.get_block(conv))) - 1, -1, -1):
+        attempt = sch.copy()
+        try:
+            loop = attempt.get_loops(attempt.get_block(conv))[depth]
+            if attempt.get(loop).kind not in ("serial", "parallel"):
+                continue
+            epilogue = attempt.get_block(block.name)
+            attempt.reverse_compute_at(epilogue, loop)
+            inner = attempt.get_loops(epilogue)[-1]
+            extent = as_int(attempt.get(inner).extent)
+            lanes = recipes.row_lanes(extent) if extent is not None else None
+            if lanes is not None:
+                if lanes < extent:
+                    _, inner = attempt.split(inner, [None, lanes])
+                attempt.vectorize(inner)
+        except RefcompError as exc:
+            log.debug("schedule_conv: epilogue %s not at depth %d of %s: %s", block.name, depth, conv, exc)
+            continue
+        return attempt
+    return None
 
 
 def _padded_copy(sch, rv, inputs: set):

@@ -457,6 +457,11 @@ def _vectorize_write_back(sch: Schedule, tile, xb: int, native: int, whole_rows:
 _ROW_VECTORS = 12
 
 
+def row_lanes(width: int, native: int | None = None) -> int | None:
+    """The vector for a row of `width` elements (see _row_lanes; native: this CPU's by default)."""
+    return _row_lanes(width, native_lanes() if native is None else native)
+
+
 def _row_lanes(width: int, native: int) -> int | None:
     """The vector of the depthwise row tile: the widest power of two of at least 4 lanes, up to the
     native vector, that divides the output width; else the width itself when it is 3 up to the
@@ -525,4 +530,4 @@ def _data_load(block: Block, shape: ConvShape) -> BufferLoad:
     return loads[0]
 
 
-__all__ = ["ConvShape", "channel_block", "column_tile", "conv_fp32", "conv_shape", "find_conv", "find_convs", "vector_width"]
+__all__ = ["ConvShape", "row_lanes", "channel_block", "column_tile", "conv_fp32", "conv_shape", "find_conv", "find_convs", "vector_width"]
