@@ -456,3 +456,28 @@ def test_a_broadcast_keeps_negative_zero():
     out = np.ones((2, 16), np.float32)
     refcomp.build(sch.func)(np.array([-0.0, 1.5], np.float32), out)
     assert np.all(np.signbit(out[0])) and np.all(out[1] == 1.5)
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_vector_min_max_keep_nan_and_zero_semantics(rng, lanes, dtype, op):
+    """Vector max / min (one register: MAXPS / MINPS and a blend where available) give
+    `a > b or isnan(a) ? a : b` (min: `<`) bit for bit: NaN from either side, b for equal zeros."""
+    from refcomp.ast import max_, min_
+
+    fn = max_ if op == "max" else min_
+    lib = refcomp.build(binary_kernel(fn, dtype, lanes=lanes, name=f"v{op}_{dtype}_{lanes}"), target="c -Werror",
+                        bounds="off")
+    size = lanes * 8
+    a, b = rng.standard_normal(size).astype(dtype), rng.standard_normal(size).astype(dtype)
+    special = np.array([np.nan, 0.0, -0.0, 0.0, -0.0, 1.0, np.nan, np.inf], dtype)
+    other = np.array([1.0, -0.0, 0.0, 0.0, -0.0, np.nan, np.nan, -np.inf], dtype)
+    a[:8], b[:8] = special, other
+    b[8:16], a[8:16] = special, other
+    c = np.zeros(size, dtype)
+    lib(a, b, c)
+    with np.errstate(invalid="ignore"):
+        pick = (a > b) if op == "max" else (a < b)
+    expected = np.where(pick | np.isnan(a), a, b)
+    np.testing.assert_array_equal(c.view(f"u{c.itemsize}"), expected.view(f"u{c.itemsize}"))

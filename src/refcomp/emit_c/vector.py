@@ -309,10 +309,15 @@ class VectorLib:
         pick = f"{self.compare(relation, dtype)}(a, b)"
         nan = f" | {self.compare('!=', dtype)}(a, a)" if dtype.is_float else ""
         name = f"rc_v{op}_{vt[3:]}"
-        return self._add(name, (
-            f"static inline {vt} {name}({vt} a, {vt} b) {{\n"
-            f"    {ut} k = ({ut})({pick}{nan});\n"
-            f"    return ({vt})((({ut})a & k) | (({ut})b & ~k));\n}}"))
+        generic = (f"    {ut} k = ({ut})({pick}{nan});\n"
+                   f"    return ({vt})((({ut})a & k) | (({ut})b & ~k));\n")
+        native = _native_minmax(op, dtype, width * dtype.lanes) if dtype.element.name in ("float32", "float64") else None
+        if native is not None:
+            self.needs_intrinsics = True
+            feature, body = native
+            body = body.replace("{rt}", vt)
+            generic = f"#if defined(__x86_64__) && defined({feature})\n{body}#else\n{generic}#endif\n"
+        return self._add(name, f"static inline {vt} {name}({vt} a, {vt} b) {{\n{generic}}}")
 
     def compare_to_mask(self, operand: DataType, text: str) -> str:
         """Turn a lane mask as wide as the operands (a rc_vcmp result) into an int32 mask."""
@@ -438,6 +443,32 @@ class VectorLib:
         if self.helpers:
             parts.insert(0, "#define RC_INLINE static inline __attribute__((always_inline))")
         return "\n".join(parts) + ("\n" if parts else "")
+
+
+def _native_minmax(op: str, dtype: DataType, size: int) -> tuple[str, str] | None:
+    """(feature macro, body) of a float min/max on one x86 register: MAXPS/MINPS (a > b ? a : b,
+    a < b ? a : b: b when either is NaN or both are zeros, as the generic form) and a blend that
+    puts a back where a is NaN: three instructions for the generic form's compare, compare,
+    combine and select."""
+    suffix = "ps" if dtype.element.name == "float32" else "pd"
+    kinds = {16: ("__SSE4_1__", "_mm", "__m128" if suffix == "ps" else "__m128d"),
+             32: ("__AVX__", "_mm256", "__m256" if suffix == "ps" else "__m256d"),
+             64: ("__AVX512F__", "_mm512", "__m512" if suffix == "ps" else "__m512d")}
+    if size not in kinds:
+        return None
+    feature, prefix, itype = kinds[size]
+    vt = f"({itype})"
+    picked = f"{prefix}_{op}_{suffix}({vt}a, {vt}b)"
+    if size == 16:
+        nan = f"_mm_cmpunord_{suffix}({vt}a, {vt}a)"
+        body = f"    return ({{rt}}){prefix}_blendv_{suffix}({picked}, {vt}a, {nan});\n"
+    elif size == 32:
+        nan = f"_mm256_cmp_{suffix}({vt}a, {vt}a, _CMP_UNORD_Q)"
+        body = f"    return ({{rt}}){prefix}_blendv_{suffix}({picked}, {vt}a, {nan});\n"
+    else:
+        nan = f"_mm512_cmp_{suffix}_mask({vt}a, {vt}a, _CMP_UNORD_Q)"
+        body = f"    return ({{rt}}){prefix}_mask_blend_{suffix}({nan}, {picked}, {vt}a);\n"
+    return feature, body
 
 
 def lane_loop(vtype: str, ctype: str, lanes: int, expr: str, copies=()) -> str:
