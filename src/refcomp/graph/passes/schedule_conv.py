@@ -55,7 +55,9 @@ def schedule_conv(sch, rest: Callable):
         if moved is not None:
             sch = moved
             continue
-        padded = _padded_copy(sch, rv, inputs)
+        padded = _padded_copy_per_plane(sch, rv, inputs, convs)
+        if padded is None:
+            padded = _padded_copy(sch, rv, inputs)
         if padded is not None:
             sch = padded
         else:
@@ -122,6 +124,40 @@ def _epilogue_at_tile(sch, rv, convs: set):
                 attempt.vectorize(inner)
         except RefcompError as exc:
             log.debug("schedule_conv: epilogue %s not at depth %d of %s: %s", block.name, depth, conv, exc)
+            continue
+        return attempt
+    return None
+
+
+def _padded_copy_per_plane(sch, rv, inputs: set, convs: set):
+    """A depthwise convolution's padded input made one plane at a time, inside the convolution's
+    parallel channel loop (`compute_at`): each channel's padded plane is written just before the
+    tile reads it (in cache; no pass of its own over the whole tensor), each row one vector loop.
+    The planes of different channels are disjoint, so the parallel loop stays legal.  A new
+    schedule, or None (sch unchanged) when rv is not such a copy or a step is refused (a
+    convolution mixing channels needs every input plane: its copy stays a pass of its own)."""
+    block = sch.get(rv)
+    if len(block.writes) != 1 or block.writes[0].buffer not in inputs or block.init is not None \
+            or any(iv.kind != "spatial" for iv in block.iter_vars):
+        return None
+    for conv in convs:
+        attempt = sch.copy()
+        try:
+            conv_rv = attempt.get_block(conv)
+            if block.writes[0].buffer not in {r.buffer for r in attempt.get(conv_rv).reads}:
+                continue
+            conv_loops = attempt.get_loops(conv_rv)
+            depth = next((i + 1 for i, l in enumerate(conv_loops) if attempt.get(l).kind == "parallel"), None)
+            if depth is None:
+                continue
+            copy = attempt.get_block(block.name)
+            attempt.compute_at(copy, conv_loops[depth - 1])
+            loops = attempt.get_loops(copy)
+            if len(loops) - depth < 2:
+                continue
+            attempt.vectorize(loops[-1])
+        except RefcompError as exc:
+            log.debug("schedule_conv: the padded copy %s is not made per plane: %s", block.name, exc)
             continue
         return attempt
     return None
