@@ -2,6 +2,7 @@
 conv recipe from the default schedule, and the chain computes what numpy computes."""
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import refcomp
 from refcomp.ast import PrimFunc, SizeVar
@@ -227,4 +228,41 @@ def test_gemm_tile_epilogue_runs_under_the_tile_loop(rng, c, h, w, o, residual):
     got = refcomp.runtime.VirtualMachine(ex)["main"](*values)
     expected = _np_conv(values[0].astype(np.float64), values[1].astype(np.float64), (1, 1), (0,) * 4, (1, 1))
     expected = expected + values[2] + (values[3] if residual else 0)
+    np.testing.assert_allclose(got, np.clip(expected, 0, 6), rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_conv_bias_clip_kernels_match_numpy_at_drawn_shapes(rng, data):
+    """conv + bias (+ residual) + clip through graph.build at drawn shapes (odd, prime, 1, stride
+    2, padding; depthwise, 1x1 and k x k): whichever form each kernel takes (the channel-vector
+    write-back on vectors, the GEMM tile with its epilogue under the tile loop, the depthwise row
+    tile with its padded input made per plane, stride-2 loads), the numbers are numpy's."""
+    depthwise = data.draw(st.booleans(), label="depthwise")
+    c = data.draw(st.sampled_from([1, 3, 8, 13, 16]), label="c")
+    o = c if depthwise else data.draw(st.sampled_from([1, 7, 16, 32, 48]), label="o")
+    k = data.draw(st.sampled_from([1, 3, 5]), label="k")
+    stride = data.draw(st.integers(1, 2), label="stride")
+    pad = data.draw(st.integers(0, k // 2), label="pad")
+    h = data.draw(st.integers(max(k - 2 * pad, 1), 13), label="h")
+    w = data.draw(st.sampled_from([v for v in (1, 2, 5, 7, 11, 16, 24, 31) if v + 2 * pad >= k]), label="w")
+    residual = data.draw(st.booleans(), label="residual")
+    groups = c if depthwise else 1
+    oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    x, wt, b = Var("x", tensor((2, c, h, w))), Var("w", tensor((o, c // groups, k, k))), Var("b", tensor((1, o, 1, 1)))
+    params = [x, wt, b] + ([Var("r", tensor((2, o, oh, ow)))] if residual else [])
+    bb = BlockBuilder()
+    with bb.function("main", params):
+        with bb.dataflow():
+            y = op.add(op.conv2d(x, wt, strides=stride, padding=pad, groups=groups), b)
+            if residual:
+                y = op.add(y, params[3])
+            out = bb.emit_output(op.clip(y, 0.0, 6.0))
+        bb.emit_func_output(out)
+    ex = refcomp.graph.build(bb.get(), target="c", blas=False)
+    shapes = [(2, c, h, w), (o, c // groups, k, k), (1, o, 1, 1)] + ([(2, o, oh, ow)] if residual else [])
+    values = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    got = refcomp.runtime.VirtualMachine(ex)["main"](*values)
+    expected = _np_conv(values[0].astype(np.float64), values[1].astype(np.float64), (stride,) * 2, (pad,) * 4,
+                        (1, 1), groups) + values[2] + (values[3] if residual else 0)
     np.testing.assert_allclose(got, np.clip(expected, 0, 6), rtol=1e-4, atol=1e-4)
