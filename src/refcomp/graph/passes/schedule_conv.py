@@ -104,7 +104,7 @@ def _epilogue_at_tile(sch, rv, convs: set):
         producers = [sch.get(p).name for p in sch.get_producers(rv)]
     except RefcompError:
         return None
-    conv = next((name for name in producers if name in convs or name.rstrip("_o") in convs), None)
+    conv = next((name for name in producers if name in convs or name.removesuffix("_o") in convs), None)
     if conv is None:
         return None
     for depth in range(len(sch.get_loops(sch.get_block(conv))) - 1, -1, -1):
