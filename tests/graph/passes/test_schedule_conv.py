@@ -266,3 +266,20 @@ def test_conv_bias_clip_kernels_match_numpy_at_drawn_shapes(rng, data):
     expected = _np_conv(values[0].astype(np.float64), values[1].astype(np.float64), (stride,) * 2, (pad,) * 4,
                         (1, 1), groups) + values[2] + (values[3] if residual else 0)
     np.testing.assert_allclose(got, np.clip(expected, 0, 6), rtol=1e-4, atol=1e-4)
+
+
+def test_padded_copy_of_a_channel_mixing_conv_stays_a_pass_of_its_own(rng):
+    """A convolution that is not depthwise (one input channel, 16 outputs, 5 x 5, stride 2, a
+    single output column) keeps its padded input as a pass of its own, and matches numpy (found
+    by the drawn-shapes test: made per row tile, this one went wrong)."""
+    x, wt, b = Var("x", tensor((2, 1, 7, 2))), Var("w", tensor((16, 1, 5, 5))), Var("b", tensor((1, 16, 1, 1)))
+    bb = BlockBuilder()
+    with bb.function("main", [x, wt, b]):
+        with bb.dataflow():
+            out = bb.emit_output(op.clip(op.add(op.conv2d(x, wt, strides=2, padding=2), b), 0.0, 6.0))
+        bb.emit_func_output(out)
+    ex = refcomp.graph.build(bb.get(), target="c", blas=False)
+    values = [rng.standard_normal(s).astype(np.float32) for s in [(2, 1, 7, 2), (16, 1, 5, 5), (1, 16, 1, 1)]]
+    got = refcomp.runtime.VirtualMachine(ex)["main"](*values)
+    expected = _np_conv(values[0].astype(np.float64), values[1].astype(np.float64), (2, 2), (2,) * 4, (1, 1))
+    np.testing.assert_allclose(got, np.clip(expected + values[2], 0, 6), rtol=1e-4, atol=1e-4)

@@ -41,6 +41,8 @@ def schedule_conv(sch, rest: Callable):
         return None
     inputs = {block.reads[shape.x_index].buffer for block in collect(func.body, Block)
               for shape in found if block.name == shape.block}
+    depthwise = {shape.block for shape in found for block in collect(func.body, Block)
+                 if block.name == shape.block and _is_depthwise(block, shape)}
     for name in others:
         try:
             rv = sch.get_block(name)
@@ -55,7 +57,7 @@ def schedule_conv(sch, rest: Callable):
         if moved is not None:
             sch = moved
             continue
-        padded = _padded_copy_per_plane(sch, rv, inputs, convs)
+        padded = _padded_copy_per_plane(sch, rv, inputs, depthwise)
         if padded is None:
             padded = _padded_copy(sch, rv, inputs)
         if padded is not None:
@@ -129,8 +131,23 @@ def _epilogue_at_tile(sch, rv, convs: set):
     return None
 
 
+def _is_depthwise(block, shape) -> bool:
+    """Whether the convolution block reads one input channel per output channel (its channel
+    reduction of extent 1, X's channel index following the output channel)."""
+    from ...ast import BufferLoad, as_int as _as_int
+    from ...loops.recipes.conv import _vars_in
+
+    nd = shape.spatial_dims
+    out_channel, channel = block.iter_vars[1].var, block.iter_vars[2 + nd]
+    if _as_int(channel.dom.extent) != 1:
+        return False
+    data = block.reads[shape.x_index].buffer
+    loads = [l for l in collect(block.body, BufferLoad) if l.buffer is data]
+    return bool(loads) and out_channel in _vars_in(loads[0].indices[1])
+
+
 def _padded_copy_per_plane(sch, rv, inputs: set, convs: set):
-    """A depthwise convolution's padded input made one plane at a time, inside the convolution's
+    """A depthwise convolution's (one of `convs`) padded input made one plane at a time, inside the convolution's
     parallel channel loop (`compute_at`): each channel's padded plane is written just before the
     tile reads it (in cache; no pass of its own over the whole tensor), each row one vector loop.
     The planes of different channels are disjoint, so the parallel loop stays legal.  A new
