@@ -221,6 +221,29 @@ def test_gather_with_strided_ramp(rng):
         np.testing.assert_array_equal(b, a[::2])
 
 
+@pytest.mark.parametrize("lanes", [2, 4, 8, 16])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+def test_stride_two_ramp_is_two_loads_and_a_shuffle(rng, lanes, dtype):
+    """A[Ramp(base, 2, lanes)] (a stride-2 convolution's input) is read as two contiguous loads
+    and one shuffle, not element by element; the last row ends at A's last element, so the loads
+    read nothing outside the span the ramp covers."""
+    n = SizeVar("n", "int32")
+    A = Buffer("A", (n * (2 * lanes) - 1,), dtype)
+    B = Buffer("B", (n * lanes,), dtype)
+    i = Var("i", "int32")
+    body = For(i, 0, n, "parallel",
+               BufferStore(B, A[Ramp(i * (2 * lanes), IntImm(2), lanes)], (Ramp(i * lanes, IntImm(1), lanes),)))
+    func = PrimFunc((A, B), body, name=f"stride2_{dtype}_{lanes}")
+    source = emit(func).source
+    assert f"rc_vload2_{dtype}x{lanes}(&A[" in source and "rc_gather" not in source
+    for rows in (1, 5):
+        lib = refcomp.build(func, target="c -Werror", bounds="off")
+        a = (rng.standard_normal(rows * 2 * lanes - 1) * 100).astype(dtype)
+        b = np.zeros(rows * lanes, dtype)
+        lib(a, b)
+        np.testing.assert_array_equal(b, a[::2])
+
+
 def test_float_constants_are_exact():
     n = SizeVar("n", "int32")
     A = Buffer("A", (n,), "float64")
@@ -433,3 +456,28 @@ def test_a_broadcast_keeps_negative_zero():
     out = np.ones((2, 16), np.float32)
     refcomp.build(sch.func)(np.array([-0.0, 1.5], np.float32), out)
     assert np.all(np.signbit(out[0])) and np.all(out[1] == 1.5)
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_vector_min_max_keep_nan_and_zero_semantics(rng, lanes, dtype, op):
+    """Vector max / min (one register: MAXPS / MINPS and a blend where available) give
+    `a > b or isnan(a) ? a : b` (min: `<`) bit for bit: NaN from either side, b for equal zeros."""
+    from refcomp.ast import max_, min_
+
+    fn = max_ if op == "max" else min_
+    lib = refcomp.build(binary_kernel(fn, dtype, lanes=lanes, name=f"v{op}_{dtype}_{lanes}"), target="c -Werror",
+                        bounds="off")
+    size = lanes * 8
+    a, b = rng.standard_normal(size).astype(dtype), rng.standard_normal(size).astype(dtype)
+    special = np.array([np.nan, 0.0, -0.0, 0.0, -0.0, 1.0, np.nan, np.inf], dtype)
+    other = np.array([1.0, -0.0, 0.0, 0.0, -0.0, np.nan, np.nan, -np.inf], dtype)
+    a[:8], b[:8] = special, other
+    b[8:16], a[8:16] = special, other
+    c = np.zeros(size, dtype)
+    lib(a, b, c)
+    with np.errstate(invalid="ignore"):
+        pick = (a > b) if op == "max" else (a < b)
+    expected = np.where(pick | np.isnan(a), a, b)
+    np.testing.assert_array_equal(c.view(f"u{c.itemsize}"), expected.view(f"u{c.itemsize}"))

@@ -56,6 +56,16 @@ _PROGRAMS = textwrap.dedent("""
         r = np.zeros(5, np.float32)
         lib(x, r)
         assert np.allclose(r, (x * x).sum(1), rtol=1e-5)
+        for lanes in (4, 8, 16):  # stride-2 loads (two loads and a shuffle) end at the last element read
+            m = SizeVar("m", "int32")
+            A2, B2, j = Buffer("A", (m * (2 * lanes) - 1,), "float32"), Buffer("B", (m * lanes,), "float32"), Var("j", "int32")
+            body = For(j, 0, m, "serial", BufferStore(B2, A2[Ramp(j * (2 * lanes), IntImm(2), lanes)],
+                                                      (Ramp(j * lanes, IntImm(1), lanes),)))
+            lib = refcomp.build(PrimFunc((A2, B2), body, name="stride2_%d" % lanes), target=target, bounds="off")
+            a = rng.standard_normal(3 * 2 * lanes - 1).astype(np.float32)
+            b = np.zeros(3 * lanes, np.float32)
+            lib(a, b)
+            assert np.array_equal(b, a[::2])
         print("clean")
     else:
         n = SizeVar("n", "int32")

@@ -80,6 +80,11 @@ class ExprEmitter:
         base = unit_ramp_base(index)
         if base is not None:
             return f"{self.vec.load(load.dtype)}(&{name}[{self.index(base)}])"
+        base = ramp_base(index, 2)
+        if base is not None:
+            helper = self.vec.load_stride2(load.dtype)
+            if helper is not None:
+                return f"{helper}(&{name}[{self.index(base)}])"
         if isinstance(index, E.Broadcast):
             return f"{self.vec.broadcast(load.dtype)}({self.from_storage(buffer.dtype, f'{name}[{self.index(index.value)}]')})"
         return f"{self.vec.gather(load.dtype, index.dtype)}({name}, {self.index(index)})"
@@ -429,7 +434,12 @@ def _is_zero(e: E.PrimExpr) -> bool:
 
 def unit_ramp_base(index: E.PrimExpr) -> E.PrimExpr | None:
     """The base of index if it is Ramp(base, 1, lanes) (a contiguous access), else None."""
-    if isinstance(index, E.Ramp) and isinstance(index.stride, E.IntImm) and index.stride.value == 1:
+    return ramp_base(index, 1)
+
+
+def ramp_base(index: E.PrimExpr, stride: int) -> E.PrimExpr | None:
+    """The base of index if it is Ramp(base, stride, lanes) with that constant stride, else None."""
+    if isinstance(index, E.Ramp) and isinstance(index.stride, E.IntImm) and index.stride.value == stride:
         return index.base
     return None
 

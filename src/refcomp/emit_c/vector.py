@@ -239,6 +239,27 @@ class VectorLib:
             f"    {function}(({itype}*)(void*)p, ({itype})v);\n"
             f"#else\n    memcpy(p, &v, sizeof v);\n#endif\n}}"))
 
+    def load_stride2(self, dtype: DataType) -> str | None:
+        """rc_vload2_...(const T* p): lanes elements p[0], p[2], ... p[2 (lanes - 1)] (a stride-2
+        read, a strided convolution's input) as two contiguous loads, of p[0 .. lanes) and of
+        p[lanes - 1 .. 2 lanes - 1), and one two-source shuffle of their even and odd lanes: no
+        element outside the span the gather would read is touched.  None for element types stored
+        through conversions (half, bool) and single lanes (they keep the gather)."""
+        if is_half(dtype) or dtype.is_bool or dtype.lanes < 2:
+            return None
+        vt = self.vtype(dtype)
+        st = storage_type(dtype.element)
+        lanes = dtype.lanes
+        mask = ", ".join(str(i) for i in list(range(0, lanes, 2)) + list(range(lanes + 1, 2 * lanes, 2)))
+        name = f"rc_vload2_{dtype.element.name}x{lanes}"
+        fallback = lane_loop(vt, vector_element_ctype(dtype), lanes, "p[2 * l]")
+        return self._add(name, (
+            f"static inline {vt} {name}(const {st}* p) {{\n"
+            f"#if defined(__GNUC__) && !defined(__CUDACC__)\n"
+            f"    {vt} a, b;\n    memcpy(&a, p, sizeof a);\n    memcpy(&b, p + {lanes - 1}, sizeof b);\n"
+            f"    return __builtin_shufflevector(a, b, {mask});\n"
+            f"#else\n{fallback}#endif\n}}"))
+
     def gather(self, dtype: DataType, index: DataType) -> str:
         vt, it = self.vtype(dtype), self.vtype(index)
         st = storage_type(dtype.element)
@@ -307,10 +328,15 @@ class VectorLib:
         pick = f"{self.compare(relation, dtype)}(a, b)"
         nan = f" | {self.compare('!=', dtype)}(a, a)" if dtype.is_float else ""
         name = f"rc_v{op}_{vt[3:]}"
-        return self._add(name, (
-            f"static inline {vt} {name}({vt} a, {vt} b) {{\n"
-            f"    {ut} k = ({ut})({pick}{nan});\n"
-            f"    return ({vt})((({ut})a & k) | (({ut})b & ~k));\n}}"))
+        generic = (f"    {ut} k = ({ut})({pick}{nan});\n"
+                   f"    return ({vt})((({ut})a & k) | (({ut})b & ~k));\n")
+        native = _native_minmax(op, dtype, width * dtype.lanes) if dtype.element.name in ("float32", "float64") else None
+        if native is not None:
+            self.needs_intrinsics = True
+            feature, body = native
+            body = body.replace("{rt}", vt)
+            generic = f"#if defined(__x86_64__) && defined({feature})\n{body}#else\n{generic}#endif\n"
+        return self._add(name, f"static inline {vt} {name}({vt} a, {vt} b) {{\n{generic}}}")
 
     def compare_to_mask(self, operand: DataType, text: str) -> str:
         """Turn a lane mask as wide as the operands (a rc_vcmp result) into an int32 mask."""
@@ -441,6 +467,32 @@ class VectorLib:
         if self.helpers:
             parts.insert(0, "#define RC_INLINE static inline __attribute__((always_inline))")
         return "\n".join(parts) + ("\n" if parts else "")
+
+
+def _native_minmax(op: str, dtype: DataType, size: int) -> tuple[str, str] | None:
+    """(feature macro, body) of a float min/max on one x86 register: MAXPS/MINPS (a > b ? a : b,
+    a < b ? a : b: b when either is NaN or both are zeros, as the generic form) and a blend that
+    puts a back where a is NaN: three instructions for the generic form's compare, compare,
+    combine and select."""
+    suffix = "ps" if dtype.element.name == "float32" else "pd"
+    kinds = {16: ("__SSE4_1__", "_mm", "__m128" if suffix == "ps" else "__m128d"),
+             32: ("__AVX__", "_mm256", "__m256" if suffix == "ps" else "__m256d"),
+             64: ("__AVX512F__", "_mm512", "__m512" if suffix == "ps" else "__m512d")}
+    if size not in kinds:
+        return None
+    feature, prefix, itype = kinds[size]
+    vt = f"({itype})"
+    picked = f"{prefix}_{op}_{suffix}({vt}a, {vt}b)"
+    if size == 16:
+        nan = f"_mm_cmpunord_{suffix}({vt}a, {vt}a)"
+        body = f"    return ({{rt}}){prefix}_blendv_{suffix}({picked}, {vt}a, {nan});\n"
+    elif size == 32:
+        nan = f"_mm256_cmp_{suffix}({vt}a, {vt}a, _CMP_UNORD_Q)"
+        body = f"    return ({{rt}}){prefix}_blendv_{suffix}({picked}, {vt}a, {nan});\n"
+    else:
+        nan = f"_mm512_cmp_{suffix}_mask({vt}a, {vt}a, _CMP_UNORD_Q)"
+        body = f"    return ({{rt}}){prefix}_mask_blend_{suffix}({nan}, {picked}, {vt}a);\n"
+    return feature, body
 
 
 def lane_loop(vtype: str, ctype: str, lanes: int, expr: str, copies=()) -> str:

@@ -144,13 +144,33 @@ class _LoopVectorizer(Mutator):
             if not conditions:
                 raise
         vector_body = LaneVectorizer(var, base, lanes).body(assume_true(body, conditions))
-        last = simplify_expr(base + (lanes - 1))
-        every_lane = None
-        for condition in conditions:
-            test = every_lane_condition(condition, var, base, last)
-            every_lane = test if every_lane is None else And(every_lane, test)
-        scalar = _scalar_loop(loop, base, IntImm(lanes, var.dtype))
-        return IfThenElse(simplify_expr(every_lane), vector_body, scalar)
+        every_lane = _every_lane(conditions, var, base, lanes)
+        half = lanes // 2
+        if lanes >= _SPLIT_LANES and any(
+                str(_every_lane(conditions, var, start, half)) != str(every_lane)
+                for start in (base, simplify_expr(base + half))):
+            # a chunk some lanes of which may miss the branch (the edge of a padded copy): its two
+            # halves are tested again, so only the quarter holding the edge runs lane by lane (not
+            # where a half's test is the whole chunk's: a padded row fails for both halves alike)
+            fallback = seq(self._chunk(loop, base, half), self._chunk(loop, simplify_expr(base + half), half))
+        else:
+            fallback = _scalar_loop(loop, base, IntImm(lanes, var.dtype))
+        return IfThenElse(every_lane, vector_body, fallback)
+
+
+def _every_lane(conditions, var: Var, base: PrimExpr, lanes: int) -> PrimExpr:
+    """The test that every lane base .. base + lanes - 1 takes all of conditions, simplified."""
+    last = simplify_expr(base + (lanes - 1))
+    every_lane = None
+    for condition in conditions:
+        test = every_lane_condition(condition, var, base, last)
+        every_lane = test if every_lane is None else And(every_lane, test)
+    return simplify_expr(every_lane)
+
+
+# A chunk with lane-dependent branches of at least this many lanes falls back to its two halves
+# (each tested on its own) rather than to a scalar loop.
+_SPLIT_LANES = 8
 
 
 def _scalar_loop(loop: For, start: PrimExpr, count: PrimExpr) -> Stmt | None:

@@ -2,6 +2,7 @@
 conv recipe from the default schedule, and the chain computes what numpy computes."""
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import refcomp
 from refcomp.ast import PrimFunc, SizeVar
@@ -90,8 +91,10 @@ def test_residual_block_with_two_convolutions_in_one_kernel(rng, c, size, out):
 
 @pytest.mark.parametrize("c,size,width,k,stride", [(3, 9, 16, 3, 1), (4, 7, 23, 5, 2), (1, 1, 1, 3, 1)])
 def test_padded_copy_is_parallel_over_planes_and_vectorized_per_row(rng, c, size, width, k, stride):
-    """The padded input of a conv kernel: its image planes fused and parallel, each row one vector
-    loop (the boundary tests per row, not per element of a fused index)."""
+    """The padded input of a depthwise conv kernel: made one plane at a time inside the
+    convolution's parallel channel loop (the row tile: one parallel region in all), or else its
+    image planes fused and parallel; each row one vector loop (the boundary tests per row, not
+    per element of a fused index)."""
     from refcomp.ast import For
     from refcomp.loops.primitives.tree import walk
 
@@ -107,7 +110,10 @@ def test_padded_copy_is_parallel_over_planes_and_vectorized_per_row(rng, c, size
     assert 'T.block("pad")' in text
     pad_loops = [s for s in walk(kernel.body) if isinstance(s, For) and 'T.block("pad")' in str(s)]
     kinds = [s.kind for s in pad_loops]
-    assert kinds[0] == "parallel" and kinds[-1] == "vectorized" and len(kinds) == 3
+    assert "parallel" in kinds and kinds[-1] == "vectorized"
+    if width % 4 == 0:  # the depthwise row tile: the copy per plane, under the conv's parallel loop
+        parallel = [s for s in walk(kernel.body) if isinstance(s, For) and s.kind == "parallel"]
+        assert len(parallel) == 1 and str(parallel[0]).count("T.block(") >= 2
     xv = rng.standard_normal((2, c, size, width)).astype(np.float32)
     wv = rng.standard_normal((c, 1, k, k)).astype(np.float32)
     got = refcomp.runtime.VirtualMachine(ex)["main"](xv, wv)
@@ -146,3 +152,133 @@ def test_epilogue_is_applied_in_the_register_tile_write_back(rng, symbolic, grou
     expected = np.clip(_np_conv(xv.astype(np.float64), wv.astype(np.float64), (1, 1), (1,) * 4, (1, 1), groups) + bv,
                        0, 6)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("c,h,w,o,stride,residual", [
+    (8, 7, 16, 32, 1, False), (5, 9, 13, 16, 1, True), (3, 11, 23, 16, 2, False),
+    (16, 6, 7, 48, 1, True), (4, 5, 1, 16, 1, False), (3, 12, 96, 16, 2, False),
+    (64, 3, 3, 32, 1, True), (80, 2, 5, 48, 2, False),
+])
+def test_channel_vector_write_back_runs_on_vectors(rng, c, h, w, o, stride, residual):
+    """conv + bias (+ residual) + clip on the channel-vector tile: the write-back, with the
+    epilogue folded in, stores vectors of output columns where a vector applies (always for 16
+    columns); odd, prime, single-column and stride-2 outputs match numpy."""
+    x, wt, b = Var("x", tensor((2, c, h, w))), Var("w", tensor((o, c, 3, 3))), Var("b", tensor((1, o, 1, 1)))
+    oh, ow = (h + 2 - 3) // stride + 1, (w + 2 - 3) // stride + 1
+    params = [x, wt, b] + ([Var("r", tensor((2, o, oh, ow)))] if residual else [])
+    bb = BlockBuilder()
+    with bb.function("main", params):
+        with bb.dataflow():
+            y = op.add(op.conv2d(x, wt, strides=stride, padding=1), b)
+            if residual:
+                y = op.add(y, params[3])
+            out = bb.emit_output(op.clip(y, 0.0, 6.0))
+        bb.emit_func_output(out)
+    ex = refcomp.graph.build(bb.get(), target="c", blas=False)
+    (kernel,) = [f for f in ex.module.functions.values() if isinstance(f, PrimFunc)]
+    from refcomp.ast import BufferStore, For
+    from refcomp.loops.primitives.tree import walk
+
+    out_buffer = kernel.params[-1]
+    vector_stores = [s for loop in walk(kernel.body) if isinstance(loop, For) and loop.kind == "vectorized"
+                     for s in walk(loop.body) if isinstance(s, BufferStore) and s.buffer is out_buffer]
+    if w == 16:
+        assert vector_stores
+    values = [rng.standard_normal((2, c, h, w)), rng.standard_normal((o, c, 3, 3)), rng.standard_normal((1, o, 1, 1))]
+    if residual:
+        values.append(rng.standard_normal((2, o, oh, ow)))
+    values = [v.astype(np.float32) for v in values]
+    got = refcomp.runtime.VirtualMachine(ex)["main"](*values)
+    expected = _np_conv(values[0].astype(np.float64), values[1].astype(np.float64), (stride,) * 2, (1,) * 4, (1, 1))
+    expected = expected + values[2] + (values[3] if residual else 0)
+    np.testing.assert_allclose(got, np.clip(expected, 0, 6), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("c,h,w,o,residual", [(8, 6, 48, 48, False), (16, 5, 24, 96, True), (3, 4, 16, 17, True)])
+def test_gemm_tile_epilogue_runs_under_the_tile_loop(rng, c, h, w, o, residual):
+    """A 1x1 convolution over few channels (the GEMM tile form, which writes the output from the
+    reduction) + bias (+ residual) + clip: the epilogue is moved under the convolution's parallel
+    loop (reverse_compute_at), so each tile is finished while in cache; numpy's numbers."""
+    x, wt, b = Var("x", tensor((2, c, h, w))), Var("w", tensor((o, c, 1, 1))), Var("b", tensor((1, o, 1, 1)))
+    params = [x, wt, b] + ([Var("r", tensor((2, o, h, w)))] if residual else [])
+    bb = BlockBuilder()
+    with bb.function("main", params):
+        with bb.dataflow():
+            y = op.add(op.conv2d(x, wt), b)
+            if residual:
+                y = op.add(y, params[3])
+            out = bb.emit_output(op.clip(y, 0.0, 6.0))
+        bb.emit_func_output(out)
+    ex = refcomp.graph.build(bb.get(), target="c", blas=False)
+    (kernel,) = [f for f in ex.module.functions.values() if isinstance(f, PrimFunc)]
+    from refcomp.ast import BufferStore, For
+    from refcomp.loops.primitives.tree import walk
+
+    out_buffer = kernel.params[-1]
+    parallel = [loop for loop in walk(kernel.body) if isinstance(loop, For) and loop.kind == "parallel"]
+    if w % 8 == 0 and o % 8 == 0:  # the GEMM tile applies: one parallel nest holds the conv and its epilogue
+        assert any(any(isinstance(s, BufferStore) and s.buffer is out_buffer for s in walk(loop.body))
+                   and any(isinstance(s, BufferStore) and s.buffer is not out_buffer for s in walk(loop.body))
+                   for loop in parallel)
+    values = [rng.standard_normal((2, c, h, w)), rng.standard_normal((o, c, 1, 1)), rng.standard_normal((1, o, 1, 1))]
+    if residual:
+        values.append(rng.standard_normal((2, o, h, w)))
+    values = [v.astype(np.float32) for v in values]
+    got = refcomp.runtime.VirtualMachine(ex)["main"](*values)
+    expected = _np_conv(values[0].astype(np.float64), values[1].astype(np.float64), (1, 1), (0,) * 4, (1, 1))
+    expected = expected + values[2] + (values[3] if residual else 0)
+    np.testing.assert_allclose(got, np.clip(expected, 0, 6), rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_conv_bias_clip_kernels_match_numpy_at_drawn_shapes(rng, data):
+    """conv + bias (+ residual) + clip through graph.build at drawn shapes (odd, prime, 1, stride
+    2, padding; depthwise, 1x1 and k x k): whichever form each kernel takes (the channel-vector
+    write-back on vectors, the GEMM tile with its epilogue under the tile loop, the depthwise row
+    tile with its padded input made per plane, stride-2 loads), the numbers are numpy's."""
+    depthwise = data.draw(st.booleans(), label="depthwise")
+    c = data.draw(st.sampled_from([1, 3, 8, 13, 16]), label="c")
+    o = c if depthwise else data.draw(st.sampled_from([1, 7, 16, 32, 48]), label="o")
+    k = data.draw(st.sampled_from([1, 3, 5]), label="k")
+    stride = data.draw(st.integers(1, 2), label="stride")
+    pad = data.draw(st.integers(0, k // 2), label="pad")
+    h = data.draw(st.integers(max(k - 2 * pad, 1), 13), label="h")
+    w = data.draw(st.sampled_from([v for v in (1, 2, 5, 7, 11, 16, 24, 31) if v + 2 * pad >= k]), label="w")
+    residual = data.draw(st.booleans(), label="residual")
+    groups = c if depthwise else 1
+    oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    x, wt, b = Var("x", tensor((2, c, h, w))), Var("w", tensor((o, c // groups, k, k))), Var("b", tensor((1, o, 1, 1)))
+    params = [x, wt, b] + ([Var("r", tensor((2, o, oh, ow)))] if residual else [])
+    bb = BlockBuilder()
+    with bb.function("main", params):
+        with bb.dataflow():
+            y = op.add(op.conv2d(x, wt, strides=stride, padding=pad, groups=groups), b)
+            if residual:
+                y = op.add(y, params[3])
+            out = bb.emit_output(op.clip(y, 0.0, 6.0))
+        bb.emit_func_output(out)
+    ex = refcomp.graph.build(bb.get(), target="c", blas=False)
+    shapes = [(2, c, h, w), (o, c // groups, k, k), (1, o, 1, 1)] + ([(2, o, oh, ow)] if residual else [])
+    values = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    got = refcomp.runtime.VirtualMachine(ex)["main"](*values)
+    expected = _np_conv(values[0].astype(np.float64), values[1].astype(np.float64), (stride,) * 2, (pad,) * 4,
+                        (1, 1), groups) + values[2] + (values[3] if residual else 0)
+    np.testing.assert_allclose(got, np.clip(expected, 0, 6), rtol=1e-4, atol=1e-4)
+
+
+def test_padded_copy_of_a_channel_mixing_conv_stays_a_pass_of_its_own(rng):
+    """A convolution that is not depthwise (one input channel, 16 outputs, 5 x 5, stride 2, a
+    single output column) keeps its padded input as a pass of its own, and matches numpy (found
+    by the drawn-shapes test: made per row tile, this one went wrong)."""
+    x, wt, b = Var("x", tensor((2, 1, 7, 2))), Var("w", tensor((16, 1, 5, 5))), Var("b", tensor((1, 16, 1, 1)))
+    bb = BlockBuilder()
+    with bb.function("main", [x, wt, b]):
+        with bb.dataflow():
+            out = bb.emit_output(op.clip(op.add(op.conv2d(x, wt, strides=2, padding=2), b), 0.0, 6.0))
+        bb.emit_func_output(out)
+    ex = refcomp.graph.build(bb.get(), target="c", blas=False)
+    values = [rng.standard_normal(s).astype(np.float32) for s in [(2, 1, 7, 2), (16, 1, 5, 5), (1, 16, 1, 1)]]
+    got = refcomp.runtime.VirtualMachine(ex)["main"](*values)
+    expected = _np_conv(values[0].astype(np.float64), values[1].astype(np.float64), (2, 2), (2,) * 4, (1, 1))
+    np.testing.assert_allclose(got, np.clip(expected + values[2], 0, 6), rtol=1e-4, atol=1e-4)

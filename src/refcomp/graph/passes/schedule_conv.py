@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+from ...ast import as_int
 from ...ast.functor import collect
 from ...ast.stmt import Block
 from ...errors import RefcompError
@@ -40,6 +41,8 @@ def schedule_conv(sch, rest: Callable):
         return None
     inputs = {block.reads[shape.x_index].buffer for block in collect(func.body, Block)
               for shape in found if block.name == shape.block}
+    depthwise = {shape.block for shape in found for block in collect(func.body, Block)
+                 if block.name == shape.block and _is_depthwise(block, shape)}
     for name in others:
         try:
             rv = sch.get_block(name)
@@ -50,7 +53,13 @@ def schedule_conv(sch, rest: Callable):
             continue
         if _into_write_back(sch, rv):
             continue
-        padded = _padded_copy(sch, rv, inputs)
+        moved = _epilogue_at_tile(sch, rv, convs)
+        if moved is not None:
+            sch = moved
+            continue
+        padded = _padded_copy_per_plane(sch, rv, inputs, depthwise)
+        if padded is None:
+            padded = _padded_copy(sch, rv, inputs)
         if padded is not None:
             sch = padded
         else:
@@ -79,6 +88,96 @@ def _into_write_back(sch, rv) -> bool:
         log.debug("schedule_conv: epilogue %s stays a stage of its own: %s", block.name, exc)
         return False
     return True
+
+
+def _epilogue_at_tile(sch, rv, convs: set):
+    """Move an epilogue that reads a convolution's output (bias, activation, residual sum) under
+    the innermost loop of the convolution's nest at which `reverse_compute_at` takes it (the GEMM
+    tile and direct forms, which write the output from the reduction itself: the tile's values
+    are then still in cache when the epilogue reads them), its innermost loop vectorized by the
+    widest power of two dividing it (`row_lanes`): a new schedule, or None (sch unchanged) when
+    the block is not such an epilogue or no loop takes it."""
+    from ...loops import recipes
+
+    block = sch.get(rv)
+    if any(iv.kind != "spatial" for iv in block.iter_vars):
+        return None
+    try:
+        producers = [sch.get(p).name for p in sch.get_producers(rv)]
+    except RefcompError:
+        return None
+    conv = next((name for name in producers if name in convs or name.removesuffix("_o") in convs), None)
+    if conv is None:
+        return None
+    for depth in range(len(sch.get_loops(sch.get_block(conv))) - 1, -1, -1):
+        attempt = sch.copy()
+        try:
+            loop = attempt.get_loops(attempt.get_block(conv))[depth]
+            if attempt.get(loop).kind not in ("serial", "parallel"):
+                continue
+            epilogue = attempt.get_block(block.name)
+            attempt.reverse_compute_at(epilogue, loop)
+            inner = attempt.get_loops(epilogue)[-1]
+            extent = as_int(attempt.get(inner).extent)
+            lanes = recipes.row_lanes(extent) if extent is not None else None
+            if lanes is not None:
+                if lanes < extent:
+                    _, inner = attempt.split(inner, [None, lanes])
+                attempt.vectorize(inner)
+        except RefcompError as exc:
+            log.debug("schedule_conv: epilogue %s not at depth %d of %s: %s", block.name, depth, conv, exc)
+            continue
+        return attempt
+    return None
+
+
+def _is_depthwise(block, shape) -> bool:
+    """Whether the convolution block reads one input channel per output channel (its channel
+    reduction of extent 1, X's channel index following the output channel)."""
+    from ...ast import BufferLoad, as_int as _as_int
+    from ...loops.recipes.conv import _vars_in
+
+    nd = shape.spatial_dims
+    out_channel, channel = block.iter_vars[1].var, block.iter_vars[2 + nd]
+    if _as_int(channel.dom.extent) != 1:
+        return False
+    data = block.reads[shape.x_index].buffer
+    loads = [l for l in collect(block.body, BufferLoad) if l.buffer is data]
+    return bool(loads) and out_channel in _vars_in(loads[0].indices[1])
+
+
+def _padded_copy_per_plane(sch, rv, inputs: set, convs: set):
+    """A depthwise convolution's (one of `convs`) padded input made one plane at a time, inside the convolution's
+    parallel channel loop (`compute_at`): each channel's padded plane is written just before the
+    tile reads it (in cache; no pass of its own over the whole tensor), each row one vector loop.
+    The planes of different channels are disjoint, so the parallel loop stays legal.  A new
+    schedule, or None (sch unchanged) when rv is not such a copy or a step is refused (a
+    convolution mixing channels needs every input plane: its copy stays a pass of its own)."""
+    block = sch.get(rv)
+    if len(block.writes) != 1 or block.writes[0].buffer not in inputs or block.init is not None \
+            or any(iv.kind != "spatial" for iv in block.iter_vars):
+        return None
+    for conv in convs:
+        attempt = sch.copy()
+        try:
+            conv_rv = attempt.get_block(conv)
+            if block.writes[0].buffer not in {r.buffer for r in attempt.get(conv_rv).reads}:
+                continue
+            conv_loops = attempt.get_loops(conv_rv)
+            depth = next((i + 1 for i, l in enumerate(conv_loops) if attempt.get(l).kind == "parallel"), None)
+            if depth is None:
+                continue
+            copy = attempt.get_block(block.name)
+            attempt.compute_at(copy, conv_loops[depth - 1])
+            loops = attempt.get_loops(copy)
+            if len(loops) - depth < 2:
+                continue
+            attempt.vectorize(loops[-1])
+        except RefcompError as exc:
+            log.debug("schedule_conv: the padded copy %s is not made per plane: %s", block.name, exc)
+            continue
+        return attempt
+    return None
 
 
 def _padded_copy(sch, rv, inputs: set):

@@ -3,8 +3,8 @@
     from refcomp.loops import recipes
     sch = recipes.matmul_fp32(func)          # a Schedule; build sch.func
 """
-from .conv import ConvShape, conv_fp32, conv_shape, find_conv, find_convs
+from .conv import ConvShape, conv_fp32, conv_shape, find_conv, find_convs, row_lanes
 from .epilogue import matmul_bias_gelu
 from .matmul import Tiling, matmul_bf16, matmul_fp32, matmul_int8, tiled_matmul
 
-__all__ = ["ConvShape", "Tiling", "conv_fp32", "conv_shape", "find_conv", "find_convs", "matmul_bf16", "matmul_bias_gelu", "matmul_fp32", "matmul_int8", "tiled_matmul"]
+__all__ = ["ConvShape", "Tiling", "conv_fp32", "conv_shape", "find_conv", "find_convs", "matmul_bf16", "matmul_bias_gelu", "matmul_fp32", "matmul_int8", "row_lanes", "tiled_matmul"]

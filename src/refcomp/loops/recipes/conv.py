@@ -394,10 +394,11 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     # a narrow output (a ResNet's 6 x 6 or 3 x 3 stages): the tile takes whole rows, so each
     # weight vector loaded feeds more output pixels
     height = as_int(sch.get(rows[-1]).extent) if rows else None
+    fused = False
     if height is not None and xb < preferred:
         pixels = column_tile(height * shape.out_width, preferred)
         if pixels > xb and pixels % shape.out_width == 0:
-            x, rows, xb = sch.fuse(rows[-1], x), rows[:-1], pixels
+            x, rows, xb, fused = sch.fuse(rows[-1], x), rows[:-1], pixels, True
     x_outer, x_inner = sch.split(x, [None, xb])
     channel, *window = reduce_loops
     # the channel loop innermost of the reduction: the accumulators stay at one address for its
@@ -426,14 +427,39 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
         sch.unroll(x_inner)
     if mv > 1:
         sch.unroll(o_mid)
+    _vectorize_write_back(sch, tile, xb, native, fused)
     if parallel:
         sch.parallel(rows[0] if few else o_outer)
     return sch
 
 
+def _vectorize_write_back(sch: Schedule, tile, xb: int, native: int, whole_rows: bool) -> None:
+    """The tile's write-back out[n, o, y, x : x + XB] = acc[0 : XB, o] a vector of output columns
+    at a time (contiguous in the output; each lane of the tile read at the stride of a column,
+    MV * L): the epilogue inlined into it later (bias, clip, residual sum) then runs on vectors,
+    not one element at a time.  The columns' loop (with whole_rows, the tile's rows and columns
+    fused: whole rows are contiguous in the output too) is split by the widest power of two of at least
+    4 lanes, up to the native vector, dividing XB, or vectorized whole when XB is 3 up to the
+    native lanes (lowered as the powers of two it is made of); else left as it is."""
+    lanes = _row_lanes(xb, native)
+    if lanes is None:
+        return
+    loops = sch.get_loops(tile)
+    # a tile of whole rows: its rows and columns one loop (contiguous in the output too)
+    column = sch.fuse(*loops[-2:]) if whole_rows and len(loops) >= 2 else loops[-1]
+    if lanes < xb:
+        _, column = sch.split(column, [None, lanes])
+    sch.vectorize(column)
+
+
 # Accumulator vectors of one depthwise row tile (of the 16 ymm / 32 zmm registers, the rest hold
 # the input vectors and the weight broadcasts).
 _ROW_VECTORS = 12
+
+
+def row_lanes(width: int, native: int | None = None) -> int | None:
+    """The vector for a row of `width` elements (see _row_lanes; native: this CPU's by default)."""
+    return _row_lanes(width, native_lanes() if native is None else native)
 
 
 def _row_lanes(width: int, native: int) -> int | None:
@@ -504,4 +530,4 @@ def _data_load(block: Block, shape: ConvShape) -> BufferLoad:
     return loads[0]
 
 
-__all__ = ["ConvShape", "channel_block", "column_tile", "conv_fp32", "conv_shape", "find_conv", "find_convs", "vector_width"]
+__all__ = ["ConvShape", "row_lanes", "channel_block", "column_tile", "conv_fp32", "conv_shape", "find_conv", "find_convs", "vector_width"]
