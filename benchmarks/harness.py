@@ -4,8 +4,10 @@ alternating best-of timer.
 Import this module before numpy: it edits the environment OpenBLAS and libgomp read when they load.
 - The user's OpenBLAS overrides (`OPENBLAS_CORETYPE`, `OPENBLAS_L2_SIZE`) are dropped in this process,
   so numpy runs the kernel OpenBLAS picks for this CPU.
-- Idle OpenMP workers sleep instead of spinning (`OMP_WAIT_POLICY=passive` unless set): on a small
-  machine a spinning worker takes the core that the next kernel, or numpy's thread pool, needs.
+- Idle OpenMP workers spin briefly, then sleep (`OMP_WAIT_POLICY=PASSIVE` with `GOMP_SPINCOUNT=100000`,
+  about 1 ms, unless either is set): what graph.build asks for (refcomp.runtime.threads).  libgomp's
+  default 3 ms spin takes the core that numpy's thread pool needs on a small machine; no spin at all
+  makes every parallel kernel wake its workers first.
 - glibc keeps freed blocks up to 32 MiB in the heap (`mallopt`). numpy allocates fresh temporaries
   on every call; with glibc's default, history-dependent thresholds, whether they come back as mapped
   heap memory or as fresh pages to fault in depends on what the process did before (the same numpy
@@ -19,7 +21,9 @@ import time
 
 for _name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
     os.environ.pop(_name, None)
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+from refcomp.runtime.threads import prefer_short_openmp_spins  # noqa: E402  (after the OpenBLAS edits)
+
+prefer_short_openmp_spins()
 
 # Pause before each side's round: OpenBLAS's idle threads busy-wait for a while after a call and
 # would take a core from the next kernel.

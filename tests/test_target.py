@@ -182,19 +182,27 @@ def test_importing_refcomp_leaves_the_environment_alone():
     code = ("import os; before = dict(os.environ); import refcomp.graph, refcomp.graph.pipeline, "
             "refcomp.runtime, refcomp.driver, refcomp.emit_c, refcomp.emit_cuda; "
             "assert dict(os.environ) == before, set(os.environ.items()) ^ set(before.items())")
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(os.path.dirname(__file__), "..", "src"),
                                                       env.get("PYTHONPATH")]))
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=300)
 
 
-def test_passive_waits_are_asked_only_before_openmp_starts(monkeypatch):
+def test_short_spins_are_asked_only_before_openmp_starts(monkeypatch):
     from refcomp.runtime import threads
 
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
     monkeypatch.setattr(threads, "openmp_loaded", lambda: True)
-    assert not threads.prefer_passive_openmp_waits() and "OMP_WAIT_POLICY" not in os.environ
+    assert not threads.prefer_short_openmp_spins() and "OMP_WAIT_POLICY" not in os.environ
     monkeypatch.setattr(threads, "openmp_loaded", lambda: False)
-    assert threads.prefer_passive_openmp_waits() and os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert threads.prefer_short_openmp_spins()
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE" and os.environ["GOMP_SPINCOUNT"] == threads.SPIN_COUNT
+    # a user's own setting of either wins
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    assert not threads.prefer_passive_openmp_waits() and os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+    monkeypatch.delenv("GOMP_SPINCOUNT")
+    assert not threads.prefer_short_openmp_spins() and os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+    assert "GOMP_SPINCOUNT" not in os.environ
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    monkeypatch.setenv("GOMP_SPINCOUNT", "0")
+    assert not threads.prefer_short_openmp_spins() and "OMP_WAIT_POLICY" not in os.environ

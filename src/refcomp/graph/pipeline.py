@@ -25,7 +25,7 @@ from ..ast.graph import Function
 from ..driver import DEFAULT_BOUNDS, check_bounds_mode
 from ..driver import build as build_kernel
 from ..errors import BuildError
-from ..runtime.threads import prefer_passive_openmp_waits
+from ..runtime.threads import prefer_short_openmp_spins
 from ..runtime.vm import Executable
 from ..target import Target, parse_target
 from . import passes as P
@@ -115,7 +115,7 @@ def build(mod: IRModule | Function, target: str | Target = "c", *, fuse: bool = 
     check_bounds_mode(bounds, "graph.build")
     compiled_kernels = parsed.kind == "c"
     if compiled_kernels:
-        prefer_passive_openmp_waits()
+        prefer_short_openmp_spins()
     if blas is None or blas:
         from ..runtime.blas import register_blas
 
