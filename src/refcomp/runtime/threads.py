@@ -3,16 +3,18 @@
 libgomp reads OMP_WAIT_POLICY and GOMP_SPINCOUNT once, when it is loaded (by the first OpenMP
 kernel a process opens).  A graph run is a sequence of short parallel kernels, often with
 OpenBLAS calls (their own thread pool) between them:
-- libgomp's default lets an idle worker spin for about 3 ms before it sleeps, which starves the
+- libgomp's default lets an idle worker spin for about 3 ms before it sleeps, which starved the
   BLAS threads on small machines (measured: 10-50x slower runs on 2 cores);
-- passive waits (no spin) make every kernel wake its sleeping workers first, which on a 2-core
-  machine cost about half of a small model's time (ResNet-18 at half width, batch 2, 96x96: 4.6
-  ms passive, 2.4 ms with a short spin; the demo's MLP 0.69 -> 0.35 ms);
-- a spin of GOMP_SPINCOUNT=100000 (about 1 ms at libgomp's estimate of 100000 spins per ms),
-  with OMP_WAIT_POLICY=PASSIVE behind it, keeps the workers awake across a model's kernels and
-  sleeps soon after; when a process has more OpenMP workers than CPUs, libgomp uses its
-  throttled spin count instead, which the passive policy keeps near zero.  (A spin of 10000 was
-  worse than either: some calls took 10 ms.)
+- passive waits (no spin) make every kernel wake its sleeping workers first; on a quiet 2-core
+  machine that was about half of a small model's time (`benchmarks/models.py`, 2 threads:
+  geometric mean 0.54x onnxruntime passive, 0.80-0.86x with the spin below; ResNet-18 at half
+  width 4.6 -> 2.1-2.7 ms; the demo's MLP 0.63 -> 0.38 ms, row softmax 0.20 -> 0.09 ms);
+- GOMP_SPINCOUNT=100000 (well under libgomp's default) with OMP_WAIT_POLICY=PASSIVE behind it
+  keeps the workers awake across a model's kernels and sleeps soon after; when a process has more
+  OpenMP workers than CPUs, libgomp uses its throttled spin count instead, which the passive
+  policy keeps near zero.  A spin of 10000 was worse than either (calls of 3-10 ms).
+Spinning costs where other processes want the same cores: on a machine shared with other busy
+jobs set OMP_WAIT_POLICY=PASSIVE (or GOMP_SPINCOUNT=0) yourself.
 So graph.build asks for that pair before it loads its first kernel; a user's own setting of
 either variable always wins.
 """
