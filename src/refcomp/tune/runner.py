@@ -37,6 +37,10 @@ from ..loops.primitives.legality import const_int
 from . import isolate
 
 STATUSES = ("ok", "build_error", "run_error", "crash", "timeout", "wrong")
+# A run time of a candidate is the mean of as many calls (up to MAX_CALLS_PER_RUN) as last about
+# MIN_RUN_SECONDS, after a warm-up call.
+MIN_RUN_SECONDS = 2e-3
+MAX_CALLS_PER_RUN = 200
 
 
 @dataclass(frozen=True)
@@ -232,13 +236,19 @@ def _run_child(conn: Any, func: PrimFunc, trace: dict, target: str, build: Calla
             return
         times = []
         timed_call = getattr(kernel, "timed_call", None)  # a kernel that times itself (DeviceResident)
-        for _ in range(repeats):
-            if timed_call is not None:
-                times.append(float(timed_call(*arrays)))
-                continue
+        if timed_call is not None:
+            times = [float(timed_call(*arrays)) for _ in range(repeats)]
+        else:
+            # each run time is the mean of enough calls to last about MIN_RUN_SECONDS: one call of
+            # a short kernel is mostly timer and thread wake-up noise, which ranked candidates by luck
             start = time.perf_counter()
             kernel(*arrays)
-            times.append(time.perf_counter() - start)
+            calls = max(1, min(MAX_CALLS_PER_RUN, int(MIN_RUN_SECONDS / max(time.perf_counter() - start, 1e-7))))
+            for _ in range(repeats):
+                start = time.perf_counter()
+                for _ in range(calls):
+                    kernel(*arrays)
+                times.append((time.perf_counter() - start) / calls)
         conn.send(("ok", tuple(times), ""))
     except BaseException:
         conn.send(("run_error", (), traceback.format_exc(limit=3)))
