@@ -163,19 +163,8 @@ def test_channel_vector_write_back_runs_on_vectors(rng, c, h, w, o, stride, resi
     """conv + bias (+ residual) + clip on the channel-vector tile: the write-back, with the
     epilogue folded in, stores vectors of output columns where a vector applies (always for 16
     columns); odd, prime, single-column and stride-2 outputs match numpy."""
-    x, wt, b = Var("x", tensor((2, c, h, w))), Var("w", tensor((o, c, 3, 3))), Var("b", tensor((1, o, 1, 1)))
     oh, ow = (h + 2 - 3) // stride + 1, (w + 2 - 3) // stride + 1
-    params = [x, wt, b] + ([Var("r", tensor((2, o, oh, ow)))] if residual else [])
-    bb = BlockBuilder()
-    with bb.function("main", params):
-        with bb.dataflow():
-            y = op.add(op.conv2d(x, wt, strides=stride, padding=1), b)
-            if residual:
-                y = op.add(y, params[3])
-            out = bb.emit_output(op.clip(y, 0.0, 6.0))
-        bb.emit_func_output(out)
-    ex = refcomp.graph.build(bb.get(), target="c", blas=False)
-    (kernel,) = [f for f in ex.module.functions.values() if isinstance(f, PrimFunc)]
+    ex, kernel = _conv_bias_clip(c, h, w, o, 3, stride, 1, (oh, ow) if residual else None)
     from refcomp.ast import BufferStore, For
     from refcomp.loops.primitives.tree import walk
 
@@ -194,23 +183,30 @@ def test_channel_vector_write_back_runs_on_vectors(rng, c, h, w, o, stride, resi
     np.testing.assert_allclose(got, np.clip(expected, 0, 6), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("c,h,w,o,residual", [(8, 6, 48, 48, False), (16, 5, 24, 96, True), (3, 4, 16, 17, True)])
-def test_gemm_tile_epilogue_runs_under_the_tile_loop(rng, c, h, w, o, residual):
-    """A 1x1 convolution over few channels (the GEMM tile form, which writes the output from the
-    reduction) + bias (+ residual) + clip: the epilogue is moved under the convolution's parallel
-    loop (reverse_compute_at), so each tile is finished while in cache; numpy's numbers."""
-    x, wt, b = Var("x", tensor((2, c, h, w))), Var("w", tensor((o, c, 1, 1))), Var("b", tensor((1, o, 1, 1)))
-    params = [x, wt, b] + ([Var("r", tensor((2, o, h, w)))] if residual else [])
+def _conv_bias_clip(c, h, w, o, k, stride, padding, residual_hw):
+    """(executable, its one kernel) of clip(conv2d(x, w) + b (+ r), 0, 6) at batch 2; residual_hw:
+    the residual's spatial shape, or None for none."""
+    x, wt, b = Var("x", tensor((2, c, h, w))), Var("w", tensor((o, c, k, k))), Var("b", tensor((1, o, 1, 1)))
+    params = [x, wt, b] + ([Var("r", tensor((2, o) + tuple(residual_hw)))] if residual_hw else [])
     bb = BlockBuilder()
     with bb.function("main", params):
         with bb.dataflow():
-            y = op.add(op.conv2d(x, wt), b)
-            if residual:
+            y = op.add(op.conv2d(x, wt, strides=stride, padding=padding), b)
+            if residual_hw:
                 y = op.add(y, params[3])
             out = bb.emit_output(op.clip(y, 0.0, 6.0))
         bb.emit_func_output(out)
     ex = refcomp.graph.build(bb.get(), target="c", blas=False)
     (kernel,) = [f for f in ex.module.functions.values() if isinstance(f, PrimFunc)]
+    return ex, kernel
+
+
+@pytest.mark.parametrize("c,h,w,o,residual", [(8, 6, 48, 48, False), (16, 5, 24, 96, True), (3, 4, 16, 17, True)])
+def test_gemm_tile_epilogue_runs_under_the_tile_loop(rng, c, h, w, o, residual):
+    """A 1x1 convolution over few channels (the GEMM tile form, which writes the output from the
+    reduction) + bias (+ residual) + clip: the epilogue is moved under the convolution's parallel
+    loop (reverse_compute_at), so each tile is finished while in cache; numpy's numbers."""
+    ex, kernel = _conv_bias_clip(c, h, w, o, 1, 1, 0, (h, w) if residual else None)
     from refcomp.ast import BufferStore, For
     from refcomp.loops.primitives.tree import walk
 
