@@ -3,7 +3,8 @@
 The model (a two-layer MLP with its weights as constants) is built with the graph API and runs as
 one compiled C call (graph.build's default executor); the same model runs in numpy and, when onnx
 and onnxruntime are installed, as an ONNX graph in onnxruntime.  Each side is timed as its best
-single call of several, after a warm-up call; the printed ISA is what gcc -march=native targets.
+single call of several, after a warm-up call and a pause that lets the other sides' idle thread
+pools stop spinning; the printed ISA is what gcc -march=native targets.
 """
 from __future__ import annotations
 
@@ -17,7 +18,13 @@ from .driver import build
 from .loops.intrin.cpu import describe
 
 
+# Pause before timing each side: an idle thread pool (refcomp's OpenMP workers, OpenBLAS's, or
+# onnxruntime's) spins for a while after its last call and would take a core from the next side.
+SETTLE_SECONDS = 0.3
+
+
 def _best(fn: Callable[[], object], repeat: int = 3) -> float:
+    time.sleep(SETTLE_SECONDS)
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
@@ -192,6 +199,7 @@ def main() -> int:
         error = float(np.max(np.abs(out - want)) / max(1.0, float(np.max(np.abs(want)))))
         worst = max(worst, error)
         # best single run of several: robust when other processes compete for the cores
+        time.sleep(SETTLE_SECONDS)
         t_ref = lib.time(*inputs, out, number=1, repeat=10)
         t_np = _best(lambda: reference(*inputs), repeat=10)
         shape = "x".join(str(d) for d in out.shape)
