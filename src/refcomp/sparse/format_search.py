@@ -32,7 +32,7 @@ import numpy as np
 from ..errors import ArgumentError
 from .formats import SparseMatrix
 from .hyb import DEFAULT_CANDIDATES, FormatChoice, measure_format
-from .kernels import _require_csr
+from .kernels import _require_csr, spmm
 
 ELL_WIDTHS = (4, 8, 16, 32, 64, 128)
 COLUMN_PARTS = (1, 2, 4, 8, 16, 32, 64)
@@ -113,6 +113,7 @@ def tune_format(A: SparseMatrix, width: int, trials: int = 16, *, database: Any 
     rng = random.Random(seed)
     operand = np.random.default_rng(rng.randrange(2**32))
     B = operand.uniform(-1.0, 1.0, (A.shape[1], width)).astype(A.dtype)
+    expected = spmm(A, B)  # every candidate is checked against CSR's product
     workload, machine = format_workload(A, width), machine_description(TARGET)
     flops = 2.0 * float(A.indptr["j"][-1]) * width
 
@@ -140,7 +141,7 @@ def tune_format(A: SparseMatrix, width: int, trials: int = 16, *, database: Any 
                 continue
             round_ = [fresh]
         for params in round_:
-            seconds, matrix = measure_format(A, B, params, repeat, "tune_format")
+            seconds, matrix = measure_format(A, B, expected, params, repeat, "tune_format")
             times[_key(params)] = (params, seconds)
             matrices[_key(params)] = matrix
             measured += 1
@@ -157,7 +158,7 @@ def tune_format(A: SparseMatrix, width: int, trials: int = 16, *, database: Any 
     params, _ = min(times.values(), key=lambda item: item[1])
     matrix = matrices.get(_key(params))
     if matrix is None:  # the best came from the database: build it (and check it) here
-        _, matrix = measure_format(A, B, params, 1, "tune_format")
+        _, matrix = measure_format(A, B, expected, params, 1, "tune_format")
     tried = tuple(sorted(times.values(), key=lambda item: item[1]))
     return FormatChoice(params, matrix, tried)
 

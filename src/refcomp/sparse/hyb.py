@@ -373,29 +373,32 @@ def choose_format(A: SparseMatrix, width: int, candidates=DEFAULT_CANDIDATES, re
     CSR; a dict: the parameters of format_decompose) and keep the fastest.  Every candidate's
     result is checked against CSR's before it is timed (an InternalError if one differs).
     `refcomp.sparse.tune_format` searches the parameters instead of a fixed list."""
+    from .kernels import spmm
+
     A = _require_csr(A, "choose_format")
     if not isinstance(width, int) or width < 1 or not candidates:
         raise ArgumentError(f"choose_format: expected a positive width and candidates, got {width!r}, {candidates!r}")
     rng = np.random.default_rng(seed)
     B = rng.uniform(-1.0, 1.0, (A.shape[1], width)).astype(A.dtype)
+    expected = spmm(A, B)
     tried: list[tuple[dict | None, float, Any]] = []
     for params in candidates:
-        seconds, matrix = measure_format(A, B, params, repeat, "choose_format")
+        seconds, matrix = measure_format(A, B, expected, params, repeat, "choose_format")
         tried.append((params, seconds, matrix))
     params, _, matrix = min(tried, key=lambda t: t[1])
     return FormatChoice(params, matrix, tuple((p, s) for p, s, _ in tried))
 
 
-def measure_format(A: SparseMatrix, B: np.ndarray, params: dict | None, repeat: int, what: str) -> tuple[float, Any]:
+def measure_format(A: SparseMatrix, B: np.ndarray, expected: np.ndarray, params: dict | None, repeat: int,
+                   what: str) -> tuple[float, Any]:
     """(best seconds of `repeat` SpMMs, the matrix) for CSR A in the format params describes (None:
-    CSR itself; a dict: format_decompose's parameters), after checking its product against CSR's
-    (an InternalError when it differs)."""
+    CSR itself; a dict: format_decompose's parameters), after checking its product against
+    `expected`, CSR's product A @ B (an InternalError when it differs)."""
     import time
 
     from ..errors import InternalError
     from .kernels import spmm
 
-    expected = spmm(A, B)
     matrix = A if params is None else format_decompose(A, **params)
     out = np.empty_like(expected)
     run = (lambda: spmm(A, B, out)) if params is None else (lambda: spmm_hyb(matrix, B, out))
