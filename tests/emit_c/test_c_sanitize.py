@@ -66,6 +66,16 @@ _PROGRAMS = textwrap.dedent("""
             b = np.zeros(3 * lanes, np.float32)
             lib(a, b)
             assert np.array_equal(b, a[::2])
+        from refcomp.graph.op.nn import _conv_te, _np_conv
+        from refcomp.loops import recipes
+        for h, o in ((6, 32), (24, 16)):  # the conv tile written back through its transpose (AVX-512)
+            X, W = te.placeholder((2, 16, h, h), "float32", "X"), te.placeholder((o, 16, 1, 1), "float32", "W")
+            Y = _conv_te(2)(X, W, (1, 1), (0,) * 4, (1, 1), 1)
+            lib = refcomp.build(recipes.conv_fp32(te.create_prim_func([X, W, Y])).func, target=target)
+            x, w = rng.standard_normal((2, 16, h, h)).astype(np.float32), rng.standard_normal((o, 16, 1, 1)).astype(np.float32)
+            y = np.zeros((2, o, h, h), np.float32)
+            lib(x, w, y)
+            assert np.allclose(y, _np_conv(x, w, (1, 1), (0,) * 4, (1, 1), 1), rtol=1e-4, atol=1e-4)
         print("clean")
     else:
         n = SizeVar("n", "int32")

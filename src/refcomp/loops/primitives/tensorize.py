@@ -507,12 +507,17 @@ class _Instantiator(Mutator):
         index_of = dict(zip(self.match.dims[d_buffer], indices))
         out = []
         for axis, o in enumerate(origin):
+            # each index in the dtype of the dimension it indexes (an int64 dim of the program's
+            # buffer indexed by an int32 expression of the description would be cast, and its
+            # offsets hidden from the analyses that follow, such as the compaction of a stack tile)
+            dim_dtype = target.shape[axis].dtype if target.shape[axis].dtype.is_integer else None
             index = index_of.get(axis)
             if index is None:
-                out.append(o.to_expr())
+                out.append(o.to_expr(dim_dtype) if dim_dtype is not None else o.to_expr())
                 continue
+            dtype = dim_dtype or index.dtype
             form = normalize(index)
-            out.append((o + form).to_expr(index.dtype) if form is not None else o.to_expr(index.dtype) + index)
+            out.append((o + form).to_expr(dtype) if form is not None else o.to_expr(dtype) + Cast(dtype, index))
         return target, tuple(out)
 
     def visit_BufferLoad(self, load: BufferLoad) -> PrimExpr:

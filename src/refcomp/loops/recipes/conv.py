@@ -172,10 +172,11 @@ _CHANNEL_BLOCK = {8: 6, 16: 12}
 
 def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, parallel: bool = True,
               pack_weight: bool = True, gemm_tile: bool = True, channel_vector: bool = True,
-              depthwise_rows: bool = True) -> Schedule:
+              depthwise_rows: bool = True, transpose_tile: bool = True) -> Schedule:
     """Schedule a float32 convolution block (see the module docstring): not grouped, on the
-    channel-vector tile (unless channel_vector is False) when a vector of at least 8 lanes divides
-    the output channels, or on the fp32 GEMM tile (unless gemm_tile is False) when its NR divides
+    channel-vector tile (unless channel_vector is False; its tile written back through a transpose
+    in registers where the CPU has one, unless transpose_tile is False: the reference interpreter
+    does not run that C helper) when a vector of at least 8 lanes divides the output channels, or on the fp32 GEMM tile (unless gemm_tile is False) when its NR divides
     the output width and the input is read at unit stride along it, the first of the two for a
     reduction of 64 terms or more, the second for a shorter one; depthwise, on the row tile
     (unless depthwise_rows is False) when a vector divides the output width; else on the direct
@@ -210,8 +211,10 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
         reduction *= as_int(iv.dom.extent) or 0
     # the channel-vector tile first where the reduction is long enough to hide its write-back
     # (a transpose of XB x L values per tile); short ones (a 1x1 over a few channels) on the GEMM
-    # tile where it applies
-    forms = ["gemm", "cv"] if reduction < _CHANNEL_VECTOR_MIN_REDUCTION else ["cv", "gemm"]
+    # tile where it applies, unless the tile is transposed in registers (then the channel-vector
+    # tile won on every 1x1 measured, over 8 input channels too)
+    short = reduction < _CHANNEL_VECTOR_MIN_REDUCTION and not (transpose_tile and _transposes_tiles(native))
+    forms = ["gemm", "cv"] if short else ["cv", "gemm"]
     for form in forms:
         if form == "gemm" and gemm_tile and not grouped:
             tile = _gemm_tile_for(shape, node)
@@ -224,7 +227,8 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
         if form == "cv" and cv_lanes is not None:
             attempt = sch.copy()
             try:
-                return _conv_channel_vector(attempt, attempt.get_block(block), shape, cv_lanes, native, parallel)
+                return _conv_channel_vector(attempt, attempt.get_block(block), shape, cv_lanes, native, parallel,
+                                            transpose_tile)
             except ScheduleError as exc:
                 log.debug("conv_fp32: %s: the channel-vector tile does not apply (%s)", block, exc)
     row_lanes = _row_lanes(shape.out_width, native)
@@ -263,6 +267,15 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
 # tried before the GEMM tile (measured: a 1x1 over 16 or 32 channels runs faster on the GEMM tile,
 # a 3x3 over 16 or a 1x1 over 96 on the channel-vector tile).
 _CHANNEL_VECTOR_MIN_REDUCTION = 64
+
+
+def _transposes_tiles(lanes: int) -> bool:
+    """Whether the channel-vector tile of `lanes` channels is written back through a transpose in
+    registers on this CPU (_transposed_tile)."""
+    from .transpose import tile_transpose_intrin
+
+    intrin = tile_transpose_intrin(1, 2, lanes)
+    return intrin is not None and intrin.available()
 
 
 def channel_lanes(channels: int, native: int) -> int | None:
@@ -358,7 +371,8 @@ def column_tile(width: int, preferred: int) -> int:
     return channel_block(width, preferred)
 
 
-def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native: int, parallel: bool) -> Schedule:
+def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native: int, parallel: bool,
+                         transpose_tile: bool = True) -> Schedule:
     """The output channels in vectors of L, a row of XB output columns in registers (MLAS's direct
     NCHWc kernel, on NCHW tensors): the block accumulates into a "local" tile acc[x % XB, o % L]
     per (n, o // L, y, x // XB), which lowering turns into a stack array of each thread that the C
@@ -414,34 +428,86 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
         sch.reorder(n, rows[0], o_outer, *rows[1:], x_outer, *window, channel, x_inner, o_mid, o_inner)
     else:
         sch.reorder(n, o_outer, *rows, x_outer, *window, channel, x_inner, o_mid, o_inner)
-    sch.reverse_compute_at(tile, x_outer)
     # channels last in the tile: each column's L channels one vector (compaction then keeps the
     # XB x L part one (n, o // L, y, x // XB) step uses)
-    if nd == 2:
-        sch.transform_layout(rv, ("write", 0), lambda n, o, y, x: (n, y, x, o))
+    layout = (lambda n, o, y, x: (n, y, x, o)) if nd == 2 else (lambda n, o, x: (n, x, o))
+    transposed = _transposed_tile(sch, rv, tile, x_outer, lanes, layout, fused) if transpose_tile else None
+    if transposed is not None:
+        sch = transposed  # handles stay valid in a copy
     else:
-        sch.transform_layout(rv, ("write", 0), lambda n, o, x: (n, x, o))
+        sch.reverse_compute_at(tile, x_outer)
+        sch.transform_layout(rv, ("write", 0), layout)
     sch.decompose_reduction(rv, window[0] if window else channel)
     sch.vectorize(o_inner)
     if xb > 1:
         sch.unroll(x_inner)
     if mv > 1:
         sch.unroll(o_mid)
-    _vectorize_write_back(sch, tile, xb, native, fused)
+    _vectorize_write_back(sch, tile, xb, native, fused, transposed is not None)
     if parallel:
         sch.parallel(rows[0] if few else o_outer)
     return sch
 
 
-def _vectorize_write_back(sch: Schedule, tile, xb: int, native: int, whole_rows: bool) -> None:
+def _transposed_tile(sch: Schedule, rv, tile, x_outer, lanes: int, layout, whole_rows: bool) -> Schedule | None:
+    """The tile copied, transposed in registers, from acc[.., XB, MV * L] (channels last, as the
+    reduction accumulates it) into a second stack tile accT[MV * L, .., XB] in the output's order
+    (cache_read of what the write-back reads, both placed at the tile loop by reverse_compute_at,
+    the copy tensorized by a tile transpose per vector of channels and, with whole_rows (the tile's
+    positions consecutive in both), all its positions at once when they are at most L, else runs
+    of at most L columns of one row): the write-back then reads each channel's columns contiguously, as the output
+    holds them, instead of gathering them at the tile's row stride (which cost as much as the
+    whole reduction of a 1x1 convolution over 48 channels).  The tile gets `layout` (channels
+    last), the copy keeps the output's.  A new schedule, or None (sch unchanged) when the CPU has
+    no such transpose or a step is refused."""
+    from .transpose import tile_transpose_intrin
+
+    if not _transposes_tiles(lanes):
+        return None
+    attempt = sch.copy()
+    try:
+        copy = attempt.cache_read(tile, 0, "local")
+        attempt.reverse_compute_at(copy, x_outer)
+        attempt.reverse_compute_at(tile, x_outer)
+        attempt.transform_layout(rv, ("write", 0), layout)
+        loops = attempt.get_loops(copy)
+        outer = attempt.get(x_outer)
+        # the copy's own loops, inside the tile loop: channels, rows (of a tile of whole rows), columns
+        inside = loops[next(i for i, loop in enumerate(loops) if attempt.get(loop) is outer) + 1:]
+        if len(inside) < 2:  # one column: nothing to transpose
+            return None
+        o, *rows, x = inside
+        columns = as_int(attempt.get(x).extent)
+        tile_rows = as_int(attempt.get(rows[0]).extent) if rows else 1
+        o_outer, o_inner = attempt.split(o, [None, lanes])
+        intrin = tile_transpose_intrin(tile_rows, columns, lanes) if rows and whole_rows else None
+        if intrin is not None:
+            attempt.reorder(o_outer, rows[0], x, o_inner)
+            transposed = rows[0]
+        else:
+            chunk = max((d for d in range(2, min(columns, lanes) + 1) if columns % d == 0), default=None)
+            intrin = tile_transpose_intrin(1, chunk, lanes) if chunk is not None else None
+            if intrin is None:
+                return None
+            x_outer, transposed = attempt.split(x, [None, chunk])
+            attempt.reorder(o_outer, *rows, x_outer, transposed, o_inner)
+        attempt.tensorize(transposed, intrin.name)
+    except ScheduleError as exc:
+        log.debug("conv_fp32: the tile is written back untransposed: %s", exc)
+        return None
+    return attempt
+
+
+def _vectorize_write_back(sch: Schedule, tile, xb: int, native: int, whole_rows: bool, transposed: bool) -> None:
     """The tile's write-back out[n, o, y, x : x + XB] = acc[0 : XB, o] a vector of output columns
     at a time (contiguous in the output; each lane of the tile read at the stride of a column,
     MV * L): the epilogue inlined into it later (bias, clip, residual sum) then runs on vectors,
     not one element at a time.  The columns' loop (with whole_rows, the tile's rows and columns
     fused: whole rows are contiguous in the output too) is split by the widest power of two of at least
     4 lanes, up to the native vector, dividing XB, or vectorized whole when XB is 3 up to the
-    native lanes (lowered as the powers of two it is made of); else left as it is."""
-    lanes = _row_lanes(xb, native)
+    native lanes (lowered as the powers of two it is made of); else left as it is.  A transposed
+    tile (read contiguously too) takes the whole XB as one vector up to the native lanes."""
+    lanes = xb if transposed and 2 < xb <= native else _row_lanes(xb, native)
     if lanes is None:
         return
     loops = sch.get_loops(tile)
