@@ -1,5 +1,5 @@
-"""A 32 x 16 fp32 transpose tile (two 16 x 16 in registers) for packing a `linear` weight W[j, k]
-into k-major panels.
+"""Transposes in registers: a 32 x 16 fp32 tile for packing a `linear` weight W[j, k] into k-major
+panels, and the tile transposes that write a convolution's register tile back in NCHW order.
 
 The matmul recipes pack B into panels Bp[j // NR, k, j % NR]; from W[j, k] that copy is a
 transpose.  Element by element (or by gathers) it cost a sixth of the whole 256 x 4096 x 1024
@@ -7,6 +7,11 @@ product on one core; in registers (16 loads, 64 shuffles, 16 stores per 256 floa
 runs within 3% of one with a row-major B.  The intrinsic is registered when this module is
 imported, under the name TRANSPOSE_32X16; tensorize matches it against a tile of the copy that
 builds 16 k-rows of one 32-wide panel (the panel index j // 32 stays outside the tile).
+
+The convolution's channel-vector tile holds acc[position, channel] (a vector of channels per
+position); the output wants out[channel, position].  tile_transpose_intrin(rows, columns, 16)
+turns a tile of rows x columns positions (at most 16) by 16 channels around in one pass of the
+same 16 x 16 network, the missing rows zero and the stores masked to the positions there are.
 """
 from __future__ import annotations
 
