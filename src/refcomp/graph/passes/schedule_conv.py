@@ -148,7 +148,7 @@ def _is_depthwise(block, shape) -> bool:
 
 def _padded_copy_per_plane(sch, rv, inputs: set, convs: set):
     """A depthwise convolution's (one of `convs`) padded input made one plane at a time, inside the convolution's
-    parallel channel loop (`compute_at`): each channel's padded plane is written just before the
+    parallel channel loop or the batch loop inside it (`compute_at`): each channel's padded plane is written just before the
     tile reads it (in cache; no pass of its own over the whole tensor), each row one vector loop.
     The planes of different channels are disjoint, so the parallel loop stays legal.  A new
     schedule, or None (sch unchanged) when rv is not such a copy or a step is refused (a
@@ -158,25 +158,28 @@ def _padded_copy_per_plane(sch, rv, inputs: set, convs: set):
             or any(iv.kind != "spatial" for iv in block.iter_vars):
         return None
     for conv in convs:
-        attempt = sch.copy()
-        try:
-            conv_rv = attempt.get_block(conv)
-            if block.writes[0].buffer not in {r.buffer for r in attempt.get(conv_rv).reads}:
-                continue
-            conv_loops = attempt.get_loops(conv_rv)
-            depth = next((i + 1 for i, l in enumerate(conv_loops) if attempt.get(l).kind == "parallel"), None)
-            if depth is None:
-                continue
-            copy = attempt.get_block(block.name)
-            attempt.compute_at(copy, conv_loops[depth - 1])
-            loops = attempt.get_loops(copy)
-            if len(loops) - depth < 2:
-                continue
-            attempt.vectorize(loops[-1])
-        except RefcompError as exc:
-            log.debug("schedule_conv: the padded copy %s is not made per plane: %s", block.name, exc)
+        conv_rv = sch.get_block(conv)
+        if block.writes[0].buffer not in {r.buffer for r in sch.get(conv_rv).reads}:
             continue
-        return attempt
+        conv_loops = sch.get_loops(conv_rv)
+        parallel = next((i for i, l in enumerate(conv_loops) if sch.get(l).kind == "parallel"), None)
+        if parallel is None:
+            continue
+        # at the parallel channel loop, or at the batch loop inside it (one plane of one image)
+        for depth in (parallel + 1, parallel + 2):
+            attempt = sch.copy()
+            try:
+                copy = attempt.get_block(block.name)
+                attempt.compute_at(copy, attempt.get_loops(attempt.get_block(conv))[depth - 1])
+                loops = attempt.get_loops(copy)
+                if len(loops) - depth < 2:
+                    continue
+                attempt.vectorize(loops[-1])
+            except RefcompError as exc:
+                log.debug("schedule_conv: the padded copy %s is not made per plane at depth %d: %s",
+                          block.name, depth, exc)
+                continue
+            return attempt
     return None
 
 

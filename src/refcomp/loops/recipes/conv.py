@@ -562,14 +562,28 @@ def _conv_depthwise_rows(sch: Schedule, rv, shape: ConvShape, lanes: int, parall
     rows, x = spatial[:-1], spatial[-1]
     vectors = channel_block(shape.out_width // lanes, _ROW_VECTORS)
     x_outer, x_vec, x_lane = sch.split(x, [None, vectors, lanes])
-    sch.reorder(n, o, *rows, x_outer, *reduce_loops, x_vec, x_lane)  # the batch outside: see _conv_channel_vector
+    # a narrow row (a few vectors): the tile takes several output rows, so the window's
+    # multiply-adds run on independent accumulators (one row of three vectors leaves each
+    # accumulator a chain of 9 dependent multiply-adds per output)
+    height = as_int(sch.get(rows[-1]).extent) if rows else None
+    tile_rows = channel_block(height, _ROW_VECTORS // vectors) if height is not None and vectors < _ROW_VECTORS else 1
+    if tile_rows > 1:
+        y_outer, y_inner = sch.split(rows[-1], [None, tile_rows])
+        rows = [*rows[:-1], y_outer]
+        sch.reorder(o, n, *rows, x_outer, *reduce_loops, y_inner, x_vec, x_lane)
+    else:
+        y_inner = None
+        sch.reorder(o, n, *rows, x_outer, *reduce_loops, x_vec, x_lane)
+    # the batch inside the parallel channels: one parallel region per call (see _conv_channel_vector)
     tile = sch.cache_write(rv, 0, "local")
     sch.reverse_compute_at(tile, x_outer)
     sch.decompose_reduction(rv, reduce_loops[0])
     sch.vectorize(x_lane)
     if vectors > 1:
         sch.unroll(x_vec)
-    # the write-back: the tile's columns in vectors (a row of the output, contiguous)
+    if y_inner is not None:
+        sch.unroll(y_inner)
+    # the write-back: the tile's columns in vectors (rows of the output, contiguous)
     _, lane = sch.split(sch.get_loops(tile)[-1], [None, lanes])
     sch.vectorize(lane)
     if parallel:
