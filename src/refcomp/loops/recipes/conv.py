@@ -377,22 +377,22 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     NCHWc kernel, on NCHW tensors): the block accumulates into a "local" tile acc[x % XB, o % L]
     per (n, o // L, y, x // XB), which lowering turns into a stack array of each thread that the C
     compiler keeps in XB vector registers, written back to the output in NCHW order once the whole
-    reduction is done.  The weights are packed as Wp[o // L, c, r..., o % L], so each step of the
+    reduction is done.  The weights are packed as Wp[o // L, r..., c, o % L], so each step of the
     reduction loads one weight vector and broadcasts one input element per column:
 
         for n, o // L parallel, y, x // XB:
           acc[0:XB, 0:L] = 0
           for r0, r1, c:
-            for x % XB (unrolled):  acc[x % XB, 0:L] += X[n, c, y*s + r0, x*s + r1] * Wp[o // L, c, r0, r1, 0:L]
+            for x % XB (unrolled):  acc[x % XB, 0:L] += X[n, c, y*s + r0, x*s + r1] * Wp[o // L, r0, r1, c, 0:L]
           out[n, o : o + L, y, x : x + XB] = acc^T
     """
     nd = shape.spatial_dims
     tile = sch.cache_write(rv, 0, "local")
     packed = sch.cache_read(rv, shape.w_index, "global")
     if nd == 2:
-        sch.transform_layout(packed, ("write", 0), lambda o, c, r0, r1: (o // lanes, c, r0, r1, o % lanes))
+        sch.transform_layout(packed, ("write", 0), lambda o, c, r0, r1: (o // lanes, r0, r1, c, o % lanes))
     else:
-        sch.transform_layout(packed, ("write", 0), lambda o, c, r0: (o // lanes, c, r0, o % lanes))
+        sch.transform_layout(packed, ("write", 0), lambda o, c, r0: (o // lanes, r0, c, o % lanes))
     _pack_in_write_order(sch, packed, lanes)
     loops = sch.get_loops(rv)
     n, o, *spatial = loops[:2 + nd]
@@ -592,12 +592,12 @@ def _conv_depthwise_rows(sch: Schedule, rv, shape: ConvShape, lanes: int, parall
 
 
 def _pack_in_write_order(sch: Schedule, packed, lanes: int) -> None:
-    """The packing stage Wp[o // L, c, r..., o % L] = W[o, c, r...] in the packed buffer's order,
+    """The packing stage Wp[o // L, r..., c, o % L] = W[o, c, r...] in the packed buffer's order,
     o % L innermost: each step writes one contiguous vector of L weights (in W's order it writes
     one element per cache line, and the weights of a wide layer are packed on every call)."""
-    o, *rest = sch.get_loops(packed)
+    o, c, *window = sch.get_loops(packed)
     o_outer, o_inner = sch.split(o, [None, lanes])
-    sch.reorder(o_outer, *rest, o_inner)
+    sch.reorder(o_outer, *window, c, o_inner)
 
 
 def _weight_panels(ob: int, nd: int):
