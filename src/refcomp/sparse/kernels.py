@@ -19,6 +19,7 @@ would break one is rejected before the kernel runs.
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any
 
 import numpy as np
@@ -122,6 +123,44 @@ def row_list_parts(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """`row_parts` over the listed rows: runs of the list holding about the same number of entries."""
     lengths = indptr[rows + 1] - indptr[rows]
     return row_parts(np.concatenate(([0], np.cumsum(lengths, dtype=np.int64))))
+
+
+# Staging of the dense operand whose rows SpMM gathers (see `stage_rows`).
+CACHE_LINE = 64
+STAGE_MIN_BYTES = 1 << 20   # a smaller B stays in L2, where a row over three lines costs little
+STAGE_MIN_REUSE = 4         # stored entries per row of B: below this the copy costs what it saves
+_stage = threading.local()
+
+
+def copy_rows_func(dtype: str, width: int | None = None) -> PrimFunc:
+    """D[r, f] = S[r, f], the rows in parallel (the copy `stage_rows` makes)."""
+    k, n = SizeVar("k"), _width(width)
+    S, D = Buffer("S", (k, n), dtype), Buffer("D", (k, n), dtype)
+    r, f = Var("r"), Var("f")
+    body = For(r, IntImm(0), k, "parallel", For(f, IntImm(0), n, "serial", BufferStore(D, S[r, f], (r, f))))
+    return PrimFunc((S, D), body, f"copy_rows_{dtype}")
+
+
+def stage_rows(B: np.ndarray, nnz: int, force: bool = False) -> np.ndarray:
+    """B, or a copy of it whose rows start on cache-line boundaries, for an SpMM that gathers `nnz`
+    rows of it.  A gathered row of 32 float32 (128 bytes) spans two cache lines when B starts on a
+    line boundary and three when it does not (numpy aligns to 16 bytes), and the random gathers
+    are paid per line: the copy is made when B does not start on a line, its rows are whole lines,
+    it is larger than STAGE_MIN_BYTES and each row is read STAGE_MIN_REUSE times on average
+    (`force`: whenever B is misaligned and its rows are whole lines).  The copy goes to a buffer
+    kept per thread for the next call (one, of the largest size seen), by a parallel kernel."""
+    row_bytes = B.shape[1] * B.itemsize
+    if B.ctypes.data % CACHE_LINE == 0 or row_bytes % CACHE_LINE or B.shape[0] == 0:
+        return B
+    if not force and (B.nbytes < STAGE_MIN_BYTES or nnz < STAGE_MIN_REUSE * B.shape[0]):
+        return B
+    backing = getattr(_stage, "backing", None)
+    if backing is None or backing.size < B.nbytes + CACHE_LINE:
+        backing = _stage.backing = np.empty(B.nbytes + CACHE_LINE, np.uint8)
+    start = (-backing.ctypes.data) % CACHE_LINE
+    staged = backing[start: start + B.nbytes].view(B.dtype).reshape(B.shape)
+    compiled("copy_rows", str(B.dtype), B.shape[1])(B, staged)
+    return staged
 
 
 def run_spmm_csr(dtype: str, width: int, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
@@ -251,14 +290,16 @@ def _built(kind: str, dtype: str, width: int | None, block: tuple[int, int] | No
         return build(spmm_csr_rows_scheduled(dtype, width, accumulate=kind == "spmm_csr_rows_acc"), bounds="prove")
     if kind in ("spmm_csr", "spmm_csr_acc"):
         return build(spmm_csr_scheduled(dtype, width, accumulate=kind == "spmm_csr_acc"), bounds="prove")
+    if kind == "copy_rows":
+        return build(copy_rows_func(dtype, width), bounds="prove")
     make = {"spmm_ell": spmm_ell_func, "sddmm": sddmm_func}[kind]
     return build(make(dtype, width), bounds="prove")
 
 
 def compiled(kind: str, dtype: str, width: int | None = None, block: tuple[int, int] | None = None,
              slots: int | None = None) -> Any:
-    """The built kernel (proved in bounds) for kind in spmm_csr / spmm_ell / spmm_bsr / sddmm
-    (and spmm_csr_acc / spmm_ell_acc, which add to the output; the CSR SpMM kernels are
+    """The built kernel (proved in bounds) for kind in spmm_csr / spmm_ell / spmm_bsr / sddmm /
+    copy_rows (and spmm_csr_acc / spmm_ell_acc, which add to the output; the CSR SpMM kernels are
     `spmm_csr_scheduled`'s and take the row partition first, see `run_spmm_csr`); ELL buckets of a width in
     SPECIALISED_SLOTS get a kernel with that many slots fixed."""
     return _built(kind, dtype, width if width in SPECIALISED_WIDTHS else None, block,
@@ -292,6 +333,7 @@ def spmm(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None = None) -> np.nd
     m, k = A.shape
     B = _dense("spmm: B", B, k, A.dtype)
     out = _output("spmm", out, (m, B.shape[1]), A.dtype)
+    B = stage_rows(B, A.data.size)
     run_spmm_csr(_dtype_name(A.dtype), B.shape[1], A.indptr["j"], A.indices["j"], A.data, B, out)
     return out
 
