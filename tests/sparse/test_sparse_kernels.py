@@ -91,6 +91,7 @@ def test_spmm_with_b_staged_on_cache_lines_matches_scipy(A, width, dtype, offset
     with pytest.MonkeyPatch.context() as patch:  # every B large enough and read often enough
         patch.setattr(kernels, "STAGE_MIN_BYTES", 0)
         patch.setattr(kernels, "STAGE_MIN_REUSE", 0)
+        patch.setattr(kernels, "STAGE_MAX_ROW_BYTES", 1 << 20)
         np.testing.assert_allclose(sparse.spmm(sparse.from_scipy(A), B), A @ B, **TOL[dtype])
         H = sparse.format_decompose(sparse.from_scipy(A), 4, split_long_rows=True)
         np.testing.assert_allclose(sparse.spmm_hyb(H, B), A @ B, **TOL[dtype])
@@ -105,6 +106,8 @@ def test_stage_rows_copies_only_where_it_pays():
     assert kernels.stage_rows(aligned, 10**6) is aligned          # already on cache lines
     odd = _misaligned(_dense(rng, 8192, 40, np.float32), 16)      # rows of 160 bytes: not whole lines
     assert kernels.stage_rows(odd, 10**6) is odd
+    wide = _misaligned(_dense(rng, 8192, 128, np.float32), 16)    # 8 lines a row: a ninth costs little
+    assert kernels.stage_rows(wide, 10**6) is wide
     small = _misaligned(_dense(rng, 100, 32, np.float32), 16)
     assert kernels.stage_rows(small, 10**6) is small               # stays in L2 anyway
 
