@@ -95,6 +95,10 @@ def test_spmm_with_b_staged_on_cache_lines_matches_scipy(A, width, dtype, offset
         np.testing.assert_allclose(sparse.spmm(sparse.from_scipy(A), B), A @ B, **TOL[dtype])
         H = sparse.format_decompose(sparse.from_scipy(A), 4, split_long_rows=True)
         np.testing.assert_allclose(sparse.spmm_hyb(H, B), A @ B, **TOL[dtype])
+        X = _dense(np.random.default_rng(seed + 1), A.shape[0], width, dtype)
+        rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+        np.testing.assert_allclose(sparse.sddmm(sparse.from_scipy(A), X, B),
+                                   A.data * np.einsum("pf,pf->p", X[rows], B[A.indices]), **TOL[dtype])
 
 
 def test_stage_rows_copies_only_where_it_pays():

@@ -379,5 +379,6 @@ def sddmm(A: SparseMatrix, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
     if X.shape[1] != Y.shape[1]:
         raise ArgumentError(f"sddmm: X and Y need the same width, got {X.shape[1]} and {Y.shape[1]}")
     out = np.empty(A.data.shape, dtype=A.dtype)
+    Y = stage_rows(Y, A.data.size)  # the rows of Y are the gathered ones
     compiled("sddmm", _dtype_name(A.dtype), X.shape[1])(A.indptr["j"], A.indices["j"], A.data, X, Y, out)
     return out
