@@ -112,6 +112,9 @@ def test_stage_rows_copies_only_where_it_pays():
     assert kernels.stage_rows(odd, 10**6) is odd
     wide = _misaligned(_dense(rng, 8192, 128, np.float32), 16)    # 8 lines a row: a ninth costs little
     assert kernels.stage_rows(wide, 10**6) is wide
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "STAGE_MAX_BYTES", (1 << 20) - 1)
+        assert kernels.stage_rows(big, 10**6) is big               # too large to keep a copy of
     small = _misaligned(_dense(rng, 100, 32, np.float32), 16)
     assert kernels.stage_rows(small, 10**6) is small               # stays in L2 anyway
 

@@ -149,6 +149,7 @@ CACHE_LINE = 64
 STAGE_MIN_BYTES = 1 << 20   # a smaller B stays in L2, where a row over three lines costs little
 STAGE_MIN_REUSE = 4         # stored entries per row of B: below this the copy costs what it saves
 STAGE_MAX_ROW_BYTES = 256   # a row of L whole lines spans L + 1 misaligned: past 4 lines, too little
+STAGE_MAX_BYTES = 1 << 28   # the buffer is kept for the next call: no more than this
 _stage = threading.local()
 
 
@@ -166,15 +167,15 @@ def stage_rows(B: np.ndarray, nnz: int, force: bool = False) -> np.ndarray:
     rows of it.  A gathered row of 32 float32 (128 bytes) spans two cache lines when B starts on a
     line boundary and three when it does not (numpy aligns to 16 bytes), and the random gathers
     are paid per line: the copy is made when B does not start on a line, its rows are whole lines
-    of at most STAGE_MAX_ROW_BYTES, it is larger than STAGE_MIN_BYTES and each row is read
+    of at most STAGE_MAX_ROW_BYTES, it has STAGE_MIN_BYTES to STAGE_MAX_BYTES and each row is read
     STAGE_MIN_REUSE times on average (`force`: whenever B is misaligned and its rows are whole
     lines).  The copy goes to a buffer
     kept per thread for the next call (one, of the largest size seen), by a parallel kernel."""
     row_bytes = B.shape[1] * B.itemsize
     if B.ctypes.data % CACHE_LINE == 0 or row_bytes % CACHE_LINE or B.shape[0] == 0:
         return B
-    if not force and (B.nbytes < STAGE_MIN_BYTES or nnz < STAGE_MIN_REUSE * B.shape[0]
-                      or row_bytes > STAGE_MAX_ROW_BYTES):
+    if not force and (B.nbytes < STAGE_MIN_BYTES or B.nbytes > STAGE_MAX_BYTES or row_bytes > STAGE_MAX_ROW_BYTES
+                      or nnz < STAGE_MIN_REUSE * B.shape[0]):
         return B
     backing = getattr(_stage, "backing", None)
     if backing is None or backing.size < B.nbytes + CACHE_LINE:
