@@ -224,3 +224,20 @@ def test_choose_format_preconditions():
         sparse.choose_format(M, 0)
     with pytest.raises(ArgumentError, match="power of two"):
         sparse.choose_format(M, 4, candidates=[dict(max_width=3)])
+
+
+def test_spmm_partitions_a_matrix_once():
+    import scipy.sparse as sp
+
+    from refcomp.sparse.schedule import row_parts
+
+    rng = np.random.default_rng(11)
+    A = sp.random(50, 40, 0.2, format="csr", dtype=np.float32, random_state=11)
+    M = sparse.from_scipy(A)
+    calls = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "row_parts", lambda indptr: calls.append(1) or row_parts(indptr))
+        for _ in range(3):
+            B = _dense(rng, 40, 32, np.float32)
+            np.testing.assert_allclose(sparse.spmm(M, B), A @ B, **TOL[np.float32])
+    assert len(calls) == 1

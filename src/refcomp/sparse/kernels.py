@@ -187,11 +187,11 @@ def stage_rows(B: np.ndarray, nnz: int, force: bool = False) -> np.ndarray:
 
 
 def run_spmm_csr(dtype: str, width: int, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
-                 B: np.ndarray, out: np.ndarray, accumulate: bool = False) -> None:
+                 B: np.ndarray, out: np.ndarray, accumulate: bool = False, parts: np.ndarray | None = None) -> None:
     """out (+)= CSR(indptr, indices, data) @ B with the scheduled kernel (arrays validated by the
-    caller), its row partition computed here from indptr."""
+    caller); parts: `row_parts(indptr)`, computed here when not given."""
     kind = "spmm_csr_acc" if accumulate else "spmm_csr"
-    compiled(kind, dtype, width)(row_parts(indptr), indptr, indices, data, B, out)
+    compiled(kind, dtype, width)(row_parts(indptr) if parts is None else parts, indptr, indices, data, B, out)
 
 
 def spmm_ell_func(dtype: str = "float32", width: int | None = None, accumulate: bool = False,
@@ -357,7 +357,8 @@ def spmm(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None = None) -> np.nd
     B = _dense("spmm: B", B, k, A.dtype)
     out = _output("spmm", out, (m, B.shape[1]), A.dtype)
     B = stage_rows(B, A.data.size)
-    run_spmm_csr(_dtype_name(A.dtype), B.shape[1], A.indptr["j"], A.indices["j"], A.data, B, out)
+    parts = A.derived("row_parts", lambda: row_parts(A.indptr["j"]))
+    run_spmm_csr(_dtype_name(A.dtype), B.shape[1], A.indptr["j"], A.indices["j"], A.data, B, out, parts=parts)
     return out
 
 
