@@ -241,3 +241,12 @@ def test_spmm_partitions_a_matrix_once():
             B = _dense(rng, 40, 32, np.float32)
             np.testing.assert_allclose(sparse.spmm(M, B), A @ B, **TOL[np.float32])
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("shape, dtype", [((7, 3, 5), np.float32), ((100, 32), np.float64), ((0, 4), np.float32)])
+def test_aligned_empty_starts_on_a_cache_line(shape, dtype):
+    array = kernels.aligned_empty(shape, dtype)
+    assert array.shape == shape and array.dtype == dtype and array.flags.c_contiguous
+    assert array.ctypes.data % 64 == 0 or array.size == 0
+    array[...] = 1.5  # writable, and exactly its own size
+    assert array.sum() == 1.5 * array.size

@@ -162,6 +162,16 @@ def copy_rows_func(dtype: str, width: int | None = None) -> PrimFunc:
     return PrimFunc((S, D), body, f"copy_rows_{dtype}")
 
 
+def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialised C-contiguous array that starts on a cache line (for an operand whose rows a
+    kernel gathers, written by its producer in place: no `stage_rows` copy later)."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape)) * dtype.itemsize
+    backing = np.empty(size + CACHE_LINE, np.uint8)
+    start = (-backing.ctypes.data) % CACHE_LINE
+    return backing[start: start + size].view(dtype).reshape(shape)
+
+
 def stage_rows(B: np.ndarray, nnz: int, force: bool = False) -> np.ndarray:
     """B, or a copy of it whose rows start on cache-line boundaries, for an SpMM that gathers `nnz`
     rows of it.  A gathered row of 32 float32 (128 bytes) spans two cache lines when B starts on a
