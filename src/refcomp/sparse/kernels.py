@@ -374,7 +374,7 @@ def spmm(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None = None) -> np.nd
 
 def _output(what: str, out: Any, shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:
     if out is None:
-        return np.empty(shape, dtype=dtype)
+        return aligned_empty(shape, dtype)  # whole rows on whole cache lines where they can be
     if not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous:
         raise ArgumentError(f"{what}: out must be a C-contiguous {dtype} array of shape {shape}, got "
                             f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
