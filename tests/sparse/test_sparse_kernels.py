@@ -115,6 +115,8 @@ def test_stage_rows_copies_only_where_it_pays():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(kernels, "STAGE_MAX_BYTES", (1 << 20) - 1)
         assert kernels.stage_rows(big, 10**6) is big               # too large to keep a copy of
+    empty = _misaligned(np.zeros((100, 0), np.float32), 16)
+    assert kernels.stage_rows(empty, 10**6, force=True) is empty
     small = _misaligned(_dense(rng, 100, 32, np.float32), 16)
     assert kernels.stage_rows(small, 10**6) is small               # stays in L2 anyway
 

@@ -182,7 +182,7 @@ def stage_rows(B: np.ndarray, nnz: int, force: bool = False) -> np.ndarray:
     lines).  The copy goes to a buffer
     kept per thread for the next call (one, of the largest size seen), by a parallel kernel."""
     row_bytes = B.shape[1] * B.itemsize
-    if B.ctypes.data % CACHE_LINE == 0 or row_bytes % CACHE_LINE or B.shape[0] == 0:
+    if B.ctypes.data % CACHE_LINE == 0 or row_bytes % CACHE_LINE or B.size == 0:
         return B
     if not force and (B.nbytes < STAGE_MIN_BYTES or B.nbytes > STAGE_MAX_BYTES or row_bytes > STAGE_MAX_ROW_BYTES
                       or nnz < STAGE_MIN_REUSE * B.shape[0]):
