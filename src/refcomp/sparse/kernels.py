@@ -95,9 +95,9 @@ def row_tile_lanes(dtype: str) -> tuple[int, int]:
 
 
 # Gathered rows of at least this many bytes are prefetched PREFETCH_DISTANCE entries ahead
-# (`prefetch_gathered_rows`).  Measured with one thread on the benchmark's graphs: +7-18% at 512
-# bytes (128 float32), none or a loss at 128 bytes, where the line fill buffers are the limit and
-# the prefetches only add work.
+# (`prefetch_gathered_rows`).  Measured with one thread on the benchmark's graphs: +1-13% at 512
+# bytes (128 float32), none or a loss at 128 bytes with B on cache lines, where the line fill
+# buffers are the limit and the prefetches only add work.
 PREFETCH_MIN_ROW_BYTES = 512
 PREFETCH_DISTANCE = 16
 
@@ -179,10 +179,12 @@ def stage_rows(B: np.ndarray, nnz: int, force: bool = False) -> np.ndarray:
     are paid per line: the copy is made when B does not start on a line, its rows are whole lines
     of at most STAGE_MAX_ROW_BYTES, it has STAGE_MIN_BYTES to STAGE_MAX_BYTES and each row is read
     STAGE_MIN_REUSE times on average (`force`: whenever B is misaligned and its rows are whole
-    lines).  The copy goes to a buffer
-    kept per thread for the next call (one, of the largest size seen), by a parallel kernel."""
+    lines).  The copy goes to a buffer kept per thread for the next call (one, of the largest size
+    seen), by a parallel kernel.  B: 2-D and C-contiguous (else it is returned as it is)."""
+    if B.ndim != 2 or not B.flags.c_contiguous or B.size == 0:
+        return B
     row_bytes = B.shape[1] * B.itemsize
-    if B.ctypes.data % CACHE_LINE == 0 or row_bytes % CACHE_LINE or B.size == 0:
+    if B.ctypes.data % CACHE_LINE == 0 or row_bytes % CACHE_LINE:
         return B
     if not force and (B.nbytes < STAGE_MIN_BYTES or B.nbytes > STAGE_MAX_BYTES or row_bytes > STAGE_MAX_ROW_BYTES
                       or nnz < STAGE_MIN_REUSE * B.shape[0]):
