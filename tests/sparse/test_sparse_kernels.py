@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from refcomp import sparse
+from refcomp.sparse import kernels
 from refcomp.ast import Evaluate, PrimFunc
 from refcomp.errors import ShapeError
 from refcomp.loops.interpreter import interpret
@@ -68,6 +69,56 @@ def test_spmm_matches_scipy(A, width, dtype, seed):
     B = _dense(np.random.default_rng(seed), A.shape[1], width, dtype)
     out = sparse.spmm(sparse.from_scipy(A), B)
     np.testing.assert_allclose(out, A @ B, **TOL[dtype])
+
+
+def _misaligned(array: np.ndarray, offset: int) -> np.ndarray:
+    """A copy of array whose data starts `offset` bytes past a cache-line boundary."""
+    backing = np.empty(array.nbytes + 128, np.uint8)
+    start = (-backing.ctypes.data) % 64 + offset
+    view = backing[start: start + array.nbytes].view(array.dtype).reshape(array.shape)
+    view[...] = array
+    return view
+
+
+@given(sparse_matrices(), st.sampled_from([16, 32, 128]), st.sampled_from([np.float32, np.float64]),
+       st.sampled_from([0, 8, 16, 48]), st.integers(0, 2**32 - 1))
+def test_spmm_with_b_staged_on_cache_lines_matches_scipy(A, width, dtype, offset, seed):
+    A = A.astype(dtype)
+    B = _misaligned(_dense(np.random.default_rng(seed), A.shape[1], width, dtype), offset)
+    staged = kernels.stage_rows(B, A.nnz, force=True)
+    assert staged.ctypes.data % 64 == 0 or B.size == 0  # an empty B is left as it is
+    np.testing.assert_array_equal(staged, B)
+    with pytest.MonkeyPatch.context() as patch:  # every B large enough and read often enough
+        patch.setattr(kernels, "STAGE_MIN_BYTES", 0)
+        patch.setattr(kernels, "STAGE_MIN_REUSE", 0)
+        patch.setattr(kernels, "STAGE_MAX_ROW_BYTES", 1 << 20)
+        np.testing.assert_allclose(sparse.spmm(sparse.from_scipy(A), B), A @ B, **TOL[dtype])
+        H = sparse.format_decompose(sparse.from_scipy(A), 4, split_long_rows=True)
+        np.testing.assert_allclose(sparse.spmm_hyb(H, B), A @ B, **TOL[dtype])
+        X = _dense(np.random.default_rng(seed + 1), A.shape[0], width, dtype)
+        rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+        np.testing.assert_allclose(sparse.sddmm(sparse.from_scipy(A), X, B),
+                                   A.data * np.einsum("pf,pf->p", X[rows], B[A.indices]), **TOL[dtype])
+
+
+def test_stage_rows_copies_only_where_it_pays():
+    rng = np.random.default_rng(3)
+    big = _misaligned(_dense(rng, 8192, 32, np.float32), 16)  # 1 MiB, rows of two cache lines
+    assert kernels.stage_rows(big, 4 * 8192) is not big
+    assert kernels.stage_rows(big, 4 * 8192 - 1) is big          # each row read less than 4 times
+    aligned = _misaligned(big, 0)
+    assert kernels.stage_rows(aligned, 10**6) is aligned          # already on cache lines
+    odd = _misaligned(_dense(rng, 8192, 40, np.float32), 16)      # rows of 160 bytes: not whole lines
+    assert kernels.stage_rows(odd, 10**6) is odd
+    wide = _misaligned(_dense(rng, 8192, 128, np.float32), 16)    # 8 lines a row: a ninth costs little
+    assert kernels.stage_rows(wide, 10**6) is wide
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "STAGE_MAX_BYTES", (1 << 20) - 1)
+        assert kernels.stage_rows(big, 10**6) is big               # too large to keep a copy of
+    empty = _misaligned(np.zeros((100, 0), np.float32), 16)
+    assert kernels.stage_rows(empty, 10**6, force=True) is empty
+    small = _misaligned(_dense(rng, 100, 32, np.float32), 16)
+    assert kernels.stage_rows(small, 10**6) is small               # stays in L2 anyway
 
 
 @given(sparse_matrices(), st.sampled_from([1, 16]), st.integers(0, 2**32 - 1))
@@ -175,3 +226,29 @@ def test_choose_format_preconditions():
         sparse.choose_format(M, 0)
     with pytest.raises(ArgumentError, match="power of two"):
         sparse.choose_format(M, 4, candidates=[dict(max_width=3)])
+
+
+def test_spmm_partitions_a_matrix_once():
+    import scipy.sparse as sp
+
+    from refcomp.sparse.schedule import row_parts
+
+    rng = np.random.default_rng(11)
+    A = sp.random(50, 40, 0.2, format="csr", dtype=np.float32, random_state=11)
+    M = sparse.from_scipy(A)
+    calls = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "row_parts", lambda indptr: calls.append(1) or row_parts(indptr))
+        for _ in range(3):
+            B = _dense(rng, 40, 32, np.float32)
+            np.testing.assert_allclose(sparse.spmm(M, B), A @ B, **TOL[np.float32])
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("shape, dtype", [((7, 3, 5), np.float32), ((100, 32), np.float64), ((0, 4), np.float32)])
+def test_aligned_empty_starts_on_a_cache_line(shape, dtype):
+    array = kernels.aligned_empty(shape, dtype)
+    assert array.shape == shape and array.dtype == dtype and array.flags.c_contiguous
+    assert array.ctypes.data % 64 == 0 or array.size == 0
+    array[...] = 1.5  # writable, and exactly its own size
+    assert array.sum() == 1.5 * array.size

@@ -1,6 +1,7 @@
 """The scheduled CSR SpMM: the row tile of stage III (lower_stage3(row_tile=...)), the dense
 primitives on its loops (vectorize_row_tile) and the row partition by stored entries
-(partition_rows, row_parts); before/after programs and numbers against scipy."""
+(partition_rows, row_parts), prefetch of the gathered rows (prefetch_gathered_rows); before/after
+programs and numbers against scipy."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,10 +16,12 @@ from refcomp.driver import build
 from refcomp.loops.interpreter import interpret
 from refcomp.loops.primitives.tree import walk
 from refcomp.shape import verify_in_bounds
-from refcomp.errors import ArgumentError
+from refcomp.errors import ArgumentError, ShapeError
 from refcomp.sparse.kernels import row_tile_lanes, run_spmm_csr_rows, spmm_csr_scheduled, spmm_iteration
 from refcomp.sparse.lower import lower_stage3
-from refcomp.sparse.schedule import partition_rows, row_parts, select_rows, vectorize_row_tile
+from refcomp.sparse.schedule import (
+    partition_rows, prefetch_gathered_rows, row_parts, select_rows, vectorize_row_tile,
+)
 
 from sparse_strategies import sparse_matrices
 
@@ -233,3 +236,105 @@ def test_partition_rows_preconditions():
         partition_rows(func, indptr=func.params[0], count=0)
     with pytest.raises(sparse.SparseScheduleError, match=r"indptr must be a parameter of shape \(m \+ 1,\)"):
         partition_rows(func, indptr=func.params[1])
+
+
+@pytest.mark.parametrize("dtype, width, lines", [("float32", 128, 8), ("float64", 32, 4), ("float32", 8, 1)])
+def test_prefetch_gathered_rows_before_after(dtype, width, lines):
+    lanes = 16 if dtype == "float32" else 8
+    before = vectorize_row_tile(lower_stage3(spmm_iteration(dtype, width), row_tile=width), lanes)
+    after = prefetch_gathered_rows(before, "B", 5)
+    old, new = script(before), script(after)
+    assert "prefetch" not in old
+    assert "with T.LetStmt(T.min(j, nnz - 1 - 5) + 5) as q:" in new
+    assert "T.evaluate(T.assume(J_indices[q] >= 0 and J_indices[q] < k))" in new
+    step = 64 // np.dtype(dtype).itemsize
+    assert [line.strip() for line in new.splitlines() if "prefetch" in line] == \
+        [f"T.evaluate(T.prefetch(B[J_indices[q], {col}]))" for col in range(0, width, step)][:lines]
+    added = [line for line in new.splitlines() if "prefetch" in line or " q" in line or "[q]" in line]
+    assert [line for line in new.splitlines() if line not in added] == old.splitlines()  # nothing else changed
+    verify_in_bounds(after)
+    stripped = _without_inserted_assumption(after)
+    with pytest.raises(ShapeError):  # the prefetched element is proved from the format invariant
+        verify_in_bounds(stripped)
+
+
+def _without_inserted_assumption(func: PrimFunc) -> PrimFunc:
+    from refcomp.ast import Evaluate, LetStmt, Mutator, seq
+    from refcomp.ast.stmt import SeqStmt
+
+    class Strip(Mutator):
+        def visit_LetStmt(self, stmt: LetStmt):
+            body = stmt.body
+            if isinstance(body, SeqStmt):
+                kept = [s for s in body.stmts if not (isinstance(s, Evaluate) and s.value.op == "assume")]
+                return stmt.with_(body=seq(*kept))
+            return stmt
+
+    return func.with_(body=Strip().visit(func.body))
+
+
+@pytest.mark.parametrize("distance", [1, 3, 1000])
+@pytest.mark.parametrize("shape", ["skewed", "empty", "one"])
+def test_prefetched_kernel_matches_scipy(distance, shape):
+    """Prefetches further ahead than the matrix has entries, a matrix without entries, one entry."""
+    rng = np.random.default_rng(distance)
+    A = _skewed(rng, 200, 90, np.float32)
+    if shape == "empty":
+        A = sp.csr_matrix((200, 90), dtype=np.float32)
+    elif shape == "one":
+        A = sp.csr_matrix((np.ones(1, np.float32), ([7], [89])), shape=(200, 90))
+    A.indptr, A.indices = A.indptr.astype(np.int32), A.indices.astype(np.int32)
+    B = rng.uniform(-1.0, 1.0, (90, 32)).astype(np.float32)
+    func = partition_rows(prefetch_gathered_rows(vectorize_row_tile(
+        lower_stage3(spmm_iteration("float32", 32), row_tile=32), 16), "B", distance))
+    out = np.full((200, 32), 7.0, np.float32)
+    build(func, bounds="prove")(row_parts(A.indptr), A.indptr, A.indices, A.data, B, out)
+    np.testing.assert_allclose(out, A @ B, **TOL[np.float32])
+    if distance == 3:
+        interpreted = np.full((200, 32), 7.0, np.float32)
+        interpret(func, row_parts(A.indptr, 5), A.indptr, A.indices, A.data, B, interpreted)
+        np.testing.assert_allclose(interpreted, A @ B, **TOL[np.float32])
+
+
+@settings(max_examples=30, deadline=None)
+@given(sparse_matrices(max_dim=40), st.sampled_from([16, 32]), st.sampled_from([np.float32, np.float64]),
+       st.integers(0, 2**32 - 1))
+def test_spmm_with_prefetch_matches_scipy(A, width, dtype, seed):
+    A = A.astype(dtype)
+    A.indptr, A.indices = A.indptr.astype(np.int32), A.indices.astype(np.int32)
+    B = np.random.default_rng(seed).uniform(-1.0, 1.0, (A.shape[1], width)).astype(dtype)
+    out = np.empty((A.shape[0], width), dtype)
+    kernel = _prefetching_kernel(np.dtype(dtype).name, width)
+    kernel(row_parts(A.indptr), A.indptr, A.indices, A.data, B, out)
+    np.testing.assert_allclose(out, A @ B, **TOL[dtype])
+
+
+_PREFETCHING: dict = {}
+
+
+def _prefetching_kernel(dtype: str, width: int):
+    key = (dtype, width)
+    if key not in _PREFETCHING:
+        _PREFETCHING[key] = build(spmm_csr_scheduled(dtype, width, prefetch=True), bounds="prove")
+    return _PREFETCHING[key]
+
+
+def test_prefetch_gathered_rows_preconditions():
+    func = vectorize_row_tile(lower_stage3(spmm_iteration("float32", 32), row_tile=32), 16)
+    for bad in (0, -1, True, 2.0):
+        with pytest.raises(sparse.SparseScheduleError, match="distance must be a positive int"):
+            prefetch_gathered_rows(func, "B", bad)
+    with pytest.raises(sparse.SparseScheduleError, match="no 2-D parameter named 'Z'"):
+        prefetch_gathered_rows(func, "Z")
+    with pytest.raises(sparse.SparseScheduleError, match="rows of B must have a constant length"):
+        prefetch_gathered_rows(lower_stage3(spmm_iteration("float32", None)), "B")
+    with pytest.raises(sparse.SparseScheduleError, match=r"one serial loop j reading C\[X\[j\], ...\], found 0"):
+        prefetch_gathered_rows(func, "C")  # C is written by row, not gathered
+    with pytest.raises(sparse.SparseScheduleError, match="found 0"):
+        prefetch_gathered_rows(sparse.spmm_ell_func("float32", 32), "B")  # a 2-D index array
+
+
+def test_prefetch_emits_gcc_prefetches_and_compiles_strictly():
+    lib = build(prefetch_gathered_rows(spmm_csr_scheduled("float64", 32, prefetch=False), "B", 8),
+                target="c -std=c99", bounds="prove")
+    assert lib.source.count("__builtin_prefetch(&B[") == 4

@@ -46,6 +46,9 @@ INTRINSICS["call_extern"] = IntrinsicInfo("call_extern", -1, pure=False)
 INTRINSICS["warp_reduce"] = IntrinsicInfo("warp_reduce", 3, pure=False)
 # address_of(BufferLoad): the address of that element, for passing to call_extern.
 INTRINSICS["address_of"] = IntrinsicInfo("address_of", 1)
+# prefetch(BufferLoad): a hint that the element will be read soon (its cache line fetched ahead);
+# no effect on any value.  The load's indices are evaluated and must be in bounds, as for a load.
+INTRINSICS["prefetch"] = IntrinsicInfo("prefetch", 1, pure=False)
 
 
 def is_pure_call(op: str) -> bool:

@@ -54,6 +54,14 @@ class SparseMatrix:
     def dtype(self) -> np.dtype:
         return self.data.dtype
 
+    def derived(self, key: str, make: Any) -> Any:
+        """make(), computed once per matrix and kept under key: a value that depends only on the
+        matrix's arrays (read-only copies, so it cannot go stale), e.g. SpMM's row partition."""
+        cache = self.__dict__.setdefault("_derived", {})
+        if key not in cache:
+            cache[key] = make()
+        return cache[key]
+
     def axis(self, name: str) -> Axis:
         for axis in self.axes:
             if axis.name == name:

@@ -34,7 +34,7 @@ from ..graph.op._common import make_call
 from ..graph.op.registry import REGISTRY, register
 from ..runtime.vm import register_extern
 from .formats import csr, to_scipy
-from .kernels import SPECIALISED_WIDTHS, _dtype_name, row_tile_lanes, run_spmm_csr, spmm_iteration
+from .kernels import SPECIALISED_WIDTHS, _dtype_name, row_tile_lanes, run_spmm_csr, spmm_iteration, stage_rows
 from .lower import lower_stage3
 from .schedule import partition_rows, vectorize_row_tile
 
@@ -50,8 +50,9 @@ def _spmm_extern(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray, de
                  (rows, cols))
     if dense.dtype != matrix.dtype:
         raise ArgumentError(f"{SPMM_EXTERN}: the features are {dense.dtype}, the adjacency values {matrix.dtype}")
+    dense = stage_rows(np.ascontiguousarray(dense), matrix.data.size)
     run_spmm_csr(_dtype_name(matrix.dtype), dense.shape[1], matrix.indptr["j"], matrix.indices["j"], matrix.data,
-                 np.ascontiguousarray(dense), out)
+                 dense, out)
 
 
 register_extern(SPMM_EXTERN, _spmm_extern)

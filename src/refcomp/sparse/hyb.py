@@ -27,7 +27,7 @@ from ..errors import ArgumentError
 from .formats import SparseMatrix, csr, ell, to_scipy
 from .kernels import (
     SPECIALISED_WIDTHS, _dense, _dtype_name, _output, _require_csr, compiled, row_list_parts, run_spmm_csr,
-    run_spmm_csr_rows,
+    aligned_empty, run_spmm_csr_rows, stage_rows,
 )
 from .validate import INDEX_DTYPE, SparseFormatError, check_index_array
 
@@ -296,6 +296,8 @@ def spmm_hyb(H: Hyb, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
     width = B.shape[1]
     out = _output("spmm_hyb", out, (m, width), dtype)
     name = _dtype_name(dtype)
+    B = stage_rows(B, sum(part.rest.data.size + sum(b.ell.data.size for b in part.buckets) +
+                          (0 if part.split is None else part.split.chunks.data.size) for part in H.parts))
     if width not in SPECIALISED_WIDTHS:
         return _spmm_hyb_general(H, B, out, name)
     for number, part in enumerate(H.parts):
@@ -318,9 +320,9 @@ def spmm_hyb(H: Hyb, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
 
 
 def _split_partial(split: Split, B: np.ndarray, name: str, width: int) -> np.ndarray:
-    """chunks @ B: one row of partial sums per chunk."""
+    """chunks @ B: one row of partial sums per chunk (on cache lines: the gather reads them by row)."""
     chunks = split.chunks
-    partial = np.empty((chunks.shape[0], width), dtype=B.dtype)
+    partial = aligned_empty((chunks.shape[0], width), B.dtype)
     every = np.arange(chunks.shape[0], dtype=INDEX_DTYPE)
     compiled("spmm_ell", name, width, slots=split.width)(
         every, chunks.indices["j"].reshape(chunks.data.shape), chunks.data, B, partial)

@@ -19,6 +19,7 @@ would break one is rejected before the kernel runs.
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,7 @@ from ..errors import ArgumentError
 from .formats import SparseMatrix
 from .iteration import SparseIteration, SpBuffer, sp_axis, sp_iter
 from .lower import lower_stage3
-from .schedule import partition_rows, row_parts, select_rows, vectorize_row_tile
+from .schedule import partition_rows, prefetch_gathered_rows, row_parts, select_rows, vectorize_row_tile
 from .validate import VALUE_DTYPES
 
 
@@ -93,16 +94,35 @@ def row_tile_lanes(dtype: str) -> tuple[int, int]:
     return ROW_TILE_VECTORS * lanes, lanes
 
 
-def spmm_csr_scheduled(dtype: str = "float32", width: int | None = None, accumulate: bool = False) -> PrimFunc:
+# Gathered rows of at least this many bytes are prefetched PREFETCH_DISTANCE entries ahead
+# (`prefetch_gathered_rows`).  Measured with one thread on the benchmark's graphs: +1-13% at 512
+# bytes (128 float32), none or a loss at 128 bytes with B on cache lines, where the line fill
+# buffers are the limit and the prefetches only add work.
+PREFETCH_MIN_ROW_BYTES = 512
+PREFETCH_DISTANCE = 16
+
+
+def _prefetched(func: PrimFunc, dtype: str, width: int | None, prefetch: bool | None) -> PrimFunc:
+    """func with B's rows prefetched ahead where `prefetch` says (None: by PREFETCH_MIN_ROW_BYTES)."""
+    if prefetch is None:
+        prefetch = width is not None and width * np.dtype(dtype).itemsize >= PREFETCH_MIN_ROW_BYTES
+    return prefetch_gathered_rows(func, "B", PREFETCH_DISTANCE) if prefetch else func
+
+
+def spmm_csr_scheduled(dtype: str = "float32", width: int | None = None, accumulate: bool = False,
+                       prefetch: bool | None = None) -> PrimFunc:
     """The CSR SpMM that `spmm` runs: stage III with the output row in a tile of vector registers
-    (`lower_stage3(row_tile=...)`, then split / vectorize / unroll of the tile loops) and the rows
-    partitioned by stored entries (`partition_rows`: the kernel takes `parts` first, see
-    `row_parts`).  A width that is not a constant keeps the plain row loop body."""
+    (`lower_stage3(row_tile=...)`, then split / vectorize / unroll of the tile loops), B's rows
+    prefetched ahead when they are long (`prefetch` None: PREFETCH_MIN_ROW_BYTES and more; a
+    constant width only) and the rows partitioned by stored entries (`partition_rows`: the kernel
+    takes `parts` first, see `row_parts`).  A width that is not a constant keeps the plain row
+    loop body."""
     it = spmm_iteration(dtype, width, accumulate)
     if width is None:
         return partition_rows(lower_stage3(it))
     tile, lanes = row_tile_lanes(dtype)
-    return partition_rows(vectorize_row_tile(lower_stage3(it, row_tile=tile), lanes))
+    func = vectorize_row_tile(lower_stage3(it, row_tile=tile), lanes)
+    return partition_rows(_prefetched(func, dtype, width, prefetch))
 
 
 def run_spmm_csr_rows(dtype: str, width: int, rows: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
@@ -124,12 +144,66 @@ def row_list_parts(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return row_parts(np.concatenate(([0], np.cumsum(lengths, dtype=np.int64))))
 
 
+# Staging of the dense operand whose rows SpMM gathers (see `stage_rows`).
+CACHE_LINE = 64
+STAGE_MIN_BYTES = 1 << 20   # a smaller B stays in L2, where a row over three lines costs little
+STAGE_MIN_REUSE = 4         # stored entries per row of B: below this the copy costs what it saves
+STAGE_MAX_ROW_BYTES = 256   # a row of L whole lines spans L + 1 misaligned: past 4 lines, too little
+STAGE_MAX_BYTES = 1 << 28   # the buffer is kept for the next call: no more than this
+_stage = threading.local()
+
+
+def copy_rows_func(dtype: str, width: int | None = None) -> PrimFunc:
+    """D[r, f] = S[r, f], the rows in parallel (the copy `stage_rows` makes)."""
+    k, n = SizeVar("k"), _width(width)
+    S, D = Buffer("S", (k, n), dtype), Buffer("D", (k, n), dtype)
+    r, f = Var("r"), Var("f")
+    body = For(r, IntImm(0), k, "parallel", For(f, IntImm(0), n, "serial", BufferStore(D, S[r, f], (r, f))))
+    return PrimFunc((S, D), body, f"copy_rows_{dtype}")
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialised C-contiguous array that starts on a cache line (for an operand whose rows a
+    kernel gathers, written by its producer in place: no `stage_rows` copy later)."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape)) * dtype.itemsize
+    backing = np.empty(size + CACHE_LINE, np.uint8)
+    start = (-backing.ctypes.data) % CACHE_LINE
+    return backing[start: start + size].view(dtype).reshape(shape)
+
+
+def stage_rows(B: np.ndarray, nnz: int, force: bool = False) -> np.ndarray:
+    """B, or a copy of it whose rows start on cache-line boundaries, for an SpMM that gathers `nnz`
+    rows of it.  A gathered row of 32 float32 (128 bytes) spans two cache lines when B starts on a
+    line boundary and three when it does not (numpy aligns to 16 bytes), and the random gathers
+    are paid per line: the copy is made when B does not start on a line, its rows are whole lines
+    of at most STAGE_MAX_ROW_BYTES, it has STAGE_MIN_BYTES to STAGE_MAX_BYTES and each row is read
+    STAGE_MIN_REUSE times on average (`force`: whenever B is misaligned and its rows are whole
+    lines).  The copy goes to a buffer kept per thread for the next call (one, of the largest size
+    seen), by a parallel kernel.  B: 2-D and C-contiguous (else it is returned as it is)."""
+    if B.ndim != 2 or not B.flags.c_contiguous or B.size == 0:
+        return B
+    row_bytes = B.shape[1] * B.itemsize
+    if B.ctypes.data % CACHE_LINE == 0 or row_bytes % CACHE_LINE:
+        return B
+    if not force and (B.nbytes < STAGE_MIN_BYTES or B.nbytes > STAGE_MAX_BYTES or row_bytes > STAGE_MAX_ROW_BYTES
+                      or nnz < STAGE_MIN_REUSE * B.shape[0]):
+        return B
+    backing = getattr(_stage, "backing", None)
+    if backing is None or backing.size < B.nbytes + CACHE_LINE:
+        backing = _stage.backing = np.empty(B.nbytes + CACHE_LINE, np.uint8)
+    start = (-backing.ctypes.data) % CACHE_LINE
+    staged = backing[start: start + B.nbytes].view(B.dtype).reshape(B.shape)
+    compiled("copy_rows", str(B.dtype), B.shape[1])(B, staged)
+    return staged
+
+
 def run_spmm_csr(dtype: str, width: int, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
-                 B: np.ndarray, out: np.ndarray, accumulate: bool = False) -> None:
+                 B: np.ndarray, out: np.ndarray, accumulate: bool = False, parts: np.ndarray | None = None) -> None:
     """out (+)= CSR(indptr, indices, data) @ B with the scheduled kernel (arrays validated by the
-    caller), its row partition computed here from indptr."""
+    caller); parts: `row_parts(indptr)`, computed here when not given."""
     kind = "spmm_csr_acc" if accumulate else "spmm_csr"
-    compiled(kind, dtype, width)(row_parts(indptr), indptr, indices, data, B, out)
+    compiled(kind, dtype, width)(row_parts(indptr) if parts is None else parts, indptr, indices, data, B, out)
 
 
 def spmm_ell_func(dtype: str = "float32", width: int | None = None, accumulate: bool = False,
@@ -189,7 +263,7 @@ def spmm_csr_rows_scheduled(dtype: str, width: int, accumulate: bool) -> PrimFun
     kernel takes parts, rows, then the CSR arrays)."""
     tile, lanes = row_tile_lanes(dtype)
     func = lower_stage3(spmm_iteration(dtype, width, accumulate), row_tile=tile)
-    return partition_rows(select_rows(vectorize_row_tile(func, lanes)))
+    return partition_rows(select_rows(_prefetched(vectorize_row_tile(func, lanes), dtype, width, None)))
 
 
 def spmm_bsr_func(dtype: str = "float32", block: tuple[int, int] = (2, 2), width: int | None = None) -> PrimFunc:
@@ -251,14 +325,16 @@ def _built(kind: str, dtype: str, width: int | None, block: tuple[int, int] | No
         return build(spmm_csr_rows_scheduled(dtype, width, accumulate=kind == "spmm_csr_rows_acc"), bounds="prove")
     if kind in ("spmm_csr", "spmm_csr_acc"):
         return build(spmm_csr_scheduled(dtype, width, accumulate=kind == "spmm_csr_acc"), bounds="prove")
+    if kind == "copy_rows":
+        return build(copy_rows_func(dtype, width), bounds="prove")
     make = {"spmm_ell": spmm_ell_func, "sddmm": sddmm_func}[kind]
     return build(make(dtype, width), bounds="prove")
 
 
 def compiled(kind: str, dtype: str, width: int | None = None, block: tuple[int, int] | None = None,
              slots: int | None = None) -> Any:
-    """The built kernel (proved in bounds) for kind in spmm_csr / spmm_ell / spmm_bsr / sddmm
-    (and spmm_csr_acc / spmm_ell_acc, which add to the output; the CSR SpMM kernels are
+    """The built kernel (proved in bounds) for kind in spmm_csr / spmm_ell / spmm_bsr / sddmm /
+    copy_rows (and spmm_csr_acc / spmm_ell_acc, which add to the output; the CSR SpMM kernels are
     `spmm_csr_scheduled`'s and take the row partition first, see `run_spmm_csr`); ELL buckets of a width in
     SPECIALISED_SLOTS get a kernel with that many slots fixed."""
     return _built(kind, dtype, width if width in SPECIALISED_WIDTHS else None, block,
@@ -292,13 +368,15 @@ def spmm(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None = None) -> np.nd
     m, k = A.shape
     B = _dense("spmm: B", B, k, A.dtype)
     out = _output("spmm", out, (m, B.shape[1]), A.dtype)
-    run_spmm_csr(_dtype_name(A.dtype), B.shape[1], A.indptr["j"], A.indices["j"], A.data, B, out)
+    B = stage_rows(B, A.data.size)
+    parts = A.derived("row_parts", lambda: row_parts(A.indptr["j"]))
+    run_spmm_csr(_dtype_name(A.dtype), B.shape[1], A.indptr["j"], A.indices["j"], A.data, B, out, parts=parts)
     return out
 
 
 def _output(what: str, out: Any, shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:
     if out is None:
-        return np.empty(shape, dtype=dtype)
+        return aligned_empty(shape, dtype)  # whole rows on whole cache lines where they can be
     if not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous:
         raise ArgumentError(f"{what}: out must be a C-contiguous {dtype} array of shape {shape}, got "
                             f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
@@ -334,5 +412,6 @@ def sddmm(A: SparseMatrix, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
     if X.shape[1] != Y.shape[1]:
         raise ArgumentError(f"sddmm: X and Y need the same width, got {X.shape[1]} and {Y.shape[1]}")
     out = np.empty(A.data.shape, dtype=A.dtype)
+    Y = stage_rows(Y, A.data.size)  # the rows of Y are the gathered ones
     compiled("sddmm", _dtype_name(A.dtype), X.shape[1])(A.indptr["j"], A.indices["j"], A.data, X, Y, out)
     return out

@@ -31,7 +31,9 @@ from ..driver import build
 from ..errors import ArgumentError
 from .formats import SparseMatrix
 from .iteration import SparseIteration, SpBuffer, sp_axis, sp_iter
-from .kernels import SPECIALISED_WIDTHS, ROWS_DYNAMIC, _assume, _dense, _dtype_name, _width, compiled, row_tile_lanes
+from .kernels import (
+    SPECIALISED_WIDTHS, ROWS_DYNAMIC, _assume, _dense, _dtype_name, _width, aligned_empty, compiled, row_tile_lanes,
+)
 from .lower import lower_stage3
 from .schedule import partition_rows, row_parts, vectorize_row_tile
 from .validate import INDEX_DTYPE, SparseFormatError
@@ -191,7 +193,9 @@ def rgcn(graph: RelationalGraph, X: np.ndarray, W: np.ndarray) -> np.ndarray:
                             f"d_out), got {getattr(W, 'dtype', type(W).__name__)} {getattr(W, 'shape', '')}")
     rels, width = graph.relations, W.shape[2]
     side_by_side = np.ascontiguousarray(W.transpose(1, 0, 2)).reshape(X.shape[1], rels * width)
-    Y = np.ascontiguousarray(X @ side_by_side).reshape(k, rels, width)  # Y[j, r] = X[j] @ W[r]
+    Y = aligned_empty((k, rels * width), graph.dtype)  # its gathered rows on cache lines
+    np.matmul(X, side_by_side, out=Y)
+    Y = Y.reshape(k, rels, width)  # Y[j, r] = X[j] @ W[r]
     out = np.empty((m, width), dtype=graph.dtype)
     kernel = _rgcn_kernel(_dtype_name(graph.dtype), width if width in SPECIALISED_WIDTHS else None)
     kernel(row_parts(graph.indptr[::rels]), graph.indptr, graph.indices, graph.data, Y, out)

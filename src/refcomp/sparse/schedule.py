@@ -1,5 +1,5 @@
-"""Schedules of stage III sparse kernels: the row partition by stored entries, row lists, and the dense
-primitives (split, vectorize, unroll) on the loops of a row tile.
+"""Schedules of stage III sparse kernels: the row partition by stored entries, row lists, prefetch of
+gathered rows, and the dense primitives (split, vectorize, unroll) on the loops of a row tile.
 
 `partition_rows` is a sparse transformation of stage III (the partition's boundaries are data,
 computed from the matrix by `row_parts`); the rest is the loop IR's own schedule primitives
@@ -20,7 +20,7 @@ from ..emit_c.codegen import OMP_SCHEDULE
 from ..loops.primitives.kinds import unroll, vectorize
 from ..loops.primitives.legality import const_int
 from ..loops.primitives.loop import split
-from ..loops.primitives.tree import walk
+from ..loops.primitives.tree import replace_in_func, walk
 from .iteration import SparseScheduleError
 
 # Parts per partition of the rows: enough that dynamic scheduling evens out what the split of a
@@ -165,3 +165,63 @@ def _is_tile_loop(stmt) -> bool:
         return tuple(store.indices) == (var,)
     return isinstance(store.value, BufferLoad) and store.value.buffer.scope == "local" and \
         tuple(store.value.indices) == (var,)
+
+
+# Bytes the prefetches of one gathered row are apart: one per cache line.
+CACHE_LINE_BYTES = 64
+
+
+def prefetch_gathered_rows(func: PrimFunc, buffer: str = "B", distance: int = 16) -> PrimFunc:
+    """The row of `buffer` that the entry `distance` positions ahead will gather, prefetched (one
+    `prefetch` per 64-byte line of the row) at the top of the loop over positions.
+
+    Requires: distance a positive int; `buffer` a 2-D parameter whose rows have a constant length;
+    exactly one serial loop `j` whose body reads `buffer[X[j], ...]` with `X` a 1-D int parameter
+    (the positions' index array, of length nnz).  Else a SparseScheduleError.
+
+    Before: `for j in range(lo, hi): body` (body reads B[X[j], f]); after:
+    `for j in range(lo, hi): q = min(j, nnz - 1 - d) + d; assume(0 <= X[q] < k);
+    prefetch(B[X[q], 0]); prefetch(B[X[q], 64 / itemsize]); ...; body`.  q is min(j + d, nnz - 1)
+    without overflow, inside [0, nnz) whenever j is; the assumption is the format invariant
+    `validate.py` checks for every entry of X, so the prover proves the prefetched element in
+    bounds as it does the gathered one.  The values computed do not change.
+    """
+    where = f"prefetch_gathered_rows: {func.name}"
+    if isinstance(distance, bool) or not isinstance(distance, int) or distance < 1:
+        raise SparseScheduleError(f"prefetch_gathered_rows: distance must be a positive int, got {distance!r}")
+    target = next((p for p in func.params if p.name == buffer), None)
+    if target is None or len(target.shape) != 2:
+        raise SparseScheduleError(f"{where}: no 2-D parameter named {buffer!r}")
+    width = const_int(target.shape[1])
+    if width is None or width < 1:
+        raise SparseScheduleError(f"{where}: the rows of {buffer} must have a constant length, got "
+                                  f"{target.shape[1]}")
+    params = {id(p) for p in func.params}
+    sites = []
+    for loop in walk(func.body):
+        if not (isinstance(loop, For) and loop.kind == "serial"):
+            continue
+        for load in _loads_of(loop.body, target):
+            row = load.indices[0]
+            if (isinstance(row, BufferLoad) and id(row.buffer) in params and len(row.buffer.shape) == 1
+                    and row.buffer.dtype.is_integer and len(row.indices) == 1 and row.indices[0] is loop.loop_var):
+                sites.append((loop, row.buffer))
+                break
+    if len(sites) != 1:
+        raise SparseScheduleError(f"{where}: expected one serial loop j reading {buffer}[X[j], ...], found "
+                                  f"{len(sites)}")
+    loop, index = sites[0]
+    j, nnz, rows = loop.loop_var, index.shape[0], target.shape[0]
+    q = Var("q", j.dtype)
+    step = max(1, CACHE_LINE_BYTES // target.dtype.bits * 8)
+    fetches = [Evaluate(Call("prefetch", (target[index[q], IntImm(col, "int32")],), "int32"))
+               for col in range(0, width, step)]
+    fact = Evaluate(Call("assume", ((index[q] >= 0) & (index[q] < rows),), "bool"))
+    ahead = LetStmt(q, min_(j, nnz - 1 - distance) + distance, seq(fact, *fetches))
+    return replace_in_func(func, {id(loop): loop.with_(body=seq(ahead, loop.body))})
+
+
+def _loads_of(stmt, buffer: Buffer) -> list[BufferLoad]:
+    from ..ast import collect
+
+    return [load for load in collect(stmt, BufferLoad) if load.buffer is buffer]
