@@ -13,7 +13,9 @@ from refcomp.emit_c import c_options, compile_shared, emit
 from refcomp.loops import intrin, recipes
 from refcomp.loops.lower import lower
 from refcomp.loops.primitives.tree import walk
-from refcomp.ast import Block, For
+from refcomp.ast import Allocate, Block, For, as_int, collect
+from refcomp.loops.passes.compact_buffers import compact_local_buffers
+from refcomp.loops.passes.lower_blocks import lower_blocks
 
 SMALL = recipes.Tiling(mc=24, nc=32, kc=32)
 TRANSPOSE = "x86.avx512.transpose_f32_32x16"
@@ -85,8 +87,17 @@ def test_fp32_recipe_parallel_loop(rng, monkeypatch, m, n, by_rows, pack_a):
     assert len(compute) == 1
     assert compute[0].loop_var.name.startswith("i" if by_rows else "j")
     assert compute[0].annotations.get("omp_schedule") == "dynamic"
-    packs_b_inside = any(isinstance(b, Block) and b.name == "B_global" for b in walk(compute[0]))
+    packs_b_inside = any(isinstance(b, Block) and b.name == "B_local" for b in walk(compute[0]))
     assert packs_b_inside != by_rows
+    # a block packed inside the parallel loop is a "local" buffer: each thread's KC x NC block,
+    # reused from one block to the next, not a slice of a buffer as large as B
+    assert any(isinstance(b, Block) and b.name == "B_global" for b in walk(sch.func.body)) == by_rows
+    if not by_rows:  # one KC x NC block per iteration of the parallel loop, in NR-wide panels
+        nr = 32 if intrin.get("x86.avx512.sgemm_8x32").available() else 16
+        lowered = compact_local_buffers(lower_blocks(sch.func))
+        (block,) = [a for a in collect(lowered.body, Allocate) if a.buffer.name == "B_local"]
+        shape = tuple(as_int(d) for d in block.buffer.shape)
+        assert shape[:2] == (1, 1) and shape[3:] == (SMALL.kc, nr) and shape[2] * nr <= SMALL.nc
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     c = rng.standard_normal((m, n)).astype(np.float32)
@@ -136,7 +147,7 @@ def test_fp32_recipe_reads_w_transposed(rng, m, n, k, index_dtype):
     # allow it and the k slab (24 of 48, 32, 16) is a multiple of 16
     wide = "x86.avx512.sgemm_8x32" in tiles
     assert (TRANSPOSE in tiles) == (wide and n % 32 == 0 and k in (32, 16))
-    packs = [b for b in walk(sch.func.body) if isinstance(b, Block) and b.name.startswith("W_global")]
+    packs = [b for b in walk(sch.func.body) if isinstance(b, Block) and b.name.startswith(("W_global", "W_local"))]
     assert packs and packs[0].writes[0].buffer.shape[-1].value in (16, 32)  # NR-wide panels
     a = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((n, k)).astype(np.float32)
@@ -221,7 +232,7 @@ def test_fp32_recipe_symbolic_rows_outside_the_parallel_column_loop(rng, monkeyp
     assert len(parallel) == 1 and parallel[0].loop_var.name.startswith("j")
     rows = next(s for s in walk(sch.func.body) if isinstance(s, For) and s.loop_var.name.startswith("i"))
     assert rows.kind == "serial" and any(s is parallel[0] for s in walk(rows))
-    assert any(isinstance(b, Block) and b.name.startswith(("B_global", "W_global")) for b in walk(parallel[0]))
+    assert any(isinstance(b, Block) and b.name.startswith(("B_", "W_")) for b in walk(parallel[0]))
     lib = refcomp.build(sch.func)
     for m in (1, 23, 50):
         a = rng.standard_normal((m, k)).astype(np.float32)

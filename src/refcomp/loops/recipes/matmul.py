@@ -138,7 +138,16 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
         packed_a = sch.cache_read(blk, shape.a_index, "global")
         sch.transform_layout(packed_a, ("write", 0), lambda i, k: (k // kc, i, k % kc))
         _schedule_copy(sch, packed_a, parallel, kc)
-    packed_b = sch.cache_read(blk, shape.b_index, "global") if pack_b else None
+    # Packed inside the parallel loop, each thread's KC x NC block of B is a buffer of that size,
+    # allocated where it is filled and used ("local": the C target's compaction places and
+    # shrinks it; the block index leads the layout so that only leading dimensions shrink, see
+    # refcomp.loops.passes.compact_buffers), not a slice of a buffer as large as B: a block
+    # written to fresh memory for each slab cost 8% at N = 2048 (one thread, 131 -> 141
+    # GFLOP/s).  A copy that is itself a micro-kernel call (the register transpose of W) would
+    # keep the whole buffer, so that one stays a global buffer.
+    in_thread = by_columns or rows_outside
+    per_block = in_thread and not (shape.b_transposed and _transposes_in_registers(nr, b_layout, kc))
+    packed_b = sch.cache_read(blk, shape.b_index, "local" if per_block else "global") if pack_b else None
 
     i, j, k = sch.get_loops(blk)
     i0, i1, i2 = sch.split(i, [None, mc // mr, mr])
@@ -152,10 +161,10 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     if shape.b_transposed and packed_b is None:
         raise ScheduleError(f"{recipe}: B read as W[j, k] needs pack_b (the kernel reads k-major panels)")
     if packed_b is not None:
-        in_thread = by_columns or rows_outside
         if in_thread:
             sch.compute_at(packed_b, slabs[0] if slabs else j0)
-        sch.transform_layout(packed_b, ("write", 0), _b_panels(nr, b_layout, shape.b_transposed))
+        blocks = (nc, kc) if per_block else None
+        sch.transform_layout(packed_b, ("write", 0), _b_panels(nr, b_layout, shape.b_transposed, blocks))
         copy_in_parallel = parallel and not in_thread
         if shape.b_transposed:
             _schedule_transposed_copy(sch, packed_b, copy_in_parallel, nr, _GROUP.get(b_layout, 1))
@@ -220,12 +229,17 @@ def _row_block(m, mr: int, preferred: int, partial_ok: bool, recipe: str, intrin
     return mc
 
 
-def _b_panels(nr: int, layout: str, transposed: bool = False):
+def _b_panels(nr: int, layout: str, transposed: bool = False, blocks: tuple[int, int] | None = None):
     """Index map packing B (K, N) into NR-wide column panels, in the layout the kernel reads.
-    A transposed B, W (N, K), packs into the same panels: the map takes its indices as (j, k)."""
+    A transposed B, W (N, K), packs into the same panels: the map takes its indices as (j, k).
+    With blocks = (NC, KC) the NC x KC block index leads: Bp[j // NC, k // KC, panel, ...]."""
     if transposed:
-        panels = _b_panels(nr, layout)
+        panels = _b_panels(nr, layout, blocks=blocks)
         return lambda j, k: panels(k, j)
+    if blocks is not None:
+        nc, kc = blocks
+        inner = _b_panels(nr, layout)
+        return lambda k, j: (j // nc, k // kc) + tuple(inner(k % kc, j % nc))
     if layout == "rows":
         return lambda k, j: (j // nr, k, j % nr)
     if layout == "pairs":
@@ -233,6 +247,11 @@ def _b_panels(nr: int, layout: str, transposed: bool = False):
     if layout == "quads":
         return lambda k, j: (j // nr, k // 4, j % nr, k % 4)
     raise ValueError(f"unknown B layout {layout!r}")
+
+
+def _transposes_in_registers(nr: int, layout: str, kc: int) -> bool:
+    """Whether the copy packing W (N, K) runs on the register transpose (_schedule_transposed_copy)."""
+    return layout == "rows" and nr == 32 and kc % 16 == 0 and transpose_intrin().available()
 
 
 def _schedule_copy(sch: Schedule, copy: BlockRV, parallel: bool, run: int) -> None:
