@@ -61,7 +61,7 @@ def _value(bits):
 @pytest.mark.parametrize("m,n,k", [(37, 32, 48), (48, 64, 96), (5, 16, 16)])
 def test_fp32_recipe_matches_numpy(rng, m, n, k):
     sch = recipes.matmul_fp32(_matmul(m, n, k), tiling=SMALL)
-    assert _tensorized_with(sch.func) <= {"x86.avx2.sgemm_6x16", "x86.avx512.sgemm_8x32"}
+    assert _tensorized_with(sch.func) <= {"x86.avx2.sgemm_6x16", "x86.avx512.sgemm_12x32"}
     assert _tensorized_with(sch.func)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
@@ -142,10 +142,10 @@ def test_fp32_recipe_reads_w_transposed(rng, m, n, k, index_dtype):
     """B stored as W[j, k]: the packing copy reads W transposed into the same k-major panels."""
     sch = recipes.matmul_fp32(_linear(m, n, k, index_dtype), tiling=SMALL)
     tiles = _tensorized_with(sch.func)
-    assert tiles & {"x86.avx2.sgemm_6x16", "x86.avx512.sgemm_8x32"}
+    assert tiles & {"x86.avx2.sgemm_6x16", "x86.avx512.sgemm_12x32"}
     # the pack goes through the register transpose where the CPU has it, the 32-wide panels
     # allow it and the k slab (24 of 48, 32, 16) is a multiple of 16
-    wide = "x86.avx512.sgemm_8x32" in tiles
+    wide = "x86.avx512.sgemm_12x32" in tiles
     assert (TRANSPOSE in tiles) == (wide and n % 32 == 0 and k in (32, 16))
     packs = [b for b in walk(sch.func.body) if isinstance(b, Block) and b.name.startswith(("W_global", "W_local"))]
     assert packs and packs[0].writes[0].buffer.shape[-1].value in (16, 32)  # NR-wide panels
@@ -386,6 +386,7 @@ def test_fused_linear_epilogue_in_the_tile(rng, epilogue):
     ("x86.amx.i8gemm_32x32", "int8", "int32"),
     ("x86.vnni.i8gemm_8x32", "int8", "int32"),
     ("x86.avx512.sgemm_8x32", "float32", "float32"),
+    ("x86.avx512.sgemm_12x32", "float32", "float32"),
     ("x86.avx512bf16.bf16gemm_8x32", "bfloat16", "float32"),
 ])
 def test_wide_isa_recipes_compile_everywhere(name, in_dtype, acc, tmp_path, monkeypatch):

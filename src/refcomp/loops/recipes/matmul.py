@@ -30,7 +30,8 @@ from ..schedule import BlockRV, Schedule
 from .common import divides, k_tile, matmul_shape, pick_intrin, takes_partial_rows, tile_of
 from .transpose import TRANSPOSE_32X16, transpose_intrin
 
-FP32_INTRINS = ["x86.avx512.sgemm_8x32", "x86.avx2.sgemm_6x16"]
+# 12 x 32 first: twelve FMAs per vector of B where 8 x 32 has eight (see kernels_fp32).
+FP32_INTRINS = ["x86.avx512.sgemm_12x32", "x86.avx512.sgemm_8x32", "x86.avx2.sgemm_6x16"]
 # The form of a tile intrinsic that reads A from packed MR-row panels Ap[i // MR, k, i % MR].
 PANEL_INTRINS = {"x86.avx2.sgemm_6x16": "x86.avx2.sgemm_6x16_panel"}
 
