@@ -69,22 +69,39 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
     """
     sch = as_schedule(func_or_sch)
     name = intrin or _pick(sch, block, FP32_INTRINS, "matmul_fp32")
-    return tiled_matmul(sch, block, name, _fp32_tiling(name, tiling), pack_a=pack_a, pack_b=pack_b,
+    k = matmul_shape(sch.get(sch.get_block(block)), "matmul_fp32").k
+    return tiled_matmul(sch, block, name, _fp32_tiling(name, tiling, k), pack_a=pack_a, pack_b=pack_b,
                         parallel=parallel, recipe="matmul_fp32")
 
 
-def _fp32_tiling(intrin: str, tiling: Tiling) -> Tiling:
-    # The AVX-512 tile's whole-K slabs (up to 1024) load and store each C tile half as often as
-    # 512 and were 1.5-2% faster at N = 1024 and 2048 on Zen 5 (1 MiB L2 holds the KC x 32 panel).
-    # Symbolic rows: 512-row blocks around the parallel column loop (see tiled_matmul), so a
-    # few hundred rows pack B once; A's block is read in place.  On the graph benchmark's mlp
-    # (batch 256, no BLAS) on 2 threads 21.6 ms, against 22.6 with threads over 64-row blocks and
-    # 27.7 over 96-row ones (3 blocks of 96 for 2 threads); on one thread 38.5 against 40.3.  Its
-    # transformer block (seq 512) ran 2-3% slower with 256-row blocks than with sgemm, 2-3%
-    # faster with 512.
-    if tiling == Tiling() and "avx512" in intrin:
-        return Tiling(mc=tiling.mc, nc=tiling.nc, kc=1024, mc_symbolic=512)
-    return tiling
+def _fp32_tiling(intrin: str, tiling: Tiling, k) -> Tiling:
+    """The default tiling of an fp32 tile intrinsic (a Tiling given by the caller is kept).
+
+    KC: whole K up to 1024.  The AVX-512 tile's whole-K slabs load and store each C tile half as
+    often as 512 and were 1.5-2% faster at N = 1024 and 2048 on Zen 5 (1 MiB L2 holds the KC x 32
+    panel); on a Xeon with AVX-512 (one core, N = 2048) 512 gave 139.5 GFLOP/s against 151.8,
+    and the AVX2 tile there went from 88.2 to 93.3 at N = 2048 and from 93.4 to 95.7 at 1024.
+    NC: the KC x NC block of B each thread packs takes at most a quarter of L2 (read at run
+    time), and at least four tiles wide: A's MC x KC block and the C tiles keep the rest.  With
+    the AVX2 tile on that Xeon (2 MiB L2: NC = 128 at KC = 1024) N = 1024 ran 101.0 GFLOP/s
+    against 95.7 with NC = 256; the AVX-512 tile was within noise of NC = 512 at 1024 and 2048.
+    MC: 96 rows (a multiple of 6, 8 and 12): 48 and 96 were within noise, 192 5% slower.
+    Symbolic rows (AVX-512): 512-row blocks around the parallel column loop (see tiled_matmul),
+    so a few hundred rows pack B once; A's block is read in place.  On the graph benchmark's mlp
+    (batch 256, no BLAS) on 2 threads 21.6 ms, against 22.6 with threads over 64-row blocks and
+    27.7 over 96-row ones (3 blocks of 96 for 2 threads); on one thread 38.5 against 40.3.  Its
+    transformer block (seq 512) ran 2-3% slower with 256-row blocks than with sgemm, 2-3% faster
+    with 512.
+    """
+    if tiling != Tiling():
+        return tiling
+    from ..intrin import cpu
+
+    _, nr, _ = tile_of(intrin)
+    kc = k_tile(k, 1024, 1) or 1024
+    _, l2 = cpu.cache_sizes()
+    nc = max(4 * nr, min(512, l2 // 4 // (4 * kc) // nr * nr))
+    return Tiling(mc=96, nc=nc, kc=1024, mc_symbolic=512 if "avx512" in intrin else None)
 
 
 def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack_a: bool, pack_b: bool,
