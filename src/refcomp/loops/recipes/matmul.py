@@ -161,10 +161,12 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     # shrinks it; the block index leads the layout so that only leading dimensions shrink, see
     # refcomp.loops.passes.compact_buffers), not a slice of a buffer as large as B: a block
     # written to fresh memory for each slab cost 8% at N = 2048 (one thread, 131 -> 141
-    # GFLOP/s).  A copy that is itself a micro-kernel call (the register transpose of W) would
-    # keep the whole buffer, so that one stays a global buffer.
+    # GFLOP/s).  W (N, K) is then packed by a plain vectorized copy, not the register transpose:
+    # a buffer the transpose micro-kernel writes through its address would keep B's size, and
+    # the smaller buffer won (one thread, 256 x 4096 x 1024: 118 -> 128 GFLOP/s, rows symbolic
+    # 115 -> 127; 256 x 1024 x 4096: 117 -> 121).
     in_thread = by_columns or rows_outside
-    per_block = in_thread and not (shape.b_transposed and _transposes_in_registers(nr, b_layout, kc))
+    per_block = in_thread
     packed_b = sch.cache_read(blk, shape.b_index, "local" if per_block else "global") if pack_b else None
 
     i, j, k = sch.get_loops(blk)
@@ -185,7 +187,8 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
         sch.transform_layout(packed_b, ("write", 0), _b_panels(nr, b_layout, shape.b_transposed, blocks))
         copy_in_parallel = parallel and not in_thread
         if shape.b_transposed:
-            _schedule_transposed_copy(sch, packed_b, copy_in_parallel, nr, _GROUP.get(b_layout, 1))
+            _schedule_transposed_copy(sch, packed_b, copy_in_parallel, nr, _GROUP.get(b_layout, 1),
+                                      registers=not per_block)
         elif b_layout == "rows":
             _schedule_copy(sch, packed_b, copy_in_parallel, nr)
         else:
@@ -267,11 +270,6 @@ def _b_panels(nr: int, layout: str, transposed: bool = False, blocks: tuple[int,
     raise ValueError(f"unknown B layout {layout!r}")
 
 
-def _transposes_in_registers(nr: int, layout: str, kc: int) -> bool:
-    """Whether the copy packing W (N, K) runs on the register transpose (_schedule_transposed_copy)."""
-    return layout == "rows" and nr == 32 and kc % 16 == 0 and transpose_intrin().available()
-
-
 def _schedule_copy(sch: Schedule, copy: BlockRV, parallel: bool, run: int) -> None:
     """Run a packing copy on all threads, moving `run` contiguous elements at a time in vectors.
 
@@ -312,21 +310,24 @@ def _divisible(sch: Schedule, loop, factor: int) -> bool:
     return extent is not None and extent % factor == 0
 
 
-def _schedule_transposed_copy(sch: Schedule, copy: BlockRV, parallel: bool, nr: int, group: int) -> None:
+def _schedule_transposed_copy(sch: Schedule, copy: BlockRV, parallel: bool, nr: int, group: int,
+                              registers: bool = True) -> None:
     """Order the copy packing W (N, K) into panels Bp[j // NR, k (// g), j % NR (, k % g)] so that
     it writes the packed buffer in order: j // NR, k (// g), then j % NR (, k % g) innermost.
 
     Each inner run reads NR rows of W at one k (NR streams that each advance along k, so every
     cache line of W is used whole while the panel is built) and writes NR (* g) contiguous floats.
     Without groups the j % NR loop is vectorized (a gather at stride K, a contiguous store): 256 x 4096 x 1024 on
-    2 Zen 5 threads went from 316 to 360 GFLOP/s against the scalar copy.
+    2 Zen 5 threads went from 316 to 360 GFLOP/s against the scalar copy.  With `registers` (a
+    copy of all of W before the parallel loop) 16 k-rows of a 32-wide panel are transposed in
+    registers instead; a per-thread block keeps the plain copy (see tiled_matmul).
     """
     j_loop, k_loop = sch.get_loops(copy)[-2:]
     j_outer, j_inner = sch.split(j_loop, [None, nr])
     if group > 1:
         k_outer, k_inner = sch.split(k_loop, [None, group])
         sch.reorder(j_outer, k_outer, j_inner, k_inner)
-    elif nr == 32 and _divisible(sch, k_loop, 16) and transpose_intrin().available():
+    elif registers and nr == 32 and _divisible(sch, k_loop, 16) and transpose_intrin().available():
         # 16 k-rows of a panel at a time, transposed in registers
         k_outer, k_inner = sch.split(k_loop, [None, 16])
         sch.reorder(j_outer, k_outer, k_inner, j_inner)
