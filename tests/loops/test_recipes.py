@@ -463,3 +463,32 @@ def test_cache_sizes_are_read_at_run_time():
 
     l1, l2 = cpu.cache_sizes()
     assert 4 << 10 <= l1 <= l2
+
+
+@pytest.mark.parametrize("name", ["x86.avx512.sgemm_12x32", "x86.avx512.sgemm_8x32", "x86.avx2.sgemm_6x16"])
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_fp32_recipe_on_every_tile_matches_numpy(rng, monkeypatch, name, threads, transposed):
+    """Each fp32 tile under the recipe's default tiling (blocks from the caches), on one and two
+    threads (per-thread blocks of B, or B packed once), B or W (N, K), odd and symbolic row
+    counts: every partial tile height of the 12-, 8- and 6-row tiles comes up."""
+    if not intrin.get(name).available():
+        pytest.skip(f"CPU lacks {intrin.get(name).cpu_features}")
+    monkeypatch.setenv("OMP_NUM_THREADS", threads)
+    n, k = 96, 200
+    for m in (1, 5, 7, 11, 37, 250):
+        func = _linear(m, n, k) if transposed else _matmul(m, n, k)
+        sch = recipes.matmul_fp32(func, intrin=name)
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
+        c = rng.standard_normal((m, n)).astype(np.float32)
+        refcomp.build(sch.func)(a, b, c)
+        np.testing.assert_allclose(c, a @ (b.T if transposed else b), rtol=1e-4, atol=1e-3)
+    func = _linear(te.size_var("m"), n, k) if transposed else _matmul(te.size_var("m"), n, k)
+    lib = refcomp.build(recipes.matmul_fp32(func, intrin=name).func)
+    for m in (1, 13, 50):
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
+        c = np.zeros((m, n), np.float32)
+        lib(a, b, c)
+        np.testing.assert_allclose(c, a @ (b.T if transposed else b), rtol=1e-4, atol=1e-3)
