@@ -439,11 +439,14 @@ def test_recipe_rejects_a_block_that_is_not_a_matmul():
         recipes.matmul_fp32(te.create_prim_func([a, b]))
 
 
-@pytest.mark.parametrize("l2,intrin_name,nc", [(2 << 20, "x86.avx2.sgemm_6x16", 128), (512 << 10, "x86.avx2.sgemm_6x16", 64),
-                                               (2 << 20, "x86.avx512.sgemm_12x32", 128), (64 << 20, "x86.avx512.sgemm_12x32", 512)])
-def test_fp32_default_tiling_sizes_the_b_block_from_l2(monkeypatch, l2, intrin_name, nc):
-    """The KC x NC block of B a thread packs takes at most a quarter of L2, at least four tiles wide
-    and at most 512 columns; a tiling the caller gives is kept."""
+@pytest.mark.parametrize("l2,intrin_name,n,nc", [
+    (2 << 20, "x86.avx2.sgemm_6x16", 512, 128), (512 << 10, "x86.avx2.sgemm_6x16", 256, 64),
+    (2 << 20, "x86.avx512.sgemm_12x32", 512, 128), (64 << 20, "x86.avx512.sgemm_12x32", 512, 512),
+    (2 << 20, "x86.avx512.sgemm_12x32", 1024, 256), (2 << 20, "x86.avx512.sgemm_12x32", 4096, 512)])
+def test_fp32_default_tiling_sizes_the_b_block_from_l2(monkeypatch, l2, intrin_name, n, nc):
+    """The KC x NC block of B a thread packs takes at most a quarter of L2 unless that makes more
+    than four column blocks, at least four tiles wide and at most 512 columns; a tiling the
+    caller gives is kept."""
     from refcomp.loops.intrin import cpu
     from refcomp.loops.recipes.matmul import _fp32_tiling
 
@@ -451,9 +454,9 @@ def test_fp32_default_tiling_sizes_the_b_block_from_l2(monkeypatch, l2, intrin_n
     cpu.cache_sizes.cache_clear()
     try:
         assert cpu.cache_sizes() == (48 << 10, l2)
-        tiling = _fp32_tiling(intrin_name, recipes.Tiling(), 1024)
+        tiling = _fp32_tiling(intrin_name, recipes.Tiling(), n, 1024)
         assert (tiling.kc, tiling.nc) == (1024, nc)
-        assert _fp32_tiling(intrin_name, SMALL, 1024) is SMALL
+        assert _fp32_tiling(intrin_name, SMALL, n, 1024) is SMALL
     finally:
         cpu.cache_sizes.cache_clear()
 

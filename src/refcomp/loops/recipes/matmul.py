@@ -69,12 +69,12 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
     """
     sch = as_schedule(func_or_sch)
     name = intrin or _pick(sch, block, FP32_INTRINS, "matmul_fp32")
-    k = matmul_shape(sch.get(sch.get_block(block)), "matmul_fp32").k
-    return tiled_matmul(sch, block, name, _fp32_tiling(name, tiling, k), pack_a=pack_a, pack_b=pack_b,
+    shape = matmul_shape(sch.get(sch.get_block(block)), "matmul_fp32")
+    return tiled_matmul(sch, block, name, _fp32_tiling(name, tiling, shape.n, shape.k), pack_a=pack_a, pack_b=pack_b,
                         parallel=parallel, recipe="matmul_fp32")
 
 
-def _fp32_tiling(intrin: str, tiling: Tiling, k) -> Tiling:
+def _fp32_tiling(intrin: str, tiling: Tiling, n, k) -> Tiling:
     """The default tiling of an fp32 tile intrinsic (a Tiling given by the caller is kept).
 
     KC: whole K up to 1024.  The AVX-512 tile's whole-K slabs load and store each C tile half as
@@ -82,9 +82,12 @@ def _fp32_tiling(intrin: str, tiling: Tiling, k) -> Tiling:
     panel); on a Xeon with AVX-512 (one core, N = 2048) 512 gave 139.5 GFLOP/s against 151.8,
     and the AVX2 tile there went from 88.2 to 93.3 at N = 2048 and from 93.4 to 95.7 at 1024.
     NC: the KC x NC block of B each thread packs takes at most a quarter of L2 (read at run
-    time), and at least four tiles wide: A's MC x KC block and the C tiles keep the rest.  With
-    the AVX2 tile on that Xeon (2 MiB L2: NC = 128 at KC = 1024) N = 1024 ran 101.0 GFLOP/s
-    against 95.7 with NC = 256; the AVX-512 tile was within noise of NC = 512 at 1024 and 2048.
+    time; A's MC x KC block and the C tiles keep the rest), unless that makes more than four
+    column blocks: each column block reads all of A again (in place), so NC is at least N / 4;
+    at least four tiles wide, at most 512.  The 12x32 tile on one core of a Xeon with 2 MiB L2,
+    KC = 1024, NC = 128 / 256 / 512: N = 1024 154-156 / 150-153 / 147-149 GFLOP/s (the block
+    in L2 wins), N = 2048 144-146 / 147-149 / 150-152 (A's 16 MiB read 16 / 8 / 4 times
+    loses); the AVX2 tile was within noise of each at both sizes.
     MC: 96 rows (a multiple of 6, 8 and 12): 48 and 96 were within noise, 192 5% slower.
     Symbolic rows (AVX-512): 512-row blocks around the parallel column loop (see tiled_matmul),
     so a few hundred rows pack B once; A's block is read in place.  On the graph benchmark's mlp
@@ -100,7 +103,10 @@ def _fp32_tiling(intrin: str, tiling: Tiling, k) -> Tiling:
     _, nr, _ = tile_of(intrin)
     kc = k_tile(k, 1024, 1) or 1024
     _, l2 = cpu.cache_sizes()
-    nc = max(4 * nr, min(512, l2 // 4 // (4 * kc) // nr * nr))
+    in_l2 = l2 // 4 // (4 * kc) // nr * nr
+    columns = as_int(n)
+    few_passes = (columns // 4) // nr * nr if columns is not None else 0
+    nc = max(4 * nr, min(512, max(in_l2, few_passes)))
     return Tiling(mc=96, nc=nc, kc=1024, mc_symbolic=512 if "avx512" in intrin else None)
 
 
