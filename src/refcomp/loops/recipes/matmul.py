@@ -74,13 +74,21 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
                         parallel=parallel, recipe="matmul_fp32")
 
 
+# The KC x NR panel of B a tile streams from L2: at most 128 KiB (KC 1024 for 32-wide tiles, 2048
+# for 16-wide ones; see _fp32_tiling).
+_PANEL_BYTES = 128 << 10
+
+
 def _fp32_tiling(intrin: str, tiling: Tiling, n, k) -> Tiling:
     """The default tiling of an fp32 tile intrinsic (a Tiling given by the caller is kept).
 
-    KC: whole K up to 1024.  The AVX-512 tile's whole-K slabs load and store each C tile half as
-    often as 512 and were 1.5-2% faster at N = 1024 and 2048 on Zen 5 (1 MiB L2 holds the KC x 32
-    panel); on a Xeon with AVX-512 (one core, N = 2048) 512 gave 139.5 GFLOP/s against 151.8,
-    and the AVX2 tile there went from 88.2 to 93.3 at N = 2048 and from 93.4 to 95.7 at 1024.
+    KC: whole K while the tile's KC x NR panel of B is at most 128 KiB (K up to 1024 for the
+    32-wide tiles, 2048 for the 16-wide one).  The AVX-512 tile's whole-K slabs load and store
+    each C tile half as often as 512 and were 1.5-2% faster at N = 1024 and 2048 on Zen 5 (1 MiB
+    L2 holds the KC x 32 panel); on a Xeon with AVX-512 (one core, N = 2048) 512 gave 139.5
+    GFLOP/s against 151.8, 2048 was within noise of 1024 (and 3% slower at 256 x 1024 x 4096);
+    the AVX2 tile there went from 88.2 to 93.3 at N = 2048 with KC 512 -> 1024 and to 96.5-99.0
+    with 2048 (against 91.9-93.9 in the same runs).
     NC: the KC x NC block of B each thread packs takes at most a quarter of L2 (read at run
     time; A's MC x KC block and the C tiles keep the rest), unless that makes more than four
     column blocks: each column block reads all of A again (in place), so NC is at least N / 4;
@@ -101,13 +109,14 @@ def _fp32_tiling(intrin: str, tiling: Tiling, n, k) -> Tiling:
     from ..intrin import cpu
 
     _, nr, _ = tile_of(intrin)
-    kc = k_tile(k, 1024, 1) or 1024
+    kc_max = _PANEL_BYTES // (4 * nr)
+    kc = k_tile(k, kc_max, 1) or kc_max
     _, l2 = cpu.cache_sizes()
     in_l2 = l2 // 4 // (4 * kc) // nr * nr
     columns = as_int(n)
     few_passes = (columns // 4) // nr * nr if columns is not None else 0
     nc = max(4 * nr, min(512, max(in_l2, few_passes)))
-    return Tiling(mc=96, nc=nc, kc=1024, mc_symbolic=512 if "avx512" in intrin else None)
+    return Tiling(mc=96, nc=nc, kc=kc, mc_symbolic=512 if "avx512" in intrin else None)
 
 
 def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack_a: bool, pack_b: bool,
