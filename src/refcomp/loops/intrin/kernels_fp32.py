@@ -1,12 +1,13 @@
-"""C micro-kernels for fp32 matmul tiles: AVX2/FMA 6x16 and AVX-512 8x32 register tiles.
+"""C micro-kernels for fp32 matmul tiles: AVX2/FMA 6x16 and 8x8, AVX-512 8x32 and 12x32 register tiles.
 
 Each kernel computes C[0:m, 0:NR] += A[0:m, 0:K] * B[0:K, 0:NR], m = min(m_rows, MR), with
   A[r, k] at A + r*a_rs + k*a_cs   (any strides: row-major, or packed MR-interleaved)
   B[k, j] at B + k*ldb + j         (unit stride along j: vector loads)
   C[r, j] at C + r*ldc + j
 The accumulators live in registers for the whole K loop; C is read once and written once.
-A partial tile (m_rows < MR, the last rows of a matrix whose height MR does not divide) takes a
-row-at-a-time path that touches only its m_rows rows.
+A partial tile (m_rows < MR, the last rows of a matrix whose height MR does not divide) touches
+only its m_rows rows: the 6x16 and 12x32 kernels run the tile's code for that row count, the
+others a row at a time.
 The `target` attribute lets the helper compile whatever -march the library is built with; the
 tensorize registry only offers a kernel when the CPU running refcomp has its features.
 """
