@@ -3,7 +3,8 @@ alternating best-of timer.
 
 Import this module before numpy: it edits the environment OpenBLAS and libgomp read when they load.
 - The user's OpenBLAS overrides (`OPENBLAS_CORETYPE`, `OPENBLAS_L2_SIZE`) are dropped in this process,
-  so numpy runs the kernel OpenBLAS picks for this CPU.
+  so numpy runs the kernel OpenBLAS picks for this CPU (unless a benchmark names one through
+  `REFCOMP_BENCH_OPENBLAS_CORETYPE`, to compare at a narrower ISA).
 - Idle OpenMP workers spin briefly, then sleep (`OMP_WAIT_POLICY=PASSIVE` with `GOMP_SPINCOUNT=100000`,
   about 1 ms, unless either is set): what graph.build asks for (refcomp.runtime.threads).  libgomp's
   default 3 ms spin takes the core that numpy's thread pool needs on a small machine; no spin at all
@@ -21,6 +22,11 @@ import time
 
 for _name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
     os.environ.pop(_name, None)
+# A benchmark that compares an ISA below the machine's (matmul.py --isa avx2) names the OpenBLAS
+# kernel of that ISA here, before numpy loads, so both sides run the same vector width.
+_CORETYPE = os.environ.pop("REFCOMP_BENCH_OPENBLAS_CORETYPE", None)
+if _CORETYPE:
+    os.environ["OPENBLAS_CORETYPE"] = _CORETYPE
 from refcomp.runtime.threads import prefer_short_openmp_spins  # noqa: E402  (after the OpenBLAS edits)
 
 prefer_short_openmp_spins()

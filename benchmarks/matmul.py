@@ -1,7 +1,7 @@
 """refcomp matmul recipes vs numpy (OpenBLAS) and, when installed, torch: one table from one run.
 
     python benchmarks/matmul.py [--json] [--repeat 5] [--rounds 3] [--only fp32_1024,...]
-                                [--single-thread-cpu]
+                                [--single-thread-cpu] [--isa avx2]
 
 Every case is an ordinary refcomp schedule from `refcomp.loops.recipes` (packing, tiling, a
 parallel block loop, a tensorized micro-kernel), built with `refcomp.build` (bounds proved) and
@@ -30,6 +30,13 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+if "--isa" in sys.argv and sys.argv[sys.argv.index("--isa") + 1:][:1] == ["avx2"]:
+    # Before refcomp and numpy load: refcomp sees a CPU without AVX-512 / AMX (its AVX2 tiles),
+    # OpenBLAS runs its Haswell (AVX2) kernel.
+    with open("/proc/cpuinfo", encoding="ascii", errors="replace") as _info:
+        _flags = next((line.split(":", 1)[1].split() for line in _info if line.startswith("flags")), [])
+    os.environ["REFCOMP_CPU_FEATURES"] = ",".join(f for f in _flags if not f.startswith(("avx512", "amx")))
+    os.environ["REFCOMP_BENCH_OPENBLAS_CORETYPE"] = "Haswell"
 import harness  # noqa: E402  (before numpy: it sets up OpenBLAS, OpenMP and malloc for the timings)
 
 import argparse  # noqa: E402
@@ -285,6 +292,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="calls per round")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds")
     parser.add_argument("--only", default=None, help="comma-separated case names")
+    parser.add_argument("--isa", choices=["native", "avx2"], default="native",
+                        help="avx2: refcomp's AVX2 tiles against OpenBLAS's Haswell kernel on an AVX-512 CPU")
     parser.add_argument("--single-thread-cpu", action="store_true",
                         help="time one thread of each side by process CPU time (steady on a busy machine)")
     args = parser.parse_args()

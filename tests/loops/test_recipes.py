@@ -13,7 +13,9 @@ from refcomp.emit_c import c_options, compile_shared, emit
 from refcomp.loops import intrin, recipes
 from refcomp.loops.lower import lower
 from refcomp.loops.primitives.tree import walk
-from refcomp.ast import Block, For
+from refcomp.ast import Allocate, Block, For, as_int, collect
+from refcomp.loops.passes.compact_buffers import compact_local_buffers
+from refcomp.loops.passes.lower_blocks import lower_blocks
 
 SMALL = recipes.Tiling(mc=24, nc=32, kc=32)
 TRANSPOSE = "x86.avx512.transpose_f32_32x16"
@@ -59,7 +61,7 @@ def _value(bits):
 @pytest.mark.parametrize("m,n,k", [(37, 32, 48), (48, 64, 96), (5, 16, 16)])
 def test_fp32_recipe_matches_numpy(rng, m, n, k):
     sch = recipes.matmul_fp32(_matmul(m, n, k), tiling=SMALL)
-    assert _tensorized_with(sch.func) <= {"x86.avx2.sgemm_6x16", "x86.avx512.sgemm_8x32"}
+    assert _tensorized_with(sch.func) <= {"x86.avx2.sgemm_6x16", "x86.avx512.sgemm_12x32"}
     assert _tensorized_with(sch.func)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
@@ -85,8 +87,17 @@ def test_fp32_recipe_parallel_loop(rng, monkeypatch, m, n, by_rows, pack_a):
     assert len(compute) == 1
     assert compute[0].loop_var.name.startswith("i" if by_rows else "j")
     assert compute[0].annotations.get("omp_schedule") == "dynamic"
-    packs_b_inside = any(isinstance(b, Block) and b.name == "B_global" for b in walk(compute[0]))
+    packs_b_inside = any(isinstance(b, Block) and b.name == "B_local" for b in walk(compute[0]))
     assert packs_b_inside != by_rows
+    # a block packed inside the parallel loop is a "local" buffer: each thread's KC x NC block,
+    # reused from one block to the next, not a slice of a buffer as large as B
+    assert any(isinstance(b, Block) and b.name == "B_global" for b in walk(sch.func.body)) == by_rows
+    if not by_rows:  # one KC x NC block per iteration of the parallel loop, in NR-wide panels
+        nr = 32 if intrin.get("x86.avx512.sgemm_8x32").available() else 16
+        lowered = compact_local_buffers(lower_blocks(sch.func))
+        (block,) = [a for a in collect(lowered.body, Allocate) if a.buffer.name == "B_local"]
+        shape = tuple(as_int(d) for d in block.buffer.shape)
+        assert shape[:2] == (1, 1) and shape[3:] == (SMALL.kc, nr) and shape[2] * nr <= SMALL.nc
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     c = rng.standard_normal((m, n)).astype(np.float32)
@@ -131,12 +142,14 @@ def test_fp32_recipe_reads_w_transposed(rng, m, n, k, index_dtype):
     """B stored as W[j, k]: the packing copy reads W transposed into the same k-major panels."""
     sch = recipes.matmul_fp32(_linear(m, n, k, index_dtype), tiling=SMALL)
     tiles = _tensorized_with(sch.func)
-    assert tiles & {"x86.avx2.sgemm_6x16", "x86.avx512.sgemm_8x32"}
-    # the pack goes through the register transpose where the CPU has it, the 32-wide panels
-    # allow it and the k slab (24 of 48, 32, 16) is a multiple of 16
-    wide = "x86.avx512.sgemm_8x32" in tiles
-    assert (TRANSPOSE in tiles) == (wide and n % 32 == 0 and k in (32, 16))
-    packs = [b for b in walk(sch.func.body) if isinstance(b, Block) and b.name.startswith("W_global")]
+    assert tiles & {"x86.avx2.sgemm_6x16", "x86.avx512.sgemm_12x32"}
+    # a pack of all of W (before the parallel loop) goes through the register transpose where the
+    # CPU has it, the 32-wide panels allow it and the k slab (24 of 48, 32, 16) is a multiple of
+    # 16; a per-thread block (inside the parallel loop, a "local" buffer) is a plain copy
+    wide = "x86.avx512.sgemm_12x32" in tiles
+    per_thread = any(isinstance(b, Block) and b.name.startswith("W_local") for b in walk(sch.func.body))
+    assert (TRANSPOSE in tiles) == (wide and n % 32 == 0 and k in (32, 16) and not per_thread)
+    packs = [b for b in walk(sch.func.body) if isinstance(b, Block) and b.name.startswith(("W_global", "W_local"))]
     assert packs and packs[0].writes[0].buffer.shape[-1].value in (16, 32)  # NR-wide panels
     a = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((n, k)).astype(np.float32)
@@ -221,7 +234,7 @@ def test_fp32_recipe_symbolic_rows_outside_the_parallel_column_loop(rng, monkeyp
     assert len(parallel) == 1 and parallel[0].loop_var.name.startswith("j")
     rows = next(s for s in walk(sch.func.body) if isinstance(s, For) and s.loop_var.name.startswith("i"))
     assert rows.kind == "serial" and any(s is parallel[0] for s in walk(rows))
-    assert any(isinstance(b, Block) and b.name.startswith(("B_global", "W_global")) for b in walk(parallel[0]))
+    assert any(isinstance(b, Block) and b.name.startswith(("B_", "W_")) for b in walk(parallel[0]))
     lib = refcomp.build(sch.func)
     for m in (1, 23, 50):
         a = rng.standard_normal((m, k)).astype(np.float32)
@@ -375,6 +388,7 @@ def test_fused_linear_epilogue_in_the_tile(rng, epilogue):
     ("x86.amx.i8gemm_32x32", "int8", "int32"),
     ("x86.vnni.i8gemm_8x32", "int8", "int32"),
     ("x86.avx512.sgemm_8x32", "float32", "float32"),
+    ("x86.avx512.sgemm_12x32", "float32", "float32"),
     ("x86.avx512bf16.bf16gemm_8x32", "bfloat16", "float32"),
 ])
 def test_wide_isa_recipes_compile_everywhere(name, in_dtype, acc, tmp_path, monkeypatch):
@@ -423,3 +437,61 @@ def test_recipe_rejects_a_block_that_is_not_a_matmul():
     b = te.compute((16, 16), lambda i, j: a[i, j] + 1.0, name="C")
     with pytest.raises(ScheduleError, match="is not a matmul"):
         recipes.matmul_fp32(te.create_prim_func([a, b]))
+
+
+@pytest.mark.parametrize("l2,intrin_name,n,nc", [
+    (2 << 20, "x86.avx2.sgemm_6x16", 512, 128), (512 << 10, "x86.avx2.sgemm_6x16", 256, 64),
+    (2 << 20, "x86.avx512.sgemm_12x32", 512, 128), (64 << 20, "x86.avx512.sgemm_12x32", 512, 512),
+    (2 << 20, "x86.avx512.sgemm_12x32", 1024, 256), (2 << 20, "x86.avx512.sgemm_12x32", 4096, 512)])
+def test_fp32_default_tiling_sizes_the_b_block_from_l2(monkeypatch, l2, intrin_name, n, nc):
+    """The KC x NC block of B a thread packs takes at most a quarter of L2 unless that makes more
+    than four column blocks, at least four tiles wide and at most 512 columns; a tiling the
+    caller gives is kept."""
+    from refcomp.loops.intrin import cpu
+    from refcomp.loops.recipes.matmul import _fp32_tiling
+
+    monkeypatch.setenv("REFCOMP_CACHE_SIZES", f"{48 << 10},{l2}")
+    cpu.cache_sizes.cache_clear()
+    try:
+        assert cpu.cache_sizes() == (48 << 10, l2)
+        tiling = _fp32_tiling(intrin_name, recipes.Tiling(), n, 1024)
+        assert (tiling.kc, tiling.nc) == (1024, nc)
+        assert _fp32_tiling(intrin_name, SMALL, n, 1024) is SMALL
+    finally:
+        cpu.cache_sizes.cache_clear()
+
+
+def test_cache_sizes_are_read_at_run_time():
+    from refcomp.loops.intrin import cpu
+
+    l1, l2 = cpu.cache_sizes()
+    assert 4 << 10 <= l1 <= l2
+
+
+@pytest.mark.parametrize("name", ["x86.avx512.sgemm_12x32", "x86.avx512.sgemm_8x32", "x86.avx2.sgemm_6x16"])
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_fp32_recipe_on_every_tile_matches_numpy(rng, monkeypatch, name, threads, transposed):
+    """Each fp32 tile under the recipe's default tiling (blocks from the caches), on one and two
+    threads (per-thread blocks of B, or B packed once), B or W (N, K), odd and symbolic row
+    counts: every partial tile height of the 12-, 8- and 6-row tiles comes up."""
+    if not intrin.get(name).available():
+        pytest.skip(f"CPU lacks {intrin.get(name).cpu_features}")
+    monkeypatch.setenv("OMP_NUM_THREADS", threads)
+    n, k = 96, 200
+    for m in (1, 5, 7, 11, 37, 250):
+        func = _linear(m, n, k) if transposed else _matmul(m, n, k)
+        sch = recipes.matmul_fp32(func, intrin=name)
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
+        c = rng.standard_normal((m, n)).astype(np.float32)
+        refcomp.build(sch.func)(a, b, c)
+        np.testing.assert_allclose(c, a @ (b.T if transposed else b), rtol=1e-4, atol=1e-3)
+    func = _linear(te.size_var("m"), n, k) if transposed else _matmul(te.size_var("m"), n, k)
+    lib = refcomp.build(recipes.matmul_fp32(func, intrin=name).func)
+    for m in (1, 13, 50):
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
+        c = np.zeros((m, n), np.float32)
+        lib(a, b, c)
+        np.testing.assert_allclose(c, a @ (b.T if transposed else b), rtol=1e-4, atol=1e-3)

@@ -131,7 +131,10 @@ class TensorizeTiling:
                                  pad_value=0.0 if m % mr else None)
             _schedule_panel_copy(sch, packed_a, True, mr)
             name = PANEL_INTRINS[name]
-        packed = sch.cache_read(block, shape.b_index, "global")
+        # a thread packing its own slabs of B fills a block-sized "local" buffer (as the matmul
+        # recipe does: a B-sized buffer means fresh memory for every slab)
+        per_block = bool(int(by_columns))
+        packed = sch.cache_read(block, shape.b_index, "local" if per_block else "global")
         i, j, kk = sch.get_loops(block)
         i0, i1, i2 = sch.split(i, [None, mc_tiles, mr])
         j0, j1, j2 = sch.split(j, [None, nc_panels, nr])
@@ -141,10 +144,12 @@ class TensorizeTiling:
             sch.compute_at(packed, k0)
         else:
             sch.reorder(i0, j0, k0, j1, i1, i2, j2, k1)
-        sch.transform_layout(packed, ("write", 0), _b_panels(nr, layout, shape.b_transposed))
-        copy_in_parallel = not int(by_columns)
+        blocks = (int(nc_panels) * nr, int(kc)) if per_block else None
+        sch.transform_layout(packed, ("write", 0), _b_panels(nr, layout, shape.b_transposed, blocks))
+        copy_in_parallel = not per_block
         if shape.b_transposed:
-            _schedule_transposed_copy(sch, packed, copy_in_parallel, nr, _GROUP.get(layout, 1))
+            _schedule_transposed_copy(sch, packed, copy_in_parallel, nr, _GROUP.get(layout, 1),
+                                      registers=not per_block)
         elif layout == "rows":
             _schedule_copy(sch, packed, copy_in_parallel, nr)
         else:

@@ -121,7 +121,7 @@ def _needs(name):
     return marks
 
 
-FLOAT_KERNELS = ["x86.avx2.sgemm_6x16", "x86.avx2.sgemm_8x8", "x86.avx512.sgemm_8x32"]
+FLOAT_KERNELS = ["x86.avx2.sgemm_6x16", "x86.avx2.sgemm_8x8", "x86.avx512.sgemm_8x32", "x86.avx512.sgemm_12x32"]
 BF16_KERNELS = ["x86.avx2.bf16gemm_6x16", "x86.avx512bf16.bf16gemm_8x32", "x86.amx.bf16gemm_32x32"]
 INT8_KERNELS = ["x86.avx2.i8gemm_6x16", "x86.vnni.i8gemm_8x32", "x86.amx.i8gemm_32x32"]
 
@@ -241,6 +241,7 @@ def test_avx512_bf16_kernel_treats_denormal_inputs_as_zero(build, name, rng):
 
 
 @pytest.mark.parametrize("name", _params(["x86.avx2.sgemm_6x16", "x86.avx2.sgemm_8x8", "x86.avx512.sgemm_8x32",
+                                          "x86.avx512.sgemm_12x32",
                                           "x86.avx2.bf16gemm_6x16", "x86.avx512bf16.bf16gemm_8x32",
                                           "x86.avx2.i8gemm_6x16",
                                           "x86.vnni.i8gemm_8x32"]))

@@ -77,3 +77,69 @@ def test_compacted_kernels_match_numpy(rng, m, n, k, tile):
     c = rng.standard_normal((m, n)).astype(np.float32)  # overwritten
     refcomp.build(func)(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def _packed_under_slab(layout, m=12, n=32, k=64):
+    """B packed per (column tile, k slab) into a "local" buffer read by a tensorized 6x16 tile
+    through its address: the buffer escapes into the micro-kernel call."""
+    sch = Schedule(_matmul(m, n, k))
+    blk = sch.get_block("C")
+    packed = sch.cache_read(blk, 1, "local")
+    i, j, r = sch.get_loops(blk)
+    i0, i1 = sch.split(i, [None, 6])
+    j0, j1 = sch.split(j, [None, 16])
+    r0, r1 = sch.split(r, [None, 32])
+    sch.reorder(j0, r0, i0, i1, j1, r1)
+    sch.compute_at(packed, r0)
+    sch.transform_layout(packed, ("write", 0), layout)
+    sch.tensorize(i1, "x86.avx2.sgemm_6x16")
+    return sch.func
+
+
+@pytest.mark.parametrize("layout,shape", [
+    # panel index leads, then all of k: only the leading dimension (one panel here) shrinks; k keeps
+    # its length, so the stride the kernel was given for it stays right
+    (lambda kk, jj: (jj // 16, kk, jj % 16), (1, 64, 16)),
+    # the slab index leads too: both leading dimensions shrink, the slab keeps its 32 rows
+    (lambda kk, jj: (jj // 16, kk // 32, kk % 32, jj % 16), (1, 1, 32, 16)),
+])
+def test_an_address_taken_buffer_shrinks_only_in_leading_dimensions(rng, layout, shape):
+    func = _packed_under_slab(layout)
+    after = compact_local_buffers(lower_blocks(func))
+    (tile,) = [a for a in collect(after.body, Allocate) if a.buffer.name == "B_local"]
+    assert tuple(as_int(d) for d in tile.buffer.shape) == shape
+    if refcomp.loops.intrin.get("x86.avx2.sgemm_6x16").available():
+        a = rng.standard_normal((12, 64)).astype(np.float32)
+        b = rng.standard_normal((64, 32)).astype(np.float32)
+        c = np.zeros((12, 32), np.float32)
+        refcomp.build(func)(a, b, c)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
+
+
+def test_a_buffer_written_only_through_its_address_keeps_its_shape(rng, monkeypatch):
+    """W packed by the register-transpose micro-kernel (a call writes it) and read by the matmul
+    tile: no plain store shows what the calls touch, so the buffer is not shrunk (it was once cut
+    to the few elements its address expressions reach)."""
+    from refcomp.loops import intrin, recipes
+
+    if not intrin.get("x86.avx512.transpose_f32_32x16").available():
+        pytest.skip("needs the AVX-512 register transpose")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # 3 column blocks, 5 row blocks: W packed before the row loop
+    m, n, k = 100, 96, 96
+    x = te.placeholder((m, k), "float32", "X")
+    w = te.placeholder((n, k), "float32", "W")
+    r = te.reduce_axis((0, k), "r")
+    c = te.compute((m, n), lambda i, j: te.sum(x[i, r] * w[j, r], axis=r), "C")
+    sch = recipes.matmul_fp32(te.create_prim_func([x, w, c]), tiling=recipes.Tiling(mc=24, nc=32, kc=32))
+    assert any(b.annotations.get("tensorized") == "x86.avx512.transpose_f32_32x16"
+               for b in collect(sch.func.body, refcomp.ast.Block))
+    packs = [b for b in collect(sch.func.body, refcomp.ast.Block) if b.name.startswith("W_")]
+    sch.set_scope(sch.get_block(packs[0].name), 0, "local")
+    after = compact_local_buffers(lower_blocks(sch.func))
+    (tile,) = [a for a in collect(after.body, Allocate) if a.buffer.scope == "local"]
+    assert tuple(as_int(d) for d in tile.buffer.shape) == (3, 96, 32)  # all of W's panels
+    xs = rng.standard_normal((m, k)).astype(np.float32)
+    ws = rng.standard_normal((n, k)).astype(np.float32)
+    out = np.zeros((m, n), np.float32)
+    refcomp.build(sch.func)(xs, ws, out)
+    np.testing.assert_allclose(out, xs @ ws.T, rtol=1e-5, atol=1e-4)

@@ -33,6 +33,47 @@ def cpu_features() -> frozenset[str]:
     return frozenset()
 
 
+@functools.lru_cache(maxsize=1)
+def cache_sizes() -> tuple[int, int]:
+    """(L1 data, L2) cache bytes of one core, read at run time (sysfs, else sysconf); 32 KiB and
+    1 MiB where neither says.  REFCOMP_CACHE_SIZES="l1,l2" (bytes) replaces them, for tuning
+    code for another machine."""
+    override = os.environ.get("REFCOMP_CACHE_SIZES")
+    if override:
+        l1, l2 = (int(v) for v in override.split(","))
+        return l1, l2
+    found: dict[int, int] = {}
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in sorted(os.listdir(base)):
+            if not entry.startswith("index"):
+                continue
+            with open(f"{base}/{entry}/type", encoding="ascii") as kind, \
+                    open(f"{base}/{entry}/level", encoding="ascii") as level, \
+                    open(f"{base}/{entry}/size", encoding="ascii") as size:
+                if kind.read().strip() in ("Data", "Unified"):
+                    found.setdefault(int(level.read()), _bytes(size.read().strip()))
+    except (OSError, ValueError):
+        pass
+    for level, name in ((1, "SC_LEVEL1_DCACHE_SIZE"), (2, "SC_LEVEL2_CACHE_SIZE")):
+        if level not in found and name in os.sysconf_names:
+            try:
+                value = os.sysconf(name)
+            except (OSError, ValueError):
+                value = 0
+            if value > 0:
+                found[level] = value
+    return found.get(1, 32 << 10), found.get(2, 1 << 20)
+
+
+def _bytes(text: str) -> int:
+    """'48K' -> 49152 (sysfs cache sizes)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    if text and text[-1] in units:
+        return int(text[:-1]) * units[text[-1]]
+    return int(text)
+
+
 def has(*features: str) -> bool:
     """True when the CPU has every one of features."""
     return set(features) <= cpu_features()

@@ -12,7 +12,15 @@ offsets have constant bounds [lo, hi], the dimension becomes `hi - lo + 1` long 
 
 Moving below a loop gives each iteration its own buffer: right for a tile that each iteration
 writes before it reads it (a cache stage under compute_at or reverse_compute_at, the only way such
-buffers arise from schedules).  The C target runs it on "local" buffers
+buffers arise from schedules).
+
+A buffer whose address escapes (`address_of(P[...])` handed to a tensorized micro-kernel) is
+read or written by the callee over a region the accesses here do not show, with strides fixed
+when the tile was tensorized.  Such a buffer is shrunk only in a leading run of dimensions that
+every access, plain or by address, indexes at the one base (`P[j0, k0, ...]` with j0, k0 fixed
+where the buffer is allocated): those become 1 long, which changes no stride the callee uses, and
+the callee's region, filled by the plain stores of the copy that writes the buffer, has extent 1
+there.  Without a plain store (the callee itself writes the buffer), it keeps its shape.  The C target runs it on "local" buffers
 (`compact_local_buffers`): a tile under a parallel loop becomes a per-thread stack array the C
 compiler keeps in registers; the CUDA target on its on-chip scopes, per kernel.
 """
@@ -21,7 +29,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ...ast import (
-    LT, Allocate, Buffer, BufferLoad, BufferStore, For, IfThenElse, IntImm, LetStmt, Mutator, PrimExpr,
+    LT, Allocate, Buffer, BufferLoad, BufferStore, Call, For, IfThenElse, IntImm, LetStmt, Mutator, PrimExpr,
     PrimFunc, SeqStmt, Stmt, Var, collect, free_vars,
 )
 from ...ast.expr import as_int
@@ -105,6 +113,8 @@ class BufferCompactor(Mutator):
         if alloc.buffer.scope.startswith("shared"):
             inner |= self.threads
         plans = [self.plan(alloc.buffer, body, dim, inner) for dim in range(len(alloc.buffer.shape))]
+        if _address_taken(body, alloc.buffer):
+            plans = _leading_unit_plans(plans, body, alloc.buffer)
         shape, bases, lows = [], [], []
         for dim, plan in zip(alloc.buffer.shape, plans):
             old = as_int(dim)
@@ -179,6 +189,26 @@ class BufferCompactor(Mutator):
         if lo is None or hi is None:
             return None
         return lo, hi
+
+
+def _address_taken(stmt: Stmt, buffer: Buffer) -> bool:
+    """Whether `address_of(buffer[...])` occurs in stmt (the buffer escapes into a call)."""
+    return any(call.op == "address_of" and any(isinstance(a, BufferLoad) and a.buffer is buffer for a in call.args)
+               for call in collect(stmt, Call))
+
+
+def _leading_unit_plans(plans: list, body: Stmt, buffer: Buffer) -> list:
+    """The plans of an address-taken buffer that keep its strides (module doc): the leading run of
+    dimensions indexed at one base by every access becomes 1 long; every later one keeps its
+    extent; nothing shrinks unless a plain store fills the buffer."""
+    if not any(s.buffer is buffer for s in collect(body, BufferStore)):
+        return [None] * len(plans)
+    kept: list = []
+    for plan in plans:
+        if plan is None or plan[2] != 1:
+            break
+        kept.append(plan)
+    return kept + [None] * (len(plans) - len(kept))
 
 
 def _uses(stmt: Stmt, buffer: Buffer) -> bool:

@@ -441,16 +441,25 @@ def _padding_fill(func: PrimFunc, old: Buffer, new: Buffer, index_map: IndexMap,
     iter_vars = [IterVar(Var(f"v{d}", dtype), Range(const(0, dtype), const(e, dtype)), "spatial")
                  for d, e in enumerate(domain)]
     index = index_map.apply([iv.var for iv in iter_vars])
-    outside = None
-    for var, extent, full in zip(loop_vars, shape, domain):
-        if extent < full:
-            beyond = var >= const(extent, dtype)
-            outside = beyond if outside is None else Or(outside, beyond)
+    padded = [d for d, (extent, full) in enumerate(zip(shape, domain)) if extent < full]
     name = fresh_block_name(func.body, f"{old.name}_pad")
     block = Block(name, tuple(iter_vars), (), (BufferRegion(new, tuple(Range(i, 1) for i in index)),),
                   BufferStore(new, const(pad_value, new.dtype), index))
-    stmt: Stmt = BlockRealize(tuple(loop_vars), outside, block)
-    for var, extent in reversed(list(zip(loop_vars, domain))):
+    extents = list(domain)
+    bindings: list = list(loop_vars)
+    outside = None
+    if len(padded) == 1:
+        # one padded dimension: its loop runs over the padding alone (rows M..M' of A's last
+        # panel, not all of A behind a test)
+        d = padded[0]
+        extents[d] = domain[d] - shape[d]
+        bindings[d] = loop_vars[d] + const(shape[d], dtype)
+    else:
+        for d in padded:
+            beyond = loop_vars[d] >= const(shape[d], dtype)
+            outside = beyond if outside is None else Or(outside, beyond)
+    stmt: Stmt = BlockRealize(tuple(bindings), outside if outside is not None else IntImm(1, "bool"), block)
+    for var, extent in reversed(list(zip(loop_vars, extents))):
         stmt = For(var, const(0, dtype), const(extent, dtype), "serial", stmt)
     return stmt
 

@@ -13,6 +13,7 @@ interval analysis in its closed reading (only what the known ranges determine).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -197,10 +198,31 @@ def divmod_form(a: Affine, c: int, op: str, known: Bounds) -> Affine:
         if op == "div":
             return quotient + Affine((), base)
         return remainder - Affine((), base * c)
+    split = _split_small_part(remainder, c, known)
+    if split is not None:
+        # remainder = g * x + y with g | c and 0 <= y < g: floordiv(., c) = floordiv(x, c / g),
+        # floormod(., c) = g * floormod(x, c / g) + y, so y (a tile loop) leaves the atom
+        g, x, y = split
+        inner = divmod_form(x, c // g, op, known)
+        if op == "div":
+            return quotient + inner
+        return inner.scale(g) + y
     atom = Atom(op, remainder, c)
     if op == "div":
         return quotient + Affine(((atom, 1),), 0)
     return Affine(((atom, 1),), 0)
+
+
+def _split_small_part(form: Affine, c: int, known: Bounds) -> tuple[int, Affine, Affine] | None:
+    """(g, x, y) with form = g * x + y, g > 1 the largest divisor of c for which the terms whose
+    coefficients g does not divide, and the constant, make a y bounded in [0, g); else None."""
+    for g in sorted({math.gcd(c, abs(k)) for _, k in form.terms} - {1, c}, reverse=True):
+        big = {t: k // g for t, k in form.terms if k % g == 0}
+        small = Affine.make({t: k for t, k in form.terms if k % g}, form.const)
+        rng = small.bounds(known)
+        if rng is not None and rng[0] >= 0 and rng[1] < g:
+            return g, Affine.make(big, 0), small
+    return None
 
 
 def simplify_index(expr: PrimExpr, known: Bounds | None = None) -> PrimExpr:

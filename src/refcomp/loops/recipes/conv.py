@@ -291,7 +291,10 @@ def channel_lanes(channels: int, native: int) -> int | None:
 _UNFUSED_CHANNEL_BLOCKS = 8
 
 
-# Tiles one vector wide, for output widths the wide tiles' NR does not divide (56, 24, 8).
+# The GEMM tiles a convolution runs on (the matmul recipe's 12-row tile is not among them: no
+# convolution has been measured on it), and tiles one vector wide, for output widths the wide
+# tiles' NR does not divide (56, 24, 8).
+CONV_FP32_INTRINS = ["x86.avx512.sgemm_8x32", "x86.avx2.sgemm_6x16"]
 NARROW_FP32_INTRINS = ["x86.avx2.sgemm_8x8"]
 
 
@@ -300,13 +303,12 @@ def _gemm_tile_for(shape: ConvShape, block: Block) -> str | None:
     exactly, when the input is read at unit stride along the output columns."""
     from ..intrin import get as get_intrin
     from .common import takes_partial_rows, tile_of
-    from .matmul import FP32_INTRINS
 
     nd = shape.spatial_dims
     x_var, r_var = block.iter_vars[1 + nd].var, block.iter_vars[-1].var
     if not _unit_stride(_data_load(block, shape).indices[-1], x_var, r_var):
         return None
-    fitting = [name for name in FP32_INTRINS + NARROW_FP32_INTRINS
+    fitting = [name for name in CONV_FP32_INTRINS + NARROW_FP32_INTRINS
                if get_intrin(name).available() and shape.out_width % tile_of(name)[1] == 0]
     # a tile whose MR divides the output channels first: a partial tile runs row by row
     whole = [name for name in fitting if shape.out_channels % tile_of(name)[0] == 0]

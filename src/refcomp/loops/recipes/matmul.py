@@ -30,7 +30,8 @@ from ..schedule import BlockRV, Schedule
 from .common import divides, k_tile, matmul_shape, pick_intrin, takes_partial_rows, tile_of
 from .transpose import TRANSPOSE_32X16, transpose_intrin
 
-FP32_INTRINS = ["x86.avx512.sgemm_8x32", "x86.avx2.sgemm_6x16"]
+# 12 x 32 first: twelve FMAs per vector of B where 8 x 32 has eight (see kernels_fp32).
+FP32_INTRINS = ["x86.avx512.sgemm_12x32", "x86.avx512.sgemm_8x32", "x86.avx2.sgemm_6x16"]
 # The form of a tile intrinsic that reads A from packed MR-row panels Ap[i // MR, k, i % MR].
 PANEL_INTRINS = {"x86.avx2.sgemm_6x16": "x86.avx2.sgemm_6x16_panel"}
 
@@ -68,22 +69,54 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
     """
     sch = as_schedule(func_or_sch)
     name = intrin or _pick(sch, block, FP32_INTRINS, "matmul_fp32")
-    return tiled_matmul(sch, block, name, _fp32_tiling(name, tiling), pack_a=pack_a, pack_b=pack_b,
+    shape = matmul_shape(sch.get(sch.get_block(block)), "matmul_fp32")
+    return tiled_matmul(sch, block, name, _fp32_tiling(name, tiling, shape.n, shape.k), pack_a=pack_a, pack_b=pack_b,
                         parallel=parallel, recipe="matmul_fp32")
 
 
-def _fp32_tiling(intrin: str, tiling: Tiling) -> Tiling:
-    # The AVX-512 tile's whole-K slabs (up to 1024) load and store each C tile half as often as
-    # 512 and were 1.5-2% faster at N = 1024 and 2048 on Zen 5 (1 MiB L2 holds the KC x 32 panel).
-    # Symbolic rows: 512-row blocks around the parallel column loop (see tiled_matmul), so a
-    # few hundred rows pack B once; A's block is read in place.  On the graph benchmark's mlp
-    # (batch 256, no BLAS) on 2 threads 21.6 ms, against 22.6 with threads over 64-row blocks and
-    # 27.7 over 96-row ones (3 blocks of 96 for 2 threads); on one thread 38.5 against 40.3.  Its
-    # transformer block (seq 512) ran 2-3% slower with 256-row blocks than with sgemm, 2-3%
-    # faster with 512.
-    if tiling == Tiling() and "avx512" in intrin:
-        return Tiling(mc=tiling.mc, nc=tiling.nc, kc=1024, mc_symbolic=512)
-    return tiling
+# The KC x NR panel of B a tile streams from L2: at most 128 KiB (KC 1024 for 32-wide tiles, 2048
+# for 16-wide ones; see _fp32_tiling).
+_PANEL_BYTES = 128 << 10
+
+
+def _fp32_tiling(intrin: str, tiling: Tiling, n, k) -> Tiling:
+    """The default tiling of an fp32 tile intrinsic (a Tiling given by the caller is kept).
+
+    KC: whole K while the tile's KC x NR panel of B is at most 128 KiB (K up to 1024 for the
+    32-wide tiles, 2048 for the 16-wide one).  The AVX-512 tile's whole-K slabs load and store
+    each C tile half as often as 512 and were 1.5-2% faster at N = 1024 and 2048 on Zen 5 (1 MiB
+    L2 holds the KC x 32 panel); on a Xeon with AVX-512 (one core, N = 2048) 512 gave 139.5
+    GFLOP/s against 151.8, 2048 was within noise of 1024 (and 3% slower at 256 x 1024 x 4096);
+    the AVX2 tile there went from 88.2 to 93.3 at N = 2048 with KC 512 -> 1024 and to 96.5-99.0
+    with 2048 (against 91.9-93.9 in the same runs).
+    NC: the KC x NC block of B each thread packs takes at most a quarter of L2 (read at run
+    time; A's MC x KC block and the C tiles keep the rest), unless that makes more than four
+    column blocks: each column block reads all of A again (in place), so NC is at least N / 4;
+    at least four tiles wide, at most 512.  The 12x32 tile on one core of a Xeon with 2 MiB L2,
+    KC = 1024, NC = 128 / 256 / 512: N = 1024 154-156 / 150-153 / 147-149 GFLOP/s (the block
+    in L2 wins), N = 2048 144-146 / 147-149 / 150-152 (A's 16 MiB read 16 / 8 / 4 times
+    loses); the AVX2 tile was within noise of each at both sizes.
+    MC: 96 rows (a multiple of 6, 8 and 12): 48 and 96 were within noise, 192 5% slower.
+    Symbolic rows (AVX-512): 512-row blocks around the parallel column loop (see tiled_matmul),
+    so a few hundred rows pack B once; A's block is read in place.  On the graph benchmark's mlp
+    (batch 256, no BLAS) on 2 threads 21.6 ms, against 22.6 with threads over 64-row blocks and
+    27.7 over 96-row ones (3 blocks of 96 for 2 threads); on one thread 38.5 against 40.3.  Its
+    transformer block (seq 512) ran 2-3% slower with 256-row blocks than with sgemm, 2-3% faster
+    with 512.
+    """
+    if tiling != Tiling():
+        return tiling
+    from ..intrin import cpu
+
+    _, nr, _ = tile_of(intrin)
+    kc_max = _PANEL_BYTES // (4 * nr)
+    kc = k_tile(k, kc_max, 1) or kc_max
+    _, l2 = cpu.cache_sizes()
+    in_l2 = l2 // 4 // (4 * kc) // nr * nr
+    columns = as_int(n)
+    few_passes = (columns // 4) // nr * nr if columns is not None else 0
+    nc = max(4 * nr, min(512, max(in_l2, few_passes)))
+    return Tiling(mc=96, nc=nc, kc=kc, mc_symbolic=512 if "avx512" in intrin else None)
 
 
 def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack_a: bool, pack_b: bool,
@@ -138,7 +171,18 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
         packed_a = sch.cache_read(blk, shape.a_index, "global")
         sch.transform_layout(packed_a, ("write", 0), lambda i, k: (k // kc, i, k % kc))
         _schedule_copy(sch, packed_a, parallel, kc)
-    packed_b = sch.cache_read(blk, shape.b_index, "global") if pack_b else None
+    # Packed inside the parallel loop, each thread's KC x NC block of B is a buffer of that size,
+    # allocated where it is filled and used ("local": the C target's compaction places and
+    # shrinks it; the block index leads the layout so that only leading dimensions shrink, see
+    # refcomp.loops.passes.compact_buffers), not a slice of a buffer as large as B: a block
+    # written to fresh memory for each slab cost 8% at N = 2048 (one thread, 131 -> 141
+    # GFLOP/s).  W (N, K) is then packed by a plain vectorized copy, not the register transpose:
+    # a buffer the transpose micro-kernel writes through its address would keep B's size, and
+    # the smaller buffer won (one thread, 256 x 4096 x 1024: 118 -> 128 GFLOP/s, rows symbolic
+    # 115 -> 127; 256 x 1024 x 4096: 117 -> 121).
+    in_thread = by_columns or rows_outside
+    per_block = in_thread
+    packed_b = sch.cache_read(blk, shape.b_index, "local" if per_block else "global") if pack_b else None
 
     i, j, k = sch.get_loops(blk)
     i0, i1, i2 = sch.split(i, [None, mc // mr, mr])
@@ -152,13 +196,14 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     if shape.b_transposed and packed_b is None:
         raise ScheduleError(f"{recipe}: B read as W[j, k] needs pack_b (the kernel reads k-major panels)")
     if packed_b is not None:
-        in_thread = by_columns or rows_outside
         if in_thread:
             sch.compute_at(packed_b, slabs[0] if slabs else j0)
-        sch.transform_layout(packed_b, ("write", 0), _b_panels(nr, b_layout, shape.b_transposed))
+        blocks = (nc, kc) if per_block else None
+        sch.transform_layout(packed_b, ("write", 0), _b_panels(nr, b_layout, shape.b_transposed, blocks))
         copy_in_parallel = parallel and not in_thread
         if shape.b_transposed:
-            _schedule_transposed_copy(sch, packed_b, copy_in_parallel, nr, _GROUP.get(b_layout, 1))
+            _schedule_transposed_copy(sch, packed_b, copy_in_parallel, nr, _GROUP.get(b_layout, 1),
+                                      registers=not per_block)
         elif b_layout == "rows":
             _schedule_copy(sch, packed_b, copy_in_parallel, nr)
         else:
@@ -220,12 +265,17 @@ def _row_block(m, mr: int, preferred: int, partial_ok: bool, recipe: str, intrin
     return mc
 
 
-def _b_panels(nr: int, layout: str, transposed: bool = False):
+def _b_panels(nr: int, layout: str, transposed: bool = False, blocks: tuple[int, int] | None = None):
     """Index map packing B (K, N) into NR-wide column panels, in the layout the kernel reads.
-    A transposed B, W (N, K), packs into the same panels: the map takes its indices as (j, k)."""
+    A transposed B, W (N, K), packs into the same panels: the map takes its indices as (j, k).
+    With blocks = (NC, KC) the NC x KC block index leads: Bp[j // NC, k // KC, panel, ...]."""
     if transposed:
-        panels = _b_panels(nr, layout)
+        panels = _b_panels(nr, layout, blocks=blocks)
         return lambda j, k: panels(k, j)
+    if blocks is not None:
+        nc, kc = blocks
+        inner = _b_panels(nr, layout)
+        return lambda k, j: (j // nc, k // kc) + tuple(inner(k % kc, j % nc))
     if layout == "rows":
         return lambda k, j: (j // nr, k, j % nr)
     if layout == "pairs":
@@ -275,21 +325,24 @@ def _divisible(sch: Schedule, loop, factor: int) -> bool:
     return extent is not None and extent % factor == 0
 
 
-def _schedule_transposed_copy(sch: Schedule, copy: BlockRV, parallel: bool, nr: int, group: int) -> None:
+def _schedule_transposed_copy(sch: Schedule, copy: BlockRV, parallel: bool, nr: int, group: int,
+                              registers: bool = True) -> None:
     """Order the copy packing W (N, K) into panels Bp[j // NR, k (// g), j % NR (, k % g)] so that
     it writes the packed buffer in order: j // NR, k (// g), then j % NR (, k % g) innermost.
 
     Each inner run reads NR rows of W at one k (NR streams that each advance along k, so every
     cache line of W is used whole while the panel is built) and writes NR (* g) contiguous floats.
     Without groups the j % NR loop is vectorized (a gather at stride K, a contiguous store): 256 x 4096 x 1024 on
-    2 Zen 5 threads went from 316 to 360 GFLOP/s against the scalar copy.
+    2 Zen 5 threads went from 316 to 360 GFLOP/s against the scalar copy.  With `registers` (a
+    copy of all of W before the parallel loop) 16 k-rows of a 32-wide panel are transposed in
+    registers instead; a per-thread block keeps the plain copy (see tiled_matmul).
     """
     j_loop, k_loop = sch.get_loops(copy)[-2:]
     j_outer, j_inner = sch.split(j_loop, [None, nr])
     if group > 1:
         k_outer, k_inner = sch.split(k_loop, [None, group])
         sch.reorder(j_outer, k_outer, j_inner, k_inner)
-    elif nr == 32 and _divisible(sch, k_loop, 16) and transpose_intrin().available():
+    elif registers and nr == 32 and _divisible(sch, k_loop, 16) and transpose_intrin().available():
         # 16 k-rows of a panel at a time, transposed in registers
         k_outer, k_inner = sch.split(k_loop, [None, 16])
         sch.reorder(j_outer, k_outer, k_inner, j_inner)
