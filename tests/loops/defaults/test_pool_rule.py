@@ -1,6 +1,7 @@
 """The pooling rule: a window reduction with its accumulator in a local (register) tile, a vector
-of output columns per tile where one divides the width (max pooling: one block; average pooling,
-three, keeps the generic schedule); both checked against
+of output columns per tile where one divides the width (max pooling: one block, or with padding a
+padded copy made per plane and the window; average pooling, three, keeps the generic schedule);
+both checked against
 the operators' numpy references and the interpreter over odd, prime and unit shapes, padding,
 stride 2, a symbolic batch, on AVX-512 and AVX2 widths."""
 from __future__ import annotations
@@ -17,28 +18,28 @@ from refcomp.graph.op.registry import get
 from refcomp.graph.passes import default_schedule as ds
 from refcomp.graph.pipeline import optimize
 from refcomp.ast import PrimFunc
-from refcomp.loops.defaults import window_reduction
+from refcomp.loops.defaults import padded_window_reduction, window_reduction
 from refcomp.loops.interpreter import interpret
 from refcomp.loops.primitives.tree import walk
 
 
 
-def _pool_kernel(kind, batch, c, h, w, k, stride, pad):
+def _pool_kernel(kind, batch, c, h, w, k, stride, pad, **attrs):
     x = Var("x", tensor((batch, c, h, w)))
     make = op.max_pool2d if kind == "max" else op.avg_pool2d
     bb = BlockBuilder()
     with bb.function("main", [x]):
         with bb.dataflow():
-            out = bb.emit_output(make(x, pool_size=k, strides=stride, padding=pad))
+            out = bb.emit_output(make(x, pool_size=k, strides=stride, padding=pad, **attrs))
         bb.emit_func_output(out)
     call = bb.get()
     mod = optimize(call, schedule=False)
     (func,) = [f for f in mod.functions.values() if isinstance(f, PrimFunc)]
-    return func, make(Var("y", tensor((2, c, h, w))), pool_size=k, strides=stride, padding=pad)
+    return func, make(Var("y", tensor((2, c, h, w))), pool_size=k, strides=stride, padding=pad, **attrs)
 
 
-def _check(kind, batch, c, h, w, k, stride, pad, seed, interpreter=False):
-    func, call = _pool_kernel(kind, batch, c, h, w, k, stride, pad)
+def _check(kind, batch, c, h, w, k, stride, pad, seed, interpreter=False, **attrs):
+    func, call = _pool_kernel(kind, batch, c, h, w, k, stride, pad, **attrs)
     scheduled = ds.schedule_kernel(func)
     x = np.random.default_rng(seed).standard_normal((2, c, h, w)).astype(np.float32)
     expected = get(call.op.name).evaluate([x], call.attrs)
@@ -63,9 +64,27 @@ def test_pool_rule_matches_numpy(rng, vector_isa, kind, c, h, w, k, stride, pad)
     func, scheduled = _check(kind, 2, c, h, w, k, stride, pad, int(rng.integers(1 << 30)), interpreter=True)
     if kind == "avg":  # a window sum, a count and a division: several blocks, not this rule's
         return
-    assert window_reduction(func) is not None
+    padded = padded_window_reduction(func)
+    assert (padded is not None) == (pad > 0) and (window_reduction(func) is not None) == (pad == 0)
     local = [b for s in walk(scheduled.body) if isinstance(s, Block) for b in s.alloc_buffers if b.scope == "local"]
     assert local and any(f.kind == "parallel" for f in walk(scheduled.body) if isinstance(f, For))
+    if padded is not None:  # the padded plane is a local stack array, its window reads untested
+        assert any(b.name == padded[0].name for b in local)
+        pool = next(s for s in walk(scheduled.body) if isinstance(s, Block) and s.name == padded[1].name)
+        assert "if_then_else" not in str(pool.body)
+
+
+@pytest.mark.parametrize("c,h,w,k,stride,pad,dilation", [
+    (2, 10, 11, 3, 2, 1, 1),   # ceil_mode: the last window starts inside the input, ends past the padding
+    (3, 9, 9, 2, 2, 1, 1),     # an even window
+    (2, 12, 13, 3, 1, 2, 2),   # dilated
+])
+def test_padded_max_pool_in_ceil_mode_and_dilated(rng, c, h, w, k, stride, pad, dilation):
+    """The padded copy covers every window ceil_mode and dilation reach: the same values as the
+    operator's reference (and the interpreter)."""
+    func, _ = _check("max", 2, c, h, w, k, stride, pad, int(rng.integers(1 << 30)), interpreter=True,
+                     ceil_mode=True, dilation=dilation)
+    assert padded_window_reduction(func) is not None
 
 
 def test_pool_rule_with_a_symbolic_batch(rng):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ast import expr as tir
+from ...ast.expr import as_int
 from ...ast.graph_struct_info import TensorStructInfo, as_dim
 from ...errors import IRError
 from ..shape_facts import product, simplify
@@ -253,6 +254,35 @@ def _pool_infer(call, ctx):
                                                        for j in range(2)), x.dtype)
 
 
+def _padded_max_pool(x, out, pool_size, strides, padding, dilation, ry, rx, fill):
+    """Max pooling over a padded copy of x (the padding holds the dtype's lowest value, which no
+    window's max can return unless the window is all padding, as the inline form's if_then_else
+    does): the window loop then reads without a bounds test per element.  Static spatial sizes
+    only; the copy is large enough for every window (ceil_mode's last window included)."""
+    te_ = te()
+    extents = []
+    for j in range(2):
+        size = as_int(x.shape[2 + j])
+        last = (as_int(out[j]) - 1) * strides[j] + (pool_size[j] - 1) * dilation[j] + 1
+        extents.append(max(size + padding[j] + padding[j + 2], last))
+    index_dtype = x.shape[2].dtype
+    top, left = tir.const(padding[0], index_dtype), tir.const(padding[1], index_dtype)
+
+    def pad(n, c, y, x_):
+        inside = tir.And(tir.And(tir.GE(y, top), tir.LT(y, top + x.shape[2].astype(y.dtype))),
+                         tir.And(tir.GE(x_, left), tir.LT(x_, left + x.shape[3].astype(x_.dtype))))
+        return tir.Call("if_then_else", (inside, x[(n, c, y - top, x_ - left)], fill), x.dtype)
+
+    padded = te_.compute(tuple(x.shape[:2]) + tuple(tir.const(e, index_dtype) for e in extents), pad, name="pad")
+
+    def body(n, c, oy, ox):
+        at = [o * tir.const(strides[j], o.dtype) + r * tir.const(dilation[j], o.dtype)
+              for j, (o, r) in enumerate(((oy, ry.var), (ox, rx.var)))]
+        return te_.max(padded[(n, c, at[0], at[1])], axis=[ry, rx])
+
+    return te_.compute(tuple(x.shape[:2]) + tuple(out), body, name="pool")
+
+
 def _pool_te(is_max):
     def compute(x, pool_size, strides, padding, dilation, ceil_mode=False, count_include_pad=False):
         te_ = te()
@@ -270,6 +300,8 @@ def _pool_te(is_max):
             return pos, tir.And(conds[0], conds[1])
 
         fill = te_.min_value(x.dtype) if is_max else tir.const(0, x.dtype)
+        if is_max and any(padding) and all(as_int(d) is not None for d in (*x.shape[2:], *out)):
+            return _padded_max_pool(x, out, pool_size, strides, padding, dilation, ry, rx, fill)
 
         def body(n, c, oy, ox):
             pos, cond = window(oy, ox)

@@ -111,8 +111,9 @@ def _inline_producers(func: PrimFunc, intermediates: list) -> PrimFunc:
 def inline_spatial_stages(sch) -> None:
     """Inline (checked `compute_inline`) each spatial stage writing a buffer other than the
     kernel's outputs, except a stage with costly math (COSTLY_MATH) that a reduction reads and
-    a stage a convolution reads (its padded input)."""
+    a stage a convolution or a pooling window reads (its padded input)."""
     from ...ast.functor import collect
+    from ...loops.defaults.pool import is_window_block
 
     func = sch.func
     outputs = {id(b) for b in func.buffers}
@@ -126,7 +127,7 @@ def inline_spatial_stages(sch) -> None:
             consumers = [sch.get(c) for c in sch.get_consumers(rv)]
             if _has_costly_math(block) and any(any(iv.kind != "spatial" for iv in c.iter_vars) for c in consumers):
                 continue
-            if any(_is_convolution(c) for c in consumers):
+            if any(_is_convolution(c) or is_window_block(c) for c in consumers):
                 continue  # the padded input keeps its own pass: inlined, its bounds test runs per multiply-add
             sch.compute_inline(rv)
         except RefcompError:
