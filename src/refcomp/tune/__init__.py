@@ -10,6 +10,7 @@ from .cost_model import CostModel, RidgeModel, XGBModel, default_cost_model, xgb
 from .dask_runner import DaskRunner
 from .database import Database, TuningRecord
 from .features import FEATURE_NAMES, extract_features, features_of
+from .final import Contestant, FinalComparison, final_comparison
 from .gpu_rules import AutoBind, CrossThreadReduction, GPUMultiLevelTiling, GPURowReduction, gpu_rules
 from .runner import Candidate, Checker, DeviceResident, MeasureResult, Runner, RunnerBackend, machine_description
 from .model import ModelTuneResult, Task, TaskReport, extract_tasks, tune_model
@@ -21,7 +22,7 @@ from .space import (DesignSpace, MultiLevelTiling, MutateCategorical, MutateTile
 from .workload import structural_hash
 
 __all__ = [
-    "AutoBind", "AutoInline", "Candidate", "CrossThreadReduction", "DeviceResident", "GPUMultiLevelTiling",
+    "AutoBind", "AutoInline", "Candidate", "Contestant", "FinalComparison", "final_comparison", "CrossThreadReduction", "DeviceResident", "GPUMultiLevelTiling",
     "GPURowReduction", "GraphDefault", "gpu_rules", "Checker", "CostModel", "DaskRunner", "Database", "DesignSpace", "FEATURE_NAMES",
     "Failure", "MeasureResult", "ModelTuneResult", "MultiLevelTiling", "MutateCategorical", "MutateTileSize",
     "ParallelOuter", "ParallelVectorizeUnroll", "ProgressBar", "RandomComputeLocation", "RidgeModel",

@@ -13,7 +13,11 @@
    committed to the database, failing ones reported in `TuneResult.failures`; the cost model is
    refitted on everything measured so far.
 
-The best schedule is replayed from its trace, so what `tune` returns is what the record holds.
+At the end, the final comparison (`refcomp.tune.final`) re-times the best few candidates and the
+default schedule side by side in this process and commits the winner as the workload's final
+record: the search's worker times rank candidates, the comparison decides what is used.
+The schedule returned is replayed from the winner's trace, so what `tune` returns is what the
+record holds.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ from .cost_model import CostModel, default_cost_model, scores_from_times
 from .dask_runner import resolve_runner
 from .database import Database, TuningRecord
 from .features import features_of
+from .final import FinalComparison, final_comparison
 from .runner import Candidate, Checker, MeasureResult, Runner, RunnerBackend, default_build
 from .space import DesignSpace, default_mutators, default_rules, mutate_trace
 from .workload import structural_hash
@@ -47,7 +52,8 @@ class Failure:
 
 @dataclass
 class TuneResult:
-    """The outcome of tune: the best schedule (None when no candidate passed), its time, the history."""
+    """The outcome of tune: the schedule to use (the final comparison's winner, else the search's best;
+    None when no candidate passed), the best time the search's workers measured, the history."""
 
     workload: str
     target: str
@@ -57,6 +63,7 @@ class TuneResult:
     flops: float
     failures: list[Failure] = field(default_factory=list)
     curve: list[tuple[int, float, float]] = field(default_factory=list)  # (trial, seconds, best time)
+    final: FinalComparison | None = None  # the final comparison that chose `schedule` (None: none ran)
 
     @property
     def best_gflops(self) -> float:
@@ -86,9 +93,11 @@ def apply_best(func: PrimFunc, database: Database, target: str = "c", machine: s
 
 def best_scheduled(func: PrimFunc, database: Database, target: str = "c",
                    machine: str | None = None) -> PrimFunc | None:
-    """func scheduled by the fastest of its records in database (measured on machine, when given) that
-    replays, or None."""
-    for record in database.query(structural_hash(func), target, machine):
+    """func scheduled by its newest final record in database (measured on machine, when given), else by
+    the fastest of its search records there, the first that replays; None when none does."""
+    workload = structural_hash(func)
+    final = database.final_choice(workload, target, machine)
+    for record in ([final] if final is not None else []) + database.query(workload, target, machine):
         try:
             return replay(func, record).func
         except RefcompError:
@@ -218,7 +227,8 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
          population: int = 32, batch: int = 16, generations: int = 1, children: int | None = None,
          epsilon: float = 0.2,
          max_seconds: float | None = None,
-         progress: Callable[[int, int, float, float], None] | None = None) -> TuneResult:
+         progress: Callable[[int, int, float, float], None] | None = None,
+         final: int = 4, log: Callable[[str], None] | None = None) -> TuneResult:
     """Search schedules of func for target; measure `trials` candidates; return the best.
 
     reference(arrays) computes the expected outputs in place (default: the interpreter on func);
@@ -228,11 +238,16 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
     when they were measured on the runner's machine.
     Each round measures `batch` candidates; evolution makes `children` mutants per generation
     (default: batch), each a full replay of its trace.
+    final: how many of the best search records the final comparison re-times in this process with
+    the default schedule (refcomp.tune.final; 0: none, the search's best is used as measured).
+    log(text) receives the final comparison's summary line (which contestant won, the times).
     """
     if not isinstance(func, PrimFunc):
         raise RefcompError(f"tune: expected a PrimFunc, got {type(func).__name__}")
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise RefcompError(f"tune: trials: expected a positive int, got {trials!r}")
+    if isinstance(final, bool) or not isinstance(final, int) or final < 0:
+        raise RefcompError(f"tune: final: expected an int >= 0, got {final!r}")
     database = database if database is not None else Database()
     space = space or DesignSpace(default_rules(target))
     runner = resolve_runner(runner, target)
@@ -257,7 +272,7 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
         if record.mean_time < result.best_time:
             result.best_time, best_trace = record.mean_time, record.trace
     start = time.monotonic()
-    first = _default_schedule(space, func, seed)
+    default = first = _default_schedule(space, func, seed)
     pool: list[Schedule] = []
     while result.trials < trials:
         if max_seconds is not None and time.monotonic() - start > max_seconds:
@@ -294,6 +309,11 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
         search.refit()
         if progress is not None:
             progress(result.trials, trials, result.best_gflops, time.monotonic() - start)
+    if final > 0:
+        result.final = final_comparison(func, target, database, runner=runner, checker=checker, space=space,
+                                        seed=seed, top=final, log=log, default=default)
+        if result.final is not None:
+            best_trace = result.final.winner.trace
     if best_trace is not None:
         result.schedule = replay(func, best_trace)
     return result
