@@ -11,9 +11,10 @@ end of a search (`tune`, and `tune_model` for each task):
    machine, the design space's default schedule (measured by the runner first, isolated and
    checked, when the database has no record of it), and the previous final record's trace;
 2. each is built here, with the runner's build hook, and checked against the reference once more;
-3. all are timed interleaved in this process, with the caller's OpenMP settings: a warm-up call
+3. all are timed interleaved in this process, with the caller's OpenMP settings: warm-up calls
    each, then `rounds` rounds, each timing every contestant (in an order rotated every round) for
-   a few calls and keeping the best call; a contestant's time is the median of its round bests;
+   as many calls as last about 10 ms (at its best warm-up time) and keeping the best call; a
+   contestant's time is the median of its round bests;
 4. the default wins unless another contestant is faster by more than `margin`; otherwise the
    fastest wins.  The winner is committed as a final record (its round bests as run times; the
    time of its choice, its worker time and the default's time here in `final`), which
@@ -40,9 +41,12 @@ from .runner import Candidate, Checker, default_build, machine_description
 from .space import DesignSpace, default_rules
 from .workload import structural_hash
 
-# A round times a contestant for as many calls (up to MAX_CALLS_PER_ROUND) as last about ROUND_SECONDS.
-ROUND_SECONDS = 5e-3
-MAX_CALLS_PER_ROUND = 50
+# A round times a contestant for as many calls (up to MAX_CALLS_PER_ROUND) as last about ROUND_SECONDS
+# at its best warm-up time: long enough that the best call of a round is rarely one that waited for a
+# core other jobs held.
+ROUND_SECONDS = 10e-3
+MAX_CALLS_PER_ROUND = 100
+WARMUP_CALLS = 3
 
 
 @dataclass(frozen=True)
@@ -201,7 +205,8 @@ def final_comparison(func: PrimFunc, target: str, database: Database, *, runner:
     calls = {}
     for label in labels:  # warm-up (first touches, the thread pool), then how many calls fill a round
         timers[label]()
-        calls[label] = max(1, min(MAX_CALLS_PER_ROUND, int(ROUND_SECONDS / max(timers[label](), 1e-7))))
+        best = min(timers[label]() for _ in range(WARMUP_CALLS))
+        calls[label] = max(1, min(MAX_CALLS_PER_ROUND, int(ROUND_SECONDS / max(best, 1e-7))))
     bests: dict[str, list[float]] = {label: [] for label in labels}
     for index in range(rounds):
         shift = index % len(labels)
