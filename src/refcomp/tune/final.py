@@ -13,8 +13,10 @@ end of a search (`tune`, and `tune_model` for each task):
 2. each is built here, with the runner's build hook, and checked against the reference once more;
 3. all are timed interleaved in this process, with the caller's OpenMP settings: warm-up calls
    each, then `rounds` rounds, each timing every contestant (in an order rotated every round) for
-   as many calls as last about 10 ms (at its best warm-up time) and keeping the best call; a
-   contestant's time is the median of its round bests;
+   as many calls as last about 10 ms at its best warm-up time (at least 2) and keeping the best
+   call; a contestant's time is the best of its round bests: other jobs on the machine only ever
+   add time, so the best call is the kernel's own speed, what the benchmarks report too (the
+   round bests are kept in the record, so their spread can be read there);
 4. the default wins unless another contestant is faster by more than `margin`; otherwise the
    fastest wins.  The winner is committed as a final record (its round bests as run times; the
    time of its choice, its worker time and the default's time here in `final`), which
@@ -27,7 +29,6 @@ of another machine kind gets none: its records keep their worker times).
 from __future__ import annotations
 
 import json
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -41,10 +42,10 @@ from .runner import Candidate, Checker, default_build, machine_description
 from .space import DesignSpace, default_rules
 from .workload import structural_hash
 
-# A round times a contestant for as many calls (up to MAX_CALLS_PER_ROUND) as last about ROUND_SECONDS
-# at its best warm-up time: long enough that the best call of a round is rarely one that waited for a
-# core other jobs held.
+# A round times a contestant for as many calls (MIN_CALLS_PER_ROUND to MAX_CALLS_PER_ROUND) as last
+# about ROUND_SECONDS at its best warm-up time.
 ROUND_SECONDS = 10e-3
+MIN_CALLS_PER_ROUND = 2
 MAX_CALLS_PER_ROUND = 100
 WARMUP_CALLS = 3
 
@@ -61,7 +62,7 @@ class Contestant:
 
 @dataclass
 class FinalComparison:
-    """The outcome of a final comparison: every contestant, its time here (median of the round bests,
+    """The outcome of a final comparison: every contestant, its time here (best of the round bests,
     seconds; inf for a contestant rejected here, with the reason in `rejected`), and the winner,
     committed to the database as `record`."""
 
@@ -206,13 +207,13 @@ def final_comparison(func: PrimFunc, target: str, database: Database, *, runner:
     for label in labels:  # warm-up (first touches, the thread pool), then how many calls fill a round
         timers[label]()
         best = min(timers[label]() for _ in range(WARMUP_CALLS))
-        calls[label] = max(1, min(MAX_CALLS_PER_ROUND, int(ROUND_SECONDS / max(best, 1e-7))))
+        calls[label] = max(MIN_CALLS_PER_ROUND, min(MAX_CALLS_PER_ROUND, int(ROUND_SECONDS / max(best, 1e-7))))
     bests: dict[str, list[float]] = {label: [] for label in labels}
     for index in range(rounds):
         shift = index % len(labels)
         for label in labels[shift:] + labels[:shift]:
             bests[label].append(min(timers[label]() for _ in range(calls[label])))
-    times = {c.label: statistics.median(bests[c.label]) if c.label in bests else float("inf") for c in contestants}
+    times = {c.label: min(bests[c.label]) if c.label in bests else float("inf") for c in contestants}
     fastest = min(labels, key=lambda label: times[label])
     if "default" in timers and times[fastest] >= times["default"] * (1.0 - margin):
         fastest = "default"  # another contestant must beat the default by more than the margin
