@@ -18,7 +18,7 @@ from .progress import ProgressBar, format_seconds, matplotlib_available, plot_cu
 from .rules import AutoInline, GraphDefault, ParallelOuter, RandomComputeLocation, RowReductionDefault, TensorizeTiling
 from .search import Failure, TuneResult, apply_best, best_scheduled, count_flops, replay, tune
 from .space import (DesignSpace, MultiLevelTiling, MutateCategorical, MutateTileSize, ParallelVectorizeUnroll,
-                    ScheduleRule, default_mutators, default_rules, mutate_trace)
+                    ScheduleRule, default_mutators, default_rules, mutate_trace, neighbours)
 from .workload import structural_hash
 
 __all__ = [
@@ -29,6 +29,6 @@ __all__ = [
     "RowReductionDefault", "Runner", "RunnerBackend", "ScheduleRule", "Task", "TaskReport", "TensorizeTiling",
     "TuneResult", "TuningRecord", "XGBModel", "apply_best", "best_scheduled", "count_flops", "default_cost_model",
     "default_mutators", "default_rules", "extract_features", "extract_tasks", "features_of", "format_seconds",
-    "machine_description", "matplotlib_available", "mutate_trace", "plot_curve", "replay", "structural_hash",
+    "machine_description", "matplotlib_available", "mutate_trace", "neighbours", "plot_curve", "replay", "structural_hash",
     "tune", "tune_model", "xgboost_available",
 ]

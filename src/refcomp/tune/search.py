@@ -38,7 +38,7 @@ from .database import Database, TuningRecord
 from .features import features_of
 from .final import FinalComparison, final_comparison
 from .runner import Candidate, Checker, MeasureResult, Runner, RunnerBackend, default_build
-from .space import DesignSpace, default_mutators, default_rules, mutate_trace
+from .space import DesignSpace, default_mutators, default_rules, mutate_trace, neighbours
 from .workload import structural_hash
 
 
@@ -228,7 +228,8 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
          epsilon: float = 0.2,
          max_seconds: float | None = None,
          progress: Callable[[int, int, float, float], None] | None = None,
-         final: int = 4, log: Callable[[str], None] | None = None) -> TuneResult:
+         final: int = 4, log: Callable[[str], None] | None = None,
+         seed_neighbours: bool = True) -> TuneResult:
     """Search schedules of func for target; measure `trials` candidates; return the best.
 
     reference(arrays) computes the expected outputs in place (default: the interpreter on func);
@@ -241,6 +242,8 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
     final: how many of the best search records the final comparison re-times in this process with
     the default schedule (refcomp.tune.final; 0: none, the search's best is used as measured).
     log(text) receives the final comparison's summary line (which contestant won, the times).
+    seed_neighbours: the first batch measures, after the default, its neighbours (`space.neighbours`:
+    one tile size a step from the preferred one) in up to half of the batch.
     """
     if not isinstance(func, PrimFunc):
         raise RefcompError(f"tune: expected a PrimFunc, got {type(func).__name__}")
@@ -284,9 +287,14 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
         pool = search.evolve(pool, generations, population, children if children is not None else batch)
         chosen = search.pick(pool, min(batch, trials - result.trials), epsilon)
         if first is not None:
-            # the rule-based default is measured first, so the search never ends behind it
+            # the rule-based default is measured first, so the search never ends behind it, with
+            # its neighbours (one tile size a step away: the region the rules' preferred tilings
+            # point to) filling up to half of the first batch
             if _key(first) not in search.measured and database.best(workload, target, machine) is None:
-                chosen = [first] + [s for s in chosen if _key(s) != _key(first)][:max(0, len(chosen) - 1)]
+                near = neighbours(func, first, max(0, len(chosen) // 2 - 1)) if seed_neighbours else []
+                lead = [first] + [s for s in near if _key(s) not in search.measured]
+                keys = {_key(s) for s in lead}
+                chosen = (lead + [s for s in chosen if _key(s) not in keys])[:len(chosen)]
             first = None
         if not chosen:
             break
