@@ -171,3 +171,20 @@ def test_the_dask_runner_without_dask_names_the_extra_to_install(monkeypatch):
         resolve_runner("dask://scheduler:8786", "c")
     with pytest.raises(RefcompError, match="dask://HOST:PORT"):
         resolve_runner("scheduler:8786", "c")
+
+
+def test_the_build_process_sends_the_kernel_so_the_run_process_need_not_replay():
+    import pickle
+
+    func = workloads.matmul(16, 32, 8)
+    _, candidates = _candidates(func, 1, random.randrange(2**20))
+    runner = Runner(workers=1, timeout_s=120)
+    (result, built), = runner._build_all(func, candidates)
+    assert result.ok and isinstance(built, bytes)  # the IR's mapping attributes pickle too
+    kernel = pickle.loads(built)
+    arrays = random_arguments(func, random.randrange(2**20))
+    want = arrays[0] @ arrays[1]
+    kernel(*arrays)
+    np.testing.assert_allclose(arrays[2], want, rtol=1e-5, atol=1e-5)
+    checker = Checker(func, _matmul_reference, seed=random.randrange(2**20))
+    assert runner.run_one(func, candidates[0], checker, built).ok

@@ -71,6 +71,7 @@ class FinalComparison:
     winner: Contestant
     record: TuningRecord
     rejected: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0  # the wall time of the comparison (builds, checks, timing)
 
     @property
     def default_time(self) -> float | None:
@@ -85,7 +86,8 @@ class FinalComparison:
             if c.worker_time < float("inf"):
                 text += f" (worker {_ms(c.worker_time)})"
             parts.append(text)
-        return f"final comparison in this process: {', '.join(parts)}; {self.winner.label} won"
+        return (f"final comparison in this process ({self.seconds:.1f} s): {', '.join(parts)}; "
+                f"{self.winner.label} won")
 
 
 def _ms(seconds: float) -> str:
@@ -163,6 +165,7 @@ def final_comparison(func: PrimFunc, target: str, database: Database, *, runner:
             raise RefcompError(f"final_comparison: {name}: expected an int >= {low}, got {value!r}")
     if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < 1:
         raise RefcompError(f"final_comparison: margin: expected a fraction in [0, 1), got {margin!r}")
+    start = time.monotonic()
     runner = resolve_runner(runner, target)
     machine = machine_description(target)
     if runner.machine() != machine:
@@ -223,7 +226,7 @@ def final_comparison(func: PrimFunc, target: str, database: Database, *, runner:
                           {"at": time.time(), "worker_time": _finite(winner.worker_time),
                            "default_time": _finite(default_time), "contestants": len(contestants)})
     database.commit(record)
-    comparison = FinalComparison(contestants, times, winner, record, rejected)
+    comparison = FinalComparison(contestants, times, winner, record, rejected, time.monotonic() - start)
     if log is not None:
         log(comparison.summary())
     return comparison

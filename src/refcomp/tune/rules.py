@@ -108,7 +108,7 @@ class TensorizeTiling:
     preferred_mc: int | None = None  # None: the matmul recipe's tiling for the intrinsic
     preferred_nc: int | None = None
     preferred_kc: int | None = None
-    widest_weight: float = 4.0
+    widest_weight: float = 16.0
     mc_tiles: Sequence[int] = (2, 4, 8, 12, 16, 24, 32)
     nc_range: tuple[int, int] = (64, 2048)
     kc_range: tuple[int, int] = (64, 1024)

@@ -209,7 +209,7 @@ def _build_child(conn: Any, func: PrimFunc, trace: dict, target: str, build: Cal
     try:
         kernel = build(_scheduled(func, trace), target)
         try:  # the built kernel itself, when it pickles: the run process then need not replay
-            built = pickle.dumps(kernel)
+            built = isolate.dumps(kernel, "the built kernel")  # (IR attributes are mappingproxies)
         except Exception:
             built = None
         conn.send(("ok", (), "", built))
