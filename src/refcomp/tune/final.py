@@ -12,11 +12,12 @@ end of a search (`tune`, and `tune_model` for each task):
    checked, when the database has no record of it), and the previous final record's trace;
 2. each is built here, with the runner's build hook, and checked against the reference once more;
 3. all are timed interleaved in this process, with the caller's OpenMP settings: warm-up calls
-   each, then `rounds` rounds, each timing every contestant (in an order rotated every round) for
-   as many calls as last about 10 ms at its best warm-up time (at least 2) and keeping the best
-   call; a contestant's time is the best of its round bests: other jobs on the machine only ever
-   add time, so the best call is the kernel's own speed, what the benchmarks report too (the
-   round bests are kept in the record, so their spread can be read there);
+   each, then `rounds` rounds of passes, a pass calling every contestant once (in an order
+   rotated every pass), as many passes as last about 10 ms at the contestants' best warm-up times
+   (2 to 100); a contestant's round best is its best call of the round and its time the best of
+   its round bests.  Call by call, every contestant meets the same bursts of other jobs; those
+   only ever add time, so the best call is the kernel's own speed, what the benchmarks report
+   too (the round bests are kept in the record, so their spread can be read there);
 4. the default wins unless another contestant is faster by more than `margin`; otherwise the
    fastest wins.  The winner is committed as a final record (its round bests as run times; the
    time of its choice, its worker time and the default's time here in `final`), which
@@ -42,11 +43,11 @@ from .runner import Candidate, Checker, default_build, machine_description
 from .space import DesignSpace, default_rules
 from .workload import structural_hash
 
-# A round times a contestant for as many calls (MIN_CALLS_PER_ROUND to MAX_CALLS_PER_ROUND) as last
-# about ROUND_SECONDS at its best warm-up time.
+# A round is as many passes over the contestants (MIN_PASSES to MAX_PASSES) as last about
+# ROUND_SECONDS at their best warm-up times.
 ROUND_SECONDS = 10e-3
-MIN_CALLS_PER_ROUND = 2
-MAX_CALLS_PER_ROUND = 100
+MIN_PASSES = 2
+MAX_PASSES = 100
 WARMUP_CALLS = 3
 
 
@@ -206,16 +207,22 @@ def final_comparison(func: PrimFunc, target: str, database: Database, *, runner:
                 f"{label}: {why}" for label, why in rejected.items()))
         return None
     labels = list(timers)
-    calls = {}
-    for label in labels:  # warm-up (first touches, the thread pool), then how many calls fill a round
+    pass_seconds = 0.0
+    for label in labels:  # warm-up (first touches, the thread pool), then how long a pass takes
         timers[label]()
-        best = min(timers[label]() for _ in range(WARMUP_CALLS))
-        calls[label] = max(MIN_CALLS_PER_ROUND, min(MAX_CALLS_PER_ROUND, int(ROUND_SECONDS / max(best, 1e-7))))
+        pass_seconds += min(timers[label]() for _ in range(WARMUP_CALLS))
+    passes = max(MIN_PASSES, min(MAX_PASSES, int(ROUND_SECONDS / max(pass_seconds, 1e-7))))
     bests: dict[str, list[float]] = {label: [] for label in labels}
-    for index in range(rounds):
-        shift = index % len(labels)
-        for label in labels[shift:] + labels[:shift]:
-            bests[label].append(min(timers[label]() for _ in range(calls[label])))
+    turn = 0
+    for _ in range(rounds):
+        best = {label: float("inf") for label in labels}
+        for _ in range(passes):
+            shift = turn % len(labels)
+            turn += 1
+            for label in labels[shift:] + labels[:shift]:
+                best[label] = min(best[label], timers[label]())
+        for label in labels:
+            bests[label].append(best[label])
     times = {c.label: min(bests[c.label]) if c.label in bests else float("inf") for c in contestants}
     fastest = min(labels, key=lambda label: times[label])
     if "default" in timers and times[fastest] >= times["default"] * (1.0 - margin):
