@@ -129,6 +129,7 @@ class _Search:
     features: dict[str, np.ndarray] = field(default_factory=dict)
     replayed: dict[str, Schedule | None] = field(default_factory=dict)
     tried: set[str] = field(default_factory=set)  # mutated traces already replayed (replay is costly)
+    trained: bool = False  # the cost model has been fitted (before that it ranks nothing)
 
     def feature(self, sch: Schedule) -> np.ndarray | None:
         key = _key(sch)
@@ -206,7 +207,8 @@ class _Search:
         for sch in self.space.sample_many(self.func, explore, self.rng):
             if _key(sch) not in self.measured:
                 chosen.setdefault(_key(sch), sch)
-        scores = self.predict(fresh)
+        # an untrained model predicts nothing: the fresh members in their order (random samples)
+        scores = self.predict(fresh) if self.trained else [-float(i) for i in range(len(fresh))]
         for _, index in sorted(zip(scores, range(len(fresh))), reverse=True):
             if len(chosen) >= count:
                 break
@@ -218,6 +220,7 @@ class _Search:
         if len(keys) >= 4:
             rows = np.stack([self.features[k] for k in keys])
             self.model.update(rows, scores_from_times(np.array([self.measured[k] for k in keys])))
+            self.trained = True
 
 
 def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Database | None = None,
@@ -281,10 +284,19 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
         if max_seconds is not None and time.monotonic() - start > max_seconds:
             break
         database.refresh()  # records other drivers appended to a shared file
-        pool = search.population(pool, database.query(workload, target, machine)[:population // 2], population)
+        if not search.trained:
+            # until the model is fitted it ranks at random: a population of one batch, no evolution
+            # (each member and mutant costs a replay and a lowering, about 0.1-0.3 s for a tiled matmul)
+            size = min(population, batch)
+        else:
+            size = population
+        pool = search.population(pool, database.query(workload, target, machine)[:population // 2], size)
         if not pool and first is None:
             raise RefcompError(f"tune: the design space yields no valid schedule of {func.name}")
-        pool = search.evolve(pool, generations, population, children if children is not None else batch)
+        if not search.trained:
+            search.refit()  # records of earlier runs from the database train it before the first batch
+        if search.trained:
+            pool = search.evolve(pool, generations, population, children if children is not None else batch)
         chosen = search.pick(pool, min(batch, trials - result.trials), epsilon)
         if first is not None:
             # the rule-based default is measured first, so the search never ends behind it, with
