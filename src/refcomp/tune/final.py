@@ -14,7 +14,8 @@ end of a search (`tune`, and `tune_model` for each task):
 3. all are timed interleaved in this process, with the caller's OpenMP settings: warm-up calls
    each, then `rounds` rounds of passes, a pass calling every contestant once (in an order
    rotated every pass), as many passes as last about 10 ms at the contestants' best warm-up times
-   (2 to 100); a contestant's round best is its best call of the round and its time the best of
+   (2 to 100), and more rounds for short kernels, so that the whole lasts about 0.5 s (at most 50
+   rounds); a contestant's round best is its best call of the round and its time the best of
    its round bests.  Call by call, every contestant meets the same bursts of other jobs; those
    only ever add time, so the best call is the kernel's own speed, what the benchmarks report
    too (the round bests are kept in the record, so their spread can be read there);
@@ -48,6 +49,10 @@ from .workload import structural_hash
 ROUND_SECONDS = 10e-3
 MIN_PASSES = 2
 MAX_PASSES = 100
+# Short kernels get more rounds, so that the comparison lasts about MIN_SECONDS (at most MAX_ROUNDS
+# rounds): a burst of other jobs over a few milliseconds would otherwise cover all of it.
+MIN_SECONDS = 0.5
+MAX_ROUNDS = 50
 WARMUP_CALLS = 3
 
 
@@ -212,6 +217,7 @@ def final_comparison(func: PrimFunc, target: str, database: Database, *, runner:
         timers[label]()
         pass_seconds += min(timers[label]() for _ in range(WARMUP_CALLS))
     passes = max(MIN_PASSES, min(MAX_PASSES, int(ROUND_SECONDS / max(pass_seconds, 1e-7))))
+    rounds = max(rounds, min(MAX_ROUNDS, int(MIN_SECONDS / max(passes * pass_seconds, 1e-7))))
     bests: dict[str, list[float]] = {label: [] for label in labels}
     turn = 0
     for _ in range(rounds):
