@@ -173,9 +173,19 @@ class _Search:
             pool.setdefault(_key(sch), sch)
         # measured members stay as parents; fresh samples keep `size` members still to measure
         missing = size - sum(1 for key in pool if key not in self.measured)
-        if missing > 0:
-            for sch in self.space.sample_many(self.func, missing, self.rng):
-                pool.setdefault(_key(sch), sch)
+        # fresh samples that are new: a sample already measured or in the pool is drawn again
+        # (the rules' preferences repeat samples of a small space), within 4 draws per member
+        for _ in range(4 * max(missing, 0)):
+            if missing <= 0:
+                break
+            try:
+                sch = self.space.sample(self.func, self.rng.randrange(2**31))
+            except RefcompError:
+                continue
+            key = _key(sch)
+            if key not in pool and key not in self.measured:
+                pool[key] = sch
+                missing -= 1
         return list(pool.values())
 
     def evolve(self, population: list[Schedule], generations: int, size: int, children: int) -> list[Schedule]:
