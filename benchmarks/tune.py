@@ -33,7 +33,9 @@ takes kernels with constant shapes only), are tuned with `refcomp.tune.tune_mode
 timed in alternating rounds: cases `model_mlp_tuned_vs_default` and
 `model_transformer_tuned_vs_default`, ratio = default time / tuned time, with `tuning_s`.
 
-Every candidate the search measures is checked against the reference on random data in its
+Every search ends with its final comparison (refcomp.tune.final): the best few candidates and the
+default schedule re-timed side by side in this process; its line says which won, and the winner is
+the kernel timed here.  Every candidate the search measures is checked against the reference on random data in its
 worker process; every kernel timed here is checked again against numpy first.  Tuning and
 running kernels may interleave in this process: the tuner's children come from a fork server (a
 fresh interpreter that never runs a kernel, refcomp.tune.isolate), never from a fork of a
@@ -71,6 +73,13 @@ def _matmul_reference(arrays):
 
 def _noop() -> None:
     return None
+
+
+def _reference_from(baseline):
+    """A tuning reference (outputs written in place) from a baseline returning the output."""
+    def reference(arrays):
+        arrays[-1][...] = np.asarray(baseline(*arrays[:-1]), dtype=arrays[-1].dtype)
+    return reference
 
 
 def dask_scaling(trials: int, as_json: bool) -> None:
@@ -311,7 +320,8 @@ def run_models(args, rng) -> dict:
         batch = max(2, min(16, args.model_trials // max(1, len(tasks))))
         report = tune.tune_model(mod, trials=args.model_trials, database=database, blas=blas, tasks=tasks,
                                  batch=batch, seed=int(rng.integers(2**20)),
-                                 progress=lambda done, total, task, gflops, seconds: bar(done, total, gflops, seconds))
+                                 progress=lambda done, total, task, gflops, seconds: bar(done, total, gflops, seconds),
+                                 log=bar.note)
         spent = time.monotonic() - start
         default_ex = refcomp.graph.build(mod)
         tuned_ex = refcomp.graph.build(mod, tuning_database=database)
@@ -529,7 +539,7 @@ def main() -> None:
         bar = tune.ProgressBar(stream=sys.stdout, label=f"matmul_{n}", in_place=False)
         progress = lambda trials, total, gflops, elapsed: bar(done + trials, budget, gflops, elapsed)  # noqa: E731
         result = tune.tune(func, "c", trials=budget - done, database=database, reference=_matmul_reference,
-                           seed=budget, progress=progress, space=no_recipe)
+                           seed=budget, progress=progress, space=no_recipe, log=bar.note)
         tuning_s += time.monotonic() - start
         done = budget
         for failure in result.failures[:3]:
@@ -542,9 +552,10 @@ def main() -> None:
             continue
         bar = tune.ProgressBar(stream=sys.stdout, label=name, in_place=False)
         start = time.monotonic()
-        # the design space starts from graph.build's default schedule (tune.GraphDefault)
+        # the design space starts from graph.build's default schedule (tune.GraphDefault); the
+        # baseline computes the reference outputs (the interpreter took minutes on bmm_bt)
         op_result = tune.tune(prepare_kernel(op_func), "c", trials=args.op_trials, database=database, seed=7,
-                              progress=bar)
+                              progress=bar, log=bar.note, reference=_reference_from(baseline))
         ops[name] = (op_func, baseline, label, op_result, time.monotonic() - start)
     tvm, tvm_skipped = {}, []  # budget -> (TVM's kernel time, its tuning time); (budget, why) skipped
     for trials in tvm_budgets:

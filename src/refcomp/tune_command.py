@@ -78,7 +78,7 @@ def _tune_one(label: str, func: Any, args: argparse.Namespace, database: Any) ->
     bar = ProgressBar(label=label) if not args.quiet else None
     result = tune(func, args.target, trials=args.trials, database=database, seed=args.seed,
                   runner=Runner(target=args.target, workers=args.workers, timeout_s=args.timeout),
-                  max_seconds=args.max_seconds, progress=bar)
+                  max_seconds=args.max_seconds, progress=bar, log=bar.note if bar else None)
     print(f"{label}: {result.trials} trial{'s' if result.trials != 1 else ''}, best {result.best_gflops:.2f} GFLOP/s "
           f"({result.best_time * 1e3:.3f} ms), {len(result.failures)} rejected")
     for failure in result.failures[:5]:
@@ -102,7 +102,7 @@ def _tune_model(label: str, mod: Any, args: argparse.Namespace, database: Any) -
     progress = (lambda done, total, task, gflops, seconds: bar(done, total, gflops, seconds)) if bar else None
     result = tune_model(mod, args.target, trials=args.trials, database=database, seed=args.seed,
                         runner=Runner(target=args.target, workers=args.workers, timeout_s=args.timeout),
-                        progress=progress)
+                        progress=progress, log=bar.note if bar else None)
     for report in result.tasks:
         gflops = report.task.flops / report.best_time / 1e9 if report.best_time < float("inf") else 0.0
         print(f"  {report.task.name:<40} x{report.task.weight}  {report.trials:4} trials  {gflops:8.2f} GFLOP/s")

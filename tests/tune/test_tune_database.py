@@ -146,3 +146,31 @@ def test_concurrent_drivers_leave_no_torn_or_duplicate_record(tmp_path):
     assert len(records) == len({r.key for r in records}) == 60
     assert {r.key for r in records} == {_record(n).key for n in range(60)}
     assert Database(path).skipped == 0
+
+
+def _final(number: int, at: float) -> TuningRecord:
+    plain = _record(number)
+    return TuningRecord(plain.workload, plain.target, plain.trace, (0.005,), final={"at": at, "worker_time": 0.001})
+
+
+def test_the_newest_final_record_is_the_best_and_survives_a_cut_off_line(tmp_path):
+    path = tmp_path / "db.jsonl"
+    db = Database(path)
+    for number in range(3):
+        db.commit(_record(number))
+    assert db.commit(_final(2, at=100.0)) and db.commit(_final(1, at=200.0))
+    assert db.commit(_final(2, at=300.0))  # the same trace chosen again later: a record of its own
+    assert not db.commit(_final(2, at=300.0))  # the very same record is stored once
+    with open(path, "ab") as file:
+        file.write(_final(0, at=400.0).to_line().encode()[:-5])  # a writer killed mid-line
+    again = Database(path)
+    assert again.skipped == 1 and again.records == db.records and len(again) == 3
+    assert again.finals == db.finals and [f.chosen_at for f in again.finals] == [100.0, 200.0, 300.0]
+    # a final record is preferred to any search record, however fast; the newest one wins
+    assert again.best("w0", "c") == _final(2, at=300.0) and again.best("w0", "c").mean_time > 0.001
+    assert again.query("w0", "c")[0] == _record(0)  # the search's records alone, fastest first
+    assert again.final_choice("w0", "c", "another machine") is None
+    bad = json.loads(_final(0, at=1.0).to_line())
+    bad["final"] = [1]
+    with pytest.raises(ValueError, match="final"):
+        TuningRecord.from_line(json.dumps(bad))

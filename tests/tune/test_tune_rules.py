@@ -158,3 +158,27 @@ def _written(func):
     from refcomp.ast.functor import collect
 
     return [region.buffer for block in collect(func.body, Block) for region in block.writes]
+
+
+def test_the_default_tiles_are_the_matmul_recipes_and_fresh_draws_favour_them():
+    from refcomp.loops.recipes.common import tile_of
+    from refcomp.tune.rules import _recipe_tiling
+
+    func = workloads.matmul(256, 256, 256)
+    _needs_a_tile_intrinsic(func)
+    space = DesignSpace([TensorizeTiling()])
+    values = [inst.args["candidates"][inst.args["decision"]] for inst in space.default_sample(func).trace.instructions
+              if inst.kind == "sample_categorical"]
+    block = Schedule(func).get(Schedule(func).get_block("C"))
+    names = sorted(tile_intrinsics(block, matmul_shape(block, "test")), key=lambda n: -tile_of(n)[1])
+    mr, nr, _ = tile_of(names[0])
+    mc, nc, kc = _recipe_tiling(names[0])
+    assert values[0] == 0  # the widest tile
+    assert values[1] * mr == min(mc, 256) or values[1] * mr >= 256 - mr  # as many rows as the recipe's block
+    assert values[2] * nr == min(nc, 256) and values[3] == min(kc, 256)
+    probs = [inst.args["probs"] for inst in space.sample(func, random.randrange(2**20)).trace.instructions
+             if inst.kind == "sample_categorical"]
+    kc_candidates = [inst.args["candidates"] for inst in space.default_sample(func).trace.instructions
+                     if inst.kind == "sample_categorical"][3]
+    assert probs[0][0] > max(probs[0][1:], default=0.0)  # the widest tile drawn most often
+    assert probs[3][kc_candidates.index(values[3])] == max(probs[3])  # the recipe's KC the likeliest

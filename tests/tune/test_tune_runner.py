@@ -171,3 +171,43 @@ def test_the_dask_runner_without_dask_names_the_extra_to_install(monkeypatch):
         resolve_runner("dask://scheduler:8786", "c")
     with pytest.raises(RefcompError, match="dask://HOST:PORT"):
         resolve_runner("scheduler:8786", "c")
+
+
+def test_the_build_process_sends_the_kernel_so_the_run_process_need_not_replay():
+    import pickle
+
+    func = workloads.matmul(16, 32, 8)
+    _, candidates = _candidates(func, 1, random.randrange(2**20))
+    runner = Runner(workers=1, timeout_s=120)
+    (result, built), = runner._build_all(func, candidates)
+    assert result.ok and isinstance(built, bytes)  # the IR's mapping attributes pickle too
+    kernel = pickle.loads(built)
+    arrays = random_arguments(func, random.randrange(2**20))
+    want = arrays[0] @ arrays[1]
+    kernel(*arrays)
+    np.testing.assert_allclose(arrays[2], want, rtol=1e-5, atol=1e-5)
+    checker = Checker(func, _matmul_reference, seed=random.randrange(2**20))
+    assert runner.run_one(func, candidates[0], checker, built).ok
+
+
+def test_a_large_checker_travels_as_files_while_the_runner_measures():
+    import pickle
+
+    from refcomp.tune.isolate import dumps
+
+    func = workloads.matmul(256, 256, 256)  # inputs and expected outputs: 1.5 MB
+    checker = Checker(func, _matmul_reference, seed=random.randrange(2**20))
+    whole = len(dumps(checker))  # (the pickler of the tuner's processes: IR mappings included)
+    with checker.in_files():
+        small = dumps(checker)
+        copy = pickle.loads(small)
+    assert len(small) < whole // 10 and "_paths" not in checker.__dict__
+    assert len(dumps(checker)) == whole  # after the context: the arrays themselves again
+    for got, want in zip(copy.inputs + copy.expected, checker.inputs + checker.expected):
+        np.testing.assert_array_equal(got, want)
+    arrays = copy.fresh_arguments()
+    assert all(a.flags.writeable for a in arrays)
+    arrays[2][...] = arrays[0] @ arrays[1]
+    assert copy.mismatch(arrays) is None
+    _, candidates = _candidates(func, 1, random.randrange(2**20))
+    assert Runner(workers=1, timeout_s=300).measure(func, candidates, checker)[0].ok

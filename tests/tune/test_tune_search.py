@@ -33,8 +33,10 @@ def test_tune_fills_the_database_and_its_best_trace_replays(tmp_path):
     assert result.trials == 6 and not result.failures
     assert len(Database(tmp_path / "db.jsonl").records) == 6
     assert [c[0] for c in calls] == [3, 6] and all(c[1] == 6 for c in calls)
-    best = db.best(structural_hash(func), "c")
-    assert best.mean_time == result.best_time
+    assert result.best_time == min(r.mean_time for r in db.records)  # the search's best, as its workers timed it
+    best = db.best(structural_hash(func), "c")  # the final comparison's winner, timed in this process
+    assert best.final is not None and best is result.final.record and len(db.finals) == 1
+    assert best.final["worker_time"] == next(r.mean_time for r in db.records if r.trace == best.trace)
     assert structural_equal(replay(func, best).func, result.schedule.func)
     assert structural_equal(apply_best(func, Database(tmp_path / "db.jsonl")), result.schedule.func)
     assert [t for t, _, _ in result.curve] == list(range(1, 7))

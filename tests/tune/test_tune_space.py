@@ -11,7 +11,7 @@ from refcomp.loops.interpreter import interpret
 from refcomp.loops.schedule import Schedule
 from refcomp.tune import (AutoInline, DesignSpace, GraphDefault, MultiLevelTiling, ParallelOuter, RandomComputeLocation,
                           RowReductionDefault, TensorizeTiling, MutateTileSize, ParallelVectorizeUnroll, default_mutators,
-                          default_rules, mutate_trace)
+                          default_rules, mutate_trace, neighbours)
 
 
 def _check_matmul(func, rng):
@@ -94,3 +94,26 @@ def test_elementwise_blocks_are_vectorized_not_tiled():
     sch = DesignSpace().sample(workloads.exp_scale(64), 1)
     kinds = [inst.kind for inst in sch.trace.instructions]
     assert "split" not in kinds and "vectorize" in kinds
+
+
+@settings(max_examples=4, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_neighbours_are_one_step_from_a_schedule_and_keep_the_result(seed):
+    func = workloads.matmul(12, 8, 6)
+    sch = TILING.sample(func, seed)
+    near = neighbours(func, sch, 6)
+    assert 1 <= len(near) <= 6
+    assert len({n.trace.to_json() for n in near} | {sch.trace.to_json()}) == len(near) + 1
+    before = _decisions(json.loads(sch.trace.to_json()))
+    rng = np.random.default_rng(seed)
+    for other in near:
+        after = _decisions(json.loads(other.trace.to_json()))
+        changed = [(x, y) for x, y in zip(before, after) if x != y]
+        assert len(after) == len(before) and len(changed) == 1
+        x, y = changed[0]
+        if isinstance(x, list):  # a factor 2 moved between two adjacent levels of a perfect tile
+            assert np.prod(x) == np.prod(y) and sum(a != b for a, b in zip(x, y)) == 2
+        else:
+            assert abs(x - y) == 1
+        _check_matmul(other.func, rng)
+    assert neighbours(func, sch, 0) == []

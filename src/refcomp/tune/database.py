@@ -7,6 +7,13 @@ killed mid-write leaves at most one incomplete last line; loading skips any line
 parse (and says how many in `skipped`), so every committed record reloads.  The file holds no
 paths or pointers, so it can be copied to another machine with the same target and used there.
 
+A search ends with a final comparison (`refcomp.tune.final`): its few best candidates and the
+default schedule re-timed side by side in one process.  The winner is written as a *final* record
+(a `final` object on the line: when it was chosen, its time in the search's worker, the default's
+time in the comparison); `best` and `schedule_for` prefer the newest final record of a workload
+over the fastest search record, whose worker times need not carry over to the caller's process.
+`records` and `query` hold the search records, `finals` the final ones.
+
 Several tuning drivers (processes, machines sharing a file system) may append to one file:
 every append holds an exclusive `flock` on the file, reads the records the others appended
 since, and writes only a record whose key (workload, target, machine, trace) is new; readers
@@ -42,6 +49,7 @@ class TuningRecord:
     trace: dict
     run_times: tuple[float, ...]
     machine: str = ""
+    final: dict | None = None  # set on the winner of a final comparison (refcomp.tune.final)
 
     @property
     def mean_time(self) -> float:
@@ -51,7 +59,16 @@ class TuningRecord:
     @property
     def key(self) -> tuple[str, str, str, str]:
         """What makes two records the same measurement: workload, target, machine and trace."""
-        return self.workload, self.target, self.machine, json.dumps(self.trace, sort_keys=True, separators=(",", ":"))
+        trace = json.dumps(self.trace, sort_keys=True, separators=(",", ":"))
+        if self.final is not None:  # each final comparison is its own record, even for the same trace
+            trace += "|final" + json.dumps(self.final, sort_keys=True, separators=(",", ":"))
+        return self.workload, self.target, self.machine, trace
+
+    @property
+    def chosen_at(self) -> float:
+        """When a final record was chosen (seconds since the epoch; 0 for a search record)."""
+        at = (self.final or {}).get("at", 0.0)
+        return float(at) if isinstance(at, (int, float)) else 0.0
 
     def to_line(self) -> str:
         """The record as one JSON line (no newline inside)."""
@@ -59,6 +76,8 @@ class TuningRecord:
         if self.machine:
             data["machine"] = self.machine
         data.update(trace=self.trace, run_times=list(self.run_times))
+        if self.final is not None:
+            data["final"] = self.final
         return json.dumps(data, separators=(",", ":"))
 
     @staticmethod
@@ -70,8 +89,11 @@ class TuningRecord:
         times = tuple(float(t) for t in data["run_times"])
         if not times or not isinstance(data["trace"], dict):
             raise ValueError("a record needs a trace object and at least one run time")
+        final = data.get("final")
+        if final is not None and not isinstance(final, dict):
+            raise ValueError("a record's final comparison must be an object")
         return TuningRecord(str(data["workload"]), str(data["target"]), data["trace"], times,
-                            str(data.get("machine", "")))
+                            str(data.get("machine", "")), final)
 
 
 @contextmanager
@@ -88,16 +110,18 @@ def _locked(file: IO[bytes], exclusive: bool) -> Iterator[None]:
 
 @dataclass
 class Database:
-    """Records in memory, mirrored to an append-only JSON-lines file when `path` is given."""
+    """Records in memory, mirrored to an append-only JSON-lines file when `path` is given: the
+    search's records in `records`, the winners of final comparisons in `finals`."""
 
     path: Path | None = None
     records: list[TuningRecord] = field(default_factory=list)
+    finals: list[TuningRecord] = field(default_factory=list)
     skipped: int = 0  # lines of the file that did not parse (a cut-off last line, foreign text)
     _keys: set = field(default_factory=set, init=False, repr=False, compare=False)
     _offset: int = field(default=0, init=False, repr=False, compare=False)  # bytes of the file read so far
 
     def __post_init__(self) -> None:
-        self._keys = {r.key for r in self.records}
+        self._keys = {r.key for r in self.records + self.finals}
         if self.path is None:
             return
         self.path = Path(self.path)
@@ -133,7 +157,7 @@ class Database:
         if record.key in self._keys:
             return False
         self._keys.add(record.key)
-        self.records.append(record)
+        (self.records if record.final is None else self.finals).append(record)
         return True
 
     def commit(self, record: TuningRecord) -> bool:
@@ -165,7 +189,14 @@ class Database:
             self._offset = end + len(line)
         return self._remember(record)
 
+    def final_choice(self, workload: str, target: str, machine: str | None = None) -> TuningRecord | None:
+        """The newest final record of a workload on a target (and machine, when given), or None."""
+        found = [r for r in self.finals if r.workload == workload and r.target == target
+                 and (machine is None or r.machine == machine)]
+        return max(reversed(found), key=lambda r: r.chosen_at) if found else None
+
     def __len__(self) -> int:
+        """The number of search records (final records not counted)."""
         return len(self.records)
 
     def __iter__(self) -> Iterator[TuningRecord]:
@@ -179,7 +210,11 @@ class Database:
         return sorted(found, key=lambda r: r.mean_time)
 
     def best(self, workload: str, target: str, machine: str | None = None) -> TuningRecord | None:
-        """The fastest record of a workload on a target (and machine, when given), or None."""
+        """The record to use for a workload on a target (and machine, when given): its newest final
+        record, else its fastest search record, else None."""
+        final = self.final_choice(workload, target, machine)
+        if final is not None:
+            return final
         found = self.query(workload, target, machine)
         return found[0] if found else None
 

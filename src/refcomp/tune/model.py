@@ -12,7 +12,9 @@ shapes, scalar parameters) are left out and keep the default schedule.
 `tune_model` gives every task one round first, then hands each further round to the task with
 the largest expected gain: weight x best time x its last relative improvement (at least a
 floor, so a task that stalled once is not starved), the gradient idea of MetaSchedule's task
-scheduler in its simplest form.
+scheduler in its simplest form.  When the budget is spent, each task that was tuned gets the
+final comparison (refcomp.tune.final): its best few candidates and its default schedule re-timed
+side by side in this process, the winner committed as its final record, which graph.build uses.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from ..errors import RefcompError
 from ..loops.primitives.legality import const_int
 from ..target import parse_target
 from .database import Database
+from .final import FinalComparison, final_comparison
 from .search import TuneResult, count_flops, tune
 from .workload import structural_hash
 
@@ -105,6 +108,7 @@ class TaskReport:
     best_time: float = float("inf")
     failures: int = 0
     history: list[float] = field(default_factory=list)  # best time after each round
+    final: FinalComparison | None = None  # the final comparison that chose the task's schedule
 
 
 @dataclass
@@ -141,12 +145,14 @@ def tune_model(mod: IRModule | Function, target: str = "c", trials: int = 256, *
                batch: int = 16, seed: int = 0, floor: float = 0.05, fuse: bool = True, fold: bool = True,
                blas: bool | str = False, tasks: list[Task] | None = None,
                progress: Callable[[int, int, str, float, float], None] | None = None,
+               final: int = 4, log: Callable[[str], None] | None = None,
                **tune_options: Any) -> ModelTuneResult:
     """Tune the kernels of a graph module for target with one shared budget of `trials`.
 
     Records go to `database`; build the model with `graph.build(mod, tuning_database=database)`.
     progress(trials_done, trials, task_name, task_best_gflops, elapsed_seconds) follows each round
-    that measured something.
+    that measured something.  final: as for `tune`, once per tuned task at the end (0: none);
+    log(text) receives each task's final comparison line, prefixed by the task's name.
     """
     import time
 
@@ -166,7 +172,7 @@ def tune_model(mod: IRModule | Function, target: str = "c", trials: int = 256, *
             break
         count = min(batch, trials - done)
         result: TuneResult = tune(report.task.func, target, trials=count, database=database, batch=count,
-                                  seed=seed + round_index, **tune_options)
+                                  seed=seed + round_index, final=0, **tune_options)
         round_index += 1
         done += result.trials
         report.trials += result.trials
@@ -181,4 +187,13 @@ def tune_model(mod: IRModule | Function, target: str = "c", trials: int = 256, *
         if progress is not None and result.trials:
             gflops = report.task.flops / report.best_time / 1e9 if report.best_time < float("inf") else 0.0
             progress(done, trials, report.task.name, gflops, elapsed)
+    if final > 0:
+        for report in reports:
+            if report.trials == 0 or report.best_time == float("inf"):
+                continue
+            name = report.task.name
+            report.final = final_comparison(
+                report.task.func, target, database, runner=tune_options.get("runner"),
+                reference=tune_options.get("reference"), space=tune_options.get("space"), seed=seed, top=final,
+                log=(lambda text, name=name: log(f"{name}: {text}")) if log is not None else None)
     return ModelTuneResult(reports, done, curve)

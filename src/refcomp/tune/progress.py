@@ -59,6 +59,12 @@ class ProgressBar:
             self.stream.write(text + "\n")
         self.stream.flush()
 
+    def note(self, text: str) -> None:
+        """A line of its own under the bar (tune's `log`: which contestant the final comparison chose)."""
+        self.lines.append(text)
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
 
 def matplotlib_available() -> bool:
     """Whether the optional matplotlib dependency imports."""

@@ -33,6 +33,26 @@ def _nearest(values: Sequence[int], preferred: int) -> int:
     return min(values, key=lambda v: (abs(v - preferred), v))
 
 
+def _choose_near(sch: Schedule, candidates: Sequence[int], preferred: int, default: bool):
+    """sample_categorical over candidates, the preferred one (nearest to `preferred`) when default is
+    set; a fresh draw favours values near it: weight 1 / (1 + d)^2 for a distance of d octaves, so a
+    tile twice or half the preferred size is drawn a quarter as often, four times as big a ninth."""
+    import math
+
+    candidates = list(candidates)
+    nearest = _nearest(candidates, preferred)
+    weights = [1.0 / (1.0 + abs(math.log2(max(c, 1) / max(nearest, 1)))) ** 2 for c in candidates]
+    return sch.sample_categorical(candidates, weights, decision=candidates.index(nearest) if default else None)
+
+
+def _recipe_tiling(name: str):
+    """The matmul recipe's cache tiles for a tile intrinsic (refcomp.loops.recipes.matmul): MC, NC, KC."""
+    from ..loops.recipes.matmul import Tiling, _fp32_tiling, _low_precision_tiling
+
+    tiling = _fp32_tiling(name, Tiling()) if "sgemm" in name else _low_precision_tiling(name, Tiling())
+    return tiling.mc, tiling.nc, tiling.kc
+
+
 def _desc_dtypes(name: str) -> tuple[str, str, str]:
     desc = intrin_registry.get(name).desc
     a, b, c = (str(p.dtype) for p in desc.params[:3])
@@ -69,10 +89,14 @@ class TensorizeTiling:
     * B[k, j], or * W[j, k]) that a registered tile intrinsic computes.
 
     Decisions (each a sample_categorical): the intrinsic (among those the CPU has, widest vector
-    first), the row block MC (as MC / MR tiles), the column block NC (as NC / NR panels), the
-    reduction slab KC, which loop runs in parallel (column blocks, each thread packing its own
-    slab of B; or row blocks, all reading B packed once), and, for an intrinsic with a panel
-    form, whether A is packed into MR-row panels.  The first three reach the loops as split
+    first; a fresh draw takes the widest `widest_weight` times as often as each other), the row
+    block MC (as MC / MR tiles), the column block NC (as NC / NR panels), the reduction slab KC,
+    which loop runs in parallel (column blocks, each thread packing its own slab of B; or row
+    blocks, all reading B packed once), and, for an intrinsic with a panel form, whether A is
+    packed into MR-row panels.  The preferred MC, NC and KC are the matmul recipe's for the
+    intrinsic (`preferred_*` when set), tuned to the caches of the machines it was measured on;
+    a fresh draw of a tile size favours sizes near them (`_choose_near`), so fewer trials go to
+    tiles far from anything that ran well, while every size stays possible.  The first three reach the loops as split
     factors (mutable); the others choose the structure (explored by fresh samples).  B is packed into NR-wide panels
     (cache_read + transform_layout) in the layout the intrinsic reads; the tile block zeroes its
     C tile before the first slab, so C needs no separate write cache.  The structure is:
@@ -81,9 +105,10 @@ class TensorizeTiling:
     """
 
     restructures = True  # left out after a function-level rule (DesignSpace)
-    preferred_mc: int = 96
-    preferred_nc: int = 512
-    preferred_kc: int = 512
+    preferred_mc: int | None = None  # None: the matmul recipe's tiling for the intrinsic
+    preferred_nc: int | None = None
+    preferred_kc: int | None = None
+    widest_weight: float = 16.0
     mc_tiles: Sequence[int] = (2, 4, 8, 12, 16, 24, 32)
     nc_range: tuple[int, int] = (64, 2048)
     kc_range: tuple[int, int] = (64, 1024)
@@ -107,9 +132,14 @@ class TensorizeTiling:
             return
         names.sort(key=lambda name: -tile_of(name)[1])  # widest tile (best vector ISA) first
         m, n, k = as_int(shape.m), as_int(shape.n), as_int(shape.k)
-        pick = int(_choose(sch, range(len(names)), 0, default))
+        weights = [self.widest_weight] + [1.0] * (len(names) - 1)
+        pick = int(sch.sample_categorical(list(range(len(names))), weights, decision=0 if default else None))
         name = names[pick]
         mr, nr, k_multiple = tile_of(name)
+        recipe_mc, recipe_nc, recipe_kc = _recipe_tiling(name)
+        preferred_mc = self.preferred_mc or recipe_mc
+        preferred_nc = self.preferred_nc or recipe_nc
+        preferred_kc = self.preferred_kc or recipe_kc
         layout = intrin_registry.x86.b_layout(name)
         row_tiles = -(-m // mr)
         mc_choices = sorted({t for t in self.mc_tiles if t <= row_tiles} | {min(row_tiles, self.mc_tiles[0])})
@@ -117,9 +147,9 @@ class TensorizeTiling:
                       and self.nc_range[0] <= p * nr <= self.nc_range[1]] or [n // nr]
         kc_choices = [c for c in range(k_multiple, k + 1, k_multiple) if k % c == 0
                       and self.kc_range[0] <= c <= self.kc_range[1]] or [k]
-        mc_tiles = _choose(sch, mc_choices, _nearest(mc_choices, self.preferred_mc // mr), default)
-        nc_panels = _choose(sch, nc_choices, _nearest(nc_choices, self.preferred_nc // nr), default)
-        kc = _choose(sch, kc_choices, _nearest(kc_choices, self.preferred_kc), default)
+        mc_tiles = _choose_near(sch, mc_choices, max(1, preferred_mc // mr), default)
+        nc_panels = _choose_near(sch, nc_choices, max(1, preferred_nc // nr), default)
+        kc = _choose_near(sch, kc_choices, preferred_kc, default)
         by_columns = _choose(sch, [1, 0], 1, default)
         # A in MR-row panels read by the intrinsic's panel form: one stream of A per tile instead
         # of MR rows that may share an L1 set (a row stride of 4 KiB)

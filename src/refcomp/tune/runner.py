@@ -20,11 +20,14 @@ reused on a matching machine.
 from __future__ import annotations
 
 import faulthandler
+import os
 import pickle
+import tempfile
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -165,10 +168,43 @@ class Checker:
         reference(self.expected)
 
     def __getstate__(self) -> dict:
-        # Workers need the data, not the reference that made it (which may not pickle).
+        # Workers need the data, not the reference that made it (which may not pickle); while the
+        # arrays are in files (`in_files`), only the files' paths.
         state = dict(self.__dict__)
         state["reference"] = None
+        paths = state.pop("_paths", None)
+        if paths is not None:
+            state["inputs"], state["expected"], state["_load"] = None, None, paths
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        paths = state.pop("_load", None)
+        self.__dict__.update(state)
+        if paths is not None:  # read-only maps of the files; fresh_arguments copies them
+            self.inputs = [np.load(path, mmap_mode="r") for path in paths[0]]
+            self.expected = [np.load(path, mmap_mode="r") for path in paths[1]]
+
+    @contextmanager
+    def in_files(self, min_bytes: int = 1 << 20) -> Iterator[None]:
+        """While in this context, the checker pickles as the paths of .npy files holding its arrays
+        (in a temporary directory of this machine), when they hold at least min_bytes: the local
+        runner sends the checker to a process per candidate, and a 1024 matmul's inputs and
+        expected outputs are 25 MB to pickle, send and unpickle every time."""
+        if "_paths" in self.__dict__ or sum(a.nbytes for a in self.inputs + self.expected) < min_bytes:
+            yield
+            return
+        with tempfile.TemporaryDirectory(prefix="refcomp-checker-") as directory:
+            paths: tuple[list[str], list[str]] = ([], [])
+            for kind, arrays in enumerate((self.inputs, self.expected)):
+                for index, array in enumerate(arrays):
+                    path = os.path.join(directory, f"{kind}_{index}.npy")
+                    np.save(path, np.ascontiguousarray(array))
+                    paths[kind].append(path)
+            self.__dict__["_paths"] = paths
+            try:
+                yield
+            finally:
+                del self.__dict__["_paths"]
 
     def fresh_arguments(self) -> list[np.ndarray]:
         """Copies of the inputs; the output buffers are overwritten with garbage so a kernel that
@@ -209,7 +245,7 @@ def _build_child(conn: Any, func: PrimFunc, trace: dict, target: str, build: Cal
     try:
         kernel = build(_scheduled(func, trace), target)
         try:  # the built kernel itself, when it pickles: the run process then need not replay
-            built = pickle.dumps(kernel)
+            built = isolate.dumps(kernel, "the built kernel")  # (IR attributes are mappingproxies)
         except Exception:
             built = None
         conn.send(("ok", (), "", built))
@@ -328,11 +364,12 @@ class Runner:
         """A result for every candidate, in order; never raises for a candidate's failure."""
         built = self._build_all(func, candidates)
         results = []
-        for candidate, (build_result, kernel) in zip(candidates, built):
-            if not build_result.ok:
-                results.append(build_result)
-                continue
-            results.append(self.run_one(func, candidate, checker, kernel))
+        with checker.in_files():  # run processes of this machine read the arrays from files
+            for candidate, (build_result, kernel) in zip(candidates, built):
+                if not build_result.ok:
+                    results.append(build_result)
+                    continue
+                results.append(self.run_one(func, candidate, checker, kernel))
         return results
 
     def _build_all(self, func: PrimFunc, candidates: Sequence[Candidate]) -> list[tuple[MeasureResult, Any]]:

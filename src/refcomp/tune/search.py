@@ -13,7 +13,11 @@
    committed to the database, failing ones reported in `TuneResult.failures`; the cost model is
    refitted on everything measured so far.
 
-The best schedule is replayed from its trace, so what `tune` returns is what the record holds.
+At the end, the final comparison (`refcomp.tune.final`) re-times the best few candidates and the
+default schedule side by side in this process and commits the winner as the workload's final
+record: the search's worker times rank candidates, the comparison decides what is used.
+The schedule returned is replayed from the winner's trace, so what `tune` returns is what the
+record holds.
 """
 from __future__ import annotations
 
@@ -32,8 +36,9 @@ from .cost_model import CostModel, default_cost_model, scores_from_times
 from .dask_runner import resolve_runner
 from .database import Database, TuningRecord
 from .features import features_of
+from .final import FinalComparison, final_comparison
 from .runner import Candidate, Checker, MeasureResult, Runner, RunnerBackend, default_build
-from .space import DesignSpace, default_mutators, default_rules, mutate_trace
+from .space import DesignSpace, default_mutators, default_rules, mutate_trace, neighbours
 from .workload import structural_hash
 
 
@@ -47,7 +52,8 @@ class Failure:
 
 @dataclass
 class TuneResult:
-    """The outcome of tune: the best schedule (None when no candidate passed), its time, the history."""
+    """The outcome of tune: the schedule to use (the final comparison's winner, else the search's best;
+    None when no candidate passed), the best time the search's workers measured, the history."""
 
     workload: str
     target: str
@@ -57,6 +63,7 @@ class TuneResult:
     flops: float
     failures: list[Failure] = field(default_factory=list)
     curve: list[tuple[int, float, float]] = field(default_factory=list)  # (trial, seconds, best time)
+    final: FinalComparison | None = None  # the final comparison that chose `schedule` (None: none ran)
 
     @property
     def best_gflops(self) -> float:
@@ -86,9 +93,11 @@ def apply_best(func: PrimFunc, database: Database, target: str = "c", machine: s
 
 def best_scheduled(func: PrimFunc, database: Database, target: str = "c",
                    machine: str | None = None) -> PrimFunc | None:
-    """func scheduled by the fastest of its records in database (measured on machine, when given) that
-    replays, or None."""
-    for record in database.query(structural_hash(func), target, machine):
+    """func scheduled by its newest final record in database (measured on machine, when given), else by
+    the fastest of its search records there, the first that replays; None when none does."""
+    workload = structural_hash(func)
+    final = database.final_choice(workload, target, machine)
+    for record in ([final] if final is not None else []) + database.query(workload, target, machine):
         try:
             return replay(func, record).func
         except RefcompError:
@@ -120,6 +129,7 @@ class _Search:
     features: dict[str, np.ndarray] = field(default_factory=dict)
     replayed: dict[str, Schedule | None] = field(default_factory=dict)
     tried: set[str] = field(default_factory=set)  # mutated traces already replayed (replay is costly)
+    trained: bool = False  # the cost model has been fitted (before that it ranks nothing)
 
     def feature(self, sch: Schedule) -> np.ndarray | None:
         key = _key(sch)
@@ -163,9 +173,19 @@ class _Search:
             pool.setdefault(_key(sch), sch)
         # measured members stay as parents; fresh samples keep `size` members still to measure
         missing = size - sum(1 for key in pool if key not in self.measured)
-        if missing > 0:
-            for sch in self.space.sample_many(self.func, missing, self.rng):
-                pool.setdefault(_key(sch), sch)
+        # fresh samples that are new: a sample already measured or in the pool is drawn again
+        # (the rules' preferences repeat samples of a small space), within 4 draws per member
+        for _ in range(4 * max(missing, 0)):
+            if missing <= 0:
+                break
+            try:
+                sch = self.space.sample(self.func, self.rng.randrange(2**31))
+            except RefcompError:
+                continue
+            key = _key(sch)
+            if key not in pool and key not in self.measured:
+                pool[key] = sch
+                missing -= 1
         return list(pool.values())
 
     def evolve(self, population: list[Schedule], generations: int, size: int, children: int) -> list[Schedule]:
@@ -197,7 +217,8 @@ class _Search:
         for sch in self.space.sample_many(self.func, explore, self.rng):
             if _key(sch) not in self.measured:
                 chosen.setdefault(_key(sch), sch)
-        scores = self.predict(fresh)
+        # an untrained model predicts nothing: the fresh members in their order (random samples)
+        scores = self.predict(fresh) if self.trained else [-float(i) for i in range(len(fresh))]
         for _, index in sorted(zip(scores, range(len(fresh))), reverse=True):
             if len(chosen) >= count:
                 break
@@ -209,6 +230,7 @@ class _Search:
         if len(keys) >= 4:
             rows = np.stack([self.features[k] for k in keys])
             self.model.update(rows, scores_from_times(np.array([self.measured[k] for k in keys])))
+            self.trained = True
 
 
 def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Database | None = None,
@@ -218,7 +240,9 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
          population: int = 32, batch: int = 16, generations: int = 1, children: int | None = None,
          epsilon: float = 0.2,
          max_seconds: float | None = None,
-         progress: Callable[[int, int, float, float], None] | None = None) -> TuneResult:
+         progress: Callable[[int, int, float, float], None] | None = None,
+         final: int = 4, log: Callable[[str], None] | None = None,
+         seed_neighbours: bool = True) -> TuneResult:
     """Search schedules of func for target; measure `trials` candidates; return the best.
 
     reference(arrays) computes the expected outputs in place (default: the interpreter on func);
@@ -228,11 +252,18 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
     when they were measured on the runner's machine.
     Each round measures `batch` candidates; evolution makes `children` mutants per generation
     (default: batch), each a full replay of its trace.
+    final: how many of the best search records the final comparison re-times in this process with
+    the default schedule (refcomp.tune.final; 0: none, the search's best is used as measured).
+    log(text) receives the final comparison's summary line (which contestant won, the times).
+    seed_neighbours: the first batch measures, after the default, its neighbours (`space.neighbours`:
+    one tile size a step from the preferred one) in up to half of the batch.
     """
     if not isinstance(func, PrimFunc):
         raise RefcompError(f"tune: expected a PrimFunc, got {type(func).__name__}")
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise RefcompError(f"tune: trials: expected a positive int, got {trials!r}")
+    if isinstance(final, bool) or not isinstance(final, int) or final < 0:
+        raise RefcompError(f"tune: final: expected an int >= 0, got {final!r}")
     database = database if database is not None else Database()
     space = space or DesignSpace(default_rules(target))
     runner = resolve_runner(runner, target)
@@ -257,21 +288,35 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
         if record.mean_time < result.best_time:
             result.best_time, best_trace = record.mean_time, record.trace
     start = time.monotonic()
-    first = _default_schedule(space, func, seed)
+    default = first = _default_schedule(space, func, seed)
     pool: list[Schedule] = []
     while result.trials < trials:
         if max_seconds is not None and time.monotonic() - start > max_seconds:
             break
         database.refresh()  # records other drivers appended to a shared file
-        pool = search.population(pool, database.query(workload, target, machine)[:population // 2], population)
+        if not search.trained:
+            # until the model is fitted it ranks at random: a population of one batch, no evolution
+            # (each member and mutant costs a replay and a lowering, about 0.1-0.3 s for a tiled matmul)
+            size = min(population, batch)
+        else:
+            size = population
+        pool = search.population(pool, database.query(workload, target, machine)[:population // 2], size)
         if not pool and first is None:
             raise RefcompError(f"tune: the design space yields no valid schedule of {func.name}")
-        pool = search.evolve(pool, generations, population, children if children is not None else batch)
+        if not search.trained:
+            search.refit()  # records of earlier runs from the database train it before the first batch
+        if search.trained:
+            pool = search.evolve(pool, generations, population, children if children is not None else batch)
         chosen = search.pick(pool, min(batch, trials - result.trials), epsilon)
         if first is not None:
-            # the rule-based default is measured first, so the search never ends behind it
+            # the rule-based default is measured first, so the search never ends behind it, with
+            # its neighbours (one tile size a step away: the region the rules' preferred tilings
+            # point to) filling up to half of the first batch
             if _key(first) not in search.measured and database.best(workload, target, machine) is None:
-                chosen = [first] + [s for s in chosen if _key(s) != _key(first)][:max(0, len(chosen) - 1)]
+                near = neighbours(func, first, max(0, len(chosen) // 2 - 1)) if seed_neighbours else []
+                lead = [first] + [s for s in near if _key(s) not in search.measured]
+                keys = {_key(s) for s in lead}
+                chosen = (lead + [s for s in chosen if _key(s) not in keys])[:len(chosen)]
             first = None
         if not chosen:
             break
@@ -294,6 +339,11 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
         search.refit()
         if progress is not None:
             progress(result.trials, trials, result.best_gflops, time.monotonic() - start)
+    if final > 0:
+        result.final = final_comparison(func, target, database, runner=runner, checker=checker, space=space,
+                                        seed=seed, top=final, log=log, default=default)
+        if result.final is not None:
+            best_trace = result.final.winner.trace
     if best_trace is not None:
         result.schedule = replay(func, best_trace)
     return result

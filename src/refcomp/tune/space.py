@@ -278,6 +278,54 @@ def _referenced_handles(trace: dict) -> set[str]:
     return found
 
 
+def _neighbour_decisions(inst: dict) -> list:
+    """The decisions one step from inst's: a categorical's next and previous index; a perfect tile
+    with a factor 2 moved between two adjacent levels."""
+    decision = inst["args"]["decision"]
+    if inst["kind"] == "sample_categorical":
+        count = len(inst["args"].get("candidates", []))
+        return [d for d in (decision + 1, decision - 1) if 0 <= d < count]
+    if inst["kind"] == "sample_perfect_tile" and isinstance(decision, list):
+        found = []
+        for level in range(len(decision) - 1):
+            for src, dst in ((level, level + 1), (level + 1, level)):
+                if decision[src] % 2 == 0:
+                    new = list(decision)
+                    new[src] //= 2
+                    new[dst] *= 2
+                    found.append(new)
+        return found
+    return []
+
+
+def neighbours(func: PrimFunc, sch: Schedule, limit: int) -> list[Schedule]:
+    """Up to `limit` schedules one step from sch (its default, say) in one decision that later
+    instructions read (a tile size, as `mutate_trace` changes): each categorical moved to an
+    adjacent candidate, each perfect tile with a factor 2 moved between adjacent levels; those that
+    replay, in the order of the trace's decisions.  Structure decisions (which instructions follow)
+    are not moved: replaying the rest would not follow them."""
+    trace = json.loads(sch.trace.to_json())
+    used = _referenced_handles(trace)
+    found: list[Schedule] = []
+    seen = {sch.trace.to_json()}
+    for index, inst in enumerate(trace["instructions"]):
+        if inst["kind"] not in SAMPLING_KINDS or not any(out in used for out in _outputs(inst)):
+            continue
+        for decision in _neighbour_decisions(inst):
+            if len(found) >= limit:
+                return found
+            changed = json.loads(json.dumps(trace))
+            changed["instructions"][index]["args"]["decision"] = decision
+            try:
+                near = Schedule.from_trace(func, changed)
+            except RefcompError:
+                continue
+            if near.trace.to_json() not in seen:
+                seen.add(near.trace.to_json())
+                found.append(near)
+    return found
+
+
 def mutate_trace(func: PrimFunc, trace: dict, mutators: Sequence, rng: random.Random,
                  attempts: int = 8, tried: set[str] | None = None) -> Schedule | None:
     """A schedule whose trace differs from trace in one decision, replayed from the start; None

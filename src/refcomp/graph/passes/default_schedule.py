@@ -85,7 +85,8 @@ def default_schedule_of(sch):
     sch = sch.copy()
     inline_spatial_stages(sch)
     sch = _apply_rules(sch)
-    for block in [b for b in collect(sch.func.body, Block) if b.name != "root"]:
+    done = _tensorized_blocks(sch.func)
+    for block in [b for b in collect(sch.func.body, Block) if b.name != "root" and b.name not in done]:
         try:
             rv = sch.get_block(block.name)
             loops = sch.get_loops(rv)
@@ -113,6 +114,20 @@ def _apply_rules(sch):
                           stacklevel=2)
             return sch
     return sch
+
+
+def _tensorized_blocks(func) -> set:
+    """The names of the tensorized blocks of func and of the blocks inside them (a tile's init):
+    scheduled already, they get no per-block treatment (a parallel loop in a tile's init would open
+    a nested parallel region for every tile)."""
+    names = set()
+    for block in collect(func.body, Block):
+        if "tensorized" in block.annotations:
+            names.add(block.name)
+            for part in (block.body, block.init):
+                if part is not None:
+                    names.update(b.name for b in collect(part, Block))
+    return names
 
 
 class RuleFallbackWarning(UserWarning):
@@ -314,6 +329,7 @@ def _recipe_for(func: PrimFunc):
 def schedule_rest(sch, skip: set):
     """sch with the spatial blocks a recipe left alone given the default loop treatment."""
     func = sch.func
+    skip = set(skip) | _tensorized_blocks(func)
     for block in [b for b in collect(func.body, Block) if b.name != "root" and b.name not in skip]:
         if any(iv.kind != "spatial" for iv in block.iter_vars):
             continue
