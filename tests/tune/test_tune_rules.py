@@ -172,7 +172,7 @@ def test_the_default_tiles_are_the_matmul_recipes_and_fresh_draws_favour_them():
     block = Schedule(func).get(Schedule(func).get_block("C"))
     names = sorted(tile_intrinsics(block, matmul_shape(block, "test")), key=lambda n: -tile_of(n)[1])
     mr, nr, _ = tile_of(names[0])
-    mc, nc, kc = _recipe_tiling(names[0])
+    mc, nc, kc = _recipe_tiling(names[0], 256, 256)
     assert values[0] == 0  # the widest tile
     assert values[1] * mr == min(mc, 256) or values[1] * mr >= 256 - mr  # as many rows as the recipe's block
     assert values[2] * nr == min(nc, 256) and values[3] == min(kc, 256)

@@ -45,11 +45,12 @@ def _choose_near(sch: Schedule, candidates: Sequence[int], preferred: int, defau
     return sch.sample_categorical(candidates, weights, decision=candidates.index(nearest) if default else None)
 
 
-def _recipe_tiling(name: str):
-    """The matmul recipe's cache tiles for a tile intrinsic (refcomp.loops.recipes.matmul): MC, NC, KC."""
+def _recipe_tiling(name: str, n, k):
+    """The matmul recipe's cache tiles for a tile intrinsic and an N x K operand B
+    (refcomp.loops.recipes.matmul): MC, NC, KC."""
     from ..loops.recipes.matmul import Tiling, _fp32_tiling, _low_precision_tiling
 
-    tiling = _fp32_tiling(name, Tiling()) if "sgemm" in name else _low_precision_tiling(name, Tiling())
+    tiling = _fp32_tiling(name, Tiling(), n, k) if "sgemm" in name else _low_precision_tiling(name, Tiling())
     return tiling.mc, tiling.nc, tiling.kc
 
 
@@ -136,7 +137,7 @@ class TensorizeTiling:
         pick = int(sch.sample_categorical(list(range(len(names))), weights, decision=0 if default else None))
         name = names[pick]
         mr, nr, k_multiple = tile_of(name)
-        recipe_mc, recipe_nc, recipe_kc = _recipe_tiling(name)
+        recipe_mc, recipe_nc, recipe_kc = _recipe_tiling(name, shape.n, shape.k)
         preferred_mc = self.preferred_mc or recipe_mc
         preferred_nc = self.preferred_nc or recipe_nc
         preferred_kc = self.preferred_kc or recipe_kc
