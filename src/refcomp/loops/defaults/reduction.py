@@ -166,6 +166,24 @@ def _lanes_inside(sch: Schedule, output: str) -> None:
                 pass
 
 
+def _rows_local(sch: Schedule, output: str) -> None:
+    """Each stage moved under the output's row loop writes only what that row uses: its buffers
+    get the "local" scope, which the C target places inside the row loop and shrinks to one
+    row's part (compact_buffers): per-thread stack arrays, the lane partials a vector register,
+    instead of whole-tensor heap buffers.  A stage left at the root (a pass of its own) keeps
+    its buffer."""
+    out_loops = {id(sch.get(rv)) for rv in sch.get_loops(sch.get_block(output))}
+    moved = [block for block in _stages(sch.func)[:-1]
+             if any(id(sch.get(rv)) in out_loops for rv in sch.get_loops(sch.get_block(block.name)))]
+    for block in moved:
+        for index, write in enumerate(block.writes):
+            if write.buffer.scope == "global":
+                try:
+                    sch.set_scope(sch.get_block(block.name), index, "local")
+                except RefcompError:
+                    pass
+
+
 def _binds(sch: Schedule, block: Block, loop_var) -> set[str]:
     """The kinds of the iter vars of block whose bindings use loop_var."""
     realize = next(r for r in collect(sch.func.body, BlockRealize) if r.block.name == block.name)
@@ -207,6 +225,7 @@ def schedule_row_reduction(sch: Schedule, parallel: bool = True) -> Schedule | N
     if best is None:
         raise refusal
     _lanes_inside(best, output)
+    _rows_local(best, output)
     if parallel:
         best.parallel(best.get_loops(best.get_block(output))[0])
     return best
