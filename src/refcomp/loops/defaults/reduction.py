@@ -114,12 +114,19 @@ def _fusable_rows(sch: Schedule, rows: list) -> list:
     return group
 
 
+# A plain row reduction at least this long reduces into _CHAINS vector registers of partials
+# (when they divide it): one register is one chain of dependent adds, each waiting on the last.
+_WIDE_ROW = 256
+_CHAINS = 4
+
+
 def _lane_partials(sch: Schedule, block: Block) -> None:
     """Reduce a plain row reduction (spatial iters, then one reduce iter over a contiguous run) in
-    as many partials as a vector register holds: the reduce loop is split by the lanes and the
-    lanes factored out (rfactor), so the partial stage's lane loop, spatial, is vectorized; a
-    serial chain of scalar adds cannot be (float addition does not reassociate).  Skipped when the
-    extent is symbolic or not a multiple of twice the lanes, or rfactor refuses."""
+    as many partials as a vector register holds (four registers' worth for a row of _WIDE_ROW or
+    more that they divide): the reduce loop is split by the lanes and the lanes factored out
+    (rfactor), so the partial stage's lane loop, spatial, is vectorized; a serial chain of scalar
+    adds cannot be (float addition does not reassociate).  Skipped when the extent is symbolic
+    or not a multiple of twice the lanes, or rfactor refuses."""
     from ..intrin import cpu
 
     kinds = [iv.kind for iv in block.iter_vars]
@@ -127,9 +134,11 @@ def _lane_partials(sch: Schedule, block: Block) -> None:
         return
     extent = as_int(block.iter_vars[-1].dom.extent)
     bits = block.writes[0].buffer.dtype.bits
-    lanes = (512 if cpu.has("avx512f") else 256) // max(bits, 8)
+    lanes = native = (512 if cpu.has("avx512f") else 256) // max(bits, 8)
     if extent is None or lanes < 2 or extent % lanes or extent < 2 * lanes:
         return
+    if extent >= _WIDE_ROW and extent % (_CHAINS * lanes) == 0:
+        lanes *= _CHAINS  # four registers of partials: four independent chains of adds
     rv = sch.get_block(block.name)
     loops = sch.get_loops(rv)
     if len(loops) != len(kinds):
@@ -142,6 +151,8 @@ def _lane_partials(sch: Schedule, block: Block) -> None:
         return
     sch.split(loops[-1], [None, lanes])
     sch.rfactor(sch.get_loops(rv)[-1], len(kinds) - 1)
+    if lanes > 2 * native:
+        _lane_partials(sch, sch.get(sch.get_block(block.name)))  # the four registers combined in one
 
 
 def _lanes_inside(sch: Schedule, output: str) -> None:
