@@ -8,7 +8,9 @@ does not fit any cache).  This rule moves every earlier stage under the output s
 (compute_at, which proves each move covers what the consumer reads), so one thread makes one
 pass: the row is read from memory once and the later stages find it in L1/L2.  The row loop
 (the leading loops fused when there are several) is the one parallel loop; a partial stage's
-lane loop is put innermost and the loops inside are left to the vectorizer.
+lane loop is put innermost and the loops inside are left to the vectorizer.  The stages moved
+under the row loop get the "local" scope: one row of each per thread (softmax's row of
+exponentials in L1, the lane partials in registers), no whole-tensor scratch buffers.
 
 Applies when: the last block is spatial, every other block writes a buffer that is not a
 parameter, at least one block reduces, and the output has a leading (row) axis.
