@@ -38,6 +38,9 @@ INTRINSICS["assume"] = IntrinsicInfo("assume", 1, pure=False)
 INTRINSICS["reinterpret"] = IntrinsicInfo("reinterpret", 1)
 # Opaque effects used by lowered code and tensor intrinsics.
 INTRINSICS["tvm_storage_sync"] = IntrinsicInfo("tvm_storage_sync", 1, pure=False)
+# prefetch(buffer[indices], write): a hint that the element's cache line is accessed soon (the
+# schedule primitive `prefetch`); its indices are in bounds, and it has no effect on the values.
+INTRINSICS["prefetch"] = IntrinsicInfo("prefetch", 2, pure=False)
 # call_extern("c_function_name", args...): a call into C (tensor intrinsic micro-kernels).
 INTRINSICS["call_extern"] = IntrinsicInfo("call_extern", -1, pure=False)
 # warp_reduce("sum" | "max" | "min", value, width): the reduction of value over the `width` (a

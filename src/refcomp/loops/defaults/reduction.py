@@ -20,7 +20,8 @@ from __future__ import annotations
 from ...ast.expr import as_int
 from ...ast.function import PrimFunc
 from ...ast.expr import BufferLoad
-from ...ast.functor import collect, free_vars, uses_var
+from ...ast.expr import IntImm, Var
+from ...ast.functor import collect, free_vars, substitute, uses_var
 from ...ast.stmt import Block, BlockRealize
 from ...ast.structural import structural_equal
 from ...errors import RefcompError
@@ -242,3 +243,86 @@ def schedule_row_reduction(sch: Schedule, parallel: bool = True) -> Schedule | N
     if parallel:
         best.parallel(best.get_loops(best.get_block(output))[0])
     return best
+
+
+def prefetch_rows(sch: Schedule) -> Schedule:
+    """sch, a row reduction scheduled by this rule and vectorized after it, as a new schedule
+    whose row loop overlaps memory with computation: a
+    thread's row is read from memory in its first pass and written in its last, and between them
+    (the exponentials of softmax) it computes from cache while memory idles.  In the chunk loop
+    of a costly stage (a spatial stage with exp, log, ...: softmax's exp row), else of the output
+    stage, it prefetches (`prefetch`) the next row of each input that has the output's shape, and,
+    when the carrier is not the output stage, the output row it is about to write: one cache
+    line per chunk, spread over the row's work.  sch itself when there is nothing to carry the
+    hints (no parallel loop around every stage, a row not split into vector chunks, or indices
+    an index map cannot express)."""
+    func = sch.func
+    stages = _stages(func)
+    nests = [[sch.get(rv) for rv in sch.get_loops(sch.get_block(b.name))] for b in stages]
+    shared = 0
+    while all(len(n) > shared for n in nests) and all(n[shared] is nests[0][shared] for n in nests):
+        shared += 1
+    if shared == 0 or not any(loop.kind == "parallel" for loop in nests[0][:shared]):
+        return sch
+    row = nests[0][shared - 1].loop_var
+    costly = [k for k, b in enumerate(stages[:-1])
+              if all(iv.kind == "spatial" for iv in b.iter_vars) and _has_costly_math(b)]
+    carrier = costly[0] if costly else len(stages) - 1
+    below = nests[carrier][shared:]
+    lanes = [k for k, loop in enumerate(below) if loop.kind == "vectorized"]
+    if not lanes or lanes[0] == 0 or lanes != list(range(lanes[0], len(below))):
+        return sch
+    chunk = below[lanes[0] - 1]
+    block = stages[carrier]
+    realize = next(r for r in collect(func.body, BlockRealize) if r.block.name == block.name)
+    written = block.writes[0]
+    if len(block.writes) != 1 or not all(
+            any(r.min is iv.var for iv in block.iter_vars) and as_int(r.extent) == 1 for r in written.region):
+        return sch
+    binding = {iv.var: value for iv, value in zip(realize.block.iter_vars, realize.iter_values)}
+    element = [binding[r.min] for r in written.region]
+    outer = nests[carrier][:shared + lanes[0]]
+    inside = {loop.loop_var: IntImm(0, loop.loop_var.dtype) for loop in below[lanes[0]:]}
+    targets = []
+    out_buffer = stages[-1].writes[0].buffer
+    shape = written.buffer.shape
+    read = {id(r.buffer): r.buffer for b in stages for r in b.reads}
+    for buffer in func.buffers:
+        if id(buffer) in read and len(buffer.shape) == len(shape) and \
+                all(structural_equal(a, b) for a, b in zip(buffer.shape, shape)):
+            targets.append((buffer, {row: row + IntImm(1, row.dtype)}, False))
+    if carrier != len(stages) - 1:
+        targets.append((out_buffer, {}, True))
+    trial = sch.copy()
+    try:
+        for buffer, shift, write in targets:
+            index_map = _loop_index_map(outer, [substitute(substitute(e, shift), inside) for e in element])
+            if index_map is None:
+                return sch
+            trial.prefetch(trial.get_loops(trial.get_block(block.name))[len(outer) - 1], buffer.name, index_map,
+                           write=write)
+    except RefcompError:
+        return sch
+    return trial
+
+
+def _has_costly_math(block: Block) -> bool:
+    from ...ast.expr import Call
+    from ..passes.bind_repeated_math import COSTLY_MATH
+
+    return any(c.op in COSTLY_MATH for c in collect(block.body, Call))
+
+
+def _loop_index_map(loops: list, exprs: list):
+    """The IndexMap from the vars of loops (outermost first) to exprs, or None when an expr uses
+    more than the ops an index map holds (+ - * // % min max of ints: a cast, for instance)."""
+    from ..primitives.index_map import IndexMap, _check_expr
+
+    initial = tuple(Var(loop.loop_var.name, loop.loop_var.dtype) for loop in loops)
+    final = tuple(substitute(e, dict(zip((loop.loop_var for loop in loops), initial))) for e in exprs)
+    try:
+        for expr in final:
+            _check_expr(expr, set(initial))
+    except RefcompError:
+        return None
+    return IndexMap(initial, final)
