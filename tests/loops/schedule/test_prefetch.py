@@ -4,6 +4,8 @@ import pytest
 
 import refcomp
 from refcomp import te
+from refcomp.ast.parser import from_source
+from refcomp.ast.structural import assert_structural_equal
 from refcomp.loops.schedule import Schedule
 
 from .helpers import assert_rejected, assert_script, check_numbers, check_replay
@@ -43,6 +45,7 @@ def test_prefetch_before_after(rng):
     ''')
     check_numbers(before, sch.func, rng, reference=lambda a, b: {1: a * 2})
     check_replay(sch, before)
+    assert_structural_equal(from_source(sch.func.script()), sch.func)
 
 
 def test_prefetch_is_a_gcc_builtin_in_c_with_the_next_row_clamped():
