@@ -278,3 +278,29 @@ def _buffers(func):
     from refcomp.ast import Block, collect
 
     return [b for block in collect(func.body, Block) for b in block.alloc_buffers]
+
+
+def _prefetches(func):
+    from refcomp.ast import Call, Evaluate, collect
+
+    return [(s.value.args[0].buffer.name, s.value.args[1].value) for s in collect(func.body, Evaluate)
+            if isinstance(s.value, Call) and s.value.op == "prefetch"]
+
+
+@pytest.mark.parametrize("op, expected", [
+    ("softmax", [("softmax", 1), ("x", 0)]),   # in the exp row's chunk loop: the output row, the next input row
+    ("layer_norm", [("x", 0)]),                # in the output's chunk loop: the next input row
+    ("rms_norm", [("x", 0)]),
+])
+def test_row_kernels_prefetch_the_next_row(op, expected):
+    """The default schedule of a row reduction hints the next input row (and, from softmax's exp
+    row, the output row) one cache line per vector chunk; the numbers are unchanged."""
+    _, scheduled = _check(op, (6, 1000), seed=7)
+    assert sorted(_prefetches(scheduled)) == sorted(expected)
+    source = refcomp.build(scheduled).source
+    assert source.count("__builtin_prefetch(") == len(expected)
+
+
+def test_a_row_too_short_for_a_vector_chunk_gets_no_prefetch():
+    _, scheduled = _check("softmax", (6, 3), seed=3)
+    assert _prefetches(scheduled) == []

@@ -288,10 +288,9 @@ def prefetch_rows(sch: Schedule) -> Schedule:
     shape = written.buffer.shape
     read = {id(r.buffer): r.buffer for b in stages for r in b.reads}
     for buffer in func.buffers:
-        if id(buffer) in read and len(buffer.shape) == len(shape) and \
-                all(structural_equal(a, b) for a, b in zip(buffer.shape, shape)):
+        if id(buffer) in read and _same_shape(buffer.shape, shape):
             targets.append((buffer, {row: row + IntImm(1, row.dtype)}, False))
-    if carrier != len(stages) - 1:
+    if carrier != len(stages) - 1 and _same_shape(out_buffer.shape, shape):
         targets.append((out_buffer, {}, True))
     trial = sch.copy()
     try:
@@ -304,6 +303,10 @@ def prefetch_rows(sch: Schedule) -> Schedule:
     except RefcompError:
         return sch
     return trial
+
+
+def _same_shape(a, b) -> bool:
+    return len(a) == len(b) and all(structural_equal(x, y) for x, y in zip(a, b))
 
 
 def _has_costly_math(block: Block) -> bool:
