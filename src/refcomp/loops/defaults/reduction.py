@@ -17,10 +17,8 @@ parameter, at least one block reduces, and the output has a leading (row) axis.
 """
 from __future__ import annotations
 
-from ...ast.expr import as_int
+from ...ast.expr import BufferLoad, IntImm, Var, as_int
 from ...ast.function import PrimFunc
-from ...ast.expr import BufferLoad
-from ...ast.expr import IntImm, Var
 from ...ast.functor import collect, free_vars, substitute, uses_var
 from ...ast.stmt import Block, BlockRealize
 from ...ast.structural import structural_equal
@@ -246,16 +244,15 @@ def schedule_row_reduction(sch: Schedule, parallel: bool = True) -> Schedule | N
 
 
 def prefetch_rows(sch: Schedule) -> Schedule:
-    """sch, a row reduction scheduled by this rule and vectorized after it, as a new schedule
-    whose row loop overlaps memory with computation: a
-    thread's row is read from memory in its first pass and written in its last, and between them
-    (the exponentials of softmax) it computes from cache while memory idles.  In the chunk loop
-    of a costly stage (a spatial stage with exp, log, ...: softmax's exp row), else of the output
-    stage, it prefetches (`prefetch`) the next row of each input that has the output's shape, and,
-    when the carrier is not the output stage, the output row it is about to write: one cache
-    line per chunk, spread over the row's work.  sch itself when there is nothing to carry the
-    hints (no parallel loop around every stage, a row not split into vector chunks, or indices
-    an index map cannot express)."""
+    """sch (a row reduction this rule scheduled, vectorized since) as a new schedule whose row
+    loop overlaps memory with computation.  A thread reads its row from memory in the first pass
+    and writes it in the last; in between (softmax's exponentials) it computes from cache while
+    memory idles.  So the chunk loop of a costly stage (a spatial stage calling exp, log, ...:
+    softmax's exp row), else of the output stage, prefetches (`prefetch`) the next row of each
+    input of the carrier's shape and, when the carrier is not the output stage, the output row it
+    is about to write: one hint per vector chunk, spread over the row's work.  sch itself when
+    nothing can carry the hints (no parallel loop around every stage, a row not in vector
+    chunks, indices an index map cannot express)."""
     func = sch.func
     stages = _stages(func)
     nests = [[sch.get(rv) for rv in sch.get_loops(sch.get_block(b.name))] for b in stages]
@@ -272,13 +269,13 @@ def prefetch_rows(sch: Schedule) -> Schedule:
     lanes = [k for k, loop in enumerate(below) if loop.kind == "vectorized"]
     if not lanes or lanes[0] == 0 or lanes != list(range(lanes[0], len(below))):
         return sch
-    chunk = below[lanes[0] - 1]
     block = stages[carrier]
-    realize = next(r for r in collect(func.body, BlockRealize) if r.block.name == block.name)
-    written = block.writes[0]
-    if len(block.writes) != 1 or not all(
-            any(r.min is iv.var for iv in block.iter_vars) and as_int(r.extent) == 1 for r in written.region):
+    if len(block.writes) != 1:
         return sch
+    written = block.writes[0]
+    if not all(any(r.min is iv.var for iv in block.iter_vars) and as_int(r.extent) == 1 for r in written.region):
+        return sch  # the carrier writes its iter vars' element: its bindings give the element's indices
+    realize = next(r for r in collect(func.body, BlockRealize) if r.block.name == block.name)
     binding = {iv.var: value for iv, value in zip(realize.block.iter_vars, realize.iter_values)}
     element = [binding[r.min] for r in written.region]
     outer = nests[carrier][:shared + lanes[0]]
