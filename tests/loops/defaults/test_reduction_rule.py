@@ -304,3 +304,16 @@ def test_row_kernels_prefetch_the_next_row(op, expected):
 def test_a_row_too_short_for_a_vector_chunk_gets_no_prefetch():
     _, scheduled = _check("softmax", (6, 3), seed=3)
     assert _prefetches(scheduled) == []
+
+
+@pytest.mark.parametrize("op, symbolic", [
+    ("softmax", (5, 300)), ("softmax", ("n", "m")), ("softmax", ("n", 4, "m", "m")),
+    ("layer_norm", ("n", 256)), ("rms_norm", ("n", "m", 17)), ("log_softmax", ("n", 64)),
+])
+def test_row_kernels_compile_as_strict_c99(op, symbolic):
+    """Per-row results live in local buffers, written first before the loop that reads them (the
+    reductions' inits decomposed): gcc -std=c99 -pedantic -Wall -Wextra -Werror takes the kernels,
+    with or without symbolic sizes, and they agree with numpy."""
+    func, reference = _symbolic_kernel(op, symbolic)
+    kernel = refcomp.build(ds.schedule_kernel(func), target="c -std=c99")
+    _run_at(kernel, reference, op, symbolic, 3, 19, seed=len(symbolic))  # checks against numpy

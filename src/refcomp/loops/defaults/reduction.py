@@ -178,6 +178,25 @@ def _lanes_inside(sch: Schedule, output: str) -> None:
                 pass
 
 
+def _inits_first(sch: Schedule) -> None:
+    """Each reduction stage with its init inside its reduce loop (`if t == 0: init`) gets the init
+    before that loop (decompose_reduction).  A per-row result in a local buffer would otherwise be
+    written first under a condition in a loop of symbolic extent, which the C compiler cannot
+    prove runs (-Wmaybe-uninitialized); and the test leaves the loop.  The lane-partial stages,
+    whose lane loop is innermost, get theirs from the vectorizing treatment after the rule."""
+    for block in _stages(sch.func)[:-1]:
+        if block.init is None:
+            continue
+        try:
+            rv = sch.get_block(block.name)
+            loops = sch.get_loops(rv)
+            first = next((loop for loop in loops if _binds(sch, block, sch.get(loop).loop_var) == {"reduce"}), None)
+            if first is not None and sch.get(loops[-1]) is sch.get(first):
+                sch.decompose_reduction(rv, first)
+        except RefcompError:
+            continue
+
+
 def _rows_local(sch: Schedule, output: str) -> None:
     """Each stage moved under the output's row loop writes only what that row uses: its buffers
     get the "local" scope, which the C target places inside the row loop and shrinks to one
@@ -237,6 +256,7 @@ def schedule_row_reduction(sch: Schedule, parallel: bool = True) -> Schedule | N
     if best is None:
         raise refusal
     _lanes_inside(best, output)
+    _inits_first(best)
     _rows_local(best, output)
     if parallel:
         best.parallel(best.get_loops(best.get_block(output))[0])
