@@ -266,13 +266,15 @@ def schedule_row_reduction(sch: Schedule, parallel: bool = True) -> Schedule | N
 def prefetch_rows(sch: Schedule) -> Schedule:
     """sch (a row reduction this rule scheduled, vectorized since) as a new schedule whose row
     loop overlaps memory with computation.  A thread reads its row from memory in the first pass
-    and writes it in the last; in between (softmax's exponentials) it computes from cache while
-    memory idles.  So the chunk loop of a costly stage (a spatial stage calling exp, log, ...:
-    softmax's exp row), else of the output stage, prefetches (`prefetch`) the next row of each
-    input of the carrier's shape and, when the carrier is not the output stage, the output row it
-    is about to write: one hint per vector chunk, spread over the row's work.  sch itself when
-    nothing can carry the hints (no parallel loop around every stage, a row not in vector
-    chunks, indices an index map cannot express)."""
+    and writes it in the last; in between it computes from cache while memory idles.  So, one
+    hint (`prefetch`) per vector chunk, spread over the row's work:
+    - the next row of each input of the output's shape, in the chunk loop of the first spatial
+      stage with costly math (exp, log, ...: softmax's exp row), else of the output stage;
+    - the output row, in the chunk loop of the last stage before the output that reads the
+      input row (softmax's exp row, layer norm's variance pass, RMS norm's sum of squares), so
+      the lines the output pass writes are owned by then.
+    sch itself when nothing can carry the hints (no parallel loop around every stage, a row not
+    in vector chunks, indices an index map cannot express)."""
     func = sch.func
     stages = _stages(func)
     nests = [[sch.get(rv) for rv in sch.get_loops(sch.get_block(b.name))] for b in stages]
@@ -282,44 +284,50 @@ def prefetch_rows(sch: Schedule) -> Schedule:
     if shared == 0 or not any(loop.kind == "parallel" for loop in nests[0][:shared]):
         return sch
     row = nests[0][shared - 1].loop_var
+    shape = stages[-1].writes[0].buffer.shape
+    inputs = [b for b in func.buffers if _same_shape(b.shape, shape) and b is not stages[-1].writes[0].buffer]
     costly = [k for k, b in enumerate(stages[:-1])
               if all(iv.kind == "spatial" for iv in b.iter_vars) and _has_costly_math(b)]
+    hints = []  # (stage, buffer whose load gives the element, buffer to prefetch, row shift, write)
     carrier = costly[0] if costly else len(stages) - 1
-    below = nests[carrier][shared:]
-    lanes = [k for k, loop in enumerate(below) if loop.kind == "vectorized"]
-    if not lanes or lanes[0] == 0 or lanes != list(range(lanes[0], len(below))):
-        return sch
-    block = stages[carrier]
-    if len(block.writes) != 1:
-        return sch
-    written = block.writes[0]
-    if not all(any(r.min is iv.var for iv in block.iter_vars) and as_int(r.extent) == 1 for r in written.region):
-        return sch  # the carrier writes its iter vars' element: its bindings give the element's indices
-    realize = next(r for r in collect(func.body, BlockRealize) if r.block.name == block.name)
-    binding = {iv.var: value for iv, value in zip(realize.block.iter_vars, realize.iter_values)}
-    element = [binding[r.min] for r in written.region]
-    outer = nests[carrier][:shared + lanes[0]]
-    inside = {loop.loop_var: IntImm(0, loop.loop_var.dtype) for loop in below[lanes[0]:]}
-    targets = []
-    out_buffer = stages[-1].writes[0].buffer
-    shape = written.buffer.shape
-    read = {id(r.buffer): r.buffer for b in stages for r in b.reads}
-    for buffer in func.buffers:
-        if id(buffer) in read and _same_shape(buffer.shape, shape):
-            targets.append((buffer, {row: row + IntImm(1, row.dtype)}, False))
-    if carrier != len(stages) - 1 and _same_shape(out_buffer.shape, shape):
-        targets.append((out_buffer, {}, True))
+    for buffer in inputs:
+        hints.append((carrier, buffer, buffer, True, False))
+    readers = [k for k in range(len(stages) - 1) if inputs and _chunked(nests[k][shared:])
+               and any(load.buffer is inputs[0] for load in collect(stages[k].body, BufferLoad))]
+    if readers:
+        hints.append((readers[-1], inputs[0], stages[-1].writes[0].buffer, False, True))
     trial = sch.copy()
     try:
-        for buffer, shift, write in targets:
-            index_map = _loop_index_map(outer, [substitute(substitute(e, shift), inside) for e in element])
+        for k, model, buffer, next_row, write in hints:
+            below = nests[k][shared:]
+            lanes = _chunked(below)
+            if lanes is None:
+                continue
+            block = stages[k]
+            load = next(l for l in collect(block.body, BufferLoad) if l.buffer is model)
+            realize = next(r for r in collect(func.body, BlockRealize) if r.block.name == block.name)
+            binding = {iv.var: value for iv, value in zip(realize.block.iter_vars, realize.iter_values)}
+            inside = {loop.loop_var: IntImm(0, loop.loop_var.dtype) for loop in below[lanes:]}
+            shift = {row: row + IntImm(1, row.dtype)} if next_row else {}
+            outer = nests[k][:shared + lanes]
+            index_map = _loop_index_map(outer, [substitute(substitute(substitute(i, binding), shift), inside)
+                                                for i in load.indices])
             if index_map is None:
                 return sch
             trial.prefetch(trial.get_loops(trial.get_block(block.name))[len(outer) - 1], buffer.name, index_map,
                            write=write)
-    except RefcompError:
+    except (RefcompError, StopIteration):
         return sch
     return trial
+
+
+def _chunked(below: list) -> int | None:
+    """The position of the first vectorized loop in below when the loops from it on are all
+    vectorized and a loop stands before it (the chunk loop that carries hints), else None."""
+    lanes = [k for k, loop in enumerate(below) if loop.kind == "vectorized"]
+    if not lanes or lanes[0] == 0 or lanes != list(range(lanes[0], len(below))):
+        return None
+    return lanes[0]
 
 
 def _same_shape(a, b) -> bool:
