@@ -304,7 +304,9 @@ def prefetch_rows(sch: Schedule) -> Schedule:
             if lanes is None:
                 continue
             block = stages[k]
-            load = next(l for l in collect(block.body, BufferLoad) if l.buffer is model)
+            load = next((l for l in collect(block.body, BufferLoad) if l.buffer is model), None)
+            if load is None:
+                continue  # the carrier does not read that input: no element to model the hint on
             realize = next(r for r in collect(func.body, BlockRealize) if r.block.name == block.name)
             binding = {iv.var: value for iv, value in zip(realize.block.iter_vars, realize.iter_values)}
             inside = {loop.loop_var: IntImm(0, loop.loop_var.dtype) for loop in below[lanes:]}
@@ -316,7 +318,7 @@ def prefetch_rows(sch: Schedule) -> Schedule:
                 return sch
             trial.prefetch(trial.get_loops(trial.get_block(block.name))[len(outer) - 1], buffer.name, index_map,
                            write=write)
-    except (RefcompError, StopIteration):
+    except RefcompError:
         return sch
     return trial
 
