@@ -33,8 +33,8 @@ from typing import Any, Callable, Sequence
 from ..ast import Block, For, IRModule, PrimFunc, Var
 from ..errors import InternalError, RefcompError, ScheduleError
 from .primitives import compute_location, kinds, lookup, loop as loop_prims, reduction, sampling, storage
-from .primitives.index_map import IndexMap
 from .primitives import prefetch as prefetch_prims
+from .primitives.index_map import IndexMap
 from .trace import Instruction, Trace
 
 

@@ -1,9 +1,7 @@
 """prefetch: a hint that an element of a buffer will be accessed soon."""
 from __future__ import annotations
 
-from ...ast import (
-    Block, BufferLoad, Call, Cast, Evaluate, For, IntImm, Max, Min, PrimFunc, const, seq,
-)
+from ...ast import Block, BufferLoad, Call, Cast, Evaluate, For, IntImm, Max, Min, PrimFunc, const, seq
 from ...ast.expr import as_int
 from ...errors import ScheduleError
 from .index_map import IndexMap
