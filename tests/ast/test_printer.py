@@ -336,5 +336,5 @@ def test_prefetch_round_trips():
     from refcomp.ast import BufferLoad
 
     A = Buffer("A", (16, 8), "float32")
-    text = roundtrip(func_of(Evaluate(Call("prefetch", (BufferLoad(A, (const(4), const(0))),), "int32")), (A,)))
-    assert "T.evaluate(T.prefetch(A[4, 0]))" in text
+    text = roundtrip(func_of(Evaluate(Call("prefetch", (BufferLoad(A, (const(4), const(0))), const(0)), "int32")), (A,)))
+    assert "T.evaluate(T.prefetch(A[4, 0], 0))" in text

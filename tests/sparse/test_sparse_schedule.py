@@ -249,7 +249,7 @@ def test_prefetch_gathered_rows_before_after(dtype, width, lines):
     assert "T.evaluate(T.assume(J_indices[q] >= 0 and J_indices[q] < k))" in new
     step = 64 // np.dtype(dtype).itemsize
     assert [line.strip() for line in new.splitlines() if "prefetch" in line] == \
-        [f"T.evaluate(T.prefetch(B[J_indices[q], {col}]))" for col in range(0, width, step)][:lines]
+        [f"T.evaluate(T.prefetch(B[J_indices[q], {col}], 0))" for col in range(0, width, step)][:lines]
     added = [line for line in new.splitlines() if "prefetch" in line or " q" in line or "[q]" in line]
     assert [line for line in new.splitlines() if line not in added] == old.splitlines()  # nothing else changed
     verify_in_bounds(after)

@@ -38,6 +38,11 @@ INTRINSICS["assume"] = IntrinsicInfo("assume", 1, pure=False)
 INTRINSICS["reinterpret"] = IntrinsicInfo("reinterpret", 1)
 # Opaque effects used by lowered code and tensor intrinsics.
 INTRINSICS["tvm_storage_sync"] = IntrinsicInfo("tvm_storage_sync", 1, pure=False)
+# prefetch(buffer[indices], write): a hint, as a statement (Evaluate), that the element's cache
+# line is read (write 0) or written (write 1) soon (the schedule primitive `prefetch`, sparse
+# kernels' gathered rows, the paged attention's next page); its indices are in bounds as a load's
+# are, and it has no effect on any value.
+INTRINSICS["prefetch"] = IntrinsicInfo("prefetch", 2, pure=False)
 # call_extern("c_function_name", args...): a call into C (tensor intrinsic micro-kernels).
 INTRINSICS["call_extern"] = IntrinsicInfo("call_extern", -1, pure=False)
 # warp_reduce("sum" | "max" | "min", value, width): the reduction of value over the `width` (a
@@ -46,9 +51,6 @@ INTRINSICS["call_extern"] = IntrinsicInfo("call_extern", -1, pure=False)
 INTRINSICS["warp_reduce"] = IntrinsicInfo("warp_reduce", 3, pure=False)
 # address_of(BufferLoad): the address of that element, for passing to call_extern.
 INTRINSICS["address_of"] = IntrinsicInfo("address_of", 1)
-# prefetch(BufferLoad): a hint that the element will be read soon (its cache line fetched ahead);
-# no effect on any value.  The load's indices are evaluated and must be in bounds, as for a load.
-INTRINSICS["prefetch"] = IntrinsicInfo("prefetch", 1, pure=False)
 
 
 def is_pure_call(op: str) -> bool:

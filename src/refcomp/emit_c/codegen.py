@@ -294,9 +294,23 @@ class CFamilyEmitter(ZeroChecks, ExprEmitter):
         value = s.value
         if isinstance(value, E.Call) and value.op in ("assume", "tvm_storage_sync"):
             return
+        if isinstance(value, E.Call) and value.op == "prefetch":
+            self.prefetch(value)
+            return
         if isinstance(value, (E.IntImm, E.FloatImm)):
             return
         self.line(f"(void)({self.expr(value)});")
+
+    def prefetch(self, call: E.Call) -> None:
+        """A software prefetch of the element's cache line (the `prefetch` schedule primitive):
+        for reading (rw 0) or writing (rw 1), kept in every cache level (locality 3).  Its index
+        is computed only where the builtin is: a hint must cost nothing where it does nothing."""
+        load, write = call.args
+        index = self.flat_index(load.buffer, load.indices)
+        self.pragma("#if defined(__GNUC__)")  # a GNU builtin (gcc, clang); other compilers skip the hint
+        self.line(f"__builtin_prefetch(&{self.buffer_name(load.buffer)}[{self.index(index)}], "
+                  f"{1 if E.as_int(write) else 0}, 3);")
+        self.pragma("#endif")
 
     def stmt_IfThenElse(self, s: S.IfThenElse) -> None:
         condition = self.checked_value("bool", self.expr(s.condition), "rc_cond")

@@ -309,7 +309,7 @@ class ExprEmitter:
         if op == "reinterpret":
             return self.reinterpret(e, lane)
         if op == "prefetch":
-            return self.prefetch(e)
+            raise BuildError("build: prefetch is a statement (Evaluate), not a value", ir=self.func, spot=e)
         if op == "assume":
             return "((void)0)"
         if op in ("isnan", "isinf", "isfinite"):
@@ -333,14 +333,6 @@ class ExprEmitter:
                 return f"rc_round_{'f16' if e.dtype.element.name == 'float16' else 'bf16'}({text})"
             return text
         raise BuildError(f"build: unknown intrinsic {op!r}", ir=self.func, spot=e)
-
-    def prefetch(self, e: E.Call) -> str:
-        """`prefetch(load)`: GCC's read prefetch of the element's address (kept in all cache levels)."""
-        load = e.args[0] if e.args else None
-        if not isinstance(load, E.BufferLoad) or load.dtype.lanes != 1:
-            raise BuildError("build: prefetch needs one scalar buffer load", ir=self.func, spot=e)
-        index = self.flat_index(load.buffer, load.indices)
-        return f"__builtin_prefetch(&{self.buffer_name(load.buffer)}[{self.index(index)}], 0, 3)"
 
     def call_extern(self, e: E.Call, lane) -> str:
         if not e.args or not isinstance(e.args[0], E.StringImm):

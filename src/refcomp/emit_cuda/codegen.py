@@ -246,6 +246,8 @@ class _CudaEmitter(CFamilyEmitter):
                 raise BuildError("cuda: a barrier outside any kernel", ir=self.func, spot=s)
             self.line("__syncthreads();")
             return
+        if isinstance(s.value, E.Call) and s.value.op == "prefetch":
+            return  # a CPU cache hint: nothing to do on the GPU
         super().stmt_Evaluate(s)
 
     def expr_Call(self, e: E.Call, lane) -> str:
@@ -261,8 +263,6 @@ class _CudaEmitter(CFamilyEmitter):
                 raise BuildError(f"cuda: warp_reduce over {width} lanes (expected 2, 4, 8, 16 or 32)",
                                  ir=self.func, spot=e)
             return f"rc_warp_{op.value}_{tag}({self.expr(value)}, {lanes})"
-        if e.op == "prefetch":  # a hint only: GPU code leaves it out
-            return "((void)0)"
         return super().expr_Call(e, lane)
 
     def fail(self, code: int) -> None:

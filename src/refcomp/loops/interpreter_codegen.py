@@ -22,7 +22,7 @@ from ..ast import (
     IfThenElse, IntImm, LetStmt, PrimFunc, SeqStmt, Stmt, Var, While, collect, free_vars,
 )
 from ..ast.dtype import DataType
-from ..ast.expr import Add, Div, Mul, Sub
+from ..ast.expr import Add, Call, Div, Mul, Sub
 from ..errors import InternalError, IRError, RuntimeFailure
 from ..shape.evaluate import ZeroDivisionFailure, float_div, floordiv, floormod, truncdiv, truncmod
 from . import interpreter_values as values
@@ -281,6 +281,9 @@ class Compiler(ExprCodegen):
         return self.ex(value)
 
     def st_Evaluate(self, s: Evaluate, indent: int) -> None:
+        if isinstance(s.value, Call) and s.value.op == "prefetch":
+            self.emit(indent, "pass")  # a cache hint: no effect on the values
+            return
         self.emit(indent, self.ex(s.value))
 
     def st_IfThenElse(self, s: IfThenElse, indent: int) -> None:

@@ -313,8 +313,6 @@ class ExprCodegen:
             return "True"
         if op == "tvm_storage_sync":
             return "None"
-        if op == "prefetch":  # the load is evaluated (its bounds checked) and its value dropped
-            return f"({self.ex(args[0], lane)}, None)[1]"
         raise IRError(f"the interpreter cannot run the intrinsic {op!r}", ir=self.func, spot=e)
 
 

@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 from ..ast import Block, For, IRModule, PrimFunc, Var
 from ..errors import InternalError, RefcompError, ScheduleError
 from .primitives import compute_location, kinds, lookup, loop as loop_prims, reduction, sampling, storage
+from .primitives import prefetch as prefetch_prims
 from .primitives.index_map import IndexMap
 from .trace import Instruction, Trace
 
@@ -380,6 +381,15 @@ class Schedule:
         extra = {} if pad_value is None else {"pad_value": pad_value}
         return self._apply("transform_layout", storage.transform_layout, block=block, buffer=buffer,
                            index_map=index_map, **extra)
+
+    def prefetch(self, loop: LoopRV, buffer: str, index_map: Callable[..., Any] | IndexMap,
+                 write: bool = False) -> None:
+        """Hint, at the start of each iteration of loop, that buffer[index_map(loops)] is accessed
+        soon (the loops from the outermost down to loop; each index clamped into its dim)."""
+        if not isinstance(index_map, IndexMap):
+            index_map = IndexMap.from_callable(index_map)
+        return self._apply("prefetch", prefetch_prims.prefetch, loop=loop, buffer=buffer, index_map=index_map,
+                           write=write)
 
     def pad_einsum(self, block: BlockRV, padding: Sequence[int]) -> None:
         """Pad an einsum block's iteration domain to multiples of padding, with padded copies."""

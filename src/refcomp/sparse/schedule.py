@@ -181,7 +181,7 @@ def prefetch_gathered_rows(func: PrimFunc, buffer: str = "B", distance: int = 16
 
     Before: `for j in range(lo, hi): body` (body reads B[X[j], f]); after:
     `for j in range(lo, hi): q = min(j, nnz - 1 - d) + d; assume(0 <= X[q] < k);
-    prefetch(B[X[q], 0]); prefetch(B[X[q], 64 / itemsize]); ...; body`.  q is min(j + d, nnz - 1)
+    prefetch(B[X[q], 0], 0); prefetch(B[X[q], 64 / itemsize], 0); ...; body`.  q is min(j + d, nnz - 1)
     without overflow, inside [0, nnz) whenever j is; the assumption is the format invariant
     `validate.py` checks for every entry of X, so the prover proves the prefetched element in
     bounds as it does the gathered one.  The values computed do not change.
@@ -214,7 +214,7 @@ def prefetch_gathered_rows(func: PrimFunc, buffer: str = "B", distance: int = 16
     j, nnz, rows = loop.loop_var, index.shape[0], target.shape[0]
     q = Var("q", j.dtype)
     step = max(1, CACHE_LINE_BYTES // target.dtype.bits * 8)
-    fetches = [Evaluate(Call("prefetch", (target[index[q], IntImm(col, "int32")],), "int32"))
+    fetches = [Evaluate(Call("prefetch", (target[index[q], IntImm(col, "int32")], IntImm(0, "int32")), "int32"))
                for col in range(0, width, step)]
     fact = Evaluate(Call("assume", ((index[q] >= 0) & (index[q] < rows),), "bool"))
     ahead = LetStmt(q, min_(j, nnz - 1 - distance) + distance, seq(fact, *fetches))

@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import refcomp
@@ -212,3 +212,107 @@ def _run_at(kernel, reference, op: str, symbolic: tuple, n: int, m: int, seed: i
     kernel(*args, out)
     np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5)
     return args, expected, out
+
+
+# ----------------------------------------------------------------------------- long rows
+
+LONG_COLS = st.sampled_from([256, 263, 320, 521, 1000, 1024])
+
+
+def _calls(func, name: str) -> int:
+    from refcomp.ast import Call, collect
+
+    return sum(1 for c in collect(func.body, Call) if c.op == name)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.sampled_from([1, 2, 3, 7]), cols=LONG_COLS,
+       op=st.sampled_from(["softmax", "log_softmax", "layer_norm", "rms_norm"]), seed=st.integers(0, 2**31 - 1))
+def test_long_rows_match_numpy_on_both_widths(vector_isa, rows, cols, op, seed):
+    """Rows of 256 or more reduce in four registers of partials (64 lanes of float32 in the
+    legalization, four times the native lanes in the rule's rfactor): lengths that 64 divides
+    and lengths with a tail (263 and 521 prime), on AVX-512 and on AVX2 widths."""
+    _check(op, (rows, cols), seed)
+
+
+@pytest.mark.parametrize("cols", [64, 263, 1024])
+def test_softmax_of_a_known_row_length_computes_exp_once(cols):
+    """exp appears once in the scheduled kernel (its row stage, read by the sum and the output),
+    the output multiplies by the sum's reciprocal, and every stage under the row loop is a
+    per-thread local buffer: no heap allocation in the generated C."""
+    _, scheduled = _check("softmax", (5, cols), seed=cols)
+    assert _calls(scheduled, "exp") == 1
+    locals_ = {b.name: b.scope for b in _buffers(scheduled)}
+    assert locals_["exp"] == "local" and locals_["sum"] == "local" and locals_["max"] == "local"
+    source = refcomp.build(scheduled).source
+    body = source[source.index("int32_t refcomp_softmax("):]
+    assert "aligned_alloc" not in body
+    assert not re.search(r"\) / rc_bcast", body)  # no per-element division by the row sum
+
+
+def test_softmax_of_a_symbolic_row_length_recomputes_exp():
+    """compute_at takes regions of constant extent only: with a symbolic row length the exp stage
+    is not made: exp is computed for the sum (its partials and its tail) and again for the output
+    (test_symbolic_row_kernels_match_numpy_for_any_sizes runs such kernels)."""
+    func, _ = _symbolic_kernel("softmax", ("n", "m"))
+    assert "exp" not in {b.name for b in _buffers(func)} and _calls(func, "exp") == 3
+    scheduled = ds.schedule_kernel(func)
+    assert len([loop for loop in _loops(scheduled) if loop.kind == "parallel"]) == 1
+
+
+def test_long_row_partials_are_four_vector_chains():
+    """A row of 4096: the partial stages of softmax (legalized) and RMS norm (rfactor) hold four
+    registers of lanes, combined into one register, then into the row's value."""
+    from refcomp.loops.intrin import cpu
+
+    native = (512 if cpu.has("avx512f") else 256) // 32
+    _, scheduled = _check("softmax", (2, 4096), seed=1)
+    shapes = {b.name: tuple(d.value for d in b.shape) for b in _buffers(scheduled)}
+    assert shapes["max_partial"][-1] == 64 and shapes["sum_partial"][-1] == 64
+    _, scheduled = _check("rms_norm", (2, 4096), seed=2)
+    lanes = sorted(b.shape[-1].value for b in _buffers(scheduled) if b.name.startswith("mean_square_rf"))
+    assert lanes == [native, 4 * native]
+
+
+def _buffers(func):
+    from refcomp.ast import Block, collect
+
+    return [b for block in collect(func.body, Block) for b in block.alloc_buffers]
+
+
+def _prefetches(func):
+    from refcomp.ast import Call, Evaluate, collect
+
+    return [(s.value.args[0].buffer.name, s.value.args[1].value) for s in collect(func.body, Evaluate)
+            if isinstance(s.value, Call) and s.value.op == "prefetch"]
+
+
+@pytest.mark.parametrize("op, cols", [("softmax", 1000), ("layer_norm", 1000), ("rms_norm", 1024)])
+def test_row_kernels_prefetch_the_next_row_and_the_output_row(op, cols):
+    """The default schedule of a row reduction hints the next input row (in softmax's exp row,
+    else in the output stage) and the output row (in the last earlier pass over the input row),
+    one hint per vector chunk; the numbers are unchanged.  (RMS norm's sum of squares is
+    vectorized, and so carries a hint, when the vector lanes divide the row.)"""
+    expected = [(op, 1), ("x", 0)]
+    _, scheduled = _check(op, (6, cols), seed=7)
+    assert sorted(_prefetches(scheduled)) == sorted(expected)
+    source = refcomp.build(scheduled).source
+    assert source.count("__builtin_prefetch(") == len(expected)
+
+
+def test_a_row_too_short_for_a_vector_chunk_gets_no_prefetch():
+    _, scheduled = _check("softmax", (6, 3), seed=3)
+    assert _prefetches(scheduled) == []
+
+
+@pytest.mark.parametrize("op, symbolic", [
+    ("softmax", (5, 300)), ("softmax", ("n", "m")), ("softmax", ("n", 4, "m", "m")),
+    ("layer_norm", ("n", 256)), ("rms_norm", ("n", "m", 17)), ("log_softmax", ("n", 64)),
+])
+def test_row_kernels_compile_as_strict_c99(op, symbolic):
+    """Per-row results live in local buffers, written first before the loop that reads them (the
+    reductions' inits decomposed): gcc -std=c99 -pedantic -Wall -Wextra -Werror takes the kernels,
+    with or without symbolic sizes, and they agree with numpy."""
+    func, reference = _symbolic_kernel(op, symbolic)
+    kernel = refcomp.build(ds.schedule_kernel(func), target="c -std=c99")
+    _run_at(kernel, reference, op, symbolic, 3, 19, seed=len(symbolic))  # checks against numpy

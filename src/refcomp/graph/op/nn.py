@@ -457,43 +457,72 @@ def _softmax_te(log):
     return compute
 
 
-# Lanes of the partial row reductions of _row_softmax (one AVX-512 register of float32).
+# Lanes of the partial row reductions of _lane_row_reduce: one AVX-512 register of float32 (two
+# AVX2 ones), and four of them for rows of at least _WIDE_ROW elements, so a row's reduction runs
+# as four independent vector chains (a single chain waits on each add's latency: 256 dependent
+# steps for a row of 4096).  A symbolic row length keeps 16: a short row would otherwise go
+# wholly through the scalar tail.
 _LANES = 16
+_WIDE_LANES = 64
+_WIDE_ROW = 256
+
+
+def _row_lanes(n) -> int:
+    from ..shape_facts import const_value
+
+    size = const_value(n)
+    return _WIDE_LANES if size is not None and size >= _WIDE_ROW else _LANES
 
 
 def _row_softmax(x):
     """softmax over the last axis, its row max and sum reduced by _lane_row_reduce.
 
-    exp is computed again for the output instead of being kept in memory."""
+    For a row of known length, exp is computed once per element, into a stage of the input's
+    shape that the sum and the output both read (the row rule moves it under the row loop and
+    keeps one row of it, in cache).  A symbolic row length computes exp again for the output:
+    compute_at takes regions of constant extent only, so such a stage would stay a pass of its
+    own over a whole-tensor buffer.  The output multiplies by the reciprocal of the row sum
+    (one division per row, not per element)."""
+    from ..shape_facts import const_value
+
     lead, n = tuple(x.shape[:-1]), x.shape[-1]
     zero = tir.IntImm(0, n.dtype)
     low = tir.const(float("-inf"), x.dtype)
+    one = tir.const(1.0, x.dtype)
     m = _lane_row_reduce(lambda row, j: x[row + (j,)], lead, n, te().max, low, "max")
-    s = _lane_row_reduce(lambda row, j: _exp_of_nonpositive(x[row + (j,)] - m[row + (zero,)]), lead, n, te().sum,
-                         tir.const(0.0, x.dtype), "sum")
-    return te().compute(x.shape, lambda *i: _exp_of_nonpositive(x[i] - m[i[:-1] + (zero,)]) / s[i[:-1] + (zero,)],
-                        name="softmax")
+    if const_value(n) is None:
+        def exp_at(row, j):
+            return _exp_of_nonpositive(x[row + (j,)] - m[row + (zero,)])
+    else:
+        e = te().compute(x.shape, lambda *i: _exp_of_nonpositive(x[i] - m[i[:-1] + (zero,)]), name="exp")
+
+        def exp_at(row, j):
+            return e[row + (j,)]
+    s = _lane_row_reduce(exp_at, lead, n, te().sum, tir.const(0.0, x.dtype), "sum")
+    return te().compute(x.shape, lambda *i: exp_at(i[:-1], i[-1]) * (one / s[i[:-1] + (zero,)]), name="softmax")
 
 
 def _lane_row_reduce(value, lead: tuple, n, combine, identity, name: str):
-    """combine(value(row, j) for j < n) for each row, as a (*lead, 1) tensor, in _LANES partials.
+    """combine(value(row, j) for j < n) for each row, as a (*lead, 1) tensor, in L partials (L =
+    _row_lanes(n): 16, or 64 for a long row of known length).
 
-    Lane l of a row's partial takes the elements l, l + 16, ... of the row's full chunks of 16,
-    so that reduction runs as a vector loop (a plain row reduction is one serial chain); a final
-    reduction combines the 16 partials and the last n % 16 elements.  Every load is in bounds:
-    the partials read only full chunks, and when n is not a known multiple of 16 the final stage
+    Lane l of a row's partial takes the elements l, l + L, ... of the row's full chunks of L, so
+    that reduction runs as a vector loop (a plain row reduction is one serial chain); a final
+    reduction combines the L partials and the last n % L elements.  Every load is in bounds:
+    the partials read only full chunks, and when n is not a known multiple of L the final stage
     reads them (and the tail) under if_then_else, which evaluates only the branch taken (a row
-    shorter than 16 has no partials)."""
+    shorter than L has no partials)."""
     from ..shape_facts import const_value
 
     te_ = te()
-    lanes = tir.IntImm(_LANES, n.dtype)
+    count = _row_lanes(n)
+    lanes = tir.IntImm(count, n.dtype)
     full = te_.floordiv(n, lanes) * lanes
     c = te_.reduce_axis(te_.floordiv(n, lanes), name="c")
     partial = te_.compute(lead + (lanes,), lambda *i: combine(value(i[:-1], c.var * lanes + i[-1]), axis=c),
                           name=f"{name}_partial")
     size = const_value(n)
-    if size is not None and size % _LANES == 0:
+    if size is not None and size % count == 0:
         t = te_.reduce_axis(lanes, name="t")
         return te_.compute(lead + (1,), lambda *i: combine(partial[i[:-1] + (t.var,)], axis=t), name=name)
     t = te_.reduce_axis(n - full + lanes, name="t")

@@ -70,6 +70,7 @@ def default_schedule_of(sch):
     its trace replays it: the conv recipe for a kernel whose reductions are convolutions, the
     matmul recipes, else the rule-based defaults and the per-block treatment.  sch is left as it
     was; the result is a new Schedule."""
+    from ...loops.defaults import is_row_reduction, prefetch_rows
     from .fuse_tir import inline_spatial_stages
     from .schedule_conv import schedule_conv
 
@@ -84,6 +85,7 @@ def default_schedule_of(sch):
             pass
     sch = sch.copy()
     inline_spatial_stages(sch)
+    rows = is_row_reduction(sch.func)
     sch = _apply_rules(sch)
     done = _tensorized_blocks(sch.func)
     for block in [b for b in collect(sch.func.body, Block) if b.name != "root" and b.name not in done]:
@@ -94,7 +96,7 @@ def default_schedule_of(sch):
             continue
         if loops:
             _schedule_block(sch, rv, block, loops)
-    return sch
+    return prefetch_rows(sch) if rows else sch
 
 
 def _apply_rules(sch):

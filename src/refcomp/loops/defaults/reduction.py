@@ -8,17 +8,18 @@ does not fit any cache).  This rule moves every earlier stage under the output s
 (compute_at, which proves each move covers what the consumer reads), so one thread makes one
 pass: the row is read from memory once and the later stages find it in L1/L2.  The row loop
 (the leading loops fused when there are several) is the one parallel loop; a partial stage's
-lane loop is put innermost and the loops inside are left to the vectorizer.
+lane loop is put innermost and the loops inside are left to the vectorizer.  The stages moved
+under the row loop get the "local" scope: one row of each per thread (softmax's row of
+exponentials in L1, the lane partials in registers), no whole-tensor scratch buffers.
 
 Applies when: the last block is spatial, every other block writes a buffer that is not a
 parameter, at least one block reduces, and the output has a leading (row) axis.
 """
 from __future__ import annotations
 
-from ...ast.expr import as_int
+from ...ast.expr import BufferLoad, IntImm, Var, as_int
 from ...ast.function import PrimFunc
-from ...ast.expr import BufferLoad
-from ...ast.functor import collect, free_vars, uses_var
+from ...ast.functor import collect, free_vars, substitute, uses_var
 from ...ast.stmt import Block, BlockRealize
 from ...ast.structural import structural_equal
 from ...errors import RefcompError
@@ -114,12 +115,19 @@ def _fusable_rows(sch: Schedule, rows: list) -> list:
     return group
 
 
+# A plain row reduction at least this long reduces into _CHAINS vector registers of partials
+# (when they divide it): one register is one chain of dependent adds, each waiting on the last.
+_WIDE_ROW = 256
+_CHAINS = 4
+
+
 def _lane_partials(sch: Schedule, block: Block) -> None:
     """Reduce a plain row reduction (spatial iters, then one reduce iter over a contiguous run) in
-    as many partials as a vector register holds: the reduce loop is split by the lanes and the
-    lanes factored out (rfactor), so the partial stage's lane loop, spatial, is vectorized; a
-    serial chain of scalar adds cannot be (float addition does not reassociate).  Skipped when the
-    extent is symbolic or not a multiple of twice the lanes, or rfactor refuses."""
+    as many partials as a vector register holds (four registers' worth for a row of _WIDE_ROW or
+    more that they divide): the reduce loop is split by the lanes and the lanes factored out
+    (rfactor), so the partial stage's lane loop, spatial, is vectorized; a serial chain of scalar
+    adds cannot be (float addition does not reassociate).  Skipped when the extent is symbolic
+    or not a multiple of twice the lanes, or rfactor refuses."""
     from ..intrin import cpu
 
     kinds = [iv.kind for iv in block.iter_vars]
@@ -127,9 +135,11 @@ def _lane_partials(sch: Schedule, block: Block) -> None:
         return
     extent = as_int(block.iter_vars[-1].dom.extent)
     bits = block.writes[0].buffer.dtype.bits
-    lanes = (512 if cpu.has("avx512f") else 256) // max(bits, 8)
+    lanes = native = (512 if cpu.has("avx512f") else 256) // max(bits, 8)
     if extent is None or lanes < 2 or extent % lanes or extent < 2 * lanes:
         return
+    if extent >= _WIDE_ROW and extent % (_CHAINS * lanes) == 0:
+        lanes *= _CHAINS  # four registers of partials: four independent chains of adds
     rv = sch.get_block(block.name)
     loops = sch.get_loops(rv)
     if len(loops) != len(kinds):
@@ -142,6 +152,8 @@ def _lane_partials(sch: Schedule, block: Block) -> None:
         return
     sch.split(loops[-1], [None, lanes])
     sch.rfactor(sch.get_loops(rv)[-1], len(kinds) - 1)
+    if lanes > 2 * native:
+        _lane_partials(sch, sch.get(sch.get_block(block.name)))  # the four registers combined in one
 
 
 def _lanes_inside(sch: Schedule, output: str) -> None:
@@ -164,6 +176,43 @@ def _lanes_inside(sch: Schedule, output: str) -> None:
                 sch.reorder(loops[-1], loops[-2])
             except RefcompError:
                 pass
+
+
+def _inits_first(sch: Schedule) -> None:
+    """Each reduction stage with its init inside its reduce loop (`if t == 0: init`) gets the init
+    before that loop (decompose_reduction).  A per-row result in a local buffer would otherwise be
+    written first under a condition in a loop of symbolic extent, which the C compiler cannot
+    prove runs (-Wmaybe-uninitialized); and the test leaves the loop.  The lane-partial stages,
+    whose lane loop is innermost, get theirs from the vectorizing treatment after the rule."""
+    for block in _stages(sch.func)[:-1]:
+        if block.init is None:
+            continue
+        try:
+            rv = sch.get_block(block.name)
+            loops = sch.get_loops(rv)
+            first = next((loop for loop in loops if _binds(sch, block, sch.get(loop).loop_var) == {"reduce"}), None)
+            if first is not None and sch.get(loops[-1]) is sch.get(first):
+                sch.decompose_reduction(rv, first)
+        except RefcompError:
+            continue
+
+
+def _rows_local(sch: Schedule, output: str) -> None:
+    """Each stage moved under the output's row loop writes only what that row uses: its buffers
+    get the "local" scope, which the C target places inside the row loop and shrinks to one
+    row's part (compact_buffers): per-thread stack arrays, the lane partials a vector register,
+    instead of whole-tensor heap buffers.  A stage left at the root (a pass of its own) keeps
+    its buffer."""
+    out_loops = {id(sch.get(rv)) for rv in sch.get_loops(sch.get_block(output))}
+    moved = [block for block in _stages(sch.func)[:-1]
+             if any(id(sch.get(rv)) in out_loops for rv in sch.get_loops(sch.get_block(block.name)))]
+    for block in moved:
+        for index, write in enumerate(block.writes):
+            if write.buffer.scope == "global":
+                try:
+                    sch.set_scope(sch.get_block(block.name), index, "local")
+                except RefcompError:
+                    pass
 
 
 def _binds(sch: Schedule, block: Block, loop_var) -> set[str]:
@@ -207,6 +256,103 @@ def schedule_row_reduction(sch: Schedule, parallel: bool = True) -> Schedule | N
     if best is None:
         raise refusal
     _lanes_inside(best, output)
+    _inits_first(best)
+    _rows_local(best, output)
     if parallel:
         best.parallel(best.get_loops(best.get_block(output))[0])
     return best
+
+
+def prefetch_rows(sch: Schedule) -> Schedule:
+    """sch (a row reduction this rule scheduled, vectorized since) as a new schedule whose row
+    loop overlaps memory with computation.  A thread reads its row from memory in the first pass
+    and writes it in the last; in between it computes from cache while memory idles.  So, one
+    hint (`prefetch`) per vector chunk, spread over the row's work:
+    - the next row of each input of the output's shape, in the chunk loop of the first spatial
+      stage with costly math (exp, log, ...: softmax's exp row), else of the output stage;
+    - the output row, in the chunk loop of the last stage before the output that reads the
+      input row (softmax's exp row, layer norm's variance pass, RMS norm's sum of squares), so
+      the lines the output pass writes are owned by then.
+    sch itself when nothing can carry the hints (no parallel loop around every stage, a row not
+    in vector chunks, indices an index map cannot express)."""
+    func = sch.func
+    stages = _stages(func)
+    nests = [[sch.get(rv) for rv in sch.get_loops(sch.get_block(b.name))] for b in stages]
+    shared = 0
+    while all(len(n) > shared for n in nests) and all(n[shared] is nests[0][shared] for n in nests):
+        shared += 1
+    if shared == 0 or not any(loop.kind == "parallel" for loop in nests[0][:shared]):
+        return sch
+    row = nests[0][shared - 1].loop_var
+    shape = stages[-1].writes[0].buffer.shape
+    inputs = [b for b in func.buffers if _same_shape(b.shape, shape) and b is not stages[-1].writes[0].buffer]
+    costly = [k for k, b in enumerate(stages[:-1])
+              if all(iv.kind == "spatial" for iv in b.iter_vars) and _has_costly_math(b)]
+    hints = []  # (stage, buffer whose load gives the element, buffer to prefetch, row shift, write)
+    carrier = costly[0] if costly else len(stages) - 1
+    for buffer in inputs:
+        hints.append((carrier, buffer, buffer, True, False))
+    readers = [k for k in range(len(stages) - 1) if inputs and _chunked(nests[k][shared:])
+               and any(load.buffer is inputs[0] for load in collect(stages[k].body, BufferLoad))]
+    if readers:
+        hints.append((readers[-1], inputs[0], stages[-1].writes[0].buffer, False, True))
+    trial = sch.copy()
+    try:
+        for k, model, buffer, next_row, write in hints:
+            below = nests[k][shared:]
+            lanes = _chunked(below)
+            if lanes is None:
+                continue
+            block = stages[k]
+            load = next((l for l in collect(block.body, BufferLoad) if l.buffer is model), None)
+            if load is None:
+                continue  # the carrier does not read that input: no element to model the hint on
+            realize = next(r for r in collect(func.body, BlockRealize) if r.block.name == block.name)
+            binding = {iv.var: value for iv, value in zip(realize.block.iter_vars, realize.iter_values)}
+            inside = {loop.loop_var: IntImm(0, loop.loop_var.dtype) for loop in below[lanes:]}
+            shift = {row: row + IntImm(1, row.dtype)} if next_row else {}
+            outer = nests[k][:shared + lanes]
+            index_map = _loop_index_map(outer, [substitute(substitute(substitute(i, binding), shift), inside)
+                                                for i in load.indices])
+            if index_map is None:
+                return sch
+            trial.prefetch(trial.get_loops(trial.get_block(block.name))[len(outer) - 1], buffer.name, index_map,
+                           write=write)
+    except RefcompError:
+        return sch
+    return trial
+
+
+def _chunked(below: list) -> int | None:
+    """The position of the first vectorized loop in below when the loops from it on are all
+    vectorized and a loop stands before it (the chunk loop that carries hints), else None."""
+    lanes = [k for k, loop in enumerate(below) if loop.kind == "vectorized"]
+    if not lanes or lanes[0] == 0 or lanes != list(range(lanes[0], len(below))):
+        return None
+    return lanes[0]
+
+
+def _same_shape(a, b) -> bool:
+    return len(a) == len(b) and all(structural_equal(x, y) for x, y in zip(a, b))
+
+
+def _has_costly_math(block: Block) -> bool:
+    from ...ast.expr import Call
+    from ..passes.bind_repeated_math import COSTLY_MATH
+
+    return any(c.op in COSTLY_MATH for c in collect(block.body, Call))
+
+
+def _loop_index_map(loops: list, exprs: list):
+    """The IndexMap from the vars of loops (outermost first) to exprs, or None when an expr uses
+    more than the ops an index map holds (+ - * // % min max of ints: a cast, for instance)."""
+    from ..primitives.index_map import IndexMap, _check_expr
+
+    initial = tuple(Var(loop.loop_var.name, loop.loop_var.dtype) for loop in loops)
+    final = tuple(substitute(e, dict(zip((loop.loop_var for loop in loops), initial))) for e in exprs)
+    try:
+        for expr in final:
+            _check_expr(expr, set(initial))
+    except RefcompError:
+        return None
+    return IndexMap(initial, final)
