@@ -125,7 +125,7 @@ def _kill_a_measuring_worker(client, path, killed):
 
 
 def test_a_worker_killed_mid_measurement_costs_no_committed_record(client, tmp_path):
-    func = workloads.matmul(32, 32, 8)  # enough distinct schedules for two batches of 4
+    func = workloads.matmul(128, 128, 64)  # enough distinct schedules for two batches of 4 (for every seed)
     path = tmp_path / "db.jsonl"
     killed: dict = {}
     killer = threading.Thread(target=_kill_a_measuring_worker, args=(client, path, killed), daemon=True)
