@@ -330,3 +330,11 @@ def test_handle_params_extern_calls_and_addresses_round_trip():
     text = roundtrip(func_of(Evaluate(call), (A, ctx)))
     assert "def main(A: T.Buffer((16,), \"float32\"), ctx: T.handle):" in text
     assert 'T.evaluate(T.call_extern("int32", "micro_kernel", T.address_of(A[4]), ctx, 12))' in text
+
+
+def test_prefetch_round_trips():
+    from refcomp.ast import BufferLoad
+
+    A = Buffer("A", (16,), "float32")
+    text = roundtrip(func_of(Evaluate(Call("prefetch", (BufferLoad(A, (const(4),)),), "int32")), (A,)))
+    assert "T.evaluate(T.prefetch(A[4]))" in text

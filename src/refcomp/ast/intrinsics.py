@@ -46,6 +46,9 @@ INTRINSICS["call_extern"] = IntrinsicInfo("call_extern", -1, pure=False)
 INTRINSICS["warp_reduce"] = IntrinsicInfo("warp_reduce", 3, pure=False)
 # address_of(BufferLoad): the address of that element, for passing to call_extern.
 INTRINSICS["address_of"] = IntrinsicInfo("address_of", 1)
+# prefetch(BufferLoad): a hint that the element will be read soon (its cache line is fetched ahead);
+# a statement (Evaluate) only, no effect on any value; the element must be in bounds like a load's.
+INTRINSICS["prefetch"] = IntrinsicInfo("prefetch", 1, pure=False)
 
 
 def is_pure_call(op: str) -> bool:

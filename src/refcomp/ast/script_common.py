@@ -21,7 +21,7 @@ LOOP_KINDS = {spelling: kind for kind, spelling in LOOP_FUNCTIONS.items()}
 
 # Intrinsics spelled T.<name>(args...) whose result dtype follows from their arguments.
 SIMPLE_INTRINSICS = frozenset(FLOAT_UNARY + FLOAT_BINARY + ANY_UNARY + PREDICATES
-                              + ("if_then_else", "assume", "tvm_storage_sync", "address_of"))
+                              + ("if_then_else", "assume", "tvm_storage_sync", "address_of", "prefetch"))
 
 
 def sanitize(name: str) -> str:
@@ -92,7 +92,7 @@ def default_call_dtype(op: str, args: tuple[PrimExpr, ...]) -> DataType | None:
         return args[1].dtype
     if op == "assume":
         return bool_
-    if op == "tvm_storage_sync":
+    if op in ("tvm_storage_sync", "prefetch"):
         return DataType("int32")
     if op == "address_of":
         return DataType("handle")

@@ -294,6 +294,9 @@ class CFamilyEmitter(ZeroChecks, ExprEmitter):
         value = s.value
         if isinstance(value, E.Call) and value.op in ("assume", "tvm_storage_sync"):
             return
+        if isinstance(value, E.Call) and value.op == "prefetch":
+            self.line(f"{self.prefetch(value)};")
+            return
         if isinstance(value, (E.IntImm, E.FloatImm)):
             return
         self.line(f"(void)({self.expr(value)});")

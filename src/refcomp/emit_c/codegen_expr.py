@@ -291,6 +291,15 @@ class ExprEmitter:
             return f"{self.vec.cast(source, target)}({value})"
         return cast_scalar(source.element, target.element, value)
 
+    def prefetch(self, e: E.Call) -> str:
+        """C for the statement prefetch(load): the element's cache line fetched for reading, kept
+        in every cache level (GCC's and Clang's builtin; a hint, no effect on any value)."""
+        load = e.args[0] if e.args else None
+        if not isinstance(load, E.BufferLoad) or load.dtype.lanes != 1:
+            raise BuildError("build: prefetch needs one scalar buffer load", ir=self.func, spot=e)
+        index = self.flat_index(load.buffer, load.indices)
+        return f"__builtin_prefetch(&{self.buffer_name(load.buffer)}[{self.index(index)}], 0, 3)"
+
     def expr_Call(self, e: E.Call, lane) -> str:
         op = e.op
         if op == "if_then_else":
@@ -308,6 +317,8 @@ class ExprEmitter:
             return f"(&{self.buffer_name(load.buffer)}[{self.index(index)}])"
         if op == "reinterpret":
             return self.reinterpret(e, lane)
+        if op == "prefetch":
+            raise BuildError("build: prefetch is a statement (Evaluate), not a value", ir=self.func, spot=e)
         if op == "assume":
             return "((void)0)"
         if op in ("isnan", "isinf", "isfinite"):

@@ -246,6 +246,8 @@ class _CudaEmitter(CFamilyEmitter):
                 raise BuildError("cuda: a barrier outside any kernel", ir=self.func, spot=s)
             self.line("__syncthreads();")
             return
+        if isinstance(s.value, E.Call) and s.value.op == "prefetch" and self.device:
+            return  # a hint; device code has no such builtin
         super().stmt_Evaluate(s)
 
     def expr_Call(self, e: E.Call, lane) -> str:

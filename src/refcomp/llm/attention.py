@@ -303,14 +303,30 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
             _for(i3, tq // U * U, tq - tq // U * U, value_rows(i3 * G, G)))
         return seq(scores, softmax, values)
 
+    def prefetch_page(page: Any) -> Stmt:
+        """Prefetch the keys (D x P) and values (P x D) of head kh in `page`, one cache line at a
+        time: the pages of a sequence are scattered in the pool, so the hardware's stream
+        prefetcher, which stops at each 4 KiB memory page, would start over at every one."""
+        c = _v("pf")
+        per_line = 64 // (2 if half else 4)  # elements per 64-byte line
+        first_k, first_v = c * per_line, c * per_line
+        return _for(c, 0, _const(-(-(D * P) // per_line)), seq(
+            Evaluate(Call("prefetch", (kp[page, kh, first_k // P, first_k % P],), "int32")),
+            Evaluate(Call("prefetch", (vp[page, kh, first_v // D, first_v % D],), "int32"))))
+
     def cached_run(lo_slot: Any, count: Any, lo_pos: Any, windowed: bool) -> Stmt:
         """Keys of `count` consecutive slots from lo_slot (no wrap, positions from lo_pos), page by page."""
         pi, pg, a, e = _v("pi"), _v("pg"), _v("a"), _v("e")
         count = max_(count, _const(0))
         first = lo_slot // P
         pages = (lo_slot + count + (P - 1)) // P - first
+        pn = _v("pn")
         page_body = _let(pg, _i64(table[b, pi]), seq(
             _assume((pg >= 0) & (pg < N)),
+            # the run's first page now, and each page's successor while this one is computed
+            IfThenElse(pi == first, prefetch_page(pg)),
+            IfThenElse(pi + 1 < first + pages, _let(pn, _i64(table[b, pi + 1]), seq(
+                _assume((pn >= 0) & (pn < N)), prefetch_page(pn)))),
             _let(a, max_(lo_slot, pi * P) - pi * P, _let(e, min_(lo_slot + count, pi * P + P) - pi * P, chunk(
                 e - a, lo_pos + (pi * P + a - lo_slot), windowed,
                 lambda dd, jj: load(kp[pg, kh, dd, a + jj]), lambda jj, dd: load(vp[pg, kh, a + jj, dd]))))))
