@@ -23,8 +23,10 @@ streaming cache whose ring is shorter than the call still sees every key it must
     for bh in parallel(B * Hkv):                   # one sequence and key/value head per iteration
         for each tile of up to QUERY_TILE consecutive queries t0 .. t0 + tq - 1:
             per query i and head g: running max m, sum l and accumulator acc
-            for each chunk of <= P keys the tile's queries see (read from its page once):
+            for each chunk of <= P keys the tile's queries see (read from its page once;
+                    in a run of more than PREFETCH_PAGES pages the next page is prefetched):
                 per register tile of 8 rows (queries x heads): s[row, j] = (q[row] / sqrt(D)) . K[j]
+                    (in blocks of 32 and 16 keys; the last count mod 16 keys as one more block)
                 per row, over the keys [lo_i, hi_i) its query i sees in the chunk: m' = max(m, max_j s)
                 all rows at once: r = e^(m - m');  l = l * r
                 per row: s = e^max(s - m', -80) (0 outside [lo_i, hi_i));  l += sum_j s
