@@ -1,6 +1,7 @@
 """prefetch(load): a statement that fetches the element's cache line ahead of its use.
 
-It changes no value: the interpreter skips it, C emits GCC's `__builtin_prefetch`, and the element
+It changes no value: the interpreter skips it, C emits GCC's `__builtin_prefetch` (also in the
+strict C99 target, whose warnings are errors), and the element
 must be in bounds like a load's (bounds="prove" refuses one that may not be).
 """
 import numpy as np
@@ -28,10 +29,11 @@ def clamped(i, n):
     return min_(i + AHEAD, n - 1)
 
 
+@pytest.mark.parametrize("target", ["c", "c -std=c99"])
 @pytest.mark.parametrize("n", [1, 7, 100, 1000])
-def test_prefetch_changes_no_value_in_c_and_in_the_interpreter(n, rng):
+def test_prefetch_changes_no_value_in_c_and_in_the_interpreter(n, target, rng):
     func = doubling(clamped)
-    lib = refcomp.build(func, bounds="prove")
+    lib = refcomp.build(func, target=target, bounds="prove")
     assert "__builtin_prefetch(&A[" in lib.source
     a = rng.standard_normal(n).astype("float32")
     out, ref = np.zeros(n, "float32"), np.zeros(n, "float32")
