@@ -23,8 +23,10 @@ streaming cache whose ring is shorter than the call still sees every key it must
     for bh in parallel(B * Hkv):                   # one sequence and key/value head per iteration
         for each tile of up to QUERY_TILE consecutive queries t0 .. t0 + tq - 1:
             per query i and head g: running max m, sum l and accumulator acc
-            for each chunk of <= P keys the tile's queries see (read from its page once):
+            for each chunk of <= P keys the tile's queries see (read from its page once;
+                    in a run of more than PREFETCH_PAGES pages the next page is prefetched):
                 per register tile of 8 rows (queries x heads): s[row, j] = (q[row] / sqrt(D)) . K[j]
+                    (in blocks of 32 and 16 keys; the last count mod 16 keys as one more block)
                 per row, over the keys [lo_i, hi_i) its query i sees in the chunk: m' = max(m, max_j s)
                 all rows at once: r = e^(m - m');  l = l * r
                 per row: s = e^max(s - m', -80) (0 outside [lo_i, hi_i));  l += sum_j s
@@ -60,6 +62,8 @@ LANES = 16
 EXP_FLOOR = -80.0
 # queries per tile: each block of keys and values is read once for a tile's queries
 QUERY_TILE = 8
+# runs of more pages than this prefetch their pages ahead (attention_func's cached_run)
+PREFETCH_PAGES = 4
 
 
 def _v(name: str) -> Var:
@@ -163,7 +167,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         return max_(sinks, st + t0 + query + 1 - window)
 
     def chunk(count: Any, pos0: Any, windowed: bool, kload: Callable[[Any, Any], Any],
-              vload: Callable[[Any, Any], Any]) -> Stmt:
+              vload: Callable[[Any, Any], Any], room: Any) -> Stmt:
         """Fold `count` (<= P) keys at positions pos0, pos0 + 1, ... into the running softmax of
         every query of the tile and head of the group.
 
@@ -180,10 +184,11 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         half_blocks = (count - full * KB) // L if KB == 2 * L else _ZERO
         done = full * KB + half_blocks * L   # keys scored by register tiles; the rest one by one
 
-        def score_rows(r0: Any, rows: int, kb: int, first: Any, blocks: Any) -> Stmt:
+        def score_rows(r0: Any, rows: int, kb: int, first: Any, blocks: Any,
+                       keys: Callable[[Any, Any], Any] = kload) -> Stmt:
             """Scores of the `rows` state rows from r0 (whole queries) on `blocks` blocks of kb keys
             from key `first`: a register tile of rows x kb scores, each key row of the block loaded
-            once per tile."""
+            once per tile (`keys(d, j)`: element d of key j)."""
             sreg = Buffer("sreg", (_const(rows * kb),), "float32")
             lane = r1 * kb + ln
             key = first + jc * kb + ln
@@ -191,24 +196,45 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                 _for(r1, 0, _const(rows), _for(ln, 0, _const(kb), BufferStore(sreg, _f(0.0), (lane,)), "vectorized"),
                      "unrolled"),
                 _for(d1, 0, _const(D), _for(r1, 0, _const(rows), _for(ln, 0, _const(kb), BufferStore(
-                    sreg, sreg[lane] + qs[(r0 + r1) * D + d1] * kload(d1, key), (lane,)), "vectorized"), "unrolled"),
+                    sreg, sreg[lane] + qs[(r0 + r1) * D + d1] * keys(d1, key), (lane,)), "vectorized"), "unrolled"),
                      "unrolled"),
                 _for(r1, 0, _const(rows), _for(ln, 0, _const(kb), BufferStore(s, sreg[lane], ((r0 + r1) * P + key,)),
                                                "vectorized"), "unrolled"))))
 
+        # the last count - done (< L) keys: copied into ktail (D x L), the lanes past the chunk
+        # holding its last key again, and scored as one more block of L lanes (P a multiple of L:
+        # the block's scores stay inside s's row; the lanes past the chunk land where nothing
+        # reads them); otherwise one key at a time
+        tail_block = P % L == 0
+        ktail = Buffer("ktail", (_const(D * L),), "float32")
+        d5, l5 = _v("d5"), _v("l5")
+        # `room`: keys kload may read from key 0 (the rest of the page, or of the call's keys):
+        # where the L lanes fit, a plain vector copy (the lanes past the chunk read keys outside it)
+        tail_copy = IfThenElse(
+            done + L <= room,
+            _for(d5, 0, _const(D), _for(l5, 0, _const(L), BufferStore(ktail, kload(d5, done + l5), (d5 * L + l5,)),
+                                        "vectorized")),
+            _for(d5, 0, _const(D), _for(l5, 0, _const(L), BufferStore(
+                ktail, kload(d5, min_(done + l5, count - 1)), (d5 * L + l5,)))))
+
         def score_all(r0: Any, rows: int) -> Stmt:
-            if KB != 2 * L:
-                return score_rows(r0, rows, KB, _ZERO, full)
-            return seq(score_rows(r0, rows, KB, _ZERO, full), score_rows(r0, rows, L, full * KB, half_blocks))
+            parts = [score_rows(r0, rows, KB, _ZERO, full)]
+            if KB == 2 * L:
+                parts.append(score_rows(r0, rows, L, full * KB, half_blocks))
+            if tail_block:
+                parts.append(score_rows(r0, rows, L, done, (count - done + (L - 1)) // L,
+                                        lambda dd, jj: ktail[dd * L + jj - done]))
+            return seq(*parts)
 
         row4 = i1 * G + g4
         scores = seq(
+            *([IfThenElse(count > done, tail_copy)] if tail_block else []),
             _for(u1, 0, tq // U, score_all(u1 * (U * G), U * G)),
             _for(i1, tq // U * U, tq - tq // U * U, score_all(i1 * G, G)),
-            _for(i1, 0, tq, _for(jt, done, count - done, _for(g4, 0, _const(G), seq(
+            *([] if tail_block else [_for(i1, 0, tq, _for(jt, done, count - done, _for(g4, 0, _const(G), seq(
                 BufferStore(s, _f(0.0), (row4 * P + jt,)),
                 _for(d4, 0, _const(D), BufferStore(s, s[row4 * P + jt] + qs[row4 * D + d4] * kload(d4, jt),
-                                                   (row4 * P + jt,))))))))
+                                                   (row4 * P + jt,)))))))]))
         # per query, the visible keys [lo, hi) of the chunk; running max and sum of their scores
         # in L lanes, folded after (short scalar chains); the other keys' weights are zero
         lanes = Buffer("lanes", (_const(L),), "float32")
@@ -301,7 +327,19 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         values = seq(
             _for(u3, 0, tq // U, value_rows(u3 * (U * G), U * G)),
             _for(i3, tq // U * U, tq - tq // U * U, value_rows(i3 * G, G)))
-        return seq(scores, softmax, values)
+        body = seq(scores, softmax, values)
+        return Allocate(ktail, body) if tail_block else body
+
+    def prefetch_page(page: Any) -> Stmt:
+        """Prefetch the keys (D x P) and values (P x D) of head kh in `page`, one cache line at a
+        time: the pages of a sequence are scattered in the pool, so the hardware's stream
+        prefetcher, which stops at each 4 KiB memory page, would start over at every one."""
+        c = _v("pf")
+        per_line = 64 // (2 if half else 4)  # elements per 64-byte line
+        first_k, first_v = c * per_line, c * per_line
+        return _for(c, 0, _const(-(-(D * P) // per_line)), seq(
+            Evaluate(Call("prefetch", (kp[page, kh, first_k // P, first_k % P], IntImm(0, "int32")), "int32")),
+            Evaluate(Call("prefetch", (vp[page, kh, first_v // D, first_v % D], IntImm(0, "int32")), "int32"))))
 
     def cached_run(lo_slot: Any, count: Any, lo_pos: Any, windowed: bool) -> Stmt:
         """Keys of `count` consecutive slots from lo_slot (no wrap, positions from lo_pos), page by page."""
@@ -309,11 +347,20 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         count = max_(count, _const(0))
         first = lo_slot // P
         pages = (lo_slot + count + (P - 1)) // P - first
+        pn = _v("pn")
+        # a run of more than PREFETCH_PAGES pages prefetches its first page, then each page's
+        # successor while this one is computed (a short run, a streaming cache's, stays in cache
+        # between steps: its prefetches would only cost instructions)
+        long_run = pages > PREFETCH_PAGES
         page_body = _let(pg, _i64(table[b, pi]), seq(
             _assume((pg >= 0) & (pg < N)),
+            IfThenElse(long_run & (pi == first), prefetch_page(pg)),
+            IfThenElse(long_run & (pi + 1 < first + pages), _let(pn, _i64(table[b, pi + 1]), seq(
+                _assume((pn >= 0) & (pn < N)), prefetch_page(pn)))),
             _let(a, max_(lo_slot, pi * P) - pi * P, _let(e, min_(lo_slot + count, pi * P + P) - pi * P, chunk(
                 e - a, lo_pos + (pi * P + a - lo_slot), windowed,
-                lambda dd, jj: load(kp[pg, kh, dd, a + jj]), lambda jj, dd: load(vp[pg, kh, a + jj, dd]))))))
+                lambda dd, jj: load(kp[pg, kh, dd, a + jj]), lambda jj, dd: load(vp[pg, kh, a + jj, dd]),
+                _const(P) - a)))))
         return _for(pi, first, pages, page_body)
 
     def new_run(lo: Any, count: Any, windowed: bool) -> Stmt:
@@ -321,7 +368,8 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         ci, a, e = _v("ci"), _v("a"), _v("e")
         count = max_(count, _const(0))
         body = _let(a, lo + ci * P, _let(e, min_(lo + count, lo + ci * P + P), chunk(
-            e - a, st + a, windowed, lambda dd, jj: kt[dd, a + jj], lambda jj, dd: stored(v[b, a + jj, kh, dd]))))
+            e - a, st + a, windowed, lambda dd, jj: kt[dd, a + jj], lambda jj, dd: stored(v[b, a + jj, kh, dd]),
+            T - a)))
         return _for(ci, 0, (count + (P - 1)) // P, body)
 
     # Positions the tile's queries read (module docstring): the union over its queries of the sinks

@@ -311,7 +311,7 @@ class ExprCodegen:
             return f"_reinterpret({self.ex(args[0], lane)}, {str(src)!r}, {str(dst)!r})"
         if op == "assume":
             return "True"
-        if op == "tvm_storage_sync":
+        if op in ("tvm_storage_sync", "prefetch"):
             return "None"
         raise IRError(f"the interpreter cannot run the intrinsic {op!r}", ir=self.func, spot=e)
 

@@ -26,7 +26,7 @@ The contract for emitters -- what a lowered PrimFunc may contain:
               vectorized -- kept only where the body could not become vector code but its
               iterations touch disjoint memory and have no effects, so `#pragma omp simd` is
               valid for it; SeqStmt, IfThenElse, BufferStore, Evaluate (call_extern,
-              tvm_storage_sync, or the no-op `Evaluate(0)`), LetStmt (scalar or vector value),
+              tvm_storage_sync, prefetch, or the no-op `Evaluate(0)`), LetStmt (scalar or vector value),
               Allocate, AssertStmt, While.  Never Block, BlockRealize or MatchBufferRegion.
   buffers     one-dimensional, compact, offset 0, scope as scheduled ("global", "shared", "local",
               ...); parameters are flat too, and `func.attrs["original_buffers"]` maps each one to
