@@ -35,8 +35,8 @@ def test_prefetch_before_after(rng):
                 T.reads()
                 T.writes()
                 for i, j in T.grid(7, 33):
-                    T.evaluate(T.call_intrin("int32", "prefetch", B[T.min(T.max(i, 0), 6), T.min(T.max(j, 0), 32)], 1))
-                    T.evaluate(T.call_intrin("int32", "prefetch", A[T.min(T.max(i + 1, 0), 6), T.min(T.max(j, 0), 32)], 0))
+                    T.evaluate(T.prefetch(B[T.min(T.max(i, 0), 6), T.min(T.max(j, 0), 32)], 1))
+                    T.evaluate(T.prefetch(A[T.min(T.max(i + 1, 0), 6), T.min(T.max(j, 0), 32)], 0))
                     with T.block("B"):
                         v_i, v_j = T.axis.remap("SS", [i, j])
                         T.reads(A[v_i, v_j])
