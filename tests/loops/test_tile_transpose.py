@@ -6,6 +6,8 @@ and the tests skip without it.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -94,7 +96,11 @@ def test_convolution_tile_written_back_transposed(rng, n, c, h, w, o, k, stride,
     wt = rng.standard_normal((o, c, k, k)).astype(np.float32)
     expected = _np_conv(x, wt, (stride, stride), (pad,) * 4, (1, 1), 1)
     out = rng.standard_normal(expected.shape).astype(np.float32)
-    refcomp.build(sch.func, target="c -Werror")(x, wt, out)  # the helper passes -Wall -Wextra too
+    lib = refcomp.build(sch.func, target="c -Werror")  # the helper passes -Wall -Wextra too
+    # both tiles stay per-thread stack arrays of one tile (the transpose is a relocatable call:
+    # its strides are address distances), not whole-output buffers allocated per tile
+    assert re.search(r"float \w+_local_local\[\d+\]", lib.source) and re.search(r"float \w+_local\[\d+\]", lib.source)
+    lib(x, wt, out)
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
     # the same schedule without the transpose computes the same values
     plain = recipes.conv_fp32(func, transpose_tile=False)

@@ -20,7 +20,10 @@ when the tile was tensorized.  Such a buffer is shrunk only in a leading run of 
 every access, plain or by address, indexes at the one base (`P[j0, k0, ...]` with j0, k0 fixed
 where the buffer is allocated): those become 1 long, which changes no stride the callee uses, and
 the callee's region, filled by the plain stores of the copy that writes the buffer, has extent 1
-there.  Without a plain store (the callee itself writes the buffer), it keeps its shape.  The C target runs it on "local" buffers
+there.  Without a plain store (the callee itself writes the buffer), it keeps its shape.  A call
+the function lists in its `relocatable_calls` attribute (a tensor intrinsic that takes every
+operand by address and its strides as distances between addresses: the tile transposes) does not
+count as an escape for a buffer that also has plain accesses; those show the region it works on.  The C target runs it on "local" buffers
 (`compact_local_buffers`): a tile under a parallel loop becomes a per-thread stack array the C
 compiler keeps in registers; the CUDA target on its on-chip scopes, per kernel.
 """
@@ -40,7 +43,9 @@ from ...shape.canonical import linear_form
 def compact_local_buffers(func: PrimFunc) -> PrimFunc:
     """func with each "local" allocation placed where its buffer is used and shrunk to the part
     used there (module doc).  A lowering pass of the C target: runs after lower_blocks."""
-    return func.with_(body=BufferCompactor({}, set(), lambda scope: scope == "local").visit(func.body))
+    compactor = BufferCompactor({}, set(), lambda scope: scope == "local")
+    compactor.relocatable = frozenset(func.attrs.get("relocatable_calls", ()))
+    return func.with_(body=compactor.visit(func.body))
 
 
 class BufferCompactor(Mutator):
@@ -113,7 +118,7 @@ class BufferCompactor(Mutator):
         if alloc.buffer.scope.startswith("shared"):
             inner |= self.threads
         plans = [self.plan(alloc.buffer, body, dim, inner) for dim in range(len(alloc.buffer.shape))]
-        if _address_taken(body, alloc.buffer):
+        if _address_taken(body, alloc.buffer, getattr(self, "relocatable", frozenset())):
             plans = _leading_unit_plans(plans, body, alloc.buffer)
         shape, bases, lows = [], [], []
         for dim, plan in zip(alloc.buffer.shape, plans):
@@ -191,10 +196,19 @@ class BufferCompactor(Mutator):
         return lo, hi
 
 
-def _address_taken(stmt: Stmt, buffer: Buffer) -> bool:
-    """Whether `address_of(buffer[...])` occurs in stmt (the buffer escapes into a call)."""
+def _address_taken(stmt: Stmt, buffer: Buffer, relocatable: frozenset = frozenset()) -> bool:
+    """Whether `address_of(buffer[...])` occurs in stmt (the buffer escapes into a call), not
+    counting the addresses handed to a relocatable call (a C function in `relocatable`: it takes
+    its operands by address only, strides as distances between addresses, so they follow the
+    shrunk layout) when plain loads or stores of the buffer show the region it works on."""
+    calls = collect(stmt, Call)
+    moved = {id(arg) for call in calls if call.op == "call_extern" and call.args
+             and getattr(call.args[0], "value", None) in relocatable for arg in call.args}
+    plain = {id(load) for call in calls if call.op == "address_of" for load in call.args}
+    has_plain = any(s.buffer is buffer for s in collect(stmt, BufferStore)) or any(
+        load.buffer is buffer and id(load) not in plain for load in collect(stmt, BufferLoad))
     return any(call.op == "address_of" and any(isinstance(a, BufferLoad) and a.buffer is buffer for a in call.args)
-               for call in collect(stmt, Call))
+               and not (id(call) in moved and has_plain) for call in calls)
 
 
 def _leading_unit_plans(plans: list, body: Stmt, buffer: Buffer) -> list:

@@ -164,8 +164,11 @@ def _tile_transpose(rows: int, columns: int, lanes: int) -> registry.TensorIntri
         StringImm(function), address(a, zero + (0,)), address(a, zero[:-1] + (1, 0)),
         address(t, (0,) + zero), address(t, (1,) + zero), IntImm(rows * columns, "int32")), "int32")),
         name=name.replace(".", "_"))
+    # relocatable: the C target may shrink the stack tiles it addresses (its strides are address
+    # distances), and the copy's plain loads and the tile's plain stores show their regions
     return registry.TensorIntrin(name, desc, impl, c_helpers=(source,),
                                  c_includes=("immintrin.h", "stdint.h", "stddef.h"), cpu_features=(feature,),
+                                 func_attrs={"relocatable_calls": (function,)},
                                  doc=f"T[{lanes}, {rows}, {columns}] = A[{rows}, {columns}, {lanes}] transposed "
                                      "(fp32, in registers)")
 
