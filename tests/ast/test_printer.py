@@ -4,7 +4,7 @@ import pytest
 from refcomp.ast import (
     Allocate, AssertStmt, Block, BlockRealize, Broadcast, Buffer, BufferRegion, BufferStore, Call,
     Cast, Evaluate, FloatImm, For, IfThenElse, IntImm, IRModule, IterVar, Let, LetStmt,
-    MatchBufferRegion, Max, Min, Not, PrimFunc, Ramp, Range, Select, SeqStmt, SizeVar, StringImm,
+    MatchBufferRegion, Max, Min, Not, Ramp, Range, Select, SeqStmt, SizeVar, StringImm,
     TruncDiv, TruncMod, Var, While, const, seq,
 )
 from refcomp.ast.printer import script

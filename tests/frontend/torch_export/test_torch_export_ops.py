@@ -346,6 +346,22 @@ class _Softmax(torch.nn.Module):
         return torch.softmax(x.reshape(x.shape[0], -1), -1)
 
 
+def test_attention_with_a_fully_masked_row_gives_zeros_there(rng):
+    """A boolean mask that masks out every key of a query row: torch gives that row zeros (its
+    safe softmax), and so does the converted graph, for the mask and for a causal row too."""
+    q, k, v = (torch.from_numpy(rng.standard_normal(s).astype(np.float32)) for s in ((1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4)))
+    mask = torch.from_numpy(rng.random((3, 5)) < 0.6)
+    mask[1] = False
+    fn = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m)  # noqa: E731
+    expected = fn(q, k, v, mask).numpy()
+    assert np.all(expected[:, :, 1] == 0)
+    with torch.no_grad():
+        ep = torch.export.export(_Fn(fn), (q, k, v, mask))
+    vm = refcomp.runtime.VirtualMachine(refcomp.graph.build(from_exported_program(ep), target="c"))
+    got = np.asarray(vm["main"](q.numpy(), k.numpy(), v.numpy(), mask.numpy()))
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
 def test_symbolic_dims_become_size_vars_with_their_ranges(rng):
     batch, seq = torch.export.Dim("batch", min=1, max=8), torch.export.Dim("seq", min=2, max=16)
     x = _data(f(2, 3, 4), rng)

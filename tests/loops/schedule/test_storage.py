@@ -1,6 +1,5 @@
 """cache_read, cache_write, set_scope, storage_align, transform_layout."""
 import numpy as np
-import pytest
 
 from refcomp import te
 from refcomp.ast import Buffer

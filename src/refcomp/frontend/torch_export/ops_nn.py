@@ -319,7 +319,8 @@ def _instance_norm(ctx, node, args, kwargs):
 
 @converter("aten.scaled_dot_product_attention.default")
 def _sdpa(ctx, node, args, kwargs):
-    """softmax(q @ k^T * scale + mask) @ v; a boolean mask keeps the positions that are True."""
+    """softmax(q @ k^T * scale + mask) @ v; a boolean mask keeps the positions that are True; a
+    row with every position masked gives zeros, as torch's does."""
     q, k, v = args[0], args[1], args[2]
     mask = _get(args, kwargs, 3, "attn_mask")
     if float(_get(args, kwargs, 4, "dropout_p", 0.0) or 0.0) != 0.0:
@@ -359,6 +360,10 @@ def _sdpa(ctx, node, args, kwargs):
         else:
             scores = ctx.emit(op.add(scores, ctx.tensor(mask, dtype)))
     probs = ctx.emit(op.softmax(scores, axis=-1))
+    if causal or mask is not None:
+        # a row every position of which is masked out: torch's attention gives zeros there (its
+        # safe softmax), where a plain softmax of -inf everywhere is NaN
+        probs = ctx.emit(op.where(op.isnan(probs), ctx.scalar(0.0, dtype), probs))
     return ctx.emit(op.matmul(probs, v))
 
 

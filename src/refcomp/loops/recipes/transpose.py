@@ -136,7 +136,7 @@ def _tile_transpose(rows: int, columns: int, lanes: int) -> registry.TensorIntri
         lda, ldt = Var("lda"), Var("ldt")
         a = Buffer("A", (columns, lanes), f32, strides=(lda, 1))
         t = Buffer("T", (lanes, columns), f32, strides=(ldt, 1))
-        position, loops, values = (Var("vx"),), (Var("x"),), None
+        position, loops = (Var("vx"),), (Var("x"),)
     else:
         ldr, ldc, ldo, ldy = Var("ldr"), Var("ldc"), Var("ldo"), Var("ldy")
         a = Buffer("A", (rows, columns, lanes), f32, strides=(ldr, ldc, 1))
