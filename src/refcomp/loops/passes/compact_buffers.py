@@ -43,9 +43,8 @@ from ...shape.canonical import linear_form
 def compact_local_buffers(func: PrimFunc) -> PrimFunc:
     """func with each "local" allocation placed where its buffer is used and shrunk to the part
     used there (module doc).  A lowering pass of the C target: runs after lower_blocks."""
-    compactor = BufferCompactor({}, set(), lambda scope: scope == "local")
-    compactor.relocatable = frozenset(func.attrs.get("relocatable_calls", ()))
-    return func.with_(body=compactor.visit(func.body))
+    relocatable = frozenset(func.attrs.get("relocatable_calls", ()))
+    return func.with_(body=BufferCompactor({}, set(), lambda scope: scope == "local", relocatable).visit(func.body))
 
 
 class BufferCompactor(Mutator):
@@ -54,9 +53,10 @@ class BufferCompactor(Mutator):
     fixed for one thread (part of the base of a per-thread buffer)."""
 
     def __init__(self, ranges: dict[Var, tuple[int, int | None]], threads: set[Var],
-                 movable: Callable[[str], bool]) -> None:
+                 movable: Callable[[str], bool], relocatable: frozenset = frozenset()) -> None:
         super().__init__()
         self.movable = movable
+        self.relocatable = relocatable  # C functions whose address arguments do not pin a shape
         self.ranges = dict(ranges)  # var -> (min, extent) with constant ints where known
         self.threads = threads  # fixed for one thread: part of the base of a per-thread buffer
         self.placed: set[Buffer] = set()  # allocations already moved to their final place
@@ -118,7 +118,7 @@ class BufferCompactor(Mutator):
         if alloc.buffer.scope.startswith("shared"):
             inner |= self.threads
         plans = [self.plan(alloc.buffer, body, dim, inner) for dim in range(len(alloc.buffer.shape))]
-        if _address_taken(body, alloc.buffer, getattr(self, "relocatable", frozenset())):
+        if _address_taken(body, alloc.buffer, self.relocatable):
             plans = _leading_unit_plans(plans, body, alloc.buffer)
         shape, bases, lows = [], [], []
         for dim, plan in zip(alloc.buffer.shape, plans):
@@ -204,9 +204,9 @@ def _address_taken(stmt: Stmt, buffer: Buffer, relocatable: frozenset = frozense
     calls = collect(stmt, Call)
     moved = {id(arg) for call in calls if call.op == "call_extern" and call.args
              and getattr(call.args[0], "value", None) in relocatable for arg in call.args}
-    plain = {id(load) for call in calls if call.op == "address_of" for load in call.args}
+    addressed = {id(load) for call in calls if call.op == "address_of" for load in call.args}
     has_plain = any(s.buffer is buffer for s in collect(stmt, BufferStore)) or any(
-        load.buffer is buffer and id(load) not in plain for load in collect(stmt, BufferLoad))
+        load.buffer is buffer and id(load) not in addressed for load in collect(stmt, BufferLoad))
     return any(call.op == "address_of" and any(isinstance(a, BufferLoad) and a.buffer is buffer for a in call.args)
                and not (id(call) in moved and has_plain) for call in calls)
 
