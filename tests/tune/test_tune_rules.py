@@ -116,6 +116,29 @@ def test_row_reductions_start_from_the_default_structure_and_stay_correct():
         assert structural_equal(again.func, sch.func)
 
 
+def test_tuned_row_reductions_get_the_default_prefetch_hints():
+    from refcomp.tune import GraphDefault, RowPrefetch
+
+    func = workloads.softmax(6, 256)
+    space = DesignSpace([rule for rule in default_rules() if not isinstance(rule, GraphDefault)])
+    assert isinstance(space.rules[-1], RowPrefetch)
+    default = space.default_sample(func)
+    assert [inst.kind for inst in default.trace.instructions].count("prefetch") == 2  # next input row, output row
+    rng = np.random.default_rng(random.randrange(2**20))
+    a = rng.uniform(-4, 4, (6, 256)).astype("float32")
+    e = np.exp(a - a.max(1, keepdims=True))
+    samples = [default] + space.sample_many(func, 6, random.Random(random.randrange(2**20)))
+    for sch in samples:
+        out = np.full((6, 256), 7.0, dtype="float32")
+        refcomp.build(sch.func)(a, out)  # the hints are C; the interpreter skips them
+        np.testing.assert_allclose(out, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+        again = Schedule.from_trace(func, sch.trace.to_json())
+        assert structural_equal(again.func, sch.func)
+    # a kernel that is not a row reduction is left alone
+    plain = space.default_sample(workloads.exp_scale(64))
+    assert "prefetch" not in [inst.kind for inst in plain.trace.instructions]
+
+
 GRAPH_DEFAULT_CASES = {
     "conv2d": lambda: workloads.conv2d_nchw(1, 8, 9, 16),
     "matmul": lambda: workloads.matmul(64, 48, 32),

@@ -15,7 +15,8 @@ from .gpu_rules import AutoBind, CrossThreadReduction, GPUMultiLevelTiling, GPUR
 from .runner import Candidate, Checker, DeviceResident, MeasureResult, Runner, RunnerBackend, machine_description
 from .model import ModelTuneResult, Task, TaskReport, extract_tasks, tune_model
 from .progress import ProgressBar, format_seconds, matplotlib_available, plot_curve
-from .rules import AutoInline, GraphDefault, ParallelOuter, RandomComputeLocation, RowReductionDefault, TensorizeTiling
+from .rules import (AutoInline, GraphDefault, ParallelOuter, RandomComputeLocation, RowPrefetch, RowReductionDefault,
+                    TensorizeTiling)
 from .search import Failure, TuneResult, apply_best, best_scheduled, count_flops, replay, tune
 from .space import (DesignSpace, MultiLevelTiling, MutateCategorical, MutateTileSize, ParallelVectorizeUnroll,
                     ScheduleRule, default_mutators, default_rules, mutate_trace, neighbours)
@@ -26,7 +27,7 @@ __all__ = [
     "GPURowReduction", "GraphDefault", "gpu_rules", "Checker", "CostModel", "DaskRunner", "Database", "DesignSpace", "FEATURE_NAMES",
     "Failure", "MeasureResult", "ModelTuneResult", "MultiLevelTiling", "MutateCategorical", "MutateTileSize",
     "ParallelOuter", "ParallelVectorizeUnroll", "ProgressBar", "RandomComputeLocation", "RidgeModel",
-    "RowReductionDefault", "Runner", "RunnerBackend", "ScheduleRule", "Task", "TaskReport", "TensorizeTiling",
+    "RowPrefetch", "RowReductionDefault", "Runner", "RunnerBackend", "ScheduleRule", "Task", "TaskReport", "TensorizeTiling",
     "TuneResult", "TuningRecord", "XGBModel", "apply_best", "best_scheduled", "count_flops", "default_cost_model",
     "default_mutators", "default_rules", "extract_features", "extract_tasks", "features_of", "format_seconds",
     "machine_description", "matplotlib_available", "mutate_trace", "neighbours", "plot_curve", "replay", "structural_hash",

@@ -250,6 +250,29 @@ class RowReductionDefault:
 
 
 @dataclass
+class RowPrefetch:
+    """A postprocessing rule (`apply_postprocess`: after every block rule): a row reduction whose
+    row loop is parallel and whose stages run in vector chunks gets the default's prefetch hints
+    (loops.defaults.prefetch_rows: the next row of each input and the output row, one hint per
+    chunk), so a tuned row kernel streams memory while it computes as the default does.  A
+    sampled choice adds them or not (preferred: add them); a schedule they do not fit is left
+    as it was."""
+
+    def apply_postprocess(self, sch: Schedule, func, default: bool = False) -> Schedule:
+        from ..loops.defaults import is_row_reduction, prefetch_rows
+
+        if not is_row_reduction(func):
+            return sch
+        trial = sch.copy()
+        if not int(_choose(trial, [1, 0], 1, default)):
+            return trial
+        try:
+            return prefetch_rows(trial)
+        except RefcompError:
+            return trial
+
+
+@dataclass
 class AutoInline:
     """Inline a spatial block that is not an output into its readers (an elementwise producer)."""
 

@@ -6,7 +6,10 @@ sampled schedule is a trace that replays exactly, and a mutator can change one d
 replay the rest.  A rule that does not fit a block leaves the schedule unchanged (it checks
 first, or the primitive raises and the whole sample is discarded by the caller).
 
-`DesignSpace(rules)` samples a schedule: every rule, in order, on every block it applies to.
+`DesignSpace(rules)` samples a schedule: first the function-level rules (`apply_function(sch,
+default)`: a whole-kernel structure), then every block rule, in order, on every block it applies
+to, then the postprocessing rules (`apply_postprocess(sch, func, default)`: hints over the
+finished loop nest).
 `default_rules(target)` is the set for a target; users add their own rule objects to the list.
 """
 from __future__ import annotations
@@ -144,16 +147,17 @@ def default_rules(target: str = "c") -> list[ScheduleRule]:
     auto-inline, cross-thread reduction, GPU multi-level tiling SSSRRSRS, auto-bind.  CPU: graph.build's
     own default schedule and the row-reduction structure (function-level rules), auto-inline, tensorize tiling (where a tile intrinsic this CPU
     runs matches), multi-level tiling SSRSRS (the other reductions), random compute location,
-    parallel outer loops, parallel-vectorize-unroll."""
+    parallel outer loops, parallel-vectorize-unroll, and after them the row prefetch hints (a
+    postprocessing rule)."""
     if target.split()[:1] == ["cuda"]:
         from .gpu_rules import gpu_rules
 
         return gpu_rules()
-    from .rules import (AutoInline, GraphDefault, ParallelOuter, RandomComputeLocation, RowReductionDefault,
-                        TensorizeTiling)
+    from .rules import (AutoInline, GraphDefault, ParallelOuter, RandomComputeLocation, RowPrefetch,
+                        RowReductionDefault, TensorizeTiling)
 
     return [GraphDefault(), RowReductionDefault(), AutoInline(), TensorizeTiling(), MultiLevelTiling(),
-            RandomComputeLocation(), ParallelOuter(), ParallelVectorizeUnroll()]
+            RandomComputeLocation(), ParallelOuter(), ParallelVectorizeUnroll(), RowPrefetch()]
 
 
 def _block_names(func: PrimFunc) -> set[str]:
@@ -188,7 +192,7 @@ class DesignSpace:
         names = [b.name for b in collect(func.body, Block) if b.name != "root"]
         for name in names:
             for rule in self.rules:
-                if getattr(rule, "apply_function", None) is not None:
+                if getattr(rule, "apply_function", None) is not None or not hasattr(rule, "apply"):
                     continue
                 if restructured and getattr(rule, "restructures", False):
                     continue  # a function rule placed every block already
@@ -196,6 +200,10 @@ class DesignSpace:
                     break  # inlined, or replaced by a rule (a tensorized tile)
                 apply = getattr(rule, "apply_default", None) if default else None
                 (apply or rule.apply)(sch, sch.get_block(name))
+        for rule in self.rules:
+            post = getattr(rule, "apply_postprocess", None)
+            if post is not None:
+                sch = post(sch, func, default)
         return sch
 
     def sample_many(self, func: PrimFunc, count: int, rng: random.Random, attempts: int = 10) -> list[Schedule]:
