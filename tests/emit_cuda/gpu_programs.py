@@ -11,6 +11,23 @@ from refcomp import te, workloads
 from refcomp.loops import gpu_recipes
 
 
+def check_on_the_gpu(func, rng) -> None:
+    """func built for CUDA and run on the device (skipped without one) on random arrays; its last
+    buffer compared with the checked GPU simulation of the same program."""
+    import numpy as np
+
+    from refcomp.emit_cuda.simulate import run_checked
+
+    lib = refcomp.build(func, target="cuda")
+    if not lib.device_available():
+        pytest.skip("no CUDA device")
+    arrays = [rng.standard_normal([int(d) for d in b.shape]).astype("float32") for b in func.buffers]
+    expected = [a.copy() for a in arrays]
+    run_checked(func, *expected)
+    lib(*arrays)
+    np.testing.assert_allclose(arrays[-1], expected[-1], rtol=1e-4, atol=1e-5)
+
+
 needs_nvcc = pytest.mark.skipif(
     shutil.which("nvcc") is None and not os.path.exists("/usr/local/cuda/bin/nvcc") and "NVCC" not in os.environ,
     reason="nvcc is not installed")

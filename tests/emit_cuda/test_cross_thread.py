@@ -10,7 +10,7 @@ from refcomp.emit_cuda.prepare import prepare
 from refcomp.emit_cuda.simulate import run_checked
 from refcomp.loops.interpreter import interpret
 
-from gpu_programs import needs_nvcc
+from gpu_programs import check_on_the_gpu, needs_nvcc
 
 
 def row_reduce(rows, cols, kind="sum", dtype="float32"):
@@ -225,14 +225,7 @@ def test_cross_thread_compiles_with_nvcc(make):
                          ids=["sum64", "max16", "softmax128"])
 def test_cross_thread_on_the_gpu(make, rng):
     func = make()
-    lib = refcomp.build(func, target="cuda")
-    if not lib.device_available():
-        pytest.skip("no CUDA device")
-    arrays = [rng.standard_normal([int(d) for d in b.shape]).astype("float32") for b in func.buffers]
-    expected = [a.copy() for a in arrays]
-    run_checked(func, *expected)
-    lib(*arrays)
-    np.testing.assert_allclose(arrays[-1], expected[-1], rtol=1e-4, atol=1e-5)
+    check_on_the_gpu(func, rng)
 
 
 def test_rows_over_thread_y_each_reduced_across_thread_x(rng):

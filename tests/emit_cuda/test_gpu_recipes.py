@@ -6,7 +6,7 @@ import refcomp
 from refcomp.emit_cuda.simulate import run_checked
 from refcomp.loops import gpu_recipes
 
-from gpu_programs import elementwise, layer_norm_func, matmul_func, needs_nvcc, softmax_func
+from gpu_programs import check_on_the_gpu, elementwise, layer_norm_func, matmul_func, needs_nvcc, softmax_func
 
 def _softmax(a):
     e = np.exp(a - a.max(1, keepdims=True))
@@ -85,14 +85,7 @@ def test_bad_cuda_target_is_an_error():
 @pytest.mark.parametrize("kind", ["elementwise", "softmax", "layer_norm", "matmul"])
 def test_recipes_on_the_gpu(kind, rng):
     func = _scheduled(kind, rows=64, cols=64)
-    lib = refcomp.build(func, target="cuda")
-    if not lib.device_available():
-        pytest.skip("no CUDA device")
-    arrays = [rng.standard_normal([int(d) for d in b.shape]).astype("float32") for b in func.buffers]
-    expected = [a.copy() for a in arrays]
-    run_checked(func, *expected)
-    lib(*arrays)
-    np.testing.assert_allclose(arrays[-1], expected[-1], rtol=1e-4, atol=1e-5)
+    check_on_the_gpu(func, rng)
 
 
 @needs_nvcc

@@ -5,8 +5,7 @@ import pytest
 from refcomp import BuildError
 from refcomp.ast import BufferStore, For, collect
 from refcomp.emit_cuda.prepare import prepare
-from refcomp.emit_cuda.simulate import RaceDetected, run_checked, sequentialize, simulate
-from refcomp.loops.interpreter import interpret
+from refcomp.emit_cuda.simulate import RaceDetected, run_checked, sequentialize
 
 from gpu_programs import elementwise, reversed_tiles
 
