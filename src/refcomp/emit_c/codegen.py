@@ -149,29 +149,12 @@ class CFamilyEmitter(ZeroChecks, ExprEmitter):
                              "(refcomp.loops.lower.lower)", ir=func)
         symbol = f"refcomp_{symbol_suffix(func.name)}"
         self.names.reserve(symbol)
-        params: list[CParam] = []
         for buffer in list(func.buffers) + [a.buffer for a in collect(func.body, S.Allocate)]:
             if buffer.dtype.lanes != 1 or buffer.dtype.name == "handle":
                 raise BuildError(f"build: buffer {buffer.name!r} has element type {buffer.dtype}; the C "
                                  "backend stores scalar elements only (use vector loads of a scalar buffer)",
                                  ir=func, spot=buffer)
-        for p in func.params:
-            if isinstance(p, Buffer):
-                name = self.names.name_of(p, p.name)
-                self.buffers[p] = name
-                params.append(CParam("buffer", name, f"{storage_type(p.dtype)}* restrict", p))
-        for p in func.scalar_params:
-            params.append(CParam("scalar", self.names.name_of(p, p.name), value_type(p.dtype), p))
-        size_locals = []
-        for var in self.size_vars:
-            if var.dtype == int64:
-                params.append(CParam("size", self.names.name_of(var, var.name), "int64_t", var))
-            else:
-                arg = self.names.fresh("rc_arg_" + mangle(var.name))  # mangled: a safe suffix
-                params.append(CParam("size", arg, "int64_t", var))
-                size_locals.append(f"const {value_type(var.dtype)} {self.names.name_of(var, var.name)} = "
-                                   f"({value_type(var.dtype)}){arg};")
-        self._check_free_vars(set(func.scalar_params) | set(self.size_vars))
+        params, size_locals = self._parameters("restrict")
 
         root = FailureScope("rc_exit", parallel=False)
         self.scopes.append(root)
@@ -253,6 +236,31 @@ class CFamilyEmitter(ZeroChecks, ExprEmitter):
             parts.append(helper.strip("\n"))
         parts.append("\n".join(kernel))
         return "\n\n".join(parts) + "\n"
+
+    def _parameters(self, restrict: str) -> tuple[list[CParam], list[str]]:
+        """The exported function's parameters (spec/c_abi.md): buffers as `T* <restrict>`, then
+        scalars, then the size vars as int64_t; and the locals that narrow a size var of another
+        integer type from its int64_t argument.  Checks that the body uses no other free var."""
+        func = self.func
+        params: list[CParam] = []
+        for p in func.params:
+            if isinstance(p, Buffer):
+                name = self.names.name_of(p, p.name)
+                self.buffers[p] = name
+                params.append(CParam("buffer", name, f"{storage_type(p.dtype)}* {restrict}", p))
+        for p in func.scalar_params:
+            params.append(CParam("scalar", self.names.name_of(p, p.name), value_type(p.dtype), p))
+        size_locals = []
+        for var in self.size_vars:
+            if var.dtype == int64:
+                params.append(CParam("size", self.names.name_of(var, var.name), "int64_t", var))
+            else:
+                arg = self.names.fresh("rc_arg_" + mangle(var.name))  # mangled: a safe suffix
+                params.append(CParam("size", arg, "int64_t", var))
+                size_locals.append(f"const {value_type(var.dtype)} {self.names.name_of(var, var.name)} = "
+                                   f"({value_type(var.dtype)}){arg};")
+        self._check_free_vars(set(func.scalar_params) | set(self.size_vars))
+        return params, size_locals
 
     def _check_free_vars(self, allowed: set) -> None:
         for var in free_vars(self.func.body):

@@ -29,7 +29,7 @@ from ..ast.function import PrimFunc
 from ..ast.functor import collect, free_vars
 from ..emit_c import (
     FIRST_ASSERT_CODE, HEADER_INCLUDES, CFamilyEmitter, CParam, EmitOptions, FailureScope, c_string,
-    comment_safe, mangle, scalar_prelude, storage_type, symbol_suffix, unit_ramp_base, value_type,
+    comment_safe, scalar_prelude, storage_type, symbol_suffix, unit_ramp_base, value_type,
 )
 from ..errors import BuildError
 from .barriers import SYNC_OP
@@ -89,21 +89,7 @@ class _CudaEmitter(CFamilyEmitter):
     def run_cuda(self) -> CudaModule:
         func = self.func
         self.names.reserve(self.symbol)
-        params: list[CParam] = []
-        for p in func.params:
-            if isinstance(p, Buffer):
-                name = self.names.name_of(p, p.name)
-                self.buffers[p] = name
-                params.append(CParam("buffer", name, f"{storage_type(p.dtype)}* __restrict__", p))
-        for p in func.scalar_params:
-            params.append(CParam("scalar", self.names.name_of(p, p.name), value_type(p.dtype), p))
-        size_locals = []
-        for var in self.size_vars:
-            arg = self.names.fresh("rc_arg_" + mangle(var.name))
-            params.append(CParam("size", arg, "int64_t", var))
-            size_locals.append(f"const {value_type(var.dtype)} {self.names.name_of(var, var.name)} = "
-                               f"({value_type(var.dtype)}){arg};")
-        self._check_free_vars(set(func.scalar_params) | set(self.size_vars))
+        params, size_locals = self._parameters("__restrict__")
         root = FailureScope("rc_exit", parallel=False)
         self.scopes.append(root)
         self.status_used = True
