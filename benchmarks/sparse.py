@@ -8,8 +8,8 @@ Graphs are generated here with a fixed seed: Barabasi-Albert (100k nodes, 8 edge
 both directions: ~1.6M edges) and R-MAT (2^18 nodes, 4M edge draws with a, b, c, d = .57, .19, .19,
 .05, duplicates merged), with float32 values; feature widths 32 and 128.  `--small` shrinks both
 graphs for a quick check; `--only` runs the cases whose names start with one of the given
-prefixes (comma-separated; a graph no chosen case needs is not generated).  `--per-thread` runs
-every side on one thread and times it by the thread's CPU time (`time.thread_time`): on a machine
+prefixes (comma-separated; a graph no chosen case needs is not generated).  numpy's OpenBLAS gets
+the same thread count as refcomp and torch.  `--per-thread` runs every side on one thread and times it by the thread's CPU time (`time.thread_time`): on a machine
 shared with other jobs the waits for a core drop out, though the shared caches and memory still
 count.  Cases (ratio > 1: refcomp is faster):
 
@@ -149,6 +149,9 @@ def main() -> None:
         args.threads = 1
     clock = time.thread_time if args.per_thread else time.perf_counter
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # before the first kernel loads libgomp
+    from refcomp.runtime.blas import set_openblas_threads
+
+    set_openblas_threads(args.threads)  # numpy's products (both sides) on as many threads as the rest
 
     from refcomp import sparse
 

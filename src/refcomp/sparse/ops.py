@@ -33,6 +33,7 @@ from .formats import SparseMatrix
 from .iteration import SparseIteration, SpBuffer, sp_axis, sp_iter
 from .kernels import (
     SPECIALISED_WIDTHS, ROWS_DYNAMIC, _assume, _dense, _dtype_name, _width, aligned_empty, compiled, row_tile_lanes,
+    scratch_empty,
 )
 from .lower import lower_stage3
 from .schedule import partition_rows, row_parts, vectorize_row_tile
@@ -169,6 +170,14 @@ class RelationalGraph:
     def dtype(self) -> np.dtype:
         return self.data.dtype
 
+    @functools.cached_property
+    def stacked(self) -> SparseMatrix:
+        """The relations stacked by row as one validated CSR matrix of shape (nodes * R, nodes):
+        row i * R + r holds the neighbours of node i under relation r."""
+        from .formats import csr
+
+        return csr(self.indptr, self.indices, self.data, (self.shape[0] * self.relations, self.shape[1]))
+
 
 @functools.lru_cache(maxsize=None)
 def _rgcn_kernel(dtype: str, width: int | None) -> Any:
@@ -182,7 +191,10 @@ def _rgcn_kernel(dtype: str, width: int | None) -> Any:
 
 
 def rgcn(graph: RelationalGraph, X: np.ndarray, W: np.ndarray) -> np.ndarray:
-    """sum_r A_r @ (X @ W[r]): X (nodes, d_in), W (R, d_in, d_out); one fused sparse kernel."""
+    """sum_r A_r @ (X @ W[r]): X (nodes, d_in), W (R, d_in, d_out).  With d_in <= d_out the
+    neighbours are summed first (`rgcn_aggregate_first`: one SpMM of the stacked relations with X,
+    then one dense product with the weights stacked); else the weights are applied first and one
+    fused sparse kernel sums over all relations of a row (`rgcn_iteration`)."""
     if not isinstance(graph, RelationalGraph):
         raise ArgumentError(f"rgcn: expected a RelationalGraph, got {type(graph).__name__}")
     m, k = graph.shape
@@ -191,12 +203,42 @@ def rgcn(graph: RelationalGraph, X: np.ndarray, W: np.ndarray) -> np.ndarray:
             or W.dtype != graph.dtype:
         raise ArgumentError(f"rgcn: W must be a {graph.dtype} array of shape ({graph.relations}, {X.shape[1]}, "
                             f"d_out), got {getattr(W, 'dtype', type(W).__name__)} {getattr(W, 'shape', '')}")
+    if X.shape[1] <= W.shape[2]:
+        return rgcn_aggregate_first(graph, X, W)
     rels, width = graph.relations, W.shape[2]
     side_by_side = np.ascontiguousarray(W.transpose(1, 0, 2)).reshape(X.shape[1], rels * width)
     Y = aligned_empty((k, rels * width), graph.dtype)  # its gathered rows on cache lines
-    np.matmul(X, side_by_side, out=Y)
+    _matmul(X, side_by_side, Y)
     Y = Y.reshape(k, rels, width)  # Y[j, r] = X[j] @ W[r]
     out = np.empty((m, width), dtype=graph.dtype)
     kernel = _rgcn_kernel(_dtype_name(graph.dtype), width if width in SPECIALISED_WIDTHS else None)
     kernel(row_parts(graph.indptr[::rels]), graph.indptr, graph.indices, graph.data, Y, out)
     return out
+
+
+def rgcn_aggregate_first(graph: RelationalGraph, X: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """rgcn with the neighbours summed before the weights are applied: Z[i, r] = sum_j A_r[i, j]
+    X[j] is one CSR SpMM of the relations stacked by row (row i * R + r of the graph's arrays, the
+    (I, Rel, J) composition read as one (nodes * R, nodes) CSR matrix), and out = Z @ W stacked
+    ((nodes, R * d_in) @ (R * d_in, d_out), one dense product).  The same products as applying
+    the weights first; the SpMM gathers rows of X (d_in wide, from a table R times smaller than
+    X @ W of every relation), which pays where d_in <= d_out (`rgcn` chooses).  Arguments as rgcn's
+    (checked there)."""
+    from .kernels import spmm
+
+    m, rels = graph.shape[0], graph.relations
+    d_in, width = X.shape[1], W.shape[2]
+    Z = scratch_empty("rgcn_sums", (m * rels, d_in), graph.dtype)
+    spmm(graph.stacked, X, Z)
+    out = np.empty((m, width), dtype=graph.dtype)
+    _matmul(Z.reshape(m, rels * d_in), np.ascontiguousarray(W.reshape(rels * d_in, width)), out)
+    return out
+
+
+def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """out = a @ b: float32 through OpenBLAS with its workers asleep (`shared_sgemm`: they would spin on
+    the cores the sparse kernel after or before wants), else numpy."""
+    from ..runtime.blas import shared_sgemm
+
+    if not shared_sgemm(a, b, out):
+        np.matmul(a, b, out=out)
