@@ -395,7 +395,7 @@ def _spmm_hyb_general(H: Hyb, B: np.ndarray, out: np.ndarray, name: str) -> np.n
 DEFAULT_CANDIDATES = (
     None,  # plain CSR
     dict(max_width=8), dict(max_width=32), dict(max_width=32, column_parts=2), dict(max_width=32, column_parts=4),
-    dict(max_width=32, split_long_rows=True),
+    dict(max_width=32, split_long_rows=True), dict(max_width=0, hot_columns=3072),
 )
 
 
@@ -446,6 +446,8 @@ def measure_format(A: SparseMatrix, B: np.ndarray, expected: np.ndarray, params:
     from ..errors import InternalError
     from .kernels import spmm
 
+    if params is not None and params.get("hot_columns", 0) > A.shape[1]:
+        params = dict(params, hot_columns=A.shape[1])  # every column (a fixed candidate on a small matrix)
     matrix = A if params is None else format_decompose(A, **params)
     out = np.empty_like(expected)
     run = (lambda: spmm(A, B, out)) if params is None else (lambda: spmm_hyb(matrix, B, out))

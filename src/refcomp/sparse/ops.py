@@ -15,8 +15,10 @@ RGCN (relational graph convolution, one layer, no self term):
 
 The relations' adjacency matrices are stored as one composition of axes (I: dense_fixed nodes,
 Rel: dense_fixed relations below I, J: sparse_variable neighbours below Rel), so one kernel visits
-row i once and sums over all relations (`rgcn_iteration`): the relations are fused into one SpMM
-rather than run as one SpMM per relation.
+row i once for all relations rather than one SpMM per relation: either summing the neighbours of
+every relation first (the arrays read as one CSR matrix of nodes * R rows, then one dense product
+with the weights stacked; `rgcn_aggregate_first`, where d_in <= d_out) or applying the weights
+first and summing over all relations of a row (`rgcn_iteration`).
 """
 from __future__ import annotations
 
