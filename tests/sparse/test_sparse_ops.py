@@ -120,6 +120,12 @@ def test_rgcn_rejects_bad_operands():
     X = np.ones((3, 2), np.float32)
     with pytest.raises(ArgumentError, match=r"W must be a float32 array of shape \(2, 2, d_out\)"):
         ops.rgcn(G, X, np.ones((3, 2, 4), np.float32))
+    with pytest.raises(ArgumentError, match=r"rgcn_aggregate_first: W must be a float32 array"):
+        ops.rgcn_aggregate_first(G, X, np.ones((2, 2, 4), np.float64))
+    with pytest.raises(ArgumentError, match=r"rgcn_aggregate_first: X: expected 3 rows, got 4"):
+        ops.rgcn_aggregate_first(G, np.ones((4, 2), np.float32), np.ones((2, 2, 4), np.float32))
+    with pytest.raises(ArgumentError, match="expected a RelationalGraph"):
+        ops.rgcn_aggregate_first(sp.eye(3, format="csr"), X, np.ones((2, 2, 4), np.float32))
     with pytest.raises(sparse.SparseFormatError, match="every relation needs the shape"):
         ops.RelationalGraph([sp.eye(3, format="csr"), sp.eye(4, format="csr")])
     with pytest.raises(sparse.SparseFormatError, match="at least one relation"):

@@ -394,8 +394,9 @@ def _spmm_hyb_general(H: Hyb, B: np.ndarray, out: np.ndarray, name: str) -> np.n
 # ----------------------------------------------------------------------------- format search
 DEFAULT_CANDIDATES = (
     None,  # plain CSR
+    dict(max_width=0, hot_columns=3072),  # the rows of B that 1.5 MiB holds at 512 bytes a row, first
     dict(max_width=8), dict(max_width=32), dict(max_width=32, column_parts=2), dict(max_width=32, column_parts=4),
-    dict(max_width=32, split_long_rows=True), dict(max_width=0, hot_columns=3072),
+    dict(max_width=32, split_long_rows=True),
 )
 
 

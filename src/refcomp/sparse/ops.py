@@ -197,17 +197,10 @@ def rgcn(graph: RelationalGraph, X: np.ndarray, W: np.ndarray) -> np.ndarray:
     neighbours are summed first (`rgcn_aggregate_first`: one SpMM of the stacked relations with X,
     then one dense product with the weights stacked); else the weights are applied first and one
     fused sparse kernel sums over all relations of a row (`rgcn_iteration`)."""
-    if not isinstance(graph, RelationalGraph):
-        raise ArgumentError(f"rgcn: expected a RelationalGraph, got {type(graph).__name__}")
-    m, k = graph.shape
-    X = _dense("rgcn: X", X, k, graph.dtype)
-    if not isinstance(W, np.ndarray) or W.ndim != 3 or W.shape[:2] != (graph.relations, X.shape[1]) \
-            or W.dtype != graph.dtype:
-        raise ArgumentError(f"rgcn: W must be a {graph.dtype} array of shape ({graph.relations}, {X.shape[1]}, "
-                            f"d_out), got {getattr(W, 'dtype', type(W).__name__)} {getattr(W, 'shape', '')}")
+    X, W = _rgcn_operands("rgcn", graph, X, W)
     if X.shape[1] <= W.shape[2]:
         return rgcn_aggregate_first(graph, X, W)
-    rels, width = graph.relations, W.shape[2]
+    (m, k), rels, width = graph.shape, graph.relations, W.shape[2]
     side_by_side = np.ascontiguousarray(W.transpose(1, 0, 2)).reshape(X.shape[1], rels * width)
     Y = aligned_empty((k, rels * width), graph.dtype)  # its gathered rows on cache lines
     _matmul(X, side_by_side, Y)
@@ -224,10 +217,10 @@ def rgcn_aggregate_first(graph: RelationalGraph, X: np.ndarray, W: np.ndarray) -
     (I, Rel, J) composition read as one (nodes * R, nodes) CSR matrix), and out = Z @ W stacked
     ((nodes, R * d_in) @ (R * d_in, d_out), one dense product).  The same products as applying
     the weights first; the SpMM gathers rows of X (d_in wide, from a table R times smaller than
-    X @ W of every relation), which pays where d_in <= d_out (`rgcn` chooses).  Arguments as rgcn's
-    (checked there)."""
+    X @ W of every relation), which pays where d_in <= d_out (`rgcn` chooses).  Arguments as rgcn's."""
     from .kernels import spmm
 
+    X, W = _rgcn_operands("rgcn_aggregate_first", graph, X, W)
     m, rels = graph.shape[0], graph.relations
     d_in, width = X.shape[1], W.shape[2]
     Z = scratch_empty("rgcn_sums", (m * rels, d_in), graph.dtype)
@@ -235,6 +228,19 @@ def rgcn_aggregate_first(graph: RelationalGraph, X: np.ndarray, W: np.ndarray) -
     out = np.empty((m, width), dtype=graph.dtype)
     _matmul(Z.reshape(m, rels * d_in), np.ascontiguousarray(W.reshape(rels * d_in, width)), out)
     return out
+
+
+def _rgcn_operands(what: str, graph: Any, X: Any, W: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(X, W) checked against the graph (ArgumentError): X (nodes, d_in) and W (R, d_in, d_out), both
+    of the graph's value type; C-contiguous copies where they were not."""
+    if not isinstance(graph, RelationalGraph):
+        raise ArgumentError(f"{what}: expected a RelationalGraph, got {type(graph).__name__}")
+    X = _dense(f"{what}: X", X, graph.shape[1], graph.dtype)
+    if not isinstance(W, np.ndarray) or W.ndim != 3 or W.shape[:2] != (graph.relations, X.shape[1]) \
+            or W.dtype != graph.dtype:
+        raise ArgumentError(f"{what}: W must be a {graph.dtype} array of shape ({graph.relations}, {X.shape[1]}, "
+                            f"d_out), got {getattr(W, 'dtype', type(W).__name__)} {getattr(W, 'shape', '')}")
+    return X, np.ascontiguousarray(W)
 
 
 def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
