@@ -335,3 +335,17 @@ def test_csr_spmm_with_streaming_stores_matches_scipy(A, width, seed):
         np.testing.assert_allclose(sparse.spmm(M, B), A @ B, **TOL[np.float32])
         out = np.full((A.shape[0] + 1, width), 7.0, np.float32)[1:]  # 4 * width bytes past a maybe-aligned start
         np.testing.assert_allclose(sparse.spmm(M, B, out), A @ B, **TOL[np.float32])
+
+
+def test_scratch_empty_is_on_a_cache_line_and_reused_per_name():
+    a = kernels.scratch_empty("test_a", (100, 48), np.float32)
+    assert a.shape == (100, 48) and a.dtype == np.float32 and a.flags.c_contiguous and a.ctypes.data % 64 == 0
+    a[...] = 3.0
+    smaller = kernels.scratch_empty("test_a", (10, 8), np.float64)  # the same memory, viewed anew
+    assert smaller.ctypes.data % 64 == 0 and smaller.shape == (10, 8)
+    assert np.shares_memory(a, smaller)
+    other = kernels.scratch_empty("test_b", (100, 48), np.float32)
+    assert not np.shares_memory(a, other)
+    larger = kernels.scratch_empty("test_a", (400, 48), np.float32)  # grows: a new buffer
+    assert larger.shape == (400, 48) and larger.ctypes.data % 64 == 0
+    assert kernels.scratch_empty("test_a", (0, 5), np.float32).size == 0
