@@ -73,3 +73,36 @@ def test_the_batched_sgemm_is_found_in_numpys_openblas():
     if found is None:
         pytest.skip("this OpenBLAS has no batched sgemm (the per-entry loop is used)")
     assert callable(found[1])
+
+
+@pytest.mark.parametrize("m, k, n", [(2000, 64, 64), (33, 17, 9), (0, 5, 4), (7, 0, 3), (5, 4, 0), (4097, 130, 40)])
+def test_shared_sgemm_matches_numpy_and_leaves_openblas_threads_as_they_were(rng, m, k, n):
+    a = rng.standard_normal((m, k)).astype("float32")
+    b = rng.standard_normal((k, n)).astype("float32")
+    out = np.full((m, n), np.nan, dtype="float32")
+    before = B.SHARED_BLAS._get() if B.SHARED_BLAS is not None else None
+    assert B.shared_sgemm(a, b, out)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5 * max(k, 1))
+    if before is not None:
+        assert B.SHARED_BLAS._get() == before
+
+
+def test_shared_sgemm_declines_other_operands(rng):
+    a = rng.standard_normal((6, 4))
+    out = np.zeros((6, 3))
+    assert not B.shared_sgemm(a, rng.standard_normal((4, 3)), out)  # float64
+    a32, b32 = a.astype("float32"), rng.standard_normal((4, 3)).astype("float32")
+    assert not B.shared_sgemm(a32, b32, np.zeros((6, 4), "float32"))  # wrong out shape
+    assert not B.shared_sgemm(np.asfortranarray(a32), b32, np.zeros((6, 3), "float32"))
+    assert not B.shared_sgemm(a32, b32[:3], np.zeros((6, 3), "float32"))
+
+
+def test_set_openblas_threads():
+    if B.SHARED_BLAS is None:
+        pytest.skip("this OpenBLAS does not export its thread-count functions")
+    before = B.SHARED_BLAS._get()
+    try:
+        assert B.set_openblas_threads(1) and B.SHARED_BLAS._get() == 1
+        assert B.set_openblas_threads(0) and B.SHARED_BLAS._get() == 1
+    finally:
+        B.SHARED_BLAS._set(before)

@@ -44,7 +44,7 @@ def test_measurements_go_to_the_database_and_a_later_search_starts_from_them(tmp
     records = Database(path).records
     assert len(records) == 5
     assert {r.workload for r in records} == {sparse.format_workload(A, 16)}
-    assert all(r.trace["format"] is None or set(r.trace["format"]) == {"max_width", "column_parts", "split_long_rows"}
+    assert all(r.trace["format"] is None or set(r.trace["format"]) == {"max_width", "column_parts", "split_long_rows", "hot_columns"}
                for r in records)
     # a second search measures only formats the database does not hold
     calls = []

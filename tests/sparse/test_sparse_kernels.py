@@ -252,3 +252,100 @@ def test_aligned_empty_starts_on_a_cache_line(shape, dtype):
     assert array.ctypes.data % 64 == 0 or array.size == 0
     array[...] = 1.5  # writable, and exactly its own size
     assert array.sum() == 1.5 * array.size
+
+
+@settings(deadline=None)
+@given(sparse_matrices(max_dim=20), st.sampled_from([5, 16, 32, 128]), st.sampled_from([0, 1, 4]),
+       st.sampled_from([1, 2, 3]), st.floats(0.0, 1.0), st.booleans(), st.integers(0, 2**32 - 1))
+def test_hyb_hot_columns_match_scipy(A, width, max_width, parts, hot_share, stream, seed):
+    """The most frequent columns as a partition of their own, first (with streaming stores for the
+    output when `stream`: the threshold lowered to 0), every other partition and bucket setting."""
+    n = A.shape[1]
+    hot = int(round(hot_share * n))
+    H = sparse.format_decompose(sparse.from_scipy(A), max_width, column_parts=parts, hot_columns=hot)
+    assert len(H.parts) == parts + (0 < hot < n)
+    assert (H.order is None) == (hot == 0)
+    if H.order is not None:
+        assert sorted(H.order.tolist()) == list(range(n))
+    np.testing.assert_array_equal(H.to_scipy().toarray(), A.toarray())
+    B = _dense(np.random.default_rng(seed), n, width, np.float32)
+    with pytest.MonkeyPatch.context() as patch:
+        if stream:
+            patch.setattr(kernels, "STREAM_MIN_BYTES", 0)
+        np.testing.assert_allclose(sparse.spmm_hyb(H, B), A @ B, rtol=1e-5, atol=1e-4)
+        out = np.full((A.shape[0], width), 7.0, np.float32)  # maybe not on a cache line: no streaming then
+        np.testing.assert_allclose(sparse.spmm_hyb(H, B, out), A @ B, rtol=1e-5, atol=1e-4)
+
+
+def test_hot_columns_come_first_by_their_entries():
+    import scipy.sparse as sp
+
+    # column entries: 0 -> 1, 1 -> 3, 2 -> 0, 3 -> 3, 4 -> 2
+    dense = np.array([[1, 1, 0, 1, 0], [0, 1, 0, 1, 1], [0, 1, 0, 1, 1]], np.float32)
+    M = sparse.from_scipy(sp.csr_matrix(dense))
+    H = sparse.format_decompose(M, max_width=0, hot_columns=2)
+    assert H.order.tolist() == [1, 3, 0, 2, 4]
+    assert [p.columns for p in H.parts] == [(0, 2), (2, 5)]
+    hot, cold = H.parts
+    assert not hot.buckets and np.diff(hot.rest.indptr["j"]).tolist() == [2, 2, 2]
+    assert sorted(set(hot.rest.indices["j"].tolist())) == [1, 3]
+    assert cold.rest.indices["j"].tolist() == [0, 4, 4]
+    three = sparse.format_decompose(M, max_width=0, hot_columns=3, column_parts=2)
+    assert three.order.tolist() == [1, 3, 4, 0, 2] and [p.columns for p in three.parts] == [(0, 3), (3, 4), (4, 5)]
+    assert "columns reordered" in repr(three)
+    everything = sparse.format_decompose(M, hot_columns=5)
+    assert len(everything.parts) == 1 and everything.order.tolist() == [0, 1, 2, 3, 4]  # one group: column order
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(hot_columns=-1), "hot_columns must be an int in"), (dict(hot_columns=5), "hot_columns must be an int in"),
+    (dict(hot_columns=True), "hot_columns must be an int in"), (dict(max_width=-2), "0 or a power of two"),
+    (dict(max_width=0, split_long_rows=True), "split_long_rows needs a max_width")])
+def test_format_decompose_hot_columns_preconditions(kwargs, message):
+    import scipy.sparse as sp
+
+    from refcomp.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match=message):
+        sparse.format_decompose(sparse.from_scipy(sp.eye(4, format="csr", dtype=np.float32)), **kwargs)
+
+
+@pytest.mark.parametrize("order, message", [
+    (np.array([0, 1, 1, 3], np.int32), "order must list each of the 4 columns once"),
+    (np.array([0, 1, 2], np.int32), "expected 4 entries, got 3"),
+    (np.array([0, 1, 2, 4], np.int32), r"order\[3\]"), (np.array([0, 1, 2, 3], np.int64), "int32")])
+def test_hyb_rejects_a_broken_column_order(order, message):
+    import scipy.sparse as sp
+
+    from refcomp.sparse.hyb import Hyb
+
+    H = sparse.format_decompose(sparse.from_scipy(sp.eye(4, format="csr", dtype=np.float32)), hot_columns=2)
+    with pytest.raises(sparse.SparseFormatError, match=message) as caught:
+        Hyb(H.shape, H.parts, order)
+    assert caught.value.array == "order"
+
+
+@settings(deadline=None, max_examples=30)
+@given(sparse_matrices(max_dim=30), st.sampled_from([16, 32, 128]), st.integers(0, 2**32 - 1))
+def test_csr_spmm_with_streaming_stores_matches_scipy(A, width, seed):
+    B = _dense(np.random.default_rng(seed), A.shape[1], width, np.float32)
+    M = sparse.from_scipy(A)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "STREAM_MIN_BYTES", 0)
+        np.testing.assert_allclose(sparse.spmm(M, B), A @ B, **TOL[np.float32])
+        out = np.full((A.shape[0] + 1, width), 7.0, np.float32)[1:]  # 4 * width bytes past a maybe-aligned start
+        np.testing.assert_allclose(sparse.spmm(M, B, out), A @ B, **TOL[np.float32])
+
+
+def test_scratch_empty_is_on_a_cache_line_and_reused_per_name():
+    a = kernels.scratch_empty("test_a", (100, 48), np.float32)
+    assert a.shape == (100, 48) and a.dtype == np.float32 and a.flags.c_contiguous and a.ctypes.data % 64 == 0
+    a[...] = 3.0
+    smaller = kernels.scratch_empty("test_a", (10, 8), np.float64)  # the same memory, viewed anew
+    assert smaller.ctypes.data % 64 == 0 and smaller.shape == (10, 8)
+    assert np.shares_memory(a, smaller)
+    other = kernels.scratch_empty("test_b", (100, 48), np.float32)
+    assert not np.shares_memory(a, other)
+    larger = kernels.scratch_empty("test_a", (400, 48), np.float32)  # grows: a new buffer
+    assert larger.shape == (400, 48) and larger.ctypes.data % 64 == 0
+    assert kernels.scratch_empty("test_a", (0, 5), np.float32).size == 0

@@ -338,3 +338,85 @@ def test_prefetch_emits_gcc_prefetches_and_compiles_strictly():
     lib = build(prefetch_gathered_rows(spmm_csr_scheduled("float64", 32, prefetch=False), "B", 8),
                 target="c -std=c99", bounds="prove")
     assert lib.source.count("__builtin_prefetch(&B[") == 4
+
+
+@pytest.mark.parametrize("lines", [1, 2, 100])
+def test_prefetch_gathered_rows_leading_lines(lines):
+    """With `lines`, only the row's first lines are prefetched; a second call adds a second distance."""
+    before = vectorize_row_tile(lower_stage3(spmm_iteration("float32", 128), row_tile=128), 16)
+    far = prefetch_gathered_rows(before, "B", 32, lines)
+    text = script(far)
+    assert [line.strip() for line in text.splitlines() if "T.prefetch" in line] == \
+        [f"T.evaluate(T.prefetch(B[J_indices[q], {col}], 0))" for col in range(0, 128, 16)][:lines]
+    both = prefetch_gathered_rows(far, "B", 8)
+    text = script(both)
+    assert "T.min(j, nnz - 1 - 8) + 8" in text and "T.min(j, nnz - 1 - 32) + 32" in text
+    assert text.count("T.prefetch(") == min(lines, 8) + 8
+    verify_in_bounds(both)
+    rng = np.random.default_rng(lines)
+    A = _skewed(rng, 120, 70, np.float32)
+    A.indptr, A.indices = A.indptr.astype(np.int32), A.indices.astype(np.int32)
+    B = rng.uniform(-1.0, 1.0, (70, 128)).astype(np.float32)
+    out = np.full((120, 128), 7.0, np.float32)
+    build(partition_rows(both), bounds="prove")(row_parts(A.indptr), A.indptr, A.indices, A.data, B, out)
+    np.testing.assert_allclose(out, A @ B, **TOL[np.float32])
+    for bad in (0, -2, True, 1.5):
+        with pytest.raises(sparse.SparseScheduleError, match="lines must be None or a positive int"):
+            prefetch_gathered_rows(before, "B", 4, bad)
+
+
+def test_stream_output_rows_before_after():
+    from refcomp.emit_c.codegen import NONTEMPORAL
+    from refcomp.sparse.schedule import stream_output_rows
+
+    before = spmm_csr_scheduled("float32", 32)
+    after = stream_output_rows(before)
+    (c_before,), (c_after,) = ([p for p in f.params if p.name == "C"] for f in (before, after))
+    assert c_before.align == 0 and c_after.align == 64
+    rows_before, rows_after = (next(s for s in _loops(f) if s.loop_var.name == "i") for f in (before, after))
+    assert NONTEMPORAL not in (rows_before.annotations or {}) and rows_after.annotations[NONTEMPORAL] is True
+    old, new = script(before).splitlines(), script(after).splitlines()
+    assert len(old) == len(new) and sum(a != b for a, b in zip(old, new)) == 2  # the C parameter, the row loop
+    verify_in_bounds(after)
+    lib = build(after, bounds="prove")
+    assert lib.source.count("rc_vstream_float32x16(&C[") == 1 and "__builtin_ia32_sfence();" in lib.source
+    rng = np.random.default_rng(3)
+    A = _skewed(rng, 150, 60, np.float32)
+    A.indptr, A.indices = A.indptr.astype(np.int32), A.indices.astype(np.int32)
+    B = rng.uniform(-1.0, 1.0, (60, 32)).astype(np.float32)
+    out = sparse.kernels.aligned_empty((150, 32), np.float32)
+    out[...] = 7.0
+    lib(row_parts(A.indptr), A.indptr, A.indices, A.data, B, out)
+    np.testing.assert_allclose(out, A @ B, **TOL[np.float32])
+
+
+def test_stream_output_rows_preconditions():
+    from refcomp.sparse.schedule import stream_output_rows
+
+    func = spmm_csr_scheduled("float32", 32)
+    with pytest.raises(sparse.SparseScheduleError, match="no 2-D parameter named 'Z'"):
+        stream_output_rows(func, "Z")
+    with pytest.raises(sparse.SparseScheduleError, match="rows of C must be whole cache lines"):
+        stream_output_rows(spmm_csr_scheduled("float32", 8))  # 32-byte rows
+    with pytest.raises(sparse.SparseScheduleError, match="rows of C must be whole cache lines"):
+        stream_output_rows(spmm_csr_scheduled("float32", None))
+    with pytest.raises(sparse.SparseScheduleError, match="parallel loop over parts"):
+        stream_output_rows(PrimFunc(func.params, func.body.body, "bare"))
+    with pytest.raises(sparse.SparseScheduleError, match="one serial row loop"):
+        stream_output_rows(vectorize_row_tile(lower_stage3(spmm_iteration("float32", 32), row_tile=32), 16))
+
+
+def test_streams_only_large_aligned_outputs_of_whole_lines():
+    from refcomp.sparse import kernels
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "STREAM_MIN_BYTES", 1 << 12)
+        aligned = kernels.aligned_empty((64, 32), np.float32)
+        assert kernels.streams(aligned)
+        raw = np.empty(64 * 32 + 4, np.float32)
+        start = 1 if raw.ctypes.data % 64 == 0 else 0
+        assert not kernels.streams(raw[start: start + 64 * 32].reshape(64, 32))  # not on a cache line
+        assert not kernels.streams(kernels.aligned_empty((8, 32), np.float32))  # 1 KiB: too small
+        assert not kernels.streams(kernels.aligned_empty((256, 5), np.float32))  # rows not whole lines
+        assert not kernels.streams(kernels.aligned_empty((64, 64), np.float32)[:, :32])  # not contiguous
+    assert not kernels.streams(kernels.aligned_empty((64, 32), np.float32))  # the real threshold: 48 MiB

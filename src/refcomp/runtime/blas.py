@@ -274,3 +274,47 @@ def sgemm_address() -> int | None:
         lib = ffi.dlopen(path)
         _SGEMM_HANDLE = (ffi, lib, int(ffi.cast("uintptr_t", lib.scipy_cblas_sgemm64_)))
     return _SGEMM_HANDLE[2]
+
+
+def shared_sgemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+    """out = a @ b (C-contiguous 2-D float32 arrays, out not overlapping either) through numpy's
+    OpenBLAS with its own workers asleep: one-threaded sgemm calls on blocks of a's rows, shared
+    over as many blocking helper threads as OpenBLAS had (the _SharedBlas of a VM call), so no
+    OpenBLAS thread spins on a core that the OpenMP kernels before and after the product want.
+    False, with nothing done, where numpy's OpenBLAS or its thread controls are absent or the
+    operands are not of that form."""
+    if not (a.ndim == b.ndim == out.ndim == 2 and a.dtype == b.dtype == out.dtype == np.float32
+            and all(x.flags.c_contiguous for x in (a, b, out))
+            and a.shape[1] == b.shape[0] and out.shape == (a.shape[0], b.shape[1])):
+        return False
+    if not register_blas() or SHARED_BLAS is None or sgemm_address() is None:
+        return False
+    ffi, _, address = _SGEMM_HANDLE
+    sgemm = ffi.cast("void(*)(int, int, int, int64_t, int64_t, int64_t, float, const float*, int64_t, "
+                     "const float*, int64_t, float, float*, int64_t)", address)
+    (m, k), n = a.shape, b.shape[1]
+    if m == 0 or n == 0:
+        return True
+    if k == 0:
+        out[...] = 0
+        return True
+
+    def rows(lo: int, hi: int) -> None:
+        sgemm(_CBLAS_ROW_MAJOR, _CBLAS_NO_TRANS, _CBLAS_NO_TRANS, hi - lo, n, k, 1.0,
+              ffi.cast("const float*", a.ctypes.data + lo * k * 4), k, ffi.cast("const float*", b.ctypes.data), n,
+              0.0, ffi.cast("float*", out.ctypes.data + lo * n * 4), n)
+
+    with SHARED_BLAS as shared:
+        parts = shared.threads if _large_enough_to_batch(m, k, n) else 1
+        edges = [m * i // parts for i in range(parts + 1)]
+        shared.run([lambda lo=lo, hi=hi: rows(lo, hi) for lo, hi in zip(edges, edges[1:]) if hi > lo])
+    return True
+
+
+def set_openblas_threads(count: int) -> bool:
+    """Set the thread count of numpy's OpenBLAS (what a numpy product and shared_sgemm then use);
+    False where it cannot be set."""
+    if not register_blas() or SHARED_BLAS is None:
+        return False
+    SHARED_BLAS._set(max(1, int(count)))
+    return True

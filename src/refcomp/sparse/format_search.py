@@ -7,8 +7,9 @@ tuner searches schedules:
 
 1. the first round measures plain CSR and the fixed candidates of `choose_format`;
 2. each later round mutates the fastest formats measured so far, one parameter a step (the ELL
-   width and the partition count move by a factor of two, the long-row split flips), plus a fresh
-   random point now and then, and measures the ones not tried yet;
+   width, the partition count and the hot-column count move to the next value of their lists,
+   the long-row split flips), plus a fresh random point now and then, and measures the ones not
+   tried yet;
 3. every candidate runs SpMM on a random dense operand and is compared with CSR's product before
    it is timed (an InternalError when one differs: a format must never change the answer);
 4. each measurement is committed to a `refcomp.tune.Database` (append-only JSON lines, crash-safe)
@@ -34,8 +35,10 @@ from .formats import SparseMatrix
 from .hyb import DEFAULT_CANDIDATES, FormatChoice, measure_format
 from .kernels import _require_csr, spmm
 
-ELL_WIDTHS = (4, 8, 16, 32, 64, 128)
+ELL_WIDTHS = (0, 4, 8, 16, 32, 64, 128)  # 0: no ELL buckets
 COLUMN_PARTS = (1, 2, 4, 8, 16, 32, 64)
+HOT_COLUMNS = (0, 1024, 2048, 3072, 4096)  # a first partition of the most frequent columns (clamped to n)
+SPACE_SIZE = 1 + (2 * (len(ELL_WIDTHS) - 1) + 1) * len(COLUMN_PARTS) * len(HOT_COLUMNS)  # CSR and every hyb
 TARGET = "c"
 
 
@@ -59,20 +62,18 @@ def _key(params: dict | None) -> str:
 
 def _neighbours(params: dict | None) -> list[dict | None]:
     """The formats one step from params: CSR's neighbour is the default hyb; a hyb's are its ELL
-    width and partition count halved or doubled, the long-row split flipped, and CSR."""
+    width, partition count and hot-column count moved to the next value up or down their lists,
+    the long-row split flipped (where there is an ELL width), and CSR."""
     if params is None:
         return [dict(max_width=32)]
-    width = params.get("max_width", 32)
-    parts = params.get("column_parts", 1)
-    split = params.get("split_long_rows", False)
+    params = _normal(params)
     found: list[dict | None] = [None]
-    for w in (width // 2, width * 2):
-        if w in ELL_WIDTHS:
-            found.append(dict(params, max_width=w))
-    for p in (parts // 2, parts * 2):
-        if p in COLUMN_PARTS:
-            found.append(dict(params, column_parts=p))
-    found.append(dict(params, split_long_rows=not split))
+    for key, values in (("max_width", ELL_WIDTHS), ("column_parts", COLUMN_PARTS), ("hot_columns", HOT_COLUMNS)):
+        if params[key] in values:
+            at = values.index(params[key])
+            found += [dict(params, **{key: values[i]}) for i in (at - 1, at + 1) if 0 <= i < len(values)]
+    if params["max_width"]:
+        found.append(dict(params, split_long_rows=not params["split_long_rows"]))
     return found
 
 
@@ -80,15 +81,18 @@ def _random_format(rng: random.Random) -> dict | None:
     if rng.random() < 0.1:
         return None
     return dict(max_width=rng.choice(ELL_WIDTHS), column_parts=rng.choice(COLUMN_PARTS),
-                split_long_rows=rng.random() < 0.5)
+                split_long_rows=rng.random() < 0.5, hot_columns=rng.choice(HOT_COLUMNS))
 
 
 def _normal(params: dict | None) -> dict | None:
-    """params with every field spelled out (so equal formats have one key)."""
+    """params with every field spelled out (so equal formats have one key; a split needs an ELL
+    width, and is dropped without one)."""
     if params is None:
         return None
-    return dict(max_width=params.get("max_width", 32), column_parts=params.get("column_parts", 1),
-                split_long_rows=bool(params.get("split_long_rows", False)))
+    width = params.get("max_width", 32)
+    return dict(max_width=width, column_parts=params.get("column_parts", 1),
+                split_long_rows=bool(params.get("split_long_rows", False)) and width > 0,
+                hot_columns=params.get("hot_columns", 0))
 
 
 def tune_format(A: SparseMatrix, width: int, trials: int = 16, *, database: Any = None, seed: int | None = None,
@@ -136,7 +140,7 @@ def tune_format(A: SparseMatrix, width: int, trials: int = 16, *, database: Any 
         if not round_:  # everything queued was measured: a random point
             fresh = _normal(_random_format(rng))
             if _key(fresh) in times:
-                if len(times) >= 1 + len(ELL_WIDTHS) * len(COLUMN_PARTS) * 2:
+                if len(times) >= SPACE_SIZE:
                     break  # the whole space is measured
                 continue
             round_ = [fresh]

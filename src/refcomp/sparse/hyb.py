@@ -91,7 +91,7 @@ class HybPart:
         """(rows, parts) of the rest kernel's row list: in the first partition (the rest's rows
         and the unheld ones, which it zeroes), in any later one (the rest's rows only)."""
         ptr = self.rest.indptr["j"]
-        first = np.concatenate([self.rest_rows, self.unheld_rows])
+        first = np.sort(np.concatenate([self.rest_rows, self.unheld_rows]))  # the output written in order
         return (first, row_list_parts(ptr, first)), (self.rest_rows, row_list_parts(ptr, self.rest_rows))
 
     @cached_property
@@ -111,13 +111,27 @@ class HybPart:
 @dataclass(frozen=True, eq=False)
 class Hyb:
     """A matrix decomposed by column partitions; each partition into ELL buckets (disjoint row
-    sets), a CSR rest and split long rows."""
+    sets), a CSR rest and split long rows.  `order` (None: the columns in their own order) lists
+    the columns in the order the partitions' ranges count them: part p holds the columns
+    order[lo:hi] of its range [lo, hi)."""
 
     shape: tuple[int, int]
     parts: tuple[HybPart, ...]
+    order: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         m, n = self.shape
+        if self.order is not None:
+            order = check_index_array("hyb", "order", self.order, n)
+            bad = np.flatnonzero((order < 0) | (order >= n))
+            if bad.size:
+                p = int(bad[0])
+                raise SparseFormatError(f"hyb: order[{p}]: column {int(order[p])} is outside [0, {n})", "order", p)
+            if n and np.bincount(order, minlength=n).max() != 1:
+                raise SparseFormatError(f"hyb: order must list each of the {n} columns once", "order")
+            order = np.array(order, copy=True)
+            order.flags.writeable = False
+            object.__setattr__(self, "order", order)
         edge = 0
         for number, part in enumerate(self.parts):
             where = f"part{number}"
@@ -179,34 +193,65 @@ class Hyb:
             split = f", split {part.split.chunks.shape[0]} chunks" if part.split is not None else ""
             parts.append(f"[{part.columns[0]}, {part.columns[1]}): buckets [{widths}], rest nnz="
                          f"{part.rest.data.size}{split}")
-        return f"Hyb(shape={self.shape}, " + "; ".join(parts) + ")"
+        reordered = "" if self.order is None else ", columns reordered"
+        return f"Hyb(shape={self.shape}{reordered}, " + "; ".join(parts) + ")"
 
 
 def format_decompose(A: SparseMatrix, max_width: int = 32, column_parts: int = 1,
-                     split_long_rows: bool = False) -> Hyb:
+                     split_long_rows: bool = False, hot_columns: int = 0) -> Hyb:
     """CSR A -> hyb: `column_parts` column partitions of equal width; in each, rows of length
     0 < L <= max_width go to the ELL bucket of width 2^ceil(log2 L), and longer rows to a CSR
     rest, or, with split_long_rows, into chunks of max_width entries summed back per row.
+    hot_columns > 0: the columns reordered by their number of entries (`Hyb.order`: the
+    hot_columns most frequent first, ties by column, each group in column order) and those
+    columns made a partition of their own, first; the column partitions cut the other columns.
 
-    Requires CSR A, max_width a positive power of two, 1 <= column_parts (ArgumentError)."""
+    max_width 0: no ELL buckets, every row of a partition in its CSR rest.
+
+    Requires CSR A, max_width 0 or a power of two, 1 <= column_parts, 0 <= hot_columns <= the
+    column count (ArgumentError)."""
     A = _require_csr(A, "format_decompose")
-    if not isinstance(max_width, int) or max_width < 1 or max_width & (max_width - 1):
-        raise ArgumentError(f"format_decompose: max_width must be a positive power of two, got {max_width!r}")
+    if not isinstance(max_width, int) or isinstance(max_width, bool) or max_width < 0 or max_width & (max_width - 1):
+        raise ArgumentError(f"format_decompose: max_width must be 0 or a power of two, got {max_width!r}")
     if not isinstance(column_parts, int) or isinstance(column_parts, bool) or column_parts < 1:
         raise ArgumentError(f"format_decompose: column_parts must be a positive int, got {column_parts!r}")
+    if split_long_rows and not max_width:
+        raise ArgumentError("format_decompose: split_long_rows needs a max_width (the chunk length), got 0")
     m, n = A.shape
+    if not isinstance(hot_columns, int) or isinstance(hot_columns, bool) or not 0 <= hot_columns <= n:
+        raise ArgumentError(f"format_decompose: hot_columns must be an int in [0, {n}], got {hot_columns!r}")
     indptr, indices, data = A.indptr["j"].astype(np.int64), A.indices["j"], A.data
-    step = -(-n // column_parts) if n else 0
-    edges = [min(p * step, n) for p in range(column_parts)] + [n]
+    order = None
+    where = indices  # each entry's column position in the order
+    edges = [0]
+    if hot_columns:
+        order = hot_first_order(A, hot_columns)
+        position = np.empty(n, dtype=np.int64)
+        position[order] = np.arange(n)
+        where = position[indices]
+        edges = [0, hot_columns] if hot_columns < n else [0]
+    start = edges[-1]
+    step = -(-(n - start) // column_parts) if n > start else 0
+    edges += [min(start + p * step, n) for p in range(1, column_parts)] + [n]
     rows = np.repeat(np.arange(m), np.diff(indptr))
     parts = []
     for lo, hi in zip(edges, edges[1:]):
-        keep = (indices >= lo) & (indices < hi)
+        keep = (where >= lo) & (where < hi)
         lengths = np.bincount(rows[keep], minlength=m).astype(np.int64)
         ptr = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
         parts.append(_part((lo, hi), ptr, np.ascontiguousarray(indices[keep]), np.ascontiguousarray(data[keep]),
                            lengths, (m, n), max_width, split_long_rows))
-    return Hyb((m, n), tuple(parts))
+    return Hyb((m, n), tuple(parts), None if order is None else order.astype(INDEX_DTYPE))
+
+
+def hot_first_order(A: SparseMatrix, hot_columns: int) -> np.ndarray:
+    """The columns of CSR A with the hot_columns holding the most entries first (ties: the lower
+    column), then the others; each group in increasing column order."""
+    n = A.shape[1]
+    counts = np.bincount(A.indices["j"], minlength=n)
+    hot = np.zeros(n, dtype=bool)
+    hot[np.argsort(-counts, kind="stable")[:hot_columns]] = True
+    return np.concatenate([np.flatnonzero(hot), np.flatnonzero(~hot)])
 
 
 def _part(columns, indptr, indices, data, lengths, shape, max_width, split) -> HybPart:
@@ -310,7 +355,7 @@ def spmm_hyb(H: Hyb, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
         rows, parts = part.rest_plan[1 if add else 0]
         if rows.size:
             run_spmm_csr_rows(name, width, rows, rest.indptr["j"], rest.indices["j"], rest.data, B, out,
-                              accumulate=add, parts=parts)
+                              accumulate=add, parts=parts, stream=not add)
         if part.split is not None:
             partial = _split_partial(part.split, B, name, width)
             gather = part.split.gather
@@ -349,6 +394,7 @@ def _spmm_hyb_general(H: Hyb, B: np.ndarray, out: np.ndarray, name: str) -> np.n
 # ----------------------------------------------------------------------------- format search
 DEFAULT_CANDIDATES = (
     None,  # plain CSR
+    dict(max_width=0, hot_columns=3072),  # the rows of B that 1.5 MiB holds at 512 bytes a row, first
     dict(max_width=8), dict(max_width=32), dict(max_width=32, column_parts=2), dict(max_width=32, column_parts=4),
     dict(max_width=32, split_long_rows=True),
 )
@@ -401,6 +447,8 @@ def measure_format(A: SparseMatrix, B: np.ndarray, expected: np.ndarray, params:
     from ..errors import InternalError
     from .kernels import spmm
 
+    if params is not None and params.get("hot_columns", 0) > A.shape[1]:
+        params = dict(params, hot_columns=A.shape[1])  # every column (a fixed candidate on a small matrix)
     matrix = A if params is None else format_decompose(A, **params)
     out = np.empty_like(expected)
     run = (lambda: spmm(A, B, out)) if params is None else (lambda: spmm_hyb(matrix, B, out))

@@ -33,7 +33,9 @@ from ..errors import ArgumentError
 from .formats import SparseMatrix
 from .iteration import SparseIteration, SpBuffer, sp_axis, sp_iter
 from .lower import lower_stage3
-from .schedule import partition_rows, prefetch_gathered_rows, row_parts, select_rows, vectorize_row_tile
+from .schedule import (
+    partition_rows, prefetch_gathered_rows, row_parts, select_rows, stream_output_rows, vectorize_row_tile,
+)
 from .validate import VALUE_DTYPES
 
 
@@ -94,48 +96,76 @@ def row_tile_lanes(dtype: str) -> tuple[int, int]:
     return ROW_TILE_VECTORS * lanes, lanes
 
 
-# Gathered rows of at least this many bytes are prefetched PREFETCH_DISTANCE entries ahead
-# (`prefetch_gathered_rows`).  Measured with one thread on the benchmark's graphs: +1-13% at 512
-# bytes (128 float32), none or a loss at 128 bytes with B on cache lines, where the line fill
-# buffers are the limit and the prefetches only add work.
+# Gathered rows of at least this many bytes are prefetched ahead (`prefetch_gathered_rows`), by
+# PREFETCH_PLAN: (distance in entries, leading lines or None for the whole row) per call.  A CSR
+# SpMM gathering 512-byte rows from a B far larger than L2 is bound by the misses one core keeps in
+# flight (the L1 line fill buffers: 16, at about 60-80 ns each).  The first two lines of the row
+# 32 entries ahead start the rows early (the hardware's stream prefetcher takes the rest of the
+# row into L2 without a fill buffer), the whole row 8 entries ahead brings it into L1.  Measured
+# with one thread (CPU time, f128, 2-core AVX-512 Xeon, shared): against the whole row 16 ahead,
+# 1.06-1.08x on R-MAT 2^18 and 1.06-1.10x on BA 100k; that against no prefetch, +1-13%.  At 128
+# bytes (32 float32) with B on cache lines prefetches gave nothing or a loss, and are not made.
 PREFETCH_MIN_ROW_BYTES = 512
-PREFETCH_DISTANCE = 16
+PREFETCH_PLAN: tuple[tuple[int, int | None], ...] = ((32, 2), (8, None))
 
 
 def _prefetched(func: PrimFunc, dtype: str, width: int | None, prefetch: bool | None) -> PrimFunc:
-    """func with B's rows prefetched ahead where `prefetch` says (None: by PREFETCH_MIN_ROW_BYTES)."""
+    """func with B's rows prefetched ahead where `prefetch` says (None: by PREFETCH_MIN_ROW_BYTES),
+    as PREFETCH_PLAN says."""
     if prefetch is None:
         prefetch = width is not None and width * np.dtype(dtype).itemsize >= PREFETCH_MIN_ROW_BYTES
-    return prefetch_gathered_rows(func, "B", PREFETCH_DISTANCE) if prefetch else func
+    if not prefetch:
+        return func
+    for distance, lines in PREFETCH_PLAN:
+        func = prefetch_gathered_rows(func, "B", distance, lines)
+    return func
 
 
 def spmm_csr_scheduled(dtype: str = "float32", width: int | None = None, accumulate: bool = False,
-                       prefetch: bool | None = None) -> PrimFunc:
+                       prefetch: bool | None = None, stream: bool = False) -> PrimFunc:
     """The CSR SpMM that `spmm` runs: stage III with the output row in a tile of vector registers
     (`lower_stage3(row_tile=...)`, then split / vectorize / unroll of the tile loops), B's rows
     prefetched ahead when they are long (`prefetch` None: PREFETCH_MIN_ROW_BYTES and more; a
     constant width only) and the rows partitioned by stored entries (`partition_rows`: the kernel
     takes `parts` first, see `row_parts`).  A width that is not a constant keeps the plain row
-    loop body."""
+    loop body.  stream: the output rows written with streaming stores (`stream_output_rows`; C
+    must then start on a cache line)."""
     it = spmm_iteration(dtype, width, accumulate)
     if width is None:
         return partition_rows(lower_stage3(it))
     tile, lanes = row_tile_lanes(dtype)
     func = vectorize_row_tile(lower_stage3(it, row_tile=tile), lanes)
-    return partition_rows(_prefetched(func, dtype, width, prefetch))
+    func = partition_rows(_prefetched(func, dtype, width, prefetch))
+    return stream_output_rows(func) if stream else func
 
 
 def run_spmm_csr_rows(dtype: str, width: int, rows: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
                       data: np.ndarray, B: np.ndarray, out: np.ndarray, accumulate: bool = False,
-                      parts: np.ndarray | None = None) -> None:
+                      parts: np.ndarray | None = None, stream: bool = False) -> None:
     """out[rows] (+)= CSR(indptr, indices, data)[rows] @ B (rows distinct, checked by the caller),
     for a width in SPECIALISED_WIDTHS (else an ArgumentError).  parts: `row_list_parts(indptr,
-    rows)`, computed here when not given."""
+    rows)`, computed here when not given.  stream: with streaming stores where `streams(out)`."""
     if width not in SPECIALISED_WIDTHS:
         raise ArgumentError(f"spmm over a row list: width {width} has no kernel (one of {SPECIALISED_WIDTHS})")
-    kind = "spmm_csr_rows_acc" if accumulate else "spmm_csr_rows"
+    kind = ("spmm_csr_rows_acc" if accumulate else "spmm_csr_rows") + ("_stream" if stream and streams(out) else "")
     compiled(kind, dtype, width)(parts if parts is not None else row_list_parts(indptr, rows),
                                  rows, indptr, indices, data, B, out)
+
+
+# Outputs of at least this many bytes are written with streaming stores (`stream_output_rows`) by
+# the kernels that write each output row once: no line is read before it is written, and the
+# output does not push the gathered rows of B out of the caches.  Measured with one thread (CPU
+# time): CSR f128 1.06-1.15x on R-MAT 2^18 (128 MiB of output), 1.05-1.10x on BA 100k (51 MiB);
+# f32 on R-MAT (32 MiB) 0.96x, on BA (13 MiB) 0.96x.
+STREAM_MIN_BYTES = 48 << 20
+
+
+def streams(out: np.ndarray) -> bool:
+    """Whether a kernel writing out whole rows once should use streaming stores: out starts on a
+    cache line, its rows are whole lines of a specialised width, and it has STREAM_MIN_BYTES."""
+    return (out.ndim == 2 and out.nbytes >= STREAM_MIN_BYTES and out.ctypes.data % CACHE_LINE == 0
+            and out.shape[1] in SPECIALISED_WIDTHS and (out.shape[1] * out.itemsize) % CACHE_LINE == 0
+            and out.flags.c_contiguous)
 
 
 def row_list_parts(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -172,6 +202,21 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return backing[start: start + size].view(dtype).reshape(shape)
 
 
+def scratch_empty(name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialised C-contiguous array on a cache line for a temporary that one call makes and
+    drops (RGCN's summed neighbours), from a buffer kept per thread and per `name` (of the largest
+    size asked): a large fresh array costs its page faults on every call (100 MB: about 6 ms).
+    The next request under the same name on the same thread reuses the memory."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape)) * dtype.itemsize
+    kept = _stage.__dict__.setdefault("scratch", {})
+    backing = kept.get(name)
+    if backing is None or backing.size < size + CACHE_LINE:
+        backing = kept[name] = np.empty(size + CACHE_LINE, np.uint8)
+    start = (-backing.ctypes.data) % CACHE_LINE
+    return backing[start: start + size].view(dtype).reshape(shape)
+
+
 def stage_rows(B: np.ndarray, nnz: int, force: bool = False) -> np.ndarray:
     """B, or a copy of it whose rows start on cache-line boundaries, for an SpMM that gathers `nnz`
     rows of it.  A gathered row of 32 float32 (128 bytes) spans two cache lines when B starts on a
@@ -199,10 +244,12 @@ def stage_rows(B: np.ndarray, nnz: int, force: bool = False) -> np.ndarray:
 
 
 def run_spmm_csr(dtype: str, width: int, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
-                 B: np.ndarray, out: np.ndarray, accumulate: bool = False, parts: np.ndarray | None = None) -> None:
+                 B: np.ndarray, out: np.ndarray, accumulate: bool = False, parts: np.ndarray | None = None,
+                 stream: bool = False) -> None:
     """out (+)= CSR(indptr, indices, data) @ B with the scheduled kernel (arrays validated by the
-    caller); parts: `row_parts(indptr)`, computed here when not given."""
-    kind = "spmm_csr_acc" if accumulate else "spmm_csr"
+    caller); parts: `row_parts(indptr)`, computed here when not given; stream: with streaming
+    stores where `streams(out)`."""
+    kind = ("spmm_csr_acc" if accumulate else "spmm_csr") + ("_stream" if stream and streams(out) else "")
     compiled(kind, dtype, width)(row_parts(indptr) if parts is None else parts, indptr, indices, data, B, out)
 
 
@@ -257,13 +304,14 @@ def _ell_row_tile(dtype: str, tile: int, width: int, row: Any, col: Any, value: 
     return body if outer is None else For(outer, IntImm(0), IntImm(width // tile), "serial", body)
 
 
-def spmm_csr_rows_scheduled(dtype: str, width: int, accumulate: bool) -> PrimFunc:
+def spmm_csr_rows_scheduled(dtype: str, width: int, accumulate: bool, stream: bool = False) -> PrimFunc:
     """CSR SpMM over a list of rows (`select_rows`): C[rows[q], :] (+)= A[rows[q], :] @ B, the other
     rows untouched; the rows partitioned by stored entries and tiled as in spmm_csr_scheduled (the
-    kernel takes parts, rows, then the CSR arrays)."""
+    kernel takes parts, rows, then the CSR arrays); stream: streaming stores to C."""
     tile, lanes = row_tile_lanes(dtype)
     func = lower_stage3(spmm_iteration(dtype, width, accumulate), row_tile=tile)
-    return partition_rows(select_rows(_prefetched(vectorize_row_tile(func, lanes), dtype, width, None)))
+    func = partition_rows(select_rows(_prefetched(vectorize_row_tile(func, lanes), dtype, width, None)))
+    return stream_output_rows(func) if stream else func
 
 
 def spmm_bsr_func(dtype: str = "float32", block: tuple[int, int] = (2, 2), width: int | None = None) -> PrimFunc:
@@ -321,10 +369,11 @@ def _built(kind: str, dtype: str, width: int | None, block: tuple[int, int] | No
         if width is not None:
             func = vectorize_row_tile(func, row_tile_lanes(dtype)[1])
         return build(func, bounds="prove")
-    if kind in ("spmm_csr_rows", "spmm_csr_rows_acc"):
-        return build(spmm_csr_rows_scheduled(dtype, width, accumulate=kind == "spmm_csr_rows_acc"), bounds="prove")
-    if kind in ("spmm_csr", "spmm_csr_acc"):
-        return build(spmm_csr_scheduled(dtype, width, accumulate=kind == "spmm_csr_acc"), bounds="prove")
+    stream = kind.endswith("_stream")
+    if kind.startswith("spmm_csr_rows"):
+        return build(spmm_csr_rows_scheduled(dtype, width, accumulate="_acc" in kind, stream=stream), bounds="prove")
+    if kind.startswith("spmm_csr"):
+        return build(spmm_csr_scheduled(dtype, width, accumulate="_acc" in kind, stream=stream), bounds="prove")
     if kind == "copy_rows":
         return build(copy_rows_func(dtype, width), bounds="prove")
     make = {"spmm_ell": spmm_ell_func, "sddmm": sddmm_func}[kind]
@@ -370,7 +419,8 @@ def spmm(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None = None) -> np.nd
     out = _output("spmm", out, (m, B.shape[1]), A.dtype)
     B = stage_rows(B, A.data.size)
     parts = A.derived("row_parts", lambda: row_parts(A.indptr["j"]))
-    run_spmm_csr(_dtype_name(A.dtype), B.shape[1], A.indptr["j"], A.indices["j"], A.data, B, out, parts=parts)
+    run_spmm_csr(_dtype_name(A.dtype), B.shape[1], A.indptr["j"], A.indices["j"], A.data, B, out, parts=parts,
+                 stream=True)
     return out
 
 

@@ -15,8 +15,10 @@ RGCN (relational graph convolution, one layer, no self term):
 
 The relations' adjacency matrices are stored as one composition of axes (I: dense_fixed nodes,
 Rel: dense_fixed relations below I, J: sparse_variable neighbours below Rel), so one kernel visits
-row i once and sums over all relations (`rgcn_iteration`): the relations are fused into one SpMM
-rather than run as one SpMM per relation.
+row i once for all relations rather than one SpMM per relation: either summing the neighbours of
+every relation first (the arrays read as one CSR matrix of nodes * R rows, then one dense product
+with the weights stacked; `rgcn_aggregate_first`, where d_in <= d_out) or applying the weights
+first and summing over all relations of a row (`rgcn_iteration`).
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from .formats import SparseMatrix
 from .iteration import SparseIteration, SpBuffer, sp_axis, sp_iter
 from .kernels import (
     SPECIALISED_WIDTHS, ROWS_DYNAMIC, _assume, _dense, _dtype_name, _width, aligned_empty, compiled, row_tile_lanes,
+    scratch_empty,
 )
 from .lower import lower_stage3
 from .schedule import partition_rows, row_parts, vectorize_row_tile
@@ -169,6 +172,14 @@ class RelationalGraph:
     def dtype(self) -> np.dtype:
         return self.data.dtype
 
+    @functools.cached_property
+    def stacked(self) -> SparseMatrix:
+        """The relations stacked by row as one validated CSR matrix of shape (nodes * R, nodes):
+        row i * R + r holds the neighbours of node i under relation r."""
+        from .formats import csr
+
+        return csr(self.indptr, self.indices, self.data, (self.shape[0] * self.relations, self.shape[1]))
+
 
 @functools.lru_cache(maxsize=None)
 def _rgcn_kernel(dtype: str, width: int | None) -> Any:
@@ -182,21 +193,60 @@ def _rgcn_kernel(dtype: str, width: int | None) -> Any:
 
 
 def rgcn(graph: RelationalGraph, X: np.ndarray, W: np.ndarray) -> np.ndarray:
-    """sum_r A_r @ (X @ W[r]): X (nodes, d_in), W (R, d_in, d_out); one fused sparse kernel."""
-    if not isinstance(graph, RelationalGraph):
-        raise ArgumentError(f"rgcn: expected a RelationalGraph, got {type(graph).__name__}")
-    m, k = graph.shape
-    X = _dense("rgcn: X", X, k, graph.dtype)
-    if not isinstance(W, np.ndarray) or W.ndim != 3 or W.shape[:2] != (graph.relations, X.shape[1]) \
-            or W.dtype != graph.dtype:
-        raise ArgumentError(f"rgcn: W must be a {graph.dtype} array of shape ({graph.relations}, {X.shape[1]}, "
-                            f"d_out), got {getattr(W, 'dtype', type(W).__name__)} {getattr(W, 'shape', '')}")
-    rels, width = graph.relations, W.shape[2]
+    """sum_r A_r @ (X @ W[r]): X (nodes, d_in), W (R, d_in, d_out).  With d_in <= d_out the
+    neighbours are summed first (`rgcn_aggregate_first`: one SpMM of the stacked relations with X,
+    then one dense product with the weights stacked); else the weights are applied first and one
+    fused sparse kernel sums over all relations of a row (`rgcn_iteration`)."""
+    X, W = _rgcn_operands("rgcn", graph, X, W)
+    if X.shape[1] <= W.shape[2]:
+        return rgcn_aggregate_first(graph, X, W)
+    (m, k), rels, width = graph.shape, graph.relations, W.shape[2]
     side_by_side = np.ascontiguousarray(W.transpose(1, 0, 2)).reshape(X.shape[1], rels * width)
     Y = aligned_empty((k, rels * width), graph.dtype)  # its gathered rows on cache lines
-    np.matmul(X, side_by_side, out=Y)
+    _matmul(X, side_by_side, Y)
     Y = Y.reshape(k, rels, width)  # Y[j, r] = X[j] @ W[r]
     out = np.empty((m, width), dtype=graph.dtype)
     kernel = _rgcn_kernel(_dtype_name(graph.dtype), width if width in SPECIALISED_WIDTHS else None)
     kernel(row_parts(graph.indptr[::rels]), graph.indptr, graph.indices, graph.data, Y, out)
     return out
+
+
+def rgcn_aggregate_first(graph: RelationalGraph, X: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """rgcn with the neighbours summed before the weights are applied: Z[i, r] = sum_j A_r[i, j]
+    X[j] is one CSR SpMM of the relations stacked by row (row i * R + r of the graph's arrays, the
+    (I, Rel, J) composition read as one (nodes * R, nodes) CSR matrix), and out = Z @ W stacked
+    ((nodes, R * d_in) @ (R * d_in, d_out), one dense product).  The same products as applying
+    the weights first; the SpMM gathers rows of X (d_in wide, from a table R times smaller than
+    X @ W of every relation), which pays where d_in <= d_out (`rgcn` chooses).  Arguments as rgcn's."""
+    from .kernels import spmm
+
+    X, W = _rgcn_operands("rgcn_aggregate_first", graph, X, W)
+    m, rels = graph.shape[0], graph.relations
+    d_in, width = X.shape[1], W.shape[2]
+    Z = scratch_empty("rgcn_sums", (m * rels, d_in), graph.dtype)
+    spmm(graph.stacked, X, Z)
+    out = np.empty((m, width), dtype=graph.dtype)
+    _matmul(Z.reshape(m, rels * d_in), np.ascontiguousarray(W.reshape(rels * d_in, width)), out)
+    return out
+
+
+def _rgcn_operands(what: str, graph: Any, X: Any, W: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(X, W) checked against the graph (ArgumentError): X (nodes, d_in) and W (R, d_in, d_out), both
+    of the graph's value type; C-contiguous copies where they were not."""
+    if not isinstance(graph, RelationalGraph):
+        raise ArgumentError(f"{what}: expected a RelationalGraph, got {type(graph).__name__}")
+    X = _dense(f"{what}: X", X, graph.shape[1], graph.dtype)
+    if not isinstance(W, np.ndarray) or W.ndim != 3 or W.shape[:2] != (graph.relations, X.shape[1]) \
+            or W.dtype != graph.dtype:
+        raise ArgumentError(f"{what}: W must be a {graph.dtype} array of shape ({graph.relations}, {X.shape[1]}, "
+                            f"d_out), got {getattr(W, 'dtype', type(W).__name__)} {getattr(W, 'shape', '')}")
+    return X, np.ascontiguousarray(W)
+
+
+def _matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """out = a @ b: float32 through OpenBLAS with its workers asleep (`shared_sgemm`: they would spin on
+    the cores the sparse kernel after or before wants), else numpy."""
+    from ..runtime.blas import shared_sgemm
+
+    if not shared_sgemm(a, b, out):
+        np.matmul(a, b, out=out)

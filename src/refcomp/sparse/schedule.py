@@ -16,7 +16,8 @@ from ..ast import (
 from ..ast.dtype import int64
 from ..shape import Analyzer
 from ..ast.stmt import BufferStore
-from ..emit_c.codegen import OMP_SCHEDULE
+from ..ast.functor import Mutator
+from ..emit_c.codegen import NONTEMPORAL, OMP_SCHEDULE
 from ..loops.primitives.kinds import unroll, vectorize
 from ..loops.primitives.legality import const_int
 from ..loops.primitives.loop import split
@@ -171,11 +172,14 @@ def _is_tile_loop(stmt) -> bool:
 CACHE_LINE_BYTES = 64
 
 
-def prefetch_gathered_rows(func: PrimFunc, buffer: str = "B", distance: int = 16) -> PrimFunc:
+def prefetch_gathered_rows(func: PrimFunc, buffer: str = "B", distance: int = 16,
+                           lines: int | None = None) -> PrimFunc:
     """The row of `buffer` that the entry `distance` positions ahead will gather, prefetched (one
-    `prefetch` per 64-byte line of the row) at the top of the loop over positions.
+    `prefetch` per 64-byte line of the row) at the top of the loop over positions; with `lines`,
+    only the row's first `lines` lines (the hardware's stream prefetcher then fetches the rest of
+    the row when it is read: a far first-lines prefetch and a near whole-row one are two calls).
 
-    Requires: distance a positive int; `buffer` a 2-D parameter whose rows have a constant length;
+    Requires: distance a positive int; lines None or a positive int; `buffer` a 2-D parameter whose rows have a constant length;
     exactly one serial loop `j` whose body reads `buffer[X[j], ...]` with `X` a 1-D int parameter
     (the positions' index array, of length nnz).  Else a SparseScheduleError.
 
@@ -189,6 +193,8 @@ def prefetch_gathered_rows(func: PrimFunc, buffer: str = "B", distance: int = 16
     where = f"prefetch_gathered_rows: {func.name}"
     if isinstance(distance, bool) or not isinstance(distance, int) or distance < 1:
         raise SparseScheduleError(f"prefetch_gathered_rows: distance must be a positive int, got {distance!r}")
+    if lines is not None and (isinstance(lines, bool) or not isinstance(lines, int) or lines < 1):
+        raise SparseScheduleError(f"prefetch_gathered_rows: lines must be None or a positive int, got {lines!r}")
     target = next((p for p in func.params if p.name == buffer), None)
     if target is None or len(target.shape) != 2:
         raise SparseScheduleError(f"{where}: no 2-D parameter named {buffer!r}")
@@ -215,10 +221,53 @@ def prefetch_gathered_rows(func: PrimFunc, buffer: str = "B", distance: int = 16
     q = Var("q", j.dtype)
     step = max(1, CACHE_LINE_BYTES // target.dtype.bits * 8)
     fetches = [Evaluate(Call("prefetch", (target[index[q], IntImm(col, "int32")], IntImm(0, "int32")), "int32"))
-               for col in range(0, width, step)]
+               for col in range(0, width, step)][:lines]
     fact = Evaluate(Call("assume", ((index[q] >= 0) & (index[q] < rows),), "bool"))
     ahead = LetStmt(q, min_(j, nnz - 1 - distance) + distance, seq(fact, *fetches))
     return replace_in_func(func, {id(loop): loop.with_(body=seq(ahead, loop.body))})
+
+
+def stream_output_rows(func: PrimFunc, buffer: str = "C") -> PrimFunc:
+    """The stores to `buffer` written as streaming (non-temporal) stores, which go to memory
+    without reading the line first or keeping it in the caches: for an output of whole rows,
+    written once, too large to be read again from cache.  The loop of one partition's rows is
+    annotated `nontemporal_store` (the C emitter streams its aligned vector stores and fences them
+    with an sfence after the loop, in the thread that made them) and `buffer` promises 64-byte
+    alignment (`align=64`): the caller must pass it on a cache line (`aligned_empty`).
+
+    Requires: `buffer` a 2-D parameter whose rows are a constant number of whole cache lines; the
+    body a parallel loop over parts (`partition_rows`) whose one serial loop inside holds every
+    store to `buffer`.  Else a SparseScheduleError.
+
+    Before: `for t in parallel(p): for i in range(parts[t], parts[t + 1]): ... C[i, f] = acc[f]`;
+    after: the same, the `i` loop annotated, `C` declared with align=64.  The values computed do
+    not change.
+    """
+    where = f"stream_output_rows: {func.name}"
+    target = next((p for p in func.params if isinstance(p, Buffer) and p.name == buffer), None)
+    if target is None or len(target.shape) != 2:
+        raise SparseScheduleError(f"{where}: no 2-D parameter named {buffer!r}")
+    width = const_int(target.shape[1])
+    if width is None or width * target.dtype.bits % (8 * CACHE_LINE_BYTES):
+        raise SparseScheduleError(f"{where}: the rows of {buffer} must be whole cache lines of a constant length, got "
+                                  f"{target.shape[1]} x {target.dtype}")
+    outer = func.body
+    if not (isinstance(outer, For) and outer.kind == "parallel"):
+        raise SparseScheduleError(f"{where}: the body must be the parallel loop over parts (partition_rows)")
+    inner = [s for s in (outer.body.stmts if hasattr(outer.body, "stmts") else (outer.body,))
+             if isinstance(s, For) and s.kind == "serial"]
+    stores = [s for s in walk(func.body) if isinstance(s, BufferStore) and s.buffer is target]
+    if len(inner) != 1 or not stores or \
+            len([s for s in walk(inner[0]) if isinstance(s, BufferStore) and s.buffer is target]) != len(stores):
+        raise SparseScheduleError(f"{where}: expected one serial row loop inside the parallel loop holding every "
+                                  f"store to {buffer}")
+    loop = inner[0]
+    annotated = dict(loop.annotations or {})
+    annotated[NONTEMPORAL] = True
+    func = replace_in_func(func, {id(loop): loop.with_(annotations=annotated)})
+    swap = Mutator()
+    swap.buffer_map[target] = target.with_(align=CACHE_LINE_BYTES)
+    return func.with_(params=swap.visit(tuple(func.params)), body=swap.visit(func.body))
 
 
 def _loads_of(stmt, buffer: Buffer) -> list[BufferLoad]:
