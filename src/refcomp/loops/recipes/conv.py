@@ -487,9 +487,11 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
 # How many steps of the channel loop ahead the tile's weight vectors are prefetched (16 steps of a
 # 12 x 32 tile are about 200 cycles of multiply-adds: a load from L3 on a large server part).
 _WEIGHT_PREFETCH_DISTANCE = 16
-# The same with the window inside the channel loop: a channel is a window's worth of steps (9 of a
-# 3 x 3), so 2 channels of a 10 x 32 tile are again about 200 cycles.
-_WEIGHT_PREFETCH_CHANNELS = 2
+# The same with the window inside the channel loop, in channels (a window's worth of steps each:
+# 9 of a 3 x 3).  Measured on ResNet-18 at half width, one AVX-512 core, whole model called
+# repeatedly (its 11 MB of weights come from L3 on every call): 6 channels 2.67-2.76 ms, 2 channels
+# 2.68-2.97, no hint 2.88-2.95; the same on hot kernels.
+_WEIGHT_PREFETCH_CHANNELS = 6
 
 
 def _prefetch_weights(sch: Schedule, rv, packed, o_outer, channel, window, mv: int,
