@@ -293,18 +293,21 @@ def _packed_weight_shape(func) -> tuple:
     (2, 16, 7, 9, 32, 3, 1, 1),     # a 3x3: the window inside the channel loop
     (1, 5, 13, 11, 16, 5, 2, 2),    # 5x5 stride 2, prime sizes
     (1, 24, 4, 6, 16, 1, 1, 0),     # a 1x1: the channel loop alone
+    (1, 3, 16, 24, 16, 8, 8, 0),    # an 8x8 patch embedding (64 positions): the window outside
 ])
 def test_channel_vector_window_inside_the_channel_loop(rng, vector_isa, n, c, h, w, o, k, stride, pad):
-    """A kernel window of several positions runs inside the channel loop, unrolled, on weights
-    packed Wp[o // L, c, r0, r1, o % L] (a 1 x 1 keeps Wp[o // L, r0, r1, c, o % L]); before == after in
-    the interpreter and the compiled kernel agrees with numpy, on both vector widths."""
+    """A kernel window of 2 to 49 positions runs inside the channel loop, unrolled, on weights
+    packed Wp[o // L, c, r0, r1, o % L] (a 1 x 1 or a larger window keeps Wp[o // L, r0, r1, c,
+    o % L]); before == after in the interpreter and the compiled kernel agrees with numpy, on
+    both vector widths."""
     lanes = recipes.conv.channel_lanes(o, recipes.conv.native_lanes())
     func = _conv(n, c, h, w, o, k, k, stride, pad)
     sch = recipes.conv_fp32(func)
     assert _local_tile(sch.func)
-    expected = (o // lanes, c, k, k, lanes) if k > 1 else (o // lanes, 1, 1, c, lanes)
+    inside = 1 < k * k <= 49
+    expected = (o // lanes, c, k, k, lanes) if inside else (o // lanes, k, k, c, lanes)
     assert _packed_weight_shape(sch.func) == expected
-    if k > 1:
+    if inside:
         unrolled = [s for s in walk(sch.func.body) if isinstance(s, For) and s.kind == "unrolled"
                     and as_int(s.extent) == k]
         assert len(unrolled) >= 2  # both window loops (the tile's columns may have k too)
