@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import refcomp
 from refcomp import ScheduleError, te
-from refcomp.ast import Block, For, SizeVar
+from refcomp.ast import Block, For, SizeVar, as_int
 from refcomp.graph.op.nn import _conv_te, _np_conv
 from refcomp.graph.passes.default_schedule import schedule_kernel
 from refcomp.loops import intrin, recipes
@@ -279,6 +279,46 @@ def test_channel_vector_tile_on_both_widths(rng, vector_isa, n, c, h, w, o, k, s
         interpret(func, x, wt, before)
         interpret(_interpretable(func).func, x, wt, after)
         np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-4)
+    _check(sch.func, rng, (n, c, h, w), (o, c, k, k), (stride, stride), (pad,) * 4, (1, 1), 1)
+
+
+def _packed_weight_shape(func) -> tuple:
+    """The shape of the convolution's packed weights (the "_global" buffer the recipe allocates)."""
+    found = [b for s in walk(func.body) if isinstance(s, Block) for b in s.alloc_buffers if b.name.endswith("_global")]
+    assert len(found) == 1
+    return tuple(as_int(d) for d in found[0].shape)
+
+
+@pytest.mark.parametrize("n,c,h,w,o,k,stride,pad", [
+    (2, 16, 7, 9, 32, 3, 1, 1),     # a 3x3: the window inside the channel loop
+    (1, 5, 13, 11, 16, 5, 2, 2),    # 5x5 stride 2, prime sizes
+    (1, 24, 4, 6, 16, 1, 1, 0),     # a 1x1: the channel loop alone
+    (1, 3, 16, 24, 16, 8, 8, 0),    # an 8x8 patch embedding (64 positions): the window outside
+])
+def test_channel_vector_window_inside_the_channel_loop(rng, vector_isa, n, c, h, w, o, k, stride, pad):
+    """A kernel window of 2 to 49 positions runs inside the channel loop, unrolled, on weights
+    packed Wp[o // L, c, r0, r1, o % L] (a 1 x 1 or a larger window keeps Wp[o // L, r0, r1, c,
+    o % L]); before == after in the interpreter and the compiled kernel agrees with numpy, on
+    both vector widths."""
+    lanes = recipes.conv.channel_lanes(o, recipes.conv.native_lanes())
+    func = _conv(n, c, h, w, o, k, k, stride, pad)
+    sch = recipes.conv_fp32(func)
+    assert _local_tile(sch.func)
+    inside = 1 < k * k <= 49
+    expected = (o // lanes, c, k, k, lanes) if inside else (o // lanes, k, k, c, lanes)
+    assert _packed_weight_shape(sch.func) == expected
+    if inside:
+        unrolled = [s for s in walk(sch.func.body) if isinstance(s, For) and s.kind == "unrolled"
+                    and as_int(s.extent) == k]
+        assert len(unrolled) >= 2  # both window loops (the tile's columns may have k too)
+    out_width = (w + 2 * pad - k) // stride + 1
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((o, c, k, k)).astype(np.float32)
+    before = np.zeros((n, o, (h + 2 * pad - k) // stride + 1, out_width), np.float32)
+    after = np.ones_like(before)
+    interpret(func, x, wt, before)
+    interpret(_interpretable(func).func, x, wt, after)
+    np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-4)
     _check(sch.func, rng, (n, c, h, w), (o, c, k, k), (stride, stride), (pad,) * 4, (1, 1), 1)
 
 

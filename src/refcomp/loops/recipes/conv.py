@@ -361,6 +361,21 @@ def _conv_on_gemm_tile(sch: Schedule, rv, shape: ConvShape, intrin: str, paralle
 # output channels as leave registers for the weight vector and the input broadcast (16 ymm with
 # AVX2, 32 zmm with AVX-512, also when the tile's vectors are half as wide).
 _COLUMN_TILE = {8: 12, 16: 24}
+# Whether the channel-vector tile's first row loop, parallel when the output channels are few, runs
+# outside the batch (see _conv_channel_vector).
+_ROWS_OUTSIDE_BATCH = True
+
+
+# Kernel windows of this many positions or more run inside the channel loop of the channel-vector
+# tile (see _conv_channel_vector); smaller ones (a 1 x 1) outside it.  So do windows of at most
+# _WINDOW_INNER_MAX_POSITIONS: the window is unrolled there, and larger ones measured slower and
+# slow to build (one AVX-512 core, weights per call: an 8 x 8 patch embedding 85 -> 91 us, a
+# 16 x 16 one 615 -> 679 us and 1.3 -> 13.7 s to build; a 7 x 7 stem 342 -> 307-335 us).
+_WINDOW_INNER_MIN_POSITIONS = 2
+_WINDOW_INNER_MAX_POSITIONS = 49
+# The same with the window inside the channel loop, unrolled (AVX-512: 20 accumulators, 16 and 24
+# measured slower on 3 x 3 layers of 6 x 6 and 3 x 3 pixels, and 24 spills on 24 x 24).
+_COLUMN_TILE_WINDOW_INNER = {8: 12, 16: 20}
 
 
 # Vectors of output channels per channel-vector tile (when they divide the channels).
@@ -379,23 +394,35 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     NCHWc kernel, on NCHW tensors): the block accumulates into a "local" tile acc[x % XB, o % L]
     per (n, o // L, y, x // XB), which lowering turns into a stack array of each thread that the C
     compiler keeps in XB vector registers, written back to the output in NCHW order once the whole
-    reduction is done.  The weights are packed as Wp[o // L, r..., c, o % L], so each step of the
-    reduction loads one weight vector and broadcasts one input element per column:
+    reduction is done.  With a kernel window of more than one position, the weights are packed as
+    Wp[o // L, c, r..., o % L] and the window runs inside the channel loop, unrolled, so each step
+    of the reduction loads one weight vector and broadcasts one input element per column:
 
         for n, o // L parallel, y, x // XB:
           acc[0:XB, 0:L] = 0
-          for r0, r1, c:
-            for x % XB (unrolled):  acc[x % XB, 0:L] += X[n, c, y*s + r0, x*s + r1] * Wp[o // L, r0, r1, c, 0:L]
+          for c, r0 (unrolled), r1 (unrolled):
+            for x % XB (unrolled):  acc[x % XB, 0:L] += X[n, c, y*s + r0, x*s + r1] * Wp[o // L, c, r0, r1, 0:L]
           out[n, o : o + L, y, x : x + XB] = acc^T
+
+    The window positions of one channel read the same few rows of one input plane (in L1 from one
+    position to the next; neighbouring positions even read the same elements, whose broadcasts
+    the C compiler then shares), where a window outside the channel loop made a tile's every step
+    read another plane (measured, one thread, AVX-512: 3 x 3 layers of 56 x 56 to 14 x 14 pixels
+    from 120 to 152-159 GFLOP/s, 57% -> 72% of the FMA peak).  The tile then holds fewer
+    accumulators (_COLUMN_TILE_WINDOW_INNER): the unrolled window keeps more values live.  A 1 x 1
+    convolution keeps Wp[o // L, c, o % L] and the tile of _COLUMN_TILE.
     """
     nd = shape.spatial_dims
+    window_inner = _WINDOW_INNER_MIN_POSITIONS <= _window_positions(sch.get(rv), nd) <= _WINDOW_INNER_MAX_POSITIONS
     tile = sch.cache_write(rv, 0, "local")
     packed = sch.cache_read(rv, shape.w_index, "global")
-    if nd == 2:
+    if window_inner:
+        sch.transform_layout(packed, ("write", 0), lambda o, c, *r: (o // lanes, c, *r, o % lanes))
+    elif nd == 2:
         sch.transform_layout(packed, ("write", 0), lambda o, c, r0, r1: (o // lanes, r0, r1, c, o % lanes))
     else:
         sch.transform_layout(packed, ("write", 0), lambda o, c, r0: (o // lanes, r0, c, o % lanes))
-    _pack_in_write_order(sch, packed, lanes)
+    _pack_in_write_order(sch, packed, lanes, window_inner)
     loops = sch.get_loops(rv)
     n, o, *spatial = loops[:2 + nd]
     reduce_loops = loops[2 + nd:]
@@ -404,7 +431,7 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     # element then feeds MV multiply-adds, and the loads per multiply-add drop (the two load
     # ports, not the two FMA units, bound a one-vector tile)
     mv = _CHANNEL_VECTORS if shape.out_channels % (_CHANNEL_VECTORS * lanes) == 0 else 1
-    preferred = _COLUMN_TILE.get(native, 12) // mv
+    preferred = (_COLUMN_TILE_WINDOW_INNER if window_inner else _COLUMN_TILE).get(native, 12) // mv
     xb = column_tile(shape.out_width, preferred)
     o_outer, o_mid, o_inner = sch.split(o, [None, mv, lanes])
     # a narrow output (a ResNet's 6 x 6 or 3 x 3 stages): the tile takes whole rows, so each
@@ -417,20 +444,25 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
             x, rows, xb, fused = sch.fuse(rows[-1], x), rows[:-1], pixels, True
     x_outer, x_inner = sch.split(x, [None, xb])
     channel, *window = reduce_loops
-    # the channel loop innermost of the reduction: the accumulators stay at one address for its
-    # whole run, so the C compiler keeps them in registers across it
+    # the channel loop innermost of the reduction (a 1 x 1, or the window inside it, unrolled): the
+    # accumulators stay at one address for its whole run, so the C compiler keeps them in
+    # registers across it
+    reduction = [channel, *window] if window_inner else [*window, channel]
     # the channel blocks parallel, unfused: a fused (n, o // L) index would be split back by floor
     # divisions whose sign fix-ups the C compiler cannot drop inside a parallel loop; the batch
     # inside them, so a block's packed weights serve every image while they are in cache (a 1x1
     # over 160 channels to 1280 at 3 x 3 streams 800 KB of weights per pass) and a call is one
     # parallel region, not one per image
     # few channel blocks (a stem's 16 or 32 channels are one or two): the rows outside them are
-    # the parallel loop instead, one parallel region per image
+    # the parallel loop instead, the batch inside it (one parallel region per call, not one per
+    # image; a fused (n, y) index split back by floor divisions in the tile's addresses cost 30-60%)
     few = shape.out_channels // (mv * lanes) < _UNFUSED_CHANNEL_BLOCKS and bool(rows)
-    if few:
-        sch.reorder(n, rows[0], o_outer, *rows[1:], x_outer, *window, channel, x_inner, o_mid, o_inner)
+    if few and _ROWS_OUTSIDE_BATCH:
+        sch.reorder(rows[0], n, o_outer, *rows[1:], x_outer, *reduction, x_inner, o_mid, o_inner)
+    elif few:
+        sch.reorder(n, rows[0], o_outer, *rows[1:], x_outer, *reduction, x_inner, o_mid, o_inner)
     else:
-        sch.reorder(o_outer, n, *rows, x_outer, *window, channel, x_inner, o_mid, o_inner)
+        sch.reorder(o_outer, n, *rows, x_outer, *reduction, x_inner, o_mid, o_inner)
     # channels last in the tile: each column's L channels one vector (compaction then keeps the
     # XB x L part one (n, o // L, y, x // XB) step uses)
     layout = (lambda n, o, y, x: (n, y, x, o)) if nd == 2 else (lambda n, o, x: (n, x, o))
@@ -440,14 +472,17 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     else:
         sch.reverse_compute_at(tile, x_outer)
         sch.transform_layout(rv, ("write", 0), layout)
-    sch.decompose_reduction(rv, window[0] if window else channel)
+    sch.decompose_reduction(rv, reduction[0])
     sch.vectorize(o_inner)
+    if window_inner:
+        for position in window:
+            sch.unroll(position)
     if xb > 1:
         sch.unroll(x_inner)
     if mv > 1:
         sch.unroll(o_mid)
     _vectorize_write_back(sch, tile, xb, native, fused, transposed is not None)
-    _prefetch_weights(sch, rv, packed, o_outer, channel, window, mv)
+    _prefetch_weights(sch, rv, packed, o_outer, channel, window, mv, window_inner)
     if parallel:
         sch.parallel(rows[0] if few else o_outer)
     return sch
@@ -456,25 +491,38 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
 # How many steps of the channel loop ahead the tile's weight vectors are prefetched (16 steps of a
 # 12 x 32 tile are about 200 cycles of multiply-adds: a load from L3 on a large server part).
 _WEIGHT_PREFETCH_DISTANCE = 16
+# The same with the window inside the channel loop, in channels (a window's worth of steps each:
+# 9 of a 3 x 3).  Measured on ResNet-18 at half width, one AVX-512 core, whole model called
+# repeatedly (its 11 MB of weights come from L3 on every call): 6 channels 2.67-2.76 ms, 2 channels
+# 2.68-2.97, no hint 2.88-2.95; the same on hot kernels.
+_WEIGHT_PREFETCH_CHANNELS = 6
 
 
-def _prefetch_weights(sch: Schedule, rv, packed, o_outer, channel, window, mv: int) -> None:
+def _prefetch_weights(sch: Schedule, rv, packed, o_outer, channel, window, mv: int,
+                      window_inner: bool = False) -> None:
     """Hint the packed weight vectors _WEIGHT_PREFETCH_DISTANCE steps of the channel loop ahead
     (`prefetch`, one cache line per vector of channels): a layer whose weights exceed L2 (ResNet-18's
     256-channel 3 x 3 layers, 2.4 MB) streams them from L3 on every call, and its tile spends
     few cycles per line; measured on an AVX-512 server part, 2 threads, in a model run: 170-187 ->
-    141-166 us per layer."""
+    141-166 us per layer.  With the window inside the channel loop (Wp[o // L, c, r.., 0]), the
+    hint sits in the innermost window loop and names the same position
+    _WEIGHT_PREFETCH_CHANNELS channels ahead."""
     from ..primitives.index_map import IndexMap
 
     loops = sch.get_loops(rv)
     nodes = [sch.get(loop) for loop in loops]
-    depth = nodes.index(sch.get(channel)) + 1
+    at_channel = nodes.index(sch.get(channel))
     at_o = nodes.index(sch.get(o_outer))
     at_window = [nodes.index(sch.get(w)) for w in window]
+    depth = max([at_channel, *at_window]) + 1 if window_inner else at_channel + 1
     name = sch.get(packed).writes[0].buffer.name
     for m in range(mv):
-        def ahead(*v, m=m):  # Wp[o // L, r.., c + distance, 0]
-            return (v[at_o] * mv + m, *(v[p] for p in at_window), v[depth - 1] + _WEIGHT_PREFETCH_DISTANCE, 0)
+        if window_inner:
+            def ahead(*v, m=m):  # Wp[o // L, c + channels ahead, r.., 0]
+                return (v[at_o] * mv + m, v[at_channel] + _WEIGHT_PREFETCH_CHANNELS, *(v[p] for p in at_window), 0)
+        else:
+            def ahead(*v, m=m):  # Wp[o // L, r.., c + distance, 0]
+                return (v[at_o] * mv + m, *(v[p] for p in at_window), v[at_channel] + _WEIGHT_PREFETCH_DISTANCE, 0)
         sch.prefetch(loops[depth - 1], name, IndexMap.from_callable(ahead, depth))
 
 
@@ -619,13 +667,25 @@ def _conv_depthwise_rows(sch: Schedule, rv, shape: ConvShape, lanes: int, parall
     return sch
 
 
-def _pack_in_write_order(sch: Schedule, packed, lanes: int) -> None:
-    """The packing stage Wp[o // L, r..., c, o % L] = W[o, c, r...] in the packed buffer's order,
-    o % L innermost: each step writes one contiguous vector of L weights (in W's order it writes
-    one element per cache line, and the weights of a wide layer are packed on every call)."""
+def _pack_in_write_order(sch: Schedule, packed, lanes: int, window_inner: bool = False) -> None:
+    """The packing stage Wp[o // L, r..., c, o % L] = W[o, c, r...] (window_inner: Wp[o // L, c,
+    r..., o % L]) in the packed buffer's order, o % L innermost: each step writes one contiguous
+    vector of L weights (in W's order it writes one element per cache line, and the weights of a
+    wide layer are packed on every call when they are not a constant)."""
     o, c, *window = sch.get_loops(packed)
     o_outer, o_inner = sch.split(o, [None, lanes])
-    sch.reorder(o_outer, *window, c, o_inner)
+    if window_inner:
+        sch.reorder(o_outer, c, *window, o_inner)
+    else:
+        sch.reorder(o_outer, *window, c, o_inner)
+
+
+def _window_positions(block: Block, nd: int) -> int:
+    """The kernel window's positions (the product of the window iters' extents; 0 when symbolic)."""
+    positions = 1
+    for iv in block.iter_vars[3 + nd:]:
+        positions *= as_int(iv.dom.extent) or 0
+    return positions
 
 
 def _weight_panels(ob: int, nd: int):
