@@ -33,7 +33,9 @@ from .transpose import TRANSPOSE_32X16, transpose_intrin
 # 12 x 32 first: twelve FMAs per vector of B where 8 x 32 has eight (see kernels_fp32).
 FP32_INTRINS = ["x86.avx512.sgemm_12x32", "x86.avx512.sgemm_8x32", "x86.avx2.sgemm_6x16"]
 # The form of a tile intrinsic that reads A from packed MR-row panels Ap[i // MR, k, i % MR].
-PANEL_INTRINS = {"x86.avx2.sgemm_6x16": "x86.avx2.sgemm_6x16_panel"}
+PANEL_INTRINS = {"x86.avx2.sgemm_6x16": "x86.avx2.sgemm_6x16_panel",
+                 "x86.avx512.sgemm_12x32": "x86.avx512.sgemm_12x32_panel",
+                 "x86.avx512.sgemm_14x32": "x86.avx512.sgemm_14x32_panel"}
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
     A is read in place by default: the MR rows a tile reads share an L1 set when the row stride
     is a multiple of 4 KiB, but a 12-way L1 holds them, and the packing pass cost more than it
     saved (at N = 2048 on one Zen 5 core, 216 GFLOP/s packed against 261 in place).
-    pack_a="panels" (constant M, AVX2 tile) packs A into MR-row panels Ap[i // MR, k, i % MR]
+    pack_a="panels" (constant M; the AVX2 6x16 and AVX-512 12x32 / 14x32 tiles) packs A into MR-row panels Ap[i // MR, k, i % MR]
     (rows past M zero) read by the tile's panel form: the tile then reads one stream of A instead
     of MR rows whose addresses may share an L1 set (a row stride of 4 KiB on an 8-way 32 KiB L1).
     """
