@@ -22,12 +22,14 @@ _ISAS = {
 
 
 def sgemm_tile_source(isa: str, rows: int, vectors: int, prefetch: int = 16) -> str:
-    """C source of the fp32 tile kernel `refcomp_sgemm_<isa>_<rows>x<NR>` (NR = vectors * lanes).
+    """C source of the fp32 tile kernel `refcomp_sgemm_<isa>_<rows>x<NR>` (NR = vectors * lanes)
+    and of its init form `..._init`, which writes C = A * B without reading C (the tile's
+    zeroing folded into the kernel: its accumulators start at zero; see spec/tensorize.md).
 
     One function per row count 1..rows (every accumulator a named local, so gcc keeps them in
     registers; the last, partial tile of M keeps its accumulators in registers too), and the
-    entry point that picks one by m_rows.  Per k: `vectors` loads of B, one broadcast of A per row
-    and rows * vectors FMAs; the B lines `prefetch` k ahead are prefetched (the KC x NR panel
+    entry points that pick one by m_rows.  Per k: `vectors` loads of B, one broadcast of A per
+    row and rows * vectors FMAs; the B lines `prefetch` k ahead are prefetched (the KC x NR panel
     streams from L2; 0: none).  rows * vectors accumulators + vectors + 1 registers must fit the
     ISA's 16 (AVX2) or 32 (AVX-512) vector registers.
     """
@@ -38,11 +40,17 @@ def sgemm_tile_source(isa: str, rows: int, vectors: int, prefetch: int = 16) -> 
     name = f"refcomp_sgemm_{isa}_{rows}x{vectors * lanes}"
     params = ("const float* restrict A, int64_t a_rs, int64_t a_cs, const float* restrict B, int64_t ldb, "
               "float* restrict C, int64_t ldc, int64_t K")
+    attribute = f'__attribute__((target("{target}"))) static inline void'
     lines = ["#include <immintrin.h>", "#include <stdint.h>"]
     for m in range(1, rows + 1):
-        lines.append(f'__attribute__((target("{target}"))) static inline void {name}_m{m}({params}) {{')
-        lines += [f"  {vtype} c{r}_{v} = {p}_loadu_ps(C + {r} * ldc + {v * lanes});"
-                  for r in range(m) for v in range(vectors)]
+        accumulators = [(r, v) for r in range(m) for v in range(vectors)]
+        lines.append(f"{attribute} {name}_m{m}({params}, int accumulate) {{")
+        lines.append(f"  {vtype} " + ", ".join(f"c{r}_{v}" for r, v in accumulators) + ";")
+        lines.append("  if (accumulate) {")
+        lines += [f"    c{r}_{v} = {p}_loadu_ps(C + {r} * ldc + {v * lanes});" for r, v in accumulators]
+        lines.append("  } else {")
+        lines += [f"    c{r}_{v} = {p}_setzero_ps();" for r, v in accumulators]
+        lines.append("  }")
         lines.append("  for (int64_t k = 0; k < K; ++k) {")
         lines.append("    const float* b = B + k * ldb;")
         lines.append("    const float* a = A + k * a_cs;")
@@ -54,13 +62,15 @@ def sgemm_tile_source(isa: str, rows: int, vectors: int, prefetch: int = 16) -> 
             fmas = " ".join(f"c{r}_{v} = {p}_fmadd_ps(ar, b{v}, c{r}_{v});" for v in range(vectors))
             lines.append(f"    {{ {vtype} ar = {broadcast.format(r=r)}; {fmas} }}")
         lines.append("  }")
-        lines += [f"  {p}_storeu_ps(C + {r} * ldc + {v * lanes}, c{r}_{v});"
-                  for r in range(m) for v in range(vectors)]
+        lines += [f"  {p}_storeu_ps(C + {r} * ldc + {v * lanes}, c{r}_{v});" for r, v in accumulators]
         lines.append("}")
-    lines.append(f'__attribute__((target("{target}"))) static inline void {name}({params}, int64_t m_rows) {{')
-    lines.append(f"  switch (m_rows >= {rows} ? {rows} : m_rows) {{")
-    lines += [f"    case {m}: {name}_m{m}(A, a_rs, a_cs, B, ldb, C, ldc, K); break;" for m in range(1, rows + 1)]
-    lines += ["    default: break;", "  }", "}", ""]
+    for entry, accumulate in ((name, 1), (name + "_init", 0)):
+        lines.append(f"{attribute} {entry}({params}, int64_t m_rows) {{")
+        lines.append(f"  switch (m_rows >= {rows} ? {rows} : m_rows) {{")
+        lines += [f"    case {m}: {name}_m{m}(A, a_rs, a_cs, B, ldb, C, ldc, K, {accumulate}); break;"
+                  for m in range(1, rows + 1)]
+        lines += ["    default: break;", "  }", "}"]
+    lines.append("")
     return "\n".join(lines)
 
 
