@@ -4,6 +4,8 @@ AMX and VNNI recipes are built to C and compiled everywhere; they run only where
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -500,3 +502,34 @@ def test_fp32_recipe_on_every_tile_matches_numpy(rng, monkeypatch, name, threads
         c = np.zeros((m, n), np.float32)
         lib(a, b, c)
         np.testing.assert_allclose(c, a @ (b.T if transposed else b), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_fp32_recipe_default_tile_on_both_widths(rng, vector_isa, monkeypatch, transposed):
+    """matmul_fp32 with no intrinsic named takes the widest tile the (possibly overridden) CPU
+    features allow: AVX-512's 12x32 natively, AVX2's 6x16 under the AVX2 override; each tile's
+    init form takes the first k slab (K = 96 in slabs of 32: init form, then accumulation), the
+    rows odd or symbolic, on 1 and 2 threads."""
+    for threads in ("1", "2"):
+        monkeypatch.setenv("OMP_NUM_THREADS", threads)
+        n, k = 64, 96
+        for m in (1, 13, 50):
+            func = _linear(m, n, k) if transposed else _matmul(m, n, k)
+            sch = recipes.matmul_fp32(func, tiling=SMALL)
+            tiles = _tensorized_with(sch.func)
+            if vector_isa == "avx2":
+                assert tiles == {"x86.avx2.sgemm_6x16"}
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            b = rng.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
+            c = rng.standard_normal((m, n)).astype(np.float32)
+            refcomp.build(sch.func)(a, b, c)
+            np.testing.assert_allclose(c, a @ (b.T if transposed else b), rtol=1e-4, atol=1e-4)
+        func = _linear(te.size_var("m"), n, k) if transposed else _matmul(te.size_var("m"), n, k)
+        lib = refcomp.build(recipes.matmul_fp32(func, tiling=SMALL).func)
+        assert re.search(r"refcomp_sgemm_\w+_init\(\(", lib.source)  # a call of an init form
+        for m in (7, 30):
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            b = rng.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
+            c = rng.standard_normal((m, n)).astype(np.float32)
+            lib(a, b, c)
+            np.testing.assert_allclose(c, a @ (b.T if transposed else b), rtol=1e-4, atol=1e-4)
