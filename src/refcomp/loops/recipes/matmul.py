@@ -76,21 +76,25 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
                         parallel=parallel, recipe="matmul_fp32")
 
 
-# The KC x NR panel of B a tile streams from L2: at most 128 KiB (KC 1024 for 32-wide tiles, 2048
+# The KC x NR panel of B a tile streams from L2: at most 512 KiB (KC 4096 for 32-wide tiles, 8192
 # for 16-wide ones; see _fp32_tiling).
-_PANEL_BYTES = 128 << 10
+_PANEL_BYTES = 512 << 10
 
 
 def _fp32_tiling(intrin: str, tiling: Tiling, n, k) -> Tiling:
     """The default tiling of an fp32 tile intrinsic (a Tiling given by the caller is kept).
 
-    KC: whole K while the tile's KC x NR panel of B is at most 128 KiB (K up to 1024 for the
-    32-wide tiles, 2048 for the 16-wide one).  The AVX-512 tile's whole-K slabs load and store
-    each C tile half as often as 512 and were 1.5-2% faster at N = 1024 and 2048 on Zen 5 (1 MiB
-    L2 holds the KC x 32 panel); on a Xeon with AVX-512 (one core, N = 2048) 512 gave 139.5
-    GFLOP/s against 151.8, 2048 was within noise of 1024 (and 3% slower at 256 x 1024 x 4096);
-    the AVX2 tile there went from 88.2 to 93.3 at N = 2048 with KC 512 -> 1024 and to 96.5-99.0
-    with 2048 (against 91.9-93.9 in the same runs).
+    KC: whole K while the tile's KC x NR panel of B is at most 512 KiB (K up to 4096 for the
+    32-wide tiles, 8192 for the 16-wide ones).  Whole-K slabs load and store each C tile once,
+    and with the kernels' init forms (spec/tensorize.md) never load it: the first slab writes C
+    without reading it, every later one loads and stores it again.  On a Xeon with AVX-512 (one
+    core, alternating in one process, init forms in place): N = 2048 KC 1024 -> 2048 152.2 ->
+    158.2 and 153.1 -> 156.4 GFLOP/s; 256 x 1024 x 4096 (a linear layer with its residual, rows
+    symbolic) KC 1024 -> 4096 128.0 -> 130.9 (NC 256, as chosen below; 133.4 with NC 128).
+    Before the init forms, KC 512 gave 139.5 against 151.8 for 1024 at N = 2048 and 2048 was
+    within noise of 1024; the AVX2 tile went from 88.2 to 93.3 at N = 2048 with KC 512 -> 1024
+    and to 96.5-99.0 with 2048; on Zen 5 (1 MiB L2) whole-K slabs were 1.5-2% faster at N =
+    1024 and 2048 than KC 512.
     NC: the KC x NC block of B each thread packs takes at most a quarter of L2 (read at run
     time; A's MC x KC block and the C tiles keep the rest), unless that makes more than four
     column blocks: each column block reads all of A again (in place), so NC is at least N / 4;
