@@ -4,6 +4,8 @@ AMX and VNNI recipes are built to C and compiled everywhere; they run only where
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -105,16 +107,19 @@ def test_fp32_recipe_parallel_loop(rng, monkeypatch, m, n, by_rows, pack_a):
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("m,n,k", [(37, 32, 48), (48, 64, 96), (5, 16, 16), (1, 16, 7)])
-def test_fp32_recipe_packs_a_into_row_panels(rng, m, n, k):
+@pytest.mark.parametrize("name", ["x86.avx2.sgemm_6x16", "x86.avx512.sgemm_12x32", "x86.avx512.sgemm_14x32"])
+@pytest.mark.parametrize("m,n,k", [(37, 32, 48), (48, 64, 96), (5, 32, 16), (1, 32, 7)])
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_fp32_recipe_packs_a_into_row_panels(rng, monkeypatch, name, m, n, k, threads):
     """pack_a="panels": A packed into MR-row panels (rows past M zero) and read by the tile's
     panel form; any M, including fewer rows than one panel."""
-    sch = recipes.matmul_fp32(_matmul(m, n, k), intrin="x86.avx2.sgemm_6x16", tiling=SMALL, pack_a="panels")
-    assert _tensorized_with(sch.func) == {"x86.avx2.sgemm_6x16_panel"}
+    monkeypatch.setenv("OMP_NUM_THREADS", threads)
+    sch = recipes.matmul_fp32(_matmul(m, n, k), intrin=name, tiling=SMALL, pack_a="panels")
+    assert _tensorized_with(sch.func) == {name + "_panel"}
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     c = rng.standard_normal((m, n)).astype(np.float32)
-    if intrin.get("x86.avx2.sgemm_6x16").available():
+    if intrin.get(name).available():
         refcomp.build(sch.func)(a, b, c)
         np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
 
@@ -389,6 +394,7 @@ def test_fused_linear_epilogue_in_the_tile(rng, epilogue):
     ("x86.vnni.i8gemm_8x32", "int8", "int32"),
     ("x86.avx512.sgemm_8x32", "float32", "float32"),
     ("x86.avx512.sgemm_12x32", "float32", "float32"),
+    ("x86.avx512.sgemm_14x32", "float32", "float32"),
     ("x86.avx512bf16.bf16gemm_8x32", "bfloat16", "float32"),
 ])
 def test_wide_isa_recipes_compile_everywhere(name, in_dtype, acc, tmp_path, monkeypatch):
@@ -468,13 +474,14 @@ def test_cache_sizes_are_read_at_run_time():
     assert 4 << 10 <= l1 <= l2
 
 
-@pytest.mark.parametrize("name", ["x86.avx512.sgemm_12x32", "x86.avx512.sgemm_8x32", "x86.avx2.sgemm_6x16"])
+@pytest.mark.parametrize("name", ["x86.avx512.sgemm_12x32", "x86.avx512.sgemm_14x32", "x86.avx512.sgemm_8x32",
+                                  "x86.avx2.sgemm_6x16"])
 @pytest.mark.parametrize("threads", ["1", "2"])
 @pytest.mark.parametrize("transposed", [False, True])
 def test_fp32_recipe_on_every_tile_matches_numpy(rng, monkeypatch, name, threads, transposed):
     """Each fp32 tile under the recipe's default tiling (blocks from the caches), on one and two
     threads (per-thread blocks of B, or B packed once), B or W (N, K), odd and symbolic row
-    counts: every partial tile height of the 12-, 8- and 6-row tiles comes up."""
+    counts: every partial tile height of the 14-, 12-, 8- and 6-row tiles comes up."""
     if not intrin.get(name).available():
         pytest.skip(f"CPU lacks {intrin.get(name).cpu_features}")
     monkeypatch.setenv("OMP_NUM_THREADS", threads)
@@ -495,3 +502,34 @@ def test_fp32_recipe_on_every_tile_matches_numpy(rng, monkeypatch, name, threads
         c = np.zeros((m, n), np.float32)
         lib(a, b, c)
         np.testing.assert_allclose(c, a @ (b.T if transposed else b), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_fp32_recipe_default_tile_on_both_widths(rng, vector_isa, monkeypatch, transposed):
+    """matmul_fp32 with no intrinsic named takes the widest tile the (possibly overridden) CPU
+    features allow: AVX-512's 12x32 natively, AVX2's 6x16 under the AVX2 override; each tile's
+    init form takes the first k slab (K = 96 in slabs of 32: init form, then accumulation), the
+    rows odd or symbolic, on 1 and 2 threads."""
+    for threads in ("1", "2"):
+        monkeypatch.setenv("OMP_NUM_THREADS", threads)
+        n, k = 64, 96
+        for m in (1, 13, 50):
+            func = _linear(m, n, k) if transposed else _matmul(m, n, k)
+            sch = recipes.matmul_fp32(func, tiling=SMALL)
+            tiles = _tensorized_with(sch.func)
+            if vector_isa == "avx2":
+                assert tiles == {"x86.avx2.sgemm_6x16"}
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            b = rng.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
+            c = rng.standard_normal((m, n)).astype(np.float32)
+            refcomp.build(sch.func)(a, b, c)
+            np.testing.assert_allclose(c, a @ (b.T if transposed else b), rtol=1e-4, atol=1e-4)
+        func = _linear(te.size_var("m"), n, k) if transposed else _matmul(te.size_var("m"), n, k)
+        lib = refcomp.build(recipes.matmul_fp32(func, tiling=SMALL).func)
+        assert re.search(r"refcomp_sgemm_\w+_init\(\(", lib.source)  # a call of an init form
+        for m in (7, 30):
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            b = rng.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
+            c = rng.standard_normal((m, n)).astype(np.float32)
+            lib(a, b, c)
+            np.testing.assert_allclose(c, a @ (b.T if transposed else b), rtol=1e-4, atol=1e-4)

@@ -63,6 +63,49 @@ def test_a_changed_tile_decision_reaches_the_loops():
     assert not structural_equal(changed.func, sch.func)
 
 
+def test_tile_order_and_a_panels_decisions_are_drawn_and_stay_correct():
+    """The structure decisions of a tile with a panel form (A packed into panels or read in place;
+    in a block, each B panel across the row tiles or each A tile across the column panels) are
+    drawn by fresh samples, reach the program (the order of the tile loops in the trace's
+    reorder, a panel-form tile), and every combination computes the matmul."""
+    func = workloads.matmul(37, 64, 48)
+    _needs_a_tile_intrinsic(func)
+    space = DesignSpace([TensorizeTiling()])
+    seen = {}
+    for seed in range(64):
+        sch = space.sample(func, seed)
+        trace = json.loads(sch.trace.to_json())
+        decisions = [inst["args"] for inst in trace["instructions"] if inst["kind"] == "sample_categorical"]
+        if len(decisions) < 7:
+            continue  # a tile without a panel form
+        panels, a_outer = (d["candidates"][d["decision"]] for d in decisions[-2:])
+        seen.setdefault((panels, a_outer), sch)
+    if not seen:
+        pytest.skip("no tile this CPU runs has a panel form")
+    assert {a for _, a in seen} == {0, 1} and {p for p, _ in seen} == {0, 1}
+    for (panels, a_outer), sch in seen.items():
+        tiled = _tensorized(sch.func)
+        assert all(name.endswith("_panel") == bool(panels) for name in tiled)
+        rng = np.random.default_rng(random.randrange(2**20))
+        a = rng.standard_normal((37, 48)).astype("float32")
+        b = rng.standard_normal((48, 64)).astype("float32")
+        c = rng.standard_normal((37, 64)).astype("float32")
+        refcomp.build(sch.func)(a, b, c)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
+    for (_, a_outer), sch in seen.items():
+        trace = json.loads(sch.trace.to_json())["instructions"]
+        splits = [inst["outputs"] for inst in trace if inst["kind"] == "split"]
+        order = [loop["rv"] for loop in next(inst for inst in trace if inst["kind"] == "reorder")["args"]["loops"]]
+        row_tiles, column_panels = splits[0][1], splits[1][1]  # i1 of i0, i1, i2 and j1 of j0, j1, j2
+        assert (order.index(row_tiles) < order.index(column_panels)) == bool(a_outer)
+
+
+def _tensorized(func) -> set:
+    from refcomp.ast import Block, collect
+
+    return {b.annotations["tensorized"] for b in collect(func.body, Block) if "tensorized" in b.annotations}
+
+
 def test_auto_inline_and_compute_location_keep_softmax_correct():
     func = workloads.softmax(6, 16)
     rng = np.random.default_rng(random.randrange(2**20))

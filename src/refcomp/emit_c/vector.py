@@ -261,12 +261,47 @@ class VectorLib:
             f"#else\n{fallback}#endif\n}}"))
 
     def gather(self, dtype: DataType, index: DataType) -> str:
+        """rc_gather_T(p, idx): lane l is p[idx[l]].  32-bit floats or ints in 8 or 16 lanes use the
+        CPU's gather instruction where the build has it (int32 indices: AVX2 or AVX-512; int64
+        indices, as the graph level's kernels index: AVX-512, 8 lanes per instruction) (a
+        linear layer's W (N, K) packed into k-major panels reads 16 rows at one k: the lane loop
+        compiled to 16 index extractions, scalar loads and inserts, and a stack round trip
+        whose 64-byte reload of two 32-byte stores cannot be forwarded); otherwise a lane loop."""
         vt, it = self.vtype(dtype), self.vtype(index)
         st = storage_type(dtype.element)
         name = f"rc_gather_{dtype.element.name}x{dtype.lanes}_{short_name(index.element)}"
         body = lane_loop(vt, vector_element_ctype(dtype), dtype.lanes, self._from_storage(dtype, "p[xidx[l]]"),
                          [("idx", vector_element_ctype(index))])
-        return self._add(name, f"static inline {vt} {name}(const {st}* p, {it} idx) {{\n{body}}}")
+        element, index_name = dtype.element.name, index.element.name
+        if element not in ("float32", "int32") or dtype.lanes not in (8, 16) or index_name not in ("int32", "int64"):
+            return self._add(name, f"static inline {vt} {name}(const {st}* p, {it} idx) {{\n{body}}}")
+        kind = "ps" if element == "float32" else "epi32"
+        if index_name == "int32" and dtype.lanes == 8:  # AVX2: (base, index, scale)
+            feature = "__AVX2__"
+            pointer = "const float*" if element == "float32" else "const int*"
+            hardware = f"    return ({vt})_mm256_i32gather_{kind}(({pointer})p, (__m256i)idx, 4);\n"
+        elif index_name == "int32":  # AVX-512: (index, base, scale)
+            feature = "__AVX512F__"
+            hardware = f"    return ({vt})_mm512_i32gather_{kind}((__m512i)idx, (const void*)p, 4);\n"
+        else:  # int64 indices, 8 per instruction (AVX-512)
+            feature = "__AVX512F__"
+            half = self.vtype(dtype.with_lanes(8))
+            if dtype.lanes == 8:
+                hardware = f"    return ({vt})_mm512_i64gather_{kind}((__m512i)idx, (const void*)p, 4);\n"
+            else:
+                ihalf = self.vtype(index.with_lanes(8))
+                low = ", ".join(str(i) for i in range(8))
+                high = ", ".join(str(i) for i in range(8, 16))
+                hardware = (f"    {ihalf} i0 = __builtin_shufflevector(idx, idx, {low});\n"
+                            f"    {ihalf} i1 = __builtin_shufflevector(idx, idx, {high});\n"
+                            f"    {half} r0 = ({half})_mm512_i64gather_{kind}((__m512i)i0, (const void*)p, 4);\n"
+                            f"    {half} r1 = ({half})_mm512_i64gather_{kind}((__m512i)i1, (const void*)p, 4);\n"
+                            f"    return __builtin_shufflevector(r0, r1, {low}, {high});\n")
+        self.needs_intrinsics = True
+        return self._add(name, (
+            f"static inline {vt} {name}(const {st}* p, {it} idx) {{\n"
+            f"#if defined(__x86_64__) && defined({feature})\n{hardware}"
+            f"#else\n{body}#endif\n}}"))
 
     def scatter(self, dtype: DataType, index: DataType) -> str:
         vt, it = self.vtype(dtype), self.vtype(index)

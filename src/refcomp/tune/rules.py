@@ -93,8 +93,9 @@ class TensorizeTiling:
     first; a fresh draw takes the widest `widest_weight` times as often as each other), the row
     block MC (as MC / MR tiles), the column block NC (as NC / NR panels), the reduction slab KC,
     which loop runs in parallel (column blocks, each thread packing its own slab of B; or row
-    blocks, all reading B packed once), and, for an intrinsic with a panel form, whether A is
-    packed into MR-row panels.  The preferred MC, NC and KC are the matmul recipe's for the
+    blocks, all reading B packed once), for an intrinsic with a panel form whether A is packed
+    into MR-row panels, and the order of the tiles in a block (each B panel across the row tiles,
+    or each A tile across the column panels).  The preferred MC, NC and KC are the matmul recipe's for the
     intrinsic (`preferred_*` when set), tuned to the caches of the machines it was measured on;
     a fresh draw of a tile size favours sizes near them (`_choose_near`), so fewer trials go to
     tiles far from anything that ran well, while every size stays possible.  The first three reach the loops as split
@@ -102,7 +103,7 @@ class TensorizeTiling:
     (cache_read + transform_layout) in the layout the intrinsic reads; the tile block zeroes its
     C tile before the first slab, so C needs no separate write cache.  The structure is:
 
-        for j0 | i0 in parallel:  for k0:  for (i0 | j0):  for j1:  for i1:  tile(MR, NR, KC)
+        for j0 | i0 in parallel:  for k0:  for (i0 | j0):  for j1, i1 (or i1, j1):  tile(MR, NR, KC)
     """
 
     restructures = True  # left out after a function-level rule (DesignSpace)
@@ -155,6 +156,9 @@ class TensorizeTiling:
         # A in MR-row panels read by the intrinsic's panel form: one stream of A per tile instead
         # of MR rows that may share an L1 set (a row stride of 4 KiB)
         panels = int(_choose(sch, [0, 1], 0, default)) if name in PANEL_INTRINS else 0
+        # the order of the NR panels and MR tiles in a block: each B panel across the row tiles
+        # (the recipe's), or each A tile across the column panels
+        a_outer = int(_choose(sch, [0, 1], 0, default))
 
         if panels:
             packed_a = sch.cache_read(block, shape.a_index, "global")
@@ -170,11 +174,12 @@ class TensorizeTiling:
         i0, i1, i2 = sch.split(i, [None, mc_tiles, mr])
         j0, j1, j2 = sch.split(j, [None, nc_panels, nr])
         k0, k1 = sch.split(kk, [None, kc])
+        tiles = (i1, j1) if a_outer else (j1, i1)
         if int(by_columns):
-            sch.reorder(j0, k0, i0, j1, i1, i2, j2, k1)
+            sch.reorder(j0, k0, i0, *tiles, i2, j2, k1)
             sch.compute_at(packed, k0)
         else:
-            sch.reorder(i0, j0, k0, j1, i1, i2, j2, k1)
+            sch.reorder(i0, j0, k0, *tiles, i2, j2, k1)
         blocks = (int(nc_panels) * nr, int(kc)) if per_block else None
         sch.transform_layout(packed, ("write", 0), _b_panels(nr, layout, shape.b_transposed, blocks))
         copy_in_parallel = not per_block

@@ -121,7 +121,8 @@ def _needs(name):
     return marks
 
 
-FLOAT_KERNELS = ["x86.avx2.sgemm_6x16", "x86.avx2.sgemm_8x8", "x86.avx512.sgemm_8x32", "x86.avx512.sgemm_12x32"]
+FLOAT_KERNELS = ["x86.avx2.sgemm_6x16", "x86.avx2.sgemm_8x8", "x86.avx512.sgemm_8x32", "x86.avx512.sgemm_12x32",
+                 "x86.avx512.sgemm_14x32"]
 BF16_KERNELS = ["x86.avx2.bf16gemm_6x16", "x86.avx512bf16.bf16gemm_8x32", "x86.amx.bf16gemm_32x32"]
 INT8_KERNELS = ["x86.avx2.i8gemm_6x16", "x86.vnni.i8gemm_8x32", "x86.amx.i8gemm_32x32"]
 
@@ -241,7 +242,7 @@ def test_avx512_bf16_kernel_treats_denormal_inputs_as_zero(build, name, rng):
 
 
 @pytest.mark.parametrize("name", _params(["x86.avx2.sgemm_6x16", "x86.avx2.sgemm_8x8", "x86.avx512.sgemm_8x32",
-                                          "x86.avx512.sgemm_12x32",
+                                          "x86.avx512.sgemm_12x32", "x86.avx512.sgemm_14x32",
                                           "x86.avx2.bf16gemm_6x16", "x86.avx512bf16.bf16gemm_8x32",
                                           "x86.avx2.i8gemm_6x16",
                                           "x86.vnni.i8gemm_8x32"]))
@@ -273,3 +274,17 @@ def test_partial_tile_touches_only_its_rows(build, name, rows, seed):
     expected[:touched] += product[:touched]
     run_kernel(build(name), name, a, pack_b(b, x86.b_layout(name)), c, m_rows=rows)
     np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-4)
+
+
+def test_sgemm_template_names_and_register_budget():
+    """The fp32 tiles come from one template; a tile needing more vector registers than the ISA
+    has is refused before any C is written."""
+    from refcomp.loops.intrin.kernels_fp32 import sgemm_tile_source
+
+    source = sgemm_tile_source("avx512", 14, 2)
+    assert "refcomp_sgemm_avx512_14x32(" in source and "refcomp_sgemm_avx512_14x32_m14(" in source
+    assert "_mm_prefetch" not in sgemm_tile_source("avx2", 6, 2, prefetch=0)
+    with pytest.raises(ValueError, match="needs 35 vector registers"):
+        sgemm_tile_source("avx512", 16, 2)
+    with pytest.raises(ValueError, match="needs 17 vector registers"):
+        sgemm_tile_source("avx2", 7, 2)

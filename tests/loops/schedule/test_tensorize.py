@@ -7,8 +7,8 @@ import pytest
 
 from refcomp import ScheduleError
 from refcomp.ast import (
-    Block, BlockRealize, Buffer, BufferRegion, BufferStore, Call, Evaluate, For, IfThenElse, IntImm, IterVar,
-    PrimFunc, Range, StringImm, Var, structural_equal,
+    Block, BlockRealize, Buffer, BufferStore, Call, Evaluate, For, IfThenElse, IntImm, IterVar,
+    PrimFunc, Range, StringImm, Var, free_vars, structural_equal,
 )
 from refcomp.loops import intrin
 from refcomp.loops.primitives.tensorize import tensorize
@@ -196,12 +196,56 @@ def _with_init(func):
 
 @pytest.mark.parametrize("kc", [None, 4])
 def test_reduction_init_moves_to_the_tile_block(kc):
-    func = _with_init(tiled_matmul_update(12, 32, 8, 6, 16, kc))
-    out, _ = tensorize(func, tile_loop(func, "ii"), "x86.avx2.sgemm_6x16")
+    """Without an init form the intrinsic leaves the init to the tile block, which zeroes the tile
+    before its first k slab."""
+    import dataclasses
+
+    base = intrin.get("x86.avx2.sgemm_6x16")
+    intrin.register(dataclasses.replace(base, name="user.no_init_form", init_impl=None), override=True)
+    try:
+        func = _with_init(tiled_matmul_update(12, 32, 8, 6, 16, kc))
+        out, _ = tensorize(func, tile_loop(func, "ii"), "user.no_init_form")
+    finally:
+        intrin.unregister("user.no_init_form")
     outer = next(s for s in walk(out.body) if isinstance(s, Block) and s.name == "C_o")
     assert outer.init is not None  # zeroes the tile before its first k slab
     assert any(iv.kind == "reduce" for iv in outer.iter_vars)  # a unit one when k is not split
     _tensorized_call(out)
+
+
+def _calls(stmt) -> list[str]:
+    return [s.value.args[0].value for s in walk(stmt) if isinstance(s, Evaluate) and isinstance(s.value, Call)]
+
+
+@pytest.mark.parametrize("kc", [None, 4])
+def test_zero_init_folds_into_the_init_form(kc):
+    """An intrinsic with an init form takes the tile's zeroing: no init is left, and the first
+    k slab calls the init form (C = A * B), the others the accumulating kernel."""
+    func = _with_init(tiled_matmul_update(12, 32, 8, 6, 16, kc))
+    out, _ = tensorize(func, tile_loop(func, "ii"), "x86.avx2.sgemm_6x16")
+    outer = next(s for s in walk(out.body) if isinstance(s, Block) and s.name == "C_o")
+    assert outer.init is None
+    assert isinstance(outer.body, IfThenElse)
+    reduce_var = next(iv.var for iv in outer.iter_vars if iv.kind == "reduce")
+    assert reduce_var in free_vars(outer.body.condition)
+    assert _calls(outer.body.then_case) == ["refcomp_sgemm_avx2_6x16_init"]
+    assert _calls(outer.body.else_case) == ["refcomp_sgemm_avx2_6x16"]
+
+
+def test_an_init_other_than_zero_stays():
+    """C = 1 before the reduction is not the init form's zero: the init stays in the tile block."""
+    func = tiled_matmul_update(12, 32, 8, 6, 16, 4)
+    update = next(s for s in walk(func.body) if isinstance(s, Block) and s.name == "C")
+    vi, vj, _ = (iv.var for iv in update.iter_vars)
+    realize = next(s for s in walk(func.body) if isinstance(s, BlockRealize) and s.block is update)
+    from refcomp.loops.primitives.tree import replace_in_func
+
+    func = replace_in_func(func, {id(realize): realize.with_(
+        block=update.with_(init=BufferStore(func.params[2], 1.0, (vi, vj))))})
+    out, _ = tensorize(func, tile_loop(func, "ii"), "x86.avx2.sgemm_6x16")
+    outer = next(s for s in walk(out.body) if isinstance(s, Block) and s.name == "C_o")
+    assert outer.init is not None
+    assert _calls(outer.body) == ["refcomp_sgemm_avx2_6x16"]
 
 
 def test_description_with_init_needs_a_tile_with_init():

@@ -204,3 +204,56 @@ def test_tile_with_fixed_iters_and_dims_between(batches, k, row_tiles, seed):
     out = rng.standard_normal((m, batches, n)).astype(np.float32)
     refcomp.build(sch.func)(av, bv, out)
     np.testing.assert_allclose(out, np.einsum("iq,tqj->itj", av, bv), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.skipif(not intrin.get("x86.avx2.sgemm_6x16").available(), reason="CPU lacks AVX2/FMA")
+@pytest.mark.parametrize("init_value", [0.0, 1.5])
+@pytest.mark.parametrize("kc", [None, 8])
+def test_tile_init_folded_or_kept_matches_numpy(rng, init_value, kc):
+    """C = init + A @ B with the init in the tile block: a zero init is folded into the kernel's
+    init form (the first k slab writes C without reading it), any other value is kept; C starts
+    as noise either way, M = 13 leaves a partial tile, K = 24 is one slab or three."""
+    from refcomp.ast import Block, BlockRealize, BufferStore
+    from refcomp.loops.primitives.tree import replace_in_func, walk
+
+    m, n, k = 13, 32, 24
+    func = tiled_matmul_update(m, n, k, 6, 16, kc)
+    update = next(s for s in walk(func.body) if isinstance(s, Block) and s.name == "C")
+    vi, vj, _ = (iv.var for iv in update.iter_vars)
+    realize = next(s for s in walk(func.body) if isinstance(s, BlockRealize) and s.block is update)
+    func = replace_in_func(func, {id(realize): realize.with_(
+        block=update.with_(init=BufferStore(func.params[2], init_value, (vi, vj))))})
+    out, _ = tensorize(func, tile_loop(func, "ii"), "x86.avx2.sgemm_6x16")
+    folded = any(isinstance(s, Block) and s.name == "C_o" and s.init is None for s in walk(out.body))
+    assert folded == (init_value == 0.0)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c = rng.standard_normal((m, n)).astype(np.float32)
+    refcomp.build(out)(a, b, c)
+    np.testing.assert_allclose(c, init_value + a.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.skipif(not intrin.get("x86.avx2.sgemm_6x16").available(), reason="CPU lacks AVX2/FMA")
+@given(m=st.integers(1, 25), kc=st.sampled_from([None, 4, 8, 12]), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=8, deadline=None)
+def test_folded_init_any_rows_and_slabs(m, kc, seed):
+    """The folded init over random row counts (partial last tiles, tiles past the edge) and slab
+    counts: C (noise on entry) ends as A @ B."""
+    from refcomp.ast import Block, BlockRealize, BufferStore
+    from refcomp.loops.primitives.tree import replace_in_func, walk
+
+    rng = np.random.default_rng(seed)
+    n, k = 32, 24
+    func = tiled_matmul_update(m, n, k, 6, 16, kc)
+    update = next(s for s in walk(func.body) if isinstance(s, Block) and s.name == "C")
+    vi, vj, _ = (iv.var for iv in update.iter_vars)
+    realize = next(s for s in walk(func.body) if isinstance(s, BlockRealize) and s.block is update)
+    func = replace_in_func(func, {id(realize): realize.with_(
+        block=update.with_(init=BufferStore(func.params[2], 0.0, (vi, vj))))})
+    out, _ = tensorize(func, tile_loop(func, "ii"), "x86.avx2.sgemm_6x16")
+    assert all(s.init is None for s in walk(out.body) if isinstance(s, Block) and s.name == "C_o")
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c = rng.standard_normal((m, n)).astype(np.float32)
+    refcomp.build(out)(a, b, c)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)

@@ -5,7 +5,9 @@ A description is a PrimFunc whose body is the loop nest of one block computing a
 The implementation is a PrimFunc with the same parameters whose body does the same work by other
 means, usually `call_extern` of a C micro-kernel given in `c_helpers`.  Variables in the
 description's buffer shapes and strides (K, leading dimensions) are bound by the match and passed
-on to the implementation.
+on to the implementation.  An optional `init_impl` is the implementation for a tile whose output
+starts at zero: it writes C = A * B without reading C, so `tensorize` can fold a tile block's
+init (zeroing its output) into the call (spec/tensorize.md, "Init folding").
 """
 from __future__ import annotations
 
@@ -29,22 +31,27 @@ class TensorIntrin:
     cpu_features: tuple[str, ...] = ()  # /proc/cpuinfo flags the impl needs to run
     func_attrs: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"needs_amx": True}
     doc: str = ""
+    init_impl: PrimFunc | None = None  # the same tile on an output that starts at zero (no read of it)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise TypeError(f"TensorIntrin name must be a non-empty str, got {self.name!r}")
-        for part, label in ((self.desc, "desc"), (self.impl, "impl")):
+        parts = [(self.desc, "desc"), (self.impl, "impl")]
+        if self.init_impl is not None:
+            parts.append((self.init_impl, "init_impl"))
+        for part, label in parts:
             if not isinstance(part, PrimFunc):
                 raise TypeError(f"TensorIntrin {self.name}: {label} must be a PrimFunc, got {part!r}")
         desc_buffers = [p for p in self.desc.params if isinstance(p, Buffer)]
-        impl_buffers = [p for p in self.impl.params if isinstance(p, Buffer)]
-        if len(desc_buffers) != len(impl_buffers):
-            raise TypeError(f"TensorIntrin {self.name}: desc has {len(desc_buffers)} buffer params, "
-                            f"impl has {len(impl_buffers)}")
-        for d, i in zip(desc_buffers, impl_buffers):
-            if d.ndim != i.ndim or d.dtype != i.dtype:
-                raise TypeError(f"TensorIntrin {self.name}: impl buffer {i.name} ({i.dtype}, {i.ndim}-d) "
-                                f"does not correspond to desc buffer {d.name} ({d.dtype}, {d.ndim}-d)")
+        for impl, label in parts[1:]:
+            impl_buffers = [p for p in impl.params if isinstance(p, Buffer)]
+            if len(desc_buffers) != len(impl_buffers):
+                raise TypeError(f"TensorIntrin {self.name}: desc has {len(desc_buffers)} buffer params, "
+                                f"{label} has {len(impl_buffers)}")
+            for d, i in zip(desc_buffers, impl_buffers):
+                if d.ndim != i.ndim or d.dtype != i.dtype:
+                    raise TypeError(f"TensorIntrin {self.name}: {label} buffer {i.name} ({i.dtype}, {i.ndim}-d) "
+                                    f"does not correspond to desc buffer {d.name} ({d.dtype}, {d.ndim}-d)")
 
     def available(self) -> bool:
         """True when the CPU running refcomp has every feature the implementation needs."""

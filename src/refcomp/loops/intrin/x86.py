@@ -5,10 +5,13 @@ imports this module on first use.
 """
 from __future__ import annotations
 
+from ...ast import Evaluate, PrimFunc, StringImm
 from . import cpu
 from .kernels_amx import BF16GEMM_AMX_32X32, I8GEMM_AMX_32X32
 from .kernels_bf16 import BF16GEMM_AVX512BF16_8X32
-from .kernels_fp32 import BF16GEMM_AVX2_6X16, SGEMM_AVX2_6X16, SGEMM_AVX2_8X8, SGEMM_AVX512_8X32, SGEMM_AVX512_12X32
+from .kernels_fp32 import (
+    BF16GEMM_AVX2_6X16, SGEMM_AVX2_6X16, SGEMM_AVX2_8X8, SGEMM_AVX512_8X32, SGEMM_AVX512_12X32, SGEMM_AVX512_14X32,
+)
 from .kernels_int8 import I8GEMM_AVX2_6X16, I8GEMM_VNNI_8X32
 from .matmul_tile import matmul_tile
 from .registry import TensorIntrin, register
@@ -25,6 +28,14 @@ _TILES = {
                               "refcomp_sgemm_avx512_8x32", SGEMM_AVX512_8X32, cpu.AVX512, True, {}),
     "x86.avx512.sgemm_12x32": (12, 32, "float32", "float32", "float32", "rows", 1,
                                "refcomp_sgemm_avx512_12x32", SGEMM_AVX512_12X32, cpu.AVX512, True, {}),
+    "x86.avx512.sgemm_14x32": (14, 32, "float32", "float32", "float32", "rows", 1,
+                               "refcomp_sgemm_avx512_14x32", SGEMM_AVX512_14X32, cpu.AVX512, True, {}),
+    "x86.avx512.sgemm_12x32_panel": (12, 32, "float32", "float32", "float32", "rows", 1,
+                                     "refcomp_sgemm_avx512_12x32", SGEMM_AVX512_12X32, cpu.AVX512, True,
+                                     {"a_panel": True}),
+    "x86.avx512.sgemm_14x32_panel": (14, 32, "float32", "float32", "float32", "rows", 1,
+                                     "refcomp_sgemm_avx512_14x32", SGEMM_AVX512_14X32, cpu.AVX512, True,
+                                     {"a_panel": True}),
     "x86.avx2.bf16gemm_6x16": (6, 16, "bfloat16", "bfloat16", "float32", "rows", 1,
                                "refcomp_bf16gemm_avx2_6x16", BF16GEMM_AVX2_6X16, cpu.AVX2, True, {}),
     "x86.avx512bf16.bf16gemm_8x32": (8, 32, "bfloat16", "bfloat16", "float32", "pairs", 2,
@@ -42,6 +53,14 @@ _TILES = {
                              {"needs_amx": True}),
 }
 
+def _init_form(impl: PrimFunc, c_function: str) -> PrimFunc:
+    """impl calling `<c_function>_init` (C = A * B, C not read) instead of `c_function`: the init
+    form the fp32 template writes for each tile (kernels_fp32.sgemm_tile_source)."""
+    call = impl.body.value
+    args = (StringImm(c_function + "_init"),) + call.args[1:]
+    return impl.with_(body=Evaluate(call.with_(args=args)), name=c_function + "_init")
+
+
 for _name, (_mr, _nr, _a, _b, _acc, _layout, _kmul, _fn, _src, _features, _acs, _attrs) in _TILES.items():
     _panel = _attrs.get("a_panel", False)
     _desc, _impl = matmul_tile(_mr, _nr, a_dtype=_a, b_dtype=_b, acc_dtype=_acc, b_layout=_layout,
@@ -51,6 +70,7 @@ for _name, (_mr, _nr, _a, _b, _acc, _layout, _kmul, _fn, _src, _features, _acs, 
         _name, _desc, _impl, c_helpers=(_src,), c_includes=("immintrin.h", "stdint.h", "string.h"),
         cpu_features=tuple(_features), func_attrs={k: v for k, v in _attrs.items() if k != "a_panel"},
         doc=f"C[{_mr},{_nr}] ({_acc}) += A[{_mr},K] ({_a}{', packed MR-row panels' if _panel else ''}) * B[K,{_nr}] ({_b}, {_layout}), K % {_kmul} == 0",
+        init_impl=_init_form(_impl, _fn) if _fn.startswith("refcomp_sgemm_") else None,
     ), override=True)
 
 

@@ -26,9 +26,10 @@ from __future__ import annotations
 from typing import Any
 
 from ...ast import (
-    Add, Block, BlockRealize, Buffer, BufferLoad, BufferStore, Cast, Evaluate, FloatImm, For, IntImm, Mul,
-    Mutator, PrimExpr, PrimFunc, Stmt, StringImm, Var, as_int, const, free_vars, substitute,
+    EQ, Add, And, Block, BlockRealize, Buffer, BufferLoad, BufferStore, Cast, Evaluate, FloatImm, For, IfThenElse,
+    IntImm, Mul, Mutator, PrimExpr, PrimFunc, Stmt, StringImm, Var, as_int, const, free_vars, substitute,
 )
+from ...ast.structural import structural_equal
 from ...ast.node import Node
 from ...errors import ScheduleError
 from ..intrin.registry import TensorIntrin, get
@@ -51,9 +52,15 @@ def tensorize(func: PrimFunc, block_or_loop: Block | For, intrin: str | TensorIn
     location = locate_block(func, block, "tensorize")
     match = match_tile(func, block, intrinsic)
     body = instantiate(intrinsic, match)
+    init = block.init
+    if intrinsic.init_impl is not None and init_zeroes_tile(block):
+        # Init folding: the tile's first reduction step writes C = A * B instead of zeroing C
+        # and then adding to it (spec/tensorize.md)
+        body = IfThenElse(_first_reduction_step(block), instantiate(intrinsic, match, intrinsic.init_impl), body)
+        init = None
     annotations = dict(block.annotations)
     annotations["tensorized"] = intrinsic.name
-    new_block = block.with_(body=body, annotations=annotations)
+    new_block = block.with_(body=body, init=init, annotations=annotations)
     new_func = replace_in_func(func, {id(location.realize): location.realize.with_(block=new_block)})
     return _with_requirements(new_func, intrinsic), None
 
@@ -95,6 +102,55 @@ def _desc_nest(desc: PrimFunc) -> tuple[list[For], BlockRealize | None]:
     if isinstance(body, BlockRealize) and not body.block.iter_vars and isinstance(body.block.body, (For, BlockRealize)):
         body = body.block.body
     return _nest(body)
+
+
+def init_zeroes_tile(block: Block) -> bool:
+    """Whether the outer block's init sets to zero exactly the elements its tile's update writes
+    (what blockize makes of a reduction's `init` of 0): a loop nest over the tile's spatial loops
+    (those the update's store index uses, same order and ranges) around one block storing a zero
+    constant to the update's buffer at the same index, under the same predicate, which uses no
+    other tile loop."""
+    if block.init is None:
+        return False
+    loops, realize = _nest(block.body)
+    init_loops, init_realize = _nest(block.init)
+    if realize is None or init_realize is None or init_realize.block.init is not None:
+        return False
+    store, zero = realize.block.body, init_realize.block.body
+    if not (isinstance(store, BufferStore) and isinstance(zero, BufferStore) and store.buffer is zero.buffer):
+        return False
+    if not isinstance(zero.value, (FloatImm, IntImm)) or zero.value.value != 0:
+        return False
+
+    def index(r: BlockRealize, st: BufferStore) -> list[PrimExpr]:
+        bound = dict(zip((iv.var for iv in r.block.iter_vars), r.iter_values))
+        return [substitute(i, bound) for i in st.indices]
+
+    stored = index(realize, store)
+    used = {v for i in stored for v in free_vars(i)}
+    spatial = [l for l in loops if l.loop_var in used]
+    if len(spatial) != len(init_loops) or set(free_vars(realize.predicate)) & ({l.loop_var for l in loops} - used):
+        return False
+    rename = {}
+    for tile_loop, init_loop in zip(spatial, init_loops):
+        if as_int(tile_loop.min) != 0 or as_int(init_loop.min) != 0 or as_int(tile_loop.extent) is None \
+                or as_int(tile_loop.extent) != as_int(init_loop.extent):
+            return False
+        rename[init_loop.loop_var] = tile_loop.loop_var
+    zeroed = [substitute(i, rename) for i in index(init_realize, zero)]
+    return (len(zeroed) == len(stored)
+            and all(structural_equal(a, b, map_free_vars=False) for a, b in zip(zeroed, stored))
+            and structural_equal(substitute(init_realize.predicate, rename), realize.predicate, map_free_vars=False))
+
+
+def _first_reduction_step(block: Block) -> PrimExpr:
+    """`every reduce iter var of block is at the minimum of its domain` (true if none)."""
+    condition: PrimExpr = IntImm(1, "bool")
+    for iv in block.iter_vars:
+        if iv.kind == "reduce":
+            at_min = EQ(iv.var, iv.dom.min)
+            condition = at_min if isinstance(condition, IntImm) else And(condition, at_min)
+    return condition
 
 
 class _Matcher:
@@ -450,9 +506,10 @@ def _compact_tail(buffer: Buffer, d_buffer: Buffer, lead: int) -> bool:
 
 # ----------------------------------------------------------------------------- instantiation
 
-def instantiate(intrinsic: TensorIntrin, match: Match) -> Stmt:
-    """The implementation's body with its buffers and size vars bound as the match says."""
-    impl, desc = intrinsic.impl, intrinsic.desc
+def instantiate(intrinsic: TensorIntrin, match: Match, impl: PrimFunc | None = None) -> Stmt:
+    """The implementation's body (or that of `impl`, its init form) with its buffers and size
+    vars bound as the match says."""
+    impl, desc = impl or intrinsic.impl, intrinsic.desc
     var_map: dict[Var, PrimExpr] = dict(match.values)
     buffer_map: dict[Buffer, Buffer] = {}
     for i_buf, d_buf in zip(impl.buffers, desc.buffers):

@@ -9,8 +9,8 @@ The structure is BLIS's, written as ordinary schedule primitives:
         for pc:                 KC slabs of the reduction: MC x KC of A stays in L2 across ...
           for jr:               ... the NR-wide panels: KC x NR of B stays in L1/L2 across ...
             for ir:             ... the MR-high tiles
-              if pc == 0: C[MR, NR] = 0                    (the tile block's init)
-              C[MR, NR] += A[MR, KC] * B[KC, NR]           (tensorize: a micro-kernel call)
+              if pc == 0: C[MR, NR] = A[MR, KC] * B[KC, NR]   (the kernel's init form: the tile
+              else:       C[MR, NR] += A[MR, KC] * B[KC, NR]   block's zeroing folded in; tensorize)
 
 With fewer than two row blocks per thread the loops run `jc, pc, ic, jr, ir` with the column
 blocks in parallel; with a symbolic M (and Tiling.mc_symbolic) `ic` runs serially around them.  A is read in place unless pack_a asks for k slabs Ap[k // KC, i, k % KC].
@@ -33,7 +33,9 @@ from .transpose import TRANSPOSE_32X16, transpose_intrin
 # 12 x 32 first: twelve FMAs per vector of B where 8 x 32 has eight (see kernels_fp32).
 FP32_INTRINS = ["x86.avx512.sgemm_12x32", "x86.avx512.sgemm_8x32", "x86.avx2.sgemm_6x16"]
 # The form of a tile intrinsic that reads A from packed MR-row panels Ap[i // MR, k, i % MR].
-PANEL_INTRINS = {"x86.avx2.sgemm_6x16": "x86.avx2.sgemm_6x16_panel"}
+PANEL_INTRINS = {"x86.avx2.sgemm_6x16": "x86.avx2.sgemm_6x16_panel",
+                 "x86.avx512.sgemm_12x32": "x86.avx512.sgemm_12x32_panel",
+                 "x86.avx512.sgemm_14x32": "x86.avx512.sgemm_14x32_panel"}
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
     A is read in place by default: the MR rows a tile reads share an L1 set when the row stride
     is a multiple of 4 KiB, but a 12-way L1 holds them, and the packing pass cost more than it
     saved (at N = 2048 on one Zen 5 core, 216 GFLOP/s packed against 261 in place).
-    pack_a="panels" (constant M, AVX2 tile) packs A into MR-row panels Ap[i // MR, k, i % MR]
+    pack_a="panels" (constant M; the AVX2 6x16 and AVX-512 12x32 / 14x32 tiles) packs A into MR-row panels Ap[i // MR, k, i % MR]
     (rows past M zero) read by the tile's panel form: the tile then reads one stream of A instead
     of MR rows whose addresses may share an L1 set (a row stride of 4 KiB on an 8-way 32 KiB L1).
     """
@@ -74,21 +76,25 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
                         parallel=parallel, recipe="matmul_fp32")
 
 
-# The KC x NR panel of B a tile streams from L2: at most 128 KiB (KC 1024 for 32-wide tiles, 2048
+# The KC x NR panel of B a tile streams from L2: at most 512 KiB (KC 4096 for 32-wide tiles, 8192
 # for 16-wide ones; see _fp32_tiling).
-_PANEL_BYTES = 128 << 10
+_PANEL_BYTES = 512 << 10
 
 
 def _fp32_tiling(intrin: str, tiling: Tiling, n, k) -> Tiling:
     """The default tiling of an fp32 tile intrinsic (a Tiling given by the caller is kept).
 
-    KC: whole K while the tile's KC x NR panel of B is at most 128 KiB (K up to 1024 for the
-    32-wide tiles, 2048 for the 16-wide one).  The AVX-512 tile's whole-K slabs load and store
-    each C tile half as often as 512 and were 1.5-2% faster at N = 1024 and 2048 on Zen 5 (1 MiB
-    L2 holds the KC x 32 panel); on a Xeon with AVX-512 (one core, N = 2048) 512 gave 139.5
-    GFLOP/s against 151.8, 2048 was within noise of 1024 (and 3% slower at 256 x 1024 x 4096);
-    the AVX2 tile there went from 88.2 to 93.3 at N = 2048 with KC 512 -> 1024 and to 96.5-99.0
-    with 2048 (against 91.9-93.9 in the same runs).
+    KC: whole K while the tile's KC x NR panel of B is at most 512 KiB (K up to 4096 for the
+    32-wide tiles, 8192 for the 16-wide ones).  Whole-K slabs load and store each C tile once,
+    and with the kernels' init forms (spec/tensorize.md) never load it: the first slab writes C
+    without reading it, every later one loads and stores it again.  On a Xeon with AVX-512 (one
+    core, alternating in one process, init forms in place): N = 2048 KC 1024 -> 2048 152.2 ->
+    158.2 and 153.1 -> 156.4 GFLOP/s; 256 x 1024 x 4096 (a linear layer with its residual, rows
+    symbolic) KC 1024 -> 4096 128.0 -> 130.9 (NC 256, as chosen below; 133.4 with NC 128).
+    Before the init forms, KC 512 gave 139.5 against 151.8 for 1024 at N = 2048 and 2048 was
+    within noise of 1024; the AVX2 tile went from 88.2 to 93.3 at N = 2048 with KC 512 -> 1024
+    and to 96.5-99.0 with 2048; on Zen 5 (1 MiB L2) whole-K slabs were 1.5-2% faster at N =
+    1024 and 2048 than KC 512.
     NC: the KC x NC block of B each thread packs takes at most a quarter of L2 (read at run
     time; A's MC x KC block and the C tiles keep the rest), unless that makes more than four
     column blocks: each column block reads all of A again (in place), so NC is at least N / 4;
@@ -208,8 +214,10 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
             _schedule_copy(sch, packed_b, copy_in_parallel, nr)
         else:
             _schedule_grouped_copy(sch, packed_b, copy_in_parallel, nr, _GROUP[b_layout])
-    # tensorize blockizes the tile; the reduction's init moves to the tile block, which zeroes
-    # its C tile right before the first k slab (in cache) instead of in a separate pass.
+    # tensorize blockizes the tile; the reduction's init moves to the tile block, and where the
+    # intrinsic has an init form (the fp32 tiles) into the kernel: the first k slab writes its C
+    # tile without reading it (N = 1024, one thread: 150.5 -> 155.2 GFLOP/s); other tiles zero
+    # the C tile right before the first k slab (in cache) instead of in a separate pass.
     sch.tensorize(i2, intrin)
     if by_columns or rows_outside:
         sch.parallel(j0)
