@@ -160,7 +160,12 @@ def _padded_copy_per_plane(sch, rv, inputs: set, convs: set):
     for conv in convs:
         conv_rv = sch.get_block(conv)
         if block.writes[0].buffer not in {r.buffer for r in sch.get(conv_rv).reads}:
-            continue
+            # the convolution may read the padded input through its copy in vectors of channels
+            # (the channel-vector form): the plane is then made where that copy is made
+            feeding = {sch.get(p).name for p in sch.get_producers(conv_rv)}
+            conv_rv = next((c for c in sch.get_consumers(rv) if sch.get(c).name in feeding), None)
+            if conv_rv is None:
+                continue
         conv_loops = sch.get_loops(conv_rv)
         parallel = next((i for i, l in enumerate(conv_loops) if sch.get(l).kind == "parallel"), None)
         if parallel is None:

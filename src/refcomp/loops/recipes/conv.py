@@ -172,7 +172,7 @@ _CHANNEL_BLOCK = {8: 6, 16: 12}
 
 def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, parallel: bool = True,
               pack_weight: bool = True, gemm_tile: bool = True, channel_vector: bool = True,
-              depthwise_rows: bool = True, transpose_tile: bool = True) -> Schedule:
+              depthwise_rows: bool = True, transpose_tile: bool = True, depthwise_channels: bool = True) -> Schedule:
     """Schedule a float32 convolution block (see the module docstring): not grouped, on the
     channel-vector tile (unless channel_vector is False; its tile written back through a transpose
     in registers where the CPU has one, unless transpose_tile is False: the reference interpreter
@@ -231,6 +231,15 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
                                             transpose_tile)
             except ScheduleError as exc:
                 log.debug("conv_fp32: %s: the channel-vector tile does not apply (%s)", block, exc)
+    depthwise = bool(grouped) and as_int(node.iter_vars[2 + nd].dom.extent) == 1
+    dv_lanes = channel_lanes(shape.out_channels, native) if depthwise and depthwise_channels else None
+    if dv_lanes is not None and _DW_RULE(shape, node, native):
+        attempt = sch.copy()
+        try:
+            return _conv_channel_vector(attempt, attempt.get_block(block), shape, dv_lanes, native, parallel,
+                                        transpose_tile, depthwise=True)
+        except ScheduleError as exc:
+            log.debug("conv_fp32: %s: the depthwise channel-vector form does not apply (%s)", block, exc)
     row_lanes = _row_lanes(shape.out_width, native)
     if depthwise_rows and grouped and as_int(node.iter_vars[2 + nd].dom.extent) == 1 and row_lanes:
         attempt = sch.copy()
@@ -261,6 +270,9 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
         # index's floor divisions (their sign fix-ups) inside the window loops
         sch.parallel(o_outer if unfused else sch.fuse(n, o_outer))
     return sch
+
+
+_DW_RULE = lambda shape, node, native: True  # noqa: E731
 
 
 # The reduction length (input channels per group x window) from which the channel-vector tile is
@@ -374,7 +386,7 @@ def column_tile(width: int, preferred: int) -> int:
 
 
 def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native: int, parallel: bool,
-                         transpose_tile: bool = True) -> Schedule:
+                         transpose_tile: bool = True, depthwise: bool = False) -> Schedule:
     """The output channels in vectors of L, a row of XB output columns in registers (MLAS's direct
     NCHWc kernel, on NCHW tensors): the block accumulates into a "local" tile acc[x % XB, o % L]
     per (n, o // L, y, x // XB), which lowering turns into a stack array of each thread that the C
@@ -426,7 +438,7 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     # parallel region, not one per image
     # few channel blocks (a stem's 16 or 32 channels are one or two): the rows outside them are
     # the parallel loop instead, one parallel region per image
-    few = shape.out_channels // (mv * lanes) < _UNFUSED_CHANNEL_BLOCKS and bool(rows)
+    few = shape.out_channels // (mv * lanes) < _UNFUSED_CHANNEL_BLOCKS and bool(rows) and not depthwise
     if few:
         sch.reorder(n, rows[0], o_outer, *rows[1:], x_outer, *window, channel, x_inner, o_mid, o_inner)
     else:
@@ -440,6 +452,8 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     else:
         sch.reverse_compute_at(tile, x_outer)
         sch.transform_layout(rv, ("write", 0), layout)
+    if depthwise:
+        _channel_vector_input(sch, rv, shape, lanes, n)
     sch.decompose_reduction(rv, window[0] if window else channel)
     sch.vectorize(o_inner)
     if xb > 1:
@@ -447,10 +461,42 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     if mv > 1:
         sch.unroll(o_mid)
     _vectorize_write_back(sch, tile, xb, native, fused, transposed is not None)
-    _prefetch_weights(sch, rv, packed, o_outer, channel, window, mv)
+    if not depthwise:
+        _prefetch_weights(sch, rv, packed, o_outer, channel, window, mv)
     if parallel:
         sch.parallel(rows[0] if few else o_outer)
     return sch
+
+
+def _channel_vector_input(sch: Schedule, rv, shape: ConvShape, lanes: int, at) -> None:
+    """A depthwise convolution's input read in vectors of channels: the planes of the tile's
+    channels copied at loop `at` (one image of one channel block) into Xt[n, c // L, y, x, c % L]
+    (cache_read + transform_layout), each run of up to L columns of each row turned around by
+    the channel-vectors transpose (L loads, the 16 x 16 network, one store per column), so that
+    each multiply-add of the tile loads one vector of L channels at one input position (NCHW
+    holds them a plane apart)."""
+    from .transpose import channel_vectors_intrin
+
+    nd = shape.spatial_dims
+    copy = sch.cache_read(rv, shape.x_index, "global")
+    sch.compute_at(copy, at)
+    if nd == 2:
+        sch.transform_layout(copy, ("write", 0), lambda n, c, y, x: (n, c // lanes, y, x, c % lanes))
+    else:
+        sch.transform_layout(copy, ("write", 0), lambda n, c, x: (n, c // lanes, x, c % lanes))
+    loops = sch.get_loops(copy)
+    o, *rows, x = loops[-(nd + 1):]
+    columns = as_int(sch.get(x).extent)
+    if columns is None:
+        raise ScheduleError("conv_fp32: the depthwise input has a symbolic width")
+    chunk = max(d for d in range(1, min(columns, lanes) + 1) if columns % d == 0)
+    intrin = channel_vectors_intrin(chunk, lanes)
+    if intrin is None or not intrin.available():
+        raise ScheduleError(f"conv_fp32: no channel-vector transpose of {lanes} lanes on this CPU")
+    o_outer, o_inner = sch.split(o, [None, lanes])
+    x_outer, x_inner = sch.split(x, [None, chunk])
+    sch.reorder(o_outer, *rows, x_outer, o_inner, x_inner)
+    sch.tensorize(o_inner, intrin.name)
 
 
 # How many steps of the channel loop ahead the tile's weight vectors are prefetched (16 steps of a
