@@ -352,3 +352,58 @@ def test_depthwise_random_shapes_on_both_widths(rng, vector_isa, data):
     n = data.draw(st.integers(1, 2), label="n")
     func = schedule_kernel(_depthwise(n, c, h, w, k, stride, pad))
     _check(func, rng, (n, c, h, w), (c, 1, k, k), (stride, stride), (pad,) * 4, (1, 1), c)
+
+
+def _channel_copies(func) -> bool:
+    """Whether func reads its input in vectors of channels (a 5-d copy Xc[n, c // L, y, x, c % L])."""
+    return any(isinstance(s, Block) and any(len(w.buffer.shape) == 5 for w in s.writes) for s in walk(func.body))
+
+
+@pytest.mark.parametrize("n,c,h,w,k,stride,pad", [
+    (2, 32, 3, 3, 3, 1, 1),         # a MobileNet's last stage: 3 x 3 planes, two channel vectors
+    (1, 48, 6, 6, 3, 1, 1),         # 6 x 6, three channel vectors
+    (2, 16, 6, 6, 3, 2, 1),         # stride 2: 6 x 6 to 3 x 3
+    (1, 16, 7, 5, 3, 1, 0),         # no padding: the input planes copied themselves, odd sizes
+    (1, 16, 1, 1, 1, 1, 0),         # one pixel, 1 x 1
+    (2, 16, 5, 7, 5, 2, 2),         # 5 x 5, stride 2, prime sizes
+    (1, 32, 2, 1, 3, 1, 1),         # one column
+])
+def test_depthwise_channel_vectors(rng, vector_isa, n, c, h, w, k, stride, pad):
+    """Depthwise with output rows of at most half a native vector: the channels in vectors (the
+    input planes transposed per channel block, the padded copy made from them in that layout)
+    where the CPU has the transpose (AVX-512), else the row tile or direct form (AVX2); numpy
+    agrees with the compiled kernel, the interpreter with the form's loops (the copies untransposed)."""
+    func = _depthwise(n, c, h, w, k, stride, pad)
+    native = recipes.conv.native_lanes()
+    out_h, out_w = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    sch = recipes.conv_fp32(func)
+    assert _channel_copies(sch.func) == (vector_isa != "avx2" and native == 16)
+    if vector_isa != "avx2" and native == 16:
+        assert any(name.startswith("x86.avx512.channel_vectors") for name in _tensorized_with(sch.func))
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    before = np.zeros((n, c, out_h, out_w), np.float32)
+    after = np.ones_like(before)
+    interpret(func, x, wt, before)
+    loops_only = recipes.conv_fp32(func, parallel=False, transpose_tile=False)
+    interpret(loops_only.func, x, wt, after)
+    np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-4)
+    _check(sch.func, rng, (n, c, h, w), (c, 1, k, k), (stride, stride), (pad,) * 4, (1, 1), c)
+    _check(schedule_kernel(func), rng, (n, c, h, w), (c, 1, k, k), (stride, stride), (pad,) * 4, (1, 1), c)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_depthwise_channel_vectors_random_shapes(rng, data):
+    """The default schedule of depthwise kernels with narrow outputs on random shapes (channels a
+    multiple of 8 or 16, odd and prime sizes, size 1, stride 1 and 2, padding 0 to 2, batch 1
+    and 2) against numpy."""
+    c = data.draw(st.sampled_from([8, 16, 32, 48]), label="c")
+    k = data.draw(st.sampled_from([1, 3, 5]), label="k")
+    stride = data.draw(st.integers(1, 2), label="stride")
+    pad = data.draw(st.integers(0, k // 2), label="pad")
+    h = data.draw(st.integers(max(k - 2 * pad, 1), 9), label="h")
+    w = data.draw(st.integers(max(k - 2 * pad, 1), 13), label="w")
+    n = data.draw(st.integers(1, 2), label="n")
+    func = schedule_kernel(_depthwise(n, c, h, w, k, stride, pad))
+    _check(func, rng, (n, c, h, w), (c, 1, k, k), (stride, stride), (pad,) * 4, (1, 1), c)

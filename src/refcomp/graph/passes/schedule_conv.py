@@ -49,8 +49,8 @@ def schedule_conv(sch, rest: Callable):
             loops = sch.get_loops(rv)
         except RefcompError:
             continue
-        if not loops:
-            continue
+        if not loops or any(sch.get(loop).kind == "parallel" for loop in loops):
+            continue  # placed by the recipe (a depthwise input made per channel block)
         if _into_write_back(sch, rv):
             continue
         moved = _epilogue_at_tile(sch, rv, convs)

@@ -456,7 +456,7 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
         sch.reverse_compute_at(tile, x_outer)
         sch.transform_layout(rv, ("write", 0), layout)
     if depthwise:
-        _channel_vector_input(sch, rv, shape, lanes, n)
+        _channel_vector_input(sch, rv, shape, lanes, n, transpose_tile)
     sch.decompose_reduction(rv, window[0] if window else channel)
     sch.vectorize(o_inner)
     if xb > 1:
@@ -471,7 +471,7 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     return sch
 
 
-def _channel_vector_input(sch: Schedule, rv, shape: ConvShape, lanes: int, at) -> None:
+def _channel_vector_input(sch: Schedule, rv, shape: ConvShape, lanes: int, at, transpose: bool = True) -> None:
     """A depthwise convolution's input read in vectors of channels, made at loop `at` (one image
     of one channel block): the tile's input planes copied into Xc[n, c // L, y, x, c % L]
     (cache_read + transform_layout), each run of up to L columns of each row turned around by
@@ -480,24 +480,26 @@ def _channel_vector_input(sch: Schedule, rv, shape: ConvShape, lanes: int, at) -
     holds them a plane apart).  Where an earlier stage of the function pads the input, that
     stage is what the tile reads: it is moved to `at` too and made in the same layout, from the
     copy of the unpadded planes, a vector of channels per position (its bounds test, which
-    does not depend on the channel, once per vector)."""
+    does not depend on the channel, once per vector).  Without `transpose` the copies stay
+    loops (for the reference interpreter, which does not run the C helper; the recipe then
+    needs parallel=False: the parallel check does not see through their channel blocks)."""
     nd = shape.spatial_dims
     data = sch.get(rv).reads[shape.x_index].buffer
     producer = next((p for p in sch.get_producers(rv) if data in {w.buffer for w in sch.get(p).writes}), None)
     if producer is None:
         copy = sch.cache_read(rv, shape.x_index, "global")
-        sch.compute_at(copy, at)
-        _turn_around(sch, copy, lanes, nd)
+        sch.compute_at(copy, at, preserve_unit_loops=True)
+        _turn_around(sch, copy, lanes, nd, transpose)
         return
     pad = sch.get(producer)
     if len(pad.writes) != 1 or len(pad.reads) != 1 or pad.init is not None \
             or any(iv.kind != "spatial" for iv in pad.iter_vars):
         raise ScheduleError("conv_fp32: the depthwise input's producer is not a padded copy")
-    sch.compute_at(producer, at)
+    sch.compute_at(producer, at, preserve_unit_loops=True)
     sch.transform_layout(producer, ("write", 0), _channels_last(lanes, nd))
     copy = sch.cache_read(producer, 0, "global")
-    sch.compute_at(copy, sch.get_loops(producer)[-(nd + 2)])
-    _turn_around(sch, copy, lanes, nd)
+    sch.compute_at(copy, sch.get_loops(producer)[-(nd + 2)], preserve_unit_loops=True)
+    _turn_around(sch, copy, lanes, nd, transpose)
     o, *positions = sch.get_loops(producer)[-(nd + 1):]
     o_outer, o_inner = sch.split(o, [None, lanes])
     sch.reorder(o_outer, *positions, o_inner)
@@ -513,7 +515,7 @@ def _channels_last(lanes: int, nd: int):
     return lambda n, c, x: (n, c // lanes, x, c % lanes)
 
 
-def _turn_around(sch: Schedule, copy, lanes: int, nd: int) -> None:
+def _turn_around(sch: Schedule, copy, lanes: int, nd: int, transpose: bool) -> None:
     """The copy (placed) written as Xc[n, c // L, y, x, c % L] and tensorized by the
     channel-vectors transpose of the widest run of columns (at most L) that divides the row (the
     transposed copy's write region is then one channel block, which the parallel check needs)."""
@@ -526,12 +528,15 @@ def _turn_around(sch: Schedule, copy, lanes: int, nd: int) -> None:
         raise ScheduleError("conv_fp32: the depthwise input has a symbolic width")
     chunk = max(d for d in range(1, min(columns, lanes) + 1) if columns % d == 0)
     intrin = channel_vectors_intrin(chunk, lanes)
-    if intrin is None or not intrin.available():
+    if not transpose:
+        intrin = None
+    elif intrin is None or not intrin.available():
         raise ScheduleError(f"conv_fp32: no channel-vector transpose of {lanes} lanes on this CPU")
     o_outer, o_inner = sch.split(o, [None, lanes])
     x_outer, x_inner = sch.split(x, [None, chunk])
     sch.reorder(o_outer, *rows, x_outer, o_inner, x_inner)
-    sch.tensorize(o_inner, intrin.name)
+    if intrin is not None:
+        sch.tensorize(o_inner, intrin.name)
 
 
 # How many steps of the channel loop ahead the tile's weight vectors are prefetched (16 steps of a

@@ -242,7 +242,8 @@ def _channel_vectors(columns: int, lanes: int) -> registry.TensorIntrin:
     address = lambda buf, index: Call("address_of", (buf.vload(index),), "handle")  # noqa: E731
     # the strides as address distances (see _tile_transpose): the copy may be a compacted stack tile
     impl = PrimFunc((a, t), Evaluate(Call("call_extern", (
-        StringImm(function), address(a, (0, 0)), address(a, (1, 0)), address(t, (0, 0)), address(t, (1, 0)),
+        StringImm(function), address(a, (0, 0)), address(a, (1, 0)), address(t, (0, 0)),
+        address(t, (1 if columns > 1 else 0, 0)),  # one column: one row of T, no distance to a next
         IntImm(columns, "int32")), "int32")), name=name.replace(".", "_"))
     return registry.TensorIntrin(name, desc, impl, c_helpers=(source,),
                                  c_includes=("immintrin.h", "stddef.h"), cpu_features=(feature,),
