@@ -213,7 +213,11 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
     # (a transpose of XB x L values per tile); short ones (a 1x1 over a few channels) on the GEMM
     # tile where it applies, unless the tile is transposed in registers (then the channel-vector
     # tile won on every 1x1 measured, over 8 input channels too)
-    short = reduction < _CHANNEL_VECTOR_MIN_REDUCTION and not (transpose_tile and _transposes_tiles(native))
+    # (the transpose exists for the tile's own vector only: a half-width tile of 8 channels
+    # with AVX-512 is written back by gathers, and a 1x1 over 16 channels to 8 then ran at half the
+    # GEMM tile's speed, 34 against 16 us at 48 x 48)
+    short = reduction < _CHANNEL_VECTOR_MIN_REDUCTION and not (
+        transpose_tile and cv_lanes is not None and _transposes_tiles(cv_lanes))
     forms = ["gemm", "cv"] if short else ["cv", "gemm"]
     for form in forms:
         if form == "gemm" and gemm_tile and not grouped:
