@@ -180,12 +180,37 @@ def _padded_copy_per_plane(sch, rv, inputs: set, convs: set):
                 if len(loops) - depth < 2:
                     continue
                 attempt.vectorize(loops[-1])
+                _plane_on_stack(attempt, copy, loops[depth:])
             except RefcompError as exc:
                 log.debug("schedule_conv: the padded copy %s is not made per plane at depth %d: %s",
                           block.name, depth, exc)
                 continue
             return attempt
     return None
+
+
+# The largest padded plane (elements) kept on each thread's stack (16 KB per image plane: an
+# L1-resident 64 x 64 plane; a larger one stays a buffer of the whole input).
+_STACK_PLANE = 4096
+
+
+def _plane_on_stack(sch, copy, plane_loops) -> None:
+    """The padded input of a depthwise convolution, made one plane at a time, stored "local":
+    compaction then keeps only the plane one iteration of the parallel loop writes and the
+    tile reads, a stack array of each thread that stays in L1, instead of a buffer of the whole
+    padded input (written and read back through L2 on every call, 0.9 MB at 48 x 48 x 48)."""
+    points = 1
+    for loop in plane_loops:
+        extent = as_int(sch.get(loop).extent)
+        if extent is None:
+            return
+        points *= extent
+    if points > _STACK_PLANE:
+        return
+    try:
+        sch.set_scope(copy, 0, "local")
+    except RefcompError as exc:
+        log.debug("schedule_conv: the padded plane stays global: %s", exc)
 
 
 def _padded_copy(sch, rv, inputs: set):

@@ -505,12 +505,33 @@ def _channel_vector_input(sch: Schedule, rv, shape: ConvShape, lanes: int, at, t
     sch.compute_at(copy, sch.get_loops(producer)[-(nd + 2)], preserve_unit_loops=True)
     _turn_around(sch, copy, lanes, nd, transpose)
     o, *positions = sch.get_loops(producer)[-(nd + 1):]
+    _on_stack(sch, producer, [o, *positions])
     o_outer, o_inner = sch.split(o, [None, lanes])
     sch.reorder(o_outer, *positions, o_inner)
     sch.vectorize(o_inner)
     # one block per vector of channels: its write region is then one point of the channel blocks
     # (the parallel check relaxes no floor division of the lane loop with the outer loops)
     sch.blockize(o_inner)
+
+
+# The largest input block (elements) of the depthwise channel-vector form kept on each thread's
+# stack (32 KB: it stays in L1 between its copy and the tile's reads).
+_STACK_BLOCK = 8192
+
+
+def _on_stack(sch: Schedule, stage, loops) -> None:
+    """The buffer the placed stage writes made "local" when what one iteration of the loops
+    around it writes (the product of `loops`' extents) is at most _STACK_BLOCK elements:
+    compaction then keeps that block alone, a stack array of each thread, instead of a buffer
+    of the whole input."""
+    points = 1
+    for loop in loops:
+        extent = as_int(sch.get(loop).extent)
+        if extent is None:
+            return
+        points *= extent
+    if points <= _STACK_BLOCK:
+        sch.set_scope(stage, 0, "local")
 
 
 def _channels_last(lanes: int, nd: int):
@@ -527,6 +548,7 @@ def _turn_around(sch: Schedule, copy, lanes: int, nd: int, transpose: bool) -> N
 
     sch.transform_layout(copy, ("write", 0), _channels_last(lanes, nd))
     o, *rows, x = sch.get_loops(copy)[-(nd + 1):]
+    _on_stack(sch, copy, [o, *rows, x])
     columns = as_int(sch.get(x).extent)
     if columns is None:
         raise ScheduleError("conv_fp32: the depthwise input has a symbolic width")
