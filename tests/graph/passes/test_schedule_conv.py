@@ -34,8 +34,9 @@ def test_conv_chain_matches_numpy(rng, n, c, size, mid, width):
     mod = _chain(n, c, size, mid, width)
     ex = refcomp.graph.build(mod, target="c", blas=False)
     kernels = [f for f in ex.module.functions.values() if isinstance(f, PrimFunc)]
-    # the 3x3 conv's weights are packed for its register tile (the depthwise one reads them in place)
-    assert any("_global" in f.script() for f in kernels)
+    # the 3x3 conv's weights are packed for its register tile (the depthwise one reads them in
+    # place), or its reduction is short (3 x 3 x 3) and the channel-rows tile reads them in place
+    assert c * 9 < 64 or any("_global" in f.script() for f in kernels)
     x = rng.standard_normal((n, c, size, width)).astype(np.float32)
     w1 = rng.standard_normal((mid, c, 3, 3)).astype(np.float32)
     b1 = rng.standard_normal((1, mid, 1, 1)).astype(np.float32)

@@ -172,7 +172,8 @@ _CHANNEL_BLOCK = {8: 6, 16: 12}
 
 def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, parallel: bool = True,
               pack_weight: bool = True, gemm_tile: bool = True, channel_vector: bool = True,
-              depthwise_rows: bool = True, transpose_tile: bool = True, depthwise_channels: bool = True) -> Schedule:
+              depthwise_rows: bool = True, transpose_tile: bool = True, depthwise_channels: bool = True,
+              channel_rows: bool = True) -> Schedule:
     """Schedule a float32 convolution block (see the module docstring): not grouped, on the
     channel-vector tile (unless channel_vector is False; its tile written back through a transpose
     in registers where the CPU has one, unless transpose_tile is False: the reference interpreter
@@ -219,6 +220,14 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
     short = reduction < _CHANNEL_VECTOR_MIN_REDUCTION and not (
         transpose_tile and cv_lanes is not None and _transposes_tiles(cv_lanes))
     forms = ["gemm", "cv"] if short else ["cv", "gemm"]
+    rows_tile = _channel_rows_tile(shape, native) if channel_rows and not grouped \
+        and reduction < _CHANNEL_VECTOR_MIN_REDUCTION else None
+    if rows_tile is not None:
+        attempt = sch.copy()
+        try:
+            return _conv_channel_rows(attempt, attempt.get_block(block), shape, *rows_tile, parallel)
+        except ScheduleError as exc:
+            log.debug("conv_fp32: %s: the channel-rows tile does not apply (%s)", block, exc)
     for form in forms:
         if form == "gemm" and gemm_tile and not grouped:
             tile = _gemm_tile_for(shape, node)
@@ -728,6 +737,66 @@ def _conv_depthwise_rows(sch: Schedule, rv, shape: ConvShape, lanes: int, parall
     sch.vectorize(lane)
     if parallel:
         sch.parallel(o)
+    return sch
+
+
+# Accumulator vectors of one channel-rows tile (OB channels x the pieces of the row's vectors).
+_ROWS_TILE_VECTORS = {8: 10, 16: 18}
+
+
+def _channel_rows_tile(shape: ConvShape, native: int) -> tuple[int, int, int] | None:
+    """(lanes, vectors, OB) of the channel-rows tile for this output width, or None: vectors of
+    the native width when it divides the row (up to 3 of them), else the whole row as one vector
+    when it is between one and two native vectors and a multiple of half of one (24 columns with
+    AVX-512, lowered as 16 + 8); OB the largest divisor of the output channels that keeps the
+    accumulators within _ROWS_TILE_VECTORS."""
+    width = shape.out_width
+    if width % native == 0:
+        lanes, vectors = native, channel_block(width // native, 3)
+        pieces = vectors
+    elif native < width < 2 * native and width % (native // 2) == 0:
+        lanes, vectors, pieces = width, 1, 2
+    else:
+        return None
+    ob = channel_block(shape.out_channels, max(1, _ROWS_TILE_VECTORS.get(native, 10) // pieces))
+    return lanes, vectors, ob
+
+
+def _conv_channel_rows(sch: Schedule, rv, shape: ConvShape, lanes: int, vectors: int, ob: int,
+                       parallel: bool) -> Schedule:
+    """A convolution with a short reduction (fewer than 64 terms: a 1x1 over a few channels, a
+    stem over 3) a row of output columns at a time for OB output channels: OB x XV vectors of
+    output columns accumulate in a "local" tile (registers), each input vector loaded once per
+    reduction step and multiplied by OB broadcast weights (read in place), and the tile is
+    stored to the output rows once (no transpose: the rows are the output's own; the channel-vector
+    tile spends as much on its write-back as on a reduction this short):
+
+        for o // OB parallel, n, y, x // (XV * V):
+          acc[0:OB, 0:XV * V] = 0
+          for c, r..:
+            for o % OB (unrolled), xv (unrolled), x % V (vectorized):
+              acc[o, xv * V + x] += X[n, c, y*s + r0*d, (x..)*s + r1*d] * W[o, c, r0, r1]
+          out[n, o : o + OB, y, x : x + XV * V] = acc
+    """
+    nd = shape.spatial_dims
+    loops = sch.get_loops(rv)
+    n, o, *spatial = loops[:2 + nd]
+    reduce_loops = loops[2 + nd:]
+    rows, x = spatial[:-1], spatial[-1]
+    x_outer, x_vec, x_lane = sch.split(x, [None, vectors, lanes])
+    o_outer, o_inner = sch.split(o, [None, ob])
+    sch.reorder(o_outer, n, *rows, x_outer, *reduce_loops, o_inner, x_vec, x_lane)
+    tile = sch.cache_write(rv, 0, "local")
+    sch.reverse_compute_at(tile, x_outer)
+    sch.decompose_reduction(rv, reduce_loops[0])
+    sch.vectorize(x_lane)
+    sch.unroll(o_inner)
+    if vectors > 1:
+        sch.unroll(x_vec)
+    _, lane = sch.split(sch.get_loops(tile)[-1], [None, lanes])
+    sch.vectorize(lane)
+    if parallel:
+        sch.parallel(o_outer)
     return sch
 
 
