@@ -10,8 +10,11 @@ count (depthwise included: one input channel per group).  The input may be a pad
 an earlier stage of the same function; that stage keeps its own loop nest (inlined, its bounds
 test would run once per multiply-add).
 
-conv_fp32 schedules it in one of four forms, with schedule primitives only (not grouped: the
-channel-vector tile first when the reduction has 64 terms or more, else the GEMM tile first):
+conv_fp32 schedules it in one of its forms, with schedule primitives only (not grouped: a
+reduction of fewer than 64 terms on the channel-rows tile where its rows fit (_conv_channel_rows),
+then the channel-vector tile first when the reduction has 64 terms or more, else the GEMM tile
+first; depthwise with output rows of at most half a native vector: the channel-vector tile on
+input planes turned into vectors of channels (_channel_vector_input)):
 
 GEMM tile (not grouped, unit stride along the output columns, an fp32 tile's NR divides the
 output width): for each window position the block is a matmul out[o, x] += W[o, c] * X[c, x]
