@@ -317,6 +317,9 @@ def _depthwise(n, c, h, w, k, stride=1, pad=0, dilation=1):
     (1, 3, 5, 7, 3, 1, 1, 1),       # 7 columns: the row is the vector (4 + 2 + 1 lanes)
     (1, 3, 6, 2, 3, 1, 1, 1),       # 2 columns: the direct form
     (1, 2, 9, 37, 3, 2, 1, 1),      # 19 columns at stride 2: the direct form (or, with AVX2, too)
+    (1, 3, 6, 24, 3, 1, 1, 1),      # 24 columns: one vector of 16 + 8 with AVX-512 (8 + 8 + 8 with AVX2)
+    (2, 2, 7, 48, 3, 2, 1, 1),      # 48 -> 24 columns at stride 2
+    (1, 2, 5, 12, 3, 1, 1, 1),      # 12 columns: one vector of 8 + 4 with AVX2
 ])
 def test_depthwise_row_tile(rng, vector_isa, n, c, h, w, k, stride, pad, dilation):
     """Depthwise: a row of output columns in local vector accumulators over the kernel window,
