@@ -161,3 +161,17 @@ def test_channel_vectors_match_numpy(rng, channels, width, plane_stride):
     out = rng.standard_normal((width, channels // LANES, LANES)).astype(np.float32)
     refcomp.build(sch.func)(data, out)
     np.testing.assert_array_equal(out.reshape(width, channels), data[:, :width].T)
+
+
+def test_two_address_taking_intrinsics_keep_both_relocatable_calls():
+    """A depthwise kernel on the channel-vector form uses two transposes that take their operands
+    by address (the input's channel vectors and the tile's write-back): the function lists both
+    as relocatable, so compaction shrinks the stack tiles of each."""
+    _needs_avx512()
+    dim = lambda v: te.const(v, "int64")  # noqa: E731
+    x = te.placeholder((dim(2), dim(32), dim(3), dim(3)), "float32", "X")
+    wt = te.placeholder((dim(32), dim(1), dim(3), dim(3)), "float32", "W")
+    y = _conv_te(2)(x, wt, (1, 1), (1,) * 4, (1, 1), 32)
+    sch = recipes.conv_fp32(te.create_prim_func([x, wt, y]))
+    calls = set(sch.func.attrs.get("relocatable_calls", ()))
+    assert {"refcomp_channel_vectors_f32x16", "refcomp_transpose_tile_f32x16"} <= calls
