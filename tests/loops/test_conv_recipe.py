@@ -104,13 +104,13 @@ def test_recipe_vectorizes_and_tiles(rng):
 ])
 def test_gemm_tile_path(rng, c, o, w, k, pad, dilation):
     """An output width the GEMM tile's NR divides, read at unit stride: the channel reduction runs
-    in the micro-kernel, once per window position (the channel-vector tile, which a short
-    reduction takes first where its tile is transposed in registers, set aside)."""
+    in the micro-kernel, once per window position (the channel-vector and channel-rows tiles,
+    which a short reduction takes first where they apply, set aside)."""
     tiles = [name for name in recipes.matmul.FP32_INTRINS + recipes.conv.NARROW_FP32_INTRINS
              if intrin.get(name).available() and w % recipes.common.tile_of(name)[1] == 0]
     if not tiles:
         pytest.skip("no fp32 GEMM tile here whose NR divides the width")
-    sch = recipes.conv_fp32(_conv(2, c, 5, w, o, k, k, 1, pad, dilation), channel_vector=False)
+    sch = recipes.conv_fp32(_conv(2, c, 5, w, o, k, k, 1, pad, dilation), channel_vector=False, channel_rows=False)
     used = _tensorized_with(sch.func)
     assert len(used) == 1 and used <= set(tiles)
     mr = recipes.common.tile_of(next(iter(used)))[0]
@@ -357,6 +357,9 @@ def _depthwise(n, c, h, w, k, stride=1, pad=0, dilation=1):
     (1, 3, 5, 7, 3, 1, 1, 1),       # 7 columns: the row is the vector (4 + 2 + 1 lanes)
     (1, 3, 6, 2, 3, 1, 1, 1),       # 2 columns: the direct form
     (1, 2, 9, 37, 3, 2, 1, 1),      # 19 columns at stride 2: the direct form (or, with AVX2, too)
+    (1, 3, 6, 24, 3, 1, 1, 1),      # 24 columns: one vector of 16 + 8 with AVX-512 (8 + 8 + 8 with AVX2)
+    (2, 2, 7, 48, 3, 2, 1, 1),      # 48 -> 24 columns at stride 2
+    (1, 2, 5, 12, 3, 1, 1, 1),      # 12 columns: one vector of 8 + 4 with AVX2
 ])
 def test_depthwise_row_tile(rng, vector_isa, n, c, h, w, k, stride, pad, dilation):
     """Depthwise: a row of output columns in local vector accumulators over the kernel window,
@@ -392,3 +395,116 @@ def test_depthwise_random_shapes_on_both_widths(rng, vector_isa, data):
     n = data.draw(st.integers(1, 2), label="n")
     func = schedule_kernel(_depthwise(n, c, h, w, k, stride, pad))
     _check(func, rng, (n, c, h, w), (c, 1, k, k), (stride, stride), (pad,) * 4, (1, 1), c)
+
+
+def _channel_copies(func) -> bool:
+    """Whether func reads its input in vectors of channels (a 5-d copy Xc[n, c // L, y, x, c % L])."""
+    return any(isinstance(s, Block) and any(len(w.buffer.shape) == 5 for w in s.writes) for s in walk(func.body))
+
+
+@pytest.mark.parametrize("n,c,h,w,k,stride,pad", [
+    (2, 32, 3, 3, 3, 1, 1),         # a MobileNet's last stage: 3 x 3 planes, two channel vectors
+    (1, 48, 6, 6, 3, 1, 1),         # 6 x 6, three channel vectors
+    (2, 16, 6, 6, 3, 2, 1),         # stride 2: 6 x 6 to 3 x 3
+    (1, 16, 7, 5, 3, 1, 0),         # no padding: the input planes copied themselves, odd sizes
+    (1, 16, 1, 1, 1, 1, 0),         # one pixel, 1 x 1
+    (2, 16, 5, 7, 5, 2, 2),         # 5 x 5, stride 2, prime sizes
+    (1, 32, 2, 1, 3, 1, 1),         # one column
+])
+def test_depthwise_channel_vectors(rng, vector_isa, n, c, h, w, k, stride, pad):
+    """Depthwise with output rows of at most half a native vector: the channels in vectors (the
+    input planes transposed per channel block, the padded copy made from them in that layout)
+    where the CPU has the transpose (AVX-512), else the row tile or direct form (AVX2); numpy
+    agrees with the compiled kernel, the interpreter with the form's loops (the copies untransposed)."""
+    func = _depthwise(n, c, h, w, k, stride, pad)
+    native = recipes.conv.native_lanes()
+    out_h, out_w = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    sch = recipes.conv_fp32(func)
+    assert _channel_copies(sch.func) == (vector_isa != "avx2" and native == 16)
+    if vector_isa != "avx2" and native == 16:
+        assert any(name.startswith("x86.avx512.channel_vectors") for name in _tensorized_with(sch.func))
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    before = np.zeros((n, c, out_h, out_w), np.float32)
+    after = np.ones_like(before)
+    interpret(func, x, wt, before)
+    loops_only = recipes.conv_fp32(func, parallel=False, transpose_tile=False)
+    interpret(loops_only.func, x, wt, after)
+    np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-4)
+    _check(sch.func, rng, (n, c, h, w), (c, 1, k, k), (stride, stride), (pad,) * 4, (1, 1), c)
+    _check(schedule_kernel(func), rng, (n, c, h, w), (c, 1, k, k), (stride, stride), (pad,) * 4, (1, 1), c)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_depthwise_channel_vectors_random_shapes(rng, data):
+    """The default schedule of depthwise kernels with narrow outputs on random shapes (channels a
+    multiple of 8 or 16, odd and prime sizes, size 1, stride 1 and 2, padding 0 to 2, batch 1
+    and 2) against numpy."""
+    c = data.draw(st.sampled_from([8, 16, 32, 48]), label="c")
+    k = data.draw(st.sampled_from([1, 3, 5]), label="k")
+    stride = data.draw(st.integers(1, 2), label="stride")
+    pad = data.draw(st.integers(0, k // 2), label="pad")
+    h = data.draw(st.integers(max(k - 2 * pad, 1), 9), label="h")
+    w = data.draw(st.integers(max(k - 2 * pad, 1), 13), label="w")
+    n = data.draw(st.integers(1, 2), label="n")
+    func = schedule_kernel(_depthwise(n, c, h, w, k, stride, pad))
+    _check(func, rng, (n, c, h, w), (c, 1, k, k), (stride, stride), (pad,) * 4, (1, 1), c)
+
+
+def _rows_tile(func) -> bool:
+    """Whether the convolution accumulates rows of output columns for several channels in a local
+    tile written straight to the output (no transpose, no packed weights)."""
+    blocks = [s for s in walk(func.body) if isinstance(s, Block)]
+    return _local_tile(func) and not _tensorized_with(func) and not any(
+        any(w.buffer.name.endswith("_global") for w in b.writes) for b in blocks)
+
+
+@pytest.mark.parametrize("n,c,h,w,o,k,stride,pad", [
+    (2, 8, 5, 48, 48, 1, 1, 0),     # a MobileNet's 1x1 expansion: three native vectors per row
+    (1, 16, 3, 24, 96, 1, 1, 0),    # 24 columns: the whole row one vector (16 + 8 with AVX-512)
+    (2, 3, 9, 33, 16, 3, 2, 1),     # the stem: 3 x 3 x 3, stride 2, 17 columns (no such tile: other forms)
+    (1, 3, 7, 32, 7, 3, 1, 1),      # 7 output channels: tiles of 7
+    (1, 5, 4, 16, 13, 3, 1, 1),     # a prime channel count, 45 terms
+    (2, 1, 1, 16, 1, 1, 1, 0),      # one channel, one row
+    (1, 7, 6, 64, 32, 1, 1, 0),     # four vectors per row: tiles of two
+])
+def test_channel_rows_tile(rng, vector_isa, n, c, h, w, o, k, stride, pad):
+    """Short reductions (fewer than 64 terms) on rows a native vector divides, or of one to two
+    native vectors in halves: OB output channels x a row of vectors in a local tile, written to
+    the output's rows; the interpreter agrees with the unscheduled function and the compiled
+    kernel with numpy, on AVX-512 and AVX2 widths."""
+    native = recipes.conv.native_lanes()
+    func = _conv(n, c, h, w, o, k, k, stride, pad)
+    out_w = (w + 2 * pad - k) // stride + 1
+    takes = out_w % native == 0 or (native < out_w < 2 * native and out_w % (native // 2) == 0)
+    sch = recipes.conv_fp32(func)
+    assert _rows_tile(sch.func) == takes
+    out_h = (h + 2 * pad - k) // stride + 1
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((o, c, k, k)).astype(np.float32)
+    before = np.zeros((n, o, out_h, out_w), np.float32)
+    after = np.ones_like(before)
+    interpret(func, x, wt, before)
+    interpret(recipes.conv_fp32(func, transpose_tile=False).func, x, wt, after)
+    np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-4)
+    _check(sch.func, rng, (n, c, h, w), (o, c, k, k), (stride, stride), (pad,) * 4, (1, 1), 1)
+    _check(schedule_kernel(func), rng, (n, c, h, w), (o, c, k, k), (stride, stride), (pad,) * 4, (1, 1), 1)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_short_reductions_random_shapes(rng, data):
+    """The default schedule of convolutions with short reductions (1x1 over 1-16 channels, 3 x 3
+    over 1-7) at random shapes: output widths around one and two vectors, odd channel counts,
+    stride 2, padding, batch 1 and 2; the numbers are numpy's."""
+    k = data.draw(st.sampled_from([1, 3]), label="k")
+    c = data.draw(st.integers(1, 16 if k == 1 else 7), label="c")
+    o = data.draw(st.sampled_from([1, 5, 8, 13, 16, 48]), label="o")
+    stride = data.draw(st.integers(1, 2), label="stride")
+    pad = data.draw(st.integers(0, k // 2), label="pad")
+    w = data.draw(st.sampled_from([8, 12, 16, 23, 24, 32, 48, 49]), label="w")
+    h = data.draw(st.integers(max(k - 2 * pad, 1), 5), label="h")
+    n = data.draw(st.integers(1, 2), label="n")
+    func = schedule_kernel(_conv(n, c, h, w, o, k, k, stride, pad))
+    _check(func, rng, (n, c, h, w), (o, c, k, k), (stride, stride), (pad,) * 4, (1, 1), 1)

@@ -90,7 +90,7 @@ def test_convolution_tile_written_back_transposed(rng, n, c, h, w, o, k, stride,
     with the transpose they take that tile first), equal to numpy."""
     _needs_avx512()
     func = _conv(n, c, h, w, o, k, stride, pad)
-    sch = recipes.conv_fp32(func)
+    sch = recipes.conv_fp32(func, channel_rows=False)
     assert f"x86.avx512.transpose_tile_f32_{form}" in _tensorized_with(sch.func)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     wt = rng.standard_normal((o, c, k, k)).astype(np.float32)
@@ -103,7 +103,7 @@ def test_convolution_tile_written_back_transposed(rng, n, c, h, w, o, k, stride,
     lib(x, wt, out)
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
     # the same schedule without the transpose computes the same values
-    plain = recipes.conv_fp32(func, transpose_tile=False)
+    plain = recipes.conv_fp32(func, transpose_tile=False, channel_rows=False)
     assert not any("transpose_tile" in name for name in _tensorized_with(plain.func))
     again = np.empty_like(out)
     refcomp.build(plain.func)(x, wt, again)
@@ -130,3 +130,48 @@ def test_default_schedule_with_an_epilogue_matches_numpy(rng):
     refcomp.build(func)(xs, ws, bs, got)
     expected = np.maximum(_np_conv(xs, ws, (1, 1), (0,) * 4, (1, 1), 1) + bs[None, :, None, None], 0)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("channels,width,plane_stride", [(16, 1, 1), (16, 5, 5), (32, 8, 8), (48, 13, 13),
+                                                          (16, 16, 16), (32, 24, 24), (16, 7, 9)])
+def test_channel_vectors_match_numpy(rng, channels, width, plane_stride):
+    """T[x, c // 16, c % 16] = A[c, x] (a row of each channel plane turned into one vector of
+    channels per column), tensorized per run of the widest divisor of the width up to 16 columns,
+    planes plane_stride apart: the kernel equals numpy's transpose; without AVX-512 there is no
+    such intrinsic."""
+    from refcomp.loops.recipes.transpose import channel_vectors_intrin, channel_vectors_name
+
+    assert channel_vectors_intrin(0, LANES) is None and channel_vectors_intrin(17, LANES) is None
+    assert channel_vectors_intrin(4, 8) is None
+    _needs_avx512()
+    i64 = lambda v: te.const(v, "int64")  # noqa: E731
+    a = te.placeholder((i64(channels), i64(plane_stride)), "float32", "A")
+    t = te.compute((i64(channels), i64(width)), lambda c, x: a[c, x], name="T")
+    sch = Schedule(te.create_prim_func([a, t]))
+    block = sch.get_block("T")
+    sch.transform_layout(block, ("write", 0), lambda c, x: (x, c // LANES, c % LANES))
+    c, x = sch.get_loops(block)
+    chunk = max(d for d in range(1, min(width, LANES) + 1) if width % d == 0)
+    cb, c = sch.split(c, [None, LANES])
+    x_outer, x_inner = sch.split(x, [None, chunk])
+    sch.reorder(cb, x_outer, c, x_inner)
+    sch.tensorize(c, channel_vectors_name(chunk, LANES))
+    assert _tensorized_with(sch.func) == {channel_vectors_name(chunk, LANES)}
+    data = rng.standard_normal((channels, plane_stride)).astype(np.float32)
+    out = rng.standard_normal((width, channels // LANES, LANES)).astype(np.float32)
+    refcomp.build(sch.func)(data, out)
+    np.testing.assert_array_equal(out.reshape(width, channels), data[:, :width].T)
+
+
+def test_two_address_taking_intrinsics_keep_both_relocatable_calls():
+    """A depthwise kernel on the channel-vector form uses two transposes that take their operands
+    by address (the input's channel vectors and the tile's write-back): the function lists both
+    as relocatable, so compaction shrinks the stack tiles of each."""
+    _needs_avx512()
+    dim = lambda v: te.const(v, "int64")  # noqa: E731
+    x = te.placeholder((dim(2), dim(32), dim(3), dim(3)), "float32", "X")
+    wt = te.placeholder((dim(32), dim(1), dim(3), dim(3)), "float32", "W")
+    y = _conv_te(2)(x, wt, (1, 1), (1,) * 4, (1, 1), 32)
+    sch = recipes.conv_fp32(te.create_prim_func([x, wt, y]))
+    calls = set(sch.func.attrs.get("relocatable_calls", ()))
+    assert {"refcomp_channel_vectors_f32x16", "refcomp_transpose_tile_f32x16"} <= calls

@@ -542,3 +542,23 @@ def test_transform_layout_moves_only_constant_dims():
     assert_rejected(sch, lambda: sch.transform_layout(t, ("write", 0), lambda i, c, x: (i, c // 5, x, c % 5),
                                                       pad_value=0.0),
                     "adds padding to T, whose shape is not constant")
+
+
+def test_transform_layout_maps_a_region_with_ranges_to_a_box():
+    """A region with ranges (a whole plane of one channel) keeps its ranges and points through a
+    map that splits the channel, instead of growing to the whole buffer."""
+    from refcomp.ast import BufferRegion, Range
+    from refcomp.loops.primitives.index_map import IndexMap
+    from refcomp.loops.primitives.storage import _Relayout
+
+    old = Buffer("X", (2, 32, 6, 6), "float32")
+    new = Buffer("Xc", (2, 2, 6, 6, 16), "float32")
+    relayout = _Relayout(old, new, IndexMap.from_callable(lambda n, c, y, x: (n, c // 16, y, x, c % 16)))
+    region = relayout.visit(BufferRegion(old, (Range(1, 1), Range(17, 1), Range(0, 6), Range(2, 3))))
+    from refcomp.shape.evaluate import evaluate
+
+    got = [(int(evaluate(r.min, {})), int(evaluate(r.extent, {}))) for r in region.region]
+    assert got == [(1, 1), (1, 1), (0, 6), (2, 3), (1, 1)]
+    mixed = _Relayout(old, new, IndexMap.from_callable(lambda n, c, y, x: (n, c // 16, x, y, c % 16)))
+    region = mixed.visit(BufferRegion(old, (Range(0, 2), Range(3, 1), Range(0, 6), Range(0, 6))))
+    assert [int(evaluate(r.extent, {})) for r in region.region] == [2, 1, 6, 6, 1]

@@ -274,7 +274,31 @@ class _Relayout(Mutator):
         if all(const_int(r.extent) == 1 for r in region.region):
             point = self.index_map.apply([r.min for r in region.region])
             return BufferRegion(self.new, tuple(Range(p, 1) for p in point))
-        return self.new.full_region()
+        return self._box(region)
+
+    def _box(self, region: BufferRegion) -> BufferRegion:
+        """A box holding the image of a region with ranges: each new dim that is one of the old
+        dims itself keeps that dim's range, one that uses only dims of extent 1 is a point, any
+        other spans the whole dim (`(n, c, 0:6, 0:6)` through `(n, c // 16, y, x, c % 16)` stays
+        one point of channels by the plane, not the whole buffer)."""
+        spans = {}
+        args = []
+        for k, r in enumerate(region.region):
+            if const_int(r.extent) == 1:
+                args.append(r.min)
+            else:
+                var = Var(f"d{k}", r.min.dtype)
+                spans[var] = r
+                args.append(var)
+        box = []
+        for k, expr in enumerate(self.index_map.apply(args)):
+            if isinstance(expr, Var) and expr in spans:
+                box.append(spans[expr])
+            elif not set(free_vars(expr)) & set(spans):
+                box.append(Range(expr, 1))
+            else:
+                box.append(Range(0, self.new.shape[k]))
+        return BufferRegion(self.new, tuple(box))
 
 
 def transform_layout(func: PrimFunc, block: Block, buffer: Any, index_map: IndexMap,

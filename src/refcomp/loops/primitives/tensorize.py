@@ -617,6 +617,9 @@ def _with_requirements(func: PrimFunc, intrinsic: TensorIntrin) -> PrimFunc:
         current = tuple(attrs.get(key, ()))
         attrs[key] = current + tuple(v for v in values if v not in current)
     for key, value in intrinsic.func_attrs.items():
+        if key == "relocatable_calls":  # a union: two intrinsics in one function keep both
+            current = tuple(attrs.get(key, ()))
+            value = current + tuple(v for v in value if v not in current)
         attrs[key] = value
     return func.with_(attrs=attrs)
 

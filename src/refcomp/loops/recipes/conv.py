@@ -10,8 +10,11 @@ count (depthwise included: one input channel per group).  The input may be a pad
 an earlier stage of the same function; that stage keeps its own loop nest (inlined, its bounds
 test would run once per multiply-add).
 
-conv_fp32 schedules it in one of four forms, with schedule primitives only (not grouped: the
-channel-vector tile first when the reduction has 64 terms or more, else the GEMM tile first):
+conv_fp32 schedules it in one of its forms, with schedule primitives only (not grouped: a
+reduction of fewer than 64 terms on the channel-rows tile where its rows fit (_conv_channel_rows),
+then the channel-vector tile first when the reduction has 64 terms or more, else the GEMM tile
+first; depthwise with output rows of at most half a native vector: the channel-vector tile on
+input planes turned into vectors of channels (_channel_vector_input)):
 
 GEMM tile (not grouped, unit stride along the output columns, an fp32 tile's NR divides the
 output width): for each window position the block is a matmul out[o, x] += W[o, c] * X[c, x]
@@ -149,9 +152,13 @@ def native_lanes(bits: int = 32) -> int:
 def vector_width(width: int, native: int) -> int:
     """V: the native lanes, halved while they do not divide the output width (at least 4);
     the native lanes again when none does (the vector loop then gets a predicated tail)."""
+    if native < width < 2 * native and width % (native // 2) == 0:
+        return width  # 24 columns with AVX-512: one vector of 16 + 8 (measured: 52 -> 43 us per layer)
     lanes = native
     while lanes >= 4:
         if width % lanes == 0:
+            if lanes < 8 and 2 < width <= native:
+                return width  # 12 columns with AVX-512: 8 + 4 lanes, not three vectors of 4
             return lanes
         lanes //= 2
     return native if width >= native else max(1, width)
@@ -172,7 +179,8 @@ _CHANNEL_BLOCK = {8: 6, 16: 12}
 
 def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, parallel: bool = True,
               pack_weight: bool = True, gemm_tile: bool = True, channel_vector: bool = True,
-              depthwise_rows: bool = True, transpose_tile: bool = True) -> Schedule:
+              depthwise_rows: bool = True, transpose_tile: bool = True, depthwise_channels: bool = True,
+              channel_rows: bool = True) -> Schedule:
     """Schedule a float32 convolution block (see the module docstring): not grouped, on the
     channel-vector tile (unless channel_vector is False; its tile written back through a transpose
     in registers where the CPU has one, unless transpose_tile is False: the reference interpreter
@@ -213,8 +221,20 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
     # (a transpose of XB x L values per tile); short ones (a 1x1 over a few channels) on the GEMM
     # tile where it applies, unless the tile is transposed in registers (then the channel-vector
     # tile won on every 1x1 measured, over 8 input channels too)
-    short = reduction < _CHANNEL_VECTOR_MIN_REDUCTION and not (transpose_tile and _transposes_tiles(native))
+    # (the transpose exists for the tile's own vector only: a half-width tile of 8 channels
+    # with AVX-512 is written back by gathers, and a 1x1 over 16 channels to 8 then ran at half the
+    # GEMM tile's speed, 34 against 16 us at 48 x 48)
+    short = reduction < _CHANNEL_VECTOR_MIN_REDUCTION and not (
+        transpose_tile and cv_lanes is not None and _transposes_tiles(cv_lanes))
     forms = ["gemm", "cv"] if short else ["cv", "gemm"]
+    rows_tile = _channel_rows_tile(shape, native) if channel_rows and not grouped \
+        and reduction < _CHANNEL_VECTOR_MIN_REDUCTION else None
+    if rows_tile is not None:
+        attempt = sch.copy()
+        try:
+            return _conv_channel_rows(attempt, attempt.get_block(block), shape, *rows_tile, parallel)
+        except ScheduleError as exc:
+            log.debug("conv_fp32: %s: the channel-rows tile does not apply (%s)", block, exc)
     for form in forms:
         if form == "gemm" and gemm_tile and not grouped:
             tile = _gemm_tile_for(shape, node)
@@ -231,6 +251,19 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
                                             transpose_tile)
             except ScheduleError as exc:
                 log.debug("conv_fp32: %s: the channel-vector tile does not apply (%s)", block, exc)
+    depthwise = bool(grouped) and as_int(node.iter_vars[2 + nd].dom.extent) == 1
+    # a depthwise convolution whose output rows are at most half a native vector (a MobileNet's
+    # 6 x 6 and 3 x 3 stages): its channels in vectors (the row tile's vectors would be mostly
+    # empty lanes); measured on AVX-512, one thread: 17 -> 12, 25 -> 17 and 25 -> 10 us per layer
+    dv_lanes = channel_lanes(shape.out_channels, native) if depthwise and depthwise_channels \
+        and 2 * shape.out_width <= native else None
+    if dv_lanes is not None:
+        attempt = sch.copy()
+        try:
+            return _conv_channel_vector(attempt, attempt.get_block(block), shape, dv_lanes, native, parallel,
+                                        transpose_tile, depthwise=True)
+        except ScheduleError as exc:
+            log.debug("conv_fp32: %s: the depthwise channel-vector form does not apply (%s)", block, exc)
     row_lanes = _row_lanes(shape.out_width, native)
     if depthwise_rows and grouped and as_int(node.iter_vars[2 + nd].dom.extent) == 1 and row_lanes:
         attempt = sch.copy()
@@ -261,6 +294,8 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
         # index's floor divisions (their sign fix-ups) inside the window loops
         sch.parallel(o_outer if unfused else sch.fuse(n, o_outer))
     return sch
+
+
 
 
 # The reduction length (input channels per group x window) from which the channel-vector tile is
@@ -389,7 +424,7 @@ def column_tile(width: int, preferred: int) -> int:
 
 
 def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native: int, parallel: bool,
-                         transpose_tile: bool = True) -> Schedule:
+                         transpose_tile: bool = True, depthwise: bool = False) -> Schedule:
     """The output channels in vectors of L, a row of XB output columns in registers (MLAS's direct
     NCHWc kernel, on NCHW tensors): the block accumulates into a "local" tile acc[x % XB, o % L]
     per (n, o // L, y, x // XB), which lowering turns into a stack array of each thread that the C
@@ -413,7 +448,9 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     convolution keeps Wp[o // L, c, o % L] and the tile of _COLUMN_TILE.
     """
     nd = shape.spatial_dims
-    window_inner = _WINDOW_INNER_MIN_POSITIONS <= _window_positions(sch.get(rv), nd) <= _WINDOW_INNER_MAX_POSITIONS
+    # (a depthwise tile keeps its window outside: its channel loop is one step)
+    window_inner = not depthwise and \
+        _WINDOW_INNER_MIN_POSITIONS <= _window_positions(sch.get(rv), nd) <= _WINDOW_INNER_MAX_POSITIONS
     tile = sch.cache_write(rv, 0, "local")
     packed = sch.cache_read(rv, shape.w_index, "global")
     if window_inner:
@@ -456,7 +493,7 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     # few channel blocks (a stem's 16 or 32 channels are one or two): the rows outside them are
     # the parallel loop instead, the batch inside it (one parallel region per call, not one per
     # image; a fused (n, y) index split back by floor divisions in the tile's addresses cost 30-60%)
-    few = shape.out_channels // (mv * lanes) < _UNFUSED_CHANNEL_BLOCKS and bool(rows)
+    few = shape.out_channels // (mv * lanes) < _UNFUSED_CHANNEL_BLOCKS and bool(rows) and not depthwise
     if few and _ROWS_OUTSIDE_BATCH:
         sch.reorder(rows[0], n, o_outer, *rows[1:], x_outer, *reduction, x_inner, o_mid, o_inner)
     elif few:
@@ -472,6 +509,8 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     else:
         sch.reverse_compute_at(tile, x_outer)
         sch.transform_layout(rv, ("write", 0), layout)
+    if depthwise:
+        _channel_vector_input(sch, rv, shape, lanes, n, transpose_tile)
     sch.decompose_reduction(rv, reduction[0])
     sch.vectorize(o_inner)
     if window_inner:
@@ -482,10 +521,101 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     if mv > 1:
         sch.unroll(o_mid)
     _vectorize_write_back(sch, tile, xb, native, fused, transposed is not None)
-    _prefetch_weights(sch, rv, packed, o_outer, channel, window, mv, window_inner)
+    if not depthwise:
+        _prefetch_weights(sch, rv, packed, o_outer, channel, window, mv, window_inner)
     if parallel:
         sch.parallel(rows[0] if few else o_outer)
     return sch
+
+
+def _channel_vector_input(sch: Schedule, rv, shape: ConvShape, lanes: int, at, transpose: bool = True) -> None:
+    """A depthwise convolution's input read in vectors of channels, made at loop `at` (one image
+    of one channel block): the tile's input planes copied into Xc[n, c // L, y, x, c % L]
+    (cache_read + transform_layout), each run of up to L columns of each row turned around by
+    the channel-vectors transpose (L loads, the 16 x 16 network, one store per column), so that
+    each multiply-add of the tile loads one vector of L channels at one input position (NCHW
+    holds them a plane apart).  Where an earlier stage of the function pads the input, that
+    stage is what the tile reads: it is moved to `at` too and made in the same layout, from the
+    copy of the unpadded planes, a vector of channels per position (its bounds test, which
+    does not depend on the channel, once per vector).  Without `transpose` the copies stay
+    loops (for the reference interpreter, which does not run the C helper; the recipe then
+    needs parallel=False: the parallel check does not see through their channel blocks)."""
+    nd = shape.spatial_dims
+    data = sch.get(rv).reads[shape.x_index].buffer
+    producer = next((p for p in sch.get_producers(rv) if data in {w.buffer for w in sch.get(p).writes}), None)
+    if producer is None:
+        copy = sch.cache_read(rv, shape.x_index, "global")
+        sch.compute_at(copy, at, preserve_unit_loops=True)
+        _turn_around(sch, copy, lanes, nd, transpose)
+        return
+    pad = sch.get(producer)
+    if len(pad.writes) != 1 or len(pad.reads) != 1 or pad.init is not None \
+            or any(iv.kind != "spatial" for iv in pad.iter_vars):
+        raise ScheduleError("conv_fp32: the depthwise input's producer is not a padded copy")
+    sch.compute_at(producer, at, preserve_unit_loops=True)
+    sch.transform_layout(producer, ("write", 0), _channels_last(lanes, nd))
+    copy = sch.cache_read(producer, 0, "global")
+    sch.compute_at(copy, sch.get_loops(producer)[-(nd + 2)], preserve_unit_loops=True)
+    _turn_around(sch, copy, lanes, nd, transpose)
+    o, *positions = sch.get_loops(producer)[-(nd + 1):]
+    _on_stack(sch, producer, [o, *positions])
+    o_outer, o_inner = sch.split(o, [None, lanes])
+    sch.reorder(o_outer, *positions, o_inner)
+    sch.vectorize(o_inner)
+    # one block per vector of channels: its write region is then one point of the channel blocks
+    # (the parallel check relaxes no floor division of the lane loop with the outer loops)
+    sch.blockize(o_inner)
+
+
+# The largest input block (elements) of the depthwise channel-vector form kept on each thread's
+# stack (32 KB: it stays in L1 between its copy and the tile's reads).
+_STACK_BLOCK = 8192
+
+
+def _on_stack(sch: Schedule, stage, loops) -> None:
+    """The buffer the placed stage writes made "local" when what one iteration of the loops
+    around it writes (the product of `loops`' extents) is at most _STACK_BLOCK elements:
+    compaction then keeps that block alone, a stack array of each thread, instead of a buffer
+    of the whole input."""
+    points = 1
+    for loop in loops:
+        extent = as_int(sch.get(loop).extent)
+        if extent is None:
+            return
+        points *= extent
+    if points <= _STACK_BLOCK:
+        sch.set_scope(stage, 0, "local")
+
+
+def _channels_last(lanes: int, nd: int):
+    if nd == 2:
+        return lambda n, c, y, x: (n, c // lanes, y, x, c % lanes)
+    return lambda n, c, x: (n, c // lanes, x, c % lanes)
+
+
+def _turn_around(sch: Schedule, copy, lanes: int, nd: int, transpose: bool) -> None:
+    """The copy (placed) written as Xc[n, c // L, y, x, c % L] and tensorized by the
+    channel-vectors transpose of the widest run of columns (at most L) that divides the row (the
+    transposed copy's write region is then one channel block, which the parallel check needs)."""
+    from .transpose import channel_vectors_intrin
+
+    sch.transform_layout(copy, ("write", 0), _channels_last(lanes, nd))
+    o, *rows, x = sch.get_loops(copy)[-(nd + 1):]
+    _on_stack(sch, copy, [o, *rows, x])
+    columns = as_int(sch.get(x).extent)
+    if columns is None:
+        raise ScheduleError("conv_fp32: the depthwise input has a symbolic width")
+    chunk = max(d for d in range(1, min(columns, lanes) + 1) if columns % d == 0)
+    intrin = channel_vectors_intrin(chunk, lanes)
+    if not transpose:
+        intrin = None
+    elif intrin is None or not intrin.available():
+        raise ScheduleError(f"conv_fp32: no channel-vector transpose of {lanes} lanes on this CPU")
+    o_outer, o_inner = sch.split(o, [None, lanes])
+    x_outer, x_inner = sch.split(x, [None, chunk])
+    sch.reorder(o_outer, *rows, x_outer, o_inner, x_inner)
+    if intrin is not None:
+        sch.tensorize(o_inner, intrin.name)
 
 
 # How many steps of the channel loop ahead the tile's weight vectors are prefetched (16 steps of a
@@ -606,12 +736,19 @@ def row_lanes(width: int, native: int | None = None) -> int | None:
 
 
 def _row_lanes(width: int, native: int) -> int | None:
-    """The vector of the depthwise row tile: the widest power of two of at least 4 lanes, up to the
-    native vector, that divides the output width; else the width itself when it is 3 up to the
-    native vector; else None."""
+    """The vector of the depthwise row tile: the whole row when it is between one and two native
+    vectors and a multiple of half of one (24 columns with AVX-512: two registers, 16 + 8, for
+    three of 8 lanes); else the widest power of two of at least 8 lanes, up to the native vector,
+    that divides the output width; else the width itself when it is 3 up to the native vector
+    (12 columns: 8 + 4 lanes, 96 channels at 12 x 12, 20 -> 16 us); else 4 lanes when they divide
+    it; else None."""
+    if native < width < 2 * native and width % (native // 2) == 0:
+        return width  # 24 columns with AVX-512: one vector of 16 + 8 (measured: 52 -> 43 us per layer)
     lanes = native
     while lanes >= 4:
         if width % lanes == 0:
+            if lanes < 8 and 2 < width <= native:
+                return width  # 12 columns with AVX-512: 8 + 4 lanes, not three vectors of 4
             return lanes
         lanes //= 2
     # a narrow row no such vector divides (14, 7, 6 or 3 columns): the whole row is the vector
@@ -642,7 +779,10 @@ def _conv_depthwise_rows(sch: Schedule, rv, shape: ConvShape, lanes: int, parall
     # multiply-adds run on independent accumulators (one row of three vectors leaves each
     # accumulator a chain of 9 dependent multiply-adds per output)
     height = as_int(sch.get(rows[-1]).extent) if rows else None
-    tile_rows = channel_block(height, _ROW_VECTORS // vectors) if height is not None and vectors < _ROW_VECTORS else 1
+    # a vector of lanes no power of two is lowered as the powers of two it is made of (24 = 16 + 8,
+    # 12 = 8 + 4): one register each in the tile's budget
+    pieces = vectors * bin(lanes).count("1")
+    tile_rows = channel_block(height, _ROW_VECTORS // pieces) if height is not None and pieces < _ROW_VECTORS else 1
     if tile_rows > 1:
         y_outer, y_inner = sch.split(rows[-1], [None, tile_rows])
         rows = [*rows[:-1], y_outer]
@@ -664,6 +804,66 @@ def _conv_depthwise_rows(sch: Schedule, rv, shape: ConvShape, lanes: int, parall
     sch.vectorize(lane)
     if parallel:
         sch.parallel(o)
+    return sch
+
+
+# Accumulator vectors of one channel-rows tile (OB channels x the pieces of the row's vectors).
+_ROWS_TILE_VECTORS = {8: 10, 16: 18}
+
+
+def _channel_rows_tile(shape: ConvShape, native: int) -> tuple[int, int, int] | None:
+    """(lanes, vectors, OB) of the channel-rows tile for this output width, or None: vectors of
+    the native width when it divides the row (up to 3 of them), else the whole row as one vector
+    when it is between one and two native vectors and a multiple of half of one (24 columns with
+    AVX-512, lowered as 16 + 8); OB the largest divisor of the output channels that keeps the
+    accumulators within _ROWS_TILE_VECTORS."""
+    width = shape.out_width
+    if width % native == 0:
+        lanes, vectors = native, channel_block(width // native, 3)
+        pieces = vectors
+    elif native < width < 2 * native and width % (native // 2) == 0:
+        lanes, vectors, pieces = width, 1, 2
+    else:
+        return None
+    ob = channel_block(shape.out_channels, max(1, _ROWS_TILE_VECTORS.get(native, 10) // pieces))
+    return lanes, vectors, ob
+
+
+def _conv_channel_rows(sch: Schedule, rv, shape: ConvShape, lanes: int, vectors: int, ob: int,
+                       parallel: bool) -> Schedule:
+    """A convolution with a short reduction (fewer than 64 terms: a 1x1 over a few channels, a
+    stem over 3) a row of output columns at a time for OB output channels: OB x XV vectors of
+    output columns accumulate in a "local" tile (registers), each input vector loaded once per
+    reduction step and multiplied by OB broadcast weights (read in place), and the tile is
+    stored to the output rows once (no transpose: the rows are the output's own; the channel-vector
+    tile spends as much on its write-back as on a reduction this short):
+
+        for o // OB parallel, n, y, x // (XV * V):
+          acc[0:OB, 0:XV * V] = 0
+          for c, r..:
+            for o % OB (unrolled), xv (unrolled), x % V (vectorized):
+              acc[o, xv * V + x] += X[n, c, y*s + r0*d, (x..)*s + r1*d] * W[o, c, r0, r1]
+          out[n, o : o + OB, y, x : x + XV * V] = acc
+    """
+    nd = shape.spatial_dims
+    loops = sch.get_loops(rv)
+    n, o, *spatial = loops[:2 + nd]
+    reduce_loops = loops[2 + nd:]
+    rows, x = spatial[:-1], spatial[-1]
+    x_outer, x_vec, x_lane = sch.split(x, [None, vectors, lanes])
+    o_outer, o_inner = sch.split(o, [None, ob])
+    sch.reorder(o_outer, n, *rows, x_outer, *reduce_loops, o_inner, x_vec, x_lane)
+    tile = sch.cache_write(rv, 0, "local")
+    sch.reverse_compute_at(tile, x_outer)
+    sch.decompose_reduction(rv, reduce_loops[0])
+    sch.vectorize(x_lane)
+    sch.unroll(o_inner)
+    if vectors > 1:
+        sch.unroll(x_vec)
+    _, lane = sch.split(sch.get_loops(tile)[-1], [None, lanes])
+    sch.vectorize(lane)
+    if parallel:
+        sch.parallel(o_outer)
     return sch
 
 

@@ -173,6 +173,95 @@ def _tile_transpose(rows: int, columns: int, lanes: int) -> registry.TensorIntri
                                      "(fp32, in registers)")
 
 
+# ----------------------------------------------------------------------------- channel vectors
+
+_C_CHANNEL_VECTORS_16 = r"""
+#include <immintrin.h>
+#include <stddef.h>
+/* P[x, c] = A[c, x] for the 16 rows c of A and its first `columns` (1..16) columns x: the rows
+   loaded masked to `columns` lanes, the same 16 x 16 network as the rows form, and the first
+   `columns` rows of the result stored (each one vector of 16 channels). */
+__attribute__((target("avx512f"))) static inline void refcomp_channel_vectors_f32x16(
+    const float* A, const float* A_next, float* P, float* P_next, int columns) {
+  const ptrdiff_t lda = A_next - A, ldp = P_next - P;
+  const __mmask16 m = (__mmask16)(columns >= 16 ? 0xffffu : (1u << columns) - 1u);
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_maskz_loadu_ps(m, A + i * lda);
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+    __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
+    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int c = 0; c < 4; ++c) {
+    __m512 t0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88), t1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
+    __m512 t2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+    __m512 t3 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
+    if (c < columns) _mm512_storeu_ps(P + (0 + c) * ldp, _mm512_shuffle_f32x4(t0, t2, 0x88));
+    if (4 + c < columns) _mm512_storeu_ps(P + (4 + c) * ldp, _mm512_shuffle_f32x4(t1, t3, 0x88));
+    if (8 + c < columns) _mm512_storeu_ps(P + (8 + c) * ldp, _mm512_shuffle_f32x4(t0, t2, 0xdd));
+    if (12 + c < columns) _mm512_storeu_ps(P + (12 + c) * ldp, _mm512_shuffle_f32x4(t1, t3, 0xdd));
+  }
+}
+"""
+
+# lanes -> (name prefix, C function, C source, CPU feature), as _TILE_FORMS
+_CHANNEL_VECTOR_FORMS = {
+    16: ("x86.avx512", "refcomp_channel_vectors_f32x16", _C_CHANNEL_VECTORS_16, "avx512f"),
+}
+
+
+def channel_vectors_name(columns: int, lanes: int) -> str:
+    """The name of the intrinsic T[0:columns, 0:lanes] = A[0:lanes, 0:columns] transposed."""
+    return f"{_CHANNEL_VECTOR_FORMS[lanes][0]}.channel_vectors_f32_{lanes}x{columns}"
+
+
+def _channel_vectors(columns: int, lanes: int) -> registry.TensorIntrin:
+    """A[lanes, columns] (a row of `columns` positions of each of `lanes` channel planes, as NCHW
+    holds them; any distance between the planes) to T[columns, lanes] (a vector of the channels
+    per position, as a depthwise convolution's channel-vector form reads its input)."""
+    prefix, function, source, feature = _CHANNEL_VECTOR_FORMS[lanes]
+    f32 = to_dtype("float32")
+    lda, ldt = Var("lda"), Var("ldt")
+    a = Buffer("A", (lanes, columns), f32, strides=(lda, 1))
+    t = Buffer("T", (columns, lanes), f32, strides=(ldt, 1))
+    o, x, vo, vx = Var("o"), Var("x"), Var("vo"), Var("vx")
+    block = Block("copy", (IterVar(vo, Range.from_extent(lanes)), IterVar(vx, Range.from_extent(columns))),
+                  reads=(BufferRegion(a, (Range(vo, 1), Range(vx, 1))),),
+                  writes=(BufferRegion(t, (Range(vx, 1), Range(vo, 1))),),
+                  body=BufferStore(t, a[vo, vx], (vx, vo)))
+    nest = For(o, 0, lanes, "serial", For(x, 0, columns, "serial", BlockRealize((o, x), IntImm(1, "bool"), block)))
+    name = channel_vectors_name(columns, lanes)
+    desc = PrimFunc((a, t), nest, name=name.replace(".", "_") + "_desc")
+    address = lambda buf, index: Call("address_of", (buf.vload(index),), "handle")  # noqa: E731
+    # the strides as address distances (see _tile_transpose): the copy may be a compacted stack tile
+    impl = PrimFunc((a, t), Evaluate(Call("call_extern", (
+        StringImm(function), address(a, (0, 0)), address(a, (1, 0)), address(t, (0, 0)),
+        address(t, (1 if columns > 1 else 0, 0)),  # one column: one row of T, no distance to a next
+        IntImm(columns, "int32")), "int32")), name=name.replace(".", "_"))
+    return registry.TensorIntrin(name, desc, impl, c_helpers=(source,),
+                                 c_includes=("immintrin.h", "stddef.h"), cpu_features=(feature,),
+                                 func_attrs={"relocatable_calls": (function,)},
+                                 doc=f"T[{columns}, {lanes}] = A[{lanes}, {columns}] transposed (fp32, in registers)")
+
+
+def channel_vectors_intrin(columns: int, lanes: int) -> registry.TensorIntrin | None:
+    """The registered transpose of `columns` positions (1 to lanes) of `lanes` channel planes into
+    one vector of channels per position, or None for another shape or vector."""
+    if lanes not in _CHANNEL_VECTOR_FORMS or not 1 <= columns <= lanes:
+        return None
+    try:
+        return registry.get(channel_vectors_name(columns, lanes))
+    except ScheduleError:
+        return registry.register(_channel_vectors(columns, lanes))
+
+
 def tile_transpose_intrin(rows: int, columns: int, lanes: int) -> registry.TensorIntrin | None:
     """The registered transpose of a tile of rows x columns positions by `lanes` channels (2 <=
     rows * columns <= lanes, lanes 16), or None for another shape."""
@@ -192,3 +281,6 @@ for _lanes in _TILE_FORMS:
     for _columns in range(2, _lanes + 1):
         for _rows in range(1, _lanes // _columns + 1):
             tile_transpose_intrin(_rows, _columns, _lanes)
+for _lanes in _CHANNEL_VECTOR_FORMS:
+    for _columns in range(1, _lanes + 1):
+        channel_vectors_intrin(_columns, _lanes)
