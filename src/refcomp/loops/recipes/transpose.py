@@ -25,17 +25,13 @@ from ..intrin import registry
 
 TRANSPOSE_32X16 = "x86.avx512.transpose_f32_32x16"
 
-_C_TRANSPOSE_ROWS_16 = r"""
+_C_NETWORK_16 = r"""
 #include <immintrin.h>
-#include <stdint.h>
-#include <stddef.h>
-/* P[c, r] = W[r, c] for c < 16 and the first `rows` (1..16) rows r of W: unpack pairs of rows
-   (ps, then pd) into 4 x 4 blocks per 128-bit lane, then gather the lanes of four such registers
-   into each output row, of which the first `rows` lanes are stored. */
-__attribute__((target("avx512f"))) static inline void refcomp_transpose_f32_16_rows(
-    const float* restrict W, ptrdiff_t ldw, float* restrict P, ptrdiff_t ldp, int rows) {
-  __m512 r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_loadu_ps(W + i * ldw) : _mm512_setzero_ps();
+/* In registers: r[j] becomes column j of the 16 x 16 block whose row i was r[i].  Unpack pairs of
+   rows (ps, then pd) into 4 x 4 blocks per 128-bit lane, then gather the lanes of four such
+   registers into each column. */
+__attribute__((target("avx512f"))) static inline void refcomp_transpose_16x16_f32(__m512 r[16]) {
+  __m512 t[16];
   for (int i = 0; i < 16; i += 2) {
     t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
     t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
@@ -49,16 +45,32 @@ __attribute__((target("avx512f"))) static inline void refcomp_transpose_f32_16_r
     r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
   }
   /* r[4g + c], lane L: column 4L + c of rows 4g .. 4g + 3 */
-  const __mmask16 m = (__mmask16)(rows >= 16 ? 0xffffu : (1u << rows) - 1u);
   for (int c = 0; c < 4; ++c) {
     __m512 t0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88), t1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
     __m512 t2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
     __m512 t3 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
-    _mm512_mask_storeu_ps(P + (0 + c) * ldp, m, _mm512_shuffle_f32x4(t0, t2, 0x88));
-    _mm512_mask_storeu_ps(P + (4 + c) * ldp, m, _mm512_shuffle_f32x4(t1, t3, 0x88));
-    _mm512_mask_storeu_ps(P + (8 + c) * ldp, m, _mm512_shuffle_f32x4(t0, t2, 0xdd));
-    _mm512_mask_storeu_ps(P + (12 + c) * ldp, m, _mm512_shuffle_f32x4(t1, t3, 0xdd));
+    t[c] = _mm512_shuffle_f32x4(t0, t2, 0x88);
+    t[4 + c] = _mm512_shuffle_f32x4(t1, t3, 0x88);
+    t[8 + c] = _mm512_shuffle_f32x4(t0, t2, 0xdd);
+    t[12 + c] = _mm512_shuffle_f32x4(t1, t3, 0xdd);
   }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+"""
+
+_C_TRANSPOSE_ROWS_16 = r"""
+#include <immintrin.h>
+#include <stdint.h>
+#include <stddef.h>
+/* P[c, r] = W[r, c] for c < 16 and the first `rows` (1..16) rows r of W: the rows loaded (zeros
+   past `rows`), the 16 x 16 network, and the first `rows` lanes of each column stored. */
+__attribute__((target("avx512f"))) static inline void refcomp_transpose_f32_16_rows(
+    const float* restrict W, ptrdiff_t ldw, float* restrict P, ptrdiff_t ldp, int rows) {
+  __m512 r[16];
+  for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_loadu_ps(W + i * ldw) : _mm512_setzero_ps();
+  refcomp_transpose_16x16_f32(r);
+  const __mmask16 m = (__mmask16)(rows >= 16 ? 0xffffu : (1u << rows) - 1u);
+  for (int c = 0; c < 16; ++c) _mm512_mask_storeu_ps(P + c * ldp, m, r[c]);
 }
 /* The rows form addressed as a tile intrinsic calls it: the strides are the distances from each
    tile's first row to its second (the tiles may be stack arrays whose layout the C target sets). */
@@ -94,7 +106,7 @@ def _transpose_intrin() -> registry.TensorIntrin:
     impl = PrimFunc((w, p), Evaluate(Call("call_extern", (StringImm("refcomp_transpose_f32_32x16"), address(w), ldw,
                                                           address(p), ldp), "int32")),
                     name="refcomp_transpose_f32_32x16")
-    return registry.TensorIntrin(TRANSPOSE_32X16, desc, impl, c_helpers=(_C_TRANSPOSE_ROWS_16, _C_TRANSPOSE),
+    return registry.TensorIntrin(TRANSPOSE_32X16, desc, impl, c_helpers=(_C_NETWORK_16, _C_TRANSPOSE_ROWS_16, _C_TRANSPOSE),
                                  c_includes=("immintrin.h", "stdint.h"), cpu_features=("avx512f",),
                                  doc="P[16, 32] = W[32, 16]^T (fp32, AVX-512 shuffles)")
 
@@ -166,7 +178,7 @@ def _tile_transpose(rows: int, columns: int, lanes: int) -> registry.TensorIntri
         name=name.replace(".", "_"))
     # relocatable: the C target may shrink the stack tiles it addresses (its strides are address
     # distances), and the copy's plain loads and the tile's plain stores show their regions
-    return registry.TensorIntrin(name, desc, impl, c_helpers=(source,),
+    return registry.TensorIntrin(name, desc, impl, c_helpers=(_C_NETWORK_16, source),
                                  c_includes=("immintrin.h", "stdint.h", "stddef.h"), cpu_features=(feature,),
                                  func_attrs={"relocatable_calls": (function,)},
                                  doc=f"T[{lanes}, {rows}, {columns}] = A[{rows}, {columns}, {lanes}] transposed "
@@ -179,35 +191,16 @@ _C_CHANNEL_VECTORS_16 = r"""
 #include <immintrin.h>
 #include <stddef.h>
 /* P[x, c] = A[c, x] for the 16 rows c of A and its first `columns` (1..16) columns x: the rows
-   loaded masked to `columns` lanes, the same 16 x 16 network as the rows form, and the first
-   `columns` rows of the result stored (each one vector of 16 channels). */
+   loaded masked to `columns` lanes, the 16 x 16 network, and the first `columns` rows of the
+   result stored (each one vector of 16 channels). */
 __attribute__((target("avx512f"))) static inline void refcomp_channel_vectors_f32x16(
     const float* A, const float* A_next, float* P, float* P_next, int columns) {
   const ptrdiff_t lda = A_next - A, ldp = P_next - P;
   const __mmask16 m = (__mmask16)(columns >= 16 ? 0xffffu : (1u << columns) - 1u);
-  __m512 r[16], t[16];
+  __m512 r[16];
   for (int i = 0; i < 16; ++i) r[i] = _mm512_maskz_loadu_ps(m, A + i * lda);
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
-    __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
-    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
-  for (int c = 0; c < 4; ++c) {
-    __m512 t0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88), t1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
-    __m512 t2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
-    __m512 t3 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
-    if (c < columns) _mm512_storeu_ps(P + (0 + c) * ldp, _mm512_shuffle_f32x4(t0, t2, 0x88));
-    if (4 + c < columns) _mm512_storeu_ps(P + (4 + c) * ldp, _mm512_shuffle_f32x4(t1, t3, 0x88));
-    if (8 + c < columns) _mm512_storeu_ps(P + (8 + c) * ldp, _mm512_shuffle_f32x4(t0, t2, 0xdd));
-    if (12 + c < columns) _mm512_storeu_ps(P + (12 + c) * ldp, _mm512_shuffle_f32x4(t1, t3, 0xdd));
-  }
+  refcomp_transpose_16x16_f32(r);
+  for (int c = 0; c < columns && c < 16; ++c) _mm512_storeu_ps(P + c * ldp, r[c]);
 }
 """
 
@@ -245,7 +238,7 @@ def _channel_vectors(columns: int, lanes: int) -> registry.TensorIntrin:
         StringImm(function), address(a, (0, 0)), address(a, (1, 0)), address(t, (0, 0)),
         address(t, (1 if columns > 1 else 0, 0)),  # one column: one row of T, no distance to a next
         IntImm(columns, "int32")), "int32")), name=name.replace(".", "_"))
-    return registry.TensorIntrin(name, desc, impl, c_helpers=(source,),
+    return registry.TensorIntrin(name, desc, impl, c_helpers=(_C_NETWORK_16, source),
                                  c_includes=("immintrin.h", "stddef.h"), cpu_features=(feature,),
                                  func_attrs={"relocatable_calls": (function,)},
                                  doc=f"T[{columns}, {lanes}] = A[{lanes}, {columns}] transposed (fp32, in registers)")
