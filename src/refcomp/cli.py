@@ -10,9 +10,11 @@ import sys
 def _demo(argv: list[str]) -> int:
     from . import demo
 
-    if argv:
-        print(f"refcomp demo takes no arguments, got {argv}", file=sys.stderr)
-        return 2
+    parser = argparse.ArgumentParser(
+        prog="refcomp demo", description="Build a small model and a few kernels with refcomp's default schedules, "
+        "check each against numpy, and time them beside numpy and, where installed, onnxruntime. Takes no "
+        "arguments; a minute or two on a laptop.")
+    parser.parse_args(argv)  # -h / --help prints the above; anything else is a usage error (exit 2)
     return demo.main() or 0
 
 

@@ -73,6 +73,32 @@ def test_auto_sends_a_linear_over_leading_dims_to_blas():
     assert _gemm_calls(dispatch_blas(bb.get())) == ["refcomp.blas.sgemm_nt"]
 
 
+@needs_avx512
+@pytest.mark.parametrize("kind", ["matmul", "linear"])
+def test_auto_keeps_products_with_a_constant_weight_packed_at_build_time(kind, rng):
+    from refcomp import graph
+
+    k, n = 48, 64
+    w = rng.standard_normal((k, n) if kind == "matmul" else (n, k)).astype("float32")
+    bias = rng.standard_normal(n).astype("float32")
+    x = Var("x", tensor((SizeVar("batch", "int64"), k)))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            product = op.matmul(x, graph.const(w)) if kind == "matmul" else op.linear(x, graph.const(w),
+                                                                                      graph.const(bias))
+            out = bb.emit_output(op.reshape(bb.emit(product), (-1,)))  # no epilogue to fuse
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert _gemm_calls(dispatch_blas(mod)) == []  # the weight's packing is folded at build time
+    assert _gemm_calls(dispatch_blas(mod, "always")) == ["refcomp.blas.sgemm_nn" if kind == "matmul"
+                                                         else "refcomp.blas.sgemm_nt"]
+    a = rng.standard_normal((7, k)).astype("float32")
+    want = a @ w if kind == "matmul" else a @ w.T + bias
+    got = refcomp.graph.build(mod, target="c").compiled["main"](a)
+    np.testing.assert_allclose(got, want.reshape(-1), rtol=1e-4, atol=1e-4)
+
+
 def test_dispatch_blas_rejects_an_unknown_mode():
     with pytest.raises(refcomp.BuildError, match="mode"):
         dispatch_blas(_module(lambda bb, x, w, b: op.linear(x, w, b)), "sometimes")
