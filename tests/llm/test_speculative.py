@@ -42,7 +42,7 @@ def test_draft_with_the_whole_context_accepts_everything(rng):
     model = tiny_model(seed=int(rng.integers(1 << 30)), vocab=32, scale=1.5)
     prompts = [rng.integers(0, 32, size=10) for _ in range(2)]
     got = speculative_generate(model, prompts, 20, spec=SpeculativeConfig(gamma=4, sinks=4, window=100))
-    assert got.extra["alpha"] == 1.0
+    assert got.extra["alpha"] == 1.0 and got.extra["alpha_by_sequence"] == [1.0, 1.0]
     assert got.tokens == generate(model, prompts, 20).tokens
 
 
