@@ -301,3 +301,48 @@ def test_bfloat16_kernel_names_bad_arguments():
     c = _case(0, [5], 1, 0, 0, 0, streaming=False)
     with pytest.raises(ArgumentError, match="k_pages"):
         _run(kernel, c)  # float32 pages of the float32 layout
+
+
+def _amx_available():
+    from refcomp.loops import intrin
+    from refcomp.llm.attention import AMX_TILE
+
+    return intrin.get(AMX_TILE).available()
+
+
+@pytest.mark.amx
+@pytest.mark.skipif(not _amx_available(), reason="CPU lacks AMX-BF16")
+@pytest.mark.parametrize("steps", [1, 3, 4, 5, 9, 17])
+@pytest.mark.parametrize("streaming", [False, True])
+def test_bfloat16_scores_on_amx_tiles(steps, streaming):
+    """The AMX score tile (32 rows a call, one row of tiles up to 16 rows; D = 32, the shipped
+    model's): tiles of 4 to 32 state rows, chunks from mid-page, the call's own keys."""
+    group, dim, page, heads = 4, 32, 64, 2
+    call = PagedAttention(group, dim, page, heads, "bfloat16", "amx")
+    rng = np.random.default_rng(steps * 2 + streaming)
+    starts = np.array([page - 3, 2 * page - 1, 5, 200], np.int32)
+    batch, longest = len(starts), int(starts.max()) + steps
+    if streaming:
+        sinks, window = 3, page + 3
+        ring = window + 4
+    else:
+        sinks, window, ring = 0, UNBOUNDED, -(-longest // page) * page
+    width = -(-(sinks + ring) // page)
+    pages = batch * width + 1
+    table = rng.permutation(pages)[:batch * width].reshape(batch, width).astype(np.int32)
+    history_k = _round_bf16(rng.standard_normal((batch, longest, heads, dim)).astype(np.float32))
+    history_v = _round_bf16(rng.standard_normal((batch, longest, heads, dim)).astype(np.float32))
+    k_pages, v_pages = fill_pages(history_k, history_v, starts, table, page, sinks, ring, pages)
+    k_pages = _to_bf16(np.nan_to_num(k_pages).reshape(pages, heads, dim // 2, 2, page).transpose(0, 1, 2, 4, 3))
+    v_pages = _to_bf16(np.nan_to_num(v_pages))
+    q = rng.standard_normal((batch, steps, heads * group, dim)).astype(np.float32)
+    k = rng.standard_normal((batch, steps, heads, dim)).astype(np.float32)
+    v = rng.standard_normal((batch, steps, heads, dim)).astype(np.float32)
+    out = np.full_like(q, np.nan)
+    call(q, k, v, k_pages, v_pages, table, starts, out, sinks, ring, window)
+    root = np.sqrt(np.float64(dim))
+    # the kernel rounds q * float32(1 / sqrt(D)) to bfloat16; the reference divides by sqrt(D) in float64
+    q_rounded = _round_bf16(q * np.float32(1.0 / root)).astype(np.float64) * root
+    expected = attention(q_rounded, _round_bf16(k), _round_bf16(v), history_k, history_v, starts, sinks,
+                         min(window, 1 << 40))
+    np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5)

@@ -54,6 +54,7 @@ from ..ast import (
 from ..driver import build
 from ..errors import ArgumentError
 from ..loops import intrin
+from ..loops.intrin.kernels_amx import BF16_SCORES_AMX_32X32
 
 # A running maximum that starts below every score yet keeps e^(m - m') finite arithmetic.
 _LOWEST = -3.0e38
@@ -108,22 +109,29 @@ def _assume(condition: Any) -> Evaluate:
 
 
 KV_DTYPES = ("float32", "float16", "bfloat16")
-# how a bfloat16 kernel computes its scores: "avx512bf16", the registered AVX512_BF16 tile
-# (BF16_TILE: vdpbf16ps, two products per lane); "fp32", float32 loops on the same numbers
-DOTS = ("fp32", "avx512bf16")
+# how a bfloat16 kernel computes its scores: "amx", the registered AMX tile (AMX_TILE: 32 rows x
+# 32 keys per call, tdpbf16ps); "avx512bf16", the AVX512_BF16 tile (BF16_TILE: vdpbf16ps, two
+# products per lane, 8 rows x 32 keys per call); "fp32", float32 loops on the same numbers
+DOTS = ("fp32", "avx512bf16", "amx")
 BF16_TILE = "x86.avx512bf16.bf16gemm_8x32"
-BF16_BLOCK = 32  # keys per score block of BF16_TILE (its NR)
-BF16_ROWS = 8    # state rows per call of BF16_TILE (its MR)
+AMX_TILE = "x86.amx.bf16gemm_32x32"
+BF16_BLOCK = 32  # keys per score block of either tile (their NR)
+TILE_ROWS = {"avx512bf16": 8, "amx": 32}   # state rows per call (their MR)
+# amx: the AMX tile's features, and its C function that starts from zero (loops.intrin.kernels_amx)
+AMX_SCORES = "refcomp_bf16scores_amx_32x32"
 
 
 def default_dot(kv_dtype: str, head_dim: int, page_size: int) -> str:
-    """The score arithmetic a kernel with these pages gets on the CPU running refcomp: the
-    AVX512_BF16 tile for bfloat16 pages when the CPU has it and the page holds whole blocks of
-    BF16_BLOCK keys, float32 loops otherwise."""
-    if kv_dtype == "bfloat16" and page_size % BF16_BLOCK == 0 and head_dim % 2 == 0 \
-            and intrin.get(BF16_TILE).available():
+    """The score arithmetic a kernel with these pages gets on the CPU running refcomp: for bfloat16
+    pages of whole blocks of BF16_BLOCK keys, the AVX512_BF16 tile when the CPU has it, else the
+    AMX tile when it has that (and head_dim is a multiple of its 32-long k step); float32 loops
+    otherwise.  (AMX first measured no faster: at the shipped model's sizes a verify step's time
+    is not in its scores, spec/llm.md; dot="amx" asks for it.)"""
+    if kv_dtype != "bfloat16" or page_size % BF16_BLOCK or head_dim % 2:
+        return "fp32"
+    if intrin.get(BF16_TILE).available():
         return "avx512bf16"
-    return "fp32"
+    return "amx" if head_dim % 32 == 0 and intrin.get(AMX_TILE).available() else "fp32"
 
 
 def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_dtype: str = "float32",
@@ -146,16 +154,19 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
     narrow = kv_dtype != "float32"
     bf16 = kv_dtype == "bfloat16"
     dot = default_dot(kv_dtype, D, P) if dot is None else dot
-    if dot not in DOTS or (dot == "avx512bf16" and not bf16):
-        raise ArgumentError(f"paged attention: dot must be one of {DOTS} ('avx512bf16' with bfloat16 pages), "
+    if dot not in DOTS or (dot != "fp32" and not bf16):
+        raise ArgumentError(f"paged attention: dot must be one of {DOTS} (the tiles with bfloat16 pages), "
                             f"got {dot!r} with {kv_dtype} pages")
     if bf16 and D % 2:
         raise ArgumentError(f"paged attention: bfloat16 pages store keys in pairs along head_dim, which must be "
                             f"even, got {D}")
-    if dot == "avx512bf16" and P % BF16_BLOCK:
-        raise ArgumentError(f"paged attention: the AVX512_BF16 scores need pages of a multiple of {BF16_BLOCK} "
+    if dot != "fp32" and P % BF16_BLOCK:
+        raise ArgumentError(f"paged attention: the {dot} scores need pages of a multiple of {BF16_BLOCK} "
                             f"keys, got {P}")
-    tiled = dot == "avx512bf16"
+    if dot == "amx" and D % 32:
+        raise ArgumentError(f"paged attention: the amx scores need head_dim a multiple of 32, got {D}")
+    tiled = dot != "fp32"
+    amx = dot == "amx"
 
     def load(value: Any) -> Any:
         """A page element as float32."""
@@ -184,9 +195,11 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
 
     QT = QUERY_TILE
     R = QT * G  # state rows: query i of the tile and head g at row i * G + g
+    # rows of the score and query buffers: whole calls of the tile (amx: 32 rows a call)
+    RS = -(-R // TILE_ROWS["amx"]) * TILE_ROWS["amx"] if amx else R
     qs = Buffer("qs", (_const(R * D),), "float32")
     acc = Buffer("acc", (_const(R * D),), "float32")
-    s = Buffer("s", (_const(R * P),), "float32")
+    s = Buffer("s", (_const(RS * P),), "float32")
     m = Buffer("m", (_const(R),), "float32")
     l = Buffer("l", (_const(R),), "float32")
     mx = Buffer("mx", (_const(R),), "float32")  # per row, the running maximum after the chunk
@@ -194,10 +207,10 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
     kt = Buffer("kt", (_const(D), T), "float32")  # the call's keys of this head, transposed
     # tiled: the queries as bfloat16 (the tile's A) and the call's keys in pairs like a page's,
     # with BF16_BLOCK zero keys after the last (a score block of the tile reads whole blocks)
-    qbf = Buffer("qbf", (_const(R * D),), "bfloat16")
+    qbf = Buffer("qbf", (_const(RS * D),), "bfloat16")
     ktp = Buffer("ktp", (_const(D // 2), T + BF16_BLOCK, _const(2)), "bfloat16")
     ktail2 = Buffer("ktail2", (_const(D * BF16_BLOCK),), "bfloat16")
-    tile_intrin = intrin.get(BF16_TILE) if tiled else None
+    tile_intrin = intrin.get(AMX_TILE if amx else BF16_TILE) if tiled else None
 
     bh, b, kh, tg, t0, tq, st = _v("bh"), _v("b"), _v("kh"), _v("tg"), _v("t0"), _v("tq"), _v("st")
     t, i, g, d, r = _v("t"), _v("i"), _v("g"), _v("d"), _v("r")
@@ -232,22 +245,26 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         in place runs along the key rows up to BF16_BLOCK keys past its first; where that passes
         `room` (the page's end) the block is first copied to ktail2, the keys past the chunk
         repeating its last.  The scores past the chunk land in s's row where nothing reads them."""
-        kb, mr = BF16_BLOCK, BF16_ROWS
+        kb, mr = BF16_BLOCK, TILE_ROWS[dot]
         jb, r6, l6, dp, e6, rb = (_v(n) for n in ("jb", "r6", "l6", "dp", "e6", "rb"))
         rows = tq * G
         first = jb * kb
 
         def call(b_first: Any, ldb: Any) -> Stmt:
-            return _for(rb, 0, (rows + (mr - 1)) // mr, Evaluate(Call("call_extern", (
-                StringImm(tile_intrin.impl.name), address(qbf[rb * (mr * D)]), _const(D), _const(1),
-                address(b_first), ldb, address(s[rb * (mr * P) + first]), _const(P), _const(D),
-                min_(_const(mr), rows - rb * mr)), "int32")))
+            if amx:  # C from zero; the rows past the tile's in their 16-row tile are computed, not read
+                args = (address(qbf[rb * (mr * D)]), _const(D), address(b_first), ldb,
+                        address(s[rb * (mr * P) + first]), _const(P), _const(D), min_(_const(mr), rows - rb * mr))
+            else:
+                args = (address(qbf[rb * (mr * D)]), _const(D), _const(1), address(b_first), ldb,
+                        address(s[rb * (mr * P) + first]), _const(P), _const(D), min_(_const(mr), rows - rb * mr))
+            return _for(rb, 0, (rows + (mr - 1)) // mr, Evaluate(Call(
+                "call_extern", (StringImm(AMX_SCORES if amx else tile_intrin.impl.name),) + args, "int32")))
 
         zero = _for(r6, 0, rows, _for(l6, 0, _const(kb), BufferStore(s, _f(0.0), (r6 * P + first + l6,)),
                                       "vectorized"))
         copy = _for(dp, 0, _const(D // 2), _for(l6, 0, _const(kb), _for(e6, 0, _const(2), BufferStore(
             ktail2, kraw(dp, min_(first + l6, count - 1), e6), ((dp * kb + l6) * 2 + e6,)))))
-        block = seq(zero, IfThenElse(first + kb <= room, call(kraw(_ZERO, first, _ZERO), kld),
+        block = seq(*(() if amx else (zero,)), IfThenElse(first + kb <= room, call(kraw(_ZERO, first, _ZERO), kld),
                                      seq(copy, call(ktail2[_ZERO], _const(2 * kb)))))
         return Allocate(ktail2, _for(jb, 0, (count + (kb - 1)) // kb, block))
 
@@ -518,8 +535,12 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
     for buffer in ((ktp, qbf) if tiled else (kt,)) + (rescale, mx, l, m, s, acc, qs):
         body = Allocate(buffer, body)
     loop = For(bh, _const(0), B * H, "parallel", body)
-    suffix = {"float32": "", "float16": "_f16", "bfloat16": "_bf16"}[kv_dtype] + ("_tiles" if tiled else "")
-    attrs = {"c_helpers": tile_intrin.c_helpers, "c_includes": tile_intrin.c_includes} if tiled else None
+    suffix = {"float32": "", "float16": "_f16", "bfloat16": "_bf16"}[kv_dtype] + {
+        "fp32": "", "avx512bf16": "_tiles", "amx": "_amx"}[dot]
+    attrs = None
+    if tiled:
+        helpers = (BF16_SCORES_AMX_32X32,) if amx else tile_intrin.c_helpers
+        attrs = {"c_helpers": helpers, "c_includes": tile_intrin.c_includes, **tile_intrin.func_attrs}
     return PrimFunc((q, k, v, kp, vp, table, start, out, sinks, ring, window), loop,
                     f"paged_attention_g{G}_d{D}_p{P}_h{H}" + suffix, attrs)
 
