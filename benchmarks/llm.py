@@ -147,7 +147,7 @@ def run_decode(model, hf, text, batch, length, new_tokens) -> dict:
             "max_logit_diff": diff, "token_agreement": agree}
 
 
-def choose_speculation(model, prompts, budgets, gammas) -> tuple[analytic.Choice, analytic.StepTimes, dict]:
+def choose_speculation(model, prompts, budgets, gammas, tokens) -> tuple[analytic.Choice, analytic.StepTimes, dict]:
     """Prefill the prompts into a full cache and one streaming cache per budget; alpha per budget from
     the last prompt positions' logits (greedy agreement), step times from forwards that are rolled back."""
     batch, length = len(prompts), len(prompts[0])
@@ -163,7 +163,7 @@ def choose_speculation(model, prompts, budgets, gammas) -> tuple[analytic.Choice
                                              SamplingParams())
         draft_caches[k] = cache
     times = analytic.measure_step_times(model, target_cache, draft_caches, gammas)
-    return analytic.choose(times, alphas), times, alphas
+    return analytic.choose(times, alphas, batch=batch, tokens=tokens), times, alphas
 
 
 def _prefill_tail(model, tokens, cache, tail, chunk=512):
@@ -177,7 +177,7 @@ def _prefill_tail(model, tokens, cache, tail, chunk=512):
 def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas) -> dict:
     prompts = prompts_from(text, batch, length)
     budgets = [k for k in budgets if k < length] or [max(2, length // 4)]
-    choice, times, alphas = choose_speculation(model, prompts, budgets, gammas)
+    choice, times, alphas = choose_speculation(model, prompts, budgets, gammas, new_tokens - 1)
     print(f"  step times: target {1e3 * times.target:.2f} ms, verify "
           + ", ".join(f"g{g} {1e3 * t:.2f}" for g, t in times.verify.items()) + " ms, draft "
           + ", ".join(f"K{k} {1e3 * t:.2f}" for k, t in times.draft.items()) + " ms; alpha by K "

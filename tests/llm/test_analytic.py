@@ -91,6 +91,10 @@ def test_lockstep_rounds_grow_with_the_batch():
     lockstep = analytic.predicted_lockstep_speedup(3, [0.9] * 32, 63, 1.0, 0.1, 1.3)
     assert lockstep == pytest.approx(63 / rounds[2] / 1.6)
     assert lockstep < analytic.predicted_speedup(3, 0.9, 1.0, 0.1, 1.3)
+    times = analytic.StepTimes(target=1.0, verify={1: 1.0, 3: 1.3}, draft={64: 0.1})
+    choice = analytic.choose(times, {64: 0.9}, batch=32, tokens=63)
+    assert choice.predicted == pytest.approx(max(
+        analytic.predicted_lockstep_speedup(g, [0.9] * 32, 63, 1.0, 0.1, times.verify[g]) for g in (1, 3)))
     with pytest.raises(ArgumentError, match="alpha in"):
         analytic.expected_rounds(3, [0.5, 1.5], 10)
     with pytest.raises(ArgumentError, match="at least one sequence"):

@@ -158,14 +158,18 @@ def acceptance_rate(target_logits: np.ndarray, draft_logits: np.ndarray, params:
     return float(np.minimum(p, q).sum(axis=-1).mean())
 
 
-def choose(times: StepTimes, alphas: Mapping[int, float]) -> Choice:
-    """The (gamma, K) with the largest predicted speedup over the measured gammas and budgets."""
+def choose(times: StepTimes, alphas: Mapping[int, float], *, batch: int = 1, tokens: int | None = None) -> Choice:
+    """The (gamma, K) with the largest predicted speedup over the measured gammas and budgets; with
+    `tokens` (per sequence), the lockstep prediction for `batch` sequences of alpha each."""
     best: Choice | None = None
     for k, t_draft in times.draft.items():
         if k not in alphas:
             continue
         for g, t_verify in times.verify.items():
-            s = predicted_speedup(g, alphas[k], times.target, t_draft, t_verify)
+            if tokens is None:
+                s = predicted_speedup(g, alphas[k], times.target, t_draft, t_verify)
+            else:
+                s = predicted_lockstep_speedup(g, [alphas[k]] * batch, tokens, times.target, t_draft, t_verify)
             if best is None or s > best.predicted:
                 best = Choice(g, k, alphas[k], s)
     if best is None:
