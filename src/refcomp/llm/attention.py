@@ -9,6 +9,8 @@ values to them.  Layouts (P = page size, D = head_dim, G = query heads per key/v
                                   keys stored transposed within a page: a page's P keys of one
                                   head are D contiguous rows of P, so a score loop over keys is a
                                   unit-stride vector loop
+                (N, Hkv, D/2, P, 2)  bfloat16: the same in pairs along D, the operand layout of
+                                  the bfloat16 dot-product tiles that compute its scores (`dot`)
     v_pages     (N, Hkv, P, D)    values, one contiguous row of D per key
     table       (B, M) int32      page table: slot s of sequence b lives in page table[b, s // P]
     start       (B,) int32        positions already in each sequence (the call's first position)
