@@ -147,7 +147,7 @@ def run_decode(model, hf, text, batch, length, new_tokens) -> dict:
             "max_logit_diff": diff, "token_agreement": agree}
 
 
-def choose_speculation(model, prompts, budgets, gammas, tokens) -> tuple[analytic.Choice, analytic.StepTimes, dict]:
+def choose_speculation(model, prompts, budgets, gammas, decoded) -> tuple[analytic.Choice, analytic.StepTimes, dict]:
     """Prefill the prompts into a full cache and one streaming cache per budget; alpha per budget from
     the last prompt positions' logits (greedy agreement), step times from forwards that are rolled back."""
     batch, length = len(prompts), len(prompts[0])
@@ -163,7 +163,7 @@ def choose_speculation(model, prompts, budgets, gammas, tokens) -> tuple[analyti
                                              SamplingParams())
         draft_caches[k] = cache
     times = analytic.measure_step_times(model, target_cache, draft_caches, gammas)
-    return analytic.choose(times, alphas, batch=batch, tokens=tokens), times, alphas
+    return analytic.choose(times, alphas, batch=batch, tokens=decoded), times, alphas
 
 
 def _prefill_tail(model, tokens, cache, tail, chunk=512):

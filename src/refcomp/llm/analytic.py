@@ -101,8 +101,8 @@ def predicted_lockstep_speedup(gamma: int, alphas: float | Iterable[float], toke
                                t_draft: float, t_verify: float) -> float:
     """tokens / E[max_b R_b] / (gamma * T_D / T_T + T_V / T_T): the batch's speedup over
     autoregressive decoding of `tokens` tokens per sequence (module doc)."""
-    if tokens < 1:
-        raise ArgumentError(f"analytic: tokens must be at least 1, got {tokens}")
+    if not isinstance(tokens, (int, np.integer)) or isinstance(tokens, bool) or tokens < 1:
+        raise ArgumentError(f"analytic: tokens must be a positive integer, got {tokens!r}")
     if min(t_target, t_draft, t_verify) <= 0:
         raise ArgumentError(f"analytic: step times must be positive, got {t_target}, {t_draft}, {t_verify}")
     return tokens / expected_rounds(gamma, alphas, tokens) / (gamma * t_draft / t_target + t_verify / t_target)
