@@ -164,6 +164,7 @@ def test_streaming_callback_and_errors():
         SpeculativeConfig(gamma=0)
 
 
+@pytest.mark.slow  # the first compiled model of a process builds its dense functions: about 45 s
 @pytest.mark.parametrize("kv_dtype", ["float16", "bfloat16"])
 def test_compiled_greedy_speculative_equals_autoregressive(kv_dtype):
     """The compiled shipped model, both decodings with the same 16-bit pages (bfloat16: scores on
