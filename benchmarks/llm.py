@@ -9,7 +9,8 @@ Cases (any B and S may be asked for with --cases; the defaults are the issue's):
   the same prompts with the same model.  gamma and the draft budget K are chosen by the analytic
   model (refcomp.llm.analytic) from measured step times and the acceptance rate measured on the
   prompts; the entry carries alpha (measured in the run), gamma, K and the predicted speedup
-  (from the run's alpha; `predicted_prior` from the alpha the choice used).  Checked: the two
+  (from the run's per-sequence alphas, the batch's rounds in lockstep: analytic.expected_rounds;
+  `predicted_free` the lockstep-free formula; `predicted_prior` from the alpha the choice used).  Checked: the two
   decodings emit the same tokens.  Ratio = autoregressive time per token / speculative time per token.
   `predicted` uses the step times measured in the two decodings themselves (T_T: the autoregressive
   decode's mean step; T_D: the mean draft forward; T_V: the rest of a speculative round, verify,
@@ -146,7 +147,7 @@ def run_decode(model, hf, text, batch, length, new_tokens) -> dict:
             "max_logit_diff": diff, "token_agreement": agree}
 
 
-def choose_speculation(model, prompts, budgets, gammas) -> tuple[analytic.Choice, analytic.StepTimes, dict]:
+def choose_speculation(model, prompts, budgets, gammas, decoded) -> tuple[analytic.Choice, analytic.StepTimes, dict]:
     """Prefill the prompts into a full cache and one streaming cache per budget; alpha per budget from
     the last prompt positions' logits (greedy agreement), step times from forwards that are rolled back."""
     batch, length = len(prompts), len(prompts[0])
@@ -162,7 +163,7 @@ def choose_speculation(model, prompts, budgets, gammas) -> tuple[analytic.Choice
                                              SamplingParams())
         draft_caches[k] = cache
     times = analytic.measure_step_times(model, target_cache, draft_caches, gammas)
-    return analytic.choose(times, alphas), times, alphas
+    return analytic.choose(times, alphas, batch=batch, tokens=decoded), times, alphas
 
 
 def _prefill_tail(model, tokens, cache, tail, chunk=512):
@@ -176,7 +177,7 @@ def _prefill_tail(model, tokens, cache, tail, chunk=512):
 def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas) -> dict:
     prompts = prompts_from(text, batch, length)
     budgets = [k for k in budgets if k < length] or [max(2, length // 4)]
-    choice, times, alphas = choose_speculation(model, prompts, budgets, gammas)
+    choice, times, alphas = choose_speculation(model, prompts, budgets, gammas, new_tokens - 1)
     print(f"  step times: target {1e3 * times.target:.2f} ms, verify "
           + ", ".join(f"g{g} {1e3 * t:.2f}" for g, t in times.verify.items()) + " ms, draft "
           + ", ".join(f"K{k} {1e3 * t:.2f}" for k, t in times.draft.items()) + " ms; alpha by K "
@@ -191,21 +192,28 @@ def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas) -> dic
     rounds = max(fast.extra["rounds"], 1)
     t_draft = fast.extra["draft_seconds"] / (rounds * choice.gamma)
     t_verify = (fast.decode_seconds - fast.extra["draft_seconds"]) / rounds
-    predicted = analytic.predicted_speedup(choice.gamma, alpha, t_target, t_draft, t_verify)
+    # the batch runs in lockstep: a round goes on until its last sequence has its tokens, so the
+    # prediction takes E[max_b R_b] rounds from each sequence's alpha (analytic.expected_rounds)
+    # instead of N / Omega; `predicted_free` is the lockstep-free formula
+    tokens = new_tokens - 1  # the prefill emits each sequence's first token
+    alphas = [a for a in fast.extra["alpha_by_sequence"] if a == a]
+    predicted = analytic.predicted_lockstep_speedup(choice.gamma, alphas, tokens, t_target, t_draft, t_verify)
+    predicted_free = analytic.predicted_speedup(choice.gamma, alpha, t_target, t_draft, t_verify)
     print(f"  measured in the runs: T_T {1e3 * t_target:.2f} ms, T_D {1e3 * t_draft:.2f} ms, "
           f"T_V {1e3 * t_verify:.2f} ms (T_V/T_T {t_verify / t_target:.2f}, T_D/T_T {t_draft / t_target:.3f})",
           flush=True)
-    # tokens a sequence gains per round, against the Omega the model assumes: the batch runs in
-    # lockstep until its last sequence has its tokens, so the measured rate is lower
+    # tokens a sequence gains per round: measured, in lockstep (expected_rounds), and Omega (free)
     per_round = fast.decoded / (rounds * batch)
     omega = analytic.omega(choice.gamma, alpha)
-    print(f"  tokens per round and sequence {per_round:.2f} (Omega {omega:.2f}: predicted x {per_round / omega:.2f} "
-          f"= {predicted * per_round / omega:.2f})", flush=True)
+    lockstep = tokens / analytic.expected_rounds(choice.gamma, alphas, tokens)
+    print(f"  tokens per round and sequence {per_round:.2f} (lockstep model {lockstep:.2f}, Omega {omega:.2f}; "
+          f"{rounds} rounds, expected {analytic.expected_rounds(choice.gamma, alphas, tokens):.1f})", flush=True)
     a_ms = 1e3 * auto.decode_seconds / auto.decoded
     s_ms = 1e3 * fast.decode_seconds / fast.decoded
     identical = auto.tokens == fast.tokens
     print(f"  autoregressive {a_ms:.3f} ms/token, speculative {s_ms:.3f} ms/token: speedup {a_ms / s_ms:.2f} "
-          f"(predicted {predicted:.2f} from the runs' T_T, T_D, T_V; chosen gamma {choice.gamma}, K {choice.budget}, "
+          f"(predicted {predicted:.2f} in lockstep, {predicted_free:.2f} without, from the runs' T_T, T_D, T_V "
+          f"and alphas; chosen gamma {choice.gamma}, K {choice.budget}, "
           f"alpha {alpha:.3f} "
           f"[prefill estimate {choice.alpha:.3f}, predicted {choice.predicted:.2f}]); "
           f"identical tokens: {'yes' if identical else 'NO'}", flush=True)
@@ -217,7 +225,8 @@ def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas) -> dic
             "gamma": choice.gamma, "K": choice.budget, "predicted": predicted, "alpha_prefill": choice.alpha,
             "predicted_prior": choice.predicted, "identical": identical, "kv_bytes_per_token": per_token,
             "peak_rss_mib": peak, "t_target_ms": 1e3 * t_target, "t_draft_ms": 1e3 * t_draft,
-            "t_verify_ms": 1e3 * t_verify, "tokens_per_round": per_round, "omega": omega}
+            "t_verify_ms": 1e3 * t_verify, "tokens_per_round": per_round, "omega": omega,
+            "tokens_per_round_lockstep": lockstep, "predicted_free": predicted_free}
 
 
 def run_memory(model, text, batch, length, steps: int = 3) -> dict:
@@ -238,7 +247,10 @@ def run_memory(model, text, batch, length, steps: int = 3) -> dict:
             for layer in range(pool.shape[0]):  # in pieces of 64 pages: the temporaries stay small
                 for first in range(0, len(used), 64):
                     part = used[first:first + 64]
-                    pool[layer, part] = 0.1 * rng.standard_normal(pool[layer, part].shape, dtype=np.float32)
+                    values = 0.1 * rng.standard_normal(pool[layer, part].shape, dtype=np.float32)
+                    if pool.dtype == np.uint16 and cache.dtype == "bfloat16":  # bit patterns (truncated)
+                        values = (values.view(np.uint32) >> 16).astype(np.uint16)
+                    pool[layer, part] = values
         cache.commit(length)
         assert int(start.max()) == 0
         planned = cache.nbytes()
@@ -291,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", action="store_true", help="time the numpy reference model")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--kv-dtype", choices=("float32", "float16", "bfloat16"),
+                        help="the compiled model's KV pages (default: the model's, float16)")
     parser.add_argument("--budgets", default="64,128,256,512", help="draft budgets K to choose from")
     parser.add_argument("--gammas", default="1,2,3,4,5,6", help="draft lengths gamma to choose from")
     args = parser.parse_args(argv)
@@ -305,10 +319,13 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass
     print(f"ISA: {describe()}")
-    model, kind = load_model(args.model, compiled=not args.reference, **(
-        {} if args.reference else {"threads": args.threads}))
+    options = {} if args.reference else {"threads": args.threads}
+    if args.kv_dtype and not args.reference:
+        options["kv_dtype"] = args.kv_dtype
+    model, kind = load_model(args.model, compiled=not args.reference, **options)
+    pages = f", {model.kv_dtype} KV pages" if hasattr(model, "kv_dtype") else ""
     print(f"model: {args.model} on the {kind} model ({'refcomp.llm.model' if kind == 'compiled' else 'numpy'}), "
-          f"{args.threads} threads")
+          f"{args.threads} threads{pages}")
     text = stdlib_text()
     hf = None
     cases = {}

@@ -53,6 +53,18 @@ def test_every_float16_widens_exactly(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("lanes", [1, 8, 16])
+def test_every_bfloat16_widens_exactly(target, lanes):
+    """A bfloat16 vector load (8 or 16 lanes: the AVX2 and AVX-512 widening where the target is
+    native) gives every bit pattern's float32, NaNs included, as the scalar conversion does."""
+    lib = refcomp.build(cast_kernel("bfloat16", "float32", lanes), target=target, bounds="off")
+    x = np.arange(2**16, dtype=np.uint32).astype(np.uint16)
+    out = np.zeros(len(x), np.float32)
+    lib(x, out)
+    assert (out.view(np.uint32) == x.astype(np.uint32) << 16).all()
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_float64_to_float16_rounds_once(target, rng):
     lib = refcomp.build(cast_kernel("float64", "float16"), target=target, bounds="off")
     # a double just above a float16 tie: rounding through float32 first would land on the tie

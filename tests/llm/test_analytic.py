@@ -57,3 +57,45 @@ def test_measuring_leaves_the_caches_unchanged(rng):
     fresh = model.new_cache(2, 40)
     model.forward(tokens, fresh)
     np.testing.assert_array_equal(model.forward(nxt, target), model.forward(nxt, fresh))
+
+
+def _simulated_rounds(rng, gamma, alphas, tokens, batches):
+    """Monte-Carlo lockstep batches: rounds until every sequence has `tokens` tokens."""
+    alphas = np.asarray(alphas)
+    have = np.zeros((batches, len(alphas)), np.int64)
+    rounds = np.zeros(batches, np.int64)
+    while (have < tokens).any():
+        running = (have < tokens).any(axis=1)
+        accepts = rng.random((batches, len(alphas), gamma)) < alphas[None, :, None]
+        n = np.where(accepts.all(axis=2), gamma, np.argmin(accepts, axis=2))
+        have = np.where(running[:, None], have + n + 1, have)
+        rounds += running
+    return rounds.mean()
+
+
+@pytest.mark.parametrize("gamma,alphas,tokens", [
+    (3, [0.9], 63), (2, [0.7] * 8, 40), (4, [0.95, 0.6, 0.8, 0.9, 0.85], 30), (1, [0.5] * 3, 7)])
+def test_expected_rounds_of_a_lockstep_batch_match_simulation(gamma, alphas, tokens):
+    rng = np.random.default_rng(len(alphas) * 1000 + tokens)
+    simulated = _simulated_rounds(rng, gamma, alphas, tokens, 20_000)
+    assert analytic.expected_rounds(gamma, alphas, tokens) == pytest.approx(simulated, rel=0.01)
+
+
+def test_lockstep_rounds_grow_with_the_batch():
+    one = analytic.expected_rounds(3, 0.9, 63)
+    # a batch of one: N / Omega but for the last round's overshoot
+    assert 63 / analytic.omega(3, 0.9) <= one < 63 / analytic.omega(3, 0.9) + 1
+    rounds = [analytic.expected_rounds(3, [0.9] * b, 63) for b in (1, 8, 32, 64)]
+    assert rounds == sorted(rounds) and rounds[-1] > 1.15 * one
+    assert analytic.expected_rounds(3, 1.0, 64) == 16.0 and analytic.expected_rounds(3, 0.0, 10) == 10.0
+    lockstep = analytic.predicted_lockstep_speedup(3, [0.9] * 32, 63, 1.0, 0.1, 1.3)
+    assert lockstep == pytest.approx(63 / rounds[2] / 1.6)
+    assert lockstep < analytic.predicted_speedup(3, 0.9, 1.0, 0.1, 1.3)
+    times = analytic.StepTimes(target=1.0, verify={1: 1.0, 3: 1.3}, draft={64: 0.1})
+    choice = analytic.choose(times, {64: 0.9}, batch=32, tokens=63)
+    assert choice.predicted == pytest.approx(max(
+        analytic.predicted_lockstep_speedup(g, [0.9] * 32, 63, 1.0, 0.1, times.verify[g]) for g in (1, 3)))
+    with pytest.raises(ArgumentError, match="alpha in"):
+        analytic.expected_rounds(3, [0.5, 1.5], 10)
+    with pytest.raises(ArgumentError, match="at least one sequence"):
+        analytic.expected_rounds(3, [], 10)

@@ -192,4 +192,157 @@ def test_float16_kernel_rejects_float32_pages(kernel16):
     with pytest.raises(ArgumentError, match="k_pages: expected dtype float16"):
         _run(kernel16, c)
     with pytest.raises(ArgumentError, match="kv_dtype must be one of"):
-        compiled_attention(GROUP, DIM, PAGE, HEADS, "bfloat16")
+        compiled_attention(GROUP, DIM, PAGE, HEADS, "int8")
+
+
+# ---------------------------------------------------------------- bfloat16 pages
+
+def _to_bf16(x):
+    """float32 -> bfloat16 bit patterns, round to nearest even (finite inputs)."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _from_bf16(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _round_bf16(x):
+    return _from_bf16(_to_bf16(x))
+
+
+def _brain(c):
+    """The case with bfloat16 pages (keys in pairs along D); the reference sees every key and value
+    rounded to bfloat16."""
+    c = dict(c)
+    kp = c["k_pages"]
+    c["k_pages"] = _to_bf16(np.nan_to_num(kp).reshape(kp.shape[0], HEADS, DIM // 2, 2, PAGE).transpose(0, 1, 2, 4, 3))
+    c["v_pages"] = _to_bf16(np.nan_to_num(c["v_pages"]))
+    for name in ("history_k", "history_v"):
+        c[name] = _round_bf16(c[name])
+    return c
+
+
+def _check_bf16(c, out):
+    """Scores of bfloat16 numbers (the scaled query rounded too), accumulated in float32."""
+    root = np.float32(np.sqrt(DIM))
+    q = _round_bf16(c["q"] / root) * root  # DIM = 16: scaling by 1/4 and back is exact
+    expected = attention(q, _round_bf16(c["k"]), _round_bf16(c["v"]), c["history_k"], c["history_v"], c["start"],
+                         c["sinks"], min(c["window"], 1 << 40))
+    np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5)
+    batch, steps = c["q"].shape[:2]
+    for b in range(batch):  # the call's keys (in pairs) and values were stored as bfloat16
+        for t in range(max(0, steps - c["ring"]), steps):
+            slot = slot_of(int(c["start"][b]) + t, c["sinks"], c["ring"])
+            page, offset = c["table"][b, slot // PAGE], slot % PAGE
+            stored = c["k_pages"][page, :, :, offset, :].reshape(HEADS, DIM)
+            np.testing.assert_array_equal(stored, _to_bf16(c["k"][b, t]))
+            np.testing.assert_array_equal(c["v_pages"][page, :, offset, :], _to_bf16(c["v"][b, t]))
+
+
+def _bf16_tile_available():
+    from refcomp.loops import intrin
+    from refcomp.llm.attention import BF16_TILE
+
+    return intrin.get(BF16_TILE).available()
+
+
+BF16_DOTS = [pytest.param("fp32", id="fp32-loops"),
+             pytest.param("avx512bf16", id="avx512bf16", marks=[
+                 pytest.mark.amx, pytest.mark.skipif(not _bf16_tile_available(), reason="CPU lacks AVX512_BF16")])]
+
+
+@pytest.fixture(scope="module", params=BF16_DOTS)
+def kernel_bf16(request):
+    """The bfloat16-page kernel with either score arithmetic, built with every access proved in bounds."""
+    return compiled_attention(GROUP, DIM, PAGE, HEADS, "bfloat16", request.param)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**31), starts=st.lists(st.integers(0, 120), min_size=1, max_size=3),
+       steps=st.integers(1, 12), streaming=st.booleans(), sinks=st.integers(0, 20), window=st.integers(1, 40),
+       slack=st.integers(0, 5))
+def test_bfloat16_pages_match_numpy(kernel_bf16, seed, starts, steps, streaming, sinks, window, slack):
+    c = _brain(_case(seed, starts, steps, sinks, window, slack, streaming=streaming))
+    _check_bf16(c, _run(kernel_bf16, c))
+
+
+@pytest.mark.parametrize("steps", [1, 2, 4, 5, 8, 17])
+def test_bfloat16_verify_and_prefill(kernel_bf16, steps):
+    """Tiles of 2..16 state rows (one or two calls of the tile, a partial one), chunks that start
+    mid-page (score blocks copied at the page's end) and the call's own keys."""
+    for streaming in (False, True):
+        c = _brain(_case(steps, [PAGE - 3, 2 * PAGE - 1, 5], steps, 3, 2 * PAGE - 7, 4, streaming=streaming))
+        _check_bf16(c, _run(kernel_bf16, c))
+
+
+def test_bfloat16_tile_and_loops_agree_on_scores():
+    """The two score arithmetics differ only in the order of float32 additions."""
+    if not _bf16_tile_available():
+        pytest.skip("CPU lacks AVX512_BF16")
+    c = _brain(_case(11, [40, 90], 4, 0, 0, 0, streaming=False))
+    fresh = dict(c, k_pages=c["k_pages"].copy(), v_pages=c["v_pages"].copy())
+    tiled = _run(compiled_attention(GROUP, DIM, PAGE, HEADS, "bfloat16", "avx512bf16"), fresh)
+    loops = _run(compiled_attention(GROUP, DIM, PAGE, HEADS, "bfloat16", "fp32"), c)
+    np.testing.assert_allclose(tiled, loops, rtol=1e-5, atol=1e-6)
+
+
+def test_bfloat16_kernel_names_bad_arguments():
+    from refcomp.errors import ArgumentError
+    from refcomp.llm.attention import attention_func
+
+    with pytest.raises(ArgumentError, match="dot must be one of"):
+        attention_func(GROUP, DIM, PAGE, HEADS, "float16", "avx512bf16")
+    with pytest.raises(ArgumentError, match="head_dim, which must be even"):
+        attention_func(GROUP, 15, PAGE, HEADS, "bfloat16", "fp32")
+    with pytest.raises(ArgumentError, match="multiple of 32 keys"):
+        attention_func(GROUP, DIM, 48, HEADS, "bfloat16", "avx512bf16")
+    kernel = compiled_attention(GROUP, DIM, PAGE, HEADS, "bfloat16", "fp32")
+    c = _case(0, [5], 1, 0, 0, 0, streaming=False)
+    with pytest.raises(ArgumentError, match="k_pages"):
+        _run(kernel, c)  # float32 pages of the float32 layout
+
+
+def _amx_available():
+    from refcomp.loops import intrin
+    from refcomp.llm.attention import AMX_TILE
+
+    return intrin.get(AMX_TILE).available()
+
+
+@pytest.mark.amx
+@pytest.mark.skipif(not _amx_available(), reason="CPU lacks AMX-BF16")
+@pytest.mark.parametrize("steps", [1, 3, 4, 5, 9, 17])
+@pytest.mark.parametrize("streaming", [False, True])
+def test_bfloat16_scores_on_amx_tiles(steps, streaming):
+    """The AMX score tile (32 rows a call, one row of tiles up to 16 rows; D = 32, the shipped
+    model's): tiles of 4 to 32 state rows, chunks from mid-page, the call's own keys."""
+    group, dim, page, heads = 4, 32, 64, 2
+    call = PagedAttention(group, dim, page, heads, "bfloat16", "amx")
+    rng = np.random.default_rng(steps * 2 + streaming)
+    starts = np.array([page - 3, 2 * page - 1, 5, 200], np.int32)
+    batch, longest = len(starts), int(starts.max()) + steps
+    if streaming:
+        sinks, window = 3, page + 3
+        ring = window + 4
+    else:
+        sinks, window, ring = 0, UNBOUNDED, -(-longest // page) * page
+    width = -(-(sinks + ring) // page)
+    pages = batch * width + 1
+    table = rng.permutation(pages)[:batch * width].reshape(batch, width).astype(np.int32)
+    history_k = _round_bf16(rng.standard_normal((batch, longest, heads, dim)).astype(np.float32))
+    history_v = _round_bf16(rng.standard_normal((batch, longest, heads, dim)).astype(np.float32))
+    k_pages, v_pages = fill_pages(history_k, history_v, starts, table, page, sinks, ring, pages)
+    k_pages = _to_bf16(np.nan_to_num(k_pages).reshape(pages, heads, dim // 2, 2, page).transpose(0, 1, 2, 4, 3))
+    v_pages = _to_bf16(np.nan_to_num(v_pages))
+    q = rng.standard_normal((batch, steps, heads * group, dim)).astype(np.float32)
+    k = rng.standard_normal((batch, steps, heads, dim)).astype(np.float32)
+    v = rng.standard_normal((batch, steps, heads, dim)).astype(np.float32)
+    out = np.full_like(q, np.nan)
+    call(q, k, v, k_pages, v_pages, table, starts, out, sinks, ring, window)
+    root = np.sqrt(np.float64(dim))
+    # the kernel rounds q * float32(1 / sqrt(D)) to bfloat16; the reference divides by sqrt(D) in float64
+    q_rounded = _round_bf16(q * np.float32(1.0 / root)).astype(np.float64) * root
+    expected = attention(q_rounded, _round_bf16(k), _round_bf16(v), history_k, history_v, starts, sinks,
+                         min(window, 1 << 40))
+    np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5)

@@ -46,6 +46,25 @@ def test_float16_cache_matches_transformers_to_half_precision(tmp_path, rng, tie
         load_llama(path, kv_dtype="int8")
 
 
+@pytest.mark.parametrize("tied", [False, True])
+def test_bfloat16_cache_matches_transformers_to_bfloat16_precision(tmp_path, rng, tied):
+    """bfloat16 pages: half the bytes per token, keys in pairs along D, logits within bfloat16
+    rounding of the keys, values and scaled queries (the scores' inputs on either arithmetic): 8 bits
+    of mantissa against float16's 11, so 8 times the float16 test's tolerance."""
+    model, path = random_llama(tmp_path, tied=tied, seed=7)
+    lm = load_llama(path, page_size=PAGE, kv_dtype="bfloat16")
+    cache = lm.new_cache(2, 64)
+    assert cache.k_pool.dtype == np.uint16 and cache.k_pool.shape[2:] == (2, 8, PAGE, 2)
+    assert cache.nbytes_per_token() == 2 * 2 * 2 * 16 * 2
+    tokens = rng.integers(0, 300, (2, 13))
+    expected, past = hf_logits(model, tokens)
+    np.testing.assert_allclose(lm.forward(tokens, cache), expected, rtol=0.16, atol=0.16)
+    for _ in range(3):
+        step = rng.integers(0, 300, (2, 1))
+        expected, past = hf_logits(model, step, past)
+        np.testing.assert_allclose(lm.forward(step, cache), expected, rtol=0.16, atol=0.16)
+
+
 def test_prefill_and_decode_match_transformers(pair, rng):
     model, lm = pair
     tokens = rng.integers(0, 300, (2, 11))

@@ -185,6 +185,8 @@ class VectorLib:
             body = lane_loop(vt, vector_element_ctype(dtype), dtype.lanes, self._from_storage(dtype, "p[l]"))
             if dtype.element.name == "float16" and dtype.lanes % 8 == 0:
                 body = self._f16c_load(vt, dtype.lanes, body)
+            if dtype.element.name == "bfloat16" and dtype.lanes % 8 == 0:
+                body = self._bf16_load(vt, dtype.lanes, body)
         else:
             body = f"    {vt} r;\n    memcpy(&r, p, sizeof r);\n    return r;\n"
         return self._add(name, f"static inline {vt} {name}(const {st}* p) {{\n{body}}}")
@@ -202,6 +204,25 @@ class VectorLib:
             "#else\n"
             f"    for (int c = 0; c < {lanes}; c += 8)\n"
             "        _mm256_storeu_ps(z + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(const void*)(p + c))));\n"
+            "#endif\n"
+            f"    {vt} r;\n    memcpy(&r, z, sizeof r);\n    return r;\n"
+            f"#else\n{fallback}#endif\n")
+
+    def _bf16_load(self, vt: str, lanes: int, fallback: str) -> str:
+        """bfloat16 lanes to float32 by widening each 16-bit pattern into the high half of a
+        32-bit lane (exact, the lane loop's shift), 16 at a time with AVX-512, else 8 with AVX2."""
+        self.needs_intrinsics = True
+        return (
+            "#if defined(RC_NATIVE) && defined(__x86_64__) && defined(__AVX2__)\n"
+            f"    float z[{lanes}];\n"
+            "#if defined(__AVX512F__)" + (" && 0" if lanes % 16 else "") + "\n"
+            f"    for (int c = 0; c < {lanes}; c += 16)\n"
+            "        _mm512_storeu_ps(z + c, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(\n"
+            "            _mm256_loadu_si256((const __m256i*)(const void*)(p + c))), 16)));\n"
+            "#else\n"
+            f"    for (int c = 0; c < {lanes}; c += 8)\n"
+            "        _mm256_storeu_ps(z + c, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(\n"
+            "            _mm_loadu_si128((const __m128i*)(const void*)(p + c))), 16)));\n"
             "#endif\n"
             f"    {vt} r;\n    memcpy(&r, z, sizeof r);\n    return r;\n"
             f"#else\n{fallback}#endif\n")

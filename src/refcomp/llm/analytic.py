@@ -11,6 +11,15 @@ T_D = T_draft(B, K) one draft step over a streaming cache of budget K, and T_V =
 one forward of gamma + 1 tokens over the full cache.  At large B and S a step is bound by reading the
 KV cache, so T_V stays near T_T while T_D (K << S) is much smaller: the speedup grows with B and S.
 
+A batch decodes in lockstep: every round drafts and verifies for every sequence, and a sequence
+that already has its tokens waits, frozen, until the last one has them.  Decoding N tokens per
+sequence then takes E[max_b R_b] rounds, R_b the rounds sequence b needs, which exceeds N / Omega
+when the sequences' luck differs; `expected_rounds` computes it from each sequence's alpha, and
+
+    speedup_lockstep = N / E[max_b R_b] / (gamma * T_D / T_T + T_V / T_T)
+
+is the prediction for a batch of B sequences decoding N tokens each (B = 1, N large: the formula above).
+
 `measure_step_times` times those forwards on caches already holding S tokens (forward, then roll
 back, so the caches are unchanged); `acceptance_rates` estimates alpha for a draft cache from the
 logits of the same text run through both caches; `choose` picks (gamma, K) with the best prediction.
@@ -42,6 +51,61 @@ def predicted_speedup(gamma: int, alpha: float, t_target: float, t_draft: float,
     if min(t_target, t_draft, t_verify) <= 0:
         raise ArgumentError(f"analytic: step times must be positive, got {t_target}, {t_draft}, {t_verify}")
     return omega(gamma, alpha) / (gamma * t_draft / t_target + t_verify / t_target)
+
+
+def round_tokens(gamma: int, alpha: float) -> np.ndarray:
+    """P(one round emits k tokens), k = 0 .. gamma + 1: the drafts up to the first rejection plus
+    the corrected (or bonus) token, alpha^(k-1) (1 - alpha) for 1 <= k <= gamma, alpha^gamma for gamma + 1."""
+    if gamma < 1 or not 0.0 <= alpha <= 1.0:
+        raise ArgumentError(f"analytic: need gamma >= 1 and alpha in [0, 1], got {gamma}, {alpha}")
+    p = np.zeros(gamma + 2)
+    p[1:gamma + 1] = alpha ** np.arange(gamma) * (1.0 - alpha)
+    p[gamma + 1] = alpha ** gamma
+    return p
+
+
+def rounds_cdf(gamma: int, alpha: float, tokens: int) -> np.ndarray:
+    """P(R <= r) for r = 0 .. tokens, R the rounds one sequence needs to emit `tokens` tokens (each
+    round emits at least one, so R <= tokens)."""
+    if not isinstance(tokens, (int, np.integer)) or tokens < 0:
+        raise ArgumentError(f"analytic: tokens must be a non-negative integer, got {tokens!r}")
+    step = round_tokens(gamma, alpha)
+    held = np.zeros(tokens + 1)   # P(tokens emitted so far = n), n capped at `tokens` (done)
+    held[0] = 1.0
+    cdf = np.empty(tokens + 1)
+    cdf[0] = held[tokens]
+    for r in range(1, tokens + 1):
+        grown = np.convolve(held[:tokens], step)
+        nxt = np.zeros(tokens + 1)
+        nxt[:tokens] = grown[:tokens]
+        nxt[tokens] = held[tokens] + grown[tokens:].sum()
+        held = nxt
+        cdf[r] = held[tokens]
+    cdf[tokens] = 1.0
+    return cdf
+
+
+def expected_rounds(gamma: int, alphas: float | Iterable[float], tokens: int) -> float:
+    """E[max_b R_b]: the rounds a batch in lockstep runs until every sequence b (drafts accepted
+    independently with probability alphas[b]; one float: a batch of one) has emitted `tokens` tokens."""
+    alphas = np.atleast_1d(np.asarray(list(alphas) if not np.isscalar(alphas) else alphas, np.float64))
+    if alphas.size == 0:
+        raise ArgumentError("analytic: expected_rounds needs at least one sequence's alpha")
+    all_done = np.ones(tokens + 1)
+    for alpha in alphas:
+        all_done *= rounds_cdf(gamma, float(alpha), tokens)
+    return float((1.0 - all_done).sum())
+
+
+def predicted_lockstep_speedup(gamma: int, alphas: float | Iterable[float], tokens: int, t_target: float,
+                               t_draft: float, t_verify: float) -> float:
+    """tokens / E[max_b R_b] / (gamma * T_D / T_T + T_V / T_T): the batch's speedup over
+    autoregressive decoding of `tokens` tokens per sequence (module doc)."""
+    if not isinstance(tokens, (int, np.integer)) or isinstance(tokens, bool) or tokens < 1:
+        raise ArgumentError(f"analytic: tokens must be a positive integer, got {tokens!r}")
+    if min(t_target, t_draft, t_verify) <= 0:
+        raise ArgumentError(f"analytic: step times must be positive, got {t_target}, {t_draft}, {t_verify}")
+    return tokens / expected_rounds(gamma, alphas, tokens) / (gamma * t_draft / t_target + t_verify / t_target)
 
 
 @dataclass(frozen=True)
@@ -94,14 +158,18 @@ def acceptance_rate(target_logits: np.ndarray, draft_logits: np.ndarray, params:
     return float(np.minimum(p, q).sum(axis=-1).mean())
 
 
-def choose(times: StepTimes, alphas: Mapping[int, float]) -> Choice:
-    """The (gamma, K) with the largest predicted speedup over the measured gammas and budgets."""
+def choose(times: StepTimes, alphas: Mapping[int, float], *, batch: int = 1, tokens: int | None = None) -> Choice:
+    """The (gamma, K) with the largest predicted speedup over the measured gammas and budgets; with
+    `tokens` (per sequence), the lockstep prediction for `batch` sequences of alpha each."""
     best: Choice | None = None
     for k, t_draft in times.draft.items():
         if k not in alphas:
             continue
         for g, t_verify in times.verify.items():
-            s = predicted_speedup(g, alphas[k], times.target, t_draft, t_verify)
+            if tokens is None:
+                s = predicted_speedup(g, alphas[k], times.target, t_draft, t_verify)
+            else:
+                s = predicted_lockstep_speedup(g, [alphas[k]] * batch, tokens, times.target, t_draft, t_verify)
             if best is None or s > best.predicted:
                 best = Choice(g, k, alphas[k], s)
     if best is None:

@@ -9,6 +9,8 @@ values to them.  Layouts (P = page size, D = head_dim, G = query heads per key/v
                                   keys stored transposed within a page: a page's P keys of one
                                   head are D contiguous rows of P, so a score loop over keys is a
                                   unit-stride vector loop
+                (N, Hkv, D/2, P, 2)  bfloat16: the same in pairs along D, the operand layout of
+                                  the bfloat16 dot-product tiles that compute its scores (`dot`)
     v_pages     (N, Hkv, P, D)    values, one contiguous row of D per key
     table       (B, M) int32      page table: slot s of sequence b lives in page table[b, s // P]
     start       (B,) int32        positions already in each sequence (the call's first position)
@@ -49,10 +51,12 @@ import numpy as np
 
 from ..ast import (
     Allocate, Buffer, BufferStore, Call, Cast, Evaluate, FloatImm, For, IfThenElse, IntImm, LetStmt, PrimFunc, SizeVar, Stmt,
-    Var, max_, min_, select, seq,
+    StringImm, Var, max_, min_, select, seq,
 )
 from ..driver import build
 from ..errors import ArgumentError
+from ..loops import intrin
+from ..loops.intrin.kernels_amx import BF16_SCORES_AMX_32X32
 
 # A running maximum that starts below every score yet keeps e^(m - m') finite arithmetic.
 _LOWEST = -3.0e38
@@ -106,33 +110,85 @@ def _assume(condition: Any) -> Evaluate:
     return Evaluate(Call("assume", (condition,), "bool"))
 
 
-KV_DTYPES = ("float32", "float16")
+KV_DTYPES = ("float32", "float16", "bfloat16")
+# how a bfloat16 kernel computes its scores: "amx", the registered AMX tile (AMX_TILE: 32 rows x
+# 32 keys per call, tdpbf16ps); "avx512bf16", the AVX512_BF16 tile (BF16_TILE: vdpbf16ps, two
+# products per lane, 8 rows x 32 keys per call); "fp32", float32 loops on the same numbers
+DOTS = ("fp32", "avx512bf16", "amx")
+BF16_TILE = "x86.avx512bf16.bf16gemm_8x32"
+AMX_TILE = "x86.amx.bf16gemm_32x32"
+BF16_BLOCK = 32  # keys per score block of either tile (their NR)
+TILE_ROWS = {"avx512bf16": 8, "amx": 32}   # state rows per call (their MR)
+# amx: the AMX tile's features, and its C function that starts from zero (loops.intrin.kernels_amx)
+AMX_SCORES = "refcomp_bf16scores_amx_32x32"
 
 
-def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_dtype: str = "float32") -> PrimFunc:
+def default_dot(kv_dtype: str, head_dim: int, page_size: int) -> str:
+    """The score arithmetic a kernel with these pages gets on the CPU running refcomp: for bfloat16
+    pages of whole blocks of BF16_BLOCK keys, the AVX512_BF16 tile when the CPU has it, else the
+    AMX tile when it has that (and head_dim is a multiple of its 32-long k step); float32 loops
+    otherwise.  (AMX first measured no faster: at the shipped model's sizes a verify step's time
+    is not in its scores, spec/llm.md; dot="amx" asks for it.)"""
+    if kv_dtype != "bfloat16" or page_size % BF16_BLOCK or head_dim % 2:
+        return "fp32"
+    if intrin.get(BF16_TILE).available():
+        return "avx512bf16"
+    return "amx" if head_dim % 32 == 0 and intrin.get(AMX_TILE).available() else "fp32"
+
+
+def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_dtype: str = "float32",
+                   dot: str | None = None) -> PrimFunc:
     """The paged attention kernel for G = group query heads per kv head (see the module docstring).
 
-    kv_dtype is the pages' element type: float32, or float16 (half the bytes; the kernel converts
-    to float32 as it loads and computes in float32).  With float16 pages the call's own keys and
-    values are rounded to float16 before use too, so a token sees the same numbers whether its
-    neighbours come from this call or from the pages (a verify pass equals the decode steps)."""
+    kv_dtype is the pages' element type: float32, float16 or bfloat16 (half the bytes; the kernel
+    converts to float32 as it loads).  With 16-bit pages the call's own keys and values are
+    rounded to that type before use too, so a token sees the same numbers whether its neighbours
+    come from this call or from the pages (a verify pass equals the decode steps).
+
+    With bfloat16 pages a page's keys are stored in pairs along D, (N, Hkv, D/2, P, 2), the
+    layout of vdpbf16ps's second operand, and each query (scaled by 1/sqrt(D)) is rounded to
+    bfloat16 too: a score is a sum of exact products of bfloat16 numbers, accumulated in float32
+    (`dot`: on the AVX512_BF16 tile, two products per lane and instruction, or in float32 loops;
+    default `default_dot`).  Values, weights and the softmax stay float32 in both."""
     if kv_dtype not in KV_DTYPES:
         raise ArgumentError(f"paged attention: kv_dtype must be one of {KV_DTYPES}, got {kv_dtype!r}")
     G, D, P, H = group, head_dim, page_size, kv_heads
-    half = kv_dtype == "float16"
+    narrow = kv_dtype != "float32"
+    bf16 = kv_dtype == "bfloat16"
+    dot = default_dot(kv_dtype, D, P) if dot is None else dot
+    if dot not in DOTS or (dot != "fp32" and not bf16):
+        raise ArgumentError(f"paged attention: dot must be one of {DOTS} (the tiles with bfloat16 pages), "
+                            f"got {dot!r} with {kv_dtype} pages")
+    if bf16 and D % 2:
+        raise ArgumentError(f"paged attention: bfloat16 pages store keys in pairs along head_dim, which must be "
+                            f"even, got {D}")
+    if dot != "fp32" and P % BF16_BLOCK:
+        raise ArgumentError(f"paged attention: the {dot} scores need pages of a multiple of {BF16_BLOCK} "
+                            f"keys, got {P}")
+    if dot == "amx" and D % 32:
+        raise ArgumentError(f"paged attention: the amx scores need head_dim a multiple of 32, got {D}")
+    tiled = dot != "fp32"
+    amx = dot == "amx"
 
     def load(value: Any) -> Any:
         """A page element as float32."""
-        return Cast("float32", value) if half else value
+        return Cast("float32", value) if narrow else value
 
     def stored(value: Any) -> Any:
         """A float32 of this call as the pages hold it."""
-        return Cast("float32", Cast("float16", value)) if half else value
+        return Cast("float32", Cast(kv_dtype, value)) if narrow else value
     B, T, N, M = (SizeVar(n, _INT) for n in ("B", "T", "N", "M"))
     q = Buffer("q", (B, T, _const(H * G), _const(D)), "float32")
     k = Buffer("k", (B, T, _const(H), _const(D)), "float32")
     v = Buffer("v", (B, T, _const(H), _const(D)), "float32")
-    kp = Buffer("k_pages", (N, _const(H), _const(D), _const(P)), kv_dtype)
+    if bf16:
+        kp = Buffer("k_pages", (N, _const(H), _const(D // 2), _const(P), _const(2)), kv_dtype)
+    else:
+        kp = Buffer("k_pages", (N, _const(H), _const(D), _const(P)), kv_dtype)
+
+    def key_at(page: Any, dd: Any, slot: Any) -> Any:
+        """Element dd of the key in `slot` of `page` (head kh), as stored."""
+        return kp[page, kh, dd // 2, slot, dd % 2] if bf16 else kp[page, kh, dd, slot]
     vp = Buffer("v_pages", (N, _const(H), _const(P), _const(D)), kv_dtype)
     table = Buffer("table", (B, M), "int32")
     start = Buffer("start", (B,), "int32")
@@ -141,14 +197,22 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
 
     QT = QUERY_TILE
     R = QT * G  # state rows: query i of the tile and head g at row i * G + g
+    # rows of the score and query buffers: whole calls of the tile (amx: 32 rows a call)
+    RS = -(-R // TILE_ROWS["amx"]) * TILE_ROWS["amx"] if amx else R
     qs = Buffer("qs", (_const(R * D),), "float32")
     acc = Buffer("acc", (_const(R * D),), "float32")
-    s = Buffer("s", (_const(R * P),), "float32")
+    s = Buffer("s", (_const(RS * P),), "float32")
     m = Buffer("m", (_const(R),), "float32")
     l = Buffer("l", (_const(R),), "float32")
     mx = Buffer("mx", (_const(R),), "float32")  # per row, the running maximum after the chunk
     rescale = Buffer("rescale", (_const(R),), "float32")  # per row, e^(m - m') of the chunk
     kt = Buffer("kt", (_const(D), T), "float32")  # the call's keys of this head, transposed
+    # tiled: the queries as bfloat16 (the tile's A) and the call's keys in pairs like a page's,
+    # with BF16_BLOCK zero keys after the last (a score block of the tile reads whole blocks)
+    qbf = Buffer("qbf", (_const(RS * D),), "bfloat16")
+    ktp = Buffer("ktp", (_const(D // 2), T + BF16_BLOCK, _const(2)), "bfloat16")
+    ktail2 = Buffer("ktail2", (_const(D * BF16_BLOCK),), "bfloat16")
+    tile_intrin = intrin.get(AMX_TILE if amx else BF16_TILE) if tiled else None
 
     bh, b, kh, tg, t0, tq, st = _v("bh"), _v("b"), _v("kh"), _v("tg"), _v("t0"), _v("tq"), _v("st")
     t, i, g, d, r = _v("t"), _v("i"), _v("g"), _v("d"), _v("r")
@@ -162,12 +226,53 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
     # or 8 x DW accumulators (16 AVX-512 registers) and each key or value row is loaded once per tile
     U = max(1, 8 // G)
 
+    def query_stores(value: Any, at: Any) -> tuple[Stmt, ...]:
+        """A scaled query element into qs (float32; bfloat16 pages: rounded to bfloat16) and,
+        tiled, into qbf."""
+        if not bf16:
+            return (BufferStore(qs, value, (at,)),)
+        return (BufferStore(qs, stored(value), (at,)),) + ((BufferStore(qbf, Cast(kv_dtype, value), (at,)),)
+                                                             if tiled else ())
+
     def window_lo(query: Any) -> Any:
         """The first non-sink position the tile's query `query` sees."""
         return max_(sinks, st + t0 + query + 1 - window)
 
+    def address(element: Any) -> Call:
+        return Call("address_of", (element,), "handle")
+
+    def score_tiles(count: Any, room: Any, kraw: Callable[[Any, Any, Any], Any], kld: Any) -> Stmt:
+        """s[row, j] of the tile's rows and the chunk's `count` keys by BF16_TILE, per block of
+        BF16_BLOCK keys (zeroed first: the tile adds to its C) and BF16_ROWS rows.  A block read
+        in place runs along the key rows up to BF16_BLOCK keys past its first; where that passes
+        `room` (the page's end) the block is first copied to ktail2, the keys past the chunk
+        repeating its last.  The scores past the chunk land in s's row where nothing reads them."""
+        kb, mr = BF16_BLOCK, TILE_ROWS[dot]
+        jb, r6, l6, dp, e6, rb = (_v(n) for n in ("jb", "r6", "l6", "dp", "e6", "rb"))
+        rows = tq * G
+        first = jb * kb
+
+        def call(b_first: Any, ldb: Any) -> Stmt:
+            if amx:  # C from zero; the rows past the tile's in their 16-row tile are computed, not read
+                args = (address(qbf[rb * (mr * D)]), _const(D), address(b_first), ldb,
+                        address(s[rb * (mr * P) + first]), _const(P), _const(D), min_(_const(mr), rows - rb * mr))
+            else:
+                args = (address(qbf[rb * (mr * D)]), _const(D), _const(1), address(b_first), ldb,
+                        address(s[rb * (mr * P) + first]), _const(P), _const(D), min_(_const(mr), rows - rb * mr))
+            return _for(rb, 0, (rows + (mr - 1)) // mr, Evaluate(Call(
+                "call_extern", (StringImm(AMX_SCORES if amx else tile_intrin.impl.name),) + args, "int32")))
+
+        zero = _for(r6, 0, rows, _for(l6, 0, _const(kb), BufferStore(s, _f(0.0), (r6 * P + first + l6,)),
+                                      "vectorized"))
+        copy = _for(dp, 0, _const(D // 2), _for(l6, 0, _const(kb), _for(e6, 0, _const(2), BufferStore(
+            ktail2, kraw(dp, min_(first + l6, count - 1), e6), ((dp * kb + l6) * 2 + e6,)))))
+        block = seq(*(() if amx else (zero,)), IfThenElse(first + kb <= room, call(kraw(_ZERO, first, _ZERO), kld),
+                                     seq(copy, call(ktail2[_ZERO], _const(2 * kb)))))
+        return Allocate(ktail2, _for(jb, 0, (count + (kb - 1)) // kb, block))
+
     def chunk(count: Any, pos0: Any, windowed: bool, kload: Callable[[Any, Any], Any],
-              vload: Callable[[Any, Any], Any], room: Any) -> Stmt:
+              vload: Callable[[Any, Any], Any], room: Any, kraw: Callable[[Any, Any, Any], Any] | None = None,
+              kld: Any = None) -> Stmt:
         """Fold `count` (<= P) keys at positions pos0, pos0 + 1, ... into the running softmax of
         every query of the tile and head of the group.
 
@@ -177,7 +282,10 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         `windowed` (positions past the sinks) else 0; the other scores weigh zero.
         Scores: per block of KB = 2L (or L) keys, a tile of U queries' G heads' KB scores stays in
         registers over the D products; values: per 2L (or L) columns of D, the tile's accumulators stay
-        in registers over the keys (a last tq % U queries in tiles of one query)."""
+        in registers over the keys (a last tq % U queries in tiles of one query).
+        Tiled (bfloat16 pages on AVX512_BF16): the scores are BF16_TILE calls instead, per block of
+        BF16_BLOCK keys and BF16_ROWS state rows; `kraw(dp, j, e)` is element 2 dp + e of key j as
+        stored, in rows of pairs `kld` elements apart."""
         jc, d1, r1, ln, jt, d4, g4, i1, u1 = (_v(n) for n in ("jc", "d1", "r1", "ln", "jt", "d4", "g4", "i1", "u1"))
         full = count // KB
         # when KB = 2L: one more block of L keys after the full ones, if it fits
@@ -227,7 +335,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
             return seq(*parts)
 
         row4 = i1 * G + g4
-        scores = seq(
+        scores = score_tiles(count, room, kraw, kld) if tiled else seq(
             *([IfThenElse(count > done, tail_copy)] if tail_block else []),
             _for(u1, 0, tq // U, score_all(u1 * (U * G), U * G)),
             _for(i1, tq // U * U, tq - tq // U * U, score_all(i1 * G, G)),
@@ -328,17 +436,19 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
             _for(u3, 0, tq // U, value_rows(u3 * (U * G), U * G)),
             _for(i3, tq // U * U, tq - tq // U * U, value_rows(i3 * G, G)))
         body = seq(scores, softmax, values)
-        return Allocate(ktail, body) if tail_block else body
+        return Allocate(ktail, body) if tail_block and not tiled else body
 
     def prefetch_page(page: Any) -> Stmt:
         """Prefetch the keys (D x P) and values (P x D) of head kh in `page`, one cache line at a
         time: the pages of a sequence are scattered in the pool, so the hardware's stream
         prefetcher, which stops at each 4 KiB memory page, would start over at every one."""
         c = _v("pf")
-        per_line = 64 // (2 if half else 4)  # elements per 64-byte line
+        per_line = 64 // (2 if narrow else 4)  # elements per 64-byte line
         first_k, first_v = c * per_line, c * per_line
+        key_line = (kp[page, kh, first_k // (2 * P), first_k // 2 % P, first_k % 2] if bf16
+                    else kp[page, kh, first_k // P, first_k % P])
         return _for(c, 0, _const(-(-(D * P) // per_line)), seq(
-            Evaluate(Call("prefetch", (kp[page, kh, first_k // P, first_k % P], IntImm(0, "int32")), "int32")),
+            Evaluate(Call("prefetch", (key_line, IntImm(0, "int32")), "int32")),
             Evaluate(Call("prefetch", (vp[page, kh, first_v // D, first_v % D], IntImm(0, "int32")), "int32"))))
 
     def cached_run(lo_slot: Any, count: Any, lo_pos: Any, windowed: bool) -> Stmt:
@@ -359,8 +469,8 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                 _assume((pn >= 0) & (pn < N)), prefetch_page(pn)))),
             _let(a, max_(lo_slot, pi * P) - pi * P, _let(e, min_(lo_slot + count, pi * P + P) - pi * P, chunk(
                 e - a, lo_pos + (pi * P + a - lo_slot), windowed,
-                lambda dd, jj: load(kp[pg, kh, dd, a + jj]), lambda jj, dd: load(vp[pg, kh, a + jj, dd]),
-                _const(P) - a)))))
+                lambda dd, jj: load(key_at(pg, dd, a + jj)), lambda jj, dd: load(vp[pg, kh, a + jj, dd]),
+                _const(P) - a, lambda dp, jj, ee: kp[pg, kh, dp, a + jj, ee], _const(2 * P))))))
         return _for(pi, first, pages, page_body)
 
     def new_run(lo: Any, count: Any, windowed: bool) -> Stmt:
@@ -369,7 +479,8 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         count = max_(count, _const(0))
         body = _let(a, lo + ci * P, _let(e, min_(lo + count, lo + ci * P + P), chunk(
             e - a, st + a, windowed, lambda dd, jj: kt[dd, a + jj], lambda jj, dd: stored(v[b, a + jj, kh, dd]),
-            T - a)))
+            T + BF16_BLOCK - a if tiled else T - a, lambda dp, jj, ee: ktp[dp, a + jj, ee],
+            2 * (T + BF16_BLOCK))))
         return _for(ci, 0, (count + (P - 1)) // P, body)
 
     # Positions the tile's queries read (module docstring): the union over its queries of the sinks
@@ -389,7 +500,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
             _for(i, 0, tq, _for(g, 0, _const(G), seq(
                 _for(d, 0, _const(D), seq(
                     BufferStore(acc, _f(0.0), ((i * G + g) * D + d,)),
-                    BufferStore(qs, q[b, t0 + i, kh * G + g, d] * _f(scale), ((i * G + g) * D + d,))),
+                    *query_stores(q[b, t0 + i, kh * G + g, d] * _f(scale), (i * G + g) * D + d)),
                      "vectorized")))),
             _let(sink_old, min_(sinks, st), cached_run(_const(0), sink_old, _const(0), False)),
             old_window,
@@ -403,28 +514,50 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         wp, _i64(table[b, slot // P]), seq(
             _assume((wp >= 0) & (wp < N)),
             _for(wd, 0, _const(D), seq(
-                BufferStore(kp, Cast(kv_dtype, k[b, wt, kh, wd]) if half else k[b, wt, kh, wd], (wp, kh, wd, slot % P)),
-                BufferStore(vp, Cast(kv_dtype, v[b, wt, kh, wd]) if half else v[b, wt, kh, wd],
+                BufferStore(kp, Cast(kv_dtype, k[b, wt, kh, wd]) if narrow else k[b, wt, kh, wd],
+                            (wp, kh, wd // 2, slot % P, wd % 2) if bf16 else (wp, kh, wd, slot % P)),
+                BufferStore(vp, Cast(kv_dtype, v[b, wt, kh, wd]) if narrow else v[b, wt, kh, wd],
                             (wp, kh, slot % P, wd))))))))
 
-    transpose = _for(t, 0, T, _for(d, 0, _const(D), BufferStore(kt, stored(k[b, t, kh, d]), (d, t))))
+    if tiled:  # the call's keys in pairs, then a block of zero keys
+        e7 = _v("e7")
+        transpose = seq(
+            _for(t, 0, T, _for(d, 0, _const(D // 2), _for(e7, 0, _const(2), BufferStore(
+                ktp, Cast(kv_dtype, k[b, t, kh, d * 2 + e7]), (d, t, e7))))),
+            _for(d, 0, _const(D // 2), _for(t, T, _const(BF16_BLOCK), _for(e7, 0, _const(2), BufferStore(
+                ktp, FloatImm(0.0, kv_dtype), (d, t, e7))))))
+    else:
+        transpose = _for(t, 0, T, _for(d, 0, _const(D), BufferStore(kt, stored(k[b, t, kh, d]), (d, t))))
     body = _let(b, bh // H, _let(kh, bh % H, _let(st, _i64(start[b]), seq(
         # the cache's contract (PagedKVCache checks it before every call): the table covers every
         # slot, and a sequence either fits the ring or reads no further back than the ring holds
         _assume((st >= 0) & (sinks >= 0) & (ring > 0) & (window > 0) & (M * P >= sinks + ring)
                 & ((st + T <= sinks + ring) | (window <= ring))),
         transpose, _for(tg, 0, (T + (QT - 1)) // QT, tile), store_new))))
-    for buffer in (kt, rescale, mx, l, m, s, acc, qs):
+    for buffer in ((ktp, qbf) if tiled else (kt,)) + (rescale, mx, l, m, s, acc, qs):
         body = Allocate(buffer, body)
     loop = For(bh, _const(0), B * H, "parallel", body)
+    suffix = {"float32": "", "float16": "_f16", "bfloat16": "_bf16"}[kv_dtype] + {
+        "fp32": "", "avx512bf16": "_tiles", "amx": "_amx"}[dot]
+    attrs = None
+    if tiled:
+        helpers = (BF16_SCORES_AMX_32X32,) if amx else tile_intrin.c_helpers
+        attrs = {"c_helpers": helpers, "c_includes": tile_intrin.c_includes, **tile_intrin.func_attrs}
     return PrimFunc((q, k, v, kp, vp, table, start, out, sinks, ring, window), loop,
-                    f"paged_attention_g{G}_d{D}_p{P}_h{H}" + ("_f16" if half else ""))
+                    f"paged_attention_g{G}_d{D}_p{P}_h{H}" + suffix, attrs)
+
+
+def compiled_attention(group: int, head_dim: int, page_size: int, kv_heads: int, kv_dtype: str = "float32",
+                       dot: str | None = None) -> Any:
+    """The attention kernel built with every access proved in bounds (bounds="prove"); `dot`
+    defaults to `default_dot` on this CPU."""
+    dot = default_dot(kv_dtype, head_dim, page_size) if dot is None else dot
+    return _compiled_attention(group, head_dim, page_size, kv_heads, kv_dtype, dot)
 
 
 @functools.lru_cache(maxsize=None)
-def compiled_attention(group: int, head_dim: int, page_size: int, kv_heads: int, kv_dtype: str = "float32") -> Any:
-    """The attention kernel built with every access proved in bounds (bounds="prove")."""
-    return build(attention_func(group, head_dim, page_size, kv_heads, kv_dtype), bounds="prove")
+def _compiled_attention(group: int, head_dim: int, page_size: int, kv_heads: int, kv_dtype: str, dot: str) -> Any:
+    return build(attention_func(group, head_dim, page_size, kv_heads, kv_dtype, dot), bounds="prove")
 
 
 class PagedAttention:
@@ -439,8 +572,9 @@ class PagedAttention:
 
     ARRAYS = ("q", "k", "v", "k_pages", "v_pages", "table", "start", "out")
 
-    def __init__(self, group: int, head_dim: int, page_size: int, kv_heads: int, kv_dtype: str = "float32") -> None:
-        self.kernel = compiled_attention(group, head_dim, page_size, kv_heads, kv_dtype)
+    def __init__(self, group: int, head_dim: int, page_size: int, kv_heads: int, kv_dtype: str = "float32",
+                 dot: str | None = None) -> None:
+        self.kernel = compiled_attention(group, head_dim, page_size, kv_heads, kv_dtype, dot)
         self._templates: dict[tuple, tuple[list, list[int], list[str]]] = {}
 
     def __call__(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray,

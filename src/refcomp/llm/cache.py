@@ -1,9 +1,11 @@
 """The paged KV cache: fixed-size pages from one pool, a page table per sequence, full or streaming.
 
-Storage per layer (P = page size, H = key/value heads, D = head_dim), float32 or float16 (`dtype`):
+Storage per layer (P = page size, H = key/value heads, D = head_dim), float32, float16 or
+bfloat16 (`dtype`; numpy holds bfloat16 as its uint16 bit patterns):
 
     k_pool[layer]   (pages, H, D, P)   a page's keys transposed, so attention's score loop runs
-                                       along P contiguous keys (refcomp.llm.attention)
+                                       along P contiguous keys (refcomp.llm.attention);
+                    (pages, H, D/2, P, 2)  bfloat16: in pairs along D, as vdpbf16ps takes them
     v_pool[layer]   (pages, H, P, D)
     table           (batch, M) int32   page of slot s of sequence b: table[b, s // P] (-1: none)
 
@@ -26,8 +28,19 @@ from ..errors import ArgumentError, RuntimeFailure
 from .protocol import LlamaConfig, StreamingBudget
 
 DEFAULT_PAGE_SIZE = 64
-# element types of the pages: float16 halves the bytes; attention converts to float32 as it loads
-KV_DTYPES = ("float32", "float16")
+# element types of the pages: float16 and bfloat16 halve the bytes; attention converts to float32
+# as it loads (bfloat16: its scores multiply bfloat16 numbers, refcomp.llm.attention)
+KV_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def storage_dtype(dtype: str) -> np.dtype:
+    """The numpy dtype of pages of `dtype` (bfloat16 as uint16 bit patterns)."""
+    return np.dtype(np.uint16) if dtype == "bfloat16" else np.dtype(dtype)
+
+
+def key_page_shape(heads: int, dim: int, page_size: int, dtype: str) -> tuple[int, ...]:
+    """The shape of one page of keys: (H, D, P), or (H, D/2, P, 2) for bfloat16."""
+    return (heads, dim // 2, page_size, 2) if dtype == "bfloat16" else (heads, dim, page_size)
 # The window of a full cache: every position is visible.
 UNBOUNDED = 1 << 62
 
@@ -65,9 +78,13 @@ class PagedKVCache:
             raise ArgumentError(f"KV cache: pages must be a positive integer, got {pages!r}")
         layers, heads, dim = config.num_hidden_layers, config.num_key_value_heads, config.dim_head
         # np.zeros maps fresh pages lazily: resident memory grows with the pages written.
+        if dtype == "bfloat16" and dim % 2:
+            raise ArgumentError(f"KV cache: bfloat16 pages hold keys in pairs along head_dim, which must be even, "
+                                f"got {dim}")
         self.dtype = dtype
-        self.k_pool = np.zeros((layers, int(total), heads, dim, self.page_size), dtype)
-        self.v_pool = np.zeros((layers, int(total), heads, self.page_size, dim), dtype)
+        store = storage_dtype(dtype)
+        self.k_pool = np.zeros((layers, int(total)) + key_page_shape(heads, dim, self.page_size, dtype), store)
+        self.v_pool = np.zeros((layers, int(total), heads, self.page_size, dim), store)
         self.table = np.full((batch, self.pages_per_sequence), -1, np.int32)
         self._free = list(range(int(total) - 1, -1, -1))
         self._lengths = np.zeros(batch, np.int64)
@@ -126,7 +143,7 @@ class PagedKVCache:
         slots = max_tokens if streaming is None else streaming.sinks + streaming.window + streaming.slack
         pages = -(-slots // page_size)
         per_page = (2 * config.num_hidden_layers * config.num_key_value_heads * config.dim_head * page_size
-                    * np.dtype(dtype).itemsize)
+                    * storage_dtype(dtype).itemsize)
         return batch * pages * per_page + batch * pages * 4
 
     def pages_in_use(self) -> int:

@@ -106,7 +106,7 @@ def speculative_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.
                          draft: CausalLM | None = None) -> GenerationResult:
     """MagicDec decoding of a batch of prompts (see the module doc).  `draft` defaults to `model`
     itself; any CausalLM with the same vocabulary may be given.  The result's `extra` holds the
-    acceptance statistics (`alpha`, `accepted`, `rounds`) and the draft/verify times."""
+    acceptance statistics (`alpha`, `accepted`, `rounds`, `alpha_by_sequence`) and the draft/verify times."""
     spec = spec or SpeculativeConfig()
     params = params or SamplingParams()
     draft = draft if draft is not None else model
@@ -137,7 +137,9 @@ def speculative_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.
     prefill_seconds = time.perf_counter() - start
     before = sum(min(len(t), max_new_tokens) for t in out)
 
-    rounds = accepted = trials = 0
+    rounds = 0
+    accepted_by = np.zeros(batch, np.int64)   # per sequence: drafts accepted, drafts judged
+    trials_by = np.zeros(batch, np.int64)
     draft_seconds = verify_seconds = 0.0
     start = time.perf_counter()
     while True:
@@ -174,14 +176,17 @@ def speculative_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.
             out[b].extend(toks)
             prev[b] = drafts[b, n[b] - 1] if n[b] > 0 else pending[b]
             pending[b] = emitted[b]
-            accepted += int(n[b])
-            trials += int(n[b]) + (1 if n[b] < gamma else 0)
+            accepted_by[b] += int(n[b])
+            trials_by[b] += int(n[b]) + (1 if n[b] < gamma else 0)
         length = np.where(active, length + 1 + n, length)
         rounds += 1
         if clipped is not None:
             clipped(new_tokens)
     decode_seconds = time.perf_counter() - start
+    accepted, trials = int(accepted_by.sum()), int(trials_by.sum())
+    alpha_by = [float(a / t) if t else float("nan") for a, t in zip(accepted_by, trials_by)]
     extra = {"rounds": rounds, "accepted": accepted, "alpha": accepted / trials if trials else float("nan"),
+             "alpha_by_sequence": alpha_by,
              "gamma": gamma, "K": spec.budget, "draft_seconds": draft_seconds, "verify_seconds": verify_seconds}
     return GenerationResult([t[:max_new_tokens] for t in out], prefill_seconds, decode_seconds, rounds,
                             decoded=sum(min(len(t), max_new_tokens) for t in out) - before, extra=extra)

@@ -80,3 +80,36 @@ __attribute__((target("amx-tile,amx-int8"))) static inline void refcomp_i8gemm_a
   _tile_stored(3, C + 16 * ldc + 16, c_stride);
 }
 """
+
+# Attention scores (refcomp.llm.attention): C[m, 32] (fp32) = A[m, K] (bf16) * B[K, 32] (bf16 pairs)
+# for m = m_rows <= 32, K a multiple of 32.  Unlike the GEMM tile above, C starts from zero
+# (tilezero: no load of C, whose memory the caller would otherwise have to clear with vector stores
+# just before the tile load reads it back), and a call of at most 16 rows uses one row of tiles.
+# Rows past m_rows in their 16-row tile are computed and stored too (A and C must have room).
+BF16_SCORES_AMX_32X32 = AMX_CONFIG + r"""
+__attribute__((target("amx-tile,amx-bf16"))) static inline void refcomp_bf16scores_amx_32x32(
+    const uint16_t* A, int64_t a_rs, const uint16_t* B, int64_t ldb, float* C, int64_t ldc,
+    int64_t K, int64_t m_rows) {
+  refcomp_amx_configure();
+  const int64_t c_stride = ldc * 4, a_stride = a_rs * 2, b_stride = ldb * 2;
+  const int two = m_rows > 16;
+  _tile_zero(0);
+  _tile_zero(1);
+  if (two) { _tile_zero(2); _tile_zero(3); }
+  for (int64_t k = 0; k < K; k += 32) {
+    _tile_loadd(6, B + (k / 2) * ldb, b_stride);
+    _tile_loadd(7, B + (k / 2) * ldb + 32, b_stride);
+    _tile_loadd(4, A + k, a_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    if (two) {
+      _tile_loadd(5, A + 16 * a_rs + k, a_stride);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, C, c_stride);
+  _tile_stored(1, C + 16, c_stride);
+  if (two) { _tile_stored(2, C + 16 * ldc, c_stride); _tile_stored(3, C + 16 * ldc + 16, c_stride); }
+}
+"""
