@@ -396,11 +396,6 @@ def _conv_on_gemm_tile(sch: Schedule, rv, shape: ConvShape, intrin: str, paralle
 # output channels as leave registers for the weight vector and the input broadcast (16 ymm with
 # AVX2, 32 zmm with AVX-512, also when the tile's vectors are half as wide).
 _COLUMN_TILE = {8: 12, 16: 24}
-# Whether the channel-vector tile's first row loop, parallel when the output channels are few, runs
-# outside the batch (see _conv_channel_vector).
-_ROWS_OUTSIDE_BATCH = True
-
-
 # Kernel windows of this many positions or more run inside the channel loop of the channel-vector
 # tile (see _conv_channel_vector); smaller ones (a 1 x 1) outside it.  So do windows of at most
 # _WINDOW_INNER_MAX_POSITIONS: the window is unrolled there, and larger ones measured slower and
@@ -494,10 +489,8 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     # the parallel loop instead, the batch inside it (one parallel region per call, not one per
     # image; a fused (n, y) index split back by floor divisions in the tile's addresses cost 30-60%)
     few = shape.out_channels // (mv * lanes) < _UNFUSED_CHANNEL_BLOCKS and bool(rows) and not depthwise
-    if few and _ROWS_OUTSIDE_BATCH:
+    if few:
         sch.reorder(rows[0], n, o_outer, *rows[1:], x_outer, *reduction, x_inner, o_mid, o_inner)
-    elif few:
-        sch.reorder(n, rows[0], o_outer, *rows[1:], x_outer, *reduction, x_inner, o_mid, o_inner)
     else:
         sch.reorder(o_outer, n, *rows, x_outer, *reduction, x_inner, o_mid, o_inner)
     # channels last in the tile: each column's L channels one vector (compaction then keeps the
