@@ -135,7 +135,7 @@ def _is_depthwise(block, shape) -> bool:
     """Whether the convolution block reads one input channel per output channel (its channel
     reduction of extent 1, X's channel index following the output channel)."""
     from ...ast import BufferLoad, as_int as _as_int
-    from ...loops.recipes.conv_shape import _vars_in
+    from ...loops.recipes.conv_match import _vars_in
 
     nd = shape.spatial_dims
     out_channel, channel = block.iter_vars[1].var, block.iter_vars[2 + nd]

@@ -141,7 +141,7 @@ def _plane_bytes(block: Block) -> int:
 
 
 def _lanes(width) -> int | None:
-    from ..recipes.conv_shape import native_lanes
+    from ..recipes.conv_match import native_lanes
 
     if width is None:
         return None

@@ -49,7 +49,7 @@ channels share each input vector (1 when grouped).  The output width and channel
 constant.  The recipe returns the Schedule; the caller builds `sch.func`.
 
 This module holds conv_fp32, the GEMM-tile and direct forms; the register-tile forms named above
-are in conv_tiles, the block recognition and shared sizes in conv_shape.
+are in conv_tiles, the block recognition and shared sizes in conv_match.
 """
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ import logging
 from ...ast import Block, PrimFunc, as_int
 from ...errors import ScheduleError
 from ..schedule import Schedule
-from .conv_shape import (_UNFUSED_CHANNEL_BLOCKS, ConvShape, _data_load, _transposes_tiles, _vars_in,
+from .conv_match import (_UNFUSED_CHANNEL_BLOCKS, ConvShape, _data_load, _transposes_tiles, _vars_in,
                          channel_block, channel_lanes, conv_shape, find_conv, find_convs, native_lanes,
                          vector_width)
 from .conv_tiles import (_channel_rows_tile, _conv_channel_rows, _conv_channel_vector, _conv_depthwise_rows,

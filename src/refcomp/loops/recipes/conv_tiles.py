@@ -10,8 +10,8 @@ import logging
 from ...ast import as_int
 from ...errors import ScheduleError
 from ..schedule import Schedule
-from .conv_shape import (_UNFUSED_CHANNEL_BLOCKS, ConvShape, _transposes_tiles, _window_positions, channel_block,
-                         native_lanes)
+from .conv_match import (_UNFUSED_CHANNEL_BLOCKS, ConvShape, _transposes_tiles, _window_positions, channel_block,
+                         divides_row, native_lanes)
 
 log = logging.getLogger("refcomp.loops.recipes.conv")
 
@@ -367,18 +367,9 @@ def _row_lanes(width: int, native: int) -> int | None:
     that divides the output width; else the width itself when it is 3 up to the native vector
     (12 columns: 8 + 4 lanes, 96 channels at 12 x 12, 20 -> 16 us); else 4 lanes when they divide
     it; else None."""
-    if native < width < 2 * native and width % (native // 2) == 0:
-        return width  # 24 columns with AVX-512: one vector of 16 + 8 (measured: 52 -> 43 us per layer)
-    lanes = native
-    while lanes >= 4:
-        if width % lanes == 0:
-            if lanes < 8 and 2 < width <= native:
-                return width  # 12 columns with AVX-512: 8 + 4 lanes, not three vectors of 4
-            return lanes
-        lanes //= 2
     # a narrow row no such vector divides (14, 7, 6 or 3 columns): the whole row is the vector
     # (lowering runs it as vectors of the powers of two it is made of, 14 = 8 + 4 + 2)
-    return width if 2 < width <= native else None
+    return divides_row(width, native) or (width if 2 < width <= native else None)
 
 
 def _conv_depthwise_rows(sch: Schedule, rv, shape: ConvShape, lanes: int, parallel: bool) -> Schedule:
