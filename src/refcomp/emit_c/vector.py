@@ -194,35 +194,33 @@ class VectorLib:
     def _f16c_load(self, vt: str, lanes: int, fallback: str) -> str:
         """float16 lanes to float32 by the x86 conversion instructions (exact, as the lane loop),
         16 at a time with AVX-512, else 8 at a time with F16C; the lane loop elsewhere."""
-        self.needs_intrinsics = True
-        return (
-            "#if defined(RC_NATIVE) && defined(__x86_64__) && defined(__F16C__)\n"
-            f"    float z[{lanes}];\n"
-            "#if defined(__AVX512F__)" + (" && 0" if lanes % 16 else "") + "\n"
-            f"    for (int c = 0; c < {lanes}; c += 16)\n"
-            "        _mm512_storeu_ps(z + c, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(const void*)(p + c))));\n"
-            "#else\n"
-            f"    for (int c = 0; c < {lanes}; c += 8)\n"
-            "        _mm256_storeu_ps(z + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(const void*)(p + c))));\n"
-            "#endif\n"
-            f"    {vt} r;\n    memcpy(&r, z, sizeof r);\n    return r;\n"
-            f"#else\n{fallback}#endif\n")
+        return self._widening_load(
+            vt, lanes, fallback, "__F16C__",
+            "        _mm512_storeu_ps(z + c, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(const void*)(p + c))));\n",
+            "        _mm256_storeu_ps(z + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(const void*)(p + c))));\n")
 
     def _bf16_load(self, vt: str, lanes: int, fallback: str) -> str:
         """bfloat16 lanes to float32 by widening each 16-bit pattern into the high half of a
         32-bit lane (exact, the lane loop's shift), 16 at a time with AVX-512, else 8 with AVX2."""
+        return self._widening_load(
+            vt, lanes, fallback, "__AVX2__",
+            "        _mm512_storeu_ps(z + c, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(\n"
+            "            _mm256_loadu_si256((const __m256i*)(const void*)(p + c))), 16)));\n",
+            "        _mm256_storeu_ps(z + c, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(\n"
+            "            _mm_loadu_si128((const __m128i*)(const void*)(p + c))), 16)));\n")
+
+    def _widening_load(self, vt: str, lanes: int, fallback: str, feature: str, widen16: str, widen8: str) -> str:
+        """The body of a 16-bit-to-float32 vector load on x86 where the build is native and has
+        `feature`: 16 lanes at a time by `widen16` with AVX-512 (when 16 divides the lanes), else
+        8 at a time by `widen8`, through a float array; `fallback` (the lane loop) elsewhere."""
         self.needs_intrinsics = True
         return (
-            "#if defined(RC_NATIVE) && defined(__x86_64__) && defined(__AVX2__)\n"
+            f"#if defined(RC_NATIVE) && defined(__x86_64__) && defined({feature})\n"
             f"    float z[{lanes}];\n"
             "#if defined(__AVX512F__)" + (" && 0" if lanes % 16 else "") + "\n"
-            f"    for (int c = 0; c < {lanes}; c += 16)\n"
-            "        _mm512_storeu_ps(z + c, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(\n"
-            "            _mm256_loadu_si256((const __m256i*)(const void*)(p + c))), 16)));\n"
+            f"    for (int c = 0; c < {lanes}; c += 16)\n" + widen16 +
             "#else\n"
-            f"    for (int c = 0; c < {lanes}; c += 8)\n"
-            "        _mm256_storeu_ps(z + c, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(\n"
-            "            _mm_loadu_si128((const __m128i*)(const void*)(p + c))), 16)));\n"
+            f"    for (int c = 0; c < {lanes}; c += 8)\n" + widen8 +
             "#endif\n"
             f"    {vt} r;\n    memcpy(&r, z, sizeof r);\n    return r;\n"
             f"#else\n{fallback}#endif\n")
