@@ -246,7 +246,7 @@ def test_prefetch_gathered_rows_before_after(dtype, width, lines):
     old, new = script(before), script(after)
     assert "prefetch" not in old
     assert "with T.LetStmt(T.min(j, nnz - 1 - 5) + 5) as q:" in new
-    assert "T.evaluate(T.assume(J_indices[q] >= 0 and J_indices[q] < k))" in new
+    assert "T.evaluate(T.assume(J_indices[q] >= 0 and T.Cast(\"int64\", J_indices[q]) < k))" in new
     step = 64 // np.dtype(dtype).itemsize
     assert [line.strip() for line in new.splitlines() if "prefetch" in line] == \
         [f"T.evaluate(T.prefetch(B[J_indices[q], {col}], 0))" for col in range(0, width, step)][:lines]
