@@ -142,6 +142,25 @@ def test_spmm_with_b_staged_in_column_order_matches_scipy(A, width, dtype, hot_b
         np.testing.assert_allclose(sparse.spmm(M, B), out, **TOL[dtype])  # the kept arrays, again
 
 
+@settings(max_examples=40)
+@given(sparse_matrices(), st.sampled_from([16, 32, 128]), st.sampled_from([np.float32, np.float64]),
+       st.sampled_from([64, 512, 1 << 20]), st.integers(0, 2**32 - 1))
+def test_spmm_with_hot_rows_packed_matches_scipy(A, width, dtype, hot_bytes, seed):
+    """B on cache lines (not copied), its hot rows packed into a small copy and the others read in
+    place (`split_gathered_rows`): A @ B (empty rows, a dense row and nnz 0 included)."""
+    A = A.astype(dtype)
+    B = _misaligned(_dense(np.random.default_rng(seed), A.shape[1], width, dtype), 0)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "STAGE_MIN_BYTES", 0)
+        patch.setattr(kernels, "STAGE_MIN_REUSE", 0)
+        patch.setattr(kernels, "RELABEL_MIN_SPREAD", 0)
+        patch.setattr(kernels, "RELABEL_HOT_BYTES", hot_bytes)
+        M = sparse.from_scipy(A)
+        out = sparse.spmm(M, B)
+        assert (f"hot_relabeled_{B.shape[1] * B.itemsize}" in M._derived) == (A.shape[1] > 0)
+        np.testing.assert_allclose(out, A @ B, **TOL[dtype])
+
+
 def test_column_order_only_where_the_frequent_columns_are_scattered(monkeypatch):
     import scipy.sparse as sp
     monkeypatch.setattr(kernels, "RELABEL_HOT_BYTES", 256 * 128)  # 256 hot rows of 128 bytes
@@ -160,11 +179,14 @@ def test_column_order_only_where_the_frequent_columns_are_scattered(monkeypatch)
     packed.sum_duplicates()
     assert kernels.column_order(packed.indices, k, 128) is None
     assert kernels.column_order(np.zeros(0, np.int32), 0, 128) is None
-    indices, data = kernels.relabeled(order, A.indptr.astype(np.int32), A.indices, A.data)
+    indices, data = kernels.relabeled(kernels.order_labels(order), A.indptr.astype(np.int32), A.indices, A.data)
     B = rng.uniform(-1, 1, (k, 8))
     again = sp.csr_matrix((data, indices, A.indptr), shape=A.shape)
     assert again.has_sorted_indices and not indices.flags.writeable
     np.testing.assert_allclose(again @ B[order], A @ B, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ArgumentError, match="do not fit int32 indices"):
+        kernels.relabeled(np.array([2**31], np.int64), np.array([0, 1], np.int32), np.zeros(1, np.int32),
+                          np.ones(1, np.float32))
 
 
 def test_stage_rows_in_an_order_gathers_the_rows():

@@ -34,7 +34,8 @@ from .formats import SparseMatrix
 from .iteration import SparseIteration, SpBuffer, sp_axis, sp_iter
 from .lower import lower_stage3
 from .schedule import (
-    partition_rows, prefetch_gathered_rows, row_parts, select_rows, stream_output_rows, vectorize_row_tile,
+    partition_rows, prefetch_gathered_rows, row_parts, select_rows, split_gathered_rows, stream_output_rows,
+    vectorize_row_tile,
 )
 from .validate import VALUE_DTYPES
 
@@ -124,20 +125,22 @@ def _prefetched(func: PrimFunc, dtype: str, width: int | None, prefetch: bool | 
 
 
 def spmm_csr_scheduled(dtype: str = "float32", width: int | None = None, accumulate: bool = False,
-                       prefetch: bool | None = None, stream: bool = False) -> PrimFunc:
+                       prefetch: bool | None = None, stream: bool = False, hot: bool = False) -> PrimFunc:
     """The CSR SpMM that `spmm` runs: stage III with the output row in a tile of vector registers
     (`lower_stage3(row_tile=...)`, then split / vectorize / unroll of the tile loops), B's rows
     prefetched ahead when they are long (`prefetch` None: PREFETCH_MIN_ROW_BYTES and more; a
     constant width only) and the rows partitioned by stored entries (`partition_rows`: the kernel
     takes `parts` first, see `row_parts`).  A width that is not a constant keeps the plain row
     loop body.  stream: the output rows written with streaming stores (`stream_output_rows`; C
-    must then start on a cache line)."""
+    must then start on a cache line).  hot: the rows gathered from `B_hot` (a packed copy of the
+    frequently gathered rows) or B by the renumbered index (`split_gathered_rows`, `hot_labels`;
+    the kernel takes B_hot before B)."""
     it = spmm_iteration(dtype, width, accumulate)
     if width is None:
         return partition_rows(lower_stage3(it))
     tile, lanes = row_tile_lanes(dtype)
-    func = vectorize_row_tile(lower_stage3(it, row_tile=tile), lanes)
-    func = partition_rows(_prefetched(func, dtype, width, prefetch))
+    func = _prefetched(vectorize_row_tile(lower_stage3(it, row_tile=tile), lanes), dtype, width, prefetch)
+    func = partition_rows(split_gathered_rows(func) if hot else func)
     return stream_output_rows(func) if stream else func
 
 
@@ -195,14 +198,14 @@ def copy_rows_func(dtype: str, width: int | None = None) -> PrimFunc:
 
 
 def gather_rows_func(dtype: str, width: int | None = None) -> PrimFunc:
-    """D[r, f] = S[order[r], f], the rows in parallel (the copy of B in the matrix's column order
-    that `relabeled` SpMM gathers from); order's entries are rows of S (the caller's invariant,
+    """D[r, f] = S[order[r], f], the rows in parallel (B copied in the matrix's column order, or its
+    hot rows packed, for a relabeled SpMM); order's entries are rows of S (the caller's invariant,
     assumed here as the format invariants are)."""
-    k, n = SizeVar("k", "int64"), _width(width)
-    S, D, order = Buffer("S", (k, n), dtype), Buffer("D", (k, n), dtype), Buffer("order", (k,), "int32")
-    r, f = Var("r"), Var("f")
+    k, rows, n = SizeVar("k", "int64"), SizeVar("r", "int64"), _width(width)
+    S, D, order = Buffer("S", (k, n), dtype), Buffer("D", (rows, n), dtype), Buffer("order", (rows,), "int32")
+    r, f = Var("r", "int64"), Var("f")
     row = order[r]
-    body = For(r, IntImm(0), k, "parallel", seq(
+    body = For(r, IntImm(0, "int64"), rows, "parallel", seq(
         _assume((row >= 0) & (row < k)),
         For(f, IntImm(0), n, "serial", BufferStore(D, S[row, f], (r, f)))))
     return PrimFunc((order, S, D), body, f"gather_rows_{dtype}")
@@ -239,39 +242,66 @@ RELABEL_HOT_BYTES = 1 << 20
 RELABEL_MIN_SPREAD = 4
 
 
-def column_order(indices: np.ndarray, k: int, row_bytes: int) -> np.ndarray | None:
-    """The columns with the RELABEL_HOT_BYTES / row_bytes that hold the most stored entries first
-    (ties: the lower column), then the others, each group in increasing column order (int32), where
-    those frequent columns are scattered over B: they span at least RELABEL_MIN_SPREAD times the
-    4 KiB pages they would fill packed together; else None.  An SpMM gathering from B copied in
-    this order (row r of the copy is row order[r] of B; apart from the frequent rows the copy
-    reads B in order, as the plain one does) finds the frequently gathered rows side by side.
-    R-MAT's frequent columns (few one bits in their number) are spread over all of B; a
-    Barabasi-Albert graph's (its oldest nodes) lie near its start already."""
+def hot_columns(indices: np.ndarray, k: int, row_bytes: int) -> np.ndarray | None:
+    """The RELABEL_HOT_BYTES / row_bytes columns that hold the most stored entries (ties: the lower
+    column), in increasing order (int32), where they are scattered over B: they span at least
+    RELABEL_MIN_SPREAD times the 4 KiB pages they would fill packed together; else None.  R-MAT's
+    frequent columns (few one bits in their number) are spread over all of B; a Barabasi-Albert
+    graph's (its oldest nodes) lie near its start already."""
     if k == 0 or row_bytes <= 0:
         return None
     degree = np.bincount(indices, minlength=k)
-    hot = np.sort(np.argsort(-degree, kind="stable")[: max(1, min(k, RELABEL_HOT_BYTES // row_bytes))])
+    hot = np.sort(np.argsort(-degree, kind="stable")[: _hot_count(k, row_bytes)])
     pages = np.unique(hot.astype(np.int64) * row_bytes // 4096).size
     if pages < RELABEL_MIN_SPREAD * -(-hot.size * row_bytes // 4096):
+        return None
+    return hot.astype(np.int32)
+
+
+def _hot_count(k: int, row_bytes: int) -> int:
+    return max(1, min(k, RELABEL_HOT_BYTES // row_bytes))
+
+
+def column_order(indices: np.ndarray, k: int, row_bytes: int) -> np.ndarray | None:
+    """The columns with the `hot_columns` first, then the others, each group in increasing column
+    order (int32), or None where `hot_columns` is None.  An SpMM gathering from B copied in this
+    order (row r of the copy is row order[r] of B; apart from the hot rows the copy reads B in
+    order, as the plain one does) finds the frequently gathered rows side by side."""
+    hot = hot_columns(indices, k, row_bytes)
+    if hot is None:
         return None
     cold = np.ones(k, dtype=bool)
     cold[hot] = False
     return np.concatenate([hot, np.flatnonzero(cold)]).astype(np.int32)
 
 
-def relabeled(order: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
-              data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(indices, data) of the same CSR matrix for B copied in `order` (column order[r] becomes r),
-    each row's entries sorted by their new column (read-only): the row then walks the copy from its
-    packed frequent rows up.  Measured on R-MAT 2^18 at width 32 (one thread, CPU time, the kernel
-    alone): 1.2x with B in order and the rows sorted (every column by degree 1.25x), 1.04x with
-    B in order and the entries in their old order, 1.03x with the entries sorted by column degree
-    and B as it was, 0.97x with B in a random order."""
+def order_labels(order: np.ndarray) -> np.ndarray:
+    """The new number of each column for B copied in `order` (column order[r] becomes r)."""
     label = np.empty(order.size, dtype=np.int64)
     label[order] = np.arange(order.size)
+    return label
+
+
+def hot_labels(hot: np.ndarray, k: int) -> np.ndarray:
+    """The new number of each column for `split_gathered_rows`: hot column hot[r] becomes r, any
+    other column c becomes len(hot) + c (row c of B itself)."""
+    label = np.arange(k, dtype=np.int64) + hot.size
+    label[hot] = np.arange(hot.size)
+    return label
+
+
+def relabeled(label: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
+              data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(indices, data) of the same CSR matrix with column c numbered label[c] (`order_labels`,
+    `hot_labels`), each row's entries sorted by their new column (read-only): a row then walks its
+    packed frequent rows first and the others upwards.  Measured on R-MAT 2^18 at width 32 (one
+    thread, CPU time, the kernel alone, B copied in `column_order`): 1.2x with the rows sorted
+    (every column by degree 1.25x), 1.04x with the entries in their old order; the entries sorted
+    by column degree with B as it was 1.03x; B in a random order 0.97x."""
+    if label.size and int(label.max()) > np.iinfo(np.int32).max:
+        raise ArgumentError(f"spmm: {int(label.max())} columns after renumbering do not fit int32 indices")
     rows = np.repeat(np.arange(indptr.size - 1, dtype=np.int64), np.diff(indptr))
-    sort = np.argsort(rows * order.size + label[indices], kind="stable")
+    sort = np.argsort(rows * (int(label.max()) + 1 if label.size else 1) + label[indices], kind="stable")
     new_indices, new_data = label[indices][sort].astype(np.int32), data[sort]
     new_indices.flags.writeable = False
     new_data.flags.writeable = False
@@ -313,12 +343,18 @@ def stage_rows(B: np.ndarray, nnz: int, force: bool = False, order: np.ndarray |
 
 def run_spmm_csr(dtype: str, width: int, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
                  B: np.ndarray, out: np.ndarray, accumulate: bool = False, parts: np.ndarray | None = None,
-                 stream: bool = False) -> None:
+                 stream: bool = False, hot: np.ndarray | None = None) -> None:
     """out (+)= CSR(indptr, indices, data) @ B with the scheduled kernel (arrays validated by the
     caller); parts: `row_parts(indptr)`, computed here when not given; stream: with streaming
-    stores where `streams(out)`."""
-    kind = ("spmm_csr_acc" if accumulate else "spmm_csr") + ("_stream" if stream and streams(out) else "")
-    compiled(kind, dtype, width)(row_parts(indptr) if parts is None else parts, indptr, indices, data, B, out)
+    stores where `streams(out)`; hot: the packed hot rows of B for indices renumbered by
+    `hot_labels` (a width in SPECIALISED_WIDTHS)."""
+    kind = ("spmm_csr_acc" if accumulate else "spmm_csr") + ("_hot" if hot is not None else "") + \
+        ("_stream" if stream and streams(out) else "")
+    parts = row_parts(indptr) if parts is None else parts
+    if hot is None:
+        compiled(kind, dtype, width)(parts, indptr, indices, data, B, out)
+    else:
+        compiled(kind, dtype, width)(parts, indptr, indices, data, hot, B, out)
 
 
 def spmm_ell_func(dtype: str = "float32", width: int | None = None, accumulate: bool = False,
@@ -441,7 +477,8 @@ def _built(kind: str, dtype: str, width: int | None, block: tuple[int, int] | No
     if kind.startswith("spmm_csr_rows"):
         return build(spmm_csr_rows_scheduled(dtype, width, accumulate="_acc" in kind, stream=stream), bounds="prove")
     if kind.startswith("spmm_csr"):
-        return build(spmm_csr_scheduled(dtype, width, accumulate="_acc" in kind, stream=stream), bounds="prove")
+        return build(spmm_csr_scheduled(dtype, width, accumulate="_acc" in kind, stream=stream, hot="_hot" in kind),
+                     bounds="prove")
     if kind == "copy_rows":
         return build(copy_rows_func(dtype, width), bounds="prove")
     if kind == "gather_rows":
@@ -487,16 +524,24 @@ def spmm(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None = None) -> np.nd
     m, k = A.shape
     B = _dense("spmm: B", B, k, A.dtype)
     out = _output("spmm", out, (m, B.shape[1]), A.dtype)
-    row_bytes = B.shape[1] * B.itemsize
+    width, row_bytes = B.shape[1], B.shape[1] * B.itemsize
     order = A.derived(f"column_order_{row_bytes}", lambda: column_order(A.indices["j"], k, row_bytes))
     staged = stage_rows(B, A.data.size, order=order)
-    indices, data = A.indices["j"], A.data
+    indices, data, hot_rows = A.indices["j"], A.data, None
     if order is not None and staged is not B:  # B copied in the matrix's column order
         indices, data = A.derived(f"relabeled_{row_bytes}",
-                                  lambda: relabeled(order, A.indptr["j"], A.indices["j"], A.data))
+                                  lambda: relabeled(order_labels(order), A.indptr["j"], A.indices["j"], A.data))
+    elif order is not None and width in SPECIALISED_WIDTHS and B.nbytes >= STAGE_MIN_BYTES and \
+            A.data.size >= STAGE_MIN_REUSE * k:
+        # B as it is, its hot rows (the first of `order`) packed into a small copy (split_gathered_rows)
+        hot = order[: _hot_count(k, row_bytes)]
+        indices, data = A.derived(f"hot_relabeled_{row_bytes}",
+                                  lambda: relabeled(hot_labels(hot, k), A.indptr["j"], A.indices["j"], A.data))
+        hot_rows = scratch_empty("hot_rows", (hot.size, width), B.dtype)
+        compiled("gather_rows", str(B.dtype), width)(hot, B, hot_rows)
     parts = A.derived("row_parts", lambda: row_parts(A.indptr["j"]))
-    run_spmm_csr(_dtype_name(A.dtype), B.shape[1], A.indptr["j"], indices, data, staged, out, parts=parts,
-                 stream=True)
+    run_spmm_csr(_dtype_name(A.dtype), width, A.indptr["j"], indices, data, staged, out, parts=parts,
+                 stream=True, hot=hot_rows)
     return out
 
 
