@@ -490,3 +490,8 @@ def test_split_kernel_matches_scipy(hot_count, shape):
         interpreted = np.full((200, 32), 7.0, np.float32)
         interpret(func, row_parts(A.indptr, 5), A.indptr, indices, data, B_hot, B, interpreted)
         np.testing.assert_allclose(interpreted, A @ B, **TOL[np.float32])
+
+
+def test_split_kernel_compiles_strictly():
+    lib = build(spmm_csr_scheduled("float64", 32, prefetch=True, hot=True), target="c -std=c99", bounds="prove")
+    assert "B_hot" in lib.source
