@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from refcomp import sparse
 from refcomp.sparse import kernels
 from refcomp.ast import Evaluate, PrimFunc
-from refcomp.errors import ShapeError
+from refcomp.errors import ArgumentError, ShapeError
 from refcomp.loops.interpreter import interpret
 from refcomp.shape import verify_in_bounds
 
@@ -119,6 +119,97 @@ def test_stage_rows_copies_only_where_it_pays():
     assert kernels.stage_rows(empty, 10**6, force=True) is empty
     small = _misaligned(_dense(rng, 100, 32, np.float32), 16)
     assert kernels.stage_rows(small, 10**6) is small               # stays in L2 anyway
+
+
+def _assert_product(out, A, B, dtype):
+    """out equals A @ B up to rounding in any order of the sums: within 1e-5 (float32) or 1e-12
+    (float64) of |A| @ |B| per element."""
+    scale = abs(A).astype(np.float64) @ np.abs(B).astype(np.float64)
+    tol = 1e-5 if np.dtype(dtype) == np.float32 else 1e-12
+    assert out.shape == (A.shape[0], B.shape[1])
+    assert np.all(np.abs(out - A.astype(np.float64) @ B.astype(np.float64)) <= tol * scale + tol)
+
+
+@settings(max_examples=40)
+@given(sparse_matrices(), st.sampled_from([16, 32, 64]), st.sampled_from([np.float32, np.float64]),
+       st.sampled_from([64, 256, 1 << 20]), st.integers(0, 2**32 - 1))
+def test_spmm_with_b_staged_in_column_order_matches_scipy(A, width, dtype, hot_bytes, seed):
+    """Every staged B copied in the hot-first column order (any spread, any number of hot rows):
+    the relabeled, re-sorted entries give A @ B (empty rows, a dense row and nnz 0 included)."""
+    A = A.astype(dtype)
+    B = _misaligned(_dense(np.random.default_rng(seed), A.shape[1], width, dtype), 16)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "STAGE_MIN_BYTES", 0)
+        patch.setattr(kernels, "STAGE_MIN_REUSE", 0)
+        patch.setattr(kernels, "STAGE_MAX_ROW_BYTES", 1 << 20)
+        patch.setattr(kernels, "RELABEL_MIN_SPREAD", 0)
+        patch.setattr(kernels, "RELABEL_HOT_BYTES", hot_bytes)
+        M = sparse.from_scipy(A)
+        out = sparse.spmm(M, B)
+        assert (f"relabeled_{B.shape[1] * B.itemsize}" in M._derived) == (B.size > 0)
+        _assert_product(out, A, B, dtype)
+        np.testing.assert_array_equal(sparse.spmm(M, B), out)  # the kept arrays, again
+
+
+@settings(max_examples=40)
+@given(sparse_matrices(), st.sampled_from([16, 32, 128]), st.sampled_from([np.float32, np.float64]),
+       st.sampled_from([64, 512, 1 << 20]), st.integers(0, 2**32 - 1))
+def test_spmm_with_hot_rows_packed_matches_scipy(A, width, dtype, hot_bytes, seed):
+    """B on cache lines (not copied), its hot rows packed into a small copy and the others read in
+    place (`split_gathered_rows`): A @ B (empty rows, a dense row and nnz 0 included)."""
+    A = A.astype(dtype)
+    B = _misaligned(_dense(np.random.default_rng(seed), A.shape[1], width, dtype), 0)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "STAGE_MIN_BYTES", 0)
+        patch.setattr(kernels, "STAGE_MIN_REUSE", 0)
+        patch.setattr(kernels, "RELABEL_MIN_SPREAD", 0)
+        patch.setattr(kernels, "RELABEL_HOT_BYTES", hot_bytes)
+        M = sparse.from_scipy(A)
+        out = sparse.spmm(M, B)
+        assert (f"hot_relabeled_{B.shape[1] * B.itemsize}" in M._derived) == (A.shape[1] > 0)
+        _assert_product(out, A, B, dtype)
+
+
+def test_column_order_only_where_the_frequent_columns_are_scattered(monkeypatch):
+    import scipy.sparse as sp
+    monkeypatch.setattr(kernels, "RELABEL_HOT_BYTES", 256 * 128)  # 256 hot rows of 128 bytes
+    rng = np.random.default_rng(5)
+    k, rows = 1 << 14, 4096
+    # 256 frequent columns, every 64th (8 KiB of 32-float rows apart): scattered over B
+    cols = np.concatenate([rng.integers(0, k // 64, rows * 8) * 64, rng.integers(0, k, rows // 2)])
+    A = sp.csr_matrix((np.ones(cols.size, np.float32), (rng.integers(0, rows, cols.size), cols)), shape=(rows, k))
+    A.sum_duplicates()
+    order = kernels.column_order(A.indices, k, 128)
+    assert order is not None and order.dtype == np.int32
+    assert np.array_equal(np.sort(order), np.arange(k))               # a permutation
+    assert np.array_equal(order[:256], np.arange(0, k, 64))           # the frequent ones first
+    assert np.all(np.diff(order[256:]) > 0)                           # the rest in increasing order
+    packed = sp.csr_matrix((A.data.copy(), A.indices // 64, A.indptr.copy()), shape=(rows, k))  # side by side
+    packed.sum_duplicates()
+    assert kernels.column_order(packed.indices, k, 128) is None
+    assert kernels.column_order(np.zeros(0, np.int32), 0, 128) is None
+    indices, data = kernels.relabeled(kernels.order_labels(order), A.indptr.astype(np.int32), A.indices, A.data)
+    B = rng.uniform(-1, 1, (k, 8))
+    again = sp.csr_matrix((data, indices, A.indptr), shape=A.shape)
+    assert again.has_sorted_indices and not indices.flags.writeable
+    np.testing.assert_allclose(again @ B[order], A @ B, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ArgumentError, match="do not fit int32 indices"):
+        kernels.relabeled(np.array([2**31], np.int64), np.array([0, 1], np.int32), np.zeros(1, np.int32),
+                          np.ones(1, np.float32))
+
+
+def test_stage_rows_in_an_order_gathers_the_rows():
+    rng = np.random.default_rng(4)
+    B = _misaligned(_dense(rng, 300, 32, np.float32), 16)
+    order = rng.permutation(300).astype(np.int32)
+    staged = kernels.stage_rows(B, 0, force=True, order=order)
+    assert staged.ctypes.data % 64 == 0
+    np.testing.assert_array_equal(staged, B[order])
+    with pytest.raises(ArgumentError, match="order must be 300 int32 rows"):
+        kernels.stage_rows(B, 0, force=True, order=order[:-1])
+    with pytest.raises(ArgumentError, match="order must be 300 int32 rows"):
+        kernels.stage_rows(B, 0, force=True, order=order.astype(np.int64))
+    verify_in_bounds(kernels.gather_rows_func("float32", 32))
 
 
 @given(sparse_matrices(), st.sampled_from([1, 16]), st.integers(0, 2**32 - 1))

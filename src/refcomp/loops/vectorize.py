@@ -89,7 +89,7 @@ class _LoopVectorizer(Mutator):
         widest = _widest_element_bytes(loop.body)
         max_lanes = _power_of_two_at_most(max(2, self.vector_bytes // widest))
         count = as_int(loop.extent)
-        var, minimum = loop.loop_var, loop.min
+        minimum = loop.min
         if count is not None:
             return self._constant_extent(loop, count, max_lanes)
         lanes = max_lanes
@@ -212,21 +212,32 @@ class _FreshBinders(Mutator):
 
 
 def _widest_element_bytes(stmt: Stmt) -> int:
-    """The widest data element (loads, stores, casts) in stmt, in bytes; at least 1."""
+    """The widest data element (loads, stores, casts) in stmt, in bytes; at least 1.  A cast inside
+    a load's or store's index does not count: a lane-dependent index is a Ramp (an address), not
+    a vector of data, and a 64-bit offset must not halve the lanes of the data around it."""
     widest = 1
+    in_index: set[int] = set()
+
+    def mark(node) -> None:
+        if isinstance(node, Cast):
+            in_index.add(id(node))
+
+    def indices(node) -> None:
+        if isinstance(node, BufferLoad) or type(node).__name__ == "BufferStore":
+            for index in node.indices:
+                post_order_visit(index, mark)
 
     def look(node) -> None:
         nonlocal widest
         dtype = None
-        if isinstance(node, BufferLoad):
+        if isinstance(node, BufferLoad) or type(node).__name__ == "BufferStore":
             dtype = node.buffer.dtype
-        elif type(node).__name__ == "BufferStore":
-            dtype = node.buffer.dtype
-        elif isinstance(node, Cast):
+        elif isinstance(node, Cast) and id(node) not in in_index:
             dtype = node.dtype
         if dtype is not None and dtype.name != "handle":
             widest = max(widest, dtype.bytes)
 
+    post_order_visit(stmt, indices)
     post_order_visit(stmt, look)
     return widest
 

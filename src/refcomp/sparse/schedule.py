@@ -16,7 +16,10 @@ from ..ast import (
 from ..ast.dtype import int64
 from ..shape import Analyzer
 from ..ast.stmt import BufferStore
-from ..ast.functor import Mutator
+from ..ast import collect
+from ..ast.functor import Mutator, substitute
+from ..ast.stmt import SeqStmt
+from ..ast.structural import structural_equal
 from ..emit_c.codegen import NONTEMPORAL, OMP_SCHEDULE
 from ..loops.primitives.kinds import unroll, vectorize
 from ..loops.primitives.legality import const_int
@@ -270,7 +273,120 @@ def stream_output_rows(func: PrimFunc, buffer: str = "C") -> PrimFunc:
     return func.with_(params=swap.visit(tuple(func.params)), body=swap.visit(func.body))
 
 
+def _stmts(stmt) -> tuple:
+    return tuple(stmt.stmts) if isinstance(stmt, SeqStmt) else (stmt,)
+
+
 def _loads_of(stmt, buffer: Buffer) -> list[BufferLoad]:
     from ..ast import collect
 
     return [load for load in collect(stmt, BufferLoad) if load.buffer is buffer]
+
+
+def split_gathered_rows(func: PrimFunc, buffer: str = "B", hot: str = "B_hot") -> PrimFunc:
+    """The gathered rows read from two buffers chosen by the index: a new parameter `hot` of
+    `h` rows (a new int64 size) before `buffer`; an index `c < h` reads row `c` of `hot`, an
+    index `c >= h` row `c - h` of `buffer`.  For a matrix whose columns are renumbered so that
+    the frequently gathered rows, copied side by side into `hot`, are `0 .. h - 1` and every
+    other column `c` is `h + c` (`kernels.hot_labels`): one pass over the entries with the hot
+    rows packed and the others gathered where they are, no copy of all of B.
+
+    Requires: `buffer` a 2-D parameter; no parameter named `hot`; exactly one serial loop `j`
+    whose body reads `buffer[X[j], ...]` with `X` a 1-D int parameter (as for
+    `prefetch_gathered_rows`); every read of `buffer` in that loop's body, prefetches included,
+    has the form `buffer[X[e], col]` (the row index a load of X) and lies in a statement directly
+    in the body (or in the body of a LetStmt directly in it).  Else a SparseScheduleError.
+
+    Before: `for j in ...: assume(0 <= X[j] < k); for f: acc[f] += A[j] * B[X[j], f]`; after:
+    `for j in ...: assume(0 <= X[j] < k + h); if X[j] < h: for f: acc[f] += A[j] * B_hot[X[j], f]
+    else: for f: acc[f] += A[j] * B[X[j] - h, f]`: each statement reading B in both forms, and
+    each assumption on X's entries widened to the `k + h` values they may now take (the index
+    array's invariant, checked by whoever renumbers it).  The values computed do not change for
+    `B_hot[c] = B[order[c]]` with the matching renumbering.
+    """
+    where = f"split_gathered_rows: {func.name}"
+    target = next((p for p in func.params if isinstance(p, Buffer) and p.name == buffer), None)
+    if target is None or len(target.shape) != 2:
+        raise SparseScheduleError(f"{where}: no 2-D parameter named {buffer!r}")
+    if any(getattr(p, "name", None) == hot for p in func.params):
+        raise SparseScheduleError(f"{where}: a parameter named {hot!r} exists already")
+    params = {id(p) for p in func.params}
+    sites = []
+    for loop in walk(func.body):
+        if isinstance(loop, For) and loop.kind == "serial":
+            for load in _loads_of(loop.body, target):
+                row = load.indices[0]
+                if (isinstance(row, BufferLoad) and id(row.buffer) in params and len(row.buffer.shape) == 1
+                        and row.buffer.dtype.is_integer and len(row.indices) == 1 and row.indices[0] is loop.loop_var):
+                    sites.append((loop, row.buffer))
+                    break
+    if len(sites) != 1:
+        raise SparseScheduleError(f"{where}: expected one serial loop j reading {buffer}[X[j], ...], found {len(sites)}")
+    loop, index = sites[0]
+    rows, h = target.shape[0], SizeVar("h", int64)
+    if not isinstance(rows, Var):
+        raise SparseScheduleError(f"{where}: the rows of {buffer} must be counted by a size variable, got {rows}")
+    hot_buffer = Buffer(hot, (h, target.shape[1]), target.dtype)
+
+    class _Rows(Mutator):
+        """buffer[X[e], c] as hot_buffer[X[e], c] (hot) or buffer[X[e] - h, c]."""
+
+        def __init__(self, in_hot: bool) -> None:
+            super().__init__()
+            self.in_hot = in_hot
+
+        def visit_BufferLoad(self, load: BufferLoad):
+            if load.buffer is not target:
+                return self.generic_visit(load)
+            row = load.indices[0]
+            if self.in_hot:
+                return BufferLoad(hot_buffer, (row,) + tuple(load.indices[1:]))
+            return BufferLoad(target, (Cast(int64, row) - h,) + tuple(load.indices[1:]))
+
+    def row_of(stmt) -> BufferLoad | None:
+        loads = _loads_of(stmt, target)
+        if not loads:
+            return None
+        first = loads[0].indices[0]
+        if any(not (isinstance(load.indices[0], BufferLoad) and load.indices[0].buffer is index
+                    and structural_equal(load.indices[0], first)) for load in loads):
+            raise SparseScheduleError(f"{where}: the reads of {buffer} in one statement must all be at one row "
+                                      f"{index.name}[e]")
+        return first
+
+    def widen_facts(stmt):
+        if isinstance(stmt, Evaluate) and isinstance(stmt.value, Call) and stmt.value.op == "assume" and \
+                any(load.buffer is index for load in collect(stmt, BufferLoad)):
+            return substitute(stmt, {rows: rows + h})
+        return stmt
+
+    def rewrite(stmts):
+        out, run, run_row = [], [], None  # a run of consecutive statements reading one row: one branch
+
+        def close():
+            if run:
+                block = seq(*run)
+                out.append(IfThenElse(Cast(int64, run_row) < h, _Rows(True).visit(block), _Rows(False).visit(block)))
+                run.clear()
+        for stmt in stmts:
+            if isinstance(stmt, LetStmt):
+                close()
+                out.append(stmt.with_(body=seq(*rewrite(_stmts(stmt.body)))))
+                continue
+            stmt = widen_facts(stmt)
+            row = row_of(stmt)
+            if row is None or (run and not structural_equal(row, run_row)):
+                close()
+            if row is None:
+                out.append(stmt)
+            else:
+                run.append(stmt)
+                run_row = row
+        close()
+        return out
+
+    body = seq(*rewrite(_stmts(loop.body)))
+    func = replace_in_func(func, {id(loop): loop.with_(body=body)})
+    position = next(i for i, p in enumerate(func.params) if p is target)
+    new_params = tuple(func.params[:position]) + (hot_buffer,) + tuple(func.params[position:])
+    return func.with_(params=new_params)

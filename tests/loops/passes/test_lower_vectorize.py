@@ -300,3 +300,22 @@ def test_loop_bounds_read_from_memory_are_read_once():
         expected[40], expected[41] = 30, 20
         expected[30:50] += 1
         np.testing.assert_array_equal(n, expected)
+
+
+def test_gather_of_rows_with_a_64_bit_offset_stays_contiguous_and_full_width():
+    """D[r, f] = S[rows[r], f] with S's row count int64: the flattened index is
+    int64(rows[r]) * 32 + int64(f); the widened loop index is a Ramp again (a contiguous load)
+    and the int64 offset does not halve the float32 lanes."""
+    from refcomp.ast import SizeVar
+    k = SizeVar("k", "int64")
+    S, D = Buffer("S", (k, 32), "float32"), Buffer("D", (4, 32), "float32")
+    rows = Buffer("rows", (4,), "int32")
+    r, f = Var("r"), Var("f")
+    body = For(r, IntImm(0), IntImm(4), "serial",
+               For(f, IntImm(0), IntImm(32), "vectorized", BufferStore(D, S[rows[r], f], (r, f))))
+    func = PrimFunc((rows, S, D), body, "gather_rows")
+    result = vectorized(func)
+    assert vector_lanes(result) == [16]
+    loads = [load for load in collect(result, BufferLoad) if load.buffer.name == "S"]
+    assert loads and all(isinstance(load.indices[0], Ramp) for load in loads)
+    assert all(str(load.indices[0].dtype) == "int64x16" for load in loads)

@@ -152,6 +152,11 @@ class LaneVectorizer:
             return Select(*(broadcast(p, self.lanes) for p in parts))
         if isinstance(e, Cast):
             value = self.expr(e.value)
+            if isinstance(value, Ramp) and _widening_int(value.dtype.element, e.dtype.element):
+                # each lane is an index the scalar loop computes in the narrow type (where C has no
+                # wrap-around for signed ints), so the widened lanes are a Ramp of the widened parts
+                wide = e.dtype.element
+                return Ramp(Cast(wide, value.base), Cast(wide, value.stride), value.lanes)
             return Cast(e.dtype.with_lanes(value.dtype.lanes), value) if is_vector(value) else e.with_(value=value)
         if isinstance(e, BufferLoad):
             indices = tuple(self.expr(i) for i in e.indices)
@@ -206,6 +211,11 @@ class LaneVectorizer:
         if call.op not in ELEMENTWISE_CALLS:
             raise CannotVectorize(f"no vector form of {call.op}")
         return Call(call.op, tuple(broadcast(a, self.lanes) for a in args), call.dtype.with_lanes(self.lanes))
+
+
+def _widening_int(source: Any, target: Any) -> bool:
+    """A cast from a signed integer type to a wider signed one (exact on every value)."""
+    return source.is_int and target.is_int and target.bits > source.bits
 
 
 def _ramp_arith(op: type, a: PrimExpr, b: PrimExpr) -> PrimExpr | None:
