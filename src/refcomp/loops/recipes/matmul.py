@@ -28,7 +28,7 @@ from ...ast import PrimFunc, as_int
 from ...errors import ScheduleError
 from ..schedule import BlockRV, Schedule
 from .common import divides, k_tile, matmul_shape, pick_intrin, takes_partial_rows, tile_of
-from .transpose import TRANSPOSE_32X16, transpose_intrin
+from .transpose import TRANSPOSE_32X16, TRANSPOSE_32X16_AT, transpose_intrin
 
 # 12 x 32 first: twelve FMAs per vector of B where 8 x 32 has eight (see kernels_fp32).
 FP32_INTRINS = ["x86.avx512.sgemm_12x32", "x86.avx512.sgemm_8x32", "x86.avx2.sgemm_6x16"]
@@ -350,11 +350,12 @@ def _schedule_transposed_copy(sch: Schedule, copy: BlockRV, parallel: bool, nr: 
     if group > 1:
         k_outer, k_inner = sch.split(k_loop, [None, group])
         sch.reorder(j_outer, k_outer, j_inner, k_inner)
-    elif registers and nr == 32 and _divisible(sch, k_loop, 16) and transpose_intrin().available():
-        # 16 k-rows of a panel at a time, transposed in registers
+    elif nr == 32 and _divisible(sch, k_loop, 16) and transpose_intrin().available():
+        # 16 k-rows of a panel at a time, transposed in registers; a per-thread block by the
+        # relocatable form, so that the C target still shrinks it to one block
         k_outer, k_inner = sch.split(k_loop, [None, 16])
         sch.reorder(j_outer, k_outer, k_inner, j_inner)
-        sch.tensorize(k_inner, TRANSPOSE_32X16)
+        sch.tensorize(k_inner, TRANSPOSE_32X16 if registers else TRANSPOSE_32X16_AT)
     else:
         sch.reorder(j_outer, k_loop, j_inner)
         sch.vectorize(j_inner)

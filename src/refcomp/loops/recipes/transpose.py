@@ -119,6 +119,46 @@ def transpose_intrin() -> registry.TensorIntrin:
         return registry.register(_transpose_intrin())
 
 
+# The same 32 x 16 transpose with each stride passed as the distance between two addresses (the
+# first row and the next), so that the tiles it reads and writes may be buffers the C target
+# compacts: a `linear` weight's panels packed block by block inside the parallel loop of the
+# matmul recipe (a per-thread buffer of one NC x KC block, which keeps its size only when every
+# call writing it is relocatable; see refcomp.loops.passes.compact_buffers).
+TRANSPOSE_32X16_AT = "x86.avx512.transpose_f32_32x16_at"
+
+_C_TRANSPOSE_AT = r"""
+/* refcomp_transpose_f32_32x16 with its strides as address distances */
+__attribute__((target("avx512f"))) static inline void refcomp_transpose_f32_32x16_at(
+    const float* W, const float* W_next, float* P, float* P_next) {
+  refcomp_transpose_f32_32x16(W, W_next - W, P, P_next - P);
+}
+"""
+
+
+def _transpose_at_intrin() -> registry.TensorIntrin:
+    base = transpose_intrin()
+    w, p = base.desc.params
+    address = lambda buf, index: Call("address_of", (buf.vload(index),), "handle")  # noqa: E731
+    function = "refcomp_transpose_f32_32x16_at"
+    impl = PrimFunc((w, p), Evaluate(Call("call_extern", (
+        StringImm(function), address(w, (0, 0)), address(w, (1, 0)), address(p, (0, 0)), address(p, (1, 0))),
+        "int32")), name=function)
+    return registry.TensorIntrin(TRANSPOSE_32X16_AT, base.desc, impl,
+                                 c_helpers=(_C_NETWORK_16, _C_TRANSPOSE_ROWS_16, _C_TRANSPOSE, _C_TRANSPOSE_AT),
+                                 c_includes=("immintrin.h", "stdint.h", "stddef.h"), cpu_features=("avx512f",),
+                                 func_attrs={"relocatable_calls": (function,)},
+                                 doc="P[16, 32] = W[32, 16]^T (fp32, AVX-512 shuffles; strides as address "
+                                     "distances)")
+
+
+def transpose_at_intrin() -> registry.TensorIntrin:
+    """The registered relocatable transpose tile (TRANSPOSE_32X16_AT)."""
+    try:
+        return registry.get(TRANSPOSE_32X16_AT)
+    except ScheduleError:
+        return registry.register(_transpose_at_intrin())
+
+
 # ----------------------------------------------------------------------------- tile transposes
 
 # The vector widths a tile transpose exists for: lanes -> (name prefix, C function, C source,
@@ -270,6 +310,7 @@ def tile_transpose_intrin(rows: int, columns: int, lanes: int) -> registry.Tenso
 
 # Registered on import (of refcomp.loops.recipes), so a recipe's trace replays by name.
 transpose_intrin()
+transpose_at_intrin()
 for _lanes in _TILE_FORMS:
     for _columns in range(2, _lanes + 1):
         for _rows in range(1, _lanes // _columns + 1):
