@@ -20,7 +20,9 @@ when the tile was tensorized.  Such a buffer is shrunk only in a leading run of 
 every access, plain or by address, indexes at the one base (`P[j0, k0, ...]` with j0, k0 fixed
 where the buffer is allocated): those become 1 long, which changes no stride the callee uses, and
 the callee's region, filled by the plain stores of the copy that writes the buffer, has extent 1
-there.  Without a plain store (the callee itself writes the buffer), it keeps its shape.  A call
+there, or where a relocatable call (below) is handed its address: such a tensor intrinsic
+reaches only the tile its tensorized block declared, whose leading indices are those of the
+addresses it is given.  Without either (another callee writes the buffer) it keeps its shape.  A call
 the function lists in its `relocatable_calls` attribute (a tensor intrinsic that takes every
 operand by address and its strides as distances between addresses: the tile transposes) does not
 count as an escape for a buffer that also has plain accesses; those show the region it works on.  The C target runs it on "local" buffers

@@ -182,10 +182,12 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     # shrinks it; the block index leads the layout so that only leading dimensions shrink, see
     # refcomp.loops.passes.compact_buffers), not a slice of a buffer as large as B: a block
     # written to fresh memory for each slab cost 8% at N = 2048 (one thread, 131 -> 141
-    # GFLOP/s).  W (N, K) is then packed by a plain vectorized copy, not the register transpose:
-    # a buffer the transpose micro-kernel writes through its address would keep B's size, and
-    # the smaller buffer won (one thread, 256 x 4096 x 1024: 118 -> 128 GFLOP/s, rows symbolic
-    # 115 -> 127; 256 x 1024 x 4096: 117 -> 121).
+    # GFLOP/s).  W (N, K) is packed there by the register transpose's relocatable form (its
+    # strides as address distances, so compaction still shrinks the buffer to one block; the
+    # plain form kept B's size, which lost to the 16-lane gather copy: one thread, 256 x 4096 x
+    # 1024, 118 -> 128 GFLOP/s); against that gather copy the graph benchmark's linear + gelu
+    # kernel (batch 256 symbolic, one thread of an AVX-512 Xeon, best of 6) went 16.85 -> 16.24
+    # ms and its mlp 66.3 -> 63.8 ms.
     in_thread = by_columns or rows_outside
     per_block = in_thread
     packed_b = sch.cache_read(blk, shape.b_index, "local" if per_block else "global") if pack_b else None
