@@ -206,7 +206,7 @@ def kernel_rates(func, sizes: dict, seconds: float) -> tuple[float | None, float
 
 def profile_case(name: str, mod, weight_shapes, input_shape, repeat: int, rounds: int, clock, blas,
                  sizes: dict) -> list[dict]:
-    """Each kernel's best time per call of the model (its calls in one run summed), by `clock`,
+    """Each kernel's best time per call of the model (its calls in one run summed, and counted), by `clock`,
     run through the VM with every kernel wrapped by a timer; GFLOP/s for the kernels with a
     reduction (kernel_flops)."""
     rng = np.random.default_rng(0)
@@ -219,6 +219,7 @@ def profile_case(name: str, mod, weight_shapes, input_shape, repeat: int, rounds
 
     unscheduled = optimize(mod, schedule=False, blas=blas)
     spent: dict[str, float] = {}
+    calls: dict[str, int] = {}
     order: list[str] = []
 
     def timed(kernel_name, kernel):
@@ -226,6 +227,7 @@ def profile_case(name: str, mod, weight_shapes, input_shape, repeat: int, rounds
             start = clock()
             result = kernel(*args, **kwargs)
             spent[kernel_name] = spent.get(kernel_name, 0.0) + clock() - start
+            calls[kernel_name] = calls.get(kernel_name, 0) + 1
             if kernel_name not in order:
                 order.append(kernel_name)
             return result
@@ -233,13 +235,14 @@ def profile_case(name: str, mod, weight_shapes, input_shape, repeat: int, rounds
 
     for kernel_name, kernel in list(ex.kernels.items()):
         ex.kernels[kernel_name] = timed(kernel_name, kernel)
-    for inst in ex.functions["main"].code:
-        if type(inst).__name__ == "CallPacked":  # BLAS externs (numpy's OpenBLAS)
-            ex.externs[inst.symbol] = timed(inst.symbol, ex.externs.get(inst.symbol) or _EXTERNS[inst.symbol])
+    symbols = {inst.symbol for inst in ex.functions["main"].code if type(inst).__name__ == "CallPacked"}
+    for symbol in sorted(symbols):  # BLAS externs (numpy's OpenBLAS), each wrapped once
+        ex.externs[symbol] = timed(symbol, ex.externs.get(symbol) or _EXTERNS[symbol])
     vm["main"](x, *weights)  # warm up
     best: dict[str, float] = {}
     for _ in range(rounds * repeat):
         spent.clear()
+        calls.clear()
         vm["main"](x, *weights)
         for kernel_name, t in spent.items():
             best[kernel_name] = min(best.get(kernel_name, float("inf")), t)
@@ -248,17 +251,19 @@ def profile_case(name: str, mod, weight_shapes, input_shape, repeat: int, rounds
         t = best[kernel_name]
         func = unscheduled.functions.get(kernel_name)
         gflops, gbs = kernel_rates(func, sizes, t) if func is not None else (None, None)
-        rows.append({"case": name, "kernel": kernel_name, "ms": t * 1e3, "gflops": gflops, "gbs": gbs})
+        rows.append({"case": name, "kernel": kernel_name, "calls": calls[kernel_name], "ms": t * 1e3,
+                     "gflops": gflops, "gbs": gbs})
     return rows
 
 
 def print_profile(rows: list[dict]) -> None:
     total = sum(r["ms"] for r in rows)
-    print(f"{'case':<18} {'kernel':<48} {'ms':>8} {'share':>7} {'GFLOP/s':>8} {'GB/s':>6}")
+    print(f"{'case':<18} {'kernel':<48} {'calls':>5} {'ms':>8} {'share':>7} {'GFLOP/s':>8} {'GB/s':>6}")
     for r in rows:
         rate = f"{r['gflops']:8.1f}" if r["gflops"] else f"{'-':>8}"
         gbs = f"{r['gbs']:6.1f}" if r["gbs"] is not None else f"{'-':>6}"
-        print(f"{r['case']:<18} {r['kernel'][:48]:<48} {r['ms']:8.2f} {r['ms'] / total:6.1%} {rate} {gbs}")
+        print(f"{r['case']:<18} {r['kernel'][:48]:<48} {r['calls']:>5} {r['ms']:8.2f} {r['ms'] / total:6.1%} "
+              f"{rate} {gbs}")
     print(f"{'':<18} {'sum of kernels':<48} {total:8.2f}")
 
 
