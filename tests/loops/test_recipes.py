@@ -276,6 +276,29 @@ def test_fp32_recipe_per_thread_w_block_packs_in_registers(rng, monkeypatch, ind
         np.testing.assert_allclose(c, a @ w.T, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("k", [40, 36])
+def test_fp32_recipe_16_wide_panels_of_w_pack_by_the_avx2_transpose(rng, vector_isa, monkeypatch, k):
+    """W[j, k] into 16-wide panels (the 6 x 16 tile: N = 48, a multiple of 16 and not of 32, on
+    either vector width) is packed eight k-rows at a time by two 8 x 8 transposes in registers
+    when the k extent of the copy is a multiple of 8 (else the gather copy), rows constant or
+    symbolic, one and two threads."""
+    n = 48
+    for threads in ("1", "2"):
+        monkeypatch.setenv("OMP_NUM_THREADS", threads)
+        for m in (1, 13, 50, te.size_var("m")):
+            sch = recipes.matmul_fp32(_linear(m, n, k), tiling=recipes.Tiling(mc=24, nc=16, kc=k))
+            tiles = _tensorized_with(sch.func)
+            assert "x86.avx2.sgemm_6x16" in tiles
+            assert ("x86.avx2.transpose_f32_16x8_at" in tiles) == (k % 8 == 0)
+            lib = refcomp.build(sch.func)
+            for rows in ((m,) if isinstance(m, int) else (1, 7, 31)):
+                a = rng.standard_normal((rows, k)).astype(np.float32)
+                w = rng.standard_normal((n, k)).astype(np.float32)
+                c = rng.standard_normal((rows, n)).astype(np.float32)
+                lib(a, w, c)
+                np.testing.assert_allclose(c, a @ w.T, rtol=1e-4, atol=1e-4)
+
+
 def test_recipe_rejects_a_into_its_own_transpose():
     a = te.placeholder((32, 32), "float32", "A")
     r = te.reduce_axis((0, 32), "k")
@@ -544,8 +567,8 @@ def test_fp32_recipe_default_tile_on_both_widths(rng, vector_isa, monkeypatch, t
             func = _linear(m, n, k) if transposed else _matmul(m, n, k)
             sch = recipes.matmul_fp32(func, tiling=SMALL)
             tiles = _tensorized_with(sch.func)
-            if vector_isa == "avx2":
-                assert tiles == {"x86.avx2.sgemm_6x16"}
+            if vector_isa == "avx2":  # W[j, k] packed into the 16-wide panels by the AVX2 transpose
+                assert tiles == {"x86.avx2.sgemm_6x16"} | ({"x86.avx2.transpose_f32_16x8_at"} if transposed else set())
             a = rng.standard_normal((m, k)).astype(np.float32)
             b = rng.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
             c = rng.standard_normal((m, n)).astype(np.float32)

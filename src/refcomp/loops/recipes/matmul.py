@@ -28,7 +28,9 @@ from ...ast import PrimFunc, as_int
 from ...errors import ScheduleError
 from ..schedule import BlockRV, Schedule
 from .common import divides, k_tile, matmul_shape, pick_intrin, takes_partial_rows, tile_of
-from .transpose import TRANSPOSE_32X16, TRANSPOSE_32X16_AT, transpose_intrin
+from .transpose import (
+    TRANSPOSE_16X8_AT, TRANSPOSE_32X16, TRANSPOSE_32X16_AT, transpose_16x8_intrin, transpose_intrin,
+)
 
 # 12 x 32 first: twelve FMAs per vector of B where 8 x 32 has eight (see kernels_fp32).
 FP32_INTRINS = ["x86.avx512.sgemm_12x32", "x86.avx512.sgemm_8x32", "x86.avx2.sgemm_6x16"]
@@ -358,6 +360,11 @@ def _schedule_transposed_copy(sch: Schedule, copy: BlockRV, parallel: bool, nr: 
         k_outer, k_inner = sch.split(k_loop, [None, 16])
         sch.reorder(j_outer, k_outer, k_inner, j_inner)
         sch.tensorize(k_inner, TRANSPOSE_32X16 if registers else TRANSPOSE_32X16_AT)
+    elif nr == 16 and _divisible(sch, k_loop, 8) and transpose_16x8_intrin().available():
+        # the same for 16-wide panels (the AVX2 tile): 8 k-rows at a time, two 8 x 8 transposes
+        k_outer, k_inner = sch.split(k_loop, [None, 8])
+        sch.reorder(j_outer, k_outer, k_inner, j_inner)
+        sch.tensorize(k_inner, TRANSPOSE_16X8_AT)
     else:
         sch.reorder(j_outer, k_loop, j_inner)
         sch.vectorize(j_inner)
