@@ -10,6 +10,7 @@ calls).  The CPU's ISA is printed first.
     python benchmarks/graph.py mlp --repeat 5
     python benchmarks/graph.py transformer_block --hidden 1024 --seq 512
     python benchmarks/graph.py --single-thread-cpu      # 1 thread each, CPU time (steady under load)
+    python benchmarks/graph.py mlp --single-thread-cpu --profile   # each kernel's time and GFLOP/s
 
 The compiled function, the VM and numpy are timed in alternating rounds and the best call of each
 is kept.  With --json the last line holds the compiled function's time as "refcomp".
@@ -182,6 +183,90 @@ def run_case(name: str, mod, weight_shapes, input_shape, reference, repeat: int,
             "bounds": dict(main.attrs.get("tir_var_upper_bound", {}))}
 
 
+def kernel_rates(func, sizes: dict, seconds: float) -> tuple[float | None, float]:
+    """(GFLOP/s, GB/s) of an unscheduled kernel taking `seconds`, its size variables at `sizes`
+    (name -> value).  FLOPs: 2 x the iterations of its reduction blocks, given only where that is
+    a contraction (at least 32 per element written: a matmul, not a row sum); bytes: its
+    parameters' sizes (each read or written once, the least traffic the kernel can have)."""
+    from refcomp.ast import Block, collect, free_vars
+    from refcomp.shape.evaluate import evaluate
+
+    def value(expr):
+        return int(evaluate(expr, {v: sizes[v.name] for v in free_vars(expr) if v.name in sizes}))
+
+    flops = written = 0
+    for block in collect(func.body, Block):
+        if any(iv.kind == "reduce" for iv in block.iter_vars):
+            flops += 2 * math.prod(value(iv.dom.extent) for iv in block.iter_vars)
+            written += math.prod(value(iv.dom.extent) for iv in block.iter_vars if iv.kind != "reduce")
+    nbytes = sum(math.prod(value(d) for d in buf.shape) * buf.dtype.bits // 8 for buf in func.buffers)
+    gflops = flops / seconds / 1e9 if written and flops >= 64 * written else None
+    return gflops, nbytes / seconds / 1e9
+
+
+def profile_case(name: str, mod, weight_shapes, input_shape, repeat: int, rounds: int, clock, blas,
+                 sizes: dict) -> list[dict]:
+    """Each kernel's best time per call of the model (its calls in one run summed, and counted), by `clock`,
+    run through the VM with every kernel wrapped by a timer; GFLOP/s for the kernels with a
+    reduction (kernel_flops)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(input_shape).astype("float32")
+    weights = [(rng.standard_normal(s) * (1.0 / math.sqrt(s[-1]))).astype("float32") for s in weight_shapes]
+    ex = refcomp.graph.build(mod, target="c", blas=blas)
+    vm = refcomp.runtime.VirtualMachine(ex, executor="vm")
+    from refcomp.graph.pipeline import optimize
+    from refcomp.runtime.vm import _EXTERNS
+
+    unscheduled = optimize(mod, schedule=False, blas=blas)
+    spent: dict[str, float] = {}
+    calls: dict[str, int] = {}
+    order: list[str] = []
+
+    def timed(kernel_name, kernel):
+        def call(*args, **kwargs):
+            start = clock()
+            result = kernel(*args, **kwargs)
+            spent[kernel_name] = spent.get(kernel_name, 0.0) + clock() - start
+            calls[kernel_name] = calls.get(kernel_name, 0) + 1
+            if kernel_name not in order:
+                order.append(kernel_name)
+            return result
+        return call
+
+    for kernel_name, kernel in list(ex.kernels.items()):
+        ex.kernels[kernel_name] = timed(kernel_name, kernel)
+    symbols = {inst.symbol for inst in ex.functions["main"].code if type(inst).__name__ == "CallPacked"}
+    for symbol in sorted(symbols):  # BLAS externs (numpy's OpenBLAS), each wrapped once
+        ex.externs[symbol] = timed(symbol, ex.externs.get(symbol) or _EXTERNS[symbol])
+    vm["main"](x, *weights)  # warm up
+    best: dict[str, float] = {}
+    for _ in range(rounds * repeat):
+        spent.clear()
+        calls.clear()
+        vm["main"](x, *weights)
+        for kernel_name, t in spent.items():
+            best[kernel_name] = min(best.get(kernel_name, float("inf")), t)
+    rows = []
+    for kernel_name in order:
+        t = best[kernel_name]
+        func = unscheduled.functions.get(kernel_name)
+        gflops, gbs = kernel_rates(func, sizes, t) if func is not None else (None, None)
+        rows.append({"case": name, "kernel": kernel_name, "calls": calls[kernel_name], "ms": t * 1e3,
+                     "gflops": gflops, "gbs": gbs})
+    return rows
+
+
+def print_profile(rows: list[dict]) -> None:
+    total = sum(r["ms"] for r in rows)
+    print(f"{'case':<18} {'kernel':<48} {'calls':>5} {'ms':>8} {'share':>7} {'GFLOP/s':>8} {'GB/s':>6}")
+    for r in rows:
+        rate = f"{r['gflops']:8.1f}" if r["gflops"] else f"{'-':>8}"
+        gbs = f"{r['gbs']:6.1f}" if r["gbs"] is not None else f"{'-':>6}"
+        print(f"{r['case']:<18} {r['kernel'][:48]:<48} {r['calls']:>5} {r['ms']:8.2f} {r['ms'] / total:6.1%} "
+              f"{rate} {gbs}")
+    print(f"{'':<18} {'sum of kernels':<48} {total:8.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("cases", nargs="*", help="mlp and/or transformer_block (default: both)")
@@ -196,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="one thread each (kernels, OpenBLAS), timed by process CPU time: steady on a busy "
                              "machine")
     parser.add_argument("--json", action="store_true", help="print the results as JSON on the last line")
+    parser.add_argument("--profile", action="store_true",
+                        help="time each kernel of the graph (through the VM, best call of rounds x repeat) and "
+                             "print its share and, for the GEMMs, its GFLOP/s; no comparison with numpy")
     parser.add_argument("--blas", choices=("auto", "always"), default="auto",
                         help="graph.build's BLAS dispatch: auto keeps the linears refcomp's GEMM runs faster")
     args = parser.parse_args(argv)
@@ -212,6 +300,19 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [c for c in args.cases if c not in ("mlp", "transformer_block")]
     if unknown:
         parser.error(f"unknown case(s) {unknown}; choose mlp and/or transformer_block")
+    if args.profile:
+        print(f"ISA: {isa()}")
+        for case in args.cases:
+            if case == "mlp":
+                mod, shapes = mlp(args.hidden, 4 * args.hidden, args.layers)
+                rows = profile_case("mlp", mod, shapes, (args.batch, args.hidden), args.repeat, args.rounds,
+                                    clock, blas, {"batch": args.batch})
+            else:
+                mod, shapes = transformer_block(args.hidden, args.heads)
+                rows = profile_case("transformer_block", mod, shapes, (args.seq, args.hidden), args.repeat,
+                                    args.rounds, clock, blas, {"seq": args.seq})
+            print_profile(rows)
+        return 0
     rows = []
     for case in args.cases:
         if case == "mlp":

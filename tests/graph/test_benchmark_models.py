@@ -41,3 +41,39 @@ def test_transformer_block_matches_numpy(models, blas, rng):
     for seq in (1, 5, 16, 37):
         x = rng.standard_normal((seq, 64)).astype("float32")
         np.testing.assert_allclose(vm["main"](x, *w), models.transformer_numpy(heads, x, *w), rtol=2e-4, atol=2e-5)
+
+
+def test_profile_times_every_kernel_and_counts_gemm_flops(models):
+    """graph.py --profile: one row per kernel the model calls, the GEMMs' GFLOP/s from their exact
+    multiply-add count (2 * batch * n * k), the elementwise and row kernels without one."""
+    import time
+
+    mod, shapes = models.mlp(64, 256, 1)
+    rows = models.profile_case("mlp", mod, shapes, (8, 64), repeat=1, rounds=1, clock=time.perf_counter,
+                               blas=False, sizes={"batch": 8})
+    names = [r["kernel"] for r in rows]
+    assert len(names) == len(set(names)) >= 2 and all(r["ms"] > 0 and r["calls"] == 1 for r in rows)
+    gemms = [r for r in rows if r["gflops"] is not None]
+    assert {r["kernel"] for r in gemms} == {n for n in names if "linear" in n}
+    for r in gemms:
+        assert r["gflops"] == pytest.approx(2 * 8 * 256 * 64 / (r["ms"] * 1e-3) / 1e9)
+    assert all(r["gflops"] is None for r in rows if "layer_norm" in r["kernel"])
+
+
+def test_profile_counts_each_blas_extern_once(models):
+    """An extern called at several places (the transformer block's sgemm_nt) is timed once per
+    call, not once per place that calls it: its time is at most the sum of all the rows."""
+    import time
+
+    mod, shapes = models.transformer_block(64, 4)
+    rows = models.profile_case("transformer_block", mod, shapes, (16, 64), repeat=1, rounds=1,
+                               clock=time.perf_counter, blas=True, sizes={"seq": 16})
+    externs = [r for r in rows if r["kernel"].startswith("refcomp.blas.")]
+    if not externs:
+        pytest.skip("no BLAS found")
+    assert len({r["kernel"] for r in rows}) == len(rows)
+    ex = refcomp.graph.build(mod, target="c", blas=True)
+    code = [i for i in ex.functions["main"].code if type(i).__name__ == "CallPacked"]
+    for r in externs:
+        assert r["calls"] == sum(1 for i in code if i.symbol == r["kernel"])
+        assert r["gflops"] is None and r["gbs"] is None

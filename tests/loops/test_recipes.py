@@ -150,7 +150,8 @@ def test_fp32_recipe_reads_w_transposed(rng, m, n, k, index_dtype):
     assert tiles & {"x86.avx2.sgemm_6x16", "x86.avx512.sgemm_12x32"}
     # a pack of all of W (before the parallel loop) goes through the register transpose where the
     # CPU has it, the 32-wide panels allow it and the k slab (24 of 48, 32, 16) is a multiple of
-    # 16; a per-thread block (inside the parallel loop, a "local" buffer) is a plain copy
+    # 16; a per-thread block (inside the parallel loop, a "local" buffer) through its relocatable
+    # form (test_fp32_recipe_per_thread_w_block_packs_in_registers)
     wide = "x86.avx512.sgemm_12x32" in tiles
     per_thread = any(isinstance(b, Block) and b.name.startswith("W_local") for b in walk(sch.func.body))
     assert (TRANSPOSE in tiles) == (wide and n % 32 == 0 and k in (32, 16) and not per_thread)
@@ -247,6 +248,55 @@ def test_fp32_recipe_symbolic_rows_outside_the_parallel_column_loop(rng, monkeyp
         c = rng.standard_normal((m, n)).astype(np.float32)
         lib(a, b, c)
         np.testing.assert_allclose(c, a @ (b.T if transposed else b), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("nc,kc", [(32, 32), (64, 64), (64, 128)])
+def test_fp32_recipe_per_thread_w_block_packs_in_registers(rng, monkeypatch, index_dtype, nc, kc):
+    """W[j, k] packed block by block inside the parallel column loop (symbolic rows, as the graph
+    builds a linear layer) goes through the relocatable register transpose, and the C target still
+    shrinks the per-thread buffer to one NC x KC block (its leading block indices 1 long)."""
+    if not intrin.get(TRANSPOSE).available() or not intrin.get("x86.avx512.sgemm_12x32").available():
+        pytest.skip("needs the AVX-512 register transpose and tile")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    n, k = 256, 128  # four column blocks of 64 for two threads: NC as given
+    sch = recipes.matmul_fp32(_linear(te.size_var("m"), n, k, index_dtype),
+                              tiling=recipes.Tiling(mc=24, nc=nc, kc=kc, mc_symbolic=24))
+    tiles = _tensorized_with(sch.func)
+    assert "x86.avx512.transpose_f32_32x16_at" in tiles and TRANSPOSE not in tiles
+    (pack,) = [a for a in collect(compact_local_buffers(lower_blocks(sch.func)).body, Allocate)
+               if a.buffer.scope == "local"]
+    assert tuple(as_int(d) for d in pack.buffer.shape) == (1, 1, nc // 32, kc, 32)
+    lib = refcomp.build(sch.func)
+    for m in (1, 23, 50):
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        c = rng.standard_normal((m, n)).astype(np.float32)
+        lib(a, w, c)
+        np.testing.assert_allclose(c, a @ w.T, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("k", [40, 36])
+def test_fp32_recipe_16_wide_panels_of_w_pack_by_the_avx2_transpose(rng, vector_isa, monkeypatch, k):
+    """W[j, k] into 16-wide panels (the 6 x 16 tile: N = 48, a multiple of 16 and not of 32, on
+    either vector width) is packed eight k-rows at a time by two 8 x 8 transposes in registers
+    when the k extent of the copy is a multiple of 8 (else the gather copy), rows constant or
+    symbolic, one and two threads."""
+    n = 48
+    for threads in ("1", "2"):
+        monkeypatch.setenv("OMP_NUM_THREADS", threads)
+        for m in (1, 13, 50, te.size_var("m")):
+            sch = recipes.matmul_fp32(_linear(m, n, k), tiling=recipes.Tiling(mc=24, nc=16, kc=k))
+            tiles = _tensorized_with(sch.func)
+            assert "x86.avx2.sgemm_6x16" in tiles
+            assert ("x86.avx2.transpose_f32_16x8_at" in tiles) == (k % 8 == 0)
+            lib = refcomp.build(sch.func)
+            for rows in ((m,) if isinstance(m, int) else (1, 7, 31)):
+                a = rng.standard_normal((rows, k)).astype(np.float32)
+                w = rng.standard_normal((n, k)).astype(np.float32)
+                c = rng.standard_normal((rows, n)).astype(np.float32)
+                lib(a, w, c)
+                np.testing.assert_allclose(c, a @ w.T, rtol=1e-4, atol=1e-4)
 
 
 def test_recipe_rejects_a_into_its_own_transpose():
@@ -517,8 +567,8 @@ def test_fp32_recipe_default_tile_on_both_widths(rng, vector_isa, monkeypatch, t
             func = _linear(m, n, k) if transposed else _matmul(m, n, k)
             sch = recipes.matmul_fp32(func, tiling=SMALL)
             tiles = _tensorized_with(sch.func)
-            if vector_isa == "avx2":
-                assert tiles == {"x86.avx2.sgemm_6x16"}
+            if vector_isa == "avx2":  # W[j, k] packed into the 16-wide panels by the AVX2 transpose
+                assert tiles == {"x86.avx2.sgemm_6x16"} | ({"x86.avx2.transpose_f32_16x8_at"} if transposed else set())
             a = rng.standard_normal((m, k)).astype(np.float32)
             b = rng.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
             c = rng.standard_normal((m, n)).astype(np.float32)

@@ -143,3 +143,32 @@ def test_a_buffer_written_only_through_its_address_keeps_its_shape(rng, monkeypa
     out = np.zeros((m, n), np.float32)
     refcomp.build(sch.func)(xs, ws, out)
     np.testing.assert_allclose(out, xs @ ws.T, rtol=1e-5, atol=1e-4)
+
+
+def test_a_buffer_filled_by_a_relocatable_call_shrinks_in_leading_dimensions(monkeypatch):
+    """W's block packed per thread (inside the parallel column loop) by the relocatable register
+    transpose: its leading block indices become 1 long (one NC x KC block); the same function
+    without the relocatable mark keeps the buffer's whole shape (nothing shows what the call
+    writes), so the rule fails closed."""
+    from refcomp.loops import intrin, recipes
+
+    if not intrin.get("x86.avx512.transpose_f32_32x16").available():
+        pytest.skip("needs the AVX-512 register transpose")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    k, n = 64, 128
+    x = te.placeholder((te.size_var("m"), k), "float32", "X")
+    w = te.placeholder((n, k), "float32", "W")
+    r = te.reduce_axis((0, k), "r")
+    c = te.compute((x.shape[0], n), lambda i, j: te.sum(x[i, r] * w[j, r], axis=r), "C")
+    tiling = recipes.Tiling(mc=24, nc=32, kc=32, mc_symbolic=24)
+    func = recipes.matmul_fp32(te.create_prim_func([x, w, c]), tiling=tiling).func
+    assert func.attrs["relocatable_calls"] == ("refcomp_transpose_f32_32x16_at",)
+
+    def local_shape(f):
+        (tile,) = [a for a in collect(compact_local_buffers(lower_blocks(f)).body, Allocate)
+                   if a.buffer.scope == "local"]
+        return tuple(as_int(d) for d in tile.buffer.shape)
+
+    assert local_shape(func) == (1, 1, 1, 32, 32)
+    unmarked = func.with_(attrs={key: v for key, v in func.attrs.items() if key != "relocatable_calls"})
+    assert local_shape(unmarked) == (4, 2, 1, 32, 32)

@@ -112,3 +112,37 @@ def test_nested_fused_form_rewrites_only_matching_size_var_products():
     assert str(L.nested_fused_form(f % (four * m) // m)) == str(f // m % four)
     for unchanged in (f % (four * n) // m, f // (v * m), f % (four * v) // v, f // four):
         assert str(L.nested_fused_form(unchanged)) == str(unchanged)
+
+
+def _blockized_tile_writes(step: int):
+    """for io in 0..8: one block writing B[(16 io' .. + 15) // 16, 0:16] where io' = step * io, the
+    region a blockized 16-wide tile of a copy into a (8, 16) layout declares: v // 16 with
+    v = step * io + t for t < 16 inside the block."""
+    from refcomp.ast import (Block, BlockRealize, Buffer, BufferRegion, Evaluate, FloorDiv, For, IntImm, IterVar,
+                             Range)
+    from refcomp.ast.stmt import true
+
+    b = Buffer("B", (8, 16), "float32")
+    io, t, vo = Var("io"), Var("t"), Var("vo")
+    region = BufferRegion(b, (Range(FloorDiv(vo * 16, IntImm(16, "int32")), 1), Range(0, 16)))
+    block = Block("tile", (IterVar(vo, Range(0, 8)),), (), (region,), Evaluate(IntImm(0, "int32")))
+    realize = BlockRealize((FloorDiv(io * step + t, IntImm(16, "int32")),), true(), block)
+    inner = For(t, 0, 16, "serial", realize)
+    return For(io, 0, 8, "serial", inner), realize, region
+
+
+def test_access_region_resolves_divisions_the_loop_ranges_decide():
+    """(16 io + t) // 16 with t < 16 is io: one block per iteration of io (the blockized tile of a
+    packing copy, which a parallel loop over io may then run), where relaxing the division as
+    written mixes t and io and gives no bound."""
+    loop, realize, region = _blockized_tile_writes(16)
+    (first, rows) = L.access_region(loop, realize, region)
+    assert constant_difference(first[0], linear(loop.loop_var)) == 0 == constant_difference(first[1], first[0])
+    assert constant_difference(rows[1], rows[0]) == 15
+
+
+def test_access_region_keeps_divisions_that_straddle_blocks():
+    """(8 io + t) // 16 for t < 16 crosses into the next block for odd io: not one point."""
+    loop, realize, region = _blockized_tile_writes(8)
+    found = L.access_region(loop, realize, region)
+    assert found is None or constant_difference(found[0][1], found[0][0]) != 0

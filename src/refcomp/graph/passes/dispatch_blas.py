@@ -13,9 +13,10 @@ bias is added by a separate `add`, which fusion folds into what follows.  Anythi
 legalization.  The externs `refcomp.blas.sgemm_nn` / `sgemm_nt` are registered by refcomp.runtime.blas.
 
 mode "auto" (the default) keeps a product whose weight is a graph constant (matmul, dense or
-linear; 2-d operands of the shapes below) for refcomp's own GEMM: its weight is packed once at build
-time (fold_packed_weights), where sgemm repacks it on every call (the demo's MLP, 64 x 256 -> 1024
--> 256, one AVX-512 thread: 0.51 against 0.59 ms).  It also keeps a `linear` where that measured faster: the
+linear; 2-d operands of the shapes below) for refcomp's own GEMM, which ran faster than sgemm there
+(the demo's MLP, 64 x 256 -> 1024 -> 256, one AVX-512 thread: 0.51 against 0.59 ms).  Its weight is
+still packed on every call, as sgemm packs it: fold_packed_weights does not fold a packing stage
+whose buffer the tile kernel takes by address (an address counts as a write).  It also keeps a `linear` where that measured faster: the
 matmul recipe on the AVX-512 tile with the weight packed through the register transpose (N a
 multiple of 32, K of 16, both constant), its input a plain buffer after fusion, and its result
 read only by an elementwise op, so that the bias and that epilogue (gelu, a residual add) are

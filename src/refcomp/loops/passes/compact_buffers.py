@@ -20,7 +20,9 @@ when the tile was tensorized.  Such a buffer is shrunk only in a leading run of 
 every access, plain or by address, indexes at the one base (`P[j0, k0, ...]` with j0, k0 fixed
 where the buffer is allocated): those become 1 long, which changes no stride the callee uses, and
 the callee's region, filled by the plain stores of the copy that writes the buffer, has extent 1
-there.  Without a plain store (the callee itself writes the buffer), it keeps its shape.  A call
+there, or where a relocatable call (below) is handed its address: such a tensor intrinsic
+reaches only the tile its tensorized block declared, whose leading indices are those of the
+addresses it is given.  Without either (another callee writes the buffer) it keeps its shape.  A call
 the function lists in its `relocatable_calls` attribute (a tensor intrinsic that takes every
 operand by address and its strides as distances between addresses: the tile transposes) does not
 count as an escape for a buffer that also has plain accesses; those show the region it works on.  The C target runs it on "local" buffers
@@ -119,7 +121,7 @@ class BufferCompactor(Mutator):
             inner |= self.threads
         plans = [self.plan(alloc.buffer, body, dim, inner) for dim in range(len(alloc.buffer.shape))]
         if _address_taken(body, alloc.buffer, self.relocatable):
-            plans = _leading_unit_plans(plans, body, alloc.buffer)
+            plans = _leading_unit_plans(plans, body, alloc.buffer, self.relocatable)
         shape, bases, lows = [], [], []
         for dim, plan in zip(alloc.buffer.shape, plans):
             old = as_int(dim)
@@ -211,11 +213,13 @@ def _address_taken(stmt: Stmt, buffer: Buffer, relocatable: frozenset = frozense
                and not (id(call) in moved and has_plain) for call in calls)
 
 
-def _leading_unit_plans(plans: list, body: Stmt, buffer: Buffer) -> list:
+def _leading_unit_plans(plans: list, body: Stmt, buffer: Buffer, relocatable: frozenset = frozenset()) -> list:
     """The plans of an address-taken buffer that keep its strides (module doc): the leading run of
     dimensions indexed at one base by every access becomes 1 long; every later one keeps its
-    extent; nothing shrinks unless a plain store fills the buffer."""
-    if not any(s.buffer is buffer for s in collect(body, BufferStore)):
+    extent; nothing shrinks unless a plain store or a relocatable call fills the buffer (such a
+    call reaches only the tile its tensorized block declared, whose leading indices are those of
+    the addresses it is handed: at the one base)."""
+    if not any(s.buffer is buffer for s in collect(body, BufferStore)) and not _handed_to(body, buffer, relocatable):
         return [None] * len(plans)
     kept: list = []
     for plan in plans:
@@ -223,6 +227,17 @@ def _leading_unit_plans(plans: list, body: Stmt, buffer: Buffer) -> list:
             break
         kept.append(plan)
     return kept + [None] * (len(plans) - len(kept))
+
+
+def _handed_to(stmt: Stmt, buffer: Buffer, relocatable: frozenset) -> bool:
+    """Whether an address of buffer is handed to a relocatable call (a function in `relocatable`)."""
+    for call in collect(stmt, Call):
+        if call.op == "call_extern" and call.args and getattr(call.args[0], "value", None) in relocatable:
+            for arg in call.args[1:]:
+                if isinstance(arg, Call) and arg.op == "address_of" and any(
+                        isinstance(a, BufferLoad) and a.buffer is buffer for a in arg.args):
+                    return True
+    return False
 
 
 def _uses(stmt: Stmt, buffer: Buffer) -> bool:

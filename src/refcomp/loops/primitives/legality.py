@@ -506,7 +506,7 @@ def access_region(loop: For, realize: BlockRealize, region, cover: bool = False)
     below `loop` relaxed; None when they cannot be bounded.  cover: the bounds may exceed the
     accessed indices (see affine.relax); only for regions that are read."""
     binding = dict(zip((iv.var for iv in realize.block.iter_vars), realize.iter_values))
-    starts = [substitute(r.min, binding) for r in region.region]
+    starts = _divisions_resolved([substitute(r.min, binding) for r in region.region], loop, realize)
     used = {id(v) for index in starts for v in free_vars(index)}
     # only the loops the indices use need constant ranges (a symbolic row length below a row
     # loop does not keep the per-row results it never indexes from being bounded)
@@ -543,6 +543,21 @@ def access_region(loop: For, realize: BlockRealize, region, cover: bool = False)
         if not _fills_its_box(realize, inner_loops, indices, result):
             return None
     return result
+
+
+def _divisions_resolved(starts: list, loop: For, realize: BlockRealize) -> list:
+    """starts with each floor div or mod that the ranges of `loop` and the constant loops below it
+    decide simplified away: a blockized tile's region at `(t + 16 * io) // 16` (t < 16) is at
+    `io`, one block per iteration of io, where relaxing the division as it stands would mix t
+    and io."""
+    if not any(collect(index, (FloorDiv, FloorMod)) for index in starts):
+        return starts
+    from ...shape.bounds import Bounds
+    from ...shape.simplify import simplify_expr
+
+    bounds = Bounds()
+    bounds.ranges.update(loop_ranges([loop, *loops_above_in(loop.body, realize)]))
+    return [simplify_expr(index, bounds) if collect(index, (FloorDiv, FloorMod)) else index for index in starts]
 
 
 def _relax_through_symbolic_loops(index: PrimExpr, moving: Sequence[For], inner, cover: bool):

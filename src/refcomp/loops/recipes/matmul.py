@@ -28,7 +28,9 @@ from ...ast import PrimFunc, as_int
 from ...errors import ScheduleError
 from ..schedule import BlockRV, Schedule
 from .common import divides, k_tile, matmul_shape, pick_intrin, takes_partial_rows, tile_of
-from .transpose import TRANSPOSE_32X16, transpose_intrin
+from .transpose import (
+    TRANSPOSE_16X8_AT, TRANSPOSE_32X16, TRANSPOSE_32X16_AT, transpose_16x8_intrin, transpose_intrin,
+)
 
 # 12 x 32 first: twelve FMAs per vector of B where 8 x 32 has eight (see kernels_fp32).
 FP32_INTRINS = ["x86.avx512.sgemm_12x32", "x86.avx512.sgemm_8x32", "x86.avx2.sgemm_6x16"]
@@ -182,10 +184,12 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     # shrinks it; the block index leads the layout so that only leading dimensions shrink, see
     # refcomp.loops.passes.compact_buffers), not a slice of a buffer as large as B: a block
     # written to fresh memory for each slab cost 8% at N = 2048 (one thread, 131 -> 141
-    # GFLOP/s).  W (N, K) is then packed by a plain vectorized copy, not the register transpose:
-    # a buffer the transpose micro-kernel writes through its address would keep B's size, and
-    # the smaller buffer won (one thread, 256 x 4096 x 1024: 118 -> 128 GFLOP/s, rows symbolic
-    # 115 -> 127; 256 x 1024 x 4096: 117 -> 121).
+    # GFLOP/s).  W (N, K) is packed there by the register transpose's relocatable form (its
+    # strides as address distances, so compaction still shrinks the buffer to one block; the
+    # plain form kept B's size, which lost to the 16-lane gather copy: one thread, 256 x 4096 x
+    # 1024, 118 -> 128 GFLOP/s); against that gather copy the graph benchmark's linear + gelu
+    # kernel (batch 256 symbolic, one thread of an AVX-512 Xeon, best of 6) went 16.85 -> 16.24
+    # ms and its mlp 66.3 -> 63.8 ms.
     in_thread = by_columns or rows_outside
     per_block = in_thread
     packed_b = sch.cache_read(blk, shape.b_index, "local" if per_block else "global") if pack_b else None
@@ -350,11 +354,17 @@ def _schedule_transposed_copy(sch: Schedule, copy: BlockRV, parallel: bool, nr: 
     if group > 1:
         k_outer, k_inner = sch.split(k_loop, [None, group])
         sch.reorder(j_outer, k_outer, j_inner, k_inner)
-    elif registers and nr == 32 and _divisible(sch, k_loop, 16) and transpose_intrin().available():
-        # 16 k-rows of a panel at a time, transposed in registers
+    elif nr == 32 and _divisible(sch, k_loop, 16) and transpose_intrin().available():
+        # 16 k-rows of a panel at a time, transposed in registers; a per-thread block by the
+        # relocatable form, so that the C target still shrinks it to one block
         k_outer, k_inner = sch.split(k_loop, [None, 16])
         sch.reorder(j_outer, k_outer, k_inner, j_inner)
-        sch.tensorize(k_inner, TRANSPOSE_32X16)
+        sch.tensorize(k_inner, TRANSPOSE_32X16 if registers else TRANSPOSE_32X16_AT)
+    elif nr == 16 and _divisible(sch, k_loop, 8) and transpose_16x8_intrin().available():
+        # the same for 16-wide panels (the AVX2 tile): 8 k-rows at a time, two 8 x 8 transposes
+        k_outer, k_inner = sch.split(k_loop, [None, 8])
+        sch.reorder(j_outer, k_outer, k_inner, j_inner)
+        sch.tensorize(k_inner, TRANSPOSE_16X8_AT)
     else:
         sch.reorder(j_outer, k_loop, j_inner)
         sch.vectorize(j_inner)

@@ -119,6 +119,116 @@ def transpose_intrin() -> registry.TensorIntrin:
         return registry.register(_transpose_intrin())
 
 
+# The same 32 x 16 transpose with each stride passed as the distance between two addresses (the
+# first row and the next), so that the tiles it reads and writes may be buffers the C target
+# compacts: a `linear` weight's panels packed block by block inside the parallel loop of the
+# matmul recipe (a per-thread buffer of one NC x KC block, which keeps its size only when every
+# call writing it is relocatable; see refcomp.loops.passes.compact_buffers).
+TRANSPOSE_32X16_AT = "x86.avx512.transpose_f32_32x16_at"
+
+_C_TRANSPOSE_AT = r"""
+/* refcomp_transpose_f32_32x16 with its strides as address distances */
+__attribute__((target("avx512f"))) static inline void refcomp_transpose_f32_32x16_at(
+    const float* W, const float* W_next, float* P, float* P_next) {
+  refcomp_transpose_f32_32x16(W, W_next - W, P, P_next - P);
+}
+"""
+
+
+def _transpose_at_intrin() -> registry.TensorIntrin:
+    base = transpose_intrin()
+    w, p = base.desc.params
+    address = lambda buf, index: Call("address_of", (buf.vload(index),), "handle")  # noqa: E731
+    function = "refcomp_transpose_f32_32x16_at"
+    impl = PrimFunc((w, p), Evaluate(Call("call_extern", (
+        StringImm(function), address(w, (0, 0)), address(w, (1, 0)), address(p, (0, 0)), address(p, (1, 0))),
+        "int32")), name=function)
+    return registry.TensorIntrin(TRANSPOSE_32X16_AT, base.desc, impl,
+                                 c_helpers=(_C_NETWORK_16, _C_TRANSPOSE_ROWS_16, _C_TRANSPOSE, _C_TRANSPOSE_AT),
+                                 c_includes=("immintrin.h", "stdint.h", "stddef.h"), cpu_features=("avx512f",),
+                                 func_attrs={"relocatable_calls": (function,)},
+                                 doc="P[16, 32] = W[32, 16]^T (fp32, AVX-512 shuffles; strides as address "
+                                     "distances)")
+
+
+def transpose_at_intrin() -> registry.TensorIntrin:
+    """The registered relocatable transpose tile (TRANSPOSE_32X16_AT)."""
+    try:
+        return registry.get(TRANSPOSE_32X16_AT)
+    except ScheduleError:
+        return registry.register(_transpose_at_intrin())
+
+
+# AVX2: 16-wide panels (the 6 x 16 tile's) from W[j, k], eight k-rows at a time, by two 8 x 8
+# transposes in registers; the strides as address distances (relocatable), as the form above.
+TRANSPOSE_16X8_AT = "x86.avx2.transpose_f32_16x8_at"
+
+_C_TRANSPOSE_16X8_AT = r"""
+#include <immintrin.h>
+#include <stddef.h>
+/* In registers: r[c] becomes column c of the 8 x 8 block whose row i was r[i]: pairs of rows
+   interleaved, then pairs of pairs, then the 128-bit halves exchanged. */
+__attribute__((target("avx2"))) static inline void refcomp_transpose_8x8_f32(__m256 r[8]) {
+  __m256 t[8], s[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    s[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int c = 0; c < 4; ++c) {
+    r[c] = _mm256_permute2f128_ps(s[c], s[4 + c], 0x20);
+    r[4 + c] = _mm256_permute2f128_ps(s[c], s[4 + c], 0x31);
+  }
+}
+/* P[c, j] = W[j, c] for 16 rows j and 8 columns c; each stride the distance to the next row */
+__attribute__((target("avx2"))) static inline void refcomp_transpose_f32_16x8_at(
+    const float* W, const float* W_next, float* P, float* P_next) {
+  const ptrdiff_t ldw = W_next - W, ldp = P_next - P;
+  for (int h = 0; h < 2; ++h) {
+    __m256 r[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(W + (8 * h + i) * ldw);
+    refcomp_transpose_8x8_f32(r);
+    for (int c = 0; c < 8; ++c) _mm256_storeu_ps(P + c * ldp + 8 * h, r[c]);
+  }
+}
+"""
+
+
+def _transpose_16x8_at_intrin() -> registry.TensorIntrin:
+    ldw, ldp = Var("ldw"), Var("ldp")
+    w = Buffer("W", (16, 8), to_dtype("float32"), strides=(ldw, 1))
+    p = Buffer("P", (8, 16), to_dtype("float32"), strides=(ldp, 1))
+    j, k, vj, vk = Var("j"), Var("k"), Var("vj"), Var("vk")
+    block = Block("copy", (IterVar(vj, Range.from_extent(16)), IterVar(vk, Range.from_extent(8))),
+                  reads=(BufferRegion(w, (Range(vj, 1), Range(vk, 1))),),
+                  writes=(BufferRegion(p, (Range(vk, 1), Range(vj, 1))),),
+                  body=BufferStore(p, w[vj, vk], (vk, vj)))
+    nest = For(k, 0, 8, "serial", For(j, 0, 16, "serial", BlockRealize((j, k), IntImm(1, "bool"), block)))
+    desc = PrimFunc((w, p), nest, name="refcomp_transpose_f32_16x8_desc")
+    address = lambda buf, index: Call("address_of", (buf.vload(index),), "handle")  # noqa: E731
+    function = "refcomp_transpose_f32_16x8_at"
+    impl = PrimFunc((w, p), Evaluate(Call("call_extern", (
+        StringImm(function), address(w, (0, 0)), address(w, (1, 0)), address(p, (0, 0)), address(p, (1, 0))),
+        "int32")), name=function)
+    return registry.TensorIntrin(TRANSPOSE_16X8_AT, desc, impl, c_helpers=(_C_TRANSPOSE_16X8_AT,),
+                                 c_includes=("immintrin.h", "stddef.h"), cpu_features=("avx2",),
+                                 func_attrs={"relocatable_calls": (function,)},
+                                 doc="P[8, 16] = W[16, 8]^T (fp32, AVX2 shuffles; strides as address distances)")
+
+
+def transpose_16x8_intrin() -> registry.TensorIntrin:
+    """The registered AVX2 transpose tile for 16-wide panels (TRANSPOSE_16X8_AT)."""
+    try:
+        return registry.get(TRANSPOSE_16X8_AT)
+    except ScheduleError:
+        return registry.register(_transpose_16x8_at_intrin())
+
+
 # ----------------------------------------------------------------------------- tile transposes
 
 # The vector widths a tile transpose exists for: lanes -> (name prefix, C function, C source,
@@ -270,6 +380,8 @@ def tile_transpose_intrin(rows: int, columns: int, lanes: int) -> registry.Tenso
 
 # Registered on import (of refcomp.loops.recipes), so a recipe's trace replays by name.
 transpose_intrin()
+transpose_at_intrin()
+transpose_16x8_intrin()
 for _lanes in _TILE_FORMS:
     for _columns in range(2, _lanes + 1):
         for _rows in range(1, _lanes // _columns + 1):
