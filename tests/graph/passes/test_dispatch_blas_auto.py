@@ -134,6 +134,28 @@ def test_auto_keeps_a_constant_weight_product_over_leading_dims_on_flattened_row
 
 
 @needs_avx512
+def test_products_of_one_input_share_its_flattened_rows(rng):
+    """Q, K and V projections of one x: one reshape of x to rows feeds all three products."""
+    from refcomp import graph
+
+    ws = [rng.standard_normal((32, 64)).astype("float32") for _ in range(3)]
+    x = Var("x", tensor((SizeVar("batch", "int64"), 5, 32)))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            q, k, v = (bb.emit(op.matmul(x, graph.const(w))) for w in ws)
+            out = bb.emit_output(op.add(bb.emit(op.add(q, k)), v))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    dispatched = dispatch_blas(mod)
+    ops = [getattr(b.value, "op_name", None) for block in dispatched["main"].body.blocks for b in block.bindings]
+    assert ops.count("matmul") == 3 and ops.count("reshape") == 4  # x once, each result back
+    a = rng.standard_normal((3, 5, 32)).astype("float32")
+    want = a @ ws[0] + a @ ws[1] + a @ ws[2]
+    np.testing.assert_allclose(refcomp.graph.build(mod, target="c").compiled["main"](a), want, rtol=1e-4, atol=1e-4)
+
+
+@needs_avx512
 def test_auto_sends_a_product_over_two_symbolic_leading_dims_to_blas(rng):
     """batch * seq rows are not affine in the sizes (the recipe's partial tile needs that): BLAS."""
     w = rng.standard_normal((48, 64)).astype("float32")

@@ -312,6 +312,7 @@ def dispatch_blas(mod: IRModule, mode: str = "auto") -> IRModule:
             kept: set = set()  # vars of the linears left to the matmul recipe (mode "auto")
             readers: dict = {}  # var -> the values in this block that read it
             flat: dict = {}  # (rows, n) var of a GEMM run on unflattened rows -> the GEMM's own result
+            rows_of: dict = {}  # x (..., k) -> its (rows, k) reshape, for products kept on flattened rows
             for b in block.bindings:
                 for v in used_vars(b.value):
                     readers.setdefault(v, []).append(b.value)
@@ -330,7 +331,10 @@ def dispatch_blas(mod: IRModule, mode: str = "auto") -> IRModule:
                         rows = x.struct_info.shape[0]
                         for d in x.struct_info.shape[1:-1]:
                             rows = rows * d
-                        flat_x = _bind(_reshape_call(x, (rows, x.struct_info.shape[-1])), bb, block, b, counter, out, "rows")
+                        if x not in rows_of:  # one flattened copy per source (Q, K and V read one x)
+                            rows_of[x] = _bind(_reshape_call(x, (rows, x.struct_info.shape[-1])), bb, block, b,
+                                               counter, out, "rows")
+                        flat_x = rows_of[x]
                         gemm = _bind(value.with_(args=(flat_x, *value.args[1:])), bb, block, b, counter, out, "flat")
                         out.append(b.with_(value=_reshape_to(gemm, info, bb)))
                         continue
