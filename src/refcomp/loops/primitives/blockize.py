@@ -221,9 +221,14 @@ def _predicate_over_iters(predicate: PrimExpr, outer_iters: list[IterVar], outer
     if not isinstance(predicate, LT) or not predicate.a.dtype.is_integer:
         return predicate
     a, b = normalize(predicate.a), normalize(predicate.b)
-    if a is None or b is None:
+    if a is None:
         return predicate
-    form = a - b
+    # a bound that is not affine but free of the loops (a row count batch * seq) stays as it is
+    opaque = predicate.b if b is None and not (_vars_of(predicate.b) & {v for value in outer_values
+                                                                          for v in _vars_of(value)}) else None
+    if b is None and opaque is None:
+        return predicate
+    form = a if opaque is not None else a - b
     for iv, value in zip(outer_iters, outer_values):
         vform = normalize(value)
         if vform is None or not vform.terms:
@@ -239,6 +244,8 @@ def _predicate_over_iters(predicate: PrimExpr, outer_iters: list[IterVar], outer
     if form.vars() & outer_loops:
         return predicate
     dtype = predicate.a.dtype
+    if opaque is not None:
+        return LT(form.to_expr(dtype), opaque)
     return LT(Affine(form.terms, 0).to_expr(dtype), const(-form.const, dtype))
 
 
