@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ...ast import (
-    Block, BlockRealize, BufferRegion, For, IntImm, IterVar, PrimExpr, PrimFunc, Range, Stmt, Var,
+    Block, BlockRealize, BufferRegion, For, IntImm, IterVar, PrimExpr, PrimFunc, Range, SizeVar, Stmt, Var,
     as_int, const, substitute,
 )
 from ...errors import ScheduleError
@@ -223,9 +223,8 @@ def _predicate_over_iters(predicate: PrimExpr, outer_iters: list[IterVar], outer
     a, b = normalize(predicate.a), normalize(predicate.b)
     if a is None:
         return predicate
-    # a bound that is not affine but free of the loops (a row count batch * seq) stays as it is
-    opaque = predicate.b if b is None and not (_vars_of(predicate.b) & {v for value in outer_values
-                                                                          for v in _vars_of(value)}) else None
+    # a bound that is not affine but over size vars only (a row count batch * seq) stays as it is
+    opaque = predicate.b if b is None and all(isinstance(v, SizeVar) for v in _vars_of(predicate.b)) else None
     if b is None and opaque is None:
         return predicate
     form = a if opaque is not None else a - b

@@ -27,7 +27,7 @@ from typing import Any
 
 from ...ast import (
     EQ, Add, And, Block, BlockRealize, Buffer, BufferLoad, BufferStore, Cast, Evaluate, FloatImm, For, IfThenElse,
-    IntImm, Mul, Mutator, PrimExpr, PrimFunc, Stmt, StringImm, Var, as_int, const, free_vars, substitute,
+    IntImm, Mul, Mutator, PrimExpr, PrimFunc, SizeVar, Stmt, StringImm, Var, as_int, const, free_vars, substitute,
 )
 from ...ast.structural import structural_equal
 from ...ast.node import Node
@@ -242,10 +242,10 @@ class _Matcher:
         form = _lt_form(predicate)
         bound = None
         if form is None:
-            # `x + offset < b` with b not affine but free of the tile's loops (a row count
+            # `x + offset < b` with b not affine but over size vars only (a row count
             # batch * seq): P = b - offset, b taken as it is
             split = _lt_parts(predicate)
-            if split is None or set(free_vars(split[1])) & self.inner:
+            if split is None or not all(isinstance(v, SizeVar) for v in free_vars(split[1])):
                 raise imperfect
             form, bound = split
         offset = form - moving
