@@ -343,6 +343,29 @@ def test_channel_vector_tile_random_shapes_on_both_widths(rng, vector_isa, data)
     _check(scheduled, rng, (n, c, h, w), (o, c, k, k), (stride, stride), (pad,) * 4, (dilation, dilation), 1)
 
 
+@pytest.mark.parametrize("blocks,k,pad,batches", [
+    (8, 3, 1, (1, 2, 3)),   # 8 channel blocks: parallel over them, the next block's weights prefetched
+    (9, 1, 0, (2,)),        # a 1 x 1 (the window outside the channel loop), an odd block count
+    (4, 3, 1, (2,)),        # few blocks: the rows are the parallel loop, no next-block hint
+])
+def test_channel_vector_prefetches_the_next_blocks_weights(rng, vector_isa, blocks, k, pad, batches):
+    """With the channel blocks the parallel loop and the batch inside them, each step also
+    prefetches the next block's weights, spread over two images ((c + n C) / 2: batch 2 reads
+    each line once; other batches clamp or leave part of it to the hardware); with few blocks
+    only the tile's own lines. Prefetch hints change no value: numpy agrees for batch 1, 2, 3
+    through a symbolic batch, on both vector widths."""
+    native = recipes.conv.native_lanes()
+    o = blocks * 2 * native  # MV = 2 vectors per block
+    c, h = (8, 5) if k == 3 else (64, 3)
+    func = _conv(SizeVar("batch", "int64"), c, h, h, o, k, k, 1, pad)
+    sch = recipes.conv_fp32(func)
+    source = refcomp.build(sch.func).source
+    hints = source.count("__builtin_prefetch(")
+    assert hints == (4 if blocks >= 8 else 2)
+    for n in batches:
+        _check(sch.func, rng, (n, c, h, h), (o, c, k, k), (1, 1), (pad,) * 4, (1, 1), 1)
+
+
 def _depthwise(n, c, h, w, k, stride=1, pad=0, dilation=1):
     return _conv(n, c, h, w, c, k, k, stride, pad, dilation, groups=c)
 

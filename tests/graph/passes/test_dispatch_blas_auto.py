@@ -99,6 +99,74 @@ def test_auto_keeps_products_with_a_constant_weight_packed_at_build_time(kind, r
     np.testing.assert_allclose(got, want.reshape(-1), rtol=1e-4, atol=1e-4)
 
 
+def _leading_dims_matmul(leading, k, w):
+    from refcomp import graph
+
+    x = Var("x", tensor((*leading, k)))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(op.matmul(x, graph.const(w))))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@needs_avx512
+@pytest.mark.parametrize("seq,n,k,rows", [
+    (65, 64, 48, [1, 2, 3]),      # a ViT's 65 tokens: rows = 65 batch, partial last tiles
+    (7, 32, 16, [1, 4]),          # a prime seq, the narrowest tile
+    (1, 96, 32, [5]),             # one token per image
+])
+def test_auto_keeps_a_constant_weight_product_over_leading_dims_on_flattened_rows(seq, n, k, rows, rng):
+    """x (batch, seq, k) @ W (k, n) with W a constant: kept for the recipe as reshape(x, (batch *
+    seq, k)) @ W, reshaped back; equal to numpy for several batch sizes."""
+    w = rng.standard_normal((k, n)).astype("float32")
+    mod = _leading_dims_matmul((SizeVar("batch", "int64"), seq), k, w)
+    dispatched = dispatch_blas(mod)
+    assert _gemm_calls(dispatched) == []
+    ops = [getattr(b.value, "op_name", None) for block in dispatched["main"].body.blocks for b in block.bindings]
+    assert [o for o in ops if o is not None] == ["reshape", "matmul", "reshape"]
+    fn = refcomp.graph.build(mod, target="c").compiled["main"]
+    for batch in rows:
+        a = rng.standard_normal((batch, seq, k)).astype("float32")
+        np.testing.assert_allclose(fn(a), a @ w, rtol=1e-4, atol=1e-4)
+
+
+@needs_avx512
+def test_products_of_one_input_share_its_flattened_rows(rng):
+    """Q, K and V projections of one x: one reshape of x to rows feeds all three products."""
+    from refcomp import graph
+
+    ws = [rng.standard_normal((32, 64)).astype("float32") for _ in range(3)]
+    x = Var("x", tensor((SizeVar("batch", "int64"), 5, 32)))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            q, k, v = (bb.emit(op.matmul(x, graph.const(w))) for w in ws)
+            out = bb.emit_output(op.add(bb.emit(op.add(q, k)), v))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    dispatched = dispatch_blas(mod)
+    ops = [getattr(b.value, "op_name", None) for block in dispatched["main"].body.blocks for b in block.bindings]
+    assert ops.count("matmul") == 3 and ops.count("reshape") == 4  # x once, each result back
+    a = rng.standard_normal((3, 5, 32)).astype("float32")
+    want = a @ ws[0] + a @ ws[1] + a @ ws[2]
+    np.testing.assert_allclose(refcomp.graph.build(mod, target="c").compiled["main"](a), want, rtol=1e-4, atol=1e-4)
+
+
+@needs_avx512
+def test_auto_keeps_a_product_over_two_symbolic_leading_dims(rng):
+    """batch * seq rows (not affine in the sizes): the recipe's partial last tile takes the
+    product as its bound; equal to numpy for several (batch, seq), partial tiles included."""
+    w = rng.standard_normal((48, 64)).astype("float32")
+    mod = _leading_dims_matmul((SizeVar("batch", "int64"), SizeVar("seq", "int64")), 48, w)
+    assert _gemm_calls(dispatch_blas(mod)) == []
+    fn = refcomp.graph.build(mod, target="c").compiled["main"]
+    for batch, seq in [(1, 1), (2, 7), (3, 13), (2, 64)]:
+        a = rng.standard_normal((batch, seq, 48)).astype("float32")
+        np.testing.assert_allclose(fn(a), a @ w, rtol=1e-4, atol=1e-4)
+
+
 def test_dispatch_blas_rejects_an_unknown_mode():
     with pytest.raises(refcomp.BuildError, match="mode"):
         dispatch_blas(_module(lambda bb, x, w, b: op.linear(x, w, b)), "sometimes")

@@ -99,6 +99,27 @@ def test_blockize_partial_tile_keeps_its_predicate(rng):
     np.testing.assert_array_equal(b, a * 2)
 
 
+def test_blockize_partial_tile_over_a_product_of_sizes(rng):
+    """`i_0 * 16 + i_1 < batch * seq`: the bound is not affine, so only the left side is rewritten
+    over the outer iter var (before, the predicate kept the outer loop var i_0 inside the outer
+    block); the interpreter gives the numbers for batch * seq = 3 * 7 rows."""
+    from refcomp.ast import SizeVar
+
+    batch, seq = SizeVar("batch", "int32"), SizeVar("seq", "int32")
+    a = te.placeholder((batch * seq,), "float32", "A")
+    b = te.compute((batch * seq,), lambda i: a[i] * 2.0, name="B")
+    sch = Schedule(te.create_prim_func([a, b]))
+    (i,) = sch.get_loops(sch.get_block("B"))
+    _, i1 = sch.split(i, [None, 16])
+    sch.blockize(i1)
+    where = next(line for line in sch.func.script().splitlines() if "T.where" in line)
+    assert "v_i_o * 16" in where and "i_1" in where and "batch * seq" in where and "i_0" not in where
+    x = rng.standard_normal(21).astype(np.float32)
+    y = np.zeros(21, np.float32)
+    refcomp.interpret(sch.func, x, y, batch=3, seq=7)
+    np.testing.assert_array_equal(y, x * 2)
+
+
 def test_blockize_rejects_a_binding_that_does_not_divide():
     sch = Schedule(_matmul(8, 8, 8))
     i, j, k = sch.get_loops(sch.get_block("C"))

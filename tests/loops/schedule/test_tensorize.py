@@ -397,3 +397,27 @@ def test_tensorize_script_before_after():
     sch.tensorize(ii, "x86.avx2.sgemm_6x16")
     # the function attributes carry the C helper text; the IR itself is compared with the script
     assert_structural_equal(sch.func.with_(attrs={}), refcomp.from_source(AFTER))
+
+
+def test_partial_tile_bound_by_a_product_of_sizes():
+    """A tile guarded by `i < batch * seq` (a row count that is not affine in the sizes, as the
+    flattened (batch, seq) rows of a linear layer give) matches a partial-rows description with
+    `m_rows = batch * seq - first row`, the product taken as it is: before, tensorize refused it
+    (the guard not of the form `x + offset < 0`); the graph-level test of flattened rows checks the
+    numbers (tests/graph/passes/test_dispatch_blas_auto.py)."""
+    from refcomp import te
+    from refcomp.ast import SizeVar
+    from refcomp.loops import recipes
+
+    batch, seq = SizeVar("batch", "int64"), SizeVar("seq", "int64")
+    a = te.placeholder((batch * seq, te.const(32, "int64")), "float32", "A")
+    b = te.placeholder((te.const(32, "int64"), te.const(64, "int64")), "float32", "B")
+    r = te.reduce_axis((te.const(0, "int64"), te.const(32, "int64")), "k")
+    c = te.compute((batch * seq, te.const(64, "int64")), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    sch = recipes.matmul_fp32(te.create_prim_func([a, b, c]), "C")
+    calls = [s.value for s in walk(sch.func.body) if isinstance(s, Evaluate) and isinstance(s.value, Call)
+             and s.value.op == "call_extern"]
+    assert calls  # the init form and the update form of the tile
+    for call in calls:
+        m_rows = call.args[-1].script()
+        assert "batch * seq" in m_rows and "v_i_o" in m_rows  # the product as it is, less the tile's first row

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ...ast import (
-    Block, BlockRealize, BufferRegion, For, IntImm, IterVar, PrimExpr, PrimFunc, Range, Stmt, Var,
+    Block, BlockRealize, BufferRegion, For, IntImm, IterVar, PrimExpr, PrimFunc, Range, SizeVar, Stmt, Var,
     as_int, const, substitute,
 )
 from ...errors import ScheduleError
@@ -221,9 +221,13 @@ def _predicate_over_iters(predicate: PrimExpr, outer_iters: list[IterVar], outer
     if not isinstance(predicate, LT) or not predicate.a.dtype.is_integer:
         return predicate
     a, b = normalize(predicate.a), normalize(predicate.b)
-    if a is None or b is None:
+    if a is None:
         return predicate
-    form = a - b
+    # a bound that is not affine but over size vars only (a row count batch * seq) stays as it is
+    opaque = predicate.b if b is None and all(isinstance(v, SizeVar) for v in _vars_of(predicate.b)) else None
+    if b is None and opaque is None:
+        return predicate
+    form = a if opaque is not None else a - b
     for iv, value in zip(outer_iters, outer_values):
         vform = normalize(value)
         if vform is None or not vform.terms:
@@ -239,6 +243,8 @@ def _predicate_over_iters(predicate: PrimExpr, outer_iters: list[IterVar], outer
     if form.vars() & outer_loops:
         return predicate
     dtype = predicate.a.dtype
+    if opaque is not None:
+        return LT(form.to_expr(dtype), opaque)
     return LT(Affine(form.terms, 0).to_expr(dtype), const(-form.const, dtype))
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from ...ast import (
     EQ, Add, And, Block, BlockRealize, Buffer, BufferLoad, BufferStore, Cast, Evaluate, FloatImm, For, IfThenElse,
-    IntImm, Mul, Mutator, PrimExpr, PrimFunc, Stmt, StringImm, Var, as_int, const, free_vars, substitute,
+    IntImm, Mul, Mutator, PrimExpr, PrimFunc, SizeVar, Stmt, StringImm, Var, as_int, const, free_vars, substitute,
 )
 from ...ast.structural import structural_equal
 from ...ast.node import Node
@@ -240,13 +240,22 @@ class _Matcher:
             self.result.values[var] = const(bounds[1] + 1 + rest.const, var.dtype)
             return
         form = _lt_form(predicate)
+        bound = None
         if form is None:
-            raise imperfect
+            # `x + offset < b` with b not affine but over size vars only (a row count
+            # batch * seq): P = b - offset, b taken as it is
+            split = _lt_parts(predicate)
+            if split is None or not all(isinstance(v, SizeVar) for v in free_vars(split[1])):
+                raise imperfect
+            form, bound = split
         offset = form - moving
         if offset.vars() & self.inner:
             raise self.fail(f"the tile's predicate {_show(predicate)} does not have the description's form "
                             f"{_show(d_predicate)}", spot=predicate)
-        self.result.values[var] = (Affine((), rest.const) - offset).to_expr(var.dtype)
+        value = (Affine((), rest.const) - offset).to_expr(var.dtype)
+        if bound is not None:
+            value = (bound if bound.dtype == var.dtype else Cast(var.dtype, bound)) + value
+        self.result.values[var] = value
 
     def _in_program(self, node):
         """A description statement or expression over the program's loop vars.  A description is
@@ -634,6 +643,16 @@ def _lt_form(predicate: PrimExpr) -> Affine | None:
         return None
     a, b = normalize(predicate.a), normalize(predicate.b)
     return None if a is None or b is None else a - b
+
+
+def _lt_parts(predicate: PrimExpr) -> tuple[Affine, PrimExpr] | None:
+    """(the affine form of a, b) for a predicate a < b (integers) whose a is affine, else None."""
+    from ...ast import LT
+
+    if not isinstance(predicate, LT) or not predicate.a.dtype.is_integer:
+        return None
+    a = normalize(predicate.a)
+    return None if a is None else (a, predicate.b)
 
 
 def _term_vars(term) -> set[Var]:
