@@ -71,9 +71,12 @@ def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True
 
             pipeline.append(("apply_tuning_records",
                              partial(apply_tuning_records, database=tuning_database, target=target)))
+        if fold:
+            from .passes.fold_packed_weights import fold_packed_weights, mark_constant_params
+
+            pipeline.append(("mark_constant_params", mark_constant_params))
         pipeline.append(("default_schedule", default_schedule))
         if fold:
-            from .passes.fold_packed_weights import fold_packed_weights
 
             pipeline += [("fold_packed_weights", fold_packed_weights),
                          ("dead_code_elimination", P.dead_code_elimination)]  # the kernels no call uses now
