@@ -32,16 +32,18 @@ import numpy as np  # noqa: E402
 
 import refcomp  # noqa: E402
 from refcomp.ast import SizeVar  # noqa: E402
+from refcomp.ast.graph import Constant  # noqa: E402
 from refcomp.graph import BlockBuilder, Var, const, op, tensor  # noqa: E402
 from refcomp.loops.intrin.cpu import describe  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- models
 
-def mlp(hidden: int, ffn: int, layers: int, batch: int | None = None):
+def mlp(hidden: int, ffn: int, layers: int, batch: int | None = None, weights: list | None = None):
     """x (batch, hidden) -> [linear(ffn) -> gelu_tanh -> linear(hidden) + residual -> layer_norm] * layers.
     batch is symbolic unless given (a constant batch gives kernels with constant shapes, which the
-    tuner takes)."""
+    tuner takes).  With `weights` (arrays in the order of the shapes returned) they are Constants of
+    the model, known at build time, and main takes x alone."""
     symbolic = batch is None
     batch = SizeVar("batch", "int64") if symbolic else batch
     x = Var("x", tensor((batch, hidden)))
@@ -51,8 +53,11 @@ def mlp(hidden: int, ffn: int, layers: int, batch: int | None = None):
                             (f"b2_{k}", (hidden,)), (f"g_{k}", (hidden,)), (f"be_{k}", (hidden,))):
             params.append(Var(name, tensor(shape)))
             names.append(shape)
+    shapes = [tuple(p.struct_info.static_shape or ()) for p in params[1:]]
+    if weights is not None:
+        params = [x] + [Constant(w) for w in weights]
     bb = BlockBuilder()
-    with bb.function("main", params, attrs={"tir_var_upper_bound": {"batch": 4096}} if symbolic else None):
+    with bb.function("main", params[:1] if weights is not None else params, attrs={"tir_var_upper_bound": {"batch": 4096}} if symbolic else None):
         with bb.dataflow():
             h = x
             for k in range(layers):
@@ -62,7 +67,7 @@ def mlp(hidden: int, ffn: int, layers: int, batch: int | None = None):
                 h = bb.emit(op.layer_norm(r, g, be, axes=(-1,)))
             out = bb.emit_output(h)
         bb.emit_func_output(out)
-    return bb.get(), [tuple(p.struct_info.static_shape or ()) for p in params[1:]]
+    return bb.get(), shapes
 
 
 def mlp_numpy(x, *weights):
@@ -75,9 +80,9 @@ def mlp_numpy(x, *weights):
     return h
 
 
-def transformer_block(hidden: int, heads: int, seq: int | None = None):
+def transformer_block(hidden: int, heads: int, seq: int | None = None, weights: list | None = None):
     """Pre-norm block: x + attn(ln1(x)); then + mlp(ln2(.)), with a causal mask; seq is symbolic
-    unless given."""
+    unless given; weights as in mlp."""
     symbolic = seq is None
     seq = SizeVar("seq", "int64") if symbolic else seq
     d = hidden // heads
@@ -85,10 +90,10 @@ def transformer_block(hidden: int, heads: int, seq: int | None = None):
     shapes = [("g1", (hidden,)), ("b1", (hidden,)), ("wqkv", (3 * hidden, hidden)), ("bqkv", (3 * hidden,)),
               ("wo", (hidden, hidden)), ("bo", (hidden,)), ("g2", (hidden,)), ("b2", (hidden,)),
               ("w1", (4 * hidden, hidden)), ("bf1", (4 * hidden,)), ("w2", (hidden, 4 * hidden)), ("bf2", (hidden,))]
-    params = [x] + [Var(n, tensor(s)) for n, s in shapes]
+    params = [x] + ([Var(n, tensor(s)) for n, s in shapes] if weights is None else [Constant(w) for w in weights])
     g1, b1, wqkv, bqkv, wo, bo, g2, b2, w1, bf1, w2, bf2 = params[1:]
     bb = BlockBuilder()
-    with bb.function("main", params, attrs={"tir_var_upper_bound": {"seq": 2048}} if symbolic else None):
+    with bb.function("main", params if weights is None else params[:1], attrs={"tir_var_upper_bound": {"seq": 2048}} if symbolic else None):
         with bb.dataflow():
             h = bb.emit(op.layer_norm(x, g1, b1, axes=(-1,)))
             qkv = bb.emit(op.linear(h, wqkv, bqkv))
@@ -152,22 +157,31 @@ def isa() -> str:
 
 
 # A pause before each side's round, so the other side's idle pool threads stop spinning first.
-def run_case(name: str, mod, weight_shapes, input_shape, reference, repeat: int, rounds: int = 3,
-             clock=time.perf_counter, blas=True) -> dict:
+def _inputs(weight_shapes, input_shape):
     rng = np.random.default_rng(0)
     x = rng.standard_normal(input_shape).astype("float32")
     weights = [(rng.standard_normal(s) * (1.0 / math.sqrt(s[-1]))).astype("float32") for s in weight_shapes]
+    return x, weights
+
+
+def run_case(name: str, mod, weight_shapes, input_shape, reference, repeat: int, rounds: int = 3,
+             clock=time.perf_counter, blas=True, constant_model=None) -> dict:
+    """constant_model: weights -> the same model with them as Constants (then main takes x alone)."""
+    x, weights = _inputs(weight_shapes, input_shape)
+    if constant_model is not None:
+        mod = constant_model(weights)
+    args = (x,) if constant_model is not None else (x, *weights)
     start = time.perf_counter()
     fused = refcomp.graph.build(mod, target="c", blas=blas)
     compile_s = time.perf_counter() - start
     unfused = refcomp.graph.build(mod, target="c", fuse=False)
     vm = refcomp.runtime.VirtualMachine(fused, executor="vm")
     compiled = fused.compiled.get("main")
-    run_c = (lambda: compiled(x, *weights)) if compiled is not None else (lambda: vm["main"](x, *weights))
+    run_c = (lambda: compiled(*args)) if compiled is not None else (lambda: vm["main"](*args))
     want = reference(x, *weights)
     error = max(float(np.max(np.abs(out - want)) / (np.max(np.abs(want)) + 1e-30))
-                for out in (vm["main"](x, *weights), run_c()))
-    c_s, vm_s, np_s = harness.best_times([run_c, lambda: vm["main"](x, *weights), lambda: reference(x, *weights)],
+                for out in (vm["main"](*args), run_c()))
+    c_s, vm_s, np_s = harness.best_times([run_c, lambda: vm["main"](*args), lambda: reference(x, *weights)],
                                          repeat, rounds, clock)
     calls = lambda ex: ex.stats["kernel_calls_static"] + sum(  # noqa: E731
         1 for i in ex.functions["main"].code if type(i).__name__ == "CallPacked")
@@ -205,13 +219,14 @@ def kernel_rates(func, sizes: dict, seconds: float) -> tuple[float | None, float
 
 
 def profile_case(name: str, mod, weight_shapes, input_shape, repeat: int, rounds: int, clock, blas,
-                 sizes: dict) -> list[dict]:
+                 sizes: dict, constant_model=None) -> list[dict]:
     """Each kernel's best time per call of the model (its calls in one run summed, and counted), by `clock`,
     run through the VM with every kernel wrapped by a timer; GFLOP/s for the kernels with a
     reduction (kernel_flops)."""
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal(input_shape).astype("float32")
-    weights = [(rng.standard_normal(s) * (1.0 / math.sqrt(s[-1]))).astype("float32") for s in weight_shapes]
+    x, weights = _inputs(weight_shapes, input_shape)
+    if constant_model is not None:
+        mod = constant_model(weights)
+        weights = []
     ex = refcomp.graph.build(mod, target="c", blas=blas)
     vm = refcomp.runtime.VirtualMachine(ex, executor="vm")
     from refcomp.graph.pipeline import optimize
@@ -249,7 +264,7 @@ def profile_case(name: str, mod, weight_shapes, input_shape, repeat: int, rounds
     rows = []
     for kernel_name in order:
         t = best[kernel_name]
-        func = unscheduled.functions.get(kernel_name)
+        func = unscheduled.functions.get(kernel_name) or unscheduled.functions.get(kernel_name.removesuffix("_packed"))
         gflops, gbs = kernel_rates(func, sizes, t) if func is not None else (None, None)
         rows.append({"case": name, "kernel": kernel_name, "calls": calls[kernel_name], "ms": t * 1e3,
                      "gflops": gflops, "gbs": gbs})
@@ -284,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="time each kernel of the graph (through the VM, best call of rounds x repeat) and "
                              "print its share and, for the GEMMs, its GFLOP/s; no comparison with numpy")
+    parser.add_argument("--parameter-weights", action="store_true",
+                        help="pass the weights as inputs of main on every call (default: Constants of the "
+                             "model, known at build time, as an imported model has them)")
     parser.add_argument("--blas", choices=("auto", "always"), default="auto",
                         help="graph.build's BLAS dispatch: auto keeps the linears refcomp's GEMM runs faster")
     args = parser.parse_args(argv)
@@ -300,31 +318,37 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [c for c in args.cases if c not in ("mlp", "transformer_block")]
     if unknown:
         parser.error(f"unknown case(s) {unknown}; choose mlp and/or transformer_block")
+    def constant(build):  # the model with its weights as Constants, unless --parameter-weights
+        return None if args.parameter_weights else (lambda weights: build(weights)[0])
+
+    mlp_of = lambda weights=None: mlp(args.hidden, 4 * args.hidden, args.layers, weights=weights)  # noqa: E731
+    block_of = lambda weights=None: transformer_block(args.hidden, args.heads, weights=weights)  # noqa: E731
     if args.profile:
         print(f"ISA: {isa()}")
         for case in args.cases:
             if case == "mlp":
-                mod, shapes = mlp(args.hidden, 4 * args.hidden, args.layers)
+                mod, shapes = mlp_of()
                 rows = profile_case("mlp", mod, shapes, (args.batch, args.hidden), args.repeat, args.rounds,
-                                    clock, blas, {"batch": args.batch})
+                                    clock, blas, {"batch": args.batch}, constant(mlp_of))
             else:
-                mod, shapes = transformer_block(args.hidden, args.heads)
+                mod, shapes = block_of()
                 rows = profile_case("transformer_block", mod, shapes, (args.seq, args.hidden), args.repeat,
-                                    args.rounds, clock, blas, {"seq": args.seq})
+                                    args.rounds, clock, blas, {"seq": args.seq}, constant(block_of))
             print_profile(rows)
         return 0
     rows = []
     for case in args.cases:
         if case == "mlp":
-            mod, shapes = mlp(args.hidden, 4 * args.hidden, args.layers)
+            mod, shapes = mlp_of()
             rows.append(run_case("mlp", mod, shapes, (args.batch, args.hidden), mlp_numpy, args.repeat,
-                                 args.rounds, clock, blas))
+                                 args.rounds, clock, blas, constant(mlp_of)))
         else:
-            mod, shapes = transformer_block(args.hidden, args.heads)
+            mod, shapes = block_of()
             rows.append(run_case("transformer_block", mod, shapes, (args.seq, args.hidden),
                                  lambda x, *w: transformer_numpy(args.heads, x, *w), args.repeat, args.rounds,
-                                 clock, blas))
+                                 clock, blas, constant(block_of)))
     mode = "1 thread each, process CPU time" if args.single_thread_cpu else f"{os.cpu_count()} threads, wall time"
+    mode += "; weights passed on each call" if args.parameter_weights else "; weights Constants of the model"
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; timing: {mode}, best of {args.rounds} "
           f"alternating rounds x {args.repeat} calls; freed memory kept in the heap: {harness.KEEPS_FREED_MEMORY}")
     print(f"ISA: {isa()}")

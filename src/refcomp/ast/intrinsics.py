@@ -58,3 +58,60 @@ def is_pure_call(op: str) -> bool:
     return info.pure if info is not None else False
 
 
+
+
+# ------------------------------------------------------------------ what an address handed out does
+# A tensor intrinsic declares, per buffer operand, whether its micro-kernel reads, writes or
+# reads and writes it (TensorIntrin.operand_access); tensorize records that in the function's
+# attrs under EXTERN_ACCESS as ((c_function, (access per call_extern argument after the name,
+# "" where the argument is not an address)), ...).  An address whose access is not declared there
+# (an address_of anywhere else, a call without a declaration) may be written: the conservative
+# default.
+EXTERN_ACCESS = "extern_access"
+ACCESS_KINDS = ("read", "write", "readwrite")
+
+
+def extern_access_table(attrs) -> dict:
+    """{c_function: (access per argument position)} from a function's attrs (EXTERN_ACCESS)."""
+    return {name: tuple(accesses) for name, accesses in (attrs or {}).get(EXTERN_ACCESS, ())}
+
+
+def merge_extern_access(current, name: str, accesses: tuple) -> tuple:
+    """current (an EXTERN_ACCESS value) with name's accesses added; two declarations of one C
+    function join per position (read and write give readwrite; an undeclared position stays so)."""
+    table = dict(current or ())
+    old = table.get(name)
+    if old is not None and tuple(old) != tuple(accesses):
+        width = max(len(old), len(accesses))
+        old, new = tuple(old) + ("",) * (width - len(old)), tuple(accesses) + ("",) * (width - len(accesses))
+        accesses = tuple(a if a == b else ("" if "" in (a, b) else "readwrite") for a, b in zip(old, new))
+    table[name] = tuple(accesses)
+    return tuple(sorted(table.items()))
+
+
+def address_accesses(node, attrs=None) -> list:
+    """(BufferLoad, access) for each address_of in node: the declared access where the address is
+    an argument of a call_extern declared in attrs (EXTERN_ACCESS), else "write"."""
+    from .expr import BufferLoad, Call
+    from .functor import collect
+
+    table = extern_access_table(attrs)
+    declared: dict[int, str] = {}
+    calls = collect(node, Call)
+    for call in calls:
+        if call.op != "call_extern" or not call.args:
+            continue
+        accesses = table.get(getattr(call.args[0], "value", None))
+        if accesses is None:
+            continue
+        for position, arg in enumerate(call.args[1:]):
+            access = accesses[position] if position < len(accesses) else ""
+            if access in ACCESS_KINDS and isinstance(arg, Call) and arg.op == "address_of":
+                declared[id(arg)] = access
+    return [(load, declared.get(id(call), "write")) for call in calls if call.op == "address_of"
+            for load in call.args if isinstance(load, BufferLoad)]
+
+
+def addressed_writes(node, attrs=None) -> set:
+    """The buffers whose address node hands to something that may write through it."""
+    return {load.buffer for load, access in address_accesses(node, attrs) if access != "read"}

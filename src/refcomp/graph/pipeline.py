@@ -5,9 +5,9 @@
 
 Pipeline (each a pure IRModule -> IRModule pass; the IR after each is logged at DEBUG level on
 the "refcomp.graph" logger): normalize, split_to_slices, (dispatch_blas,) legalize_ops, canonicalize_bindings, fold_constant,
-dead_code_elimination, fuse_ops + fuse_tir (fuse=True), default_schedule (schedule=True),
-fold_packed_weights + dead_code_elimination (schedule and fold: constant weights packed at build
-time), plan_memory, then lower_to_vm and kernel compilation; then each graph function is compiled to one C
+dead_code_elimination, fuse_ops + fuse_tir (fuse=True), (mark_constant_params,) default_schedule
+(schedule=True), fold_packed_weights + dead_code_elimination (schedule and fold: constant weights
+packed at build time), plan_memory, then lower_to_vm and kernel compilation; then each graph function is compiled to one C
 function where it can (lower_to_c, spec/graph_c.md), else the VM runs it (ex.executor says why).  The target vocabulary is refcomp.build's
 (spec/targets.md): a "c" target, with any of its options, compiles each PrimFunc with refcomp.build
 for that target; "interpret" runs kernels in the reference interpreter (slow; for testing).  The
@@ -71,9 +71,12 @@ def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True
 
             pipeline.append(("apply_tuning_records",
                              partial(apply_tuning_records, database=tuning_database, target=target)))
+        if fold:
+            from .passes.fold_packed_weights import fold_packed_weights, mark_constant_params
+
+            pipeline.append(("mark_constant_params", mark_constant_params))
         pipeline.append(("default_schedule", default_schedule))
         if fold:
-            from .passes.fold_packed_weights import fold_packed_weights
 
             pipeline += [("fold_packed_weights", fold_packed_weights),
                          ("dead_code_elimination", P.dead_code_elimination)]  # the kernels no call uses now

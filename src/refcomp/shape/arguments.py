@@ -37,6 +37,7 @@ from ..ast.buffer import Buffer
 from ..ast.dtype import DataType
 from ..ast.function import PrimFunc
 from ..ast.functor import collect, free_vars, substitute
+from ..ast.intrinsics import addressed_writes
 from ..errors import ArgumentError
 from .evaluate import EvaluationError, UnboundVariable, evaluate
 from .guards import runtime_preconditions
@@ -69,13 +70,11 @@ def _shape_text(shape: Sequence[E.PrimExpr]) -> str:
 
 
 def written_buffers(func: PrimFunc) -> set[Buffer]:
-    """Parameter buffers the function may write (stores, and any buffer whose address escapes)."""
+    """Parameter buffers the function may write (stores, and any buffer whose address is handed
+    to a call that may write through it: every address but a tensor intrinsic's operand declared
+    read, refcomp.ast.intrinsics.address_accesses)."""
     written = {s.buffer for s in collect(func.body, S.BufferStore)}
-    for call in collect(func.body, E.Call):
-        if call.op == "address_of":
-            for load in call.args:
-                if isinstance(load, E.BufferLoad):
-                    written.add(load.buffer)
+    written |= addressed_writes(func.body, func.attrs)
     for block in collect(func.body, S.Block):
         written.update(region.buffer for region in block.writes)
     return written

@@ -27,6 +27,7 @@ from ..ast.expr import (
 )
 from ..ast.function import PrimFunc
 from ..ast.functor import collect, free_vars
+from ..ast.intrinsics import addressed_writes
 from ..ast.stmt import (
     Allocate, AssertStmt, Block, BlockRealize, BufferStore, Evaluate, For, IfThenElse, LetStmt,
     SeqStmt, Stmt, While,
@@ -121,7 +122,7 @@ class ScopeWalker:
         stored = self._stored.get(scope) if not isinstance(scope, tuple) else None
         if stored is None:
             stored = {store.buffer for store in collect(scope, BufferStore)}
-            stored |= {call_buffer for call_buffer in _opaque_writes(scope)}
+            stored |= {call_buffer for call_buffer in _opaque_writes(scope, self.func.attrs)}
             if not isinstance(scope, tuple):
                 self._stored[scope] = stored
         return bool(loaded & stored)
@@ -307,10 +308,14 @@ def _in_range(var: Var, dom: Range) -> PrimExpr:
     return (lo <= var) & (var < lo + extent)
 
 
-def _opaque_writes(scope: Any) -> set:
-    """Buffers an opaque call (call_extern, ...) may write: those whose elements it takes the address of."""
-    out = set()
+def _opaque_writes(scope: Any, attrs: Any = None) -> set:
+    """Buffers an opaque call (call_extern, ...) may write: those whose elements it takes the
+    address of, but for a tensor intrinsic's operand declared read (attrs: the function's, with
+    refcomp.ast.intrinsics.EXTERN_ACCESS), and any other buffer a call_extern loads from."""
+    out = addressed_writes(scope, attrs)
     for call in collect(scope, Call):
-        if call.op in ("call_extern", "address_of", "tvm_storage_sync"):
-            out |= {load.buffer for load in collect(call, BufferLoad)}
+        if call.op in ("call_extern", "tvm_storage_sync"):
+            addressed = {id(load) for arg in call.args if isinstance(arg, Call) and arg.op == "address_of"
+                         for load in arg.args}
+            out |= {load.buffer for load in collect(call, BufferLoad) if id(load) not in addressed}
     return out

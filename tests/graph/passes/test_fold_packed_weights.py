@@ -97,3 +97,96 @@ def test_two_convolutions_share_a_packed_kernel_with_their_own_constants(rng):
     expected = conv(conv(xv.astype(np.float64), w1), w2)
     np.testing.assert_allclose(np.asarray(refcomp.runtime.VirtualMachine(ex)["main"](xv)), expected,
                                rtol=1e-4, atol=1e-3)
+
+
+# ----------------------------------------------------------------------------- GEMM weights
+# The matmul recipe packs a constant weight in a stage of its own (mark_constant_params), which
+# the tile kernel only reads (its B operand is declared read); the stage runs at build time.
+
+def _gelu_tanh(z):
+    return 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3)))
+
+
+def _gemm_model(kind, rows, w, b, constant=True):
+    from refcomp.ast import SizeVar
+
+    k = w.shape[0] if kind == "matmul" else w.shape[1]
+    n = w.shape[1] if kind == "matmul" else w.shape[0]
+    m = SizeVar("m", "int64") if rows is None else rows
+    x = Var("x", tensor((m, k)))
+    params = [x]
+    if constant:
+        weight = Constant(w)
+    else:
+        weight = Var("w", tensor(w.shape))
+        params.append(weight)
+    res = Var("r", tensor((m, n)))
+    if kind == "linear_residual":
+        params.append(res)
+    bb = BlockBuilder()
+    with bb.function("main", params, attrs={"tir_var_upper_bound": {"m": 256}} if rows is None else None):
+        with bb.dataflow():
+            if kind == "matmul":
+                y = op.matmul(x, weight)
+            else:
+                y = op.linear(x, weight, Constant(b))
+            if kind == "linear_gelu":
+                y = op.gelu_tanh(y)
+            elif kind == "linear_residual":
+                y = op.add(y, res)
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _gemm_expected(kind, xv, w, b, rv):
+    x64 = xv.astype(np.float64)
+    if kind == "matmul":
+        return x64 @ w.astype(np.float64)
+    z = x64 @ w.T.astype(np.float64) + b
+    return _gelu_tanh(z) if kind == "linear_gelu" else z + rv if kind == "linear_residual" else z
+
+
+def _constant_bytes(ex) -> int:
+    return sum(inst.value.nbytes for inst in ex.functions["main"].code
+               if type(inst).__name__ == "LoadConst" and isinstance(inst.value, np.ndarray))
+
+
+@pytest.mark.parametrize("rows", [40, None], ids=["rows40", "symbolic_rows"])
+@pytest.mark.parametrize("kind", ["matmul", "linear", "linear_gelu", "linear_residual"])
+def test_constant_gemm_weight_is_packed_at_build_time(rng, kind, rows):
+    n, k = 256, 64
+    w = rng.standard_normal((k, n) if kind == "matmul" else (n, k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    ex = refcomp.graph.build(_gemm_model(kind, rows, w, b), target="c")
+    kernels = _kernels(ex)
+    (kernel,) = [f for f in kernels.values() if any(iv.kind == "reduce" for blk in _blocks(f) for iv in blk.iter_vars)]
+    assert kernel.name.endswith("_packed"), f"{kind}: the weight's packing stage was not folded"
+    assert _shape(kernel.params[1]) != w.shape and find_packing_stage(kernel, 1) is None
+    # the packed weight is the only copy of it the executable keeps (the original is not loaded)
+    assert _constant_bytes(ex) <= w.nbytes + b.nbytes
+    for m in ([rows] if rows is not None else [1, 37, 96]):
+        xv = rng.standard_normal((m, k)).astype(np.float32)
+        rv = rng.standard_normal((m, n)).astype(np.float32)
+        args = (xv, rv) if kind == "linear_residual" else (xv,)
+        expected = _gemm_expected(kind, xv, w, b, rv)
+        for run in (refcomp.runtime.VirtualMachine(ex, executor="vm")["main"], ex.compiled.get("main")):
+            if run is not None:
+                np.testing.assert_allclose(np.asarray(run(*args)), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_gemm_weight_passed_at_run_time_is_packed_per_call(rng):
+    n, k = 256, 64
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    ex = refcomp.graph.build(_gemm_model("linear_gelu", None, w, b, constant=False), target="c")
+    assert not any(name.endswith("_packed") for name in _kernels(ex))
+    xv = rng.standard_normal((29, k)).astype(np.float32)
+    got = np.asarray(refcomp.runtime.VirtualMachine(ex)["main"](xv, w))
+    np.testing.assert_allclose(got, _gemm_expected("linear_gelu", xv, w, b, None), rtol=1e-4, atol=1e-4)
+
+
+def _blocks(func):
+    from refcomp.ast import Block, collect
+
+    return collect(func.body, Block)

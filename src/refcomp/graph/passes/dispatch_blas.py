@@ -15,8 +15,9 @@ legalization.  The externs `refcomp.blas.sgemm_nn` / `sgemm_nt` are registered b
 mode "auto" (the default) keeps a product whose weight is a graph constant (matmul, dense or
 linear; 2-d operands of the shapes below) for refcomp's own GEMM, which ran faster than sgemm there
 (the demo's MLP, 64 x 256 -> 1024 -> 256, one AVX-512 thread: 0.51 against 0.59 ms).  Its weight is
-still packed on every call, as sgemm packs it: fold_packed_weights does not fold a packing stage
-whose buffer the tile kernel takes by address (an address counts as a write).  It also keeps a `linear` where that measured faster: the
+packed once, at build time: the matmul recipe packs a constant weight in a stage of its own
+(mark_constant_params) and fold_packed_weights evaluates it, the tile kernel declaring that it
+only reads the packed panels it is handed (sgemm packs its operand on every call).  It also keeps a `linear` where that measured faster: the
 matmul recipe on the AVX-512 tile with the weight packed through the register transpose (N a
 multiple of 32, K of 16, both constant), its input a plain buffer after fusion, and its result
 read only by an elementwise op, so that the bias and that epilogue (gelu, a residual add) are

@@ -8,8 +8,8 @@ PrimFunc the *packing stages*:
 
     a block of spatial iters only, with no predicate and no init, whose body is one store
     Q[f(v)] = P[g(v)] of a parameter P into a buffer Q allocated by the function (root level),
-    where no other block reads P and no other block writes Q, in a loop nest of its own, and Q's
-    address is not taken (a tensorized micro-kernel's operand counts as written: not foldable)
+    where no other block reads P and no other block writes Q, in a loop nest of its own, and no
+    call is handed Q's address to write through (a tensor intrinsic's operand declared read is not)
 
 and, for a call whose argument for P is a Constant, evaluates the copy with numpy over the
 block's whole domain (the one evaluator, on arrays of index points), passes the packed array in
@@ -52,6 +52,36 @@ def fold_packed_weights(mod: IRModule, max_elements: int = 1 << 24) -> IRModule:
             mod = mod.with_function(fname, new)
     for name, prim in new_functions.items():
         mod = mod.with_function(name, prim)
+    return mod
+
+
+def mark_constant_params(mod: IRModule) -> IRModule:
+    """mod with each PrimFunc that only call_tir calls use marked attrs["constant_params"]: the
+    positions of the parameters every such call passes a Constant for (run before
+    default_schedule: the matmul recipe then packs such a weight in a stage of its own, which
+    fold_packed_weights folds; spec/graph.md 5.1)."""
+    from ...ast import collect as collect_nodes
+
+    constant: dict[str, set[int] | None] = {}
+    references: dict[str, int] = {}
+    calls: dict[str, int] = {}
+    for _, func in graph_functions(mod):
+        for gvar in collect_nodes(func, GlobalVar):
+            references[gvar.name] = references.get(gvar.name, 0) + 1
+        for call in collect_nodes(func, Call):
+            if getattr(call.op, "name", None) != "call_tir" or not call.args or not isinstance(call.args[0], GlobalVar):
+                continue
+            name = call.args[0].name
+            calls[name] = calls.get(name, 0) + 1
+            here = {index for index, arg in enumerate(call.args[1:]) if isinstance(arg, Constant)}
+            constant[name] = here if name not in constant else constant[name] & here
+    for name, indices in constant.items():
+        prim = mod.functions.get(name)
+        if not isinstance(prim, PrimFunc) or not indices or references.get(name) != calls.get(name):
+            continue
+        indices = tuple(sorted(i for i in indices if i < len(prim.params)))
+        if indices and prim.attrs.get("constant_params") != indices:
+            mod = mod.with_function(name, prim.with_(attrs={**prim.attrs, "constant_params": indices}))
     return mod
 
 
@@ -121,12 +151,12 @@ def find_packing_stage(func: PrimFunc, index: int) -> BlockRealize | None:
 
 
 def _escapes(func: PrimFunc, buffer) -> bool:
-    """Whether the function takes buffer's address (a tensorized micro-kernel's operand): the
-    argument checks then count it as written, and a Constant, read-only, could not be passed."""
-    from ...ast.expr import Call as TirCall
+    """Whether the function hands buffer's address to a call that may write through it (every
+    address but a tensor intrinsic's operand declared read, refcomp.ast.intrinsics): the argument
+    checks then count it as written, and a Constant, read-only, could not be passed."""
+    from ...ast.intrinsics import addressed_writes
 
-    return any(call.op == "address_of" and any(getattr(a, "buffer", None) is buffer for a in call.args)
-               for call in collect(func.body, TirCall))
+    return buffer in addressed_writes(func.body, func.attrs)
 
 
 def _own_nest(seq: SeqStmt, realize: BlockRealize) -> int | None:

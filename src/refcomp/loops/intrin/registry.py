@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ...ast import Buffer, PrimFunc
+from ...ast.intrinsics import ACCESS_KINDS
 from ...errors import ScheduleError
 from .cpu import cpu_features
 
@@ -32,6 +33,9 @@ class TensorIntrin:
     func_attrs: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"needs_amx": True}
     doc: str = ""
     init_impl: PrimFunc | None = None  # the same tile on an output that starts at zero (no read of it)
+    # per buffer operand, in the desc's order: "read", "write" or "readwrite", what the impl's
+    # call does through the address it is handed; () leaves every address a possible write
+    operand_access: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -43,6 +47,10 @@ class TensorIntrin:
             if not isinstance(part, PrimFunc):
                 raise TypeError(f"TensorIntrin {self.name}: {label} must be a PrimFunc, got {part!r}")
         desc_buffers = [p for p in self.desc.params if isinstance(p, Buffer)]
+        if self.operand_access and (len(self.operand_access) != len(desc_buffers)
+                                    or any(a not in ACCESS_KINDS for a in self.operand_access)):
+            raise TypeError(f"TensorIntrin {self.name}: operand_access must give one of {ACCESS_KINDS} per "
+                            f"buffer operand ({len(desc_buffers)}), got {self.operand_access!r}")
         for impl, label in parts[1:]:
             impl_buffers = [p for p in impl.params if isinstance(p, Buffer)]
             if len(desc_buffers) != len(impl_buffers):
@@ -52,6 +60,29 @@ class TensorIntrin:
                 if d.ndim != i.ndim or d.dtype != i.dtype:
                     raise TypeError(f"TensorIntrin {self.name}: {label} buffer {i.name} ({i.dtype}, {i.ndim}-d) "
                                     f"does not correspond to desc buffer {d.name} ({d.dtype}, {d.ndim}-d)")
+
+    def extern_access(self) -> dict:
+        """{c_function: (access per call_extern argument after the name, "" for a non-address)}
+        of the calls in impl and init_impl, from operand_access ({} when none is declared)."""
+        from ...ast import BufferLoad, Call, collect
+
+        out: dict = {}
+        if not self.operand_access:
+            return out
+        for impl in (self.impl, self.init_impl):
+            if impl is None:
+                continue
+            buffers = [p for p in impl.params if isinstance(p, Buffer)]
+            for call in collect(impl.body, Call):
+                if call.op != "call_extern" or not call.args or not hasattr(call.args[0], "value"):
+                    continue
+                accesses = []
+                for arg in call.args[1:]:
+                    load = arg.args[0] if isinstance(arg, Call) and arg.op == "address_of" and arg.args else None
+                    owner = load.buffer if isinstance(load, BufferLoad) else None
+                    accesses.append(self.operand_access[buffers.index(owner)] if owner in buffers else "")
+                out[call.args[0].value] = tuple(accesses)
+        return out
 
     def available(self) -> bool:
         """True when the CPU running refcomp has every feature the implementation needs."""

@@ -71,6 +71,7 @@ for _name, (_mr, _nr, _a, _b, _acc, _layout, _kmul, _fn, _src, _features, _acs, 
         cpu_features=tuple(_features), func_attrs={k: v for k, v in _attrs.items() if k != "a_panel"},
         doc=f"C[{_mr},{_nr}] ({_acc}) += A[{_mr},K] ({_a}{', packed MR-row panels' if _panel else ''}) * B[K,{_nr}] ({_b}, {_layout}), K % {_kmul} == 0",
         init_impl=_init_form(_impl, _fn) if _fn.startswith("refcomp_sgemm_") else None,
+        operand_access=("read", "read", "readwrite"),  # A and B panels read, C tile updated
     ), override=True)
 
 

@@ -38,6 +38,7 @@ from ...ast import (
     PrimFunc, SeqStmt, Stmt, Var, collect, free_vars,
 )
 from ...ast.expr import as_int
+from ...ast.intrinsics import address_accesses
 from ...ast.structural import structural_equal
 from ...shape.canonical import linear_form
 
@@ -46,7 +47,8 @@ def compact_local_buffers(func: PrimFunc) -> PrimFunc:
     """func with each "local" allocation placed where its buffer is used and shrunk to the part
     used there (module doc).  A lowering pass of the C target: runs after lower_blocks."""
     relocatable = frozenset(func.attrs.get("relocatable_calls", ()))
-    return func.with_(body=BufferCompactor({}, set(), lambda scope: scope == "local", relocatable).visit(func.body))
+    return func.with_(body=BufferCompactor({}, set(), lambda scope: scope == "local", relocatable,
+                                             func.attrs).visit(func.body))
 
 
 class BufferCompactor(Mutator):
@@ -55,8 +57,9 @@ class BufferCompactor(Mutator):
     fixed for one thread (part of the base of a per-thread buffer)."""
 
     def __init__(self, ranges: dict[Var, tuple[int, int | None]], threads: set[Var],
-                 movable: Callable[[str], bool], relocatable: frozenset = frozenset()) -> None:
+                 movable: Callable[[str], bool], relocatable: frozenset = frozenset(), attrs=None) -> None:
         super().__init__()
+        self.attrs = attrs  # the function's, for the declared access of tensor intrinsic operands
         self.movable = movable
         self.relocatable = relocatable  # C functions whose address arguments do not pin a shape
         self.ranges = dict(ranges)  # var -> (min, extent) with constant ints where known
@@ -121,7 +124,7 @@ class BufferCompactor(Mutator):
             inner |= self.threads
         plans = [self.plan(alloc.buffer, body, dim, inner) for dim in range(len(alloc.buffer.shape))]
         if _address_taken(body, alloc.buffer, self.relocatable):
-            plans = _leading_unit_plans(plans, body, alloc.buffer, self.relocatable)
+            plans = _leading_unit_plans(plans, body, alloc.buffer, self.relocatable, self.attrs)
         shape, bases, lows = [], [], []
         for dim, plan in zip(alloc.buffer.shape, plans):
             old = as_int(dim)
@@ -213,13 +216,14 @@ def _address_taken(stmt: Stmt, buffer: Buffer, relocatable: frozenset = frozense
                and not (id(call) in moved and has_plain) for call in calls)
 
 
-def _leading_unit_plans(plans: list, body: Stmt, buffer: Buffer, relocatable: frozenset = frozenset()) -> list:
+def _leading_unit_plans(plans: list, body: Stmt, buffer: Buffer, relocatable: frozenset = frozenset(),
+                        attrs=None) -> list:
     """The plans of an address-taken buffer that keep its strides (module doc): the leading run of
     dimensions indexed at one base by every access becomes 1 long; every later one keeps its
     extent; nothing shrinks unless a plain store or a relocatable call fills the buffer (such a
     call reaches only the tile its tensorized block declared, whose leading indices are those of
     the addresses it is handed: at the one base)."""
-    if not any(s.buffer is buffer for s in collect(body, BufferStore)) and not _handed_to(body, buffer, relocatable):
+    if not any(s.buffer is buffer for s in collect(body, BufferStore)) and not _handed_to(body, buffer, relocatable, attrs):
         return [None] * len(plans)
     kept: list = []
     for plan in plans:
@@ -229,13 +233,15 @@ def _leading_unit_plans(plans: list, body: Stmt, buffer: Buffer, relocatable: fr
     return kept + [None] * (len(plans) - len(kept))
 
 
-def _handed_to(stmt: Stmt, buffer: Buffer, relocatable: frozenset) -> bool:
-    """Whether an address of buffer is handed to a relocatable call (a function in `relocatable`)."""
+def _handed_to(stmt: Stmt, buffer: Buffer, relocatable: frozenset, attrs=None) -> bool:
+    """Whether an address of buffer is handed to a relocatable call (a function in `relocatable`)
+    that may write through it (an operand declared read does not fill the buffer)."""
+    writing = {id(load) for load, access in address_accesses(stmt, attrs) if access != "read"}
     for call in collect(stmt, Call):
         if call.op == "call_extern" and call.args and getattr(call.args[0], "value", None) in relocatable:
             for arg in call.args[1:]:
                 if isinstance(arg, Call) and arg.op == "address_of" and any(
-                        isinstance(a, BufferLoad) and a.buffer is buffer for a in arg.args):
+                        isinstance(a, BufferLoad) and a.buffer is buffer and id(a) in writing for a in arg.args):
                     return True
     return False
 

@@ -30,6 +30,7 @@ from ...ast import (
     IntImm, Mul, Mutator, PrimExpr, PrimFunc, SizeVar, Stmt, StringImm, Var, as_int, const, free_vars, substitute,
 )
 from ...ast.structural import structural_equal
+from ...ast.intrinsics import EXTERN_ACCESS, merge_extern_access
 from ...ast.node import Node
 from ...errors import ScheduleError
 from ..intrin.registry import TensorIntrin, get
@@ -630,6 +631,8 @@ def _with_requirements(func: PrimFunc, intrinsic: TensorIntrin) -> PrimFunc:
             current = tuple(attrs.get(key, ()))
             value = current + tuple(v for v in value if v not in current)
         attrs[key] = value
+    for name, accesses in intrinsic.extern_access().items():  # the operands' declared access
+        attrs[EXTERN_ACCESS] = merge_extern_access(attrs.get(EXTERN_ACCESS), name, accesses)
     return func.with_(attrs=attrs)
 
 

@@ -190,8 +190,16 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     # 1024, 118 -> 128 GFLOP/s); against that gather copy the graph benchmark's linear + gelu
     # kernel (batch 256 symbolic, one thread of an AVX-512 Xeon, best of 6) went 16.85 -> 16.24
     # ms and its mlp 66.3 -> 63.8 ms.
+    #
+    # A B the caller passes as a constant on every call (the PrimFunc attr "constant_params" lists
+    # its parameter index: the graph's linears with Constant weights) is packed by a stage of its
+    # own before the kernel, into a global buffer in the same block-major layout, by a plain copy
+    # (no tile kernel): graph.build's fold_packed_weights then runs that stage once at build time
+    # and the kernel takes the packed weight as a parameter (the graph benchmark's mlp: 16 MiB of
+    # W no longer read and packed on every call).
     in_thread = by_columns or rows_outside
-    per_block = in_thread
+    constant_b = pack_b and _is_constant_param(sch, blk, shape.b_index)
+    per_block = in_thread and not constant_b
     packed_b = sch.cache_read(blk, shape.b_index, "local" if per_block else "global") if pack_b else None
 
     i, j, k = sch.get_loops(blk)
@@ -206,14 +214,14 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     if shape.b_transposed and packed_b is None:
         raise ScheduleError(f"{recipe}: B read as W[j, k] needs pack_b (the kernel reads k-major panels)")
     if packed_b is not None:
-        if in_thread:
+        if per_block:
             sch.compute_at(packed_b, slabs[0] if slabs else j0)
-        blocks = (nc, kc) if per_block else None
+        blocks = (nc, kc) if in_thread else None
         sch.transform_layout(packed_b, ("write", 0), _b_panels(nr, b_layout, shape.b_transposed, blocks))
-        copy_in_parallel = parallel and not in_thread
+        copy_in_parallel = parallel and not per_block
         if shape.b_transposed:
             _schedule_transposed_copy(sch, packed_b, copy_in_parallel, nr, _GROUP.get(b_layout, 1),
-                                      registers=not per_block)
+                                      registers=not per_block, plain=constant_b)
         elif b_layout == "rows":
             _schedule_copy(sch, packed_b, copy_in_parallel, nr)
         else:
@@ -232,6 +240,15 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     elif parallel:
         sch.parallel(i0)  # few row blocks and unbalanced column blocks
     return sch
+
+
+def _is_constant_param(sch: Schedule, blk: BlockRV, read_index: int) -> bool:
+    """Whether the buffer of the block's read `read_index` is a parameter the function's attr
+    "constant_params" lists (by position): every caller passes a constant there."""
+    func = sch.func
+    constant = func.attrs.get("constant_params", ())
+    buffer = sch.get(blk).reads[read_index].buffer
+    return any(index < len(func.params) and func.params[index] is buffer for index in constant)
 
 
 def _pick(sch: Schedule, block: str, candidates: list[str], recipe: str) -> str:
@@ -338,7 +355,7 @@ def _divisible(sch: Schedule, loop, factor: int) -> bool:
 
 
 def _schedule_transposed_copy(sch: Schedule, copy: BlockRV, parallel: bool, nr: int, group: int,
-                              registers: bool = True) -> None:
+                              registers: bool = True, plain: bool = False) -> None:
     """Order the copy packing W (N, K) into panels Bp[j // NR, k (// g), j % NR (, k % g)] so that
     it writes the packed buffer in order: j // NR, k (// g), then j % NR (, k % g) innermost.
 
@@ -347,13 +364,17 @@ def _schedule_transposed_copy(sch: Schedule, copy: BlockRV, parallel: bool, nr: 
     Without groups the j % NR loop is vectorized (a gather at stride K, a contiguous store): 256 x 4096 x 1024 on
     2 Zen 5 threads went from 316 to 360 GFLOP/s against the scalar copy.  With `registers` (a
     copy of all of W before the parallel loop) 16 k-rows of a 32-wide panel are transposed in
-    registers instead; a per-thread block keeps the plain copy (see tiled_matmul).
+    registers instead; a per-thread block keeps the plain copy (see tiled_matmul).  `plain` keeps
+    the copy one store per element (no tile kernel: a stage fold_packed_weights evaluates).
     """
     j_loop, k_loop = sch.get_loops(copy)[-2:]
     j_outer, j_inner = sch.split(j_loop, [None, nr])
     if group > 1:
         k_outer, k_inner = sch.split(k_loop, [None, group])
         sch.reorder(j_outer, k_outer, j_inner, k_inner)
+    elif plain:
+        sch.reorder(j_outer, k_loop, j_inner)
+        sch.vectorize(j_inner)
     elif nr == 32 and _divisible(sch, k_loop, 16) and transpose_intrin().available():
         # 16 k-rows of a panel at a time, transposed in registers; a per-thread block by the
         # relocatable form, so that the C target still shrinks it to one block

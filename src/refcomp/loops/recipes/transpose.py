@@ -108,7 +108,7 @@ def _transpose_intrin() -> registry.TensorIntrin:
                     name="refcomp_transpose_f32_32x16")
     return registry.TensorIntrin(TRANSPOSE_32X16, desc, impl, c_helpers=(_C_NETWORK_16, _C_TRANSPOSE_ROWS_16, _C_TRANSPOSE),
                                  c_includes=("immintrin.h", "stdint.h"), cpu_features=("avx512f",),
-                                 doc="P[16, 32] = W[32, 16]^T (fp32, AVX-512 shuffles)")
+                                 operand_access=("read", "write"), doc="P[16, 32] = W[32, 16]^T (fp32, AVX-512 shuffles)")
 
 
 def transpose_intrin() -> registry.TensorIntrin:
@@ -147,7 +147,7 @@ def _transpose_at_intrin() -> registry.TensorIntrin:
                                  c_helpers=(_C_NETWORK_16, _C_TRANSPOSE_ROWS_16, _C_TRANSPOSE, _C_TRANSPOSE_AT),
                                  c_includes=("immintrin.h", "stdint.h", "stddef.h"), cpu_features=("avx512f",),
                                  func_attrs={"relocatable_calls": (function,)},
-                                 doc="P[16, 32] = W[32, 16]^T (fp32, AVX-512 shuffles; strides as address "
+                                 operand_access=("read", "write"), doc="P[16, 32] = W[32, 16]^T (fp32, AVX-512 shuffles; strides as address "
                                      "distances)")
 
 
@@ -218,7 +218,7 @@ def _transpose_16x8_at_intrin() -> registry.TensorIntrin:
     return registry.TensorIntrin(TRANSPOSE_16X8_AT, desc, impl, c_helpers=(_C_TRANSPOSE_16X8_AT,),
                                  c_includes=("immintrin.h", "stddef.h"), cpu_features=("avx2",),
                                  func_attrs={"relocatable_calls": (function,)},
-                                 doc="P[8, 16] = W[16, 8]^T (fp32, AVX2 shuffles; strides as address distances)")
+                                 operand_access=("read", "write"), doc="P[8, 16] = W[16, 8]^T (fp32, AVX2 shuffles; strides as address distances)")
 
 
 def transpose_16x8_intrin() -> registry.TensorIntrin:
@@ -291,7 +291,7 @@ def _tile_transpose(rows: int, columns: int, lanes: int) -> registry.TensorIntri
     return registry.TensorIntrin(name, desc, impl, c_helpers=(_C_NETWORK_16, source),
                                  c_includes=("immintrin.h", "stdint.h", "stddef.h"), cpu_features=(feature,),
                                  func_attrs={"relocatable_calls": (function,)},
-                                 doc=f"T[{lanes}, {rows}, {columns}] = A[{rows}, {columns}, {lanes}] transposed "
+                                 operand_access=("read", "write"), doc=f"T[{lanes}, {rows}, {columns}] = A[{rows}, {columns}, {lanes}] transposed "
                                      "(fp32, in registers)")
 
 
@@ -351,7 +351,7 @@ def _channel_vectors(columns: int, lanes: int) -> registry.TensorIntrin:
     return registry.TensorIntrin(name, desc, impl, c_helpers=(_C_NETWORK_16, source),
                                  c_includes=("immintrin.h", "stddef.h"), cpu_features=(feature,),
                                  func_attrs={"relocatable_calls": (function,)},
-                                 doc=f"T[{columns}, {lanes}] = A[{lanes}, {columns}] transposed (fp32, in registers)")
+                                 operand_access=("read", "write"), doc=f"T[{columns}, {lanes}] = A[{lanes}, {columns}] transposed (fp32, in registers)")
 
 
 def channel_vectors_intrin(columns: int, lanes: int) -> registry.TensorIntrin | None:
