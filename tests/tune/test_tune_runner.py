@@ -84,6 +84,44 @@ def test_correct_candidates_pass_the_interpreter_reference():
     assert [r.status for r in results] == ["ok"] * 3
 
 
+def test_a_workload_too_large_for_the_interpreter_is_checked_against_its_compiled_loop_nest(monkeypatch):
+    import refcomp.tune.runner as runner_module
+
+    rng = random.Random()
+    m, n, k = rng.randint(5, 40), rng.randint(5, 40), rng.randint(3, 24)
+    func = workloads.matmul(m, n, k)
+    monkeypatch.setattr(runner_module, "INTERPRETER_MAX_OPS", 2 * m * n * k - 1)
+
+    def no_interpreter(*args, **kwargs):
+        raise AssertionError("the interpreter ran for a workload above INTERPRETER_MAX_OPS")
+
+    monkeypatch.setattr(runner_module, "interpret", no_interpreter)
+    checker = Checker(func, seed=rng.randrange(2**20))
+    a, b, _ = checker.inputs
+    assert np.abs(a).max() > 0 and np.abs(b).max() > 0
+    np.testing.assert_allclose(checker.expected[2], a.astype(np.float64) @ b, rtol=1e-4, atol=1e-5)
+    schedules, candidates = _candidates(func, 2, seed=rng.randrange(2**20))
+    plan = {structural_hash(schedules[0].func): "wrong"}
+    results = Runner(workers=2, timeout_s=60, build=PlantedBuild(plan)).measure(func, candidates, checker)
+    if structural_hash(schedules[1].func) in plan:
+        pytest.skip("the two sampled schedules coincide")
+    assert [r.status for r in results] == ["wrong", "ok"]
+
+
+def test_a_small_workload_is_checked_against_the_interpreter(monkeypatch):
+    import refcomp.tune.runner as runner_module
+
+    func = workloads.matmul(6, 5, 4)
+    assert runner_module.count_flops(func) <= runner_module.INTERPRETER_MAX_OPS
+    calls = []
+    real = runner_module.interpret
+    monkeypatch.setattr(runner_module, "interpret", lambda *args: calls.append(1) or real(*args))
+    checker = Checker(func, seed=random.randrange(2**20))
+    a, b, c = checker.expected
+    assert calls == [1]
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-6)
+
+
 def test_a_kernel_that_writes_nothing_is_wrong():
     func = workloads.matmul(8, 8, 4)
     _, candidates = _candidates(func, 1, seed=1)

@@ -38,12 +38,16 @@ from ..loops.schedule import Schedule
 from ..loops.intrin import cpu
 from ..loops.primitives.legality import const_int
 from . import isolate
+from .features import count_flops
 
 STATUSES = ("ok", "build_error", "run_error", "crash", "timeout", "wrong")
 # A run time of a candidate is the mean of as many calls (up to MAX_CALLS_PER_RUN) as last about
 # MIN_RUN_SECONDS, after a warm-up call.
 MIN_RUN_SECONDS = 2e-3
 MAX_CALLS_PER_RUN = 200
+# Workloads of up to this many arithmetic operations are checked against the interpreter (a few
+# seconds at most), larger ones against their unscheduled loop nest compiled to C (default_reference).
+INTERPRETER_MAX_OPS = 5e6
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,24 @@ def interpreter_reference(func: PrimFunc) -> Callable[[list[np.ndarray]], None]:
     return lambda arrays: interpret(func, *arrays)
 
 
+def compiled_reference(func: PrimFunc) -> Callable[[list[np.ndarray]], None]:
+    """The reference that runs the unscheduled function compiled to C, in place: its plain loop
+    nest in the order the definition gives (no schedule, so no tiling, packing, vectorisation
+    or tensor intrinsic of any candidate), built once."""
+    from ..driver import build
+
+    kernel = build(func, target="c")
+    return lambda arrays: kernel(*arrays)
+
+
+def default_reference(func: PrimFunc) -> Callable[[list[np.ndarray]], None]:
+    """The reference a Checker uses when the caller gives none: the interpreter for workloads of
+    up to INTERPRETER_MAX_OPS arithmetic operations, else the unscheduled function compiled to C
+    (the interpreter runs a reduction element by element in Python, about a million operations a
+    second: the 256 x 1024 x 4096 linear of a model would take half an hour)."""
+    return interpreter_reference(func) if count_flops(func) <= INTERPRETER_MAX_OPS else compiled_reference(func)
+
+
 @dataclass
 class Checker:
     """Random inputs for a workload and the outputs the reference computes from them."""
@@ -162,7 +184,7 @@ class Checker:
     expected: list[np.ndarray] = field(init=False)
 
     def __post_init__(self) -> None:
-        reference = self.reference or interpreter_reference(self.func)
+        reference = self.reference or default_reference(self.func)
         self.inputs = random_arguments(self.func, self.seed)
         self.expected = [a.copy() for a in self.inputs]
         reference(self.expected)
