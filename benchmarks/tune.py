@@ -513,7 +513,7 @@ def main() -> None:
         return dask_run(args.dask, args.dask_run)
     if args.dask:
         return dask_scaling(args.dask, args.json)
-    budgets = sorted(int(t) for t in args.trials.split(","))
+    budgets = sorted(int(t) for t in args.trials.split(",") if int(t) > 0)  # --trials 0: no matmul cases
     if args.tvm_trials is None:
         tvm_budgets = budgets
     else:

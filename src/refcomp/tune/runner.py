@@ -22,9 +22,11 @@ from __future__ import annotations
 import faulthandler
 import os
 import pickle
+import shutil
 import tempfile
 import time
 import traceback
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
@@ -194,6 +196,7 @@ class Checker:
         # arrays are in files (`in_files`), only the files' paths.
         state = dict(self.__dict__)
         state["reference"] = None
+        state.pop("_saved", None)
         paths = state.pop("_paths", None)
         if paths is not None:
             state["inputs"], state["expected"], state["_load"] = None, None, paths
@@ -211,22 +214,28 @@ class Checker:
         """While in this context, the checker pickles as the paths of .npy files holding its arrays
         (in a temporary directory of this machine), when they hold at least min_bytes: the local
         runner sends the checker to a process per candidate, and a 1024 matmul's inputs and
-        expected outputs are 25 MB to pickle, send and unpickle every time."""
+        expected outputs are 25 MB to pickle, send and unpickle every time.  The files are written
+        once, at the first use, and removed with the checker (tune_model keeps one checker per task
+        for all its rounds: a model's linear wrote 40 MB per round)."""
         if "_paths" in self.__dict__ or sum(a.nbytes for a in self.inputs + self.expected) < min_bytes:
             yield
             return
-        with tempfile.TemporaryDirectory(prefix="refcomp-checker-") as directory:
-            paths: tuple[list[str], list[str]] = ([], [])
+        paths = self.__dict__.get("_saved")
+        if paths is None:
+            directory = tempfile.mkdtemp(prefix="refcomp-checker-")
+            weakref.finalize(self, shutil.rmtree, directory, True)
+            paths = ([], [])
             for kind, arrays in enumerate((self.inputs, self.expected)):
                 for index, array in enumerate(arrays):
                     path = os.path.join(directory, f"{kind}_{index}.npy")
                     np.save(path, np.ascontiguousarray(array))
                     paths[kind].append(path)
-            self.__dict__["_paths"] = paths
-            try:
-                yield
-            finally:
-                del self.__dict__["_paths"]
+            self.__dict__["_saved"] = paths
+        self.__dict__["_paths"] = paths
+        try:
+            yield
+        finally:
+            del self.__dict__["_paths"]
 
     def fresh_arguments(self) -> list[np.ndarray]:
         """Copies of the inputs; the output buffers are overwritten with garbage so a kernel that
