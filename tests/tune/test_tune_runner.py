@@ -120,6 +120,20 @@ def test_a_small_workload_is_checked_against_the_interpreter(monkeypatch):
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-6)
 
 
+def test_a_candidate_far_slower_than_the_best_is_checked_and_timed_once():
+    func = workloads.matmul(16, 16, 8)
+    _, candidates = _candidates(func, 1, seed=random.randrange(2**20))
+    runner = Runner(workers=1, timeout_s=60)
+    checker = Checker(func, _matmul_reference, seed=random.randrange(2**20))
+    [first] = runner.measure(func, candidates, checker)
+    assert first.ok and len(first.run_times) == runner.repeats and checker.best_time == first.mean_time
+    checker.best_time = 1e-12  # as if a candidate 10**-12 s fast had been measured: this one is hopeless
+    [slow] = runner.measure(func, candidates, checker)
+    assert slow.ok and len(slow.run_times) == 1 and checker.best_time == 1e-12
+    planted = Runner(workers=1, timeout_s=60, build=_build_nothing)
+    assert planted.measure(func, candidates, checker)[0].status == "wrong"  # the check still comes first
+
+
 def test_a_kernel_that_writes_nothing_is_wrong():
     func = workloads.matmul(8, 8, 4)
     _, candidates = _candidates(func, 1, seed=1)

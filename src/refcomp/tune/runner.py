@@ -47,6 +47,10 @@ STATUSES = ("ok", "build_error", "run_error", "crash", "timeout", "wrong")
 # MIN_RUN_SECONDS, after a warm-up call.
 MIN_RUN_SECONDS = 2e-3
 MAX_CALLS_PER_RUN = 200
+# A candidate whose warm-up call takes more than SLOW_FACTOR times the best time measured against
+# its checker gets that call as its one run time (checked all the same): timing `repeats` runs of
+# a conv2d candidate 100x slower than the recipe cost seconds and ranks it no differently.
+SLOW_FACTOR = 10.0
 # Workloads of up to this many arithmetic operations are checked against the interpreter (a few
 # seconds at most), larger ones against their unscheduled loop nest compiled to C (default_reference).
 INTERPRETER_MAX_OPS = 5e6
@@ -182,6 +186,7 @@ class Checker:
     seed: int = 0
     rtol: float = 1e-3
     atol: float = 1e-4
+    best_time: float = field(init=False, default=float("inf"))  # the fastest run measured against it
     inputs: list[np.ndarray] = field(init=False)
     expected: list[np.ndarray] = field(init=False)
 
@@ -287,7 +292,7 @@ def _build_child(conn: Any, func: PrimFunc, trace: dict, target: str, build: Cal
 
 
 def _run_child(conn: Any, func: PrimFunc, trace: dict, target: str, build: Callable,
-               checker: Checker, repeats: int, built: bytes | None = None) -> None:
+               checker: Checker, repeats: int, built: bytes | None = None, cutoff: float | None = None) -> None:
     faulthandler.disable()  # a crashing candidate is reported by its exit code, without a dump
     try:
         kernel = pickle.loads(built) if built is not None else build(_scheduled(func, trace), target)
@@ -310,7 +315,11 @@ def _run_child(conn: Any, func: PrimFunc, trace: dict, target: str, build: Calla
             # a short kernel is mostly timer and thread wake-up noise, which ranked candidates by luck
             start = time.perf_counter()
             kernel(*arrays)
-            calls = max(1, min(MAX_CALLS_PER_RUN, int(MIN_RUN_SECONDS / max(time.perf_counter() - start, 1e-7))))
+            warm = time.perf_counter() - start
+            if cutoff is not None and warm > cutoff:  # hopeless: one run time, the warm-up call
+                conn.send(("ok", (warm,), ""))
+                return
+            calls = max(1, min(MAX_CALLS_PER_RUN, int(MIN_RUN_SECONDS / max(warm, 1e-7))))
             for _ in range(repeats):
                 start = time.perf_counter()
                 for _ in range(calls):
@@ -400,7 +409,11 @@ class Runner:
                 if not build_result.ok:
                     results.append(build_result)
                     continue
-                results.append(self.run_one(func, candidate, checker, kernel))
+                cutoff = SLOW_FACTOR * checker.best_time if checker.best_time < float("inf") else None
+                result = self.run_one(func, candidate, checker, kernel, cutoff)
+                if result.ok:
+                    checker.best_time = min(checker.best_time, result.mean_time)
+                results.append(result)
         return results
 
     def _build_all(self, func: PrimFunc, candidates: Sequence[Candidate]) -> list[tuple[MeasureResult, Any]]:
@@ -419,11 +432,12 @@ class Runner:
         return results  # type: ignore[return-value]
 
     def run_one(self, func: PrimFunc, candidate: Candidate, checker: Checker,
-                built: bytes | None = None) -> MeasureResult:
+                built: bytes | None = None, cutoff: float | None = None) -> MeasureResult:
         """Run one candidate in its own process, checked: the kernel its build process pickled
         (`built`, loaded again from the build cache), else built there (replayed and compiled:
-        a cache hit after a build)."""
+        a cache hit after a build).  cutoff (seconds): a warm-up call slower than that is the
+        candidate's one run time (`measure` passes SLOW_FACTOR x the checker's best time)."""
         process = isolate.start(_run_child, (func, candidate.trace, self.target, self.build, checker, self.repeats,
-                                             built if isinstance(built, bytes) else None),
+                                             built if isinstance(built, bytes) else None, cutoff),
                                 self.timeout_s, "the candidate with its build hook and checker")
         return _finish(process, time.monotonic() + self.timeout_s, "the candidate", self.target)
