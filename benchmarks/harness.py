@@ -67,3 +67,18 @@ def best_times(fns: list, repeat: int, rounds: int, clock=time.perf_counter) -> 
                 fn()
                 best[index] = min(best[index], clock() - start)
     return best
+
+
+def interleaved_best_times(fns: list, passes: int, clock=time.perf_counter) -> list[float]:
+    """Best time of each function by `clock` over `passes` passes, a pass calling every function
+    once, in an order rotated every pass: call by call, each side meets the same bursts of other
+    jobs (blocks of calls, as in best_times, let a burst fall on one side only)."""
+    for fn in fns:
+        fn()  # warm up: first touches, thread pools
+    best = [float("inf")] * len(fns)
+    for turn in range(passes):
+        for index in [(turn + k) % len(fns) for k in range(len(fns))]:
+            start = clock()
+            fns[index]()
+            best[index] = min(best[index], clock() - start)
+    return best

@@ -4,7 +4,7 @@ TVM's MetaSchedule side by side when apache-tvm is installed.
 
     python benchmarks/tune.py [--json] [--size 1024] [--trials 64,256] [--op-trials 32]
                               [--ops conv2d,softmax,layer_norm,bmm_bt] [--small] [--tvm-trials 64,256]
-                              [--no-models] [--model-trials 64]
+                              [--no-models] [--model-trials 32]
     python benchmarks/tune.py --dask 32 [--json]     # tuning throughput on a local Dask cluster
     python benchmarks/tune.py --gpu [--gpu-trials 32] [--small] [--json]   # the GPU design space vs torch
 
@@ -336,7 +336,10 @@ def run_models(args, rng) -> dict:
             if not error < 1e-3:
                 raise SystemExit(f"{case}: the {which} build disagrees with numpy (max relative error {error:.2e})")
             runs[which] = run
-        t_tuned, t_default = harness.best_times([runs["tuned"], runs["default"]], args.repeat, args.rounds)
+        # call by call, in alternating order: a model call lasts 0.1-0.3 s, and blocks of calls let a
+        # burst of other jobs fall on one side (0.8x one run, 1.2x the next, with equal kernels)
+        t_tuned, t_default = harness.interleaved_best_times([runs["tuned"], runs["default"]],
+                                                            2 * args.repeat * args.rounds, args.clock)
         failures = sum(r.failures for r in report.tasks)
         results[case] = {"refcomp": round(t_tuned * 1e3, 4), "baseline": round(t_default * 1e3, 4), "unit": "ms",
                          "ratio": round(t_default / t_tuned, 3), "tuning_s": round(spent, 1),
@@ -496,7 +499,10 @@ def main() -> None:
                         help="comma-separated budgets TVM tunes, each among --trials (default: all of them; 0: no TVM)")
     parser.add_argument("--models", action=argparse.BooleanOptionalAction, default=True,
                         help="tune graph.py's MLP and transformer block (default: on)")
-    parser.add_argument("--model-trials", type=int, default=64, help="trials for each model (0: no model cases)")
+    parser.add_argument("--model-trials", type=int, default=32, help="trials for each model (0: no model cases)")
+    parser.add_argument("--single-thread-cpu", action="store_true",
+                        help="one thread (kernels, OpenBLAS, the tuner's workers), timed by process CPU time: "
+                             "steady on a busy machine")
     parser.add_argument("--repeat", type=int, default=5, help="calls per timing round")
     parser.add_argument("--rounds", type=int, default=3, help="alternating timing rounds")
     parser.add_argument("--database", default=None, help="JSON-lines file for the records (default: memory)")
@@ -507,13 +513,22 @@ def main() -> None:
                         help="instead: the CUDA design space on this machine's GPU vs torch (skips without one)")
     parser.add_argument("--gpu-trials", type=int, default=32, help="trials for each GPU case")
     args = parser.parse_args()
+    args.clock = time.perf_counter
+    if args.single_thread_cpu:
+        # before the first kernel library loads (libgomp reads OMP_NUM_THREADS when it starts) and
+        # before the tuner's fork server starts, so its workers measure one thread too
+        os.environ["OMP_NUM_THREADS"] = "1"
+        args.clock = time.process_time
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1)
     if args.gpu:
         return gpu_cases(args)
     if args.dask and args.dask_run:
         return dask_run(args.dask, args.dask_run)
     if args.dask:
         return dask_scaling(args.dask, args.json)
-    budgets = sorted(int(t) for t in args.trials.split(","))
+    budgets = sorted(int(t) for t in args.trials.split(",") if int(t) > 0)  # --trials 0: no matmul cases
     if args.tvm_trials is None:
         tvm_budgets = budgets
     else:
@@ -524,6 +539,8 @@ def main() -> None:
     print(f"refcomp {refcomp.__version__} tuning benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"machine: {cpu_name()}, {os.cpu_count()} CPUs, ISA {intrin.cpu.describe()}; intrinsics this CPU runs: "
           f"{', '.join(intrin.names(available_only=True))}")
+    print("timing: " + ("1 thread, process CPU time" if args.single_thread_cpu else
+                        f"{os.cpu_count()} threads, wall time"))
     print(f"numpy {np.__version__}: {blas_description()}; cost model: "
           f"{'xgboost' if tune.xgboost_available() else 'ridge regression (xgboost not installed)'}")
     func = workloads.matmul(n, n, n)
@@ -575,7 +592,8 @@ def main() -> None:
         c = rng.uniform(-1, 1, (n, n)).astype("float32")
         kernel(a, b, c)
         np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3 * np.sqrt(n))
-        ours, theirs = harness.best_times([lambda: kernel(a, b, c), lambda: a @ b], args.repeat, args.rounds)
+        ours, theirs = harness.best_times([lambda: kernel(a, b, c), lambda: a @ b], args.repeat, args.rounds,
+                                          args.clock)
         results[name] = {"refcomp": round(flops / ours / 1e9, 2), "baseline": round(flops / theirs / 1e9, 2),
                          "unit": "GFLOP/s", "ratio": round(theirs / ours, 3), "tuning_s": round(spent, 1),
                          "failures": len(result.failures)}
@@ -614,9 +632,9 @@ def main() -> None:
             np.testing.assert_allclose(out, want, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(want).max())))
             outs[which] = out
         ins = arrays[:-1]
-        t_tuned, t_default, t_base = harness.best_times(
+        t_tuned, t_default, t_base = harness.interleaved_best_times(
             [lambda: tuned_kernel(*ins, outs["tuned"]), lambda: default_kernel(*ins, outs["default"]),
-             lambda: baseline(*ins)], args.repeat, args.rounds)
+             lambda: baseline(*ins)], 2 * args.repeat * args.rounds, args.clock)
         results[f"{name}_vs_default"] = {"refcomp": round(t_tuned * 1e3, 4), "baseline": round(t_default * 1e3, 4),
                                          "unit": "ms", "ratio": round(t_default / t_tuned, 3),
                                          "tuning_s": round(spent, 1), "trials": op_result.trials}

@@ -40,13 +40,25 @@ def test_tasks_are_the_distinct_kernels_weighted_by_calls():
     assert all(structural_hash(t.func) == t.workload and t.flops > 0 for t in tasks)
 
 
-def test_tune_model_shares_the_budget_and_build_applies_the_records(tmp_path):
+def test_tune_model_shares_the_budget_and_build_applies_the_records(tmp_path, monkeypatch):
+    import refcomp.tune.model as model_module
+
+    made = []
+
+    class CountingChecker(model_module.Checker):
+        def __post_init__(self):
+            made.append(structural_hash(self.func))
+            super().__post_init__()
+
+    monkeypatch.setattr(model_module, "Checker", CountingChecker)
     mod = two_layer_mlp()
     db = Database(tmp_path / "model.jsonl")
     rounds = []
     result = tune_model(mod, trials=8, database=db, batch=2, population=4, seed=random.randrange(2**20),
                         runner=Runner(workers=2, timeout_s=300), progress=lambda *a: rounds.append(a))
     assert result.trials == 8 and sum(r.trials for r in result.tasks) == 8
+    # the reference ran once per task, for all of its rounds and its final comparison
+    assert sorted(made) == sorted(r.task.workload for r in result.tasks) and len(rounds) > len(made)
     assert all(r.trials >= 2 for r in result.tasks)  # every task had a round before any got a second
     done = [r[0] for r in rounds]  # a task whose small space runs out mid-round measures fewer
     assert done == sorted(set(done)) and done[0] == 2 and done[-1] == 8

@@ -84,6 +84,56 @@ def test_correct_candidates_pass_the_interpreter_reference():
     assert [r.status for r in results] == ["ok"] * 3
 
 
+def test_a_workload_too_large_for_the_interpreter_is_checked_against_its_compiled_loop_nest(monkeypatch):
+    import refcomp.tune.runner as runner_module
+
+    rng = random.Random()
+    m, n, k = rng.randint(5, 40), rng.randint(5, 40), rng.randint(3, 24)
+    func = workloads.matmul(m, n, k)
+    monkeypatch.setattr(runner_module, "INTERPRETER_MAX_OPS", 2 * m * n * k - 1)
+
+    def no_interpreter(*args, **kwargs):
+        raise AssertionError("the interpreter ran for a workload above INTERPRETER_MAX_OPS")
+
+    monkeypatch.setattr(runner_module, "interpret", no_interpreter)
+    checker = Checker(func, seed=rng.randrange(2**20))
+    a, b, _ = checker.inputs
+    assert np.abs(a).max() > 0 and np.abs(b).max() > 0
+    np.testing.assert_allclose(checker.expected[2], a.astype(np.float64) @ b, rtol=1e-4, atol=1e-5)
+    schedules, candidates = _candidates(func, 1, seed=rng.randrange(2**20))
+    planted = Runner(workers=1, timeout_s=60, build=PlantedBuild({structural_hash(schedules[0].func): "wrong"}))
+    assert planted.measure(func, candidates, checker)[0].status == "wrong"
+    assert Runner(workers=1, timeout_s=60).measure(func, candidates, checker)[0].ok
+
+
+def test_a_small_workload_is_checked_against_the_interpreter(monkeypatch):
+    import refcomp.tune.runner as runner_module
+
+    func = workloads.matmul(6, 5, 4)
+    assert runner_module.count_flops(func) <= runner_module.INTERPRETER_MAX_OPS
+    calls = []
+    real = runner_module.interpret
+    monkeypatch.setattr(runner_module, "interpret", lambda *args: calls.append(1) or real(*args))
+    checker = Checker(func, seed=random.randrange(2**20))
+    a, b, c = checker.expected
+    assert calls == [1]
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_candidate_far_slower_than_the_best_is_checked_and_timed_once():
+    func = workloads.matmul(16, 16, 8)
+    _, candidates = _candidates(func, 1, seed=random.randrange(2**20))
+    runner = Runner(workers=1, timeout_s=60)
+    checker = Checker(func, _matmul_reference, seed=random.randrange(2**20))
+    [first] = runner.measure(func, candidates, checker)
+    assert first.ok and len(first.run_times) == runner.repeats and checker.best_time == first.mean_time
+    checker.best_time = 1e-12  # as if a candidate 10**-12 s fast had been measured: this one is hopeless
+    [slow] = runner.measure(func, candidates, checker)
+    assert slow.ok and len(slow.run_times) == 1 and checker.best_time == 1e-12
+    planted = Runner(workers=1, timeout_s=60, build=_build_nothing)
+    assert planted.measure(func, candidates, checker)[0].status == "wrong"  # the check still comes first
+
+
 def test_a_kernel_that_writes_nothing_is_wrong():
     func = workloads.matmul(8, 8, 4)
     _, candidates = _candidates(func, 1, seed=1)
@@ -188,6 +238,30 @@ def test_the_build_process_sends_the_kernel_so_the_run_process_need_not_replay()
     np.testing.assert_allclose(arrays[2], want, rtol=1e-5, atol=1e-5)
     checker = Checker(func, _matmul_reference, seed=random.randrange(2**20))
     assert runner.run_one(func, candidates[0], checker, built).ok
+
+
+def test_a_checker_writes_its_files_once_and_removes_them_with_itself():
+    import gc
+    import pickle
+
+    from refcomp.tune.isolate import dumps
+
+    func = workloads.matmul(256, 256, 256)
+    checker = Checker(func, _matmul_reference, seed=random.randrange(2**20))
+    with checker.in_files():
+        first = pickle.loads(dumps(checker))
+        paths = checker._paths
+    stamps = [os.stat(p).st_mtime_ns for p in paths[0] + paths[1]]
+    with checker.in_files():  # the next round of measurements: the same files, not written again
+        assert checker._paths == paths
+        second = pickle.loads(dumps(checker))
+    assert [os.stat(p).st_mtime_ns for p in paths[0] + paths[1]] == stamps
+    for a, b, want in zip(first.expected, second.expected, checker.expected):
+        np.testing.assert_array_equal(a, want)
+        np.testing.assert_array_equal(b, want)
+    del checker, first, second
+    gc.collect()
+    assert not any(os.path.exists(p) for p in paths[0] + paths[1])
 
 
 def test_a_large_checker_travels_as_files_while_the_runner_measures():

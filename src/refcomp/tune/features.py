@@ -146,3 +146,9 @@ def features_of(func: PrimFunc) -> np.ndarray:
     if not isinstance(lowered, PrimFunc):
         lowered = next(f for _, f in lowered if isinstance(f, PrimFunc))
     return extract_features(lowered)
+
+
+def count_flops(func: PrimFunc) -> float:
+    """Arithmetic operations of one call (adds and multiplies of every store times its iterations)."""
+    feats = features_of(func)
+    return float(round(2.0 ** feats[FEATURE_NAMES.index("total_arith")] - 1))

@@ -29,6 +29,7 @@ from ..loops.primitives.legality import const_int
 from ..target import parse_target
 from .database import Database
 from .final import FinalComparison, final_comparison
+from .runner import Checker
 from .search import TuneResult, count_flops, tune
 from .workload import structural_hash
 
@@ -163,6 +164,14 @@ def tune_model(mod: IRModule | Function, target: str = "c", trials: int = 256, *
     target = str(parse_target(target))
     tasks = tasks if tasks is not None else extract_tasks(mod, fuse=fuse, fold=fold, blas=blas)
     reports = [TaskReport(task) for task in tasks]
+    # one checker per task for all its rounds and its final comparison: the reference runs once
+    checkers: dict[int, Checker] = {}
+
+    def checker_of(report: TaskReport) -> Checker:
+        if id(report) not in checkers:
+            checkers[id(report)] = Checker(report.task.func, tune_options.get("reference"), seed=seed)
+        return checkers[id(report)]
+
     active = list(reports)
     done, start, round_index = 0, time.monotonic(), 0
     curve: list[tuple[int, float, float]] = []
@@ -172,7 +181,7 @@ def tune_model(mod: IRModule | Function, target: str = "c", trials: int = 256, *
             break
         count = min(batch, trials - done)
         result: TuneResult = tune(report.task.func, target, trials=count, database=database, batch=count,
-                                  seed=seed + round_index, final=0, **tune_options)
+                                  seed=seed + round_index, final=0, checker=checker_of(report), **tune_options)
         round_index += 1
         done += result.trials
         report.trials += result.trials
@@ -194,6 +203,6 @@ def tune_model(mod: IRModule | Function, target: str = "c", trials: int = 256, *
             name = report.task.name
             report.final = final_comparison(
                 report.task.func, target, database, runner=tune_options.get("runner"),
-                reference=tune_options.get("reference"), space=tune_options.get("space"), seed=seed, top=final,
+                checker=checker_of(report), space=tune_options.get("space"), seed=seed, top=final,
                 log=(lambda text, name=name: log(f"{name}: {text}")) if log is not None else None)
     return ModelTuneResult(reports, done, curve)

@@ -22,9 +22,11 @@ from __future__ import annotations
 import faulthandler
 import os
 import pickle
+import shutil
 import tempfile
 import time
 import traceback
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
@@ -38,12 +40,20 @@ from ..loops.schedule import Schedule
 from ..loops.intrin import cpu
 from ..loops.primitives.legality import const_int
 from . import isolate
+from .features import count_flops
 
 STATUSES = ("ok", "build_error", "run_error", "crash", "timeout", "wrong")
 # A run time of a candidate is the mean of as many calls (up to MAX_CALLS_PER_RUN) as last about
 # MIN_RUN_SECONDS, after a warm-up call.
 MIN_RUN_SECONDS = 2e-3
 MAX_CALLS_PER_RUN = 200
+# A candidate whose warm-up call takes more than SLOW_FACTOR times the best time measured against
+# its checker gets that call as its one run time (checked all the same): timing `repeats` runs of
+# a conv2d candidate 100x slower than the recipe cost seconds and ranks it no differently.
+SLOW_FACTOR = 10.0
+# Workloads of up to this many arithmetic operations are checked against the interpreter (a few
+# seconds at most), larger ones against their unscheduled loop nest compiled to C (default_reference).
+INTERPRETER_MAX_OPS = 5e6
 
 
 @dataclass(frozen=True)
@@ -149,6 +159,24 @@ def interpreter_reference(func: PrimFunc) -> Callable[[list[np.ndarray]], None]:
     return lambda arrays: interpret(func, *arrays)
 
 
+def compiled_reference(func: PrimFunc) -> Callable[[list[np.ndarray]], None]:
+    """The reference that runs the unscheduled function compiled to C, in place: its plain loop
+    nest in the order the definition gives (no schedule, so no tiling, packing, vectorisation
+    or tensor intrinsic of any candidate), built once."""
+    from ..driver import build
+
+    kernel = build(func, target="c")
+    return lambda arrays: kernel(*arrays)
+
+
+def default_reference(func: PrimFunc) -> Callable[[list[np.ndarray]], None]:
+    """The reference a Checker uses when the caller gives none: the interpreter for workloads of
+    up to INTERPRETER_MAX_OPS arithmetic operations, else the unscheduled function compiled to C
+    (the interpreter runs a reduction element by element in Python, about a million operations a
+    second: the 256 x 1024 x 4096 linear of a model would take half an hour)."""
+    return interpreter_reference(func) if count_flops(func) <= INTERPRETER_MAX_OPS else compiled_reference(func)
+
+
 @dataclass
 class Checker:
     """Random inputs for a workload and the outputs the reference computes from them."""
@@ -158,11 +186,12 @@ class Checker:
     seed: int = 0
     rtol: float = 1e-3
     atol: float = 1e-4
+    best_time: float = field(init=False, default=float("inf"))  # the fastest run measured against it
     inputs: list[np.ndarray] = field(init=False)
     expected: list[np.ndarray] = field(init=False)
 
     def __post_init__(self) -> None:
-        reference = self.reference or interpreter_reference(self.func)
+        reference = self.reference or default_reference(self.func)
         self.inputs = random_arguments(self.func, self.seed)
         self.expected = [a.copy() for a in self.inputs]
         reference(self.expected)
@@ -172,6 +201,7 @@ class Checker:
         # arrays are in files (`in_files`), only the files' paths.
         state = dict(self.__dict__)
         state["reference"] = None
+        state.pop("_saved", None)
         paths = state.pop("_paths", None)
         if paths is not None:
             state["inputs"], state["expected"], state["_load"] = None, None, paths
@@ -189,22 +219,28 @@ class Checker:
         """While in this context, the checker pickles as the paths of .npy files holding its arrays
         (in a temporary directory of this machine), when they hold at least min_bytes: the local
         runner sends the checker to a process per candidate, and a 1024 matmul's inputs and
-        expected outputs are 25 MB to pickle, send and unpickle every time."""
+        expected outputs are 25 MB to pickle, send and unpickle every time.  The files are written
+        once, at the first use, and removed with the checker (tune_model keeps one checker per task
+        for all its rounds: a model's linear wrote 40 MB per round)."""
         if "_paths" in self.__dict__ or sum(a.nbytes for a in self.inputs + self.expected) < min_bytes:
             yield
             return
-        with tempfile.TemporaryDirectory(prefix="refcomp-checker-") as directory:
-            paths: tuple[list[str], list[str]] = ([], [])
+        paths = self.__dict__.get("_saved")
+        if paths is None:
+            directory = tempfile.mkdtemp(prefix="refcomp-checker-")
+            weakref.finalize(self, shutil.rmtree, directory, True)
+            paths = ([], [])
             for kind, arrays in enumerate((self.inputs, self.expected)):
                 for index, array in enumerate(arrays):
                     path = os.path.join(directory, f"{kind}_{index}.npy")
                     np.save(path, np.ascontiguousarray(array))
                     paths[kind].append(path)
-            self.__dict__["_paths"] = paths
-            try:
-                yield
-            finally:
-                del self.__dict__["_paths"]
+            self.__dict__["_saved"] = paths
+        self.__dict__["_paths"] = paths
+        try:
+            yield
+        finally:
+            del self.__dict__["_paths"]
 
     def fresh_arguments(self) -> list[np.ndarray]:
         """Copies of the inputs; the output buffers are overwritten with garbage so a kernel that
@@ -256,7 +292,7 @@ def _build_child(conn: Any, func: PrimFunc, trace: dict, target: str, build: Cal
 
 
 def _run_child(conn: Any, func: PrimFunc, trace: dict, target: str, build: Callable,
-               checker: Checker, repeats: int, built: bytes | None = None) -> None:
+               checker: Checker, repeats: int, built: bytes | None = None, cutoff: float | None = None) -> None:
     faulthandler.disable()  # a crashing candidate is reported by its exit code, without a dump
     try:
         kernel = pickle.loads(built) if built is not None else build(_scheduled(func, trace), target)
@@ -279,7 +315,11 @@ def _run_child(conn: Any, func: PrimFunc, trace: dict, target: str, build: Calla
             # a short kernel is mostly timer and thread wake-up noise, which ranked candidates by luck
             start = time.perf_counter()
             kernel(*arrays)
-            calls = max(1, min(MAX_CALLS_PER_RUN, int(MIN_RUN_SECONDS / max(time.perf_counter() - start, 1e-7))))
+            warm = time.perf_counter() - start
+            if cutoff is not None and warm > cutoff:  # hopeless: one run time, the warm-up call
+                conn.send(("ok", (warm,), ""))
+                return
+            calls = max(1, min(MAX_CALLS_PER_RUN, int(MIN_RUN_SECONDS / max(warm, 1e-7))))
             for _ in range(repeats):
                 start = time.perf_counter()
                 for _ in range(calls):
@@ -369,7 +409,11 @@ class Runner:
                 if not build_result.ok:
                     results.append(build_result)
                     continue
-                results.append(self.run_one(func, candidate, checker, kernel))
+                cutoff = SLOW_FACTOR * checker.best_time if checker.best_time < float("inf") else None
+                result = self.run_one(func, candidate, checker, kernel, cutoff)
+                if result.ok:
+                    checker.best_time = min(checker.best_time, result.mean_time)
+                results.append(result)
         return results
 
     def _build_all(self, func: PrimFunc, candidates: Sequence[Candidate]) -> list[tuple[MeasureResult, Any]]:
@@ -388,11 +432,12 @@ class Runner:
         return results  # type: ignore[return-value]
 
     def run_one(self, func: PrimFunc, candidate: Candidate, checker: Checker,
-                built: bytes | None = None) -> MeasureResult:
+                built: bytes | None = None, cutoff: float | None = None) -> MeasureResult:
         """Run one candidate in its own process, checked: the kernel its build process pickled
         (`built`, loaded again from the build cache), else built there (replayed and compiled:
-        a cache hit after a build)."""
+        a cache hit after a build).  cutoff (seconds): a warm-up call slower than that is the
+        candidate's one run time (`measure` passes SLOW_FACTOR x the checker's best time)."""
         process = isolate.start(_run_child, (func, candidate.trace, self.target, self.build, checker, self.repeats,
-                                             built if isinstance(built, bytes) else None),
+                                             built if isinstance(built, bytes) else None, cutoff),
                                 self.timeout_s, "the candidate with its build hook and checker")
         return _finish(process, time.monotonic() + self.timeout_s, "the candidate", self.target)

@@ -35,7 +35,7 @@ from ..loops.schedule import Schedule
 from .cost_model import CostModel, default_cost_model, scores_from_times
 from .dask_runner import resolve_runner
 from .database import Database, TuningRecord
-from .features import features_of
+from .features import count_flops, features_of
 from .final import FinalComparison, final_comparison
 from .runner import Candidate, Checker, MeasureResult, Runner, RunnerBackend, default_build
 from .space import DesignSpace, default_mutators, default_rules, mutate_trace, neighbours
@@ -68,14 +68,6 @@ class TuneResult:
     @property
     def best_gflops(self) -> float:
         return self.flops / self.best_time / 1e9 if self.best_time < float("inf") else 0.0
-
-
-def count_flops(func: PrimFunc) -> float:
-    """Arithmetic operations of one call (adds and multiplies of every store times its iterations)."""
-    from .features import FEATURE_NAMES
-
-    feats = features_of(func)
-    return float(round(2.0 ** feats[FEATURE_NAMES.index("total_arith")] - 1))
 
 
 def replay(func: PrimFunc, record: TuningRecord | dict) -> Schedule:
@@ -243,7 +235,7 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
          max_seconds: float | None = None,
          progress: Callable[[int, int, float, float], None] | None = None,
          final: int = 4, log: Callable[[str], None] | None = None,
-         seed_neighbours: bool = True) -> TuneResult:
+         seed_neighbours: bool = True, checker: Checker | None = None) -> TuneResult:
     """Search schedules of func for target; measure `trials` candidates; return the best.
 
     reference(arrays) computes the expected outputs in place (default: the interpreter on func);
@@ -258,6 +250,9 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
     log(text) receives the final comparison's summary line (which contestant won, the times).
     seed_neighbours: the first batch measures, after the default, its neighbours (`space.neighbours`:
     one tile size a step from the preferred one) in up to half of the batch.
+    checker: the random inputs and the reference's outputs every candidate is checked against, when
+    the caller made them already for func (`Checker(func, reference)`; tune_model keeps one per
+    task across its rounds); else made here from `reference`.
     """
     if not isinstance(func, PrimFunc):
         raise RefcompError(f"tune: expected a PrimFunc, got {type(func).__name__}")
@@ -281,7 +276,10 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
     machine = runner.machine()
     search = _Search(func, target, space, list(mutators or default_mutators()), cost_model or default_cost_model(),
                      random.Random(seed))
-    checker = Checker(func, reference, seed=seed)
+    if checker is None:
+        checker = Checker(func, reference, seed=seed)
+    elif not isinstance(checker, Checker) or checker.func is not func:
+        raise RefcompError("tune: checker: expected a Checker made for the function being tuned")
     flops = count_flops(func)
     result = TuneResult(workload, target, None, float("inf"), 0, flops)
     best_trace: dict | None = None
