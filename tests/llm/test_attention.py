@@ -185,6 +185,29 @@ def test_float16_verify_and_prefill(kernel16, steps):
         _check16(c, _run(kernel16, c))
 
 
+@pytest.mark.parametrize("steps", [1, 2, 4])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_long_runs_prefetch_the_next_page(kernel, kernel16, dtype, steps):
+    """Histories of more than PREFETCH_PAGES pages: each whole page prefetches the next one from its
+    key loop (a page starting mid-way, or a last partial one, prefetches it at once); the float32
+    pages of this shape take one line of keys and one of values per key, float16 and bfloat16
+    pages half a line (the keys past the page's lines prefetch nothing).  Histories that start
+    mid-page, end mid-page or on a page boundary, and a streaming ring of many pages."""
+    from refcomp.llm.attention import PREFETCH_PAGES
+
+    starts = [(PREFETCH_PAGES + 2) * PAGE + 7, (PREFETCH_PAGES + 5) * PAGE, (PREFETCH_PAGES + 3) * PAGE - 1]
+    for streaming in (False, True):
+        c = _case(40 + steps, starts, steps, 3, (PREFETCH_PAGES + 2) * PAGE + 5, 4, streaming=streaming)
+        if dtype == "float32":
+            _check(c, _run(kernel, c))
+        elif dtype == "float16":
+            c = _half(c)
+            _check16(c, _run(kernel16, c))
+        else:
+            c = _brain(c)
+            _check_bf16(c, _run(compiled_attention(GROUP, DIM, PAGE, HEADS, "bfloat16", "fp32"), c))
+
+
 def test_float16_kernel_rejects_float32_pages(kernel16):
     from refcomp.errors import ArgumentError
 

@@ -272,7 +272,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
 
     def chunk(count: Any, pos0: Any, windowed: bool, kload: Callable[[Any, Any], Any],
               vload: Callable[[Any, Any], Any], room: Any, kraw: Callable[[Any, Any, Any], Any] | None = None,
-              kld: Any = None) -> Stmt:
+              kld: Any = None, spread: Callable[[Any], Stmt] | None = None) -> Stmt:
         """Fold `count` (<= P) keys at positions pos0, pos0 + 1, ... into the running softmax of
         every query of the tile and head of the group.
 
@@ -285,7 +285,9 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         in registers over the keys (a last tq % U queries in tiles of one query).
         Tiled (bfloat16 pages on AVX512_BF16): the scores are BF16_TILE calls instead, per block of
         BF16_BLOCK keys and BF16_ROWS state rows; `kraw(dp, j, e)` is element 2 dp + e of key j as
-        stored, in rows of pairs `kld` elements apart."""
+        stored, in rows of pairs `kld` elements apart.
+        `spread(j)`, given, is run once per key j of the chunk in the first value tile's key loop
+        (the next page's prefetches, spread over the chunk's arithmetic)."""
         jc, d1, r1, ln, jt, d4, g4, i1, u1 = (_v(n) for n in ("jc", "d1", "r1", "ln", "jt", "d4", "g4", "i1", "u1"))
         full = count // KB
         # when KB = 2L: one more block of L keys after the full ones, if it fits
@@ -418,7 +420,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         j5, l2, r3, dc, u3, i3 = (_v(n) for n in ("j5", "l2", "r3", "dc", "u3", "i3"))
         column = dc * DW + l2
 
-        def value_rows(r0: Any, rows: int) -> Stmt:
+        def value_rows(r0: Any, rows: int, first: Any = None) -> Stmt:
             """acc of the `rows` state rows from r0 += weights x V: a register tile of rows x DW
             accumulators over the chunk's keys, each value row loaded once per tile."""
             areg = Buffer("areg", (_const(rows * DW),), "float32")
@@ -426,30 +428,47 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
             return _for(dc, 0, _const(D // DW), Allocate(areg, seq(
                 _for(r3, 0, _const(rows), _for(l2, 0, _const(DW), BufferStore(
                     areg, acc[(r0 + r3) * D + column] * rescale[r0 + r3], (slot_a,)), "vectorized"), "unrolled"),
-                _for(j5, 0, count, _for(r3, 0, _const(rows), _for(l2, 0, _const(DW), BufferStore(
-                    areg, areg[slot_a] + s[(r0 + r3) * P + j5] * vload(j5, column), (slot_a,)), "vectorized"),
-                                        "unrolled")),
+                _for(j5, 0, count, seq(
+                    *([] if spread is None else [IfThenElse(first & (dc == 0), spread(j5))]),
+                    _for(r3, 0, _const(rows), _for(l2, 0, _const(DW), BufferStore(
+                        areg, areg[slot_a] + s[(r0 + r3) * P + j5] * vload(j5, column), (slot_a,)), "vectorized"),
+                         "unrolled"))),
                 _for(r3, 0, _const(rows), _for(l2, 0, _const(DW), BufferStore(
                     acc, areg[slot_a], ((r0 + r3) * D + column,)), "vectorized"), "unrolled"))))
 
         values = seq(
-            _for(u3, 0, tq // U, value_rows(u3 * (U * G), U * G)),
-            _for(i3, tq // U * U, tq - tq // U * U, value_rows(i3 * G, G)))
+            _for(u3, 0, tq // U, value_rows(u3 * (U * G), U * G, u3 == 0)),
+            _for(i3, tq // U * U, tq - tq // U * U, value_rows(i3 * G, G, (tq // U == 0) & (i3 == 0))))
         body = seq(scores, softmax, values)
         return Allocate(ktail, body) if tail_block and not tiled else body
+
+    per_line = 64 // (2 if narrow else 4)  # elements per 64-byte line
+    page_lines = -(-(D * P) // per_line)  # lines of a page's keys (and of its values) of one head
+    lines_per_key = -(-page_lines // P)
+
+    def prefetch_line(page: Any, c: Any) -> Stmt:
+        """Prefetch line c of the keys (D x P) and line c of the values (P x D) of head kh in `page`."""
+        first = c * per_line
+        key_line = (kp[page, kh, first // (2 * P), first // 2 % P, first % 2] if bf16
+                    else kp[page, kh, first // P, first % P])
+        return seq(Evaluate(Call("prefetch", (key_line, IntImm(0, "int32")), "int32")),
+                   Evaluate(Call("prefetch", (vp[page, kh, first // D, first % D], IntImm(0, "int32")), "int32")))
 
     def prefetch_page(page: Any) -> Stmt:
         """Prefetch the keys (D x P) and values (P x D) of head kh in `page`, one cache line at a
         time: the pages of a sequence are scattered in the pool, so the hardware's stream
         prefetcher, which stops at each 4 KiB memory page, would start over at every one."""
         c = _v("pf")
-        per_line = 64 // (2 if narrow else 4)  # elements per 64-byte line
-        first_k, first_v = c * per_line, c * per_line
-        key_line = (kp[page, kh, first_k // (2 * P), first_k // 2 % P, first_k % 2] if bf16
-                    else kp[page, kh, first_k // P, first_k % P])
-        return _for(c, 0, _const(-(-(D * P) // per_line)), seq(
-            Evaluate(Call("prefetch", (key_line, IntImm(0, "int32")), "int32")),
-            Evaluate(Call("prefetch", (vp[page, kh, first_v // D, first_v % D], IntImm(0, "int32")), "int32"))))
+        return _for(c, 0, _const(page_lines), prefetch_line(page, c))
+
+    def prefetch_spread(page: Any, key: Any) -> Stmt:
+        """The lines of `page` that key `key` of a whole chunk (P keys) prefetches: lines_per_key
+        of its keys and of its values, so that the chunk's P keys cover the page."""
+        c = _v("pfs")
+        body = prefetch_line(page, key * lines_per_key + c)
+        if lines_per_key * P != page_lines:
+            body = IfThenElse(key * lines_per_key + c < page_lines, body)
+        return _for(c, 0, _const(lines_per_key), body)
 
     def cached_run(lo_slot: Any, count: Any, lo_pos: Any, windowed: bool) -> Stmt:
         """Keys of `count` consecutive slots from lo_slot (no wrap, positions from lo_pos), page by page."""
@@ -461,16 +480,22 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         # a run of more than PREFETCH_PAGES pages prefetches its first page, then each page's
         # successor while this one is computed (a short run, a streaming cache's, stays in cache
         # between steps: its prefetches would only cost instructions)
+        # (the next page's prefetches are spread over this page's key loop when this page is a
+        # whole chunk: issued at once, as for the first page, they stall the core while the
+        # cache's few outstanding-miss slots drain, and this page's arithmetic waits with them)
         long_run = pages > PREFETCH_PAGES
-        page_body = _let(pg, _i64(table[b, pi]), seq(
-            _assume((pg >= 0) & (pg < N)),
-            IfThenElse(long_run & (pi == first), prefetch_page(pg)),
-            IfThenElse(long_run & (pi + 1 < first + pages), _let(pn, _i64(table[b, pi + 1]), seq(
-                _assume((pn >= 0) & (pn < N)), prefetch_page(pn)))),
-            _let(a, max_(lo_slot, pi * P) - pi * P, _let(e, min_(lo_slot + count, pi * P + P) - pi * P, chunk(
-                e - a, lo_pos + (pi * P + a - lo_slot), windowed,
-                lambda dd, jj: load(key_at(pg, dd, a + jj)), lambda jj, dd: load(vp[pg, kh, a + jj, dd]),
-                _const(P) - a, lambda dp, jj, ee: kp[pg, kh, dp, a + jj, ee], _const(2 * P))))))
+        has_next = long_run & (pi + 1 < first + pages)
+        whole_page = (a == 0) & (e == P)
+        page_body = _let(pg, _i64(table[b, pi]), _let(
+            pn, _i64(table[b, min_(pi + 1, first + pages - 1)]), seq(
+                _assume((pg >= 0) & (pg < N) & (pn >= 0) & (pn < N)),
+                IfThenElse(long_run & (pi == first), prefetch_page(pg)),
+                _let(a, max_(lo_slot, pi * P) - pi * P, _let(e, min_(lo_slot + count, pi * P + P) - pi * P, seq(
+                    IfThenElse(has_next & ~whole_page, prefetch_page(pn)),
+                    chunk(e - a, lo_pos + (pi * P + a - lo_slot), windowed,
+                          lambda dd, jj: load(key_at(pg, dd, a + jj)), lambda jj, dd: load(vp[pg, kh, a + jj, dd]),
+                          _const(P) - a, lambda dp, jj, ee: kp[pg, kh, dp, a + jj, ee], _const(2 * P),
+                          lambda jj: IfThenElse(has_next & whole_page, prefetch_spread(pn, jj)))))))))
         return _for(pi, first, pages, page_body)
 
     def new_run(lo: Any, count: Any, windowed: bool) -> Stmt:
