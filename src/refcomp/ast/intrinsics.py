@@ -90,26 +90,47 @@ def merge_extern_access(current, name: str, accesses: tuple) -> tuple:
 
 
 def address_accesses(node, attrs=None) -> list:
-    """(BufferLoad, access) for each address_of in node: the declared access where the address is
-    an argument of a call_extern declared in attrs (EXTERN_ACCESS), else "write"."""
+    """(BufferLoad, access) for each address_of in node, one entry per place it occurs: the
+    declared access where that place is an argument of a call_extern declared in attrs
+    (EXTERN_ACCESS), else "write".  Places are told apart by position in the tree, not by node
+    identity: one immutable address_of node may sit under a declared call and elsewhere too."""
+    import dataclasses
+
     from .expr import BufferLoad, Call
-    from .functor import collect
+    from .functor import _children
 
     table = extern_access_table(attrs)
-    declared: dict[int, str] = {}
-    calls = collect(node, Call)
-    for call in calls:
-        if call.op != "call_extern" or not call.args:
-            continue
-        accesses = table.get(getattr(call.args[0], "value", None))
-        if accesses is None:
-            continue
-        for position, arg in enumerate(call.args[1:]):
-            access = accesses[position] if position < len(accesses) else ""
-            if access in ACCESS_KINDS and isinstance(arg, Call) and arg.op == "address_of":
-                declared[id(arg)] = access
-    return [(load, declared.get(id(call), "write")) for call in calls if call.op == "address_of"
-            for load in call.args if isinstance(load, BufferLoad)]
+    out: list = []
+
+    def address(call, access: str) -> None:
+        out.extend((load, access) for load in call.args if isinstance(load, BufferLoad))
+        walk(call.args)
+
+    def walk(value) -> None:
+        for child in _children(value):
+            if isinstance(child, Call) and child.op == "address_of":
+                address(child, "write")
+                continue
+            accesses = None
+            if isinstance(child, Call) and child.op == "call_extern" and child.args:
+                accesses = table.get(getattr(child.args[0], "value", None))
+            if accesses is None:
+                for field in dataclasses.fields(child):
+                    walk(getattr(child, field.name))
+                continue
+            walk(child.args[0])
+            for position, arg in enumerate(child.args[1:]):
+                access = accesses[position] if position < len(accesses) else ""
+                if access in ACCESS_KINDS and isinstance(arg, Call) and arg.op == "address_of":
+                    address(arg, access)
+                else:
+                    walk(arg)
+            for field in dataclasses.fields(child):
+                if field.name != "args":
+                    walk(getattr(child, field.name))
+
+    walk(node)
+    return out
 
 
 def addressed_writes(node, attrs=None) -> set:

@@ -98,6 +98,22 @@ def test_declared_access_per_argument():
     assert _handed_to(call("f"), a, frozenset({"f"}), None)
 
 
+def test_one_address_node_under_a_declared_and_an_undeclared_call_counts_as_written():
+    """The IR is immutable, so one address_of node may be shared: its place under a read
+    operand does not make it read where it also reaches an undeclared call."""
+    from refcomp.ast import SeqStmt
+
+    a = Buffer("A", (4,), "float32")
+    shared = Call("address_of", (a.vload((0,)),), "handle")
+    declared = Evaluate(Call("call_extern", (StringImm("f"), shared), "int32"))
+    undeclared = Evaluate(Call("call_extern", (StringImm("g"), shared), "int32"))
+    attrs = {EXTERN_ACCESS: (("f", ("read",)),)}
+    assert _names(addressed_writes(declared, attrs)) == set()
+    assert _names(addressed_writes(SeqStmt((declared, undeclared)), attrs)) == {"A"}
+    assert sorted(access for _, access in address_accesses(SeqStmt((declared, undeclared)), attrs)) == \
+        ["read", "write"]
+
+
 def test_declarations_of_one_function_join():
     table = merge_extern_access((), "f", ("read", "", "write"))
     assert table == (("f", ("read", "", "write")),)
