@@ -60,15 +60,18 @@ def mark_constant_params(mod: IRModule) -> IRModule:
     positions of the parameters every such call passes a Constant for (run before
     default_schedule: the matmul recipe then packs such a weight in a stage of its own, which
     fold_packed_weights folds; spec/graph.md 5.1)."""
-    from ...ast import collect as collect_nodes
+    from ...ast import post_order_visit
 
     constant: dict[str, set[int] | None] = {}
     references: dict[str, int] = {}
     calls: dict[str, int] = {}
     for _, func in graph_functions(mod):
-        for gvar in collect_nodes(func, GlobalVar):
+        # every place counts (collect would merge one shared GlobalVar or Call node into one)
+        found: list = []
+        post_order_visit(func, lambda node: found.append(node) if isinstance(node, (GlobalVar, Call)) else None)
+        for gvar in (node for node in found if isinstance(node, GlobalVar)):
             references[gvar.name] = references.get(gvar.name, 0) + 1
-        for call in collect_nodes(func, Call):
+        for call in (node for node in found if isinstance(node, Call)):
             if getattr(call.op, "name", None) != "call_tir" or not call.args or not isinstance(call.args[0], GlobalVar):
                 continue
             name = call.args[0].name
