@@ -205,21 +205,7 @@ def prefetch_gathered_rows(func: PrimFunc, buffer: str = "B", distance: int = 16
     if width is None or width < 1:
         raise SparseScheduleError(f"{where}: the rows of {buffer} must have a constant length, got "
                                   f"{target.shape[1]}")
-    params = {id(p) for p in func.params}
-    sites = []
-    for loop in walk(func.body):
-        if not (isinstance(loop, For) and loop.kind == "serial"):
-            continue
-        for load in _loads_of(loop.body, target):
-            row = load.indices[0]
-            if (isinstance(row, BufferLoad) and id(row.buffer) in params and len(row.buffer.shape) == 1
-                    and row.buffer.dtype.is_integer and len(row.indices) == 1 and row.indices[0] is loop.loop_var):
-                sites.append((loop, row.buffer))
-                break
-    if len(sites) != 1:
-        raise SparseScheduleError(f"{where}: expected one serial loop j reading {buffer}[X[j], ...], found "
-                                  f"{len(sites)}")
-    loop, index = sites[0]
+    loop, index = _gathered_row_loop(func, target, buffer, where)
     j, nnz, rows = loop.loop_var, index.shape[0], target.shape[0]
     q = Var("q", j.dtype)
     step = max(1, CACHE_LINE_BYTES // target.dtype.bits * 8)
@@ -277,6 +263,24 @@ def _stmts(stmt) -> tuple:
     return tuple(stmt.stmts) if isinstance(stmt, SeqStmt) else (stmt,)
 
 
+def _gathered_row_loop(func, target, buffer: str, where: str):
+    """(loop, X): the one serial loop j whose body reads target[X[j], ...] with X a 1-D integer
+    parameter (a gathered row), or a SparseScheduleError."""
+    params = {id(p) for p in func.params}
+    sites = []
+    for loop in walk(func.body):
+        if isinstance(loop, For) and loop.kind == "serial":
+            for load in _loads_of(loop.body, target):
+                row = load.indices[0]
+                if (isinstance(row, BufferLoad) and id(row.buffer) in params and len(row.buffer.shape) == 1
+                        and row.buffer.dtype.is_integer and len(row.indices) == 1 and row.indices[0] is loop.loop_var):
+                    sites.append((loop, row.buffer))
+                    break
+    if len(sites) != 1:
+        raise SparseScheduleError(f"{where}: expected one serial loop j reading {buffer}[X[j], ...], found {len(sites)}")
+    return sites[0]
+
+
 def _loads_of(stmt, buffer: Buffer) -> list[BufferLoad]:
     from ..ast import collect
 
@@ -310,19 +314,7 @@ def split_gathered_rows(func: PrimFunc, buffer: str = "B", hot: str = "B_hot") -
         raise SparseScheduleError(f"{where}: no 2-D parameter named {buffer!r}")
     if any(getattr(p, "name", None) == hot for p in func.params):
         raise SparseScheduleError(f"{where}: a parameter named {hot!r} exists already")
-    params = {id(p) for p in func.params}
-    sites = []
-    for loop in walk(func.body):
-        if isinstance(loop, For) and loop.kind == "serial":
-            for load in _loads_of(loop.body, target):
-                row = load.indices[0]
-                if (isinstance(row, BufferLoad) and id(row.buffer) in params and len(row.buffer.shape) == 1
-                        and row.buffer.dtype.is_integer and len(row.indices) == 1 and row.indices[0] is loop.loop_var):
-                    sites.append((loop, row.buffer))
-                    break
-    if len(sites) != 1:
-        raise SparseScheduleError(f"{where}: expected one serial loop j reading {buffer}[X[j], ...], found {len(sites)}")
-    loop, index = sites[0]
+    loop, index = _gathered_row_loop(func, target, buffer, where)
     rows, h = target.shape[0], SizeVar("h", int64)
     if not isinstance(rows, Var):
         raise SparseScheduleError(f"{where}: the rows of {buffer} must be counted by a size variable, got {rows}")
