@@ -90,18 +90,34 @@ __attribute__((target("avx512f"))) static inline void refcomp_transpose_f32_32x1
 """
 
 
-def _transpose_intrin() -> registry.TensorIntrin:
+def _transpose_desc(rows: int, columns: int, name: str) -> PrimFunc:
+    """P[columns, rows] = W[rows, columns]^T over fp32 tiles with row strides ldw and ldp."""
     ldw, ldp = Var("ldw"), Var("ldp")
-    w = Buffer("W", (32, 16), to_dtype("float32"), strides=(ldw, 1))
-    p = Buffer("P", (16, 32), to_dtype("float32"), strides=(ldp, 1))
+    w = Buffer("W", (rows, columns), to_dtype("float32"), strides=(ldw, 1))
+    p = Buffer("P", (columns, rows), to_dtype("float32"), strides=(ldp, 1))
     j, k, vj, vk = Var("j"), Var("k"), Var("vj"), Var("vk")
-    block = Block("copy", (IterVar(vj, Range.from_extent(32)), IterVar(vk, Range.from_extent(16))),
+    block = Block("copy", (IterVar(vj, Range.from_extent(rows)), IterVar(vk, Range.from_extent(columns))),
                   reads=(BufferRegion(w, (Range(vj, 1), Range(vk, 1))),),
                   writes=(BufferRegion(p, (Range(vk, 1), Range(vj, 1))),),
                   body=BufferStore(p, w[vj, vk], (vk, vj)))
-    nest = BlockRealize((j, k), IntImm(1, "bool"), block)
-    nest = For(k, 0, 16, "serial", For(j, 0, 32, "serial", nest))
-    desc = PrimFunc((w, p), nest, name="refcomp_transpose_f32_32x16_desc")
+    nest = For(k, 0, columns, "serial", For(j, 0, rows, "serial", BlockRealize((j, k), IntImm(1, "bool"), block)))
+    return PrimFunc((w, p), nest, name=name)
+
+
+def _address_distance_impl(desc: PrimFunc, function: str) -> PrimFunc:
+    """The call of a transpose whose strides are passed as the distance between two addresses
+    (row 0 and row 1 of each tile), so the tiles may live in buffers the C target compacts."""
+    w, p = desc.params
+    address = lambda buf, index: Call("address_of", (buf.vload(index),), "handle")  # noqa: E731
+    return PrimFunc((w, p), Evaluate(Call("call_extern", (
+        StringImm(function), address(w, (0, 0)), address(w, (1, 0)), address(p, (0, 0)), address(p, (1, 0))),
+        "int32")), name=function)
+
+
+def _transpose_intrin() -> registry.TensorIntrin:
+    desc = _transpose_desc(32, 16, "refcomp_transpose_f32_32x16_desc")
+    w, p = desc.params
+    ldw, ldp = w.strides[0], p.strides[0]
     address = lambda buf: Call("address_of", (buf.vload((0, 0)),), "handle")  # noqa: E731
     impl = PrimFunc((w, p), Evaluate(Call("call_extern", (StringImm("refcomp_transpose_f32_32x16"), address(w), ldw,
                                                           address(p), ldp), "int32")),
@@ -137,12 +153,8 @@ __attribute__((target("avx512f"))) static inline void refcomp_transpose_f32_32x1
 
 def _transpose_at_intrin() -> registry.TensorIntrin:
     base = transpose_intrin()
-    w, p = base.desc.params
-    address = lambda buf, index: Call("address_of", (buf.vload(index),), "handle")  # noqa: E731
     function = "refcomp_transpose_f32_32x16_at"
-    impl = PrimFunc((w, p), Evaluate(Call("call_extern", (
-        StringImm(function), address(w, (0, 0)), address(w, (1, 0)), address(p, (0, 0)), address(p, (1, 0))),
-        "int32")), name=function)
+    impl = _address_distance_impl(base.desc, function)
     return registry.TensorIntrin(TRANSPOSE_32X16_AT, base.desc, impl,
                                  c_helpers=(_C_NETWORK_16, _C_TRANSPOSE_ROWS_16, _C_TRANSPOSE, _C_TRANSPOSE_AT),
                                  c_includes=("immintrin.h", "stdint.h", "stddef.h"), cpu_features=("avx512f",),
@@ -200,21 +212,9 @@ __attribute__((target("avx2"))) static inline void refcomp_transpose_f32_16x8_at
 
 
 def _transpose_16x8_at_intrin() -> registry.TensorIntrin:
-    ldw, ldp = Var("ldw"), Var("ldp")
-    w = Buffer("W", (16, 8), to_dtype("float32"), strides=(ldw, 1))
-    p = Buffer("P", (8, 16), to_dtype("float32"), strides=(ldp, 1))
-    j, k, vj, vk = Var("j"), Var("k"), Var("vj"), Var("vk")
-    block = Block("copy", (IterVar(vj, Range.from_extent(16)), IterVar(vk, Range.from_extent(8))),
-                  reads=(BufferRegion(w, (Range(vj, 1), Range(vk, 1))),),
-                  writes=(BufferRegion(p, (Range(vk, 1), Range(vj, 1))),),
-                  body=BufferStore(p, w[vj, vk], (vk, vj)))
-    nest = For(k, 0, 8, "serial", For(j, 0, 16, "serial", BlockRealize((j, k), IntImm(1, "bool"), block)))
-    desc = PrimFunc((w, p), nest, name="refcomp_transpose_f32_16x8_desc")
-    address = lambda buf, index: Call("address_of", (buf.vload(index),), "handle")  # noqa: E731
+    desc = _transpose_desc(16, 8, "refcomp_transpose_f32_16x8_desc")
     function = "refcomp_transpose_f32_16x8_at"
-    impl = PrimFunc((w, p), Evaluate(Call("call_extern", (
-        StringImm(function), address(w, (0, 0)), address(w, (1, 0)), address(p, (0, 0)), address(p, (1, 0))),
-        "int32")), name=function)
+    impl = _address_distance_impl(desc, function)
     return registry.TensorIntrin(TRANSPOSE_16X8_AT, desc, impl, c_helpers=(_C_TRANSPOSE_16X8_AT,),
                                  c_includes=("immintrin.h", "stddef.h"), cpu_features=("avx2",),
                                  func_attrs={"relocatable_calls": (function,)},
