@@ -41,7 +41,9 @@ def _without_declarations(func):
 
 
 def test_gemm_tiles_declare_their_operands():
-    for name in recipes.matmul.FP32_INTRINS:
+    from refcomp.loops.intrin import cuda_wmma
+
+    for name in (*recipes.matmul.FP32_INTRINS, *(v[0] for v in cuda_wmma.VARIANTS.values())):
         tile = intrin.get(name)
         assert tile.operand_access == ("read", "read", "readwrite")
         table = tile.extern_access()

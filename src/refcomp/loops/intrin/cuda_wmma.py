@@ -60,6 +60,7 @@ for _dtype, (_name, _function, _element, _header) in VARIANTS.items():
         c_includes=("mma.h", _header), func_attrs={"cuda_only": True},
         cpu_features=("cuda-device",),  # never on a CPU: names(available_only=True) leaves it out
         doc=f"16x16 float32 tile from {_dtype} operands on tensor cores (wmma), warp-collective",
+        operand_access=("read", "read", "readwrite"),  # A and B tiles read, C loaded, updated, stored
     ))
 
 
