@@ -90,17 +90,24 @@ __attribute__((target("avx512f"))) static inline void refcomp_transpose_f32_32x1
 """
 
 
-def _transpose_desc(rows: int, columns: int, name: str) -> PrimFunc:
-    """P[columns, rows] = W[rows, columns]^T over fp32 tiles with row strides ldw and ldp."""
-    ldw, ldp = Var("ldw"), Var("ldp")
-    w = Buffer("W", (rows, columns), to_dtype("float32"), strides=(ldw, 1))
-    p = Buffer("P", (columns, rows), to_dtype("float32"), strides=(ldp, 1))
+def _transpose_desc(rows: int, columns: int, name: str, names: tuple[str, str] = ("W", "P"),
+                    rows_outer: bool = False) -> PrimFunc:
+    """P[columns, rows] = W[rows, columns]^T over fp32 tiles with row strides ld<w> and ld<p>
+    (`names` the two buffers), the loop over columns outside the one over rows unless rows_outer."""
+    src, dst = names
+    ldw, ldp = Var("ld" + src.lower()), Var("ld" + dst.lower())
+    w = Buffer(src, (rows, columns), to_dtype("float32"), strides=(ldw, 1))
+    p = Buffer(dst, (columns, rows), to_dtype("float32"), strides=(ldp, 1))
     j, k, vj, vk = Var("j"), Var("k"), Var("vj"), Var("vk")
     block = Block("copy", (IterVar(vj, Range.from_extent(rows)), IterVar(vk, Range.from_extent(columns))),
                   reads=(BufferRegion(w, (Range(vj, 1), Range(vk, 1))),),
                   writes=(BufferRegion(p, (Range(vk, 1), Range(vj, 1))),),
                   body=BufferStore(p, w[vj, vk], (vk, vj)))
-    nest = For(k, 0, columns, "serial", For(j, 0, rows, "serial", BlockRealize((j, k), IntImm(1, "bool"), block)))
+    realize = BlockRealize((j, k), IntImm(1, "bool"), block)
+    if rows_outer:
+        nest = For(j, 0, rows, "serial", For(k, 0, columns, "serial", realize))
+    else:
+        nest = For(k, 0, columns, "serial", For(j, 0, rows, "serial", realize))
     return PrimFunc((w, p), nest, name=name)
 
 
@@ -330,18 +337,9 @@ def _channel_vectors(columns: int, lanes: int) -> registry.TensorIntrin:
     holds them; any distance between the planes) to T[columns, lanes] (a vector of the channels
     per position, as a depthwise convolution's channel-vector form reads its input)."""
     prefix, function, source, feature = _CHANNEL_VECTOR_FORMS[lanes]
-    f32 = to_dtype("float32")
-    lda, ldt = Var("lda"), Var("ldt")
-    a = Buffer("A", (lanes, columns), f32, strides=(lda, 1))
-    t = Buffer("T", (columns, lanes), f32, strides=(ldt, 1))
-    o, x, vo, vx = Var("o"), Var("x"), Var("vo"), Var("vx")
-    block = Block("copy", (IterVar(vo, Range.from_extent(lanes)), IterVar(vx, Range.from_extent(columns))),
-                  reads=(BufferRegion(a, (Range(vo, 1), Range(vx, 1))),),
-                  writes=(BufferRegion(t, (Range(vx, 1), Range(vo, 1))),),
-                  body=BufferStore(t, a[vo, vx], (vx, vo)))
-    nest = For(o, 0, lanes, "serial", For(x, 0, columns, "serial", BlockRealize((o, x), IntImm(1, "bool"), block)))
     name = channel_vectors_name(columns, lanes)
-    desc = PrimFunc((a, t), nest, name=name.replace(".", "_") + "_desc")
+    desc = _transpose_desc(lanes, columns, name.replace(".", "_") + "_desc", names=("A", "T"), rows_outer=True)
+    a, t = desc.params
     address = lambda buf, index: Call("address_of", (buf.vload(index),), "handle")  # noqa: E731
     # the strides as address distances (see _tile_transpose): the copy may be a compacted stack tile
     impl = PrimFunc((a, t), Evaluate(Call("call_extern", (
