@@ -203,10 +203,6 @@ def _as_batch_of(source, w, bb, block, b, counter, out):
     return _bind(reshape(source, shape), bb, block, b, counter, out, "rows")
 
 
-# Products over leading dims kept on flattened rows (see the module docstring); False sends them to BLAS.
-_FLATTEN_ROWS = True
-
-
 def _reshape_call(x, shape):
     from ..op.manipulate import reshape
 
@@ -229,7 +225,7 @@ def _own_gemm_is_faster(call: Call, defs: dict, kept: set) -> bool:
     if not (call.op_name == "linear" or _constant_weight(call)) or not cpu.has("avx512f", "fma"):
         return False
     if call.args[1].struct_info.ndim != 2 or (call.args[0].struct_info.ndim != 2 and not (
-            _FLATTEN_ROWS and call.op_name == "matmul" and _constant_weight(call))):
+            call.op_name == "matmul" and _constant_weight(call))):
         return False  # leading dims beyond the rows make a kernel the recipe does not tile
     shape = call.args[1].struct_info.shape
     n, k = (const_value(d) for d in (shape[::-1] if call.op_name == "matmul" else shape))
