@@ -364,24 +364,22 @@ def _schedule_transposed_copy(sch: Schedule, copy: BlockRV, parallel: bool, nr: 
     Without groups the j % NR loop is vectorized (a gather at stride K, a contiguous store): 256 x 4096 x 1024 on
     2 Zen 5 threads went from 316 to 360 GFLOP/s against the scalar copy.  With `registers` (a
     copy of all of W before the parallel loop) 16 k-rows of a 32-wide panel are transposed in
-    registers instead; a per-thread block keeps the plain copy (see tiled_matmul).  `plain` keeps
-    the copy one store per element (no tile kernel: a stage fold_packed_weights evaluates).
+    registers instead (a per-thread block by the transpose's relocatable form, see tiled_matmul;
+    16-wide panels by the AVX2 16 x 8 form).  `plain` keeps the vectorized copy (no tile kernel: a
+    stage fold_packed_weights evaluates).
     """
     j_loop, k_loop = sch.get_loops(copy)[-2:]
     j_outer, j_inner = sch.split(j_loop, [None, nr])
     if group > 1:
         k_outer, k_inner = sch.split(k_loop, [None, group])
         sch.reorder(j_outer, k_outer, j_inner, k_inner)
-    elif plain:
-        sch.reorder(j_outer, k_loop, j_inner)
-        sch.vectorize(j_inner)
-    elif nr == 32 and _divisible(sch, k_loop, 16) and transpose_intrin().available():
+    elif not plain and nr == 32 and _divisible(sch, k_loop, 16) and transpose_intrin().available():
         # 16 k-rows of a panel at a time, transposed in registers; a per-thread block by the
         # relocatable form, so that the C target still shrinks it to one block
         k_outer, k_inner = sch.split(k_loop, [None, 16])
         sch.reorder(j_outer, k_outer, k_inner, j_inner)
         sch.tensorize(k_inner, TRANSPOSE_32X16 if registers else TRANSPOSE_32X16_AT)
-    elif nr == 16 and _divisible(sch, k_loop, 8) and transpose_16x8_intrin().available():
+    elif not plain and nr == 16 and _divisible(sch, k_loop, 8) and transpose_16x8_intrin().available():
         # the same for 16-wide panels (the AVX2 tile): 8 k-rows at a time, two 8 x 8 transposes
         k_outer, k_inner = sch.split(k_loop, [None, 8])
         sch.reorder(j_outer, k_outer, k_inner, j_inner)
