@@ -27,7 +27,7 @@ from ..errors import ArgumentError
 from .formats import SparseMatrix, csr, ell, to_scipy
 from .kernels import (
     SPECIALISED_WIDTHS, _dense, _dtype_name, _output, _require_csr, compiled, row_list_parts, run_spmm_csr,
-    aligned_empty, run_spmm_csr_rows, stage_rows,
+    aligned_empty, hot_first, most_used_columns, run_spmm_csr_rows, stage_rows,
 )
 from .validate import INDEX_DTYPE, SparseFormatError, check_index_array
 
@@ -248,10 +248,7 @@ def hot_first_order(A: SparseMatrix, hot_columns: int) -> np.ndarray:
     """The columns of CSR A with the hot_columns holding the most entries first (ties: the lower
     column), then the others; each group in increasing column order."""
     n = A.shape[1]
-    counts = np.bincount(A.indices["j"], minlength=n)
-    hot = np.zeros(n, dtype=bool)
-    hot[np.argsort(-counts, kind="stable")[:hot_columns]] = True
-    return np.concatenate([np.flatnonzero(hot), np.flatnonzero(~hot)])
+    return hot_first(most_used_columns(A.indices["j"], n, hot_columns), n)
 
 
 def _part(columns, indptr, indices, data, lengths, shape, max_width, split) -> HybPart:

@@ -250,8 +250,7 @@ def hot_columns(indices: np.ndarray, k: int, row_bytes: int) -> np.ndarray | Non
     graph's (its oldest nodes) lie near its start already."""
     if k == 0 or row_bytes <= 0:
         return None
-    degree = np.bincount(indices, minlength=k)
-    hot = np.sort(np.argsort(-degree, kind="stable")[: _hot_count(k, row_bytes)])
+    hot = most_used_columns(indices, k, _hot_count(k, row_bytes))
     pages = np.unique(hot.astype(np.int64) * row_bytes // 4096).size
     if pages < RELABEL_MIN_SPREAD * -(-hot.size * row_bytes // 4096):
         return None
@@ -268,11 +267,20 @@ def column_order(indices: np.ndarray, k: int, row_bytes: int) -> np.ndarray | No
     order (row r of the copy is row order[r] of B; apart from the hot rows the copy reads B in
     order, as the plain one does) finds the frequently gathered rows side by side."""
     hot = hot_columns(indices, k, row_bytes)
-    if hot is None:
-        return None
+    return None if hot is None else hot_first(hot, k).astype(np.int32)
+
+
+def most_used_columns(indices: np.ndarray, k: int, count: int) -> np.ndarray:
+    """The `count` of k columns that hold the most stored entries (ties: the lower column), in
+    increasing order."""
+    return np.sort(np.argsort(-np.bincount(indices, minlength=k), kind="stable")[:count])
+
+
+def hot_first(hot: np.ndarray, k: int) -> np.ndarray:
+    """The k columns with `hot` (increasing) first, then the others in increasing order (int64)."""
     cold = np.ones(k, dtype=bool)
     cold[hot] = False
-    return np.concatenate([hot, np.flatnonzero(cold)]).astype(np.int32)
+    return np.concatenate([hot, np.flatnonzero(cold)]).astype(np.int64)
 
 
 def order_labels(order: np.ndarray) -> np.ndarray:
