@@ -27,59 +27,45 @@ __attribute__((target("amx-tile"))) static inline void refcomp_amx_configure(voi
 }
 """
 
-BF16GEMM_AMX_32X32 = AMX_CONFIG + r"""
-__attribute__((target("amx-tile,amx-bf16"))) static inline void refcomp_bf16gemm_amx_32x32(
-    const uint16_t* A, int64_t a_rs, const uint16_t* B, int64_t ldb, float* C, int64_t ldc,
-    int64_t K) {
+
+def _gemm_tile_32x32(name: str, feature: str, in_type: str, out_type: str, elem_bytes: int,
+                     k_step: int, dot: str) -> str:
+    """The C source of a 32x32 AMX GEMM tile: C loaded into tiles 0-3, A rows in 4-5, B (packed
+    in groups of k_step / 16 along k) in 6-7, `dot` accumulating, C stored back."""
+    group = k_step // 16
+    return AMX_CONFIG + f"""
+__attribute__((target("amx-tile,{feature}"))) static inline void {name}(
+    const {in_type}* A, int64_t a_rs, const {in_type}* B, int64_t ldb, {out_type}* C, int64_t ldc,
+    int64_t K) {{
   refcomp_amx_configure();
-  const int64_t c_stride = ldc * 4, a_stride = a_rs * 2, b_stride = ldb * 2;
+  const int64_t c_stride = ldc * 4, a_stride = a_rs * {elem_bytes}, b_stride = ldb * {elem_bytes};
   _tile_loadd(0, C, c_stride);
   _tile_loadd(1, C + 16, c_stride);
   _tile_loadd(2, C + 16 * ldc, c_stride);
   _tile_loadd(3, C + 16 * ldc + 16, c_stride);
-  for (int64_t k = 0; k < K; k += 32) {
+  for (int64_t k = 0; k < K; k += {k_step}) {{
     _tile_loadd(4, A + k, a_stride);
     _tile_loadd(5, A + 16 * a_rs + k, a_stride);
-    _tile_loadd(6, B + (k / 2) * ldb, b_stride);
-    _tile_loadd(7, B + (k / 2) * ldb + 32, b_stride);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-  }
+    _tile_loadd(6, B + (k / {group}) * ldb, b_stride);
+    _tile_loadd(7, B + (k / {group}) * ldb + {16 * group}, b_stride);
+    {dot}(0, 4, 6);
+    {dot}(1, 4, 7);
+    {dot}(2, 5, 6);
+    {dot}(3, 5, 7);
+  }}
   _tile_stored(0, C, c_stride);
   _tile_stored(1, C + 16, c_stride);
   _tile_stored(2, C + 16 * ldc, c_stride);
   _tile_stored(3, C + 16 * ldc + 16, c_stride);
-}
+}}
 """
 
-I8GEMM_AMX_32X32 = AMX_CONFIG + r"""
-__attribute__((target("amx-tile,amx-int8"))) static inline void refcomp_i8gemm_amx_32x32(
-    const int8_t* A, int64_t a_rs, const int8_t* B, int64_t ldb, int32_t* C, int64_t ldc,
-    int64_t K) {
-  refcomp_amx_configure();
-  const int64_t c_stride = ldc * 4, a_stride = a_rs, b_stride = ldb;
-  _tile_loadd(0, C, c_stride);
-  _tile_loadd(1, C + 16, c_stride);
-  _tile_loadd(2, C + 16 * ldc, c_stride);
-  _tile_loadd(3, C + 16 * ldc + 16, c_stride);
-  for (int64_t k = 0; k < K; k += 64) {
-    _tile_loadd(4, A + k, a_stride);
-    _tile_loadd(5, A + 16 * a_rs + k, a_stride);
-    _tile_loadd(6, B + (k / 4) * ldb, b_stride);
-    _tile_loadd(7, B + (k / 4) * ldb + 64, b_stride);
-    _tile_dpbssd(0, 4, 6);
-    _tile_dpbssd(1, 4, 7);
-    _tile_dpbssd(2, 5, 6);
-    _tile_dpbssd(3, 5, 7);
-  }
-  _tile_stored(0, C, c_stride);
-  _tile_stored(1, C + 16, c_stride);
-  _tile_stored(2, C + 16 * ldc, c_stride);
-  _tile_stored(3, C + 16 * ldc + 16, c_stride);
-}
-"""
+
+BF16GEMM_AMX_32X32 = _gemm_tile_32x32("refcomp_bf16gemm_amx_32x32", "amx-bf16", "uint16_t", "float", 2, 32,
+                                      "_tile_dpbf16ps")
+I8GEMM_AMX_32X32 = _gemm_tile_32x32("refcomp_i8gemm_amx_32x32", "amx-int8", "int8_t", "int32_t", 1, 64,
+                                    "_tile_dpbssd")
+
 
 # Attention scores (refcomp.llm.attention): C[m, 32] (fp32) = A[m, K] (bf16) * B[K, 32] (bf16 pairs)
 # for m = m_rows <= 32, K a multiple of 32.  Unlike the GEMM tile above, C starts from zero

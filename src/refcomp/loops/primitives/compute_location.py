@@ -168,6 +168,18 @@ def _regenerate(func: PrimFunc, location: BlockLocation, ranges: dict[Var, tuple
 
 # ----------------------------------------------------------------------------- compute_at
 
+def _blocks_under(func: PrimFunc, loop: For, block: Block, partners: list, role: str,
+                  primitive: str) -> dict[int, BlockRealize]:
+    """The block realizes under `loop` by block id; every one of `partners` (the block's consumers
+    or producers, named by `role`) must be among them."""
+    under = {id(r.block): r for r in walk(loop) if isinstance(r, BlockRealize)}
+    for partner in partners:
+        if id(partner) not in under:
+            raise ScheduleError(f"{primitive}: requires all the {role} blocks of {block.name} to be under loop "
+                                f"{loop.loop_var.name}; block {partner.name} is not", ir=func, spot=loop)
+    return under
+
+
 def compute_at(func: PrimFunc, block: Block, loop: For, preserve_unit_loops: bool = False) -> tuple[PrimFunc, None]:
     """Move a producer block under loop, computing just the region its consumers there read.
 
@@ -188,11 +200,7 @@ def compute_at(func: PrimFunc, block: Block, loop: For, preserve_unit_loops: boo
     _, consumers = get_consumers(func, block)
     if not consumers:
         raise ScheduleError(f"compute_at: block {block.name} has no consumer", ir=func, spot=realize)
-    under = {id(r.block): r for r in walk(loop) if isinstance(r, BlockRealize)}
-    for consumer in consumers:
-        if id(consumer) not in under:
-            raise ScheduleError(f"compute_at: requires all the consumer blocks of {block.name} to be under loop "
-                                f"{loop.loop_var.name}; block {consumer.name} is not", ir=func, spot=loop)
+    under = _blocks_under(func, loop, block, consumers, "consumer", "compute_at")
     _check_order_and_interference(func, location, loop_path, before=True, primitive="compute_at")
     reads = {r.buffer for r in block.reads}
     for other in under.values():
@@ -241,11 +249,7 @@ def reverse_compute_at(func: PrimFunc, block: Block, loop: For,
     _, producers = get_producers(func, block)
     if not producers:
         raise ScheduleError(f"reverse_compute_at: block {block.name} has no producer", ir=func, spot=realize)
-    under = {id(r.block): r for r in walk(loop) if isinstance(r, BlockRealize)}
-    for producer in producers:
-        if id(producer) not in under:
-            raise ScheduleError(f"reverse_compute_at: requires all the producer blocks of {block.name} to be under "
-                                f"loop {loop.loop_var.name}; block {producer.name} is not", ir=func, spot=loop)
+    under = _blocks_under(func, loop, block, producers, "producer", "reverse_compute_at")
     _check_order_and_interference(func, location, loop_path, before=False, primitive="reverse_compute_at")
     writes = {r.buffer for r in block.writes}
     for other in under.values():
