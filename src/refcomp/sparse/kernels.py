@@ -33,8 +33,9 @@ from ..errors import ArgumentError
 from .formats import SparseMatrix
 from .iteration import SparseIteration, SpBuffer, sp_axis, sp_iter
 from .lower import lower_stage3
+from .iteration import sparse_reorder
 from .schedule import (
-    partition_rows, prefetch_gathered_rows, row_parts, select_rows, split_gathered_rows, stream_output_rows,
+    bind_rows_to_gpu, partition_rows, prefetch_gathered_rows, row_parts, select_rows, split_gathered_rows, stream_output_rows,
     vectorize_row_tile,
 )
 from .validate import VALUE_DTYPES
@@ -143,6 +144,20 @@ def spmm_csr_scheduled(dtype: str = "float32", width: int | None = None, accumul
     func = partition_rows(split_gathered_rows(func) if hot else func)
     return stream_output_rows(func) if stream else func
 
+
+
+def spmm_csr_gpu(dtype: str = "float32", width: int = 128, accumulate: bool = False,
+                 threads: int | None = None) -> PrimFunc:
+    """The CSR SpMM for a GPU (`refcomp.build(..., target="cuda")`): spmm_iteration ordered
+    I, F, J (`sparse_reorder`: each output element's sum over the row's entries innermost, in a
+    local register), lowered to stage III, then `bind_rows_to_gpu`: a block per row, a thread per
+    column of the output row (per `threads`-th column where the width is longer).  Neighbouring
+    threads read neighbouring elements of each gathered row of B, so the loads coalesce.  width:
+    a positive int (the feature axis must have a constant extent to be bound)."""
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        raise ArgumentError(f"spmm_csr_gpu: width must be a positive int, got {width!r}")
+    it = sparse_reorder(spmm_iteration(_dtype_name(dtype), width, accumulate), ["I", "F", "J"])
+    return bind_rows_to_gpu(lower_stage3(it), threads)
 
 def run_spmm_csr_rows(dtype: str, width: int, rows: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
                       data: np.ndarray, B: np.ndarray, out: np.ndarray, accumulate: bool = False,

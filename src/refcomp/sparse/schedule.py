@@ -21,9 +21,9 @@ from ..ast.functor import Mutator, substitute
 from ..ast.stmt import SeqStmt
 from ..ast.structural import structural_equal
 from ..emit_c.codegen import NONTEMPORAL, OMP_SCHEDULE
-from ..loops.primitives.kinds import unroll, vectorize
+from ..loops.primitives.kinds import MAX_THREADS_PER_BLOCK, bind, unannotate, unroll, vectorize
 from ..loops.primitives.legality import const_int
-from ..loops.primitives.loop import split
+from ..loops.primitives.loop import reorder, split
 from ..loops.primitives.tree import replace_in_func, walk
 from .iteration import SparseScheduleError
 
@@ -382,3 +382,66 @@ def split_gathered_rows(func: PrimFunc, buffer: str = "B", hot: str = "B_hot") -
     position = next(i for i, p in enumerate(func.params) if p is target)
     new_params = tuple(func.params[:position]) + (hot_buffer,) + tuple(func.params[position:])
     return func.with_(params=new_params)
+
+
+# Threads of one GPU block for the feature axis when none are asked for: a feature axis up to this
+# long gets a thread per column; a longer one is split so that each thread sums several columns.
+GPU_ROW_THREADS = 256
+
+
+def bind_rows_to_gpu(func: PrimFunc, threads: int | None = None) -> PrimFunc:
+    """A row-major stage III for a GPU: the row loop bound to blockIdx.x (one block per row) and
+    the feature loop directly inside it to threadIdx.x (a thread per output column).  A feature
+    axis longer than `threads` is split first, `f = f_0 * threads + f_1`, with f_1 bound and f_0 a
+    serial loop inside each thread, so that neighbouring threads still read neighbouring elements
+    of each gathered row.  The row loop loses its OpenMP schedule annotation.
+
+    Requires: the body is one loop over the rows, from 0 over a size variable, whose body is one
+    loop of constant extent (the feature axis: `sparse_reorder(it, ["I", "F", "J"])` of SpMM puts
+    it there); threads a positive int of at most 1024 that divides the feature extent (default:
+    the extent, or GPU_ROW_THREADS where the extent is longer); the binds' own legality (rows
+    independent).  A SparseScheduleError (or the bind's ScheduleError) otherwise.
+
+    Before (SpMM, width 64, I F J):
+        for i in T.parallel(m):
+            for f in range(64):
+                acc[0] = 0; for j in ...: acc[0] += A[j] * B[J_indices[j], f]; C[i, f] = acc[0]
+    `bind_rows_to_gpu(func, threads=32)` after:
+        for i in T.thread_binding(m, thread="blockIdx.x"):
+            for f_1 in T.thread_binding(32, thread="threadIdx.x"):
+                for f_0 in range(2):
+                    acc[0] = 0; for j in ...: acc[0] += A[j] * B[J_indices[j], f_0 * 32 + f_1]; ...
+    """
+    rows = func.body
+    if not isinstance(rows, For) or rows.kind not in ("parallel", "serial") or const_int(rows.min) != 0 \
+            or not isinstance(rows.extent, SizeVar):
+        raise SparseScheduleError(f"bind_rows_to_gpu: {func.name}: the body must be one row loop from 0 over a "
+                                  "size variable (stage III of a sparse iteration)")
+    feature = rows.body
+    width = const_int(feature.extent) if isinstance(feature, For) else None
+    if not isinstance(feature, For) or feature.kind != "serial" or const_int(feature.min) != 0 or width is None:
+        raise SparseScheduleError(f"bind_rows_to_gpu: {func.name}: the row loop's body must be one serial loop "
+                                  "of constant extent (the feature axis; order the iteration I, F, J with "
+                                  "sparse_reorder)")
+    if threads is None:
+        threads = width if width <= GPU_ROW_THREADS else GPU_ROW_THREADS
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS_PER_BLOCK:
+        raise SparseScheduleError(f"bind_rows_to_gpu: threads must be an int from 1 to {MAX_THREADS_PER_BLOCK}, "
+                                  f"got {threads!r}")
+    if width % threads:
+        raise SparseScheduleError(f"bind_rows_to_gpu: threads {threads} must divide the feature extent {width}")
+    if OMP_SCHEDULE in rows.annotations:
+        func, _ = unannotate(func, rows, OMP_SCHEDULE)
+    func, _ = bind(func, func.body, "blockIdx.x")
+    feature = func.body.body
+    if threads < width:
+        func, (outer, inner) = split(func, feature, [None, threads])
+        func, _ = reorder(func, [_loop(func, inner.loop_var), _loop(func, outer.loop_var)])
+        feature = _loop(func, inner.loop_var)
+    func, _ = bind(func, feature, "threadIdx.x")
+    return func
+
+
+def _loop(func: PrimFunc, var: Var) -> For:
+    """The loop of func over var."""
+    return next(s for s in walk(func.body) if isinstance(s, For) and s.loop_var is var)

@@ -1,0 +1,145 @@
+"""Sparse kernels for a GPU: bind_rows_to_gpu on stage III of SpMM (a block per row, a thread per
+output column), spmm_csr_gpu; before/after programs, the checked GPU simulation against scipy,
+nvcc compiles, and a run on a GPU where there is one."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings, strategies as st
+
+import refcomp
+from refcomp import sparse
+from refcomp.ast import For, PrimFunc
+from refcomp.ast.printer import script
+from refcomp.emit_cuda.simulate import run_checked
+from refcomp.errors import ArgumentError, ScheduleError
+from refcomp.loops.primitives.tree import walk
+from refcomp.shape import verify_in_bounds
+from refcomp.sparse.kernels import spmm_iteration
+from refcomp.sparse.lower import lower_stage3
+from refcomp.sparse.schedule import bind_rows_to_gpu
+
+from sparse_strategies import sparse_matrices
+
+needs_nvcc = pytest.mark.skipif(
+    shutil.which("nvcc") is None and not os.path.exists("/usr/local/cuda/bin/nvcc") and "NVCC" not in os.environ,
+    reason="nvcc is not installed")
+
+
+def _loops(func: PrimFunc) -> list[For]:
+    return [s for s in walk(func.body) if isinstance(s, For)]
+
+
+def _ifj(width: int, dtype: str = "float32", accumulate: bool = False) -> PrimFunc:
+    return lower_stage3(sparse.sparse_reorder(spmm_iteration(dtype, width, accumulate), ["I", "F", "J"]))
+
+
+def _arrays(A: sp.csr_matrix, width: int, rng, dtype=np.float32):
+    B = rng.uniform(-1.0, 1.0, (A.shape[1], width)).astype(dtype)
+    C = rng.uniform(-1.0, 1.0, (A.shape[0], width)).astype(dtype)  # garbage: every element must be set
+    return A.indptr.astype(np.int32), A.indices.astype(np.int32), A.data.astype(dtype), B, C
+
+
+def test_bind_rows_to_gpu_before_after():
+    before = _ifj(64)
+    text = script(before)
+    assert "T.parallel(m" in text and "for f in range(64)" in text and "thread_binding" not in text
+    after = bind_rows_to_gpu(before, threads=32)
+    text = script(after)
+    assert 'for i in T.thread_binding(m, thread="blockIdx.x"):' in text
+    assert 'for f_1 in T.thread_binding(32, thread="threadIdx.x"):' in text
+    assert "for f_0 in range(2):" in text and "B[J_indices[j], f_0 * 32 + f_1]" in text
+    assert "omp_schedule" not in text
+    rows, threads, columns = _loops(after)[:3]
+    assert (rows.thread_binding, threads.thread_binding, columns.kind) == ("blockIdx.x", "threadIdx.x", "serial")
+    # the default: a thread per column up to GPU_ROW_THREADS
+    whole = bind_rows_to_gpu(before)
+    assert 'for f in T.thread_binding(64, thread="threadIdx.x"):' in script(whole)
+    assert 'T.thread_binding(256, thread="threadIdx.x")' in script(bind_rows_to_gpu(_ifj(512)))
+
+
+def test_bind_rows_to_gpu_numbers_match_before(rng):
+    A = sp.random(9, 11, density=0.3, format="csr", random_state=int(rng.integers(1 << 31)), dtype=np.float32)
+    A.data += np.float32(0.5)
+    for threads in (None, 16, 64):
+        func = bind_rows_to_gpu(_ifj(64), threads=threads)
+        indptr, indices, data, B, C = _arrays(A, 64, rng)
+        expected = C.copy()
+        from refcomp.loops.interpreter import interpret
+
+        interpret(_ifj(64), indptr, indices, data, B, expected)  # before, in the interpreter
+        run_checked(func, indptr, indices, data, B, C)  # after, in the GPU simulation
+        np.testing.assert_allclose(C, expected, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(A=sparse_matrices(max_dim=12), width=st.sampled_from([1, 8, 32, 48]), threads=st.sampled_from([None, 8]),
+       seed=st.integers(0, 2**32 - 1))
+def test_spmm_csr_gpu_simulated_matches_scipy(A, width, threads, seed):
+    if threads is not None and width % threads:
+        threads = None
+    rng = np.random.default_rng(seed)
+    indptr, indices, data, B, C = _arrays(A, width, rng)
+    run_checked(sparse.spmm_csr_gpu("float32", width, threads=threads), indptr, indices, data, B, C)
+    np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_spmm_csr_gpu_accumulates_and_float64(dtype, rng):
+    A = sp.random(6, 7, density=0.4, format="csr", random_state=int(rng.integers(1 << 31)), dtype=dtype)
+    indptr, indices, data, B, C = _arrays(A, 16, rng, dtype)
+    start = C.copy()
+    run_checked(sparse.spmm_csr_gpu(np.dtype(dtype).name, 16, accumulate=True), indptr, indices, data, B, C)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(C, start + A @ B, **tol)
+
+
+def test_spmm_csr_gpu_accesses_are_proved_in_bounds():
+    verify_in_bounds(sparse.spmm_csr_gpu("float32", 64, threads=32))
+
+
+def test_bind_rows_to_gpu_refuses_other_shapes():
+    # I, J, F: the feature loop is not directly inside the row loop
+    with pytest.raises(sparse.SparseScheduleError, match="one serial loop of constant extent"):
+        bind_rows_to_gpu(lower_stage3(spmm_iteration("float32", 64)))
+    with pytest.raises(sparse.SparseScheduleError, match="constant extent"):
+        bind_rows_to_gpu(_ifj(None))
+    with pytest.raises(sparse.SparseScheduleError, match="must divide the feature extent 64"):
+        bind_rows_to_gpu(_ifj(64), threads=24)
+    for bad in (0, 2048, True, 8.0):
+        with pytest.raises(sparse.SparseScheduleError, match="threads must be an int from 1 to 1024"):
+            bind_rows_to_gpu(_ifj(64), threads=bad)
+    already = bind_rows_to_gpu(_ifj(64))
+    with pytest.raises(sparse.SparseScheduleError, match="one row loop"):
+        bind_rows_to_gpu(already)
+    with pytest.raises(ArgumentError, match="width must be a positive int"):
+        sparse.spmm_csr_gpu("float32", None)
+    with pytest.raises(ArgumentError, match="values must be float32 or float64"):
+        sparse.spmm_csr_gpu("int32", 8)
+    assert issubclass(sparse.SparseScheduleError, ScheduleError)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("width,threads", [(32, None), (128, 32)])
+def test_spmm_csr_gpu_compiles_with_nvcc(width, threads):
+    lib = refcomp.build(sparse.spmm_csr_gpu("float32", width, threads=threads), target="cuda", bounds="prove")
+    assert lib.path.exists()
+    assert "__global__" in lib.source and "blockIdx.x" in lib.source and "threadIdx.x" in lib.source
+
+
+@pytest.mark.gpu
+@needs_nvcc
+def test_spmm_csr_gpu_on_the_gpu(rng):
+    lib = refcomp.build(sparse.spmm_csr_gpu("float32", 128, threads=64), target="cuda")
+    if not lib.device_available():
+        pytest.skip("no CUDA device")
+    A = sp.random(300, 200, density=0.05, format="csr", random_state=int(rng.integers(1 << 31)), dtype=np.float32)
+    A = sp.vstack([A, sp.csr_matrix(np.ones((1, 200), np.float32))], format="csr")  # a dense row
+    indptr, indices, data, B, C = _arrays(A, 128, rng)
+    lib(indptr, indices, data, B, C)
+    np.testing.assert_allclose(C, A @ B, rtol=1e-4, atol=1e-4)
