@@ -21,7 +21,7 @@ from refcomp.loops.primitives.tree import walk
 from refcomp.shape import verify_in_bounds
 from refcomp.sparse.kernels import spmm_iteration
 from refcomp.sparse.lower import lower_stage3
-from refcomp.sparse.schedule import bind_rows_to_gpu
+from refcomp.sparse.schedule import bind_positions_to_gpu, bind_rows_to_gpu
 
 from sparse_strategies import sparse_matrices
 
@@ -143,3 +143,88 @@ def test_spmm_csr_gpu_on_the_gpu(rng):
     indptr, indices, data, B, C = _arrays(A, 128, rng)
     lib(indptr, indices, data, B, C)
     np.testing.assert_allclose(C, A @ B, rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- SDDMM
+def _fused_sddmm(width, dtype: str = "float32") -> PrimFunc:
+    return lower_stage3(sparse.sparse_fuse(sparse.sddmm_iteration(dtype, width), ["I", "J"]))
+
+
+def _sddmm_arrays(A: sp.csr_matrix, width: int, rng, dtype=np.float32):
+    X = rng.uniform(-1.0, 1.0, (A.shape[0], width)).astype(dtype)
+    Y = rng.uniform(-1.0, 1.0, (A.shape[1], width)).astype(dtype)
+    out = rng.uniform(-1.0, 1.0, A.nnz).astype(dtype)  # garbage: every entry must be set
+    return A.indptr.astype(np.int32), A.indices.astype(np.int32), A.data.astype(dtype), X, Y, out
+
+
+def _sddmm_reference(A: sp.csr_matrix, X, Y):
+    rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+    return A.data * np.einsum("pf,pf->p", X[rows].astype(np.float64), Y[A.indices].astype(np.float64))
+
+
+def test_bind_positions_to_gpu_before_after(rng):
+    before = _fused_sddmm(32)
+    text = script(before)
+    assert "for i_j in T.parallel(nnz" in text and "thread_binding" not in text
+    after = bind_positions_to_gpu(before, threads=8)
+    text = script(after)
+    assert 'for b in T.thread_binding((nnz + 7) // 8, thread="blockIdx.x"):' in text
+    assert 'for t in T.thread_binding(8, thread="threadIdx.x"):' in text
+    assert "if b * 8 + t < nnz:" in text and "i_j: T.int32 = b * 8 + t" in text
+    assert text.index("if m > 0:") < text.index("T.thread_binding(")
+    A = sp.random(7, 9, density=0.3, format="csr", random_state=int(rng.integers(1 << 31)), dtype=np.float32)
+    arrays = _sddmm_arrays(A, 32, rng)
+    expected = [a.copy() for a in arrays]
+    from refcomp.loops.interpreter import interpret
+
+    interpret(before, *expected)
+    run_checked(after, *arrays)
+    np.testing.assert_allclose(arrays[-1], expected[-1], rtol=1e-6, atol=1e-6)
+
+
+@settings(max_examples=25, deadline=None)
+@given(A=sparse_matrices(max_dim=12), width=st.sampled_from([None, 1, 8, 32]), threads=st.sampled_from([1, 4, 32]),
+       seed=st.integers(0, 2**32 - 1))
+def test_sddmm_gpu_simulated_matches_numpy(A, width, threads, seed):
+    rng = np.random.default_rng(seed)
+    arrays = _sddmm_arrays(A, width or 5, rng)
+    run_checked(sparse.sddmm_gpu("float32", width, threads=threads), *arrays)
+    np.testing.assert_allclose(arrays[-1], _sddmm_reference(A, arrays[3], arrays[4]), rtol=1e-5, atol=1e-5)
+
+
+def test_sddmm_gpu_float64_and_proofs(rng):
+    A = sp.random(6, 8, density=0.5, format="csr", random_state=int(rng.integers(1 << 31)), dtype=np.float64)
+    arrays = _sddmm_arrays(A, 16, rng, np.float64)
+    func = sparse.sddmm_gpu("float64", 16, threads=4)
+    verify_in_bounds(func)
+    run_checked(func, *arrays)
+    np.testing.assert_allclose(arrays[-1], _sddmm_reference(A, arrays[3], arrays[4]), rtol=1e-12, atol=1e-12)
+
+
+def test_bind_positions_to_gpu_refuses_other_shapes():
+    with pytest.raises(sparse.SparseScheduleError, match="one loop over the stored positions"):
+        bind_positions_to_gpu(bind_positions_to_gpu(_fused_sddmm(8)))
+    for bad in (0, 1025, False, "32"):
+        with pytest.raises(sparse.SparseScheduleError, match="threads must be an int from 1 to 1024"):
+            bind_positions_to_gpu(_fused_sddmm(8), threads=bad)
+    with pytest.raises(ArgumentError, match="values must be float32 or float64"):
+        sparse.sddmm_gpu("float16", 8)
+
+
+@needs_nvcc
+def test_sddmm_gpu_compiles_with_nvcc():
+    lib = refcomp.build(sparse.sddmm_gpu("float32", 64), target="cuda", bounds="prove")
+    assert lib.path.exists() and "__global__" in lib.source and "__launch_bounds__(128)" in lib.source
+
+
+@pytest.mark.gpu
+@needs_nvcc
+def test_sddmm_gpu_on_the_gpu(rng):
+    lib = refcomp.build(sparse.sddmm_gpu("float32", 64), target="cuda")
+    if not lib.device_available():
+        pytest.skip("no CUDA device")
+    A = sp.random(300, 200, density=0.05, format="csr", random_state=int(rng.integers(1 << 31)), dtype=np.float32)
+    A = sp.vstack([A, sp.csr_matrix(np.ones((1, 200), np.float32))], format="csr")  # a dense row
+    arrays = _sddmm_arrays(A, 64, rng)
+    lib(*arrays)
+    np.testing.assert_allclose(arrays[-1], _sddmm_reference(A, arrays[3], arrays[4]), rtol=1e-4, atol=1e-4)

@@ -33,10 +33,10 @@ from ..errors import ArgumentError
 from .formats import SparseMatrix
 from .iteration import SparseIteration, SpBuffer, sp_axis, sp_iter
 from .lower import lower_stage3
-from .iteration import sparse_reorder
+from .iteration import sparse_fuse, sparse_reorder
 from .schedule import (
-    bind_rows_to_gpu, partition_rows, prefetch_gathered_rows, row_parts, select_rows, split_gathered_rows, stream_output_rows,
-    vectorize_row_tile,
+    GPU_POSITION_THREADS, bind_positions_to_gpu, bind_rows_to_gpu, partition_rows, prefetch_gathered_rows, row_parts,
+    select_rows, split_gathered_rows, stream_output_rows, vectorize_row_tile,
 )
 from .validate import VALUE_DTYPES
 
@@ -480,6 +480,16 @@ def sddmm_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
     stage III of sddmm_iteration."""
     return lower_stage3(sddmm_iteration(dtype, width))
 
+
+
+def sddmm_gpu(dtype: str = "float32", width: int | None = None, threads: int = GPU_POSITION_THREADS) -> PrimFunc:
+    """The SDDMM for a GPU (`refcomp.build(..., target="cuda")`): sddmm_iteration with the row and
+    entry axes fused (`sparse_fuse`: one loop over the stored positions, the row of each found by
+    binary search in indptr), lowered to stage III, then `bind_positions_to_gpu`: a thread per
+    stored entry, `threads` to a block, so blocks are balanced by entries whatever the row
+    lengths.  Each thread computes its entry's whole dot product."""
+    it = sparse_fuse(sddmm_iteration(_dtype_name(dtype), width), ["I", "J"])
+    return bind_positions_to_gpu(lower_stage3(it), threads)
 
 # Feature widths that get a kernel of their own (constant trip count); others use the general one.
 SPECIALISED_WIDTHS = (16, 32, 64, 128, 256)

@@ -22,7 +22,7 @@ from ..ast.stmt import SeqStmt
 from ..ast.structural import structural_equal
 from ..emit_c.codegen import NONTEMPORAL, OMP_SCHEDULE
 from ..loops.primitives.kinds import MAX_THREADS_PER_BLOCK, bind, unannotate, unroll, vectorize
-from ..loops.primitives.legality import const_int
+from ..loops.primitives.legality import check_no_loop_carried_dependence, const_int
 from ..loops.primitives.loop import reorder, split
 from ..loops.primitives.tree import replace_in_func, walk
 from .iteration import SparseScheduleError
@@ -445,3 +445,52 @@ def bind_rows_to_gpu(func: PrimFunc, threads: int | None = None) -> PrimFunc:
 def _loop(func: PrimFunc, var: Var) -> For:
     """The loop of func over var."""
     return next(s for s in walk(func.body) if isinstance(s, For) and s.loop_var is var)
+
+
+# Threads of one GPU block when each thread takes one stored entry (bind_positions_to_gpu).
+GPU_POSITION_THREADS = 128
+
+
+def bind_positions_to_gpu(func: PrimFunc, threads: int = GPU_POSITION_THREADS) -> PrimFunc:
+    """A stage III over stored positions (`sparse_fuse` of the row and entry axes: one loop over
+    the nnz positions, each finding its row by binary search) for a GPU: position
+    `p = b * threads + t` for block b (blockIdx.x, ceil(extent / threads) blocks) and thread t
+    (threadIdx.x), the body under `if p < extent`, so the blocks are balanced by stored entries
+    whatever the row lengths.
+
+    Requires: the body is that loop (parallel or serial, from 0), or an `if` without `else` whose
+    body is it (the lowering's `if m > 0`); its iterations independent (the loop primitives'
+    check); threads an int from 1 to 1024.  A SparseScheduleError (or the check's ScheduleError)
+    otherwise.
+
+    Before (SDDMM, I and J fused):
+        if m > 0:
+            for i_j in T.parallel(nnz):
+                row = <binary search of i_j in J_indptr>; out[i_j] = A[i_j] * dot(X[row], Y[J_indices[i_j]])
+    `bind_positions_to_gpu(func, threads=128)` after:
+        if m > 0:
+            for b in T.thread_binding((nnz + 127) // 128, thread="blockIdx.x"):
+                for t in T.thread_binding(128, thread="threadIdx.x"):
+                    if b * 128 + t < nnz:
+                        i_j = b * 128 + t
+                        <the same body>
+    """
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS_PER_BLOCK:
+        raise SparseScheduleError(f"bind_positions_to_gpu: threads must be an int from 1 to {MAX_THREADS_PER_BLOCK}, "
+                                  f"got {threads!r}")
+    guard = func.body if isinstance(func.body, IfThenElse) and func.body.else_case is None else None
+    loop = guard.then_case if guard is not None else func.body
+    if not isinstance(loop, For) or loop.kind not in ("parallel", "serial") or const_int(loop.min) != 0:
+        raise SparseScheduleError(f"bind_positions_to_gpu: {func.name}: the body must be one loop over the stored "
+                                  "positions from 0 (or one under an if), as sparse_fuse of the row and entry "
+                                  "axes lowers")
+    check_no_loop_carried_dependence(func, loop, "bind_positions_to_gpu")
+    var, extent = loop.loop_var, loop.extent
+    block, thread = Var("b", var.dtype), Var("t", var.dtype)
+    position = block * IntImm(threads, var.dtype) + thread
+    body = IfThenElse(position < extent, LetStmt(var, position, loop.body))
+    inner = For(thread, IntImm(0, var.dtype), IntImm(threads, var.dtype), "thread_binding", body,
+                thread_binding="threadIdx.x")
+    blocks = floordiv(extent + IntImm(threads - 1, extent.dtype), IntImm(threads, extent.dtype))
+    outer = For(block, IntImm(0, var.dtype), blocks, "thread_binding", inner, thread_binding="blockIdx.x")
+    return func.with_(body=guard.with_(then_case=outer) if guard is not None else outer)
