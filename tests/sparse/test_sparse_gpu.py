@@ -228,3 +228,50 @@ def test_sddmm_gpu_on_the_gpu(rng):
     arrays = _sddmm_arrays(A, 64, rng)
     lib(*arrays)
     np.testing.assert_allclose(arrays[-1], _sddmm_reference(A, arrays[3], arrays[4]), rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- spmm / sddmm on a GPU
+def test_gpu_target_errors_come_before_any_build(rng):
+    A = sparse.from_scipy(sp.random(5, 6, density=0.5, format="csr", random_state=3, dtype=np.float32))
+    with pytest.raises(ArgumentError, match="target must be 'c' or a CUDA target"):
+        sparse.spmm(A, np.ones((6, 8), np.float32), target="metal")
+    with pytest.raises(ArgumentError, match="spmm: B"):
+        sparse.spmm(A, np.ones((7, 8), np.float32), target="cuda")
+    with pytest.raises(ArgumentError, match="expected a CSR SparseMatrix"):
+        sparse.spmm(sp.random(5, 6, format="csr"), np.ones((6, 8), np.float32), target="cuda")
+    with pytest.raises(ArgumentError, match="same width"):
+        sparse.sddmm(A, np.ones((5, 8), np.float32), np.ones((6, 4), np.float32), target="cuda")
+    with pytest.raises(sparse.SparseFormatError, match="indptr"):
+        sparse.csr(np.array([0, 2, 1]), np.array([0, 1]), np.ones(2, np.float32), (2, 3))
+
+
+@needs_nvcc
+def test_gpu_target_without_a_device_is_a_clear_error(rng):
+    from refcomp.errors import RuntimeFailure
+    from refcomp.runtime.cuda_library import cuda_device_count
+
+    if cuda_device_count() > 0:
+        pytest.skip("a GPU is present")
+    A = sparse.from_scipy(sp.random(5, 6, density=0.5, format="csr", random_state=3, dtype=np.float32))
+    with pytest.raises(RuntimeFailure, match="no CUDA device"):
+        sparse.spmm(A, np.ones((6, 32), np.float32), target="cuda")
+    with pytest.raises(RuntimeFailure, match="no CUDA device"):
+        sparse.sddmm(A, np.ones((5, 32), np.float32), np.ones((6, 32), np.float32), target="cuda")
+
+
+@pytest.mark.gpu
+@needs_nvcc
+def test_spmm_and_sddmm_with_the_cuda_target(rng):
+    from refcomp.runtime.cuda_library import cuda_device_count
+
+    if cuda_device_count() == 0:
+        pytest.skip("no CUDA device")
+    S = sp.random(500, 400, density=0.02, format="csr", random_state=int(rng.integers(1 << 31)), dtype=np.float32)
+    S = sp.vstack([S, sp.csr_matrix((1, 400), dtype=np.float32), sp.csr_matrix(np.ones((1, 400), np.float32))],
+                  format="csr")  # an empty row and a dense one
+    A = sparse.from_scipy(S)
+    B = rng.uniform(-1.0, 1.0, (400, 128)).astype(np.float32)
+    np.testing.assert_allclose(sparse.spmm(A, B, target="cuda"), S @ B, rtol=1e-4, atol=1e-4)
+    X = rng.uniform(-1.0, 1.0, (502, 64)).astype(np.float32)
+    Y = rng.uniform(-1.0, 1.0, (400, 64)).astype(np.float32)
+    np.testing.assert_allclose(sparse.sddmm(A, X, Y, target="cuda"), _sddmm_reference(S, X, Y), rtol=1e-4, atol=1e-4)

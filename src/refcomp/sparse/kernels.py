@@ -547,8 +547,33 @@ def _require_csr(A: Any, what: str) -> SparseMatrix:
     return A
 
 
-def spmm(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """A @ B for CSR, BSR or ELL A (validated when it was built) and a dense B of A's value type."""
+def _gpu_target(what: str, target: Any) -> str | None:
+    """None for the CPU ("c"), the target string for a GPU (one starting with "cuda"), else an
+    ArgumentError."""
+    if target == "c":
+        return None
+    if isinstance(target, str) and target.split(" ", 1)[0] == "cuda":
+        return target
+    raise ArgumentError(f"{what}: target must be 'c' or a CUDA target ('cuda ...'), got {target!r}")
+
+
+@functools.lru_cache(maxsize=None)
+def _built_gpu(kind: str, dtype: str, width: int | None, target: str) -> Any:
+    func = spmm_csr_gpu(dtype, width) if kind == "spmm" else sddmm_gpu(dtype, width)
+    return build(func, target=target, bounds="prove")
+
+
+def spmm(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None = None, target: str = "c") -> np.ndarray:
+    """A @ B for CSR, BSR or ELL A (validated when it was built) and a dense B of A's value type.
+    target "cuda" (a CUDA target string): CSR A only, `spmm_csr_gpu` for B's width, built by nvcc
+    (cached per width) and run on the GPU, the arrays copied there and `out` back."""
+    gpu = _gpu_target("spmm", target)
+    if gpu is not None:
+        A = _require_csr(A, "spmm")
+        B = _dense("spmm: B", B, A.shape[1], A.dtype)
+        out = _output("spmm", out, (A.shape[0], B.shape[1]), A.dtype)
+        _built_gpu("spmm", _dtype_name(A.dtype), int(B.shape[1]), gpu)(A.indptr["j"], A.indices["j"], A.data, B, out)
+        return out
     if isinstance(A, SparseMatrix) and A.format == "bsr":
         return _spmm_bsr(A, B, out)
     if isinstance(A, SparseMatrix) and A.format == "ell":
@@ -607,8 +632,10 @@ def _spmm_bsr(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None) -> np.ndar
     return out
 
 
-def sddmm(A: SparseMatrix, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
-    """The values A * (X @ Y.T) at A's stored positions (CSR A, its value order)."""
+def sddmm(A: SparseMatrix, X: np.ndarray, Y: np.ndarray, target: str = "c") -> np.ndarray:
+    """The values A * (X @ Y.T) at A's stored positions (CSR A, its value order).  target "cuda"
+    (a CUDA target string): `sddmm_gpu` for the width, built by nvcc and run on the GPU."""
+    gpu = _gpu_target("sddmm", target)
     A = _require_csr(A, "sddmm")
     m, k = A.shape
     X = _dense("sddmm: X", X, m, A.dtype)
@@ -616,6 +643,9 @@ def sddmm(A: SparseMatrix, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
     if X.shape[1] != Y.shape[1]:
         raise ArgumentError(f"sddmm: X and Y need the same width, got {X.shape[1]} and {Y.shape[1]}")
     out = np.empty(A.data.shape, dtype=A.dtype)
+    if gpu is not None:
+        _built_gpu("sddmm", _dtype_name(A.dtype), int(X.shape[1]), gpu)(A.indptr["j"], A.indices["j"], A.data, X, Y, out)
+        return out
     Y = stage_rows(Y, A.data.size)  # the rows of Y are the gathered ones
     compiled("sddmm", _dtype_name(A.dtype), X.shape[1])(A.indptr["j"], A.indices["j"], A.data, X, Y, out)
     return out
