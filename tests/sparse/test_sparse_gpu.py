@@ -48,7 +48,7 @@ def test_bind_rows_to_gpu_before_after():
     before = _ifj(64)
     text = script(before)
     assert "T.parallel(m" in text and "for f in range(64)" in text and "thread_binding" not in text
-    after = bind_rows_to_gpu(before, threads=32)
+    after = bind_rows_to_gpu(before, threads=32, rows_per_block=1)
     text = script(after)
     assert 'for i in T.thread_binding(m, thread="blockIdx.x"):' in text
     assert 'for f_1 in T.thread_binding(32, thread="threadIdx.x"):' in text
@@ -60,6 +60,30 @@ def test_bind_rows_to_gpu_before_after():
     whole = bind_rows_to_gpu(before)
     assert 'for f in T.thread_binding(64, thread="threadIdx.x"):' in script(whole)
     assert 'T.thread_binding(256, thread="threadIdx.x")' in script(bind_rows_to_gpu(_ifj(512)))
+
+
+def test_rows_per_block_before_after(rng):
+    before = _ifj(16)
+    after = bind_rows_to_gpu(before, rows_per_block=3)
+    text = script(after)
+    assert 'for b in T.thread_binding((m + 2) // 3, thread="blockIdx.x"):' in text
+    assert 'for r in T.thread_binding(3, thread="threadIdx.y"):' in text
+    assert 'for f in T.thread_binding(16, thread="threadIdx.x"):' in text
+    assert "if b * 3 + r < m:" in text and "i: T.int32 = b * 3 + r" in text
+    # the default fills a block of GPU_BLOCK_MIN_THREADS (128) threads: 8 rows of 16
+    assert 'T.thread_binding(8, thread="threadIdx.y")' in script(bind_rows_to_gpu(before))
+    assert "threadIdx.y" not in script(bind_rows_to_gpu(_ifj(128)))
+    from refcomp.loops.interpreter import interpret
+
+    for m in (1, 3, 7):  # fewer rows than a block, a whole block, a partial last block
+        A = sp.random(m, 5, density=0.5, format="csr", random_state=int(rng.integers(1 << 31)), dtype=np.float32)
+        indptr, indices, data, B, C = _arrays(A, 16, rng)
+        expected = C.copy()
+        interpret(before, indptr, indices, data, B, expected)
+        run_checked(after, indptr, indices, data, B, C)
+        np.testing.assert_allclose(C, expected, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5)
+    verify_in_bounds(after)
 
 
 def test_bind_rows_to_gpu_numbers_match_before(rng):
@@ -79,13 +103,14 @@ def test_bind_rows_to_gpu_numbers_match_before(rng):
 
 @settings(max_examples=25, deadline=None)
 @given(A=sparse_matrices(max_dim=12), width=st.sampled_from([1, 8, 32, 48]), threads=st.sampled_from([None, 8]),
-       seed=st.integers(0, 2**32 - 1))
-def test_spmm_csr_gpu_simulated_matches_scipy(A, width, threads, seed):
+       rows=st.sampled_from([None, 1, 2, 5]), seed=st.integers(0, 2**32 - 1))
+def test_spmm_csr_gpu_simulated_matches_scipy(A, width, threads, rows, seed):
     if threads is not None and width % threads:
         threads = None
     rng = np.random.default_rng(seed)
     indptr, indices, data, B, C = _arrays(A, width, rng)
-    run_checked(sparse.spmm_csr_gpu("float32", width, threads=threads), indptr, indices, data, B, C)
+    func = sparse.spmm_csr_gpu("float32", width, threads=threads, rows_per_block=rows)
+    run_checked(func, indptr, indices, data, B, C)
     np.testing.assert_allclose(C, A @ B, rtol=1e-5, atol=1e-5)
 
 
@@ -114,6 +139,9 @@ def test_bind_rows_to_gpu_refuses_other_shapes():
     for bad in (0, 2048, True, 8.0):
         with pytest.raises(sparse.SparseScheduleError, match="threads must be an int from 1 to 1024"):
             bind_rows_to_gpu(_ifj(64), threads=bad)
+    for bad in (0, True, 17, 2.0):
+        with pytest.raises(sparse.SparseScheduleError, match="rows_per_block must be a positive int"):
+            bind_rows_to_gpu(_ifj(64), rows_per_block=bad)
     already = bind_rows_to_gpu(_ifj(64))
     with pytest.raises(sparse.SparseScheduleError, match="one row loop"):
         bind_rows_to_gpu(already)

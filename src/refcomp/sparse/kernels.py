@@ -147,17 +147,18 @@ def spmm_csr_scheduled(dtype: str = "float32", width: int | None = None, accumul
 
 
 def spmm_csr_gpu(dtype: str = "float32", width: int = 128, accumulate: bool = False,
-                 threads: int | None = None) -> PrimFunc:
+                 threads: int | None = None, rows_per_block: int | None = None) -> PrimFunc:
     """The CSR SpMM for a GPU (`refcomp.build(..., target="cuda")`): spmm_iteration ordered
     I, F, J (`sparse_reorder`: each output element's sum over the row's entries innermost, in a
     local register), lowered to stage III, then `bind_rows_to_gpu`: a block per row, a thread per
-    column of the output row (per `threads`-th column where the width is longer).  Neighbouring
-    threads read neighbouring elements of each gathered row of B, so the loads coalesce.  width:
-    a positive int (the feature axis must have a constant extent to be bound)."""
+    column of the output row (per `threads`-th column where the width is longer), several rows a
+    block (threadIdx.y) where the width is narrow.  Neighbouring threads read neighbouring elements
+    of each gathered row of B, so the loads coalesce.  width: a positive int (the feature axis
+    must have a constant extent to be bound)."""
     if isinstance(width, bool) or not isinstance(width, int) or width < 1:
         raise ArgumentError(f"spmm_csr_gpu: width must be a positive int, got {width!r}")
     it = sparse_reorder(spmm_iteration(_dtype_name(dtype), width, accumulate), ["I", "F", "J"])
-    return bind_rows_to_gpu(lower_stage3(it), threads)
+    return bind_rows_to_gpu(lower_stage3(it), threads, rows_per_block)
 
 def run_spmm_csr_rows(dtype: str, width: int, rows: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
                       data: np.ndarray, B: np.ndarray, out: np.ndarray, accumulate: bool = False,

@@ -387,20 +387,26 @@ def split_gathered_rows(func: PrimFunc, buffer: str = "B", hot: str = "B_hot") -
 # Threads of one GPU block for the feature axis when none are asked for: a feature axis up to this
 # long gets a thread per column; a longer one is split so that each thread sums several columns.
 GPU_ROW_THREADS = 256
+# Threads a block should have at least: a narrow feature axis gets several rows a block.
+GPU_BLOCK_MIN_THREADS = 128
 
 
-def bind_rows_to_gpu(func: PrimFunc, threads: int | None = None) -> PrimFunc:
+def bind_rows_to_gpu(func: PrimFunc, threads: int | None = None, rows_per_block: int | None = None) -> PrimFunc:
     """A row-major stage III for a GPU: the row loop bound to blockIdx.x (one block per row) and
     the feature loop directly inside it to threadIdx.x (a thread per output column).  A feature
     axis longer than `threads` is split first, `f = f_0 * threads + f_1`, with f_1 bound and f_0 a
     serial loop inside each thread, so that neighbouring threads still read neighbouring elements
-    of each gathered row.  The row loop loses its OpenMP schedule annotation.
+    of each gathered row.  The row loop loses its OpenMP schedule annotation.  With
+    `rows_per_block` R > 1, a block holds R rows, one per threadIdx.y: row `i = b * R + r` for
+    block b and r in [0, R), the body under `if i < m` (a narrow feature axis then still fills
+    a block: by default R = GPU_BLOCK_MIN_THREADS // threads, at least 1).
 
     Requires: the body is one loop over the rows, from 0 over a size variable, whose body is one
     loop of constant extent (the feature axis: `sparse_reorder(it, ["I", "F", "J"])` of SpMM puts
     it there); threads a positive int of at most 1024 that divides the feature extent (default:
-    the extent, or GPU_ROW_THREADS where the extent is longer); the binds' own legality (rows
-    independent).  A SparseScheduleError (or the bind's ScheduleError) otherwise.
+    the extent, or GPU_ROW_THREADS where the extent is longer); rows_per_block a positive int with
+    threads * rows_per_block at most 1024; the binds' own legality (rows independent).  A
+    SparseScheduleError (or the bind's ScheduleError) otherwise.
 
     Before (SpMM, width 64, I F J):
         for i in T.parallel(m):
@@ -430,6 +436,13 @@ def bind_rows_to_gpu(func: PrimFunc, threads: int | None = None) -> PrimFunc:
                                   f"got {threads!r}")
     if width % threads:
         raise SparseScheduleError(f"bind_rows_to_gpu: threads {threads} must divide the feature extent {width}")
+    if rows_per_block is None:
+        rows_per_block = max(1, GPU_BLOCK_MIN_THREADS // threads)
+    if isinstance(rows_per_block, bool) or not isinstance(rows_per_block, int) or rows_per_block < 1 or \
+            rows_per_block * threads > MAX_THREADS_PER_BLOCK:
+        raise SparseScheduleError(f"bind_rows_to_gpu: rows_per_block must be a positive int with threads * "
+                                  f"rows_per_block at most {MAX_THREADS_PER_BLOCK}, got {rows_per_block!r} "
+                                  f"(threads {threads})")
     if OMP_SCHEDULE in rows.annotations:
         func, _ = unannotate(func, rows, OMP_SCHEDULE)
     func, _ = bind(func, func.body, "blockIdx.x")
@@ -439,7 +452,23 @@ def bind_rows_to_gpu(func: PrimFunc, threads: int | None = None) -> PrimFunc:
         func, _ = reorder(func, [_loop(func, inner.loop_var), _loop(func, outer.loop_var)])
         feature = _loop(func, inner.loop_var)
     func, _ = bind(func, feature, "threadIdx.x")
-    return func
+    return _rows_per_block(func, rows_per_block) if rows_per_block > 1 else func
+
+
+def _rows_per_block(func: PrimFunc, count: int) -> PrimFunc:
+    """func (rows bound to blockIdx.x, the threadIdx.x loop directly inside) with `count` rows a
+    block: `for b in blockIdx.x(ceil(m / count)): for r in threadIdx.y(count): for t in
+    threadIdx.x(...): if b * count + r < m: i = b * count + r; <the body>`."""
+    rows = func.body
+    lanes = rows.body
+    row, m = rows.loop_var, rows.extent
+    block, slot = Var("b", row.dtype), Var("r", row.dtype)
+    index = block * IntImm(count, row.dtype) + slot
+    guarded = IfThenElse(index < m, LetStmt(row, index, lanes.body))
+    inner = For(slot, IntImm(0, row.dtype), IntImm(count, row.dtype), "thread_binding", lanes.with_(body=guarded),
+                thread_binding="threadIdx.y")
+    blocks = floordiv(m + IntImm(count - 1, m.dtype), IntImm(count, m.dtype))
+    return func.with_(body=For(block, IntImm(0, row.dtype), blocks, "thread_binding", inner, thread_binding="blockIdx.x"))
 
 
 def _loop(func: PrimFunc, var: Var) -> For:
