@@ -303,3 +303,67 @@ def test_spmm_and_sddmm_with_the_cuda_target(rng):
     X = rng.uniform(-1.0, 1.0, (502, 64)).astype(np.float32)
     Y = rng.uniform(-1.0, 1.0, (400, 64)).astype(np.float32)
     np.testing.assert_allclose(sparse.sddmm(A, X, Y, target="cuda"), _sddmm_reference(S, X, Y), rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- hyb on a GPU
+def _simulate_hyb(H, B, dtype=np.float32):
+    from refcomp.sparse.hyb import hyb_gpu_launches
+
+    out = np.full((H.shape[0], B.shape[1]), np.nan, dtype=dtype)  # every element must be set
+    for accumulate, arrays in hyb_gpu_launches(H, B, out):
+        # the simulation writes every array back; the matrix's own arrays are read-only
+        arrays = [a if a.flags.writeable else a.copy() for a in arrays]
+        run_checked(sparse.spmm_csr_gpu(np.dtype(dtype).name, B.shape[1], accumulate=accumulate), *arrays)
+    return out
+
+
+@settings(max_examples=12, deadline=None)
+@given(A=sparse_matrices(max_dim=10), params=st.sampled_from([
+    dict(max_width=2), dict(max_width=4, split_long_rows=True), dict(max_width=0, hot_columns=3),
+    dict(max_width=2, column_parts=2, split_long_rows=True)]), seed=st.integers(0, 2**32 - 1))
+def test_hyb_gpu_launches_simulated_match_scipy(A, params, seed):
+    if params.get("hot_columns", 0) > A.shape[1]:
+        params = dict(params, hot_columns=A.shape[1])
+    rng = np.random.default_rng(seed)
+    H = sparse.format_decompose(sparse.from_scipy(A), **params)
+    B = rng.uniform(-1.0, 1.0, (A.shape[1], 8)).astype(np.float32)
+    np.testing.assert_allclose(_simulate_hyb(H, B), A @ B, rtol=1e-5, atol=1e-5)
+
+
+def test_hyb_gpu_launches_split_a_long_row(rng):
+    dense_row = sp.csr_matrix(rng.uniform(0.5, 1.5, (1, 40)).astype(np.float32))
+    A = sp.vstack([sp.random(9, 40, density=0.1, format="csr", random_state=int(rng.integers(1 << 31)),
+                             dtype=np.float32), dense_row, sp.csr_matrix((2, 40), dtype=np.float32)], format="csr")
+    H = sparse.format_decompose(sparse.from_scipy(A), max_width=4, split_long_rows=True)
+    from refcomp.sparse.hyb import hyb_gpu_launches
+
+    B = rng.uniform(-1.0, 1.0, (40, 16)).astype(np.float32)
+    out = np.empty((12, 16), np.float32)
+    lengths = [int(np.diff(arrays[0]).max(initial=0)) for _, arrays in hyb_gpu_launches(H, B, out)]
+    assert max(lengths) <= 10  # the 40-entry row is ten chunks of 4, each its own row of work
+    np.testing.assert_allclose(_simulate_hyb(H, B), A @ B, rtol=1e-5, atol=1e-5)
+
+
+def test_spmm_hyb_gpu_target_checks_first(rng):
+    A = sparse.from_scipy(sp.random(5, 6, density=0.5, format="csr", random_state=3, dtype=np.float32))
+    H = sparse.format_decompose(A, max_width=2)
+    with pytest.raises(ArgumentError, match="target must be 'c' or a CUDA target"):
+        sparse.spmm_hyb(H, np.ones((6, 8), np.float32), target="opencl")
+    with pytest.raises(ArgumentError, match="spmm_hyb: B"):
+        sparse.spmm_hyb(H, np.ones((5, 8), np.float32), target="cuda")
+    with pytest.raises(ArgumentError, match="expected a Hyb"):
+        sparse.spmm_hyb(A, np.ones((6, 8), np.float32), target="cuda")
+
+
+@pytest.mark.gpu
+@needs_nvcc
+def test_spmm_hyb_with_the_cuda_target(rng):
+    from refcomp.runtime.cuda_library import cuda_device_count
+
+    if cuda_device_count() == 0:
+        pytest.skip("no CUDA device")
+    S = sp.random(400, 300, density=0.03, format="csr", random_state=int(rng.integers(1 << 31)), dtype=np.float32)
+    S = sp.vstack([S, sp.csr_matrix(np.ones((1, 300), np.float32))], format="csr")
+    H = sparse.format_decompose(sparse.from_scipy(S), max_width=8, split_long_rows=True)
+    B = rng.uniform(-1.0, 1.0, (300, 64)).astype(np.float32)
+    np.testing.assert_allclose(sparse.spmm_hyb(H, B, target="cuda"), S @ B, rtol=1e-4, atol=1e-4)

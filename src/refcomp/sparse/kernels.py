@@ -560,7 +560,7 @@ def _gpu_target(what: str, target: Any) -> str | None:
 
 @functools.lru_cache(maxsize=None)
 def _built_gpu(kind: str, dtype: str, width: int | None, target: str) -> Any:
-    func = spmm_csr_gpu(dtype, width) if kind == "spmm" else sddmm_gpu(dtype, width)
+    func = sddmm_gpu(dtype, width) if kind == "sddmm" else spmm_csr_gpu(dtype, width, accumulate=kind == "spmm_acc")
     return build(func, target=target, bounds="prove")
 
 
