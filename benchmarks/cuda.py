@@ -8,8 +8,11 @@ Cases: `elementwise` (exp(x) * 2 on 64 Mi floats, target >= 0.9x torch), `softma
 sparse kernels on benchmarks/sparse.py's R-MAT graph (2^18 nodes, ~3.8M edges; 2^14 with --quick) at
 width 128: `spmm_rmat_f128` (`sparse.spmm_csr_gpu`: a block per row, a thread per column) vs torch's
 CSR product, `sddmm_rmat_f128` (`sparse.sddmm_gpu`: a thread per stored entry) vs
-`torch.sparse.sampled_addmm` (which does not multiply by A's values; refcomp's kernel does), both
-checked against scipy / numpy on the CPU first. Times are taken
+`torch.sparse.sampled_addmm` (which does not multiply by A's values; refcomp's kernel does),
+`spmm_rmat_f128_hyb` (`format_decompose(max_width=32, split_long_rows=True)` run as
+`sparse.hyb_gpu_launches`: the long rows cut into chunks) vs torch's CSR product, and
+`spmm_rmat_f128_hyb_vs_csr` (the same hyb vs refcomp's GPU CSR kernel), all checked against scipy /
+numpy on the CPU first. Times are taken
 with CUDA events after warm-up; the ratio is torch's time / refcomp's time (> 1: refcomp is faster).
 Without a GPU (or without torch built for CUDA) the kernels are still generated and compiled by
 nvcc, and the table says so instead of printing times.
@@ -101,10 +104,10 @@ def main(argv=None) -> int:
     except ImportError:
         torch, have_gpu = None, False
     results = {}
-    print(f"{'case':16} {'refcomp ms':>11} {'torch ms':>10} {'ratio':>7}  note")
+    print(f"{'case':26} {'refcomp ms':>11} {'torch ms':>10} {'ratio':>7}  note")
     for name, (func, reference, shapes, work) in cases.items():
         if not have_gpu:
-            print(f"{name:16} {'-':>11} {'-':>10} {'-':>7}  built by nvcc; no GPU to run it")
+            print(f"{name:26} {'-':>11} {'-':>10} {'-':>7}  built by nvcc; no GPU to run it")
             continue
         dtype = torch.float16 if name.startswith("fp16") else torch.float32
         inputs = [torch.randn(*s, device="cuda", dtype=dtype) for s in shapes]
@@ -118,20 +121,21 @@ def main(argv=None) -> int:
         unit = "GFLOP/s" if name.startswith("fp") else "GB/s"
         rate = work / ours / 1e6
         results[name] = {"refcomp": ours, "baseline": theirs, "unit": "ms", "ratio": theirs / ours}
-        print(f"{name:16} {ours:11.3f} {theirs:10.3f} {theirs / ours:7.2f}  {rate:.0f} {unit}, max err {error:.2e}")
+        print(f"{name:26} {ours:11.3f} {theirs:10.3f} {theirs / ours:7.2f}  {rate:.0f} {unit}, max err {error:.2e}")
     if have_gpu:
         results.update(sparse_cases(torch, args.quick))
     else:
-        for name in ("spmm_rmat_f128", "sddmm_rmat_f128"):
-            print(f"{name:16} {'-':>11} {'-':>10} {'-':>7}  no GPU to run it")
+        for name in ("spmm_rmat_f128", "spmm_rmat_f128_hyb", "spmm_rmat_f128_hyb_vs_csr", "sddmm_rmat_f128"):
+            print(f"{name:26} {'-':>11} {'-':>10} {'-':>7}  no GPU to run it")
     if args.json:
         print(json.dumps({"cases": results}))
     return 0
 
 
 def sparse_cases(torch, quick: bool) -> dict:
-    """SpMM and SDDMM at width 128 on the R-MAT graph of benchmarks/sparse.py, refcomp's GPU kernels
-    vs torch's, each result checked against scipy / numpy on the CPU before it is timed."""
+    """SpMM (CSR and hyb) and SDDMM at width 128 on the R-MAT graph of benchmarks/sparse.py,
+    refcomp's GPU kernels vs torch's (and hyb vs refcomp's CSR), each result checked against scipy
+    / numpy on the CPU before it is timed."""
     import os
     import warnings
 
@@ -178,14 +182,38 @@ def sparse_cases(torch, quick: bool) -> dict:
     np.testing.assert_allclose(values.cpu().numpy(), reference, rtol=1e-4, atol=1e-4)
     theirs_values = torch.sparse.sampled_addmm(tA, dev["X"], Yt, beta=0.0).values().cpu().numpy()
     np.testing.assert_allclose(A.data * theirs_values, reference, rtol=1e-4, atol=1e-4)
+    # hyb with long rows split (chunks of 32 entries, ELL buckets up to 32): its launches with
+    # every array on the device once (the same host array, the same device copy)
+    H = sparse.format_decompose(sparse.from_scipy(A), max_width=32, split_long_rows=True)
+    hyb_out = np.empty((m, width), np.float32)
+    on_device = {}
+
+    def device_copy(array):
+        if id(array) not in on_device:
+            on_device[id(array)] = (array, torch.from_numpy(np.array(array)).cuda())
+        return on_device[id(array)][1]
+
+    add_lib = refcomp.build(sparse.spmm_csr_gpu("float32", width, accumulate=True), target="cuda")
+    hyb_launches = [(add_lib if accumulate else spmm_lib, [device_copy(a) for a in arrays])
+                    for accumulate, arrays in sparse.hyb_gpu_launches(H, B, hyb_out)]
+
+    def ours_hyb():
+        for lib, arrays in hyb_launches:
+            lib(*arrays)
+
+    ours_hyb()
+    torch.cuda.synchronize()
+    sparse_bench.check_spmm(device_copy(hyb_out).cpu().numpy(), expected, bound, "refcomp gpu hyb spmm")
     results = {}
     flops = 2.0 * A.nnz * width
     for name, ours_fn, theirs_fn in (
             ("spmm_rmat_f128", ours_spmm, lambda: tA @ dev["B"]),
+            ("spmm_rmat_f128_hyb", ours_hyb, lambda: tA @ dev["B"]),
+            ("spmm_rmat_f128_hyb_vs_csr", ours_hyb, ours_spmm),
             ("sddmm_rmat_f128", ours_sddmm, lambda: torch.sparse.sampled_addmm(tA, dev["X"], Yt, beta=0.0))):
         ours, theirs = time_cuda(torch, ours_fn), time_cuda(torch, theirs_fn)
         results[name] = {"refcomp": ours, "baseline": theirs, "unit": "ms", "ratio": theirs / ours}
-        print(f"{name:16} {ours:11.3f} {theirs:10.3f} {theirs / ours:7.2f}  {flops / ours / 1e6:.0f} GFLOP/s "
+        print(f"{name:26} {ours:11.3f} {theirs:10.3f} {theirs / ours:7.2f}  {flops / ours / 1e6:.0f} GFLOP/s "
               f"({A.nnz} entries, checked)")
     return results
 

@@ -27,7 +27,9 @@ from .iteration import (
 )
 from .lower import lower_stage2, lower_stage3
 from .kernels import sddmm_iteration, spmm_iteration
-from .hyb import Bucket, FormatChoice, Hyb, HybPart, Split, choose_format, format_decompose, spmm_hyb
+from .hyb import (
+    Bucket, FormatChoice, Hyb, HybPart, Split, choose_format, format_decompose, hyb_gpu_launches, spmm_hyb,
+)
 from .format_search import format_workload, tune_format
 from .ops import RelationalGraph, block_sparse_attention, rgcn
 from .graph_layers import gcn_layer, sage_layer
@@ -37,7 +39,7 @@ __all__ = [
     "SparseMatrix", "bsr", "csr", "dcsr", "ell", "ragged", "from_scipy", "to_scipy", "to_torch",
     "SparseFormatError", "validate",
     "spmm", "sddmm", "spmm_csr_func", "spmm_bsr_func", "spmm_ell_func", "sddmm_func", "spmm_csr_gpu", "sddmm_gpu",
-    "Bucket", "Hyb", "HybPart", "Split", "format_decompose", "spmm_hyb", "FormatChoice", "choose_format", "format_workload", "tune_format",
+    "Bucket", "Hyb", "HybPart", "Split", "format_decompose", "spmm_hyb", "hyb_gpu_launches", "FormatChoice", "choose_format", "format_workload", "tune_format",
     "SparseIteration", "SparseIterationError", "SparseScheduleError", "SpAxis", "SpBuffer", "sp_axis", "sp_iter",
     "check_iteration", "run_stage1", "script_stage1", "sparse_reorder", "sparse_fuse", "lower_stage2",
     "lower_stage3", "spmm_iteration", "sddmm_iteration",
