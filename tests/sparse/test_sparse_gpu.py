@@ -60,6 +60,7 @@ def test_bind_rows_to_gpu_before_after():
     whole = bind_rows_to_gpu(before)
     assert 'for f in T.thread_binding(64, thread="threadIdx.x"):' in script(whole)
     assert 'T.thread_binding(256, thread="threadIdx.x")' in script(bind_rows_to_gpu(_ifj(512)))
+    assert 'T.thread_binding(160, thread="threadIdx.x")' in script(bind_rows_to_gpu(_ifj(320)))  # a divisor
 
 
 def test_rows_per_block_before_after(rng):

@@ -392,7 +392,7 @@ GPU_BLOCK_MIN_THREADS = 128
 
 
 def bind_rows_to_gpu(func: PrimFunc, threads: int | None = None, rows_per_block: int | None = None) -> PrimFunc:
-    """A row-major stage III for a GPU: the row loop bound to blockIdx.x (one block per row) and
+    """A row-major stage III for a GPU: the row loop bound to blockIdx.x (a block per row) and
     the feature loop directly inside it to threadIdx.x (a thread per output column).  A feature
     axis longer than `threads` is split first, `f = f_0 * threads + f_1`, with f_1 bound and f_0 a
     serial loop inside each thread, so that neighbouring threads still read neighbouring elements
@@ -404,7 +404,7 @@ def bind_rows_to_gpu(func: PrimFunc, threads: int | None = None, rows_per_block:
     Requires: the body is one loop over the rows, from 0 over a size variable, whose body is one
     loop of constant extent (the feature axis: `sparse_reorder(it, ["I", "F", "J"])` of SpMM puts
     it there); threads a positive int of at most 1024 that divides the feature extent (default:
-    the extent, or GPU_ROW_THREADS where the extent is longer); rows_per_block a positive int with
+    the extent, or its largest divisor up to GPU_ROW_THREADS where it is longer); rows_per_block a positive int with
     threads * rows_per_block at most 1024; the binds' own legality (rows independent).  A
     SparseScheduleError (or the bind's ScheduleError) otherwise.
 
@@ -412,7 +412,7 @@ def bind_rows_to_gpu(func: PrimFunc, threads: int | None = None, rows_per_block:
         for i in T.parallel(m):
             for f in range(64):
                 acc[0] = 0; for j in ...: acc[0] += A[j] * B[J_indices[j], f]; C[i, f] = acc[0]
-    `bind_rows_to_gpu(func, threads=32)` after:
+    `bind_rows_to_gpu(func, threads=32, rows_per_block=1)` after:
         for i in T.thread_binding(m, thread="blockIdx.x"):
             for f_1 in T.thread_binding(32, thread="threadIdx.x"):
                 for f_0 in range(2):
@@ -430,7 +430,7 @@ def bind_rows_to_gpu(func: PrimFunc, threads: int | None = None, rows_per_block:
                                   "of constant extent (the feature axis; order the iteration I, F, J with "
                                   "sparse_reorder)")
     if threads is None:
-        threads = width if width <= GPU_ROW_THREADS else GPU_ROW_THREADS
+        threads = max(d for d in range(1, min(width, GPU_ROW_THREADS) + 1) if width % d == 0)
     if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS_PER_BLOCK:
         raise SparseScheduleError(f"bind_rows_to_gpu: threads must be an int from 1 to {MAX_THREADS_PER_BLOCK}, "
                                   f"got {threads!r}")
