@@ -21,7 +21,7 @@ count.  Cases (ratio > 1: refcomp is faster):
     spmm_rmat_f128_csr_vs_plain_loop    refcomp CSR vs the plain C/OpenMP CSR loop below
     spmm_rmat_f128_hyb_vs_csr           hyb (format_decompose: the 3072 most frequent columns a
                                         partition of their own, first) vs the plain C/OpenMP CSR
-                                        loop (the issue's "plain CSR"; target >= 1.2x)
+                                        loop (the goal's "plain CSR"; target >= 1.2x)
     spmm_rmat_f128_hyb_vs_refcomp_csr   the same hyb vs refcomp's own CSR SpMM, which already has
                                         hyb's locality tricks (hot columns first, prefetch)
     spmm_rmat_f128_hyb_split_vs_refcomp_csr  hyb with long rows split into chunks vs refcomp CSR
