@@ -18,7 +18,7 @@ count.  Cases (ratio > 1: refcomp is faster):
 
     spmm_{ba,rmat}_f{32,128}            refcomp CSR SpMM vs scipy's csr @ dense (target >= 3x)
     spmm_{ba,rmat}_f{32,128}_vs_torch   the same vs torch.sparse_csr_tensor @ dense (target >= 1.5x)
-    spmm_rmat_f128_csr_vs_plain_loop    refcomp CSR vs the plain C/OpenMP CSR loop below
+    spmm_rmat_f128_csr_vs_plain_loop    refcomp CSR vs the plain C/OpenMP CSR loop (above)
     spmm_rmat_f128_hyb_vs_csr           hyb (format_decompose: the 3072 most frequent columns a
                                         partition of their own, first) vs the plain C/OpenMP CSR
                                         loop (the goal's "plain CSR"; target >= 1.2x)
