@@ -154,9 +154,11 @@ def test_bind_rows_to_gpu_refuses_other_shapes():
 
 
 @needs_nvcc
-@pytest.mark.parametrize("width,threads", [(32, None), (128, 32)])
-def test_spmm_csr_gpu_compiles_with_nvcc(width, threads):
-    lib = refcomp.build(sparse.spmm_csr_gpu("float32", width, threads=threads), target="cuda", bounds="prove")
+@pytest.mark.parametrize("dtype,width,threads,accumulate", [
+    ("float32", 32, None, False), ("float32", 128, 32, True), ("float64", 16, None, False)])
+def test_spmm_csr_gpu_compiles_with_nvcc(dtype, width, threads, accumulate):
+    func = sparse.spmm_csr_gpu(dtype, width, threads=threads, accumulate=accumulate)
+    lib = refcomp.build(func, target="cuda", bounds="prove")
     assert lib.path.exists()
     assert "__global__" in lib.source and "blockIdx.x" in lib.source and "threadIdx.x" in lib.source
 
@@ -241,8 +243,9 @@ def test_bind_positions_to_gpu_refuses_other_shapes():
 
 
 @needs_nvcc
-def test_sddmm_gpu_compiles_with_nvcc():
-    lib = refcomp.build(sparse.sddmm_gpu("float32", 64), target="cuda", bounds="prove")
+@pytest.mark.parametrize("dtype,width", [("float32", 64), ("float64", None)])
+def test_sddmm_gpu_compiles_with_nvcc(dtype, width):
+    lib = refcomp.build(sparse.sddmm_gpu(dtype, width), target="cuda", bounds="prove")
     assert lib.path.exists() and "__global__" in lib.source and "__launch_bounds__(128)" in lib.source
 
 
