@@ -9,7 +9,7 @@ nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 python -m pip install --quiet -e '.[test]' > "$out/install.txt" 2>&1
 python -c "import torch; print(torch.__version__, torch.cuda.is_available())" > "$out/torch.txt" 2>&1 \
     || python -m pip install --quiet torch >> "$out/install.txt" 2>&1
-python -m pytest -q -m gpu tests/emit_cuda > "$out/gpu-tests.txt" 2>&1
+python -m pytest -q -m gpu tests/emit_cuda tests/sparse/test_sparse_gpu.py > "$out/gpu-tests.txt" 2>&1
 echo "gpu tests exit $?" >> "$out/gpu-tests.txt"
 python benchmarks/cuda.py --json > "$out/cuda-bench.txt" 2>&1
 echo "benchmark exit $?" >> "$out/cuda-bench.txt"

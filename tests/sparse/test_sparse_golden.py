@@ -13,7 +13,9 @@ import pytest
 from refcomp.ast import structural_equal
 from refcomp.ast.parser import from_source
 from refcomp.ast.printer import script
-from refcomp.sparse import script_stage1, sddmm_iteration, sparse_fuse, sparse_reorder, spmm_iteration
+from refcomp.sparse import (
+    script_stage1, sddmm_gpu, sddmm_iteration, sparse_fuse, sparse_reorder, spmm_csr_gpu, spmm_iteration,
+)
 from refcomp.sparse.lower import lower_stage2, lower_stage3
 from refcomp.sparse.schedule import partition_rows, select_rows, vectorize_row_tile
 
@@ -55,6 +57,9 @@ SCHEDULED = {
         lower_stage3(spmm_iteration("float32", 128), row_tile=64), 16)),
     "spmm_csr_rows_acc_w32": lambda: partition_rows(select_rows(vectorize_row_tile(
         lower_stage3(spmm_iteration("float32", 32, accumulate=True), row_tile=128), 16))),
+    # the GPU schedules: a block per row and a thread per column; a thread per stored entry
+    "spmm_csr_gpu_w128_t64": lambda: spmm_csr_gpu("float32", 128, threads=64),
+    "sddmm_gpu_w32_t128": lambda: sddmm_gpu("float32", 32, threads=128),
 }
 
 

@@ -20,14 +20,16 @@ and GraphSAGE layers in the graph IR.  See spec/sparse.md.
 from .axes import Axis, dense_fixed, dense_variable, sparse_fixed, sparse_variable
 from .formats import SparseMatrix, bsr, csr, dcsr, ell, from_scipy, ragged, to_scipy, to_torch, validate
 from .validate import SparseFormatError
-from .kernels import sddmm, sddmm_func, spmm, spmm_bsr_func, spmm_csr_func, spmm_ell_func
+from .kernels import sddmm, sddmm_func, spmm, spmm_bsr_func, spmm_csr_func, spmm_csr_gpu, spmm_ell_func, sddmm_gpu
 from .iteration import (
     SparseIteration, SparseIterationError, SparseScheduleError, SpAxis, SpBuffer, check_iteration, run_stage1,
     script_stage1, sp_axis, sp_iter, sparse_fuse, sparse_reorder,
 )
 from .lower import lower_stage2, lower_stage3
 from .kernels import sddmm_iteration, spmm_iteration
-from .hyb import Bucket, FormatChoice, Hyb, HybPart, Split, choose_format, format_decompose, spmm_hyb
+from .hyb import (
+    Bucket, FormatChoice, Hyb, HybPart, Split, choose_format, format_decompose, hyb_gpu_launches, spmm_hyb,
+)
 from .format_search import format_workload, tune_format
 from .ops import RelationalGraph, block_sparse_attention, rgcn
 from .graph_layers import gcn_layer, sage_layer
@@ -36,8 +38,8 @@ __all__ = [
     "Axis", "dense_fixed", "dense_variable", "sparse_fixed", "sparse_variable",
     "SparseMatrix", "bsr", "csr", "dcsr", "ell", "ragged", "from_scipy", "to_scipy", "to_torch",
     "SparseFormatError", "validate",
-    "spmm", "sddmm", "spmm_csr_func", "spmm_bsr_func", "spmm_ell_func", "sddmm_func",
-    "Bucket", "Hyb", "HybPart", "Split", "format_decompose", "spmm_hyb", "FormatChoice", "choose_format", "format_workload", "tune_format",
+    "spmm", "sddmm", "spmm_csr_func", "spmm_bsr_func", "spmm_ell_func", "sddmm_func", "spmm_csr_gpu", "sddmm_gpu",
+    "Bucket", "Hyb", "HybPart", "Split", "format_decompose", "spmm_hyb", "hyb_gpu_launches", "FormatChoice", "choose_format", "format_workload", "tune_format",
     "SparseIteration", "SparseIterationError", "SparseScheduleError", "SpAxis", "SpBuffer", "sp_axis", "sp_iter",
     "check_iteration", "run_stage1", "script_stage1", "sparse_reorder", "sparse_fuse", "lower_stage2",
     "lower_stage3", "spmm_iteration", "sddmm_iteration",

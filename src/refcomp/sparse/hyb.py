@@ -26,7 +26,8 @@ import numpy as np
 from ..errors import ArgumentError
 from .formats import SparseMatrix, csr, ell, to_scipy
 from .kernels import (
-    SPECIALISED_WIDTHS, _dense, _dtype_name, _output, _require_csr, compiled, row_list_parts, run_spmm_csr,
+    SPECIALISED_WIDTHS, _built_gpu, _dense, _dtype_name, _gpu_target, _output, _require_csr, compiled,
+    row_list_parts, run_spmm_csr,
     aligned_empty, hot_first, most_used_columns, run_spmm_csr_rows, stage_rows,
 )
 from .validate import INDEX_DTYPE, SparseFormatError, check_index_array
@@ -325,11 +326,13 @@ def _check_rows(buckets: tuple[Bucket, ...], m: int) -> None:
         seen[rows] = True
 
 
-def spmm_hyb(H: Hyb, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def spmm_hyb(H: Hyb, B: np.ndarray, out: np.ndarray | None = None, target: str = "c") -> np.ndarray:
     """H @ B.  Each kernel writes whole rows from sums kept in registers: in the first column
     partition every row is set once (by its bucket, the rest, its split chunks' gather, or, for a
     row with no entry there, to 0 by the rest kernel's row list); later partitions add into the
-    rows they hold.  Split rows are gather @ (chunks @ B)."""
+    rows they hold.  Split rows are gather @ (chunks @ B).  target "cuda" (a CUDA target string):
+    the launches of `hyb_gpu_launches`, each `spmm_csr_gpu` on the GPU."""
+    gpu = _gpu_target("spmm_hyb", target)
     if not isinstance(H, Hyb):
         raise ArgumentError(f"spmm_hyb: expected a Hyb, got {type(H).__name__}")
     m, k = H.shape
@@ -338,6 +341,10 @@ def spmm_hyb(H: Hyb, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
     width = B.shape[1]
     out = _output("spmm_hyb", out, (m, width), dtype)
     name = _dtype_name(dtype)
+    if gpu is not None:
+        for accumulate, arrays in hyb_gpu_launches(H, B, out):
+            _built_gpu("spmm_acc" if accumulate else "spmm", name, width, gpu)(*arrays)
+        return out
     B = stage_rows(B, sum(part.rest.data.size + sum(b.ell.data.size for b in part.buckets) +
                           (0 if part.split is None else part.split.chunks.data.size) for part in H.parts))
     if width not in SPECIALISED_WIDTHS:
@@ -360,6 +367,50 @@ def spmm_hyb(H: Hyb, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
                               partial, out, accumulate=add, parts=part.split_parts)
     return out
 
+
+
+def hyb_gpu_launches(H: Hyb, B: np.ndarray, out: np.ndarray) -> list[tuple[bool, tuple[np.ndarray, ...]]]:
+    """H @ B into out as a list of CSR SpMM launches `(accumulate, (indptr, indices, data, B', C))`
+    for `spmm_csr_gpu` (run in order; each C is out or a temporary a later launch reads as its B').
+    Per partition: its CSR rest over every row (the first partition's sets each row, 0 where the
+    rest holds nothing; later ones add); each ELL bucket as a CSR of its rows into a temporary,
+    added into its rows of out by a selection matrix (one entry of value 1 per row); split rows'
+    chunks (ELL read as CSR) into a temporary, added by the gather.  So the long rows of a
+    power-law graph become many short rows, each one block's work.  Requires B and out as
+    `spmm_hyb` checks them."""
+    m, width = out.shape
+    launches: list[tuple[bool, tuple[np.ndarray, ...]]] = []
+    for number, part in enumerate(H.parts):
+        rest = part.rest
+        launches.append((number > 0, (rest.indptr["j"], rest.indices["j"], rest.data, B, out)))
+        for bucket in part.buckets:
+            partial = aligned_empty((bucket.rows.size, width), out.dtype)
+            launches.append((False, _ell_as_csr(bucket.ell) + (B, partial)))
+            launches.append((True, _selection(bucket.rows, m, out.dtype) + (partial, out)))
+        if part.split is not None:
+            chunks, gather = part.split.chunks, part.split.gather
+            partial = aligned_empty((chunks.data.shape[0], width), out.dtype)
+            launches.append((False, _ell_as_csr(chunks) + (B, partial)))
+            launches.append((True, (gather.indptr["j"], gather.indices["j"], gather.data, partial, out)))
+    return launches
+
+
+def _ell_as_csr(ell: SparseMatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The CSR arrays of ELL `ell` (every row its slots, the padding's zeros included)."""
+    rows, slots = ell.data.shape
+    if rows * slots > np.iinfo(INDEX_DTYPE).max:
+        raise ArgumentError(f"spmm_hyb: an ELL block of {rows} x {slots} slots is too large for int32 positions")
+    indptr = (np.arange(rows + 1, dtype=np.int64) * slots).astype(INDEX_DTYPE)
+    return indptr, np.ascontiguousarray(ell.indices["j"].reshape(-1)), np.ascontiguousarray(ell.data.reshape(-1))
+
+
+def _selection(rows: np.ndarray, m: int, dtype: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The CSR arrays of the m x len(rows) matrix with a 1 at (rows[r], r): out += it @ partial
+    adds partial's row r into out's row rows[r] (rows distinct)."""
+    counts = np.zeros(m, dtype=np.int64)
+    counts[rows] = 1
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(INDEX_DTYPE)
+    return indptr, np.argsort(rows, kind="stable").astype(INDEX_DTYPE), np.ones(rows.size, dtype=dtype)
 
 def _split_partial(split: Split, B: np.ndarray, name: str, width: int) -> np.ndarray:
     """chunks @ B: one row of partial sums per chunk (on cache lines: the gather reads them by row)."""

@@ -33,9 +33,10 @@ from ..errors import ArgumentError
 from .formats import SparseMatrix
 from .iteration import SparseIteration, SpBuffer, sp_axis, sp_iter
 from .lower import lower_stage3
+from .iteration import sparse_fuse, sparse_reorder
 from .schedule import (
-    partition_rows, prefetch_gathered_rows, row_parts, select_rows, split_gathered_rows, stream_output_rows,
-    vectorize_row_tile,
+    GPU_POSITION_THREADS, bind_positions_to_gpu, bind_rows_to_gpu, partition_rows, prefetch_gathered_rows, row_parts,
+    select_rows, split_gathered_rows, stream_output_rows, vectorize_row_tile,
 )
 from .validate import VALUE_DTYPES
 
@@ -143,6 +144,21 @@ def spmm_csr_scheduled(dtype: str = "float32", width: int | None = None, accumul
     func = partition_rows(split_gathered_rows(func) if hot else func)
     return stream_output_rows(func) if stream else func
 
+
+
+def spmm_csr_gpu(dtype: str = "float32", width: int = 128, accumulate: bool = False,
+                 threads: int | None = None, rows_per_block: int | None = None) -> PrimFunc:
+    """The CSR SpMM for a GPU (`refcomp.build(..., target="cuda")`): spmm_iteration ordered
+    I, F, J (`sparse_reorder`: each output element's sum over the row's entries innermost, in a
+    local register), lowered to stage III, then `bind_rows_to_gpu`: a block per row, a thread per
+    column of the output row (per `threads`-th column where the width is longer), several rows a
+    block (threadIdx.y) where the width is narrow.  Neighbouring threads read neighbouring elements
+    of each gathered row of B, so the loads coalesce.  width: a positive int (the feature axis
+    must have a constant extent to be bound)."""
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        raise ArgumentError(f"spmm_csr_gpu: width must be a positive int, got {width!r}")
+    it = sparse_reorder(spmm_iteration(_dtype_name(dtype), width, accumulate), ["I", "F", "J"])
+    return bind_rows_to_gpu(lower_stage3(it), threads, rows_per_block)
 
 def run_spmm_csr_rows(dtype: str, width: int, rows: np.ndarray, indptr: np.ndarray, indices: np.ndarray,
                       data: np.ndarray, B: np.ndarray, out: np.ndarray, accumulate: bool = False,
@@ -466,6 +482,16 @@ def sddmm_func(dtype: str = "float32", width: int | None = None) -> PrimFunc:
     return lower_stage3(sddmm_iteration(dtype, width))
 
 
+
+def sddmm_gpu(dtype: str = "float32", width: int | None = None, threads: int = GPU_POSITION_THREADS) -> PrimFunc:
+    """The SDDMM for a GPU (`refcomp.build(..., target="cuda")`): sddmm_iteration with the row and
+    entry axes fused (`sparse_fuse`: one loop over the stored positions, the row of each found by
+    binary search in indptr), lowered to stage III, then `bind_positions_to_gpu`: a thread per
+    stored entry, `threads` to a block, so blocks are balanced by entries whatever the row
+    lengths.  Each thread computes its entry's whole dot product."""
+    it = sparse_fuse(sddmm_iteration(_dtype_name(dtype), width), ["I", "J"])
+    return bind_positions_to_gpu(lower_stage3(it), threads)
+
 # Feature widths that get a kernel of their own (constant trip count); others use the general one.
 SPECIALISED_WIDTHS = (16, 32, 64, 128, 256)
 SPECIALISED_SLOTS = (1, 2, 4, 8, 16, 32)
@@ -522,8 +548,33 @@ def _require_csr(A: Any, what: str) -> SparseMatrix:
     return A
 
 
-def spmm(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """A @ B for CSR, BSR or ELL A (validated when it was built) and a dense B of A's value type."""
+def _gpu_target(what: str, target: Any) -> str | None:
+    """None for the CPU ("c"), the target string for a GPU (one starting with "cuda"), else an
+    ArgumentError."""
+    if target == "c":
+        return None
+    if isinstance(target, str) and target.split(" ", 1)[0] == "cuda":
+        return target
+    raise ArgumentError(f"{what}: target must be 'c' or a CUDA target ('cuda ...'), got {target!r}")
+
+
+@functools.lru_cache(maxsize=None)
+def _built_gpu(kind: str, dtype: str, width: int | None, target: str) -> Any:
+    func = sddmm_gpu(dtype, width) if kind == "sddmm" else spmm_csr_gpu(dtype, width, accumulate=kind == "spmm_acc")
+    return build(func, target=target, bounds="prove")
+
+
+def spmm(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None = None, target: str = "c") -> np.ndarray:
+    """A @ B for CSR, BSR or ELL A (validated when it was built) and a dense B of A's value type.
+    target "cuda" (a CUDA target string): CSR A only, `spmm_csr_gpu` for B's width, built by nvcc
+    (cached per width) and run on the GPU, the arrays copied there and `out` back."""
+    gpu = _gpu_target("spmm", target)
+    if gpu is not None:
+        A = _require_csr(A, "spmm")
+        B = _dense("spmm: B", B, A.shape[1], A.dtype)
+        out = _output("spmm", out, (A.shape[0], B.shape[1]), A.dtype)
+        _built_gpu("spmm", _dtype_name(A.dtype), int(B.shape[1]), gpu)(A.indptr["j"], A.indices["j"], A.data, B, out)
+        return out
     if isinstance(A, SparseMatrix) and A.format == "bsr":
         return _spmm_bsr(A, B, out)
     if isinstance(A, SparseMatrix) and A.format == "ell":
@@ -582,8 +633,10 @@ def _spmm_bsr(A: SparseMatrix, B: np.ndarray, out: np.ndarray | None) -> np.ndar
     return out
 
 
-def sddmm(A: SparseMatrix, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
-    """The values A * (X @ Y.T) at A's stored positions (CSR A, its value order)."""
+def sddmm(A: SparseMatrix, X: np.ndarray, Y: np.ndarray, target: str = "c") -> np.ndarray:
+    """The values A * (X @ Y.T) at A's stored positions (CSR A, its value order).  target "cuda"
+    (a CUDA target string): `sddmm_gpu` for the width, built by nvcc and run on the GPU."""
+    gpu = _gpu_target("sddmm", target)
     A = _require_csr(A, "sddmm")
     m, k = A.shape
     X = _dense("sddmm: X", X, m, A.dtype)
@@ -591,6 +644,9 @@ def sddmm(A: SparseMatrix, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
     if X.shape[1] != Y.shape[1]:
         raise ArgumentError(f"sddmm: X and Y need the same width, got {X.shape[1]} and {Y.shape[1]}")
     out = np.empty(A.data.shape, dtype=A.dtype)
+    if gpu is not None:
+        _built_gpu("sddmm", _dtype_name(A.dtype), int(X.shape[1]), gpu)(A.indptr["j"], A.indices["j"], A.data, X, Y, out)
+        return out
     Y = stage_rows(Y, A.data.size)  # the rows of Y are the gathered ones
     compiled("sddmm", _dtype_name(A.dtype), X.shape[1])(A.indptr["j"], A.indices["j"], A.data, X, Y, out)
     return out

@@ -21,9 +21,9 @@ from ..ast.functor import Mutator, substitute
 from ..ast.stmt import SeqStmt
 from ..ast.structural import structural_equal
 from ..emit_c.codegen import NONTEMPORAL, OMP_SCHEDULE
-from ..loops.primitives.kinds import unroll, vectorize
-from ..loops.primitives.legality import const_int
-from ..loops.primitives.loop import split
+from ..loops.primitives.kinds import MAX_THREADS_PER_BLOCK, bind, unannotate, unroll, vectorize
+from ..loops.primitives.legality import check_no_loop_carried_dependence, const_int
+from ..loops.primitives.loop import reorder, split
 from ..loops.primitives.tree import replace_in_func, walk
 from .iteration import SparseScheduleError
 
@@ -382,3 +382,144 @@ def split_gathered_rows(func: PrimFunc, buffer: str = "B", hot: str = "B_hot") -
     position = next(i for i, p in enumerate(func.params) if p is target)
     new_params = tuple(func.params[:position]) + (hot_buffer,) + tuple(func.params[position:])
     return func.with_(params=new_params)
+
+
+# Threads of one GPU block for the feature axis when none are asked for: a feature axis up to this
+# long gets a thread per column; a longer one is split so that each thread sums several columns.
+GPU_ROW_THREADS = 256
+# Threads a block should have at least: a narrow feature axis gets several rows a block.
+GPU_BLOCK_MIN_THREADS = 128
+
+
+def bind_rows_to_gpu(func: PrimFunc, threads: int | None = None, rows_per_block: int | None = None) -> PrimFunc:
+    """A row-major stage III for a GPU: the row loop bound to blockIdx.x (a block per row) and
+    the feature loop directly inside it to threadIdx.x (a thread per output column).  A feature
+    axis longer than `threads` is split first, `f = f_0 * threads + f_1`, with f_1 bound and f_0 a
+    serial loop inside each thread, so that neighbouring threads still read neighbouring elements
+    of each gathered row.  The row loop loses its OpenMP schedule annotation.  With
+    `rows_per_block` R > 1, a block holds R rows, one per threadIdx.y: row `i = b * R + r` for
+    block b and r in [0, R), the body under `if i < m` (a narrow feature axis then still fills
+    a block: by default R = GPU_BLOCK_MIN_THREADS // threads, at least 1).
+
+    Requires: the body is one loop over the rows, from 0 over a size variable, whose body is one
+    loop of constant extent (the feature axis: `sparse_reorder(it, ["I", "F", "J"])` of SpMM puts
+    it there); threads a positive int of at most 1024 that divides the feature extent (default:
+    the extent, or its largest divisor up to GPU_ROW_THREADS where it is longer); rows_per_block a positive int with
+    threads * rows_per_block at most 1024; the binds' own legality (rows independent).  A
+    SparseScheduleError (or the bind's ScheduleError) otherwise.
+
+    Before (SpMM, width 64, I F J):
+        for i in T.parallel(m):
+            for f in range(64):
+                acc[0] = 0; for j in ...: acc[0] += A[j] * B[J_indices[j], f]; C[i, f] = acc[0]
+    `bind_rows_to_gpu(func, threads=32, rows_per_block=1)` after:
+        for i in T.thread_binding(m, thread="blockIdx.x"):
+            for f_1 in T.thread_binding(32, thread="threadIdx.x"):
+                for f_0 in range(2):
+                    acc[0] = 0; for j in ...: acc[0] += A[j] * B[J_indices[j], f_0 * 32 + f_1]; ...
+    """
+    rows = func.body
+    if not isinstance(rows, For) or rows.kind not in ("parallel", "serial") or const_int(rows.min) != 0 \
+            or not isinstance(rows.extent, SizeVar):
+        raise SparseScheduleError(f"bind_rows_to_gpu: {func.name}: the body must be one row loop from 0 over a "
+                                  "size variable (stage III of a sparse iteration)")
+    feature = rows.body
+    width = const_int(feature.extent) if isinstance(feature, For) else None
+    if not isinstance(feature, For) or feature.kind != "serial" or const_int(feature.min) != 0 or width is None:
+        raise SparseScheduleError(f"bind_rows_to_gpu: {func.name}: the row loop's body must be one serial loop "
+                                  "of constant extent (the feature axis; order the iteration I, F, J with "
+                                  "sparse_reorder)")
+    if threads is None:
+        threads = max(d for d in range(1, min(width, GPU_ROW_THREADS) + 1) if width % d == 0)
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS_PER_BLOCK:
+        raise SparseScheduleError(f"bind_rows_to_gpu: threads must be an int from 1 to {MAX_THREADS_PER_BLOCK}, "
+                                  f"got {threads!r}")
+    if width % threads:
+        raise SparseScheduleError(f"bind_rows_to_gpu: threads {threads} must divide the feature extent {width}")
+    if rows_per_block is None:
+        rows_per_block = max(1, GPU_BLOCK_MIN_THREADS // threads)
+    if isinstance(rows_per_block, bool) or not isinstance(rows_per_block, int) or rows_per_block < 1 or \
+            rows_per_block * threads > MAX_THREADS_PER_BLOCK:
+        raise SparseScheduleError(f"bind_rows_to_gpu: rows_per_block must be a positive int with threads * "
+                                  f"rows_per_block at most {MAX_THREADS_PER_BLOCK}, got {rows_per_block!r} "
+                                  f"(threads {threads})")
+    if OMP_SCHEDULE in rows.annotations:
+        func, _ = unannotate(func, rows, OMP_SCHEDULE)
+    func, _ = bind(func, func.body, "blockIdx.x")
+    feature = func.body.body
+    if threads < width:
+        func, (outer, inner) = split(func, feature, [None, threads])
+        func, _ = reorder(func, [_loop(func, inner.loop_var), _loop(func, outer.loop_var)])
+        feature = _loop(func, inner.loop_var)
+    func, _ = bind(func, feature, "threadIdx.x")
+    return _rows_per_block(func, rows_per_block) if rows_per_block > 1 else func
+
+
+def _rows_per_block(func: PrimFunc, count: int) -> PrimFunc:
+    """func (rows bound to blockIdx.x, the threadIdx.x loop directly inside) with `count` rows a
+    block: `for b in blockIdx.x(ceil(m / count)): for r in threadIdx.y(count): for t in
+    threadIdx.x(...): if b * count + r < m: i = b * count + r; <the body>`."""
+    rows = func.body
+    lanes = rows.body
+    row, m = rows.loop_var, rows.extent
+    block, slot = Var("b", row.dtype), Var("r", row.dtype)
+    index = block * IntImm(count, row.dtype) + slot
+    guarded = IfThenElse(index < m, LetStmt(row, index, lanes.body))
+    inner = For(slot, IntImm(0, row.dtype), IntImm(count, row.dtype), "thread_binding", lanes.with_(body=guarded),
+                thread_binding="threadIdx.y")
+    blocks = floordiv(m + IntImm(count - 1, m.dtype), IntImm(count, m.dtype))
+    return func.with_(body=For(block, IntImm(0, row.dtype), blocks, "thread_binding", inner, thread_binding="blockIdx.x"))
+
+
+def _loop(func: PrimFunc, var: Var) -> For:
+    """The loop of func over var."""
+    return next(s for s in walk(func.body) if isinstance(s, For) and s.loop_var is var)
+
+
+# Threads of one GPU block when each thread takes one stored entry (bind_positions_to_gpu).
+GPU_POSITION_THREADS = 128
+
+
+def bind_positions_to_gpu(func: PrimFunc, threads: int = GPU_POSITION_THREADS) -> PrimFunc:
+    """A stage III over stored positions (`sparse_fuse` of the row and entry axes: one loop over
+    the nnz positions, each finding its row by binary search) for a GPU: position
+    `p = b * threads + t` for block b (blockIdx.x, ceil(extent / threads) blocks) and thread t
+    (threadIdx.x), the body under `if p < extent`, so the blocks are balanced by stored entries
+    whatever the row lengths.
+
+    Requires: the body is that loop (parallel or serial, from 0), or an `if` without `else` whose
+    body is it (the lowering's `if m > 0`); its iterations independent (the loop primitives'
+    check); threads an int from 1 to 1024.  A SparseScheduleError (or the check's ScheduleError)
+    otherwise.
+
+    Before (SDDMM, I and J fused):
+        if m > 0:
+            for i_j in T.parallel(nnz):
+                row = <binary search of i_j in J_indptr>; out[i_j] = A[i_j] * dot(X[row], Y[J_indices[i_j]])
+    `bind_positions_to_gpu(func, threads=128)` after:
+        if m > 0:
+            for b in T.thread_binding((nnz + 127) // 128, thread="blockIdx.x"):
+                for t in T.thread_binding(128, thread="threadIdx.x"):
+                    if b * 128 + t < nnz:
+                        i_j = b * 128 + t
+                        <the same body>
+    """
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS_PER_BLOCK:
+        raise SparseScheduleError(f"bind_positions_to_gpu: threads must be an int from 1 to {MAX_THREADS_PER_BLOCK}, "
+                                  f"got {threads!r}")
+    guard = func.body if isinstance(func.body, IfThenElse) and func.body.else_case is None else None
+    loop = guard.then_case if guard is not None else func.body
+    if not isinstance(loop, For) or loop.kind not in ("parallel", "serial") or const_int(loop.min) != 0:
+        raise SparseScheduleError(f"bind_positions_to_gpu: {func.name}: the body must be one loop over the stored "
+                                  "positions from 0 (or one under an if), as sparse_fuse of the row and entry "
+                                  "axes lowers")
+    check_no_loop_carried_dependence(func, loop, "bind_positions_to_gpu")
+    var, extent = loop.loop_var, loop.extent
+    block, thread = Var("b", var.dtype), Var("t", var.dtype)
+    position = block * IntImm(threads, var.dtype) + thread
+    body = IfThenElse(position < extent, LetStmt(var, position, loop.body))
+    inner = For(thread, IntImm(0, var.dtype), IntImm(threads, var.dtype), "thread_binding", body,
+                thread_binding="threadIdx.x")
+    blocks = floordiv(extent + IntImm(threads - 1, extent.dtype), IntImm(threads, extent.dtype))
+    outer = For(block, IntImm(0, var.dtype), blocks, "thread_binding", inner, thread_binding="blockIdx.x")
+    return func.with_(body=guard.with_(then_case=outer) if guard is not None else outer)
