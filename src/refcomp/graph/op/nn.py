@@ -274,6 +274,22 @@ def _padded_max_pool(x, out, pool_size, strides, padding, dilation, ry, rx, fill
         return tir.Call("if_then_else", (inside, x[(n, c, y - top, x_ - left)], fill), x.dtype)
 
     padded = te_.compute(tuple(x.shape[:2]) + tuple(tir.const(e, index_dtype) for e in extents), pad, name="pad")
+    if pool_size[0] > strides[0] and pool_size[1] > 1:
+        # windows overlapping in y: the max of each padded row's window first, then of pool_size[0]
+        # such rows; a row's maxima serve every output row whose window holds it (3 x 3 stride 2:
+        # 3 + 2 maxima per output instead of 8)
+        def row_max(n, c, y, ox):
+            at = ox * tir.const(strides[1], ox.dtype) + rx.var * tir.const(dilation[1], ox.dtype)
+            return te_.max(padded[(n, c, y, at)], axis=[rx])
+
+        rows = te_.compute(tuple(x.shape[:2]) + (tir.const(extents[0], index_dtype), out[1]), row_max,
+                           name="pool_rows")
+
+        def column_max(n, c, oy, ox):
+            at = oy * tir.const(strides[0], oy.dtype) + ry.var * tir.const(dilation[0], oy.dtype)
+            return te_.max(rows[(n, c, at, ox)], axis=[ry])
+
+        return te_.compute(tuple(x.shape[:2]) + tuple(out), column_max, name="pool")
 
     def body(n, c, oy, ox):
         at = [o * tir.const(strides[j], o.dtype) + r * tir.const(dilation[j], o.dtype)
