@@ -381,3 +381,20 @@ def test_softmax_of_masked_scores_matches_numpy(cols):
     refcomp.build(ds.schedule_kernel(func))(x, out)
     np.testing.assert_allclose(out, reference(x), rtol=2e-6, atol=1e-7)
     assert out[2, 7] == 1.0 and (np.delete(out[2], 7) == 0).all()
+
+
+def test_outputs_past_a_small_last_level_cache_are_streamed(monkeypatch):
+    """The bound is the last-level cache's size when that is under STREAM_MIN_BYTES: a 2 MiB
+    output streams under a 1 MiB cache (REFCOMP_LLC_BYTES), not under the machine's own."""
+    from refcomp.loops.intrin import cpu
+
+    func, _ = _kernel("softmax", (512, 1024))
+    monkeypatch.setenv("REFCOMP_LLC_BYTES", str(1 << 20))
+    cpu.last_level_cache_bytes.cache_clear()
+    try:
+        assert _streams(ds.schedule_kernel(func)) == ["softmax"]
+    finally:
+        monkeypatch.delenv("REFCOMP_LLC_BYTES")
+        cpu.last_level_cache_bytes.cache_clear()
+    if (cpu.last_level_cache_bytes() or 0) > 2 << 20:
+        assert _streams(ds.schedule_kernel(func)) == []
