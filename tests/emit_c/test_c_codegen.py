@@ -317,7 +317,7 @@ def test_nontemporal_stores_need_alignment_and_are_fenced(rng):
     assert "rc_vstreamc_float32x8(&B[" in unaligned and "rc_vstream_float32x8" not in unaligned
     assert unaligned.count("__builtin_ia32_sfence();") >= 1
     a = rng.standard_normal(64).astype(np.float32)
-    raw = np.zeros(64 + 16, np.float32)
+    raw = np.zeros(64 + 32, np.float32)
     for align, shift in ((64, 0), (0, 0), (0, 1), (0, 4), (0, 8), (0, 3)):
         # shift elements past a line: aligned to 4, 16 or 32 bytes, every path of the checked store
         lib = refcomp.build(_streaming_kernel(align), bounds="off")
