@@ -9,7 +9,10 @@ random data before it is timed; numpy runs the natural expression in the same pr
 alternating rounds.  Bandwidth-bound cases also report GB/s of compulsory traffic (every input
 read once, every output written once) and the fraction of the stream bandwidth this benchmark
 measures itself first: a copy kernel (out = x over rows x cols float32, parallel, vectorized)
-timed the same way.  The copy's GB/s counts its read and its write.
+timed the same way.  The copy's GB/s counts its read and its write.  The same copy with
+streaming stores is timed too, and each case's fraction of it printed in a last column: the row
+kernels write outputs this large with streaming stores, which a copy with ordinary stores
+(what numpy.copyto reaches) does not use.
 
 Cases live in a registry: a function decorated with @case("name") that takes the parsed
 arguments and returns a Case.  Add a case by adding such a function.
@@ -97,17 +100,29 @@ def op_case(name: str, op: str, args: argparse.Namespace, rng, params: int, **at
     return Case(name, lambda: lib(*inputs, out), lambda: reference(*inputs, **attrs), check, traffic)
 
 
-def stream_copy(args: argparse.Namespace, rng, clock) -> float:
-    """GB/s of a default-scheduled copy of a (rows, cols) float32 tensor (its read plus its write)."""
+def stream_copy(args: argparse.Namespace, rng, clock) -> tuple[float, float]:
+    """GB/s of a default-scheduled copy of a (rows, cols) float32 tensor (its read plus its write),
+    with ordinary stores (the stream figure: what numpy.copyto / memcpy reach at this size) and
+    with streaming stores (`nontemporal_store` on its row loop: no read of each line before it is
+    written), the two timed in alternating rounds."""
+    from refcomp.ast.stmt import NONTEMPORAL_STORE
+    from refcomp.loops.schedule import Schedule
+
     x = te.placeholder((args.rows, args.cols), "float32", "x")
     y = te.compute(x.shape, lambda i, j: x[i, j], name="copy")
-    lib = refcomp.build(schedule_kernel(te.create_prim_func([x, y], name="stream_copy")))
+    scheduled = schedule_kernel(te.create_prim_func([x, y], name="stream_copy"))
+    lib = refcomp.build(scheduled)
+    sch = Schedule(scheduled)
+    sch.annotate(sch.get_loops(sch.get_block("copy"))[0], NONTEMPORAL_STORE, "copy")
+    streaming = refcomp.build(sch.func)
     a = rng.standard_normal((args.rows, args.cols)).astype(np.float32)
     b = np.empty_like(a)
-    lib(a, b)
-    np.testing.assert_array_equal(a, b)
-    (seconds,) = harness.best_times([lambda: lib(a, b)], args.repeat, args.rounds, clock)
-    return 2 * a.nbytes / seconds / 1e9
+    for copy in (lib, streaming):
+        b[:] = np.nan
+        copy(a, b)
+        np.testing.assert_array_equal(a, b)
+    seconds = harness.best_times([lambda: lib(a, b), lambda: streaming(a, b)], args.repeat, args.rounds, clock)
+    return tuple(2 * a.nbytes / t / 1e9 for t in seconds)
 
 
 # ----------------------------------------------------------------------------- cases
@@ -166,9 +181,11 @@ def main() -> None:
     mode = "1 thread each, process CPU time" if args.single_thread_cpu else f"{os.cpu_count()} threads, wall time"
     print(f"timing: {mode}, best of {args.rounds} alternating rounds x {args.repeat} calls; "
           f"shape ({args.rows}, {args.cols}) float32")
-    stream = stream_copy(args, rng, clock)
-    print(f"stream bandwidth (copy kernel, read + write): {stream:.1f} GB/s")
-    header = f"{'case':<14} {'refcomp ms':>11} {'numpy ms':>9} {'ratio':>7} {'GB/s':>7} {'of stream':>10}"
+    stream, stream_nt = stream_copy(args, rng, clock)
+    print(f"stream bandwidth (copy kernel, read + write): {stream:.1f} GB/s; "
+          f"with streaming stores {stream_nt:.1f} GB/s (the last column's reference)")
+    header = (f"{'case':<14} {'refcomp ms':>11} {'numpy ms':>9} {'ratio':>7} {'GB/s':>7} {'of stream':>10} "
+              f"{'of NT copy':>11}")
     print(header)
     print("-" * len(header))
     results = {}
@@ -183,8 +200,9 @@ def main() -> None:
         line = f"{name:<14} {ours * 1e3:11.2f} {theirs * 1e3:9.2f} {theirs / ours:7.2f}"
         if c.traffic:
             gbs = c.traffic / ours / 1e9
-            row.update(gb_per_s=round(gbs, 2), stream_gb_per_s=round(stream, 2), stream_fraction=round(gbs / stream, 3))
-            line += f" {gbs:7.1f} {gbs / stream:10.2f}"
+            row.update(gb_per_s=round(gbs, 2), stream_gb_per_s=round(stream, 2), stream_fraction=round(gbs / stream, 3),
+                       stream_nt_gb_per_s=round(stream_nt, 2), stream_nt_fraction=round(gbs / stream_nt, 3))
+            line += f" {gbs:7.1f} {gbs / stream:10.2f} {gbs / stream_nt:11.2f}"
         results[name] = row
         print(line, flush=True)
     if args.json:

@@ -314,14 +314,34 @@ def test_nontemporal_stores_need_alignment_and_are_fenced(rng):
     aligned = emit(_streaming_kernel(64), NATIVE).source
     assert "rc_vstream_float32x8(&B[" in aligned and "__builtin_ia32_sfence();" in aligned
     unaligned = emit(_streaming_kernel(0), NATIVE).source
-    assert "rc_vstream" not in unaligned and "sfence" not in unaligned
-    lib = refcomp.build(_streaming_kernel(64), bounds="off")
+    assert "rc_vstreamc_float32x8(&B[" in unaligned and "rc_vstream_float32x8" not in unaligned
+    assert unaligned.count("__builtin_ia32_sfence();") >= 1
     a = rng.standard_normal(64).astype(np.float32)
-    raw = np.zeros(64 + 16, np.float32)
-    offset = (-raw.ctypes.data % 64) // 4
-    b = raw[offset:offset + 64]
-    lib(a, b)
-    np.testing.assert_array_equal(b, a * np.float32(3.0))
+    raw = np.zeros(64 + 32, np.float32)
+    for align, shift in ((64, 0), (0, 0), (0, 1), (0, 4), (0, 8), (0, 3)):
+        # shift elements past a line: aligned to 4, 16 or 32 bytes, every path of the checked store
+        lib = refcomp.build(_streaming_kernel(align), bounds="off")
+        offset = (-raw.ctypes.data % 64) // 4 + shift
+        b = raw[offset:offset + 64]
+        b[:] = np.nan
+        lib(a, b)
+        np.testing.assert_array_equal(b, a * np.float32(3.0))
+
+
+def test_nontemporal_store_names_one_buffer():
+    """Annotated with a buffer's name, the loop streams the stores to that buffer only."""
+    from refcomp.emit_c.codegen import NONTEMPORAL
+    n = SizeVar("n", "int32")
+    A = Buffer("A", (n * 8,), "float32")
+    B = Buffer("B", (n * 8,), "float32")
+    C = Buffer("C", (n * 8,), "float32")
+    i = Var("i", "int32")
+    ramp = Ramp(i * 8, IntImm(1), 8)
+    body = For(i, 0, n, "parallel", seq(BufferStore(B, A[ramp] * 3.0, (ramp,)), BufferStore(C, A[ramp], (ramp,))),
+               annotations={NONTEMPORAL: "B"})
+    source = emit(PrimFunc((A, B, C), body, "stream_named"), NATIVE).source
+    assert "rc_vstreamc_float32x8(&B[" in source and "rc_vstore_float32x8(&C[" in source
+    assert "#pragma omp for schedule(static) nowait" in source  # each thread fences its own stores
 
 
 def test_unsplittable_wide_vector_compiles_with_werror():

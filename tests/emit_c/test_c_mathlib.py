@@ -109,19 +109,72 @@ def test_round_is_half_away_from_zero():
     np.testing.assert_array_equal(b, [1, 2, 3, -1, -3, 3, -4, 0])
 
 
-def test_vector_exp_uses_libmvec_when_available():
+def test_vector_log_uses_libmvec_when_available():
     from refcomp.emit_c.toolchain import mvec_functions
-    if "exp" not in mvec_functions():
+    if "log" not in mvec_functions():
         pytest.skip("no libmvec on this system")
     source = refcomp.build(many_unary_kernel("float32", LANES), bounds="off").source
-    assert "RC_MVEC1_F32(exp)" in source and "__FAST_MATH__" not in source
+    assert "RC_MVEC1_F32(log)" in source and "__FAST_MATH__" not in source
+    assert "RC_MVEC1_F32(exp)" not in source  # float32 exp is inline (test below)
+    assert "RC_MVEC1_F64(exp)" in refcomp.build(many_unary_kernel("float64", 4), bounds="off").source
 
 
 def test_half_width_vectors_use_the_avx2_variants_on_avx512():
     from refcomp.emit_c.toolchain import mvec_functions
     from refcomp.loops.intrin import cpu
 
-    if "exp" not in mvec_functions() or not cpu.has("avx512f"):
+    if "log" not in mvec_functions() or not cpu.has("avx512f"):
         pytest.skip("needs libmvec and an AVX-512 CPU (32-byte vectors are native elsewhere)")
     source = refcomp.build(many_unary_kernel("float32", 8), bounds="off").source
-    assert "RC_MVECH1_F32(exp)" in source and "_ZGVdN8v_##name##f" in source
+    assert "RC_MVECH1_F32(log)" in source and "_ZGVdN8v_##name##f" in source
+
+
+def _exp_kernel(lanes: int) -> PrimFunc:
+    n = SizeVar("n", "int32")
+    A, B = Buffer("A", (n * lanes,), "float32"), Buffer("B", (n * lanes,), "float32")
+    i = Var("i", "int32")
+    ramp = Ramp(i * lanes, IntImm(1), lanes)
+    body = For(i, 0, n, "serial", BufferStore(B, Call("exp", (A[ramp],), f"float32x{lanes}"), (ramp,)))
+    return PrimFunc((A, B), body, f"exp_{lanes}")
+
+
+@pytest.mark.parametrize("isa", ["native", "avx2"])
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+def test_inline_float32_exp_over_a_sweep_of_all_floats(lanes, isa, rng, monkeypatch):
+    """The inline float32 exp (its AVX-512 branch at 16 lanes, the generic one else) against
+    float64 exp on every 4099th float32 bit pattern and specials: within 1.5 ulp where the
+    result is normal, within one subnormal step below, inf/0/NaN where exp gives them."""
+    from refcomp.emit_c import toolchain
+    from refcomp.loops.intrin import cpu
+
+    if isa == "avx2":
+        if not cpu.has("avx2", "fma"):
+            pytest.skip("this CPU has no AVX2")
+        monkeypatch.setenv("REFCOMP_CPU_FEATURES", "avx,avx2,fma")
+    cpu.cpu_features.cache_clear()
+    toolchain.native_vector_bytes.cache_clear()
+    try:
+        lib = refcomp.build(_exp_kernel(lanes), target="c -Werror", bounds="off")
+    finally:
+        monkeypatch.delenv("REFCOMP_CPU_FEATURES", raising=False)
+        cpu.cpu_features.cache_clear()
+        toolchain.native_vector_bytes.cache_clear()
+    assert "RC_MVEC1_F32(exp)" not in lib.source
+    sweep = np.arange(int(rng.integers(0, 4099)), 1 << 32, 4099, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    special = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 88.72283, 88.72284, 89.0, 1e30, -1e30, -87.33655,
+                        -103.27893, -103.97208, -104.0, -200.0, 1e-30, -1e-30], np.float32)
+    x = np.concatenate([special, sweep])
+    x = np.concatenate([x, np.zeros((-len(x)) % lanes, np.float32)])
+    y = np.full_like(x, 12345.0)
+    lib(x, y)
+    with np.errstate(all="ignore"):
+        ref = np.exp(x.astype(np.float64))
+        want = ref.astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    np.testing.assert_array_equal(y[np.isinf(want)], want[np.isinf(want)])
+    normal = np.isfinite(want) & (want >= np.finfo(np.float32).tiny)
+    ulps = np.abs(y[normal].astype(np.float64) - ref[normal]) / np.spacing(want[normal]).astype(np.float64)
+    assert ulps.max() <= 1.5, f"{ulps.max():.2f} ulp at x={x[normal][np.argmax(ulps)]!r}"
+    small = np.isfinite(want) & ~normal
+    step = float(np.finfo(np.float32).smallest_subnormal)
+    assert np.abs(y[small].astype(np.float64) - ref[small]).max() <= step

@@ -8,6 +8,9 @@ from .expr import IntImm, PrimExpr, Range, Var, convert
 from .node import Node, freeze_mapping, node, set_field
 
 FOR_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
+# A For annotated {NONTEMPORAL_STORE: True} (every buffer) or {NONTEMPORAL_STORE: "name"} (that
+# buffer) writes its contiguous vector stores as streaming stores (spec/c_abi.md).
+NONTEMPORAL_STORE = "nontemporal_store"
 THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z",
                "vthread.x", "vthread.y", "vthread.z")
 ITER_KINDS = ("spatial", "reduce", "opaque")

@@ -33,7 +33,7 @@ OUT_OF_MEMORY = 1
 FIRST_ASSERT_CODE = 2
 STACK_LIMIT_BYTES = 16 * 1024
 # For annotation: contiguous vector stores in the loop may bypass the cache (write-once output).
-NONTEMPORAL = "nontemporal_store"
+NONTEMPORAL = S.NONTEMPORAL_STORE
 # For annotation on parallel loops: "static" (the default) or "dynamic" (coarse chunks, about 32
 # per thread: better when other processes compete for the cores; measured neither clearly better
 # nor worse here, so static, which is predictable, stays the default).
@@ -137,6 +137,7 @@ class CFamilyEmitter(ZeroChecks, ExprEmitter):
         self.status_used = False
         self.index_depth = 0  # > 0 while emitting an index, loop bound or allocation size
         self.nontemporal = 0  # > 0 inside a loop annotated NONTEMPORAL
+        self.nontemporal_names: list[str | None] = []  # each such loop's buffer name (None: every buffer)
         self.uses_omp_api = False
         self.streamed = False
         ZeroChecks.__init__(self)
@@ -459,22 +460,30 @@ class CFamilyEmitter(ZeroChecks, ExprEmitter):
         if s.kind == "thread_binding":
             raise BuildError(f"build: loop {s.loop_var.name} is bound to {s.thread_binding}; "
                              "GPU thread bindings need the CUDA target", ir=self.func, spot=s)
-        streaming = bool(s.annotations.get(NONTEMPORAL)) and self.options.vectors
+        hint = s.annotations.get(NONTEMPORAL)
+        streaming = bool(hint) and self.options.vectors
         if not streaming:
             self.emit_loop(s, header)
             return
         self.nontemporal += 1
+        self.nontemporal_names.append(hint if isinstance(hint, str) else None)
         outer_streamed, self.streamed = self.streamed, False
         try:
             self.emit_loop(s, header)
         finally:
             self.nontemporal -= 1
+            self.nontemporal_names.pop()
         streamed, self.streamed = self.streamed, outer_streamed or self.streamed
         if streamed:
             # Streaming stores are weakly ordered: fence them before anyone reads the data.
             self.pragma("#if defined(__x86_64__)")
             self.line("__builtin_ia32_sfence();")
             self.pragma("#endif")
+
+    def streams_to(self, buffer: Buffer) -> bool:
+        """Whether stores to buffer here are streaming stores: inside a loop annotated
+        NONTEMPORAL with True (every buffer) or with buffer's name."""
+        return any(name is None or name == buffer.name for name in self.nontemporal_names)
 
     def emit_loop(self, s: S.For, header: str) -> None:
         if s.kind == "parallel" and self.options.openmp and not self.in_parallel:
@@ -496,8 +505,20 @@ class CFamilyEmitter(ZeroChecks, ExprEmitter):
         self.scopes.append(scope)
         self.in_parallel = True
         schedule = s.annotations.get(OMP_SCHEDULE, DEFAULT_OMP_SCHEDULE)
+        # Streaming stores are fenced by the thread that made them: a streaming parallel loop is
+        # a parallel region whose threads share the loop (`for nowait`) and then each run an sfence.
+        fenced = bool(s.annotations.get(NONTEMPORAL)) and self.options.vectors
+
+        def open_loop(clause: str) -> None:
+            if not fenced:
+                self.pragma(f"#pragma omp parallel for {clause}")
+                return
+            self.pragma("#pragma omp parallel")
+            self.line("{")
+            self.pragma(f"#pragma omp for {clause} nowait")
+
         if schedule == "static":
-            self.pragma("#pragma omp parallel for schedule(static)")
+            open_loop("schedule(static)")
         else:
             # Coarse dynamic chunks: a thread that the OS deschedules on a shared machine no
             # longer holds up the others, at a few atomic operations per chunk.
@@ -505,13 +526,18 @@ class CFamilyEmitter(ZeroChecks, ExprEmitter):
             chunk = self.names.fresh("rc_chunk")
             self.line(f"const int64_t {chunk} = ((int64_t)({extent}) + 32 * (int64_t)omp_get_max_threads() - 1) "
                       f"/ (32 * (int64_t)omp_get_max_threads());")
-            self.pragma(f"#pragma omp parallel for schedule(dynamic, {chunk} > 0 ? {chunk} : 1)")
+            open_loop(f"schedule(dynamic, {chunk} > 0 ? {chunk} : 1)")
             self.uses_omp_api = True
         self.line(header)
         self.nested(s.body)
         if scope.used:
             self.lines.append(f"{scope.label}: ;")
         self.line("}")
+        if fenced:
+            self.pragma("#if defined(__x86_64__)")
+            self.line("__builtin_ia32_sfence();")
+            self.pragma("#endif")
+            self.line("}")
         self.in_parallel = False
         self.scopes.pop()
         if scope.used:
@@ -543,9 +569,11 @@ class CFamilyEmitter(ZeroChecks, ExprEmitter):
             base = unit_ramp_base(index)
             if base is not None:
                 store = self.vec.store(vtype)
-                if self.nontemporal and buffer.align >= self.vec.element_width(vtype) * lanes \
-                        and _multiple_of(base, lanes):
-                    store = self.vec.stream(vtype) or store
+                if self.streams_to(buffer) and _multiple_of(base, lanes):
+                    if buffer.align >= self.vec.element_width(vtype) * lanes:
+                        store = self.vec.stream(vtype) or store
+                    else:  # no alignment promised: the helper tests the address
+                        store = self.vec.stream_checked(vtype) or store
                     self.streamed = self.streamed or store.startswith("rc_vstream")
                 self.line(f"{store}(&{name}[{self.index(base)}], {self.expr(value)});")
             elif index.dtype.lanes == 1:

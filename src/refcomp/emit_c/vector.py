@@ -29,6 +29,10 @@ _VBYTES = """#if defined(__AVX512F__)
 #endif"""
 
 
+# float32 exp inline (VectorLib._exp_f32) rather than libmvec's call per vector.
+INLINE_EXP_F32 = True
+
+
 class VectorLib:
     """The typedefs and helpers one kernel's vector code needs."""
 
@@ -258,6 +262,43 @@ class VectorLib:
             f"    {function}(({itype}*)(void*)p, ({itype})v);\n"
             f"#else\n    memcpy(p, &v, sizeof v);\n#endif\n}}"))
 
+    def stream_checked(self, dtype: DataType) -> str | None:
+        """rc_vstreamc_...(T* p, v): a non-temporal store to a p of any alignment, decided at run
+        time: one streaming store of the whole vector when p is aligned to its size, else pieces
+        of 32 or 16 bytes when p is aligned to those (the write-combining buffers join the pieces
+        of consecutive stores into whole lines), else an ordinary store.  For outputs that promise
+        no alignment (numpy's large arrays start 16 bytes into a line).  None for element types
+        stored through conversions and vectors under 16 bytes."""
+        if is_half(dtype) or dtype.is_bool:
+            return None
+        vt = self.vtype(dtype)
+        st = storage_type(dtype.element)
+        size = self.element_width(dtype) * dtype.lanes
+        tiers = [(piece, feature, function, itype) for piece, feature, function, itype in (
+            (64, "__AVX512F__", "_mm512_stream_si512", "__m512i"),
+            (32, "__AVX__", "_mm256_stream_si256", "__m256i"),
+            (16, "__SSE2__", "_mm_stream_si128", "__m128i")) if piece <= size and size % piece == 0]
+        if not tiers:
+            return None
+        self.needs_intrinsics = True
+        name = f"rc_vstreamc_{dtype.element.name}x{dtype.lanes}"
+        body = ["#if defined(__x86_64__)", "    const uintptr_t at = (uintptr_t)(void*)p;"]
+        width = self.element_width(dtype)
+        for piece, feature, function, itype in tiers:
+            body.append(f"#if defined({feature})")
+            body.append(f"    if ((at & {piece - 1}u) == 0) {{")
+            count = piece // width  # lanes per piece: taken out of v by a shuffle, not through memory
+            for first in range(0, dtype.lanes, count):
+                part = "v" if count == dtype.lanes else \
+                    f"__builtin_shufflevector(v, v, {', '.join(str(first + l) for l in range(count))})"
+                body.append(f"        {function}(({itype}*)(void*)(p + {first}), ({itype})({part}));")
+            body.append("        return;")
+            body.append("    }")
+            body.append("#endif")
+        body.append("#endif")
+        body.append("    memcpy(p, &v, sizeof v);")
+        return self._add(name, f"static inline void {name}({st}* p, {vt} v) {{\n" + "\n".join(body) + "\n}")
+
     def load_stride2(self, dtype: DataType) -> str | None:
         """rc_vload2_...(const T* p): lanes elements p[0], p[2], ... p[2 (lanes - 1)] (a stride-2
         read, a strided convolution's input) as two contiguous loads, of p[0 .. lanes) and of
@@ -463,6 +504,8 @@ class VectorLib:
             return name
         if op == "sigmoid":
             return self._add(name, self._sigmoid(name, compute, self.math("exp", compute)))
+        if op == "exp" and compute.element.name == "float32" and INLINE_EXP_F32:
+            return self._add(name, self._exp_f32(name, compute))
         if op not in self.mvec_functions:
             return self._add(name, mathlib.vector_math_helper(name, op, compute, vt, self.mvec_functions))
         self.mvec_used.setdefault(f"{op}:{compute.element.name}", mathlib.mvec_declaration(op, compute))
@@ -492,6 +535,55 @@ class VectorLib:
         per_lane = loop[loop.index("{") + 2:loop.rindex("}")]
         signature = f"static inline {vt} {name}({', '.join(f'{vt} {p}' for p in params)})"
         return self._add(name, _with_branches(signature, branches, per_lane))
+
+    def _exp_f32(self, name: str, dtype: DataType) -> str:
+        """exp of float32 lanes inline, branch free, within 1 ulp where the result is normal
+        (spec/c_abi.md): exp(x) = 2^n exp(r) with n = round(x / ln 2) and r = x - n ln 2, ln 2 in
+        two parts whose first times n is exact; exp(r) on |r| <= ln 2 / 2 by a degree-6
+        polynomial (relative error 2e-9; its coefficients fitted for this helper, the constant
+        term 1); 2^n applied as two exponent scalings, 2^(n >> 1) then 2^(n - (n >> 1)), so a
+        result past the largest float is inf and one below the normal range rounds once into
+        the subnormals.  x is first clamped to [-104, 89] (exp is 0, resp. inf, past them after
+        rounding), which keeps n in [-150, 128]; NaN passes the clamps and the polynomial.
+        One call of libmvec per vector costs more than the ~15 instructions inlined here."""
+        vt = self.vtype(dtype)
+        it = self.int_vtype(4, dtype.lanes)
+        ut = self.uint_vtype(4, dtype.lanes)
+        avx512 = ""
+        if dtype.lanes == 16:  # one register: the same steps, rounding and 2^n by one instruction each
+            self.needs_intrinsics = True
+            avx512 = ("#if defined(RC_NATIVE) && defined(__x86_64__) && defined(__AVX512F__)\n"
+                      "    __m512 v = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x));\n"
+                      "    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.44269504f)), "
+                      "_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);\n"
+                      "    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), v);\n"
+                      "    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-06f), r);\n"
+                      "    __m512 p = _mm512_fmadd_ps(r, _mm512_set1_ps(0.00138436444f), _mm512_set1_ps(0.00837416295f));\n"
+                      "    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.0416680016f));\n"
+                      "    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.166664317f));\n"
+                      "    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.49999994f));\n"
+                      "    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));\n"
+                      "    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));\n"
+                      f"    return ({vt})_mm512_scalef_ps(p, n);\n"
+                      "#else\n")
+        return (f"static inline {vt} {name}({vt} x) {{\n{avx512}"
+                f"    const {vt} zero = {{0}};\n"
+                f"    {it} low = (x < -104.0f), high = (x > 89.0f);\n"
+                f"    x = ({vt})((({it})x & ~low) | (({it})(zero - 104.0f) & low));\n"
+                f"    x = ({vt})((({it})x & ~high) | (({it})(zero + 89.0f) & high));\n"
+                f"    {vt} n = (x * 1.44269504f + 12582912.0f) - 12582912.0f; /* round to nearest */\n"
+                f"    {vt} r = (x - n * 0.693145752f) - n * 1.42860677e-06f;\n"
+                f"    {vt} p = r * 0.00138436444f + 0.00837416295f;\n"
+                f"    p = p * r + 0.0416680016f;\n"
+                f"    p = p * r + 0.166664317f;\n"
+                f"    p = p * r + 0.49999994f;\n"
+                f"    p = p * r + 1.0f;\n"
+                f"    p = p * r + 1.0f;\n"
+                f"    {it} k = __builtin_convertvector(n, {it});\n"
+                f"    {it} k1 = k >> 1;\n"
+                f"    {vt} s1 = ({vt})(({ut})(k1 + 127) << 23);\n"
+                f"    {vt} s2 = ({vt})(({ut})(k - k1 + 127) << 23);\n"
+                f"    return (p * s1) * s2;\n" + ("#endif\n" if avx512 else "") + "}")
 
     def _sigmoid(self, name: str, dtype: DataType, exp_name: str) -> str:
         """sigmoid as the scalar rc_sigmoid (exp of -|x|, which never overflows), branch free."""

@@ -18,7 +18,7 @@ from refcomp.graph.op.registry import get
 from refcomp.graph.passes import default_schedule as ds
 from refcomp.graph.pipeline import optimize
 from refcomp.ast import PrimFunc
-from refcomp.loops.defaults import padded_window_reduction, window_reduction
+from refcomp.loops.defaults import padded_rows_window_reduction, padded_window_reduction, window_reduction
 from refcomp.loops.interpreter import interpret
 from refcomp.loops.primitives.tree import walk
 
@@ -64,14 +64,21 @@ def test_pool_rule_matches_numpy(rng, vector_isa, kind, c, h, w, k, stride, pad)
     func, scheduled = _check(kind, 2, c, h, w, k, stride, pad, int(rng.integers(1 << 30)), interpreter=True)
     if kind == "avg":  # a window sum, a count and a division: several blocks, not this rule's
         return
-    padded = padded_window_reduction(func)
+    chain = padded_rows_window_reduction(func)
+    padded = padded_window_reduction(func) if chain is None else (chain[0], chain[1])
+    assert (chain is not None) == (pad > 0 and k > stride)  # windows overlapping in y: rows' maxima first
     assert (padded is not None) == (pad > 0) and (window_reduction(func) is not None) == (pad == 0)
     local = [b for s in walk(scheduled.body) if isinstance(s, Block) for b in s.alloc_buffers if b.scope == "local"]
     assert local and any(f.kind == "parallel" for f in walk(scheduled.body) if isinstance(f, For))
+    assert len([f for f in walk(scheduled.body) if isinstance(f, For) and f.kind == "parallel"]) == 1
     if padded is not None:  # the padded plane is a local stack array, its window reads untested
         assert any(b.name == padded[0].name for b in local)
         pool = next(s for s in walk(scheduled.body) if isinstance(s, Block) and s.name == padded[1].name)
         assert "if_then_else" not in str(pool.body)
+    if chain is not None:  # the rows' maxima of a plane too, both windows vectorized
+        assert any(b.name == chain[1].name for b in local)
+        if ((w + 2 * pad - k) // stride + 1) % 4 == 0:  # columns in whole vectors
+            assert len([f for f in walk(scheduled.body) if isinstance(f, For) and f.kind == "vectorized"]) >= 3
 
 
 @pytest.mark.parametrize("c,h,w,k,stride,pad,dilation", [
@@ -84,7 +91,7 @@ def test_padded_max_pool_in_ceil_mode_and_dilated(rng, c, h, w, k, stride, pad, 
     operator's reference (and the interpreter)."""
     func, _ = _check("max", 2, c, h, w, k, stride, pad, int(rng.integers(1 << 30)), interpreter=True,
                      ceil_mode=True, dilation=dilation)
-    assert padded_window_reduction(func) is not None
+    assert padded_window_reduction(func) is not None or padded_rows_window_reduction(func) is not None
 
 
 def test_pool_rule_with_a_symbolic_batch(rng):
@@ -108,3 +115,29 @@ def test_pool_rule_random_shapes(kind, c, h, w, k, stride, pad, seed):
     if h + 2 * pad < k or w + 2 * pad < k:
         return
     _check(kind, 2, c, h, w, k, stride, pad, seed)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(c=st.sampled_from([1, 2, 3]), h=st.sampled_from([1, 2, 5, 7, 13, 24]), w=st.sampled_from([1, 3, 7, 16, 17, 31, 48]),
+       k=st.sampled_from([2, 3, 5]), stride=st.sampled_from([1, 2, 3]), seed=st.integers(0, 1 << 30))
+def test_max_pool_in_two_windows_matches_numpy_and_interpreter(vector_isa, c, h, w, k, stride, seed):
+    """Max pooling with padding and windows overlapping in y (k > stride) is the rows' maxima of
+    each padded row, then their maxima over k rows: the same values as the reference and the
+    interpreter (max is exact), on odd, prime and unit sizes and both vector widths."""
+    pad = k // 2
+    if h + 2 * pad < k or w + 2 * pad < k:
+        return
+    func, _ = _check("max", 2, c, h, w, k, stride, pad, seed, interpreter=True)
+    assert (padded_rows_window_reduction(func) is not None) == (k > stride)
+
+
+def test_max_pool_propagates_nan_through_both_windows():
+    func, call = _pool_kernel("max", 2, 2, 9, 16, 3, 2, 1)
+    x = np.random.default_rng(5).standard_normal((2, 2, 9, 16)).astype(np.float32)
+    x[0, 1, 3, 7] = np.nan
+    expected = get(call.op.name).evaluate([x], call.attrs)
+    out = np.zeros(expected.shape, np.float32)
+    refcomp.build(ds.schedule_kernel(func))(x, out)
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(expected))
+    assert np.isnan(out).sum() == 4  # the 2 x 2 windows holding (3, 7): rows 1-2, columns 3-4
+    np.testing.assert_array_equal(out[~np.isnan(out)], expected[~np.isnan(expected)])

@@ -316,3 +316,85 @@ def test_row_kernels_compile_as_strict_c99(op, symbolic):
     func, reference = _symbolic_kernel(op, symbolic)
     kernel = refcomp.build(ds.schedule_kernel(func), target="c -std=c99")
     _run_at(kernel, reference, op, symbolic, 3, 19, seed=len(symbolic))  # checks against numpy
+
+
+def _streams(func) -> list:
+    from refcomp.ast.stmt import NONTEMPORAL_STORE
+
+    return [loop.annotations[NONTEMPORAL_STORE] for loop in _loops(func) if NONTEMPORAL_STORE in loop.annotations]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.sampled_from([1, 2, 3, 7, 13]), cols=st.sampled_from([16, 17, 31, 64, 263, 1024]),
+       op=st.sampled_from(["softmax", "log_softmax", "layer_norm", "rms_norm"]), seed=st.integers(0, 2**31 - 1))
+def test_large_outputs_are_streamed_and_match_numpy(vector_isa, monkeypatch, rows, cols, op, seed):
+    """An output of STREAM_MIN_BYTES or more (the bound lowered here so small shapes take the
+    path) is written with streaming stores: the row loop annotated with the output's name, no
+    prefetch of the output row (a streamed line is not owned first), one sfence per thread; the
+    numbers as numpy's and the interpreter's, on AVX-512 and AVX2 widths, whatever the
+    output's alignment (numpy's arrays start anywhere in a line)."""
+    from refcomp.loops.defaults import reduction
+
+    monkeypatch.setattr(reduction, "STREAM_MIN_BYTES", 1)
+    func, scheduled = _check(op, (rows, cols), seed)
+    assert _streams(scheduled) == [op]
+    assert all(name != op for name, _ in _prefetches(scheduled))
+    lib = refcomp.build(scheduled)
+    if cols % 16 == 0:
+        assert "rc_vstreamc_float32x" in lib.source and "__builtin_ia32_sfence();" in lib.source
+    rng = np.random.default_rng(seed)
+    args = [rng.standard_normal((rows, cols)).astype(np.float32)]
+    args += [rng.standard_normal((cols,)).astype(np.float32) for _ in range(_PARAMS.get(op, 0))]
+    expected = np.asarray(_kernel(op, (rows, cols))[1](*args))
+    raw = np.empty(rows * cols + 32, np.float32)
+    for shift in (0, 1, 4, 8):  # 64-, 4-, 16- and 32-byte aligned outputs
+        offset = (-raw.ctypes.data % 64) // 4 + shift
+        out = raw[offset:offset + rows * cols].reshape(rows, cols)
+        out[:] = np.nan
+        lib(*args, out)
+        np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5)
+
+
+def test_small_outputs_are_not_streamed():
+    _, scheduled = _check("softmax", (6, 1000), seed=5)
+    assert _streams(scheduled) == []
+
+
+def test_a_4096_square_softmax_streams_its_output():
+    """(4096, 4096) float32 is 64 MiB, past STREAM_MIN_BYTES: the schedule alone (no build)."""
+    func, _ = _kernel("softmax", (4096, 4096))
+    assert _streams(ds.schedule_kernel(func)) == ["softmax"]
+
+
+@pytest.mark.parametrize("cols", [64, 263])
+def test_softmax_of_masked_scores_matches_numpy(cols):
+    """Scores of -1e9 and -inf (masked) next to ordinary ones: their exp is 0 (the inline exp
+    takes every input branch free, no flush before it), the rows as numpy's."""
+    func, reference = _kernel("softmax", (6, cols))
+    rng = np.random.default_rng(cols)
+    x = rng.standard_normal((6, cols)).astype(np.float32)
+    x[:, ::3] = -1e9
+    x[1, 1::5] = -np.inf
+    x[2, :] = -1e9
+    x[2, 7] = 3.0
+    out = np.empty_like(x)
+    refcomp.build(ds.schedule_kernel(func))(x, out)
+    np.testing.assert_allclose(out, reference(x), rtol=2e-6, atol=1e-7)
+    assert out[2, 7] == 1.0 and (np.delete(out[2], 7) == 0).all()
+
+
+def test_outputs_past_a_small_last_level_cache_are_streamed(monkeypatch):
+    """The bound is the last-level cache's size when that is under STREAM_MIN_BYTES: a 2 MiB
+    output streams under a 1 MiB cache (REFCOMP_LLC_BYTES), not under the machine's own."""
+    from refcomp.loops.intrin import cpu
+
+    func, _ = _kernel("softmax", (512, 1024))
+    monkeypatch.setenv("REFCOMP_LLC_BYTES", str(1 << 20))
+    cpu.last_level_cache_bytes.cache_clear()
+    try:
+        assert _streams(ds.schedule_kernel(func)) == ["softmax"]
+    finally:
+        monkeypatch.delenv("REFCOMP_LLC_BYTES")
+        cpu.last_level_cache_bytes.cache_clear()
+    if (cpu.last_level_cache_bytes() or 0) > 2 << 20:
+        assert _streams(ds.schedule_kernel(func)) == []

@@ -66,6 +66,30 @@ def cache_sizes() -> tuple[int, int]:
     return found.get(1, 32 << 10), found.get(2, 1 << 20)
 
 
+@functools.lru_cache(maxsize=1)
+def last_level_cache_bytes() -> int | None:
+    """Bytes of the largest data or unified cache cpu0 reports in sysfs (its last level, shared
+    by several cores), else None.  REFCOMP_LLC_BYTES replaces it."""
+    override = os.environ.get("REFCOMP_LLC_BYTES")
+    if override:
+        return int(override)
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    best: tuple[int, int] | None = None
+    try:
+        for entry in sorted(os.listdir(base)):
+            if not entry.startswith("index"):
+                continue
+            with open(f"{base}/{entry}/type", encoding="ascii") as kind, \
+                    open(f"{base}/{entry}/level", encoding="ascii") as level, \
+                    open(f"{base}/{entry}/size", encoding="ascii") as size:
+                if kind.read().strip() in ("Data", "Unified"):
+                    found = (int(level.read()), _bytes(size.read().strip()))
+                    best = found if best is None or found > best else best
+    except (OSError, ValueError):
+        return None
+    return best[1] if best else None
+
+
 def _bytes(text: str) -> int:
     """'48K' -> 49152 (sysfs cache sizes)."""
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
