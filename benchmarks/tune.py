@@ -7,6 +7,7 @@ TVM's MetaSchedule side by side when apache-tvm is installed.
                               [--no-models] [--model-trials 32]
     python benchmarks/tune.py --dask 32 [--json]     # tuning throughput on a local Dask cluster
     python benchmarks/tune.py --gpu [--gpu-trials 32] [--small] [--json]   # the GPU design space vs torch
+    python benchmarks/tune.py --tiles [--size 1024] [--single-thread-cpu]  # each fp32 tile's kernel vs numpy
 
 Matmul: one tuning run, one database; the search measures the first budget's trials, the tuned
 kernel is timed against numpy, then the search goes on to the next budget.  Cases
@@ -487,6 +488,43 @@ def gpu_cases(args) -> None:
         print(json.dumps({"cases": results}))
 
 
+def tile_cases(n: int, args) -> dict:
+    """Each fp32 tile intrinsic TensorizeTiling offers for an n x n x n matmul, in the rule's
+    default structure (the recipe's MC, NC and KC for that tile, B packed per thread block, A in
+    place), against numpy: the kernel alone, every side checked first, timed call by call in
+    alternation (`interleaved_best_times`). Cases `tile_{intrinsic}_{n}`, ratio = numpy time /
+    kernel time."""
+    func = workloads.matmul(n, n, n)
+    rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
+    a = rng.uniform(-1, 1, (n, n)).astype("float32")
+    b = rng.uniform(-1, 1, (n, n)).astype("float32")
+    want = a @ b
+    from refcomp.loops.recipes.common import matmul_shape
+    from refcomp.loops.schedule import Schedule
+    from refcomp.tune.rules import tile_intrinsics
+
+    sch = Schedule(func)
+    block = sch.get(sch.get_block("C"))
+    names = tile_intrinsics(block, matmul_shape(block, "tile_cases"))
+    fns, labels = [lambda: np.matmul(a, b)], ["numpy"]
+    for name in names:
+        sch = tune.DesignSpace([tune.TensorizeTiling(intrinsics=(name,))]).default_sample(func)
+        kernel = refcomp.build(sch.func)
+        c = rng.uniform(-1, 1, (n, n)).astype("float32")
+        kernel(a, b, c)
+        np.testing.assert_allclose(c, want, rtol=1e-3, atol=1e-3 * np.sqrt(n))
+        fns.append(lambda kernel=kernel, c=c: kernel(a, b, c))
+        labels.append(name)
+    times = harness.interleaved_best_times(fns, 2 * args.repeat * args.rounds, args.clock)
+    flops, results = 2.0 * n ** 3, {}
+    for name, t in zip(labels[1:], times[1:]):
+        results[f"tile_{name}_{n}"] = {"refcomp": round(flops / t / 1e9, 2), "baseline": round(flops / times[0] / 1e9, 2),
+                                       "unit": "GFLOP/s", "ratio": round(times[0] / t, 3)}
+        print(f"tile {name:<28} {flops / t / 1e9:8.1f} GFLOP/s  numpy {flops / times[0] / 1e9:8.1f} GFLOP/s  "
+              f"ratio {times[0] / t:5.3f}", flush=True)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
@@ -509,6 +547,8 @@ def main() -> None:
     parser.add_argument("--dask-run", default=None, help=argparse.SUPPRESS)  # one configuration of --dask
     parser.add_argument("--dask", type=int, default=0, metavar="N",
                         help="instead: trials per minute of N trials on 1, 2 and 4 local Dask workers")
+    parser.add_argument("--tiles", action="store_true",
+                        help="only: each fp32 tile intrinsic's default TensorizeTiling schedule vs numpy")
     parser.add_argument("--gpu", action="store_true",
                         help="instead: the CUDA design space on this machine's GPU vs torch (skips without one)")
     parser.add_argument("--gpu-trials", type=int, default=32, help="trials for each GPU case")
@@ -543,6 +583,11 @@ def main() -> None:
                         f"{os.cpu_count()} threads, wall time"))
     print(f"numpy {np.__version__}: {blas_description()}; cost model: "
           f"{'xgboost' if tune.xgboost_available() else 'ridge regression (xgboost not installed)'}")
+    if args.tiles:
+        results = tile_cases(n, args)
+        if args.json:
+            print(json.dumps({"cases": results}))
+        return
     func = workloads.matmul(n, n, n)
     database = tune.Database(args.database)
     rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))

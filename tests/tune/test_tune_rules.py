@@ -100,6 +100,34 @@ def test_tile_order_and_a_panels_decisions_are_drawn_and_stay_correct():
         assert (order.index(row_tiles) < order.index(column_panels)) == bool(a_outer)
 
 
+def test_the_wide_avx512_tile_is_offered_and_preferred_and_every_tile_computes_the_matmul():
+    """On AVX-512 the 6 x 64 tile is a value of the intrinsic decision, the widest, so the default
+    sample takes it; `intrinsics=` restricts the decision to the named tiles; each tile the CPU runs,
+    with M not a multiple of its rows (a partial last tile), computes the matmul."""
+    from refcomp.loops import intrin
+
+    func = workloads.matmul(37, 128, 64)
+    _needs_a_tile_intrinsic(func)
+    block = Schedule(func).get(Schedule(func).get_block("C"))
+    names = tile_intrinsics(block, matmul_shape(block, "test"))
+    wide = "x86.avx512.sgemm_6x64"
+    assert (wide in names) == intrin.get(wide).available()
+    if wide in names:
+        assert _tensorized(DesignSpace([TensorizeTiling()]).default_sample(func).func) == {wide}
+    rng = np.random.default_rng(random.randrange(2**20))
+    a = rng.standard_normal((37, 64)).astype("float32")
+    b = rng.standard_normal((64, 128)).astype("float32")
+    for name in names:
+        space = DesignSpace([TensorizeTiling(intrinsics=(name,))])
+        for sch in (space.default_sample(func), space.sample(func, random.randrange(2**20))):
+            assert _tensorized(sch.func) <= {name, name + "_panel"} and _tensorized(sch.func)
+            c = rng.standard_normal((37, 128)).astype("float32")
+            refcomp.build(sch.func)(a, b, c)
+            np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
+    untouched = DesignSpace([TensorizeTiling(intrinsics=("no.such_tile",))]).default_sample(func)
+    assert not _tensorized(untouched.func) and "sample_categorical" not in {i.kind for i in untouched.trace.instructions}
+
+
 def _tensorized(func) -> set:
     from refcomp.ast import Block, collect
 
