@@ -276,3 +276,78 @@ def test_the_default_tiles_are_the_matmul_recipes_and_fresh_draws_favour_them():
                      if inst.kind == "sample_categorical"][3]
     assert probs[0][0] > max(probs[0][1:], default=0.0)  # the widest tile drawn most often
     assert probs[3][kc_candidates.index(values[3])] == max(probs[3])  # the recipe's KC the likeliest
+
+
+def _check_against_interpreter(func, sch, seed):
+    arrays = random_arguments(func, seed)
+    want = [a.copy() for a in arrays]
+    interpret(func, *want)
+    got = [a.copy() for a in arrays]
+    refcomp.build(sch.func)(*got)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(w).max())))
+
+
+def _decisions(sch) -> tuple:
+    return tuple(inst.args["candidates"][inst.args["decision"]] for inst in sch.trace.instructions
+                 if inst.kind == "sample_categorical")
+
+
+@pytest.mark.parametrize("rule, make", [
+    ("conv", lambda: workloads.conv2d_nchw(1, 8, 12, 32)),
+    ("bmm_bt", lambda: workloads.batch_matmul_bt(3, 26, 64, 16)),
+])
+def test_conv_and_batched_matmul_tilings_sample_real_decisions_around_the_recipe(rule, make):
+    """ConvTiling (the channel-vector tile's MV x XB and parallel loop) and BatchedMatmulTiling
+    (the register tile, the block order, the parallel loop): their default sample is the graph's
+    default schedule itself, fresh samples reach several different programs, and each computes
+    what the interpreter computes on the unscheduled function."""
+    from refcomp.graph.passes.default_schedule import prepare_kernel, schedule_kernel
+    from refcomp.tune import BatchedMatmulTiling, ConvTiling
+    from refcomp.loops.recipes.conv_match import channel_lanes, native_lanes
+
+    func = prepare_kernel(make())
+    if rule == "conv" and channel_lanes(32, native_lanes()) is None:
+        pytest.skip("no channel-vector tile on this CPU")
+    if rule == "bmm_bt":
+        _needs_a_tile_intrinsic(workloads.matmul(26, 64, 16))
+    space = DesignSpace([ConvTiling() if rule == "conv" else BatchedMatmulTiling()])
+    default = space.default_sample(func)
+    assert structural_equal(default.func.with_attr("scheduled", True), schedule_kernel(func, prepared=True))
+    rng = random.Random(random.randrange(2**20))
+    programs = {}
+    for _ in range(12):
+        sch = space.sample(func, rng.randrange(2**20))
+        assert _decisions(sch), "the rule applied"
+        programs.setdefault(_decisions(sch), sch)
+    distinct = []
+    for sch in programs.values():
+        if not any(structural_equal(sch.func, other.func) for other in distinct):
+            distinct.append(sch)
+    assert len(distinct) >= 2
+    for sch in distinct[:4]:
+        _check_against_interpreter(func, sch, rng.randrange(2**20))
+        again = Schedule.from_trace(func, sch.trace.to_json())
+        assert structural_equal(again.func, sch.func)
+
+
+def test_conv_and_batched_matmul_tilings_leave_other_kernels_and_refuse_bad_choices():
+    """The rules do not apply to a kernel that is not theirs (it goes on to the other rules), and
+    the recipes refuse a tile that does not fit with a ScheduleError."""
+    from refcomp.errors import ScheduleError
+    from refcomp.graph.passes.default_schedule import default_schedule_of, prepare_kernel
+    from refcomp.tune import BatchedMatmulTiling, ConvTiling
+
+    matmul = workloads.matmul(16, 32, 8)
+    for rule in (ConvTiling(), BatchedMatmulTiling()):
+        sch = Schedule(matmul)
+        out, applied = rule.apply_function(sch)
+        assert not applied and out is sch
+    conv = Schedule(prepare_kernel(workloads.conv2d_nchw(1, 8, 12, 32)))
+    with pytest.raises(ScheduleError):
+        default_schedule_of(conv, conv_options={"channel_vector_tile": (1, 5, False)})  # 5 does not divide 12
+    bmm = Schedule(prepare_kernel(workloads.batch_matmul_bt(2, 8, 48, 8)))
+    with pytest.raises(ScheduleError):
+        default_schedule_of(bmm, batched_matmul_options={"intrin": "x86.avx512.sgemm_6x64"})  # 64 does not divide 48
+    with pytest.raises(ScheduleError):
+        default_schedule_of(bmm, batched_matmul_options={"intrin": "no.such_tile"})
