@@ -558,6 +558,7 @@ def main() -> None:
         # before the first kernel library loads (libgomp reads OMP_NUM_THREADS when it starts) and
         # before the tuner's fork server starts, so its workers measure one thread too
         os.environ["OMP_NUM_THREADS"] = "1"
+        os.environ["REFCOMP_TUNE_CLOCK"] = "cpu"  # the tuner's workers and final comparison: CPU time too
         args.clock = time.process_time
         from threadpoolctl import threadpool_limits
 

@@ -285,3 +285,23 @@ def test_a_large_checker_travels_as_files_while_the_runner_measures():
     assert copy.mismatch(arrays) is None
     _, candidates = _candidates(func, 1, random.randrange(2**20))
     assert Runner(workers=1, timeout_s=300).measure(func, candidates, checker)[0].ok
+
+
+def test_the_tuning_clock_is_wall_time_or_cpu_time_as_the_environment_says(monkeypatch):
+    """REFCOMP_TUNE_CLOCK=cpu times by process CPU time (a kernel waiting on nothing but the clock
+    costs none), wall (or unset) by wall time; another value is a named error."""
+    from refcomp.tune.final import _timer
+    from refcomp.tune.runner import tune_clock
+
+    def sleepy(*arrays):
+        time.sleep(0.05)
+
+    monkeypatch.delenv("REFCOMP_TUNE_CLOCK", raising=False)
+    assert tune_clock() is time.perf_counter
+    assert _timer(sleepy, [])() >= 0.05
+    monkeypatch.setenv("REFCOMP_TUNE_CLOCK", "cpu")
+    assert tune_clock() is time.process_time
+    assert _timer(sleepy, [])() < 0.05
+    monkeypatch.setenv("REFCOMP_TUNE_CLOCK", "fast")
+    with pytest.raises(RefcompError, match="REFCOMP_TUNE_CLOCK='fast'"):
+        tune_clock()

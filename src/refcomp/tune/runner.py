@@ -46,6 +46,22 @@ STATUSES = ("ok", "build_error", "run_error", "crash", "timeout", "wrong")
 # A run time of a candidate is the mean of as many calls (up to MAX_CALLS_PER_RUN) as last about
 # MIN_RUN_SECONDS, after a warm-up call.
 MIN_RUN_SECONDS = 2e-3
+
+# The clock of every run time the tuner measures (the runner's workers, the final comparison):
+# wall time, or with REFCOMP_TUNE_CLOCK=cpu in the environment (read at each measurement; the
+# workers' fork server copies the environment when it starts, so set it before) the process's CPU time, which other jobs on a shared machine
+# do not inflate.  CPU time counts every thread of the process: meant for one-thread runs
+# (OMP_NUM_THREADS=1; benchmarks/tune.py --single-thread-cpu sets both).
+CLOCK_VARIABLE = "REFCOMP_TUNE_CLOCK"
+
+
+def tune_clock() -> Callable[[], float]:
+    """time.process_time when REFCOMP_TUNE_CLOCK is "cpu", else time.perf_counter; any other value
+    is a RefcompError."""
+    value = os.environ.get(CLOCK_VARIABLE, "wall")
+    if value not in ("wall", "cpu"):
+        raise RefcompError(f"{CLOCK_VARIABLE}={value!r}: expected 'wall' or 'cpu'")
+    return time.process_time if value == "cpu" else time.perf_counter
 MAX_CALLS_PER_RUN = 200
 # A candidate whose warm-up call takes more than SLOW_FACTOR times the best time measured against
 # its checker gets that call as its one run time (checked all the same): timing `repeats` runs of
@@ -313,18 +329,19 @@ def _run_child(conn: Any, func: PrimFunc, trace: dict, target: str, build: Calla
         else:
             # each run time is the mean of enough calls to last about MIN_RUN_SECONDS: one call of
             # a short kernel is mostly timer and thread wake-up noise, which ranked candidates by luck
-            start = time.perf_counter()
+            clock = tune_clock()
+            start = clock()
             kernel(*arrays)
-            warm = time.perf_counter() - start
+            warm = clock() - start
             if cutoff is not None and warm > cutoff:  # hopeless: one run time, the warm-up call
                 conn.send(("ok", (warm,), ""))
                 return
             calls = max(1, min(MAX_CALLS_PER_RUN, int(MIN_RUN_SECONDS / max(warm, 1e-7))))
             for _ in range(repeats):
-                start = time.perf_counter()
+                start = clock()
                 for _ in range(calls):
                     kernel(*arrays)
-                times.append((time.perf_counter() - start) / calls)
+                times.append((clock() - start) / calls)
         conn.send(("ok", tuple(times), ""))
     except BaseException:
         conn.send(("run_error", (), traceback.format_exc(limit=3)))
