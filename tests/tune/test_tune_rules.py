@@ -178,7 +178,7 @@ def test_row_reductions_start_from_the_default_structure_and_stay_correct():
     default = space.default_sample(func)
     kinds = [inst.kind for inst in default.trace.instructions]
     assert "compute_at" in kinds and "parallel" in kinds and "sample_perfect_tile" not in kinds
-    assert isinstance(space.rules[0], RowReductionDefault)
+    assert any(isinstance(rule, RowReductionDefault) for rule in space.rules)
     for sch in [default] + space.sample_many(func, 3, random.Random(random.randrange(2**20))):
         out = np.full((6, 128), 7.0, dtype="float32")
         interpret(sch.func, a, out)
