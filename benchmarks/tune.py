@@ -7,6 +7,7 @@ TVM's MetaSchedule side by side when apache-tvm is installed.
                               [--no-models] [--model-trials 32]
     python benchmarks/tune.py --dask 32 [--json]     # tuning throughput on a local Dask cluster
     python benchmarks/tune.py --gpu [--gpu-trials 32] [--small] [--json]   # the GPU design space vs torch
+    python benchmarks/tune.py --tiles [--size 1024] [--single-thread-cpu]  # each fp32 tile's kernel vs numpy
 
 Matmul: one tuning run, one database; the search measures the first budget's trials, the tuned
 kernel is timed against numpy, then the search goes on to the next budget.  Cases
@@ -65,6 +66,13 @@ from refcomp.loops import intrin  # noqa: E402
 from cuda import time_cuda  # noqa: E402
 from matmul import blas_description, cpu_name  # noqa: E402
 import graph as graph_benchmark  # noqa: E402  (the models of benchmarks/graph.py)
+
+
+def _uniform(rng, n: int) -> np.ndarray:
+    """An n x n float32 matrix, uniform in [-1, 1), starting on a cache line as the tuner's arrays
+    do (tune.runner.ALIGNMENT): where numpy puts an array, 16 bytes apart at random, changed a
+    kernel's time by up to 40%."""
+    return tune.runner.aligned_copy(rng.uniform(-1, 1, (n, n)).astype("float32"))
 
 
 def _matmul_reference(arrays):
@@ -381,7 +389,7 @@ def equal_wall_time_case(func, database, tuned, tvm_trials: int, tvm_outcome, a,
         return None
     record = min(records, key=lambda r: abs(r.mean_time - best))
     kernel = refcomp.build(tune.replay(func, record).func)
-    c = rng.uniform(-1, 1, (n, n)).astype("float32")
+    c = _uniform(rng, n)
     kernel(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3 * np.sqrt(n))
     (ours,) = harness.best_times([lambda: kernel(a, b, c)], args.repeat, args.rounds)
@@ -487,6 +495,43 @@ def gpu_cases(args) -> None:
         print(json.dumps({"cases": results}))
 
 
+def tile_cases(n: int, args) -> dict:
+    """Each fp32 tile intrinsic TensorizeTiling offers for an n x n x n matmul, in the rule's
+    default structure (the recipe's MC, NC and KC for that tile, B packed per thread block, A in
+    place), against numpy: the kernel alone, every side checked first, timed call by call in
+    alternation (`interleaved_best_times`). Cases `tile_{intrinsic}_{n}`, ratio = numpy time /
+    kernel time."""
+    func = workloads.matmul(n, n, n)
+    rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
+    a = _uniform(rng, n)
+    b = _uniform(rng, n)
+    want = a @ b
+    from refcomp.loops.recipes.common import matmul_shape
+    from refcomp.loops.schedule import Schedule
+    from refcomp.tune.rules import tile_intrinsics
+
+    sch = Schedule(func)
+    block = sch.get(sch.get_block("C"))
+    names = tile_intrinsics(block, matmul_shape(block, "tile_cases"))
+    fns, labels = [lambda: np.matmul(a, b)], ["numpy"]
+    for name in names:
+        sch = tune.DesignSpace([tune.TensorizeTiling(intrinsics=(name,))]).default_sample(func)
+        kernel = refcomp.build(sch.func)
+        c = _uniform(rng, n)
+        kernel(a, b, c)
+        np.testing.assert_allclose(c, want, rtol=1e-3, atol=1e-3 * np.sqrt(n))
+        fns.append(lambda kernel=kernel, c=c: kernel(a, b, c))
+        labels.append(name)
+    times = harness.interleaved_best_times(fns, 2 * args.repeat * args.rounds, args.clock)
+    flops, results = 2.0 * n ** 3, {}
+    for name, t in zip(labels[1:], times[1:]):
+        results[f"tile_{name}_{n}"] = {"refcomp": round(flops / t / 1e9, 2), "baseline": round(flops / times[0] / 1e9, 2),
+                                       "unit": "GFLOP/s", "ratio": round(times[0] / t, 3)}
+        print(f"tile {name:<28} {flops / t / 1e9:8.1f} GFLOP/s  numpy {flops / times[0] / 1e9:8.1f} GFLOP/s  "
+              f"ratio {times[0] / t:5.3f}", flush=True)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
@@ -509,6 +554,8 @@ def main() -> None:
     parser.add_argument("--dask-run", default=None, help=argparse.SUPPRESS)  # one configuration of --dask
     parser.add_argument("--dask", type=int, default=0, metavar="N",
                         help="instead: trials per minute of N trials on 1, 2 and 4 local Dask workers")
+    parser.add_argument("--tiles", action="store_true",
+                        help="only: each fp32 tile intrinsic's default TensorizeTiling schedule vs numpy")
     parser.add_argument("--gpu", action="store_true",
                         help="instead: the CUDA design space on this machine's GPU vs torch (skips without one)")
     parser.add_argument("--gpu-trials", type=int, default=32, help="trials for each GPU case")
@@ -518,6 +565,7 @@ def main() -> None:
         # before the first kernel library loads (libgomp reads OMP_NUM_THREADS when it starts) and
         # before the tuner's fork server starts, so its workers measure one thread too
         os.environ["OMP_NUM_THREADS"] = "1"
+        os.environ["REFCOMP_TUNE_CLOCK"] = "cpu"  # the tuner's workers and final comparison: CPU time too
         args.clock = time.process_time
         from threadpoolctl import threadpool_limits
 
@@ -543,11 +591,16 @@ def main() -> None:
                         f"{os.cpu_count()} threads, wall time"))
     print(f"numpy {np.__version__}: {blas_description()}; cost model: "
           f"{'xgboost' if tune.xgboost_available() else 'ridge regression (xgboost not installed)'}")
+    if args.tiles:
+        results = tile_cases(n, args)
+        if args.json:
+            print(json.dumps({"cases": results}))
+        return
     func = workloads.matmul(n, n, n)
     database = tune.Database(args.database)
     rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
-    a = rng.uniform(-1, 1, (n, n)).astype("float32")
-    b = rng.uniform(-1, 1, (n, n)).astype("float32")
+    a = _uniform(rng, n)
+    b = _uniform(rng, n)
     tuned, tuning_s, done = [], 0.0, 0
     # from the plain definition: without the graph's own default schedule, which is the matmul recipe
     no_recipe = tune.DesignSpace([rule for rule in tune.default_rules("c") if not isinstance(rule, tune.GraphDefault)])
@@ -589,7 +642,7 @@ def main() -> None:
             print(f"{name}: no candidate passed the check")
             continue
         kernel = refcomp.build(result.schedule.func)
-        c = rng.uniform(-1, 1, (n, n)).astype("float32")
+        c = _uniform(rng, n)
         kernel(a, b, c)
         np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3 * np.sqrt(n))
         ours, theirs = harness.best_times([lambda: kernel(a, b, c), lambda: a @ b], args.repeat, args.rounds,
@@ -627,7 +680,7 @@ def main() -> None:
         default_kernel = refcomp.build(schedule_kernel(op_func))
         outs = {}
         for which, kernel in (("tuned", tuned_kernel), ("default", default_kernel)):
-            out = np.full_like(arrays[-1], 7.0)
+            out = tune.runner.aligned_copy(np.full_like(arrays[-1], 7.0))  # on a cache line, as the tuner's
             kernel(*arrays[:-1], out)
             np.testing.assert_allclose(out, want, rtol=1e-3, atol=1e-3 * max(1.0, float(np.abs(want).max())))
             outs[which] = out

@@ -100,6 +100,34 @@ def test_tile_order_and_a_panels_decisions_are_drawn_and_stay_correct():
         assert (order.index(row_tiles) < order.index(column_panels)) == bool(a_outer)
 
 
+def test_the_wide_avx512_tile_is_offered_and_preferred_and_every_tile_computes_the_matmul():
+    """On AVX-512 the 6 x 64 tile is a value of the intrinsic decision, the widest, so the default
+    sample takes it; `intrinsics=` restricts the decision to the named tiles; each tile the CPU runs,
+    with M not a multiple of its rows (a partial last tile), computes the matmul."""
+    from refcomp.loops import intrin
+
+    func = workloads.matmul(37, 128, 64)
+    _needs_a_tile_intrinsic(func)
+    block = Schedule(func).get(Schedule(func).get_block("C"))
+    names = tile_intrinsics(block, matmul_shape(block, "test"))
+    wide = "x86.avx512.sgemm_6x64"
+    assert (wide in names) == intrin.get(wide).available()
+    if wide in names:
+        assert _tensorized(DesignSpace([TensorizeTiling()]).default_sample(func).func) == {wide}
+    rng = np.random.default_rng(random.randrange(2**20))
+    a = rng.standard_normal((37, 64)).astype("float32")
+    b = rng.standard_normal((64, 128)).astype("float32")
+    for name in names:
+        space = DesignSpace([TensorizeTiling(intrinsics=(name,))])
+        for sch in (space.default_sample(func), space.sample(func, random.randrange(2**20))):
+            assert _tensorized(sch.func) <= {name, name + "_panel"} and _tensorized(sch.func)
+            c = rng.standard_normal((37, 128)).astype("float32")
+            refcomp.build(sch.func)(a, b, c)
+            np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
+    untouched = DesignSpace([TensorizeTiling(intrinsics=("no.such_tile",))]).default_sample(func)
+    assert not _tensorized(untouched.func) and "sample_categorical" not in {i.kind for i in untouched.trace.instructions}
+
+
 def _tensorized(func) -> set:
     from refcomp.ast import Block, collect
 
@@ -150,7 +178,7 @@ def test_row_reductions_start_from_the_default_structure_and_stay_correct():
     default = space.default_sample(func)
     kinds = [inst.kind for inst in default.trace.instructions]
     assert "compute_at" in kinds and "parallel" in kinds and "sample_perfect_tile" not in kinds
-    assert isinstance(space.rules[0], RowReductionDefault)
+    assert any(isinstance(rule, RowReductionDefault) for rule in space.rules)
     for sch in [default] + space.sample_many(func, 3, random.Random(random.randrange(2**20))):
         out = np.full((6, 128), 7.0, dtype="float32")
         interpret(sch.func, a, out)
@@ -248,3 +276,78 @@ def test_the_default_tiles_are_the_matmul_recipes_and_fresh_draws_favour_them():
                      if inst.kind == "sample_categorical"][3]
     assert probs[0][0] > max(probs[0][1:], default=0.0)  # the widest tile drawn most often
     assert probs[3][kc_candidates.index(values[3])] == max(probs[3])  # the recipe's KC the likeliest
+
+
+def _check_against_interpreter(func, sch, seed):
+    arrays = random_arguments(func, seed)
+    want = [a.copy() for a in arrays]
+    interpret(func, *want)
+    got = [a.copy() for a in arrays]
+    refcomp.build(sch.func)(*got)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(w).max())))
+
+
+def _decisions(sch) -> tuple:
+    return tuple(inst.args["candidates"][inst.args["decision"]] for inst in sch.trace.instructions
+                 if inst.kind == "sample_categorical")
+
+
+@pytest.mark.parametrize("rule, make", [
+    ("conv", lambda: workloads.conv2d_nchw(1, 8, 12, 32)),
+    ("bmm_bt", lambda: workloads.batch_matmul_bt(3, 26, 64, 16)),
+])
+def test_conv_and_batched_matmul_tilings_sample_real_decisions_around_the_recipe(rule, make):
+    """ConvTiling (the channel-vector tile's MV x XB and parallel loop) and BatchedMatmulTiling
+    (the register tile, the block order, the parallel loop): their default sample is the graph's
+    default schedule itself, fresh samples reach several different programs, and each computes
+    what the interpreter computes on the unscheduled function."""
+    from refcomp.graph.passes.default_schedule import prepare_kernel, schedule_kernel
+    from refcomp.tune import BatchedMatmulTiling, ConvTiling
+    from refcomp.loops.recipes.conv_match import channel_lanes, native_lanes
+
+    func = prepare_kernel(make())
+    if rule == "conv" and channel_lanes(32, native_lanes()) is None:
+        pytest.skip("no channel-vector tile on this CPU")
+    if rule == "bmm_bt":
+        _needs_a_tile_intrinsic(workloads.matmul(26, 64, 16))
+    space = DesignSpace([ConvTiling() if rule == "conv" else BatchedMatmulTiling()])
+    default = space.default_sample(func)
+    assert structural_equal(default.func.with_attr("scheduled", True), schedule_kernel(func, prepared=True))
+    rng = random.Random(random.randrange(2**20))
+    programs = {}
+    for _ in range(12):
+        sch = space.sample(func, rng.randrange(2**20))
+        assert _decisions(sch), "the rule applied"
+        programs.setdefault(_decisions(sch), sch)
+    distinct = []
+    for sch in programs.values():
+        if not any(structural_equal(sch.func, other.func) for other in distinct):
+            distinct.append(sch)
+    assert len(distinct) >= 2
+    for sch in distinct[:4]:
+        _check_against_interpreter(func, sch, rng.randrange(2**20))
+        again = Schedule.from_trace(func, sch.trace.to_json())
+        assert structural_equal(again.func, sch.func)
+
+
+def test_conv_and_batched_matmul_tilings_leave_other_kernels_and_refuse_bad_choices():
+    """The rules do not apply to a kernel that is not theirs (it goes on to the other rules), and
+    the recipes refuse a tile that does not fit with a ScheduleError."""
+    from refcomp.errors import ScheduleError
+    from refcomp.graph.passes.default_schedule import default_schedule_of, prepare_kernel
+    from refcomp.tune import BatchedMatmulTiling, ConvTiling
+
+    matmul = workloads.matmul(16, 32, 8)
+    for rule in (ConvTiling(), BatchedMatmulTiling()):
+        sch = Schedule(matmul)
+        out, applied = rule.apply_function(sch)
+        assert not applied and out is sch
+    conv = Schedule(prepare_kernel(workloads.conv2d_nchw(1, 8, 12, 32)))
+    with pytest.raises(ScheduleError):
+        default_schedule_of(conv, conv_options={"channel_vector_tile": (1, 5, False)})  # 5 does not divide 12
+    bmm = Schedule(prepare_kernel(workloads.batch_matmul_bt(2, 8, 48, 8)))
+    with pytest.raises(ScheduleError):
+        default_schedule_of(bmm, batched_matmul_options={"intrin": "x86.avx512.sgemm_6x64"})  # 64 does not divide 48
+    with pytest.raises(ScheduleError):
+        default_schedule_of(bmm, batched_matmul_options={"intrin": "no.such_tile"})

@@ -285,3 +285,45 @@ def test_a_large_checker_travels_as_files_while_the_runner_measures():
     assert copy.mismatch(arrays) is None
     _, candidates = _candidates(func, 1, random.randrange(2**20))
     assert Runner(workers=1, timeout_s=300).measure(func, candidates, checker)[0].ok
+
+
+def test_the_tuning_clock_is_wall_time_or_cpu_time_as_the_environment_says(monkeypatch):
+    """REFCOMP_TUNE_CLOCK=cpu times by process CPU time (a kernel waiting on nothing but the clock
+    costs none), wall (or unset) by wall time; another value is a named error."""
+    from refcomp.tune.final import _timer
+    from refcomp.tune.runner import tune_clock
+
+    def sleepy(*arrays):
+        time.sleep(0.05)
+
+    monkeypatch.delenv("REFCOMP_TUNE_CLOCK", raising=False)
+    assert tune_clock() is time.perf_counter
+    assert _timer(sleepy, [])() >= 0.05
+    monkeypatch.setenv("REFCOMP_TUNE_CLOCK", "cpu")
+    assert tune_clock() is time.process_time
+    assert _timer(sleepy, [])() < 0.05
+    monkeypatch.setenv("REFCOMP_TUNE_CLOCK", "fast")
+    with pytest.raises(RefcompError, match="REFCOMP_TUNE_CLOCK='fast'"):
+        tune_clock()
+
+
+@pytest.mark.parametrize("dtype, shape", [("float32", (3, 5)), ("float64", (7,)), ("int8", (2, 3, 5)),
+                                          ("bool", (4, 1)), ("float32", (0, 3))])
+def test_candidates_run_on_arrays_that_start_on_a_cache_line(dtype, shape):
+    """random_arguments, a checker's fresh arguments and aligned_copy give C-contiguous arrays on a
+    64-byte boundary with the values of the original (an empty one: its shape and type)."""
+    from refcomp.tune.runner import ALIGNMENT, aligned_copy
+
+    rng = np.random.default_rng(random.randrange(2**20))
+    source = (rng.uniform(-1, 1, shape) * 10).astype(dtype)[..., ::1]
+    for offset in range(0, 64, 4):  # wherever the original starts
+        base = np.empty(source.nbytes + 64, np.uint8)[offset:offset + source.nbytes].view(dtype).reshape(shape)
+        base[...] = source
+        copy = aligned_copy(base)
+        assert copy.flags.c_contiguous and copy.dtype == source.dtype
+        assert copy.size == 0 or copy.ctypes.data % ALIGNMENT == 0  # (an empty array has no data)
+        np.testing.assert_array_equal(copy, source)
+    func = workloads.matmul(5, 3, 7)
+    arrays = random_arguments(func, random.randrange(2**20))
+    assert all(a.ctypes.data % ALIGNMENT == 0 for a in arrays)
+    assert all(a.ctypes.data % ALIGNMENT == 0 for a in Checker(func, _matmul_reference).fresh_arguments())

@@ -10,7 +10,7 @@ from refcomp.ast.structural import structural_equal
 from refcomp.loops.interpreter import interpret
 from refcomp.loops.schedule import Schedule
 from refcomp.tune import (AutoInline, DesignSpace, GraphDefault, MultiLevelTiling, ParallelOuter, RandomComputeLocation,
-                          RowPrefetch, RowReductionDefault, TensorizeTiling, MutateTileSize, ParallelVectorizeUnroll, default_mutators,
+                          BatchedMatmulTiling, ConvTiling, RowPrefetch, RowReductionDefault, TensorizeTiling, MutateTileSize, ParallelVectorizeUnroll, default_mutators,
                           default_rules, mutate_trace, neighbours)
 
 
@@ -85,7 +85,8 @@ def test_rules_are_plain_objects_users_can_add_to():
     space = DesignSpace([AutoInline(), Record()])
     space.sample(workloads.softmax(4, 8), 0)
     assert sorted(seen) == ["M", "O", "S"]  # E, elementwise and read by S and O, was inlined first
-    assert [type(r) for r in default_rules("c")] == [GraphDefault, RowReductionDefault, AutoInline, TensorizeTiling,
+    assert [type(r) for r in default_rules("c")] == [GraphDefault, ConvTiling, BatchedMatmulTiling, RowReductionDefault,
+                                                     AutoInline, TensorizeTiling,
                                                      MultiLevelTiling, RandomComputeLocation, ParallelOuter,
                                                      ParallelVectorizeUnroll, RowPrefetch]
 

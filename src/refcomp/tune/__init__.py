@@ -15,15 +15,15 @@ from .gpu_rules import AutoBind, CrossThreadReduction, GPUMultiLevelTiling, GPUR
 from .runner import Candidate, Checker, DeviceResident, MeasureResult, Runner, RunnerBackend, machine_description
 from .model import ModelTuneResult, Task, TaskReport, extract_tasks, tune_model
 from .progress import ProgressBar, format_seconds, matplotlib_available, plot_curve
-from .rules import (AutoInline, GraphDefault, ParallelOuter, RandomComputeLocation, RowPrefetch, RowReductionDefault,
-                    TensorizeTiling)
+from .rules import (AutoInline, BatchedMatmulTiling, ConvTiling, GraphDefault, ParallelOuter, RandomComputeLocation,
+                    RowPrefetch, RowReductionDefault, TensorizeTiling)
 from .search import Failure, TuneResult, apply_best, best_scheduled, count_flops, replay, tune
 from .space import (DesignSpace, MultiLevelTiling, MutateCategorical, MutateTileSize, ParallelVectorizeUnroll,
                     ScheduleRule, default_mutators, default_rules, mutate_trace, neighbours)
 from .workload import structural_hash
 
 __all__ = [
-    "AutoBind", "AutoInline", "Candidate", "Contestant", "FinalComparison", "final_comparison", "CrossThreadReduction", "DeviceResident", "GPUMultiLevelTiling",
+    "AutoBind", "AutoInline", "BatchedMatmulTiling", "Candidate", "ConvTiling", "Contestant", "FinalComparison", "final_comparison", "CrossThreadReduction", "DeviceResident", "GPUMultiLevelTiling",
     "GPURowReduction", "GraphDefault", "gpu_rules", "Checker", "CostModel", "DaskRunner", "Database", "DesignSpace", "FEATURE_NAMES",
     "Failure", "MeasureResult", "ModelTuneResult", "MultiLevelTiling", "MutateCategorical", "MutateTileSize",
     "ParallelOuter", "ParallelVectorizeUnroll", "ProgressBar", "RandomComputeLocation", "RidgeModel",

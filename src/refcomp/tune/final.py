@@ -40,7 +40,7 @@ from ..errors import RefcompError
 from ..loops.schedule import Schedule
 from .database import Database, TuningRecord
 from .dask_runner import resolve_runner
-from .runner import Candidate, Checker, default_build, machine_description
+from .runner import Candidate, Checker, default_build, machine_description, tune_clock
 from .space import DesignSpace, default_rules
 from .workload import structural_hash
 
@@ -147,10 +147,12 @@ def _timer(kernel: Callable, arrays: list) -> Callable[[], float]:
     if timed_call is not None:
         return lambda: float(timed_call(*arrays))
 
+    clock = tune_clock()
+
     def call() -> float:
-        start = time.perf_counter()
+        start = clock()
         kernel(*arrays)
-        return time.perf_counter() - start
+        return clock() - start
     return call
 
 

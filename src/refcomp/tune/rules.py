@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..ast import Block, as_int
+from ..ast.functor import collect
 from ..errors import RefcompError, ScheduleError
 from ..loops import intrin as intrin_registry
 from ..loops.recipes.common import MatmulShape, matmul_shape, takes_partial_rows, tile_of
@@ -89,8 +90,9 @@ class TensorizeTiling:
     """Multi-level tiling around a tensorized register tile, for matmul blocks (C[i, j] += A[i, k]
     * B[k, j], or * W[j, k]) that a registered tile intrinsic computes.
 
-    Decisions (each a sample_categorical): the intrinsic (among those the CPU has, widest vector
-    first; a fresh draw takes the widest `widest_weight` times as often as each other), the row
+    Decisions (each a sample_categorical): the intrinsic (among those the CPU has, widest tile
+    first, preferred; a fresh draw takes the widest `widest_weight` times as often as each other;
+    on AVX-512 the 6 x 64 tile, 3-4% faster than the 12 x 32 one at N = 1024), the row
     block MC (as MC / MR tiles), the column block NC (as NC / NR panels), the reduction slab KC,
     which loop runs in parallel (column blocks, each thread packing its own slab of B; or row
     blocks, all reading B packed once), for an intrinsic with a panel form whether A is packed
@@ -114,6 +116,7 @@ class TensorizeTiling:
     mc_tiles: Sequence[int] = (2, 4, 8, 12, 16, 24, 32)
     nc_range: tuple[int, int] = (64, 2048)
     kc_range: tuple[int, int] = (64, 1024)
+    intrinsics: Sequence[str] | None = None  # offer only these tile intrinsics (None: every one that fits)
 
     def apply(self, sch: Schedule, block: BlockRV) -> None:
         self._apply(sch, block, default=False)
@@ -129,7 +132,7 @@ class TensorizeTiling:
             return
         if len(sch.get_loops(block)) != 3:
             return
-        names = tile_intrinsics(node, shape)
+        names = [name for name in tile_intrinsics(node, shape) if self.intrinsics is None or name in self.intrinsics]
         if not names:
             return
         names.sort(key=lambda name: -tile_of(name)[1])  # widest tile (best vector ISA) first
@@ -225,6 +228,108 @@ class GraphDefault:
             return trial, False
         try:
             return default_schedule_of(trial), True
+        except RefcompError:
+            return sch, False
+
+
+@dataclass
+class ConvTiling:
+    """A function-level rule for a kernel with one convolution (and spatial stages: its padded
+    input, an epilogue): the graph's default schedule (`GraphDefault`'s, the same per-stage
+    treatment) with the conv recipe's channel-vector register tile chosen by sampled decisions
+    (loops.recipes.conv_fp32's channel_vector_tile): MV vectors of L output channels, XB output
+    columns of one row (any divisor of the width whose MV x XB accumulators, MV weight vectors and
+    the broadcast fit the vector registers; a fresh draw favours XB near the recipe's), and the
+    parallel loop (the channel blocks, or the output rows).  The preferred decisions are the
+    recipe's (MV 2 where it divides, its XB: the divisor of the width up to 20 / MV (3 x 3) or 24
+    / MV (1 x 1) leaving the fewest tiles; channel blocks parallel while there are at least 8 of
+    them, else the rows).  When it applied, no other rule runs (`complete`); a kernel it does
+    not fit goes on to the other rules unchanged.  The decisions choose the structure (the
+    recipe's unrolling follows them), so only fresh samples explore them."""
+
+    complete = True
+
+    def apply_function(self, sch: Schedule, default: bool = False) -> tuple[Schedule, bool]:
+        from ..graph.passes.default_schedule import default_schedule_of
+        from ..loops.recipes.conv_match import channel_lanes, find_convs, native_lanes
+        from ..loops.recipes.conv_tiles import channel_vector_tiles, recipe_channel_vector_tile
+
+        shapes = find_convs(sch.func)
+        if len(shapes) != 1 or shapes[0].out_channels is None or shapes[0].out_width is None:
+            return sch, False
+        shape, native = shapes[0], native_lanes()
+        lanes = channel_lanes(shape.out_channels, native)
+        tiles = channel_vector_tiles(shape, lanes, native) if lanes else []
+        if not tiles:
+            return sch, False
+        block = next(b for b in collect(sch.func.body, Block) if b.name == shape.block)
+        _, recipe_mv, _, recipe_xb = recipe_channel_vector_tile(block, shape, lanes, native)
+        trial = sch.copy()
+        vectors = sorted({mv for mv, _ in tiles})
+        mv = int(_choose(trial, vectors, recipe_mv, default))
+        widths = [xb for m, xb in tiles if m == mv]
+        xb = int(_choose_near(trial, widths, recipe_xb * recipe_mv // mv or 1, default))
+        rows = False
+        if shape.spatial_dims == 2:
+            few = shape.out_channels // (mv * lanes) < 8
+            rows = bool(int(_choose(trial, [0, 1], int(few), default)))
+        try:
+            return default_schedule_of(trial, conv_options={"channel_vector_tile": (mv, xb, rows)}), True
+        except RefcompError:
+            return sch, False
+
+
+def fp32_tile_intrinsics() -> list[str]:
+    """The fp32 matmul tile intrinsics (A read in place) this CPU runs, widest tile first."""
+    found = []
+    for name in intrin_registry.names(available_only=True):
+        try:
+            _, nr, _ = tile_of(name)
+        except KeyError:
+            continue
+        if intrin_registry.get(name).impl.attrs.get("a_panel") or name.endswith("_panel"):
+            continue
+        if _desc_dtypes(name) == ("float32", "float32", "float32"):
+            found.append(name)
+    return sorted(found, key=lambda name: -tile_of(name)[1])
+
+
+@dataclass
+class BatchedMatmulTiling:
+    """A function-level rule for a batched A @ B^T (attention scores; loops.defaults'
+    `transposed_operand`): the graph's default schedule (B packed in NR-wide panels, a register
+    tile over the whole of K, the same per-stage treatment) with its choices sampled
+    (loops.defaults.tiled_batched_matmul_bt): the tile intrinsic (every fp32 tile this CPU runs
+    that fits M, N and K; preferred: the recipe's, the first of the matmul recipe's list that
+    fits), the loop order (each B panel across the row blocks, preferred; or each A block across
+    the column panels), and the parallel loop (the batch fused with the outer block loop,
+    preferred; or the batch alone).  `complete` when it applied; a kernel it does not fit goes
+    on to the other rules unchanged.  The decisions choose the structure: fresh samples explore
+    them."""
+
+    complete = True
+
+    def apply_function(self, sch: Schedule, default: bool = False) -> tuple[Schedule, bool]:
+        from ..graph.passes.default_schedule import default_schedule_of
+        from ..loops.defaults import bt_tile_intrinsics, transposed_operand
+        from ..loops.recipes.matmul import FP32_INTRINS
+
+        found = transposed_operand(sch.func)
+        if found is None:
+            return sch, False
+        block, b_index = found
+        names = bt_tile_intrinsics(block, b_index, fp32_tile_intrinsics())
+        if not names:
+            return sch, False
+        recipe = next(iter(bt_tile_intrinsics(block, b_index, FP32_INTRINS)), names[0])
+        trial = sch.copy()
+        name = names[int(_choose(trial, list(range(len(names))), names.index(recipe) if recipe in names else 0,
+                                 default))]
+        columns_outer = bool(int(_choose(trial, [0, 1], 0, default)))
+        parallel_blocks = bool(int(_choose(trial, [1, 0], 1, default)))
+        options = {"intrin": name, "columns_outer": columns_outer, "parallel_blocks": parallel_blocks}
+        try:
+            return default_schedule_of(trial, batched_matmul_options=options), True
         except RefcompError:
             return sch, False
 

@@ -46,6 +46,22 @@ STATUSES = ("ok", "build_error", "run_error", "crash", "timeout", "wrong")
 # A run time of a candidate is the mean of as many calls (up to MAX_CALLS_PER_RUN) as last about
 # MIN_RUN_SECONDS, after a warm-up call.
 MIN_RUN_SECONDS = 2e-3
+
+# The clock of every run time the tuner measures (the runner's workers, the final comparison):
+# wall time, or with REFCOMP_TUNE_CLOCK=cpu in the environment (read at each measurement; the
+# workers' fork server copies the environment when it starts, so set it before) the process's CPU time, which other jobs on a shared machine
+# do not inflate.  CPU time counts every thread of the process: meant for one-thread runs
+# (OMP_NUM_THREADS=1; benchmarks/tune.py --single-thread-cpu sets both).
+CLOCK_VARIABLE = "REFCOMP_TUNE_CLOCK"
+
+
+def tune_clock() -> Callable[[], float]:
+    """time.process_time when REFCOMP_TUNE_CLOCK is "cpu", else time.perf_counter; any other value
+    is a RefcompError."""
+    value = os.environ.get(CLOCK_VARIABLE, "wall")
+    if value not in ("wall", "cpu"):
+        raise RefcompError(f"{CLOCK_VARIABLE}={value!r}: expected 'wall' or 'cpu'")
+    return time.process_time if value == "cpu" else time.perf_counter
 MAX_CALLS_PER_RUN = 200
 # A candidate whose warm-up call takes more than SLOW_FACTOR times the best time measured against
 # its checker gets that call as its one run time (checked all the same): timing `repeats` runs of
@@ -129,8 +145,27 @@ class DeviceResident:
         return time.perf_counter() - start
 
 
+# Where every array the tuner runs a candidate on starts: a cache line (and an AVX-512 vector).
+# numpy's allocations start 16 bytes apart at random, and a kernel's speed can depend on it: the
+# 12 x 384 x 384 x 64 batched A @ B^T (a 12 x 32 tile storing its C rows after 64 k steps, one
+# thread) 1.9 ms with C on a 64-byte boundary, 2.6 ms at 16, 32 or 48 bytes past one, which
+# ranked candidates by where their arrays happened to land.
+ALIGNMENT = 64
+
+
+def aligned_copy(array: np.ndarray, alignment: int = ALIGNMENT) -> np.ndarray:
+    """A C-contiguous copy of array whose data starts on an `alignment`-byte boundary."""
+    array = np.asarray(array)
+    raw = np.empty(array.nbytes + alignment, dtype=np.uint8)
+    start = -raw.ctypes.data % alignment
+    out = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    out[...] = array
+    return out
+
+
 def random_arguments(func: PrimFunc, seed: int) -> list[np.ndarray]:
-    """Fresh random arrays (uniform in [-1, 1), never all zeros) for every buffer parameter."""
+    """Fresh random arrays (uniform in [-1, 1), never all zeros) for every buffer parameter, each
+    starting on a 64-byte boundary (ALIGNMENT)."""
     rng = np.random.default_rng(seed)
     arrays = []
     for param in func.params:
@@ -151,7 +186,7 @@ def random_arguments(func: PrimFunc, seed: int) -> list[np.ndarray]:
         else:
             raise RefcompError(f"tune: buffer {param.name} has element type {param.dtype}, which the "
                                f"tuner cannot fill with random data")
-    return arrays
+    return [aligned_copy(a) for a in arrays]
 
 
 def interpreter_reference(func: PrimFunc) -> Callable[[list[np.ndarray]], None]:
@@ -243,9 +278,9 @@ class Checker:
             del self.__dict__["_paths"]
 
     def fresh_arguments(self) -> list[np.ndarray]:
-        """Copies of the inputs; the output buffers are overwritten with garbage so a kernel that
+        """Copies of the inputs, each starting on a 64-byte boundary; the output buffers are overwritten with garbage so a kernel that
         writes nothing cannot pass by leaving the reference's answer in place."""
-        arrays = [a.copy() for a in self.inputs]
+        arrays = [aligned_copy(a) for a in self.inputs]  # on cache lines: see ALIGNMENT
         for array, want, given in zip(arrays, self.expected, self.inputs):
             if not np.array_equal(want, given):
                 array[...] = np.asarray(np.full(array.shape, 7), dtype=array.dtype)
@@ -313,18 +348,19 @@ def _run_child(conn: Any, func: PrimFunc, trace: dict, target: str, build: Calla
         else:
             # each run time is the mean of enough calls to last about MIN_RUN_SECONDS: one call of
             # a short kernel is mostly timer and thread wake-up noise, which ranked candidates by luck
-            start = time.perf_counter()
+            clock = tune_clock()
+            start = clock()
             kernel(*arrays)
-            warm = time.perf_counter() - start
+            warm = clock() - start
             if cutoff is not None and warm > cutoff:  # hopeless: one run time, the warm-up call
                 conn.send(("ok", (warm,), ""))
                 return
             calls = max(1, min(MAX_CALLS_PER_RUN, int(MIN_RUN_SECONDS / max(warm, 1e-7))))
             for _ in range(repeats):
-                start = time.perf_counter()
+                start = clock()
                 for _ in range(calls):
                     kernel(*arrays)
-                times.append((time.perf_counter() - start) / calls)
+                times.append((clock() - start) / calls)
         conn.send(("ok", tuple(times), ""))
     except BaseException:
         conn.send(("run_error", (), traceback.format_exc(limit=3)))

@@ -145,7 +145,8 @@ def _loop_bindings(func: PrimFunc, block: Block) -> dict[int, str]:
 def default_rules(target: str = "c") -> list[ScheduleRule]:
     """The rules for a target.  CUDA (`cuda ...`): `gpu_rules.gpu_rules()` -- GPU row reduction,
     auto-inline, cross-thread reduction, GPU multi-level tiling SSSRRSRS, auto-bind.  CPU: graph.build's
-    own default schedule and the row-reduction structure (function-level rules), auto-inline, tensorize tiling (where a tile intrinsic this CPU
+    own default schedule, the conv and batched A @ B^T tilings around their recipes and the row-reduction
+    structure (function-level rules), auto-inline, tensorize tiling (where a tile intrinsic this CPU
     runs matches), multi-level tiling SSRSRS (the other reductions), random compute location,
     parallel outer loops, parallel-vectorize-unroll, and after them the row prefetch hints (a
     postprocessing rule)."""
@@ -153,10 +154,10 @@ def default_rules(target: str = "c") -> list[ScheduleRule]:
         from .gpu_rules import gpu_rules
 
         return gpu_rules()
-    from .rules import (AutoInline, GraphDefault, ParallelOuter, RandomComputeLocation, RowPrefetch,
-                        RowReductionDefault, TensorizeTiling)
+    from .rules import (AutoInline, BatchedMatmulTiling, ConvTiling, GraphDefault, ParallelOuter,
+                        RandomComputeLocation, RowPrefetch, RowReductionDefault, TensorizeTiling)
 
-    return [GraphDefault(), RowReductionDefault(), AutoInline(), TensorizeTiling(), MultiLevelTiling(),
+    return [GraphDefault(), ConvTiling(), BatchedMatmulTiling(), RowReductionDefault(), AutoInline(), TensorizeTiling(), MultiLevelTiling(),
             RandomComputeLocation(), ParallelOuter(), ParallelVectorizeUnroll(), RowPrefetch()]
 
 

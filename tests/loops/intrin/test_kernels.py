@@ -122,7 +122,7 @@ def _needs(name):
 
 
 FLOAT_KERNELS = ["x86.avx2.sgemm_6x16", "x86.avx2.sgemm_8x8", "x86.avx512.sgemm_8x32", "x86.avx512.sgemm_12x32",
-                 "x86.avx512.sgemm_14x32"]
+                 "x86.avx512.sgemm_14x32", "x86.avx512.sgemm_6x64"]
 BF16_KERNELS = ["x86.avx2.bf16gemm_6x16", "x86.avx512bf16.bf16gemm_8x32", "x86.amx.bf16gemm_32x32"]
 INT8_KERNELS = ["x86.avx2.i8gemm_6x16", "x86.vnni.i8gemm_8x32", "x86.amx.i8gemm_32x32"]
 
@@ -243,7 +243,7 @@ def test_avx512_bf16_kernel_treats_denormal_inputs_as_zero(build, name, rng):
 
 @pytest.mark.parametrize("name", _params(["x86.avx2.sgemm_6x16", "x86.avx2.sgemm_8x8", "x86.avx512.sgemm_8x32",
                                           "x86.avx512.sgemm_12x32", "x86.avx512.sgemm_14x32",
-                                          "x86.avx2.bf16gemm_6x16", "x86.avx512bf16.bf16gemm_8x32",
+                                          "x86.avx512.sgemm_6x64", "x86.avx2.bf16gemm_6x16", "x86.avx512bf16.bf16gemm_8x32",
                                           "x86.avx2.i8gemm_6x16",
                                           "x86.vnni.i8gemm_8x32"]))
 @given(rows=st.integers(0, 40), seed=st.integers(0, 2**32 - 1))

@@ -32,7 +32,7 @@ import warnings
 from ...ast.function import IRModule, PrimFunc
 from ...ast.functor import collect
 from ...ast.stmt import Block
-from ...errors import RefcompError
+from ...errors import RefcompError, ScheduleError
 from ..shape_facts import const_value
 
 
@@ -65,19 +65,25 @@ def schedule_kernel(func: PrimFunc, prepared: bool = False) -> PrimFunc:
     return default_schedule_of(Schedule(func)).func.with_attr("scheduled", True)
 
 
-def default_schedule_of(sch):
+def default_schedule_of(sch, conv_options: dict | None = None, batched_matmul_options: dict | None = None):
     """The default schedule of sch's (prepared) kernel, made with Schedule primitives only, so
     its trace replays it: the conv recipe for a kernel whose reductions are convolutions, the
     matmul recipes, else the rule-based defaults and the per-block treatment.  sch is left as it
-    was; the result is a new Schedule."""
+    was; the result is a new Schedule.  The tuner's choices: with conv_options (keywords of the
+    conv recipe) the kernel must be a convolution the recipe takes with them; with
+    batched_matmul_options (keywords of loops.defaults.tiled_batched_matmul_bt) a batched A @ B^T
+    that the register tile they name fits; else a ScheduleError."""
     from ...loops.defaults import is_row_reduction, prefetch_rows
     from .fuse_tir import inline_spatial_stages
     from .schedule_conv import schedule_conv
 
-    conv = schedule_conv(sch.copy(), _schedule_block)
+    conv = schedule_conv(sch.copy(), _schedule_block, conv_options)
     if conv is not None:
         return conv
-    recipe = _recipe_for(sch.func)
+    if conv_options is not None:
+        raise ScheduleError(f"default schedule: {sch.func.name} is not a convolution the conv recipe takes with "
+                            f"{conv_options}")
+    recipe = _recipe_for(sch.func) if batched_matmul_options is None else None
     if recipe is not None:
         try:
             return recipe(sch.copy())
@@ -86,7 +92,7 @@ def default_schedule_of(sch):
     sch = sch.copy()
     inline_spatial_stages(sch)
     rows = is_row_reduction(sch.func)
-    sch = _apply_rules(sch)
+    sch = _apply_rules(sch) if batched_matmul_options is None else _tiled_batched_matmul(sch, batched_matmul_options)
     done = _tensorized_blocks(sch.func)
     for block in [b for b in collect(sch.func.body, Block) if b.name != "root" and b.name not in done]:
         try:
@@ -116,6 +122,18 @@ def _apply_rules(sch):
                           stacklevel=2)
             return sch
     return sch
+
+
+def _tiled_batched_matmul(sch, options: dict):
+    """sch's batched A @ B^T on the register tile with the tuner's options (a ScheduleError when it
+    is not one, or the options do not fit it)."""
+    from ...loops.defaults import tiled_batched_matmul_bt
+
+    tiled = tiled_batched_matmul_bt(sch, **options)
+    if tiled is None:
+        raise ScheduleError(f"default schedule: {sch.func.name} is not a batched A @ B^T that an fp32 register "
+                            f"tile fits")
+    return tiled
 
 
 def _tensorized_blocks(func) -> set:

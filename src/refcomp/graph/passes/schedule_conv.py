@@ -21,10 +21,11 @@ from ...errors import RefcompError
 log = logging.getLogger("refcomp.graph.schedule_conv")
 
 
-def schedule_conv(sch, rest: Callable):
+def schedule_conv(sch, rest: Callable, options: dict | None = None):
     """sch (a Schedule, changed in place) with its convolution blocks on the conv recipe and
     `rest(sch, rv, block, loops)` applied to every other block, or None when the function has a
-    reduction that is not a convolution or a convolution the recipe does not take."""
+    reduction that is not a convolution or a convolution the recipe does not take.  `options`
+    go to the recipe (`conv_fp32`'s keywords, e.g. the tuner's channel_vector_tile)."""
     from ...loops import recipes
 
     func = sch.func
@@ -35,7 +36,7 @@ def schedule_conv(sch, rest: Callable):
     others = [b.name for b in collect(func.body, Block) if b.name != "root" and b.name not in convs]
     try:
         for shape in found:
-            sch = recipes.conv_fp32(sch, shape.block)
+            sch = recipes.conv_fp32(sch, shape.block, **(options or {}))
     except RefcompError as exc:
         log.debug("schedule_conv: %s keeps the generic schedule: %s", func.name, exc)
         return None

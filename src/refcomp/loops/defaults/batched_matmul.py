@@ -31,6 +31,7 @@ from ...ast.expr import as_int
 from ...ast.function import PrimFunc
 from ...ast.functor import collect
 from ...ast.stmt import Block, BufferStore
+from ...errors import ScheduleError
 from ..schedule import Schedule
 
 
@@ -93,24 +94,39 @@ def schedule_batched_matmul_bt(sch: Schedule, lanes: int | None = None, tile: bo
 def _tile_intrinsic(block: Block, b_index: int) -> str | None:
     """The first fp32 tile intrinsic of the matmul recipe that this CPU runs and that tiles block's
     (M, N, K) with B transposed; None when none does (or the block is not fp32)."""
-    from ..recipes.common import MatmulShape, fits
     from ..recipes.matmul import FP32_INTRINS
+
+    return next(iter(bt_tile_intrinsics(block, b_index, FP32_INTRINS)), None)
+
+
+def bt_tile_intrinsics(block: Block, b_index: int, names) -> list[str]:
+    """The fp32 tile intrinsics among names that this CPU runs and that tile block's (M, N, K)
+    with B transposed, in the order given; [] when the block is not fp32 or not constant."""
+    from ..recipes.common import MatmulShape, fits
     from ..intrin import get as get_intrin
 
     if any(str(r.buffer.dtype) != "float32" for r in block.reads) or str(block.writes[0].buffer.dtype) != "float32":
-        return None
+        return []
     if len(block.reads) != 2:
-        return None
+        return []
     m, n, k = (iv.dom.extent for iv in block.iter_vars[-3:])
     if any(as_int(e) is None for e in (m, n, k)):
-        return None
+        return []
     shape = MatmulShape(1 - b_index, b_index, m, n, k, True)
-    return next((name for name in FP32_INTRINS if get_intrin(name).available() and fits(name, shape)), None)
+    return [name for name in names if get_intrin(name).available() and fits(name, shape)]
 
 
-def tiled_batched_matmul_bt(sch: Schedule) -> Schedule | None:
+def tiled_batched_matmul_bt(sch: Schedule, intrin: str | None = None, columns_outer: bool = False,
+                            parallel_blocks: bool = True) -> Schedule | None:
     """A new schedule of a batched A @ B^T on an fp32 register tile (the module docstring), or None
-    when the function is not one or no tile intrinsic this CPU runs fits its shape."""
+    when the function is not one or no tile intrinsic this CPU runs fits its shape.
+
+    The tuner's choices (the defaults are the module docstring's): `intrin`, the tile (one of
+    `bt_tile_intrinsics`; ScheduleError when it does not fit); `columns_outer`, the NR-wide column
+    panels outside the MR-row blocks (each A block across the panels of B; default: each B panel
+    across the row blocks); `parallel_blocks`: the batch loops fused with the outer block loop (the
+    row blocks, or the column panels when columns_outer) run in parallel (default), else the batch
+    loops alone (each thread a whole matrix: its B panels and A rows stay in its cache)."""
     from ..recipes.common import tile_of
     from ..recipes.matmul import _schedule_transposed_copy, _threads
 
@@ -121,6 +137,15 @@ def tiled_batched_matmul_bt(sch: Schedule) -> Schedule | None:
     name = _tile_intrinsic(block, b_index)
     if name is None:
         return None
+    if intrin is not None:
+        try:
+            tile_of(intrin)
+        except KeyError:
+            raise ScheduleError(f"tiled_batched_matmul_bt: {intrin!r} is not a matmul tile intrinsic") from None
+        if not bt_tile_intrinsics(block, b_index, [intrin]):
+            raise ScheduleError(f"tiled_batched_matmul_bt: the tile {intrin} does not fit this batched matmul "
+                                f"(or this CPU does not run it)")
+        name = intrin
     mr, nr, _ = tile_of(name)
     sch = sch.copy()
     rv = sch.get_block(block.name)
@@ -141,9 +166,11 @@ def tiled_batched_matmul_bt(sch: Schedule) -> Schedule | None:
     *leading, i, j, k = loops
     i0, i1 = sch.split(i, [None, mr])
     j0, j1 = sch.split(j, [None, nr])
-    sch.reorder(*leading, i0, j0, i1, j1, k)
+    blocks = (j0, i0) if columns_outer else (i0, j0)
+    sch.reorder(*leading, *blocks, i1, j1, k)
     sch.tensorize(i1, name)
-    outer = sch.fuse(*leading, i0)
+    parallel = [*leading, blocks[0]] if parallel_blocks else leading
+    outer = sch.fuse(*parallel) if len(parallel) > 1 else parallel[0]
     sch.parallel(outer)
     sch.annotate(outer, "omp_schedule", "dynamic")  # a descheduled thread no longer holds up the call
     return sch

@@ -11,6 +11,7 @@ from .kernels_amx import BF16GEMM_AMX_32X32, I8GEMM_AMX_32X32
 from .kernels_bf16 import BF16GEMM_AVX512BF16_8X32
 from .kernels_fp32 import (
     BF16GEMM_AVX2_6X16, SGEMM_AVX2_6X16, SGEMM_AVX2_8X8, SGEMM_AVX512_8X32, SGEMM_AVX512_12X32, SGEMM_AVX512_14X32,
+    SGEMM_AVX512_6X64,
 )
 from .kernels_int8 import I8GEMM_AVX2_6X16, I8GEMM_VNNI_8X32
 from .matmul_tile import matmul_tile
@@ -30,6 +31,8 @@ _TILES = {
                                "refcomp_sgemm_avx512_12x32", SGEMM_AVX512_12X32, cpu.AVX512, True, {}),
     "x86.avx512.sgemm_14x32": (14, 32, "float32", "float32", "float32", "rows", 1,
                                "refcomp_sgemm_avx512_14x32", SGEMM_AVX512_14X32, cpu.AVX512, True, {}),
+    "x86.avx512.sgemm_6x64": (6, 64, "float32", "float32", "float32", "rows", 1,
+                              "refcomp_sgemm_avx512_6x64", SGEMM_AVX512_6X64, cpu.AVX512, True, {}),
     "x86.avx512.sgemm_12x32_panel": (12, 32, "float32", "float32", "float32", "rows", 1,
                                      "refcomp_sgemm_avx512_12x32", SGEMM_AVX512_12X32, cpu.AVX512, True,
                                      {"a_panel": True}),

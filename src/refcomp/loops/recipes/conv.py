@@ -75,7 +75,7 @@ _CHANNEL_BLOCK = {8: 6, 16: 12}
 def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, parallel: bool = True,
               pack_weight: bool = True, gemm_tile: bool = True, channel_vector: bool = True,
               depthwise_rows: bool = True, transpose_tile: bool = True, depthwise_channels: bool = True,
-              channel_rows: bool = True) -> Schedule:
+              channel_rows: bool = True, channel_vector_tile: tuple[int, int, bool] | None = None) -> Schedule:
     """Schedule a float32 convolution block (see the module docstring): not grouped, on the
     channel-vector tile (unless channel_vector is False; its tile written back through a transpose
     in registers where the CPU has one, unless transpose_tile is False: the reference interpreter
@@ -83,7 +83,10 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
     the output width and the input is read at unit stride along it, the first of the two for a
     reduction of 64 terms or more, the second for a shorter one; depthwise, on the row tile
     (unless depthwise_rows is False) when a vector divides the output width; else on the direct
-    register tile.  Raises ScheduleError when the block
+    register tile.  channel_vector_tile = (MV, XB, rows_parallel) asks for the channel-vector tile
+    with MV vectors of output channels and XB output columns (MV * L divides the channels, XB the
+    width), the output rows parallel when rows_parallel is set (else the channel blocks): only that
+    form is tried (a ScheduleError when it does not apply); the tuner samples these.  Raises ScheduleError when the block
     is not a convolution or a step is not legal for it; a Schedule passed in may then hold the
     steps made before (pass a function, or a copy, to keep the original)."""
     sch = func_or_sch if isinstance(func_or_sch, Schedule) else Schedule(func_or_sch)
@@ -122,6 +125,12 @@ def conv_fp32(func_or_sch: PrimFunc | Schedule, block: str | None = None, *, par
     short = reduction < _CHANNEL_VECTOR_MIN_REDUCTION and not (
         transpose_tile and cv_lanes is not None and _transposes_tiles(cv_lanes))
     forms = ["gemm", "cv"] if short else ["cv", "gemm"]
+    if channel_vector_tile is not None:
+        if cv_lanes is None:
+            raise ScheduleError(f"conv_fp32: block {block!r} has no channel-vector tile (grouped, or no vector of "
+                                f"at least 8 lanes divides its {shape.out_channels} output channels)")
+        return _conv_channel_vector(sch, rv, shape, cv_lanes, native, parallel, transpose_tile,
+                                    choice=channel_vector_tile)
     rows_tile = _channel_rows_tile(shape, native) if channel_rows and not grouped \
         and reduction < _CHANNEL_VECTOR_MIN_REDUCTION else None
     if rows_tile is not None:

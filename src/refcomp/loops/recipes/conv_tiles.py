@@ -48,8 +48,31 @@ def column_tile(width: int, preferred: int) -> int:
     return channel_block(width, preferred)
 
 
+def channel_vector_tiles(shape: ConvShape, lanes: int, native: int) -> list[tuple[int, int]]:
+    """The (MV, XB) tiles of the channel-vector form that fit shape: MV in 1, 2, 4 with MV * L
+    dividing the output channels, XB a divisor of the output width, and the MV x XB accumulators
+    with the MV weight vectors and the input broadcast in the vector registers (32 with AVX-512,
+    16 without)."""
+    registers = 32 if native >= 16 else 16
+    channels, width = shape.out_channels or 0, shape.out_width or 0
+    return [(mv, xb) for mv in (1, 2, 4) if channels % (mv * lanes) == 0
+            for xb in range(1, width + 1) if width % xb == 0 and mv * xb + mv + 1 <= registers]
+
+
+def recipe_channel_vector_tile(block, shape: ConvShape, lanes: int, native: int,
+                               depthwise: bool = False) -> tuple[bool, int, int, int]:
+    """(window inside the channel loop, MV, the preferred XB, XB) of the recipe's channel-vector
+    tile for a convolution block (before the whole-rows tile of a narrow output)."""
+    window_inner = not depthwise and \
+        _WINDOW_INNER_MIN_POSITIONS <= _window_positions(block, shape.spatial_dims) <= _WINDOW_INNER_MAX_POSITIONS
+    mv = _CHANNEL_VECTORS if shape.out_channels % (_CHANNEL_VECTORS * lanes) == 0 else 1
+    preferred = (_COLUMN_TILE_WINDOW_INNER if window_inner else _COLUMN_TILE).get(native, 12) // mv
+    return window_inner, mv, preferred, column_tile(shape.out_width, preferred)
+
+
 def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native: int, parallel: bool,
-                         transpose_tile: bool = True, depthwise: bool = False) -> Schedule:
+                         transpose_tile: bool = True, depthwise: bool = False,
+                         choice: tuple[int, int, bool] | None = None) -> Schedule:
     """The output channels in vectors of L, a row of XB output columns in registers (MLAS's direct
     NCHWc kernel, on NCHW tensors): the block accumulates into a "local" tile acc[x % XB, o % L]
     per (n, o // L, y, x // XB), which lowering turns into a stack array of each thread that the C
@@ -71,11 +94,20 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     from 120 to 152-159 GFLOP/s, 57% -> 72% of the FMA peak).  The tile then holds fewer
     accumulators (_COLUMN_TILE_WINDOW_INNER): the unrolled window keeps more values live.  A 1 x 1
     convolution keeps Wp[o // L, c, o % L] and the tile of _COLUMN_TILE.
+
+    choice = (MV, XB, rows_parallel) replaces the choices below (MV, XB, the whole-rows tile and the
+    parallel loop) by the caller's: XB output columns of one row, the rows parallel when
+    rows_parallel is set (a 1-D convolution has none: its channel blocks), else the channel blocks.
     """
+    if choice is not None:
+        if tuple(choice[:2]) not in channel_vector_tiles(shape, lanes, native):
+            raise ScheduleError(f"conv_fp32: channel-vector tile {tuple(choice[:2])} does not fit (MV x XB of "
+                                f"{channel_vector_tiles(shape, lanes, native)})")
+        if depthwise:
+            raise ScheduleError("conv_fp32: a depthwise convolution takes no channel-vector tile choice")
     nd = shape.spatial_dims
     # (a depthwise tile keeps its window outside: its channel loop is one step)
-    window_inner = not depthwise and \
-        _WINDOW_INNER_MIN_POSITIONS <= _window_positions(sch.get(rv), nd) <= _WINDOW_INNER_MAX_POSITIONS
+    window_inner, mv, preferred, xb = recipe_channel_vector_tile(sch.get(rv), shape, lanes, native, depthwise)
     tile = sch.cache_write(rv, 0, "local")
     packed = sch.cache_read(rv, shape.w_index, "global")
     if window_inner:
@@ -92,9 +124,8 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     # MV vectors of output channels per tile where the channels allow: each broadcast input
     # element then feeds MV multiply-adds, and the loads per multiply-add drop (the two load
     # ports, not the two FMA units, bound a one-vector tile)
-    mv = _CHANNEL_VECTORS if shape.out_channels % (_CHANNEL_VECTORS * lanes) == 0 else 1
-    preferred = (_COLUMN_TILE_WINDOW_INNER if window_inner else _COLUMN_TILE).get(native, 12) // mv
-    xb = column_tile(shape.out_width, preferred)
+    if choice is not None:
+        mv, xb, preferred = choice[0], choice[1], choice[1]  # (preferred = XB: no whole-rows tile)
     o_outer, o_mid, o_inner = sch.split(o, [None, mv, lanes])
     # a narrow output (a ResNet's 6 x 6 or 3 x 3 stages): the tile takes whole rows, so each
     # weight vector loaded feeds more output pixels
@@ -119,6 +150,8 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     # the parallel loop instead, the batch inside it (one parallel region per call, not one per
     # image; a fused (n, y) index split back by floor divisions in the tile's addresses cost 30-60%)
     few = shape.out_channels // (mv * lanes) < _UNFUSED_CHANNEL_BLOCKS and bool(rows) and not depthwise
+    if choice is not None:
+        few = bool(choice[2]) and bool(rows)
     if few:
         sch.reorder(rows[0], n, o_outer, *rows[1:], x_outer, *reduction, x_inner, o_mid, o_inner)
     else:
