@@ -53,6 +53,19 @@ _TILES = {
                              {"needs_amx": True}),
 }
 
+# The stream form of each fp32 tile (kernels_fp32.sgemm_tile_source): the same tile, also naming the
+# next panel of B in memory to the cache as it runs; the matmul recipe takes it for a B packed
+# before the call (a constant weight), which streams from L3 or memory on every call.
+STREAM_SUFFIX = "_stream"
+_TILES.update({name + STREAM_SUFFIX: entry[:7] + (entry[7] + STREAM_SUFFIX,) + entry[8:]
+               for name, entry in list(_TILES.items()) if entry[7].startswith("refcomp_sgemm_")})
+
+
+def stream_form(name: str) -> str | None:
+    """The name of the stream form of a registered fp32 tile intrinsic, None where it has none."""
+    return name + STREAM_SUFFIX if name + STREAM_SUFFIX in _TILES else None
+
+
 def _init_form(impl: PrimFunc, c_function: str) -> PrimFunc:
     """impl calling `<c_function>_init` (C = A * B, C not read) instead of `c_function`: the init
     form the fp32 template writes for each tile (kernels_fp32.sgemm_tile_source)."""

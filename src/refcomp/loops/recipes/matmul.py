@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from ...ast import PrimFunc, as_int
 from ...errors import ScheduleError
 from ..schedule import BlockRV, Schedule
+from ..intrin.x86 import stream_form
 from .common import divides, k_tile, matmul_shape, pick_intrin, takes_partial_rows, tile_of
 from .transpose import (
     TRANSPOSE_16X8_AT, TRANSPOSE_32X16, TRANSPOSE_32X16_AT, transpose_16x8_intrin, transpose_intrin,
@@ -59,7 +60,7 @@ def as_schedule(func_or_sch: PrimFunc | Schedule) -> Schedule:
 
 
 def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: str | None = None,
-                tiling: Tiling = Tiling(), pack_a: bool = False, pack_b: bool = True,
+                tiling: Tiling = Tiling(), pack_a: bool | str | None = None, pack_b: bool = True,
                 parallel: bool = True) -> Schedule:
     """Schedule the fp32 matmul block `block` (C[i, j] += A[i, k] * B[k, j], or * W[j, k]) on an
     fp32 tile intrinsic.
@@ -67,9 +68,12 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
     A is read in place by default: the MR rows a tile reads share an L1 set when the row stride
     is a multiple of 4 KiB, but a 12-way L1 holds them, and the packing pass cost more than it
     saved (at N = 2048 on one Zen 5 core, 216 GFLOP/s packed against 261 in place).
-    pack_a="panels" (constant M; the AVX2 6x16 and AVX-512 12x32 / 14x32 tiles) packs A into MR-row panels Ap[i // MR, k, i % MR]
-    (rows past M zero) read by the tile's panel form: the tile then reads one stream of A instead
-    of MR rows whose addresses may share an L1 set (a row stride of 4 KiB on an 8-way 32 KiB L1).
+    pack_a="panels" (the AVX2 6x16 and AVX-512 12x32 / 14x32 tiles; M constant or symbolic) packs A
+    into MR-row panels Ap[i // MR, k, i % MR] (rows past M zero) read by the tile's panel form: the
+    tile then reads one stream of A instead of MR rows whose addresses may share an L1 set (a row
+    stride of 4 KiB on an 8-way 32 KiB L1).  pack_a=None (the default) packs panels where B was
+    packed before the call (a constant weight, see tiled_matmul) and the tile has a panel form, and
+    reads A in place otherwise; False always reads it in place.
     """
     sch = as_schedule(func_or_sch)
     name = intrin or _pick(sch, block, FP32_INTRINS, "matmul_fp32")
@@ -165,15 +169,24 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     rows_outside = parallel and rows is None and balanced_columns and tiling.mc_symbolic is not None
     by_rows = parallel and not by_columns and not rows_outside and (rows is None or -(-rows // mc) >= 2 * threads)
 
-    # transform_layout needs constant shapes, so A is packed only for a constant M.
+    # A B the caller passes as a constant on every call (see below) streams from L3 or memory
+    # while the tiles run; the tiles then read A from MR-row panels (one stream instead of MR rows)
+    # and name the next panel of B to the cache as they go (the tile's stream form).  Either alone
+    # was within 1% on the graph benchmark's linear + gelu (256 x 1024 x 4096, rows symbolic, one
+    # thread of an AVX-512 Xeon, A/B in one process); both: 15.35 -> 14.74 ms (hand-written C).
+    constant_b = pack_b and _is_constant_param(sch, blk, shape.b_index)
+    if pack_a is None:
+        pack_a = "panels" if constant_b and intrin in PANEL_INTRINS else False
+    # With a symbolic M the panels are ceildiv(M, MR), the last one padded with zeros by a fill
+    # of at most MR - 1 rows (transform_layout splits the symbolic row dim).
     if pack_a == "panels":
-        if rows is None or intrin not in PANEL_INTRINS:
-            raise ScheduleError(f"{recipe}: pack_a='panels' needs a constant M and a tile intrinsic with a "
-                                f"panel form ({sorted(PANEL_INTRINS)}), got M = {shape.m} and {intrin}")
+        if intrin not in PANEL_INTRINS:
+            raise ScheduleError(f"{recipe}: pack_a='panels' needs a tile intrinsic with a panel form "
+                                f"({sorted(PANEL_INTRINS)}), got {intrin}")
         intrin = PANEL_INTRINS[intrin]
         packed_a = sch.cache_read(blk, shape.a_index, "global")
         sch.transform_layout(packed_a, ("write", 0), lambda i, k: (i // mr, k, i % mr),
-                             pad_value=0.0 if rows % mr else None)
+                             pad_value=0.0 if rows is None or rows % mr else None)
         _schedule_panel_copy(sch, packed_a, parallel, mr)
     elif pack_a and kc < as_int(shape.k) and rows is not None:
         packed_a = sch.cache_read(blk, shape.a_index, "global")
@@ -198,7 +211,6 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     # and the kernel takes the packed weight as a parameter (the graph benchmark's mlp: 16 MiB of
     # W no longer read and packed on every call).
     in_thread = by_columns or rows_outside
-    constant_b = pack_b and _is_constant_param(sch, blk, shape.b_index)
     per_block = in_thread and not constant_b
     packed_b = sch.cache_read(blk, shape.b_index, "local" if per_block else "global") if pack_b else None
 
@@ -230,6 +242,13 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     # intrinsic has an init form (the fp32 tiles) into the kernel: the first k slab writes its C
     # tile without reading it (N = 1024, one thread: 150.5 -> 155.2 GFLOP/s); other tiles zero
     # the C tile right before the first k slab (in cache) instead of in a separate pass.
+    if constant_b and stream_form(intrin) is not None:
+        # B was packed before the call (a constant weight): on every call it comes from L3 or
+        # memory, so the tile's stream form names the next panel to the cache while the row
+        # tiles of this one compute (kernels_fp32.sgemm_tile_source).  The graph benchmark's
+        # first linear + gelu (256 x 1024 x 4096, weight pre-packed, one thread of an AVX-512
+        # Xeon): see benchmarks/README.md.
+        intrin = stream_form(intrin)
     sch.tensorize(i2, intrin)
     if by_columns or rows_outside:
         sch.parallel(j0)
