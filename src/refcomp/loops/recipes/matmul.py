@@ -170,13 +170,13 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     by_rows = parallel and not by_columns and not rows_outside and (rows is None or -(-rows // mc) >= 2 * threads)
 
     # A B the caller passes as a constant on every call (see below) streams from L3 or memory
-    # while the tiles run; the tiles then read A from MR-row panels (one stream instead of MR rows)
-    # and name the next panel of B to the cache as they go (the tile's stream form).  Either alone
-    # was within 1% on the graph benchmark's linear + gelu (256 x 1024 x 4096, rows symbolic, one
-    # thread of an AVX-512 Xeon, A/B in one process); both: 15.35 -> 14.74 ms (hand-written C).
+    # while the tiles run.  Where A's row block stays in L2 (_streams_b), the tiles then read A
+    # from MR-row panels (one stream instead of MR rows) and name the next panel of B to the cache
+    # as they go (the tile's stream form).
     constant_b = pack_b and _is_constant_param(sch, blk, shape.b_index)
+    streams_b = constant_b and _streams_b(shape, mc, mr)
     if pack_a is None:
-        pack_a = "panels" if constant_b and intrin in PANEL_INTRINS else False
+        pack_a = "panels" if streams_b and intrin in PANEL_INTRINS else False
     # With a symbolic M the panels are ceildiv(M, MR), the last one padded with zeros by a fill
     # of at most MR - 1 rows (transform_layout splits the symbolic row dim).
     if pack_a == "panels":
@@ -242,12 +242,10 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     # intrinsic has an init form (the fp32 tiles) into the kernel: the first k slab writes its C
     # tile without reading it (N = 1024, one thread: 150.5 -> 155.2 GFLOP/s); other tiles zero
     # the C tile right before the first k slab (in cache) instead of in a separate pass.
-    if constant_b and stream_form(intrin) is not None:
+    if streams_b and stream_form(intrin) is not None:
         # B was packed before the call (a constant weight): on every call it comes from L3 or
         # memory, so the tile's stream form names the next panel to the cache while the row
-        # tiles of this one compute (kernels_fp32.sgemm_tile_source).  The graph benchmark's
-        # first linear + gelu (256 x 1024 x 4096, weight pre-packed, one thread of an AVX-512
-        # Xeon): see benchmarks/README.md.
+        # tiles of this one compute (kernels_fp32.sgemm_tile_source)
         intrin = stream_form(intrin)
     sch.tensorize(i2, intrin)
     if by_columns or rows_outside:
@@ -259,6 +257,25 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     elif parallel:
         sch.parallel(i0)  # few row blocks and unbalanced column blocks
     return sch
+
+
+def _streams_b(shape, mc: int, mr: int) -> bool:
+    """Whether the tiles of a matmul whose B was packed before the call (a constant weight, read
+    from L3 or memory on every call) should read A from MR-row panels and name the next panel of
+    B to the cache as they run (the tile's stream form): where A's row block (MC rows, or all of
+    a constant M, by the whole K) fits in L2, so that B is the one operand coming from further
+    out.  The graph benchmark's mlp (batch 256 symbolic, K = 1024 / 4096, one thread of an
+    AVX-512 Xeon with 2 MiB L2, best of 3 A/B): linear + gelu (A 1 MiB) 15.2-15.4 -> 13.9-14.1
+    ms; linear + residual (A 4 MiB) 14.2-14.7 -> 15.4 with both, 15.0-15.2 with the stream form
+    alone, 15.3-15.6 with the panels alone: A then streams from L3 too, and the panel copy of 4 MiB
+    and the hint's traffic only add to it."""
+    from ..intrin import cpu
+
+    rows = as_int(shape.m)
+    block_rows = mc if rows is None else min(mc, -(-rows // mr) * mr)
+    k = as_int(shape.k)
+    _, l2 = cpu.cache_sizes()
+    return k is not None and block_rows * k * 4 <= l2
 
 
 def _is_constant_param(sch: Schedule, blk: BlockRV, read_index: int) -> bool:
