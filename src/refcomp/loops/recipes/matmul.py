@@ -82,6 +82,13 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
                         parallel=parallel, recipe="matmul_fp32")
 
 
+# Rows of a symbolic M are taken in blocks of this many, rounded up to a multiple of MR (see
+# _fp32_tiling): 516 for the 12-row tile, so that 512 rows (a transformer's sequence) are one block
+# rather than 504 + 8, which read all of B a second time for 8 rows.  The graph benchmark's
+# transformer block (seq 512, one thread of an AVX-512 Xeon, A/B in one process): kernels 118.7 ->
+# 114.7 ms.
+_SYMBOLIC_ROWS = 512
+
 # The KC x NR panel of B a tile streams from L2: at most 512 KiB (KC 4096 for 32-wide tiles, 8192
 # for 16-wide ones; see _fp32_tiling).
 _PANEL_BYTES = 512 << 10
@@ -109,7 +116,8 @@ def _fp32_tiling(intrin: str, tiling: Tiling, n, k) -> Tiling:
     in L2 wins), N = 2048 144-146 / 147-149 / 150-152 (A's 16 MiB read 16 / 8 / 4 times
     loses); the AVX2 tile was within noise of each at both sizes.
     MC: 96 rows (a multiple of 6, 8 and 12): 48 and 96 were within noise, 192 5% slower.
-    Symbolic rows (AVX-512): 512-row blocks around the parallel column loop (see tiled_matmul),
+    Symbolic rows (AVX-512): 512-row blocks (rounded up to a multiple of MR) around the parallel
+    column loop (see tiled_matmul),
     so a few hundred rows pack B once; A's block is read in place.  On the graph benchmark's mlp
     (batch 256, no BLAS) on 2 threads 21.6 ms, against 22.6 with threads over 64-row blocks and
     27.7 over 96-row ones (3 blocks of 96 for 2 threads); on one thread 38.5 against 40.3.  Its
@@ -128,7 +136,8 @@ def _fp32_tiling(intrin: str, tiling: Tiling, n, k) -> Tiling:
     columns = as_int(n)
     few_passes = (columns // 4) // nr * nr if columns is not None else 0
     nc = max(4 * nr, min(512, max(in_l2, few_passes)))
-    return Tiling(mc=96, nc=nc, kc=kc, mc_symbolic=512 if "avx512" in intrin else None)
+    mr, _, _ = tile_of(intrin)
+    return Tiling(mc=96, nc=nc, kc=kc, mc_symbolic=-(-_SYMBOLIC_ROWS // mr) * mr if "avx512" in intrin else None)
 
 
 def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack_a: bool, pack_b: bool,
@@ -272,7 +281,7 @@ def _streams_b(shape, mc: int, mr: int) -> bool:
     from ..intrin import cpu
 
     rows = as_int(shape.m)
-    block_rows = mc if rows is None else min(mc, -(-rows // mr) * mr)
+    block_rows = min(mc, _SYMBOLIC_ROWS) if rows is None else min(mc, -(-rows // mr) * mr)
     k = as_int(shape.k)
     _, l2 = cpu.cache_sizes()
     return k is not None and block_rows * k * 4 <= l2
