@@ -33,3 +33,35 @@ def test_a_small_or_strided_constant(rng, monkeypatch):
     monkeypatch.setattr(graph_function, "HUGE_PAGES", False)
     large = np.ascontiguousarray(strided)
     assert huge_page_array(large) is large
+
+
+def test_huge_page_bytes_and_a_compiled_function_with_a_large_arena(rng):
+    from refcomp.runtime.graph_function import huge_page_bytes
+
+    assert huge_page_bytes(1000) is None
+    raw = huge_page_bytes(3 << 20)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        assert raw.size == 3 << 20 and raw.__array_interface__["data"][0] % (2 << 20) == 0
+        raw[...] = 7
+    # a graph whose intermediates need an arena of several MiB: same result with and without
+    import refcomp
+    from refcomp.graph import BlockBuilder, Var, op, tensor
+
+    x = Var("x", tensor((512, 1024)))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit(op.exp(x))
+            z = bb.emit(op.add(y, x))
+            out = bb.emit_output(op.multiply(z, y))
+        bb.emit_func_output(out)
+    ex = refcomp.graph.build(bb.get(), target="c", fuse=False)
+    compiled = ex.compiled.get("main")
+    if compiled is None:
+        pytest.skip("the graph function did not compile to C here")
+    xv = rng.standard_normal((512, 1024)).astype(np.float32)
+    expected = (np.exp(xv) + xv) * np.exp(xv)
+    np.testing.assert_allclose(compiled(xv), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(compiled(xv), expected, rtol=1e-5, atol=1e-5)  # the arena reused
+    if hasattr(mmap, "MADV_HUGEPAGE") and compiled.arena_bytes(xv) >= 2 << 20:
+        assert compiled._arena.__array_interface__["data"][0] % (2 << 20) == 0
