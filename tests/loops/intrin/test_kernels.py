@@ -306,7 +306,7 @@ def test_fp32_stream_form_over_panels_matches_numpy(build, name, k, panels, rows
     rng = np.random.default_rng(seed)
     mr, nr, _ = x86.tile_shape(name)
     info = intrin.get(name)
-    panel_a = x86._TILES[name.removesuffix(x86.STREAM_SUFFIX)][-1].get("a_panel", False)
+    panel_a = x86._TILES[x86.plain_form(name)][-1].get("a_panel", False)
     a = rng.standard_normal((rows, k)).astype(np.float32)
     b = rng.standard_normal((k, panels * nr)).astype(np.float32)
     c = rng.standard_normal((rows, panels * nr)).astype(np.float32)
