@@ -583,3 +583,77 @@ def test_fp32_recipe_default_tile_on_both_widths(rng, vector_isa, monkeypatch, t
             c = rng.standard_normal((m, n)).astype(np.float32)
             lib(a, b, c)
             np.testing.assert_allclose(c, a @ (b.T if transposed else b), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_fp32_recipe_streams_a_constant_b_with_symbolic_rows(rng, vector_isa, monkeypatch, transposed):
+    """A B every caller passes as a constant (attr constant_params: the graph's pre-packed
+    weights): the tile's stream form reads A from MR-row panels, packed for a symbolic M too (the
+    last panel zero-padded by a fill over its missing rows), on the tile of either vector width,
+    on 1 and 2 threads, checked against numpy and the interpreter over odd row counts."""
+    from refcomp.loops.intrin import x86
+
+    n, k = 64, 96
+    for threads in ("1", "2"):
+        monkeypatch.setenv("OMP_NUM_THREADS", threads)
+        func = _linear(te.size_var("m"), n, k) if transposed else _matmul(te.size_var("m"), n, k)
+        func = func.with_(attrs={**func.attrs, "constant_params": (1,)})
+        sch = recipes.matmul_fp32(func, tiling=recipes.Tiling(mc=24, nc=32, kc=32, mc_symbolic=24))
+        tiles = {t for t in _tensorized_with(sch.func) if "sgemm" in t}
+        panel = "x86.avx2.sgemm_6x16_panel" if vector_isa == "avx2" else "x86.avx512.sgemm_12x32_panel"
+        assert tiles == {x86.stream_form(panel)} and x86.stream_form(panel).endswith("_stream_panel")
+        assert any(b.name.endswith("_pad") for b in walk(sch.func.body) if isinstance(b, Block))
+        lib = refcomp.build(sch.func)
+        assert "_stream_init((" in lib.source  # the first k slab by the stream form's init form
+        for m in (1, 7, 13, 30):
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            b = rng.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
+            c = rng.standard_normal((m, n)).astype(np.float32)
+            interpreted = np.zeros_like(c)
+            lib(a, b, c)
+            refcomp.interpret(func, a, b, interpreted)
+            expected = a.astype(np.float64) @ (b.T if transposed else b).astype(np.float64)
+            np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-4)
+            np.testing.assert_allclose(interpreted, expected, rtol=1e-5, atol=1e-4)
+
+
+def test_fp32_recipe_streams_b_only_where_a_row_block_fits_l2(monkeypatch):
+    """The stream form and A's panels where A's row block (at most 512 rows, by the whole K) fits
+    in L2; A read in place by the plain tile where it does not, or where B is not a constant."""
+    from refcomp.loops.intrin import cpu
+
+    if not intrin.get("x86.avx512.sgemm_12x32").available():
+        pytest.skip("needs the AVX-512 tile")
+    monkeypatch.setenv("REFCOMP_CACHE_SIZES", f"{48 << 10},{2 << 20}")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    cpu.cache_sizes.cache_clear()
+    try:
+        _check_stream_choices()
+    finally:
+        monkeypatch.delenv("REFCOMP_CACHE_SIZES")
+        cpu.cache_sizes.cache_clear()
+
+
+def _check_stream_choices():
+    def tiles(m, k, constant=True):
+        func = _linear(m, 64, k, "int64")
+        if constant:
+            func = func.with_(attrs={**func.attrs, "constant_params": (1,)})
+        sch = recipes.matmul_fp32(func, intrin="x86.avx512.sgemm_12x32")
+        return {t for t in _tensorized_with(sch.func) if "sgemm" in t}
+
+    m = te.size_var("m", "int64")
+    assert tiles(m, 1024) == {"x86.avx512.sgemm_12x32_stream_panel"}  # 512 x 1024 floats: 2 MiB
+    assert tiles(m, 2048) == {"x86.avx512.sgemm_12x32"}
+    assert tiles(96, 4096) == {"x86.avx512.sgemm_12x32_stream_panel"}  # 96 x 4096 floats: 1.5 MiB
+    assert tiles(m, 1024, constant=False) == {"x86.avx512.sgemm_12x32"}
+
+
+@pytest.mark.parametrize("name,mc", [("x86.avx512.sgemm_12x32", 516), ("x86.avx512.sgemm_14x32", 518),
+                                     ("x86.avx512.sgemm_8x32", 512), ("x86.avx2.sgemm_6x16", None)])
+def test_fp32_symbolic_row_block_holds_512_rows(name, mc):
+    """A symbolic M is taken in blocks of 512 rows rounded up to the tile height (AVX-512 tiles),
+    so that 512 rows are one block."""
+    from refcomp.loops.recipes.matmul import _fp32_tiling
+
+    assert _fp32_tiling(name, recipes.Tiling(), 1024, 1024).mc_symbolic == mc

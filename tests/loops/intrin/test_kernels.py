@@ -49,11 +49,12 @@ def _wrapper(name: str) -> str:
 def build(tmp_path_factory):
     libs = {}
 
-    def get(name: str):
+    def get(name: str, text: str | None = None):
+        """The library of `name`'s wrapper (or of the C `text` given, cached under `name`)."""
         if name not in libs:
             directory = tmp_path_factory.mktemp(name.replace(".", "_"))
             source = directory / "k.c"
-            source.write_text(_wrapper(name))
+            source.write_text(_wrapper(name) if text is None else text)
             out = directory / "k.so"
             subprocess.run(["gcc", "-O2", "-std=gnu11", "-shared", "-fPIC", str(source), "-o", str(out)],
                            check=True, capture_output=True, text=True)
@@ -288,3 +289,48 @@ def test_sgemm_template_names_and_register_budget():
         sgemm_tile_source("avx512", 16, 2)
     with pytest.raises(ValueError, match="needs 17 vector registers"):
         sgemm_tile_source("avx2", 7, 2)
+
+
+STREAM_KERNELS = [x86.stream_form(name) for name in FLOAT_KERNELS] + [x86.stream_form("x86.avx512.sgemm_12x32_panel")]
+
+
+@pytest.mark.parametrize("name", _params(STREAM_KERNELS))
+@given(k=st.integers(1, 40), panels=st.integers(1, 4), rows=st.integers(1, 40), accumulate=st.booleans(),
+       seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=10)
+def test_fp32_stream_form_over_panels_matches_numpy(build, name, k, panels, rows, accumulate, seed):
+    """The stream form (its accumulating entry or its init form) over a C = A @ B whose B is packed
+    as consecutive K x NR panels, looping panels outside row tiles as the matmul recipe does: every
+    tile computes what numpy does, whatever its hints of the next panel name (the last panel's
+    point past B), partial row tiles and K under the hint spacing included."""
+    rng = np.random.default_rng(seed)
+    mr, nr, _ = x86.tile_shape(name)
+    info = intrin.get(name)
+    panel_a = x86._TILES[x86.plain_form(name)][-1].get("a_panel", False)
+    a = rng.standard_normal((rows, k)).astype(np.float32)
+    b = rng.standard_normal((k, panels * nr)).astype(np.float32)
+    c = rng.standard_normal((rows, panels * nr)).astype(np.float32)
+    expected = (c.astype(np.float64) if accumulate else 0) + a.astype(np.float64) @ b.astype(np.float64)
+    packed = np.ascontiguousarray(b.reshape(k, panels, nr).transpose(1, 0, 2))  # Bp[panel, k, j]
+    tiles = -(-rows // mr)
+    if panel_a:  # Ap[i // MR, k, i % MR], rows past M zero
+        a_mem = np.zeros((tiles * mr, k), np.float32)
+        a_mem[:rows] = a
+        a_mem = np.ascontiguousarray(a_mem.reshape(tiles, mr, k).transpose(0, 2, 1))
+        a_rs, a_cs, a_tile = 1, mr, mr * k
+    else:
+        a_mem, a_rs, a_cs, a_tile = a, k, 1, mr * k
+    function = info.impl.body.value.args[0].value + ("" if accumulate else "_init")
+    source = "\n".join(info.c_helpers) + (
+        "\nint run(const float* A, int64_t a_rs, int64_t a_cs, const float* B, int64_t ldb, float* C, int64_t ldc, "
+        f"int64_t K, int64_t m_rows) {{ {function}(A, a_rs, a_cs, B, ldb, C, ldc, K, m_rows); return 0; }}\n")
+    lib = build(name + ("" if accumulate else "_init"), source)
+    i64 = ctypes.c_int64
+    ldc = panels * nr
+    for p in range(panels):
+        for t in range(tiles):
+            lib.run(ctypes.c_void_p(a_mem.ctypes.data + 4 * t * a_tile), i64(a_rs), i64(a_cs),
+                    ctypes.c_void_p(packed.ctypes.data + 4 * p * k * nr), i64(nr),
+                    ctypes.c_void_p(c.ctypes.data + 4 * (t * mr * ldc + p * nr)), i64(ldc), i64(k),
+                    i64(rows - t * mr))
+    np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5 * k)

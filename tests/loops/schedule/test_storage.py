@@ -537,11 +537,69 @@ def test_transform_layout_moves_only_constant_dims():
     t = sch.get_block("T")
     assert_rejected(sch, lambda: sch.transform_layout(t, ("write", 0), lambda i, c, x: (c, i + x, x)),
                     r"symbolic dim 0 \(n\) that the map .* does not keep as a whole index")
-    assert_rejected(sch, lambda: sch.transform_layout(t, ("write", 0), lambda i, c, x: (i // 2, c, x, i % 2)),
+    assert_rejected(sch, lambda: sch.transform_layout(t, ("write", 0), lambda i, c, x: (i // 2, c, x, i % 3)),
                     "does not keep as a whole index")
     assert_rejected(sch, lambda: sch.transform_layout(t, ("write", 0), lambda i, c, x: (i, c // 5, x, c % 5),
                                                       pad_value=0.0),
                     "adds padding to T, whose shape is not constant")
+
+
+def test_transform_layout_splits_a_symbolic_dim_into_padded_panels(rng):
+    """(i // 4, c, x, i % 4) packs a symbolic n into ceildiv(n, 4) panels of 4; the fill
+    T_pad stores the pad value in the last panel's rows n .. 4 * ceildiv(n, 4) - 1 only."""
+    import refcomp
+    from refcomp.loops.interpreter import interpret
+
+    before = _symbolic_batch_relu()
+    sch = Schedule(before)
+    t = sch.get_block("T")
+    assert_rejected(sch, lambda: sch.transform_layout(t, ("write", 0), lambda i, c, x: (i // 4, c, x, i % 4)),
+                    r"splits the symbolic dim 0 \(n\) of T by 4, which pads it unless 4 divides it; give pad_value")
+    sch.transform_layout(t, ("write", 0), lambda i, c, x: (i // 4, c, x, i % 4), pad_value=-1.0)
+    allocated = [b for b in sch.func.body.block.alloc_buffers if b.name == "T"][0]
+    assert [int(d.value) for d in allocated.shape[1:]] == [12, 5, 4]
+    from refcomp.shape.evaluate import evaluate
+
+    n = before.params[0].shape[0]
+    assert [int(evaluate(allocated.shape[0], {n: v})) for v in (1, 4, 5, 8, 9)] == [1, 1, 2, 2, 3]
+    from refcomp.ast import Block, For, collect
+
+    (fill,) = [b for b in collect(sch.func.body, Block) if b.name == "T_pad"]  # rows of the rounded box
+    assert [int(evaluate(fill.iter_vars[0].dom.extent, {n: v})) for v in (1, 4, 5)] == [4, 4, 8]
+    # ... and its loop over the padding alone: 4 * ceildiv(n, 4) - n rows
+    pad_loops = [f for f in collect(sch.func.body, For) if f.loop_var.name == "ax0" and "n" in f.extent.script()]
+    assert [int(evaluate(pad_loops[0].extent, {n: v})) for v in (1, 4, 5, 11)] == [3, 0, 3, 1]
+    check_replay(sch, before)
+    library = refcomp.build(sch.func)
+    for batch in (1, 3, 4, 5, 8, 11):
+        a = rng.standard_normal((batch, 12, 5)).astype(np.float32)
+        got, interpreted = np.full_like(a, 7.0), np.full_like(a, 7.0)
+        library(a, got)
+        interpret(sch.func, a, interpreted)
+        np.testing.assert_allclose(got, np.maximum(a * 2, 0), rtol=1e-6)
+        np.testing.assert_allclose(interpreted, np.maximum(a * 2, 0), rtol=1e-6)
+
+
+def test_transform_layout_splits_one_symbolic_dim_and_pads_nothing_else():
+    from refcomp.ast import SizeVar
+
+    n, m = SizeVar("n", "int64"), SizeVar("m", "int64")
+    a = te.placeholder((n, m, 6), "float32", "A")
+    t = te.compute((n, m, 6), lambda i, j, c: a[i, j, c] * 2.0, name="T")
+    y = te.compute((n, m, 6), lambda i, j, c: t[i, j, c] + 1.0, name="Y")
+    sch = Schedule(te.create_prim_func([a, y]))
+    blk = sch.get_block("T")
+    assert_rejected(sch, lambda: sch.transform_layout(blk, ("write", 0),
+                                                      lambda i, j, c: (i // 2, j // 2, c, i % 2, j % 2), pad_value=0.0),
+                    "splits 2 symbolic dims of T; at most one can be split")
+    assert_rejected(sch, lambda: sch.transform_layout(blk, ("write", 0), lambda i, j, c: (i // 2, j, c, i % 2),
+                                                      pad_value=0.0),
+                    "splits a symbolic dim of T and keeps another")
+    sch2 = Schedule(_symbolic_batch_relu())
+    blk2 = sch2.get_block("T")
+    assert_rejected(sch2, lambda: sch2.transform_layout(blk2, ("write", 0),
+                                                        lambda i, c, x: (i // 2, c // 5, x, i % 2, c % 5), pad_value=0.0),
+                    "splits a symbolic dim of T and pads a constant one")
 
 
 def test_transform_layout_maps_a_region_with_ranges_to_a_box():

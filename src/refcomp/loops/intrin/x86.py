@@ -56,6 +56,34 @@ _TILES = {
                              {"needs_amx": True}),
 }
 
+# The stream form of each fp32 tile (kernels_fp32.sgemm_tile_source): the same tile, also naming the
+# next panel of B in memory to the cache as it runs; the matmul recipe takes it for a B packed
+# before the call (a constant weight), which streams from L3 or memory on every call.  The name
+# puts "_stream" before a panel form's "_panel" (x86.avx512.sgemm_12x32_stream_panel), so a panel
+# form's name still ends in "_panel".
+STREAM_SUFFIX = "_stream"
+_PANEL = "_panel"
+
+
+def stream_form(name: str) -> str | None:
+    """The name of the stream form of a registered fp32 tile intrinsic, None where it has none."""
+    if name.endswith(STREAM_SUFFIX) or name.endswith(STREAM_SUFFIX + _PANEL):
+        return None
+    base, panel = (name[:-len(_PANEL)], _PANEL) if name.endswith(_PANEL) else (name, "")
+    stream = base + STREAM_SUFFIX + panel
+    return stream if stream in _TILES else None
+
+
+def plain_form(name: str) -> str:
+    """The tile a stream form (or any tile) computes with: `name` without its "_stream"."""
+    return name.replace(STREAM_SUFFIX + _PANEL, _PANEL).removesuffix(STREAM_SUFFIX)
+
+
+_TILES.update({(name[:-len(_PANEL)] + STREAM_SUFFIX + _PANEL if name.endswith(_PANEL) else name + STREAM_SUFFIX):
+               entry[:7] + (entry[7] + STREAM_SUFFIX,) + entry[8:]
+               for name, entry in list(_TILES.items()) if entry[7].startswith("refcomp_sgemm_")})
+
+
 def _init_form(impl: PrimFunc, c_function: str) -> PrimFunc:
     """impl calling `<c_function>_init` (C = A * B, C not read) instead of `c_function`: the init
     form the fp32 template writes for each tile (kernels_fp32.sgemm_tile_source)."""

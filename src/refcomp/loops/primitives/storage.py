@@ -325,9 +325,15 @@ def transform_layout(func: PrimFunc, block: Block, buffer: Any, index_map: Index
     if pad_value is not None and (isinstance(pad_value, bool) or not isinstance(pad_value, (int, float))):
         raise ScheduleError(f"transform_layout: pad_value: expected an int or a float, got {pad_value!r}", ir=func)
     shape = [const_int(d) for d in target.shape]
-    kept = _kept_symbolic_dims(func, target, index_map, shape)
-    # a kept symbolic dim is checked at extent 1: the map moves the other dims only
-    shape = [1 if d is None else d for d in shape]
+    split = _split_symbolic_dim(func, target, index_map, shape)
+    kept = _kept_symbolic_dims(func, target, index_map, [split[k][2] if k in split else d for k, d in enumerate(shape)])
+    if split and kept:
+        raise ScheduleError(f"transform_layout: the map {index_map.as_lambda()} splits a symbolic dim of "
+                            f"{target.name} and keeps another; only one symbolic dim can be split, the others "
+                            "constant", ir=func)
+    # a kept symbolic dim is checked at extent 1: the map moves the other dims only; a split one
+    # at extent c (v // c and v % c take any extent one-to-one onto (ceildiv(n, c), c))
+    shape = [split[k][2] if k in split else 1 if d is None else d for k, d in enumerate(shape)]
     ranges = {v: (0, d - 1) for v, d in zip(index_map.initial, shape)}
     new_shape = []
     for position, expr in enumerate(index_map.final):
@@ -346,20 +352,85 @@ def transform_layout(func: PrimFunc, block: Block, buffer: Any, index_map: Index
     if padded and kept:
         raise ScheduleError(f"transform_layout: the map {index_map.as_lambda()} adds padding to {target.name}, whose "
                             f"shape is not constant", ir=func, spot=location.realize)
+    if padded and split:
+        raise ScheduleError(f"transform_layout: the map {index_map.as_lambda()} splits a symbolic dim of "
+                            f"{target.name} and pads a constant one; only the split dim may be padded", ir=func,
+                            spot=location.realize)
+    if split and pad_value is None:
+        (dim, (_, _, c)), = split.items()
+        raise ScheduleError(f"transform_layout: the map {index_map.as_lambda()} splits the symbolic dim {dim} "
+                            f"({target.shape[dim]}) of {target.name} by {c}, which pads it unless {c} divides it; "
+                            "give pad_value", ir=func, spot=location.realize)
     if padded and pad_value is None:
         raise ScheduleError(f"transform_layout: the map {index_map.as_lambda()} takes shape {tuple(shape)} to "
                             f"{tuple(new_shape)}, which adds padding; give pad_value", ir=func, spot=location.realize)
     check_one_to_one(func, index_map, shape, new_shape)
     index_dtype = target.shape[0].dtype
-    new = Buffer(target.name, tuple(target.shape[kept[k]] if k in kept else const(d, index_dtype)
-                                    for k, d in enumerate(new_shape)), target.dtype, target.scope)
-    fill = _padding_fill(func, target, new, index_map, shape, new_shape, pad_value) if padded else None
+    extents = [target.shape[kept[k]] if k in kept else const(d, index_dtype) for k, d in enumerate(new_shape)]
+    for dim, (div_at, _, c) in split.items():  # ceildiv(n, c) panels of c
+        extents[div_at] = FloorDiv(target.shape[dim] + const(c - 1, index_dtype), const(c, index_dtype))
+    new = Buffer(target.name, tuple(extents), target.dtype, target.scope)
+    if split:
+        fill = _split_padding_fill(func, target, new, index_map, shape, split, pad_value)
+    else:
+        fill = _padding_fill(func, target, new, index_map, shape, new_shape, pad_value) if padded else None
     relayout = _Relayout(target, new, index_map)
     params = tuple(relayout.visit(p) if isinstance(p, Buffer) else p for p in func.params)
     new_func = func.with_(body=relayout.visit(func.body), params=params)
     if fill is not None:
         new_func = _insert_fill(new_func, new, fill)
     return new_func, None
+
+
+def _split_symbolic_dim(func: PrimFunc, target: Buffer, index_map: IndexMap, shape: list) -> dict[int, tuple]:
+    """{old dim: (position of v // c, position of v % c, c)} for a symbolic dim whose index var v
+    the map splits by a constant c > 1 and uses nowhere else (`lambda i, k: (i // 12, k, i % 12)`
+    packs rows of a symbolic count into 12-row panels); {} when no symbolic dim is split so.  At
+    most one: a second split, or a split var used in any other way, is left to
+    _kept_symbolic_dims, which refuses it."""
+    found: dict[int, tuple] = {}
+    for dim, extent in enumerate(shape):
+        if extent is not None:
+            continue
+        var = index_map.initial[dim]
+        users = [k for k, expr in enumerate(index_map.final) if var in free_vars(expr)]
+        if len(users) != 2:
+            continue
+        first, second = (index_map.final[k] for k in users)
+        if not (isinstance(first, FloorDiv) and isinstance(second, FloorMod) and first.a is var
+                and second.a is var and isinstance(first.b, IntImm) and isinstance(second.b, IntImm)
+                and first.b.value == second.b.value and first.b.value > 1):
+            continue
+        found[dim] = (users[0], users[1], first.b.value)
+    if len(found) > 1:
+        raise ScheduleError(f"transform_layout: the map {index_map.as_lambda()} splits {len(found)} symbolic dims "
+                            f"of {target.name}; at most one can be split", ir=func)
+    return found
+
+
+def _split_padding_fill(func: PrimFunc, old: Buffer, new: Buffer, index_map: IndexMap, shape: list[int],
+                        split: dict[int, tuple], pad_value: Any) -> Stmt:
+    """The fill of a split symbolic dim n (by c): pad_value at the images of indices n ..
+    ceildiv(n, c) * c - 1 of that dim (at most c - 1 of them, none when c divides n), every
+    other dim whole."""
+    _check_fill_writer(func, old, new, pad_value)
+    (dim, (_, _, c)), = split.items()
+    dtype = new.shape[0].dtype
+    n = old.shape[dim]
+    rounded = FloorDiv(n + const(c - 1, dtype), const(c, dtype)) * const(c, dtype)
+    loop_vars = [Var(f"ax{d}", dtype) for d in range(len(shape))]
+    iter_vars = [IterVar(Var(f"v{d}", dtype), Range(const(0, dtype), rounded if d == dim else const(e, dtype)),
+                         "spatial") for d, e in enumerate(shape)]
+    index = index_map.apply([iv.var for iv in iter_vars])
+    name = fresh_block_name(func.body, f"{old.name}_pad")
+    block = Block(name, tuple(iter_vars), (), (BufferRegion(new, tuple(Range(i, 1) for i in index)),),
+                  BufferStore(new, const(pad_value, new.dtype), index))
+    bindings = [v + n if d == dim else v for d, v in enumerate(loop_vars)]
+    stmt: Stmt = BlockRealize(tuple(bindings), IntImm(1, "bool"), block)
+    for d in reversed(range(len(shape))):
+        extent = rounded - n if d == dim else const(shape[d], dtype)
+        stmt = For(loop_vars[d], const(0, dtype), extent, "serial", stmt)
+    return stmt
 
 
 def _kept_symbolic_dims(func: PrimFunc, target: Buffer, index_map: IndexMap, shape: list) -> dict[int, int]:
@@ -444,9 +515,9 @@ def _padding_domain(func: PrimFunc, index_map: IndexMap, shape: list[int], new_s
                         ir=func)
 
 
-def _padding_fill(func: PrimFunc, old: Buffer, new: Buffer, index_map: IndexMap, shape: list[int],
-                  new_shape: list[int], pad_value: Any) -> Stmt:
-    """A loop nest and block storing pad_value at the image of every index outside `shape`."""
+def _check_fill_writer(func: PrimFunc, old: Buffer, new: Buffer, pad_value: Any) -> None:
+    """What a padding fill needs: the buffer written in the function, its last writer at the top
+    level, and a pad_value of the buffer's kind."""
     writers = [r for r in block_realizes(func.body) if any(w.buffer is old for w in r.block.writes)]
     if not writers:
         raise ScheduleError(f"transform_layout: {old.name} is not written in the function, so its padding would hold "
@@ -459,6 +530,12 @@ def _padding_fill(func: PrimFunc, old: Buffer, new: Buffer, index_map: IndexMap,
                             "pad the buffer before blockize or tensorize", ir=func, spot=last.realize)
     if isinstance(pad_value, float) and not new.dtype.is_float:
         raise ScheduleError(f"transform_layout: pad_value {pad_value!r} is not a {new.dtype} value", ir=func)
+
+
+def _padding_fill(func: PrimFunc, old: Buffer, new: Buffer, index_map: IndexMap, shape: list[int],
+                  new_shape: list[int], pad_value: Any) -> Stmt:
+    """A loop nest and block storing pad_value at the image of every index outside `shape`."""
+    _check_fill_writer(func, old, new, pad_value)
     domain = _padding_domain(func, index_map, shape, new_shape)
     dtype = new.shape[0].dtype
     loop_vars = [Var(f"ax{d}", dtype) for d in range(len(domain))]

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from ...ast import PrimFunc, as_int
 from ...errors import ScheduleError
 from ..schedule import BlockRV, Schedule
+from ..intrin.x86 import stream_form
 from .common import divides, k_tile, matmul_shape, pick_intrin, takes_partial_rows, tile_of
 from .transpose import (
     TRANSPOSE_16X8_AT, TRANSPOSE_32X16, TRANSPOSE_32X16_AT, transpose_16x8_intrin, transpose_intrin,
@@ -59,7 +60,7 @@ def as_schedule(func_or_sch: PrimFunc | Schedule) -> Schedule:
 
 
 def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: str | None = None,
-                tiling: Tiling = Tiling(), pack_a: bool = False, pack_b: bool = True,
+                tiling: Tiling = Tiling(), pack_a: bool | str | None = None, pack_b: bool = True,
                 parallel: bool = True) -> Schedule:
     """Schedule the fp32 matmul block `block` (C[i, j] += A[i, k] * B[k, j], or * W[j, k]) on an
     fp32 tile intrinsic.
@@ -67,9 +68,12 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
     A is read in place by default: the MR rows a tile reads share an L1 set when the row stride
     is a multiple of 4 KiB, but a 12-way L1 holds them, and the packing pass cost more than it
     saved (at N = 2048 on one Zen 5 core, 216 GFLOP/s packed against 261 in place).
-    pack_a="panels" (constant M; the AVX2 6x16 and AVX-512 12x32 / 14x32 tiles) packs A into MR-row panels Ap[i // MR, k, i % MR]
-    (rows past M zero) read by the tile's panel form: the tile then reads one stream of A instead
-    of MR rows whose addresses may share an L1 set (a row stride of 4 KiB on an 8-way 32 KiB L1).
+    pack_a="panels" (the AVX2 6x16 and AVX-512 12x32 / 14x32 tiles; M constant or symbolic) packs A
+    into MR-row panels Ap[i // MR, k, i % MR] (rows past M zero) read by the tile's panel form: the
+    tile then reads one stream of A instead of MR rows whose addresses may share an L1 set (a row
+    stride of 4 KiB on an 8-way 32 KiB L1).  pack_a=None (the default) packs panels where B was
+    packed before the call (a constant weight, see tiled_matmul) and the tile has a panel form, and
+    reads A in place otherwise; False always reads it in place.
     """
     sch = as_schedule(func_or_sch)
     name = intrin or _pick(sch, block, FP32_INTRINS, "matmul_fp32")
@@ -77,6 +81,13 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
     return tiled_matmul(sch, block, name, _fp32_tiling(name, tiling, shape.n, shape.k), pack_a=pack_a, pack_b=pack_b,
                         parallel=parallel, recipe="matmul_fp32")
 
+
+# Rows of a symbolic M are taken in blocks of this many, rounded up to a multiple of MR (see
+# _fp32_tiling): 516 for the 12-row tile, so that 512 rows (a transformer's sequence) are one block
+# rather than 504 + 8, which read all of B a second time for 8 rows.  The graph benchmark's
+# transformer block (seq 512, one thread of an AVX-512 Xeon, A/B in one process): kernels 118.7 ->
+# 114.7 ms.
+_SYMBOLIC_ROWS = 512
 
 # The KC x NR panel of B a tile streams from L2: at most 512 KiB (KC 4096 for 32-wide tiles, 8192
 # for 16-wide ones; see _fp32_tiling).
@@ -105,7 +116,8 @@ def _fp32_tiling(intrin: str, tiling: Tiling, n, k) -> Tiling:
     in L2 wins), N = 2048 144-146 / 147-149 / 150-152 (A's 16 MiB read 16 / 8 / 4 times
     loses); the AVX2 tile was within noise of each at both sizes.
     MC: 96 rows (a multiple of 6, 8 and 12): 48 and 96 were within noise, 192 5% slower.
-    Symbolic rows (AVX-512): 512-row blocks around the parallel column loop (see tiled_matmul),
+    Symbolic rows (AVX-512): 512-row blocks (rounded up to a multiple of MR) around the parallel
+    column loop (see tiled_matmul),
     so a few hundred rows pack B once; A's block is read in place.  On the graph benchmark's mlp
     (batch 256, no BLAS) on 2 threads 21.6 ms, against 22.6 with threads over 64-row blocks and
     27.7 over 96-row ones (3 blocks of 96 for 2 threads); on one thread 38.5 against 40.3.  Its
@@ -124,7 +136,8 @@ def _fp32_tiling(intrin: str, tiling: Tiling, n, k) -> Tiling:
     columns = as_int(n)
     few_passes = (columns // 4) // nr * nr if columns is not None else 0
     nc = max(4 * nr, min(512, max(in_l2, few_passes)))
-    return Tiling(mc=96, nc=nc, kc=kc, mc_symbolic=512 if "avx512" in intrin else None)
+    mr, _, _ = tile_of(intrin)
+    return Tiling(mc=96, nc=nc, kc=kc, mc_symbolic=-(-_SYMBOLIC_ROWS // mr) * mr if "avx512" in intrin else None)
 
 
 def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack_a: bool, pack_b: bool,
@@ -165,15 +178,24 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     rows_outside = parallel and rows is None and balanced_columns and tiling.mc_symbolic is not None
     by_rows = parallel and not by_columns and not rows_outside and (rows is None or -(-rows // mc) >= 2 * threads)
 
-    # transform_layout needs constant shapes, so A is packed only for a constant M.
+    # A B the caller passes as a constant on every call (see below) streams from L3 or memory
+    # while the tiles run.  Where A's row block stays in L2 (_streams_b), the tiles then read A
+    # from MR-row panels (one stream instead of MR rows) and name the next panel of B to the cache
+    # as they go (the tile's stream form).
+    constant_b = pack_b and _is_constant_param(sch, blk, shape.b_index)
+    streams_b = constant_b and _streams_b(shape, mc, mr)
+    if pack_a is None:
+        pack_a = "panels" if streams_b and intrin in PANEL_INTRINS else False
+    # With a symbolic M the panels are ceildiv(M, MR), the last one padded with zeros by a fill
+    # of at most MR - 1 rows (transform_layout splits the symbolic row dim).
     if pack_a == "panels":
-        if rows is None or intrin not in PANEL_INTRINS:
-            raise ScheduleError(f"{recipe}: pack_a='panels' needs a constant M and a tile intrinsic with a "
-                                f"panel form ({sorted(PANEL_INTRINS)}), got M = {shape.m} and {intrin}")
+        if intrin not in PANEL_INTRINS:
+            raise ScheduleError(f"{recipe}: pack_a='panels' needs a tile intrinsic with a panel form "
+                                f"({sorted(PANEL_INTRINS)}), got {intrin}")
         intrin = PANEL_INTRINS[intrin]
         packed_a = sch.cache_read(blk, shape.a_index, "global")
         sch.transform_layout(packed_a, ("write", 0), lambda i, k: (i // mr, k, i % mr),
-                             pad_value=0.0 if rows % mr else None)
+                             pad_value=0.0 if rows is None or rows % mr else None)
         _schedule_panel_copy(sch, packed_a, parallel, mr)
     elif pack_a and kc < as_int(shape.k) and rows is not None:
         packed_a = sch.cache_read(blk, shape.a_index, "global")
@@ -198,7 +220,6 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     # and the kernel takes the packed weight as a parameter (the graph benchmark's mlp: 16 MiB of
     # W no longer read and packed on every call).
     in_thread = by_columns or rows_outside
-    constant_b = pack_b and _is_constant_param(sch, blk, shape.b_index)
     per_block = in_thread and not constant_b
     packed_b = sch.cache_read(blk, shape.b_index, "local" if per_block else "global") if pack_b else None
 
@@ -230,6 +251,11 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     # intrinsic has an init form (the fp32 tiles) into the kernel: the first k slab writes its C
     # tile without reading it (N = 1024, one thread: 150.5 -> 155.2 GFLOP/s); other tiles zero
     # the C tile right before the first k slab (in cache) instead of in a separate pass.
+    if streams_b and stream_form(intrin) is not None:
+        # B was packed before the call (a constant weight): on every call it comes from L3 or
+        # memory, so the tile's stream form names the next panel to the cache while the row
+        # tiles of this one compute (kernels_fp32.sgemm_tile_source)
+        intrin = stream_form(intrin)
     sch.tensorize(i2, intrin)
     if by_columns or rows_outside:
         sch.parallel(j0)
@@ -240,6 +266,25 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     elif parallel:
         sch.parallel(i0)  # few row blocks and unbalanced column blocks
     return sch
+
+
+def _streams_b(shape, mc: int, mr: int) -> bool:
+    """Whether the tiles of a matmul whose B was packed before the call (a constant weight, read
+    from L3 or memory on every call) should read A from MR-row panels and name the next panel of
+    B to the cache as they run (the tile's stream form): where A's row block (MC rows, or all of
+    a constant M, by the whole K) fits in L2, so that B is the one operand coming from further
+    out.  The graph benchmark's mlp (batch 256 symbolic, K = 1024 / 4096, one thread of an
+    AVX-512 Xeon with 2 MiB L2, best of 3 A/B): linear + gelu (A 1 MiB) 15.2-15.4 -> 13.9-14.1
+    ms; linear + residual (A 4 MiB) 14.2-14.7 -> 15.4 with both, 15.0-15.2 with the stream form
+    alone, 15.3-15.6 with the panels alone: A then streams from L3 too, and the panel copy of 4 MiB
+    and the hint's traffic only add to it."""
+    from ..intrin import cpu
+
+    rows = as_int(shape.m)
+    block_rows = min(mc, _SYMBOLIC_ROWS) if rows is None else min(mc, -(-rows // mr) * mr)
+    k = as_int(shape.k)
+    _, l2 = cpu.cache_sizes()
+    return k is not None and block_rows * k * 4 <= l2
 
 
 def _is_constant_param(sch: Schedule, blk: BlockRV, read_index: int) -> bool:
