@@ -50,7 +50,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..ast import (
-    Allocate, Buffer, BufferStore, Call, Cast, Evaluate, FloatImm, For, IfThenElse, IntImm, LetStmt, PrimFunc, SizeVar, Stmt,
+    Allocate, Buffer, BufferStore, Call, Cast, Evaluate, FloatImm, For, IfThenElse, IntImm, Let, LetStmt, PrimFunc, SizeVar, Stmt,
     StringImm, Var, max_, min_, select, seq,
 )
 from ..driver import build
@@ -95,15 +95,42 @@ def _let(var: Var, value: Any, body: Stmt) -> LetStmt:
     return LetStmt(var, value, body)
 
 
-def _exp(x: Any) -> Call:
-    """e^max(x, EXP_FLOOR) for x = a score minus the running maximum (<= 0).
+# e^x = 2^n e^r with n = round(x / ln 2) and r = x - n ln 2 in [-ln2 / 2, ln2 / 2] (ln 2 in two parts,
+# the first exact in 9 bits, so n ln2_hi is exact for |n| < 2^15); e^r by its Taylor polynomial of
+# degree 7 (truncation below 1e-8 relative on that interval); 2^n from its bits, (n + 127) 2^23
+_LOG2E = 1.4426950408889634
+_LN2_HI = 0.693359375
+_LN2_LO = -2.1219444005469057e-4
+_ROUND = 12582912.0  # 1.5 * 2^23: x + _ROUND - _ROUND rounds x to an integer (|x| < 2^22)
+_ROUND_BITS = 0x4B400000  # its bits as int32
+_TAYLOR = tuple(1.0 / math.factorial(n) for n in range(8))
+
+
+def _exp(x: Any) -> Any:
+    """e^max(x, EXP_FLOOR) for x = a score minus the running maximum (<= 0), computed inline.
 
     A weight below e^-80 relative to the row's largest is raised to e^-80 (1.8e-35): at most
-    P * 1.8e-35 of the row's sum, far below float32 rounding, and it keeps the vector exp off its
-    slow path (libmvec computes a vector with an underflowing lane with the scalar routine,
-    lane by lane: many such vectors in a trained model's attention, whose sink keys score far
-    above the rest)."""
-    return Call("exp", (max_(x, _f(EXP_FLOOR)),), "float32")
+    P * 1.8e-35 of the row's sum, far below float32 rounding, and it keeps 2^n a normal number
+    (n >= -116).  The exponential is range reduction and a polynomial (within 2 units in the last
+    place of float32 on [-80, 0]), the same float operations in every lane, in vector and scalar
+    code alike: no library call, so a decode step (one query) and a verify step (several) compute
+    each weight with the same instructions."""
+    xv, rounded, n, r, p = (Var(name, "float32") for name in ("ex", "et", "en", "er", "ep"))
+    poly: Any = _f(_TAYLOR[7])
+    for c in reversed(_TAYLOR[:7]):
+        poly = poly * r + _f(c)
+    # the bits of x / ln 2 + 1.5 * 2^23 are those of 1.5 * 2^23 plus n: 2^n is (those - them + 127) 2^23
+    bits = (Call("reinterpret", (rounded,), "int32") - IntImm(_ROUND_BITS - 127, "int32")) * IntImm(1 << 23, "int32")
+    return Let(xv, _fmax(_f(EXP_FLOOR), x), Let(rounded, xv * _f(_LOG2E) + _f(_ROUND), Let(n, rounded - _f(_ROUND), Let(
+        r, (xv - n * _f(_LN2_HI)) - n * _f(_LN2_LO), Let(p, poly, p * Call("reinterpret", (bits,), "float32"))))))
+
+
+def _fmax(a: Any, b: Any) -> Any:
+    """The larger of two floats as x86's max instruction takes it, `b < a ? a : b`: one instruction
+    (`max_` keeps IEEE's NaN rule and costs a compare and a blend more per vector, a compare and a
+    branch per scalar).  With a NaN operand the result is `b`: a NaN score (the `b` of the running
+    maximum) makes the maximum NaN, and the output NaN, as a NaN score does in exact arithmetic."""
+    return select(b < a, a, b)
 
 
 def _assume(condition: Any) -> Evaluate:
@@ -378,11 +405,11 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
             return visible(Allocate(lanes, seq(
                 _for(l3, 0, _const(L), BufferStore(lanes, m[row], (l3,)), "vectorized"),
                 _for(j6, 0, nf, _for(l3, 0, _const(L), BufferStore(
-                    lanes, max_(lanes[l3], score(lo + j6 * L + l3)), (l3,)), "vectorized")),
+                    lanes, _fmax(lanes[l3], score(lo + j6 * L + l3)), (l3,)), "vectorized")),
                 BufferStore(mx, m[row], (row,)),
-                fold(max_), BufferStore(mx, max_(mx[row], lanes[_ZERO]), (row,)),
+                fold(_fmax), BufferStore(mx, _fmax(mx[row], lanes[_ZERO]), (row,)),
                 *([] if whole else [_for(j3, lo + nf * L, hi - lo - nf * L,
-                                         BufferStore(mx, max_(mx[row], score(j3)), (row,)))]))), whole)
+                                         BufferStore(mx, _fmax(mx[row], score(j3)), (row,)))]))), whole)
 
         # 2. every row of the tile at once (vector exp): rescale = e^(m - mx); l *= rescale; m = mx
         # (rows past the tile's queries keep m = mx = lowest: rescale 1, l 0)
