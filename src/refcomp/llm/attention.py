@@ -106,7 +106,7 @@ _ROUND_BITS = 0x4B400000  # its bits as int32
 _TAYLOR = tuple(1.0 / math.factorial(n) for n in range(8))
 
 
-def _exp(x: Any) -> Any:
+def softmax_exp(x: Any) -> Any:
     """e^max(x, EXP_FLOOR) for x = a score minus the running maximum (<= 0), computed inline.
 
     A weight below e^-80 relative to the row's largest is raised to e^-80 (1.8e-35): at most
@@ -230,7 +230,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
     acc = Buffer("acc", (_const(R * D),), "float32")
     s = Buffer("s", (_const(RS * P),), "float32")
     m = Buffer("m", (_const(R),), "float32")
-    l = Buffer("l", (_const(R),), "float32")
+    l = Buffer("l", (_const(R * LANES),), "float32")  # per row, the running sum in LANES partial sums
     mx = Buffer("mx", (_const(R),), "float32")  # per row, the running maximum after the chunk
     rescale = Buffer("rescale", (_const(R),), "float32")  # per row, e^(m - m') of the chunk
     kt = Buffer("kt", (_const(D), T), "float32")  # the call's keys of this head, transposed
@@ -299,7 +299,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
 
     def chunk(count: Any, pos0: Any, windowed: bool, kload: Callable[[Any, Any], Any],
               vload: Callable[[Any, Any], Any], room: Any, kraw: Callable[[Any, Any, Any], Any] | None = None,
-              kld: Any = None, spread: Callable[[Any], Stmt] | None = None) -> Stmt:
+              kld: Any = None, spread: tuple[Any, Callable[[Any], Stmt]] | None = None) -> Stmt:
         """Fold `count` (<= P) keys at positions pos0, pos0 + 1, ... into the running softmax of
         every query of the tile and head of the group.
 
@@ -313,8 +313,9 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         Tiled (bfloat16 pages on AVX512_BF16): the scores are BF16_TILE calls instead, per block of
         BF16_BLOCK keys and BF16_ROWS state rows; `kraw(dp, j, e)` is element 2 dp + e of key j as
         stored, in rows of pairs `kld` elements apart.
-        `spread(j)`, given, is run once per key j of the chunk in the first value tile's key loop
-        (the next page's prefetches, spread over the chunk's arithmetic)."""
+        `spread` = (condition, body), given: where the condition holds, body(j) is run once per key j
+        of the chunk in the first value tile's key loop (the next page's prefetches, spread over
+        the chunk's arithmetic); the condition is tested once per chunk, the loop chosen by it."""
         jc, d1, r1, ln, jt, d4, g4, i1, u1 = (_v(n) for n in ("jc", "d1", "r1", "ln", "jt", "d4", "g4", "i1", "u1"))
         full = count // KB
         # when KB = 2L: one more block of L keys after the full ones, if it fits
@@ -411,30 +412,30 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                 *([] if whole else [_for(j3, lo + nf * L, hi - lo - nf * L,
                                          BufferStore(mx, _fmax(mx[row], score(j3)), (row,)))]))), whole)
 
-        # 2. every row of the tile at once (vector exp): rescale = e^(m - mx); l *= rescale; m = mx
-        # (rows past the tile's queries keep m = mx = lowest: rescale 1, l 0)
+        # 2. every row of the tile at once (vector exp): rescale = e^(m - mx); m = mx
+        # (rows past the tile's queries keep m = mx = lowest: rescale 1)
         r2 = _v("r2")
         shift = _for(r2, 0, _const(R), seq(
-            BufferStore(rescale, _exp(m[r2] - mx[r2]), (r2,)),
-            BufferStore(l, l[r2] * rescale[r2], (r2,)),
+            BufferStore(rescale, softmax_exp(m[r2] - mx[r2]), (r2,)),
             BufferStore(m, mx[r2], (r2,))), "vectorized")
 
         def weights(whole: bool) -> Stmt:
-            """3. per row, the visible scores become e^(s - m), the others 0; l += their sum"""
-            weight = _exp(score(lo + j7 * L + l3) - m[row])
+            """3. per row, the visible scores become e^(s - m), the others 0; the row's L partial sums
+            l are rescaled and add them lane by lane (folded once, after the tile's last chunk)"""
+            weight = softmax_exp(score(lo + j7 * L + l3) - m[row])
             return visible(Allocate(lanes, seq(
                 *([] if whole else [_for(j8, 0, lo, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized")]),
-                _for(l3, 0, _const(L), BufferStore(lanes, _f(0.0), (l3,)), "vectorized"),
+                _for(l3, 0, _const(L), BufferStore(lanes, l[row * L + l3] * rescale[row], (l3,)), "vectorized"),
                 _for(j7, 0, nf, _for(l3, 0, _const(L), seq(
                     BufferStore(s, weight, (row * P + lo + j7 * L + l3,)),
                     BufferStore(lanes, lanes[l3] + score(lo + j7 * L + l3), (l3,))), "vectorized")),
                 *([] if whole else [
                     _for(j8, lo + nf * L, hi - lo - nf * L, BufferStore(
-                        s, _exp(score(j8) - m[row]), (row * P + j8,)), "vectorized"),
+                        s, softmax_exp(score(j8) - m[row]), (row * P + j8,)), "vectorized"),
                     _for(j8, hi, count - hi, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized")]),
-                fold(lambda x, y: x + y), BufferStore(l, l[row] + lanes[_ZERO], (row,)),
+                _for(l3, 0, _const(L), BufferStore(l, lanes[l3], (row * L + l3,)), "vectorized"),
                 *([] if whole else [_for(j3, lo + nf * L, hi - lo - nf * L,
-                                         BufferStore(l, l[row] + score(j3), (row,)))]))), whole)
+                                         BufferStore(l, l[row * L] + score(j3), (row * L,)))]))), whole)
 
         # the chunk is whole for every query of the tile when it has P keys, the first query sees
         # its last key and (windowed) the last query's window starts at or before its first key
@@ -452,14 +453,19 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
             accumulators over the chunk's keys, each value row loaded once per tile."""
             areg = Buffer("areg", (_const(rows * DW),), "float32")
             slot_a = r3 * DW + l2
+
+            def key_loop(prefetching: bool) -> Stmt:
+                """The chunk's keys into the tile (`prefetching`: each with its share of spread[1])."""
+                return _for(j5, 0, count, seq(
+                    *([spread[1](j5)] if prefetching else []),
+                    _for(r3, 0, _const(rows), _for(l2, 0, _const(DW), BufferStore(
+                        areg, areg[slot_a] + s[(r0 + r3) * P + j5] * vload(j5, column), (slot_a,)), "vectorized"),
+                         "unrolled")))
             return _for(dc, 0, _const(D // DW), Allocate(areg, seq(
                 _for(r3, 0, _const(rows), _for(l2, 0, _const(DW), BufferStore(
                     areg, acc[(r0 + r3) * D + column] * rescale[r0 + r3], (slot_a,)), "vectorized"), "unrolled"),
-                _for(j5, 0, count, seq(
-                    *([] if spread is None else [IfThenElse(first & (dc == 0), spread(j5))]),
-                    _for(r3, 0, _const(rows), _for(l2, 0, _const(DW), BufferStore(
-                        areg, areg[slot_a] + s[(r0 + r3) * P + j5] * vload(j5, column), (slot_a,)), "vectorized"),
-                         "unrolled"))),
+                key_loop(False) if spread is None else IfThenElse(first & (dc == 0) & spread[0], key_loop(True),
+                                                                   key_loop(False)),
                 _for(r3, 0, _const(rows), _for(l2, 0, _const(DW), BufferStore(
                     acc, areg[slot_a], ((r0 + r3) * D + column,)), "vectorized"), "unrolled"))))
 
@@ -522,7 +528,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                     chunk(e - a, lo_pos + (pi * P + a - lo_slot), windowed,
                           lambda dd, jj: load(key_at(pg, dd, a + jj)), lambda jj, dd: load(vp[pg, kh, a + jj, dd]),
                           _const(P) - a, lambda dp, jj, ee: kp[pg, kh, dp, a + jj, ee], _const(2 * P),
-                          lambda jj: IfThenElse(has_next & whole_page, prefetch_spread(pn, jj)))))))))
+                          (has_next & whole_page, lambda jj: prefetch_spread(pn, jj)))))))))
         return _for(pi, first, pages, page_body)
 
     def new_run(lo: Any, count: Any, windowed: bool) -> Stmt:
@@ -538,6 +544,15 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
     # Positions the tile's queries read (module docstring): the union over its queries of the sinks
     # [0, min(sinks, pos + 1)) and the windows [max(sinks, pos + 1 - window), pos + 1), i.e. from the
     # first query's window start to the last query's position; positions < st come from the pages.
+    def total_sum(row: Any) -> tuple[Stmt, ...]:
+        """The row's L partial sums folded into its first, by halving."""
+        steps, half, lane = [], L // 2, _v("lt")
+        while half >= 1:
+            steps.append(_for(lane, 0, _const(half), BufferStore(
+                l, l[row * L + lane] + l[row * L + lane + half], (row * L + lane,)), "vectorized"))
+            half //= 2
+        return tuple(steps)
+
     wlo, sink_old, w1, w1s, n1 = _v("wlo"), _v("sink_old"), _v("w1"), _v("w1s"), _v("n1")
     nlo, nsink_hi, last = _v("nlo"), _v("nsink_hi"), _v("last")
     old_window = _let(w1, max_(wlo, _const(0)), _let(
@@ -547,8 +562,8 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
     tile = _let(t0, tg * QT, _let(tq, min_(_const(QT), T - t0), _let(
         last, st + t0 + tq - 1, _let(wlo, window_lo(_ZERO), seq(
             _for(r, 0, _const(R), seq(
-                BufferStore(m, _f(_LOWEST), (r,)), BufferStore(mx, _f(_LOWEST), (r,)), BufferStore(l, _f(0.0), (r,))),
-                 "vectorized"),
+                BufferStore(m, _f(_LOWEST), (r,)), BufferStore(mx, _f(_LOWEST), (r,))), "vectorized"),
+            _for(r, 0, _const(R * L), BufferStore(l, _f(0.0), (r,)), "vectorized"),
             _for(i, 0, tq, _for(g, 0, _const(G), seq(
                 _for(d, 0, _const(D), seq(
                     BufferStore(acc, _f(0.0), ((i * G + g) * D + d,)),
@@ -558,8 +573,8 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
             old_window,
             _let(nsink_hi, min_(sinks, last + 1), new_run(_const(0), nsink_hi - st, False)),
             _let(nlo, max_(max_(st, sinks), wlo), new_run(nlo - st, last + 1 - nlo, True)),
-            _for(i, 0, tq, _for(g, 0, _const(G), _for(d, 0, _const(D), BufferStore(
-                out, acc[(i * G + g) * D + d] / l[i * G + g], (b, t0 + i, kh * G + g, d)), "vectorized"))))))))
+            _for(i, 0, tq, _for(g, 0, _const(G), seq(*total_sum(i * G + g), _for(d, 0, _const(D), BufferStore(
+                out, acc[(i * G + g) * D + d] / l[(i * G + g) * L], (b, t0 + i, kh * G + g, d)), "vectorized")))))))))
 
     slot, wp, wt, wd = _v("slot"), _v("wp"), _v("wt"), _v("wd")
     store_new = _for(wt, 0, T, _let(slot, select(st + wt < sinks, st + wt, sinks + (st + wt - sinks) % ring), _let(
