@@ -232,6 +232,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
     m = Buffer("m", (_const(R),), "float32")
     l = Buffer("l", (_const(R * LANES),), "float32")  # per row, the running sum in LANES partial sums
     mx = Buffer("mx", (_const(R),), "float32")  # per row, the running maximum after the chunk
+    top = Buffer("top", (_const(R * LANES),), "float32")  # per row, L lanes of the chunk's maximum score
     rescale = Buffer("rescale", (_const(R),), "float32")  # per row, e^(m - m') of the chunk
     kt = Buffer("kt", (_const(D), T), "float32")  # the call's keys of this head, transposed
     # tiled: the queries as bfloat16 (the tile's A) and the call's keys in pairs like a page's,
@@ -323,19 +324,25 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         done = full * KB + half_blocks * L   # keys scored by register tiles; the rest one by one
 
         def score_rows(r0: Any, rows: int, kb: int, first: Any, blocks: Any,
-                       keys: Callable[[Any, Any], Any] = kload) -> Stmt:
+                       keys: Callable[[Any, Any], Any] = kload, track: bool = False) -> Stmt:
             """Scores of the `rows` state rows from r0 (whole queries) on `blocks` blocks of kb keys
             from key `first`: a register tile of rows x kb scores, each key row of the block loaded
-            once per tile (`keys(d, j)`: element d of key j)."""
+            once per tile (`keys(d, j)`: element d of key j).  `track`: each row's L lanes of
+            `top` take the maximum of its scores while they are still in registers."""
             sreg = Buffer("sreg", (_const(rows * kb),), "float32")
             lane = r1 * kb + ln
             key = first + jc * kb + ln
+            hb = _v("hb")
+            keep_top = _for(r1, 0, _const(rows), _for(hb, 0, _const(kb // L), _for(ln, 0, _const(L), BufferStore(
+                top, _fmax(top[(r0 + r1) * L + ln], sreg[r1 * kb + hb * L + ln]), ((r0 + r1) * L + ln,)),
+                "vectorized"), "unrolled"), "unrolled")
             return _for(jc, 0, blocks, Allocate(sreg, seq(
                 _for(r1, 0, _const(rows), _for(ln, 0, _const(kb), BufferStore(sreg, _f(0.0), (lane,)), "vectorized"),
                      "unrolled"),
                 _for(d1, 0, _const(D), _for(r1, 0, _const(rows), _for(ln, 0, _const(kb), BufferStore(
                     sreg, sreg[lane] + qs[(r0 + r1) * D + d1] * keys(d1, key), (lane,)), "vectorized"), "unrolled"),
                      "unrolled"),
+                *([keep_top] if track else []),
                 _for(r1, 0, _const(rows), _for(ln, 0, _const(kb), BufferStore(s, sreg[lane], ((r0 + r1) * P + key,)),
                                                "vectorized"), "unrolled"))))
 
@@ -356,7 +363,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                 ktail, kload(d5, min_(done + l5, count - 1)), (d5 * L + l5,)))))
 
         def score_all(r0: Any, rows: int) -> Stmt:
-            parts = [score_rows(r0, rows, KB, _ZERO, full)]
+            parts = [score_rows(r0, rows, KB, _ZERO, full, track=track_top)]
             if KB == 2 * L:
                 parts.append(score_rows(r0, rows, L, full * KB, half_blocks))
             if tail_block:
@@ -365,7 +372,12 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
             return seq(*parts)
 
         row4 = i1 * G + g4
+        # the full blocks' score tiles keep each row's maximum in `top` (used by whole chunks,
+        # which are all full blocks: P a multiple of KB); it starts at the lowest float
+        track_top = not tiled and P % KB == 0
+        l9 = _v("l9")
         scores = score_tiles(count, room, kraw, kld) if tiled else seq(
+            *([_for(l9, 0, tq * (G * L), BufferStore(top, _f(_LOWEST), (l9,)), "vectorized")] if track_top else []),
             *([IfThenElse(count > done, tail_copy)] if tail_block else []),
             _for(u1, 0, tq // U, score_all(u1 * (U * G), U * G)),
             _for(i1, tq // U * U, tq - tq // U * U, score_all(i1 * G, G)),
@@ -402,7 +414,13 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                     g2, 0, _const(G), _let(row, i2 * G + g2, body))))))
 
         def new_max(whole: bool) -> Stmt:
-            """1. per row, the new running maximum mx = max(m, visible scores)"""
+            """1. per row, the new running maximum mx = max(m, visible scores); a whole chunk's
+            scores were all in full blocks, whose maxima `top` holds"""
+            if whole and track_top:
+                return visible(Allocate(lanes, seq(
+                    _for(l3, 0, _const(L), BufferStore(lanes, top[row * L + l3], (l3,)), "vectorized"),
+                    BufferStore(mx, m[row], (row,)),
+                    fold(_fmax), BufferStore(mx, _fmax(mx[row], lanes[_ZERO]), (row,)))), whole)
             return visible(Allocate(lanes, seq(
                 _for(l3, 0, _const(L), BufferStore(lanes, m[row], (l3,)), "vectorized"),
                 _for(j6, 0, nf, _for(l3, 0, _const(L), BufferStore(
@@ -601,7 +619,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         _assume((st >= 0) & (sinks >= 0) & (ring > 0) & (window > 0) & (M * P >= sinks + ring)
                 & ((st + T <= sinks + ring) | (window <= ring))),
         transpose, _for(tg, 0, (T + (QT - 1)) // QT, tile), store_new))))
-    for buffer in ((ktp, qbf) if tiled else (kt,)) + (rescale, mx, l, m, s, acc, qs):
+    for buffer in ((ktp, qbf) if tiled else (kt,)) + (rescale, mx, top, l, m, s, acc, qs):
         body = Allocate(buffer, body)
     loop = For(bh, _const(0), B * H, "parallel", body)
     suffix = {"float32": "", "float16": "_f16", "bfloat16": "_bf16"}[kv_dtype] + {
