@@ -28,12 +28,14 @@ streaming cache whose ring is shorter than the call still sees every key it must
             for each chunk of <= P keys the tile's queries see (read from its page once;
                     in a run of more than PREFETCH_PAGES pages the next page is prefetched):
                 per register tile of 8 rows (queries x heads): s[row, j] = (q[row] / sqrt(D)) . K[j]
-                    (in blocks of 32 and 16 keys; the last count mod 16 keys as one more block)
+                    (in blocks of 32 and 16 keys; the last count mod 16 keys as one more block;
+                    the full blocks keep each row's maximum in 16 lanes while in registers)
                 per row, over the keys [lo_i, hi_i) its query i sees in the chunk: m' = max(m, max_j s)
-                all rows at once: r = e^(m - m');  l = l * r
-                per row: s = e^max(s - m', -80) (0 outside [lo_i, hi_i));  l += sum_j s
+                all rows at once: r = e^(m - m')
+                per row: s = e^max(s - m', -80) (0 outside [lo_i, hi_i); inline, softmax_exp);
+                    l = l * r + s lane by lane (l: 16 partial sums per row)
                 per register tile of 8 rows: acc[row] = acc[row] * r + sum_j s[row, j] V[j]
-            out[b, t0 + i, g] = acc[i, g] / l[i, g]
+            out[b, t0 + i, g] = acc[i, g] / (sum of l[i, g]'s 16 lanes)
         then the T new keys and values are stored in their slots
 
 A decode step is one tile of one query; a verify step of a few tokens is one tile, so it reads
