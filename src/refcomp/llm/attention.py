@@ -349,20 +349,22 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                                                "vectorized"), "unrolled"))))
 
         # the last count - done (< L) keys: copied into ktail (D x L), the lanes past the chunk
-        # holding its last key again, and scored as one more block of L lanes (P a multiple of L:
+        # holding the keys after it or zeros, and scored as one more block of L lanes (P a multiple of L:
         # the block's scores stay inside s's row; the lanes past the chunk land where nothing
         # reads them); otherwise one key at a time
         tail_block = P % L == 0
         ktail = Buffer("ktail", (_const(D * L),), "float32")
         d5, l5 = _v("d5"), _v("l5")
         # `room`: keys kload may read from key 0 (the rest of the page, or of the call's keys):
-        # where the L lanes fit, a plain vector copy (the lanes past the chunk read keys outside it)
+        # where the L lanes fit, a plain vector copy (the lanes past the chunk read keys outside it);
+        # otherwise zeros, then the chunk's keys over them (a decode step's own key is 1 of the 16)
         tail_copy = IfThenElse(
             done + L <= room,
             _for(d5, 0, _const(D), _for(l5, 0, _const(L), BufferStore(ktail, kload(d5, done + l5), (d5 * L + l5,)),
                                         "vectorized")),
-            _for(d5, 0, _const(D), _for(l5, 0, _const(L), BufferStore(
-                ktail, kload(d5, min_(done + l5, count - 1)), (d5 * L + l5,)))))
+            seq(_for(d5, 0, _const(D * L), BufferStore(ktail, _f(0.0), (d5,)), "vectorized"),
+                _for(d5, 0, _const(D), _for(l5, 0, count - done, BufferStore(
+                    ktail, kload(d5, done + l5), (d5 * L + l5,))))))
 
         def score_all(r0: Any, rows: int) -> Stmt:
             parts = [score_rows(r0, rows, KB, _ZERO, full, track=track_top)]
