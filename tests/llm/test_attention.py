@@ -3,7 +3,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from refcomp.llm.attention import PagedAttention, compiled_attention
+from refcomp.ast import Buffer, BufferStore, For, IntImm, PrimFunc, Var, seq
+from refcomp.driver import build
+from refcomp.llm.attention import PagedAttention, compiled_attention, softmax_exp
 from refcomp.llm.cache import UNBOUNDED
 
 from paged_attention_reference import attention, fill_pages, slot_of
@@ -87,6 +89,48 @@ def test_repeated_calls_take_the_prepared_path(kernel):
     c = _case(7, [3, 30, 9], 4, 2, 6, 2, streaming=True)  # new shapes and scalars: checked again
     _check(c, _run(call, c))
     assert len(call._templates) == 2
+
+
+@pytest.fixture(scope="module")
+def exp_kernel():
+    """softmax_exp over 4096 floats twice: in 16-lane vectors and one float at a time."""
+    n = 4096
+    x, vec, one = (Buffer(name, (IntImm(n, "int64"),), "float32") for name in ("x", "vec", "one"))
+    i, j = Var("i", "int64"), Var("j", "int64")
+    zero = IntImm(0, "int64")
+    body = seq(For(i, zero, IntImm(n, "int64"), "vectorized", BufferStore(vec, softmax_exp(x[i]), (i,))),
+               For(j, zero, IntImm(n, "int64"), "serial", BufferStore(one, softmax_exp(x[j]), (j,))))
+    return build(PrimFunc((x, vec, one), body, "softmax_exp_check"))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_softmax_exp_is_exp_within_two_units(exp_kernel, seed):
+    """The kernel's inline exp of x - max (<= 0): e^max(x, -80) within 2 units in the last place
+    of float32, in vector and in scalar code (the range's ends and exact zeros included)."""
+    rng = np.random.default_rng(seed)
+    x = -np.abs(rng.standard_normal(4096) * [0.1, 3.0, 30.0, 60.0][seed % 4]).astype(np.float32)
+    x[:6] = [0.0, -0.0, -80.0, -80.5, -1e-30, -88.0]
+    x[6:200] = -rng.uniform(0, 100, 194).astype(np.float32)
+    vec, one = np.empty_like(x), np.empty_like(x)
+    exp_kernel(x, vec, one)
+    expected = np.exp(np.maximum(x.astype(np.float64), -80.0))
+    for got in (vec, one):
+        units = np.abs(got - expected) / np.spacing(expected.astype(np.float32)).astype(np.float64)
+        assert units.max() <= 2.0, (x[units.argmax()], got[units.argmax()], expected[units.argmax()])
+
+
+def test_nan_query_gives_nan_output(kernel):
+    """A NaN in a query head makes that head's output NaN, not a silent number; the other
+    queries' outputs are those of the same call without it, bit for bit."""
+    c = _case(5, [40, 70], 3, 0, 0, 0, streaming=False)
+    c["q"][1, 2, 0, 3] = np.nan
+    out = _run(kernel, c)
+    assert np.isnan(out[1, 2, 0]).all()
+    keep = np.ones(out.shape[:3], bool)
+    keep[1, 2] = False
+    c2 = _case(5, [40, 70], 3, 0, 0, 0, streaming=False)
+    c2["q"][1, 2] = 0.0
+    np.testing.assert_allclose(out[keep], _run(kernel, c2)[keep], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("steps", range(1, 9))

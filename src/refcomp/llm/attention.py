@@ -28,12 +28,14 @@ streaming cache whose ring is shorter than the call still sees every key it must
             for each chunk of <= P keys the tile's queries see (read from its page once;
                     in a run of more than PREFETCH_PAGES pages the next page is prefetched):
                 per register tile of 8 rows (queries x heads): s[row, j] = (q[row] / sqrt(D)) . K[j]
-                    (in blocks of 32 and 16 keys; the last count mod 16 keys as one more block)
+                    (in blocks of 32 and 16 keys; the last count mod 16 keys as one more block;
+                    the full blocks keep each row's maximum in 16 lanes while in registers)
                 per row, over the keys [lo_i, hi_i) its query i sees in the chunk: m' = max(m, max_j s)
-                all rows at once: r = e^(m - m');  l = l * r
-                per row: s = e^max(s - m', -80) (0 outside [lo_i, hi_i));  l += sum_j s
+                all rows at once: r = e^(m - m')
+                per row: s = e^max(s - m', -80) (0 outside [lo_i, hi_i); inline, softmax_exp);
+                    l = l * r + s lane by lane (l: 16 partial sums per row)
                 per register tile of 8 rows: acc[row] = acc[row] * r + sum_j s[row, j] V[j]
-            out[b, t0 + i, g] = acc[i, g] / l[i, g]
+            out[b, t0 + i, g] = acc[i, g] / (sum of l[i, g]'s 16 lanes)
         then the T new keys and values are stored in their slots
 
 A decode step is one tile of one query; a verify step of a few tokens is one tile, so it reads
@@ -50,7 +52,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..ast import (
-    Allocate, Buffer, BufferStore, Call, Cast, Evaluate, FloatImm, For, IfThenElse, IntImm, LetStmt, PrimFunc, SizeVar, Stmt,
+    Allocate, Buffer, BufferStore, Call, Cast, Evaluate, FloatImm, For, IfThenElse, IntImm, Let, LetStmt, PrimFunc, SizeVar, Stmt,
     StringImm, Var, max_, min_, select, seq,
 )
 from ..driver import build
@@ -95,15 +97,42 @@ def _let(var: Var, value: Any, body: Stmt) -> LetStmt:
     return LetStmt(var, value, body)
 
 
-def _exp(x: Any) -> Call:
-    """e^max(x, EXP_FLOOR) for x = a score minus the running maximum (<= 0).
+# e^x = 2^n e^r with n = round(x / ln 2) and r = x - n ln 2 in [-ln2 / 2, ln2 / 2] (ln 2 in two parts,
+# the first exact in 9 bits, so n ln2_hi is exact for |n| < 2^15); e^r by its Taylor polynomial of
+# degree 7 (truncation below 1e-8 relative on that interval); 2^n from its bits, (n + 127) 2^23
+_LOG2E = 1.4426950408889634
+_LN2_HI = 0.693359375
+_LN2_LO = -2.1219444005469057e-4
+_ROUND = 12582912.0  # 1.5 * 2^23: x + _ROUND - _ROUND rounds x to an integer (|x| < 2^22)
+_ROUND_BITS = 0x4B400000  # its bits as int32
+_TAYLOR = tuple(1.0 / math.factorial(n) for n in range(8))
+
+
+def softmax_exp(x: Any) -> Any:
+    """e^max(x, EXP_FLOOR) for x = a score minus the running maximum (<= 0), computed inline.
 
     A weight below e^-80 relative to the row's largest is raised to e^-80 (1.8e-35): at most
-    P * 1.8e-35 of the row's sum, far below float32 rounding, and it keeps the vector exp off its
-    slow path (libmvec computes a vector with an underflowing lane with the scalar routine,
-    lane by lane: many such vectors in a trained model's attention, whose sink keys score far
-    above the rest)."""
-    return Call("exp", (max_(x, _f(EXP_FLOOR)),), "float32")
+    P * 1.8e-35 of the row's sum, far below float32 rounding, and it keeps 2^n a normal number
+    (n >= -116).  The exponential is range reduction and a polynomial (within 2 units in the last
+    place of float32 on [-80, 0]), the same float operations in every lane, in vector and scalar
+    code alike: no library call, so a decode step (one query) and a verify step (several) compute
+    each weight with the same instructions."""
+    xv, rounded, n, r, p = (Var(name, "float32") for name in ("ex", "et", "en", "er", "ep"))
+    poly: Any = _f(_TAYLOR[7])
+    for c in reversed(_TAYLOR[:7]):
+        poly = poly * r + _f(c)
+    # the bits of x / ln 2 + 1.5 * 2^23 are those of 1.5 * 2^23 plus n: 2^n is (those - them + 127) 2^23
+    bits = (Call("reinterpret", (rounded,), "int32") - IntImm(_ROUND_BITS - 127, "int32")) * IntImm(1 << 23, "int32")
+    return Let(xv, _fmax(_f(EXP_FLOOR), x), Let(rounded, xv * _f(_LOG2E) + _f(_ROUND), Let(n, rounded - _f(_ROUND), Let(
+        r, (xv - n * _f(_LN2_HI)) - n * _f(_LN2_LO), Let(p, poly, p * Call("reinterpret", (bits,), "float32"))))))
+
+
+def _fmax(a: Any, b: Any) -> Any:
+    """The larger of two floats as x86's max instruction takes it, `b < a ? a : b`: one instruction
+    (`max_` keeps IEEE's NaN rule and costs a compare and a blend more per vector, a compare and a
+    branch per scalar).  With a NaN operand the result is `b`: a NaN score (the `b` of the running
+    maximum) makes the maximum NaN, and the output NaN, as a NaN score does in exact arithmetic."""
+    return select(b < a, a, b)
 
 
 def _assume(condition: Any) -> Evaluate:
@@ -203,8 +232,9 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
     acc = Buffer("acc", (_const(R * D),), "float32")
     s = Buffer("s", (_const(RS * P),), "float32")
     m = Buffer("m", (_const(R),), "float32")
-    l = Buffer("l", (_const(R),), "float32")
+    l = Buffer("l", (_const(R * LANES),), "float32")  # per row, the running sum in LANES partial sums
     mx = Buffer("mx", (_const(R),), "float32")  # per row, the running maximum after the chunk
+    top = Buffer("top", (_const(R * LANES),), "float32")  # per row, L lanes of the chunk's maximum score
     rescale = Buffer("rescale", (_const(R),), "float32")  # per row, e^(m - m') of the chunk
     kt = Buffer("kt", (_const(D), T), "float32")  # the call's keys of this head, transposed
     # tiled: the queries as bfloat16 (the tile's A) and the call's keys in pairs like a page's,
@@ -272,7 +302,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
 
     def chunk(count: Any, pos0: Any, windowed: bool, kload: Callable[[Any, Any], Any],
               vload: Callable[[Any, Any], Any], room: Any, kraw: Callable[[Any, Any, Any], Any] | None = None,
-              kld: Any = None, spread: Callable[[Any], Stmt] | None = None) -> Stmt:
+              kld: Any = None, spread: tuple[Any, Callable[[Any], Stmt]] | None = None) -> Stmt:
         """Fold `count` (<= P) keys at positions pos0, pos0 + 1, ... into the running softmax of
         every query of the tile and head of the group.
 
@@ -286,8 +316,9 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         Tiled (bfloat16 pages on AVX512_BF16): the scores are BF16_TILE calls instead, per block of
         BF16_BLOCK keys and BF16_ROWS state rows; `kraw(dp, j, e)` is element 2 dp + e of key j as
         stored, in rows of pairs `kld` elements apart.
-        `spread(j)`, given, is run once per key j of the chunk in the first value tile's key loop
-        (the next page's prefetches, spread over the chunk's arithmetic)."""
+        `spread` = (condition, body), given: where the condition holds, body(j) is run once per key j
+        of the chunk in the first value tile's key loop (the next page's prefetches, spread over
+        the chunk's arithmetic); the condition is tested once per chunk, the loop chosen by it."""
         jc, d1, r1, ln, jt, d4, g4, i1, u1 = (_v(n) for n in ("jc", "d1", "r1", "ln", "jt", "d4", "g4", "i1", "u1"))
         full = count // KB
         # when KB = 2L: one more block of L keys after the full ones, if it fits
@@ -295,40 +326,48 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         done = full * KB + half_blocks * L   # keys scored by register tiles; the rest one by one
 
         def score_rows(r0: Any, rows: int, kb: int, first: Any, blocks: Any,
-                       keys: Callable[[Any, Any], Any] = kload) -> Stmt:
+                       keys: Callable[[Any, Any], Any] = kload, track: bool = False) -> Stmt:
             """Scores of the `rows` state rows from r0 (whole queries) on `blocks` blocks of kb keys
             from key `first`: a register tile of rows x kb scores, each key row of the block loaded
-            once per tile (`keys(d, j)`: element d of key j)."""
+            once per tile (`keys(d, j)`: element d of key j).  `track`: each row's L lanes of
+            `top` take the maximum of its scores while they are still in registers."""
             sreg = Buffer("sreg", (_const(rows * kb),), "float32")
             lane = r1 * kb + ln
             key = first + jc * kb + ln
+            hb = _v("hb")
+            keep_top = _for(r1, 0, _const(rows), _for(hb, 0, _const(kb // L), _for(ln, 0, _const(L), BufferStore(
+                top, _fmax(top[(r0 + r1) * L + ln], sreg[r1 * kb + hb * L + ln]), ((r0 + r1) * L + ln,)),
+                "vectorized"), "unrolled"), "unrolled")
             return _for(jc, 0, blocks, Allocate(sreg, seq(
                 _for(r1, 0, _const(rows), _for(ln, 0, _const(kb), BufferStore(sreg, _f(0.0), (lane,)), "vectorized"),
                      "unrolled"),
                 _for(d1, 0, _const(D), _for(r1, 0, _const(rows), _for(ln, 0, _const(kb), BufferStore(
                     sreg, sreg[lane] + qs[(r0 + r1) * D + d1] * keys(d1, key), (lane,)), "vectorized"), "unrolled"),
                      "unrolled"),
+                *([keep_top] if track else []),
                 _for(r1, 0, _const(rows), _for(ln, 0, _const(kb), BufferStore(s, sreg[lane], ((r0 + r1) * P + key,)),
                                                "vectorized"), "unrolled"))))
 
         # the last count - done (< L) keys: copied into ktail (D x L), the lanes past the chunk
-        # holding its last key again, and scored as one more block of L lanes (P a multiple of L:
+        # holding the keys after it or zeros, and scored as one more block of L lanes (P a multiple of L:
         # the block's scores stay inside s's row; the lanes past the chunk land where nothing
         # reads them); otherwise one key at a time
         tail_block = P % L == 0
         ktail = Buffer("ktail", (_const(D * L),), "float32")
         d5, l5 = _v("d5"), _v("l5")
         # `room`: keys kload may read from key 0 (the rest of the page, or of the call's keys):
-        # where the L lanes fit, a plain vector copy (the lanes past the chunk read keys outside it)
+        # where the L lanes fit, a plain vector copy (the lanes past the chunk read keys outside it);
+        # otherwise zeros, then the chunk's keys over them (a decode step's own key is 1 of the 16)
         tail_copy = IfThenElse(
             done + L <= room,
             _for(d5, 0, _const(D), _for(l5, 0, _const(L), BufferStore(ktail, kload(d5, done + l5), (d5 * L + l5,)),
                                         "vectorized")),
-            _for(d5, 0, _const(D), _for(l5, 0, _const(L), BufferStore(
-                ktail, kload(d5, min_(done + l5, count - 1)), (d5 * L + l5,)))))
+            seq(_for(d5, 0, _const(D * L), BufferStore(ktail, _f(0.0), (d5,)), "vectorized"),
+                _for(d5, 0, _const(D), _for(l5, 0, count - done, BufferStore(
+                    ktail, kload(d5, done + l5), (d5 * L + l5,))))))
 
         def score_all(r0: Any, rows: int) -> Stmt:
-            parts = [score_rows(r0, rows, KB, _ZERO, full)]
+            parts = [score_rows(r0, rows, KB, _ZERO, full, track=track_top)]
             if KB == 2 * L:
                 parts.append(score_rows(r0, rows, L, full * KB, half_blocks))
             if tail_block:
@@ -337,7 +376,12 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
             return seq(*parts)
 
         row4 = i1 * G + g4
+        # the full blocks' score tiles keep each row's maximum in `top` (used by whole chunks,
+        # which are all full blocks: P a multiple of KB); it starts at the lowest float
+        track_top = not tiled and P % KB == 0
+        l9 = _v("l9")
         scores = score_tiles(count, room, kraw, kld) if tiled else seq(
+            *([_for(l9, 0, tq * (G * L), BufferStore(top, _f(_LOWEST), (l9,)), "vectorized")] if track_top else []),
             *([IfThenElse(count > done, tail_copy)] if tail_block else []),
             _for(u1, 0, tq // U, score_all(u1 * (U * G), U * G)),
             _for(i1, tq // U * U, tq - tq // U * U, score_all(i1 * G, G)),
@@ -374,40 +418,46 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                     g2, 0, _const(G), _let(row, i2 * G + g2, body))))))
 
         def new_max(whole: bool) -> Stmt:
-            """1. per row, the new running maximum mx = max(m, visible scores)"""
+            """1. per row, the new running maximum mx = max(m, visible scores); a whole chunk's
+            scores were all in full blocks, whose maxima `top` holds"""
+            if whole and track_top:
+                return visible(Allocate(lanes, seq(
+                    _for(l3, 0, _const(L), BufferStore(lanes, top[row * L + l3], (l3,)), "vectorized"),
+                    BufferStore(mx, m[row], (row,)),
+                    fold(_fmax), BufferStore(mx, _fmax(mx[row], lanes[_ZERO]), (row,)))), whole)
             return visible(Allocate(lanes, seq(
                 _for(l3, 0, _const(L), BufferStore(lanes, m[row], (l3,)), "vectorized"),
                 _for(j6, 0, nf, _for(l3, 0, _const(L), BufferStore(
-                    lanes, max_(lanes[l3], score(lo + j6 * L + l3)), (l3,)), "vectorized")),
+                    lanes, _fmax(lanes[l3], score(lo + j6 * L + l3)), (l3,)), "vectorized")),
                 BufferStore(mx, m[row], (row,)),
-                fold(max_), BufferStore(mx, max_(mx[row], lanes[_ZERO]), (row,)),
+                fold(_fmax), BufferStore(mx, _fmax(mx[row], lanes[_ZERO]), (row,)),
                 *([] if whole else [_for(j3, lo + nf * L, hi - lo - nf * L,
-                                         BufferStore(mx, max_(mx[row], score(j3)), (row,)))]))), whole)
+                                         BufferStore(mx, _fmax(mx[row], score(j3)), (row,)))]))), whole)
 
-        # 2. every row of the tile at once (vector exp): rescale = e^(m - mx); l *= rescale; m = mx
-        # (rows past the tile's queries keep m = mx = lowest: rescale 1, l 0)
+        # 2. every row of the tile at once (vector exp): rescale = e^(m - mx); m = mx
+        # (rows past the tile's queries keep m = mx = lowest: rescale 1)
         r2 = _v("r2")
         shift = _for(r2, 0, _const(R), seq(
-            BufferStore(rescale, _exp(m[r2] - mx[r2]), (r2,)),
-            BufferStore(l, l[r2] * rescale[r2], (r2,)),
+            BufferStore(rescale, softmax_exp(m[r2] - mx[r2]), (r2,)),
             BufferStore(m, mx[r2], (r2,))), "vectorized")
 
         def weights(whole: bool) -> Stmt:
-            """3. per row, the visible scores become e^(s - m), the others 0; l += their sum"""
-            weight = _exp(score(lo + j7 * L + l3) - m[row])
+            """3. per row, the visible scores become e^(s - m), the others 0; the row's L partial sums
+            l are rescaled and add them lane by lane (folded once, after the tile's last chunk)"""
+            weight = softmax_exp(score(lo + j7 * L + l3) - m[row])
             return visible(Allocate(lanes, seq(
                 *([] if whole else [_for(j8, 0, lo, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized")]),
-                _for(l3, 0, _const(L), BufferStore(lanes, _f(0.0), (l3,)), "vectorized"),
+                _for(l3, 0, _const(L), BufferStore(lanes, l[row * L + l3] * rescale[row], (l3,)), "vectorized"),
                 _for(j7, 0, nf, _for(l3, 0, _const(L), seq(
                     BufferStore(s, weight, (row * P + lo + j7 * L + l3,)),
                     BufferStore(lanes, lanes[l3] + score(lo + j7 * L + l3), (l3,))), "vectorized")),
                 *([] if whole else [
                     _for(j8, lo + nf * L, hi - lo - nf * L, BufferStore(
-                        s, _exp(score(j8) - m[row]), (row * P + j8,)), "vectorized"),
+                        s, softmax_exp(score(j8) - m[row]), (row * P + j8,)), "vectorized"),
                     _for(j8, hi, count - hi, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized")]),
-                fold(lambda x, y: x + y), BufferStore(l, l[row] + lanes[_ZERO], (row,)),
+                _for(l3, 0, _const(L), BufferStore(l, lanes[l3], (row * L + l3,)), "vectorized"),
                 *([] if whole else [_for(j3, lo + nf * L, hi - lo - nf * L,
-                                         BufferStore(l, l[row] + score(j3), (row,)))]))), whole)
+                                         BufferStore(l, l[row * L] + score(j3), (row * L,)))]))), whole)
 
         # the chunk is whole for every query of the tile when it has P keys, the first query sees
         # its last key and (windowed) the last query's window starts at or before its first key
@@ -425,14 +475,19 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
             accumulators over the chunk's keys, each value row loaded once per tile."""
             areg = Buffer("areg", (_const(rows * DW),), "float32")
             slot_a = r3 * DW + l2
+
+            def key_loop(prefetching: bool) -> Stmt:
+                """The chunk's keys into the tile (`prefetching`: each with its share of spread[1])."""
+                return _for(j5, 0, count, seq(
+                    *([spread[1](j5)] if prefetching else []),
+                    _for(r3, 0, _const(rows), _for(l2, 0, _const(DW), BufferStore(
+                        areg, areg[slot_a] + s[(r0 + r3) * P + j5] * vload(j5, column), (slot_a,)), "vectorized"),
+                         "unrolled")))
             return _for(dc, 0, _const(D // DW), Allocate(areg, seq(
                 _for(r3, 0, _const(rows), _for(l2, 0, _const(DW), BufferStore(
                     areg, acc[(r0 + r3) * D + column] * rescale[r0 + r3], (slot_a,)), "vectorized"), "unrolled"),
-                _for(j5, 0, count, seq(
-                    *([] if spread is None else [IfThenElse(first & (dc == 0), spread(j5))]),
-                    _for(r3, 0, _const(rows), _for(l2, 0, _const(DW), BufferStore(
-                        areg, areg[slot_a] + s[(r0 + r3) * P + j5] * vload(j5, column), (slot_a,)), "vectorized"),
-                         "unrolled"))),
+                key_loop(False) if spread is None else IfThenElse(first & (dc == 0) & spread[0], key_loop(True),
+                                                                   key_loop(False)),
                 _for(r3, 0, _const(rows), _for(l2, 0, _const(DW), BufferStore(
                     acc, areg[slot_a], ((r0 + r3) * D + column,)), "vectorized"), "unrolled"))))
 
@@ -495,7 +550,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                     chunk(e - a, lo_pos + (pi * P + a - lo_slot), windowed,
                           lambda dd, jj: load(key_at(pg, dd, a + jj)), lambda jj, dd: load(vp[pg, kh, a + jj, dd]),
                           _const(P) - a, lambda dp, jj, ee: kp[pg, kh, dp, a + jj, ee], _const(2 * P),
-                          lambda jj: IfThenElse(has_next & whole_page, prefetch_spread(pn, jj)))))))))
+                          (has_next & whole_page, lambda jj: prefetch_spread(pn, jj)))))))))
         return _for(pi, first, pages, page_body)
 
     def new_run(lo: Any, count: Any, windowed: bool) -> Stmt:
@@ -511,6 +566,15 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
     # Positions the tile's queries read (module docstring): the union over its queries of the sinks
     # [0, min(sinks, pos + 1)) and the windows [max(sinks, pos + 1 - window), pos + 1), i.e. from the
     # first query's window start to the last query's position; positions < st come from the pages.
+    def total_sum(row: Any) -> tuple[Stmt, ...]:
+        """The row's L partial sums folded into its first, by halving."""
+        steps, half, lane = [], L // 2, _v("lt")
+        while half >= 1:
+            steps.append(_for(lane, 0, _const(half), BufferStore(
+                l, l[row * L + lane] + l[row * L + lane + half], (row * L + lane,)), "vectorized"))
+            half //= 2
+        return tuple(steps)
+
     wlo, sink_old, w1, w1s, n1 = _v("wlo"), _v("sink_old"), _v("w1"), _v("w1s"), _v("n1")
     nlo, nsink_hi, last = _v("nlo"), _v("nsink_hi"), _v("last")
     old_window = _let(w1, max_(wlo, _const(0)), _let(
@@ -520,8 +584,8 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
     tile = _let(t0, tg * QT, _let(tq, min_(_const(QT), T - t0), _let(
         last, st + t0 + tq - 1, _let(wlo, window_lo(_ZERO), seq(
             _for(r, 0, _const(R), seq(
-                BufferStore(m, _f(_LOWEST), (r,)), BufferStore(mx, _f(_LOWEST), (r,)), BufferStore(l, _f(0.0), (r,))),
-                 "vectorized"),
+                BufferStore(m, _f(_LOWEST), (r,)), BufferStore(mx, _f(_LOWEST), (r,))), "vectorized"),
+            _for(r, 0, _const(R * L), BufferStore(l, _f(0.0), (r,)), "vectorized"),
             _for(i, 0, tq, _for(g, 0, _const(G), seq(
                 _for(d, 0, _const(D), seq(
                     BufferStore(acc, _f(0.0), ((i * G + g) * D + d,)),
@@ -531,8 +595,8 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
             old_window,
             _let(nsink_hi, min_(sinks, last + 1), new_run(_const(0), nsink_hi - st, False)),
             _let(nlo, max_(max_(st, sinks), wlo), new_run(nlo - st, last + 1 - nlo, True)),
-            _for(i, 0, tq, _for(g, 0, _const(G), _for(d, 0, _const(D), BufferStore(
-                out, acc[(i * G + g) * D + d] / l[i * G + g], (b, t0 + i, kh * G + g, d)), "vectorized"))))))))
+            _for(i, 0, tq, _for(g, 0, _const(G), seq(*total_sum(i * G + g), _for(d, 0, _const(D), BufferStore(
+                out, acc[(i * G + g) * D + d] / l[(i * G + g) * L], (b, t0 + i, kh * G + g, d)), "vectorized")))))))))
 
     slot, wp, wt, wd = _v("slot"), _v("wp"), _v("wt"), _v("wd")
     store_new = _for(wt, 0, T, _let(slot, select(st + wt < sinks, st + wt, sinks + (st + wt - sinks) % ring), _let(
@@ -559,7 +623,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         _assume((st >= 0) & (sinks >= 0) & (ring > 0) & (window > 0) & (M * P >= sinks + ring)
                 & ((st + T <= sinks + ring) | (window <= ring))),
         transpose, _for(tg, 0, (T + (QT - 1)) // QT, tile), store_new))))
-    for buffer in ((ktp, qbf) if tiled else (kt,)) + (rescale, mx, l, m, s, acc, qs):
+    for buffer in ((ktp, qbf) if tiled else (kt,)) + (rescale, mx, top, l, m, s, acc, qs):
         body = Allocate(buffer, body)
     loop = For(bh, _const(0), B * H, "parallel", body)
     suffix = {"float32": "", "float16": "_f16", "bfloat16": "_bf16"}[kv_dtype] + {
