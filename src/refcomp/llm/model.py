@@ -25,13 +25,13 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ..ast import SizeVar
 from ..errors import ArgumentError
-from ..graph import BlockBuilder, Constant, Var, op, tensor
+from ..graph import BlockBuilder, Call, Constant, ExternFunc, Function, Var, op, tensor
 from ..graph.passes.default_schedule import RuleFallbackWarning
 from ..graph.pipeline import build as build_graph
 from .attention import PagedAttention
@@ -51,20 +51,37 @@ LAYER_WEIGHTS = {"attn_in": ("norm1", "wqkv"), "attn_out": ("wo", "norm2", "wgat
 HEAD_WEIGHTS = ("norm", "head")
 
 
-def dense_module(config: LlamaConfig, weights: Mapping[str, np.ndarray] | None = None,
-                 functions: tuple[str, ...] = DENSE_FUNCTIONS):
-    """The IRModule of the model's dense functions (those of DENSE_FUNCTIONS named in `functions`).
+def dense_module(config: LlamaConfig, layers: Sequence[Mapping[str, np.ndarray]] | None = None,
+                 head: Mapping[str, np.ndarray] | None = None):
+    """The IRModule of the model's dense functions.
 
-    Without `weights` every weight is a parameter of its function (after the activations, in the
-    order of LAYER_WEIGHTS / HEAD_WEIGHTS); with them (those names -> arrays, one layer's and the
-    head's) the weights are graph constants: graph.build then keeps the products for refcomp's
-    GEMM (dispatch_blas "auto") with each weight packed once, at build time."""
+    Without weights: DENSE_FUNCTIONS, every weight a parameter of its function (after the
+    activations, in the order of LAYER_WEIGHTS / HEAD_WEIGHTS), one build serving every layer.
+    With them (`layers`: per layer, LAYER_WEIGHTS' names -> arrays; `head`: HEAD_WEIGHTS'): embed,
+    `attn_in_<l>`, `attn_out_<l>`, `mlp_down_<l>` for each layer l and head, the weights graph
+    constants: graph.build then keeps the products for refcomp's GEMM (dispatch_blas "auto"), each
+    weight packed once at build time, and the layers' kernels, structurally equal, are scheduled
+    and compiled once (fuse_tir shares them)."""
+    if (layers is None) != (head is None):
+        raise ArgumentError("dense_module: give both the layers' and the head's weights, or neither")
+    bb = BlockBuilder()
+    rows = (_size("b"), _size("t"))  # one batch and sequence for all functions (shared kernels)
+    if layers is None:
+        _dense_functions(bb, config, None, DENSE_FUNCTIONS, "", rows)
+    else:
+        _dense_functions(bb, config, head, ("embed", "head"), "", rows)
+        for layer, weights in enumerate(layers):
+            _dense_functions(bb, config, weights, LAYER_FUNCTIONS, f"_{layer}", rows)
+    return bb.get()
+
+
+def _dense_functions(bb: BlockBuilder, config: LlamaConfig, weights: Mapping[str, np.ndarray] | None,
+                     functions: tuple[str, ...], suffix: str, rows: tuple[SizeVar, SizeVar]) -> None:
     c = config
     h, d, v, i = c.hidden_size, c.dim_head, c.vocab_size, c.intermediate_size
     hq, hkv = c.num_attention_heads, c.num_key_value_heads
-    b, t = _size("b"), _size("t")
+    b, t = rows
     eps = c.rms_norm_eps
-    bb = BlockBuilder()
 
     def weight(name: str, shape: tuple, params: list) -> Any:
         if weights is not None:
@@ -86,7 +103,7 @@ def dense_module(config: LlamaConfig, weights: Mapping[str, np.ndarray] | None =
         x, cos, sin = Var("x", tensor((b, t, h))), Var("cos", tensor((b, t, 1, d))), Var("sin", tensor((b, t, 1, d)))
         params = [x, cos, sin]
         norm, wqkv = weight("norm1", (h,), params), weight("wqkv", (h, (hq + 2 * hkv) * d), params)
-        with bb.function("attn_in", params):
+        with bb.function("attn_in" + suffix, params):
             with bb.dataflow():
                 rows = bb.emit(op.reshape(x, (b * t, h)))
                 xn = bb.emit(op.rms_norm(rows, norm, axes=(-1,), epsilon=eps))
@@ -114,7 +131,7 @@ def dense_module(config: LlamaConfig, weights: Mapping[str, np.ndarray] | None =
         params = [x2, attn]
         wo, norm2 = weight("wo", (hq * d, h), params), weight("norm2", (h,), params)
         wgu = weight("wgate_up", (h, 2 * i), params)
-        with bb.function("attn_out", params):
+        with bb.function("attn_out" + suffix, params):
             with bb.dataflow():
                 h1 = bb.emit(op.reshape(op.add(x2, op.matmul(attn, wo)), (b * t, h)))
                 hn = bb.emit(op.rms_norm(h1, norm2, axes=(-1,), epsilon=eps))
@@ -131,7 +148,7 @@ def dense_module(config: LlamaConfig, weights: Mapping[str, np.ndarray] | None =
         h2, act2 = Var("h", tensor((b, t, h))), Var("act", tensor((b, t, i)))
         params = [h2, act2]
         wdown = weight("wdown", (i, h), params)
-        with bb.function("mlp_down", params):
+        with bb.function("mlp_down" + suffix, params):
             with bb.dataflow():
                 out = bb.emit_output(op.add(h2, op.matmul(act2, wdown)))
             bb.emit_func_output(out)
@@ -140,13 +157,12 @@ def dense_module(config: LlamaConfig, weights: Mapping[str, np.ndarray] | None =
         x3 = Var("x", tensor((b, t, h)))
         params = [x3]
         norm3, whead = weight("norm", (h,), params), weight("head", (h, v), params)
-        with bb.function("head", params):
+        with bb.function("head" + suffix, params):
             with bb.dataflow():
                 rows = bb.emit(op.reshape(x3, (b * t, h)))
                 xn = bb.emit(op.rms_norm(rows, norm3, axes=(-1,), epsilon=eps))
                 out = bb.emit_output(op.reshape(op.matmul(xn, whead), (b, t, v)))
             bb.emit_func_output(out)
-    return bb.get()
 
 
 def rotary_tables(config: LlamaConfig, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -160,9 +176,10 @@ def rotary_tables(config: LlamaConfig, positions: np.ndarray) -> tuple[np.ndarra
     return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
 
 
-# Up to this many token rows per call, the dense functions run refcomp's own kernels (blas=False):
-# a product with so few rows is a matrix-vector product, where the BLAS call costs more than the
-# arithmetic; more rows go to the BLAS GEMM (graph.build's default).
+# Up to this many token rows per call, a model some of whose products go to the BLAS GEMM (shapes
+# refcomp's GEMM recipe does not tile) runs the shared build with refcomp's own kernels instead
+# (blas=False): a product with so few rows is a matrix-vector product, where the BLAS call costs
+# more than the arithmetic.  (Where every product runs on refcomp's GEMM, all calls take it.)
 FEW_ROWS = 4
 # the KV cache's element type unless asked otherwise (refcomp.llm.cache.KV_DTYPES)
 DEFAULT_KV_DTYPE = "float16"
@@ -194,6 +211,19 @@ def _build(mod: Any, target: str, blas: bool) -> Any:
             # does not match them); chosen on purpose for matrix-vector sized calls
             warnings.simplefilter("ignore", RuleFallbackWarning)
         return build_graph(mod, target=target, executor="compiled", blas=None if blas else False)
+
+
+def _calls_blas(ex: Any) -> bool:
+    """Whether a graph function of the built executable calls a BLAS extern (refcomp.blas.*)."""
+    for func in ex.module.functions.values():
+        if isinstance(func, Function):
+            for block in func.body.blocks:
+                for binding in block.bindings:
+                    value = binding.value
+                    if isinstance(value, Call) and any(isinstance(a, ExternFunc) and a.symbol.startswith("refcomp.blas.")
+                                                       for a in value.args):
+                        return True
+    return False
 
 
 def _with_weights(fn: Any, weights: tuple) -> Any:
@@ -252,6 +282,7 @@ class CompiledLlama:
         self._target = target
         self._fn_many: dict[str, Any] | None = None
         self._fn_few: dict[str, Any] | None = None
+        self._many_calls_blas = False
         self._attention = PagedAttention(c.num_attention_heads // c.num_key_value_heads, c.dim_head,
                                          page_size, c.num_key_value_heads, kv_dtype)
 
@@ -283,7 +314,7 @@ class CompiledLlama:
         positions = start[:, None].astype(np.int64) + np.arange(steps, dtype=np.int64)
         cos, sin = rotary_tables(self.config, positions)
         sinks, ring, window = cache.kernel_scalars()
-        fn = self._functions(batch * steps <= FEW_ROWS)
+        fn = self._functions(batch * steps)
         x = fn["embed"](np.ascontiguousarray(tokens), self._embed)
         c = self.config
         attn = np.empty((batch, steps, c.num_attention_heads, c.dim_head), np.float32)
@@ -295,14 +326,22 @@ class CompiledLlama:
             x = dense["mlp_down"](*dense["attn_out"](x, attn_rows))
         return fn["head"](x)
 
-    def _functions(self, few_rows: bool) -> dict[str, Any]:
-        """The compiled dense functions for calls of few or many token rows (built on first use):
-        {"embed": f, "layers": [{name: f} per layer], "head": f}, each f taking the activations."""
-        if few_rows and self._fn_few is None:
-            self._fn_few = self._compiled_shared()
-        if not few_rows and self._fn_many is None:
+    def _functions(self, rows: int) -> dict[str, Any]:
+        """The compiled dense functions for a call of `rows` token rows (built on first use):
+        {"embed": f, "layers": [{name: f} per layer], "head": f}, each f taking the activations.
+
+        The build per layer (weights as constants) serves every call whose products all run on
+        refcomp's GEMM: it is faster than the shared build at any row count, and the same kernels
+        at every row count give each row the same arithmetic (a verify's rows equal a decode's).
+        Where some product went to sgemm (shapes the GEMM recipe does not tile), calls of at most
+        FEW_ROWS rows take the shared build instead (matrix-vector kernels, no BLAS call)."""
+        if self._fn_many is None:
             self._fn_many = self._compiled_per_layer()
-        return self._fn_few if few_rows else self._fn_many  # type: ignore[return-value]
+        if rows > FEW_ROWS or not self._many_calls_blas:
+            return self._fn_many
+        if self._fn_few is None:
+            self._fn_few = self._compiled_shared()
+        return self._fn_few
 
     def _compiled_shared(self) -> dict[str, Any]:
         """One build serving every layer, the weights passed as arguments (refcomp's own kernels)."""
@@ -313,16 +352,13 @@ class CompiledLlama:
                 "head": _with_weights(fns["head"], tuple(self._head[w] for w in HEAD_WEIGHTS))}
 
     def _compiled_per_layer(self) -> dict[str, Any]:
-        """A build per layer with its weights as graph constants: the products run on refcomp's
-        GEMM where dispatch_blas keeps them (each weight packed once, here), otherwise on sgemm.
-        The layers' kernels are the same C, so the compile cache builds them once."""
-        shared = _dense_executable(self.config, self._target).compiled
-        layers = []
-        for weights in self._layers:
-            fns = _build(dense_module(self.config, weights, LAYER_FUNCTIONS), self._target, blas=True).compiled
-            layers.append({name: fns[name] for name in LAYER_FUNCTIONS})
-        head = _build(dense_module(self.config, self._head, ("head",)), self._target, blas=True).compiled
-        return {"embed": shared["embed"], "layers": layers, "head": head["head"]}
+        """One build with every layer's weights as graph constants: the products run on refcomp's
+        GEMM where dispatch_blas keeps them (each weight packed once, here), otherwise on sgemm."""
+        ex = _build(dense_module(self.config, self._layers, self._head), self._target, blas=True)
+        self._many_calls_blas = _calls_blas(ex)
+        fns = ex.compiled
+        layers = [{name: fns[f"{name}_{layer}"] for name in LAYER_FUNCTIONS} for layer in range(len(self._layers))]
+        return {"embed": fns["embed"], "layers": layers, "head": fns["head"]}
 
     def _check_tokens(self, tokens: Any, cache: Any) -> np.ndarray:
         if not isinstance(cache, PagedKVCache):
