@@ -1,19 +1,25 @@
 """The Llama architecture compiled by refcomp: `CompiledLlama` (a CausalLM) and `load_llama`.
 
-The dense part of the model is a graph module built with refcomp's BlockBuilder, batch `b` and
-sequence `t` symbolic, compiled once by `graph.build` (each function one C function, its matmuls
-on the C target's GEMM) and shared by every layer (the weights are arguments):
+The dense part of the model is a graph module built with refcomp's BlockBuilder (`dense_module`),
+batch `b` and sequence `t` symbolic, compiled by `graph.build` (each function one C function).
+One build holds every layer's functions with that layer's weights as graph constants, so the
+products run on refcomp's GEMM on panels packed once, at load (the layers share their kernels):
 
-    embed(tokens (b, t) int64, table (V, h))                        -> x (b, t, h)
-    attn_in(x, norm, wqkv (h, (Hq + 2 Hkv) D), cos, sin (b, t, 1, D)) -> q (b, t, Hq, D), k, v (b, t, Hkv, D)
+    embed(tokens (b, t) int64, table (V, h))                -> x (b, t, h)
+    attn_in_<l>(x, cos, sin (b, t, 1, D))                    -> q (b, t, Hq, D), k, v (b, t, Hkv, D)
         RMSNorm, the fused q/k/v projection, rotary embedding (rotate-half form) of q and k
-    attn_out(x, attn (b, t, Hq, D), wo, norm, wgate_up (h, 2 I), wdown) -> x'
-        x + attn @ wo, then x + down(silu(gate) * up) of its RMSNorm
-    head(x, norm, w (h, V))                                          -> logits (b, t, V)
+    attn_out_<l>(x, attn (b, t, Hq D))                       -> h = x + attn @ wo, act (b, t, I)
+        act = silu(gate) * up of h's RMSNorm (gate and up one fused product)
+    mlp_down_<l>(h, act)                                     -> x' = h + act @ wdown
+    head(x)                                                  -> logits (b, t, V)
+
+Where a product's shape sends it to sgemm instead, calls of at most FEW_ROWS rows take a second,
+shared build with the weights as arguments (after the activations) on refcomp's own kernels.
 
 Attention runs between attn_in and attn_out: refcomp.llm.attention's kernel reads the layer's
 cache pages in place and appends the new keys and values to them.  A step is therefore a short
-sequence of compiled calls from Python (embed, per layer attn_in / attention / attn_out, head):
+sequence of compiled calls from Python (embed, per layer attn_in / attention / attn_out /
+mlp_down, head):
 the graph level has no call form yet that writes into an argument (the cache pages), so
 the attention kernel is called between graph functions instead of inside one.
 
