@@ -54,3 +54,22 @@ def test_memory_case(tmp_path):
     assert memory["kv_bytes_per_token"] == 2 * 1 * 2 * 8 * 4 and memory["peak_rss_mib"] > 0
     assert memory["refcomp"] > 0 and memory["decode_step_ms"] > 0 and memory["ratio"] == 1.0
     assert any("bytes per token" in line and "peak resident memory" in line for line in lines)
+
+
+DENSE_SCRIPT = SCRIPT.parent / "llm_dense.py"
+
+
+@pytest.mark.slow  # two builds of the dense functions: 30-40 s on a shared machine
+@pytest.mark.skipif(not DENSE_SCRIPT.exists(), reason="benchmarks/llm_dense.py is not in this checkout")
+def test_dense_benchmark_checks_then_reports_each_row_count(tmp_path):
+    # shapes refcomp's GEMM recipe tiles (N a multiple of 32, K of 16) where the CPU has AVX-512
+    config = tiny_config(vocab=64, hidden=64, layers=1, heads=4, kv_heads=2, inter=96, max_pos=64)
+    write_checkpoint(tmp_path / "m", config, random_weights(config, seed=2, scale=0.3))
+    result = subprocess.run([sys.executable, str(DENSE_SCRIPT), "--model", str(tmp_path / "m"), "--rows", "1,5",
+                             "--passes", "2", "--json"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].startswith("ISA: ") and any("logits agree" in line for line in lines)
+    cases = json.loads(lines[-1])["cases"]
+    assert set(cases) == {"dense_step_rows1", "dense_step_rows5"}
+    assert all(case["unit"] == "ms" and case["ratio"] > 0 for case in cases.values())

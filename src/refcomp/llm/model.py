@@ -1,19 +1,25 @@
 """The Llama architecture compiled by refcomp: `CompiledLlama` (a CausalLM) and `load_llama`.
 
-The dense part of the model is a graph module built with refcomp's BlockBuilder, batch `b` and
-sequence `t` symbolic, compiled once by `graph.build` (each function one C function, its matmuls
-on the C target's GEMM) and shared by every layer (the weights are arguments):
+The dense part of the model is a graph module built with refcomp's BlockBuilder (`dense_module`),
+batch `b` and sequence `t` symbolic, compiled by `graph.build` (each function one C function).
+One build holds every layer's functions with that layer's weights as graph constants, so the
+products run on refcomp's GEMM on panels packed once, at load (the layers share their kernels):
 
-    embed(tokens (b, t) int64, table (V, h))                        -> x (b, t, h)
-    attn_in(x, norm, wqkv (h, (Hq + 2 Hkv) D), cos, sin (b, t, 1, D)) -> q (b, t, Hq, D), k, v (b, t, Hkv, D)
+    embed(tokens (b, t) int64, table (V, h))                -> x (b, t, h)
+    attn_in_<l>(x, cos, sin (b, t, 1, D))                    -> q (b, t, Hq, D), k, v (b, t, Hkv, D)
         RMSNorm, the fused q/k/v projection, rotary embedding (rotate-half form) of q and k
-    attn_out(x, attn (b, t, Hq, D), wo, norm, wgate_up (h, 2 I), wdown) -> x'
-        x + attn @ wo, then x + down(silu(gate) * up) of its RMSNorm
-    head(x, norm, w (h, V))                                          -> logits (b, t, V)
+    attn_out_<l>(x, attn (b, t, Hq D))                       -> h = x + attn @ wo, act (b, t, I)
+        act = silu(gate) * up of h's RMSNorm (gate and up one fused product)
+    mlp_down_<l>(h, act)                                     -> x' = h + act @ wdown
+    head(x)                                                  -> logits (b, t, V)
+
+Where a product's shape sends it to sgemm instead, calls of at most FEW_ROWS rows take a second,
+shared build with the weights as arguments (after the activations) on refcomp's own kernels.
 
 Attention runs between attn_in and attn_out: refcomp.llm.attention's kernel reads the layer's
 cache pages in place and appends the new keys and values to them.  A step is therefore a short
-sequence of compiled calls from Python (embed, per layer attn_in / attention / attn_out, head):
+sequence of compiled calls from Python (embed, per layer attn_in / attention / attn_out /
+mlp_down, head):
 the graph level has no call form yet that writes into an argument (the cache pages), so
 the attention kernel is called between graph functions instead of inside one.
 
@@ -25,13 +31,13 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ..ast import SizeVar
 from ..errors import ArgumentError
-from ..graph import BlockBuilder, Var, op, tensor
+from ..graph import BlockBuilder, Call, Constant, ExternFunc, Function, Var, op, tensor
 from ..graph.passes.default_schedule import RuleFallbackWarning
 from ..graph.pipeline import build as build_graph
 from .attention import PagedAttention
@@ -44,73 +50,125 @@ def _size(name: str) -> SizeVar:
     return SizeVar(name, "int64")
 
 
-def dense_module(config: LlamaConfig):
-    """The IRModule of the model's dense functions (embed, attn_in, attn_out, head)."""
+DENSE_FUNCTIONS = ("embed", "attn_in", "attn_out", "mlp_down", "head")
+LAYER_FUNCTIONS = ("attn_in", "attn_out", "mlp_down")
+# the weight parameters of each function, in order, after its activations
+LAYER_WEIGHTS = {"attn_in": ("norm1", "wqkv"), "attn_out": ("wo", "norm2", "wgate_up"), "mlp_down": ("wdown",)}
+HEAD_WEIGHTS = ("norm", "head")
+
+
+def dense_module(config: LlamaConfig, layers: Sequence[Mapping[str, np.ndarray]] | None = None,
+                 head: Mapping[str, np.ndarray] | None = None):
+    """The IRModule of the model's dense functions.
+
+    Without weights: DENSE_FUNCTIONS, every weight a parameter of its function (after the
+    activations, in the order of LAYER_WEIGHTS / HEAD_WEIGHTS), one build serving every layer.
+    With them (`layers`: per layer, LAYER_WEIGHTS' names -> arrays; `head`: HEAD_WEIGHTS'): embed,
+    `attn_in_<l>`, `attn_out_<l>`, `mlp_down_<l>` for each layer l and head, the weights graph
+    constants: graph.build then keeps the products for refcomp's GEMM (dispatch_blas "auto"), each
+    weight packed once at build time, and the layers' kernels, structurally equal, are scheduled
+    and compiled once (fuse_tir shares them)."""
+    if (layers is None) != (head is None):
+        raise ArgumentError("dense_module: give both the layers' and the head's weights, or neither")
+    bb = BlockBuilder()
+    rows = (_size("b"), _size("t"))  # one batch and sequence for all functions (shared kernels)
+    if layers is None:
+        _dense_functions(bb, config, None, DENSE_FUNCTIONS, "", rows)
+    else:
+        _dense_functions(bb, config, head, ("embed", "head"), "", rows)
+        for layer, weights in enumerate(layers):
+            _dense_functions(bb, config, weights, LAYER_FUNCTIONS, f"_{layer}", rows)
+    return bb.get()
+
+
+def _dense_functions(bb: BlockBuilder, config: LlamaConfig, weights: Mapping[str, np.ndarray] | None,
+                     functions: tuple[str, ...], suffix: str, rows: tuple[SizeVar, SizeVar]) -> None:
     c = config
     h, d, v, i = c.hidden_size, c.dim_head, c.vocab_size, c.intermediate_size
     hq, hkv = c.num_attention_heads, c.num_key_value_heads
-    b, t = _size("b"), _size("t")
+    b, t = rows
     eps = c.rms_norm_eps
-    bb = BlockBuilder()
 
-    def rms_norm(z: Any, weight: Any) -> Any:
-        # over rows of (b * t, h): the row-reduction schedule needs the rows as one loop
-        rows = bb.emit(op.reshape(z, (b * t, h)))
-        normed = bb.emit(op.rms_norm(rows, weight, axes=(-1,), epsilon=eps))
-        return bb.emit(op.reshape(normed, (b, t, h)))
+    def weight(name: str, shape: tuple, params: list) -> Any:
+        if weights is not None:
+            return Constant(np.ascontiguousarray(weights[name], dtype=np.float32))
+        var = Var(name, tensor(shape))
+        params.append(var)
+        return var
 
-    tokens, table = Var("tokens", tensor((b, t), "int64")), Var("table", tensor((v, h)))
-    with bb.function("embed", [tokens, table]):
-        with bb.dataflow():
-            out = bb.emit_output(op.take(table, tokens, axis=0))
-        bb.emit_func_output(out)
+    if "embed" in functions:
+        tokens, table = Var("tokens", tensor((b, t), "int64")), Var("table", tensor((v, h)))
+        with bb.function("embed", [tokens, table]):
+            with bb.dataflow():
+                out = bb.emit_output(op.take(table, tokens, axis=0))
+            bb.emit_func_output(out)
 
-    x, norm = Var("x", tensor((b, t, h))), Var("norm", tensor((h,)))
-    wqkv = Var("wqkv", tensor((h, (hq + 2 * hkv) * d)))
-    cos, sin = Var("cos", tensor((b, t, 1, d))), Var("sin", tensor((b, t, 1, d)))
-    with bb.function("attn_in", [x, norm, wqkv, cos, sin]):
-        with bb.dataflow():
-            xn = rms_norm(x, norm)
-            qkv = bb.emit(op.matmul(xn, wqkv))
+    # the products run on the (b * t, h) rows: RMSNorm's row reduction then feeds the GEMM a plain
+    # buffer (a reshape between them would fuse into the GEMM and keep it off refcomp's recipe)
+    if "attn_in" in functions:
+        x, cos, sin = Var("x", tensor((b, t, h))), Var("cos", tensor((b, t, 1, d))), Var("sin", tensor((b, t, 1, d)))
+        params = [x, cos, sin]
+        norm, wqkv = weight("norm1", (h,), params), weight("wqkv", (h, (hq + 2 * hkv) * d), params)
+        with bb.function("attn_in" + suffix, params):
+            with bb.dataflow():
+                rows = bb.emit(op.reshape(x, (b * t, h)))
+                xn = bb.emit(op.rms_norm(rows, norm, axes=(-1,), epsilon=eps))
+                qkv = bb.emit(op.matmul(xn, wqkv))
 
-            def heads(lo: int, count: int) -> Any:
-                part = bb.emit(op.strided_slice(qkv, axes=(2,), begin=(lo * d,), end=((lo + count) * d,)))
-                return bb.emit(op.reshape(part, (b, t, count, d)))
+                def heads(lo: int, count: int) -> Any:
+                    part = bb.emit(op.strided_slice(qkv, axes=(1,), begin=(lo * d,), end=((lo + count) * d,)))
+                    return bb.emit(op.reshape(part, (b, t, count, d)))
 
-            def rotary(z: Any) -> Any:
-                first = bb.emit(op.strided_slice(z, axes=(3,), begin=(0,), end=(d // 2,)))
-                second = bb.emit(op.strided_slice(z, axes=(3,), begin=(d // 2,), end=(d,)))
-                rotated = bb.emit(op.concat(op.negative(second), first, axis=3))
-                return bb.emit(op.add(op.multiply(z, cos), op.multiply(rotated, sin)))
+                def rotary(z: Any) -> Any:
+                    first = bb.emit(op.strided_slice(z, axes=(3,), begin=(0,), end=(d // 2,)))
+                    second = bb.emit(op.strided_slice(z, axes=(3,), begin=(d // 2,), end=(d,)))
+                    rotated = bb.emit(op.concat(op.negative(second), first, axis=3))
+                    return bb.emit(op.add(op.multiply(z, cos), op.multiply(rotated, sin)))
 
-            q = bb.emit_output(rotary(heads(0, hq)))
-            k = bb.emit_output(rotary(heads(hq, hkv)))
-            val = bb.emit_output(heads(hq + hkv, hkv))
-        bb.emit_func_output((q, k, val))
+                q = bb.emit_output(rotary(heads(0, hq)))
+                k = bb.emit_output(rotary(heads(hq, hkv)))
+                val = bb.emit_output(heads(hq + hkv, hkv))
+            bb.emit_func_output((q, k, val))
 
-    attn = Var("attn", tensor((b, t, hq, d)))
-    wo = Var("wo", tensor((hq * d, h)))
-    wgu, wdown = Var("wgate_up", tensor((h, 2 * i))), Var("wdown", tensor((i, h)))
-    x2, norm2 = Var("x", tensor((b, t, h))), Var("norm", tensor((h,)))
-    with bb.function("attn_out", [x2, attn, wo, norm2, wgu, wdown]):
-        with bb.dataflow():
-            flat = bb.emit(op.reshape(attn, (b, t, hq * d)))
-            h1 = bb.emit(op.add(x2, op.matmul(flat, wo)))
-            hn = rms_norm(h1, norm2)
-            gu = bb.emit(op.matmul(hn, wgu))
-            gate = bb.emit(op.strided_slice(gu, axes=(2,), begin=(0,), end=(i,)))
-            up = bb.emit(op.strided_slice(gu, axes=(2,), begin=(i,), end=(2 * i,)))
-            act = bb.emit(op.multiply(op.silu(gate), up))
-            out = bb.emit_output(op.add(h1, op.matmul(act, wdown)))
-        bb.emit_func_output(out)
+    # attn arrives as (b, t, Hq * D) (a view of the kernel's (b, t, Hq, D) output): the o product's
+    # input is then the parameter itself
+    if "attn_out" in functions:
+        x2, attn = Var("x", tensor((b, t, h))), Var("attn", tensor((b, t, hq * d)))
+        params = [x2, attn]
+        wo, norm2 = weight("wo", (hq * d, h), params), weight("norm2", (h,), params)
+        wgu = weight("wgate_up", (h, 2 * i), params)
+        with bb.function("attn_out" + suffix, params):
+            with bb.dataflow():
+                h1 = bb.emit(op.reshape(op.add(x2, op.matmul(attn, wo)), (b * t, h)))
+                hn = bb.emit(op.rms_norm(h1, norm2, axes=(-1,), epsilon=eps))
+                gu = bb.emit(op.matmul(hn, wgu))
+                gate = bb.emit(op.strided_slice(gu, axes=(1,), begin=(0,), end=(i,)))
+                up = bb.emit(op.strided_slice(gu, axes=(1,), begin=(i,), end=(2 * i,)))
+                act = bb.emit_output(op.reshape(op.multiply(op.silu(gate), up), (b, t, i)))
+                res = bb.emit_output(op.reshape(h1, (b, t, h)))
+            bb.emit_func_output((res, act))
 
-    x3, norm3, whead = Var("x", tensor((b, t, h))), Var("norm", tensor((h,))), Var("w", tensor((h, v)))
-    with bb.function("head", [x3, norm3, whead]):
-        with bb.dataflow():
-            xn = rms_norm(x3, norm3)
-            out = bb.emit_output(op.matmul(xn, whead))
-        bb.emit_func_output(out)
-    return bb.get()
+    # the down product is a function of its own: silu(gate) * up computed in attn_out would fuse
+    # into its GEMM as a prologue (off the recipe); here its input is a parameter
+    if "mlp_down" in functions:
+        h2, act2 = Var("h", tensor((b, t, h))), Var("act", tensor((b, t, i)))
+        params = [h2, act2]
+        wdown = weight("wdown", (i, h), params)
+        with bb.function("mlp_down" + suffix, params):
+            with bb.dataflow():
+                out = bb.emit_output(op.add(h2, op.matmul(act2, wdown)))
+            bb.emit_func_output(out)
+
+    if "head" in functions:
+        x3 = Var("x", tensor((b, t, h)))
+        params = [x3]
+        norm3, whead = weight("norm", (h,), params), weight("head", (h, v), params)
+        with bb.function("head" + suffix, params):
+            with bb.dataflow():
+                rows = bb.emit(op.reshape(x3, (b * t, h)))
+                xn = bb.emit(op.rms_norm(rows, norm3, axes=(-1,), epsilon=eps))
+                out = bb.emit_output(op.reshape(op.matmul(xn, whead), (b, t, v)))
+            bb.emit_func_output(out)
 
 
 def rotary_tables(config: LlamaConfig, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -124,9 +182,10 @@ def rotary_tables(config: LlamaConfig, positions: np.ndarray) -> tuple[np.ndarra
     return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
 
 
-# Up to this many token rows per call, the dense functions run refcomp's own kernels (blas=False):
-# a product with so few rows is a matrix-vector product, where the BLAS call costs more than the
-# arithmetic; more rows go to the BLAS GEMM (graph.build's default).
+# Up to this many token rows per call, a model some of whose products go to the BLAS GEMM (shapes
+# refcomp's GEMM recipe does not tile) runs the shared build with refcomp's own kernels instead
+# (blas=False): a product with so few rows is a matrix-vector product, where the BLAS call costs
+# more than the arithmetic.  (Where every product runs on refcomp's GEMM, all calls take it.)
 FEW_ROWS = 4
 # the KV cache's element type unless asked otherwise (refcomp.llm.cache.KV_DTYPES)
 DEFAULT_KV_DTYPE = "float16"
@@ -134,26 +193,47 @@ DEFAULT_KV_DTYPE = "float16"
 CHUNK_ROWS = 2048
 
 
-def _dense_executable(config: LlamaConfig, target: str, few_rows: bool) -> Any:
-    """The compiled dense functions, shared by every model of the same shapes (tied or not)."""
+def _dense_executable(config: LlamaConfig, target: str) -> Any:
+    """The compiled dense functions with the weights as arguments (blas=False: refcomp's own
+    kernels, the products matrix-vector sized), shared by every model of the same shapes."""
     shapes = (config.vocab_size, config.hidden_size, config.intermediate_size, config.num_attention_heads,
               config.num_key_value_heads, config.dim_head, config.rms_norm_eps)
-    return _dense_build(shapes, target, few_rows)
+    return _dense_build(shapes, target)
 
 
 @functools.lru_cache(maxsize=None)
-def _dense_build(shapes: tuple, target: str, few_rows: bool) -> Any:
+def _dense_build(shapes: tuple, target: str) -> Any:
     v, h, i, hq, hkv, d, eps = shapes
     config = LlamaConfig(vocab_size=v, hidden_size=h, intermediate_size=i, num_hidden_layers=1,
                          num_attention_heads=hq, num_key_value_heads=hkv, max_position_embeddings=1,
                          rms_norm_eps=eps, head_dim=d)
-    if not few_rows:
-        return build_graph(dense_module(config), target=target, executor="compiled")
+    return _build(dense_module(config), target, blas=False)
+
+
+def _build(mod: Any, target: str, blas: bool) -> Any:
     with warnings.catch_warnings():
-        # the matmul-plus-residual kernels take the generic schedule (the row-reduction rule
-        # does not match them); chosen on purpose for matrix-vector sized calls
-        warnings.simplefilter("ignore", RuleFallbackWarning)
-        return build_graph(dense_module(config), target=target, executor="compiled", blas=False)
+        if not blas:
+            # the matmul-plus-residual kernels take the generic schedule (the row-reduction rule
+            # does not match them); chosen on purpose for matrix-vector sized calls
+            warnings.simplefilter("ignore", RuleFallbackWarning)
+        return build_graph(mod, target=target, executor="compiled", blas=None if blas else False)
+
+
+def _calls_blas(ex: Any) -> bool:
+    """Whether a graph function of the built executable calls a BLAS extern (refcomp.blas.*)."""
+    for func in ex.module.functions.values():
+        if isinstance(func, Function):
+            for block in func.body.blocks:
+                for binding in block.bindings:
+                    value = binding.value
+                    if isinstance(value, Call) and any(isinstance(a, ExternFunc) and a.symbol.startswith("refcomp.blas.")
+                                                       for a in value.args):
+                        return True
+    return False
+
+
+def _with_weights(fn: Any, weights: tuple) -> Any:
+    return lambda *activations: fn(*activations, *weights)
 
 
 def set_threads(threads: int) -> None:
@@ -192,22 +272,23 @@ class CompiledLlama:
             set_threads(threads)
         c = config
         self._embed = w["model.embed_tokens.weight"]
-        self._layers = []
+        self._layers: list[dict[str, np.ndarray]] = []
         for layer in range(c.num_hidden_layers):
             p = f"model.layers.{layer}."
             wqkv = np.concatenate([w[p + "self_attn.q_proj.weight"], w[p + "self_attn.k_proj.weight"],
                                    w[p + "self_attn.v_proj.weight"]]).T
             wgu = np.concatenate([w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"]]).T
-            self._layers.append((
-                w[p + "input_layernorm.weight"], np.ascontiguousarray(wqkv),
-                np.ascontiguousarray(w[p + "self_attn.o_proj.weight"].T), w[p + "post_attention_layernorm.weight"],
-                np.ascontiguousarray(wgu), np.ascontiguousarray(w[p + "mlp.down_proj.weight"].T)))
-        self._norm = w["model.norm.weight"]
+            self._layers.append({
+                "norm1": w[p + "input_layernorm.weight"], "wqkv": np.ascontiguousarray(wqkv),
+                "wo": np.ascontiguousarray(w[p + "self_attn.o_proj.weight"].T),
+                "norm2": w[p + "post_attention_layernorm.weight"], "wgate_up": np.ascontiguousarray(wgu),
+                "wdown": np.ascontiguousarray(w[p + "mlp.down_proj.weight"].T)})
         head = w["model.embed_tokens.weight"] if c.tie_word_embeddings else w["lm_head.weight"]
-        self._head = np.ascontiguousarray(head.T)
+        self._head = {"norm": w["model.norm.weight"], "head": np.ascontiguousarray(head.T)}
         self._target = target
         self._fn_many: dict[str, Any] | None = None
         self._fn_few: dict[str, Any] | None = None
+        self._many_calls_blas = False
         self._attention = PagedAttention(c.num_attention_heads // c.num_key_value_heads, c.dim_head,
                                          page_size, c.num_key_value_heads, kv_dtype)
 
@@ -239,27 +320,51 @@ class CompiledLlama:
         positions = start[:, None].astype(np.int64) + np.arange(steps, dtype=np.int64)
         cos, sin = rotary_tables(self.config, positions)
         sinks, ring, window = cache.kernel_scalars()
-        fn = self._functions(batch * steps <= FEW_ROWS)
+        fn = self._functions(batch * steps)
         x = fn["embed"](np.ascontiguousarray(tokens), self._embed)
-        attn = np.empty((batch, steps, self.config.num_attention_heads, self.config.dim_head), np.float32)
-        for layer, (norm1, wqkv, wo, norm2, wgu, wdown) in enumerate(self._layers):
-            q, k, v = fn["attn_in"](x, norm1, wqkv, cos, sin)
+        c = self.config
+        attn = np.empty((batch, steps, c.num_attention_heads, c.dim_head), np.float32)
+        attn_rows = attn.reshape(batch, steps, c.num_attention_heads * c.dim_head)
+        for layer, dense in enumerate(fn["layers"]):
+            q, k, v = dense["attn_in"](x, cos, sin)
             self._attention(q, k, v, cache.k_pool[layer], cache.v_pool[layer], cache.table, start, attn,
                             sinks, ring, window)
-            x = fn["attn_out"](x, attn, wo, norm2, wgu, wdown)
-        return fn["head"](x, self._norm, self._head)
+            x = dense["mlp_down"](*dense["attn_out"](x, attn_rows))
+        return fn["head"](x)
 
-    def _functions(self, few_rows: bool) -> dict[str, Any]:
-        """The compiled dense functions for calls of few or many token rows (built on first use)."""
-        if few_rows and self._fn_few is None:
-            self._fn_few = self._compiled(True)
-        if not few_rows and self._fn_many is None:
-            self._fn_many = self._compiled(False)
-        return self._fn_few if few_rows else self._fn_many  # type: ignore[return-value]
+    def _functions(self, rows: int) -> dict[str, Any]:
+        """The compiled dense functions for a call of `rows` token rows (built on first use):
+        {"embed": f, "layers": [{name: f} per layer], "head": f}, each f taking the activations.
 
-    def _compiled(self, few_rows: bool) -> dict[str, Any]:
-        ex = _dense_executable(self.config, self._target, few_rows)
-        return {name: ex.compiled[name] for name in ("embed", "attn_in", "attn_out", "head")}
+        The build per layer (weights as constants) serves every call whose products all run on
+        refcomp's GEMM: it is faster than the shared build at any row count, and the same kernels
+        at every row count give each row the same arithmetic (a verify's rows equal a decode's).
+        Where some product went to sgemm (shapes the GEMM recipe does not tile), calls of at most
+        FEW_ROWS rows take the shared build instead (matrix-vector kernels, no BLAS call)."""
+        if self._fn_many is None:
+            self._fn_many = self._compiled_per_layer()
+        if rows > FEW_ROWS or not self._many_calls_blas:
+            return self._fn_many
+        if self._fn_few is None:
+            self._fn_few = self._compiled_shared()
+        return self._fn_few
+
+    def _compiled_shared(self) -> dict[str, Any]:
+        """One build serving every layer, the weights passed as arguments (refcomp's own kernels)."""
+        fns = _dense_executable(self.config, self._target).compiled
+        layers = [{name: _with_weights(fns[name], tuple(weights[w] for w in LAYER_WEIGHTS[name]))
+                   for name in LAYER_FUNCTIONS} for weights in self._layers]
+        return {"embed": fns["embed"], "layers": layers,
+                "head": _with_weights(fns["head"], tuple(self._head[w] for w in HEAD_WEIGHTS))}
+
+    def _compiled_per_layer(self) -> dict[str, Any]:
+        """One build with every layer's weights as graph constants: the products run on refcomp's
+        GEMM where dispatch_blas keeps them (each weight packed once, here), otherwise on sgemm."""
+        ex = _build(dense_module(self.config, self._layers, self._head), self._target, blas=True)
+        self._many_calls_blas = _calls_blas(ex)
+        fns = ex.compiled
+        layers = [{name: fns[f"{name}_{layer}"] for name in LAYER_FUNCTIONS} for layer in range(len(self._layers))]
+        return {"embed": fns["embed"], "layers": layers, "head": fns["head"]}
 
     def _check_tokens(self, tokens: Any, cache: Any) -> np.ndarray:
         if not isinstance(cache, PagedKVCache):

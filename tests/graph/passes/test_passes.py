@@ -150,6 +150,30 @@ def test_fuse_ops_and_fuse_tir_reduce_kernels_and_keep_values(rng):
     assert ex.stats["kernel_calls_static"] == len(calls)
 
 
+def test_fuse_tir_shares_one_kernel_between_groups_equal_but_for_their_names(rng):
+    # the same fused group in two functions (two model layers, their weights other constants):
+    # one merged kernel serves both calls, and each call still gets its own weight
+    n = SizeVar("n", "int64")
+    weights = [rng.standard_normal(8).astype(np.float32) for _ in range(2)]
+    bb = BlockBuilder()
+    for layer, w in enumerate(weights):
+        x = Var("x", tensor((n, 8)))
+        with bb.function(f"layer{layer}", [x]):
+            with bb.dataflow():
+                out = bb.emit_output(op.relu(op.add(op.multiply(x, Constant(w)), x)))
+            bb.emit_func_output(out)
+    mod = bb.get()
+    fused = fuse_tir(fuse_ops(dead_code_elimination(legalize_ops(mod))))
+    calls = [b.value for name in ("layer0", "layer1") for b in bindings(fused, name) if isinstance(b.value, Call)]
+    assert len(calls) == 2 and calls[0].args[0].name == calls[1].args[0].name
+    data = rng.standard_normal((5, 8)).astype(np.float32)
+    ex = refcomp.graph.build(mod, target="c", blas=False)
+    assert ex.stats["kernels"] == 1
+    vm = refcomp.runtime.VirtualMachine(ex)
+    for layer, w in enumerate(weights):
+        np.testing.assert_allclose(vm[f"layer{layer}"](data), np.maximum(data * w + data, 0), rtol=1e-6, atol=1e-6)
+
+
 def test_plan_memory_reuses_storage_within_upper_bounds(rng):
     planned = plan_memory(canonicalize_bindings(legalize_ops(mlp_module(upper=32))))
     func = planned["main"]

@@ -229,13 +229,16 @@ def fuse_tir(mod: IRModule) -> IRModule:
             func, scalars = merge_group(fn, mod, fname)
             if fname in call_args:
                 func, kept_args[fname] = bind_scalar_constants(func, call_args[fname])
+            func = func.with_attr("op_pattern", fn.attrs.get("op_pattern", "opaque"))
             for other_name, (other, other_scalars) in merged.items():
-                if structural_equal(other, func) and len(other_scalars) == len(scalars):
+                # one kernel for groups that merge to the same PrimFunc but for its name (the same
+                # layer's ops repeated with other weights); a str `other` already points elsewhere
+                if isinstance(other, PrimFunc) and len(other_scalars) == len(scalars) and \
+                        structural_equal(other, func.with_(name=other.name)):
                     func = None
                     merged[fname] = (other_name, scalars)
                     break
             if func is not None:
-                func = func.with_attr("op_pattern", fn.attrs.get("op_pattern", "opaque"))
                 merged[fname] = (func, scalars)
     if not merged:
         return mod
