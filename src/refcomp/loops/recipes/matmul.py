@@ -90,13 +90,12 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
 # The AVX-512 6 x 64 tile (kernels_fp32) takes the 12 x 32 tile's place where N is a multiple of
 # 64 and either K is at most WIDE_TILE_MAX_K or B is a constant packed before the call: per k four
 # loads of B and six broadcasts of A feed 24 FMAs (the 12 x 32 tile: two and twelve).  One thread
-# of an AVX-512 Xeon, CPU time, A/B in one process: N = 1024 163.4 -> 167.2 GFLOP/s (512: 166.1 ->
-# 166.9); the graph benchmark's mlp (batch 256, hidden 1024, constant weights) 28.19 -> 27.36 ms,
-# all of it in the 256 x 1024 x 4096 linear (A from panels, stream form).  At N = 2048 (K = 2048,
-# A read in place, B packed per call) the 6 x 64 tile lost: 160.8 -> 151.7 GFLOP/s (KC 1024, NC
-# 256: 160.7, no gain), so the 12 x 32 tile stays there.
+# of an AVX-512 Xeon, CPU time, A/B in one process, the 12 x 32 tile against this one in its own
+# blocks (_WIDE_KC below), two runs: N = 512 +2.0 / +1.6%, 1024 +2.8 / +3.4%, 2048 +3.0 / +3.3%
+# (161.5 -> 166.4 GFLOP/s); the graph benchmark's mlp (batch 256, hidden 1024, constant weights)
+# 28.42 -> 27.87 / 28.23 -> 27.88 ms, from its 256 x 1024 x 4096 linear (A panels, stream form).
 WIDE_TILE = "x86.avx512.sgemm_6x64"
-WIDE_TILE_MAX_K = 1024
+WIDE_TILE_MAX_K = 2048
 # ... and N at least four of its tiles wide (its column blocks are twice as wide as the 12 x 32
 # tile's, half as many to share among threads), and W (N, K) not packed on every call: W packs
 # into 32-wide panels by the AVX-512 register transpose, into 64-wide ones by a plain copy.
@@ -113,6 +112,13 @@ def _wide_tile(name: str, shape, constant_b: bool) -> str:
             and get_intrin(WIDE_TILE).available()):
         return WIDE_TILE
     return name
+
+
+# The 6 x 64 tile's own blocks: KC at most 1024 (a 256 KiB panel of B), NC at most 256, MC 48.
+# N = 2048, one thread, A/B in one process against the 12 x 32 tile's defaults (160.6-161.0
+# GFLOP/s): (MC, NC, KC) = (96, 512, 2048), the general rule's, 156.4-157.3; (96, 256, 1024)
+# 163.8; (96, 128, 1024) 164.5-165.8; (48, 256, 1024) 165.9-166.4.
+_WIDE_KC, _WIDE_NC, _WIDE_MC = 1024, 256, 48
 
 
 # Rows of a symbolic M are taken in blocks of this many, rounded up to a multiple of MR (see
@@ -162,15 +168,16 @@ def _fp32_tiling(intrin: str, tiling: Tiling, n, k) -> Tiling:
     from ..intrin import cpu
 
     _, nr, _ = tile_of(intrin)
-    kc_max = _PANEL_BYTES // (4 * nr)
+    wide = intrin.startswith(WIDE_TILE)
+    kc_max = _WIDE_KC if wide else _PANEL_BYTES // (4 * nr)
     kc = k_tile(k, kc_max, 1) or kc_max
     _, l2 = cpu.cache_sizes()
     in_l2 = l2 // 4 // (4 * kc) // nr * nr
     columns = as_int(n)
     few_passes = (columns // 4) // nr * nr if columns is not None else 0
-    nc = max(4 * nr, min(512, max(in_l2, few_passes)))
+    nc = max(4 * nr, min(_WIDE_NC if wide else 512, max(in_l2, few_passes)))
     mr, _, _ = tile_of(intrin)
-    return Tiling(mc=96, nc=nc, kc=kc, mc_symbolic=-(-_SYMBOLIC_ROWS // mr) * mr if "avx512" in intrin else None)
+    return Tiling(mc=_WIDE_MC if wide else 96, nc=nc, kc=kc, mc_symbolic=-(-_SYMBOLIC_ROWS // mr) * mr if "avx512" in intrin else None)
 
 
 def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack_a: bool, pack_b: bool,
