@@ -702,3 +702,13 @@ def test_fp32_recipe_wide_tile_matches_numpy_and_interpreter(rng, vector_isa, mo
     if vector_isa != "avx2":
         narrow = recipes.matmul_fp32(_matmul(7, 288, k))
         assert _tensorized_with(narrow.func) == {"x86.avx512.sgemm_12x32"}
+
+
+def test_fp32_wide_tile_takes_its_own_blocks():
+    """The 6x64 tile's default blocks: KC at most 1024, NC at most 256, MC 48; a symbolic M in
+    512-row blocks rounded up to 6 rows (516)."""
+    from refcomp.loops.recipes.matmul import _fp32_tiling
+
+    assert _fp32_tiling("x86.avx512.sgemm_6x64", recipes.Tiling(), 2048, 2048) == recipes.Tiling(
+        mc=48, nc=256, kc=1024, mc_symbolic=516)
+    assert _fp32_tiling("x86.avx512.sgemm_6x64_panel", recipes.Tiling(), 4096, 4096).kc == 1024
