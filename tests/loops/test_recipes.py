@@ -63,7 +63,7 @@ def _value(bits):
 @pytest.mark.parametrize("m,n,k", [(37, 32, 48), (48, 64, 96), (5, 16, 16)])
 def test_fp32_recipe_matches_numpy(rng, m, n, k):
     sch = recipes.matmul_fp32(_matmul(m, n, k), tiling=SMALL)
-    assert _tensorized_with(sch.func) <= {"x86.avx2.sgemm_6x16", "x86.avx512.sgemm_12x32"}
+    assert _tensorized_with(sch.func) <= {"x86.avx2.sgemm_6x16", "x86.avx512.sgemm_12x32", "x86.avx512.sgemm_6x64"}
     assert _tensorized_with(sch.func)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
@@ -657,3 +657,58 @@ def test_fp32_symbolic_row_block_holds_512_rows(name, mc):
     from refcomp.loops.recipes.matmul import _fp32_tiling
 
     assert _fp32_tiling(name, recipes.Tiling(), 1024, 1024).mc_symbolic == mc
+
+
+@pytest.mark.parametrize("constant", [False, True])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_fp32_recipe_wide_tile_matches_numpy_and_interpreter(rng, vector_isa, monkeypatch, constant, transposed):
+    """With no intrinsic named, an AVX-512 CPU runs N a multiple of 64 (at least 256) on the 6x64
+    tile where K <= 1024 or B is a constant (then from A panels, by its stream form); B, or W
+    (N, K) when constant (packed on every call it keeps the 12x32 tile); odd and symbolic row
+    counts give partial tiles, K in slabs (init form, then accumulation), 5 tiles across;
+    1 and 2 threads, against numpy and the interpreter.  N = 288 (not a
+    multiple of 64) keeps the 12x32 tile; under AVX2 the 6x16 tile runs."""
+    from refcomp.loops.intrin import x86
+
+    wide = constant or not transposed  # W packed on every call: the 12x32 tile (register transpose)
+    n, k = 320, 40
+    for threads in ("1", "2"):
+        monkeypatch.setenv("OMP_NUM_THREADS", threads)
+        for m in (1, 7, te.size_var("m")):
+            func = _linear(m, n, k) if transposed else _matmul(m, n, k)
+            if constant:
+                func = func.with_(attrs={**func.attrs, "constant_params": (1,)})
+            sch = recipes.matmul_fp32(func, tiling=recipes.Tiling(mc=24, nc=128, kc=16, mc_symbolic=24))
+            tiles = {t for t in _tensorized_with(sch.func) if "sgemm" in t}
+            if vector_isa == "avx2":
+                assert {x86.plain_form(t) for t in tiles} <= {"x86.avx2.sgemm_6x16", "x86.avx2.sgemm_6x16_panel"}
+            elif not wide:
+                assert tiles == {"x86.avx512.sgemm_12x32"}
+            else:
+                assert {x86.plain_form(t).removesuffix("_panel") for t in tiles} == {"x86.avx512.sgemm_6x64"}
+                if constant:
+                    assert tiles == {"x86.avx512.sgemm_6x64_stream_panel"}
+            lib = refcomp.build(sch.func)
+            for rows in ((1, 7, 13) if isinstance(m, te.SizeVar) else (m,)):
+                a = rng.standard_normal((rows, k)).astype(np.float32)
+                b = rng.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
+                c = rng.standard_normal((rows, n)).astype(np.float32)
+                interpreted = np.zeros_like(c)
+                lib(a, b, c)
+                refcomp.interpret(func, a, b, interpreted)
+                expected = a.astype(np.float64) @ (b.T if transposed else b).astype(np.float64)
+                np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-4)
+                np.testing.assert_allclose(interpreted, expected, rtol=1e-5, atol=1e-4)
+    if vector_isa != "avx2":
+        narrow = recipes.matmul_fp32(_matmul(7, 288, k))
+        assert _tensorized_with(narrow.func) == {"x86.avx512.sgemm_12x32"}
+
+
+def test_fp32_wide_tile_takes_its_own_blocks():
+    """The 6x64 tile's default blocks: KC at most 1024, NC at most 256, MC 48; a symbolic M in
+    512-row blocks rounded up to 6 rows (516)."""
+    from refcomp.loops.recipes.matmul import _fp32_tiling
+
+    assert _fp32_tiling("x86.avx512.sgemm_6x64", recipes.Tiling(), 2048, 2048) == recipes.Tiling(
+        mc=48, nc=256, kc=1024, mc_symbolic=516)
+    assert _fp32_tiling("x86.avx512.sgemm_6x64_panel", recipes.Tiling(), 4096, 4096).kc == 1024

@@ -291,7 +291,8 @@ def test_sgemm_template_names_and_register_budget():
         sgemm_tile_source("avx2", 7, 2)
 
 
-STREAM_KERNELS = [x86.stream_form(name) for name in FLOAT_KERNELS] + [x86.stream_form("x86.avx512.sgemm_12x32_panel")]
+STREAM_KERNELS = [x86.stream_form(name) for name in FLOAT_KERNELS] + [
+    x86.stream_form("x86.avx512.sgemm_12x32_panel"), x86.stream_form("x86.avx512.sgemm_6x64_panel")]
 
 
 @pytest.mark.parametrize("name", _params(STREAM_KERNELS))

@@ -153,7 +153,7 @@ SGEMM_AVX512_14X32 = sgemm_tile_source("avx512", 14, 2)
 # in one L1 set.  In the matmul recipe at N = 1024 (one core of an AVX-512 Xeon, one thread, CPU
 # time, alternating in one process, best of 30): 167.7 GFLOP/s against 161.9 for the 12 x 32
 # tile and 148.4 for OpenBLAS.  Offered to the tuner (refcomp.tune.TensorizeTiling) for N a
-# multiple of 64; the recipe keeps the 12 x 32 tile.
+# multiple of 64; the matmul recipe takes it where it measured faster (recipes.matmul.WIDE_TILE).
 SGEMM_AVX512_6X64 = sgemm_tile_source("avx512", 6, 4)
 
 # bf16 inputs, fp32 accumulation, on AVX2: a bf16 is the top half of an fp32, so widening is a

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from ...ast import PrimFunc, as_int
 from ...errors import ScheduleError
 from ..schedule import BlockRV, Schedule
+from ..intrin import get as get_intrin
 from ..intrin.x86 import stream_form
-from .common import divides, k_tile, matmul_shape, pick_intrin, takes_partial_rows, tile_of
+from .common import divides, fits, k_tile, matmul_shape, pick_intrin, takes_partial_rows, tile_of
 from .transpose import (
     TRANSPOSE_16X8_AT, TRANSPOSE_32X16, TRANSPOSE_32X16_AT, transpose_16x8_intrin, transpose_intrin,
 )
@@ -38,7 +39,8 @@ FP32_INTRINS = ["x86.avx512.sgemm_12x32", "x86.avx512.sgemm_8x32", "x86.avx2.sge
 # The form of a tile intrinsic that reads A from packed MR-row panels Ap[i // MR, k, i % MR].
 PANEL_INTRINS = {"x86.avx2.sgemm_6x16": "x86.avx2.sgemm_6x16_panel",
                  "x86.avx512.sgemm_12x32": "x86.avx512.sgemm_12x32_panel",
-                 "x86.avx512.sgemm_14x32": "x86.avx512.sgemm_14x32_panel"}
+                 "x86.avx512.sgemm_14x32": "x86.avx512.sgemm_14x32_panel",
+                 "x86.avx512.sgemm_6x64": "x86.avx512.sgemm_6x64_panel"}
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,9 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
     A is read in place by default: the MR rows a tile reads share an L1 set when the row stride
     is a multiple of 4 KiB, but a 12-way L1 holds them, and the packing pass cost more than it
     saved (at N = 2048 on one Zen 5 core, 216 GFLOP/s packed against 261 in place).
-    pack_a="panels" (the AVX2 6x16 and AVX-512 12x32 / 14x32 tiles; M constant or symbolic) packs A
+    With no `intrin`, the first tile of FP32_INTRINS this CPU runs that fits, the AVX-512 6x64
+    tile in place of the 12x32 one where it wins (_wide_tile).
+    pack_a="panels" (the AVX2 6x16 and AVX-512 12x32 / 14x32 / 6x64 tiles; M constant or symbolic) packs A
     into MR-row panels Ap[i // MR, k, i % MR] (rows past M zero) read by the tile's panel form: the
     tile then reads one stream of A instead of MR rows whose addresses may share an L1 set (a row
     stride of 4 KiB on an 8-way 32 KiB L1).  pack_a=None (the default) packs panels where B was
@@ -76,10 +80,45 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
     reads A in place otherwise; False always reads it in place.
     """
     sch = as_schedule(func_or_sch)
-    name = intrin or _pick(sch, block, FP32_INTRINS, "matmul_fp32")
     shape = matmul_shape(sch.get(sch.get_block(block)), "matmul_fp32")
+    constant_b = pack_b and _is_constant_param(sch, sch.get_block(block), shape.b_index)
+    name = intrin or _wide_tile(_pick(sch, block, FP32_INTRINS, "matmul_fp32"), shape, constant_b)
     return tiled_matmul(sch, block, name, _fp32_tiling(name, tiling, shape.n, shape.k), pack_a=pack_a, pack_b=pack_b,
                         parallel=parallel, recipe="matmul_fp32")
+
+
+# The AVX-512 6 x 64 tile (kernels_fp32) takes the 12 x 32 tile's place where N is a multiple of
+# 64 and either K is at most WIDE_TILE_MAX_K or B is a constant packed before the call: per k four
+# loads of B and six broadcasts of A feed 24 FMAs (the 12 x 32 tile: two and twelve).  One thread
+# of an AVX-512 Xeon, CPU time, A/B in one process, the 12 x 32 tile against this one in its own
+# blocks (_WIDE_KC below), two runs: N = 512 +2.0 / +1.6%, 1024 +2.8 / +3.4%, 2048 +3.0 / +3.3%
+# (161.5 -> 166.4 GFLOP/s); the graph benchmark's mlp (batch 256, hidden 1024, constant weights)
+# 28.42 -> 27.87 / 28.23 -> 27.88 ms, from its 256 x 1024 x 4096 linear (A panels, stream form).
+WIDE_TILE = "x86.avx512.sgemm_6x64"
+WIDE_TILE_MAX_K = 2048
+# ... and N at least four of its tiles wide (its column blocks are twice as wide as the 12 x 32
+# tile's, half as many to share among threads), and W (N, K) not packed on every call: W packs
+# into 32-wide panels by the AVX-512 register transpose, into 64-wide ones by a plain copy.
+WIDE_TILE_MIN_N = 256
+
+
+def _wide_tile(name: str, shape, constant_b: bool) -> str:
+    """`name`, or the 6 x 64 tile in place of the 12 x 32 one where it wins (see WIDE_TILE)."""
+    k, n = as_int(shape.k), as_int(shape.n)
+    short_k = k is not None and k <= WIDE_TILE_MAX_K
+    packs_w_per_call = shape.b_transposed and not constant_b
+    if (name == "x86.avx512.sgemm_12x32" and (short_k or constant_b) and not packs_w_per_call
+            and n is not None and n >= WIDE_TILE_MIN_N and fits(WIDE_TILE, shape)
+            and get_intrin(WIDE_TILE).available()):
+        return WIDE_TILE
+    return name
+
+
+# The 6 x 64 tile's own blocks: KC at most 1024 (a 256 KiB panel of B), NC at most 256, MC 48.
+# N = 2048, one thread, A/B in one process against the 12 x 32 tile's defaults (160.6-161.0
+# GFLOP/s): (MC, NC, KC) = (96, 512, 2048), the general rule's, 156.4-157.3; (96, 256, 1024)
+# 163.8; (96, 128, 1024) 164.5-165.8; (48, 256, 1024) 165.9-166.4.
+_WIDE_KC, _WIDE_NC, _WIDE_MC = 1024, 256, 48
 
 
 # Rows of a symbolic M are taken in blocks of this many, rounded up to a multiple of MR (see
@@ -129,15 +168,16 @@ def _fp32_tiling(intrin: str, tiling: Tiling, n, k) -> Tiling:
     from ..intrin import cpu
 
     _, nr, _ = tile_of(intrin)
-    kc_max = _PANEL_BYTES // (4 * nr)
+    wide = intrin.startswith(WIDE_TILE)
+    kc_max = _WIDE_KC if wide else _PANEL_BYTES // (4 * nr)
     kc = k_tile(k, kc_max, 1) or kc_max
     _, l2 = cpu.cache_sizes()
     in_l2 = l2 // 4 // (4 * kc) // nr * nr
     columns = as_int(n)
     few_passes = (columns // 4) // nr * nr if columns is not None else 0
-    nc = max(4 * nr, min(512, max(in_l2, few_passes)))
+    nc = max(4 * nr, min(_WIDE_NC if wide else 512, max(in_l2, few_passes)))
     mr, _, _ = tile_of(intrin)
-    return Tiling(mc=96, nc=nc, kc=kc, mc_symbolic=-(-_SYMBOLIC_ROWS // mr) * mr if "avx512" in intrin else None)
+    return Tiling(mc=_WIDE_MC if wide else 96, nc=nc, kc=kc, mc_symbolic=-(-_SYMBOLIC_ROWS // mr) * mr if "avx512" in intrin else None)
 
 
 def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack_a: bool, pack_b: bool,
