@@ -43,18 +43,8 @@ def cache_sizes() -> tuple[int, int]:
         l1, l2 = (int(v) for v in override.split(","))
         return l1, l2
     found: dict[int, int] = {}
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    try:
-        for entry in sorted(os.listdir(base)):
-            if not entry.startswith("index"):
-                continue
-            with open(f"{base}/{entry}/type", encoding="ascii") as kind, \
-                    open(f"{base}/{entry}/level", encoding="ascii") as level, \
-                    open(f"{base}/{entry}/size", encoding="ascii") as size:
-                if kind.read().strip() in ("Data", "Unified"):
-                    found.setdefault(int(level.read()), _bytes(size.read().strip()))
-    except (OSError, ValueError):
-        pass
+    for level, size in _sysfs_data_caches():
+        found.setdefault(level, size)
     for level, name in ((1, "SC_LEVEL1_DCACHE_SIZE"), (2, "SC_LEVEL2_CACHE_SIZE")):
         if level not in found and name in os.sysconf_names:
             try:
@@ -73,8 +63,15 @@ def last_level_cache_bytes() -> int | None:
     override = os.environ.get("REFCOMP_LLC_BYTES")
     if override:
         return int(override)
+    caches = _sysfs_data_caches()
+    return max(caches)[1] if caches else None
+
+
+def _sysfs_data_caches() -> list[tuple[int, int]]:
+    """(level, bytes) of each data or unified cache cpu0 reports in sysfs, in index order; the
+    entries read before an unreadable one when sysfs is incomplete."""
     base = "/sys/devices/system/cpu/cpu0/cache"
-    best: tuple[int, int] | None = None
+    caches: list[tuple[int, int]] = []
     try:
         for entry in sorted(os.listdir(base)):
             if not entry.startswith("index"):
@@ -83,11 +80,10 @@ def last_level_cache_bytes() -> int | None:
                     open(f"{base}/{entry}/level", encoding="ascii") as level, \
                     open(f"{base}/{entry}/size", encoding="ascii") as size:
                 if kind.read().strip() in ("Data", "Unified"):
-                    found = (int(level.read()), _bytes(size.read().strip()))
-                    best = found if best is None or found > best else best
+                    caches.append((int(level.read()), _bytes(size.read().strip())))
     except (OSError, ValueError):
-        return None
-    return best[1] if best else None
+        pass
+    return caches
 
 
 def _bytes(text: str) -> int:
