@@ -79,7 +79,8 @@ def test_tune_model_shares_the_budget_and_build_applies_the_records(tmp_path, mo
 
     # in this process: the tuner's candidates come from a fork server, so OpenMP here is harmless
     tuned, got, want = build_and_run(random.randrange(2**20))
-    assert tuned == sum(len(r.task.names) for r in result.tasks) == 3
+    # two kernels: the first layer and the one kernel the identical second and third layers share
+    assert tuned == sum(len(r.task.names) for r in result.tasks) == 2
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
