@@ -572,7 +572,11 @@ class CFamilyEmitter(ZeroChecks, ExprEmitter):
                 if self.streams_to(buffer) and _multiple_of(base, lanes):
                     if buffer.align >= self.vec.element_width(vtype) * lanes:
                         store = self.vec.stream(vtype) or store
-                    else:  # no alignment promised: the helper tests the address
+                    elif buffer.name in self.nontemporal_names:
+                        # no alignment promised, the buffer named: the helper tests the address.
+                        # (A loop streaming every buffer keeps to promised alignment: the run-time
+                        # form's 16-byte pieces, interleaved with a sparse kernel's gathers, left
+                        # partial lines in the write-combining buffers: RGCN ran 13x slower.)
                         store = self.vec.stream_checked(vtype) or store
                     self.streamed = self.streamed or store.startswith("rc_vstream")
                 self.line(f"{store}(&{name}[{self.index(base)}], {self.expr(value)});")

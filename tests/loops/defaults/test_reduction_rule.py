@@ -368,8 +368,8 @@ def test_a_4096_square_softmax_streams_its_output():
 
 @pytest.mark.parametrize("cols", [64, 263])
 def test_softmax_of_masked_scores_matches_numpy(cols):
-    """Scores of -1e9 and -inf (masked) next to ordinary ones: their exp is 0 (the inline exp
-    takes every input branch free, no flush before it), the rows as numpy's."""
+    """Scores of -1e9 and -inf (masked) next to ordinary ones: their exp is 0 (flushed below -87),
+    the rows as numpy's."""
     func, reference = _kernel("softmax", (6, cols))
     rng = np.random.default_rng(cols)
     x = rng.standard_normal((6, cols)).astype(np.float32)
