@@ -585,15 +585,29 @@ def test_fp32_recipe_default_tile_on_both_widths(rng, vector_isa, monkeypatch, t
             np.testing.assert_allclose(c, a @ (b.T if transposed else b), rtol=1e-4, atol=1e-4)
 
 
+@pytest.fixture
+def small_l2(monkeypatch):
+    """An L2 of 32 KiB (REFCOMP_CACHE_SIZES): the stream form's rule then takes the small
+    constant B of a test as one too big to stay cached between calls."""
+    from refcomp.loops.intrin import cpu
+
+    monkeypatch.setenv("REFCOMP_CACHE_SIZES", f"{32 << 10},{32 << 10}")
+    cpu.cache_sizes.cache_clear()
+    yield
+    monkeypatch.delenv("REFCOMP_CACHE_SIZES")
+    cpu.cache_sizes.cache_clear()
+
+
 @pytest.mark.parametrize("transposed", [False, True])
-def test_fp32_recipe_streams_a_constant_b_with_symbolic_rows(rng, vector_isa, monkeypatch, transposed):
+def test_fp32_recipe_streams_a_constant_b_with_symbolic_rows(rng, vector_isa, monkeypatch, small_l2, transposed):
     """A B every caller passes as a constant (attr constant_params: the graph's pre-packed
     weights): the tile's stream form reads A from MR-row panels, packed for a symbolic M too (the
     last panel zero-padded by a fill over its missing rows), on the tile of either vector width,
     on 1 and 2 threads, checked against numpy and the interpreter over odd row counts."""
     from refcomp.loops.intrin import x86
 
-    n, k = 64, 96
+    n, k = 64, 96  # under small_l2, B (24 KiB) counts as too big to stay cached
+
     for threads in ("1", "2"):
         monkeypatch.setenv("OMP_NUM_THREADS", threads)
         func = _linear(te.size_var("m"), n, k) if transposed else _matmul(te.size_var("m"), n, k)
@@ -619,7 +633,8 @@ def test_fp32_recipe_streams_a_constant_b_with_symbolic_rows(rng, vector_isa, mo
 
 def test_fp32_recipe_streams_b_only_where_a_row_block_fits_l2(monkeypatch):
     """The stream form and A's panels where A's row block (at most 512 rows, by the whole K) fits
-    in L2; A read in place by the plain tile where it does not, or where B is not a constant."""
+    in L2 and B (over half of L2) does not; A read in place by the plain tile where the block does
+    not fit, where B is small, or where B is not a constant."""
     from refcomp.loops.intrin import cpu
 
     if not intrin.get("x86.avx512.sgemm_12x32").available():
@@ -635,8 +650,8 @@ def test_fp32_recipe_streams_b_only_where_a_row_block_fits_l2(monkeypatch):
 
 
 def _check_stream_choices():
-    def tiles(m, k, constant=True):
-        func = _linear(m, 64, k, "int64")
+    def tiles(m, k, constant=True, n=1024):
+        func = _linear(m, n, k, "int64")
         if constant:
             func = func.with_(attrs={**func.attrs, "constant_params": (1,)})
         sch = recipes.matmul_fp32(func, intrin="x86.avx512.sgemm_12x32")
@@ -647,6 +662,7 @@ def _check_stream_choices():
     assert tiles(m, 2048) == {"x86.avx512.sgemm_12x32"}
     assert tiles(96, 4096) == {"x86.avx512.sgemm_12x32_stream_panel"}  # 96 x 4096 floats: 1.5 MiB
     assert tiles(m, 1024, constant=False) == {"x86.avx512.sgemm_12x32"}
+    assert tiles(m, 1024, n=64) == {"x86.avx512.sgemm_12x32"}  # B 256 KiB: stays in L2 between calls
 
 
 @pytest.mark.parametrize("name,mc", [("x86.avx512.sgemm_12x32", 516), ("x86.avx512.sgemm_14x32", 518),
@@ -661,7 +677,8 @@ def test_fp32_symbolic_row_block_holds_512_rows(name, mc):
 
 @pytest.mark.parametrize("constant", [False, True])
 @pytest.mark.parametrize("transposed", [False, True])
-def test_fp32_recipe_wide_tile_matches_numpy_and_interpreter(rng, vector_isa, monkeypatch, constant, transposed):
+def test_fp32_recipe_wide_tile_matches_numpy_and_interpreter(rng, vector_isa, monkeypatch, small_l2, constant,
+                                                            transposed):
     """With no intrinsic named, an AVX-512 CPU runs N a multiple of 64 (at least 256) on the 6x64
     tile where K <= 1024 or B is a constant (then from A panels, by its stream form); B, or W
     (N, K) when constant (packed on every call it keeps the 12x32 tile); odd and symbolic row
