@@ -495,26 +495,37 @@ def test_recipe_rejects_a_block_that_is_not_a_matmul():
         recipes.matmul_fp32(te.create_prim_func([a, b]))
 
 
+@pytest.fixture
+def cache_sizes(monkeypatch):
+    """Sets the caches the recipes size their blocks from (REFCOMP_CACHE_SIZES, l1 and l2 bytes)
+    for the test; cpu.cache_sizes is re-read after, so no other test sees them."""
+    from refcomp.loops.intrin import cpu
+
+    def set_sizes(l1: int, l2: int) -> None:
+        monkeypatch.setenv("REFCOMP_CACHE_SIZES", f"{l1},{l2}")
+        cpu.cache_sizes.cache_clear()
+
+    yield set_sizes
+    monkeypatch.delenv("REFCOMP_CACHE_SIZES", raising=False)
+    cpu.cache_sizes.cache_clear()
+
+
 @pytest.mark.parametrize("l2,intrin_name,n,nc", [
     (2 << 20, "x86.avx2.sgemm_6x16", 512, 128), (512 << 10, "x86.avx2.sgemm_6x16", 256, 64),
     (2 << 20, "x86.avx512.sgemm_12x32", 512, 128), (64 << 20, "x86.avx512.sgemm_12x32", 512, 512),
     (2 << 20, "x86.avx512.sgemm_12x32", 1024, 256), (2 << 20, "x86.avx512.sgemm_12x32", 4096, 512)])
-def test_fp32_default_tiling_sizes_the_b_block_from_l2(monkeypatch, l2, intrin_name, n, nc):
+def test_fp32_default_tiling_sizes_the_b_block_from_l2(cache_sizes, l2, intrin_name, n, nc):
     """The KC x NC block of B a thread packs takes at most a quarter of L2 unless that makes more
     than four column blocks, at least four tiles wide and at most 512 columns; a tiling the
     caller gives is kept."""
     from refcomp.loops.intrin import cpu
     from refcomp.loops.recipes.matmul import _fp32_tiling
 
-    monkeypatch.setenv("REFCOMP_CACHE_SIZES", f"{48 << 10},{l2}")
-    cpu.cache_sizes.cache_clear()
-    try:
-        assert cpu.cache_sizes() == (48 << 10, l2)
-        tiling = _fp32_tiling(intrin_name, recipes.Tiling(), n, 1024)
-        assert (tiling.kc, tiling.nc) == (1024, nc)
-        assert _fp32_tiling(intrin_name, SMALL, n, 1024) is SMALL
-    finally:
-        cpu.cache_sizes.cache_clear()
+    cache_sizes(48 << 10, l2)
+    assert cpu.cache_sizes() == (48 << 10, l2)
+    tiling = _fp32_tiling(intrin_name, recipes.Tiling(), n, 1024)
+    assert (tiling.kc, tiling.nc) == (1024, nc)
+    assert _fp32_tiling(intrin_name, SMALL, n, 1024) is SMALL
 
 
 def test_cache_sizes_are_read_at_run_time():
@@ -585,17 +596,25 @@ def test_fp32_recipe_default_tile_on_both_widths(rng, vector_isa, monkeypatch, t
             np.testing.assert_allclose(c, a @ (b.T if transposed else b), rtol=1e-4, atol=1e-4)
 
 
-@pytest.fixture
-def small_l2(monkeypatch):
-    """An L2 of 32 KiB (REFCOMP_CACHE_SIZES): the stream form's rule then takes the small
-    constant B of a test as one too big to stay cached between calls."""
-    from refcomp.loops.intrin import cpu
+def _check_fp32_product(rng, lib, func, rows, n, k, transposed):
+    """The built kernel and the interpreter on fresh random A (rows, k), B (k, n) or W (n, k) and a
+    random C, both against float64 numpy."""
+    a = rng.standard_normal((rows, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
+    c = rng.standard_normal((rows, n)).astype(np.float32)
+    interpreted = np.zeros_like(c)
+    lib(a, b, c)
+    refcomp.interpret(func, a, b, interpreted)
+    expected = a.astype(np.float64) @ (b.T if transposed else b).astype(np.float64)
+    np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(interpreted, expected, rtol=1e-5, atol=1e-4)
 
-    monkeypatch.setenv("REFCOMP_CACHE_SIZES", f"{32 << 10},{32 << 10}")
-    cpu.cache_sizes.cache_clear()
-    yield
-    monkeypatch.delenv("REFCOMP_CACHE_SIZES")
-    cpu.cache_sizes.cache_clear()
+
+@pytest.fixture
+def small_l2(cache_sizes):
+    """An L2 of 32 KiB: the stream form's rule then takes the small constant B of a test as one
+    too big to stay cached between calls."""
+    cache_sizes(32 << 10, 32 << 10)
 
 
 @pytest.mark.parametrize("transposed", [False, True])
@@ -620,33 +639,18 @@ def test_fp32_recipe_streams_a_constant_b_with_symbolic_rows(rng, vector_isa, mo
         lib = refcomp.build(sch.func)
         assert "_stream_init((" in lib.source  # the first k slab by the stream form's init form
         for m in (1, 7, 13, 30):
-            a = rng.standard_normal((m, k)).astype(np.float32)
-            b = rng.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
-            c = rng.standard_normal((m, n)).astype(np.float32)
-            interpreted = np.zeros_like(c)
-            lib(a, b, c)
-            refcomp.interpret(func, a, b, interpreted)
-            expected = a.astype(np.float64) @ (b.T if transposed else b).astype(np.float64)
-            np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-4)
-            np.testing.assert_allclose(interpreted, expected, rtol=1e-5, atol=1e-4)
+            _check_fp32_product(rng, lib, func, m, n, k, transposed)
 
 
-def test_fp32_recipe_streams_b_only_where_a_row_block_fits_l2(monkeypatch):
+def test_fp32_recipe_streams_b_only_where_a_row_block_fits_l2(monkeypatch, cache_sizes):
     """The stream form and A's panels where A's row block (at most 512 rows, by the whole K) fits
     in L2 and B (over half of L2) does not; A read in place by the plain tile where the block does
     not fit, where B is small, or where B is not a constant."""
-    from refcomp.loops.intrin import cpu
-
     if not intrin.get("x86.avx512.sgemm_12x32").available():
         pytest.skip("needs the AVX-512 tile")
-    monkeypatch.setenv("REFCOMP_CACHE_SIZES", f"{48 << 10},{2 << 20}")
+    cache_sizes(48 << 10, 2 << 20)
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    cpu.cache_sizes.cache_clear()
-    try:
-        _check_stream_choices()
-    finally:
-        monkeypatch.delenv("REFCOMP_CACHE_SIZES")
-        cpu.cache_sizes.cache_clear()
+    _check_stream_choices()
 
 
 def _check_stream_choices():
@@ -707,15 +711,7 @@ def test_fp32_recipe_wide_tile_matches_numpy_and_interpreter(rng, vector_isa, mo
                     assert tiles == {"x86.avx512.sgemm_6x64_stream_panel"}
             lib = refcomp.build(sch.func)
             for rows in ((1, 7, 13) if isinstance(m, te.SizeVar) else (m,)):
-                a = rng.standard_normal((rows, k)).astype(np.float32)
-                b = rng.standard_normal((n, k) if transposed else (k, n)).astype(np.float32)
-                c = rng.standard_normal((rows, n)).astype(np.float32)
-                interpreted = np.zeros_like(c)
-                lib(a, b, c)
-                refcomp.interpret(func, a, b, interpreted)
-                expected = a.astype(np.float64) @ (b.T if transposed else b).astype(np.float64)
-                np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-4)
-                np.testing.assert_allclose(interpreted, expected, rtol=1e-5, atol=1e-4)
+                _check_fp32_product(rng, lib, func, rows, n, k, transposed)
     if vector_isa != "avx2":
         narrow = recipes.matmul_fp32(_matmul(7, 288, k))
         assert _tensorized_with(narrow.func) == {"x86.avx512.sgemm_12x32"}
