@@ -29,10 +29,6 @@ _VBYTES = """#if defined(__AVX512F__)
 #endif"""
 
 
-# float32 exp inline (VectorLib._exp_f32) rather than libmvec's call per vector.
-INLINE_EXP_F32 = True
-
-
 class VectorLib:
     """The typedefs and helpers one kernel's vector code needs."""
 
@@ -504,7 +500,7 @@ class VectorLib:
             return name
         if op == "sigmoid":
             return self._add(name, self._sigmoid(name, compute, self.math("exp", compute)))
-        if op == "exp" and compute.element.name == "float32" and INLINE_EXP_F32:
+        if op == "exp" and compute.element.name == "float32":  # inline, not libmvec's call per vector
             return self._add(name, self._exp_f32(name, compute))
         if op not in self.mvec_functions:
             return self._add(name, mathlib.vector_math_helper(name, op, compute, vt, self.mvec_functions))

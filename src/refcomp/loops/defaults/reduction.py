@@ -22,8 +22,7 @@ import math
 from ...ast.expr import BufferLoad, IntImm, Var, as_int
 from ...ast.function import PrimFunc
 from ...ast.functor import collect, free_vars, substitute, uses_var
-from ...ast.stmt import NONTEMPORAL_STORE
-from ...ast.stmt import Block, BlockRealize
+from ...ast.stmt import NONTEMPORAL_STORE, Block, BlockRealize
 from ...ast.structural import structural_equal
 from ...errors import RefcompError
 from ..schedule import Schedule
