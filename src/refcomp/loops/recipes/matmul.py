@@ -40,7 +40,8 @@ FP32_INTRINS = ["x86.avx512.sgemm_12x32", "x86.avx512.sgemm_8x32", "x86.avx2.sge
 PANEL_INTRINS = {"x86.avx2.sgemm_6x16": "x86.avx2.sgemm_6x16_panel",
                  "x86.avx512.sgemm_12x32": "x86.avx512.sgemm_12x32_panel",
                  "x86.avx512.sgemm_14x32": "x86.avx512.sgemm_14x32_panel",
-                 "x86.avx512.sgemm_6x64": "x86.avx512.sgemm_6x64_panel"}
+                 "x86.avx512.sgemm_6x64": "x86.avx512.sgemm_6x64_panel",
+                 "x86.avx512.sgemm_6x64_unrolled": "x86.avx512.sgemm_6x64_unrolled_panel"}
 
 
 @dataclass(frozen=True)
