@@ -163,6 +163,11 @@ def test_the_k_loop_decision_of_a_tile_with_an_unrolled_form_is_drawn_and_stays_
         np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
         assert all(x86.is_unrolled(name) == ("_unrolled" in name) for name in forms)
     _check_against_interpreter(func, seen[frozenset({wide + "_unrolled"})], random.randrange(2**20))
+    # unrolled_forms=False: no such decision, the tile as named
+    plain = DesignSpace([TensorizeTiling(intrinsics=(wide,), unrolled_forms=False)]).default_sample(func)
+    assert _tensorized(plain.func) == {wide}
+    assert len([i for i in plain.trace.instructions if i.kind == "sample_categorical"]) == \
+        len([i for i in default.trace.instructions if i.kind == "sample_categorical"]) - 1
 
 
 def _tensorized(func) -> set:

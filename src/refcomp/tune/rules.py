@@ -121,6 +121,7 @@ class TensorizeTiling:
     nc_range: tuple[int, int] = (64, 2048)
     kc_range: tuple[int, int] = (64, 1024)
     intrinsics: Sequence[str] | None = None  # offer only these tile intrinsics (None: every one that fits)
+    unrolled_forms: bool = True  # a tile's unrolled form as a k loop decision (False: the tile as named)
 
     def apply(self, sch: Schedule, block: BlockRV) -> None:
         self._apply(sch, block, default=False)
@@ -162,7 +163,7 @@ class TensorizeTiling:
         # the tile's k loop, where it has an unrolled form (x86.unrolled_form): four k a step with
         # no software prefetch of B (preferred: 5% faster at N = 1024), or one k a step with B's
         # lines prefetched 16 k ahead
-        unrolled = intrin_registry.x86.unrolled_form(name)
+        unrolled = intrin_registry.x86.unrolled_form(name) if self.unrolled_forms else None
         if unrolled is not None and int(_choose(sch, [1, 0], 1, default)):
             name = unrolled
         by_columns = _choose(sch, [1, 0], 1, default)
