@@ -498,14 +498,15 @@ def gpu_cases(args) -> None:
 def tile_cases(n: int, args) -> dict:
     """Each fp32 tile intrinsic TensorizeTiling offers for an n x n x n matmul, in the rule's
     default structure (the recipe's MC, NC and KC for that tile, B packed per thread block, A in
-    place), against numpy: the kernel alone, every side checked first, timed call by call in
-    alternation (`interleaved_best_times`). Cases `tile_{intrinsic}_{n}`, ratio = numpy time /
-    kernel time."""
+    place; a tile with an unrolled form in both forms), against numpy: the kernel alone, every
+    side checked first, timed call by call in alternation (`interleaved_best_times`). Cases
+    `tile_{intrinsic run}_{n}`, ratio = numpy time / kernel time."""
     func = workloads.matmul(n, n, n)
     rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
     a = _uniform(rng, n)
     b = _uniform(rng, n)
     want = a @ b
+    from refcomp.ast import Block, collect
     from refcomp.loops.recipes.common import matmul_shape
     from refcomp.loops.schedule import Schedule
     from refcomp.tune.rules import tile_intrinsics
@@ -514,8 +515,14 @@ def tile_cases(n: int, args) -> dict:
     block = sch.get(sch.get_block("C"))
     names = tile_intrinsics(block, matmul_shape(block, "tile_cases"))
     fns, labels = [lambda: np.matmul(a, b)], ["numpy"]
-    for name in names:
-        sch = tune.DesignSpace([tune.TensorizeTiling(intrinsics=(name,))]).default_sample(func)
+    # a tile with an unrolled form (the AVX-512 6 x 64 one) twice: the rule's default takes the
+    # unrolled form, unrolled_forms=False the tile as named (its k loop prefetching B)
+    rules = [tune.TensorizeTiling(intrinsics=(name,), unrolled_forms=unrolled) for name in names
+             for unrolled in ((True, False) if intrin.x86.unrolled_form(name) else (True,))]
+    for rule in rules:
+        sch = tune.DesignSpace([rule]).default_sample(func)
+        name = next(iter({blk.annotations["tensorized"] for blk in collect(sch.func.body, Block)
+                          if "tensorized" in blk.annotations}))
         kernel = refcomp.build(sch.func)
         c = _uniform(rng, n)
         kernel(a, b, c)

@@ -102,9 +102,11 @@ def test_tile_order_and_a_panels_decisions_are_drawn_and_stay_correct():
 
 def test_the_wide_avx512_tile_is_offered_and_preferred_and_every_tile_computes_the_matmul():
     """On AVX-512 the 6 x 64 tile is a value of the intrinsic decision, the widest, so the default
-    sample takes it; `intrinsics=` restricts the decision to the named tiles; each tile the CPU runs,
-    with M not a multiple of its rows (a partial last tile), computes the matmul."""
+    sample takes it (in its unrolled form, the preferred k loop); `intrinsics=` restricts the
+    decision to the named tiles; each tile the CPU runs, with M not a multiple of its rows (a
+    partial last tile), computes the matmul."""
     from refcomp.loops import intrin
+    from refcomp.loops.intrin import x86
 
     func = workloads.matmul(37, 128, 64)
     _needs_a_tile_intrinsic(func)
@@ -112,20 +114,60 @@ def test_the_wide_avx512_tile_is_offered_and_preferred_and_every_tile_computes_t
     names = tile_intrinsics(block, matmul_shape(block, "test"))
     wide = "x86.avx512.sgemm_6x64"
     assert (wide in names) == intrin.get(wide).available()
+    assert not any(x86.is_unrolled(name) for name in names)  # the k loop decision offers them
     if wide in names:
-        assert _tensorized(DesignSpace([TensorizeTiling()]).default_sample(func).func) == {wide}
+        assert _tensorized(DesignSpace([TensorizeTiling()]).default_sample(func).func) == {wide + "_unrolled"}
     rng = np.random.default_rng(random.randrange(2**20))
     a = rng.standard_normal((37, 64)).astype("float32")
     b = rng.standard_normal((64, 128)).astype("float32")
     for name in names:
         space = DesignSpace([TensorizeTiling(intrinsics=(name,))])
         for sch in (space.default_sample(func), space.sample(func, random.randrange(2**20))):
-            assert _tensorized(sch.func) <= {name, name + "_panel"} and _tensorized(sch.func)
+            forms = {name, name + "_panel", x86.unrolled_form(name), x86.unrolled_form(name + "_panel")}
+            assert _tensorized(sch.func) <= forms and _tensorized(sch.func)
             c = rng.standard_normal((37, 128)).astype("float32")
             refcomp.build(sch.func)(a, b, c)
             np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
     untouched = DesignSpace([TensorizeTiling(intrinsics=("no.such_tile",))]).default_sample(func)
     assert not _tensorized(untouched.func) and "sample_categorical" not in {i.kind for i in untouched.trace.instructions}
+
+
+def test_the_k_loop_decision_of_a_tile_with_an_unrolled_form_is_drawn_and_stays_correct():
+    """For the 6 x 64 tile (the one with an unrolled form) the k loop is a decision: the default
+    sample takes the unrolled form, fresh samples draw both forms (with A in place or in panels),
+    and every one computes the matmul.  It comes after KC and before the parallel loop, so the
+    decisions before it keep their places."""
+    from refcomp.loops import intrin
+    from refcomp.loops.intrin import x86
+
+    wide = "x86.avx512.sgemm_6x64"
+    if not intrin.get(wide).available():
+        pytest.skip("this CPU does not run the AVX-512 6 x 64 tile")
+    func = workloads.matmul(37, 128, 64)
+    space = DesignSpace([TensorizeTiling(intrinsics=(wide,))])
+    default = space.default_sample(func)
+    loop_decision = [inst.args for inst in default.trace.instructions if inst.kind == "sample_categorical"][4]
+    assert loop_decision["candidates"] == [1, 0] and loop_decision["decision"] == 0
+    seen = {}
+    for seed in range(48):
+        sch = space.sample(func, seed)
+        seen.setdefault(frozenset(_tensorized(sch.func)), sch)
+    assert {next(iter(forms)) for forms in seen} == {wide, wide + "_panel", wide + "_unrolled",
+                                                     wide + "_unrolled_panel"}
+    rng = np.random.default_rng(random.randrange(2**20))
+    a = rng.standard_normal((37, 64)).astype("float32")
+    b = rng.standard_normal((64, 128)).astype("float32")
+    for forms, sch in seen.items():
+        c = rng.standard_normal((37, 128)).astype("float32")
+        refcomp.build(sch.func)(a, b, c)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-4)
+        assert all(x86.is_unrolled(name) == ("_unrolled" in name) for name in forms)
+    _check_against_interpreter(func, seen[frozenset({wide + "_unrolled"})], random.randrange(2**20))
+    # unrolled_forms=False: no such decision, the tile as named
+    plain = DesignSpace([TensorizeTiling(intrinsics=(wide,), unrolled_forms=False)]).default_sample(func)
+    assert _tensorized(plain.func) == {wide}
+    assert len([i for i in plain.trace.instructions if i.kind == "sample_categorical"]) == \
+        len([i for i in default.trace.instructions if i.kind == "sample_categorical"]) - 1
 
 
 def _tensorized(func) -> set:

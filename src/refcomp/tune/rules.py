@@ -64,7 +64,8 @@ def _desc_dtypes(name: str) -> tuple[str, str, str]:
 def tile_intrinsics(block: Block, shape: MatmulShape) -> list[str]:
     """The registered matmul tile intrinsics this CPU runs that compute block's element types and
     tile its shape without padding (N a multiple of NR, K of the k multiple, M of MR unless the
-    intrinsic takes partial tiles); A-panel forms are left out (they need A packed in panels)."""
+    intrinsic takes partial tiles); A-panel forms are left out (they need A packed in panels), and so
+    are unrolled forms (x86.unrolled_form: TensorizeTiling's k loop decision takes them)."""
     a_dtype = str(block.reads[shape.a_index].buffer.dtype)
     b_dtype = str(block.reads[shape.b_index].buffer.dtype)
     c_dtype = str(block.writes[0].buffer.dtype)
@@ -77,6 +78,8 @@ def tile_intrinsics(block: Block, shape: MatmulShape) -> list[str]:
             continue  # not a matmul tile
         if intrin_registry.get(name).impl.attrs.get("a_panel") or name.endswith("_panel"):
             continue
+        if intrin_registry.x86.is_unrolled(name):
+            continue  # offered by TensorizeTiling's k loop decision
         if _desc_dtypes(name) != (a_dtype, b_dtype, c_dtype) or None in (n, k, m):
             continue
         if n % nr or k % k_multiple or (m % mr and not takes_partial_rows(name)):
@@ -94,7 +97,8 @@ class TensorizeTiling:
     first, preferred; a fresh draw takes the widest `widest_weight` times as often as each other;
     on AVX-512 the 6 x 64 tile, 3-4% faster than the 12 x 32 one at N = 1024), the row
     block MC (as MC / MR tiles), the column block NC (as NC / NR panels), the reduction slab KC,
-    which loop runs in parallel (column blocks, each thread packing its own slab of B; or row
+    for a tile with an unrolled form (x86.unrolled_form: the 6 x 64 one) its k loop (four k a step
+    without software prefetch of B, preferred, or one k a step with it), which loop runs in parallel (column blocks, each thread packing its own slab of B; or row
     blocks, all reading B packed once), for an intrinsic with a panel form whether A is packed
     into MR-row panels, and the order of the tiles in a block (each B panel across the row tiles,
     or each A tile across the column panels).  The preferred MC, NC and KC are the matmul recipe's for the
@@ -117,6 +121,7 @@ class TensorizeTiling:
     nc_range: tuple[int, int] = (64, 2048)
     kc_range: tuple[int, int] = (64, 1024)
     intrinsics: Sequence[str] | None = None  # offer only these tile intrinsics (None: every one that fits)
+    unrolled_forms: bool = True  # a tile's unrolled form as a k loop decision (False: the tile as named)
 
     def apply(self, sch: Schedule, block: BlockRV) -> None:
         self._apply(sch, block, default=False)
@@ -155,6 +160,12 @@ class TensorizeTiling:
         mc_tiles = _choose_near(sch, mc_choices, max(1, preferred_mc // mr), default)
         nc_panels = _choose_near(sch, nc_choices, max(1, preferred_nc // nr), default)
         kc = _choose_near(sch, kc_choices, preferred_kc, default)
+        # the tile's k loop, where it has an unrolled form (x86.unrolled_form): four k a step with
+        # no software prefetch of B (preferred: 5% faster at N = 1024), or one k a step with B's
+        # lines prefetched 16 k ahead
+        unrolled = intrin_registry.x86.unrolled_form(name) if self.unrolled_forms else None
+        if unrolled is not None and int(_choose(sch, [1, 0], 1, default)):
+            name = unrolled
         by_columns = _choose(sch, [1, 0], 1, default)
         # A in MR-row panels read by the intrinsic's panel form: one stream of A per tile instead
         # of MR rows that may share an L1 set (a row stride of 4 KiB)
@@ -288,6 +299,8 @@ def fp32_tile_intrinsics() -> list[str]:
         except KeyError:
             continue
         if intrin_registry.get(name).impl.attrs.get("a_panel") or name.endswith("_panel"):
+            continue
+        if intrin_registry.x86.is_unrolled(name):
             continue
         if _desc_dtypes(name) == ("float32", "float32", "float32"):
             found.append(name)

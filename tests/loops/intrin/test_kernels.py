@@ -123,7 +123,7 @@ def _needs(name):
 
 
 FLOAT_KERNELS = ["x86.avx2.sgemm_6x16", "x86.avx2.sgemm_8x8", "x86.avx512.sgemm_8x32", "x86.avx512.sgemm_12x32",
-                 "x86.avx512.sgemm_14x32", "x86.avx512.sgemm_6x64"]
+                 "x86.avx512.sgemm_14x32", "x86.avx512.sgemm_6x64", "x86.avx512.sgemm_6x64_unrolled"]
 BF16_KERNELS = ["x86.avx2.bf16gemm_6x16", "x86.avx512bf16.bf16gemm_8x32", "x86.amx.bf16gemm_32x32"]
 INT8_KERNELS = ["x86.avx2.i8gemm_6x16", "x86.vnni.i8gemm_8x32", "x86.amx.i8gemm_32x32"]
 
@@ -244,7 +244,8 @@ def test_avx512_bf16_kernel_treats_denormal_inputs_as_zero(build, name, rng):
 
 @pytest.mark.parametrize("name", _params(["x86.avx2.sgemm_6x16", "x86.avx2.sgemm_8x8", "x86.avx512.sgemm_8x32",
                                           "x86.avx512.sgemm_12x32", "x86.avx512.sgemm_14x32",
-                                          "x86.avx512.sgemm_6x64", "x86.avx2.bf16gemm_6x16", "x86.avx512bf16.bf16gemm_8x32",
+                                          "x86.avx512.sgemm_6x64", "x86.avx512.sgemm_6x64_unrolled",
+                                          "x86.avx2.bf16gemm_6x16", "x86.avx512bf16.bf16gemm_8x32",
                                           "x86.avx2.i8gemm_6x16",
                                           "x86.vnni.i8gemm_8x32"]))
 @given(rows=st.integers(0, 40), seed=st.integers(0, 2**32 - 1))
@@ -285,13 +286,19 @@ def test_sgemm_template_names_and_register_budget():
     source = sgemm_tile_source("avx512", 14, 2)
     assert "refcomp_sgemm_avx512_14x32(" in source and "refcomp_sgemm_avx512_14x32_m14(" in source
     assert "_mm_prefetch" not in sgemm_tile_source("avx2", 6, 2, prefetch=0)
+    # the unrolled form: its own names, the compiler asked to unroll, no software prefetch
+    unrolled = sgemm_tile_source("avx512", 6, 4, prefetch=0, unroll=4, suffix="_unrolled")
+    assert "refcomp_sgemm_avx512_6x64_unrolled_init(" in unrolled and "#pragma GCC unroll 4" in unrolled
+    assert "_mm_prefetch" not in unrolled and "unroll" not in sgemm_tile_source("avx512", 6, 4)
+    assert x86.unrolled_form("x86.avx512.sgemm_6x64_panel") == "x86.avx512.sgemm_6x64_unrolled_panel"
+    assert x86.unrolled_form("x86.avx512.sgemm_12x32") is None and x86.stream_form("x86.avx512.sgemm_6x64_unrolled") is None
     with pytest.raises(ValueError, match="needs 35 vector registers"):
         sgemm_tile_source("avx512", 16, 2)
     with pytest.raises(ValueError, match="needs 17 vector registers"):
         sgemm_tile_source("avx2", 7, 2)
 
 
-STREAM_KERNELS = [x86.stream_form(name) for name in FLOAT_KERNELS] + [
+STREAM_KERNELS = [x86.stream_form(name) for name in FLOAT_KERNELS if x86.stream_form(name)] + [
     x86.stream_form("x86.avx512.sgemm_12x32_panel"), x86.stream_form("x86.avx512.sgemm_6x64_panel")]
 
 

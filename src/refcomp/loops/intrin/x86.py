@@ -11,7 +11,7 @@ from .kernels_amx import BF16GEMM_AMX_32X32, I8GEMM_AMX_32X32
 from .kernels_bf16 import BF16GEMM_AVX512BF16_8X32
 from .kernels_fp32 import (
     BF16GEMM_AVX2_6X16, SGEMM_AVX2_6X16, SGEMM_AVX2_8X8, SGEMM_AVX512_8X32, SGEMM_AVX512_12X32, SGEMM_AVX512_14X32,
-    SGEMM_AVX512_6X64,
+    SGEMM_AVX512_6X64, SGEMM_AVX512_6X64_UNROLLED,
 )
 from .kernels_int8 import I8GEMM_AVX2_6X16, I8GEMM_VNNI_8X32
 from .matmul_tile import matmul_tile
@@ -85,6 +85,35 @@ def plain_form(name: str) -> str:
 _TILES.update({(name[:-len(_PANEL)] + STREAM_SUFFIX + _PANEL if name.endswith(_PANEL) else name + STREAM_SUFFIX):
                entry[:7] + (entry[7] + STREAM_SUFFIX,) + entry[8:]
                for name, entry in list(_TILES.items()) if entry[7].startswith("refcomp_sgemm_")})
+
+# The unrolled form of a tile (kernels_fp32.SGEMM_AVX512_6X64_UNROLLED): the same tile, its k loop
+# four k a step with no software prefetch of B (the packed panel is one sequential stream the
+# hardware prefetchers follow).  Only where it measured faster: the AVX-512 6 x 64 tile (the 12 x
+# 32 and 14 x 32 ones ran 1-4% slower unrolled).  It has no stream form.  TensorizeTiling offers it
+# as a decision of its own (tile_intrinsics leaves it out of the intrinsic decision).
+UNROLLED_SUFFIX = "_unrolled"
+_UNROLLED = {
+    "x86.avx512.sgemm_6x64_unrolled": (6, 64, "float32", "float32", "float32", "rows", 1,
+                                       "refcomp_sgemm_avx512_6x64_unrolled", SGEMM_AVX512_6X64_UNROLLED,
+                                       cpu.AVX512, True, {}),
+    "x86.avx512.sgemm_6x64_unrolled_panel": (6, 64, "float32", "float32", "float32", "rows", 1,
+                                             "refcomp_sgemm_avx512_6x64_unrolled", SGEMM_AVX512_6X64_UNROLLED,
+                                             cpu.AVX512, True, {"a_panel": True}),
+}
+_TILES.update(_UNROLLED)
+
+
+def unrolled_form(name: str) -> str | None:
+    """The name of the unrolled form of a registered fp32 tile intrinsic (a panel form's keeps its
+    "_panel" last), None where it has none."""
+    base, panel = (name[:-len(_PANEL)], _PANEL) if name.endswith(_PANEL) else (name, "")
+    unrolled = base + UNROLLED_SUFFIX + panel
+    return unrolled if unrolled in _UNROLLED else None
+
+
+def is_unrolled(name: str) -> bool:
+    """Whether `name` is the unrolled form of a tile (see unrolled_form)."""
+    return name in _UNROLLED
 
 
 def _init_form(impl: PrimFunc, c_function: str) -> PrimFunc:
