@@ -511,7 +511,6 @@ def cache_sizes(monkeypatch):
 
 
 @pytest.mark.parametrize("l2,intrin_name,n,nc", [
-    (2 << 20, "x86.avx2.sgemm_6x16", 512, 128), (512 << 10, "x86.avx2.sgemm_6x16", 256, 64),
     (2 << 20, "x86.avx512.sgemm_12x32", 512, 128), (64 << 20, "x86.avx512.sgemm_12x32", 512, 512),
     (2 << 20, "x86.avx512.sgemm_12x32", 1024, 256), (2 << 20, "x86.avx512.sgemm_12x32", 4096, 512)])
 def test_fp32_default_tiling_sizes_the_b_block_from_l2(cache_sizes, l2, intrin_name, n, nc):
@@ -526,6 +525,43 @@ def test_fp32_default_tiling_sizes_the_b_block_from_l2(cache_sizes, l2, intrin_n
     tiling = _fp32_tiling(intrin_name, recipes.Tiling(), n, 1024)
     assert (tiling.kc, tiling.nc) == (1024, nc)
     assert _fp32_tiling(intrin_name, SMALL, n, 1024) is SMALL
+
+
+@pytest.mark.parametrize("l2,n,k,kc,nc", [
+    (2 << 20, 2048, 2048, 1024, 256), (2 << 20, 1024, 1024, 1024, 256), (2 << 20, 512, 512, 512, 512),
+    (512 << 10, 256, 1024, 1024, 64), (1 << 20, 2048, 768, 768, 160), (2 << 20, 64, 1031, 1031, 240),
+    (2 << 20, 2048, 1026, 513, 496), (2 << 20, 2048, 4104, 684, 368)])
+def test_avx2_tile_takes_its_own_blocks(cache_sizes, l2, n, k, kc, nc):
+    """The AVX2 tile's KC is the largest divisor of K up to 1024 (whole K where that divisor is
+    less than half of 1024: a prime K), its KC x NC block of B takes at most half of L2 (at least
+    four tiles wide, at most 512 columns); a tiling the caller gives is kept."""
+    from refcomp.loops.recipes.matmul import _fp32_tiling
+
+    cache_sizes(32 << 10, l2)
+    tiling = _fp32_tiling("x86.avx2.sgemm_6x16", recipes.Tiling(), n, k)
+    assert (tiling.kc, tiling.nc, tiling.mc) == (kc, nc, 96)
+    assert _fp32_tiling("x86.avx2.sgemm_6x16", SMALL, n, k) is SMALL
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 1), (7, 32, 13), (37, 48, 96), (50, 64, 1031), (101, 96, 200)])
+@pytest.mark.parametrize("tiling", [None, SMALL])
+def test_avx2_tile_row_tiles_outside_the_panels(rng, vector_isa, monkeypatch, cache_sizes, shape, tiling):
+    """Under the AVX2 feature set the fp32 recipe runs each column block's row tiles outside its
+    panels (a tile's rows of A stay in L1 while it sweeps the panels); with SMALL's slabs of at
+    most 32 the tile's early-C form accumulates over several k slabs (C added after each slab's
+    K loop).  The built kernel and the interpreter agree with numpy on fresh random data: odd,
+    prime and unit sizes, one and two threads."""
+    m, n, k = shape
+    cache_sizes(32 << 10, 64 << 10)  # KC x NC blocks of B of at most 32 KiB
+    for threads in ("1", "2"):
+        monkeypatch.setenv("OMP_NUM_THREADS", threads)
+        func = _matmul(m, n, k)
+        sch = recipes.matmul_fp32(func, **({} if tiling is None else {"tiling": tiling}))
+        if vector_isa == "avx2":
+            assert _tensorized_with(sch.func) == {"x86.avx2.sgemm_6x16"}
+            loops = [s.loop_var.name for s in walk(sch.func.body) if isinstance(s, For)]
+            assert loops.index("i_1") < loops.index("j_1")  # row tiles outside the panels
+        _check_fp32_product(rng, refcomp.build(sch.func), func, m, n, k, transposed=False)
 
 
 def test_cache_sizes_are_read_at_run_time():

@@ -21,7 +21,7 @@ _ISAS = {
 }
 
 
-def sgemm_tile_source(isa: str, rows: int, vectors: int, prefetch: int = 16) -> str:
+def sgemm_tile_source(isa: str, rows: int, vectors: int, prefetch: int = 16, c_early: bool = False) -> str:
     """C source of the fp32 tile kernel `refcomp_sgemm_<isa>_<rows>x<NR>` (NR = vectors * lanes)
     and of its init form `..._init`, which writes C = A * B without reading C (the tile's
     zeroing folded into the kernel: its accumulators start at zero; see spec/tensorize.md).
@@ -32,6 +32,12 @@ def sgemm_tile_source(isa: str, rows: int, vectors: int, prefetch: int = 16) -> 
     row and rows * vectors FMAs; the B lines `prefetch` k ahead are prefetched (the KC x NR panel
     streams from L2; 0: none).  rows * vectors accumulators + vectors + 1 registers must fit the
     ISA's 16 (AVX2) or 32 (AVX-512) vector registers.
+
+    With c_early the tile names its C lines to the cache (prefetch for writing) before the K
+    loop, and the accumulating form starts its accumulators at zero too and adds C to them after
+    the loop: the C lines, which miss the cache when the loops sweep C once per k slab, arrive
+    while the tile computes instead of stalling its first FMAs or its stores (C + sum of the
+    slab's products: the same sum, added in another order).
 
     The stream forms `..._stream` and `..._stream_init` compute the same and also prefetch, into
     L2, the next panel of B in memory (the K x NR floats from B + K * ldb on: the packed panel
@@ -56,11 +62,16 @@ def sgemm_tile_source(isa: str, rows: int, vectors: int, prefetch: int = 16) -> 
         accumulators = [(r, v) for r in range(m) for v in range(vectors)]
         lines.append(f"{attribute} {name}_m{m}({params}, int accumulate, int stream) {{")
         lines.append(f"  {vtype} " + ", ".join(f"c{r}_{v}" for r, v in accumulators) + ";")
-        lines.append("  if (accumulate) {")
-        lines += [f"    c{r}_{v} = {p}_loadu_ps(C + {r} * ldc + {v * lanes});" for r, v in accumulators]
-        lines.append("  } else {")
-        lines += [f"    c{r}_{v} = {p}_setzero_ps();" for r, v in accumulators]
-        lines.append("  }")
+        if c_early:
+            lines += [f"  __builtin_prefetch(C + {r} * ldc + {column}, 1, 3);"
+                      for r in range(m) for column in sorted({*range(0, vectors * lanes, 16), vectors * lanes - 1})]
+            lines += [f"  c{r}_{v} = {p}_setzero_ps();" for r, v in accumulators]
+        else:
+            lines.append("  if (accumulate) {")
+            lines += [f"    c{r}_{v} = {p}_loadu_ps(C + {r} * ldc + {v * lanes});" for r, v in accumulators]
+            lines.append("  } else {")
+            lines += [f"    c{r}_{v} = {p}_setzero_ps();" for r, v in accumulators]
+            lines.append("  }")
         lines += _STREAM_START
         lines.append("  for (int64_t k = 0; k < K; ++k) {")
         lines.append("    if (k == rc_pf_k && rc_pf < rc_pf_end) { "
@@ -75,6 +86,11 @@ def sgemm_tile_source(isa: str, rows: int, vectors: int, prefetch: int = 16) -> 
             fmas = " ".join(f"c{r}_{v} = {p}_fmadd_ps(ar, b{v}, c{r}_{v});" for v in range(vectors))
             lines.append(f"    {{ {vtype} ar = {broadcast.format(r=r)}; {fmas} }}")
         lines.append("  }")
+        if c_early:
+            lines.append("  if (accumulate) {")
+            lines += [f"    c{r}_{v} = {p}_add_ps(c{r}_{v}, {p}_loadu_ps(C + {r} * ldc + {v * lanes}));"
+                      for r, v in accumulators]
+            lines.append("  }")
         lines += [f"  {p}_storeu_ps(C + {r} * ldc + {v * lanes}, c{r}_{v});" for r, v in accumulators]
         lines.append("}")
     for entry, accumulate, stream in ((name, 1, 0), (name + "_init", 0, 0), (name + "_stream", 1, 1),
@@ -132,7 +148,7 @@ _STREAM_START = [
 # AVX2 6 x 16: 12 accumulators of 16 registers.  The next line of B is prefetched 16 k ahead:
 # with KC = 1024 the 64 KiB panel streams from L2 (one core of an AVX-512 Xeon running this
 # tile: 89.6 -> 93.4 GFLOP/s at N = 1024).
-SGEMM_AVX2_6X16 = sgemm_tile_source("avx2", 6, 2)
+SGEMM_AVX2_6X16 = sgemm_tile_source("avx2", 6, 2, c_early=True)
 # AVX2 8 x 8, for N that 16 does not divide but 8 does (a convolution's output width of 56 or
 # 24): eight one-vector accumulators, one load of B and eight broadcasts of A per k.
 SGEMM_AVX2_8X8 = sgemm_tile_source("avx2", 8, 1)
