@@ -147,7 +147,10 @@ _STREAM_START = [
 
 # AVX2 6 x 16: 12 accumulators of 16 registers.  The next line of B is prefetched 16 k ahead:
 # with KC = 1024 the 64 KiB panel streams from L2 (one core of an AVX-512 Xeon running this
-# tile: 89.6 -> 93.4 GFLOP/s at N = 1024).
+# tile: 89.6 -> 93.4 GFLOP/s at N = 1024).  C named early (c_early): the matmul recipe's AVX2
+# order sweeps C once per k slab (recipes.matmul.AVX2_TILE); in the general order, one thread,
+# CPU time, A/B in one process, N = 1024 95.1 -> 98.7, 101.4 -> 104.1 and 102.1 -> 105.2 GFLOP/s,
+# N = 512 101.2 -> 104.5, N = 2048 within noise.
 SGEMM_AVX2_6X16 = sgemm_tile_source("avx2", 6, 2, c_early=True)
 # AVX2 8 x 8, for N that 16 does not divide but 8 does (a convolution's output width of 56 or
 # 24): eight one-vector accumulators, one load of B and eight broadcasts of A per k.
