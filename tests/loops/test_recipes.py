@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import refcomp
 from refcomp import ScheduleError, te
@@ -564,6 +565,46 @@ def test_avx2_tile_row_tiles_outside_the_panels(rng, vector_isa, monkeypatch, ca
         _check_fp32_product(rng, refcomp.build(sch.func), func, m, n, k, transposed=False)
 
 
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(m=st.integers(1, 40), panels=st.integers(1, 5), k=st.integers(1, 70), small=st.booleans(),
+       transposed=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_avx2_tile_recipe_over_shapes(vector_isa, m, panels, k, small, transposed, seed):
+    """The default fp32 recipe (AVX2's tile and blocks under the AVX2 feature set) over random
+    shapes: any row count from 1, N any multiple of 16, any K from 1 (primes included), the
+    default tiling or small slabs, B or W (N, K); the built kernel and the interpreter agree with
+    numpy on fresh random data."""
+    n = 16 * panels
+    rng = np.random.default_rng(seed)
+    func = _linear(m, n, k) if transposed else _matmul(m, n, k)
+    sch = recipes.matmul_fp32(func, **({"tiling": SMALL} if small else {}))
+    if vector_isa == "avx2":
+        assert "x86.avx2.sgemm_6x16" in _tensorized_with(sch.func)
+    _check_fp32_product(rng, refcomp.build(sch.func), func, m, n, k, transposed)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_avx2_tile_symbolic_rows_in_blocks_around_the_column_loop(rng, vector_isa, monkeypatch, cache_sizes,
+                                                                  transposed):
+    """A symbolic M on the AVX2 tile's default tiling: row blocks of 516 rows run serially around
+    the parallel column loop (2 threads, each packing its own blocks of B or W), the row tiles
+    outside the panels; checked against numpy and the interpreter over odd row counts, and on one
+    thread too."""
+    n, k = 64, 200
+    cache_sizes(32 << 10, 64 << 10)
+    for threads in ("1", "2"):
+        monkeypatch.setenv("OMP_NUM_THREADS", threads)
+        func = _linear(te.size_var("m"), n, k) if transposed else _matmul(te.size_var("m"), n, k)
+        sch = recipes.matmul_fp32(func)
+        if vector_isa == "avx2" and threads == "2":
+            parallel = [s for s in walk(sch.func.body) if isinstance(s, For) and s.kind == "parallel"]
+            assert len(parallel) == 1 and parallel[0].loop_var.name.startswith("j")
+            loops = [s.loop_var.name for s in walk(parallel[0]) if isinstance(s, For)]
+            assert loops.index("i_1") < loops.index("j_1")  # row tiles outside the panels
+        lib = refcomp.build(sch.func)
+        for m in (1, 7, 37):
+            _check_fp32_product(rng, lib, func, m, n, k, transposed)
+
+
 def test_cache_sizes_are_read_at_run_time():
     from refcomp.loops.intrin import cpu
 
@@ -706,10 +747,10 @@ def _check_stream_choices():
 
 
 @pytest.mark.parametrize("name,mc", [("x86.avx512.sgemm_12x32", 516), ("x86.avx512.sgemm_14x32", 518),
-                                     ("x86.avx512.sgemm_8x32", 512), ("x86.avx2.sgemm_6x16", None)])
+                                     ("x86.avx512.sgemm_8x32", 512), ("x86.avx2.sgemm_6x16", 516)])
 def test_fp32_symbolic_row_block_holds_512_rows(name, mc):
-    """A symbolic M is taken in blocks of 512 rows rounded up to the tile height (AVX-512 tiles),
-    so that 512 rows are one block."""
+    """A symbolic M is taken in blocks of 512 rows rounded up to the tile height (the AVX-512
+    tiles and the AVX2 6 x 16 tile), so that 512 rows are one block."""
     from refcomp.loops.recipes.matmul import _fp32_tiling
 
     assert _fp32_tiling(name, recipes.Tiling(), 1024, 1024).mc_symbolic == mc
