@@ -155,7 +155,7 @@ def _fp32_tiling(intrin: str, tiling: Tiling, n, k) -> Tiling:
     in L2 wins), N = 2048 144-146 / 147-149 / 150-152 (A's 16 MiB read 16 / 8 / 4 times
     loses); the AVX2 tile was within noise of each at both sizes.
     MC: 96 rows (a multiple of 6, 8 and 12): 48 and 96 were within noise, 192 5% slower.
-    Symbolic rows (AVX-512): 512-row blocks (rounded up to a multiple of MR) around the parallel
+    Symbolic rows (AVX-512; the AVX2 tile too, _avx2_tiling): 512-row blocks (rounded up to a multiple of MR) around the parallel
     column loop (see tiled_matmul),
     so a few hundred rows pack B once; A's block is read in place.  On the graph benchmark's mlp
     (batch 256, no BLAS) on 2 threads 21.6 ms, against 22.6 with threads over 64-row blocks and
