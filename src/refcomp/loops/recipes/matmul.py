@@ -14,6 +14,7 @@ The structure is BLIS's, written as ordinary schedule primitives:
 
 With fewer than two row blocks per thread the loops run `jc, pc, ic, jr, ir` with the column
 blocks in parallel; with a symbolic M (and Tiling.mc_symbolic) `ic` runs serially around them.  A is read in place unless pack_a asks for k slabs Ap[k // KC, i, k % KC].
+The AVX2 6 x 16 tile runs `ir` outside `jr` (AVX2_TILE below).
 B may be read as W[j, k] (C = A @ W^T, a `linear` layer's weight): the packing copy then reads W
 transposed into the same panels, NR rows of W at a time.
 Rows (M) may be symbolic or not divisible by MR: the last tile is partial and the kernel touches
@@ -155,7 +156,7 @@ def _fp32_tiling(intrin: str, tiling: Tiling, n, k) -> Tiling:
     in L2 wins), N = 2048 144-146 / 147-149 / 150-152 (A's 16 MiB read 16 / 8 / 4 times
     loses); the AVX2 tile was within noise of each at both sizes.
     MC: 96 rows (a multiple of 6, 8 and 12): 48 and 96 were within noise, 192 5% slower.
-    Symbolic rows (AVX-512; the AVX2 tile too, _avx2_tiling): 512-row blocks (rounded up to a multiple of MR) around the parallel
+    Symbolic rows (AVX-512): 512-row blocks (rounded up to a multiple of MR) around the parallel
     column loop (see tiled_matmul),
     so a few hundred rows pack B once; A's block is read in place.  On the graph benchmark's mlp
     (batch 256, no BLAS) on 2 threads 21.6 ms, against 22.6 with threads over 64-row blocks and
@@ -188,9 +189,10 @@ def _fp32_tiling(intrin: str, tiling: Tiling, n, k) -> Tiling:
 # the row tiles) keeps B's KC x 16 panel for the row tiles of a block, but at KC = K (the general
 # rule) that panel is far past L1 and, at N = 2048, the KC x NC block of B (4 MiB) past L2, so
 # every k of every tile reads both operands from L2 and the first tile of each panel from L3.
-# Here the row tiles run outside the panels instead: a tile's 6 x KC rows of A stay in L1 (KC at
-# most 1024: 24 KiB, inside a 32 KiB L1) while it sweeps the block's panels, and the KC x NC block
-# of B takes at most half of L2, so B is the one operand that streams from L2.  The tile names
+# Here the row tiles run outside the panels instead: a tile's 6 x KC rows of A (KC at most 1024:
+# at most 24 KiB) are read again for each panel of the block while they are still in L1 or L2,
+# and the KC x NC block of B takes at most half of L2, so that B, the wider stream, comes from L2
+# and no panel from L3 (all measured, not modelled: see the spec for what lost).  The tile names
 # its C lines to the cache before its K loop (kernels_fp32.sgemm_tile_source, c_early) since the
 # K / KC slabs now sweep C more than once.  One thread, CPU time, A/B in one process (shared
 # machine, run-to-run noise 3-5%), against the general rule with the same tile: see
@@ -212,14 +214,13 @@ def _avx2_tiling(n, k) -> Tiling:
     numpy 28.69."""
     from ..intrin import cpu
 
-    _, nr, _ = tile_of(AVX2_TILE)
+    mr, nr, _ = tile_of(AVX2_TILE)
     whole = k_tile(k, _PANEL_BYTES // (4 * nr), 1)
     kc = k_tile(k, _AVX2_KC, 1)
     if kc is None or whole is None or 2 * kc < min(whole, _AVX2_KC):
         kc = whole or _AVX2_KC
     _, l2 = cpu.cache_sizes()
     nc = max(4 * nr, min(512, l2 // 2 // (4 * kc) // nr * nr))
-    mr, _, _ = tile_of(AVX2_TILE)
     return Tiling(mc=96, nc=nc, kc=kc, mc_symbolic=-(-_SYMBOLIC_ROWS // mr) * mr)
 
 
