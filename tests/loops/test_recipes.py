@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import refcomp
 from refcomp import ScheduleError, te
@@ -512,7 +513,6 @@ def cache_sizes(monkeypatch):
 
 
 @pytest.mark.parametrize("l2,intrin_name,n,nc", [
-    (2 << 20, "x86.avx2.sgemm_6x16", 512, 128), (512 << 10, "x86.avx2.sgemm_6x16", 256, 64),
     (2 << 20, "x86.avx512.sgemm_12x32", 512, 128), (64 << 20, "x86.avx512.sgemm_12x32", 512, 512),
     (2 << 20, "x86.avx512.sgemm_12x32", 1024, 256), (2 << 20, "x86.avx512.sgemm_12x32", 4096, 512)])
 def test_fp32_default_tiling_sizes_the_b_block_from_l2(cache_sizes, l2, intrin_name, n, nc):
@@ -527,6 +527,83 @@ def test_fp32_default_tiling_sizes_the_b_block_from_l2(cache_sizes, l2, intrin_n
     tiling = _fp32_tiling(intrin_name, recipes.Tiling(), n, 1024)
     assert (tiling.kc, tiling.nc) == (1024, nc)
     assert _fp32_tiling(intrin_name, SMALL, n, 1024) is SMALL
+
+
+@pytest.mark.parametrize("l2,n,k,kc,nc", [
+    (2 << 20, 2048, 2048, 1024, 256), (2 << 20, 1024, 1024, 1024, 256), (2 << 20, 512, 512, 512, 512),
+    (512 << 10, 256, 1024, 1024, 64), (1 << 20, 2048, 768, 768, 160), (2 << 20, 64, 1031, 1031, 240),
+    (2 << 20, 2048, 1026, 513, 496), (2 << 20, 2048, 4104, 684, 368)])
+def test_avx2_tile_takes_its_own_blocks(cache_sizes, l2, n, k, kc, nc):
+    """The AVX2 tile's KC is the largest divisor of K up to 1024 (whole K where that divisor is
+    less than half of 1024: a prime K), its KC x NC block of B takes at most half of L2 (at least
+    four tiles wide, at most 512 columns); a tiling the caller gives is kept."""
+    from refcomp.loops.recipes.matmul import _fp32_tiling
+
+    cache_sizes(32 << 10, l2)
+    tiling = _fp32_tiling("x86.avx2.sgemm_6x16", recipes.Tiling(), n, k)
+    assert (tiling.kc, tiling.nc, tiling.mc) == (kc, nc, 96)
+    assert _fp32_tiling("x86.avx2.sgemm_6x16", SMALL, n, k) is SMALL
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 1), (7, 32, 13), (37, 48, 96), (50, 64, 1031), (101, 96, 200)])
+@pytest.mark.parametrize("tiling", [None, SMALL])
+def test_avx2_tile_row_tiles_outside_the_panels(rng, vector_isa, monkeypatch, cache_sizes, shape, tiling):
+    """Under the AVX2 feature set the fp32 recipe runs each column block's row tiles outside its
+    panels (a tile's rows of A stay in L1 while it sweeps the panels); with SMALL's slabs of at
+    most 32 the tile's early-C form accumulates over several k slabs (C added after each slab's
+    K loop).  The built kernel and the interpreter agree with numpy on fresh random data: odd,
+    prime and unit sizes, one and two threads."""
+    m, n, k = shape
+    cache_sizes(32 << 10, 64 << 10)  # KC x NC blocks of B of at most 32 KiB
+    for threads in ("1", "2"):
+        monkeypatch.setenv("OMP_NUM_THREADS", threads)
+        func = _matmul(m, n, k)
+        sch = recipes.matmul_fp32(func, **({} if tiling is None else {"tiling": tiling}))
+        if vector_isa == "avx2":
+            assert _tensorized_with(sch.func) == {"x86.avx2.sgemm_6x16"}
+            loops = [s.loop_var.name for s in walk(sch.func.body) if isinstance(s, For)]
+            assert loops.index("i_1") < loops.index("j_1")  # row tiles outside the panels
+        _check_fp32_product(rng, refcomp.build(sch.func), func, m, n, k, transposed=False)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(m=st.integers(1, 40), panels=st.integers(1, 5), k=st.integers(1, 70), small=st.booleans(),
+       transposed=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_avx2_tile_recipe_over_shapes(vector_isa, m, panels, k, small, transposed, seed):
+    """The default fp32 recipe (AVX2's tile and blocks under the AVX2 feature set) over random
+    shapes: any row count from 1, N any multiple of 16, any K from 1 (primes included), the
+    default tiling or small slabs, B or W (N, K); the built kernel and the interpreter agree with
+    numpy on fresh random data."""
+    n = 16 * panels
+    rng = np.random.default_rng(seed)
+    func = _linear(m, n, k) if transposed else _matmul(m, n, k)
+    sch = recipes.matmul_fp32(func, **({"tiling": SMALL} if small else {}))
+    if vector_isa == "avx2":
+        assert "x86.avx2.sgemm_6x16" in _tensorized_with(sch.func)
+    _check_fp32_product(rng, refcomp.build(sch.func), func, m, n, k, transposed)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_avx2_tile_symbolic_rows_in_blocks_around_the_column_loop(rng, vector_isa, monkeypatch, cache_sizes,
+                                                                  transposed):
+    """A symbolic M on the AVX2 tile's default tiling: row blocks of 516 rows run serially around
+    the parallel column loop (2 threads, each packing its own blocks of B or W), the row tiles
+    outside the panels; checked against numpy and the interpreter over odd row counts, and on one
+    thread too."""
+    n, k = 64, 200
+    cache_sizes(32 << 10, 64 << 10)
+    for threads in ("1", "2"):
+        monkeypatch.setenv("OMP_NUM_THREADS", threads)
+        func = _linear(te.size_var("m"), n, k) if transposed else _matmul(te.size_var("m"), n, k)
+        sch = recipes.matmul_fp32(func)
+        if vector_isa == "avx2" and threads == "2":
+            parallel = [s for s in walk(sch.func.body) if isinstance(s, For) and s.kind == "parallel"]
+            assert len(parallel) == 1 and parallel[0].loop_var.name.startswith("j")
+            loops = [s.loop_var.name for s in walk(parallel[0]) if isinstance(s, For)]
+            assert loops.index("i_1") < loops.index("j_1")  # row tiles outside the panels
+        lib = refcomp.build(sch.func)
+        for m in (1, 7, 37):
+            _check_fp32_product(rng, lib, func, m, n, k, transposed)
 
 
 def test_cache_sizes_are_read_at_run_time():
@@ -671,10 +748,10 @@ def _check_stream_choices():
 
 
 @pytest.mark.parametrize("name,mc", [("x86.avx512.sgemm_12x32", 516), ("x86.avx512.sgemm_14x32", 518),
-                                     ("x86.avx512.sgemm_8x32", 512), ("x86.avx2.sgemm_6x16", None)])
+                                     ("x86.avx512.sgemm_8x32", 512), ("x86.avx2.sgemm_6x16", 516)])
 def test_fp32_symbolic_row_block_holds_512_rows(name, mc):
-    """A symbolic M is taken in blocks of 512 rows rounded up to the tile height (AVX-512 tiles),
-    so that 512 rows are one block."""
+    """A symbolic M is taken in blocks of 512 rows rounded up to the tile height (the AVX-512
+    tiles and the AVX2 6 x 16 tile), so that 512 rows are one block."""
     from refcomp.loops.recipes.matmul import _fp32_tiling
 
     assert _fp32_tiling(name, recipes.Tiling(), 1024, 1024).mc_symbolic == mc

@@ -292,6 +292,13 @@ def test_sgemm_template_names_and_register_budget():
     assert "_mm_prefetch" not in unrolled and "unroll" not in sgemm_tile_source("avx512", 6, 4)
     assert x86.unrolled_form("x86.avx512.sgemm_6x64_panel") == "x86.avx512.sgemm_6x64_unrolled_panel"
     assert x86.unrolled_form("x86.avx512.sgemm_12x32") is None and x86.stream_form("x86.avx512.sgemm_6x64_unrolled") is None
+    # c_early (the AVX2 6 x 16 tile): C's lines named for writing before the K loop, every
+    # accumulator starting at zero, C added after the loop in the accumulating form
+    early = sgemm_tile_source("avx2", 6, 2, c_early=True)
+    assert "__builtin_prefetch(C + 5 * ldc + 15, 1, 3);" in early
+    assert "c5_1 = _mm256_add_ps(c5_1, _mm256_loadu_ps(C + 5 * ldc + 8));" in early
+    assert "_mm256_loadu_ps(C" not in early.split("for (int64_t k")[1].split("if (accumulate)")[0]
+    assert "__builtin_prefetch(C" not in sgemm_tile_source("avx2", 6, 2)
     with pytest.raises(ValueError, match="needs 35 vector registers"):
         sgemm_tile_source("avx512", 16, 2)
     with pytest.raises(ValueError, match="needs 17 vector registers"):

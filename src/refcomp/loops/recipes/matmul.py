@@ -14,6 +14,7 @@ The structure is BLIS's, written as ordinary schedule primitives:
 
 With fewer than two row blocks per thread the loops run `jc, pc, ic, jr, ir` with the column
 blocks in parallel; with a symbolic M (and Tiling.mc_symbolic) `ic` runs serially around them.  A is read in place unless pack_a asks for k slabs Ap[k // KC, i, k % KC].
+The AVX2 6 x 16 tile runs `ir` outside `jr` (AVX2_TILE below).
 B may be read as W[j, k] (C = A @ W^T, a `linear` layer's weight): the packing copy then reads W
 transposed into the same panels, NR rows of W at a time.
 Rows (M) may be symbolic or not divisible by MR: the last tile is partial and the kernel touches
@@ -168,6 +169,8 @@ def _fp32_tiling(intrin: str, tiling: Tiling, n, k) -> Tiling:
         return tiling
     from ..intrin import cpu
 
+    if intrin == AVX2_TILE:
+        return _avx2_tiling(n, k)
     _, nr, _ = tile_of(intrin)
     wide = intrin.startswith(WIDE_TILE)
     kc_max = _WIDE_KC if wide else _PANEL_BYTES // (4 * nr)
@@ -179,6 +182,54 @@ def _fp32_tiling(intrin: str, tiling: Tiling, n, k) -> Tiling:
     nc = max(4 * nr, min(_WIDE_NC if wide else 512, max(in_l2, few_passes)))
     mr, _, _ = tile_of(intrin)
     return Tiling(mc=_WIDE_MC if wide else 96, nc=nc, kc=kc, mc_symbolic=-(-_SYMBOLIC_ROWS // mr) * mr if "avx512" in intrin else None)
+
+
+# ----------------------------------------------------------------------------- AVX2 6 x 16 tile
+# Its own blocks and loop order (the AVX-512 tiles keep theirs above).  A tile reads A's six rows
+# in place (24 bytes a k) and B's 16-wide panel (64 bytes a k).  The general order (panels outside
+# the row tiles) keeps B's KC x 16 panel for the row tiles of a block, but at KC = K (the general
+# rule) that panel is far past L1 and, at N = 2048, the KC x NC block of B (4 MiB) past L2, so
+# every k of every tile reads both operands from L2 and the first tile of each panel from L3.
+# Here the row tiles run outside the panels instead: a tile's 6 x KC rows of A (KC at most 1024:
+# at most 24 KiB) are read again for each panel of the block while they are still in L1 or L2,
+# and the KC x NC block of B takes at most half of L2, so that B, the wider stream, comes from L2
+# and no panel from L3 (all measured, not modelled: see the spec for what lost).  The tile names
+# its C lines to the cache before its K loop (kernels_fp32.sgemm_tile_source, c_early) since the
+# K / KC slabs now sweep C more than once.  One thread, CPU time, A/B in one process (shared
+# machine, run-to-run noise 3-5%), against the general rule with the same tile: see
+# spec/tensorize.md ("The AVX2 tile").
+AVX2_TILE = "x86.avx2.sgemm_6x16"
+_AVX2_KC = 1024
+
+
+def _avx2_tiling(n, k) -> Tiling:
+    """The AVX2 tile's blocks: KC the largest divisor of K up to 1024 (A's 6 x KC rows in L1;
+    whole K where K has no divisor of at least half that, so that an odd K does not get tiny
+    slabs), NC from half of L2 (B's KC x NC block; at least four tiles wide, at most 512), MC 96;
+    a symbolic M in blocks of 516 rows around the parallel column loop, as the AVX-512 tiles
+    (each thread packs its own blocks of B in cache instead of all of B going through memory
+    before the call's row blocks; the order there too has the row tiles outside the panels).
+    The benchmark's linear layers under the AVX2 feature set, rows symbolic, one thread, A/B in
+    one process: 256 x 1024 x 4096 + residual 29.35 ms -> 25.33 (row blocks of 516) -> 23.24
+    (and the row tiles outside), numpy 24.21; 256 x 4096 x 1024 + gelu 29.70 -> 26.37 -> 24.80,
+    numpy 28.69."""
+    from ..intrin import cpu
+
+    mr, nr, _ = tile_of(AVX2_TILE)
+    whole = k_tile(k, _PANEL_BYTES // (4 * nr), 1)
+    kc = k_tile(k, _AVX2_KC, 1)
+    if kc is None or whole is None or 2 * kc < min(whole, _AVX2_KC):
+        kc = whole or _AVX2_KC
+    _, l2 = cpu.cache_sizes()
+    nc = max(4 * nr, min(512, l2 // 2 // (4 * kc) // nr * nr))
+    return Tiling(mc=96, nc=nc, kc=kc, mc_symbolic=-(-_SYMBOLIC_ROWS // mr) * mr)
+
+
+def _row_tiles_outside(intrin: str, streams_b: bool) -> bool:
+    """Whether the row tiles of a column block run outside its panels (see AVX2_TILE): the AVX2
+    tile reading A in place, B packed in the call."""
+    return intrin == AVX2_TILE and not streams_b
+# ----------------------------------------------------------------------------- end of the AVX2 tile
 
 
 def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack_a: bool, pack_b: bool,
@@ -269,8 +320,12 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     j0, j1, j2 = sch.split(j, [None, nc // nr, nr])
     k0, k1 = sch.split(k, [None, kc]) if kc < as_int(shape.k) else [None, k]
     slabs = [k0] if k0 is not None else []
-    if by_rows or rows_outside:
+    if rows_outside and _row_tiles_outside(intrin, streams_b):
+        sch.reorder(i0, j0, *slabs, i1, j1, i2, j2, k1)  # i0 serial, j0 parallel
+    elif by_rows or rows_outside:
         sch.reorder(i0, j0, *slabs, j1, i1, i2, j2, k1)  # rows outside: i0 serial, j0 parallel
+    elif _row_tiles_outside(intrin, streams_b):
+        sch.reorder(j0, *slabs, i0, i1, j1, i2, j2, k1)
     else:
         sch.reorder(j0, *slabs, i0, j1, i1, i2, j2, k1)
     if shape.b_transposed and packed_b is None:
