@@ -806,3 +806,14 @@ def test_fp32_wide_tile_takes_its_own_blocks():
     assert _fp32_tiling("x86.avx512.sgemm_6x64", recipes.Tiling(), 2048, 2048) == recipes.Tiling(
         mc=48, nc=256, kc=1024, mc_symbolic=516)
     assert _fp32_tiling("x86.avx512.sgemm_6x64_panel", recipes.Tiling(), 4096, 4096).kc == 1024
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("m,n", [(1, 64), (7, 128), (13, 256)])
+def test_fp32_recipe_with_k_one(vector_isa, m, n, transposed):
+    """K = 1 (an outer product): the copy packing W sits in a block loop with no k loop of its own
+    (compute_at makes no loop of extent one); the recipe still schedules it, checked against numpy
+    and the interpreter."""
+    func = _linear(m, n, 1) if transposed else _matmul(m, n, 1)
+    sch = recipes.matmul_fp32(func)
+    _check_fp32_product(np.random.default_rng(m), refcomp.build(sch.func), func, m, n, 1, transposed)

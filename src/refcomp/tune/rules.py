@@ -198,7 +198,7 @@ class TensorizeTiling:
         sch.transform_layout(packed, ("write", 0), _b_panels(nr, layout, shape.b_transposed, blocks))
         copy_in_parallel = not per_block
         if shape.b_transposed:
-            _schedule_transposed_copy(sch, packed, copy_in_parallel, nr, _GROUP.get(layout, 1),
+            _schedule_transposed_copy(sch, packed, block, copy_in_parallel, nr, _GROUP.get(layout, 1),
                                       registers=not per_block)
         elif layout == "rows":
             _schedule_copy(sch, packed, copy_in_parallel, nr)

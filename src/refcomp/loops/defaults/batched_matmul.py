@@ -157,7 +157,7 @@ def tiled_batched_matmul_bt(sch: Schedule, intrin: str | None = None, columns_ou
         batch *= as_int(iv.dom.extent)
     threads = _threads()
     # the copy: batches over the threads when there are enough of them, else panels within each
-    _schedule_transposed_copy(sch, packed, batch < threads, nr, 1)
+    _schedule_transposed_copy(sch, packed, rv, batch < threads, nr, 1)
     if batch >= threads:
         leading = copy_loops[:-2]
         outer = sch.fuse(*leading) if len(leading) > 1 else leading[0]

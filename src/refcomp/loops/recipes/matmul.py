@@ -337,7 +337,7 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
         sch.transform_layout(packed_b, ("write", 0), _b_panels(nr, b_layout, shape.b_transposed, blocks))
         copy_in_parallel = parallel and not per_block
         if shape.b_transposed:
-            _schedule_transposed_copy(sch, packed_b, copy_in_parallel, nr, _GROUP.get(b_layout, 1),
+            _schedule_transposed_copy(sch, packed_b, blk, copy_in_parallel, nr, _GROUP.get(b_layout, 1),
                                       registers=not per_block, plain=constant_b)
         elif b_layout == "rows":
             _schedule_copy(sch, packed_b, copy_in_parallel, nr)
@@ -503,8 +503,8 @@ def _divisible(sch: Schedule, loop, factor: int) -> bool:
     return extent is not None and extent % factor == 0
 
 
-def _schedule_transposed_copy(sch: Schedule, copy: BlockRV, parallel: bool, nr: int, group: int,
-                              registers: bool = True, plain: bool = False) -> None:
+def _schedule_transposed_copy(sch: Schedule, copy: BlockRV, product: BlockRV, parallel: bool, nr: int,
+                              group: int, registers: bool = True, plain: bool = False) -> None:
     """Order the copy packing W (N, K) into panels Bp[j // NR, k (// g), j % NR (, k % g)] so that
     it writes the packed buffer in order: j // NR, k (// g), then j % NR (, k % g) innermost.
 
@@ -517,7 +517,14 @@ def _schedule_transposed_copy(sch: Schedule, copy: BlockRV, parallel: bool, nr: 
     16-wide panels by the AVX2 16 x 8 form).  `plain` keeps the vectorized copy (no tile kernel: a
     stage fold_packed_weights evaluates).
     """
-    j_loop, k_loop = sch.get_loops(copy)[-2:]
+    shared = {sch.get(loop).loop_var for loop in sch.get_loops(product)}
+    own = [loop for loop in sch.get_loops(copy) if sch.get(loop).loop_var not in shared]
+    if len(own) == 1:
+        # K = 1: compute_at made no loop of extent one, so the copy moved into a block of the
+        # product's loops runs over j alone
+        sch.vectorize(sch.split(own[0], [None, nr])[1])
+        return
+    j_loop, k_loop = own[-2:]
     j_outer, j_inner = sch.split(j_loop, [None, nr])
     if group > 1:
         k_outer, k_inner = sch.split(k_loop, [None, group])
