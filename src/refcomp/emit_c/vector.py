@@ -9,7 +9,10 @@ is filled through plain arrays (`lane_loop`), never by assigning its elements.
 """
 from __future__ import annotations
 
+import struct
+
 from ..ast.dtype import DataType
+from ..ast.exp_poly import exp_steps
 from . import mathlib
 from .ctype import (
     float_to_half, half_to_float, is_half, short_name, storage_type, value_type, vector_bytes, vector_element_ctype,
@@ -533,53 +536,39 @@ class VectorLib:
         return self._add(name, _with_branches(signature, branches, per_lane))
 
     def _exp_f32(self, name: str, dtype: DataType) -> str:
-        """exp of float32 lanes inline, branch free, within 1 ulp where the result is normal
-        (spec/c_abi.md): exp(x) = 2^n exp(r) with n = round(x / ln 2) and r = x - n ln 2, ln 2 in
-        two parts whose first times n is exact; exp(r) on |r| <= ln 2 / 2 by a degree-6
-        polynomial (relative error 2e-9; its coefficients fitted for this helper, the constant
-        term 1); 2^n applied as two exponent scalings, 2^(n >> 1) then 2^(n - (n >> 1)), so a
-        result past the largest float is inf and one below the normal range rounds once into
-        the subnormals.  x is first clamped to [-104, 89] (exp is 0, resp. inf, past them after
-        rounding), which keeps n in [-150, 128]; NaN passes the clamps and the polynomial.
-        One call of libmvec per vector costs more than the ~15 instructions inlined here."""
+        """exp of float32 lanes inline, branch free, within 1.5 ulp where the result is normal
+        (spec/c_abi.md): the steps of refcomp.ast.exp_poly (n = round(x / ln 2) by the rounding
+        add, r = x - n ln 2 with ln 2 in two parts, e^r by the degree-EXP_DEGREE polynomial)
+        rendered as C statements; 2^n applied as two exponent scalings, 2^(n >> 1) then
+        2^(n - (n >> 1)), so a result past the largest float is inf and one below the normal
+        range rounds once into the subnormals (AVX-512 on 16 lanes: one `vscalefps`).  x is
+        first clamped to [-104, 89] (exp is 0, resp. inf, past them after rounding), which keeps
+        n in [-150, 128]; NaN passes the clamps and the polynomial.  One call of libmvec per
+        vector costs more than the ~15 instructions inlined here."""
         vt = self.vtype(dtype)
         it = self.int_vtype(4, dtype.lanes)
         ut = self.uint_vtype(4, dtype.lanes)
-        avx512 = ""
-        if dtype.lanes == 16:  # one register: the same steps, rounding and 2^n by one instruction each
-            self.needs_intrinsics = True
-            avx512 = ("#if defined(RC_NATIVE) && defined(__x86_64__) && defined(__AVX512F__)\n"
-                      "    __m512 v = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x));\n"
-                      "    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.44269504f)), "
-                      "_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);\n"
-                      "    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), v);\n"
-                      "    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-06f), r);\n"
-                      "    __m512 p = _mm512_fmadd_ps(r, _mm512_set1_ps(0.00138436444f), _mm512_set1_ps(0.00837416295f));\n"
-                      "    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.0416680016f));\n"
-                      "    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.166664317f));\n"
-                      "    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.49999994f));\n"
-                      "    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));\n"
-                      "    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));\n"
-                      f"    return ({vt})_mm512_scalef_ps(p, n);\n"
-                      "#else\n")
-        return (f"static inline {vt} {name}({vt} x) {{\n{avx512}"
-                f"    const {vt} zero = {{0}};\n"
-                f"    {it} low = (x < -104.0f), high = (x > 89.0f);\n"
-                f"    x = ({vt})((({it})x & ~low) | (({it})(zero - 104.0f) & low));\n"
-                f"    x = ({vt})((({it})x & ~high) | (({it})(zero + 89.0f) & high));\n"
-                f"    {vt} n = (x * 1.44269504f + 12582912.0f) - 12582912.0f; /* round to nearest */\n"
-                f"    {vt} r = (x - n * 0.693145752f) - n * 1.42860677e-06f;\n"
-                f"    {vt} p = r * 0.00138436444f + 0.00837416295f;\n"
-                f"    p = p * r + 0.0416680016f;\n"
-                f"    p = p * r + 0.166664317f;\n"
-                f"    p = p * r + 0.49999994f;\n"
-                f"    p = p * r + 1.0f;\n"
-                f"    p = p * r + 1.0f;\n"
-                f"    {it} k = __builtin_convertvector(n, {it});\n"
-                f"    {it} k1 = k >> 1;\n"
-                f"    {vt} s1 = ({vt})(({ut})(k1 + 127) << 23);\n"
-                f"    {vt} s2 = ({vt})(({ut})(k - k1 + 127) << 23);\n"
-                f"    return (p * s1) * s2;\n" + ("#endif\n" if avx512 else "") + "}")
+        steps = _CSteps(vt)
+        p, n = exp_steps(_C("x"), EXP_DEGREE, steps)
+        body = "".join(steps.lines)
+        generic = (f"    const {vt} zero = {{0}};\n"
+                   f"    {it} low = (x < -104.0f), high = (x > 89.0f);\n"
+                   f"    x = ({vt})((({it})x & ~low) | (({it})(zero - 104.0f) & low));\n"
+                   f"    x = ({vt})((({it})x & ~high) | (({it})(zero + 89.0f) & high));\n")
+        scale = (f"    {it} k = __builtin_convertvector({n}, {it});\n"
+                 f"    {it} k1 = k >> 1;\n"
+                 f"    {vt} s1 = ({vt})(({ut})(k1 + 127) << 23);\n"
+                 f"    {vt} s2 = ({vt})(({ut})(k - k1 + 127) << 23);\n"
+                 f"    return ({p} * s1) * s2;\n")
+        if dtype.lanes != 16:
+            return f"static inline {vt} {name}({vt} x) {{\n{generic}{body}{scale}}}"
+        # one AVX-512 register: the clamps and 2^n one instruction each
+        self.needs_intrinsics = True
+        avx512 = "defined(RC_NATIVE) && defined(__x86_64__) && defined(__AVX512F__)"
+        return (f"static inline {vt} {name}({vt} x) {{\n#if {avx512}\n"
+                f"    x = ({vt})_mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x));\n"
+                f"#else\n{generic}#endif\n{body}#if {avx512}\n"
+                f"    return ({vt})_mm512_scalef_ps((__m512){p}, (__m512){n});\n#else\n{scale}#endif\n}}")
 
     def _sigmoid(self, name: str, dtype: DataType, exp_name: str) -> str:
         """sigmoid as the scalar rc_sigmoid (exp of -|x|, which never overflows), branch free."""
@@ -666,3 +655,41 @@ def _with_branches(signature: str, branches: list[tuple[str, str]], direct: str)
     text.append("#endif")
     text.append("}")
     return "\n".join(text)
+
+
+# the degree of the inline float32 vector exp's polynomial (refcomp.ast.exp_poly.COEFFICIENTS)
+EXP_DEGREE = 6
+
+
+class _C(str):
+    """A C expression as text, for exp_steps: + - * write the operation, each in parentheses."""
+
+    def __add__(self, other):
+        return _C(f"({self} + {other})")
+
+    def __sub__(self, other):
+        return _C(f"({self} - {other})")
+
+    def __mul__(self, other):
+        return _C(f"({self} * {other})")
+
+
+class _CSteps:
+    """exp_steps' renderer for a vector helper: each bound step a local of vector type vt, the
+    constants float32 literals; scale returns (p, n) for the helper's own 2^n code."""
+
+    def __init__(self, vt: str) -> None:
+        self.vt = vt
+        self.lines: list[str] = []
+
+    def const(self, value: float) -> _C:
+        text = f"{struct.unpack('f', struct.pack('f', value))[0]:.9g}"  # 9 digits: the float32 exactly
+        text += "f" if any(ch in text for ch in ".e") else ".0f"
+        return _C(f"({text})" if text.startswith("-") else text)
+
+    def bind(self, name: str, value: _C) -> _C:
+        self.lines.append(f"    {self.vt} {name} = {value};\n")
+        return _C(name)
+
+    def scale(self, p: _C, n: _C, t: _C) -> tuple[_C, _C]:
+        return p, n
