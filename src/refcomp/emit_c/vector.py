@@ -98,7 +98,7 @@ class VectorLib:
         gcc scalarises comparisons of vectors wider than the hardware's registers (it splits
         arithmetic fine), so wide vectors are compared in RC_VBYTES chunks.
         """
-        names = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
+        names = _COMPARE_NAMES
         vt = self.vtype(operand)
         width = self.element_width(operand)
         it = self.int_vtype(width, operand.lanes)
@@ -413,6 +413,25 @@ class VectorLib:
             f"    {ut} k = {widen};\n"
             f"    return ({vt})((({ut})a & k) | (({ut})b & ~k));\n}}"))
 
+    def select_compare(self, op: str, dtype: DataType) -> str:
+        """rc_vselect_<op>_T(x, y, a, b): a where x <op> y, else b, for float32x16 (one AVX-512
+        register): the compare into a mask register and one blend, where the lane mask of
+        rc_vcmp and the bitwise rc_vselect take a compare, a widening of the mask and a
+        three-input logic op; the two-step form elsewhere.  The predicates are C's: ordered
+        (false for NaN) but for `!=`."""
+        vt = self.vtype(dtype)
+        name = f"rc_vselect_{_COMPARE_NAMES[op]}_{vt[3:]}"
+        if name in self.helpers:
+            return name
+        generic = f"{self.select(dtype)}({self.compare_to_mask(dtype, f'{self.compare(op, dtype)}(x, y)')}, a, b)"
+        self.needs_intrinsics = True
+        return self._add(name, (
+            f"static inline {vt} {name}({vt} x, {vt} y, {vt} a, {vt} b) {{\n"
+            "#if defined(__x86_64__) && defined(__AVX512F__)\n"
+            f"    return ({vt})_mm512_mask_blend_ps(_mm512_cmp_ps_mask((__m512)x, (__m512)y, {_AVX512_PREDICATES[op]}), "
+            "(__m512)b, (__m512)a);\n"
+            f"#else\n    return {generic};\n#endif\n}}"))
+
     def minmax(self, op: str, dtype: DataType) -> str:
         """NaN-propagating min/max for float vectors, plain for integers (branch free)."""
         vt = self.vtype(dtype)
@@ -656,6 +675,11 @@ def _with_branches(signature: str, branches: list[tuple[str, str]], direct: str)
     text.append("}")
     return "\n".join(text)
 
+
+_COMPARE_NAMES = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
+# C's comparisons as AVX-512 compare predicates (quiet; `!=` is the unordered one: true for NaN)
+_AVX512_PREDICATES = {"==": "_CMP_EQ_OQ", "!=": "_CMP_NEQ_UQ", "<": "_CMP_LT_OQ", "<=": "_CMP_LE_OQ",
+                      ">": "_CMP_GT_OQ", ">=": "_CMP_GE_OQ"}
 
 # the degree of the inline float32 vector exp's polynomial (refcomp.ast.exp_poly.COEFFICIENTS)
 EXP_DEGREE = 6
