@@ -623,7 +623,9 @@ def _native_minmax(op: str, dtype: DataType, size: int) -> tuple[str, str] | Non
     """(feature macro, body) of a float min/max on one x86 register: MAXPS/MINPS (a > b ? a : b,
     a < b ? a : b: b when either is NaN or both are zeros, as the generic form) and a blend that
     puts a back where a is NaN: three instructions for the generic form's compare, compare,
-    combine and select."""
+    combine and select.  On one AVX-512 register the blend and its compare are one VFIXUPIMM
+    whose table gives a (its quiet form) where a is a NaN and keeps the maximum elsewhere (a
+    max-reduction's accumulator: two instructions per vector instead of three)."""
     suffix = "ps" if dtype.element.name == "float32" else "pd"
     kinds = {16: ("__SSE4_1__", "_mm", "__m128" if suffix == "ps" else "__m128d"),
              32: ("__AVX__", "_mm256", "__m256" if suffix == "ps" else "__m256d"),
@@ -640,8 +642,10 @@ def _native_minmax(op: str, dtype: DataType, size: int) -> tuple[str, str] | Non
         nan = f"_mm256_cmp_{suffix}({vt}a, {vt}a, _CMP_UNORD_Q)"
         body = f"    return ({{rt}}){prefix}_blendv_{suffix}({picked}, {vt}a, {nan});\n"
     else:
-        nan = f"_mm512_cmp_{suffix}_mask({vt}a, {vt}a, _CMP_UNORD_Q)"
-        body = f"    return ({{rt}}){prefix}_mask_blend_{suffix}({nan}, {picked}, {vt}a);\n"
+        # the table's token per class of a, 4 bits each: QNaN (class 0) -> 1, a; SNaN (1) -> 2,
+        # a made quiet; every other class -> 0, the first operand (the max or min) kept
+        table = "_mm512_set1_epi32(0x21)" if suffix == "ps" else "_mm512_set1_epi64(0x21)"
+        body = f"    return ({{rt}}){prefix}_fixupimm_{suffix}({picked}, {vt}a, {table}, 0);\n"
     return feature, body
 
 
