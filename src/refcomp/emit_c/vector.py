@@ -562,7 +562,8 @@ class VectorLib:
         2^(n - (n >> 1)), so a result past the largest float is inf and one below the normal
         range rounds once into the subnormals (AVX-512 on 16 lanes: one `vscalefps`).  x is
         first clamped to [-104, 89] (exp is 0, resp. inf, past them after rounding), which keeps
-        n in [-150, 128]; NaN passes the clamps and the polynomial.  One call of libmvec per
+        n in [-150, 128] (on one SSE, AVX or AVX-512 register by MINPS and MAXPS); NaN passes the
+        clamps and the polynomial.  One call of libmvec per
         vector costs more than the ~15 instructions inlined here."""
         vt = self.vtype(dtype)
         it = self.int_vtype(4, dtype.lanes)
