@@ -268,6 +268,10 @@ class ExprEmitter:
         return f"(~{a})" if self.vector_mode(e, lane) else f"(!{a})"
 
     def expr_Select(self, e: E.Select, lane) -> str:
+        if self.vector_mode(e, lane) and _float32x16_compare(e):
+            cond = e.condition
+            return (f"{self.vec.select_compare(_COMPARE[type(cond)], e.dtype)}({self.expr(cond.a)}, "
+                    f"{self.expr(cond.b)}, {self.expr(e.true_value)}, {self.expr(e.false_value)})")
         if self.vector_mode(e, lane):
             cond = self.expr(e.condition) if e.condition.dtype.lanes > 1 else \
                 self.expr(E.Broadcast(e.condition, e.dtype.lanes))
@@ -451,3 +455,11 @@ def _loads(e) -> bool:
     found = []
     post_order_visit(e, lambda n: found.append(n) if isinstance(n, E.BufferLoad) else None)
     return bool(found)
+
+
+def _float32x16_compare(e: E.Select) -> bool:
+    """e selects float32x16 lanes by a comparison of float32x16 operands (one AVX-512 register
+    each): rc_vselect_<op> compares into a mask register and blends."""
+    cond = e.condition
+    return (type(cond) in _COMPARE and str(e.dtype) == "float32x16" and str(cond.a.dtype) == "float32x16"
+            and str(cond.b.dtype) == "float32x16")

@@ -9,7 +9,10 @@ is filled through plain arrays (`lane_loop`), never by assigning its elements.
 """
 from __future__ import annotations
 
+import struct
+
 from ..ast.dtype import DataType
+from ..ast.exp_poly import exp_steps
 from . import mathlib
 from .ctype import (
     float_to_half, half_to_float, is_half, short_name, storage_type, value_type, vector_bytes, vector_element_ctype,
@@ -95,7 +98,7 @@ class VectorLib:
         gcc scalarises comparisons of vectors wider than the hardware's registers (it splits
         arithmetic fine), so wide vectors are compared in RC_VBYTES chunks.
         """
-        names = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
+        names = _COMPARE_NAMES
         vt = self.vtype(operand)
         width = self.element_width(operand)
         it = self.int_vtype(width, operand.lanes)
@@ -410,6 +413,25 @@ class VectorLib:
             f"    {ut} k = {widen};\n"
             f"    return ({vt})((({ut})a & k) | (({ut})b & ~k));\n}}"))
 
+    def select_compare(self, op: str, dtype: DataType) -> str:
+        """rc_vselect_<op>_T(x, y, a, b): a where x <op> y, else b, for float32x16 (one AVX-512
+        register): the compare into a mask register and one blend, where the lane mask of
+        rc_vcmp and the bitwise rc_vselect take a compare, a widening of the mask and a
+        three-input logic op; the two-step form elsewhere.  The predicates are C's: ordered
+        (false for NaN) but for `!=`."""
+        vt = self.vtype(dtype)
+        name = f"rc_vselect_{_COMPARE_NAMES[op]}_{vt[3:]}"
+        if name in self.helpers:
+            return name
+        generic = f"{self.select(dtype)}({self.compare_to_mask(dtype, f'{self.compare(op, dtype)}(x, y)')}, a, b)"
+        self.needs_intrinsics = True
+        return self._add(name, (
+            f"static inline {vt} {name}({vt} x, {vt} y, {vt} a, {vt} b) {{\n"
+            "#if defined(__x86_64__) && defined(__AVX512F__)\n"
+            f"    return ({vt})_mm512_mask_blend_ps(_mm512_cmp_ps_mask((__m512)x, (__m512)y, {_AVX512_PREDICATES[op]}), "
+            "(__m512)b, (__m512)a);\n"
+            f"#else\n    return {generic};\n#endif\n}}"))
+
     def minmax(self, op: str, dtype: DataType) -> str:
         """NaN-propagating min/max for float vectors, plain for integers (branch free)."""
         vt = self.vtype(dtype)
@@ -533,53 +555,49 @@ class VectorLib:
         return self._add(name, _with_branches(signature, branches, per_lane))
 
     def _exp_f32(self, name: str, dtype: DataType) -> str:
-        """exp of float32 lanes inline, branch free, within 1 ulp where the result is normal
-        (spec/c_abi.md): exp(x) = 2^n exp(r) with n = round(x / ln 2) and r = x - n ln 2, ln 2 in
-        two parts whose first times n is exact; exp(r) on |r| <= ln 2 / 2 by a degree-6
-        polynomial (relative error 2e-9; its coefficients fitted for this helper, the constant
-        term 1); 2^n applied as two exponent scalings, 2^(n >> 1) then 2^(n - (n >> 1)), so a
-        result past the largest float is inf and one below the normal range rounds once into
-        the subnormals.  x is first clamped to [-104, 89] (exp is 0, resp. inf, past them after
-        rounding), which keeps n in [-150, 128]; NaN passes the clamps and the polynomial.
-        One call of libmvec per vector costs more than the ~15 instructions inlined here."""
+        """exp of float32 lanes inline, branch free, within 1.5 ulp where the result is normal
+        (spec/c_abi.md): the steps of refcomp.ast.exp_poly (n = round(x / ln 2) by the rounding
+        add, r = x - n ln 2 with ln 2 in two parts, e^r by the degree-EXP_DEGREE polynomial)
+        rendered as C statements; 2^n applied as two exponent scalings, 2^(n >> 1) then
+        2^(n - (n >> 1)), so a result past the largest float is inf and one below the normal
+        range rounds once into the subnormals (AVX-512 on 16 lanes: one `vscalefps`).  x is
+        first clamped to [-104, 89] (exp is 0, resp. inf, past them after rounding), which keeps
+        n in [-150, 128] (on one SSE, AVX or AVX-512 register by MINPS and MAXPS); NaN passes the
+        clamps and the polynomial.  One call of libmvec per
+        vector costs more than the ~15 instructions inlined here."""
         vt = self.vtype(dtype)
         it = self.int_vtype(4, dtype.lanes)
         ut = self.uint_vtype(4, dtype.lanes)
-        avx512 = ""
-        if dtype.lanes == 16:  # one register: the same steps, rounding and 2^n by one instruction each
+        steps = _CSteps(vt)
+        p, n = exp_steps(_C("x"), EXP_DEGREE, steps)
+        body = "".join(steps.lines)
+        generic = (f"    const {vt} zero = {{0}};\n"
+                   f"    {it} low = (x < -104.0f), high = (x > 89.0f);\n"
+                   f"    x = ({vt})((({it})x & ~low) | (({it})(zero - 104.0f) & low));\n"
+                   f"    x = ({vt})((({it})x & ~high) | (({it})(zero + 89.0f) & high));\n")
+        scale = (f"    {it} k = __builtin_convertvector({n}, {it});\n"
+                 f"    {it} k1 = k >> 1;\n"
+                 f"    {vt} s1 = ({vt})(({ut})(k1 + 127) << 23);\n"
+                 f"    {vt} s2 = ({vt})(({ut})(k - k1 + 127) << 23);\n"
+                 f"    return ({p} * s1) * s2;\n")
+        clamp = _NATIVE_CLAMPS.get(dtype.lanes)
+        if clamp is not None and dtype.lanes != 16:
+            # one AVX or SSE register: each clamp one MINPS / MAXPS (x where x is NaN), not a
+            # compare and a blend (measured 10% on a 4096 x 4096 softmax built for AVX2)
             self.needs_intrinsics = True
-            avx512 = ("#if defined(RC_NATIVE) && defined(__x86_64__) && defined(__AVX512F__)\n"
-                      "    __m512 v = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x));\n"
-                      "    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.44269504f)), "
-                      "_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);\n"
-                      "    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), v);\n"
-                      "    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-06f), r);\n"
-                      "    __m512 p = _mm512_fmadd_ps(r, _mm512_set1_ps(0.00138436444f), _mm512_set1_ps(0.00837416295f));\n"
-                      "    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.0416680016f));\n"
-                      "    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.166664317f));\n"
-                      "    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.49999994f));\n"
-                      "    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));\n"
-                      "    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));\n"
-                      f"    return ({vt})_mm512_scalef_ps(p, n);\n"
-                      "#else\n")
-        return (f"static inline {vt} {name}({vt} x) {{\n{avx512}"
-                f"    const {vt} zero = {{0}};\n"
-                f"    {it} low = (x < -104.0f), high = (x > 89.0f);\n"
-                f"    x = ({vt})((({it})x & ~low) | (({it})(zero - 104.0f) & low));\n"
-                f"    x = ({vt})((({it})x & ~high) | (({it})(zero + 89.0f) & high));\n"
-                f"    {vt} n = (x * 1.44269504f + 12582912.0f) - 12582912.0f; /* round to nearest */\n"
-                f"    {vt} r = (x - n * 0.693145752f) - n * 1.42860677e-06f;\n"
-                f"    {vt} p = r * 0.00138436444f + 0.00837416295f;\n"
-                f"    p = p * r + 0.0416680016f;\n"
-                f"    p = p * r + 0.166664317f;\n"
-                f"    p = p * r + 0.49999994f;\n"
-                f"    p = p * r + 1.0f;\n"
-                f"    p = p * r + 1.0f;\n"
-                f"    {it} k = __builtin_convertvector(n, {it});\n"
-                f"    {it} k1 = k >> 1;\n"
-                f"    {vt} s1 = ({vt})(({ut})(k1 + 127) << 23);\n"
-                f"    {vt} s2 = ({vt})(({ut})(k - k1 + 127) << 23);\n"
-                f"    return (p * s1) * s2;\n" + ("#endif\n" if avx512 else "") + "}")
+            feature, prefix, itype = clamp
+            native = (f"    x = ({vt}){prefix}_min_ps({prefix}_set1_ps(89.0f), {prefix}_max_ps({prefix}_set1_ps(-104.0f), "
+                      f"({itype})x));\n")
+            generic = f"#if defined(RC_NATIVE) && defined(__x86_64__) && defined({feature})\n{native}#else\n{generic}#endif\n"
+        if dtype.lanes != 16:
+            return f"static inline {vt} {name}({vt} x) {{\n{generic}{body}{scale}}}"
+        # one AVX-512 register: the clamps and 2^n one instruction each
+        self.needs_intrinsics = True
+        avx512 = "defined(RC_NATIVE) && defined(__x86_64__) && defined(__AVX512F__)"
+        return (f"static inline {vt} {name}({vt} x) {{\n#if {avx512}\n"
+                f"    x = ({vt})_mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x));\n"
+                f"#else\n{generic}#endif\n{body}#if {avx512}\n"
+                f"    return ({vt})_mm512_scalef_ps((__m512){p}, (__m512){n});\n#else\n{scale}#endif\n}}")
 
     def _sigmoid(self, name: str, dtype: DataType, exp_name: str) -> str:
         """sigmoid as the scalar rc_sigmoid (exp of -|x|, which never overflows), branch free."""
@@ -615,7 +633,9 @@ def _native_minmax(op: str, dtype: DataType, size: int) -> tuple[str, str] | Non
     """(feature macro, body) of a float min/max on one x86 register: MAXPS/MINPS (a > b ? a : b,
     a < b ? a : b: b when either is NaN or both are zeros, as the generic form) and a blend that
     puts a back where a is NaN: three instructions for the generic form's compare, compare,
-    combine and select."""
+    combine and select.  On one AVX-512 register the blend and its compare are one VFIXUPIMM
+    whose table gives a (its quiet form) where a is a NaN and keeps the maximum elsewhere (a
+    max-reduction's accumulator: two instructions per vector instead of three)."""
     suffix = "ps" if dtype.element.name == "float32" else "pd"
     kinds = {16: ("__SSE4_1__", "_mm", "__m128" if suffix == "ps" else "__m128d"),
              32: ("__AVX__", "_mm256", "__m256" if suffix == "ps" else "__m256d"),
@@ -632,8 +652,10 @@ def _native_minmax(op: str, dtype: DataType, size: int) -> tuple[str, str] | Non
         nan = f"_mm256_cmp_{suffix}({vt}a, {vt}a, _CMP_UNORD_Q)"
         body = f"    return ({{rt}}){prefix}_blendv_{suffix}({picked}, {vt}a, {nan});\n"
     else:
-        nan = f"_mm512_cmp_{suffix}_mask({vt}a, {vt}a, _CMP_UNORD_Q)"
-        body = f"    return ({{rt}}){prefix}_mask_blend_{suffix}({nan}, {picked}, {vt}a);\n"
+        # the table's token per class of a, 4 bits each: QNaN (class 0) -> 1, a; SNaN (1) -> 2,
+        # a made quiet; every other class -> 0, the first operand (the max or min) kept
+        table = "_mm512_set1_epi32(0x21)" if suffix == "ps" else "_mm512_set1_epi64(0x21)"
+        body = f"    return ({{rt}}){prefix}_fixupimm_{suffix}({picked}, {vt}a, {table}, 0);\n"
     return feature, body
 
 
@@ -666,3 +688,48 @@ def _with_branches(signature: str, branches: list[tuple[str, str]], direct: str)
     text.append("#endif")
     text.append("}")
     return "\n".join(text)
+
+
+# lanes of float32 in one x86 register below AVX-512: (feature macro, intrinsic prefix, type)
+_NATIVE_CLAMPS = {4: ("__SSE2__", "_mm", "__m128"), 8: ("__AVX__", "_mm256", "__m256")}
+_COMPARE_NAMES = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
+# C's comparisons as AVX-512 compare predicates (quiet; `!=` is the unordered one: true for NaN)
+_AVX512_PREDICATES = {"==": "_CMP_EQ_OQ", "!=": "_CMP_NEQ_UQ", "<": "_CMP_LT_OQ", "<=": "_CMP_LE_OQ",
+                      ">": "_CMP_GT_OQ", ">=": "_CMP_GE_OQ"}
+
+# the degree of the inline float32 vector exp's polynomial (refcomp.ast.exp_poly.COEFFICIENTS)
+EXP_DEGREE = 6
+
+
+class _C(str):
+    """A C expression as text, for exp_steps: + - * write the operation, each in parentheses."""
+
+    def __add__(self, other):
+        return _C(f"({self} + {other})")
+
+    def __sub__(self, other):
+        return _C(f"({self} - {other})")
+
+    def __mul__(self, other):
+        return _C(f"({self} * {other})")
+
+
+class _CSteps:
+    """exp_steps' renderer for a vector helper: each bound step a local of vector type vt, the
+    constants float32 literals; scale returns (p, n) for the helper's own 2^n code."""
+
+    def __init__(self, vt: str) -> None:
+        self.vt = vt
+        self.lines: list[str] = []
+
+    def const(self, value: float) -> _C:
+        text = f"{struct.unpack('f', struct.pack('f', value))[0]:.9g}"  # 9 digits: the float32 exactly
+        text += "f" if any(ch in text for ch in ".e") else ".0f"
+        return _C(f"({text})" if text.startswith("-") else text)
+
+    def bind(self, name: str, value: _C) -> _C:
+        self.lines.append(f"    {self.vt} {name} = {value};\n")
+        return _C(name)
+
+    def scale(self, p: _C, n: _C, t: _C) -> tuple[_C, _C]:
+        return p, n

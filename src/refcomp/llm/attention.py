@@ -55,6 +55,7 @@ from ..ast import (
     Allocate, Buffer, BufferStore, Call, Cast, Evaluate, FloatImm, For, IfThenElse, IntImm, Let, LetStmt, PrimFunc, SizeVar, Stmt,
     StringImm, Var, max_, min_, select, seq,
 )
+from ..ast.exp_poly import exp_expr
 from ..driver import build
 from ..errors import ArgumentError
 from ..loops import intrin
@@ -66,6 +67,7 @@ _INT = "int64"
 _ZERO = IntImm(0, _INT)
 LANES = 16
 EXP_FLOOR = -80.0
+EXP_DEGREE = 7  # of softmax_exp's polynomial (refcomp.ast.exp_poly: the Taylor one)
 # queries per tile: each block of keys and values is read once for a tile's queries
 QUERY_TILE = 8
 # runs of more pages than this prefetch their pages ahead (attention_func's cached_run)
@@ -97,34 +99,17 @@ def _let(var: Var, value: Any, body: Stmt) -> LetStmt:
     return LetStmt(var, value, body)
 
 
-# e^x = 2^n e^r with n = round(x / ln 2) and r = x - n ln 2 in [-ln2 / 2, ln2 / 2] (ln 2 in two parts,
-# the first exact in 9 bits, so n ln2_hi is exact for |n| < 2^15); e^r by its Taylor polynomial of
-# degree 7 (truncation below 1e-8 relative on that interval); 2^n from its bits, (n + 127) 2^23
-_LOG2E = 1.4426950408889634
-_LN2_HI = 0.693359375
-_LN2_LO = -2.1219444005469057e-4
-_ROUND = 12582912.0  # 1.5 * 2^23: x + _ROUND - _ROUND rounds x to an integer (|x| < 2^22)
-_ROUND_BITS = 0x4B400000  # its bits as int32
-_TAYLOR = tuple(1.0 / math.factorial(n) for n in range(8))
-
-
 def softmax_exp(x: Any) -> Any:
     """e^max(x, EXP_FLOOR) for x = a score minus the running maximum (<= 0), computed inline.
 
     A weight below e^-80 relative to the row's largest is raised to e^-80 (1.8e-35): at most
     P * 1.8e-35 of the row's sum, far below float32 rounding, and it keeps 2^n a normal number
-    (n >= -116).  The exponential is range reduction and a polynomial (within 2 units in the last
-    place of float32 on [-80, 0]), the same float operations in every lane, in vector and scalar
+    (n >= -116).  The exponential is refcomp.ast.exp_poly's, its Taylor polynomial of degree 7
+    (within 2 units in the last place of float32 on [-80, 0]), the same float operations in every lane, in vector and scalar
     code alike: no library call, so a decode step (one query) and a verify step (several) compute
     each weight with the same instructions."""
-    xv, rounded, n, r, p = (Var(name, "float32") for name in ("ex", "et", "en", "er", "ep"))
-    poly: Any = _f(_TAYLOR[7])
-    for c in reversed(_TAYLOR[:7]):
-        poly = poly * r + _f(c)
-    # the bits of x / ln 2 + 1.5 * 2^23 are those of 1.5 * 2^23 plus n: 2^n is (those - them + 127) 2^23
-    bits = (Call("reinterpret", (rounded,), "int32") - IntImm(_ROUND_BITS - 127, "int32")) * IntImm(1 << 23, "int32")
-    return Let(xv, _fmax(_f(EXP_FLOOR), x), Let(rounded, xv * _f(_LOG2E) + _f(_ROUND), Let(n, rounded - _f(_ROUND), Let(
-        r, (xv - n * _f(_LN2_HI)) - n * _f(_LN2_LO), Let(p, poly, p * Call("reinterpret", (bits,), "float32"))))))
+    xv = Var("ex", "float32")
+    return Let(xv, _fmax(_f(EXP_FLOOR), x), exp_expr(xv, EXP_DEGREE))
 
 
 def _fmax(a: Any, b: Any) -> Any:
