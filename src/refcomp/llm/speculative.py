@@ -17,10 +17,13 @@ Each round, per sequence (all sequences of the batch in step):
 Every emitted token then has exactly the target's distribution (Leviathan et al.; Chen et al.), so
 greedy speculative output equals greedy autoregressive output token for token.
 
-The draft cache lags the target's by one token at the start of a round: its first forward carries
-[the token before t, t], which recomputes that token's entry.  That keeps every draft forward the
-same width for the whole batch whatever each sequence accepted, and a rollback of at most gamma
-tokens, which the streaming cache's slack slots make exact.
+The draft reads the target's own keys and values: after the prompts are fed to the target, the
+draft cache (streaming) takes the target cache's entries it keeps (`extend_from`), and after every
+verification it drops the entries it wrote while drafting and takes the target's entries of the
+accepted tokens instead.  So both caches hold the same positions at the start of a round, every
+draft forward carries one token, and no draft forward is spent catching up on the last accepted
+draft token (whose entry only the verify computed).  The draft is then MagicDec's: the target's
+cache restricted to sinks + window, the draft's own entries living only within a round.
 """
 from __future__ import annotations
 
@@ -102,18 +105,14 @@ def verify(p: np.ndarray, q: np.ndarray, drafts: np.ndarray, params: SamplingPar
 
 def speculative_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max_new_tokens: int, *,
                          spec: SpeculativeConfig | None = None, params: SamplingParams | None = None,
-                         seed: int | np.random.Generator | None = 0, on_tokens: TokenCallback | None = None,
-                         draft: CausalLM | None = None) -> GenerationResult:
-    """MagicDec decoding of a batch of prompts (see the module doc).  `draft` defaults to `model`
-    itself; any CausalLM with the same vocabulary may be given.  The result's `extra` holds the
-    acceptance statistics (`alpha`, `accepted`, `rounds`, `alpha_by_sequence`) and the draft/verify times."""
+                         seed: int | np.random.Generator | None = 0,
+                         on_tokens: TokenCallback | None = None) -> GenerationResult:
+    """MagicDec decoding of a batch of prompts (see the module doc); the model's caches must offer
+    `extend_from` (both of refcomp's do).  The result's `extra` holds the acceptance statistics
+    (`alpha`, `accepted`, `rounds`, `alpha_by_sequence`) and the draft/verify times."""
     spec = spec or SpeculativeConfig()
     params = params or SamplingParams()
-    draft = draft if draft is not None else model
     config = model.config
-    if draft.config.vocab_size != config.vocab_size:
-        raise ArgumentError(f"speculative: the draft's vocabulary ({draft.config.vocab_size}) differs from the "
-                            f"target's ({config.vocab_size})")
     gamma = spec.gamma
     # a sequence ends at most gamma tokens past max_new_tokens, and while frozen there it still
     # takes a round's gamma + 1 tokens (rolled back after each round)
@@ -124,16 +123,15 @@ def speculative_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.
     batch = len(prompts)
     capacity = max(len(p) for p in prompts) + max_new_tokens + extra
     target_cache = model.new_cache(batch, capacity)
-    draft_cache = draft.new_cache(batch, capacity, streaming=spec.streaming())
+    draft_cache = model.new_cache(batch, capacity, streaming=spec.streaming())
     clipped = clip_callback(on_tokens, max_new_tokens, batch)
 
     start = time.perf_counter()
-    prefill = Prefill([(model, target_cache), (draft, draft_cache)], prompts, params, rng)
+    prefill = Prefill([(model, target_cache)], prompts, params, rng)
     pending = prefill.run(clipped)
     out = prefill.emitted
-    length = target_cache.lengths()                        # tokens in the target cache; pending is next
-    draft_cache.rollback(length - 1)
-    prev = np.array([h[-1] for h in prefill.history], np.int64)
+    length = target_cache.lengths()                        # tokens in both caches; pending is next
+    draft_cache.extend_from(target_cache, length)
     prefill_seconds = time.perf_counter() - start
     before = sum(min(len(t), max_new_tokens) for t in out)
 
@@ -149,23 +147,23 @@ def speculative_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.
         t0 = time.perf_counter()
         drafts = np.empty((batch, gamma), np.int64)
         q = np.empty((batch, gamma, config.vocab_size))
-        logits = draft.forward(np.stack([prev, pending], axis=1), draft_cache)[:, -1]
+        fed = pending
         for i in range(gamma):
-            if i:
-                logits = draft.forward(drafts[:, i - 1:i], draft_cache)[:, -1]
+            logits = model.forward(fed[:, None], draft_cache)[:, -1]
             q[:, i] = params.distribution(logits)
-            drafts[:, i] = draw(q[:, i], rng)
+            drafts[:, i] = fed = draw(q[:, i], rng)
         t1 = time.perf_counter()
         p = params.distribution(model.forward(np.concatenate([pending[:, None], drafts], axis=1), target_cache))
         n, emitted = verify(p, q, drafts, params, rng)
+        # finished sequences are frozen: they keep their state while the others catch up
+        n = np.where(active, n, -1)
+        target_cache.rollback(length + 1 + n)
+        draft_cache.rollback(length)
+        draft_cache.extend_from(target_cache, length + 1 + n)
         t2 = time.perf_counter()
         draft_seconds += t1 - t0
         verify_seconds += t2 - t1
 
-        # finished sequences are frozen: they keep their state while the others catch up
-        n = np.where(active, n, -1)
-        target_cache.rollback(length + 1 + n)
-        draft_cache.rollback(length + n)
         new_tokens: list[list[int]] = []
         for b in range(batch):
             if not active[b]:
@@ -174,10 +172,9 @@ def speculative_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.
             toks = [int(x) for x in drafts[b, :n[b]]] + [int(emitted[b])]
             new_tokens.append(toks)
             out[b].extend(toks)
-            prev[b] = drafts[b, n[b] - 1] if n[b] > 0 else pending[b]
-            pending[b] = emitted[b]
-            accepted_by[b] += int(n[b])
-            trials_by[b] += int(n[b]) + (1 if n[b] < gamma else 0)
+        accepted_by += np.where(active, n, 0)
+        trials_by += np.where(active, n + (n < gamma), 0)
+        pending = np.where(active, emitted, pending)
         length = np.where(active, length + 1 + n, length)
         rounds += 1
         if clipped is not None:
