@@ -51,7 +51,7 @@ from refcomp.llm import analytic  # noqa: E402
 from refcomp.llm.generate import generate  # noqa: E402
 from refcomp.llm.checkpoint import load_checkpoint  # noqa: E402
 from refcomp.llm.loading import DEFAULT_MODEL, load_model  # noqa: E402
-from refcomp.llm.sampling import SamplingParams  # noqa: E402
+from refcomp.llm import speculative  # noqa: E402
 from refcomp.llm.speculative import SpeculativeConfig, speculative_generate  # noqa: E402
 from refcomp.loops.intrin.cpu import describe  # noqa: E402
 
@@ -147,41 +147,17 @@ def run_decode(model, hf, text, batch, length, new_tokens) -> dict:
             "max_logit_diff": diff, "token_agreement": agree}
 
 
-def choose_speculation(model, prompts, budgets, gammas, decoded) -> tuple[analytic.Choice, analytic.StepTimes, dict]:
-    """Prefill the prompts into a full cache and one streaming cache per budget; alpha per budget from
-    the last prompt positions' logits (greedy agreement), step times from forwards that are rolled back."""
-    batch, length = len(prompts), len(prompts[0])
-    tokens = np.stack(prompts)
-    tail = min(256, length // 2)
-    target_cache = model.new_cache(batch, length + max(gammas) + 2)
-    target_logits = _prefill_tail(model, tokens, target_cache, tail)
-    draft_caches, alphas = {}, {}
-    for k in budgets:
-        spec = SpeculativeConfig.with_budget(1, k)
-        cache = model.new_cache(batch, length + 2, streaming=spec.streaming())
-        alphas[k] = analytic.acceptance_rate(target_logits, _prefill_tail(model, tokens, cache, tail),
-                                             SamplingParams())
-        draft_caches[k] = cache
-    times = analytic.measure_step_times(model, target_cache, draft_caches, gammas)
-    return analytic.choose(times, alphas, batch=batch, tokens=decoded), times, alphas
-
-
-def _prefill_tail(model, tokens, cache, tail, chunk=512):
-    out = None
-    for s in range(0, tokens.shape[1], chunk):
-        logits = model.forward(tokens[:, s:s + chunk], cache)
-        out = logits if out is None else np.concatenate([out, logits], axis=1)[:, -tail:]
-    return out[:, -tail:]
-
-
 def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas) -> dict:
     prompts = prompts_from(text, batch, length)
     budgets = [k for k in budgets if k < length] or [max(2, length // 4)]
-    choice, times, alphas = choose_speculation(model, prompts, budgets, gammas, new_tokens - 1)
-    print(f"  step times: target {1e3 * times.target:.2f} ms, verify "
-          + ", ".join(f"g{g} {1e3 * t:.2f}" for g, t in times.verify.items()) + " ms, draft "
-          + ", ".join(f"K{k} {1e3 * t:.2f}" for k, t in times.draft.items()) + " ms; alpha by K "
-          + ", ".join(f"K{k} {a:.2f}" for k, a in alphas.items()), flush=True)
+    planned = speculative.plan(model, prompts, new_tokens, budgets=budgets, gammas=gammas)
+    choice, times = planned.choice, planned.times
+    print(f"  step times (in rounds, fastest of 3): target {1e3 * times.target:.2f} ms, verify "
+          + ", ".join(f"g{g} {1e3 * t:.2f}" for g, t in times.verify.items()) + " ms, draft at gamma "
+          + f"{min(gammas)} " + ", ".join(f"K{k} {1e3 * t:.2f}" for k, t in times.draft.items())
+          + " ms; alpha (pilot) by K " + ", ".join(f"K{k} {a.mean():.3f}" for k, a in planned.alphas.items()),
+          flush=True)
+    print(f"  plan: {choice.reason()}; {planned.seconds:.1f} s of measuring", flush=True)
     spec = SpeculativeConfig.with_budget(choice.gamma, choice.budget)
     auto = generate(model, prompts, new_tokens)
     fast = speculative_generate(model, prompts, new_tokens, spec=spec)
@@ -215,14 +191,21 @@ def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas) -> dic
           f"(predicted {predicted:.2f} in lockstep, {predicted_free:.2f} without, from the runs' T_T, T_D, T_V "
           f"and alphas; chosen gamma {choice.gamma}, K {choice.budget}, "
           f"alpha {alpha:.3f} "
-          f"[prefill estimate {choice.alpha:.3f}, predicted {choice.predicted:.2f}]); "
+          f"[pilot estimate {choice.alpha:.3f}, predicted {choice.predicted:.2f}]); "
           f"identical tokens: {'yes' if identical else 'NO'}", flush=True)
     per_token = model.new_cache(1, 1).nbytes_per_token()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"  KV cache: {per_token} bytes per token, {per_token * batch * length / 2**20:.1f} MiB for B={batch}, "
           f"S={length}; peak resident memory so far {peak:.0f} MiB", flush=True)
-    return {"refcomp": s_ms, "baseline": a_ms, "unit": "ms/token", "ratio": a_ms / s_ms, "alpha": alpha,
-            "gamma": choice.gamma, "K": choice.budget, "predicted": predicted, "alpha_prefill": choice.alpha,
+    if choice.declined:
+        # the plan declines: the decoding it runs is the autoregressive one (the speculative run
+        # above shows what declining avoided)
+        print(f"  declined: refcomp decodes autoregressively, {a_ms:.3f} ms/token (speculating would have "
+              f"taken {s_ms:.3f})", flush=True)
+    chosen_ms = a_ms if choice.declined else s_ms
+    return {"refcomp": chosen_ms, "baseline": a_ms, "unit": "ms/token", "ratio": a_ms / chosen_ms,
+            "declined": choice.declined, "speculative_ms": s_ms, "speculative_ratio": a_ms / s_ms, "alpha": alpha,
+            "gamma": choice.gamma, "K": choice.budget, "predicted": predicted, "alpha_pilot": choice.alpha,
             "predicted_prior": choice.predicted, "identical": identical, "kv_bytes_per_token": per_token,
             "peak_rss_mib": peak, "t_target_ms": 1e3 * t_target, "t_draft_ms": 1e3 * t_draft,
             "t_verify_ms": 1e3 * t_verify, "tokens_per_round": per_round, "omega": omega,

@@ -1,14 +1,12 @@
-"""The MagicDec speedup model: Omega against simulation, the prediction's algebra, the choice, and
-measurements that leave the caches as they were."""
+"""The MagicDec speedup model: Omega against simulation, the prediction's algebra, the choice (and when it
+declines)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from decoding_helpers import tiny_model
 from refcomp.errors import ArgumentError
 from refcomp.llm import analytic
-from refcomp.llm.protocol import StreamingBudget
 from refcomp.llm.sampling import SamplingParams
 
 
@@ -44,19 +42,19 @@ def test_acceptance_rate(rng):
     assert analytic.acceptance_rate(logits, logits, SamplingParams(temperature=1.0)) == pytest.approx(1.0)
 
 
-def test_measuring_leaves_the_caches_unchanged(rng):
-    model = tiny_model(seed=int(rng.integers(1 << 30)))
-    tokens = rng.integers(0, 32, size=(2, 20))
-    target, draft = model.new_cache(2, 40), model.new_cache(2, 40, streaming=StreamingBudget(2, 4, 2))
-    model.forward(tokens, target)
-    model.forward(tokens, draft)
-    times = analytic.measure_step_times(model, target, {6: draft}, gammas=[1, 3], repeats=2)
-    assert times.target > 0 and set(times.verify) == {1, 3} and set(times.draft) == {6}
-    assert target.lengths().tolist() == draft.lengths().tolist() == [20, 20]
-    nxt = rng.integers(0, 32, size=(2, 1))
-    fresh = model.new_cache(2, 40)
-    model.forward(tokens, fresh)
-    np.testing.assert_array_equal(model.forward(nxt, target), model.forward(nxt, fresh))
+def test_choice_takes_per_sequence_alphas_round_draft_times_and_declines():
+    times = analytic.StepTimes(target=1.0, verify={1: 1.3, 2: 1.6}, draft={64: 0.2},
+                               draft_by_round={(1, 64): 0.4, (2, 64): 0.3})
+    alphas = [0.9, 0.5, 0.7]
+    choice = analytic.choose(times, {64: alphas}, batch=3, tokens=20)
+    expected = max((analytic.predicted_lockstep_speedup(g, alphas, 20, 1.0, times.draft_at(g, 64), times.verify[g]), g)
+                   for g in (1, 2))
+    assert (choice.predicted, choice.gamma) == expected and choice.alpha == pytest.approx(0.7)
+    assert times.draft_at(1, 64) == 0.4 and times.draft_at(3, 64) == 0.2
+    assert choice.declined and "declined" in choice.reason() and f"{choice.predicted:.2f}" in choice.reason()
+    cheap = analytic.StepTimes(target=1.0, verify={3: 1.1}, draft={64: 0.05})
+    kept = analytic.choose(cheap, {64: 0.9})
+    assert not kept.declined and kept.reason().startswith("speculating")
 
 
 def _simulated_rounds(rng, gamma, alphas, tokens, batches):

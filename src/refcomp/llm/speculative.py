@@ -34,8 +34,9 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ArgumentError
-from .generate import GenerationResult, Prefill, TokenCallback, check_prompts, clip_callback, make_rng
-from .protocol import CausalLM, StreamingBudget
+from . import analytic
+from .generate import GenerationResult, Prefill, TokenCallback, check_prompts, clip_callback, generate, make_rng
+from .protocol import CausalLM, KVCache, StreamingBudget
 from .sampling import SamplingParams, draw
 
 
@@ -103,6 +104,35 @@ def verify(p: np.ndarray, q: np.ndarray, drafts: np.ndarray, params: SamplingPar
     return n, draw(residual, rng)
 
 
+def _draft(model: CausalLM, draft_cache: KVCache, pending: np.ndarray, gamma: int, params: SamplingParams,
+           rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A round's drafting: gamma one-token forwards from `pending`; (drafts (B, gamma), q (B, gamma, V))."""
+    batch = len(pending)
+    drafts = np.empty((batch, gamma), np.int64)
+    q = np.empty((batch, gamma, model.config.vocab_size))
+    fed = pending
+    for i in range(gamma):
+        logits = model.forward(fed[:, None], draft_cache)[:, -1]
+        q[:, i] = params.distribution(logits)
+        drafts[:, i] = fed = draw(q[:, i], rng)
+    return drafts, q
+
+
+def _verify_and_settle(model: CausalLM, target_cache: KVCache, draft_cache: KVCache, pending: np.ndarray,
+                       drafts: np.ndarray, q: np.ndarray, length: np.ndarray, active: np.ndarray,
+                       params: SamplingParams, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A round's verification and rollbacks: (accepted n per sequence, -1 where frozen; emitted token).
+    Both caches end holding length + 1 + n tokens, the draft's the target's entries."""
+    p = params.distribution(model.forward(np.concatenate([pending[:, None], drafts], axis=1), target_cache))
+    n, emitted = verify(p, q, drafts, params, rng)
+    # finished sequences are frozen: they keep their state while the others catch up
+    n = np.where(active, n, -1)
+    target_cache.rollback(length + 1 + n)
+    draft_cache.rollback(length)
+    draft_cache.extend_from(target_cache, length + 1 + n)
+    return n, emitted
+
+
 def speculative_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max_new_tokens: int, *,
                          spec: SpeculativeConfig | None = None, params: SamplingParams | None = None,
                          seed: int | np.random.Generator | None = 0,
@@ -145,21 +175,10 @@ def speculative_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.
         if not active.any():
             break
         t0 = time.perf_counter()
-        drafts = np.empty((batch, gamma), np.int64)
-        q = np.empty((batch, gamma, config.vocab_size))
-        fed = pending
-        for i in range(gamma):
-            logits = model.forward(fed[:, None], draft_cache)[:, -1]
-            q[:, i] = params.distribution(logits)
-            drafts[:, i] = fed = draw(q[:, i], rng)
+        drafts, q = _draft(model, draft_cache, pending, gamma, params, rng)
         t1 = time.perf_counter()
-        p = params.distribution(model.forward(np.concatenate([pending[:, None], drafts], axis=1), target_cache))
-        n, emitted = verify(p, q, drafts, params, rng)
-        # finished sequences are frozen: they keep their state while the others catch up
-        n = np.where(active, n, -1)
-        target_cache.rollback(length + 1 + n)
-        draft_cache.rollback(length)
-        draft_cache.extend_from(target_cache, length + 1 + n)
+        n, emitted = _verify_and_settle(model, target_cache, draft_cache, pending, drafts, q, length, active,
+                                        params, rng)
         t2 = time.perf_counter()
         draft_seconds += t1 - t0
         verify_seconds += t2 - t1
@@ -187,3 +206,112 @@ def speculative_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.
              "gamma": gamma, "K": spec.budget, "draft_seconds": draft_seconds, "verify_seconds": verify_seconds}
     return GenerationResult([t[:max_new_tokens] for t in out], prefill_seconds, decode_seconds, rounds,
                             decoded=sum(min(len(t), max_new_tokens) for t in out) - before, extra=extra)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `plan` measured and chose: step times, per budget K the acceptance rate of each
+    sequence, the choice (perhaps `declined`), and the seconds the measuring took."""
+
+    choice: analytic.Choice
+    times: analytic.StepTimes
+    alphas: dict[int, np.ndarray]
+    seconds: float
+
+
+def plan(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max_new_tokens: int, *,
+         budgets: Sequence[int] = (64, 128, 256, 512), gammas: Sequence[int] = (1, 2, 3, 4, 5, 6),
+         params: SamplingParams | None = None, pilot_steps: int = 16, repeats: int = 3,
+         seed: int | np.random.Generator | None = 0) -> Plan:
+    """Choose gamma and K for decoding `prompts` from measurements on those prompts, the way a run
+    meets them: the prompts are fed to a full cache, each draft cache takes its entries
+    (`extend_from`); the target then decodes `pilot_steps` tokens, and each draft predicts every one
+    of them from the same tokens, taking the target's entries after each step as in a round, which
+    gives each sequence's acceptance rate per K (greedy: the draft's arg-max is the target's;
+    otherwise sum_x min(p, q)); last, `repeats` rounds of every (gamma, K) (the drafting, then the
+    verify forward with the sampling and rollbacks after it, each rolled back) and as many decode
+    steps are timed, the fastest of each kept.  `analytic.choose` ranks (gamma, K) by the lockstep
+    prediction for max_new_tokens - 1 tokens a sequence; the choice is `declined` below 1."""
+    params = params or SamplingParams()
+    gammas = sorted({int(g) for g in gammas})
+    budgets = sorted({int(k) for k in budgets})
+    if not gammas or gammas[0] < 1 or not budgets or budgets[0] < 2:
+        raise ArgumentError(f"speculative plan: need gammas >= 1 and budgets >= 2, got {gammas}, {budgets}")
+    if not isinstance(pilot_steps, int) or pilot_steps < 1 or not isinstance(repeats, int) or repeats < 1:
+        raise ArgumentError(f"speculative plan: pilot_steps and repeats must be positive integers, "
+                            f"got {pilot_steps!r}, {repeats!r}")
+    config = model.config
+    extra = 2 * gammas[-1] + 1
+    prompts = check_prompts(prompts, max_new_tokens, config.max_position_embeddings, config.vocab_size,
+                            extra=extra)
+    rng = make_rng(seed)
+    batch = len(prompts)
+    start = time.perf_counter()
+    capacity = max(len(p) for p in prompts) + max_new_tokens + extra
+    steps = min(pilot_steps, max_new_tokens + gammas[-1])   # room for a round of gammas[-1] after them
+    target = model.new_cache(batch, capacity)
+    pending = Prefill([(model, target)], prompts, params, rng).run()
+    length = target.lengths()
+    drafts = {}
+    for k in budgets:
+        drafts[k] = model.new_cache(batch, capacity,
+                                    streaming=SpeculativeConfig.with_budget(gammas[-1], k).streaming())
+        drafts[k].extend_from(target, length)
+
+    agree: dict[int, list[np.ndarray]] = {k: [] for k in budgets}
+    for _ in range(steps):
+        p = params.distribution(model.forward(pending[:, None], target)[:, -1])
+        for k, cache in drafts.items():
+            q = params.distribution(model.forward(pending[:, None], cache)[:, -1])
+            agree[k].append(np.minimum(p, q).sum(axis=-1))
+            cache.rollback(length)
+            cache.extend_from(target, length + 1)
+        pending = draw(p, rng)
+        length = length + 1
+    alphas = {k: np.mean(rows, axis=0) for k, rows in agree.items()}
+
+    everyone = np.ones(batch, bool)
+    target_times: list[float] = []
+    verify_times: dict[int, list[float]] = {g: [] for g in gammas}
+    draft_times: dict[tuple[int, int], list[float]] = {(g, k): [] for g in gammas for k in budgets}
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        draw(params.distribution(model.forward(pending[:, None], target)[:, -1]), rng)
+        target_times.append(time.perf_counter() - t0)
+        target.rollback(length)
+        for g in gammas:
+            for k, cache in drafts.items():
+                t0 = time.perf_counter()
+                tokens, q = _draft(model, cache, pending, g, params, rng)
+                t1 = time.perf_counter()
+                _verify_and_settle(model, target, cache, pending, tokens, q, length, everyone, params, rng)
+                t2 = time.perf_counter()
+                draft_times[g, k].append((t1 - t0) / g)
+                verify_times[g].append(t2 - t1)
+                target.rollback(length)
+                cache.rollback(length)
+    by_round = {key: min(v) for key, v in draft_times.items()}
+    times = analytic.StepTimes(target=min(target_times), verify={g: min(v) for g, v in verify_times.items()},
+                               draft={k: by_round[gammas[0], k] for k in budgets}, draft_by_round=by_round)
+    choice = analytic.choose(times, alphas, batch=batch, tokens=max(1, max_new_tokens - 1))
+    return Plan(choice, times, alphas, time.perf_counter() - start)
+
+
+def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max_new_tokens: int, *,
+                      budgets: Sequence[int] = (64, 128, 256, 512), gammas: Sequence[int] = (1, 2, 3, 4, 5, 6),
+                      params: SamplingParams | None = None, seed: int | np.random.Generator | None = 0,
+                      on_tokens: TokenCallback | None = None) -> GenerationResult:
+    """`plan`, then speculative decoding with the chosen gamma and K, or plain autoregressive
+    decoding (`generate`) where the plan declines to speculate.  The result's `extra` says which
+    (`declined`, `reason`, `predicted`, `plan_seconds`; a speculative run's statistics besides)."""
+    params = params or SamplingParams()
+    planned = plan(model, prompts, max_new_tokens, budgets=budgets, gammas=gammas, params=params, seed=seed)
+    choice = planned.choice
+    if choice.declined:
+        result = generate(model, prompts, max_new_tokens, params=params, seed=seed, on_tokens=on_tokens)
+    else:
+        result = speculative_generate(model, prompts, max_new_tokens, params=params, seed=seed, on_tokens=on_tokens,
+                                      spec=SpeculativeConfig.with_budget(choice.gamma, choice.budget))
+    result.extra.update(declined=choice.declined, reason=choice.reason(), predicted=choice.predicted,
+                        plan_seconds=planned.seconds)
+    return result
