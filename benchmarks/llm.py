@@ -147,10 +147,10 @@ def run_decode(model, hf, text, batch, length, new_tokens) -> dict:
             "max_logit_diff": diff, "token_agreement": agree}
 
 
-def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas) -> dict:
+def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas, clock=time.perf_counter) -> dict:
     prompts = prompts_from(text, batch, length)
     budgets = [k for k in budgets if k < length] or [max(2, length // 4)]
-    planned = speculative.plan(model, prompts, new_tokens, budgets=budgets, gammas=gammas)
+    planned = speculative.plan(model, prompts, new_tokens, budgets=budgets, gammas=gammas, clock=clock)
     choice, times = planned.choice, planned.times
     print(f"  step times (in rounds, fastest of 3): target {1e3 * times.target:.2f} ms, verify "
           + ", ".join(f"g{g} {1e3 * t:.2f}" for g, t in times.verify.items()) + " ms, draft at gamma "
@@ -159,8 +159,8 @@ def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas) -> dic
           flush=True)
     print(f"  plan: {choice.reason()}; {planned.seconds:.1f} s of measuring", flush=True)
     spec = SpeculativeConfig.with_budget(choice.gamma, choice.budget)
-    auto = generate(model, prompts, new_tokens)
-    fast = speculative_generate(model, prompts, new_tokens, spec=spec)
+    auto = generate(model, prompts, new_tokens, clock=clock)
+    fast = speculative_generate(model, prompts, new_tokens, spec=spec, clock=clock)
     alpha = fast.extra["alpha"]
     # the analytic model's inputs as the two decodings measured them (means over the runs, Python
     # between the forwards included: sampling and rollbacks count to the verify step)
@@ -286,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", action="store_true", help="time the numpy reference model")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--single-thread-cpu", action="store_true",
+                        help="one thread, the magicdec cases timed in process CPU time (steadier on a shared machine)")
     parser.add_argument("--kv-dtype", choices=("float32", "float16", "bfloat16"),
                         help="the compiled model's KV pages (default: the model's, float16)")
     parser.add_argument("--budgets", default="64,128,256,512", help="draft budgets K to choose from")
@@ -294,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     names = select(args.cases, args.quick)
     new_tokens = 8 if args.quick else args.new_tokens
     budgets = [int(x) for x in args.budgets.split(",")]
+    clock = time.perf_counter
+    if args.single_thread_cpu:
+        args.threads, clock = 1, time.process_time
     gammas = [int(x) for x in args.gammas.split(",")]
 
     try:
@@ -323,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         elif kind_ == "memory":
             cases[name] = run_memory(model, text, batch, length)
         else:
-            cases[name] = run_magicdec(model, text, batch, length, new_tokens, budgets, gammas)
+            cases[name] = run_magicdec(model, text, batch, length, new_tokens, budgets, gammas, clock)
     if args.json:
         print(json.dumps({"cases": cases}))
     return 0

@@ -214,3 +214,26 @@ def test_extend_from_a_full_cache_and_its_errors():
         source.extend_from(PagedKVCache(CONFIG, 2, 40, page_size=8, streaming=StreamingBudget(1, 4, 1)), [0, 0])
     with pytest.raises(ArgumentError, match="different model, page size, KV dtype or batch"):
         full.extend_from(PagedKVCache(CONFIG, 2, 40, page_size=8, dtype="float16"), np.array([20, 7]))
+
+
+@pytest.mark.parametrize("streaming", [None, StreamingBudget(sinks=2, window=6, slack=2)])
+def test_keep_sequences_shrinks_the_batch_and_frees_the_rest(streaming):
+    rng = np.random.default_rng(11)
+    cache = PagedKVCache(CONFIG, batch=4, max_tokens=40, page_size=4, streaming=streaming)
+    _filled(cache, rng, 5)
+    grow(cache, 7)
+    cache.rollback(np.array([12, 9, 11, 10]))
+    before = {b: [_entry(cache, b, p)[1].copy() for p in range(8, 9)] for b in range(4)}
+    in_use = [int((cache.table[b] >= 0).sum()) for b in range(4)]
+    cache.keep_sequences(np.array([1, 3]))
+    assert cache.batch == 2 and cache.lengths().tolist() == [9, 10] and cache.table.flags.c_contiguous
+    assert cache.pages_in_use() == in_use[1] + in_use[3] and cache.free_pages == cache.k_pool.shape[1] - cache.pages_in_use()
+    for new, old in ((0, 1), (1, 3)):
+        np.testing.assert_array_equal(_entry(cache, new, 8)[1], before[old][0])
+    grow(cache, 3)                       # the kept sequences go on growing from the freed pool
+    with pytest.raises(ArgumentError, match="rows must be increasing indices into the batch of 2"):
+        cache.keep_sequences(np.array([1, 0]))
+    with pytest.raises(ArgumentError, match="at least one"):
+        cache.keep_sequences(np.array([], np.int64))
+    with pytest.raises(ArgumentError, match="increasing indices"):
+        cache.keep_sequences(np.array([2]))

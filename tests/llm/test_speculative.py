@@ -26,16 +26,21 @@ def test_greedy_speculative_equals_autoregressive(seed):
             assert 0.0 <= got.extra["alpha"] <= 1.0
 
 
-def test_sequences_that_finish_first_wait_within_the_cache():
-    """Equal prompt lengths, different acceptance: finished sequences are frozen while the others go on."""
-    rng = np.random.default_rng(77)
-    model = tiny_model(seed=5, vocab=32, scale=1.5, max_pos=64)
+@pytest.mark.parametrize("seed", range(3))
+def test_sequences_that_finish_first_leave_the_batch(seed):
+    """Equal prompt lengths, different acceptance, decoding to the context's last position: finished
+    sequences leave the caches (the batch shrinks) while the others go on, and the tokens are the
+    target's."""
+    rng = np.random.default_rng(77 + seed)
+    model = tiny_model(seed=5 + seed, vocab=32, scale=1.5, max_pos=64)
     prompts = [rng.integers(0, 32, size=20) for _ in range(8)]
     spec = SpeculativeConfig(gamma=4, sinks=1, window=3)
-    got = speculative_generate(model, prompts, 64 - 20 - 9, spec=spec)
-    assert got.tokens == generate(model, prompts, 64 - 20 - 9).tokens
+    got = speculative_generate(model, prompts, 64 - 20 - 4, spec=spec)
+    assert got.tokens == generate(model, prompts, 64 - 20 - 4).tokens
+    # every sequence takes part in a round until it has its tokens: fewer sequence-rounds than rounds x batch
+    assert got.extra["rounds"] <= got.extra["row_rounds"] < 8 * got.extra["rounds"]
     with pytest.raises(ArgumentError, match="exceeds the model's context of 64"):
-        speculative_generate(model, prompts, 64 - 20 - 8, spec=spec)
+        speculative_generate(model, prompts, 64 - 20 - 3, spec=spec)
 
 
 def test_draft_with_the_whole_context_accepts_everything(rng):
@@ -159,7 +164,7 @@ def test_streaming_callback_and_errors():
     with pytest.raises(ArgumentError, match="prompt 1 is empty"):
         speculative_generate(model, [[1], []], 4)
     with pytest.raises(ArgumentError, match="exceeds the model's context of 64"):
-        speculative_generate(model, [list(range(16)) * 3], 12, spec=SpeculativeConfig(gamma=4))
+        speculative_generate(model, [list(range(16)) * 3], 13, spec=SpeculativeConfig(gamma=4))
     with pytest.raises(ArgumentError, match="gamma"):
         SpeculativeConfig(gamma=0)
 

@@ -45,6 +45,16 @@ def key_page_shape(heads: int, dim: int, page_size: int, dtype: str) -> tuple[in
 UNBOUNDED = 1 << 62
 
 
+def _rows(rows: np.ndarray, batch: int) -> np.ndarray:
+    """`rows` as strictly increasing int64 indices into a batch of `batch`, at least one."""
+    rows = np.asarray(rows)
+    if (rows.ndim != 1 or rows.size == 0 or rows.dtype.kind not in "iu" or rows.min() < 0 or rows.max() >= batch
+            or np.any(np.diff(rows) <= 0)):
+        raise ArgumentError(f"KV cache keep_sequences: rows must be increasing indices into the batch of {batch}, "
+                            f"at least one, got {rows.tolist()}")
+    return rows.astype(np.int64)
+
+
 class PagedKVCache:
     """Keys and values of every layer for `batch` sequences of up to `max_tokens` positions each."""
 
@@ -173,6 +183,15 @@ class PagedKVCache:
                 source.k_pool[(whole, src[0], whole, whole, src[1]) + tail]
             self.v_pool[:, dst[0], :, dst[1], :] = source.v_pool[:, src[0], :, src[1], :]
         self.commit(count)
+
+    def keep_sequences(self, rows: np.ndarray) -> None:
+        """Keep only sequences `rows` (increasing indices), in that order, and return every page
+        of the others to the pool: a batch shrinks as its sequences finish."""
+        rows = _rows(rows, self.batch)
+        for b in sorted(set(range(self.batch)) - set(rows.tolist())):
+            self._release(b, 0)
+        self.table = np.ascontiguousarray(self.table[rows])
+        self._lengths, self._high, self._oldest = self._lengths[rows], self._high[rows], self._oldest[rows]
 
     def slot_of(self, positions: np.ndarray) -> np.ndarray:
         """The slot each position lives in (a full cache: the position itself)."""

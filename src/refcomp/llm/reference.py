@@ -155,6 +155,17 @@ class ReferenceCache:
             self.positions[b, dst] = pos
         self._lengths = upto.copy()
 
+    def keep_sequences(self, rows: np.ndarray) -> None:
+        """Keep only sequences `rows` (increasing indices), in that order."""
+        rows = np.asarray(rows)
+        if (rows.ndim != 1 or rows.size == 0 or not np.issubdtype(rows.dtype, np.integer) or rows.min() < 0
+                or rows.max() >= self.batch or np.any(np.diff(rows) <= 0)):
+            raise ArgumentError(f"keep_sequences: rows must be increasing indices into the batch of {self.batch}, "
+                                f"at least one, got {rows.tolist()}")
+        self.keys = [k[rows] for k in self.keys]
+        self.values = [v[rows] for v in self.values]
+        self.positions, self._lengths = self.positions[rows], self._lengths[rows]
+
     def slot_of(self, pos: np.ndarray) -> np.ndarray:
         """The slot position(s) `pos` are stored in."""
         if self.streaming is None:

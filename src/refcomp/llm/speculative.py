@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 from . import analytic
-from .generate import GenerationResult, Prefill, TokenCallback, check_prompts, clip_callback, generate, make_rng
+from .generate import Clock, GenerationResult, Prefill, TokenCallback, check_prompts, clip_callback, generate, make_rng
 from .protocol import CausalLM, KVCache, StreamingBudget
 from .sampling import SamplingParams, draw
 
@@ -119,14 +119,12 @@ def _draft(model: CausalLM, draft_cache: KVCache, pending: np.ndarray, gamma: in
 
 
 def _verify_and_settle(model: CausalLM, target_cache: KVCache, draft_cache: KVCache, pending: np.ndarray,
-                       drafts: np.ndarray, q: np.ndarray, length: np.ndarray, active: np.ndarray,
-                       params: SamplingParams, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """A round's verification and rollbacks: (accepted n per sequence, -1 where frozen; emitted token).
-    Both caches end holding length + 1 + n tokens, the draft's the target's entries."""
+                       drafts: np.ndarray, q: np.ndarray, length: np.ndarray, params: SamplingParams,
+                       rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A round's verification and rollbacks: (accepted n per sequence, emitted token).  Both caches
+    end holding length + 1 + n tokens, the draft's the target's entries."""
     p = params.distribution(model.forward(np.concatenate([pending[:, None], drafts], axis=1), target_cache))
     n, emitted = verify(p, q, drafts, params, rng)
-    # finished sequences are frozen: they keep their state while the others catch up
-    n = np.where(active, n, -1)
     target_cache.rollback(length + 1 + n)
     draft_cache.rollback(length)
     draft_cache.extend_from(target_cache, length + 1 + n)
@@ -136,17 +134,17 @@ def _verify_and_settle(model: CausalLM, target_cache: KVCache, draft_cache: KVCa
 def speculative_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max_new_tokens: int, *,
                          spec: SpeculativeConfig | None = None, params: SamplingParams | None = None,
                          seed: int | np.random.Generator | None = 0,
-                         on_tokens: TokenCallback | None = None) -> GenerationResult:
+                         on_tokens: TokenCallback | None = None, clock: Clock = time.perf_counter) -> GenerationResult:
     """MagicDec decoding of a batch of prompts (see the module doc); the model's caches must offer
-    `extend_from` (both of refcomp's do).  The result's `extra` holds the acceptance statistics
+    `extend_from` (both of refcomp's do); `clock` times it, as `generate`'s.  The result's `extra` holds the acceptance statistics
     (`alpha`, `accepted`, `rounds`, `alpha_by_sequence`) and the draft/verify times."""
     spec = spec or SpeculativeConfig()
     params = params or SamplingParams()
     config = model.config
     gamma = spec.gamma
-    # a sequence ends at most gamma tokens past max_new_tokens, and while frozen there it still
-    # takes a round's gamma + 1 tokens (rolled back after each round)
-    extra = 2 * gamma + 1
+    # a sequence still decoding holds at most prompt + max_new_tokens - 2 tokens before a round,
+    # which appends gamma + 1: the caches need gamma positions past the prompt and the new tokens
+    extra = gamma
     prompts = check_prompts(prompts, max_new_tokens, config.max_position_embeddings, config.vocab_size,
                             extra=extra)
     rng = make_rng(seed)
@@ -156,53 +154,56 @@ def speculative_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.
     draft_cache = model.new_cache(batch, capacity, streaming=spec.streaming())
     clipped = clip_callback(on_tokens, max_new_tokens, batch)
 
-    start = time.perf_counter()
+    start = clock()
     prefill = Prefill([(model, target_cache)], prompts, params, rng)
     pending = prefill.run(clipped)
     out = prefill.emitted
     length = target_cache.lengths()                        # tokens in both caches; pending is next
     draft_cache.extend_from(target_cache, length)
-    prefill_seconds = time.perf_counter() - start
+    prefill_seconds = clock() - start
     before = sum(min(len(t), max_new_tokens) for t in out)
 
-    rounds = 0
+    rounds = row_rounds = 0
     accepted_by = np.zeros(batch, np.int64)   # per sequence: drafts accepted, drafts judged
     trials_by = np.zeros(batch, np.int64)
     draft_seconds = verify_seconds = 0.0
-    start = time.perf_counter()
+    live = np.arange(batch)                   # the sequences still in the caches, in their order
+    start = clock()
     while True:
-        active = np.array([len(t) < max_new_tokens for t in out])
-        if not active.any():
-            break
-        t0 = time.perf_counter()
+        going = np.array([len(out[b]) < max_new_tokens for b in live])
+        if not going.all():
+            if not going.any():
+                break
+            # finished sequences leave the batch: a round costs only the sequences still decoding
+            keep = np.flatnonzero(going)
+            target_cache.keep_sequences(keep)
+            draft_cache.keep_sequences(keep)
+            live, pending, length = live[keep], pending[keep], length[keep]
+        t0 = clock()
         drafts, q = _draft(model, draft_cache, pending, gamma, params, rng)
-        t1 = time.perf_counter()
-        n, emitted = _verify_and_settle(model, target_cache, draft_cache, pending, drafts, q, length, active,
-                                        params, rng)
-        t2 = time.perf_counter()
+        t1 = clock()
+        n, emitted = _verify_and_settle(model, target_cache, draft_cache, pending, drafts, q, length, params, rng)
+        t2 = clock()
         draft_seconds += t1 - t0
         verify_seconds += t2 - t1
 
-        new_tokens: list[list[int]] = []
-        for b in range(batch):
-            if not active[b]:
-                new_tokens.append([])
-                continue
-            toks = [int(x) for x in drafts[b, :n[b]]] + [int(emitted[b])]
-            new_tokens.append(toks)
-            out[b].extend(toks)
-        accepted_by += np.where(active, n, 0)
-        trials_by += np.where(active, n + (n < gamma), 0)
-        pending = np.where(active, emitted, pending)
-        length = np.where(active, length + 1 + n, length)
+        new_tokens: list[list[int]] = [[] for _ in range(batch)]
+        for i, b in enumerate(live):
+            new_tokens[b] = [int(x) for x in drafts[i, :n[i]]] + [int(emitted[i])]
+            out[b].extend(new_tokens[b])
+        accepted_by[live] += n
+        trials_by[live] += n + (n < gamma)
+        pending = emitted
+        length = length + 1 + n
         rounds += 1
+        row_rounds += len(live)
         if clipped is not None:
             clipped(new_tokens)
-    decode_seconds = time.perf_counter() - start
+    decode_seconds = clock() - start
     accepted, trials = int(accepted_by.sum()), int(trials_by.sum())
     alpha_by = [float(a / t) if t else float("nan") for a, t in zip(accepted_by, trials_by)]
     extra = {"rounds": rounds, "accepted": accepted, "alpha": accepted / trials if trials else float("nan"),
-             "alpha_by_sequence": alpha_by,
+             "alpha_by_sequence": alpha_by, "row_rounds": row_rounds,
              "gamma": gamma, "K": spec.budget, "draft_seconds": draft_seconds, "verify_seconds": verify_seconds}
     return GenerationResult([t[:max_new_tokens] for t in out], prefill_seconds, decode_seconds, rounds,
                             decoded=sum(min(len(t), max_new_tokens) for t in out) - before, extra=extra)
@@ -221,16 +222,16 @@ class Plan:
 
 def plan(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max_new_tokens: int, *,
          budgets: Sequence[int] = (64, 128, 256, 512), gammas: Sequence[int] = (1, 2, 3, 4, 5, 6),
-         params: SamplingParams | None = None, pilot_steps: int = 16, repeats: int = 3,
-         seed: int | np.random.Generator | None = 0) -> Plan:
+         params: SamplingParams | None = None, pilot_steps: int = 32, repeats: int = 3,
+         seed: int | np.random.Generator | None = 0, clock: Clock = time.perf_counter) -> Plan:
     """Choose gamma and K for decoding `prompts` from measurements on those prompts, the way a run
     meets them: the prompts are fed to a full cache, each draft cache takes its entries
     (`extend_from`); the target then decodes `pilot_steps` tokens, and each draft predicts every one
     of them from the same tokens, taking the target's entries after each step as in a round, which
     gives each sequence's acceptance rate per K (greedy: the draft's arg-max is the target's;
     otherwise sum_x min(p, q)); last, `repeats` rounds of every (gamma, K) (the drafting, then the
-    verify forward with the sampling and rollbacks after it, each rolled back) and as many decode
-    steps are timed, the fastest of each kept.  `analytic.choose` ranks (gamma, K) by the lockstep
+    verify forward with the sampling and rollbacks after it, each rolled back), each after a timed
+    decode step, the fastest of each kept (`clock`: as `generate`'s).  `analytic.choose` ranks (gamma, K) by the lockstep
     prediction for max_new_tokens - 1 tokens a sequence; the choice is `declined` below 1."""
     params = params or SamplingParams()
     gammas = sorted({int(g) for g in gammas})
@@ -241,14 +242,14 @@ def plan(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max_new
         raise ArgumentError(f"speculative plan: pilot_steps and repeats must be positive integers, "
                             f"got {pilot_steps!r}, {repeats!r}")
     config = model.config
-    extra = 2 * gammas[-1] + 1
+    extra = gammas[-1] + 1
     prompts = check_prompts(prompts, max_new_tokens, config.max_position_embeddings, config.vocab_size,
                             extra=extra)
     rng = make_rng(seed)
     batch = len(prompts)
-    start = time.perf_counter()
+    start = clock()
     capacity = max(len(p) for p in prompts) + max_new_tokens + extra
-    steps = min(pilot_steps, max_new_tokens + gammas[-1])   # room for a round of gammas[-1] after them
+    steps = min(pilot_steps, max_new_tokens)   # and room for a round of gammas[-1] + 1 tokens after them
     target = model.new_cache(batch, capacity)
     pending = Prefill([(model, target)], prompts, params, rng).run()
     length = target.lengths()
@@ -270,22 +271,22 @@ def plan(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max_new
         length = length + 1
     alphas = {k: np.mean(rows, axis=0) for k, rows in agree.items()}
 
-    everyone = np.ones(batch, bool)
     target_times: list[float] = []
     verify_times: dict[int, list[float]] = {g: [] for g in gammas}
     draft_times: dict[tuple[int, int], list[float]] = {(g, k): [] for g in gammas for k in budgets}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        draw(params.distribution(model.forward(pending[:, None], target)[:, -1]), rng)
-        target_times.append(time.perf_counter() - t0)
-        target.rollback(length)
         for g in gammas:
             for k, cache in drafts.items():
-                t0 = time.perf_counter()
+                # a decode step, then the round: each preceded by a forward over the full cache, as in a run
+                t0 = clock()
+                draw(params.distribution(model.forward(pending[:, None], target)[:, -1]), rng)
+                target_times.append(clock() - t0)
+                target.rollback(length)
+                t0 = clock()
                 tokens, q = _draft(model, cache, pending, g, params, rng)
-                t1 = time.perf_counter()
-                _verify_and_settle(model, target, cache, pending, tokens, q, length, everyone, params, rng)
-                t2 = time.perf_counter()
+                t1 = clock()
+                _verify_and_settle(model, target, cache, pending, tokens, q, length, params, rng)
+                t2 = clock()
                 draft_times[g, k].append((t1 - t0) / g)
                 verify_times[g].append(t2 - t1)
                 target.rollback(length)
@@ -294,24 +295,25 @@ def plan(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max_new
     times = analytic.StepTimes(target=min(target_times), verify={g: min(v) for g, v in verify_times.items()},
                                draft={k: by_round[gammas[0], k] for k in budgets}, draft_by_round=by_round)
     choice = analytic.choose(times, alphas, batch=batch, tokens=max(1, max_new_tokens - 1))
-    return Plan(choice, times, alphas, time.perf_counter() - start)
+    return Plan(choice, times, alphas, clock() - start)
 
 
 def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max_new_tokens: int, *,
                       budgets: Sequence[int] = (64, 128, 256, 512), gammas: Sequence[int] = (1, 2, 3, 4, 5, 6),
                       params: SamplingParams | None = None, seed: int | np.random.Generator | None = 0,
-                      on_tokens: TokenCallback | None = None) -> GenerationResult:
+                      on_tokens: TokenCallback | None = None, clock: Clock = time.perf_counter) -> GenerationResult:
     """`plan`, then speculative decoding with the chosen gamma and K, or plain autoregressive
     decoding (`generate`) where the plan declines to speculate.  The result's `extra` says which
     (`declined`, `reason`, `predicted`, `plan_seconds`; a speculative run's statistics besides)."""
     params = params or SamplingParams()
-    planned = plan(model, prompts, max_new_tokens, budgets=budgets, gammas=gammas, params=params, seed=seed)
+    planned = plan(model, prompts, max_new_tokens, budgets=budgets, gammas=gammas, params=params, seed=seed,
+                   clock=clock)
     choice = planned.choice
     if choice.declined:
-        result = generate(model, prompts, max_new_tokens, params=params, seed=seed, on_tokens=on_tokens)
+        result = generate(model, prompts, max_new_tokens, params=params, seed=seed, on_tokens=on_tokens, clock=clock)
     else:
         result = speculative_generate(model, prompts, max_new_tokens, params=params, seed=seed, on_tokens=on_tokens,
-                                      spec=SpeculativeConfig.with_budget(choice.gamma, choice.budget))
+                                      clock=clock, spec=SpeculativeConfig.with_budget(choice.gamma, choice.budget))
     result.extra.update(declined=choice.declined, reason=choice.reason(), predicted=choice.predicted,
                         plan_seconds=planned.seconds)
     return result
