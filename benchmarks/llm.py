@@ -163,32 +163,39 @@ def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas, clock=
     fast = speculative_generate(model, prompts, new_tokens, spec=spec, clock=clock)
     alpha = fast.extra["alpha"]
     # the analytic model's inputs as the two decodings measured them (means over the runs, Python
-    # between the forwards included: sampling and rollbacks count to the verify step)
+    # between the forwards included: sampling and rollbacks count to the verify step).  Finished
+    # sequences leave the batch, so a round costs its share of a full one: T_D and T_V are per
+    # sequence-round (rounds x the sequences in each) times the batch
     t_target = auto.decode_seconds / max(auto.steps, 1)
     rounds = max(fast.extra["rounds"], 1)
-    t_draft = fast.extra["draft_seconds"] / (rounds * choice.gamma)
-    t_verify = (fast.decode_seconds - fast.extra["draft_seconds"]) / rounds
-    # the batch runs in lockstep: a round goes on until its last sequence has its tokens, so the
-    # prediction takes E[max_b R_b] rounds from each sequence's alpha (analytic.expected_rounds)
-    # instead of N / Omega; `predicted_free` is the lockstep-free formula
+    row_rounds = max(fast.extra["row_rounds"], 1)
+    t_draft = fast.extra["draft_seconds"] / (row_rounds * choice.gamma) * batch
+    t_verify = (fast.decode_seconds - fast.extra["draft_seconds"]) / row_rounds * batch
+    # each sequence takes its own rounds: mean_b E[R_b] from its alpha (analytic.expected_sequence_rounds)
+    # instead of N / Omega; `predicted_free` is the Omega formula, `predicted_lockstep` what the
+    # rounds would give had the finished sequences stayed in the batch (analytic.expected_rounds)
     tokens = new_tokens - 1  # the prefill emits each sequence's first token
     alphas = [a for a in fast.extra["alpha_by_sequence"] if a == a]
-    predicted = analytic.predicted_lockstep_speedup(choice.gamma, alphas, tokens, t_target, t_draft, t_verify)
+    predicted = analytic.predicted_batch_speedup(choice.gamma, alphas, tokens, t_target, t_draft, t_verify)
     predicted_free = analytic.predicted_speedup(choice.gamma, alpha, t_target, t_draft, t_verify)
+    predicted_lockstep = analytic.predicted_lockstep_speedup(choice.gamma, alphas, tokens, t_target, t_draft,
+                                                             t_verify)
     print(f"  measured in the runs: T_T {1e3 * t_target:.2f} ms, T_D {1e3 * t_draft:.2f} ms, "
-          f"T_V {1e3 * t_verify:.2f} ms (T_V/T_T {t_verify / t_target:.2f}, T_D/T_T {t_draft / t_target:.3f})",
-          flush=True)
-    # tokens a sequence gains per round: measured, in lockstep (expected_rounds), and Omega (free)
-    per_round = fast.decoded / (rounds * batch)
+          f"T_V {1e3 * t_verify:.2f} ms (T_V/T_T {t_verify / t_target:.2f}, T_D/T_T {t_draft / t_target:.3f}; "
+          f"T_D and T_V per full round)", flush=True)
+    # tokens a sequence gains per round it takes part in: measured, the model's, Omega
+    per_round = fast.decoded / row_rounds
     omega = analytic.omega(choice.gamma, alpha)
-    lockstep = tokens / analytic.expected_rounds(choice.gamma, alphas, tokens)
-    print(f"  tokens per round and sequence {per_round:.2f} (lockstep model {lockstep:.2f}, Omega {omega:.2f}; "
-          f"{rounds} rounds, expected {analytic.expected_rounds(choice.gamma, alphas, tokens):.1f})", flush=True)
+    modelled = tokens / analytic.expected_sequence_rounds(choice.gamma, alphas, tokens)
+    print(f"  tokens per round and sequence {per_round:.2f} (model {modelled:.2f}, Omega {omega:.2f}); "
+          f"{rounds} rounds, {row_rounds} sequence-rounds ({row_rounds / batch:.1f} full rounds; in lockstep "
+          f"{analytic.expected_rounds(choice.gamma, alphas, tokens):.1f} expected)", flush=True)
     a_ms = 1e3 * auto.decode_seconds / auto.decoded
     s_ms = 1e3 * fast.decode_seconds / fast.decoded
     identical = auto.tokens == fast.tokens
     print(f"  autoregressive {a_ms:.3f} ms/token, speculative {s_ms:.3f} ms/token: speedup {a_ms / s_ms:.2f} "
-          f"(predicted {predicted:.2f} in lockstep, {predicted_free:.2f} without, from the runs' T_T, T_D, T_V "
+          f"(predicted {predicted:.2f}; {predicted_free:.2f} by Omega, {predicted_lockstep:.2f} in lockstep; "
+          f"from the runs' T_T, T_D, T_V "
           f"and alphas; chosen gamma {choice.gamma}, K {choice.budget}, "
           f"alpha {alpha:.3f} "
           f"[pilot estimate {choice.alpha:.3f}, predicted {choice.predicted:.2f}]); "
@@ -209,7 +216,8 @@ def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas, clock=
             "predicted_prior": choice.predicted, "identical": identical, "kv_bytes_per_token": per_token,
             "peak_rss_mib": peak, "t_target_ms": 1e3 * t_target, "t_draft_ms": 1e3 * t_draft,
             "t_verify_ms": 1e3 * t_verify, "tokens_per_round": per_round, "omega": omega,
-            "tokens_per_round_lockstep": lockstep, "predicted_free": predicted_free}
+            "tokens_per_round_model": modelled, "predicted_free": predicted_free,
+            "predicted_lockstep": predicted_lockstep, "row_rounds": row_rounds}
 
 
 def run_memory(model, text, batch, length, steps: int = 3) -> dict:

@@ -11,14 +11,20 @@ T_D = T_draft(B, K) one draft step over a streaming cache of budget K, and T_V =
 one forward of gamma + 1 tokens over the full cache.  At large B and S a step is bound by reading the
 KV cache, so T_V stays near T_T while T_D (K << S) is much smaller: the speedup grows with B and S.
 
-A batch decodes in lockstep: every round drafts and verifies for every sequence, and a sequence
-that already has its tokens waits, frozen, until the last one has them.  Decoding N tokens per
-sequence then takes E[max_b R_b] rounds, R_b the rounds sequence b needs, which exceeds N / Omega
-when the sequences' luck differs; `expected_rounds` computes it from each sequence's alpha, and
+A batch decodes its rounds together, and its sequences need different numbers of rounds R_b for N
+tokens each.  Had the finished sequences waited in the batch (lockstep), decoding would take
+E[max_b R_b] rounds (`expected_rounds`), more than N / Omega when the sequences' luck differs:
 
     speedup_lockstep = N / E[max_b R_b] / (gamma * T_D / T_T + T_V / T_T)
 
-is the prediction for a batch of B sequences decoding N tokens each (B = 1, N large: the formula above).
+The decoder instead lets a finished sequence leave, so sequence b takes part in R_b rounds; where a
+round costs in proportion to the sequences in it (at large B and S a step is bound by each
+sequence's KV bytes), the time is that of mean_b E[R_b] full rounds (`expected_sequence_rounds`):
+
+    speedup_batch = N / mean_b E[R_b] / (gamma * T_D / T_T + T_V / T_T)
+
+(B = 1 and large N give the first formula; a round's part that does not shrink with its sequences,
+the weights' bytes, makes the real speedup a little lower.)
 
 `choose` picks (gamma, K) with the best prediction from step times and acceptance rates, which
 `refcomp.llm.speculative.plan` measures the way a speculative run meets them (rounds on the
@@ -107,6 +113,28 @@ def predicted_lockstep_speedup(gamma: int, alphas: float | Iterable[float], toke
     return tokens / expected_rounds(gamma, alphas, tokens) / (gamma * t_draft / t_target + t_verify / t_target)
 
 
+def expected_sequence_rounds(gamma: int, alphas: float | Iterable[float], tokens: int) -> float:
+    """The mean over sequences b of E[R_b]: the rounds a sequence takes part in when it leaves the
+    batch as soon as it has `tokens` tokens (refcomp.llm.speculative's decoding)."""
+    alphas = np.atleast_1d(np.asarray(list(alphas) if not np.isscalar(alphas) else alphas, np.float64))
+    if alphas.size == 0:
+        raise ArgumentError("analytic: expected_sequence_rounds needs at least one sequence's alpha")
+    return float(np.mean([(1.0 - rounds_cdf(gamma, float(a), tokens)).sum() for a in alphas]))
+
+
+def predicted_batch_speedup(gamma: int, alphas: float | Iterable[float], tokens: int, t_target: float,
+                            t_draft: float, t_verify: float) -> float:
+    """tokens / mean_b E[R_b] / (gamma * T_D / T_T + T_V / T_T): the speedup of a batch whose
+    sequences leave when they have their tokens, a round costing its share of the full batch's
+    step times (T_D, T_V at the full batch; the module doc)."""
+    if not isinstance(tokens, (int, np.integer)) or isinstance(tokens, bool) or tokens < 1:
+        raise ArgumentError(f"analytic: tokens must be a positive integer, got {tokens!r}")
+    if min(t_target, t_draft, t_verify) <= 0:
+        raise ArgumentError(f"analytic: step times must be positive, got {t_target}, {t_draft}, {t_verify}")
+    return tokens / expected_sequence_rounds(gamma, alphas, tokens) / (gamma * t_draft / t_target
+                                                                        + t_verify / t_target)
+
+
 @dataclass(frozen=True)
 class StepTimes:
     """Seconds per forward at one batch and context: target (one decode step), verify (by gamma: the
@@ -153,7 +181,7 @@ def acceptance_rate(target_logits: np.ndarray, draft_logits: np.ndarray, params:
 def choose(times: StepTimes, alphas: Mapping[int, float | Sequence[float]], *, batch: int = 1,
            tokens: int | None = None) -> Choice:
     """The (gamma, K) with the largest predicted speedup over the measured gammas and budgets; with
-    `tokens` (per sequence), the lockstep prediction for `batch` sequences, each of alpha alphas[K]
+    `tokens` (per sequence), `predicted_batch_speedup` for `batch` sequences, each of alpha alphas[K]
     (one float: every sequence's; a sequence of floats: one per sequence).  `Choice.alpha` is
     the mean of the chosen budget's alphas."""
     best: Choice | None = None
@@ -169,7 +197,7 @@ def choose(times: StepTimes, alphas: Mapping[int, float | Sequence[float]], *, b
             if tokens is None:
                 s = predicted_speedup(g, mean, times.target, t_draft, t_verify)
             else:
-                s = predicted_lockstep_speedup(g, per_sequence, tokens, times.target, t_draft, t_verify)
+                s = predicted_batch_speedup(g, per_sequence, tokens, times.target, t_draft, t_verify)
             if best is None or s > best.predicted:
                 best = Choice(g, k, mean, s)
     if best is None:
