@@ -227,7 +227,8 @@ def test_keep_sequences_shrinks_the_batch_and_frees_the_rest(streaming):
     in_use = [int((cache.table[b] >= 0).sum()) for b in range(4)]
     cache.keep_sequences(np.array([1, 3]))
     assert cache.batch == 2 and cache.lengths().tolist() == [9, 10] and cache.table.flags.c_contiguous
-    assert cache.pages_in_use() == in_use[1] + in_use[3] and cache.free_pages == cache.k_pool.shape[1] - cache.pages_in_use()
+    assert cache.pages_in_use() == in_use[1] + in_use[3]
+    assert cache.free_pages == cache.k_pool.shape[1] - cache.pages_in_use()
     for new, old in ((0, 1), (1, 3)):
         np.testing.assert_array_equal(_entry(cache, new, 8)[1], before[old][0])
     grow(cache, 3)                       # the kept sequences go on growing from the freed pool

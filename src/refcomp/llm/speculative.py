@@ -24,6 +24,13 @@ accepted tokens instead.  So both caches hold the same positions at the start of
 draft forward carries one token, and no draft forward is spent catching up on the last accepted
 draft token (whose entry only the verify computed).  The draft is then MagicDec's: the target's
 cache restricted to sinks + window, the draft's own entries living only within a round.
+
+A sequence that has its tokens leaves the batch (`keep_sequences` on both caches): the rounds after
+it run on the others only, so the batch does not pay draft and verify rows for finished sequences.
+
+`plan` measures step times and acceptance rates on the prompts the way a run meets them and
+chooses gamma and K (refcomp.llm.analytic); `magicdec_generate` decodes with the plan's choice, or
+autoregressively where the plan predicts no speedup (it declines).
 """
 from __future__ import annotations
 
@@ -136,8 +143,9 @@ def speculative_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.
                          seed: int | np.random.Generator | None = 0,
                          on_tokens: TokenCallback | None = None, clock: Clock = time.perf_counter) -> GenerationResult:
     """MagicDec decoding of a batch of prompts (see the module doc); the model's caches must offer
-    `extend_from` (both of refcomp's do); `clock` times it, as `generate`'s.  The result's `extra` holds the acceptance statistics
-    (`alpha`, `accepted`, `rounds`, `alpha_by_sequence`) and the draft/verify times."""
+    `extend_from` and `keep_sequences` (both of refcomp's do); `clock` times it, as `generate`'s.
+    The result's `extra` holds the acceptance statistics (`alpha`, `accepted`, `rounds`,
+    `row_rounds`, `alpha_by_sequence`) and the draft/verify times."""
     spec = spec or SpeculativeConfig()
     params = params or SamplingParams()
     config = model.config
@@ -231,8 +239,9 @@ def plan(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max_new
     gives each sequence's acceptance rate per K (greedy: the draft's arg-max is the target's;
     otherwise sum_x min(p, q)); last, `repeats` rounds of every (gamma, K) (the drafting, then the
     verify forward with the sampling and rollbacks after it, each rolled back), each after a timed
-    decode step, the fastest of each kept (`clock`: as `generate`'s).  `analytic.choose` ranks (gamma, K) by the lockstep
-    prediction for max_new_tokens - 1 tokens a sequence; the choice is `declined` below 1."""
+    decode step, the fastest of each kept (`clock`: as `generate`'s).  `analytic.choose` ranks
+    (gamma, K) by `predicted_batch_speedup` for max_new_tokens - 1 tokens a sequence; the choice is
+    `declined` below 1."""
     params = params or SamplingParams()
     gammas = sorted({int(g) for g in gammas})
     budgets = sorted({int(k) for k in budgets})
