@@ -6,15 +6,18 @@ Cases (any B and S may be asked for with --cases; the defaults are the issue's):
   (prefill excluded) of transformers' LlamaForCausalLM with its KV cache (the same weights, float32,
   --threads threads) divided by refcomp's.  Checked first: the logits of a prompt prefix agree.
 * `magicdec_b{B}_s{S}`: greedy MagicDec self-speculation against greedy autoregressive decoding of
-  the same prompts with the same model.  gamma and the draft budget K are chosen by the analytic
-  model (refcomp.llm.analytic) from measured step times and the acceptance rate measured on the
-  prompts; the entry carries alpha (measured in the run), gamma, K and the predicted speedup
-  (from the run's per-sequence alphas, the batch's rounds in lockstep: analytic.expected_rounds;
-  `predicted_free` the lockstep-free formula; `predicted_prior` from the alpha the choice used).  Checked: the two
-  decodings emit the same tokens.  Ratio = autoregressive time per token / speculative time per token.
-  `predicted` uses the step times measured in the two decodings themselves (T_T: the autoregressive
-  decode's mean step; T_D: the mean draft forward; T_V: the rest of a speculative round, verify,
-  sampling and rollbacks); `predicted_prior` is what the choice used (fastest of 5 forwards each).
+  the same prompts with the same model.  gamma and the draft budget K are chosen by
+  refcomp.llm.speculative.plan (a pilot decode for each sequence's alpha per K, rounds of every
+  (gamma, K) timed as a run has them; analytic.choose); where its best prediction is below 1 it
+  declines: `declined` is true and refcomp's time is the autoregressive one (the speculative run is
+  still made and reported as `speculative_ms`, `speculative_ratio`).  The entry carries alpha
+  (measured in the run), gamma, K and `predicted`: analytic.predicted_batch_speedup from the two
+  decodings' own step times (T_T: the autoregressive decode's mean step; T_D, T_V: the speculative
+  run's draft and verify seconds, sampling and rollbacks counted to the verify, per sequence-round
+  times B, since finished sequences leave the batch) and each sequence's alpha in the run;
+  `predicted_free` the Omega formula, `predicted_lockstep` the rounds had finished sequences
+  stayed, `predicted_prior` the plan's.  Checked: the two decodings emit the same tokens.  Ratio =
+  autoregressive time per token / refcomp's chosen decoding's.
 * `memory_b{B}_s{S}`: the KV cache of B sequences of S tokens: bytes per token, the planned bytes
   (float16 pages, beside float32's), the peak resident memory after filling it and decoding a few
   steps, and that decode step's time.
@@ -26,6 +29,7 @@ has it, else the numpy ReferenceLlama; the output says which.
 
     python benchmarks/llm.py --quick                      # two small cases
     python benchmarks/llm.py --cases magicdec_b32_s4096 --json
+    python benchmarks/llm.py --cases magicdec_b32_s4096 --single-thread-cpu --json   # one thread, CPU time
     python benchmarks/llm.py --json                       # every default case (long)
 """
 from __future__ import annotations
