@@ -19,6 +19,11 @@ keeps `sinks` slots for the first positions and a ring of `window + slack` slots
 position p >= sinks lives in slot sinks + (p - sinks) % ring.  Attention reads the sinks and the
 last `window` positions; the `slack` extra slots keep the positions a rollback of up to
 `slack` + 1 tokens must see again.  A rollback deeper than that is an `ArgumentError`.
+
+`extend_from(source, upto)` appends entries copied from a full cache of the same model (slot by
+slot, only those a streaming cache keeps): MagicDec's draft cache takes the target's entries.
+`keep_sequences(rows)` drops the other sequences and returns their pages: a batch shrinks as its
+sequences finish.
 """
 from __future__ import annotations
 
