@@ -257,3 +257,22 @@ def test_plan_rejects_bad_arguments():
         speculative.plan(model, [[1, 2, 3]], 4, pilot_steps=0)
     with pytest.raises(ArgumentError, match="prompt 0 is empty"):
         speculative.plan(model, [[]], 4)
+
+
+def test_plan_with_sampling_estimates_overlap_and_runs_reproducibly():
+    model = tiny_model(seed=6, vocab=16, scale=1.0)
+    prompts = [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12]]
+    params = SamplingParams(temperature=0.8, top_k=8)
+    planned = speculative.plan(model, prompts, 10, budgets=(3, 100), gammas=(1, 3), params=params,
+                               pilot_steps=5, repeats=1, seed=4)
+    assert (0 < planned.alphas[3]).all() and (planned.alphas[3] <= 1 + 1e-12).all()
+    np.testing.assert_allclose(planned.alphas[100], 1.0)       # the whole context: p == q
+    # the choice depends on measured times, and with sampling the tokens on the choice: what a
+    # fixed seed fixes is the tokens of a given choice
+    got = speculative.magicdec_generate(model, prompts, 10, budgets=(3, 100), gammas=(1, 3), params=params, seed=9)
+    assert all(len(t) == 10 for t in got.tokens)
+    if not got.extra["declined"]:
+        spec = SpeculativeConfig.with_budget(got.extra["gamma"], got.extra["K"])
+        assert speculative_generate(model, prompts, 10, spec=spec, params=params, seed=9).tokens == got.tokens
+    else:
+        assert generate(model, prompts, 10, params=params, seed=9).tokens == got.tokens

@@ -313,7 +313,9 @@ def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.nda
                       on_tokens: TokenCallback | None = None, clock: Clock = time.perf_counter) -> GenerationResult:
     """`plan`, then speculative decoding with the chosen gamma and K, or plain autoregressive
     decoding (`generate`) where the plan declines to speculate.  The result's `extra` says which
-    (`declined`, `reason`, `predicted`, `plan_seconds`; a speculative run's statistics besides)."""
+    (`declined`, `reason`, `predicted`, `plan_seconds`; a speculative run's statistics besides).
+    The choice rests on measured times, so with sampling a fixed seed gives the same tokens only
+    for the same choice (greedy output is the target's whatever the choice)."""
     params = params or SamplingParams()
     planned = plan(model, prompts, max_new_tokens, budgets=budgets, gammas=gammas, params=params, seed=seed,
                    clock=clock)
