@@ -6,15 +6,18 @@ Cases (any B and S may be asked for with --cases; the defaults are the issue's):
   (prefill excluded) of transformers' LlamaForCausalLM with its KV cache (the same weights, float32,
   --threads threads) divided by refcomp's.  Checked first: the logits of a prompt prefix agree.
 * `magicdec_b{B}_s{S}`: greedy MagicDec self-speculation against greedy autoregressive decoding of
-  the same prompts with the same model.  gamma and the draft budget K are chosen by the analytic
-  model (refcomp.llm.analytic) from measured step times and the acceptance rate measured on the
-  prompts; the entry carries alpha (measured in the run), gamma, K and the predicted speedup
-  (from the run's per-sequence alphas, the batch's rounds in lockstep: analytic.expected_rounds;
-  `predicted_free` the lockstep-free formula; `predicted_prior` from the alpha the choice used).  Checked: the two
-  decodings emit the same tokens.  Ratio = autoregressive time per token / speculative time per token.
-  `predicted` uses the step times measured in the two decodings themselves (T_T: the autoregressive
-  decode's mean step; T_D: the mean draft forward; T_V: the rest of a speculative round, verify,
-  sampling and rollbacks); `predicted_prior` is what the choice used (fastest of 5 forwards each).
+  the same prompts with the same model.  gamma and the draft budget K are chosen by
+  refcomp.llm.speculative.plan (a pilot decode for each sequence's alpha per K, rounds of every
+  (gamma, K) timed as a run has them; analytic.choose); where its best prediction is below 1 it
+  declines: `declined` is true and refcomp's time is the autoregressive one (the speculative run is
+  still made and reported as `speculative_ms`, `speculative_ratio`).  The entry carries alpha
+  (measured in the run), gamma, K and `predicted`: analytic.predicted_batch_speedup from the two
+  decodings' own step times (T_T: the autoregressive decode's mean step; T_D, T_V: the speculative
+  run's draft and verify seconds, sampling and rollbacks counted to the verify, per sequence-round
+  times B, since finished sequences leave the batch) and each sequence's alpha in the run;
+  `predicted_free` the Omega formula, `predicted_lockstep` the rounds had finished sequences
+  stayed, `predicted_prior` the plan's.  Checked: the two decodings emit the same tokens.  Ratio =
+  autoregressive time per token / refcomp's chosen decoding's.
 * `memory_b{B}_s{S}`: the KV cache of B sequences of S tokens: bytes per token, the planned bytes
   (float16 pages, beside float32's), the peak resident memory after filling it and decoding a few
   steps, and that decode step's time.
@@ -26,6 +29,7 @@ has it, else the numpy ReferenceLlama; the output says which.
 
     python benchmarks/llm.py --quick                      # two small cases
     python benchmarks/llm.py --cases magicdec_b32_s4096 --json
+    python benchmarks/llm.py --cases magicdec_b32_s4096 --single-thread-cpu --json   # one thread, CPU time
     python benchmarks/llm.py --json                       # every default case (long)
 """
 from __future__ import annotations
@@ -51,7 +55,7 @@ from refcomp.llm import analytic  # noqa: E402
 from refcomp.llm.generate import generate  # noqa: E402
 from refcomp.llm.checkpoint import load_checkpoint  # noqa: E402
 from refcomp.llm.loading import DEFAULT_MODEL, load_model  # noqa: E402
-from refcomp.llm.sampling import SamplingParams  # noqa: E402
+from refcomp.llm import speculative  # noqa: E402
 from refcomp.llm.speculative import SpeculativeConfig, speculative_generate  # noqa: E402
 from refcomp.loops.intrin.cpu import describe  # noqa: E402
 
@@ -147,86 +151,77 @@ def run_decode(model, hf, text, batch, length, new_tokens) -> dict:
             "max_logit_diff": diff, "token_agreement": agree}
 
 
-def choose_speculation(model, prompts, budgets, gammas, decoded) -> tuple[analytic.Choice, analytic.StepTimes, dict]:
-    """Prefill the prompts into a full cache and one streaming cache per budget; alpha per budget from
-    the last prompt positions' logits (greedy agreement), step times from forwards that are rolled back."""
-    batch, length = len(prompts), len(prompts[0])
-    tokens = np.stack(prompts)
-    tail = min(256, length // 2)
-    target_cache = model.new_cache(batch, length + max(gammas) + 2)
-    target_logits = _prefill_tail(model, tokens, target_cache, tail)
-    draft_caches, alphas = {}, {}
-    for k in budgets:
-        spec = SpeculativeConfig.with_budget(1, k)
-        cache = model.new_cache(batch, length + 2, streaming=spec.streaming())
-        alphas[k] = analytic.acceptance_rate(target_logits, _prefill_tail(model, tokens, cache, tail),
-                                             SamplingParams())
-        draft_caches[k] = cache
-    times = analytic.measure_step_times(model, target_cache, draft_caches, gammas)
-    return analytic.choose(times, alphas, batch=batch, tokens=decoded), times, alphas
-
-
-def _prefill_tail(model, tokens, cache, tail, chunk=512):
-    out = None
-    for s in range(0, tokens.shape[1], chunk):
-        logits = model.forward(tokens[:, s:s + chunk], cache)
-        out = logits if out is None else np.concatenate([out, logits], axis=1)[:, -tail:]
-    return out[:, -tail:]
-
-
-def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas) -> dict:
+def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas, clock=time.perf_counter) -> dict:
     prompts = prompts_from(text, batch, length)
     budgets = [k for k in budgets if k < length] or [max(2, length // 4)]
-    choice, times, alphas = choose_speculation(model, prompts, budgets, gammas, new_tokens - 1)
-    print(f"  step times: target {1e3 * times.target:.2f} ms, verify "
-          + ", ".join(f"g{g} {1e3 * t:.2f}" for g, t in times.verify.items()) + " ms, draft "
-          + ", ".join(f"K{k} {1e3 * t:.2f}" for k, t in times.draft.items()) + " ms; alpha by K "
-          + ", ".join(f"K{k} {a:.2f}" for k, a in alphas.items()), flush=True)
+    planned = speculative.plan(model, prompts, new_tokens, budgets=budgets, gammas=gammas, clock=clock)
+    choice, times = planned.choice, planned.times
+    print(f"  step times (in rounds, fastest of 3): target {1e3 * times.target:.2f} ms, verify "
+          + ", ".join(f"g{g} {1e3 * t:.2f}" for g, t in times.verify.items()) + " ms, draft at gamma "
+          + f"{min(gammas)} " + ", ".join(f"K{k} {1e3 * t:.2f}" for k, t in times.draft.items())
+          + " ms; alpha (pilot) by K " + ", ".join(f"K{k} {a.mean():.3f}" for k, a in planned.alphas.items()),
+          flush=True)
+    print(f"  plan: {choice.reason()}; {planned.seconds:.1f} s of measuring", flush=True)
     spec = SpeculativeConfig.with_budget(choice.gamma, choice.budget)
-    auto = generate(model, prompts, new_tokens)
-    fast = speculative_generate(model, prompts, new_tokens, spec=spec)
+    auto = generate(model, prompts, new_tokens, clock=clock)
+    fast = speculative_generate(model, prompts, new_tokens, spec=spec, clock=clock)
     alpha = fast.extra["alpha"]
     # the analytic model's inputs as the two decodings measured them (means over the runs, Python
-    # between the forwards included: sampling and rollbacks count to the verify step)
+    # between the forwards included: sampling and rollbacks count to the verify step).  Finished
+    # sequences leave the batch, so a round costs its share of a full one: T_D and T_V are per
+    # sequence-round (rounds x the sequences in each) times the batch
     t_target = auto.decode_seconds / max(auto.steps, 1)
     rounds = max(fast.extra["rounds"], 1)
-    t_draft = fast.extra["draft_seconds"] / (rounds * choice.gamma)
-    t_verify = (fast.decode_seconds - fast.extra["draft_seconds"]) / rounds
-    # the batch runs in lockstep: a round goes on until its last sequence has its tokens, so the
-    # prediction takes E[max_b R_b] rounds from each sequence's alpha (analytic.expected_rounds)
-    # instead of N / Omega; `predicted_free` is the lockstep-free formula
+    row_rounds = max(fast.extra["row_rounds"], 1)
+    t_draft = fast.extra["draft_seconds"] / (row_rounds * choice.gamma) * batch
+    t_verify = (fast.decode_seconds - fast.extra["draft_seconds"]) / row_rounds * batch
+    # each sequence takes its own rounds: mean_b E[R_b] from its alpha (analytic.expected_sequence_rounds)
+    # instead of N / Omega; `predicted_free` is the Omega formula, `predicted_lockstep` what the
+    # rounds would give had the finished sequences stayed in the batch (analytic.expected_rounds)
     tokens = new_tokens - 1  # the prefill emits each sequence's first token
     alphas = [a for a in fast.extra["alpha_by_sequence"] if a == a]
-    predicted = analytic.predicted_lockstep_speedup(choice.gamma, alphas, tokens, t_target, t_draft, t_verify)
+    predicted = analytic.predicted_batch_speedup(choice.gamma, alphas, tokens, t_target, t_draft, t_verify)
     predicted_free = analytic.predicted_speedup(choice.gamma, alpha, t_target, t_draft, t_verify)
+    predicted_lockstep = analytic.predicted_lockstep_speedup(choice.gamma, alphas, tokens, t_target, t_draft,
+                                                             t_verify)
     print(f"  measured in the runs: T_T {1e3 * t_target:.2f} ms, T_D {1e3 * t_draft:.2f} ms, "
-          f"T_V {1e3 * t_verify:.2f} ms (T_V/T_T {t_verify / t_target:.2f}, T_D/T_T {t_draft / t_target:.3f})",
-          flush=True)
-    # tokens a sequence gains per round: measured, in lockstep (expected_rounds), and Omega (free)
-    per_round = fast.decoded / (rounds * batch)
+          f"T_V {1e3 * t_verify:.2f} ms (T_V/T_T {t_verify / t_target:.2f}, T_D/T_T {t_draft / t_target:.3f}; "
+          f"T_D and T_V per full round)", flush=True)
+    # tokens a sequence gains per round it takes part in: measured, the model's, Omega
+    per_round = fast.decoded / row_rounds
     omega = analytic.omega(choice.gamma, alpha)
-    lockstep = tokens / analytic.expected_rounds(choice.gamma, alphas, tokens)
-    print(f"  tokens per round and sequence {per_round:.2f} (lockstep model {lockstep:.2f}, Omega {omega:.2f}; "
-          f"{rounds} rounds, expected {analytic.expected_rounds(choice.gamma, alphas, tokens):.1f})", flush=True)
+    modelled = tokens / analytic.expected_sequence_rounds(choice.gamma, alphas, tokens)
+    print(f"  tokens per round and sequence {per_round:.2f} (model {modelled:.2f}, Omega {omega:.2f}); "
+          f"{rounds} rounds, {row_rounds} sequence-rounds ({row_rounds / batch:.1f} full rounds; in lockstep "
+          f"{analytic.expected_rounds(choice.gamma, alphas, tokens):.1f} expected)", flush=True)
     a_ms = 1e3 * auto.decode_seconds / auto.decoded
     s_ms = 1e3 * fast.decode_seconds / fast.decoded
     identical = auto.tokens == fast.tokens
     print(f"  autoregressive {a_ms:.3f} ms/token, speculative {s_ms:.3f} ms/token: speedup {a_ms / s_ms:.2f} "
-          f"(predicted {predicted:.2f} in lockstep, {predicted_free:.2f} without, from the runs' T_T, T_D, T_V "
+          f"(predicted {predicted:.2f}; {predicted_free:.2f} by Omega, {predicted_lockstep:.2f} in lockstep; "
+          f"from the runs' T_T, T_D, T_V "
           f"and alphas; chosen gamma {choice.gamma}, K {choice.budget}, "
           f"alpha {alpha:.3f} "
-          f"[prefill estimate {choice.alpha:.3f}, predicted {choice.predicted:.2f}]); "
+          f"[pilot estimate {choice.alpha:.3f}, predicted {choice.predicted:.2f}]); "
           f"identical tokens: {'yes' if identical else 'NO'}", flush=True)
     per_token = model.new_cache(1, 1).nbytes_per_token()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"  KV cache: {per_token} bytes per token, {per_token * batch * length / 2**20:.1f} MiB for B={batch}, "
           f"S={length}; peak resident memory so far {peak:.0f} MiB", flush=True)
-    return {"refcomp": s_ms, "baseline": a_ms, "unit": "ms/token", "ratio": a_ms / s_ms, "alpha": alpha,
-            "gamma": choice.gamma, "K": choice.budget, "predicted": predicted, "alpha_prefill": choice.alpha,
+    if choice.declined:
+        # the plan declines: the decoding it runs is the autoregressive one (the speculative run
+        # above shows what declining avoided)
+        print(f"  declined: refcomp decodes autoregressively, {a_ms:.3f} ms/token (speculating would have "
+              f"taken {s_ms:.3f})", flush=True)
+    chosen_ms = a_ms if choice.declined else s_ms
+    return {"refcomp": chosen_ms, "baseline": a_ms, "unit": "ms/token", "ratio": a_ms / chosen_ms,
+            "declined": choice.declined, "speculative_ms": s_ms, "speculative_ratio": a_ms / s_ms, "alpha": alpha,
+            "gamma": choice.gamma, "K": choice.budget, "predicted": predicted, "alpha_pilot": choice.alpha,
             "predicted_prior": choice.predicted, "identical": identical, "kv_bytes_per_token": per_token,
             "peak_rss_mib": peak, "t_target_ms": 1e3 * t_target, "t_draft_ms": 1e3 * t_draft,
             "t_verify_ms": 1e3 * t_verify, "tokens_per_round": per_round, "omega": omega,
-            "tokens_per_round_lockstep": lockstep, "predicted_free": predicted_free}
+            "tokens_per_round_model": modelled, "predicted_free": predicted_free,
+            "predicted_lockstep": predicted_lockstep, "row_rounds": row_rounds}
 
 
 def run_memory(model, text, batch, length, steps: int = 3) -> dict:
@@ -303,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", action="store_true", help="time the numpy reference model")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--single-thread-cpu", action="store_true",
+                        help="one thread, the magicdec cases timed in process CPU time (steadier on a shared machine)")
     parser.add_argument("--kv-dtype", choices=("float32", "float16", "bfloat16"),
                         help="the compiled model's KV pages (default: the model's, float16)")
     parser.add_argument("--budgets", default="64,128,256,512", help="draft budgets K to choose from")
@@ -311,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     names = select(args.cases, args.quick)
     new_tokens = 8 if args.quick else args.new_tokens
     budgets = [int(x) for x in args.budgets.split(",")]
+    clock = time.perf_counter
+    if args.single_thread_cpu:
+        args.threads, clock = 1, time.process_time
     gammas = [int(x) for x in args.gammas.split(",")]
 
     try:
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         elif kind_ == "memory":
             cases[name] = run_memory(model, text, batch, length)
         else:
-            cases[name] = run_magicdec(model, text, batch, length, new_tokens, budgets, gammas)
+            cases[name] = run_magicdec(model, text, batch, length, new_tokens, budgets, gammas, clock)
     if args.json:
         print(json.dumps({"cases": cases}))
     return 0

@@ -1,14 +1,12 @@
-"""The MagicDec speedup model: Omega against simulation, the prediction's algebra, the choice, and
-measurements that leave the caches as they were."""
+"""The MagicDec speedup model: Omega against simulation, the prediction's algebra, the choice (and when it
+declines)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from decoding_helpers import tiny_model
 from refcomp.errors import ArgumentError
 from refcomp.llm import analytic
-from refcomp.llm.protocol import StreamingBudget
 from refcomp.llm.sampling import SamplingParams
 
 
@@ -44,19 +42,19 @@ def test_acceptance_rate(rng):
     assert analytic.acceptance_rate(logits, logits, SamplingParams(temperature=1.0)) == pytest.approx(1.0)
 
 
-def test_measuring_leaves_the_caches_unchanged(rng):
-    model = tiny_model(seed=int(rng.integers(1 << 30)))
-    tokens = rng.integers(0, 32, size=(2, 20))
-    target, draft = model.new_cache(2, 40), model.new_cache(2, 40, streaming=StreamingBudget(2, 4, 2))
-    model.forward(tokens, target)
-    model.forward(tokens, draft)
-    times = analytic.measure_step_times(model, target, {6: draft}, gammas=[1, 3], repeats=2)
-    assert times.target > 0 and set(times.verify) == {1, 3} and set(times.draft) == {6}
-    assert target.lengths().tolist() == draft.lengths().tolist() == [20, 20]
-    nxt = rng.integers(0, 32, size=(2, 1))
-    fresh = model.new_cache(2, 40)
-    model.forward(tokens, fresh)
-    np.testing.assert_array_equal(model.forward(nxt, target), model.forward(nxt, fresh))
+def test_choice_takes_per_sequence_alphas_round_draft_times_and_declines():
+    times = analytic.StepTimes(target=1.0, verify={1: 1.3, 2: 1.6}, draft={64: 0.2},
+                               draft_by_round={(1, 64): 0.4, (2, 64): 0.3})
+    alphas = [0.9, 0.5, 0.7]
+    choice = analytic.choose(times, {64: alphas}, batch=3, tokens=20)
+    expected = max((analytic.predicted_batch_speedup(g, alphas, 20, 1.0, times.draft_at(g, 64), times.verify[g]), g)
+                   for g in (1, 2))
+    assert (choice.predicted, choice.gamma) == expected and choice.alpha == pytest.approx(0.7)
+    assert times.draft_at(1, 64) == 0.4 and times.draft_at(3, 64) == 0.2
+    assert choice.declined and "declined" in choice.reason() and f"{choice.predicted:.2f}" in choice.reason()
+    cheap = analytic.StepTimes(target=1.0, verify={3: 1.1}, draft={64: 0.05})
+    kept = analytic.choose(cheap, {64: 0.9})
+    assert not kept.declined and kept.reason().startswith("speculating")
 
 
 def _simulated_rounds(rng, gamma, alphas, tokens, batches):
@@ -81,6 +79,32 @@ def test_expected_rounds_of_a_lockstep_batch_match_simulation(gamma, alphas, tok
     assert analytic.expected_rounds(gamma, alphas, tokens) == pytest.approx(simulated, rel=0.01)
 
 
+def _simulated_sequence_rounds(rng, gamma, alphas, tokens, batches):
+    """Monte-Carlo: the rounds each sequence takes part in until it has `tokens` tokens, averaged."""
+    alphas = np.asarray(alphas)
+    have = np.zeros((batches, len(alphas)), np.int64)
+    taken = np.zeros((batches, len(alphas)), np.int64)
+    while (have < tokens).any():
+        going = have < tokens
+        accepts = rng.random((batches, len(alphas), gamma)) < alphas[None, :, None]
+        n = np.where(accepts.all(axis=2), gamma, np.argmin(accepts, axis=2))
+        have = np.where(going, have + n + 1, have)
+        taken += going
+    return taken.mean()
+
+
+@pytest.mark.parametrize("gamma,alphas,tokens", [(2, [0.7] * 8, 40), (4, [0.95, 0.6, 0.8, 0.9, 0.85], 30)])
+def test_sequence_rounds_of_a_shrinking_batch_match_simulation(gamma, alphas, tokens):
+    rng = np.random.default_rng(len(alphas) * 77 + tokens)
+    simulated = _simulated_sequence_rounds(rng, gamma, alphas, tokens, 20_000)
+    assert analytic.expected_sequence_rounds(gamma, alphas, tokens) == pytest.approx(simulated, rel=0.01)
+    assert analytic.expected_sequence_rounds(gamma, alphas, tokens) < analytic.expected_rounds(gamma, alphas, tokens)
+    with pytest.raises(ArgumentError, match="at least one sequence"):
+        analytic.expected_sequence_rounds(gamma, [], tokens)
+    with pytest.raises(ArgumentError, match="tokens must be a positive integer"):
+        analytic.predicted_batch_speedup(gamma, alphas, 0, 1.0, 0.1, 1.0)
+
+
 def test_lockstep_rounds_grow_with_the_batch():
     one = analytic.expected_rounds(3, 0.9, 63)
     # a batch of one: N / Omega but for the last round's overshoot
@@ -94,7 +118,11 @@ def test_lockstep_rounds_grow_with_the_batch():
     times = analytic.StepTimes(target=1.0, verify={1: 1.0, 3: 1.3}, draft={64: 0.1})
     choice = analytic.choose(times, {64: 0.9}, batch=32, tokens=63)
     assert choice.predicted == pytest.approx(max(
-        analytic.predicted_lockstep_speedup(g, [0.9] * 32, 63, 1.0, 0.1, times.verify[g]) for g in (1, 3)))
+        analytic.predicted_batch_speedup(g, [0.9] * 32, 63, 1.0, 0.1, times.verify[g]) for g in (1, 3)))
+    # sequences that leave when done: each takes its own rounds, between N / Omega and the lockstep
+    each = analytic.expected_sequence_rounds(3, [0.9] * 32, 63)
+    assert each == pytest.approx(one) and analytic.predicted_batch_speedup(3, [0.9] * 32, 63, 1.0, 0.1, 1.3) \
+        == pytest.approx(63 / one / 1.6)
     with pytest.raises(ArgumentError, match="alpha in"):
         analytic.expected_rounds(3, [0.5, 1.5], 10)
     with pytest.raises(ArgumentError, match="at least one sequence"):

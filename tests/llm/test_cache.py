@@ -147,3 +147,94 @@ def test_every_used_slot_has_a_page_after_any_grow_and_rollback(streaming):
             assert (cache.table[b, :-(-int(used[b]) // 8)] >= 0).all()
         held = cache.table[cache.table >= 0]
         assert len(set(held.tolist())) == held.size
+
+
+def _filled(cache, rng, count):
+    """Grow every sequence by `count` tokens and write fresh random numbers into every page."""
+    grow(cache, count)
+    for pool in (cache.k_pool, cache.v_pool):
+        if pool.dtype == np.uint16:
+            pool[...] = rng.integers(0, 1 << 15, size=pool.shape, dtype=np.uint16)
+        else:
+            pool[...] = rng.standard_normal(pool.shape).astype(pool.dtype)
+
+
+def _entry(cache, b, position):
+    """(keys (layers, H, D[, pair]), values (layers, H, D)) of position `position` of sequence b."""
+    slot = int(cache.slot_of(np.array([position]))[0])
+    page, offset = cache.table[b, slot // cache.page_size], slot % cache.page_size
+    keys = cache.k_pool[:, page, :, :, offset]
+    return keys, cache.v_pool[:, page, :, offset, :]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("seed", range(3))
+def test_extend_from_copies_the_entries_a_streaming_cache_keeps(dtype, seed):
+    """A streaming cache extended from a full one, ragged per sequence and in several steps (the
+    first a whole prompt), holds the source's entry at every position it keeps."""
+    rng = np.random.default_rng(seed)
+    budget = StreamingBudget(sinks=3, window=10, slack=4)
+    source = PagedKVCache(CONFIG, batch=3, max_tokens=200, page_size=8, dtype=dtype)
+    _filled(source, rng, 150)
+    draft = PagedKVCache(CONFIG, batch=3, max_tokens=200, page_size=8, streaming=budget, dtype=dtype)
+    upto = rng.integers(1, 60, size=3)
+    while True:
+        draft.extend_from(source, upto)
+        np.testing.assert_array_equal(draft.lengths(), upto)
+        for b in range(3):
+            kept = [p for p in range(int(upto[b])) if p < 3 or p >= upto[b] - draft.window]
+            for p in kept:
+                for mine, theirs in zip(_entry(draft, b, p), _entry(source, b, p)):
+                    np.testing.assert_array_equal(mine, theirs)
+        if upto.max() >= 150:
+            break
+        upto = np.minimum(150, upto + rng.integers(0, 6, size=3))
+    # a rollback within the slack then an extension restores the same entries
+    draft.rollback(upto - 4)
+    draft.extend_from(source, upto - 1)
+    for p in range(int(upto[0]) - 1 - draft.window, int(upto[0]) - 1):
+        np.testing.assert_array_equal(_entry(draft, 0, p)[1], _entry(source, 0, p)[1])
+
+
+def test_extend_from_a_full_cache_and_its_errors():
+    rng = np.random.default_rng(5)
+    source = PagedKVCache(CONFIG, batch=2, max_tokens=40, page_size=8)
+    _filled(source, rng, 20)
+    full = PagedKVCache(CONFIG, batch=2, max_tokens=40, page_size=8)
+    full.extend_from(source, np.array([20, 7]))
+    for b, length in ((0, 20), (1, 7)):
+        for p in range(length):
+            np.testing.assert_array_equal(_entry(full, b, p)[0], _entry(source, b, p)[0])
+    assert full.pages_in_use() == 3 + 1
+    with pytest.raises(ArgumentError, match="sequence 0 holds 20 tokens and its source 20; cannot extend it to 21"):
+        full.extend_from(source, np.array([21, 7]))
+    with pytest.raises(ArgumentError, match="cannot extend it to 3"):
+        full.extend_from(source, np.array([20, 3]))
+    with pytest.raises(ArgumentError, match="source must be a full PagedKVCache"):
+        source.extend_from(PagedKVCache(CONFIG, 2, 40, page_size=8, streaming=StreamingBudget(1, 4, 1)), [0, 0])
+    with pytest.raises(ArgumentError, match="different model, page size, KV dtype or batch"):
+        full.extend_from(PagedKVCache(CONFIG, 2, 40, page_size=8, dtype="float16"), np.array([20, 7]))
+
+
+@pytest.mark.parametrize("streaming", [None, StreamingBudget(sinks=2, window=6, slack=2)])
+def test_keep_sequences_shrinks_the_batch_and_frees_the_rest(streaming):
+    rng = np.random.default_rng(11)
+    cache = PagedKVCache(CONFIG, batch=4, max_tokens=40, page_size=4, streaming=streaming)
+    _filled(cache, rng, 5)
+    grow(cache, 7)
+    cache.rollback(np.array([12, 9, 11, 10]))
+    before = {b: [_entry(cache, b, p)[1].copy() for p in range(8, 9)] for b in range(4)}
+    in_use = [int((cache.table[b] >= 0).sum()) for b in range(4)]
+    cache.keep_sequences(np.array([1, 3]))
+    assert cache.batch == 2 and cache.lengths().tolist() == [9, 10] and cache.table.flags.c_contiguous
+    assert cache.pages_in_use() == in_use[1] + in_use[3]
+    assert cache.free_pages == cache.k_pool.shape[1] - cache.pages_in_use()
+    for new, old in ((0, 1), (1, 3)):
+        np.testing.assert_array_equal(_entry(cache, new, 8)[1], before[old][0])
+    grow(cache, 3)                       # the kept sequences go on growing from the freed pool
+    with pytest.raises(ArgumentError, match="rows must be increasing indices into the batch of 2"):
+        cache.keep_sequences(np.array([1, 0]))
+    with pytest.raises(ArgumentError, match="at least one"):
+        cache.keep_sequences(np.array([], np.int64))
+    with pytest.raises(ArgumentError, match="increasing indices"):
+        cache.keep_sequences(np.array([2]))

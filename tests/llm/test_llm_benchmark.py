@@ -34,8 +34,13 @@ def test_magicdec_case(tmp_path):
     assert magic["identical"] is True and magic["gamma"] in (1, 3) and magic["K"] in (16, 32)
     assert 0 <= magic["alpha"] <= 1 and magic["predicted"] > 0 and magic["ratio"] > 0
     assert 0 < magic["tokens_per_round"] <= magic["gamma"] + 1 and 1 <= magic["omega"] <= magic["gamma"] + 1
-    assert 0 < magic["tokens_per_round_lockstep"] <= magic["omega"] and magic["predicted_free"] >= magic["predicted"]
+    assert 0 < magic["tokens_per_round_model"] <= magic["omega"] and magic["predicted_free"] >= magic["predicted"]
+    assert magic["predicted"] >= magic["predicted_lockstep"] > 0
     assert magic["kv_bytes_per_token"] == 2 * 1 * 2 * 8 * 4 and magic["unit"] == "ms/token"
+    # declined: refcomp's time is the autoregressive one; either way the speculative run is reported
+    assert isinstance(magic["declined"], bool) and magic["speculative_ratio"] > 0
+    assert magic["refcomp"] == (magic["baseline"] if magic["declined"] else magic["speculative_ms"])
+    assert any(line.strip().startswith("plan: ") for line in lines)
     assert any("bytes per token" in line and "peak resident memory" in line for line in lines)
 
 

@@ -146,3 +146,30 @@ def test_bad_weights_and_inputs():
     with pytest.raises(ValueError, match="exceeds the model's context"):
         model.new_cache(1, 10_000)
     assert issubclass(CheckpointError, RefcompError)
+
+
+def test_streaming_cache_extended_from_the_full_one_and_shrunk(rng):
+    """extend_from: a streaming cache given the full cache's entries attends as the full model does
+    over sinks + window; keep_sequences keeps the chosen rows; both refuse bad arguments."""
+    model = tiny_model(seed=int(rng.integers(1 << 30)))
+    tokens = rng.integers(0, 32, size=(3, 30))
+    full = model.new_cache(3, 40)
+    model.forward(tokens, full)
+    wide = model.new_cache(3, 40, streaming=StreamingBudget(sinks=2, window=40, slack=2))
+    wide.extend_from(full, full.lengths())
+    nxt = rng.integers(0, 32, size=(3, 1))
+    np.testing.assert_array_equal(model.forward(nxt, wide), model.forward(nxt, full))   # window past the context
+    narrow = model.new_cache(3, 40, streaming=StreamingBudget(sinks=2, window=5, slack=2))
+    narrow.extend_from(full, np.array([20, 25, 31]))
+    assert narrow.lengths().tolist() == [20, 25, 31]
+    kept = narrow.positions[narrow.positions >= 0]
+    assert sorted(narrow.positions[2][narrow.positions[2] >= 0].tolist()) == [0, 1, 24, 25, 26, 27, 28, 29, 30]
+    assert kept.size == 3 * 9
+    narrow.keep_sequences(np.array([0, 2]))
+    assert narrow.batch == 2 and narrow.lengths().tolist() == [20, 31]
+    with pytest.raises(RefcompError, match="increasing indices"):
+        narrow.keep_sequences(np.array([1, 1]))
+    with pytest.raises(RefcompError, match="source must be a full ReferenceCache"):
+        full.extend_from(narrow, np.array([31, 31, 31]))
+    with pytest.raises(RefcompError, match="cannot extend lengths"):
+        wide.extend_from(full, np.array([32, 31, 31]))

@@ -26,16 +26,21 @@ def test_greedy_speculative_equals_autoregressive(seed):
             assert 0.0 <= got.extra["alpha"] <= 1.0
 
 
-def test_sequences_that_finish_first_wait_within_the_cache():
-    """Equal prompt lengths, different acceptance: finished sequences are frozen while the others go on."""
-    rng = np.random.default_rng(77)
-    model = tiny_model(seed=5, vocab=32, scale=1.5, max_pos=64)
+@pytest.mark.parametrize("seed", range(3))
+def test_sequences_that_finish_first_leave_the_batch(seed):
+    """Equal prompt lengths, different acceptance, decoding to the context's last position: finished
+    sequences leave the caches (the batch shrinks) while the others go on, and the tokens are the
+    target's."""
+    rng = np.random.default_rng(77 + seed)
+    model = tiny_model(seed=5 + seed, vocab=32, scale=1.5, max_pos=64)
     prompts = [rng.integers(0, 32, size=20) for _ in range(8)]
     spec = SpeculativeConfig(gamma=4, sinks=1, window=3)
-    got = speculative_generate(model, prompts, 64 - 20 - 9, spec=spec)
-    assert got.tokens == generate(model, prompts, 64 - 20 - 9).tokens
+    got = speculative_generate(model, prompts, 64 - 20 - 4, spec=spec)
+    assert got.tokens == generate(model, prompts, 64 - 20 - 4).tokens
+    # every sequence takes part in a round until it has its tokens: fewer sequence-rounds than rounds x batch
+    assert got.extra["rounds"] <= got.extra["row_rounds"] < 8 * got.extra["rounds"]
     with pytest.raises(ArgumentError, match="exceeds the model's context of 64"):
-        speculative_generate(model, prompts, 64 - 20 - 8, spec=spec)
+        speculative_generate(model, prompts, 64 - 20 - 3, spec=spec)
 
 
 def test_draft_with_the_whole_context_accepts_everything(rng):
@@ -159,7 +164,7 @@ def test_streaming_callback_and_errors():
     with pytest.raises(ArgumentError, match="prompt 1 is empty"):
         speculative_generate(model, [[1], []], 4)
     with pytest.raises(ArgumentError, match="exceeds the model's context of 64"):
-        speculative_generate(model, [list(range(16)) * 3], 12, spec=SpeculativeConfig(gamma=4))
+        speculative_generate(model, [list(range(16)) * 3], 13, spec=SpeculativeConfig(gamma=4))
     with pytest.raises(ArgumentError, match="gamma"):
         SpeculativeConfig(gamma=0)
 
@@ -185,3 +190,89 @@ def test_compiled_greedy_speculative_equals_autoregressive(kv_dtype):
     for gamma, sinks, window in ((2, 4, 28), (4, 2, 60)):
         got = speculative_generate(model, prompts, 40, spec=SpeculativeConfig(gamma, sinks, window))
         assert got.tokens == expected, (gamma, sinks, window)
+
+
+def _recording(model, widths):
+    """The model, its forward recording (streaming cache?, tokens per sequence) of every call."""
+    forward = model.forward
+
+    def recorded(tokens, cache):
+        widths.append((cache.streaming is not None, np.shape(tokens)[1]))
+        return forward(tokens, cache)
+
+    model.forward = recorded
+    return model
+
+
+@pytest.mark.parametrize("gamma", [1, 3])
+def test_every_draft_forward_carries_one_token(gamma):
+    """The draft cache takes the target's entries after each verify: no two-token catch-up forward,
+    whatever each sequence accepted (all, some or none), and the output is the target's."""
+    rng = np.random.default_rng(40 + gamma)
+    widths: list[tuple[bool, int]] = []
+    model = _recording(tiny_model(seed=8, vocab=32, scale=1.5), widths)
+    prompts = [rng.integers(0, 32, size=int(rng.integers(5, 15))) for _ in range(5)]
+    got = speculative_generate(model, prompts, 30, spec=SpeculativeConfig(gamma, 1, 4))
+    assert 0.0 < got.extra["alpha"] < 1.0
+    drafted = [width for streaming, width in widths if streaming]
+    assert drafted == [1] * (gamma * got.extra["rounds"])
+    assert widths.count((False, gamma + 1)) == got.extra["rounds"]     # the prefill's widths are 1 and >= 5
+    widths.clear()
+    assert got.tokens == generate(model, prompts, 30).tokens
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_plan_measures_and_magicdec_generate_is_lossless_or_declines(seed, monkeypatch):
+    rng = np.random.default_rng(300 + seed)
+    model = tiny_model(seed=seed, vocab=32, scale=1.5)
+    batch = int(rng.integers(1, 6))
+    prompts = [rng.integers(0, 32, size=int(rng.integers(8, 40))) for _ in range(batch)]
+    planned = speculative.plan(model, prompts, 20, budgets=(4, 400), gammas=(1, 2), pilot_steps=6, repeats=1)
+    assert planned.choice.gamma in (1, 2) and planned.choice.budget in (4, 400)
+    assert set(planned.alphas) == {4, 400} and all(a.shape == (batch,) for a in planned.alphas.values())
+    assert ((planned.alphas[4] >= 0) & (planned.alphas[4] <= 1)).all()
+    np.testing.assert_array_equal(planned.alphas[400], 1.0)   # a budget past the context: the target itself
+    assert planned.times.target > 0 and set(planned.times.draft_by_round) == {(g, k) for g in (1, 2) for k in (4, 400)}
+    expected = generate(model, prompts, 20).tokens
+    got = speculative.magicdec_generate(model, prompts, 20, budgets=(4, 400), gammas=(1, 2))
+    assert got.tokens == expected and isinstance(got.extra["declined"], bool)
+    assert ("rounds" in got.extra) != got.extra["declined"]
+
+    def declining(*args, **kwargs):
+        choice = speculative.analytic.Choice(gamma=1, budget=4, alpha=0.5, predicted=0.8)
+        return speculative.Plan(choice, planned.times, planned.alphas, 0.0)
+
+    monkeypatch.setattr(speculative, "plan", declining)
+    got = speculative.magicdec_generate(model, prompts, 20)
+    assert got.tokens == expected and got.extra["declined"] and "rounds" not in got.extra
+    assert got.extra["reason"].startswith("declined: autoregressive decoding is predicted faster (best predicted "
+                                          "speedup 0.80 at gamma 1, K 4")
+
+
+def test_plan_rejects_bad_arguments():
+    model = tiny_model(seed=1, vocab=16)
+    with pytest.raises(ArgumentError, match="need gammas >= 1 and budgets >= 2"):
+        speculative.plan(model, [[1, 2, 3]], 4, gammas=(0, 1))
+    with pytest.raises(ArgumentError, match="pilot_steps and repeats must be positive"):
+        speculative.plan(model, [[1, 2, 3]], 4, pilot_steps=0)
+    with pytest.raises(ArgumentError, match="prompt 0 is empty"):
+        speculative.plan(model, [[]], 4)
+
+
+def test_plan_with_sampling_estimates_overlap_and_runs_reproducibly():
+    model = tiny_model(seed=6, vocab=16, scale=1.0)
+    prompts = [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12]]
+    params = SamplingParams(temperature=0.8, top_k=8)
+    planned = speculative.plan(model, prompts, 10, budgets=(3, 100), gammas=(1, 3), params=params,
+                               pilot_steps=5, repeats=1, seed=4)
+    assert (0 < planned.alphas[3]).all() and (planned.alphas[3] <= 1 + 1e-12).all()
+    np.testing.assert_allclose(planned.alphas[100], 1.0)       # the whole context: p == q
+    # the choice depends on measured times, and with sampling the tokens on the choice: what a
+    # fixed seed fixes is the tokens of a given choice
+    got = speculative.magicdec_generate(model, prompts, 10, budgets=(3, 100), gammas=(1, 3), params=params, seed=9)
+    assert all(len(t) == 10 for t in got.tokens)
+    if not got.extra["declined"]:
+        spec = SpeculativeConfig.with_budget(got.extra["gamma"], got.extra["K"])
+        assert speculative_generate(model, prompts, 10, spec=spec, params=params, seed=9).tokens == got.tokens
+    else:
+        assert generate(model, prompts, 10, params=params, seed=9).tokens == got.tokens

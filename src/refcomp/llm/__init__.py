@@ -16,7 +16,7 @@ from .generate import GenerationResult, generate
 from .loading import DEFAULT_MODEL, load_model
 from .reference import ReferenceLlama
 from .sampling import SamplingParams
-from .speculative import SpeculativeConfig, speculative_generate
+from .speculative import SpeculativeConfig, magicdec_generate, speculative_generate
 
 _MODEL_EXPORTS = {"CompiledLlama": ("refcomp.llm.model", "CompiledLlama"),
                   "load_llama": ("refcomp.llm.model", "load_llama")}
@@ -25,4 +25,4 @@ __getattr__, __dir__ = lazy_exports(__name__, _MODEL_EXPORTS)
 __all__ = ["CausalLM", "CheckpointError", "KVCache", "LlamaConfig", "StreamingBudget",
            "PagedKVCache", "load_checkpoint", "save_checkpoint", "CompiledLlama", "load_llama",
            "DEFAULT_MODEL", "GenerationResult", "ReferenceLlama", "SamplingParams", "SpeculativeConfig",
-           "generate", "load_model", "speculative_generate"]
+           "generate", "load_model", "magicdec_generate", "speculative_generate"]

@@ -11,29 +11,34 @@ T_D = T_draft(B, K) one draft step over a streaming cache of budget K, and T_V =
 one forward of gamma + 1 tokens over the full cache.  At large B and S a step is bound by reading the
 KV cache, so T_V stays near T_T while T_D (K << S) is much smaller: the speedup grows with B and S.
 
-A batch decodes in lockstep: every round drafts and verifies for every sequence, and a sequence
-that already has its tokens waits, frozen, until the last one has them.  Decoding N tokens per
-sequence then takes E[max_b R_b] rounds, R_b the rounds sequence b needs, which exceeds N / Omega
-when the sequences' luck differs; `expected_rounds` computes it from each sequence's alpha, and
+A batch decodes its rounds together, and its sequences need different numbers of rounds R_b for N
+tokens each.  Had the finished sequences waited in the batch (lockstep), decoding would take
+E[max_b R_b] rounds (`expected_rounds`), more than N / Omega when the sequences' luck differs:
 
     speedup_lockstep = N / E[max_b R_b] / (gamma * T_D / T_T + T_V / T_T)
 
-is the prediction for a batch of B sequences decoding N tokens each (B = 1, N large: the formula above).
+The decoder instead lets a finished sequence leave, so sequence b takes part in R_b rounds; where a
+round costs in proportion to the sequences in it (at large B and S a step is bound by each
+sequence's KV bytes), the time is that of mean_b E[R_b] full rounds (`expected_sequence_rounds`):
 
-`measure_step_times` times those forwards on caches already holding S tokens (forward, then roll
-back, so the caches are unchanged); `acceptance_rates` estimates alpha for a draft cache from the
-logits of the same text run through both caches; `choose` picks (gamma, K) with the best prediction.
+    speedup_batch = N / mean_b E[R_b] / (gamma * T_D / T_T + T_V / T_T)
+
+(B = 1 and large N give the first formula; a round's part that does not shrink with its sequences,
+the weights' bytes, makes the real speedup a little lower.)
+
+`choose` picks (gamma, K) with the best prediction from step times and acceptance rates, which
+`refcomp.llm.speculative.plan` measures the way a speculative run meets them (rounds on the
+caches of the prompts; alpha on the target's own continuation); a best prediction below 1 is a
+`Choice` that is `declined`.
 """
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-from typing import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from ..errors import ArgumentError
-from .protocol import CausalLM, KVCache
 from .sampling import SamplingParams
 
 
@@ -108,47 +113,62 @@ def predicted_lockstep_speedup(gamma: int, alphas: float | Iterable[float], toke
     return tokens / expected_rounds(gamma, alphas, tokens) / (gamma * t_draft / t_target + t_verify / t_target)
 
 
+def expected_sequence_rounds(gamma: int, alphas: float | Iterable[float], tokens: int) -> float:
+    """The mean over sequences b of E[R_b]: the rounds a sequence takes part in when it leaves the
+    batch as soon as it has `tokens` tokens (refcomp.llm.speculative's decoding)."""
+    alphas = np.atleast_1d(np.asarray(list(alphas) if not np.isscalar(alphas) else alphas, np.float64))
+    if alphas.size == 0:
+        raise ArgumentError("analytic: expected_sequence_rounds needs at least one sequence's alpha")
+    return float(np.mean([(1.0 - rounds_cdf(gamma, float(a), tokens)).sum() for a in alphas]))
+
+
+def predicted_batch_speedup(gamma: int, alphas: float | Iterable[float], tokens: int, t_target: float,
+                            t_draft: float, t_verify: float) -> float:
+    """tokens / mean_b E[R_b] / (gamma * T_D / T_T + T_V / T_T): the speedup of a batch whose
+    sequences leave when they have their tokens, a round costing its share of the full batch's
+    step times (T_D, T_V at the full batch; the module doc)."""
+    if not isinstance(tokens, (int, np.integer)) or isinstance(tokens, bool) or tokens < 1:
+        raise ArgumentError(f"analytic: tokens must be a positive integer, got {tokens!r}")
+    if min(t_target, t_draft, t_verify) <= 0:
+        raise ArgumentError(f"analytic: step times must be positive, got {t_target}, {t_draft}, {t_verify}")
+    return tokens / expected_sequence_rounds(gamma, alphas, tokens) / (gamma * t_draft / t_target
+                                                                        + t_verify / t_target)
+
+
 @dataclass(frozen=True)
 class StepTimes:
-    """Seconds per forward at one batch and context: target (1 token), verify (gamma+1 tokens, by
-    gamma), draft (1 token over a streaming cache, by budget K)."""
+    """Seconds per forward at one batch and context: target (one decode step), verify (by gamma: the
+    forward of gamma + 1 tokens and what a round does after it), draft (one draft forward over a
+    streaming cache, by budget K); `draft_by_round` (by (gamma, K), where measured in rounds of that
+    gamma) the mean draft forward of such a round, which `choose` prefers to `draft`."""
 
     target: float
     verify: Mapping[int, float]
     draft: Mapping[int, float]
+    draft_by_round: Mapping[tuple[int, int], float] = field(default_factory=dict)
+
+    def draft_at(self, gamma: int, budget: int) -> float:
+        return self.draft_by_round.get((gamma, budget), self.draft[budget])
 
 
 @dataclass(frozen=True)
 class Choice:
+    """The chosen gamma and K, the alpha and predicted speedup they were chosen with.  `declined`:
+    the best prediction is below 1, so plain autoregressive decoding is the faster choice."""
+
     gamma: int
     budget: int
     alpha: float
     predicted: float
 
+    @property
+    def declined(self) -> bool:
+        return self.predicted < 1.0
 
-def _time_forward(model: CausalLM, cache: KVCache, width: int, repeats: int, rng: np.random.Generator) -> float:
-    """Fastest of `repeats` appends of `width` tokens to every sequence (the least disturbed by other
-    work on the machine); the cache is rolled back after each."""
-    keep = cache.lengths()
-    times = []
-    for _ in range(repeats):
-        tokens = rng.integers(0, model.config.vocab_size, size=(cache.batch, width))
-        start = time.perf_counter()
-        model.forward(tokens, cache)
-        times.append(time.perf_counter() - start)
-        cache.rollback(keep)
-    return float(np.min(times))
-
-
-def measure_step_times(model: CausalLM, target_cache: KVCache, draft_caches: Mapping[int, KVCache],
-                       gammas: Iterable[int], repeats: int = 5, seed: int = 0) -> StepTimes:
-    """T_target, T_verify(gamma) on `target_cache` and T_draft(K) on each draft cache (keyed by K);
-    each draft cache's slack must allow a rollback of one token."""
-    rng = np.random.default_rng(seed)
-    target = _time_forward(model, target_cache, 1, repeats, rng)
-    verify = {g: _time_forward(model, target_cache, g + 1, repeats, rng) for g in gammas}
-    draft = {k: _time_forward(model, c, 1, repeats, rng) for k, c in draft_caches.items()}
-    return StepTimes(target, verify, draft)
+    def reason(self) -> str:
+        verdict = "declined: autoregressive decoding is predicted faster" if self.declined else "speculating"
+        return (f"{verdict} (best predicted speedup {self.predicted:.2f} at gamma {self.gamma}, K {self.budget}, "
+                f"alpha {self.alpha:.3f})")
 
 
 def acceptance_rate(target_logits: np.ndarray, draft_logits: np.ndarray, params: SamplingParams) -> float:
@@ -158,20 +178,28 @@ def acceptance_rate(target_logits: np.ndarray, draft_logits: np.ndarray, params:
     return float(np.minimum(p, q).sum(axis=-1).mean())
 
 
-def choose(times: StepTimes, alphas: Mapping[int, float], *, batch: int = 1, tokens: int | None = None) -> Choice:
+def choose(times: StepTimes, alphas: Mapping[int, float | Sequence[float]], *, batch: int = 1,
+           tokens: int | None = None) -> Choice:
     """The (gamma, K) with the largest predicted speedup over the measured gammas and budgets; with
-    `tokens` (per sequence), the lockstep prediction for `batch` sequences of alpha each."""
+    `tokens` (per sequence), `predicted_batch_speedup` for `batch` sequences, each of alpha alphas[K]
+    (one float: every sequence's; a sequence of floats: one per sequence).  `Choice.alpha` is
+    the mean of the chosen budget's alphas."""
     best: Choice | None = None
-    for k, t_draft in times.draft.items():
+    for k in times.draft:
         if k not in alphas:
             continue
+        per_sequence = np.atleast_1d(np.asarray(alphas[k], np.float64))
+        if per_sequence.size == 1:
+            per_sequence = np.full(batch, float(per_sequence[0]))
+        mean = float(per_sequence.mean())
         for g, t_verify in times.verify.items():
+            t_draft = times.draft_at(g, k)
             if tokens is None:
-                s = predicted_speedup(g, alphas[k], times.target, t_draft, t_verify)
+                s = predicted_speedup(g, mean, times.target, t_draft, t_verify)
             else:
-                s = predicted_lockstep_speedup(g, [alphas[k]] * batch, tokens, times.target, t_draft, t_verify)
+                s = predicted_batch_speedup(g, per_sequence, tokens, times.target, t_draft, t_verify)
             if best is None or s > best.predicted:
-                best = Choice(g, k, alphas[k], s)
+                best = Choice(g, k, mean, s)
     if best is None:
         raise ArgumentError("analytic: no budget has both a draft time and an acceptance rate")
     return best

@@ -19,6 +19,11 @@ keeps `sinks` slots for the first positions and a ring of `window + slack` slots
 position p >= sinks lives in slot sinks + (p - sinks) % ring.  Attention reads the sinks and the
 last `window` positions; the `slack` extra slots keep the positions a rollback of up to
 `slack` + 1 tokens must see again.  A rollback deeper than that is an `ArgumentError`.
+
+`extend_from(source, upto)` appends entries copied from a full cache of the same model (slot by
+slot, only those a streaming cache keeps): MagicDec's draft cache takes the target's entries.
+`keep_sequences(rows)` drops the other sequences and returns their pages: a batch shrinks as its
+sequences finish.
 """
 from __future__ import annotations
 
@@ -43,6 +48,16 @@ def key_page_shape(heads: int, dim: int, page_size: int, dtype: str) -> tuple[in
     return (heads, dim // 2, page_size, 2) if dtype == "bfloat16" else (heads, dim, page_size)
 # The window of a full cache: every position is visible.
 UNBOUNDED = 1 << 62
+
+
+def _rows(rows: np.ndarray, batch: int) -> np.ndarray:
+    """`rows` as strictly increasing int64 indices into a batch of `batch`, at least one."""
+    rows = np.asarray(rows)
+    if (rows.ndim != 1 or rows.size == 0 or rows.dtype.kind not in "iu" or rows.min() < 0 or rows.max() >= batch
+            or np.any(np.diff(rows) <= 0)):
+        raise ArgumentError(f"KV cache keep_sequences: rows must be increasing indices into the batch of {batch}, "
+                            f"at least one, got {rows.tolist()}")
+    return rows.astype(np.int64)
 
 
 class PagedKVCache:
@@ -129,6 +144,67 @@ class PagedKVCache:
             if self._high[b] <= self.sinks + self.ring:  # never wrapped: slots are positions
                 self._release(b, -(-int(keep[b]) // self.page_size))
 
+    def extend_from(self, source: "PagedKVCache", upto: np.ndarray) -> None:
+        """Append to sequence b the keys and values `source` (a full cache of the same model and
+        page layout) holds at positions lengths()[b] .. upto[b] - 1: MagicDec's draft cache takes
+        the target's entries instead of computing its own.  A streaming cache copies only the
+        positions it keeps (the sinks and the last ring's worth)."""
+        if not isinstance(source, PagedKVCache) or source.streaming is not None:
+            raise ArgumentError("KV cache extend_from: the source must be a full PagedKVCache")
+        if (source.config != self.config or source.page_size != self.page_size or source.dtype != self.dtype
+                or source.batch != self.batch):
+            raise ArgumentError("KV cache extend_from: the source was made for a different model, page size, "
+                                "KV dtype or batch")
+        upto = np.asarray(upto)
+        if upto.shape != (self.batch,) or upto.dtype.kind not in "iu":
+            raise ArgumentError(f"KV cache extend_from: upto must be integers of shape ({self.batch},), "
+                                f"got {upto.dtype} {upto.shape}")
+        upto = upto.astype(np.int64)
+        bad = np.flatnonzero((upto < self._lengths) | (upto > source._lengths))
+        if bad.size:
+            b = int(bad[0])
+            raise ArgumentError(f"KV cache extend_from: sequence {b} holds {self._lengths[b]} tokens and its "
+                                f"source {source._lengths[b]}; cannot extend it to {upto[b]}")
+        count = upto - self._lengths
+        self.reserve(count)
+        # (sequence, position) pairs to copy: a streaming cache keeps sinks and the last `ring` positions
+        lo = self._lengths if self.streaming is None else np.maximum(self._lengths, upto - self.ring)
+        seqs, positions = [], []
+        for b in np.flatnonzero(count > 0):
+            keep = np.arange(lo[b], upto[b])
+            if self.streaming is not None and self._lengths[b] < self.sinks:
+                keep = np.union1d(np.arange(self._lengths[b], min(self.sinks, upto[b])), keep)
+            seqs.append(np.full(keep.size, b))
+            positions.append(keep)
+        if seqs:
+            rows, pos = np.concatenate(seqs), np.concatenate(positions)
+            src_slot, dst_slot = source.slot_of(pos), self.slot_of(pos)
+            src = (source.table[rows, src_slot // self.page_size], src_slot % self.page_size)
+            dst = (self.table[rows, dst_slot // self.page_size], dst_slot % self.page_size)
+            # keys (layers, pages, H, D, P) or (.., H, D/2, P, 2); values (layers, pages, H, P, D)
+            tail = (slice(None),) if self.dtype == "bfloat16" else ()
+            whole = slice(None)
+            self.k_pool[(whole, dst[0], whole, whole, dst[1]) + tail] = \
+                source.k_pool[(whole, src[0], whole, whole, src[1]) + tail]
+            self.v_pool[:, dst[0], :, dst[1], :] = source.v_pool[:, src[0], :, src[1], :]
+        self.commit(count)
+
+    def keep_sequences(self, rows: np.ndarray) -> None:
+        """Keep only sequences `rows` (increasing indices), in that order, and return every page
+        of the others to the pool: a batch shrinks as its sequences finish."""
+        rows = _rows(rows, self.batch)
+        for b in sorted(set(range(self.batch)) - set(rows.tolist())):
+            self._release(b, 0)
+        self.table = np.ascontiguousarray(self.table[rows])
+        self._lengths, self._high, self._oldest = self._lengths[rows], self._high[rows], self._oldest[rows]
+
+    def slot_of(self, positions: np.ndarray) -> np.ndarray:
+        """The slot each position lives in (a full cache: the position itself)."""
+        positions = np.asarray(positions, np.int64)
+        if self.streaming is None:
+            return positions
+        return np.where(positions < self.sinks, positions, self.sinks + (positions - self.sinks) % self.ring)
+
     # ------------------------------------------------------------------ for the model
 
     def nbytes(self) -> int:
@@ -153,8 +229,9 @@ class PagedKVCache:
     def free_pages(self) -> int:
         return len(self._free)
 
-    def reserve(self, count: int) -> np.ndarray:
-        """Make room for `count` more tokens in every sequence; the start positions (int32, (batch,)).
+    def reserve(self, count: int | np.ndarray) -> np.ndarray:
+        """Make room for `count` more tokens in every sequence (or count[b] in sequence b); the start
+        positions (int32, (batch,)).
 
         The lengths change only when `commit` is called, after the kernels have run."""
         new = self._lengths + count
@@ -176,8 +253,8 @@ class PagedKVCache:
                     self.table[b, page] = self._free.pop()
         return self._lengths.astype(np.int32)
 
-    def commit(self, count: int) -> None:
-        """Record that `count` tokens were appended to every sequence (after `reserve`)."""
+    def commit(self, count: int | np.ndarray) -> None:
+        """Record that `count` tokens (or count[b]) were appended to every sequence (after `reserve`)."""
         self._lengths = self._lengths + count
         self._high = np.maximum(self._high, self._lengths)
         if self.streaming is not None:

@@ -9,7 +9,7 @@ from . import tokenizer
 from .generate import generate
 from .loading import DEFAULT_MODEL, load_model
 from .sampling import SamplingParams
-from .speculative import SpeculativeConfig, speculative_generate
+from .speculative import SpeculativeConfig, magicdec_generate, speculative_generate
 
 
 def parser() -> argparse.ArgumentParser:
@@ -26,7 +26,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=0, metavar="K", help="0 (the default): no top-k cut")
     p.add_argument("--top-p", type=float, default=1.0, metavar="P", help="1.0 (the default): no nucleus cut")
     p.add_argument("--seed", type=int, default=0, metavar="S")
-    p.add_argument("--speculative", action="store_true", help="MagicDec self-speculative decoding")
+    p.add_argument("--speculative", nargs="?", const="fixed", choices=("fixed", "auto"), default=None,
+                   help="MagicDec self-speculative decoding: with --gamma and --budget (fixed, the default), or "
+                        "'auto': gamma and K chosen from measurements on the prompt, and plain decoding where "
+                        "no speedup is predicted")
     p.add_argument("--gamma", type=int, default=4, metavar="G", help="draft tokens per round (default 4)")
     p.add_argument("--budget", type=int, default=256, metavar="K",
                    help="the draft's streaming KV budget in tokens, sinks + window (default 256)")
@@ -38,7 +41,7 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     try:
         params = SamplingParams(args.temperature, args.top_k, args.top_p)
-        spec = SpeculativeConfig.with_budget(args.gamma, args.budget) if args.speculative else None
+        spec = SpeculativeConfig.with_budget(args.gamma, args.budget) if args.speculative == "fixed" else None
         model, kind = load_model(args.model, compiled=not args.reference)
         if model.config.vocab_size != tokenizer.VOCAB_SIZE:
             raise RefcompError(f"refcomp generate reads text with the byte-level tokenizer (256 tokens); "
@@ -51,7 +54,10 @@ def main(argv: list[str]) -> int:
             sys.stdout.flush()
 
         sys.stdout.write(args.prompt)
-        if spec is None:
+        if args.speculative == "auto":
+            result = magicdec_generate(model, [prompt], args.max_new_tokens, params=params, seed=args.seed,
+                                       on_tokens=show)
+        elif spec is None:
             result = generate(model, [prompt], args.max_new_tokens, params=params, seed=args.seed, on_tokens=show)
         else:
             result = speculative_generate(model, [prompt], args.max_new_tokens, spec=spec, params=params,
@@ -64,8 +70,10 @@ def main(argv: list[str]) -> int:
     name = str(args.model) if args.model else DEFAULT_MODEL.name
     line = (f"{result.new_tokens} tokens, {result.tokens_per_second:.1f} tokens/s decoding "
             f"(prefill {result.prefill_seconds:.2f} s) with {name} on the {kind} model")
-    if spec is not None:
-        line += (f"; speculative: gamma {spec.gamma}, K {spec.budget}, "
+    if "reason" in result.extra:
+        line += f"; {result.extra['reason']}"
+    if "rounds" in result.extra:
+        line += (f"; speculative: gamma {result.extra['gamma']}, K {result.extra['K']}, "
                  f"acceptance {result.extra['alpha']:.2f}, {result.extra['rounds']} rounds")
     print(line, file=sys.stderr)
     return 0

@@ -131,6 +131,13 @@ class KVCache(Protocol):
     def nbytes_per_token(self) -> int:
         """Bytes of keys and values one token occupies over all layers."""
 
+    def extend_from(self, source: "KVCache", upto: np.ndarray) -> None:
+        """Append to sequence b the entries the full cache `source` (same model) holds at positions
+        lengths()[b] .. upto[b] - 1 (a streaming cache keeps those it keeps): MagicDec's draft."""
+
+    def keep_sequences(self, rows: np.ndarray) -> None:
+        """Keep only sequences `rows` (increasing indices), in that order: the batch shrinks."""
+
 
 @runtime_checkable
 class CausalLM(Protocol):

@@ -128,6 +128,44 @@ class ReferenceCache:
         c = self.config
         return 2 * c.num_hidden_layers * c.num_key_value_heads * c.dim_head * self.dtype.itemsize
 
+    def extend_from(self, source: "ReferenceCache", upto: np.ndarray) -> None:
+        """Append to sequence b the keys and values the full cache `source` (same model) holds at
+        positions lengths()[b] .. upto[b] - 1 (a streaming cache keeps only the ones it keeps)."""
+        if not isinstance(source, ReferenceCache) or source.streaming is not None:
+            raise ArgumentError("extend_from: the source must be a full ReferenceCache")
+        if source.config != self.config or source.batch != self.batch:
+            raise ArgumentError("extend_from: the source was made for a different model or batch")
+        upto = np.asarray(upto)
+        if upto.shape != (self.batch,) or not np.issubdtype(upto.dtype, np.integer):
+            raise ArgumentError(f"extend_from: upto must be integers of shape ({self.batch},), got {upto.shape}")
+        upto = upto.astype(np.int64)
+        if np.any(upto < self._lengths) or np.any(upto > source._lengths) or np.any(upto > self.max_tokens):
+            raise ArgumentError(f"extend_from: cannot extend lengths {self._lengths.tolist()} to {upto.tolist()} "
+                                f"from a source holding {source._lengths.tolist()}")
+        ring = self.slots - (self.streaming.sinks if self.streaming is not None else 0)
+        sinks = self.streaming.sinks if self.streaming is not None else 0
+        for b in range(self.batch):
+            pos = np.arange(self._lengths[b], upto[b])
+            if self.streaming is not None:
+                pos = pos[(pos < sinks) | (pos >= upto[b] - ring)]
+            dst, src = self.slot_of(pos), source.slot_of(pos)
+            for li in range(self.config.num_hidden_layers):
+                self.keys[li][b][:, dst] = source.keys[li][b][:, src]
+                self.values[li][b][:, dst] = source.values[li][b][:, src]
+            self.positions[b, dst] = pos
+        self._lengths = upto.copy()
+
+    def keep_sequences(self, rows: np.ndarray) -> None:
+        """Keep only sequences `rows` (increasing indices), in that order."""
+        rows = np.asarray(rows)
+        if (rows.ndim != 1 or rows.size == 0 or not np.issubdtype(rows.dtype, np.integer) or rows.min() < 0
+                or rows.max() >= self.batch or np.any(np.diff(rows) <= 0)):
+            raise ArgumentError(f"keep_sequences: rows must be increasing indices into the batch of {self.batch}, "
+                                f"at least one, got {rows.tolist()}")
+        self.keys = [k[rows] for k in self.keys]
+        self.values = [v[rows] for v in self.values]
+        self.positions, self._lengths = self.positions[rows], self._lengths[rows]
+
     def slot_of(self, pos: np.ndarray) -> np.ndarray:
         """The slot position(s) `pos` are stored in."""
         if self.streaming is None:

@@ -17,10 +17,20 @@ Each round, per sequence (all sequences of the batch in step):
 Every emitted token then has exactly the target's distribution (Leviathan et al.; Chen et al.), so
 greedy speculative output equals greedy autoregressive output token for token.
 
-The draft cache lags the target's by one token at the start of a round: its first forward carries
-[the token before t, t], which recomputes that token's entry.  That keeps every draft forward the
-same width for the whole batch whatever each sequence accepted, and a rollback of at most gamma
-tokens, which the streaming cache's slack slots make exact.
+The draft reads the target's own keys and values: after the prompts are fed to the target, the
+draft cache (streaming) takes the target cache's entries it keeps (`extend_from`), and after every
+verification it drops the entries it wrote while drafting and takes the target's entries of the
+accepted tokens instead.  So both caches hold the same positions at the start of a round, every
+draft forward carries one token, and no draft forward is spent catching up on the last accepted
+draft token (whose entry only the verify computed).  The draft is then MagicDec's: the target's
+cache restricted to sinks + window, the draft's own entries living only within a round.
+
+A sequence that has its tokens leaves the batch (`keep_sequences` on both caches): the rounds after
+it run on the others only, so the batch does not pay draft and verify rows for finished sequences.
+
+`plan` measures step times and acceptance rates on the prompts the way a run meets them and
+chooses gamma and K (refcomp.llm.analytic); `magicdec_generate` decodes with the plan's choice, or
+autoregressively where the plan predicts no speedup (it declines).
 """
 from __future__ import annotations
 
@@ -31,8 +41,9 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ArgumentError
-from .generate import GenerationResult, Prefill, TokenCallback, check_prompts, clip_callback, make_rng
-from .protocol import CausalLM, StreamingBudget
+from . import analytic
+from .generate import Clock, GenerationResult, Prefill, TokenCallback, check_prompts, clip_callback, generate, make_rng
+from .protocol import CausalLM, KVCache, StreamingBudget
 from .sampling import SamplingParams, draw
 
 
@@ -100,93 +111,220 @@ def verify(p: np.ndarray, q: np.ndarray, drafts: np.ndarray, params: SamplingPar
     return n, draw(residual, rng)
 
 
+def _draft(model: CausalLM, draft_cache: KVCache, pending: np.ndarray, gamma: int, params: SamplingParams,
+           rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A round's drafting: gamma one-token forwards from `pending`; (drafts (B, gamma), q (B, gamma, V))."""
+    batch = len(pending)
+    drafts = np.empty((batch, gamma), np.int64)
+    q = np.empty((batch, gamma, model.config.vocab_size))
+    fed = pending
+    for i in range(gamma):
+        logits = model.forward(fed[:, None], draft_cache)[:, -1]
+        q[:, i] = params.distribution(logits)
+        drafts[:, i] = fed = draw(q[:, i], rng)
+    return drafts, q
+
+
+def _verify_and_settle(model: CausalLM, target_cache: KVCache, draft_cache: KVCache, pending: np.ndarray,
+                       drafts: np.ndarray, q: np.ndarray, length: np.ndarray, params: SamplingParams,
+                       rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A round's verification and rollbacks: (accepted n per sequence, emitted token).  Both caches
+    end holding length + 1 + n tokens, the draft's the target's entries."""
+    p = params.distribution(model.forward(np.concatenate([pending[:, None], drafts], axis=1), target_cache))
+    n, emitted = verify(p, q, drafts, params, rng)
+    target_cache.rollback(length + 1 + n)
+    draft_cache.rollback(length)
+    draft_cache.extend_from(target_cache, length + 1 + n)
+    return n, emitted
+
+
 def speculative_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max_new_tokens: int, *,
                          spec: SpeculativeConfig | None = None, params: SamplingParams | None = None,
-                         seed: int | np.random.Generator | None = 0, on_tokens: TokenCallback | None = None,
-                         draft: CausalLM | None = None) -> GenerationResult:
-    """MagicDec decoding of a batch of prompts (see the module doc).  `draft` defaults to `model`
-    itself; any CausalLM with the same vocabulary may be given.  The result's `extra` holds the
-    acceptance statistics (`alpha`, `accepted`, `rounds`, `alpha_by_sequence`) and the draft/verify times."""
+                         seed: int | np.random.Generator | None = 0,
+                         on_tokens: TokenCallback | None = None, clock: Clock = time.perf_counter) -> GenerationResult:
+    """MagicDec decoding of a batch of prompts (see the module doc); the model's caches must offer
+    `extend_from` and `keep_sequences` (both of refcomp's do); `clock` times it, as `generate`'s.
+    The result's `extra` holds the acceptance statistics (`alpha`, `accepted`, `rounds`,
+    `row_rounds`, `alpha_by_sequence`) and the draft/verify times."""
     spec = spec or SpeculativeConfig()
     params = params or SamplingParams()
-    draft = draft if draft is not None else model
     config = model.config
-    if draft.config.vocab_size != config.vocab_size:
-        raise ArgumentError(f"speculative: the draft's vocabulary ({draft.config.vocab_size}) differs from the "
-                            f"target's ({config.vocab_size})")
     gamma = spec.gamma
-    # a sequence ends at most gamma tokens past max_new_tokens, and while frozen there it still
-    # takes a round's gamma + 1 tokens (rolled back after each round)
-    extra = 2 * gamma + 1
+    # a sequence still decoding holds at most prompt + max_new_tokens - 2 tokens before a round,
+    # which appends gamma + 1: the caches need gamma positions past the prompt and the new tokens
+    extra = gamma
     prompts = check_prompts(prompts, max_new_tokens, config.max_position_embeddings, config.vocab_size,
                             extra=extra)
     rng = make_rng(seed)
     batch = len(prompts)
     capacity = max(len(p) for p in prompts) + max_new_tokens + extra
     target_cache = model.new_cache(batch, capacity)
-    draft_cache = draft.new_cache(batch, capacity, streaming=spec.streaming())
+    draft_cache = model.new_cache(batch, capacity, streaming=spec.streaming())
     clipped = clip_callback(on_tokens, max_new_tokens, batch)
 
-    start = time.perf_counter()
-    prefill = Prefill([(model, target_cache), (draft, draft_cache)], prompts, params, rng)
+    start = clock()
+    prefill = Prefill([(model, target_cache)], prompts, params, rng)
     pending = prefill.run(clipped)
     out = prefill.emitted
-    length = target_cache.lengths()                        # tokens in the target cache; pending is next
-    draft_cache.rollback(length - 1)
-    prev = np.array([h[-1] for h in prefill.history], np.int64)
-    prefill_seconds = time.perf_counter() - start
+    length = target_cache.lengths()                        # tokens in both caches; pending is next
+    draft_cache.extend_from(target_cache, length)
+    prefill_seconds = clock() - start
     before = sum(min(len(t), max_new_tokens) for t in out)
 
-    rounds = 0
+    rounds = row_rounds = 0
     accepted_by = np.zeros(batch, np.int64)   # per sequence: drafts accepted, drafts judged
     trials_by = np.zeros(batch, np.int64)
     draft_seconds = verify_seconds = 0.0
-    start = time.perf_counter()
+    live = np.arange(batch)                   # the sequences still in the caches, in their order
+    start = clock()
     while True:
-        active = np.array([len(t) < max_new_tokens for t in out])
-        if not active.any():
-            break
-        t0 = time.perf_counter()
-        drafts = np.empty((batch, gamma), np.int64)
-        q = np.empty((batch, gamma, config.vocab_size))
-        logits = draft.forward(np.stack([prev, pending], axis=1), draft_cache)[:, -1]
-        for i in range(gamma):
-            if i:
-                logits = draft.forward(drafts[:, i - 1:i], draft_cache)[:, -1]
-            q[:, i] = params.distribution(logits)
-            drafts[:, i] = draw(q[:, i], rng)
-        t1 = time.perf_counter()
-        p = params.distribution(model.forward(np.concatenate([pending[:, None], drafts], axis=1), target_cache))
-        n, emitted = verify(p, q, drafts, params, rng)
-        t2 = time.perf_counter()
+        going = np.array([len(out[b]) < max_new_tokens for b in live])
+        if not going.all():
+            if not going.any():
+                break
+            # finished sequences leave the batch: a round costs only the sequences still decoding
+            keep = np.flatnonzero(going)
+            target_cache.keep_sequences(keep)
+            draft_cache.keep_sequences(keep)
+            live, pending, length = live[keep], pending[keep], length[keep]
+        t0 = clock()
+        drafts, q = _draft(model, draft_cache, pending, gamma, params, rng)
+        t1 = clock()
+        n, emitted = _verify_and_settle(model, target_cache, draft_cache, pending, drafts, q, length, params, rng)
+        t2 = clock()
         draft_seconds += t1 - t0
         verify_seconds += t2 - t1
 
-        # finished sequences are frozen: they keep their state while the others catch up
-        n = np.where(active, n, -1)
-        target_cache.rollback(length + 1 + n)
-        draft_cache.rollback(length + n)
-        new_tokens: list[list[int]] = []
-        for b in range(batch):
-            if not active[b]:
-                new_tokens.append([])
-                continue
-            toks = [int(x) for x in drafts[b, :n[b]]] + [int(emitted[b])]
-            new_tokens.append(toks)
-            out[b].extend(toks)
-            prev[b] = drafts[b, n[b] - 1] if n[b] > 0 else pending[b]
-            pending[b] = emitted[b]
-            accepted_by[b] += int(n[b])
-            trials_by[b] += int(n[b]) + (1 if n[b] < gamma else 0)
-        length = np.where(active, length + 1 + n, length)
+        new_tokens: list[list[int]] = [[] for _ in range(batch)]
+        for i, b in enumerate(live):
+            new_tokens[b] = [int(x) for x in drafts[i, :n[i]]] + [int(emitted[i])]
+            out[b].extend(new_tokens[b])
+        accepted_by[live] += n
+        trials_by[live] += n + (n < gamma)
+        pending = emitted
+        length = length + 1 + n
         rounds += 1
+        row_rounds += len(live)
         if clipped is not None:
             clipped(new_tokens)
-    decode_seconds = time.perf_counter() - start
+    decode_seconds = clock() - start
     accepted, trials = int(accepted_by.sum()), int(trials_by.sum())
     alpha_by = [float(a / t) if t else float("nan") for a, t in zip(accepted_by, trials_by)]
     extra = {"rounds": rounds, "accepted": accepted, "alpha": accepted / trials if trials else float("nan"),
-             "alpha_by_sequence": alpha_by,
+             "alpha_by_sequence": alpha_by, "row_rounds": row_rounds,
              "gamma": gamma, "K": spec.budget, "draft_seconds": draft_seconds, "verify_seconds": verify_seconds}
     return GenerationResult([t[:max_new_tokens] for t in out], prefill_seconds, decode_seconds, rounds,
                             decoded=sum(min(len(t), max_new_tokens) for t in out) - before, extra=extra)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `plan` measured and chose: step times, per budget K the acceptance rate of each
+    sequence, the choice (perhaps `declined`), and the seconds the measuring took."""
+
+    choice: analytic.Choice
+    times: analytic.StepTimes
+    alphas: dict[int, np.ndarray]
+    seconds: float
+
+
+def plan(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max_new_tokens: int, *,
+         budgets: Sequence[int] = (64, 128, 256, 512), gammas: Sequence[int] = (1, 2, 3, 4, 5, 6),
+         params: SamplingParams | None = None, pilot_steps: int = 32, repeats: int = 3,
+         seed: int | np.random.Generator | None = 0, clock: Clock = time.perf_counter) -> Plan:
+    """Choose gamma and K for decoding `prompts` from measurements on those prompts, the way a run
+    meets them: the prompts are fed to a full cache, each draft cache takes its entries
+    (`extend_from`); the target then decodes `pilot_steps` tokens, and each draft predicts every one
+    of them from the same tokens, taking the target's entries after each step as in a round, which
+    gives each sequence's acceptance rate per K (greedy: the draft's arg-max is the target's;
+    otherwise sum_x min(p, q)); last, `repeats` rounds of every (gamma, K) (the drafting, then the
+    verify forward with the sampling and rollbacks after it, each rolled back), each after a timed
+    decode step, the fastest of each kept (`clock`: as `generate`'s).  `analytic.choose` ranks
+    (gamma, K) by `predicted_batch_speedup` for max_new_tokens - 1 tokens a sequence; the choice is
+    `declined` below 1."""
+    params = params or SamplingParams()
+    gammas = sorted({int(g) for g in gammas})
+    budgets = sorted({int(k) for k in budgets})
+    if not gammas or gammas[0] < 1 or not budgets or budgets[0] < 2:
+        raise ArgumentError(f"speculative plan: need gammas >= 1 and budgets >= 2, got {gammas}, {budgets}")
+    if not isinstance(pilot_steps, int) or pilot_steps < 1 or not isinstance(repeats, int) or repeats < 1:
+        raise ArgumentError(f"speculative plan: pilot_steps and repeats must be positive integers, "
+                            f"got {pilot_steps!r}, {repeats!r}")
+    config = model.config
+    extra = gammas[-1] + 1
+    prompts = check_prompts(prompts, max_new_tokens, config.max_position_embeddings, config.vocab_size,
+                            extra=extra)
+    rng = make_rng(seed)
+    batch = len(prompts)
+    start = clock()
+    capacity = max(len(p) for p in prompts) + max_new_tokens + extra
+    steps = min(pilot_steps, max_new_tokens)   # and room for a round of gammas[-1] + 1 tokens after them
+    target = model.new_cache(batch, capacity)
+    pending = Prefill([(model, target)], prompts, params, rng).run()
+    length = target.lengths()
+    drafts = {}
+    for k in budgets:
+        drafts[k] = model.new_cache(batch, capacity,
+                                    streaming=SpeculativeConfig.with_budget(gammas[-1], k).streaming())
+        drafts[k].extend_from(target, length)
+
+    agree: dict[int, list[np.ndarray]] = {k: [] for k in budgets}
+    for _ in range(steps):
+        p = params.distribution(model.forward(pending[:, None], target)[:, -1])
+        for k, cache in drafts.items():
+            q = params.distribution(model.forward(pending[:, None], cache)[:, -1])
+            agree[k].append(np.minimum(p, q).sum(axis=-1))
+            cache.rollback(length)
+            cache.extend_from(target, length + 1)
+        pending = draw(p, rng)
+        length = length + 1
+    alphas = {k: np.mean(rows, axis=0) for k, rows in agree.items()}
+
+    target_times: list[float] = []
+    verify_times: dict[int, list[float]] = {g: [] for g in gammas}
+    draft_times: dict[tuple[int, int], list[float]] = {(g, k): [] for g in gammas for k in budgets}
+    for _ in range(repeats):
+        for g in gammas:
+            for k, cache in drafts.items():
+                # a decode step, then the round: each preceded by a forward over the full cache, as in a run
+                t0 = clock()
+                draw(params.distribution(model.forward(pending[:, None], target)[:, -1]), rng)
+                target_times.append(clock() - t0)
+                target.rollback(length)
+                t0 = clock()
+                tokens, q = _draft(model, cache, pending, g, params, rng)
+                t1 = clock()
+                _verify_and_settle(model, target, cache, pending, tokens, q, length, params, rng)
+                t2 = clock()
+                draft_times[g, k].append((t1 - t0) / g)
+                verify_times[g].append(t2 - t1)
+                target.rollback(length)
+                cache.rollback(length)
+    by_round = {key: min(v) for key, v in draft_times.items()}
+    times = analytic.StepTimes(target=min(target_times), verify={g: min(v) for g, v in verify_times.items()},
+                               draft={k: by_round[gammas[0], k] for k in budgets}, draft_by_round=by_round)
+    choice = analytic.choose(times, alphas, batch=batch, tokens=max(1, max_new_tokens - 1))
+    return Plan(choice, times, alphas, clock() - start)
+
+
+def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max_new_tokens: int, *,
+                      budgets: Sequence[int] = (64, 128, 256, 512), gammas: Sequence[int] = (1, 2, 3, 4, 5, 6),
+                      params: SamplingParams | None = None, seed: int | np.random.Generator | None = 0,
+                      on_tokens: TokenCallback | None = None, clock: Clock = time.perf_counter) -> GenerationResult:
+    """`plan`, then speculative decoding with the chosen gamma and K, or plain autoregressive
+    decoding (`generate`) where the plan declines to speculate.  The result's `extra` says which
+    (`declined`, `reason`, `predicted`, `plan_seconds`; a speculative run's statistics besides).
+    The choice rests on measured times, so with sampling a fixed seed gives the same tokens only
+    for the same choice (greedy output is the target's whatever the choice)."""
+    params = params or SamplingParams()
+    planned = plan(model, prompts, max_new_tokens, budgets=budgets, gammas=gammas, params=params, seed=seed,
+                   clock=clock)
+    choice = planned.choice
+    if choice.declined:
+        result = generate(model, prompts, max_new_tokens, params=params, seed=seed, on_tokens=on_tokens, clock=clock)
+    else:
+        result = speculative_generate(model, prompts, max_new_tokens, params=params, seed=seed, on_tokens=on_tokens,
+                                      clock=clock, spec=SpeculativeConfig.with_budget(choice.gamma, choice.budget))
+    result.extra.update(declined=choice.declined, reason=choice.reason(), predicted=choice.predicted,
+                        plan_seconds=planned.seconds)
+    return result
