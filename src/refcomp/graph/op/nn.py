@@ -275,21 +275,26 @@ def _padded_max_pool(x, out, pool_size, strides, padding, dilation, ry, rx, fill
 
     padded = te_.compute(tuple(x.shape[:2]) + tuple(tir.const(e, index_dtype) for e in extents), pad, name="pad")
     if pool_size[0] > strides[0] and pool_size[1] > 1:
-        # windows overlapping in y: the max of each padded row's window first, then of pool_size[0]
-        # such rows; a row's maxima serve every output row whose window holds it (3 x 3 stride 2:
-        # 3 + 2 maxima per output instead of 8)
-        def row_max(n, c, y, ox):
+        # windows overlapping in y: first, for each output row, the max of its window's padded
+        # rows at every column (pool_size[0] contiguous rows, an elementwise max: no accumulator,
+        # no gather), then the max over each window's columns of those; the strided gather runs
+        # over output rows only (3 x 3 stride 2: half the rows of the padded plane)
+        def column_max(n, c, oy, x_):
+            value = None
+            for k in range(pool_size[0]):
+                at = oy * tir.const(strides[0], oy.dtype) + tir.const(k * dilation[0], oy.dtype)
+                term = padded[(n, c, at, x_)]
+                value = term if value is None else tir.Max(value, term)
+            return value
+
+        columns = te_.compute(tuple(x.shape[:2]) + (out[0], tir.const(extents[1], index_dtype)), column_max,
+                              name="pool_columns")
+
+        def row_max(n, c, oy, ox):
             at = ox * tir.const(strides[1], ox.dtype) + rx.var * tir.const(dilation[1], ox.dtype)
-            return te_.max(padded[(n, c, y, at)], axis=[rx])
+            return te_.max(columns[(n, c, oy, at)], axis=[rx])
 
-        rows = te_.compute(tuple(x.shape[:2]) + (tir.const(extents[0], index_dtype), out[1]), row_max,
-                           name="pool_rows")
-
-        def column_max(n, c, oy, ox):
-            at = oy * tir.const(strides[0], oy.dtype) + ry.var * tir.const(dilation[0], oy.dtype)
-            return te_.max(rows[(n, c, at, ox)], axis=[ry])
-
-        return te_.compute(tuple(x.shape[:2]) + tuple(out), column_max, name="pool")
+        return te_.compute(tuple(x.shape[:2]) + tuple(out), row_max, name="pool")
 
     def body(n, c, oy, ox):
         at = [o * tir.const(strides[j], o.dtype) + r * tir.const(dilation[j], o.dtype)
