@@ -18,13 +18,15 @@ loops, and the windows read without a bounds test.  Measured on ResNet-18's pool
 padding 1, 32 x 48 x 48, batch 2, AVX-512): 119 -> 44 us on one thread, 23 us on two (the inline
 padding test, per window position, had the vector loop split into branches).
 
-When the windows overlap along y, max pooling with padding legalizes to three blocks: the padded
-copy, each output row's maxima over its window's padded rows at every column (`pool_columns`, an
-elementwise max of contiguous rows: no accumulator, no gather) and their maxima over each window's
-columns.  The rule schedules the output window as above, moves the column maxima into the plane
-loop too (a stack array when small) and vectorizes their rows (ResNet-18's pool as above, kernel
-alone, one thread: 35 us with each padded row's window maxima first, a gathered reduction over
-every padded row; 27 us with the column maxima first).
+When the windows overlap along y, max pooling with padding legalizes to two blocks instead: for
+each output row and padded column, the max of the window's rows there read from the input with
+the bounds test (`pool_columns`, an elementwise max of contiguous rows: spatial iters only, so the
+rule treats it as the padded copy above: made per plane on the stack, its rows vector loops, the
+vectorizer cutting them at the border columns), then the window over its columns.  ResNet-18's
+pool as above, kernel alone, one thread: 35 us in three blocks (a padded copy, each padded row's
+window maxima gathered at stride 2, their maxima over the window's rows), 23 us so.  The rule
+still takes those three blocks (a padded copy, a window reduction over it along the rows, a
+window reduction over those), each moved into the plane loop and vectorized.
 
 Applies when: the function has one block (or the padded copy and the window, or the padded copy
 and the two windows); its iters are spatial then reduce (at least one
@@ -100,40 +102,17 @@ def _pads_for(pad: Block, pool: Block) -> bool:
 
 
 def padded_rows_window_reduction(func: PrimFunc) -> tuple[Block, Block, Block] | None:
-    """(pad, first, pool) when func is max pooling legalized in two windows over a padded copy:
-    the copy (spatial iters only), a first window over it (an elementwise max of its rows,
-    `pool_columns`, or a window reduction), and a window reduction over that, each reading the
-    block before; else None."""
+    """(pad, rows, pool) when func is max pooling legalized in two windows over a padded copy:
+    the copy (spatial iters only), a window reduction over it along the rows (`pool_rows`), and
+    a window reduction over those along the columns, each reading the block before; else None."""
     blocks = [b for b in collect(func.body, Block) if b.name != "root"]
     if len(blocks) != 3:
         return None
     pad, rows, pool = blocks
-    if not (_pads_for(pad, rows) or _spatial_max_of(pad, rows)) or not is_window_block(pool) or \
+    if not _pads_for(pad, rows) or not is_window_block(pool) or \
             rows.writes[0].buffer not in {r.buffer for r in pool.reads}:
         return None
     return pad, rows, pool
-
-
-def _spatial_max_of(pad: Block, block: Block) -> bool:
-    """Whether block is an elementwise max of loads of pad's buffer (spatial iters only, no init,
-    one buffer written): a window's first dimension unrolled (max pooling's column maxima)."""
-    if block.init is not None or any(iv.kind != "spatial" for iv in block.iter_vars) or len(block.writes) != 1:
-        return False
-    if pad.init is not None or any(iv.kind != "spatial" for iv in pad.iter_vars) or len(pad.writes) != 1:
-        return False
-    store = block.body
-    if not isinstance(store, BufferStore) or not isinstance(store.value, (tir.Max, tir.BufferLoad)):
-        return False
-    loads = collect(store.value, tir.BufferLoad)
-    return {l.buffer for l in loads} == {pad.writes[0].buffer} and \
-        all(isinstance(e, tir.BufferLoad) for e in _max_terms(store.value))
-
-
-def _max_terms(value):
-    """The leaves of a tree of Max nodes."""
-    if isinstance(value, tir.Max):
-        return _max_terms(value.a) + _max_terms(value.b)
-    return [value]
 
 
 def _vectorize_window(sch: Schedule, block: Block, lanes: int | None) -> None:
@@ -143,9 +122,6 @@ def _vectorize_window(sch: Schedule, block: Block, lanes: int | None) -> None:
     rv = sch.get_block(block.name)
     loops = sch.get_loops(rv)
     reduce = sum(1 for iv in block.iter_vars if iv.kind == "reduce")
-    if not reduce:  # an elementwise max: its rows vector loops (the vectorizer splits a ragged tail)
-        sch.vectorize(loops[-1])
-        return
     space, window = loops[:-reduce], loops[-reduce:]
     if not lanes:
         sch.decompose_reduction(rv, window[0])
@@ -189,7 +165,7 @@ def schedule_pool(sch: Schedule) -> Schedule | None:
     plane = sch.fuse(*planes) if len(planes) > 1 else planes[0]
     sch.parallel(plane)
     if chain is not None:
-        # the first window's maxima of a plane made inside the plane loop, before the windows read them
+        # the rows' maxima of a plane made inside the plane loop, before the windows read them
         rows = sch.get_block(chain[1].name)
         sch.compute_at(rows, plane)
         if _plane_bytes(sch.get(rows)) <= _STACK_PLANE_BYTES:
