@@ -80,6 +80,11 @@ def test_residual_block_with_two_convolutions_in_one_kernel(rng, c, size, out):
     ex = refcomp.graph.build(bb.get(), target="c", blas=False)
     (fused,) = [f for name, f in ex.module.functions.items() if isinstance(f, PrimFunc) and name.count("conv2d") == 2]
     assert fused.script().count("T.vectorized") >= 2  # both convolutions scheduled
+    # the sum and relu folded into the second convolution's write-back: one of the two outputs
+    # is an intermediate buffer, the other goes straight to the result
+    out_shape = [str(d) for d in fused.buffers[-1].shape]
+    intermediates = [b for b in _allocations(fused) if b.scope == "global" and [str(d) for d in b.shape] == out_shape]
+    assert len(intermediates) == 1
     for n in (1, 2):
         xv = rng.standard_normal((n, c, size, size)).astype(np.float32)
         w1v = rng.standard_normal((out, c, 3, 3)).astype(np.float32)
