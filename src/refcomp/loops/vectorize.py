@@ -14,7 +14,9 @@ widest element size in the body, else that maximum; the iterations that do not f
 run in a scalar serial tail loop (for symbolic extents too).  Branches whose condition depends on
 the lane but is convex in it (an imperfect-split predicate, a padding test; see
 `passes.lane_conditions`) are decided once per chunk: `if <every lane passes>: vector code with
-those branches taken, else: the chunk's lanes as scalar code`.  A loop that cannot be
+those branches taken, else: the chunk's lanes as scalar code`; a loop of constant bounds is first
+cut where such a test, linear in the loop var alone, changes value (`_lane_cuts`), so no chunk
+straddles the edge of a padded row.  A loop that cannot be
 vectorised (a reduction into one element, lane-dependent control flow, effects, inner loops with
 lane-dependent bounds, vector code already inside) is kept as `For(kind="vectorized")` (its body
 otherwise lowered) so the emitter can fall back to `#pragma omp simd` -- but only when
