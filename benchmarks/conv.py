@@ -1,4 +1,4 @@
-"""Convolution kernels vs onnxruntime: ResNet-18 and MobileNetV2 layer shapes, one node each.
+"""Convolution and pooling kernels vs onnxruntime: ResNet-18 and MobileNetV2 layer shapes, one node each.
 
     python benchmarks/conv.py [--json] [--small] [--repeat N] [--rounds N] [--only a,b]
                                  [--single-thread-cpu] [--constant-weights]
@@ -10,7 +10,9 @@ threads as the machine has CPUs (one with --single-thread-cpu).  The weights are
 initializer (laid out once, when the model is built).  Both results are checked against
 numpy (float64) before anything is timed.  The script first measures this machine's fp32 FMA
 peak with a small C loop (independent vector FMA chains on every thread, built with refcomp's
-toolchain) and prints each refcomp convolution's GFLOP/s as a fraction of it.
+toolchain) and prints each refcomp convolution's GFLOP/s as a fraction of it.  The max pooling
+cases (ResNet-18's 3 x 3 stride 2 pool after the stem) run the same way against a one-node
+MaxPool, checked against the operator's numpy reference.
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ import numpy as np
 import refcomp
 from refcomp.ast.graph_struct_info import TensorStructInfo
 from refcomp.graph import BlockBuilder, Var
-from refcomp.graph.op.nn import _np_conv, conv2d
+from refcomp.graph.op.nn import _np_conv, conv2d, max_pool2d
+from refcomp.graph.op.registry import get as get_op
 from refcomp.loops.intrin import cpu
 
 
@@ -82,6 +85,81 @@ def cases(small: bool) -> list[Conv]:
         shrink.append(Conv(c.name, 1, channels, max(c.size // 4, 4), out, c.kernel, c.stride,
                            channels if c.groups > 1 else 1))
     return shrink
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    batch: int
+    channels: int
+    size: int
+    kernel: int = 3
+    stride: int = 2
+    pad: int = 1
+
+    @property
+    def out_size(self) -> int:
+        return (self.size + 2 * self.pad - self.kernel) // self.stride + 1
+
+
+def pool_cases(small: bool) -> list[Pool]:
+    """ResNet-18's max pool after the stem, at full and half width (batch 2)."""
+    if small:
+        return [Pool("resnet_maxpool_8_12", 1, 8, 12)]
+    return [Pool("resnet_maxpool_64_112", 2, 64, 112), Pool("resnet_maxpool_32_48", 2, 32, 48)]
+
+
+def refcomp_pool(case: Pool):
+    """The one-pool graph built the default way."""
+    x = Var("x", TensorStructInfo((case.batch, case.channels, case.size, case.size), "float32"))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(max_pool2d(x, pool_size=case.kernel, strides=case.stride, padding=case.pad))
+        bb.emit_func_output(out)
+    return refcomp.runtime.VirtualMachine(refcomp.graph.build(bb.get(), target="c", blas=False))["main"]
+
+
+def onnxruntime_pool(case: Pool, threads: int):
+    """The one-node ONNX MaxPool in onnxruntime."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [case.batch, case.channels, case.size, case.size])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                      [case.batch, case.channels, case.out_size, case.out_size])
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[case.kernel] * 2, strides=[case.stride] * 2,
+                            pads=[case.pad] * 4)
+    model = helper.make_model(helper.make_graph([node], "pool", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return lambda xv: session.run(None, {"x": xv})[0]
+
+
+def run_pools(args, threads: int, clock, rng, only) -> dict:
+    """Each max pooling case checked against the operator's reference, then timed as the convolutions are."""
+    results = {}
+    reference = get_op("max_pool2d").evaluate
+    for case in pool_cases(args.small):
+        if only and case.name not in only:
+            continue
+        x = rng.standard_normal((case.batch, case.channels, case.size, case.size)).astype(np.float32)
+        mine, theirs = refcomp_pool(case), onnxruntime_pool(case, threads)
+        attrs = {"pool_size": (case.kernel,) * 2, "strides": (case.stride,) * 2, "padding": (case.pad,) * 4,
+                 "dilation": (1, 1), "ceil_mode": False, "count_include_pad": False}
+        expected = reference([x], attrs)
+        for side, fn in (("refcomp", mine), ("onnxruntime", theirs)):
+            if not np.array_equal(np.asarray(fn(x)), expected):
+                raise SystemExit(f"{case.name}: {side} disagrees with numpy")
+        best_mine, best_theirs = harness.best_times([lambda: mine(x), lambda: theirs(x)], args.repeat, args.rounds,
+                                                    clock)
+        results[case.name] = {"refcomp": best_mine * 1e3, "baseline": best_theirs * 1e3, "unit": "ms",
+                              "ratio": best_theirs / best_mine}
+        print(f"{case.name:<26} {best_mine * 1e3:>11.3f} {best_theirs * 1e3:>9.3f} {best_theirs / best_mine:>7.2f} "
+              f"{'-':>9} {'-':>8}", flush=True)
+    return results
 
 
 def refcomp_conv(case: Conv, weights: np.ndarray | None = None):
@@ -234,6 +312,7 @@ def main() -> None:
                               "ratio": best_theirs / best_mine, "gflops": gflops, "peak_fraction": gflops / peak}
         print(f"{case.name:<26} {best_mine * 1e3:>11.3f} {best_theirs * 1e3:>9.3f} {best_theirs / best_mine:>7.2f} "
               f"{gflops:>9.1f} {gflops / peak:>8.1%}", flush=True)
+    results.update(run_pools(args, threads, clock, rng, only))
     if args.json:
         print(json.dumps({"cases": results, "fma_peak_gflops": peak}))
 

@@ -14,7 +14,9 @@ widest element size in the body, else that maximum; the iterations that do not f
 run in a scalar serial tail loop (for symbolic extents too).  Branches whose condition depends on
 the lane but is convex in it (an imperfect-split predicate, a padding test; see
 `passes.lane_conditions`) are decided once per chunk: `if <every lane passes>: vector code with
-those branches taken, else: the chunk's lanes as scalar code`.  A loop that cannot be
+those branches taken, else: the chunk's lanes as scalar code`; a loop of constant bounds is first
+cut where such a test, linear in the loop var alone, changes value (`_lane_cuts`), so no chunk
+straddles the edge of a padded row.  A loop that cannot be
 vectorised (a reduction into one element, lane-dependent control flow, effects, inner loops with
 lane-dependent bounds, vector code already inside) is kept as `For(kind="vectorized")` (its body
 otherwise lowered) so the emitter can fall back to `#pragma omp simd` -- but only when
@@ -30,6 +32,7 @@ from ..ast import (
     And, BufferLoad, Cast, For, IfThenElse, IntImm, LetStmt, Max, Mutator, PrimExpr, PrimFunc, Stmt, Var,
     collect, post_order_visit, seq, substitute,
 )
+from ..ast.functor import free_vars
 from ..ast.expr import as_int
 from ..shape.simplify import simplify_expr
 from .passes.lane_dependence import lanes_independent
@@ -102,6 +105,24 @@ class _LoopVectorizer(Mutator):
         return seq(main, tail) if tail is not None else main
 
     def _constant_extent(self, loop: For, count: int, max_lanes: int) -> Stmt:
+        """count iterations as whole vectors of max_lanes, then ever smaller powers of two, then one
+        scalar; first cut at the lanes where a lane-dependent branch changes (`_lane_cuts`: the
+        edge of a padded row), so that no chunk straddles the edge."""
+        start = as_int(loop.min)
+        cuts = _lane_cuts(hoistable_conditions(loop.body, loop.loop_var), loop.loop_var, start, start + count) \
+            if start is not None and count > 1 else []
+        if cuts:
+            dtype = loop.loop_var.dtype
+            bounds = [start, *cuts, start + count]
+            pieces = []
+            for first, stop in zip(bounds, bounds[1:]):
+                part = loop.with_(min=IntImm(first, dtype), extent=IntImm(stop - first, dtype))
+                pieces.append(_scalar_loop(part, part.min, part.extent) if stop - first == 1 else
+                              self._whole_vectors(part, stop - first, max_lanes))
+            return seq(*pieces)
+        return self._whole_vectors(loop, count, max_lanes)
+
+    def _whole_vectors(self, loop: For, count: int, max_lanes: int) -> Stmt:
         """count iterations as whole vectors of max_lanes, then ever smaller powers of two, then one scalar."""
         if count <= 1:
             raise CannotVectorize("fewer than two iterations")
@@ -156,6 +177,40 @@ class _LoopVectorizer(Mutator):
         else:
             fallback = _scalar_loop(loop, base, IntImm(lanes, var.dtype))
         return IfThenElse(every_lane, vector_body, fallback)
+
+
+# At most this many cuts per loop: a row is the padding, the image, the padding.
+_MAX_CUTS = 2
+
+
+def _lane_cuts(conditions, var: Var, start: int, stop: int) -> list[int]:
+    """The iterations in (start, stop) at which a comparison of the conditions that is linear in
+    var alone (`x - 1 >= 0`, `x < 25`: a padded row's edges; other vars or non-linear terms are not
+    looked at) changes its value, ascending; none when there are more than _MAX_CUTS."""
+    from ..ast import GE, GT, LE, LT
+    from ..shape.canonical import linear_form
+
+    compare = {LT: lambda v: v < 0, LE: lambda v: v <= 0, GT: lambda v: v > 0, GE: lambda v: v >= 0}
+    cuts: set[int] = set()
+    atoms = list(conditions)
+    while atoms:
+        atom = atoms.pop()
+        if isinstance(atom, And):
+            atoms += [atom.a, atom.b]
+            continue
+        test = compare.get(type(atom))
+        if test is None or var not in free_vars(atom):
+            continue
+        form = linear_form(atom.a).add(linear_form(atom.b), -1)  # a - b
+        slope = form.pop(var)
+        if slope == 0 or not form.is_const():
+            continue
+        # slope * v + const changes sign between v - 1 and v near v = -const / slope
+        near = -form.const // slope
+        for v in range(near - 1, near + 3):
+            if start < v < stop and test(slope * v + form.const) != test(slope * (v - 1) + form.const):
+                cuts.add(v)
+    return sorted(cuts) if len(cuts) <= _MAX_CUTS else []
 
 
 def _every_lane(conditions, var: Var, base: PrimExpr, lanes: int) -> PrimExpr:

@@ -113,17 +113,28 @@ def test_padding_guard_is_decided_per_chunk():
     result = vectorized(func)
     chunks = [s for s in collect(result, IfThenElse)
               if isinstance(s.then_case, BufferStore) and s.then_case.value.dtype.lanes > 1]
-    # 22 columns = 16 + 4 + 2: the first chunk touches the padding at its first lane (decided
-    # statically), so it runs as halves: [0, 8) as [0, 4) scalar and [4, 8) a vector of 4, then
-    # [8, 16) a vector of 8 when the row is inside (tested at run time; a test that does not
-    # depend on the column fails for both halves alike: a serial loop); the chunk [16, 20)
-    # likewise a vector of 4; the last two columns touch the padding
-    # (scalar code)
-    assert sorted(chunk.then_case.value.dtype.lanes for chunk in chunks) == [4, 4, 8]
+    # 22 columns, cut where the padding test changes (columns 1 and 21): column 0 scalar, the
+    # image's 20 columns a vector of 16 and one of 4, each run when the row is inside (tested at
+    # run time: a test that does not depend on the column fails for both halves alike, a serial
+    # loop), column 21 scalar; no chunk straddles the edge
+    assert sorted(chunk.then_case.value.dtype.lanes for chunk in chunks) == [4, 16]
     for chunk in chunks:
         assert isinstance(chunk.else_case, For) and chunk.else_case.kind == "serial"
         assert not collect(chunk.then_case, Call)  # if_then_else taken: a plain vector load
     check_same_results(func, result)
+
+
+def test_lane_cuts_are_the_edges_of_linear_tests_in_the_loop_var_alone():
+    from refcomp.ast import And, GE, LT
+    from refcomp.loops.vectorize import _lane_cuts
+
+    x, y = Var("x"), Var("y")
+    inside = And(GE(x - 1, const(0)), LT(x - 1, const(20)))
+    assert _lane_cuts([inside], x, 0, 22) == [1, 21]
+    assert _lane_cuts([inside], x, 1, 21) == []  # no edge strictly inside the range
+    assert _lane_cuts([And(GE(x * 2, const(7)), LT(y, const(3)))], x, 0, 10) == [4]  # 2x >= 7 from x = 4
+    assert _lane_cuts([LT(x + y, const(5))], x, 0, 10) == []  # another var: not decided statically
+    assert _lane_cuts([inside, GE(x, const(5)), LT(x, const(9))], x, 0, 22) == []  # more than two cuts
 
 
 @pytest.mark.parametrize("w", [1, 3, 7, 13, 30])

@@ -231,6 +231,45 @@ def test_reverse_compute_inline_rejections():
     assert_rejected(sch2, lambda: sch2.reverse_compute_inline(b), "must have exactly one producer")
 
 
+def _sum_of_two_stages():
+    """B = A * 2, then D = A + 1, then the sum E = B + D (a residual sum of two convolutions'
+    outputs, in small; te orders the blocks B, D, E)."""
+    from refcomp import te
+
+    A = te.placeholder((6, 5), "float32", "A")
+    D = te.compute((6, 5), lambda i, j: A[i, j] + 1.0, name="D")
+    B = te.compute((6, 5), lambda i, j: A[i, j] * 2.0, name="B")
+    E = te.compute((6, 5), lambda i, j: B[i, j] + D[i, j], name="E")
+    return te.create_prim_func([A, E])
+
+
+def test_reverse_compute_inline_reads_an_earlier_stage_too(rng):
+    """The consumer also reads B, whose block is done before its last producer D starts: it folds
+    into D, which then reads B and writes E; B stays a stage of its own."""
+    before = _sum_of_two_stages()
+    sch = Schedule(before)
+    sch.reverse_compute_inline(sch.get_block("E"))
+    script = sch.func.script()
+    assert 'T.block("E")' not in script and 'T.block("B")' in script
+    d = sch.get(sch.get_block("D"))
+    assert {r.buffer.name for r in d.reads} == {"A", "B"} and [w.buffer.name for w in d.writes] == ["E"]
+    check_numbers(before, sch.func, rng, lambda a, e: {1: a * 2 + (a + 1)})
+    check_replay(sch, before)
+
+
+def test_reverse_compute_inline_refuses_a_stage_not_done_before_the_producer():
+    """B and D computed row by row inside E's row loop (compute_at puts D's row first): D is not
+    done when B's first row runs, so the sum is not moved into B."""
+    sch = Schedule(_sum_of_two_stages())
+    for name in ("B", "D"):
+        i, _ = sch.get_loops(sch.get_block("E"))
+        sch.compute_at(sch.get_block(name), i)
+    e = sch.get_block("E")
+    assert_rejected(sch, lambda: sch.reverse_compute_inline(e),
+                    "reverse_compute_inline: block E also reads what block D writes, which is not done before "
+                    "producer B starts")
+
+
 def test_reverse_compute_inline_over_a_symbolic_extent(rng):
     """A dimension of symbolic size n spanned by iters of extent n (a model's batch): the
     consumer folds into its producer; numbers checked at several n."""

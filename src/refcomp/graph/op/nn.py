@@ -258,7 +258,8 @@ def _padded_max_pool(x, out, pool_size, strides, padding, dilation, ry, rx, fill
     """Max pooling over a padded copy of x (the padding holds the dtype's lowest value, which no
     window's max can return unless the window is all padding, as the inline form's if_then_else
     does): the window loop then reads without a bounds test per element.  Static spatial sizes
-    only; the copy is large enough for every window (ceil_mode's last window included)."""
+    only; the copy is large enough for every window (ceil_mode's last window included).  With
+    windows overlapping in y the copy is the column maxima of each output row instead (below)."""
     te_ = te()
     extents = []
     for j in range(2):
@@ -273,23 +274,31 @@ def _padded_max_pool(x, out, pool_size, strides, padding, dilation, ry, rx, fill
                          tir.And(tir.GE(x_, left), tir.LT(x_, left + x.shape[3].astype(x_.dtype))))
         return tir.Call("if_then_else", (inside, x[(n, c, y - top, x_ - left)], fill), x.dtype)
 
-    padded = te_.compute(tuple(x.shape[:2]) + tuple(tir.const(e, index_dtype) for e in extents), pad, name="pad")
     if pool_size[0] > strides[0] and pool_size[1] > 1:
-        # windows overlapping in y: the max of each padded row's window first, then of pool_size[0]
-        # such rows; a row's maxima serve every output row whose window holds it (3 x 3 stride 2:
-        # 3 + 2 maxima per output instead of 8)
-        def row_max(n, c, y, ox):
+        # windows overlapping in y: first, for each output row and padded column, the max of the
+        # window's pool_size[0] rows there, read from x with the bounds test (an elementwise max
+        # of contiguous rows: no accumulator, no gather; the padded copy's border is made here),
+        # then the max over each window's columns of those: the stride's gather runs over output
+        # rows only (3 x 3 stride 2: half the rows of the padded plane), and no padded plane is
+        # written and read back
+        def column_max(n, c, oy, x_):
+            value = None
+            for k in range(pool_size[0]):
+                at = oy * tir.const(strides[0], oy.dtype) + tir.const(k * dilation[0], oy.dtype)
+                term = pad(n, c, at, x_)
+                value = term if value is None else tir.Max(value, term)
+            return value
+
+        columns = te_.compute(tuple(x.shape[:2]) + (out[0], tir.const(extents[1], index_dtype)), column_max,
+                              name="pool_columns")
+
+        def row_max(n, c, oy, ox):
             at = ox * tir.const(strides[1], ox.dtype) + rx.var * tir.const(dilation[1], ox.dtype)
-            return te_.max(padded[(n, c, y, at)], axis=[rx])
+            return te_.max(columns[(n, c, oy, at)], axis=[rx])
 
-        rows = te_.compute(tuple(x.shape[:2]) + (tir.const(extents[0], index_dtype), out[1]), row_max,
-                           name="pool_rows")
+        return te_.compute(tuple(x.shape[:2]) + tuple(out), row_max, name="pool")
 
-        def column_max(n, c, oy, ox):
-            at = oy * tir.const(strides[0], oy.dtype) + ry.var * tir.const(dilation[0], oy.dtype)
-            return te_.max(rows[(n, c, at, ox)], axis=[ry])
-
-        return te_.compute(tuple(x.shape[:2]) + tuple(out), column_max, name="pool")
+    padded = te_.compute(tuple(x.shape[:2]) + tuple(tir.const(e, index_dtype) for e in extents), pad, name="pad")
 
     def body(n, c, oy, ox):
         at = [o * tir.const(strides[j], o.dtype) + r * tir.const(dilation[j], o.dtype)

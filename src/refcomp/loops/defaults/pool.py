@@ -18,11 +18,15 @@ loops, and the windows read without a bounds test.  Measured on ResNet-18's pool
 padding 1, 32 x 48 x 48, batch 2, AVX-512): 119 -> 44 us on one thread, 23 us on two (the inline
 padding test, per window position, had the vector loop split into branches).
 
-When the windows overlap along y, max pooling with padding legalizes to three blocks: the padded
-copy, each padded row's window maxima (`pool_rows`) and their maxima over the window's rows.  The
-rule schedules the output window as above, moves the rows' maxima into the plane loop too (a
-stack array when small), splits their columns by the vector lanes with the window loop between
-the two parts, and vectorizes them (ResNet-18's pool as above: 60 -> 52 us on one thread).
+When the windows overlap along y, max pooling with padding legalizes to two blocks instead: for
+each output row and padded column, the max of the window's rows there read from the input with
+the bounds test (`pool_columns`, an elementwise max of contiguous rows: spatial iters only, so the
+rule treats it as the padded copy above: made per plane on the stack, its rows vector loops, the
+vectorizer cutting them at the border columns), then the window over its columns.  ResNet-18's
+pool as above, kernel alone, one thread: 35 us in three blocks (a padded copy, each padded row's
+window maxima gathered at stride 2, their maxima over the window's rows), 23 us so.  The rule
+still takes those three blocks (a padded copy, a window reduction over it along the rows, a
+window reduction over those), each moved into the plane loop and vectorized.
 
 Applies when: the function has one block (or the padded copy and the window, or the padded copy
 and the two windows); its iters are spatial then reduce (at least one

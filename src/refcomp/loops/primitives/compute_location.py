@@ -447,7 +447,9 @@ def reverse_compute_inline(func: PrimFunc, block: Block) -> tuple[PrimFunc, None
     Requires: the block is complete, without predicate, one store; it reads one intermediate
     buffer B produced by exactly one block (complete, one store at distinct iter vars, covering B)
     and read by no other block; its loads of B all use the same distinct iter vars, one per iter
-    var, each over the whole dimension.
+    var, each over the whole dimension.  Other buffers it reads may be written by earlier blocks
+    that are done before B's producer starts (check_done_before: a residual sum of two
+    convolutions folds into the second one's write-back).
 
     Before: `B[vi] = A[vi] * 2` then `C[vi] = B[vi] + 1`; after: `C[vi] = A[vi] * 2 + 1` in block B.
     """
@@ -463,11 +465,13 @@ def reverse_compute_inline(func: PrimFunc, block: Block) -> tuple[PrimFunc, None
         raise ScheduleError(f"reverse_compute_inline: the body of block {block.name} must be a single store",
                             ir=func, spot=realize)
     _, producers = get_producers(func, block)
-    produced = {r.buffer for p in producers for r in p.writes} & {r.buffer for r in block.reads}
-    if len(producers) != 1 or len(produced) != 1:
+    # the last producer is the one folded into; any other must be done before it starts
+    produced = {r.buffer for r in producers[-1].writes} & {r.buffer for r in block.reads} if producers else set()
+    if len(produced) != 1:
         raise ScheduleError(f"reverse_compute_inline: block {block.name} must have exactly one producer of one "
                             f"buffer, it has {len(producers)}", ir=func, spot=realize)
-    producer = producers[0]
+    producer = producers[-1]
+    check_done_before(func, producers[:-1], producer, block)
     buffer = produced.pop()
     check_not_viewed(func, buffer, "reverse_compute_inline")
     if buffer in set(func.buffers):
@@ -514,6 +518,32 @@ def reverse_compute_inline(func: PrimFunc, block: Block) -> tuple[PrimFunc, None
     entries: dict = {id(realize): None,
                      id(producer_location.realize): producer_location.realize.with_(block=new_producer)}
     return remove_alloc(replace_in_func(func, entries), buffer), None
+
+
+def check_done_before(func: PrimFunc, others: Sequence[Block], producer: Block, block: Block) -> None:
+    """reverse_compute_inline's check when block reads buffers of other producers besides the one
+    it folds into: each of `others` runs to its end before `producer` starts (it comes first in
+    program order and no loop holds both), and no block between producer and block touches a
+    buffer block writes or writes one it reads; block's store, moved into producer, then reads
+    and writes what it did.  A ScheduleError otherwise."""
+    if not others:
+        return
+    realizes = block_realizes(func.body)
+    order = {id(r.block): k for k, r in enumerate(realizes)}
+    loops = {id(s) for s in locate_block(func, producer, "reverse_compute_inline").path if isinstance(s, For)}
+    for other in others:
+        path = locate_block(func, other, "reverse_compute_inline").path
+        if order[id(other)] > order[id(producer)] or any(id(s) in loops for s in path if isinstance(s, For)):
+            raise ScheduleError(f"reverse_compute_inline: block {block.name} also reads what block {other.name} "
+                                f"writes, which is not done before producer {producer.name} starts", ir=func)
+    writes = {r.buffer for r in block.writes}
+    reads = {r.buffer for r in block.reads}
+    for between in realizes[order[id(producer)] + 1:order[id(block)]]:
+        other = between.block
+        touched = {r.buffer for r in other.reads + other.writes}
+        if touched & writes or {r.buffer for r in other.writes} & reads:
+            raise ScheduleError(f"reverse_compute_inline: block {other.name} runs between producer {producer.name} "
+                                f"and block {block.name} and uses what {block.name} writes or reads", ir=func)
 
 
 def _loads(expr) -> list[BufferLoad]:

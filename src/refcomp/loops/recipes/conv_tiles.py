@@ -180,7 +180,11 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     if not depthwise:
         _prefetch_weights(sch, rv, packed, o_outer, channel, window, mv, window_inner, None if few else n)
     if parallel:
-        sch.parallel(rows[0] if few else o_outer)
+        # one channel block and no rows outside the tile (a MobileNet projection to 16 or 32
+        # channels at 12 x 12 or 6 x 6): the images are the parallel loop, else a lone block
+        # would leave every thread but one idle
+        single = not few and shape.out_channels // (mv * lanes) == 1
+        sch.parallel(rows[0] if few else (n if single else o_outer))
     return sch
 
 
