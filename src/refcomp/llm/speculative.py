@@ -366,7 +366,7 @@ class _Decoding:
             self.clipped(new_tokens)
         return sum(len(t) for t in new_by_row)
 
-    def step(self, label="ar", probe: Sequence[int] = ()) -> tuple[float, dict[int, np.ndarray], dict[int, float]]:
+    def step(self, label=AR, probe: Sequence[int] = ()) -> tuple[float, dict[int, np.ndarray], dict[int, float]]:
         """One autoregressive step of the live sequences; each draft cache in `probe` also predicts
         it from the same token (min(p, q) summed: its acceptance of this token per row, and its
         forward's seconds).  Returns (the step's seconds without the probes, overlaps, probe seconds)."""
@@ -646,7 +646,7 @@ def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.nda
             new = control.decide(mode, run.live, run.remaining())
             switches += new != mode
             mode = new
-    gammas_used = sorted({label for label, _ in run.schedule if label not in ("pilot", AR, "ar")})
+    gammas_used = sorted({label for label, _ in run.schedule if label not in ("pilot", AR)})
     return run.result(clock() - start, {"declined": choice.declined, "reason": choice.reason(),
                                         "predicted": choice.predicted, "plan_seconds": plan_seconds,
                                         "gamma": choice.gamma, "K": budget, "alpha_pilot": choice.alpha,
