@@ -455,10 +455,8 @@ class _Controller:
     a[b, j] = (acc[b, j] + W * alpha_b) / (judged[b, j] + W), W = POSITION_WEIGHT.  Times, per
     sequence in the step (a round's rows shrink as sequences finish): one plain step, one draft
     forward and one verify (with its settling) by gamma, running means with weight `time_weight`.
-    A gamma's prediction over the tokens the live sequences still need, r_b each:
-
-        omega_b = 1 + sum_{i=1..gamma} prod_{j<=i} a[b, j]      (the Omega formula, per position)
-        speedup = sum_b r_b * T_T / (sum_b max(1, r_b / omega_b) * (gamma * T_D + T_V))
+    A gamma's prediction over the tokens the live sequences still need is
+    `analytic.predicted_remaining_speedup` of those a[b, j] (a verify not yet timed: T_T).
     """
 
     POSITION_WEIGHT = 4.0
@@ -496,10 +494,13 @@ class _Controller:
         return (self.acc[rows, :gamma] + w * pooled[:, None]) / (self.judged[rows, :gamma] + w)
 
     def predict(self, rows: np.ndarray, remaining: np.ndarray, gamma: int) -> float:
-        omega = 1.0 + np.cumprod(self.alphas(rows, gamma), axis=1).sum(axis=1)
-        rounds = np.maximum(1.0, remaining / omega)
-        cost = gamma * self.t_draft.get(gamma, min(self.t_draft.values())) + self.t_verify.get(gamma, self.t_step)
-        return float(remaining.sum() * self.t_step / (rounds.sum() * cost))
+        going = remaining > 0
+        if not going.any():
+            return 1.0
+        rows, remaining = rows[going], remaining[going]
+        return analytic.predicted_remaining_speedup(self.alphas(rows, gamma), remaining, self.t_step,
+                                                    self.t_draft.get(gamma, min(self.t_draft.values())),
+                                                    self.t_verify.get(gamma, self.t_step))
 
     def best(self, rows: np.ndarray, remaining: np.ndarray) -> tuple[int, float]:
         return max(((g, self.predict(rows, remaining, g)) for g in self.gammas), key=lambda gs: gs[1])
