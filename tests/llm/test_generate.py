@@ -152,7 +152,7 @@ def test_generate_command(byte_checkpoint):
     assert result.returncode == 0, result.stderr
     assert result.stdout == "def f(" + tokenizer.decode(expected) + "\n"      # greedy: the target's tokens
     assert "best predicted speedup" in result.stderr
-    assert ("declined:" in result.stderr) != ("speculative: gamma" in result.stderr)
+    assert ("declined:" in result.stderr) != ("speculating" in result.stderr) and "schedule pilotx8" in result.stderr
     result = run_cli("--model", str(path), "--prompt", "", "--reference")
     assert result.returncode == 1 and "prompt 0 is empty" in result.stderr
     result = run_cli("--model", str(path), "--prompt", "x" * 300, "--reference")

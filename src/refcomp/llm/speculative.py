@@ -42,7 +42,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 from . import analytic
-from .generate import Clock, GenerationResult, Prefill, TokenCallback, check_prompts, clip_callback, generate, make_rng
+from .generate import Clock, GenerationResult, Prefill, TokenCallback, check_prompts, clip_callback, make_rng
 from .protocol import CausalLM, KVCache, StreamingBudget
 from .sampling import SamplingParams, draw
 
