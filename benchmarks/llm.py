@@ -184,8 +184,11 @@ def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas, clock=
     auto = generate(model, prompts, new_tokens, clock=clock)
     fast = speculative.magicdec_generate(model, prompts, new_tokens, budgets=budgets, gammas=gammas, clock=clock)
     extra = fast.extra
-    print(f"  plan (pilot {dict(extra['schedule'][:1]).get('pilot', 0)} steps, one round per gamma): "
-          f"{extra['reason']}; {extra['plan_seconds']:.2f} s of the decode", flush=True)
+    def show(schedule):
+        return " ".join(f"{'plain' if label == 0 else label}x{count}" for label, count in schedule)
+
+    print(f"  plan ({show(extra['plan_schedule'])}: a plain step, a round of the pilot gamma per K, one of each "
+          f"other gamma): {extra['reason']}; {extra['plan_seconds']:.2f} s of the decode", flush=True)
     # the analytic model's inputs as the two decodings measured them: T_T per sequence-step from the
     # autoregressive decoding (every sequence in every step: equal prompts), per mode of the
     # speculative run its own draft and verify seconds per sequence-round and acceptance by position
@@ -194,8 +197,7 @@ def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas, clock=
     spec_rows = sum(m["rows"] for label, m in extra["modes"].items() if label not in ("pilot", "0"))
     spec_tokens = sum(m["tokens"] for label, m in extra["modes"].items() if label not in ("pilot", "0"))
     per_round = spec_tokens / spec_rows if spec_rows else float("nan")
-    schedule = " ".join(f"{'plain' if label == 0 else label}x{count}" for label, count in extra["schedule"])
-    print(f"  schedule {schedule}; {extra['switches']} switches; gammas used {extra['gammas_used']}; "
+    print(f"  schedule {show(extra['schedule'])}; {extra['switches']} switches; gammas used {extra['gammas_used']}; "
           f"tokens per round and sequence {per_round:.2f} (model {per_round_model:.2f})", flush=True)
     for label, mode in modes.items():
         name = {"pilot": "pilot", "0": "plain steps"}.get(label, f"gamma {label}")
@@ -217,7 +219,8 @@ def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas, clock=
             "declined": extra["declined"], "alpha": extra["alpha"], "gamma": extra["gamma"], "K": extra["K"],
             "predicted": predicted, "alpha_pilot": extra["alpha_pilot"], "predicted_prior": extra["predicted"],
             "gammas_used": extra["gammas_used"], "switches": extra["switches"],
-            "schedule": [list(s) for s in extra["schedule"]], "modes": modes, "plan_ms": 1e3 * extra["plan_seconds"],
+            "schedule": [list(s) for s in extra["schedule"]], "plan_schedule": [list(s) for s in extra["plan_schedule"]],
+            "modes": modes, "plan_ms": 1e3 * extra["plan_seconds"],
             "identical": identical, "kv_bytes_per_token": per_token, "peak_rss_mib": peak,
             "t_target_ms": 1e3 * t_row * batch, "tokens_per_round": per_round, "tokens_per_round_model": per_round_model,
             "rounds": extra["rounds"], "steps": extra["steps"]}

@@ -76,7 +76,7 @@ def write_checkpoint(directory, config: LlamaConfig, weights: dict, dtype=np.flo
 
 class CostClock:
     """A clock that advances only when `model` runs a forward, by a cost per sequence in the forward:
-    `full(tokens)` on a full cache, `draft(call)` on a streaming one (call: the forwards so far),
+    `full(tokens)` on a full cache, `draft(call)` on a streaming one (call: the draft forwards so far),
     so that a decoding's timing-based choices are the same on every run and machine."""
 
     def __init__(self, model, full=lambda tokens: 1.0 + 0.2 * (tokens - 1), draft=lambda call: 0.1) -> None:
@@ -85,8 +85,11 @@ class CostClock:
 
         def timed(tokens, cache):
             rows, width = np.shape(tokens)
-            cost = full(width) if cache.streaming is None else draft(self.calls)
-            self.calls += 1
+            if cache.streaming is None:
+                cost = full(width)
+            else:
+                cost = draft(self.calls)
+                self.calls += 1
             self.now += rows * cost
             return forward(tokens, cache)
 

@@ -21,7 +21,7 @@ def flipping_draft(period: int):
 
 
 def modes_after_pilot(result) -> list[int]:
-    return [label for label, _ in result.extra["schedule"] if label != "pilot"]
+    return [label for label, _ in result.extra["schedule"]]
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -31,8 +31,8 @@ def test_greedy_output_is_the_targets_across_switches(seed):
     for batch in (1, 4):
         prompts = [rng.integers(0, 32, size=int(rng.integers(3, 30))) for _ in range(batch)]
         expected = generate(model, prompts, 40).tokens
-        clock = CostClock(model, draft=flipping_draft(25))
-        got = magicdec_generate(model, prompts, 40, budgets=(3, 400), gammas=(1, 2, 4), pilot_steps=3,
+        clock = CostClock(model, draft=flipping_draft(12))
+        got = magicdec_generate(model, prompts, 40, budgets=(3, 400), gammas=(1, 2, 4), pilot_rounds=1,
                                 adapt=FLIPPING, clock=clock)
         assert got.tokens == expected, (seed, batch)
         modes = modes_after_pilot(got)
@@ -46,10 +46,11 @@ def test_a_useless_draft_means_plain_steps():
     rng = np.random.default_rng(3)
     model = tiny_model(seed=11, vocab=32, scale=1.5)
     prompts = [rng.integers(0, 32, size=20) for _ in range(3)]
-    got = magicdec_generate(model, prompts, 30, budgets=(2,), gammas=(1, 3), pilot_steps=6,
+    got = magicdec_generate(model, prompts, 30, budgets=(2,), gammas=(1, 3), pilot_rounds=2,
                             adapt=AdaptConfig(probe_every=0), clock=CostClock(model, draft=lambda call: 0.3))
     assert got.extra["declined"] and got.extra["alpha_pilot"] < 0.6
-    assert modes_after_pilot(got) == [AR] and got.extra["rounds"] == 0 and got.extra["switches"] == 0
+    assert modes_after_pilot(got) == [AR] and got.extra["switches"] == 0
+    assert got.extra["plan_schedule"] == [("pilot", 1), (3, 2)]          # no sweep: declined at the pilot
     assert got.tokens == generate(model, prompts, 30).tokens
 
 
@@ -73,7 +74,7 @@ def test_replanning_leaves_speculation_when_the_draft_turns_useless():
     model = tiny_model(seed=2, vocab=32, scale=1.5)
     prompts = [rng.integers(0, 32, size=12) for _ in range(4)]
     souring = Souring(model, after=30)
-    got = magicdec_generate(souring, prompts, 60, budgets=(400,), gammas=(2, 3), pilot_steps=2,
+    got = magicdec_generate(souring, prompts, 60, budgets=(400,), gammas=(2, 3), pilot_rounds=1,
                             adapt=AdaptConfig(every=2, probe_every=0), clock=CostClock(souring))
     schedule = got.extra["schedule"]
     assert not got.extra["declined"] and schedule[-1][0] == AR and schedule[-1][1] >= 10, schedule
@@ -91,10 +92,10 @@ def test_the_prompts_are_fed_once():
 
     model.forward = recorded
     prompts = [np.arange(17) % 32, (np.arange(17) * 5) % 32]
-    got = magicdec_generate(model, prompts, 20, budgets=(4, 8), gammas=(1, 2), pilot_steps=3)
+    got = magicdec_generate(model, prompts, 20, budgets=(4, 8), gammas=(1, 2))
     assert widths.count((False, 17)) == 1 and not any(w > 3 for s, w in widths if (s, w) != (False, 17))
-    assert all(w == 1 for s, w in widths if s)                  # drafts and pilot probes: one token
-    assert got.extra["schedule"][0] == ("pilot", 3) and got.extra["plan_seconds"] > 0
+    assert all(w == 1 for s, w in widths if s)                  # every draft forward: one token
+    assert got.extra["plan_schedule"][:2] == [("pilot", 1), (2, 2)] and got.extra["plan_seconds"] > 0
 
 
 def exact_law(model, prompt: np.ndarray, params: SamplingParams, tokens: int) -> np.ndarray:
@@ -113,17 +114,17 @@ def exact_law(model, prompt: np.ndarray, params: SamplingParams, tokens: int) ->
 
 @pytest.mark.parametrize("params", [SamplingParams(temperature=1.0), SamplingParams(0.8, top_k=6, top_p=0.95)])
 def test_sampled_output_has_the_target_distribution_across_switches(params):
-    """Plain pilot steps, rounds of two gammas and plain steps again (the draft turns dear), each
+    """A plain pilot step, rounds of two gammas and plain steps again (the draft turns dear), each
     sequence at its own token when the mode changes: the pairs (t2, t3), (t3, t4), (t4, t5)
     follow the target's law."""
     model = tiny_model(seed=3, vocab=8, scale=0.6, layers=1)
     prompt = np.random.default_rng(5).integers(0, 8, size=10)
     n = 6000
-    clock = CostClock(model, draft=lambda call: 0.05 if call < 8 else 3.0)
-    result = magicdec_generate(model, [prompt] * n, 5, budgets=(3,), gammas=(1, 2), pilot_steps=1, params=params,
+    clock = CostClock(model, draft=lambda call: 0.05 if call < 4 else 3.0)
+    result = magicdec_generate(model, [prompt] * n, 5, budgets=(3,), gammas=(1, 2), pilot_rounds=1, params=params,
                                seed=21, adapt=AdaptConfig(every=1, probe_every=0, time_weight=1.0), clock=clock)
-    modes = modes_after_pilot(result)
-    assert 1 in modes and 2 in modes and modes[-1] == AR, result.extra["schedule"]
+    modes = [label for label, _ in result.extra["plan_schedule"] + result.extra["schedule"]]
+    assert modes == ["pilot", 2, 1, AR], modes
     assert 0.05 < result.extra["alpha"] < 0.98
     law = exact_law(model, prompt, params, 5)
     tokens = result.as_array()
@@ -148,8 +149,8 @@ def test_bad_arguments_are_named():
                             ({"prior_weight": "8"}, "prior_weight must be")]:
         with pytest.raises(ArgumentError, match="magicdec adapt: " + message):
             AdaptConfig(**kwargs)
-    with pytest.raises(ArgumentError, match="pilot_steps must be a positive integer, got 0"):
-        magicdec_generate(model, [[1, 2]], 4, pilot_steps=0)
+    with pytest.raises(ArgumentError, match="pilot_rounds must be a positive integer, got 0"):
+        magicdec_generate(model, [[1, 2]], 4, pilot_rounds=0)
     with pytest.raises(ArgumentError, match="adapt must be an AdaptConfig or None, got dict"):
         magicdec_generate(model, [[1, 2]], 4, adapt={"every": 2})
     with pytest.raises(ArgumentError, match="need gammas >= 1 and budgets >= 2"):

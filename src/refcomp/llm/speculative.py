@@ -534,23 +534,24 @@ def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.nda
                       budgets: Sequence[int] = (64, 128, 256, 512), gammas: Sequence[int] = (1, 2, 3, 4, 5, 6),
                       params: SamplingParams | None = None, seed: int | np.random.Generator | None = 0,
                       on_tokens: TokenCallback | None = None, clock: Clock = time.perf_counter,
-                      pilot_steps: int = 8, adapt: AdaptConfig | None = AdaptConfig()) -> GenerationResult:
+                      pilot_rounds: int = 1, adapt: AdaptConfig | None = AdaptConfig()) -> GenerationResult:
     """MagicDec decoding that plans on its own first tokens and re-plans while it runs (spec/llm.md,
     "Adapting while decoding").  The prompts are fed once, to the target; every budget's draft takes
-    the target's entries.  The pilot: the first `pilot_steps` tokens are plain decode steps, each
-    draft predicting each of them (each sequence's acceptance per K); then one round of every gamma
-    (timing the verify of each); K is then fixed and the others' caches dropped, and decoding goes
+    the target's entries.  The pilot: one plain step, then `pilot_rounds` rounds of the pilot gamma
+    (the largest gamma <= 3) with each budget's draft (each sequence's acceptance per K, the draft
+    times); then one round of every other gamma (timing the verify of each); K is then fixed and the others' caches dropped, and decoding goes
     on with the predicted best gamma, or plain steps where no gamma is predicted above 1 (declined).
     With `adapt` (None: keep the first choice), every `adapt.every` rounds the running estimates
     re-rank the gammas and plain steps, with hysteresis.  Every token emitted has the target's
     distribution whatever the switches (greedy: the autoregressive tokens).  The result's `extra`
     has `declined`, `reason`, `predicted`, `plan_seconds` (pilot and sweep, counted in the decode
-    time), `gamma` (the first choice), `K`, `schedule` ([mode, rounds or steps], mode 0 plain steps),
+    time), `gamma` (the first choice), `K`, `plan_schedule` and `schedule` (before and after the
+    choice: [mode, rounds or steps], "pilot" the plain step, 0 plain steps, else gamma),
     `switches`, `gammas_used` and `modes` (per mode: rows, tokens, seconds, acceptance by position)."""
     params = params or SamplingParams()
     gammas, budgets = _choices(gammas, budgets, "magicdec")
-    if not isinstance(pilot_steps, (int, np.integer)) or isinstance(pilot_steps, bool) or pilot_steps < 1:
-        raise ArgumentError(f"magicdec: pilot_steps must be a positive integer, got {pilot_steps!r}")
+    if not isinstance(pilot_rounds, (int, np.integer)) or isinstance(pilot_rounds, bool) or pilot_rounds < 1:
+        raise ArgumentError(f"magicdec: pilot_rounds must be a positive integer, got {pilot_rounds!r}")
     if adapt is not None and not isinstance(adapt, AdaptConfig):
         raise ArgumentError(f"magicdec: adapt must be an AdaptConfig or None, got {type(adapt).__name__}")
     config = model.config
@@ -560,64 +561,93 @@ def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.nda
     batch = run.batch
     start = clock()
 
-    # the pilot: plain decode steps, each draft predicting each token (its acceptance per sequence)
-    overlap = {k: np.zeros(batch) for k in budgets}
-    seen = np.zeros(batch)
-    step_times: list[float] = []
-    probe_times: dict[int, list[float]] = {k: [] for k in budgets}
-    for _ in range(pilot_steps):
-        if not run.leave():
-            break
-        rows = run.live.copy()
-        seconds, agree, probe_seconds = run.step("pilot", probe=budgets)
-        seen[rows] += 1
-        step_times.append(seconds / len(rows))
-        for k in budgets:
-            overlap[k][rows] += agree[k]
-            probe_times[k].append(probe_seconds[k] / len(rows))
-    if not step_times:   # the prefill emitted every token
-        return run.result(clock() - start, {"declined": True, "reason": "no tokens left to decode after the prompts",
-                                            "predicted": float("nan"), "plan_seconds": 0.0, "gamma": 0,
-                                            "K": budgets[0], "switches": 0, "gammas_used": []})
-    alphas = {k: np.where(seen > 0, overlap[k] / np.maximum(seen, 1), 0.0) for k in budgets}
-    t_step = float(np.mean(step_times))
-    t_probe = {k: float(np.mean(v)) for k, v in probe_times.items()}
     settings = adapt or AdaptConfig()
+    pilot_gamma = max([g for g in gammas if g <= 3] or gammas[:1])
+
+    def finished() -> GenerationResult:   # every sequence had its tokens before the plan was made
+        plan_schedule, run.schedule = [tuple(e) for e in run.schedule], []
+        return run.result(clock() - start, {"declined": True, "reason": "every sequence had its tokens while planning",
+                                            "predicted": float("nan"), "plan_seconds": clock() - start, "gamma": 0,
+                                            "K": budgets[0], "alpha_pilot": float("nan"), "switches": 0,
+                                            "gammas_used": sorted({label for label, _ in run.schedule
+                                                                   if label not in ("pilot", AR)}),
+                                            "plan_schedule": plan_schedule})
+
+    # the pilot: one plain step (T_T), then `pilot_rounds` rounds of the pilot gamma with each budget's
+    # draft (each sequence's acceptance per K, T_D(K), that gamma's verify); their tokens are output
+    if not run.leave():
+        return finished()
+    rows = run.live.copy()
+    seconds, _, _ = run.step("pilot")
+    t_step = seconds / len(rows)
+    kept = {k: np.zeros(batch) for k in budgets}
+    judged = {k: np.zeros(batch) for k in budgets}
+    t_probe: dict[int, list[float]] = {k: [] for k in budgets}
+    pilot_verify: list[float] = []
+    observed: list[tuple[int, np.ndarray, int, np.ndarray]] = []
+    for k in budgets:
+        for _ in range(pilot_rounds):
+            if not run.leave():
+                return finished()
+            rows = run.live.copy()
+            n, t_draft, t_verify = run.round(pilot_gamma, k)
+            kept[k][rows] += n
+            judged[k][rows] += np.minimum(n + 1, pilot_gamma)
+            t_probe[k].append(t_draft / pilot_gamma / len(rows))
+            pilot_verify.append(t_verify / len(rows))
+            observed.append((k, rows, pilot_gamma, n))
+    if not run.leave():
+        return finished()
+    # per sequence, shrunk towards the batch's rate for that K (a round judges 1 .. gamma drafts)
+    alphas = {}
+    for k in budgets:
+        pooled = kept[k].sum() / max(judged[k].sum(), 1.0)
+        alphas[k] = (kept[k] + 2.0 * pooled) / (judged[k] + 2.0)
+    t_draft_k = {k: float(np.mean(v)) for k, v in t_probe.items()}
 
     def controller(k: int, t_draft: dict[int, float], t_verify: dict[int, float]) -> _Controller:
         return _Controller(batch, gammas, alphas[k], settings, t_step, t_draft, t_verify)
 
-    # a provisional K with T_V = T_T (a verify costs at least a step); then one round of each gamma
+    # a provisional K, the best at the pilot gamma (all measured); declined where no gamma is
+    # predicted above 1 even with the verifies not yet timed at T_T (a verify costs at least a step)
+    verify = {pilot_gamma: float(np.mean(pilot_verify))}
     rows, remaining = run.live, run.remaining()
-    ranked = {k: controller(k, {g: t_probe[k] for g in gammas}, {}).best(rows, remaining) for k in budgets}
-    budget = max(budgets, key=lambda k: ranked[k][1])
-    measured_draft: dict[int, float] = {}
-    measured_verify: dict[int, float] = {}
-    observed: list[tuple[np.ndarray, int, np.ndarray]] = []
-    if ranked[budget][1] >= 1.0:
+    ranked = {k: controller(k, {g: t_draft_k[k] for g in gammas}, verify).predict(rows, remaining, pilot_gamma)
+              for k in budgets}
+    provisional = max(budgets, key=lambda k: ranked[k])
+    measured_draft = {pilot_gamma: t_draft_k[provisional]}
+    gamma, predicted = controller(provisional, {g: t_draft_k[provisional] for g in gammas}, verify).best(rows, remaining)
+    budget = provisional
+    if predicted >= 1.0:
+        # the sweep: one round of each other gamma with the provisional K
         for g in gammas:
+            if g == pilot_gamma:
+                continue
             if not run.leave():
-                break
+                return finished()
             rows = run.live.copy()
-            n, t_draft, t_verify = run.round(g, budget)
-            measured_draft[g], measured_verify[g] = t_draft / g / len(rows), t_verify / len(rows)
-            observed.append((rows, g, n))
+            n, t_draft, t_verify = run.round(g, provisional)
+            measured_draft[g], verify[g] = t_draft / g / len(rows), t_verify / len(rows)
+            observed.append((provisional, rows, g, n))
+        if not run.leave():
+            return finished()
         # K fixed from here: draft forwards scale with K as the pilot's did
         scores = {}
         for k in budgets:
-            scale = t_probe[k] / t_probe[budget]
-            draft_k = {g: measured_draft.get(g, t_probe[budget]) * scale for g in gammas}
-            scores[k] = controller(k, draft_k, measured_verify).best(run.live, run.remaining())
+            scale = t_draft_k[k] / t_draft_k[provisional]
+            scores[k] = controller(k, {g: t * scale for g, t in measured_draft.items()}, verify).best(
+                run.live, run.remaining())
         budget = max(budgets, key=lambda k: scores[k][1])
         gamma, predicted = scores[budget]
-        scale = t_probe[budget] / t_probe[max(ranked, key=lambda k: ranked[k][1])]
-        measured_draft = {g: t * scale for g, t in measured_draft.items()}
-    else:
-        gamma, predicted = ranked[budget]
+    scale = t_draft_k[budget] / t_draft_k[provisional]
     run.drafts = {budget: run.drafts[budget]}
-    control = controller(budget, measured_draft or {g: t_probe[budget] for g in gammas}, measured_verify)
-    for rows, g, n in observed:
-        control.observe(rows, g, n)
+    control = controller(budget, {g: measured_draft.get(g, measured_draft[pilot_gamma]) * scale for g in gammas},
+                         verify)
+    for k, rows, g, n in observed:
+        if k == budget:
+            control.observe(rows, g, n)
+    plan_schedule = [tuple(e) for e in run.schedule]
+    run.schedule = []
     choice = analytic.Choice(gamma, budget, float(alphas[budget].mean()), predicted)
     plan_seconds = clock() - start
 
@@ -647,8 +677,9 @@ def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.nda
             new = control.decide(mode, run.live, run.remaining())
             switches += new != mode
             mode = new
-    gammas_used = sorted({label for label, _ in run.schedule if label not in ("pilot", AR)})
+    gammas_used = sorted({label for label, _ in plan_schedule + run.schedule if label not in ("pilot", AR)})
     return run.result(clock() - start, {"declined": choice.declined, "reason": choice.reason(),
                                         "predicted": choice.predicted, "plan_seconds": plan_seconds,
                                         "gamma": choice.gamma, "K": budget, "alpha_pilot": choice.alpha,
-                                        "switches": switches, "gammas_used": gammas_used})
+                                        "switches": switches, "gammas_used": gammas_used,
+                                        "plan_schedule": plan_schedule})
