@@ -159,3 +159,13 @@ def test_bad_arguments_are_named():
         magicdec_generate(model, [[1, 2]], 4, budgets=(1.5,))
     with pytest.raises(ArgumentError, match="prompt 0 is empty"):
         magicdec_generate(model, [[]], 4)
+
+
+def test_without_adapt_the_first_choice_stays():
+    rng = np.random.default_rng(12)
+    model = tiny_model(seed=6, vocab=32, scale=1.5)
+    prompts = [rng.integers(0, 32, size=15) for _ in range(3)]
+    got = magicdec_generate(model, prompts, 40, budgets=(400,), gammas=(1, 3), adapt=None,
+                            clock=CostClock(model, draft=flipping_draft(6)))
+    assert [label for label, _ in got.extra["schedule"]] == [got.extra["gamma"]] and got.extra["switches"] == 0
+    assert got.tokens == generate(model, prompts, 40).tokens
