@@ -50,7 +50,7 @@ def test_a_useless_draft_means_plain_steps():
                             adapt=AdaptConfig(probe_every=0), clock=CostClock(model, draft=lambda call: 0.3))
     assert got.extra["declined"] and got.extra["alpha_pilot"] < 0.6
     assert modes_after_pilot(got) == [AR] and got.extra["switches"] == 0
-    assert got.extra["plan_schedule"] == [("pilot", 1), (3, 2)]          # no sweep: declined at the pilot
+    assert got.extra["plan_schedule"] == [("pilot", 2), (3, 2)]          # no sweep: declined at the pilot
     assert got.tokens == generate(model, prompts, 30).tokens
 
 
@@ -95,7 +95,7 @@ def test_the_prompts_are_fed_once():
     got = magicdec_generate(model, prompts, 20, budgets=(4, 8), gammas=(1, 2))
     assert widths.count((False, 17)) == 1 and not any(w > 3 for s, w in widths if (s, w) != (False, 17))
     assert all(w == 1 for s, w in widths if s)                  # every draft forward: one token
-    assert got.extra["plan_schedule"][:2] == [("pilot", 1), (2, 2)] and got.extra["plan_seconds"] > 0
+    assert got.extra["plan_schedule"][:2] == [("pilot", 2), (2, 2)] and got.extra["plan_seconds"] > 0
 
 
 def exact_law(model, prompt: np.ndarray, params: SamplingParams, tokens: int) -> np.ndarray:
@@ -114,22 +114,22 @@ def exact_law(model, prompt: np.ndarray, params: SamplingParams, tokens: int) ->
 
 @pytest.mark.parametrize("params", [SamplingParams(temperature=1.0), SamplingParams(0.8, top_k=6, top_p=0.95)])
 def test_sampled_output_has_the_target_distribution_across_switches(params):
-    """A plain pilot step, rounds of two gammas and plain steps again (the draft turns dear), each
-    sequence at its own token when the mode changes: the pairs (t2, t3), (t3, t4), (t4, t5)
-    follow the target's law."""
+    """Plain pilot steps, rounds of two gammas and plain steps again (the draft turns dear), each
+    sequence at its own token when the mode changes: the pairs (t2, t3) .. (t5, t6) follow the
+    target's law."""
     model = tiny_model(seed=3, vocab=8, scale=0.6, layers=1)
     prompt = np.random.default_rng(5).integers(0, 8, size=10)
     n = 6000
     clock = CostClock(model, draft=lambda call: 0.05 if call < 4 else 3.0)
-    result = magicdec_generate(model, [prompt] * n, 5, budgets=(3,), gammas=(1, 2), pilot_rounds=1, params=params,
+    result = magicdec_generate(model, [prompt] * n, 6, budgets=(3,), gammas=(1, 2), pilot_rounds=1, params=params,
                                seed=21, adapt=AdaptConfig(every=1, probe_every=0, time_weight=1.0), clock=clock)
     modes = [label for label, _ in result.extra["plan_schedule"] + result.extra["schedule"]]
     assert modes == ["pilot", 2, 1, AR], modes
     assert 0.05 < result.extra["alpha"] < 0.98
-    law = exact_law(model, prompt, params, 5)
+    law = exact_law(model, prompt, params, 6)
     tokens = result.as_array()
-    for i in (1, 2, 3):
-        pair = law.sum(axis=tuple(a for a in range(5) if a not in (i, i + 1))).reshape(-1)
+    for i in (1, 2, 3, 4):
+        pair = law.sum(axis=tuple(a for a in range(6) if a not in (i, i + 1))).reshape(-1)
         counts = np.bincount(tokens[:, i] * 8 + tokens[:, i + 1], minlength=64)
         stat, df = chi2_statistic(counts, pair)
         assert stat < chi2_threshold(df), i
@@ -140,6 +140,7 @@ def test_bad_arguments_are_named():
     for kwargs, message in [({"every": 0}, "every must be a positive integer"),
                             ({"every": 2.5}, "every must be a positive integer"),
                             ({"probe_every": -1}, "probe_every must be a non-negative integer"),
+                            ({"step_every": 1.0}, "step_every must be a non-negative integer"),
                             ({"hysteresis": 1.0}, r"hysteresis must be a number in \[0.0, 1.0\)"),
                             ({"hysteresis": -0.1}, "hysteresis must be"),
                             ({"decay": 0.0}, r"decay must be a number in \(0.0, 1.0\]"),

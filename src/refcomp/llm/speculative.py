@@ -270,21 +270,23 @@ class AdaptConfig:
     above 1 + hysteresis; to plain steps: below 1 - hysteresis); decay: the weight an acceptance
     count keeps per round of its sequence (older rounds count less); prior_weight: the judged drafts
     the pilot's alpha counts for; probe_every: plain steps between probe rounds once speculation has
-    stopped (0: never probe, plain steps to the end); time_weight: the weight of a new measurement in
-    the running mean of a step time."""
+    stopped (0: never probe, plain steps to the end); step_every: rounds between reference plain
+    steps while speculating (T_T's running mean; 0: never); time_weight: the weight of a new
+    measurement in the running mean of a step time."""
 
     every: int = 4
     hysteresis: float = 0.05
     decay: float = 0.9
     prior_weight: float = 8.0
     probe_every: int = 32
+    step_every: int = 16
     time_weight: float = 0.25
 
     def __post_init__(self) -> None:
         def bad(name: str, need: str) -> None:
             raise ArgumentError(f"magicdec adapt: {name} must be {need}, got {getattr(self, name)!r}")
 
-        for name in ("every", "probe_every"):
+        for name in ("every", "probe_every", "step_every"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < (name == "every"):
                 bad(name, "a positive integer" if name == "every" else "a non-negative integer")
@@ -541,7 +543,7 @@ def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.nda
                       pilot_rounds: int = 1, adapt: AdaptConfig | None = AdaptConfig()) -> GenerationResult:
     """MagicDec decoding that plans on its own first tokens and re-plans while it runs (spec/llm.md,
     "Adapting while decoding").  The prompts are fed once, to the target; every budget's draft takes
-    the target's entries.  The pilot: one plain step, then `pilot_rounds` rounds of the pilot gamma
+    the target's entries.  The pilot: two plain steps, then `pilot_rounds` rounds of the pilot gamma
     (the largest gamma <= 3) with each budget's draft (each sequence's acceptance per K, the draft
     times); then one round of every other gamma (timing the verify of each); K is then fixed and the others' caches dropped, and decoding goes
     on with the predicted best gamma, or plain steps where no gamma is predicted above 1 (declined).
@@ -577,13 +579,16 @@ def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.nda
                                                                    if label not in ("pilot", AR)}),
                                             "plan_schedule": plan_schedule})
 
-    # the pilot: one plain step (T_T), then `pilot_rounds` rounds of the pilot gamma with each budget's
+    # the pilot: two plain steps (T_T), then `pilot_rounds` rounds of the pilot gamma with each budget's
     # draft (each sequence's acceptance per K, T_D(K), that gamma's verify); their tokens are output
     if not run.leave():
         return finished()
-    rows = run.live.copy()
-    seconds, _, _ = run.step("pilot")
-    t_step = seconds / len(rows)
+    for _ in range(2):   # the first step after the prefill meets cold caches: T_T is the second's
+        if not run.leave():
+            return finished()
+        rows = run.live.copy()
+        seconds, _, _ = run.step("pilot")
+        t_step = seconds / len(rows)
     kept = {k: np.zeros(batch) for k in budgets}
     judged = {k: np.zeros(batch) for k in budgets}
     t_probe: dict[int, list[float]] = {k: [] for k in budgets}
@@ -656,7 +661,7 @@ def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.nda
     plan_seconds = clock() - start
 
     mode = AR if choice.declined else gamma
-    since = plain = switches = 0
+    since = plain = switches = rounds = 0
     while run.leave():
         rows = run.live.copy()
         if mode == AR and not (adapt is not None and adapt.probe_every and plain >= adapt.probe_every):
@@ -666,8 +671,15 @@ def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.nda
             since += 1
             if adapt is None or since < adapt.every:
                 continue
+        elif mode != AR and adapt is not None and adapt.step_every and rounds >= adapt.step_every:
+            # a reference step: T_T is otherwise measured only while plain steps run
+            seconds, _, _ = run.step()
+            control.timed("step", seconds / len(rows))
+            rounds = 0
+            continue
         else:
             g = mode if mode != AR else control.best(rows, run.remaining())[0]
+            rounds += 1
             n, t_draft, t_verify = run.round(g, budget)
             control.observe(rows, g, n)
             control.timed("draft", t_draft / g / len(rows), g)
