@@ -389,8 +389,10 @@ class _Decoding:
         t1 = self.clock()
         self.pending = draw(p, self.rng)
         self.length = self.length + 1
+        t2 = self.clock()
         for cache in self.drafts.values():
             cache.extend_from(self.target, self.length)
+        t3 = self.clock()
         tokens = self._emit([[int(t)] for t in self.pending])
         seconds += self.clock() - t1
         mode = self._mode(label)
@@ -400,7 +402,9 @@ class _Decoding:
         mode["draft_seconds"] += sum(probe_seconds.values())
         self.steps += 1
         self.step_seconds += seconds + sum(probe_seconds.values())
-        return seconds, overlap, probe_seconds
+        # a plain step of the decoding keeps one draft in step: the others' copies are the pilot's
+        synced = (t3 - t2) * (1 - 1 / len(self.drafts)) if self.drafts else 0.0
+        return seconds - synced, overlap, probe_seconds
 
     def round(self, gamma: int, budget: int) -> tuple[np.ndarray, float, float]:
         """One speculative round at gamma with the draft of budget K; (accepted per row, draft
@@ -411,10 +415,10 @@ class _Decoding:
         t1 = self.clock()
         n, emitted = _verify_and_settle(self.model, self.target, draft_cache, self.pending, drafts, q, self.length,
                                         self.params, self.rng)
-        for k, cache in self.drafts.items():
+        t2 = self.clock()
+        for k, cache in self.drafts.items():   # the pilot's other drafts: not part of a round's time
             if k != budget:
                 cache.extend_from(self.target, self.length + 1 + n)
-        t2 = self.clock()
         tokens = self._emit([[int(x) for x in drafts[i, :n[i]]] + [int(emitted[i])] for i in range(len(self.live))])
         self.accepted_by[self.live] += n
         self.trials_by[self.live] += n + (n < gamma)
