@@ -187,7 +187,7 @@ def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas, clock=
     def show(schedule):
         return " ".join(f"{'plain' if label == 0 else label}x{count}" for label, count in schedule)
 
-    print(f"  plan ({show(extra['plan_schedule'])}: two plain steps, a round of the pilot gamma per K, one of each "
+    print(f"  plan ({show(extra['plan_schedule'])}: a plain step, a round of the pilot gamma per K, two plain steps, one of each "
           f"other gamma): {extra['reason']}; {extra['plan_seconds']:.2f} s of the decode", flush=True)
     # the analytic model's inputs as the two decodings measured them: T_T per sequence-step from the
     # autoregressive decoding (every sequence in every step: equal prompts), per mode of the
