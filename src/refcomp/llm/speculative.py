@@ -305,8 +305,9 @@ class _Decoding:
     """The state of one speculative (or mixed) decoding of a batch: the target cache, one draft cache
     per budget K (all kept holding the target's entries), each live sequence's pending token and
     length, the tokens emitted, and what each mode (AR or a gamma) cost and accepted.  `step` is one
-    autoregressive step (optionally letting each draft predict it: the pilot), `round` one
-    speculative round; both leave every cache holding the same positions."""
+    autoregressive step (optionally letting each draft predict it), `round` one speculative round.
+    A draft cache takes the target's entries when a round needs it: after a round its draft holds
+    the target's positions, and a draft behind the target catches up in one copy."""
 
     def __init__(self, model: CausalLM, prompts: list[np.ndarray], max_new_tokens: int, budgets: Sequence[int],
                  gamma_max: int, params: SamplingParams, rng: np.random.Generator, clock: Clock,
@@ -372,53 +373,36 @@ class _Decoding:
             self.clipped(new_tokens)
         return sum(len(t) for t in new_by_row)
 
-    def step(self, label=AR, probe: Sequence[int] = ()) -> tuple[float, dict[int, np.ndarray], dict[int, float]]:
-        """One autoregressive step of the live sequences; each draft cache in `probe` also predicts
-        it from the same token (min(p, q) summed: its acceptance of this token per row, and its
-        forward's seconds).  Returns (the step's seconds without the probes, overlaps, probe seconds)."""
+    def step(self, label=AR) -> float:
+        """One autoregressive step of the live sequences (the drafts are not touched); its seconds."""
         t0 = self.clock()
         p = self.params.distribution(self.model.forward(self.pending[:, None], self.target)[:, -1])
-        seconds = self.clock() - t0
-        overlap, probe_seconds = {}, {}
-        for k in probe:
-            t1 = self.clock()
-            q = self.params.distribution(self.model.forward(self.pending[:, None], self.drafts[k])[:, -1])
-            probe_seconds[k] = self.clock() - t1
-            overlap[k] = np.minimum(p, q).sum(axis=-1)
-            self.drafts[k].rollback(self.length)
-        t1 = self.clock()
         self.pending = draw(p, self.rng)
         self.length = self.length + 1
-        t2 = self.clock()
-        for cache in self.drafts.values():
-            cache.extend_from(self.target, self.length)
-        t3 = self.clock()
         tokens = self._emit([[int(t)] for t in self.pending])
-        seconds += self.clock() - t1
+        seconds = self.clock() - t0
         mode = self._mode(label)
         mode["rows"] += len(self.live)
         mode["tokens"] += tokens
-        mode["seconds"] += seconds + sum(probe_seconds.values())
-        mode["draft_seconds"] += sum(probe_seconds.values())
+        mode["seconds"] += seconds
         self.steps += 1
-        self.step_seconds += seconds + sum(probe_seconds.values())
-        # a plain step of the decoding keeps one draft in step: the others' copies are the pilot's
-        synced = (t3 - t2) * (1 - 1 / len(self.drafts)) if self.drafts else 0.0
-        return seconds - synced, overlap, probe_seconds
+        self.step_seconds += seconds
+        return seconds
 
     def round(self, gamma: int, budget: int) -> tuple[np.ndarray, float, float]:
         """One speculative round at gamma with the draft of budget K; (accepted per row, draft
         seconds, verify seconds: the verify forward, sampling, acceptance and every cache's settling)."""
         draft_cache = self.drafts[budget]
+        # a draft takes the target's entries of the plain steps since its last round only now (the
+        # positions its window keeps: one copy however many steps)
+        if (draft_cache.lengths() < self.length).any():
+            draft_cache.extend_from(self.target, self.length)
         t0 = self.clock()
         drafts, q = _draft(self.model, draft_cache, self.pending, gamma, self.params, self.rng)
         t1 = self.clock()
         n, emitted = _verify_and_settle(self.model, self.target, draft_cache, self.pending, drafts, q, self.length,
                                         self.params, self.rng)
         t2 = self.clock()
-        for k, cache in self.drafts.items():   # the pilot's other drafts: not part of a round's time
-            if k != budget:
-                cache.extend_from(self.target, self.length + 1 + n)
         tokens = self._emit([[int(x) for x in drafts[i, :n[i]]] + [int(emitted[i])] for i in range(len(self.live))])
         self.accepted_by[self.live] += n
         self.trials_by[self.live] += n + (n < gamma)
@@ -589,8 +573,7 @@ def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.nda
         return finished()
     def plain_step() -> float:
         rows = run.live.copy()
-        seconds, _, _ = run.step("pilot")
-        return seconds / len(rows)
+        return run.step("pilot") / len(rows)
 
     if not run.leave():
         return finished()
@@ -677,16 +660,14 @@ def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.nda
     while run.leave():
         rows = run.live.copy()
         if mode == AR and not (adapt is not None and adapt.probe_every and plain >= adapt.probe_every):
-            seconds, _, _ = run.step()
-            control.timed("step", seconds / len(rows))
+            control.timed("step", run.step() / len(rows))
             plain += 1
             since += 1
             if adapt is None or since < adapt.every:
                 continue
         elif mode != AR and adapt is not None and adapt.step_every and rounds >= adapt.step_every:
             # a reference step: T_T is otherwise measured only while plain steps run
-            seconds, _, _ = run.step()
-            control.timed("step", seconds / len(rows))
+            control.timed("step", run.step() / len(rows))
             rounds = 0
             continue
         else:
