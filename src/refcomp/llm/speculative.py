@@ -450,7 +450,7 @@ class _Controller:
     sequence in the step (a round's rows shrink as sequences finish): one plain step, one draft
     forward and one verify (with its settling) by gamma, running means with weight `time_weight`.
     A gamma's prediction over the tokens the live sequences still need is
-    `analytic.predicted_remaining_speedup` of those a[b, j] (a verify not yet timed: T_T).
+    `analytic.predicted_remaining_speedup` of those a[b, j] (a verify not yet timed: `verify_time`).
     """
 
     POSITION_WEIGHT = 4.0
@@ -494,7 +494,15 @@ class _Controller:
         rows, remaining = rows[going], remaining[going]
         return analytic.predicted_remaining_speedup(self.alphas(rows, gamma), remaining, self.t_step,
                                                     self.t_draft.get(gamma, min(self.t_draft.values())),
-                                                    self.t_verify.get(gamma, self.t_step))
+                                                    self.verify_time(gamma))
+
+    def verify_time(self, gamma: int) -> float:
+        """T_V(gamma): measured, or from the nearest measured gamma m, a step plus gamma / m of
+        what m's verify costs beyond a step (a step where none is measured)."""
+        if gamma in self.t_verify or not self.t_verify:
+            return self.t_verify.get(gamma, self.t_step)
+        m = min(self.t_verify, key=lambda g: abs(g - gamma))
+        return self.t_step + max(0.0, self.t_verify[m] - self.t_step) * gamma / m
 
     def best(self, rows: np.ndarray, remaining: np.ndarray) -> tuple[int, float]:
         return max(((g, self.predict(rows, remaining, g)) for g in self.gammas), key=lambda gs: gs[1])
@@ -613,7 +621,7 @@ def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.nda
         return _Controller(batch, gammas, alphas[k], settings, t_step, t_draft, t_verify)
 
     # a provisional K, the best at the pilot gamma (all measured); declined where no gamma is
-    # predicted above 1 even with the verifies not yet timed at T_T (a verify costs at least a step)
+    # predicted above 1 with the verifies not yet timed scaled from the pilot gamma's
     verify = {pilot_gamma: float(np.mean(pilot_verify))}
     rows, remaining = run.live, run.remaining()
     ranked = {k: controller(k, {g: t_draft_k[k] for g in gammas}, verify).predict(rows, remaining, pilot_gamma)
