@@ -5,19 +5,18 @@ Cases (any B and S may be asked for with --cases; the defaults are the issue's):
 * `decode_b{B}_s{S}_vs_torch`: greedy decoding of B prompts of S tokens.  Time per generated token
   (prefill excluded) of transformers' LlamaForCausalLM with its KV cache (the same weights, float32,
   --threads threads) divided by refcomp's.  Checked first: the logits of a prompt prefix agree.
-* `magicdec_b{B}_s{S}`: greedy MagicDec self-speculation against greedy autoregressive decoding of
-  the same prompts with the same model.  gamma and the draft budget K are chosen by
-  refcomp.llm.speculative.plan (a pilot decode for each sequence's alpha per K, rounds of every
-  (gamma, K) timed as a run has them; analytic.choose); where its best prediction is below 1 it
-  declines: `declined` is true and refcomp's time is the autoregressive one (the speculative run is
-  still made and reported as `speculative_ms`, `speculative_ratio`).  The entry carries alpha
-  (measured in the run), gamma, K and `predicted`: analytic.predicted_batch_speedup from the two
-  decodings' own step times (T_T: the autoregressive decode's mean step; T_D, T_V: the speculative
-  run's draft and verify seconds, sampling and rollbacks counted to the verify, per sequence-round
-  times B, since finished sequences leave the batch) and each sequence's alpha in the run;
-  `predicted_free` the Omega formula, `predicted_lockstep` the rounds had finished sequences
-  stayed, `predicted_prior` the plan's.  Checked: the two decodings emit the same tokens.  Ratio =
-  autoregressive time per token / refcomp's chosen decoding's.
+* `magicdec_b{B}_s{S}`: greedy MagicDec self-speculation (refcomp.llm.speculative.magicdec_generate)
+  against greedy autoregressive decoding of the same prompts with the same model.  magicdec_generate
+  plans on its own first tokens (a pilot of plain steps each draft predicts, then one round of every
+  gamma), fixes K, and re-plans gamma, or plain steps, every few rounds from its running estimates;
+  its decode time includes the pilot and the re-planning.  The entry carries alpha (measured in the
+  run), the first choice's gamma, K and prediction (`predicted_prior`), `gammas_used`, `switches`,
+  the `schedule` ([mode, rounds or steps], 0 plain steps), per mode its sequence-rounds, tokens,
+  milliseconds and acceptance by position, and `predicted`: the analytic model's speedup from the
+  run's own measurements (T_T per sequence-step from the autoregressive decoding; per mode its
+  draft and verify seconds per sequence-round, and its sequence-rounds as tokens / Omega of its
+  acceptance by position).  Checked: the two decodings emit the same tokens.  Ratio =
+  autoregressive time per token / magicdec's.
 * `memory_b{B}_s{S}`: the KV cache of B sequences of S tokens: bytes per token, the planned bytes
   (float16 pages, beside float32's), the peak resident memory after filling it and decoding a few
   steps, and that decode step's time.
@@ -56,7 +55,6 @@ from refcomp.llm.generate import generate  # noqa: E402
 from refcomp.llm.checkpoint import load_checkpoint  # noqa: E402
 from refcomp.llm.loading import DEFAULT_MODEL, load_model  # noqa: E402
 from refcomp.llm import speculative  # noqa: E402
-from refcomp.llm.speculative import SpeculativeConfig, speculative_generate  # noqa: E402
 from refcomp.loops.intrin.cpu import describe  # noqa: E402
 
 DECODE_CASES = [f"decode_b{b}_s{s}_vs_torch" for s in (1024, 4096) for b in (1, 8, 32)]
@@ -151,77 +149,81 @@ def run_decode(model, hf, text, batch, length, new_tokens) -> dict:
             "max_logit_diff": diff, "token_agreement": agree}
 
 
+def predicted_from_run(result, t_row: float) -> tuple[float, float, dict]:
+    """The speedup the analytic model predicts from a magicdec run's own measurements: per mode (the
+    pilot, plain steps, each gamma) its rows, tokens, draft and verify seconds and acceptance by
+    position; T_T per sequence-step t_row from the autoregressive decoding.  A gamma's sequence-rounds
+    are its tokens / omega_by_position(its acceptance by position) (the model), costed at its measured
+    draft and verify seconds per sequence-round; plain steps and the pilot's target steps at t_row,
+    the pilot's draft forwards at their measured seconds.  Returns (predicted speedup, tokens per
+    sequence-round the model gives for the rounds, per-mode summary)."""
+    cost = 0.0
+    tokens = rounds_model = 0.0
+    summary = {}
+    for label, mode in result.extra["modes"].items():
+        entry = {"rows": mode["rows"], "tokens": mode["tokens"], "ms": 1e3 * mode["seconds"]}
+        if label in ("pilot", "0"):
+            cost += mode["tokens"] * t_row + mode["draft_seconds"]
+        else:
+            judged = np.maximum(np.asarray(mode["judged"]), 1)
+            by_position = np.asarray(mode["accepted"]) / judged
+            omega = float(analytic.omega_by_position(by_position))
+            modelled = mode["tokens"] / omega
+            cost += modelled * (mode["draft_seconds"] + mode["verify_seconds"]) / mode["rows"]
+            tokens += mode["tokens"]
+            rounds_model += modelled
+            entry.update(alpha_by_position=[round(float(x), 4) for x in by_position], omega=omega)
+        summary[label] = entry
+    total = sum(mode["tokens"] for mode in result.extra["modes"].values())
+    return total * t_row / cost, (tokens / rounds_model if rounds_model else float("nan")), summary
+
+
 def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas, clock=time.perf_counter) -> dict:
     prompts = prompts_from(text, batch, length)
     budgets = [k for k in budgets if k < length] or [max(2, length // 4)]
-    planned = speculative.plan(model, prompts, new_tokens, budgets=budgets, gammas=gammas, clock=clock)
-    choice, times = planned.choice, planned.times
-    print(f"  step times (in rounds, fastest of 3): target {1e3 * times.target:.2f} ms, verify "
-          + ", ".join(f"g{g} {1e3 * t:.2f}" for g, t in times.verify.items()) + " ms, draft at gamma "
-          + f"{min(gammas)} " + ", ".join(f"K{k} {1e3 * t:.2f}" for k, t in times.draft.items())
-          + " ms; alpha (pilot) by K " + ", ".join(f"K{k} {a.mean():.3f}" for k, a in planned.alphas.items()),
-          flush=True)
-    print(f"  plan: {choice.reason()}; {planned.seconds:.1f} s of measuring", flush=True)
-    spec = SpeculativeConfig.with_budget(choice.gamma, choice.budget)
     auto = generate(model, prompts, new_tokens, clock=clock)
-    fast = speculative_generate(model, prompts, new_tokens, spec=spec, clock=clock)
-    alpha = fast.extra["alpha"]
-    # the analytic model's inputs as the two decodings measured them (means over the runs, Python
-    # between the forwards included: sampling and rollbacks count to the verify step).  Finished
-    # sequences leave the batch, so a round costs its share of a full one: T_D and T_V are per
-    # sequence-round (rounds x the sequences in each) times the batch
-    t_target = auto.decode_seconds / max(auto.steps, 1)
-    rounds = max(fast.extra["rounds"], 1)
-    row_rounds = max(fast.extra["row_rounds"], 1)
-    t_draft = fast.extra["draft_seconds"] / (row_rounds * choice.gamma) * batch
-    t_verify = (fast.decode_seconds - fast.extra["draft_seconds"]) / row_rounds * batch
-    # each sequence takes its own rounds: mean_b E[R_b] from its alpha (analytic.expected_sequence_rounds)
-    # instead of N / Omega; `predicted_free` is the Omega formula, `predicted_lockstep` what the
-    # rounds would give had the finished sequences stayed in the batch (analytic.expected_rounds)
-    tokens = new_tokens - 1  # the prefill emits each sequence's first token
-    alphas = [a for a in fast.extra["alpha_by_sequence"] if a == a]
-    predicted = analytic.predicted_batch_speedup(choice.gamma, alphas, tokens, t_target, t_draft, t_verify)
-    predicted_free = analytic.predicted_speedup(choice.gamma, alpha, t_target, t_draft, t_verify)
-    predicted_lockstep = analytic.predicted_lockstep_speedup(choice.gamma, alphas, tokens, t_target, t_draft,
-                                                             t_verify)
-    print(f"  measured in the runs: T_T {1e3 * t_target:.2f} ms, T_D {1e3 * t_draft:.2f} ms, "
-          f"T_V {1e3 * t_verify:.2f} ms (T_V/T_T {t_verify / t_target:.2f}, T_D/T_T {t_draft / t_target:.3f}; "
-          f"T_D and T_V per full round)", flush=True)
-    # tokens a sequence gains per round it takes part in: measured, the model's, Omega
-    per_round = fast.decoded / row_rounds
-    omega = analytic.omega(choice.gamma, alpha)
-    modelled = tokens / analytic.expected_sequence_rounds(choice.gamma, alphas, tokens)
-    print(f"  tokens per round and sequence {per_round:.2f} (model {modelled:.2f}, Omega {omega:.2f}); "
-          f"{rounds} rounds, {row_rounds} sequence-rounds ({row_rounds / batch:.1f} full rounds; in lockstep "
-          f"{analytic.expected_rounds(choice.gamma, alphas, tokens):.1f} expected)", flush=True)
+    fast = speculative.magicdec_generate(model, prompts, new_tokens, budgets=budgets, gammas=gammas, clock=clock)
+    extra = fast.extra
+    def show(schedule):
+        return " ".join(f"{'plain' if label == 0 else label}x{count}" for label, count in schedule)
+
+    print(f"  plan ({show(extra['plan_schedule'])}: a plain step, a round of the pilot gamma per K, two plain steps, one of each "
+          f"other gamma): {extra['reason']}; {extra['plan_seconds']:.2f} s of the decode", flush=True)
+    # the analytic model's inputs as the two decodings measured them: T_T per sequence-step from the
+    # autoregressive decoding (every sequence in every step: equal prompts), per mode of the
+    # speculative run its own draft and verify seconds per sequence-round and acceptance by position
+    t_row = auto.decode_seconds / max(auto.steps * batch, 1)
+    predicted, per_round_model, modes = predicted_from_run(fast, t_row)
+    spec_rows = sum(m["rows"] for label, m in extra["modes"].items() if label not in ("pilot", "0"))
+    spec_tokens = sum(m["tokens"] for label, m in extra["modes"].items() if label not in ("pilot", "0"))
+    per_round = spec_tokens / spec_rows if spec_rows else float("nan")
+    print(f"  schedule {show(extra['schedule'])}; {extra['switches']} switches; gammas used {extra['gammas_used']}; "
+          f"tokens per round and sequence {per_round:.2f} (model {per_round_model:.2f})", flush=True)
+    for label, mode in modes.items():
+        name = {"pilot": "pilot", "0": "plain steps"}.get(label, f"gamma {label}")
+        detail = (f", acceptance by position {mode['alpha_by_position']}" if "alpha_by_position" in mode else "")
+        print(f"    {name}: {mode['rows']} sequence-{'steps' if label in ('pilot', '0') else 'rounds'}, "
+              f"{mode['tokens']} tokens, {mode['ms']:.0f} ms{detail}", flush=True)
     a_ms = 1e3 * auto.decode_seconds / auto.decoded
     s_ms = 1e3 * fast.decode_seconds / fast.decoded
     identical = auto.tokens == fast.tokens
-    print(f"  autoregressive {a_ms:.3f} ms/token, speculative {s_ms:.3f} ms/token: speedup {a_ms / s_ms:.2f} "
-          f"(predicted {predicted:.2f}; {predicted_free:.2f} by Omega, {predicted_lockstep:.2f} in lockstep; "
-          f"from the runs' T_T, T_D, T_V "
-          f"and alphas; chosen gamma {choice.gamma}, K {choice.budget}, "
-          f"alpha {alpha:.3f} "
-          f"[pilot estimate {choice.alpha:.3f}, predicted {choice.predicted:.2f}]); "
-          f"identical tokens: {'yes' if identical else 'NO'}", flush=True)
+    print(f"  autoregressive {a_ms:.3f} ms/token, magicdec {s_ms:.3f} ms/token (pilot and re-planning included): "
+          f"speedup {a_ms / s_ms:.2f} (predicted {predicted:.2f} from the runs' times and acceptance; at the plan "
+          f"{extra['predicted']:.2f} with gamma {extra['gamma']}, K {extra['K']}, pilot alpha {extra['alpha_pilot']:.3f}; "
+          f"alpha in the run {extra['alpha']:.3f}); identical tokens: {'yes' if identical else 'NO'}", flush=True)
     per_token = model.new_cache(1, 1).nbytes_per_token()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"  KV cache: {per_token} bytes per token, {per_token * batch * length / 2**20:.1f} MiB for B={batch}, "
           f"S={length}; peak resident memory so far {peak:.0f} MiB", flush=True)
-    if choice.declined:
-        # the plan declines: the decoding it runs is the autoregressive one (the speculative run
-        # above shows what declining avoided)
-        print(f"  declined: refcomp decodes autoregressively, {a_ms:.3f} ms/token (speculating would have "
-              f"taken {s_ms:.3f})", flush=True)
-    chosen_ms = a_ms if choice.declined else s_ms
-    return {"refcomp": chosen_ms, "baseline": a_ms, "unit": "ms/token", "ratio": a_ms / chosen_ms,
-            "declined": choice.declined, "speculative_ms": s_ms, "speculative_ratio": a_ms / s_ms, "alpha": alpha,
-            "gamma": choice.gamma, "K": choice.budget, "predicted": predicted, "alpha_pilot": choice.alpha,
-            "predicted_prior": choice.predicted, "identical": identical, "kv_bytes_per_token": per_token,
-            "peak_rss_mib": peak, "t_target_ms": 1e3 * t_target, "t_draft_ms": 1e3 * t_draft,
-            "t_verify_ms": 1e3 * t_verify, "tokens_per_round": per_round, "omega": omega,
-            "tokens_per_round_model": modelled, "predicted_free": predicted_free,
-            "predicted_lockstep": predicted_lockstep, "row_rounds": row_rounds}
+    return {"refcomp": s_ms, "baseline": a_ms, "unit": "ms/token", "ratio": a_ms / s_ms,
+            "declined": extra["declined"], "alpha": extra["alpha"], "gamma": extra["gamma"], "K": extra["K"],
+            "predicted": predicted, "alpha_pilot": extra["alpha_pilot"], "predicted_prior": extra["predicted"],
+            "gammas_used": extra["gammas_used"], "switches": extra["switches"],
+            "schedule": [list(s) for s in extra["schedule"]], "plan_schedule": [list(s) for s in extra["plan_schedule"]],
+            "modes": modes, "plan_ms": 1e3 * extra["plan_seconds"],
+            "identical": identical, "kv_bytes_per_token": per_token, "peak_rss_mib": peak,
+            "t_target_ms": 1e3 * t_row * batch, "tokens_per_round": per_round, "tokens_per_round_model": per_round_model,
+            "rounds": extra["rounds"], "steps": extra["steps"]}
 
 
 def run_memory(model, text, batch, length, steps: int = 3) -> dict:

@@ -72,3 +72,28 @@ def write_checkpoint(directory, config: LlamaConfig, weights: dict, dtype=np.flo
     head = json.dumps(header).encode()
     head += b" " * (-len(head) % 8)
     (directory / "model.safetensors").write_bytes(struct.pack("<Q", len(head)) + head + b"".join(blobs))
+
+
+class CostClock:
+    """A clock that advances only when `model` runs a forward, by a cost per sequence in the forward:
+    `full(tokens)` on a full cache, `draft(call)` on a streaming one (call: the draft forwards so far),
+    so that a decoding's timing-based choices are the same on every run and machine."""
+
+    def __init__(self, model, full=lambda tokens: 1.0 + 0.2 * (tokens - 1), draft=lambda call: 0.1) -> None:
+        self.now, self.calls = 0.0, 0
+        forward = model.forward
+
+        def timed(tokens, cache):
+            rows, width = np.shape(tokens)
+            if cache.streaming is None:
+                cost = full(width)
+            else:
+                cost = draft(self.calls)
+                self.calls += 1
+            self.now += rows * cost
+            return forward(tokens, cache)
+
+        model.forward = timed
+
+    def __call__(self) -> float:
+        return self.now

@@ -127,3 +127,22 @@ def test_lockstep_rounds_grow_with_the_batch():
         analytic.expected_rounds(3, [0.5, 1.5], 10)
     with pytest.raises(ArgumentError, match="at least one sequence"):
         analytic.expected_rounds(3, [], 10)
+
+
+def test_omega_by_position_and_the_remaining_speedup(rng):
+    a = rng.uniform(0, 1, size=(5, 4))
+    # against the definition: expected tokens = sum_k k P(k), P from the per-position acceptance
+    for row in a:
+        p = [np.prod(row[:k - 1]) * (1 - row[k - 1]) for k in range(1, 5)] + [np.prod(row)]
+        assert np.isclose(analytic.omega_by_position(row), sum(k * pk for k, pk in zip(range(1, 6), p)))
+    assert np.isclose(analytic.omega_by_position(np.full(3, 0.7)), analytic.omega(3, 0.7))
+    remaining = rng.integers(1, 50, size=5)
+    got = analytic.predicted_remaining_speedup(a, remaining, 1.0, 0.2, 1.5)
+    rounds = np.maximum(1, remaining / analytic.omega_by_position(a))
+    assert np.isclose(got, remaining.sum() / (rounds.sum() * (4 * 0.2 + 1.5)))
+    with pytest.raises(ArgumentError, match="alphas by position must be in"):
+        analytic.omega_by_position(np.array([0.5, 1.5]))
+    with pytest.raises(ArgumentError, match="positive remaining tokens"):
+        analytic.predicted_remaining_speedup(a, np.zeros(5), 1.0, 0.2, 1.5)
+    with pytest.raises(ArgumentError, match="step times must be positive"):
+        analytic.predicted_remaining_speedup(a, remaining, 1.0, 0.0, 1.5)

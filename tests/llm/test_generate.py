@@ -147,12 +147,13 @@ def test_generate_command(byte_checkpoint):
                      "--speculative", "--gamma", "3", "--budget", "8", "--temperature", "0.8", "--top-p", "0.9")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("def f(") and "gamma 3, K 8, acceptance" in result.stderr
-    result = run_cli("--model", str(path), "--prompt", "def f(", "--max-new-tokens", "12", "--reference",
+    result = run_cli("--model", str(path), "--prompt", "def f(", "--max-new-tokens", "120", "--reference",
                      "--speculative", "auto")
     assert result.returncode == 0, result.stderr
+    expected = generate(model, [tokenizer.encode("def f(")], 120).tokens[0]
     assert result.stdout == "def f(" + tokenizer.decode(expected) + "\n"      # greedy: the target's tokens
     assert "best predicted speedup" in result.stderr
-    assert ("declined:" in result.stderr) != ("speculative: gamma" in result.stderr)
+    assert ("declined:" in result.stderr) != ("speculating" in result.stderr) and "schedule pilotx1 3x4 pilotx2" in result.stderr
     result = run_cli("--model", str(path), "--prompt", "", "--reference")
     assert result.returncode == 1 and "prompt 0 is empty" in result.stderr
     result = run_cli("--model", str(path), "--prompt", "x" * 300, "--reference")

@@ -58,6 +58,33 @@ def predicted_speedup(gamma: int, alpha: float, t_target: float, t_draft: float,
     return omega(gamma, alpha) / (gamma * t_draft / t_target + t_verify / t_target)
 
 
+def omega_by_position(alphas: np.ndarray) -> np.ndarray:
+    """Expected tokens a round emits when the i-th draft is kept with probability alphas[..., i]
+    given the ones before it: 1 + sum_i prod_{j<=i} alphas[..., j] (the Omega formula with an
+    acceptance per position; a constant alpha gives Omega(gamma, alpha)).  Shape (...,)."""
+    alphas = np.asarray(alphas, np.float64)
+    if alphas.ndim == 0 or alphas.shape[-1] < 1 or not ((alphas >= 0) & (alphas <= 1)).all():
+        raise ArgumentError(f"analytic: alphas by position must be in [0, 1] with at least one position, "
+                            f"got shape {alphas.shape}")
+    return 1.0 + np.cumprod(alphas, axis=-1).sum(axis=-1)
+
+
+def predicted_remaining_speedup(alphas: np.ndarray, remaining: np.ndarray, t_step: float, t_draft: float,
+                                t_verify: float) -> float:
+    """The speedup of rounds of gamma = alphas.shape[1] drafts over plain steps for the tokens the
+    sequences still need (remaining[b] > 0), with per-sequence step times (a round's cost shrinks with
+    its sequences): sum_b r_b T_T / (sum_b max(1, r_b / omega_b) (gamma T_D + T_V)), omega_b from
+    `omega_by_position` of row b (one round at least per sequence, however few tokens it needs)."""
+    alphas, remaining = np.asarray(alphas, np.float64), np.asarray(remaining, np.float64)
+    if alphas.ndim != 2 or remaining.shape != alphas.shape[:1] or (remaining <= 0).any():
+        raise ArgumentError(f"analytic: need alphas (sequences, gamma) and positive remaining tokens (sequences,), "
+                            f"got shapes {alphas.shape}, {remaining.shape}")
+    if min(t_step, t_draft, t_verify) <= 0:
+        raise ArgumentError(f"analytic: step times must be positive, got {t_step}, {t_draft}, {t_verify}")
+    rounds = np.maximum(1.0, remaining / omega_by_position(alphas))
+    return float(remaining.sum() * t_step / (rounds.sum() * (alphas.shape[1] * t_draft + t_verify)))
+
+
 def round_tokens(gamma: int, alpha: float) -> np.ndarray:
     """P(one round emits k tokens), k = 0 .. gamma + 1: the drafts up to the first rejection plus
     the corrected (or bonus) token, alpha^(k-1) (1 - alpha) for 1 <= k <= gamma, alpha^gamma for gamma + 1."""

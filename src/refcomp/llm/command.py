@@ -71,8 +71,11 @@ def main(argv: list[str]) -> int:
     line = (f"{result.new_tokens} tokens, {result.tokens_per_second:.1f} tokens/s decoding "
             f"(prefill {result.prefill_seconds:.2f} s) with {name} on the {kind} model")
     if "reason" in result.extra:
-        line += f"; {result.extra['reason']}"
-    if "rounds" in result.extra:
+        schedule = " ".join(f"{'plain' if label == 0 else label}x{count}"
+                            for label, count in result.extra["plan_schedule"] + result.extra["schedule"])
+        line += (f"; {result.extra['reason']}; K {result.extra['K']}, schedule {schedule} "
+                 f"({result.extra['switches']} switches)")
+    elif "rounds" in result.extra:
         line += (f"; speculative: gamma {result.extra['gamma']}, K {result.extra['K']}, "
                  f"acceptance {result.extra['alpha']:.2f}, {result.extra['rounds']} rounds")
     print(line, file=sys.stderr)

@@ -29,8 +29,12 @@ A sequence that has its tokens leaves the batch (`keep_sequences` on both caches
 it run on the others only, so the batch does not pay draft and verify rows for finished sequences.
 
 `plan` measures step times and acceptance rates on the prompts the way a run meets them and
-chooses gamma and K (refcomp.llm.analytic); `magicdec_generate` decodes with the plan's choice, or
-autoregressively where the plan predicts no speedup (it declines).
+chooses gamma and K (refcomp.llm.analytic).  `magicdec_generate` feeds the prompts once, plans on
+its own first rounds (one per budget K, then one per gamma), fixes K, and re-plans while it
+decodes: running estimates of each sequence's acceptance by position in the round and of the step
+times re-rank the gammas and plain autoregressive steps every few rounds, with hysteresis
+(`AdaptConfig`).  Lossless across switches: each round or step emits tokens with the target's law
+whatever the mode it was chosen in.
 """
 from __future__ import annotations
 
@@ -42,7 +46,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 from . import analytic
-from .generate import Clock, GenerationResult, Prefill, TokenCallback, check_prompts, clip_callback, generate, make_rng
+from .generate import Clock, GenerationResult, Prefill, TokenCallback, check_prompts, clip_callback, make_rng
 from .protocol import CausalLM, KVCache, StreamingBudget
 from .sampling import SamplingParams, draw
 
@@ -152,69 +156,14 @@ def speculative_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.
     gamma = spec.gamma
     # a sequence still decoding holds at most prompt + max_new_tokens - 2 tokens before a round,
     # which appends gamma + 1: the caches need gamma positions past the prompt and the new tokens
-    extra = gamma
     prompts = check_prompts(prompts, max_new_tokens, config.max_position_embeddings, config.vocab_size,
-                            extra=extra)
-    rng = make_rng(seed)
-    batch = len(prompts)
-    capacity = max(len(p) for p in prompts) + max_new_tokens + extra
-    target_cache = model.new_cache(batch, capacity)
-    draft_cache = model.new_cache(batch, capacity, streaming=spec.streaming())
-    clipped = clip_callback(on_tokens, max_new_tokens, batch)
-
+                            extra=gamma)
+    run = _Decoding(model, prompts, max_new_tokens, [spec.budget], gamma, params, make_rng(seed), clock, on_tokens,
+                    sinks=spec.sinks, window=spec.window)
     start = clock()
-    prefill = Prefill([(model, target_cache)], prompts, params, rng)
-    pending = prefill.run(clipped)
-    out = prefill.emitted
-    length = target_cache.lengths()                        # tokens in both caches; pending is next
-    draft_cache.extend_from(target_cache, length)
-    prefill_seconds = clock() - start
-    before = sum(min(len(t), max_new_tokens) for t in out)
-
-    rounds = row_rounds = 0
-    accepted_by = np.zeros(batch, np.int64)   # per sequence: drafts accepted, drafts judged
-    trials_by = np.zeros(batch, np.int64)
-    draft_seconds = verify_seconds = 0.0
-    live = np.arange(batch)                   # the sequences still in the caches, in their order
-    start = clock()
-    while True:
-        going = np.array([len(out[b]) < max_new_tokens for b in live])
-        if not going.all():
-            if not going.any():
-                break
-            # finished sequences leave the batch: a round costs only the sequences still decoding
-            keep = np.flatnonzero(going)
-            target_cache.keep_sequences(keep)
-            draft_cache.keep_sequences(keep)
-            live, pending, length = live[keep], pending[keep], length[keep]
-        t0 = clock()
-        drafts, q = _draft(model, draft_cache, pending, gamma, params, rng)
-        t1 = clock()
-        n, emitted = _verify_and_settle(model, target_cache, draft_cache, pending, drafts, q, length, params, rng)
-        t2 = clock()
-        draft_seconds += t1 - t0
-        verify_seconds += t2 - t1
-
-        new_tokens: list[list[int]] = [[] for _ in range(batch)]
-        for i, b in enumerate(live):
-            new_tokens[b] = [int(x) for x in drafts[i, :n[i]]] + [int(emitted[i])]
-            out[b].extend(new_tokens[b])
-        accepted_by[live] += n
-        trials_by[live] += n + (n < gamma)
-        pending = emitted
-        length = length + 1 + n
-        rounds += 1
-        row_rounds += len(live)
-        if clipped is not None:
-            clipped(new_tokens)
-    decode_seconds = clock() - start
-    accepted, trials = int(accepted_by.sum()), int(trials_by.sum())
-    alpha_by = [float(a / t) if t else float("nan") for a, t in zip(accepted_by, trials_by)]
-    extra = {"rounds": rounds, "accepted": accepted, "alpha": accepted / trials if trials else float("nan"),
-             "alpha_by_sequence": alpha_by, "row_rounds": row_rounds,
-             "gamma": gamma, "K": spec.budget, "draft_seconds": draft_seconds, "verify_seconds": verify_seconds}
-    return GenerationResult([t[:max_new_tokens] for t in out], prefill_seconds, decode_seconds, rounds,
-                            decoded=sum(min(len(t), max_new_tokens) for t in out) - before, extra=extra)
+    while run.leave():
+        run.round(gamma, spec.budget)
+    return run.result(clock() - start, {"gamma": gamma, "K": spec.budget})
 
 
 @dataclass(frozen=True)
@@ -307,24 +256,447 @@ def plan(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max_new
     return Plan(choice, times, alphas, clock() - start)
 
 
+# --- adapting while decoding ----------------------------------------------------------------------
+
+AR = 0   # the mode label of plain autoregressive steps (a gamma is >= 1)
+
+
+@dataclass(frozen=True)
+class AdaptConfig:
+    """How `magicdec_generate` re-plans while it decodes (spec/llm.md, "Adapting while decoding").
+
+    every: rounds (or autoregressive steps) between re-plans; hysteresis: a switch needs a
+    prediction this fraction better (to another gamma: than the current gamma's; to speculation:
+    above 1 + hysteresis; to plain steps: below 1 - hysteresis); decay: the weight an acceptance
+    count keeps per round of its sequence (older rounds count less); prior_weight: the judged drafts
+    the pilot's alpha counts for; probe_every: plain steps between probe rounds once speculation has
+    stopped (0: never probe, plain steps to the end); step_every: rounds between reference plain
+    steps while speculating (T_T's running mean; 0: never); time_weight: the weight of a new
+    measurement in the running mean of a step time."""
+
+    every: int = 4
+    hysteresis: float = 0.05
+    decay: float = 0.9
+    prior_weight: float = 8.0
+    probe_every: int = 32
+    step_every: int = 16
+    time_weight: float = 0.25
+
+    def __post_init__(self) -> None:
+        def bad(name: str, need: str) -> None:
+            raise ArgumentError(f"magicdec adapt: {name} must be {need}, got {getattr(self, name)!r}")
+
+        for name in ("every", "probe_every", "step_every"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < (name == "every"):
+                bad(name, "a positive integer" if name == "every" else "a non-negative integer")
+        for name, lo, hi, lo_open in (("hysteresis", 0.0, 1.0, False), ("decay", 0.0, 1.0, True),
+                                      ("time_weight", 0.0, 1.0, True)):
+            value = getattr(self, name)
+            if (not isinstance(value, (int, float, np.floating)) or isinstance(value, bool) or not np.isfinite(value)
+                    or value > hi or value < lo or (lo_open and value == lo) or (name == "hysteresis" and value == hi)):
+                bad(name, f"a number in {'(' if lo_open else '['}{lo}, {hi}{')' if name == 'hysteresis' else ']'}")
+        if (not isinstance(self.prior_weight, (int, float, np.floating)) or isinstance(self.prior_weight, bool)
+                or not np.isfinite(self.prior_weight) or self.prior_weight < 0):
+            bad("prior_weight", "a finite number >= 0")
+
+
+class _Decoding:
+    """The state of one speculative (or mixed) decoding of a batch: the target cache, one draft cache
+    per budget K (all kept holding the target's entries), each live sequence's pending token and
+    length, the tokens emitted, and what each mode (AR or a gamma) cost and accepted.  `step` is one
+    autoregressive step (optionally letting each draft predict it), `round` one speculative round.
+    A draft cache takes the target's entries when a round needs it: after a round its draft holds
+    the target's positions, and a draft behind the target catches up in one copy."""
+
+    def __init__(self, model: CausalLM, prompts: list[np.ndarray], max_new_tokens: int, budgets: Sequence[int],
+                 gamma_max: int, params: SamplingParams, rng: np.random.Generator, clock: Clock,
+                 on_tokens: TokenCallback | None, sinks: int | None = None, window: int | None = None) -> None:
+        self.model, self.params, self.rng, self.clock = model, params, rng, clock
+        self.max_new_tokens, self.gamma_max = max_new_tokens, gamma_max
+        batch = len(prompts)
+        self.batch = batch
+        capacity = max(len(p) for p in prompts) + max_new_tokens + gamma_max
+        self.target = model.new_cache(batch, capacity)
+        self.drafts: dict[int, KVCache] = {}
+        for k in budgets:
+            spec = (SpeculativeConfig(gamma_max, sinks, window) if sinks is not None and window is not None
+                    else SpeculativeConfig.with_budget(gamma_max, k))
+            self.drafts[spec.budget] = model.new_cache(batch, capacity, streaming=spec.streaming())
+        self.clipped = clip_callback(on_tokens, max_new_tokens, batch)
+        start = clock()
+        prefill = Prefill([(model, self.target)], prompts, params, rng)
+        self.pending = prefill.run(self.clipped)
+        self.out = prefill.emitted
+        self.length = self.target.lengths()           # tokens in every cache; pending is next
+        for cache in self.drafts.values():
+            cache.extend_from(self.target, self.length)
+        self.prefill_seconds = clock() - start
+        self.before = sum(min(len(t), max_new_tokens) for t in self.out)
+        self.live = np.arange(batch)                  # the sequences still in the caches, in their order
+        self.accepted_by = np.zeros(batch, np.int64)  # per sequence: drafts accepted, drafts judged
+        self.trials_by = np.zeros(batch, np.int64)
+        self.rounds = self.row_rounds = self.steps = 0
+        self.draft_seconds = self.verify_seconds = self.step_seconds = 0.0
+        self.schedule: list[list] = []                # [label, rounds or steps] in order
+        self.modes: dict = {}                         # label -> what that mode cost and accepted
+
+    def remaining(self) -> np.ndarray:
+        return np.array([self.max_new_tokens - len(self.out[b]) for b in self.live], np.int64)
+
+    def leave(self) -> bool:
+        """Finished sequences leave the batch (every cache keeps the others); False when none is left."""
+        going = self.remaining() > 0
+        if not going.all():
+            if not going.any():
+                return False
+            keep = np.flatnonzero(going)
+            for cache in (self.target, *self.drafts.values()):
+                cache.keep_sequences(keep)
+            self.live, self.pending, self.length = self.live[keep], self.pending[keep], self.length[keep]
+        return True
+
+    def _mode(self, label, gamma: int = 0) -> dict:
+        if not self.schedule or self.schedule[-1][0] != label:
+            self.schedule.append([label, 0])
+        self.schedule[-1][1] += 1
+        return self.modes.setdefault(label, {"rows": 0, "tokens": 0, "seconds": 0.0, "draft_seconds": 0.0,
+                                             "verify_seconds": 0.0, "accepted": np.zeros(max(gamma, 1)),
+                                             "judged": np.zeros(max(gamma, 1))})
+
+    def _emit(self, new_by_row: list[list[int]]) -> int:
+        new_tokens: list[list[int]] = [[] for _ in range(self.batch)]
+        for i, b in enumerate(self.live):
+            new_tokens[b] = new_by_row[i]
+            self.out[b].extend(new_by_row[i])
+        if self.clipped is not None:
+            self.clipped(new_tokens)
+        return sum(len(t) for t in new_by_row)
+
+    def step(self, label=AR) -> float:
+        """One autoregressive step of the live sequences (the drafts are not touched); its seconds."""
+        t0 = self.clock()
+        p = self.params.distribution(self.model.forward(self.pending[:, None], self.target)[:, -1])
+        self.pending = draw(p, self.rng)
+        self.length = self.length + 1
+        tokens = self._emit([[int(t)] for t in self.pending])
+        seconds = self.clock() - t0
+        mode = self._mode(label)
+        mode["rows"] += len(self.live)
+        mode["tokens"] += tokens
+        mode["seconds"] += seconds
+        self.steps += 1
+        self.step_seconds += seconds
+        return seconds
+
+    def round(self, gamma: int, budget: int) -> tuple[np.ndarray, float, float]:
+        """One speculative round at gamma with the draft of budget K; (accepted per row, draft
+        seconds, verify seconds: the verify forward, sampling, acceptance and every cache's settling)."""
+        draft_cache = self.drafts[budget]
+        # a draft takes the target's entries of the plain steps since its last round only now (the
+        # positions its window keeps: one copy however many steps)
+        if (draft_cache.lengths() < self.length).any():
+            draft_cache.extend_from(self.target, self.length)
+        t0 = self.clock()
+        drafts, q = _draft(self.model, draft_cache, self.pending, gamma, self.params, self.rng)
+        t1 = self.clock()
+        n, emitted = _verify_and_settle(self.model, self.target, draft_cache, self.pending, drafts, q, self.length,
+                                        self.params, self.rng)
+        t2 = self.clock()
+        tokens = self._emit([[int(x) for x in drafts[i, :n[i]]] + [int(emitted[i])] for i in range(len(self.live))])
+        self.accepted_by[self.live] += n
+        self.trials_by[self.live] += n + (n < gamma)
+        mode = self._mode(gamma, gamma)
+        mode["rows"] += len(self.live)
+        mode["tokens"] += tokens
+        mode["seconds"] += t2 - t0
+        mode["draft_seconds"] += t1 - t0
+        mode["verify_seconds"] += t2 - t1
+        position = np.arange(gamma)
+        mode["accepted"] += (position[None] < n[:, None]).sum(axis=0)
+        mode["judged"] += (position[None] <= n[:, None]).sum(axis=0)
+        self.pending = emitted
+        self.length = self.length + 1 + n
+        self.rounds += 1
+        self.row_rounds += len(self.live)
+        self.draft_seconds += t1 - t0
+        self.verify_seconds += t2 - t1
+        return n, t1 - t0, t2 - t1
+
+    def result(self, decode_seconds: float, extra: dict) -> GenerationResult:
+        accepted, trials = int(self.accepted_by.sum()), int(self.trials_by.sum())
+        alpha_by = [float(a / t) if t else float("nan") for a, t in zip(self.accepted_by, self.trials_by)]
+        modes = {str(label): {key: (value.tolist() if isinstance(value, np.ndarray) else value)
+                              for key, value in mode.items()} for label, mode in self.modes.items()}
+        extra = {"rounds": self.rounds, "accepted": accepted, "alpha": accepted / trials if trials else float("nan"),
+                 "alpha_by_sequence": alpha_by, "row_rounds": self.row_rounds, "steps": self.steps,
+                 "draft_seconds": self.draft_seconds, "verify_seconds": self.verify_seconds,
+                 "step_seconds": self.step_seconds, "schedule": [tuple(s) for s in self.schedule],
+                 "modes": modes, **extra}
+        max_new = self.max_new_tokens
+        return GenerationResult([t[:max_new] for t in self.out], self.prefill_seconds, decode_seconds,
+                                self.rounds + self.steps,
+                                decoded=sum(min(len(t), max_new) for t in self.out) - self.before, extra=extra)
+
+
+class _Controller:
+    """Running estimates and the re-planning rule of `magicdec_generate`.
+
+    Acceptance: per sequence b and position j of a round (the j-th draft, judged only when the
+    drafts before it were kept), counts acc[b, j] of kept drafts and judged[b, j] of judged ones,
+    multiplied by `decay` at each round of b.  alpha_b = (sum_j acc + w0 * pilot_b) / (sum_j judged
+    + w0) with w0 = prior_weight, and the conditional acceptance at j is shrunk towards it:
+    a[b, j] = (acc[b, j] + W * alpha_b) / (judged[b, j] + W), W = POSITION_WEIGHT.  Times, per
+    sequence in the step (a round's rows shrink as sequences finish): one plain step, one draft
+    forward and one verify (with its settling) by gamma, running means with weight `time_weight`.
+    A gamma's prediction over the tokens the live sequences still need is
+    `analytic.predicted_remaining_speedup` of those a[b, j] (a verify not yet timed: `verify_time`).
+    """
+
+    POSITION_WEIGHT = 4.0
+
+    def __init__(self, batch: int, gammas: list[int], prior: np.ndarray, adapt: AdaptConfig, t_step: float,
+                 t_draft: dict[int, float], t_verify: dict[int, float]) -> None:
+        self.gammas, self.adapt = gammas, adapt
+        self.prior = np.asarray(prior, np.float64)
+        self.acc = np.zeros((batch, gammas[-1]))
+        self.judged = np.zeros((batch, gammas[-1]))
+        self.t_step, self.t_draft, self.t_verify = t_step, dict(t_draft), dict(t_verify)
+
+    def observe(self, rows: np.ndarray, gamma: int, n: np.ndarray) -> None:
+        self.acc[rows] *= self.adapt.decay
+        self.judged[rows] *= self.adapt.decay
+        position = np.arange(gamma)[None]
+        self.acc[rows, :gamma] += position < n[:, None]
+        self.judged[rows, :gamma] += position <= n[:, None]
+
+    def timed(self, kind: str, seconds: float, gamma: int = 0) -> None:
+        w = self.adapt.time_weight
+        if kind == "step":
+            self.t_step = (1 - w) * self.t_step + w * seconds
+        else:
+            table = self.t_draft if kind == "draft" else self.t_verify
+            table[gamma] = (1 - w) * table[gamma] + w * seconds if gamma in table else seconds
+
+    def alphas(self, rows: np.ndarray, gamma: int) -> np.ndarray:
+        """(rows, gamma): the estimated acceptance of each row's j-th draft given the ones before."""
+        w0 = self.adapt.prior_weight
+        judged = self.judged[rows].sum(axis=1) + w0
+        pooled = np.where(judged > 0, (self.acc[rows].sum(axis=1) + w0 * self.prior[rows]) / np.maximum(judged, 1e-300),
+                          self.prior[rows])
+        w = self.POSITION_WEIGHT
+        return (self.acc[rows, :gamma] + w * pooled[:, None]) / (self.judged[rows, :gamma] + w)
+
+    def predict(self, rows: np.ndarray, remaining: np.ndarray, gamma: int) -> float:
+        going = remaining > 0
+        if not going.any():
+            return 1.0
+        rows, remaining = rows[going], remaining[going]
+        return analytic.predicted_remaining_speedup(self.alphas(rows, gamma), remaining, self.t_step,
+                                                    self.t_draft.get(gamma, min(self.t_draft.values())),
+                                                    self.verify_time(gamma))
+
+    def verify_time(self, gamma: int) -> float:
+        """T_V(gamma): measured, or from the nearest measured gamma m, a step plus gamma / m of
+        what m's verify costs beyond a step (a step where none is measured)."""
+        if gamma in self.t_verify or not self.t_verify:
+            return self.t_verify.get(gamma, self.t_step)
+        m = min(self.t_verify, key=lambda g: abs(g - gamma))
+        return self.t_step + max(0.0, self.t_verify[m] - self.t_step) * gamma / m
+
+    def best(self, rows: np.ndarray, remaining: np.ndarray) -> tuple[int, float]:
+        return max(((g, self.predict(rows, remaining, g)) for g in self.gammas), key=lambda gs: gs[1])
+
+    def decide(self, mode: int, rows: np.ndarray, remaining: np.ndarray) -> int:
+        """The mode for the next rounds, with hysteresis (AdaptConfig)."""
+        h = self.adapt.hysteresis
+        gamma, speedup = self.best(rows, remaining)
+        if mode == AR:
+            return gamma if speedup > 1.0 + h else AR
+        if speedup < 1.0 - h:
+            return AR
+        if gamma != mode and speedup > self.predict(rows, remaining, mode) * (1.0 + h):
+            return gamma
+        return mode
+
+
+def _choices(gammas: Sequence[int], budgets: Sequence[int], where: str) -> tuple[list[int], list[int]]:
+    try:
+        gs, ks = sorted({int(g) for g in gammas}), sorted({int(k) for k in budgets})
+        exact = all(int(x) == x for x in (*gammas, *budgets))
+    except (TypeError, ValueError):
+        gs, ks, exact = [], [], False
+    if not exact or not gs or gs[0] < 1 or not ks or ks[0] < 2:
+        raise ArgumentError(f"{where}: need gammas >= 1 and budgets >= 2 (integers, at least one each), "
+                            f"got {list(gammas)!r}, {list(budgets)!r}")
+    return gs, ks
+
+
 def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max_new_tokens: int, *,
                       budgets: Sequence[int] = (64, 128, 256, 512), gammas: Sequence[int] = (1, 2, 3, 4, 5, 6),
                       params: SamplingParams | None = None, seed: int | np.random.Generator | None = 0,
-                      on_tokens: TokenCallback | None = None, clock: Clock = time.perf_counter) -> GenerationResult:
-    """`plan`, then speculative decoding with the chosen gamma and K, or plain autoregressive
-    decoding (`generate`) where the plan declines to speculate.  The result's `extra` says which
-    (`declined`, `reason`, `predicted`, `plan_seconds`; a speculative run's statistics besides).
-    The choice rests on measured times, so with sampling a fixed seed gives the same tokens only
-    for the same choice (greedy output is the target's whatever the choice)."""
+                      on_tokens: TokenCallback | None = None, clock: Clock = time.perf_counter,
+                      pilot_rounds: int = 1, adapt: AdaptConfig | None = AdaptConfig()) -> GenerationResult:
+    """MagicDec decoding that plans on its own first tokens and re-plans while it runs (spec/llm.md,
+    "Adapting while decoding").  The prompts are fed once, to the target; every budget's draft takes
+    the target's entries.  The pilot: a plain step, `pilot_rounds` rounds of the pilot gamma (the
+    largest gamma <= 3) with each budget's draft (each sequence's acceptance per K, the draft
+    times), two plain steps (T_T); then one round of every other gamma (timing the verify of each); K is then fixed and the others' caches dropped, and decoding goes
+    on with the predicted best gamma, or plain steps where no gamma is predicted above 1 (declined).
+    With `adapt` (None: keep the first choice), every `adapt.every` rounds the running estimates
+    re-rank the gammas and plain steps, with hysteresis.  Every token emitted has the target's
+    distribution whatever the switches (greedy: the autoregressive tokens).  The result's `extra`
+    has `declined`, `reason`, `predicted`, `plan_seconds` (pilot and sweep, counted in the decode
+    time), `gamma` (the first choice), `K`, `plan_schedule` and `schedule` (before and after the
+    choice: [mode, rounds or steps], "pilot" the plain step, 0 plain steps, else gamma),
+    `switches`, `gammas_used` and `modes` (per mode: rows, tokens, seconds, acceptance by position)."""
     params = params or SamplingParams()
-    planned = plan(model, prompts, max_new_tokens, budgets=budgets, gammas=gammas, params=params, seed=seed,
-                   clock=clock)
-    choice = planned.choice
-    if choice.declined:
-        result = generate(model, prompts, max_new_tokens, params=params, seed=seed, on_tokens=on_tokens, clock=clock)
-    else:
-        result = speculative_generate(model, prompts, max_new_tokens, params=params, seed=seed, on_tokens=on_tokens,
-                                      clock=clock, spec=SpeculativeConfig.with_budget(choice.gamma, choice.budget))
-    result.extra.update(declined=choice.declined, reason=choice.reason(), predicted=choice.predicted,
-                        plan_seconds=planned.seconds)
-    return result
+    gammas, budgets = _choices(gammas, budgets, "magicdec")
+    if not isinstance(pilot_rounds, (int, np.integer)) or isinstance(pilot_rounds, bool) or pilot_rounds < 1:
+        raise ArgumentError(f"magicdec: pilot_rounds must be a positive integer, got {pilot_rounds!r}")
+    if adapt is not None and not isinstance(adapt, AdaptConfig):
+        raise ArgumentError(f"magicdec: adapt must be an AdaptConfig or None, got {type(adapt).__name__}")
+    config = model.config
+    prompts = check_prompts(prompts, max_new_tokens, config.max_position_embeddings, config.vocab_size,
+                            extra=gammas[-1])
+    run = _Decoding(model, prompts, max_new_tokens, budgets, gammas[-1], params, make_rng(seed), clock, on_tokens)
+    batch = run.batch
+    start = clock()
+
+    settings = adapt or AdaptConfig()
+    pilot_gamma = max([g for g in gammas if g <= 3] or gammas[:1])
+
+    def finished() -> GenerationResult:   # every sequence had its tokens before the plan was made
+        plan_schedule, run.schedule = [tuple(e) for e in run.schedule], []
+        return run.result(clock() - start, {"declined": True, "reason": "every sequence had its tokens while planning",
+                                            "predicted": float("nan"), "plan_seconds": clock() - start, "gamma": 0,
+                                            "K": budgets[0], "alpha_pilot": float("nan"), "switches": 0,
+                                            "gammas_used": sorted({label for label, _ in run.schedule
+                                                                   if label not in ("pilot", AR)}),
+                                            "plan_schedule": plan_schedule})
+
+    # the pilot: a plain step, then `pilot_rounds` rounds of the pilot gamma with each budget's
+    # draft (each sequence's acceptance per K, T_D(K), that gamma's verify); their tokens are output
+    if not run.leave():
+        return finished()
+    def plain_step() -> float:
+        rows = run.live.copy()
+        return run.step("pilot") / len(rows)
+
+    if not run.leave():
+        return finished()
+    t_step = plain_step()
+    kept = {k: np.zeros(batch) for k in budgets}
+    judged = {k: np.zeros(batch) for k in budgets}
+    t_probe: dict[int, list[float]] = {k: [] for k in budgets}
+    pilot_verify: list[float] = []
+    observed: list[tuple[int, np.ndarray, int, np.ndarray]] = []
+    for k in budgets:
+        for _ in range(pilot_rounds):
+            if not run.leave():
+                return finished()
+            rows = run.live.copy()
+            n, t_draft, t_verify = run.round(pilot_gamma, k)
+            kept[k][rows] += n
+            judged[k][rows] += np.minimum(n + 1, pilot_gamma)
+            t_probe[k].append(t_draft / pilot_gamma / len(rows))
+            pilot_verify.append(t_verify / len(rows))
+            observed.append((k, rows, pilot_gamma, n))
+    # T_T from two plain steps after the rounds: the first steps after the prefill meet cold caches
+    # (B = 8, S = 1K, one thread: 4.9, 3.6, 3.0, 2.5 ms for the first four, then 2.2-2.4)
+    for i in range(2):
+        if not run.leave():
+            return finished()
+        t_step = plain_step() if i == 0 else min(t_step, plain_step())
+    if not run.leave():
+        return finished()
+    # per sequence, shrunk towards the batch's rate for that K (a round judges 1 .. gamma drafts)
+    alphas = {}
+    for k in budgets:
+        pooled = kept[k].sum() / max(judged[k].sum(), 1.0)
+        alphas[k] = (kept[k] + 2.0 * pooled) / (judged[k] + 2.0)
+    t_draft_k = {k: float(np.mean(v)) for k, v in t_probe.items()}
+
+    def controller(k: int, t_draft: dict[int, float], t_verify: dict[int, float]) -> _Controller:
+        return _Controller(batch, gammas, alphas[k], settings, t_step, t_draft, t_verify)
+
+    # a provisional K, the best at the pilot gamma (all measured); declined where no gamma is
+    # predicted above 1 with the verifies not yet timed scaled from the pilot gamma's
+    verify = {pilot_gamma: float(np.mean(pilot_verify))}
+    rows, remaining = run.live, run.remaining()
+    ranked = {k: controller(k, {g: t_draft_k[k] for g in gammas}, verify).predict(rows, remaining, pilot_gamma)
+              for k in budgets}
+    provisional = max(budgets, key=lambda k: ranked[k])
+    measured_draft = {pilot_gamma: t_draft_k[provisional]}
+    gamma, predicted = controller(provisional, {g: t_draft_k[provisional] for g in gammas}, verify).best(rows, remaining)
+    budget = provisional
+    if predicted >= 1.0:
+        # the sweep: one round of each other gamma with the provisional K
+        for g in gammas:
+            if g == pilot_gamma:
+                continue
+            if not run.leave():
+                return finished()
+            rows = run.live.copy()
+            n, t_draft, t_verify = run.round(g, provisional)
+            measured_draft[g], verify[g] = t_draft / g / len(rows), t_verify / len(rows)
+            observed.append((provisional, rows, g, n))
+        if not run.leave():
+            return finished()
+        # K fixed from here: draft forwards scale with K as the pilot's did
+        scores = {}
+        for k in budgets:
+            scale = t_draft_k[k] / t_draft_k[provisional]
+            scores[k] = controller(k, {g: t * scale for g, t in measured_draft.items()}, verify).best(
+                run.live, run.remaining())
+        budget = max(budgets, key=lambda k: scores[k][1])
+        gamma, predicted = scores[budget]
+    scale = t_draft_k[budget] / t_draft_k[provisional]
+    run.drafts = {budget: run.drafts[budget]}
+    control = controller(budget, {g: measured_draft.get(g, measured_draft[pilot_gamma]) * scale for g in gammas},
+                         verify)
+    for k, rows, g, n in observed:
+        if k == budget:
+            control.observe(rows, g, n)
+    plan_schedule = [tuple(e) for e in run.schedule]
+    run.schedule = []
+    choice = analytic.Choice(gamma, budget, float(alphas[budget].mean()), predicted)
+    plan_seconds = clock() - start
+
+    mode = AR if choice.declined else gamma
+    since = plain = switches = rounds = 0
+    while run.leave():
+        rows = run.live.copy()
+        if mode == AR and not (adapt is not None and adapt.probe_every and plain >= adapt.probe_every):
+            control.timed("step", run.step() / len(rows))
+            plain += 1
+            since += 1
+            if adapt is None or since < adapt.every:
+                continue
+        elif mode != AR and adapt is not None and adapt.step_every and rounds >= adapt.step_every:
+            # a reference step: T_T is otherwise measured only while plain steps run
+            control.timed("step", run.step() / len(rows))
+            rounds = 0
+            continue
+        else:
+            g = mode if mode != AR else control.best(rows, run.remaining())[0]
+            rounds += 1
+            n, t_draft, t_verify = run.round(g, budget)
+            control.observe(rows, g, n)
+            control.timed("draft", t_draft / g / len(rows), g)
+            control.timed("verify", t_verify / len(rows), g)
+            plain = 0
+            since += 1
+            if adapt is None or (mode != AR and since < adapt.every):
+                continue
+        since = 0
+        if run.leave():
+            new = control.decide(mode, run.live, run.remaining())
+            switches += new != mode
+            mode = new
+    gammas_used = sorted({label for label, _ in plan_schedule + run.schedule if label not in ("pilot", AR)})
+    return run.result(clock() - start, {"declined": choice.declined, "reason": choice.reason(),
+                                        "predicted": choice.predicted, "plan_seconds": plan_seconds,
+                                        "gamma": choice.gamma, "K": budget, "alpha_pilot": choice.alpha,
+                                        "switches": switches, "gammas_used": gammas_used,
+                                        "plan_schedule": plan_schedule})
