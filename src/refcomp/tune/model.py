@@ -162,7 +162,13 @@ def tune_model(mod: IRModule | Function, target: str = "c", trials: int = 256, *
     if not isinstance(database, Database):
         raise RefcompError(f"tune_model: database: expected a refcomp.tune.Database, got {type(database).__name__}")
     target = str(parse_target(target))
-    tasks = tasks if tasks is not None else extract_tasks(mod, fuse=fuse, fold=fold, blas=blas)
+    if tasks is None:
+        tasks = extract_tasks(mod, fuse=fuse, fold=fold, blas=blas)
+        if not tasks:
+            raise RefcompError(
+                "tune_model: the module has no kernel with constant shapes to tune (kernels over a symbolic "
+                "dim such as a batch size are left to the default schedules); give the graph function's "
+                "inputs constant shapes to tune them")
     reports = [TaskReport(task) for task in tasks]
     # one checker per task for all its rounds and its final comparison: the reference runs once
     checkers: dict[int, Checker] = {}
