@@ -109,8 +109,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"refcomp: unknown command {argv[0]!r}; choose from {', '.join(sorted(COMMANDS))}", file=sys.stderr)
         return 2
     function, _ = COMMANDS[argv[0]]
+    from .errors import InternalError, RefcompError
+
     try:
         return int(function(argv[1:]) or 0)
+    except RefcompError as error:
+        if isinstance(error, InternalError):
+            raise  # a refcomp bug: the traceback belongs in the report
+        # what the user can fix (a missing compiler, a bad file) in one message, without a traceback
+        print(f"refcomp {argv[0]}: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"refcomp {argv[0]}: interrupted", file=sys.stderr)
+        return 128 + 2
     except BrokenPipeError:
         # The reader went away (`refcomp check f.py | head`): end quietly, with the shell's
         # SIGPIPE status, so a pipeline never mistakes a cut-off report for success.
