@@ -71,3 +71,15 @@ def test_a_missing_c_compiler_is_one_clear_line_not_a_traceback(tmp_path):
     assert result.returncode == 1, result.stdout + result.stderr
     assert "refcomp demo: the C compiler" in result.stderr and "cannot be run" in result.stderr
     assert "hint: install gcc or set $CC" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_generate_says_on_stderr_that_it_builds_first(monkeypatch, capsys):
+    import refcomp.llm.command
+    from refcomp.cli import main
+
+    seen = []
+    monkeypatch.setattr(refcomp.llm.command, "main", lambda argv: seen.append(argv) or 0)
+    assert main(["generate", "--prompt", "def f("]) == 0
+    assert "building the model's kernels first" in capsys.readouterr().err
+    assert main(["generate", "--prompt", "def f(", "--reference"]) == 0  # numpy: nothing to build
+    assert capsys.readouterr().err == "" and seen == [["--prompt", "def f("], ["--prompt", "def f(", "--reference"]]

@@ -13,7 +13,7 @@ def _demo(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="refcomp demo", description="Build a small model and a few kernels with refcomp's default schedules, "
         "check each against numpy, and time them beside numpy and, where installed, onnxruntime. Takes no "
-        "arguments; a minute or two on a laptop.")
+        "arguments; well under a minute on a laptop.")
     parser.parse_args(argv)  # -h / --help prints the above; anything else is a usage error (exit 2)
     return demo.main() or 0
 
@@ -29,6 +29,10 @@ def _check(argv: list[str]) -> int:
 def _generate(argv: list[str]) -> int:
     from .llm.command import main
 
+    if not any(arg in ("-h", "--help", "--reference") for arg in argv):
+        # the text starts only once the model is built: say why nothing shows yet
+        print("refcomp generate: building the model's kernels first (a minute or two the first time; later "
+              "runs take them from the build cache)", file=sys.stderr, flush=True)
     return main(argv)
 
 
