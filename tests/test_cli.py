@@ -52,7 +52,10 @@ def test_check_json_is_machine_readable(kernels_file):
 
 
 def test_check_of_a_missing_file_is_a_usage_error(tmp_path):
-    assert run("check", str(tmp_path / "nope.py")).returncode == 2
+    result = run("check", str(tmp_path / "nope.py"))
+    assert result.returncode == 2 and "no such file" in result.stderr
+    result = run("check", str(tmp_path))
+    assert result.returncode == 2 and "is a directory; give a Python or script-format file" in result.stderr
 
 
 def test_python_dash_m_refcomp_is_the_refcomp_command():

@@ -234,6 +234,8 @@ class LoadError(Exception):
 
 def load_targets(path: str) -> list[tuple[str, Any]]:
     """(label, function or module) for everything `refcomp check` should look at in path."""
+    if os.path.isdir(path):
+        raise LoadError(f"{path} is a directory; give a Python or script-format file")
     if not os.path.isfile(path):
         raise LoadError(f"no such file: {path}")
     if path.endswith(".py"):
