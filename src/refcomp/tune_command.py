@@ -92,7 +92,7 @@ def _tune_one(label: str, func: Any, args: argparse.Namespace, database: Any) ->
 def _tune_model(label: str, mod: Any, args: argparse.Namespace, database: Any) -> bool:
     from .tune import ProgressBar, Runner, extract_tasks, plot_curve, tune_model
 
-    tasks = extract_tasks(mod)
+    tasks = extract_tasks(mod, target=args.target)
     if not tasks:
         how = ("give the inputs' shapes with --input NAME=D0,D1,..." if label.endswith(".onnx")
                else "give the graph function's inputs constant shapes")
