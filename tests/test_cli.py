@@ -56,6 +56,8 @@ def test_check_of_a_missing_file_is_a_usage_error(tmp_path):
     assert result.returncode == 2 and "no such file" in result.stderr
     result = run("check", str(tmp_path))
     assert result.returncode == 2 and "is a directory; give a Python or script-format file" in result.stderr
+    result = run("check", str(tmp_path / "nope.py"), "--timeout-ms", "-5")
+    assert result.returncode == 2 and "--timeout-ms: expected a positive integer, got '-5'" in result.stderr
 
 
 def test_python_dash_m_refcomp_is_the_refcomp_command():
