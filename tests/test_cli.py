@@ -52,4 +52,39 @@ def test_check_json_is_machine_readable(kernels_file):
 
 
 def test_check_of_a_missing_file_is_a_usage_error(tmp_path):
-    assert run("check", str(tmp_path / "nope.py")).returncode == 2
+    result = run("check", str(tmp_path / "nope.py"))
+    assert result.returncode == 2 and "no such file" in result.stderr
+    result = run("check", str(tmp_path))
+    assert result.returncode == 2 and "is a directory; give a Python or script-format file" in result.stderr
+    result = run("check", str(tmp_path / "nope.py"), "--timeout-ms", "-5")
+    assert result.returncode == 2 and "--timeout-ms: expected a positive integer, got '-5'" in result.stderr
+
+
+def test_python_dash_m_refcomp_is_the_refcomp_command():
+    result = subprocess.run([sys.executable, "-m", "refcomp", "version"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and result.stdout.startswith("refcomp ")
+    assert subprocess.run([sys.executable, "-m", "refcomp", "--help"], capture_output=True, text=True,
+                          timeout=600).returncode == 0
+
+
+def test_a_missing_c_compiler_is_one_clear_line_not_a_traceback(tmp_path):
+    import os
+
+    env = dict(os.environ, CC=str(tmp_path / "no-such-cc"), REFCOMP_CACHE_DIR=str(tmp_path / "cache"))
+    result = subprocess.run([sys.executable, "-m", "refcomp", "demo"], capture_output=True, text=True,
+                            timeout=600, env=env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "refcomp demo: the C compiler" in result.stderr and "cannot be run" in result.stderr
+    assert "hint: install gcc or set $CC" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_generate_says_on_stderr_that_it_builds_first(monkeypatch, capsys):
+    import refcomp.llm.command
+    from refcomp.cli import main
+
+    seen = []
+    monkeypatch.setattr(refcomp.llm.command, "main", lambda argv: seen.append(argv) or 0)
+    assert main(["generate", "--prompt", "def f("]) == 0
+    assert "building the model's kernels first" in capsys.readouterr().err
+    assert main(["generate", "--prompt", "def f(", "--reference"]) == 0  # numpy: nothing to build
+    assert capsys.readouterr().err == "" and seen == [["--prompt", "def f("], ["--prompt", "def f(", "--reference"]]

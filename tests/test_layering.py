@@ -42,6 +42,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("testing", "workloads"),  # helpers for tests, benchmarks and the demo, built on the face
     ("demo", "tune_command"),  # the demo; `refcomp tune`'s loading of workloads, files and models
     ("cli",),
+    ("__main__",),      # `python -m refcomp`: the cli's main
 )
 FLOOR_OF = {name: level for level, names in enumerate(FLOORS) for name in names}
 
@@ -403,3 +404,12 @@ def test_the_readme_layout_table_matches_the_tree():
     entries = {f"src/refcomp/{p.name}" for p in (SRC / "refcomp").iterdir()
                if p.name not in ("__pycache__", "py.typed")}
     assert entries - named == set(), "README layout table lacks these entries of src/refcomp"
+
+
+def test_the_readme_layering_line_lists_the_floors_in_order():
+    readme = (SRC.parent / "README.md").read_text(encoding="utf-8")
+    paragraph = readme.split("### Layering", 1)[1].split("\n\n", 2)[1]
+    sentence = paragraph.split(":", 1)[1].split(".\n", 1)[0]  # "`errors`, ... < the face < ... < `__main__`"
+    floors = [tuple(re.findall(r"`([^`]+)`", part)) or (("",) if "the face" in part else ())
+              for part in sentence.split("<")]
+    assert floors == list(FLOORS), "README's layering line and FLOORS (and spec/layering.md) disagree"

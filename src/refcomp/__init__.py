@@ -14,14 +14,14 @@ from .errors import (
 from .lazy import lazy_exports
 from .version import __version__ as __version__
 
-if TYPE_CHECKING:
-    from . import ast, frontend, graph, loops, runtime, shape, te
-    from .ast.function import IRModule, PrimFunc
-    from .ast.parser import from_source
-    from .driver import build
-    from .loops.interpreter import interpret
-    from .loops.schedule import Schedule
-    from .shape.check import check
+if TYPE_CHECKING:  # for type checkers only; at run time these names load lazily (_LAZY)
+    from . import ast, emit_cuda, export, frontend, graph, llm, loops, runtime, shape, sparse, te, tune  # noqa: F401
+    from .ast.function import IRModule, PrimFunc  # noqa: F401
+    from .ast.parser import from_source  # noqa: F401
+    from .driver import build  # noqa: F401
+    from .loops.interpreter import interpret  # noqa: F401
+    from .loops.schedule import Schedule  # noqa: F401
+    from .shape.check import check  # noqa: F401
 
 # public name -> (module, attribute)
 _LAZY = {
@@ -32,6 +32,11 @@ _LAZY = {
     "graph": ("refcomp.graph", None),
     "runtime": ("refcomp.runtime", None),
     "frontend": ("refcomp.frontend", None),
+    "tune": ("refcomp.tune", None),
+    "sparse": ("refcomp.sparse", None),
+    "llm": ("refcomp.llm", None),
+    "export": ("refcomp.export", None),
+    "emit_cuda": ("refcomp.emit_cuda", None),
     "build": ("refcomp.driver", "build"),
     "interpret": ("refcomp.loops.interpreter", "interpret"),
     "from_source": ("refcomp.ast.parser", "from_source"),

@@ -13,7 +13,7 @@ def _demo(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="refcomp demo", description="Build a small model and a few kernels with refcomp's default schedules, "
         "check each against numpy, and time them beside numpy and, where installed, onnxruntime. Takes no "
-        "arguments; a minute or two on a laptop.")
+        "arguments; well under a minute on a laptop.")
     parser.parse_args(argv)  # -h / --help prints the above; anything else is a usage error (exit 2)
     return demo.main() or 0
 
@@ -29,6 +29,10 @@ def _check(argv: list[str]) -> int:
 def _generate(argv: list[str]) -> int:
     from .llm.command import main
 
+    if not any(arg in ("-h", "--help", "--reference") for arg in argv):
+        # the text starts only once the model is built: say why nothing shows yet
+        print("refcomp generate: building the model's kernels first (a minute or two the first time; later "
+              "runs take them from the build cache)", file=sys.stderr, flush=True)
     return main(argv)
 
 
@@ -109,8 +113,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"refcomp: unknown command {argv[0]!r}; choose from {', '.join(sorted(COMMANDS))}", file=sys.stderr)
         return 2
     function, _ = COMMANDS[argv[0]]
+    from .errors import InternalError, RefcompError
+
     try:
         return int(function(argv[1:]) or 0)
+    except RefcompError as error:
+        if isinstance(error, InternalError):
+            raise  # a refcomp bug: the traceback belongs in the report
+        # what the user can fix (a missing compiler, a bad file) in one message, without a traceback
+        print(f"refcomp {argv[0]}: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"refcomp {argv[0]}: interrupted", file=sys.stderr)
+        return 128 + 2
     except BrokenPipeError:
         # The reader went away (`refcomp check f.py | head`): end quietly, with the shell's
         # SIGPIPE status, so a pipeline never mistakes a cut-off report for success.

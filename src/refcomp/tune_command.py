@@ -92,9 +92,11 @@ def _tune_one(label: str, func: Any, args: argparse.Namespace, database: Any) ->
 def _tune_model(label: str, mod: Any, args: argparse.Namespace, database: Any) -> bool:
     from .tune import ProgressBar, Runner, extract_tasks, plot_curve, tune_model
 
-    tasks = extract_tasks(mod)
+    tasks = extract_tasks(mod, target=args.target)
     if not tasks:
-        print(f"{label}: no kernel with constant shapes to tune")
+        how = ("give the inputs' shapes with --input NAME=D0,D1,..." if label.endswith(".onnx")
+               else "give the graph function's inputs constant shapes")
+        print(f"{label}: no kernel with constant shapes to tune; {how}")
         return False
     print(f"{label}: {len(tasks)} tasks: " + ", ".join(f"{t.name} (x{t.weight})" for t in tasks[:8])
           + (", ..." if len(tasks) > 8 else ""))

@@ -93,8 +93,15 @@ def test_bad_arguments_are_build_errors(tmp_path, rng):
         export_c(mod, tmp_path, name="my model")
     with pytest.raises(BuildError, match="no such model file"):
         export_c(str(tmp_path / "missing.onnx"), tmp_path)
+    with pytest.raises(BuildError, match="is a directory; give an .onnx file or a script file"):
+        export_c(str(tmp_path), tmp_path / "out")
     with pytest.raises(BuildError, match=r"recorded input x of shape \(9, 16\) is above the bounds"):
         export_c(mod, tmp_path, inputs=[np.zeros((9, 16), np.float32)])
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(BuildError, match="output directory '.*a_file' is an existing file"):
+        export_c(mod, tmp_path / "a_file")
+    with pytest.raises(BuildError, match="cannot create the output directory '.*a_file/out'"):
+        export_c(mod, tmp_path / "a_file" / "out")
 
 
 def test_user_names_are_escaped_in_the_c(tmp_path, rng):

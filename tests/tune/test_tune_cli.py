@@ -43,6 +43,7 @@ def test_refcomp_tune_a_script_file(tmp_path, capsys):
     (["tune", "matmul", "--shape", "8,8"], "does not fit matmul"),
     (["tune", "missing.onnx"], "no such file"),
     (["tune", "matmul", "--shape", "8,8,8", "--trials", "0"], "--trials must be positive"),
+    (["tune", "matmul", "--shape", "8,8,8", "--trials", "1", "--target", "bogus"], "unknown kind 'bogus'"),
 ])
 def test_refcomp_tune_bad_input_is_a_clear_error(argv, message, capsys):
     assert main(argv) == 2
@@ -67,3 +68,21 @@ def test_plot_without_matplotlib_says_how_to_get_it(tmp_path):
     else:
         with pytest.raises(RefcompError, match="pip install matplotlib"):
             plot_curve([(1, 0.5, 2e-3)], 2e6, str(tmp_path / "c.png"))
+
+
+def test_refcomp_tune_an_onnx_model_with_a_symbolic_dim_says_to_give_its_shape(tmp_path, capsys):
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng().standard_normal((16, 8)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "mm.onnx"
+    onnx.save(model, str(path))
+    assert main(["tune", str(path), "--trials", "1", "--quiet"]) == 1
+    assert "no kernel with constant shapes to tune; give the inputs' shapes with --input" in capsys.readouterr().out

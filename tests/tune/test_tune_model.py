@@ -44,17 +44,17 @@ def test_tune_model_shares_the_budget_and_build_applies_the_records(tmp_path, mo
     import refcomp.tune.model as model_module
 
     made = []
+    real_checker = model_module.Checker
 
-    class CountingChecker(model_module.Checker):
-        def __post_init__(self):
-            made.append(structural_hash(self.func))
-            super().__post_init__()
+    def counting_checker(func, *args, **kwargs):  # gives a plain Checker: it pickles without cloudpickle
+        made.append(structural_hash(func))
+        return real_checker(func, *args, **kwargs)
 
-    monkeypatch.setattr(model_module, "Checker", CountingChecker)
+    monkeypatch.setattr(model_module, "Checker", counting_checker)
     mod = two_layer_mlp()
     db = Database(tmp_path / "model.jsonl")
     rounds = []
-    result = tune_model(mod, trials=8, database=db, batch=2, population=4, seed=random.randrange(2**20),
+    result = tune_model(mod, trials=8, database=db, batch=2, population=4, seed=random.randrange(2**20), blas=False,
                         runner=Runner(workers=2, timeout_s=300), progress=lambda *a: rounds.append(a))
     assert result.trials == 8 and sum(r.trials for r in result.tasks) == 8
     # the reference ran once per task, for all of its rounds and its final comparison
@@ -89,3 +89,43 @@ def test_bad_tuning_database_and_budget_are_refused():
         refcomp.graph.build(two_layer_mlp(), blas=False, tuning_database=object())
     with pytest.raises(RefcompError, match="trials"):
         tune_model(two_layer_mlp(), trials=0, database=Database())
+
+
+def test_a_module_with_nothing_to_tune_is_a_clear_error():
+    from refcomp.ast import SizeVar
+
+    n = SizeVar("batch", "int64")
+    x = Var("x", tensor((n, 8)))
+    w = Var("w", tensor((8, 16)))
+    bb = BlockBuilder()
+    with bb.function("main", [x, w], attrs={"tir_var_upper_bound": {"batch": 64}}):
+        with bb.dataflow():
+            out = bb.emit_output(op.relu(op.matmul(x, w)))
+        bb.emit_func_output(out)
+    with pytest.raises(RefcompError, match="no kernel with constant shapes"):
+        tune_model(bb.get(), trials=4, database=Database())
+
+
+def test_tuning_and_building_with_their_defaults_meet_on_the_same_kernels():
+    """tune_model and graph.build both take blas=None by default, meaning the same thing, so every
+    task tuned with the defaults is a kernel graph.build(mod, tuning_database=db) then runs."""
+    from refcomp.graph.pipeline import resolve_blas
+
+    x = Var("x", tensor((16, 32)))
+    w = Var("w", tensor((32, 64)))
+    bb = BlockBuilder()
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            out = bb.emit_output(op.relu(op.matmul(x, w)))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    as_build_decides = extract_tasks(mod, blas=resolve_blas(None, "c"))
+    assert [t.workload for t in extract_tasks(mod)] == [t.workload for t in as_build_decides]
+    db = Database()
+    result = tune_model(mod, trials=2, database=db, batch=2, population=4, seed=random.randrange(2**20), final=0)
+    ex = refcomp.graph.build(mod, tuning_database=db)
+    assert ex.stats["tuned_kernels"] == sum(len(r.task.names) for r in result.tasks if r.best_time < float("inf")) >= 1
+    rng = np.random.default_rng()
+    xv, wv = rng.uniform(-1, 1, (16, 32)).astype("float32"), rng.uniform(-1, 1, (32, 64)).astype("float32")
+    got = refcomp.runtime.VirtualMachine(ex)["main"](xv, wv)
+    np.testing.assert_allclose(np.asarray(got), np.maximum(xv @ wv, 0), rtol=1e-4, atol=1e-4)

@@ -194,6 +194,31 @@ def test_a_daemonic_process_measures_in_fresh_interpreters(monkeypatch):
     assert [r.status for r in results] == ["crash", "ok"]
 
 
+def test_a_script_that_tunes_at_its_top_level_runs_once_and_measures(tmp_path):
+    """A script without an `if __name__ == "__main__":` guard (as README's snippets are written):
+    the children do not run it again, so its candidates are measured, not all failed."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "tune_at_top_level.py"
+    script.write_text(
+        "import json, random\n"
+        "from refcomp import workloads\n"
+        "from refcomp.tune import Candidate, Checker, DesignSpace, Runner\n"
+        "print('top level ran', flush=True)\n"
+        "func = workloads.matmul(8, 8, 4)\n"
+        f"schedule = DesignSpace().sample_many(func, 1, random.Random({random.randrange(2**20)}))[0]\n"
+        "candidates = [Candidate(json.loads(schedule.trace.to_json()))]\n"
+        "results = Runner(workers=1, timeout_s=120).measure(func, candidates, Checker(func))\n"
+        "print('statuses', [r.status for r in results])\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("top level ran") == 1, done.stdout
+    assert "statuses ['ok']" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
 class _Unpicklable:
     def __init__(self):
         import threading

@@ -101,6 +101,10 @@ def export_c(model: Any, out_dir: str | os.PathLike, bounds: Mapping[str, int] |
     if weights not in WEIGHT_MODES:
         raise BuildError(f"export_c: weights must be one of {', '.join(WEIGHT_MODES)}, got {weights!r}")
     check_name(name)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise BuildError(f"export_c: the output directory {str(out)!r} is an existing file; give a directory "
+                         f"(it is created if needed)")
     mod, used = with_bounds(load_module(model), bounds)
     plan = make_plan(mod, used, openmp=bool(openmp), schedule=schedule)
     writer = CModelWriter(plan, name, weights)
@@ -109,8 +113,10 @@ def export_c(model: Any, out_dir: str | os.PathLike, bounds: Mapping[str, int] |
 
     result = VirtualMachine(plan.executable, executor="vm")["main"](*recorded)
     outputs = [np.asarray(r) for r in (result if isinstance(result, (tuple, list)) else [result])]
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise BuildError(f"export_c: cannot create the output directory {str(out)!r}: {error.strerror}") from error
     files = {f"{name}.h": writer.header(), f"{name}.c": writer.source(),
              "main.c": main_source(plan, writer), "test_data.h": test_data(plan, recorded, outputs),
              "Makefile": makefile(name, weights == "blob", bool(openmp)),

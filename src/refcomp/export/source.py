@@ -22,6 +22,8 @@ def load_module(model: Any) -> IRModule:
         return IRModule({"main": model})
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
+        if os.path.isdir(path):
+            raise BuildError(f"export_c: {path} is a directory; give an .onnx file or a script file")
         if not os.path.isfile(path):
             raise BuildError(f"export_c: no such model file: {path}")
         if path.endswith(".onnx"):

@@ -94,6 +94,19 @@ def optimize(mod: IRModule, *, fuse: bool = True, schedule: bool = True, fold: b
     return mod
 
 
+def resolve_blas(blas: bool | str | None, target_kind: str) -> bool | str:
+    """What build's `blas` argument comes to on a target kind: None (the default) sends matmuls to
+    OpenBLAS's sgemm when the kind is "c" and the library is found; True and "always" whenever it is
+    found; False never.  refcomp.tune's model tuning resolves it the same way, so that it tunes the
+    kernels build makes."""
+    if blas is None or blas:
+        from ..runtime.blas import register_blas
+
+        found = register_blas() if (blas or target_kind == "c") else False
+        return ("always" if blas == "always" else True) if found else False
+    return False
+
+
 def build(mod: IRModule | Function, target: str | Target = "c", *, fuse: bool = True, schedule: bool = True,
           fold: bool = True, bounds: str = DEFAULT_BOUNDS, externs: dict[str, Callable] | None = None,
           blas: bool | str | None = None, executor: str = "auto", tuning_database: Any = None) -> Executable:
@@ -119,11 +132,7 @@ def build(mod: IRModule | Function, target: str | Target = "c", *, fuse: bool = 
     compiled_kernels = parsed.kind == "c"
     if compiled_kernels:
         prefer_short_openmp_spins()
-    if blas is None or blas:
-        from ..runtime.blas import register_blas
-
-        found = register_blas() if (blas or compiled_kernels) else False
-        blas = ("always" if blas == "always" else True) if found else False
+    blas = resolve_blas(blas, parsed.kind)
     if tuning_database is not None:
         from .passes.apply_tuning import check_tuning_database
 

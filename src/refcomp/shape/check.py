@@ -234,6 +234,8 @@ class LoadError(Exception):
 
 def load_targets(path: str) -> list[tuple[str, Any]]:
     """(label, function or module) for everything `refcomp check` should look at in path."""
+    if os.path.isdir(path):
+        raise LoadError(f"{path} is a directory; give a Python or script-format file")
     if not os.path.isfile(path):
         raise LoadError(f"no such file: {path}")
     if path.endswith(".py"):
@@ -288,12 +290,22 @@ def _python_targets(path: str) -> list[tuple[str, Any]]:
     return found
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     """`refcomp check FILE [--format text|json] [--timeout-ms N]`; returns the exit status."""
     parser = argparse.ArgumentParser(prog="refcomp check", description=__doc__.split("\n\n")[0])
     parser.add_argument("file", help="a Python file or a script-format file")
     parser.add_argument("--format", choices=("text", "json"), default="text")
-    parser.add_argument("--timeout-ms", type=int, default=None, help="Z3 time limit per query")
+    parser.add_argument("--timeout-ms", type=_positive_int, default=None, help="Z3 time limit per query")
     parser.add_argument("--overflow", choices=("assume_none", "wrap"), default="assume_none",
                         help="wrap: prove accesses even if index arithmetic wraps around")
     try:

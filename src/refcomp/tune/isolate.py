@@ -27,6 +27,7 @@ pickled as the dict they wrap.
 """
 from __future__ import annotations
 
+import contextlib
 import copyreg
 import io
 import math
@@ -36,6 +37,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import threading
 from multiprocessing.connection import Connection
 from types import MappingProxyType
 from typing import Any, Callable
@@ -48,6 +50,7 @@ from ..errors import RefcompError
 # `__name__ == "__main__"` guard would run again in the server.
 _PRELOAD = ["refcomp.tune.runner", "refcomp.driver", "cffi.cparser"]
 _ALARM_MARGIN_S = 10
+_MAIN_LOCK = threading.Lock()
 
 
 def _reduce_mapping_proxy(mapping: MappingProxyType) -> tuple:
@@ -155,6 +158,31 @@ def method() -> str:
     return "forkserver"
 
 
+@contextlib.contextmanager
+def _main_script_hidden():
+    """While a child starts, the main module shows multiprocessing neither a file nor a spec.
+
+    Otherwise a fork-server child runs the parent's main script again (as `__mp_main__`) before
+    its call: a script that tunes at its top level, with no `if __name__ == "__main__":` guard,
+    would start tuning again in every child, which multiprocessing stops with a RuntimeError, so
+    every candidate failed.  The child never needs the main script: its call arrives pickled
+    (`dumps`), the main script's functions by value or not at all."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    with _MAIN_LOCK:
+        namespace = vars(main)
+        saved = {name: namespace[name] for name in ("__file__", "__spec__") if name in namespace}
+        namespace.pop("__file__", None)
+        namespace["__spec__"] = None
+        try:
+            yield
+        finally:
+            namespace.pop("__spec__", None)
+            namespace.update(saved)
+
+
 def start(fn: Callable[..., None], args: tuple, limit_s: float, what: str = "the call") -> IsolatedCall:
     """Run fn(conn, *args) in a fresh process; it must report with conn.send before limit_s."""
     payload = dumps((limit_s, fn, args), what)
@@ -163,7 +191,8 @@ def start(fn: Callable[..., None], args: tuple, limit_s: float, what: str = "the
         ctx.set_forkserver_preload(_PRELOAD)
         receive, send = ctx.Pipe(duplex=False)
         process = ctx.Process(target=_run, args=(send, payload), daemon=True)
-        process.start()
+        with _main_script_hidden():
+            process.start()
         send.close()
         return IsolatedCall(receive, process=process)
     read_fd, write_fd = os.pipe()

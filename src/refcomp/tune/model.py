@@ -56,16 +56,18 @@ def _tunable(func: PrimFunc) -> bool:
 
 
 def unscheduled_kernels(mod: IRModule | Function, *, fuse: bool = True, fold: bool = True,
-                        blas: bool | str = False) -> IRModule:
+                        blas: bool | str | None = None, target: str = "c") -> IRModule:
     """mod after the graph pipeline's passes that come before the default schedule (its kernels
-    prepared as graph.build prepares them before it looks up tuning records)."""
+    prepared as graph.build prepares them before it looks up tuning records).  blas is graph.build's
+    (None, the default: as graph.build decides for target)."""
     from ..graph.passes.default_schedule import prepare_kernels
-    from ..graph.pipeline import default_pipeline
+    from ..graph.pipeline import default_pipeline, resolve_blas
 
     if isinstance(mod, Function):
         mod = IRModule({"main": mod})
     if not isinstance(mod, IRModule):
         raise RefcompError(f"extract_tasks: expected an IRModule or a graph Function, got {type(mod).__name__}")
+    blas = resolve_blas(blas, parse_target(target).kind)
     for name, run in default_pipeline(fuse=fuse, schedule=False, fold=fold, blas=blas):
         if name == "plan_memory":
             break
@@ -74,10 +76,11 @@ def unscheduled_kernels(mod: IRModule | Function, *, fuse: bool = True, fold: bo
 
 
 def extract_tasks(mod: IRModule | Function, *, fuse: bool = True, fold: bool = True,
-                  blas: bool | str = False) -> list[Task]:
+                  blas: bool | str | None = None, target: str = "c") -> list[Task]:
     """The tuning tasks of a graph module: one per distinct unscheduled kernel with constant
-    shapes, weighted by its call sites, heaviest (weight x flops) first."""
-    optimized = unscheduled_kernels(mod, fuse=fuse, fold=fold, blas=blas)
+    shapes, weighted by its call sites, heaviest (weight x flops) first.  fuse, fold and blas are
+    graph.build's, with its defaults: tune with the arguments the model will be built with."""
+    optimized = unscheduled_kernels(mod, fuse=fuse, fold=fold, blas=blas, target=target)
     calls: dict[str, int] = {}
     for func in optimized.functions.values():
         if isinstance(func, Function):
@@ -144,7 +147,7 @@ def _expected_gain(report: TaskReport, floor: float) -> float:
 
 def tune_model(mod: IRModule | Function, target: str = "c", trials: int = 256, *, database: Database,
                batch: int = 16, seed: int = 0, floor: float = 0.05, fuse: bool = True, fold: bool = True,
-               blas: bool | str = False, tasks: list[Task] | None = None,
+               blas: bool | str | None = None, tasks: list[Task] | None = None,
                progress: Callable[[int, int, str, float, float], None] | None = None,
                final: int = 4, log: Callable[[str], None] | None = None,
                **tune_options: Any) -> ModelTuneResult:
@@ -162,7 +165,13 @@ def tune_model(mod: IRModule | Function, target: str = "c", trials: int = 256, *
     if not isinstance(database, Database):
         raise RefcompError(f"tune_model: database: expected a refcomp.tune.Database, got {type(database).__name__}")
     target = str(parse_target(target))
-    tasks = tasks if tasks is not None else extract_tasks(mod, fuse=fuse, fold=fold, blas=blas)
+    if tasks is None:
+        tasks = extract_tasks(mod, fuse=fuse, fold=fold, blas=blas, target=target)
+        if not tasks:
+            raise RefcompError(
+                "tune_model: the module has no kernel with constant shapes to tune (kernels over a symbolic "
+                "dim such as a batch size are left to the default schedules); give the graph function's "
+                "inputs constant shapes to tune them")
     reports = [TaskReport(task) for task in tasks]
     # one checker per task for all its rounds and its final comparison: the reference runs once
     checkers: dict[int, Checker] = {}

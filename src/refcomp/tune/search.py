@@ -32,6 +32,7 @@ import numpy as np
 from ..ast import PrimFunc
 from ..errors import RefcompError
 from ..loops.schedule import Schedule
+from ..target import parse_target
 from .cost_model import CostModel, default_cost_model, scores_from_times
 from .dask_runner import resolve_runner
 from .database import Database, TuningRecord
@@ -260,6 +261,7 @@ def tune(func: PrimFunc, target: str = "c", trials: int = 64, *, database: Datab
         raise RefcompError(f"tune: trials: expected a positive int, got {trials!r}")
     if isinstance(final, bool) or not isinstance(final, int) or final < 0:
         raise RefcompError(f"tune: final: expected an int >= 0, got {final!r}")
+    parse_target(target, what="tune")  # an unknown target is refused here, not by every candidate's build
     database = database if database is not None else Database()
     space = space or DesignSpace(default_rules(target))
     runner = resolve_runner(runner, target)
