@@ -88,3 +88,20 @@ def test_generate_says_on_stderr_that_it_builds_first(monkeypatch, capsys):
     assert "building the model's kernels first" in capsys.readouterr().err
     assert main(["generate", "--prompt", "def f(", "--reference"]) == 0  # numpy: nothing to build
     assert capsys.readouterr().err == "" and seen == [["--prompt", "def f("], ["--prompt", "def f(", "--reference"]]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--prompt", "def f(", "--max-new-tokens", "-1"], "--max-new-tokens must be a positive integer, got -1"),
+    (["--prompt", "def f(", "--max-new-tokens", "0"], "--max-new-tokens must be a positive integer, got 0"),
+    (["--prompt", ""], "--prompt is empty"),
+])
+def test_generate_refuses_bad_arguments_before_loading_the_model(monkeypatch, capsys, argv, message):
+    import refcomp.llm.command as command
+
+    def load_model(*args, **kwargs):
+        raise AssertionError("the model was loaded before the arguments were checked")
+
+    monkeypatch.setattr(command, "load_model", load_model)
+    assert command.main(argv) == 1
+    out = capsys.readouterr()
+    assert message in out.err and "Traceback" not in out.err and out.out == ""

@@ -57,7 +57,7 @@ def _load(args: argparse.Namespace) -> list[tuple[str, Any]]:
         from .shape.check import LoadError, load_targets
 
         try:
-            return load_targets(what)
+            return load_targets(what, purpose="tune")
         except LoadError as error:
             raise RefcompError(f"{error}") from None
     named = _named_workloads()
@@ -81,6 +81,13 @@ def _tune_one(label: str, func: Any, args: argparse.Namespace, database: Any) ->
                   max_seconds=args.max_seconds, progress=bar, log=bar.note if bar else None)
     print(f"{label}: {result.trials} trial{'s' if result.trials != 1 else ''}, best {result.best_gflops:.2f} GFLOP/s "
           f"({result.best_time * 1e3:.3f} ms), {len(result.failures)} rejected")
+    if result.final is not None:  # what is kept: the final comparison's winner, timed in this process
+        final = result.final
+        kept = final.times.get(final.winner.label, float("inf"))
+        default = final.default_time
+        print(f"  kept: {final.winner.label}, {kept * 1e3:.3f} ms in this process"
+              + (f" (the default schedule {default * 1e3:.3f} ms)" if default is not None and default < float("inf")
+                 else ""))
     for failure in result.failures[:5]:
         last = failure.result.message.strip().splitlines()[-1:] or [""]
         print(f"  rejected ({failure.result.status}): {last[0][:160]}")

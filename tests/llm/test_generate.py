@@ -155,7 +155,7 @@ def test_generate_command(byte_checkpoint):
     assert "best predicted speedup" in result.stderr
     assert ("declined:" in result.stderr) != ("speculating" in result.stderr) and "schedule pilotx1 3x4 pilotx2" in result.stderr
     result = run_cli("--model", str(path), "--prompt", "", "--reference")
-    assert result.returncode == 1 and "prompt 0 is empty" in result.stderr
+    assert result.returncode == 1 and "--prompt is empty" in result.stderr
     result = run_cli("--model", str(path), "--prompt", "x" * 300, "--reference")
     assert result.returncode == 1 and "exceeds the model's context of 256" in result.stderr
 

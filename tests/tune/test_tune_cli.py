@@ -18,6 +18,7 @@ def test_refcomp_tune_a_named_workload_fills_the_database(tmp_path, capsys):
     assert status == 0, out + err
     assert "2/2 trials" in err and "GFLOP/s" in err
     assert "matmul: 2 trials" in out
+    assert "  kept: " in out and "ms in this process" in out  # the final comparison's winner
     assert len(Database(db)) == 2
     assert all(json.loads(line)["workload"] for line in db.read_text().splitlines())
     if matplotlib_available():
@@ -48,6 +49,13 @@ def test_refcomp_tune_a_script_file(tmp_path, capsys):
 def test_refcomp_tune_bad_input_is_a_clear_error(argv, message, capsys):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_refcomp_tune_a_file_with_nothing_to_tune_says_so(tmp_path, capsys):
+    path = tmp_path / "empty.py"
+    path.write_text("x = 1\n")
+    assert main(["tune", str(path)]) == 2
+    assert "defines no PrimFunc or IRModule to tune" in capsys.readouterr().err
 
 
 def test_progress_bar_text_and_estimate():

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import RefcompError
+from ..errors import ArgumentError, RefcompError
 from . import tokenizer
 from .generate import generate
 from .loading import DEFAULT_MODEL, load_model
@@ -42,6 +42,11 @@ def main(argv: list[str]) -> int:
     try:
         params = SamplingParams(args.temperature, args.top_k, args.top_p)
         spec = SpeculativeConfig.with_budget(args.gamma, args.budget) if args.speculative == "fixed" else None
+        # what needs no model is checked before the model is loaded and its kernels built (a minute cold)
+        if args.max_new_tokens <= 0:
+            raise ArgumentError(f"--max-new-tokens must be a positive integer, got {args.max_new_tokens}")
+        if not args.prompt:
+            raise ArgumentError("--prompt is empty; at least one character is needed")
         model, kind = load_model(args.model, compiled=not args.reference)
         if model.config.vocab_size != tokenizer.VOCAB_SIZE:
             raise RefcompError(f"refcomp generate reads text with the byte-level tokenizer (256 tokens); "

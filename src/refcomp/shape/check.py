@@ -232,14 +232,15 @@ class LoadError(Exception):
     """The file could not be read or run, or it defines nothing to check."""
 
 
-def load_targets(path: str) -> list[tuple[str, Any]]:
-    """(label, function or module) for everything `refcomp check` should look at in path."""
+def load_targets(path: str, purpose: str = "check") -> list[tuple[str, Any]]:
+    """(label, function or module) for everything `refcomp check` (or `refcomp tune`: purpose "tune")
+    should look at in path."""
     if os.path.isdir(path):
         raise LoadError(f"{path} is a directory; give a Python or script-format file")
     if not os.path.isfile(path):
         raise LoadError(f"no such file: {path}")
     if path.endswith(".py"):
-        return _python_targets(path)
+        return _python_targets(path, purpose)
     from ..ast.parser import from_source
 
     with open(path, encoding="utf-8") as handle:
@@ -251,7 +252,7 @@ def load_targets(path: str) -> list[tuple[str, Any]]:
     return [(getattr(parsed, "name", os.path.basename(path)), parsed)]
 
 
-def _python_targets(path: str) -> list[tuple[str, Any]]:
+def _python_targets(path: str, purpose: str) -> list[tuple[str, Any]]:
     try:
         namespace = runpy.run_path(path, run_name="__refcomp_check__")
     except SystemExit as exc:
@@ -286,7 +287,7 @@ def _python_targets(path: str) -> list[tuple[str, Any]]:
             raise LoadError(f"{path}: __refcomp__ entry {label} is a {type(value).__name__}, not a PrimFunc or IRModule")
         add(label, value)
     if not found:
-        raise LoadError(f"{path}: defines no PrimFunc or IRModule to check")
+        raise LoadError(f"{path}: defines no PrimFunc or IRModule to {purpose}")
     return found
 
 
