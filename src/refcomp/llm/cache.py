@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ArgumentError, RuntimeFailure
-from .protocol import LlamaConfig, StreamingBudget
+from .protocol import LlamaConfig, StreamingBudget, check_sequence_rows, kept_positions
 
 DEFAULT_PAGE_SIZE = 64
 # element types of the pages: float16 and bfloat16 halve the bytes; attention converts to float32
@@ -48,16 +48,6 @@ def key_page_shape(heads: int, dim: int, page_size: int, dtype: str) -> tuple[in
     return (heads, dim // 2, page_size, 2) if dtype == "bfloat16" else (heads, dim, page_size)
 # The window of a full cache: every position is visible.
 UNBOUNDED = 1 << 62
-
-
-def _rows(rows: np.ndarray, batch: int) -> np.ndarray:
-    """`rows` as strictly increasing int64 indices into a batch of `batch`, at least one."""
-    rows = np.asarray(rows)
-    if (rows.ndim != 1 or rows.size == 0 or rows.dtype.kind not in "iu" or rows.min() < 0 or rows.max() >= batch
-            or np.any(np.diff(rows) <= 0)):
-        raise ArgumentError(f"KV cache keep_sequences: rows must be increasing indices into the batch of {batch}, "
-                            f"at least one, got {rows.tolist()}")
-    return rows.astype(np.int64)
 
 
 class PagedKVCache:
@@ -168,12 +158,10 @@ class PagedKVCache:
         count = upto - self._lengths
         self.reserve(count)
         # (sequence, position) pairs to copy: a streaming cache keeps sinks and the last `ring` positions
-        lo = self._lengths if self.streaming is None else np.maximum(self._lengths, upto - self.ring)
+        ring = None if self.streaming is None else self.ring
         seqs, positions = [], []
         for b in np.flatnonzero(count > 0):
-            keep = np.arange(lo[b], upto[b])
-            if self.streaming is not None and self._lengths[b] < self.sinks:
-                keep = np.union1d(np.arange(self._lengths[b], min(self.sinks, upto[b])), keep)
+            keep = kept_positions(self._lengths[b], upto[b], self.sinks, ring)
             seqs.append(np.full(keep.size, b))
             positions.append(keep)
         if seqs:
@@ -192,7 +180,7 @@ class PagedKVCache:
     def keep_sequences(self, rows: np.ndarray) -> None:
         """Keep only sequences `rows` (increasing indices), in that order, and return every page
         of the others to the pool: a batch shrinks as its sequences finish."""
-        rows = _rows(rows, self.batch)
+        rows = check_sequence_rows(rows, self.batch, "KV cache keep_sequences")
         for b in sorted(set(range(self.batch)) - set(rows.tolist())):
             self._release(b, 0)
         self.table = np.ascontiguousarray(self.table[rows])

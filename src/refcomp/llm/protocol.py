@@ -12,7 +12,7 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import RefcompError
+from ..errors import ArgumentError, RefcompError
 
 
 class CheckpointError(RefcompError):
@@ -113,6 +113,24 @@ class StreamingBudget:
     def budget(self) -> int:
         """K: the tokens attention reads per step (sinks + window)."""
         return self.sinks + self.window
+
+
+def kept_positions(start: int, upto: int, sinks: int, ring: int | None) -> np.ndarray:
+    """Positions start .. upto - 1 that a cache keeping the first `sinks` positions and the last
+    `ring` holds (ring None: a full cache, all of them): what `extend_from` copies."""
+    positions = np.arange(start, upto, dtype=np.int64)
+    return positions if ring is None else positions[(positions < sinks) | (positions >= upto - ring)]
+
+
+def check_sequence_rows(rows: np.ndarray, batch: int, what: str) -> np.ndarray:
+    """`rows` as strictly increasing int64 indices into a batch of `batch`, at least one (the
+    sequences `keep_sequences` keeps); else an ArgumentError naming `what`."""
+    rows = np.asarray(rows)
+    if (rows.ndim != 1 or rows.size == 0 or rows.dtype.kind not in "iu" or rows.min() < 0 or rows.max() >= batch
+            or np.any(np.diff(rows) <= 0)):
+        raise ArgumentError(f"{what}: rows must be increasing indices into the batch of {batch}, "
+                            f"at least one, got {rows.tolist()}")
+    return rows.astype(np.int64)
 
 
 @runtime_checkable

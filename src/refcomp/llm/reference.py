@@ -20,7 +20,7 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import ArgumentError
-from .protocol import CheckpointError, LlamaConfig, StreamingBudget
+from .protocol import CheckpointError, LlamaConfig, StreamingBudget, check_sequence_rows, kept_positions
 
 #: Tokens one attention call processes at most, and the most attention scores (batch x heads x
 #: tokens x keys) it holds at once; longer forwards are split (the same results, bounded memory).
@@ -142,12 +142,10 @@ class ReferenceCache:
         if np.any(upto < self._lengths) or np.any(upto > source._lengths) or np.any(upto > self.max_tokens):
             raise ArgumentError(f"extend_from: cannot extend lengths {self._lengths.tolist()} to {upto.tolist()} "
                                 f"from a source holding {source._lengths.tolist()}")
-        ring = self.slots - (self.streaming.sinks if self.streaming is not None else 0)
         sinks = self.streaming.sinks if self.streaming is not None else 0
+        ring = None if self.streaming is None else self.slots - sinks
         for b in range(self.batch):
-            pos = np.arange(self._lengths[b], upto[b])
-            if self.streaming is not None:
-                pos = pos[(pos < sinks) | (pos >= upto[b] - ring)]
+            pos = kept_positions(self._lengths[b], upto[b], sinks, ring)
             dst, src = self.slot_of(pos), source.slot_of(pos)
             for li in range(self.config.num_hidden_layers):
                 self.keys[li][b][:, dst] = source.keys[li][b][:, src]
@@ -157,11 +155,7 @@ class ReferenceCache:
 
     def keep_sequences(self, rows: np.ndarray) -> None:
         """Keep only sequences `rows` (increasing indices), in that order."""
-        rows = np.asarray(rows)
-        if (rows.ndim != 1 or rows.size == 0 or not np.issubdtype(rows.dtype, np.integer) or rows.min() < 0
-                or rows.max() >= self.batch or np.any(np.diff(rows) <= 0)):
-            raise ArgumentError(f"keep_sequences: rows must be increasing indices into the batch of {self.batch}, "
-                                f"at least one, got {rows.tolist()}")
+        rows = check_sequence_rows(rows, self.batch, "keep_sequences")
         self.keys = [k[rows] for k in self.keys]
         self.values = [v[rows] for v in self.values]
         self.positions, self._lengths = self.positions[rows], self._lengths[rows]
