@@ -28,12 +28,12 @@ cache restricted to sinks + window, the draft's own entries living only within a
 A sequence that has its tokens leaves the batch (`keep_sequences` on both caches): the rounds after
 it run on the others only, so the batch does not pay draft and verify rows for finished sequences.
 
-`plan` measures step times and acceptance rates on the prompts the way a run meets them and
-chooses gamma and K (refcomp.llm.analytic).  `magicdec_generate` feeds the prompts once, plans on
-its own first rounds (one per budget K, then one per gamma), fixes K, and re-plans while it
-decodes: running estimates of each sequence's acceptance by position in the round and of the step
-times re-rank the gammas and plain autoregressive steps every few rounds, with hysteresis
-(`AdaptConfig`).  Lossless across switches: each round or step emits tokens with the target's law
+`magicdec_generate` chooses gamma and K on the decode itself (refcomp.llm.analytic's model): it
+feeds the prompts once, plans on its own first rounds (`_plan`: one per budget K, then one per
+gamma; declining after the first when no gamma could pay even with every draft accepted), fixes K,
+and re-plans while it decodes: running estimates of each sequence's acceptance by position in the
+round and of the step times re-rank the gammas and plain autoregressive steps every few rounds,
+with hysteresis (`AdaptConfig`).  Lossless across switches: each round or step emits tokens with the target's law
 whatever the mode it was chosen in.
 """
 from __future__ import annotations
