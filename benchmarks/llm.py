@@ -187,8 +187,9 @@ def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas, clock=
     def show(schedule):
         return " ".join(f"{'plain' if label == 0 else label}x{count}" for label, count in schedule)
 
-    print(f"  plan ({show(extra['plan_schedule'])}: a plain step, a round of the pilot gamma per K, two plain steps, one of each "
-          f"other gamma): {extra['reason']}; {extra['plan_seconds']:.2f} s of the decode", flush=True)
+    print(f"  plan ({show(extra['plan_schedule'])}: a plain step, a round of the pilot gamma with the smallest K, two plain "
+          f"steps; unless no gamma could pay, a round per other K and one of each other gamma): {extra['reason']}; "
+          f"{extra['plan_seconds']:.2f} s of the decode", flush=True)
     # the analytic model's inputs as the two decodings measured them: T_T per sequence-step from the
     # autoregressive decoding (every sequence in every step: equal prompts), per mode of the
     # speculative run its own draft and verify seconds per sequence-round and acceptance by position

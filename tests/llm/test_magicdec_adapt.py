@@ -54,6 +54,45 @@ def test_a_useless_draft_means_plain_steps():
     assert got.tokens == generate(model, prompts, 30).tokens
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_a_dear_draft_declines_after_one_pilot_round_and_is_not_probed(seed):
+    """A draft forward dearer than a plain step: (gamma + 1) T_T / (gamma T_D + T_V) < 1 for every
+    gamma, so no acceptance could pay; the pilot stops after the smallest budget's round and its
+    plain steps (no other budget, no sweep), and no probe round follows however long the decode."""
+    rng = np.random.default_rng(70 + seed)
+    model = tiny_model(seed=seed, vocab=32, scale=1.5)
+    prompts = [rng.integers(0, 32, size=int(rng.integers(5, 25))) for _ in range(int(rng.integers(1, 5)))]
+    got = magicdec_generate(model, prompts, 40, budgets=(4, 16, 400), gammas=(1, 2, 3, 4), adapt=AdaptConfig(probe_every=2),
+                            clock=CostClock(model, draft=lambda call: 1.1))
+    assert got.extra["declined"] and "at most" in got.extra["reason"] and got.extra["predicted"] < 1.0
+    assert got.extra["plan_schedule"] == [("pilot", 1), (3, 1), ("pilot", 2)] and got.extra["K"] == 4
+    assert list(got.extra["alpha_pilot_by_K"]) == [4]
+    assert modes_after_pilot(got) == [AR] and got.extra["switches"] == 0
+    assert got.tokens == generate(model, prompts, 40).tokens
+
+
+def test_probing_resumes_when_steps_grow_dear():
+    """Declined at once (the draft as dear as a step), then the target's steps grow dearer (as a
+    long context's would): the bound rises above 1, a probe round runs, and the run speculates;
+    the tokens stay the target's."""
+    rng = np.random.default_rng(9)
+    model = tiny_model(seed=5, vocab=32, scale=1.5)
+    prompts = [rng.integers(0, 32, size=12) for _ in range(2)]
+    full_calls = [0]
+
+    def full(tokens: int) -> float:       # a step's cost grows fourfold after the first 20 full forwards
+        full_calls[0] += 1
+        return (1.0 + 0.2 * (tokens - 1)) * (1.0 if full_calls[0] <= 20 else 4.0)
+
+    got = magicdec_generate(model, prompts, 60, budgets=(400,), gammas=(1, 3), adapt=AdaptConfig(probe_every=4),
+                            clock=CostClock(model, full=full, draft=lambda call: 1.2))
+    assert got.extra["declined"] and "at most" in got.extra["reason"]
+    schedule = got.extra["schedule"]
+    assert schedule[0][0] == AR and schedule[0][1] > 8, schedule            # the first two probes skipped
+    assert any(m != AR for m, _ in schedule) and got.extra["switches"] >= 1, schedule
+    assert got.tokens == generate(model, prompts, 60).tokens
+
+
 class Souring:
     """The model, whose draft (streaming-cache) forwards return scrambled logits after `after`
     forwards of any kind: the draft turns useless mid-run."""
@@ -95,7 +134,7 @@ def test_the_prompts_are_fed_once():
     got = magicdec_generate(model, prompts, 20, budgets=(4, 8), gammas=(1, 2))
     assert widths.count((False, 17)) == 1 and not any(w > 3 for s, w in widths if (s, w) != (False, 17))
     assert all(w == 1 for s, w in widths if s)                  # every draft forward: one token
-    assert got.extra["plan_schedule"][:2] == [("pilot", 1), (2, 2)] and got.extra["plan_seconds"] > 0
+    assert got.extra["plan_schedule"][:3] == [("pilot", 1), (2, 1), ("pilot", 2)] and got.extra["plan_seconds"] > 0
 
 
 def exact_law(model, prompt: np.ndarray, params: SamplingParams, tokens: int) -> np.ndarray:

@@ -222,41 +222,32 @@ def test_every_draft_forward_carries_one_token(gamma):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_plan_measures_and_magicdec_generate_is_lossless_or_declines(seed, monkeypatch):
+def test_the_pilot_measures_each_budget_and_magicdec_generate_is_lossless(seed):
+    """magicdec_generate's pilot (its one planner) measures each sequence's acceptance per K on the
+    decode's first tokens: in [0, 1], and 1 for a budget past the context (the draft is the target)."""
     rng = np.random.default_rng(300 + seed)
     model = tiny_model(seed=seed, vocab=32, scale=1.5)
     batch = int(rng.integers(1, 6))
     prompts = [rng.integers(0, 32, size=int(rng.integers(8, 40))) for _ in range(batch)]
-    planned = speculative.plan(model, prompts, 20, budgets=(4, 400), gammas=(1, 2), pilot_steps=6, repeats=1)
-    assert planned.choice.gamma in (1, 2) and planned.choice.budget in (4, 400)
-    assert set(planned.alphas) == {4, 400} and all(a.shape == (batch,) for a in planned.alphas.values())
-    assert ((planned.alphas[4] >= 0) & (planned.alphas[4] <= 1)).all()
-    np.testing.assert_array_equal(planned.alphas[400], 1.0)   # a budget past the context: the target itself
-    assert planned.times.target > 0 and set(planned.times.draft_by_round) == {(g, k) for g in (1, 2) for k in (4, 400)}
     expected = generate(model, prompts, 20).tokens
-    got = speculative.magicdec_generate(model, prompts, 20, budgets=(4, 400), gammas=(1, 2))
-    assert got.tokens == expected and isinstance(got.extra["declined"], bool)
+    got = speculative.magicdec_generate(model, prompts, 20, budgets=(4, 400), gammas=(1, 2), clock=CostClock(model))
+    alphas = got.extra["alpha_pilot_by_K"]
+    assert set(alphas) == {4, 400} and all(len(a) == batch for a in alphas.values())
+    assert all(0 <= a <= 1 for a in alphas[4])
+    np.testing.assert_array_equal(alphas[400], 1.0)
+    assert got.extra["gamma"] in (1, 2) and got.extra["K"] in (4, 400) and isinstance(got.extra["declined"], bool)
+    assert got.extra["plan_schedule"][:4] == [("pilot", 1), (2, 1), ("pilot", 2), (2, 1)]
+    assert got.tokens == expected
 
 
-def test_plan_rejects_bad_arguments():
-    model = tiny_model(seed=1, vocab=16)
-    with pytest.raises(ArgumentError, match="need gammas >= 1 and budgets >= 2"):
-        speculative.plan(model, [[1, 2, 3]], 4, gammas=(0, 1))
-    with pytest.raises(ArgumentError, match="pilot_steps and repeats must be positive"):
-        speculative.plan(model, [[1, 2, 3]], 4, pilot_steps=0)
-    with pytest.raises(ArgumentError, match="prompt 0 is empty"):
-        speculative.plan(model, [[]], 4)
-
-
-def test_plan_with_sampling_estimates_overlap_and_runs_reproducibly():
+def test_the_pilot_with_sampling_measures_acceptance_and_runs_reproducibly():
     model = tiny_model(seed=6, vocab=16, scale=1.0)
     prompts = [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12]]
     params = SamplingParams(temperature=0.8, top_k=8)
-    planned = speculative.plan(model, prompts, 10, budgets=(3, 100), gammas=(1, 3), params=params,
-                               pilot_steps=5, repeats=1, seed=4)
-    assert (0 < planned.alphas[3]).all() and (planned.alphas[3] <= 1 + 1e-12).all()
-    np.testing.assert_allclose(planned.alphas[100], 1.0)       # the whole context: p == q
     # the choices rest on the clock: a clock that repeats itself gives the same tokens for a seed
     runs = [speculative.magicdec_generate(model, prompts, 10, budgets=(3, 100), gammas=(1, 3), params=params, seed=9,
-                                          clock=CostClock(model)).tokens for _ in range(2)]
-    assert runs[0] == runs[1] and all(len(t) == 10 for t in runs[0])
+                                          clock=CostClock(model)) for _ in range(2)]
+    alphas = runs[0].extra["alpha_pilot_by_K"]
+    assert set(alphas) == {3, 100} and all(0 <= a <= 1 for a in alphas[3])
+    np.testing.assert_allclose(alphas[100], 1.0)       # the whole context: p == q, every draft kept
+    assert runs[0].tokens == runs[1].tokens and all(len(t) == 10 for t in runs[0].tokens)

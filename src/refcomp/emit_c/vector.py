@@ -10,6 +10,7 @@ is filled through plain arrays (`lane_loop`), never by assigning its elements.
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
 from ..ast.dtype import DataType
 from ..ast.exp_poly import exp_steps
@@ -580,15 +581,16 @@ class VectorLib:
                  f"    {vt} s1 = ({vt})(({ut})(k1 + 127) << 23);\n"
                  f"    {vt} s2 = ({vt})(({ut})(k - k1 + 127) << 23);\n"
                  f"    return ({p} * s1) * s2;\n")
-        clamp = _NATIVE_CLAMPS.get(dtype.lanes)
-        if clamp is not None and dtype.lanes != 16:
+        register = _X86_REGISTERS.get(4 * dtype.lanes)
+        if register is not None and dtype.lanes != 16:
             # one AVX or SSE register: each clamp one MINPS / MAXPS (x where x is NaN), not a
             # compare and a blend (measured 10% on a 4096 x 4096 softmax built for AVX2)
             self.needs_intrinsics = True
-            feature, prefix, itype = clamp
+            prefix, itype = register.prefix, register.ps
             native = (f"    x = ({vt}){prefix}_min_ps({prefix}_set1_ps(89.0f), {prefix}_max_ps({prefix}_set1_ps(-104.0f), "
                       f"({itype})x));\n")
-            generic = f"#if defined(RC_NATIVE) && defined(__x86_64__) && defined({feature})\n{native}#else\n{generic}#endif\n"
+            generic = (f"#if defined(RC_NATIVE) && defined(__x86_64__) && defined({register.clamp})\n{native}"
+                       f"#else\n{generic}#endif\n")
         if dtype.lanes != 16:
             return f"static inline {vt} {name}({vt} x) {{\n{generic}{body}{scale}}}"
         # one AVX-512 register: the clamps and 2^n one instruction each
@@ -637,13 +639,11 @@ def _native_minmax(op: str, dtype: DataType, size: int) -> tuple[str, str] | Non
     whose table gives a (its quiet form) where a is a NaN and keeps the maximum elsewhere (a
     max-reduction's accumulator: two instructions per vector instead of three)."""
     suffix = "ps" if dtype.element.name == "float32" else "pd"
-    kinds = {16: ("__SSE4_1__", "_mm", "__m128" if suffix == "ps" else "__m128d"),
-             32: ("__AVX__", "_mm256", "__m256" if suffix == "ps" else "__m256d"),
-             64: ("__AVX512F__", "_mm512", "__m512" if suffix == "ps" else "__m512d")}
-    if size not in kinds:
+    register = _X86_REGISTERS.get(size)
+    if register is None:
         return None
-    feature, prefix, itype = kinds[size]
-    vt = f"({itype})"
+    prefix = register.prefix
+    vt = f"({register.ps if suffix == 'ps' else register.pd})"
     picked = f"{prefix}_{op}_{suffix}({vt}a, {vt}b)"
     if size == 16:
         nan = f"_mm_cmpunord_{suffix}({vt}a, {vt}a)"
@@ -656,7 +656,7 @@ def _native_minmax(op: str, dtype: DataType, size: int) -> tuple[str, str] | Non
         # a made quiet; every other class -> 0, the first operand (the max or min) kept
         table = "_mm512_set1_epi32(0x21)" if suffix == "ps" else "_mm512_set1_epi64(0x21)"
         body = f"    return ({{rt}}){prefix}_fixupimm_{suffix}({picked}, {vt}a, {table}, 0);\n"
-    return feature, body
+    return register.minmax, body
 
 
 def lane_loop(vtype: str, ctype: str, lanes: int, expr: str, copies=()) -> str:
@@ -690,8 +690,22 @@ def _with_branches(signature: str, branches: list[tuple[str, str]], direct: str)
     return "\n".join(text)
 
 
-# lanes of float32 in one x86 register below AVX-512: (feature macro, intrinsic prefix, type)
-_NATIVE_CLAMPS = {4: ("__SSE2__", "_mm", "__m128"), 8: ("__AVX__", "_mm256", "__m256")}
+class _X86Register(NamedTuple):
+    """One x86 vector register: its intrinsics' prefix, its float32 and float64 types, and the
+    feature macro each native helper on it needs: `minmax` (a float min/max: MINPS/MAXPS and, on
+    16 bytes, BLENDVPS of SSE4.1) and `clamp` (the float32 exp's clamps: MINPS/MAXPS, SSE2)."""
+
+    prefix: str
+    ps: str
+    pd: str
+    minmax: str
+    clamp: str
+
+
+# by the register's width in bytes
+_X86_REGISTERS = {16: _X86Register("_mm", "__m128", "__m128d", minmax="__SSE4_1__", clamp="__SSE2__"),
+                  32: _X86Register("_mm256", "__m256", "__m256d", minmax="__AVX__", clamp="__AVX__"),
+                  64: _X86Register("_mm512", "__m512", "__m512d", minmax="__AVX512F__", clamp="__AVX512F__")}
 _COMPARE_NAMES = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
 # C's comparisons as AVX-512 compare predicates (quiet; `!=` is the unordered one: true for NaN)
 _AVX512_PREDICATES = {"==": "_CMP_EQ_OQ", "!=": "_CMP_NEQ_UQ", "<": "_CMP_LT_OQ", "<=": "_CMP_LE_OQ",

@@ -26,10 +26,9 @@ sequence's KV bytes), the time is that of mean_b E[R_b] full rounds (`expected_s
 (B = 1 and large N give the first formula; a round's part that does not shrink with its sequences,
 the weights' bytes, makes the real speedup a little lower.)
 
-`choose` picks (gamma, K) with the best prediction from step times and acceptance rates, which
-`refcomp.llm.speculative.plan` measures the way a speculative run meets them (rounds on the
-caches of the prompts; alpha on the target's own continuation); a best prediction below 1 is a
-`Choice` that is `declined`.
+`choose` picks (gamma, K) with the best prediction from given step times and acceptance rates; a
+best prediction below 1 is a `Choice` that is `declined`.  `refcomp.llm.speculative.magicdec_generate`
+measures them on its own first rounds and ranks with `predicted_remaining_speedup`.
 """
 from __future__ import annotations
 

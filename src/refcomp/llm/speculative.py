@@ -28,12 +28,12 @@ cache restricted to sinks + window, the draft's own entries living only within a
 A sequence that has its tokens leaves the batch (`keep_sequences` on both caches): the rounds after
 it run on the others only, so the batch does not pay draft and verify rows for finished sequences.
 
-`plan` measures step times and acceptance rates on the prompts the way a run meets them and
-chooses gamma and K (refcomp.llm.analytic).  `magicdec_generate` feeds the prompts once, plans on
-its own first rounds (one per budget K, then one per gamma), fixes K, and re-plans while it
-decodes: running estimates of each sequence's acceptance by position in the round and of the step
-times re-rank the gammas and plain autoregressive steps every few rounds, with hysteresis
-(`AdaptConfig`).  Lossless across switches: each round or step emits tokens with the target's law
+`magicdec_generate` chooses gamma and K on the decode itself (refcomp.llm.analytic's model): it
+feeds the prompts once, plans on its own first rounds (`_plan`: one per budget K, then one per
+gamma; declining after the first when no gamma could pay even with every draft accepted), fixes K,
+and re-plans while it decodes: running estimates of each sequence's acceptance by position in the
+round and of the step times re-rank the gammas and plain autoregressive steps every few rounds,
+with hysteresis (`AdaptConfig`).  Lossless across switches: each round or step emits tokens with the target's law
 whatever the mode it was chosen in.
 """
 from __future__ import annotations
@@ -164,96 +164,6 @@ def speculative_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.
     while run.leave():
         run.round(gamma, spec.budget)
     return run.result(clock() - start, {"gamma": gamma, "K": spec.budget})
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What `plan` measured and chose: step times, per budget K the acceptance rate of each
-    sequence, the choice (perhaps `declined`), and the seconds the measuring took."""
-
-    choice: analytic.Choice
-    times: analytic.StepTimes
-    alphas: dict[int, np.ndarray]
-    seconds: float
-
-
-def plan(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max_new_tokens: int, *,
-         budgets: Sequence[int] = (64, 128, 256, 512), gammas: Sequence[int] = (1, 2, 3, 4, 5, 6),
-         params: SamplingParams | None = None, pilot_steps: int = 32, repeats: int = 3,
-         seed: int | np.random.Generator | None = 0, clock: Clock = time.perf_counter) -> Plan:
-    """Choose gamma and K for decoding `prompts` from measurements on those prompts, the way a run
-    meets them: the prompts are fed to a full cache, each draft cache takes its entries
-    (`extend_from`); the target then decodes `pilot_steps` tokens, and each draft predicts every one
-    of them from the same tokens, taking the target's entries after each step as in a round, which
-    gives each sequence's acceptance rate per K (greedy: the draft's arg-max is the target's;
-    otherwise sum_x min(p, q)); last, `repeats` rounds of every (gamma, K) (the drafting, then the
-    verify forward with the sampling and rollbacks after it, each rolled back), each after a timed
-    decode step, the fastest of each kept (`clock`: as `generate`'s).  `analytic.choose` ranks
-    (gamma, K) by `predicted_batch_speedup` for max_new_tokens - 1 tokens a sequence; the choice is
-    `declined` below 1."""
-    params = params or SamplingParams()
-    gammas = sorted({int(g) for g in gammas})
-    budgets = sorted({int(k) for k in budgets})
-    if not gammas or gammas[0] < 1 or not budgets or budgets[0] < 2:
-        raise ArgumentError(f"speculative plan: need gammas >= 1 and budgets >= 2, got {gammas}, {budgets}")
-    if not isinstance(pilot_steps, int) or pilot_steps < 1 or not isinstance(repeats, int) or repeats < 1:
-        raise ArgumentError(f"speculative plan: pilot_steps and repeats must be positive integers, "
-                            f"got {pilot_steps!r}, {repeats!r}")
-    config = model.config
-    extra = gammas[-1] + 1
-    prompts = check_prompts(prompts, max_new_tokens, config.max_position_embeddings, config.vocab_size,
-                            extra=extra)
-    rng = make_rng(seed)
-    batch = len(prompts)
-    start = clock()
-    capacity = max(len(p) for p in prompts) + max_new_tokens + extra
-    steps = min(pilot_steps, max_new_tokens)   # and room for a round of gammas[-1] + 1 tokens after them
-    target = model.new_cache(batch, capacity)
-    pending = Prefill([(model, target)], prompts, params, rng).run()
-    length = target.lengths()
-    drafts = {}
-    for k in budgets:
-        drafts[k] = model.new_cache(batch, capacity,
-                                    streaming=SpeculativeConfig.with_budget(gammas[-1], k).streaming())
-        drafts[k].extend_from(target, length)
-
-    agree: dict[int, list[np.ndarray]] = {k: [] for k in budgets}
-    for _ in range(steps):
-        p = params.distribution(model.forward(pending[:, None], target)[:, -1])
-        for k, cache in drafts.items():
-            q = params.distribution(model.forward(pending[:, None], cache)[:, -1])
-            agree[k].append(np.minimum(p, q).sum(axis=-1))
-            cache.rollback(length)
-            cache.extend_from(target, length + 1)
-        pending = draw(p, rng)
-        length = length + 1
-    alphas = {k: np.mean(rows, axis=0) for k, rows in agree.items()}
-
-    target_times: list[float] = []
-    verify_times: dict[int, list[float]] = {g: [] for g in gammas}
-    draft_times: dict[tuple[int, int], list[float]] = {(g, k): [] for g in gammas for k in budgets}
-    for _ in range(repeats):
-        for g in gammas:
-            for k, cache in drafts.items():
-                # a decode step, then the round: each preceded by a forward over the full cache, as in a run
-                t0 = clock()
-                draw(params.distribution(model.forward(pending[:, None], target)[:, -1]), rng)
-                target_times.append(clock() - t0)
-                target.rollback(length)
-                t0 = clock()
-                tokens, q = _draft(model, cache, pending, g, params, rng)
-                t1 = clock()
-                _verify_and_settle(model, target, cache, pending, tokens, q, length, params, rng)
-                t2 = clock()
-                draft_times[g, k].append((t1 - t0) / g)
-                verify_times[g].append(t2 - t1)
-                target.rollback(length)
-                cache.rollback(length)
-    by_round = {key: min(v) for key, v in draft_times.items()}
-    times = analytic.StepTimes(target=min(target_times), verify={g: min(v) for g, v in verify_times.items()},
-                               draft={k: by_round[gammas[0], k] for k in budgets}, draft_by_round=by_round)
-    choice = analytic.choose(times, alphas, batch=batch, tokens=max(1, max_new_tokens - 1))
-    return Plan(choice, times, alphas, clock() - start)
 
 
 # --- adapting while decoding ----------------------------------------------------------------------
@@ -507,9 +417,21 @@ class _Controller:
     def best(self, rows: np.ndarray, remaining: np.ndarray) -> tuple[int, float]:
         return max(((g, self.predict(rows, remaining, g)) for g in self.gammas), key=lambda gs: gs[1])
 
+    def ceiling(self) -> tuple[int, float]:
+        """(gamma, bound): the largest speedup any gamma could give with every draft accepted,
+        (gamma + 1) T_T / (gamma T_D + T_V(gamma)) with the times `predict` uses; no prediction
+        exceeds it (a sequence gains at most gamma + 1 tokens a round), and it needs no acceptance."""
+        def bound(g: int) -> float:
+            t_draft = self.t_draft.get(g, min(self.t_draft.values()))
+            return (g + 1) * self.t_step / (g * t_draft + self.verify_time(g))
+
+        return max(((g, bound(g)) for g in self.gammas), key=lambda gs: gs[1])
+
     def decide(self, mode: int, rows: np.ndarray, remaining: np.ndarray) -> int:
         """The mode for the next rounds, with hysteresis (AdaptConfig)."""
         h = self.adapt.hysteresis
+        if mode == AR and self.ceiling()[1] <= 1.0 + h:
+            return AR           # no gamma could pass the threshold, whatever the acceptance
         gamma, speedup = self.best(rows, remaining)
         if mode == AR:
             return gamma if speedup > 1.0 + h else AR
@@ -532,6 +454,135 @@ def _choices(gammas: Sequence[int], budgets: Sequence[int], where: str) -> tuple
     return gs, ks
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What the pilot chose: the first choice (declined or not) and why, the controller that goes on
+    re-planning, each measured budget's acceptance per sequence, the pilot's modes and its seconds."""
+
+    choice: analytic.Choice
+    reason: str
+    control: _Controller
+    alphas: dict[int, np.ndarray]
+    schedule: list[tuple]
+    seconds: float
+
+
+def _plan(run: _Decoding, gammas: list[int], budgets: list[int], settings: AdaptConfig, pilot_rounds: int,
+          start: float) -> _Plan | None:
+    """The planning of `magicdec_generate` on the decode's first tokens (all of them output); None
+    when every sequence had its tokens first.  A plain step; `pilot_rounds` rounds of the pilot
+    gamma (the largest gamma <= 3) with the smallest budget's draft; two plain steps (T_T).  If no
+    gamma could pay even with every draft accepted (`_Controller.ceiling`: a draft over a larger
+    budget costs no less), it declines there.  Otherwise the other budgets' pilot rounds, a
+    provisional K (the best at the pilot gamma), the sweep (one round of every other gamma with it,
+    unless no gamma is predicted above 1), and K fixed by the predictions with the measured times."""
+    batch, clock = run.batch, run.clock
+    pilot_gamma = max([g for g in gammas if g <= 3] or gammas[:1])
+    kept = {k: np.zeros(batch) for k in budgets}
+    judged = {k: np.zeros(batch) for k in budgets}
+    t_probe: dict[int, list[float]] = {}
+    pilot_verify: list[float] = []
+    observed: list[tuple[int, np.ndarray, int, np.ndarray]] = []
+
+    def plain_step() -> float | None:
+        if not run.leave():
+            return None
+        rows = run.live.copy()
+        return run.step("pilot") / len(rows)
+
+    def pilot(k: int) -> bool:
+        """`pilot_rounds` rounds of the pilot gamma with budget k's draft; False if none is left."""
+        for _ in range(pilot_rounds):
+            if not run.leave():
+                return False
+            rows = run.live.copy()
+            n, t_draft, t_verify = run.round(pilot_gamma, k)
+            kept[k][rows] += n
+            judged[k][rows] += np.minimum(n + 1, pilot_gamma)
+            t_probe.setdefault(k, []).append(t_draft / pilot_gamma / len(rows))
+            pilot_verify.append(t_verify / len(rows))
+            observed.append((k, rows, pilot_gamma, n))
+        return True
+
+    def alpha(k: int) -> np.ndarray:
+        # per sequence, shrunk towards the batch's rate for that K (a round judges 1 .. gamma drafts)
+        pooled = kept[k].sum() / max(judged[k].sum(), 1.0)
+        return (kept[k] + 2.0 * pooled) / (judged[k] + 2.0)
+
+    def controller(k: int, t_draft: dict[int, float], t_verify: dict[int, float]) -> _Controller:
+        return _Controller(batch, gammas, alpha(k), settings, t_step, t_draft, t_verify)
+
+    first = plain_step()
+    if first is None or not pilot(budgets[0]):
+        return None
+    # T_T from two plain steps after the round: the first steps after the prefill meet cold caches
+    # (B = 8, S = 1K, one thread: 4.9, 3.6, 3.0, 2.5 ms for the first four, then 2.2-2.4)
+    steps = [plain_step(), plain_step()]
+    if None in steps or not run.leave():
+        return None
+    t_step = min(steps)
+    verify = {pilot_gamma: float(np.mean(pilot_verify))}
+    cheapest = controller(budgets[0], {g: float(np.mean(t_probe[budgets[0]])) for g in gammas}, verify)
+    gamma, bound = cheapest.ceiling()
+    if bound < 1.0:
+        # declined at once: the other budgets' rounds and the sweep could only cost
+        budget, predicted, control = budgets[0], bound, cheapest
+        reason = (f"declined: autoregressive decoding is predicted faster (best predicted speedup at most "
+                  f"{bound:.2f}, every draft accepted, at gamma {gamma}, K {budget}: the draft is too dear)")
+    else:
+        for k in budgets[1:]:
+            if not pilot(k):
+                return None
+        if not run.leave():
+            return None
+        t_draft_k = {k: float(np.mean(v)) for k, v in t_probe.items()}
+        verify = {pilot_gamma: float(np.mean(pilot_verify))}
+        # a provisional K, the best at the pilot gamma (all measured); declined where no gamma is
+        # predicted above 1 with the verifies not yet timed scaled from the pilot gamma's
+        rows, remaining = run.live, run.remaining()
+        ranked = {k: controller(k, {g: t_draft_k[k] for g in gammas}, verify).predict(rows, remaining, pilot_gamma)
+                  for k in budgets}
+        provisional = max(budgets, key=lambda k: ranked[k])
+        measured_draft = {pilot_gamma: t_draft_k[provisional]}
+        gamma, predicted = controller(provisional, {g: t_draft_k[provisional] for g in gammas},
+                                      verify).best(rows, remaining)
+        budget = provisional
+        if predicted >= 1.0:
+            # the sweep: one round of each other gamma with the provisional K
+            for g in gammas:
+                if g == pilot_gamma:
+                    continue
+                if not run.leave():
+                    return None
+                rows = run.live.copy()
+                n, t_draft, t_verify = run.round(g, provisional)
+                measured_draft[g], verify[g] = t_draft / g / len(rows), t_verify / len(rows)
+                observed.append((provisional, rows, g, n))
+            if not run.leave():
+                return None
+            # K fixed from here: draft forwards scale with K as the pilot's did
+            scores = {}
+            for k in budgets:
+                scale = t_draft_k[k] / t_draft_k[provisional]
+                scores[k] = controller(k, {g: t * scale for g, t in measured_draft.items()}, verify).best(
+                    run.live, run.remaining())
+            budget = max(budgets, key=lambda k: scores[k][1])
+            gamma, predicted = scores[budget]
+        scale = t_draft_k[budget] / t_draft_k[provisional]
+        control = controller(budget, {g: measured_draft.get(g, measured_draft[pilot_gamma]) * scale
+                                      for g in gammas}, verify)
+        reason = ""
+    run.drafts = {budget: run.drafts[budget]}
+    for k, rows, g, n in observed:
+        if k == budget:
+            control.observe(rows, g, n)
+    choice = analytic.Choice(gamma, budget, float(alpha(budget).mean()), predicted)
+    schedule = [tuple(e) for e in run.schedule]
+    run.schedule = []
+    return _Plan(choice, reason or choice.reason(), control, {k: alpha(k) for k in t_probe}, schedule,
+                 clock() - start)
+
+
 def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max_new_tokens: int, *,
                       budgets: Sequence[int] = (64, 128, 256, 512), gammas: Sequence[int] = (1, 2, 3, 4, 5, 6),
                       params: SamplingParams | None = None, seed: int | np.random.Generator | None = 0,
@@ -539,17 +590,21 @@ def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.nda
                       pilot_rounds: int = 1, adapt: AdaptConfig | None = AdaptConfig()) -> GenerationResult:
     """MagicDec decoding that plans on its own first tokens and re-plans while it runs (spec/llm.md,
     "Adapting while decoding").  The prompts are fed once, to the target; every budget's draft takes
-    the target's entries.  The pilot: a plain step, `pilot_rounds` rounds of the pilot gamma (the
-    largest gamma <= 3) with each budget's draft (each sequence's acceptance per K, the draft
-    times), two plain steps (T_T); then one round of every other gamma (timing the verify of each); K is then fixed and the others' caches dropped, and decoding goes
-    on with the predicted best gamma, or plain steps where no gamma is predicted above 1 (declined).
-    With `adapt` (None: keep the first choice), every `adapt.every` rounds the running estimates
-    re-rank the gammas and plain steps, with hysteresis.  Every token emitted has the target's
-    distribution whatever the switches (greedy: the autoregressive tokens).  The result's `extra`
-    has `declined`, `reason`, `predicted`, `plan_seconds` (pilot and sweep, counted in the decode
-    time), `gamma` (the first choice), `K`, `plan_schedule` and `schedule` (before and after the
-    choice: [mode, rounds or steps], "pilot" the plain step, 0 plain steps, else gamma),
-    `switches`, `gammas_used` and `modes` (per mode: rows, tokens, seconds, acceptance by position)."""
+    the target's entries.  The pilot (`_plan`): a plain step, `pilot_rounds` rounds of the pilot
+    gamma (the largest gamma <= 3) with the smallest budget's draft, two plain steps (T_T); declined
+    there when no gamma could pay even with every draft accepted; otherwise the pilot rounds of the
+    other budgets (each sequence's acceptance per K, the draft times), then one round of every
+    other gamma (timing the verify of each); K is then fixed and the others' caches dropped, and
+    decoding goes on with the predicted best gamma, or plain steps where no gamma is predicted
+    above 1 (declined).  With `adapt` (None: keep the first choice), every `adapt.every` rounds the
+    running estimates re-rank the gammas and plain steps, with hysteresis; a probe round is skipped
+    while no gamma could pay.  Every token emitted has the target's distribution whatever the
+    switches (greedy: the autoregressive tokens).  The result's `extra` has `declined`, `reason`,
+    `predicted`, `plan_seconds` (the pilot and sweep, counted in the decode time), `gamma` (the
+    first choice), `K`, `alpha_pilot` (the chosen K's mean), `alpha_pilot_by_K` (per measured
+    budget, per sequence), `plan_schedule` and `schedule` (before and after the choice: [mode,
+    rounds or steps], "pilot" the plain step, 0 plain steps, else gamma), `switches`,
+    `gammas_used` and `modes` (per mode: rows, tokens, seconds, acceptance by position)."""
     params = params or SamplingParams()
     gammas, budgets = _choices(gammas, budgets, "magicdec")
     if not isinstance(pilot_rounds, (int, np.integer)) or isinstance(pilot_rounds, bool) or pilot_rounds < 1:
@@ -560,114 +615,25 @@ def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.nda
     prompts = check_prompts(prompts, max_new_tokens, config.max_position_embeddings, config.vocab_size,
                             extra=gammas[-1])
     run = _Decoding(model, prompts, max_new_tokens, budgets, gammas[-1], params, make_rng(seed), clock, on_tokens)
-    batch = run.batch
     start = clock()
-
-    settings = adapt or AdaptConfig()
-    pilot_gamma = max([g for g in gammas if g <= 3] or gammas[:1])
-
-    def finished() -> GenerationResult:   # every sequence had its tokens before the plan was made
+    plan = _plan(run, gammas, budgets, adapt or AdaptConfig(), int(pilot_rounds), start)
+    if plan is None:   # every sequence had its tokens before the plan was made
         plan_schedule, run.schedule = [tuple(e) for e in run.schedule], []
         return run.result(clock() - start, {"declined": True, "reason": "every sequence had its tokens while planning",
                                             "predicted": float("nan"), "plan_seconds": clock() - start, "gamma": 0,
-                                            "K": budgets[0], "alpha_pilot": float("nan"), "switches": 0,
-                                            "gammas_used": sorted({label for label, _ in run.schedule
-                                                                   if label not in ("pilot", AR)}),
-                                            "plan_schedule": plan_schedule})
-
-    # the pilot: a plain step, then `pilot_rounds` rounds of the pilot gamma with each budget's
-    # draft (each sequence's acceptance per K, T_D(K), that gamma's verify); their tokens are output
-    if not run.leave():
-        return finished()
-    def plain_step() -> float:
-        rows = run.live.copy()
-        return run.step("pilot") / len(rows)
-
-    if not run.leave():
-        return finished()
-    t_step = plain_step()
-    kept = {k: np.zeros(batch) for k in budgets}
-    judged = {k: np.zeros(batch) for k in budgets}
-    t_probe: dict[int, list[float]] = {k: [] for k in budgets}
-    pilot_verify: list[float] = []
-    observed: list[tuple[int, np.ndarray, int, np.ndarray]] = []
-    for k in budgets:
-        for _ in range(pilot_rounds):
-            if not run.leave():
-                return finished()
-            rows = run.live.copy()
-            n, t_draft, t_verify = run.round(pilot_gamma, k)
-            kept[k][rows] += n
-            judged[k][rows] += np.minimum(n + 1, pilot_gamma)
-            t_probe[k].append(t_draft / pilot_gamma / len(rows))
-            pilot_verify.append(t_verify / len(rows))
-            observed.append((k, rows, pilot_gamma, n))
-    # T_T from two plain steps after the rounds: the first steps after the prefill meet cold caches
-    # (B = 8, S = 1K, one thread: 4.9, 3.6, 3.0, 2.5 ms for the first four, then 2.2-2.4)
-    for i in range(2):
-        if not run.leave():
-            return finished()
-        t_step = plain_step() if i == 0 else min(t_step, plain_step())
-    if not run.leave():
-        return finished()
-    # per sequence, shrunk towards the batch's rate for that K (a round judges 1 .. gamma drafts)
-    alphas = {}
-    for k in budgets:
-        pooled = kept[k].sum() / max(judged[k].sum(), 1.0)
-        alphas[k] = (kept[k] + 2.0 * pooled) / (judged[k] + 2.0)
-    t_draft_k = {k: float(np.mean(v)) for k, v in t_probe.items()}
-
-    def controller(k: int, t_draft: dict[int, float], t_verify: dict[int, float]) -> _Controller:
-        return _Controller(batch, gammas, alphas[k], settings, t_step, t_draft, t_verify)
-
-    # a provisional K, the best at the pilot gamma (all measured); declined where no gamma is
-    # predicted above 1 with the verifies not yet timed scaled from the pilot gamma's
-    verify = {pilot_gamma: float(np.mean(pilot_verify))}
-    rows, remaining = run.live, run.remaining()
-    ranked = {k: controller(k, {g: t_draft_k[k] for g in gammas}, verify).predict(rows, remaining, pilot_gamma)
-              for k in budgets}
-    provisional = max(budgets, key=lambda k: ranked[k])
-    measured_draft = {pilot_gamma: t_draft_k[provisional]}
-    gamma, predicted = controller(provisional, {g: t_draft_k[provisional] for g in gammas}, verify).best(rows, remaining)
-    budget = provisional
-    if predicted >= 1.0:
-        # the sweep: one round of each other gamma with the provisional K
-        for g in gammas:
-            if g == pilot_gamma:
-                continue
-            if not run.leave():
-                return finished()
-            rows = run.live.copy()
-            n, t_draft, t_verify = run.round(g, provisional)
-            measured_draft[g], verify[g] = t_draft / g / len(rows), t_verify / len(rows)
-            observed.append((provisional, rows, g, n))
-        if not run.leave():
-            return finished()
-        # K fixed from here: draft forwards scale with K as the pilot's did
-        scores = {}
-        for k in budgets:
-            scale = t_draft_k[k] / t_draft_k[provisional]
-            scores[k] = controller(k, {g: t * scale for g, t in measured_draft.items()}, verify).best(
-                run.live, run.remaining())
-        budget = max(budgets, key=lambda k: scores[k][1])
-        gamma, predicted = scores[budget]
-    scale = t_draft_k[budget] / t_draft_k[provisional]
-    run.drafts = {budget: run.drafts[budget]}
-    control = controller(budget, {g: measured_draft.get(g, measured_draft[pilot_gamma]) * scale for g in gammas},
-                         verify)
-    for k, rows, g, n in observed:
-        if k == budget:
-            control.observe(rows, g, n)
-    plan_schedule = [tuple(e) for e in run.schedule]
-    run.schedule = []
-    choice = analytic.Choice(gamma, budget, float(alphas[budget].mean()), predicted)
-    plan_seconds = clock() - start
-
-    mode = AR if choice.declined else gamma
+                                            "K": budgets[0], "alpha_pilot": float("nan"), "alpha_pilot_by_K": {},
+                                            "switches": 0, "plan_schedule": plan_schedule,
+                                            "gammas_used": sorted({label for label, _ in plan_schedule
+                                                                   if label not in ("pilot", AR)})})
+    choice, control, budget = plan.choice, plan.control, plan.choice.budget
+    mode = AR if choice.declined else choice.gamma
     since = plain = switches = rounds = 0
     while run.leave():
         rows = run.live.copy()
-        if mode == AR and not (adapt is not None and adapt.probe_every and plain >= adapt.probe_every):
+        probe = mode == AR and adapt is not None and adapt.probe_every and plain >= adapt.probe_every
+        if probe and control.ceiling()[1] <= 1.0 + adapt.hysteresis:
+            probe, plain = False, 0     # no round could pay whatever it accepted: no probe until the times change
+        if mode == AR and not probe:
             control.timed("step", run.step() / len(rows))
             plain += 1
             since += 1
@@ -694,9 +660,10 @@ def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.nda
             new = control.decide(mode, run.live, run.remaining())
             switches += new != mode
             mode = new
-    gammas_used = sorted({label for label, _ in plan_schedule + run.schedule if label not in ("pilot", AR)})
-    return run.result(clock() - start, {"declined": choice.declined, "reason": choice.reason(),
-                                        "predicted": choice.predicted, "plan_seconds": plan_seconds,
+    gammas_used = sorted({label for label, _ in plan.schedule + run.schedule if label not in ("pilot", AR)})
+    return run.result(clock() - start, {"declined": choice.declined, "reason": plan.reason,
+                                        "predicted": choice.predicted, "plan_seconds": plan.seconds,
                                         "gamma": choice.gamma, "K": budget, "alpha_pilot": choice.alpha,
+                                        "alpha_pilot_by_K": {k: a.tolist() for k, a in plan.alphas.items()},
                                         "switches": switches, "gammas_used": gammas_used,
-                                        "plan_schedule": plan_schedule})
+                                        "plan_schedule": plan.schedule})
