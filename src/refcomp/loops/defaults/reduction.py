@@ -261,9 +261,71 @@ def schedule_row_reduction(sch: Schedule, parallel: bool = True) -> Schedule | N
     _inits_first(best)
     _rows_local(best, output)
     if parallel:
+        _blocks_of_rows(best, output)
         best.parallel(best.get_loops(best.get_block(output))[0])
     _stream_large_output(best, output)
     return best
+
+
+# A thread's rows are pipelined in blocks of at most this many (rows per block: the largest divisor
+# of the row count that leaves at least _MIN_BLOCKS blocks for the threads): each block starts
+# and ends the pipeline once, so its first row's stores and last row's arithmetic do not overlap.
+_PIPELINE_ROWS = 64
+_MIN_BLOCKS = 16
+
+
+def _blocks_of_rows(sch: Schedule, output: str) -> None:
+    """When an earlier stage writes a row buffer over the output's own domain that the output
+    reads (softmax's row of exponentials: spatial iters only, the output's extents), split the
+    row loop into blocks of rows (the outer loop is made parallel by the caller) and annotate
+    the loop over a block's rows `stage_shift`: lowering then writes row r - 1's output inside
+    row r's loop over that row buffer (refcomp.loops.passes.stage_shift), the output's stores
+    overlapping the next row's arithmetic.  Nothing is done when the row count is symbolic or
+    has no divisor that fits; `confirm_stage_shift` drops the annotation when lowering would refuse it."""
+    from ...ast.stmt import STAGE_SHIFT
+
+    stages = _stages(sch.func)
+    last = stages[-1]
+    extents = [as_int(iv.dom.extent) for iv in last.iter_vars]
+    read = {load.buffer for load in collect(last.body, BufferLoad)}
+    if not any(all(iv.kind == "spatial" for iv in b.iter_vars)
+               and [as_int(iv.dom.extent) for iv in b.iter_vars] == extents
+               and any(w.buffer in read for w in b.writes) for b in stages[:-1]):
+        return
+    row = sch.get_loops(sch.get_block(output))[0]
+    count = as_int(sch.get(row).extent)
+    if count is None or sch.get(row).kind != "serial":
+        return
+    size = next((r for r in range(min(_PIPELINE_ROWS, count // _MIN_BLOCKS), 1, -1) if count % r == 0), None)
+    if size is None:
+        return
+    _, inner = sch.split(row, [None, size])
+    sch.annotate(inner, STAGE_SHIFT, True)
+
+
+def confirm_stage_shift(sch: Schedule) -> Schedule:
+    """sch, or a copy of it without its `stage_shift` annotations when the C target's lowering of
+    sch's function refuses them (spec/schedule.md: the pass's preconditions), so a default
+    schedule never fails to build on them."""
+    from ...ast.stmt import STAGE_SHIFT, For
+    from ..lower import LoweringHooks, lower
+    from ..passes.compact_buffers import compact_local_buffers
+
+    marked = [loop for loop in collect(sch.func.body, For) if (loop.annotations or {}).get(STAGE_SHIFT)]
+    if not marked:
+        return sch
+    try:
+        lower(sch.func, hooks=LoweringHooks(after_blocks=(compact_local_buffers,)))
+        return sch
+    except RefcompError:
+        pass
+    trial = sch.copy()
+    for loop in collect(trial.func.body, For):
+        if (loop.annotations or {}).get(STAGE_SHIFT):
+            rv = next(rv for block in _stages(trial.func) for rv in trial.get_loops(trial.get_block(block.name))
+                      if trial.get(rv) is loop)
+            trial.unannotate(rv, STAGE_SHIFT)
+    return trial
 
 
 # An output of at least this many bytes, or of the last-level cache's size when that is smaller,
