@@ -16,27 +16,31 @@ iteration r - 1 inside S_j's loop of iteration r (one loop body holds both; spec
                                          S_k (r = m + n - 1)
 
 so what S_k does (a row's streaming stores) overlaps with what S_j does (the next row's
-arithmetic).  The Allocates move out of the loop (their contents now live from one iteration to
-the next) and a buffer that S_0 .. S_j write and S_k reads gets two versions, the one of iteration
-r at offset ((r - m) mod 2) * size, so S_j of row r does not overwrite what S_k of row r - 1 reads.
-S_j is the last stage before S_k that loops over the same range (the same min and extent).
+arithmetic).  In the fused loop S_k's step comes first: B(r - 1, c) reads before A(r, c) writes.
+The Allocates move out of the loop (their contents now live from one iteration to the next).  A
+buffer that S_0 .. S_j write and S_k reads (softmax's row of exponentials) stays one buffer when
+its reuse is proved in place (`in_place`: only S_j writes it, and no write of A(r, c') reaches an
+element that B(r - 1, c) reads for c' < c: each step of the fused loop reads its part of row r - 1
+before overwriting it with row r's); otherwise it gets two versions, the one of iteration r at
+offset ((r - m) mod 2) * size.  S_j is the last stage before S_k that loops over the same range
+(the same min and extent).
 
 Preconditions (each a named check):
   - `check_serial`: the loop is serial (a parallel loop's iterations have no order to shift);
   - `check_stages`: its body (under Allocates) is a sequence whose last stage is a For, with an
     earlier For of the same min and extent, and no Allocate's size depends on the loop var;
   - `check_no_opaque_calls`: no stage involved evaluates a call other than `prefetch` (an opaque
-    call may touch any memory);
+    call may touch any memory; a prefetch hint reads and writes nothing);
   - `check_shift_dependences`: S_k writes no buffer that S_0 .. S_j read or write, and every
-    buffer that S_0 .. S_j write and S_k reads is allocated in the loop body and one-dimensional
-    (it gets two versions).
+    buffer that S_0 .. S_j write and S_k reads is allocated in the loop body, and is reused in
+    place or is one-dimensional of constant size (two versions).
 Together these make S_k(r - 1) independent of S_0 .. S_j(r), the only statements it moves past.
 """
 from __future__ import annotations
 
 from ...ast import (
-    Allocate, BufferLoad, BufferStore, Call, Evaluate, For, IfThenElse, IntImm, Mutator, PrimFunc, SeqStmt, Stmt,
-    collect, substitute,
+    EQ, LT, Allocate, And, BufferLoad, BufferStore, Call, Evaluate, For, IfThenElse, IntImm, Mutator, Not, PrimFunc,
+    SeqStmt, Stmt, Var, collect, substitute,
 )
 from ...ast.functor import uses_var
 from ...ast.expr import as_int, floormod
@@ -117,19 +121,21 @@ def _writes(stmt) -> set:
 
 
 def check_shift_dependences(loop: For, allocs: list, stages: list[Stmt], j: int) -> set:
-    """The buffers to give two versions (S_0 .. S_j write them, S_k reads them)."""
+    """The buffers to give two versions (S_0 .. S_j write them, S_k reads them, no in-place reuse)."""
     early = SeqStmt(tuple(stages[:j + 1]))
     last = stages[-1]
     clash = _writes(last) & (_reads(early) | _writes(early))
     if clash:
         raise _fail(loop, f"the last stage writes {_names(clash)}, which the stages it would run beside "
                           f"read or write")
-    versioned = _writes(early) & _reads(last)
+    shared = _writes(early) & _reads(last)
     local = {alloc.buffer for alloc in allocs}
-    outside = versioned - local
+    outside = shared - local
     if outside:
         raise _fail(loop, f"{_names(outside)} written before and read by the last stage is not allocated "
                           f"in the loop body, so it cannot be given a version per iteration")
+    before = _writes(SeqStmt(tuple(stages[:j]))) if j else set()
+    versioned = {b for b in shared if b in before or not in_place(loop, stages[j], last, b)}
     flat = {b for b in versioned if len(b.shape) != 1 or as_int(b.shape[0]) is None}
     if flat:
         raise _fail(loop, f"{_names(flat)} is not a one-dimensional buffer of constant size")
@@ -138,6 +144,58 @@ def check_shift_dependences(loop: For, allocs: list, stages: list[Stmt], j: int)
 
 def _names(buffers) -> str:
     return ", ".join(sorted(b.name for b in buffers))
+
+
+def _accesses(stmt, kind, buffer, loops=()) -> list:
+    """(indices, enclosing loops inside stmt) of each `kind` (BufferStore or BufferLoad) of buffer
+    in stmt, prefetch hints left out."""
+    found = []
+    if isinstance(stmt, For):
+        return _accesses(stmt.body, kind, buffer, loops + (stmt,))
+    if isinstance(stmt, SeqStmt):
+        for item in stmt.stmts:
+            found += _accesses(item, kind, buffer, loops)
+        return found
+    if isinstance(stmt, IfThenElse):
+        found = _accesses(stmt.then_case, kind, buffer, loops)
+        return found + (_accesses(stmt.else_case, kind, buffer, loops) if stmt.else_case is not None else [])
+    if isinstance(stmt, Allocate):
+        return _accesses(stmt.body, kind, buffer, loops)
+    if kind is BufferStore and isinstance(stmt, BufferStore):
+        return [(stmt.indices, loops)] if stmt.buffer is buffer else []
+    if kind is BufferLoad:
+        return [(load.indices, loops) for load in collect(_NoHints().visit(stmt), BufferLoad) if load.buffer is buffer]
+    return [(None, loops)] if collect(stmt, BufferStore) else []  # a store under another statement: unknown
+
+
+def in_place(loop: For, a: For, b: For, buffer) -> bool:
+    """True when the fused loop may keep one `buffer` that A (S_j's loop) writes and B (S_k's loop,
+    one iteration of `loop` late) reads: proved that no store of A at step c' reaches an element
+    that B loads at a later step c (c' < c), so every step reads its elements of the previous
+    iteration before any step overwrites them.  Unknown is False (two versions instead)."""
+    from ...shape import prove
+
+    r = loop.loop_var
+    late = Var(b.loop_var.name + "_late", b.loop_var.dtype)
+    stores = _accesses(a, BufferStore, buffer)
+    loads = _accesses(b, BufferLoad, buffer)
+    if not stores or any(indices is None for indices, _ in stores):
+        return False
+    one = IntImm(1, r.dtype)
+    for store, store_loops in stores:
+        for load, load_loops in loads:
+            if len(store) != len(load):
+                return False
+            shifted = [substitute(i, {b.loop_var: late, r: r - one}) for i in load]
+            same = EQ(store[0], shifted[0])
+            for x, y in zip(store[1:], shifted[1:]):
+                same = And(same, EQ(x, y))
+            facts = [r >= loop.min + one, r < loop.min + loop.extent, late >= b.min, late < b.min + b.extent]
+            for inner in store_loops + tuple(load_loops[1:]):
+                facts += [inner.loop_var >= inner.min, inner.loop_var < inner.min + inner.extent]
+            if not prove(Not(And(LT(a.loop_var, late), same)), assumptions=facts):
+                return False
+    return True
 
 
 class _Version(Mutator):
@@ -178,7 +236,7 @@ def shift_loop(loop: For) -> Stmt:
     prologue = [at(s, first) for s in stages[:k]]
     a, b = stages[j], stages[k]
     late = substitute(b.body, {r: r - one, b.loop_var: a.loop_var})
-    fused = a.with_(body=SeqStmt((a.body, late)))
+    fused = a.with_(body=SeqStmt((late, a.body)))
     steady_body = SeqStmt(tuple(stages[:j] + [fused] + stages[j + 1:k]))
     annotations = {key: value for key, value in (loop.annotations or {}).items() if key != STAGE_SHIFT}
     steady = For(r, first + one, count - one, "serial", steady_body, annotations=annotations or None)
