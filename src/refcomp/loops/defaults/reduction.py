@@ -261,8 +261,15 @@ def schedule_row_reduction(sch: Schedule, parallel: bool = True) -> Schedule | N
     _inits_first(best)
     _rows_local(best, output)
     if parallel:
-        _blocks_of_rows(best, output)
-        best.parallel(best.get_loops(best.get_block(output))[0])
+        blocked = best.copy()
+        try:
+            if _blocks_of_rows(blocked, output):
+                blocked.parallel(blocked.get_loops(blocked.get_block(output))[0])
+                best = blocked
+        except RefcompError:
+            pass  # the blocks' loop is not proved parallel (fused rows' nested indices): rows as they were
+        if best is not blocked:
+            best.parallel(best.get_loops(best.get_block(output))[0])
     _stream_large_output(best, output)
     return best
 
@@ -274,14 +281,15 @@ _PIPELINE_ROWS = 64
 _MIN_BLOCKS = 16
 
 
-def _blocks_of_rows(sch: Schedule, output: str) -> None:
+def _blocks_of_rows(sch: Schedule, output: str) -> bool:
     """When an earlier stage writes a row buffer over the output's own domain that the output
     reads (softmax's row of exponentials: spatial iters only, the output's extents), split the
     row loop into blocks of rows (the outer loop is made parallel by the caller) and annotate
     the loop over a block's rows `stage_shift`: lowering then writes row r - 1's output inside
     row r's loop over that row buffer (refcomp.loops.passes.stage_shift), the output's stores
     overlapping the next row's arithmetic.  Nothing is done when the row count is symbolic or
-    has no divisor that fits; `confirm_stage_shift` drops the annotation when lowering would refuse it."""
+    has no divisor that fits (False); `confirm_stage_shift` drops the annotation when lowering
+    would refuse it."""
     from ...ast.stmt import STAGE_SHIFT
 
     stages = _stages(sch.func)
@@ -291,16 +299,17 @@ def _blocks_of_rows(sch: Schedule, output: str) -> None:
     if not any(all(iv.kind == "spatial" for iv in b.iter_vars)
                and [as_int(iv.dom.extent) for iv in b.iter_vars] == extents
                and any(w.buffer in read for w in b.writes) for b in stages[:-1]):
-        return
+        return False
     row = sch.get_loops(sch.get_block(output))[0]
     count = as_int(sch.get(row).extent)
     if count is None or sch.get(row).kind != "serial":
-        return
-    size = next((r for r in range(min(_PIPELINE_ROWS, count // _MIN_BLOCKS), 1, -1) if count % r == 0), None)
+        return False
+    size = next((r for r in range(min(_PIPELINE_ROWS, count // _MIN_BLOCKS), 3, -1) if count % r == 0), None)
     if size is None:
-        return
+        return False
     _, inner = sch.split(row, [None, size])
     sch.annotate(inner, STAGE_SHIFT, True)
+    return True
 
 
 def confirm_stage_shift(sch: Schedule) -> Schedule:

@@ -221,6 +221,14 @@ class _Version(Mutator):
                            indices=self._index(store.buffer, store.indices))
 
 
+def _plus(a, b):
+    """a + b, folded when both are constants."""
+    x, y = as_int(a), as_int(b)
+    if x is not None and y is not None:
+        return IntImm(x + y, a.dtype)
+    return a + b
+
+
 def shift_loop(loop: For) -> Stmt:
     """The rewrite of one annotated loop (see the module docstring); checks first."""
     check_serial(loop)
@@ -229,7 +237,7 @@ def shift_loop(loop: For) -> Stmt:
     versioned = check_shift_dependences(loop, allocs, stages, j)
     r, first, count = loop.loop_var, loop.min, loop.extent
     one = IntImm(1, r.dtype)
-    versions = {b: b.with_(shape=(b.shape[0] * 2,)) for b in versioned}
+    versions = {b: b.with_(shape=(IntImm(2 * as_int(b.shape[0]), b.shape[0].dtype),)) for b in versioned}
     stages = [_Version(versions, floormod(r - first, IntImm(2, r.dtype))).visit(s) for s in stages]
     k = len(stages) - 1
     at = lambda stmt, value: substitute(stmt, {r: value})  # noqa: E731
@@ -239,8 +247,8 @@ def shift_loop(loop: For) -> Stmt:
     fused = a.with_(body=SeqStmt((late, a.body)))
     steady_body = SeqStmt(tuple(stages[:j] + [fused] + stages[j + 1:k]))
     annotations = {key: value for key, value in (loop.annotations or {}).items() if key != STAGE_SHIFT}
-    steady = For(r, first + one, count - one, "serial", steady_body, annotations=annotations or None)
-    epilogue = at(b, first + count - one)
+    steady = For(r, _plus(first, 1), _plus(count, -1), "serial", steady_body, annotations=annotations or None)
+    epilogue = at(b, _plus(_plus(first, count), -1))
     body: Stmt = SeqStmt(tuple(prologue + [steady, epilogue]))
     if as_int(count) is None or as_int(count) < 1:
         body = IfThenElse(count >= one, body)
