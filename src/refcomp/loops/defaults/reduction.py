@@ -10,7 +10,10 @@ pass: the row is read from memory once and the later stages find it in L1/L2.  T
 (the leading loops fused when there are several) is the one parallel loop; a partial stage's
 lane loop is put innermost and the loops inside are left to the vectorizer.  The stages moved
 under the row loop get the "local" scope: one row of each per thread (softmax's row of
-exponentials in L1, the lane partials in registers), no whole-tensor scratch buffers.
+exponentials in L1, the lane partials in registers), no whole-tensor scratch buffers.  A kernel
+with a row stage over the output's domain (softmax's exponentials) is pipelined across rows: the
+row loop in blocks of rows, the output of row r - 1 written inside row r's exp loop
+(`pipeline_rows`, the `stage_shift` mark).
 
 Applies when: the last block is spatial, every other block writes a buffer that is not a
 parameter, at least one block reduces, and the output has a leading (row) axis.
@@ -281,24 +284,28 @@ _PIPELINE_ROWS = 64
 _MIN_BLOCKS = 16
 
 
-def _blocks_of_rows(sch: Schedule, output: str) -> bool:
-    """When an earlier stage writes a row buffer over the output's own domain that the output
-    reads (softmax's row of exponentials: spatial iters only, the output's extents), split the
-    row loop into blocks of rows (the outer loop is made parallel by the caller) and annotate
-    the loop over a block's rows `stage_shift`: lowering then writes row r - 1's output inside
-    row r's loop over that row buffer (refcomp.loops.passes.stage_shift), the output's stores
-    overlapping the next row's arithmetic.  Nothing is done when the row count is symbolic or
-    has no divisor that fits (False); `confirm_stage_shift` drops the annotation when lowering
-    would refuse it."""
-    from ...ast.stmt import STAGE_SHIFT
-
-    stages = _stages(sch.func)
+def _row_stage(func: PrimFunc) -> bool:
+    """True when an earlier stage writes a row buffer over the output's own domain that the output
+    reads (softmax's row of exponentials: spatial iters only, the output's extents)."""
+    stages = _stages(func)
     last = stages[-1]
     extents = [as_int(iv.dom.extent) for iv in last.iter_vars]
     read = {load.buffer for load in collect(last.body, BufferLoad)}
-    if not any(all(iv.kind == "spatial" for iv in b.iter_vars)
+    return any(all(iv.kind == "spatial" for iv in b.iter_vars)
                and [as_int(iv.dom.extent) for iv in b.iter_vars] == extents
-               and any(w.buffer in read for w in b.writes) for b in stages[:-1]):
+               and any(w.buffer in read for w in b.writes) for b in stages[:-1])
+
+
+def _blocks_of_rows(sch: Schedule, output: str) -> bool:
+    """When the function has a row stage (`_row_stage`), split the row loop into blocks of rows
+    (the outer loop is made parallel by the caller; a thread's rows stay contiguous) and mark the
+    loop over a block's rows `stage_shift` (the mark also keeps the per-block treatment from
+    splitting that loop); `pipeline_rows` keeps the mark once the schedule is finished if the
+    lowering takes it.  False (nothing done) when there is no row stage, the row count is
+    symbolic or has no divisor that fits."""
+    from ...ast.stmt import STAGE_SHIFT
+
+    if not _row_stage(sch.func):
         return False
     row = sch.get_loops(sch.get_block(output))[0]
     count = as_int(sch.get(row).extent)
@@ -312,10 +319,13 @@ def _blocks_of_rows(sch: Schedule, output: str) -> bool:
     return True
 
 
-def confirm_stage_shift(sch: Schedule) -> Schedule:
-    """sch, or a copy of it without its `stage_shift` annotations when the C target's lowering of
-    sch's function refuses them (spec/schedule.md: the pass's preconditions), so a default
-    schedule never fails to build on them."""
+def pipeline_rows(sch: Schedule) -> Schedule:
+    """sch (a row reduction this rule scheduled, vectorized and hinted since) when the C target's
+    lowering takes its `stage_shift` mark (refcomp.loops.passes.stage_shift: row r - 1's output
+    written inside row r's loop over its row buffer, the output's stores overlapping the next
+    row's arithmetic), else a copy without the mark (spec/schedule.md: the pass's preconditions;
+    a row of one vector chunk has no loop to fuse into), so a default schedule never fails to
+    build on it."""
     from ...ast.stmt import STAGE_SHIFT, For
     from ..lower import LoweringHooks, lower
     from ..passes.compact_buffers import compact_local_buffers
@@ -329,11 +339,10 @@ def confirm_stage_shift(sch: Schedule) -> Schedule:
     except RefcompError:
         pass
     trial = sch.copy()
-    for loop in collect(trial.func.body, For):
-        if (loop.annotations or {}).get(STAGE_SHIFT):
-            rv = next(rv for block in _stages(trial.func) for rv in trial.get_loops(trial.get_block(block.name))
-                      if trial.get(rv) is loop)
-            trial.unannotate(rv, STAGE_SHIFT)
+    rvs = [rv for block in _stages(trial.func) for rv in trial.get_loops(trial.get_block(block.name))]
+    for loop in marked:
+        rv = next(rv for rv in rvs if trial.get(rv) is loop)
+        trial.unannotate(rv, STAGE_SHIFT)
     return trial
 
 
