@@ -11,6 +11,10 @@ FOR_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
 # A For annotated {NONTEMPORAL_STORE: True} (every buffer) or {NONTEMPORAL_STORE: "name"} (that
 # buffer) writes its contiguous vector stores as streaming stores (spec/c_abi.md).
 NONTEMPORAL_STORE = "nontemporal_store"
+# A serial For annotated {STAGE_SHIFT: True} is software-pipelined across its iterations when it is
+# lowered: its last stage runs one iteration late, inside an earlier stage's loop
+# (refcomp.loops.passes.stage_shift, spec/schedule.md).
+STAGE_SHIFT = "stage_shift"
 THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z",
                "vthread.x", "vthread.y", "vthread.z")
 ITER_KINDS = ("spatial", "reduce", "opaque")

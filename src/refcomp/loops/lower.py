@@ -5,6 +5,7 @@
 runs, in order, `lower_blocks` (blocks -> loops, init under the first reduction iteration,
 predicates -> if, alloc_buffers -> Allocate), `flatten_buffers` (1-D buffers and indices),
 `simplify` (constant folding, index arithmetic, branches decided by loop ranges, unit loops gone),
+`shift_stages` (loops annotated `stage_shift` software-pipelined across their iterations),
 `vectorize` (vectorized loops -> Ramp/Broadcast vector IR, with scalar tails) and `simplify` again.
 Each pass is a pure function PrimFunc -> PrimFunc in its own module under `refcomp.loops.passes`
 (vectorize: `refcomp.loops.vectorize`); each module's docstring says what it requires and
@@ -53,6 +54,7 @@ from .passes.bind_repeated_math import bind_repeated_math
 from .passes.flatten_buffers import flatten_buffers, original_buffer
 from .passes.lower_blocks import lower_blocks
 from .passes.simplify import simplify
+from .passes.stage_shift import shift_stages
 from .vectorize import vectorize
 
 logger = logging.getLogger("refcomp.lower")
@@ -63,6 +65,7 @@ PIPELINE: tuple[tuple[str, Pass], ...] = (
     ("lower_blocks", lower_blocks),
     ("flatten_buffers", flatten_buffers),
     ("simplify", simplify),
+    ("shift_stages", shift_stages),
     ("vectorize", vectorize),
     ("simplify_vector", simplify),
     ("bind_repeated_math", bind_repeated_math),

@@ -10,7 +10,10 @@ pass: the row is read from memory once and the later stages find it in L1/L2.  T
 (the leading loops fused when there are several) is the one parallel loop; a partial stage's
 lane loop is put innermost and the loops inside are left to the vectorizer.  The stages moved
 under the row loop get the "local" scope: one row of each per thread (softmax's row of
-exponentials in L1, the lane partials in registers), no whole-tensor scratch buffers.
+exponentials in L1, the lane partials in registers), no whole-tensor scratch buffers.  A kernel
+with a row stage over the output's domain (softmax's exponentials) is pipelined across rows: the
+row loop in blocks of rows, the output of row r - 1 written inside row r's exp loop
+(`pipeline_rows`, the `stage_shift` mark).
 
 Applies when: the last block is spatial, every other block writes a buffer that is not a
 parameter, at least one block reduces, and the output has a leading (row) axis.
@@ -261,9 +264,86 @@ def schedule_row_reduction(sch: Schedule, parallel: bool = True) -> Schedule | N
     _inits_first(best)
     _rows_local(best, output)
     if parallel:
-        best.parallel(best.get_loops(best.get_block(output))[0])
+        blocked = best.copy()
+        try:
+            if _blocks_of_rows(blocked, output):
+                blocked.parallel(blocked.get_loops(blocked.get_block(output))[0])
+                best = blocked
+        except RefcompError:
+            pass  # the blocks' loop is not proved parallel (fused rows' nested indices): rows as they were
+        if best is not blocked:
+            best.parallel(best.get_loops(best.get_block(output))[0])
     _stream_large_output(best, output)
     return best
+
+
+# A thread's rows are pipelined in blocks of at most this many (rows per block: the largest divisor
+# of the row count that leaves at least _MIN_BLOCKS blocks for the threads): each block starts
+# and ends the pipeline once, so its first row's stores and last row's arithmetic do not overlap.
+_PIPELINE_ROWS = 64
+_MIN_BLOCKS = 16
+
+
+def _row_stage(func: PrimFunc) -> bool:
+    """True when an earlier stage writes a row buffer over the output's own domain that the output
+    reads (softmax's row of exponentials: spatial iters only, the output's extents)."""
+    stages = _stages(func)
+    last = stages[-1]
+    extents = [as_int(iv.dom.extent) for iv in last.iter_vars]
+    read = {load.buffer for load in collect(last.body, BufferLoad)}
+    return any(all(iv.kind == "spatial" for iv in b.iter_vars)
+               and [as_int(iv.dom.extent) for iv in b.iter_vars] == extents
+               and any(w.buffer in read for w in b.writes) for b in stages[:-1])
+
+
+def _blocks_of_rows(sch: Schedule, output: str) -> bool:
+    """When the function has a row stage (`_row_stage`), split the row loop into blocks of rows
+    (the outer loop is made parallel by the caller; a thread's rows stay contiguous) and mark the
+    loop over a block's rows `stage_shift` (the mark also keeps the per-block treatment from
+    splitting that loop); `pipeline_rows` keeps the mark once the schedule is finished if the
+    lowering takes it.  False (nothing done) when there is no row stage, the row count is
+    symbolic or has no divisor that fits."""
+    from ...ast.stmt import STAGE_SHIFT
+
+    if not _row_stage(sch.func):
+        return False
+    row = sch.get_loops(sch.get_block(output))[0]
+    count = as_int(sch.get(row).extent)
+    if count is None or sch.get(row).kind != "serial":
+        return False
+    size = next((r for r in range(min(_PIPELINE_ROWS, count // _MIN_BLOCKS), 3, -1) if count % r == 0), None)
+    if size is None:
+        return False
+    _, inner = sch.split(row, [None, size])
+    sch.annotate(inner, STAGE_SHIFT, True)
+    return True
+
+
+def pipeline_rows(sch: Schedule) -> Schedule:
+    """sch (a row reduction this rule scheduled, vectorized and hinted since) when the C target's
+    lowering takes its `stage_shift` mark (refcomp.loops.passes.stage_shift: row r - 1's output
+    written inside row r's loop over its row buffer, the output's stores overlapping the next
+    row's arithmetic), else a copy without the mark (spec/schedule.md: the pass's preconditions;
+    a row of one vector chunk has no loop to fuse into), so a default schedule never fails to
+    build on it."""
+    from ...ast.stmt import STAGE_SHIFT, For
+    from ..lower import LoweringHooks, lower
+    from ..passes.compact_buffers import compact_local_buffers
+
+    marked = [loop for loop in collect(sch.func.body, For) if (loop.annotations or {}).get(STAGE_SHIFT)]
+    if not marked:
+        return sch
+    try:
+        lower(sch.func, hooks=LoweringHooks(after_blocks=(compact_local_buffers,)))
+        return sch
+    except RefcompError:
+        pass
+    trial = sch.copy()
+    rvs = [rv for block in _stages(trial.func) for rv in trial.get_loops(trial.get_block(block.name))]
+    for loop in marked:
+        rv = next(rv for rv in rvs if trial.get(rv) is loop)
+        trial.unannotate(rv, STAGE_SHIFT)
+    return trial
 
 
 # An output of at least this many bytes, or of the last-level cache's size when that is smaller,

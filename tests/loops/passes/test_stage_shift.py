@@ -1,0 +1,184 @@
+"""Pass `shift_stages` (refcomp.loops.passes.stage_shift): a loop's last stage run one iteration
+late inside an earlier stage's loop.  Programs in the lowered form (flat buffers), before and
+after, run by the interpreter and by the C build against numpy; each precondition refused with
+its message."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import refcomp
+from refcomp.ast import Allocate, Buffer, BufferStore, Call, Evaluate, For, IfThenElse, PrimFunc, SizeVar, Var, collect, seq
+from refcomp.ast.expr import StringImm, as_int
+from refcomp.ast.stmt import STAGE_SHIFT
+from refcomp.errors import ScheduleError
+from refcomp.loops.passes.stage_shift import shift_stages
+
+
+def _row_softmax(rows, cols: int, *, reverse: bool = False, kind: str = "serial", local: bool = True):
+    """Y[r, :] = exp(X[r, :]) / sum(exp(X[r, :])) over flat (rows * cols,) buffers, one row per
+    iteration of a loop annotated stage_shift: the exponentials in a row buffer t (stage 0, a
+    loop over the columns), their sum in s (a loop over column pairs: another range), then the
+    output (a loop over the columns, reading t backwards when `reverse`)."""
+    X = Buffer("X", (rows * cols,), "float32")
+    Y = Buffer("Y", (rows * cols,), "float32")
+    t = Buffer("t", (cols,), "float32", scope="local")
+    s = Buffer("s", (1,), "float32", scope="local")
+    r, c, k0, k1, o = Var("r"), Var("c"), Var("k0"), Var("k1"), Var("o")
+    exp_row = For(c, 0, cols, "serial", BufferStore(t, Call("exp", (X[r * cols + c],), "float32"), (c,)))
+    total = seq(BufferStore(s, 0.0, (0,)),
+                For(k0, 0, cols // 2, "serial", For(k1, 0, 2, "serial",
+                                                     BufferStore(s, s[0] + t[k0 * 2 + k1], (0,)))),
+                *([BufferStore(s, s[0] + t[cols - 1], (0,))] if cols % 2 else []))
+    read = t[cols - 1 - o] if reverse else t[o]
+    out = For(o, 0, cols, "serial", BufferStore(Y, read / s[0], (r * cols + o,)))
+    body = seq(exp_row, total, out)
+    if local:
+        body = Allocate(t, Allocate(s, body))
+        loop = For(r, 0, rows, kind, body, annotations={STAGE_SHIFT: True})
+        return PrimFunc((X, Y), loop, name="row_softmax")
+    loop = For(r, 0, rows, kind, body, annotations={STAGE_SHIFT: True})
+    return PrimFunc((X, Y), Allocate(t, Allocate(s, loop)), name="row_softmax")
+
+
+def _expected(x: np.ndarray, cols: int, reverse: bool) -> np.ndarray:
+    e = np.exp(x.reshape(-1, cols).astype(np.float64))
+    out = (e[:, ::-1] if reverse else e) / e.sum(axis=1, keepdims=True)
+    return out.ravel()
+
+
+def _unshifted(func: PrimFunc) -> PrimFunc:
+    from refcomp.ast import Mutator
+
+    class Drop(Mutator):
+        def visit_For(self, loop):
+            loop = self.generic_visit(loop)
+            return loop.with_(annotations=None) if STAGE_SHIFT in (loop.annotations or {}) else loop
+
+    return func.with_(body=Drop().visit(func.body))
+
+
+def _run(func, x, **sizes):
+    y = np.full(x.shape, np.nan, np.float32)
+    refcomp.interpret(func, x, y, **sizes)
+    return y
+
+
+def test_before_and_after_in_place():
+    """The row buffer t is reused in place (each output step reads t[o] before the exp step
+    writes it); the loop is peeled into row 0's stages, the steady loop from row 1 with the
+    output loop fused into the exp loop (output first), and the last row's output."""
+    rows, cols = 5, 8
+    before = _row_softmax(rows, cols)
+    after = shift_stages(before)
+    loops = collect(after.body, For)
+    rows_loop = [loop for loop in loops if loop.loop_var.name == "r"]
+    assert len(rows_loop) == 1 and as_int(rows_loop[0].min) == 1 and as_int(rows_loop[0].extent) == rows - 1
+    assert STAGE_SHIFT not in (rows_loop[0].annotations or {})
+    fused = [loop for loop in collect(rows_loop[0].body, For) if loop.loop_var.name == "c"]
+    assert len(fused) == 1
+    stores = [s.buffer.name for s in collect(fused[0].body, BufferStore)]
+    assert stores == ["Y", "t"]  # row r - 1's output step, then row r's exponential
+    allocs = {a.buffer.name: as_int(a.buffer.shape[0]) for a in collect(after.body, Allocate)}
+    assert allocs == {"t": cols, "s": 1}  # one row buffer: reused in place
+    assert isinstance(after.body, Allocate)  # the buffers live outside the row loop now
+    x = np.random.default_rng(1).standard_normal(rows * cols).astype(np.float32)
+    expected = _expected(x, cols, False)
+    np.testing.assert_allclose(_run(before, x), expected, rtol=1e-5)
+    np.testing.assert_allclose(_run(after, x), _run(before, x), rtol=1e-6)
+
+
+def test_a_buffer_not_proved_in_place_gets_two_versions():
+    """Reading t backwards, the output step at o reads what the exp steps before it wrote: t gets
+    two versions, row r's at offset (r mod 2) * cols."""
+    rows, cols = 6, 8
+    before = _row_softmax(rows, cols, reverse=True)
+    after = shift_stages(before)
+    allocs = {a.buffer.name: as_int(a.buffer.shape[0]) for a in collect(after.body, Allocate)}
+    assert allocs == {"t": 2 * cols, "s": 1}
+    x = np.random.default_rng(2).standard_normal(rows * cols).astype(np.float32)
+    np.testing.assert_allclose(_run(after, x), _expected(x, cols, True), rtol=1e-5)
+    np.testing.assert_allclose(_run(after, x), _run(before, x), rtol=1e-6)
+
+
+@settings(max_examples=12, deadline=None)
+@given(rows=st.sampled_from([1, 2, 3, 7, 13]), cols=st.sampled_from([1, 2, 3, 5, 16, 17]),
+       reverse=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_shifted_loops_match_numpy_interpreted(rows, cols, reverse, seed):
+    func = shift_stages(_row_softmax(rows, cols, reverse=reverse))
+    x = np.random.default_rng(seed).standard_normal(rows * cols).astype(np.float32)
+    np.testing.assert_allclose(_run(func, x), _expected(x, cols, reverse), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("rows, cols", [(1, 16), (2, 5), (7, 17), (13, 64)])
+def test_shifted_loops_match_numpy_compiled(rows, cols, reverse):
+    """The C build of the annotated program (lowering runs the pass) and of the same program
+    without the annotation agree with numpy."""
+    func = _row_softmax(rows, cols, reverse=reverse)
+    x = np.random.default_rng(rows * cols).standard_normal(rows * cols).astype(np.float32)
+    expected = _expected(x, cols, reverse)
+    for version in (func, _unshifted(func)):
+        y = np.full(x.shape, np.nan, np.float32)
+        refcomp.build(version)(x, y)
+        np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-7)
+
+
+def test_symbolic_row_count_is_guarded():
+    """A symbolic row count may be 0: the peeled program runs under `if n >= 1`."""
+    n = SizeVar("n")
+    func = _row_softmax(n, 4)
+    after = shift_stages(func)
+    assert collect(after.body, IfThenElse)
+    for rows in (0, 1, 2, 5):
+        x = np.random.default_rng(rows).standard_normal(rows * 4).astype(np.float32)
+        np.testing.assert_allclose(_run(after, x, n=rows), _expected(x, 4, False) if rows else x, rtol=1e-5)
+
+
+def test_refuses_a_parallel_loop():
+    with pytest.raises(ScheduleError, match=r"stage_shift: loop r: is parallel; only a serial loop"):
+        shift_stages(_row_softmax(4, 8, kind="parallel"))
+
+
+def test_refuses_a_buffer_allocated_outside_the_loop():
+    with pytest.raises(ScheduleError, match=r"loop r: t written before and read by the last stage is not allocated in the loop body"):
+        shift_stages(_row_softmax(4, 8, local=False))
+
+
+def test_refuses_a_body_that_is_not_stages():
+    X = Buffer("X", (8,), "float32")
+    r = Var("r")
+    func = PrimFunc((X,), For(r, 0, 8, "serial", BufferStore(X, 1.0, (r,)), annotations={STAGE_SHIFT: True}))
+    with pytest.raises(ScheduleError, match="its body is not a sequence of stages"):
+        shift_stages(func)
+
+
+def test_refuses_stages_without_a_loop_over_the_same_range():
+    X = Buffer("X", (8, ), "float32")
+    r, a, b = Var("r"), Var("a"), Var("b")
+    body = seq(For(a, 0, 3, "serial", BufferStore(X, 1.0, (a,))), For(b, 0, 4, "serial", BufferStore(X, 2.0, (b + 4,))))
+    func = PrimFunc((X,), For(r, 0, 2, "serial", body, annotations={STAGE_SHIFT: True}))
+    with pytest.raises(ScheduleError, match=r"no earlier stage is a serial loop over the last stage's range"):
+        shift_stages(func)
+
+
+def test_refuses_a_last_stage_writing_what_the_earlier_stages_read():
+    X = Buffer("X", (4,), "float32")
+    Y = Buffer("Y", (4,), "float32")
+    r, a, b = Var("r"), Var("a"), Var("b")
+    body = seq(For(a, 0, 4, "serial", BufferStore(Y, X[a] + 1.0, (a,))), For(b, 0, 4, "serial", BufferStore(X, Y[b], (b,))))
+    func = PrimFunc((X, Y), For(r, 0, 3, "serial", body, annotations={STAGE_SHIFT: True}))
+    with pytest.raises(ScheduleError, match=r"the last stage writes X, which the stages it would run beside"):
+        shift_stages(func)
+
+
+def test_refuses_an_opaque_call():
+    X = Buffer("X", (4,), "float32")
+    r, a, b = Var("r"), Var("a"), Var("b")
+    call = Evaluate(Call("call_extern", (StringImm("touch_everything"),), "int32"))
+    body = seq(For(a, 0, 4, "serial", call), For(b, 0, 4, "serial", BufferStore(X, 2.0, (b,))))
+    func = PrimFunc((X,), For(r, 0, 3, "serial", body, annotations={STAGE_SHIFT: True}))
+    with pytest.raises(ScheduleError, match=r"a stage evaluates .*touch_everything.*which may touch any memory"):
+        shift_stages(func)
