@@ -479,9 +479,9 @@ def _wants_grid(shape, mc: int, nc: int, threads: int, constant_b: bool, by_colu
 def _grid_blocks(shape, mr: int, nr: int, mc: int, nc: int, threads: int, partial_ok: bool) -> tuple[int, int]:
     """(MC, NC) of the grid: NC the widest multiple of NR dividing N, at most `nc`, that gives a
     call (all of a constant M, SMALL_CALL_ROWS of a symbolic one) 2 x threads tasks; where even NR
-    falls short, MC narrowed (a multiple of MR; dividing M for a tile without partial rows) until
-    the row blocks make up the rest.  A symbolic M keeps its row block wherever N alone gives the
-    tasks, so that a large call still reads each block of B once per MC rows."""
+    falls short, MC the widest multiple of MR (dividing M for a tile without partial rows) whose
+    row blocks make up the rest, MR where none does.  A symbolic M keeps its row block wherever N
+    alone gives the tasks, so that a large call still reads each block of B once per MC rows."""
     rows, n = as_int(shape.m), as_int(shape.n)
     want = 2 * threads
     row_blocks = -(-rows // mc) if rows is not None else 1
@@ -492,10 +492,8 @@ def _grid_blocks(shape, mr: int, nr: int, mc: int, nc: int, threads: int, partia
         return mc, nc
     call_rows = rows if rows is not None else SMALL_CALL_ROWS
     need = -(-want // (n // nc))  # row blocks per call
-    target = max(mr, -(-(-(-call_rows // need)) // mr) * mr)
-    if rows is not None and not partial_ok:
-        target = max((c for c in range(mr, min(target, mc) + 1, mr) if rows % c == 0), default=mc)
-    return min(mc, target), nc
+    usable = [c for c in range(mr, mc + 1, mr) if partial_ok or rows is None or rows % c == 0] or [mc]
+    return max((c for c in usable if -(-call_rows // c) >= need), default=min(usable)), nc
 
 
 def _row_block(m, mr: int, preferred: int, partial_ok: bool, recipe: str, intrin: str) -> int:
