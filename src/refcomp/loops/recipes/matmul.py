@@ -371,7 +371,7 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     if grid:
         tasks = sch.fuse(i0, j0)
         sch.parallel(tasks)
-        sch.annotate(tasks, "omp_schedule", "dynamic")
+        sch.annotate(tasks, "omp_schedule", GRID_SCHEDULE)
     elif by_columns or rows_outside:
         sch.parallel(j0)
         sch.annotate(j0, "omp_schedule", "dynamic")
@@ -446,6 +446,7 @@ def _column_block(n: int, nr: int, preferred: int, narrow_ok: bool = False) -> i
 # a few us), counting SMALL_CALL_ROWS rows where M is symbolic: a decode step's or a small batch's
 # call, the one that most needs its tasks cut fine.
 SPLIT_MIN_FLOPS = 1 << 21
+GRID_SCHEDULE = "dynamic"
 SMALL_CALL_ROWS = 32
 
 
