@@ -13,7 +13,11 @@ The structure is BLIS's, written as ordinary schedule primitives:
               else:       C[MR, NR] += A[MR, KC] * B[KC, NR]   block's zeroing folded in; tensorize)
 
 With fewer than two row blocks per thread the loops run `jc, pc, ic, jr, ir` with the column
-blocks in parallel; with a symbolic M (and Tiling.mc_symbolic) `ic` runs serially around them.  A is read in place unless pack_a asks for k slabs Ap[k // KC, i, k % KC].
+blocks in parallel; with a symbolic M (and Tiling.mc_symbolic) `ic` runs serially around them.
+Where neither gives a call worth splitting two tasks per thread (a few rows, or a symbolic M
+called with a few), `ic` and `jc` fuse into one parallel loop over the (row block x column
+block) grid, the blocks narrowed until there are (see tiled_matmul).  A is read in place unless
+pack_a asks for k slabs Ap[k // KC, i, k % KC].
 The AVX2 6 x 16 tile runs `ir` outside `jr` (AVX2_TILE below).
 B may be read as W[j, k] (C = A @ W^T, a `linear` layer's weight): the packing copy then reads W
 transposed into the same panels, NR rows of W at a time.
@@ -51,7 +55,8 @@ class Tiling:
 
     mc_symbolic is MC when the row count is symbolic; given, and with the column blocks balanced
     over the threads, those row blocks run one after another around the parallel column loop
-    (None: MC rows, threads over row blocks)."""
+    (None: MC rows, threads over row blocks).  Where a call would get fewer than two tasks per
+    thread, tiled_matmul narrows NC (then MC) for its (row block x column block) grid."""
 
     mc: int = 96
     nc: int = 512
@@ -371,7 +376,7 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     if grid:
         tasks = sch.fuse(i0, j0)
         sch.parallel(tasks)
-        sch.annotate(tasks, "omp_schedule", GRID_SCHEDULE)
+        sch.annotate(tasks, "omp_schedule", "dynamic")
     elif by_columns or rows_outside:
         sch.parallel(j0)
         sch.annotate(j0, "omp_schedule", "dynamic")
@@ -446,7 +451,6 @@ def _column_block(n: int, nr: int, preferred: int, narrow_ok: bool = False) -> i
 # a few us), counting SMALL_CALL_ROWS rows where M is symbolic: a decode step's or a small batch's
 # call, the one that most needs its tasks cut fine.
 SPLIT_MIN_FLOPS = 1 << 21
-GRID_SCHEDULE = "dynamic"
 SMALL_CALL_ROWS = 32
 
 
