@@ -94,10 +94,10 @@ def test_every_split_matches_numpy(rng, monkeypatch, rows, panels, k, constant, 
 
 
 @pytest.mark.parametrize("k,n", LLM_PRODUCTS)
-def test_symbolic_rows_small_n_product_runs_as_several_tasks(monkeypatch, k, n):
-    """The LLM's dense products (rows b * t symbolic, weights constant) on 2 threads: a call of
-    32 rows is at least 4 tasks for the threads (one row block of 516 rows used to be one task
-    wherever the column blocks did not balance), and a large call more."""
+def test_symbolic_rows_small_n_product_runs_as_several_tasks(monkeypatch, vector_isa, k, n):
+    """The LLM's dense products (rows b * t symbolic, weights constant) on 2 threads, AVX-512 and
+    AVX2 tiles: a call of 32 rows is at least 4 tasks for the threads (one row block of 516 rows
+    used to be one task wherever the column blocks did not balance), and a large call more."""
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     m = te.size_var("m")
     func = recipes.matmul_fp32(_product(m, n, k, constant=True)).func
@@ -122,9 +122,20 @@ def test_symbolic_rows_grid_matches_numpy(rng, monkeypatch):
         _check(rng, lib, rows, n, k, False, False)
 
 
+def test_grid_replays_from_its_trace(monkeypatch):
+    """The grid is made of schedule primitives (split, reorder, fuse, parallel): its trace replays
+    to the same function, as the tuner's GraphDefault needs."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    func = _product(te.size_var("m"), 1376, 256, constant=True)
+    sch = recipes.matmul_fp32(func)
+    assert "fused" in _task_loop(sch.func).loop_var.name
+    replayed = refcomp.Schedule.from_trace(func, sch.trace.to_json())
+    refcomp.ast.assert_structural_equal(replayed.func, sch.func)
+
+
 @pytest.mark.parametrize("m,n,k,by", [(1024, 1024, 1024, "j"), (2048, 2048, 2048, "j"),
                                       (None, 4096, 1024, "j"), (None, 1024, 4096, "j")])
-def test_large_products_keep_their_split(monkeypatch, cache_sizes_2m, m, n, k, by):
+def test_large_products_keep_their_split(monkeypatch, vector_isa, cache_sizes_2m, m, n, k, by):
     """Products with enough column blocks for the threads keep the column split (each thread's
     blocks of B in its own cache): the matmul benchmark's squares, the graph benchmark's mlp."""
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
