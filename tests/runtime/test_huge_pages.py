@@ -65,3 +65,21 @@ def test_huge_page_bytes_and_a_compiled_function_with_a_large_arena(rng):
     np.testing.assert_allclose(compiled(xv), expected, rtol=1e-5, atol=1e-5)  # the arena reused
     if hasattr(mmap, "MADV_HUGEPAGE") and compiled.arena_bytes(xv) >= 2 << 20:
         assert compiled._arena.__array_interface__["data"][0] % (2 << 20) == 0
+
+
+@pytest.mark.parametrize("shape,dtype", [((688, 256), np.float32), ((4, 688, 64), np.float32), ((), np.float64),
+                                         ((0, 3), np.float32), ((37, 5), np.int8), ((1024, 1024), np.float32)])
+def test_every_constant_sits_at_a_cache_line(rng, shape, dtype):
+    """A compiled graph function keeps each constant at a 64-byte boundary (a pre-packed weight's
+    vector loads then never span two lines), a copy only where numpy's memory was not aligned."""
+    from refcomp.runtime.graph_function import aligned_constant
+
+    base = (rng.standard_normal(int(np.prod(shape)) + 16) * 100).astype(dtype)
+    for offset in (0, 1, 4, 16):  # misaligned views of the same data
+        array = base[offset:offset + int(np.prod(shape))].reshape(shape)
+        kept = aligned_constant(array)
+        np.testing.assert_array_equal(kept, array)
+        assert kept.dtype == array.dtype and kept.shape == array.shape and kept.flags.c_contiguous
+        assert kept.__array_interface__["data"][0] % 64 == 0 or kept.nbytes == 0
+        if array.__array_interface__["data"][0] % 64 == 0 and array.nbytes < (2 << 20):
+            assert np.shares_memory(kept, array) or kept.nbytes == 0  # no copy

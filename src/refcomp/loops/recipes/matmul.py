@@ -13,7 +13,11 @@ The structure is BLIS's, written as ordinary schedule primitives:
               else:       C[MR, NR] += A[MR, KC] * B[KC, NR]   block's zeroing folded in; tensorize)
 
 With fewer than two row blocks per thread the loops run `jc, pc, ic, jr, ir` with the column
-blocks in parallel; with a symbolic M (and Tiling.mc_symbolic) `ic` runs serially around them.  A is read in place unless pack_a asks for k slabs Ap[k // KC, i, k % KC].
+blocks in parallel; with a symbolic M (and Tiling.mc_symbolic) `ic` runs serially around them.
+Where neither gives a call worth splitting two tasks per thread (a few rows, or a symbolic M
+called with a few), `ic` and `jc` fuse into one parallel loop over the (row block x column
+block) grid, the blocks narrowed until there are (see tiled_matmul).  A is read in place unless
+pack_a asks for k slabs Ap[k // KC, i, k % KC].
 The AVX2 6 x 16 tile runs `ir` outside `jr` (AVX2_TILE below).
 B may be read as W[j, k] (C = A @ W^T, a `linear` layer's weight): the packing copy then reads W
 transposed into the same panels, NR rows of W at a time.
@@ -51,7 +55,8 @@ class Tiling:
 
     mc_symbolic is MC when the row count is symbolic; given, and with the column blocks balanced
     over the threads, those row blocks run one after another around the parallel column loop
-    (None: MC rows, threads over row blocks)."""
+    (None: MC rows, threads over row blocks).  Where a call would get fewer than two tasks per
+    thread, tiled_matmul narrows NC (then MC) for its (row block x column block) grid."""
 
     mc: int = 96
     nc: int = 512
@@ -247,9 +252,10 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
                             f"(needed by {intrin})")
     preferred_mc = tiling.mc if as_int(shape.m) is not None else (tiling.mc_symbolic or tiling.mc)
     mc = _row_block(shape.m, mr, preferred_mc, takes_partial_rows(intrin), recipe, intrin)
-    nc = _column_block(as_int(shape.n), nr, tiling.nc)
-
     rows = as_int(shape.m)
+    constant_b = pack_b and _is_constant_param(sch, blk, shape.b_index)
+    nc = _column_block(as_int(shape.n), nr, tiling.nc, narrow_ok=_a_block_cached(shape, mc))
+
     threads = _threads()
     # Threads take whole column blocks (NC wide) when N / NC is a multiple of the thread count:
     # each packs its own KC x NC blocks of B (compute_at under the slab loop: one parallel
@@ -269,12 +275,21 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     by_columns = parallel and rows is not None and balanced_columns
     rows_outside = parallel and rows is None and balanced_columns and tiling.mc_symbolic is not None
     by_rows = parallel and not by_columns and not rows_outside and (rows is None or -(-rows // mc) >= 2 * threads)
+    # Where that leaves a call worth splitting with fewer than two tasks per thread (a few rows,
+    # or a symbolic M called with a few rows: one row block), the tasks are the (row block x
+    # column block) grid instead, one parallel loop over both (fused, rows outer), B packed
+    # before it as for row blocks, and NC (then MC) narrowed until a call has 2 x threads tasks
+    # (see _grid_blocks).  A thread packing its own blocks of B keeps doing so where that gives
+    # each thread a block; a B packed before the call has nothing to lose.
+    grid = parallel and threads > 1 and _wants_grid(shape, mc, nc, threads, constant_b, by_columns, rows_outside)
+    if grid:
+        by_columns = rows_outside = by_rows = False
+        mc, nc = _grid_blocks(shape, mr, nr, mc, nc, threads, takes_partial_rows(intrin))
 
     # A B the caller passes as a constant on every call (see below) streams from L3 or memory
     # while the tiles run.  Where A's row block stays in L2 (_streams_b), the tiles then read A
     # from MR-row panels (one stream instead of MR rows) and name the next panel of B to the cache
     # as they go (the tile's stream form).
-    constant_b = pack_b and _is_constant_param(sch, blk, shape.b_index)
     streams_b = constant_b and _streams_b(shape, mc, mr)
     if pack_a is None:
         pack_a = "panels" if streams_b and intrin in PANEL_INTRINS else False
@@ -322,7 +337,7 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     slabs = [k0] if k0 is not None else []
     if rows_outside and _row_tiles_outside(intrin, streams_b):
         sch.reorder(i0, j0, *slabs, i1, j1, i2, j2, k1)  # i0 serial, j0 parallel
-    elif by_rows or rows_outside:
+    elif by_rows or rows_outside or grid:
         sch.reorder(i0, j0, *slabs, j1, i1, i2, j2, k1)  # rows outside: i0 serial, j0 parallel
     elif _row_tiles_outside(intrin, streams_b):
         sch.reorder(j0, *slabs, i0, i1, j1, i2, j2, k1)
@@ -358,7 +373,11 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
         # kernels_fp32.SGEMM_AVX512_6X64_UNROLLED: 3-6% faster at N = 512, 1024, 2048)
         intrin = unrolled_form(intrin)
     sch.tensorize(i2, intrin)
-    if by_columns or rows_outside:
+    if grid:
+        tasks = sch.fuse(i0, j0)
+        sch.parallel(tasks)
+        sch.annotate(tasks, "omp_schedule", "dynamic")
+    elif by_columns or rows_outside:
         sch.parallel(j0)
         sch.annotate(j0, "omp_schedule", "dynamic")
     elif by_rows:
@@ -413,16 +432,73 @@ def _threads() -> int:
     return int(value) if value.isdigit() and int(value) > 0 else (os.cpu_count() or 1)
 
 
-def _column_block(n: int, nr: int, preferred: int) -> int:
+def _column_block(n: int, nr: int, preferred: int, narrow_ok: bool = False) -> int:
     """NC: a multiple of NR dividing N, near `preferred`, giving a multiple of the thread count of
-    column blocks when some such size is at least half the preferred one, and at least two
-    blocks per thread when that is possible too (so dynamic scheduling has something to move)."""
+    column blocks when some such size is at least half the preferred one (any size when
+    `narrow_ok`: A's row block stays in cache, so reading it once more per column block costs
+    little), and at least two blocks per thread when that is possible too (so dynamic scheduling
+    has something to move)."""
     threads = _threads()
     sizes = [nc for nc in range(nr, n + 1, nr) if n % nc == 0]
     fitting = [nc for nc in sizes if nc <= max(preferred, nr)]
-    balanced = [nc for nc in fitting if (n // nc) % threads == 0 and 2 * nc >= min(preferred, n)]
+    balanced = [nc for nc in fitting if (n // nc) % threads == 0 and (narrow_ok or 2 * nc >= min(preferred, n))]
     several = [nc for nc in balanced if n // nc >= 2 * threads]
     return max(several or balanced or fitting)
+
+
+# A product is split into tasks for the threads only where a call does at least this many flops
+# (about 15 us on one core at 130 GFLOP/s; an OpenMP fork, join and a few dynamic hand-outs cost
+# a few us), counting SMALL_CALL_ROWS rows where M is symbolic: a decode step's or a small batch's
+# call, the one that most needs its tasks cut fine.
+SPLIT_MIN_FLOPS = 1 << 21
+SMALL_CALL_ROWS = 32
+
+
+def _a_block_cached(shape, mc: int) -> bool:
+    """Whether A's row block (MC rows, or all of a constant M, by the whole K) takes at most half
+    of L2: then each column block reads it from cache, and narrow column blocks cost little."""
+    from ..intrin import cpu
+
+    rows, k = as_int(shape.m), as_int(shape.k)
+    block_rows = mc if rows is None else min(mc, rows)
+    return k is not None and block_rows * k * 4 <= cpu.cache_sizes()[1] // 2
+
+
+def _wants_grid(shape, mc: int, nc: int, threads: int, constant_b: bool, by_columns: bool,
+                rows_outside: bool) -> bool:
+    """Whether the (row block x column block) grid should replace the thread split tiled_matmul
+    chose: the call is worth splitting (SPLIT_MIN_FLOPS) and that split gives it fewer than two
+    tasks per thread, counting one row block for a symbolic M (a call of up to MC rows).  Column
+    blocks whose threads pack their own blocks of B (B not a constant) are kept: each thread has
+    one at least, and its packed block stays in its own cache."""
+    rows, n, k = as_int(shape.m), as_int(shape.n), as_int(shape.k)
+    call_rows = rows if rows is not None else SMALL_CALL_ROWS
+    if k is not None and 2 * call_rows * n * k < SPLIT_MIN_FLOPS:
+        return False
+    if by_columns or rows_outside:
+        return n // nc < 2 * threads and constant_b
+    row_blocks = -(-rows // mc) if rows is not None else 1
+    return row_blocks < 2 * threads  # the tasks are row blocks
+
+
+def _grid_blocks(shape, mr: int, nr: int, mc: int, nc: int, threads: int, partial_ok: bool) -> tuple[int, int]:
+    """(MC, NC) of the grid: NC the widest multiple of NR dividing N, at most `nc`, that gives a
+    call (all of a constant M, SMALL_CALL_ROWS of a symbolic one) 2 x threads tasks; where even NR
+    falls short, MC the widest multiple of MR (dividing M for a tile without partial rows) whose
+    row blocks make up the rest, MR where none does.  A symbolic M keeps its row block wherever N
+    alone gives the tasks, so that a large call still reads each block of B once per MC rows."""
+    rows, n = as_int(shape.m), as_int(shape.n)
+    want = 2 * threads
+    row_blocks = -(-rows // mc) if rows is not None else 1
+    sizes = [c for c in range(nr, n + 1, nr) if n % c == 0 and c <= max(nc, nr)]
+    enough = [c for c in sizes if row_blocks * (n // c) >= want]
+    nc = max(enough) if enough else min(sizes)
+    if row_blocks * (n // nc) >= want:
+        return mc, nc
+    call_rows = rows if rows is not None else SMALL_CALL_ROWS
+    need = -(-want // (n // nc))  # row blocks per call
+    usable = [c for c in range(mr, mc + 1, mr) if partial_ok or rows is None or rows % c == 0] or [mc]
+    return max((c for c in usable if -(-call_rows // c) >= need), default=min(usable)), nc
 
 
 def _row_block(m, mr: int, preferred: int, partial_ok: bool, recipe: str, intrin: str) -> int:
