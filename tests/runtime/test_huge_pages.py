@@ -83,3 +83,25 @@ def test_every_constant_sits_at_a_cache_line(rng, shape, dtype):
         assert kept.__array_interface__["data"][0] % 64 == 0 or kept.nbytes == 0
         if array.__array_interface__["data"][0] % 64 == 0 and array.nbytes < (2 << 20):
             assert np.shares_memory(kept, array) or kept.nbytes == 0  # no copy
+
+
+def test_vm_constants_sit_at_a_cache_line(rng):
+    """The VM's constants are placed as the compiled function's are (aligned_constant)."""
+    from refcomp.ast.graph import Constant
+    from refcomp.graph import BlockBuilder, Var, op, tensor
+    from refcomp.graph import build
+    from refcomp.runtime import vm as V
+
+    weight = rng.standard_normal(100_000).astype(np.float32)[1:].reshape(3, 33333)  # 4 bytes into numpy's memory
+    bb = BlockBuilder()
+    x = Var("x", tensor((3, 33333)))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(op.add(x, Constant(weight)))
+        bb.emit_func_output(out)
+    ex = build(bb.get(), executor="vm")
+    loads = [inst for f in ex.functions.values() for inst in f.code if isinstance(inst, V.LoadConst)]
+    assert loads and all(inst.value.__array_interface__["data"][0] % 64 == 0 for inst in loads)
+    np.testing.assert_array_equal(loads[0].value, weight)
+    xv = rng.standard_normal((3, 33333)).astype(np.float32)
+    np.testing.assert_array_equal(V.VirtualMachine(ex)["main"](xv), xv + weight)

@@ -15,6 +15,7 @@ from ...ast.graph import (
 from ...ast.graph_struct_info import PrimStructInfo, ShapeStructInfo, TensorStructInfo, TupleStructInfo
 from ...errors import BuildError
 from ...runtime import vm as V
+from ...runtime.graph_function import aligned_constant
 from ..block_builder import moves_strings
 from ..op.registry import get as get_op
 from .common import graph_functions
@@ -76,7 +77,7 @@ class _Lowering:
             return self.regs[e]
         dst = self.reg()
         if isinstance(e, Constant):
-            code.append(V.LoadConst(dst, storage_array(e.array)))
+            code.append(V.LoadConst(dst, aligned_constant(storage_array(e.array))))  # as the compiled function's
         elif isinstance(e, (ShapeExpr, PrimValue)):
             values = e.values if isinstance(e, ShapeExpr) else (e.value,)
             code.append(V.MakeShape(dst, tuple(values), scalar=isinstance(e, PrimValue)))
