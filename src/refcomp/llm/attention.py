@@ -59,7 +59,7 @@ from ..ast.exp_poly import exp_expr
 from ..driver import build
 from ..errors import ArgumentError
 from ..loops import intrin
-from ..loops.intrin.kernels_amx import BF16_SCORES_AMX_32X32
+from ..loops.intrin.kernels_amx import BF16_SCORES_AMX_32X32, BF16_VALUES_AMX
 
 # A running maximum that starts below every score yet keeps e^(m - m') finite arithmetic.
 _LOWEST = -3.0e38
@@ -137,6 +137,10 @@ BF16_BLOCK = 32  # keys per score block of either tile (their NR)
 TILE_ROWS = {"avx512bf16": 8, "amx": 32, "amx_pv": 32}   # state rows per call (their MR)
 # amx: the AMX tile's features, and its C function that starts from zero (loops.intrin.kernels_amx)
 AMX_SCORES = "refcomp_bf16scores_amx_32x32"
+# amx_pv: weights (float32 rows holding bfloat16 numbers) x values, and the scores, both without
+# the tile configuration, which the kernel loads once per sequence and key/value head
+AMX_VALUES = "refcomp_bf16values_amx"
+AMX_PV_SCORES = "refcomp_bf16scores_amx_32x32_configured"
 
 
 def default_dot(kv_dtype: str, head_dim: int, page_size: int) -> str:
@@ -295,7 +299,8 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                 args = (address(qbf[rb * (mr * D)]), _const(D), _const(1), address(b_first), ldb,
                         address(s[rb * (mr * P) + first]), _const(P), _const(D), min_(_const(mr), rows - rb * mr))
             return _for(rb, 0, (rows + (mr - 1)) // mr, Evaluate(Call(
-                "call_extern", (StringImm(AMX_SCORES if amx else tile_intrin.impl.name),) + args, "int32")))
+                "call_extern", (StringImm((AMX_PV_SCORES if pv else AMX_SCORES) if amx else tile_intrin.impl.name),) + args,
+                "int32")))
 
         zero = _for(r6, 0, rows, _for(l6, 0, _const(kb), BufferStore(s, _f(0.0), (r6 * P + first + l6,)),
                                       "vectorized"))
@@ -313,30 +318,24 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
     def value_tiles(count: Any, vblock: tuple[Callable[[Any, Any, Any], Any], Any],
                     spread: tuple[Any, Callable[[Any], Stmt]] | None) -> Stmt:
         """amx_pv: acc[row] = acc[row] * rescale[row] + sum_j s[row, j] V[j] with the products on
-        the AMX tile: the weights (already bfloat16 numbers) go to wbf at column off = a % 32 of
-        their row (zeros before, and after up to the tile's K, a multiple of 32), the values are
-        read in place in pairs from key a - off, and the tile's C (from zero) is added to the
-        rescaled accumulators.  A row's sums depend only on its own weights: the same numbers in
+        the AMX tile (AMX_VALUES): the weights in s, already bfloat16 numbers, go as bfloat16 to
+        wbf at column off = a % 32 of their row (zeros before, and after up to the tile's K, a
+        multiple of 32), the values are read in place in pairs from key a - off, and the tile's
+        C (from zero) is added to the rescaled accumulators.  A row's sums depend only on its own weights: the same numbers in
         a decode step and in a verify of the same positions."""
         vraw, a = vblock
         kb, mr = BF16_BLOCK, TILE_ROWS["amx_pv"]
         off = a % kb
         K = (off + count + (kb - 1)) // kb * kb
         rows = tq * G
-        r8, j9, rb, dc, d9, jp = (_v(n) for n in ("r8", "j9", "rb8", "dc8", "d9", "jp"))
-        weights_in = _for(r8, 0, rows, seq(
-            _for(j9, 0, off, BufferStore(wbf, FloatImm(0.0, kv_dtype), (r8 * PW + j9,)), "vectorized"),
-            _for(j9, 0, count, BufferStore(wbf, Cast(kv_dtype, s[r8 * P + j9]), (r8 * PW + off + j9,)), "vectorized"),
-            _for(j9, off + count, K - off - count, BufferStore(wbf, FloatImm(0.0, kv_dtype), (r8 * PW + j9,)),
-                 "vectorized")))
-        calls = _for(rb, 0, (rows + (mr - 1)) // mr, _for(dc, 0, _const(D // kb), Evaluate(Call("call_extern", (
-            StringImm(AMX_SCORES), address(wbf[rb * (mr * PW)]), _const(PW),
-            address(vraw((a - off) // 2, dc * kb, _ZERO)), _const(2 * D),
-            address(pvb[rb * (mr * D) + dc * kb]), _const(D), K, min_(_const(mr), rows - rb * mr)), "int32"))))
-        prefetches = [] if spread is None else [IfThenElse(spread[0], _for(jp, 0, count, spread[1](jp)))]
+        r8, rb, d9, jp = (_v(n) for n in ("r8", "rb8", "d9", "jp"))
+        calls = _for(rb, 0, (rows + (mr - 1)) // mr, Evaluate(Call("call_extern", (
+            StringImm(AMX_VALUES), address(s[rb * (mr * P)]), _const(P), count, off, address(wbf[rb * (mr * PW)]),
+            _const(PW), address(vraw((a - off) // 2, _ZERO, _ZERO)), _const(2 * D), address(pvb[rb * (mr * D)]),
+            _const(D), _const(D), K, min_(_const(mr), rows - rb * mr)), "int32")))
         update = _for(r8, 0, rows, _for(d9, 0, _const(D), BufferStore(
             acc, acc[r8 * D + d9] * rescale[r8] + pvb[r8 * D + d9], (r8 * D + d9,)), "vectorized"))
-        return seq(*prefetches, weights_in, calls, update)
+        return seq(calls, update)
 
     def chunk(count: Any, pos0: Any, windowed: bool, kload: Callable[[Any, Any], Any],
               vload: Callable[[Any, Any], Any], room: Any, kraw: Callable[[Any, Any, Any], Any] | None = None,
@@ -538,8 +537,11 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         values = seq(
             _for(u3, 0, tq // U, value_rows(u3 * (U * G), U * G, u3 == 0)),
             _for(i3, tq // U * U, tq - tq // U * U, value_rows(i3 * G, G, (tq // U == 0) & (i3 == 0))))
-        if pv:
+        if pv:  # the next page's prefetches before the chunk's arithmetic (no key loop to spread them over)
             values = value_tiles(count, vblock, spread)
+            jp = _v("jp")
+            scores = seq(*([] if spread is None else [IfThenElse(spread[0], _for(jp, 0, count, spread[1](jp)))]),
+                         scores)
         body = seq(scores, softmax, values)
         return Allocate(ktail, body) if tail_block and not tiled else body
 
@@ -687,7 +689,8 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         # slot, and a sequence either fits the ring or reads no further back than the ring holds
         _assume((st >= 0) & (sinks >= 0) & (ring > 0) & (window > 0) & (M * P >= sinks + ring)
                 & ((st + T <= sinks + ring) | (window <= ring))),
-        *((IfThenElse(aligned, store_new),) if pv else ()),
+        *((IfThenElse(aligned, store_new), Evaluate(Call("call_extern", (StringImm("refcomp_amx_configure"),),
+                                                             "int32"))) if pv else ()),
         transpose, _for(tg, 0, (T + (QT - 1)) // QT, tile),
         IfThenElse(~aligned, store_new) if pv else store_new))))
     for buffer in ((ktp, qbf) if tiled else (kt,)) + ((wbf, pvb, vtp) if pv else ()) + (
@@ -698,7 +701,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         "fp32": "", "avx512bf16": "_tiles", "amx": "_amx", "amx_pv": "_amxpv"}[dot]
     attrs = None
     if tiled:
-        helpers = (BF16_SCORES_AMX_32X32,) if amx else tile_intrin.c_helpers
+        helpers = ((BF16_VALUES_AMX,) if pv else (BF16_SCORES_AMX_32X32,)) if amx else tile_intrin.c_helpers
         attrs = {"c_helpers": helpers, "c_includes": tile_intrin.c_includes, **tile_intrin.func_attrs}
     return PrimFunc((q, k, v, kp, vp, table, start, out, sinks, ring, window), loop,
                     f"paged_attention_g{G}_d{D}_p{P}_h{H}" + suffix, attrs)
