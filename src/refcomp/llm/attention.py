@@ -310,16 +310,11 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                                      seq(copy, call(ktail2[_ZERO], _const(2 * kb)))))
         return Allocate(ktail2, _for(jb, 0, (count + (kb - 1)) // kb, block))
 
-    def rounded(weight: Any) -> Any:
-        """amx_pv: a softmax weight as the value tile takes it (bfloat16), so the row's sum adds
-        the very numbers the products use."""
-        return Cast("float32", Cast(kv_dtype, weight)) if pv else weight
-
     def value_tiles(count: Any, vblock: tuple[Callable[[Any, Any, Any], Any], Any],
                     spread: tuple[Any, Callable[[Any], Stmt]] | None) -> Stmt:
         """amx_pv: acc[row] = acc[row] * rescale[row] + sum_j s[row, j] V[j] with the products on
-        the AMX tile (AMX_VALUES): the weights in s, already bfloat16 numbers, go as bfloat16 to
-        wbf at column off = a % 32 of their row (zeros before, and after up to the tile's K, a
+        the AMX tile (AMX_VALUES): the float32 weights in s go, rounded to bfloat16, to wbf at
+        column off = a % 32 of their row (zeros before, and after up to the tile's K, a
         multiple of 32), the values are read in place in pairs from key a - off, and the tile's
         C (from zero) is added to the rescaled accumulators.  A row's sums depend only on its own weights: the same numbers in
         a decode step and in a verify of the same positions."""
@@ -485,8 +480,14 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         def weights(whole: bool) -> Stmt:
             """3. per row, the visible scores become e^(s - m), the others 0; the row's L partial sums
             l are rescaled and add them lane by lane (folded once, after the tile's last chunk)"""
-            weight = rounded(softmax_exp(score(lo + j7 * L + l3) - m[row]))
+            weight = softmax_exp(score(lo + j7 * L + l3) - m[row])
+            # amx_pv: the next page's prefetches spread over the rows, row r issuing those of keys
+            # [r count / rows, (r + 1) count / rows) of the chunk (prefetch_spread)
+            jp, nrows = _v("jp"), tq * G
+            spread_rows = [] if not (pv and spread is not None) else [IfThenElse(spread[0], _for(
+                jp, row * count // nrows, (row + 1) * count // nrows - row * count // nrows, spread[1](jp)))]
             return visible(Allocate(lanes, seq(
+                *spread_rows,
                 *([] if whole else [_for(j8, 0, lo, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized")]),
                 _for(l3, 0, _const(L), BufferStore(lanes, l[row * L + l3] * rescale[row], (l3,)), "vectorized"),
                 _for(j7, 0, nf, _for(l3, 0, _const(L), seq(
@@ -494,7 +495,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                     BufferStore(lanes, lanes[l3] + score(lo + j7 * L + l3), (l3,))), "vectorized")),
                 *([] if whole else [
                     _for(j8, lo + nf * L, hi - lo - nf * L, BufferStore(
-                        s, rounded(softmax_exp(score(j8) - m[row])), (row * P + j8,)), "vectorized"),
+                        s, softmax_exp(score(j8) - m[row]), (row * P + j8,)), "vectorized"),
                     _for(j8, hi, count - hi, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized")]),
                 _for(l3, 0, _const(L), BufferStore(l, lanes[l3], (row * L + l3,)), "vectorized"),
                 *([] if whole else [_for(j3, lo + nf * L, hi - lo - nf * L,
@@ -537,11 +538,8 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         values = seq(
             _for(u3, 0, tq // U, value_rows(u3 * (U * G), U * G, u3 == 0)),
             _for(i3, tq // U * U, tq - tq // U * U, value_rows(i3 * G, G, (tq // U == 0) & (i3 == 0))))
-        if pv:  # the next page's prefetches before the chunk's arithmetic (no key loop to spread them over)
+        if pv:
             values = value_tiles(count, vblock, spread)
-            jp = _v("jp")
-            scores = seq(*([] if spread is None else [IfThenElse(spread[0], _for(jp, 0, count, spread[1](jp)))]),
-                         scores)
         body = seq(scores, softmax, values)
         return Allocate(ktail, body) if tail_block and not tiled else body
 

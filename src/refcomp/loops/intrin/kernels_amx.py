@@ -106,9 +106,9 @@ BF16_SCORES_AMX_32X32 = AMX_CONFIG + _SCORES.replace("NAME", "refcomp_bf16scores
 # Attention's weights x values (refcomp.llm.attention, dot "amx_pv"): C[m, D] (fp32) = W[m, K] (bf16) *
 # V[K, D] (bf16 pairs along K: V[k, n] at V + (k/2)*ldv + n*2 + k%2, a bfloat16 value page) for
 # m = m_rows <= 32, K a multiple of 32, D a multiple of 16.  The weights come as float32 rows S
-# (s_rs apart) holding bfloat16 numbers (rounded by the caller): W[m, j] = S[m, j - off] for
-# off <= j < off + count, else 0; they are packed into A (a_rs apart: the high halves of the
-# floats, exact) and multiplied 16 rows x 16 columns per tile, C from zero.  Row m of C depends
+# (s_rs apart, finite): W[m, j] = S[m, j - off] rounded to bfloat16 (to nearest, ties to even)
+# for off <= j < off + count, else 0; they are packed into A (a_rs apart) and multiplied 16 rows
+# x 16 columns per tile, C from zero.  Row m of C depends
 # only on row m of S.  Rows past m_rows in their 16-row tile are computed from A's rows as they
 # are and stored too (A and C must have room).  It and refcomp_bf16scores_amx_32x32_configured (the
 # scores tile above) leave the tile configuration to their caller, who loads it once
@@ -130,7 +130,10 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw"))) static inline void
         mask &= keep <= 0 ? 0u : (1u << keep) - 1u;
       }
       const __m512i x = _mm512_maskz_loadu_epi32((__mmask16)mask, (const void*)(srow + first));
-      _mm256_storeu_si256((__m256i*)(void*)(arow + j), _mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)));
+      /* to nearest bfloat16, ties to even (finite weights; a masked lane's 0 stays 0) */
+      const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+      const __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)), odd);
+      _mm256_storeu_si256((__m256i*)(void*)(arow + j), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
     }
   }
   const int64_t c_stride = ldc * 4, a_stride = a_rs * 2, v_stride = ldv * 2;
