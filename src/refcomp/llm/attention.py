@@ -143,17 +143,29 @@ AMX_VALUES = "refcomp_bf16values_amx"
 AMX_PV_SCORES = "refcomp_bf16scores_amx_32x32_configured"
 
 
+def _amx_pv_fits(head_dim: int, page_size: int) -> bool:
+    """amx_pv applies: the CPU has AMX-BF16 and the tiles' 32-long steps divide head_dim and the pages."""
+    return head_dim % 32 == 0 and page_size % BF16_BLOCK == 0 and intrin.get(AMX_TILE).available()
+
+
 def default_dot(kv_dtype: str, head_dim: int, page_size: int) -> str:
-    """The score arithmetic a kernel with these pages gets on the CPU running refcomp: for bfloat16
-    pages of whole blocks of BF16_BLOCK keys, the AVX512_BF16 tile when the CPU has it, else the
-    AMX tile when it has that (and head_dim is a multiple of its 32-long k step); float32 loops
-    otherwise.  (AMX first measured no faster: at the shipped model's sizes a verify step's time
-    is not in its scores, spec/llm.md; dot="amx" asks for it.)"""
+    """The arithmetic a kernel with these pages gets on the CPU running refcomp: for bfloat16
+    pages, "amx_pv" (scores and weights x values on AMX tiles) where it applies, else for pages
+    of whole blocks of BF16_BLOCK keys the AVX512_BF16 score tile when the CPU has it; float32
+    loops otherwise.  (dot="amx", AMX for the scores alone, measured no faster than float16
+    pages: spec/llm.md.)"""
     if kv_dtype != "bfloat16" or page_size % BF16_BLOCK or head_dim % 2:
         return "fp32"
-    if intrin.get(BF16_TILE).available():
-        return "avx512bf16"
-    return "amx" if head_dim % 32 == 0 and intrin.get(AMX_TILE).available() else "fp32"
+    if _amx_pv_fits(head_dim, page_size):
+        return "amx_pv"
+    return "avx512bf16" if intrin.get(BF16_TILE).available() else "fp32"
+
+
+def default_kv_dtype(head_dim: int, page_size: int) -> str:
+    """The KV pages' element type a model gets unless asked otherwise: bfloat16 where amx_pv
+    applies (a verify step's products on AMX tiles: spec/llm.md, the bfloat16 paragraph), else
+    float16."""
+    return "bfloat16" if _amx_pv_fits(head_dim, page_size) else "float16"
 
 
 def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_dtype: str = "float32",
