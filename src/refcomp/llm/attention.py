@@ -12,6 +12,8 @@ values to them.  Layouts (P = page size, D = head_dim, G = query heads per key/v
                 (N, Hkv, D/2, P, 2)  bfloat16: the same in pairs along D, the operand layout of
                                   the bfloat16 dot-product tiles that compute its scores (`dot`)
     v_pages     (N, Hkv, P, D)    values, one contiguous row of D per key
+                (N, Hkv, P/2, D, 2)  bfloat16: in pairs along the keys, the operand layout of the
+                                  AMX weights x values tile (dot "amx_pv")
     table       (B, M) int32      page table: slot s of sequence b lives in page table[b, s // P]
     start       (B,) int32        positions already in each sequence (the call's first position)
 
@@ -37,6 +39,10 @@ streaming cache whose ring is shorter than the call still sees every key it must
                 per register tile of 8 rows: acc[row] = acc[row] * r + sum_j s[row, j] V[j]
             out[b, t0 + i, g] = acc[i, g] / (sum of l[i, g]'s 16 lanes)
         then the T new keys and values are stored in their slots
+
+dot "amx_pv" (bfloat16 pages): both products on AMX tiles, the weights rounded to bfloat16; where
+the cache allows, the call's keys and values are stored first and every key is read through the
+pages, so that a query's chunks are its pages whatever call it is in (attention_func).
 
 A decode step is one tile of one query; a verify step of a few tokens is one tile, so it reads
 the pages once, as a decode step does, and only its arithmetic grows with the number of queries.
@@ -137,8 +143,8 @@ BF16_BLOCK = 32  # keys per score block of either tile (their NR)
 TILE_ROWS = {"avx512bf16": 8, "amx": 32, "amx_pv": 32}   # state rows per call (their MR)
 # amx: the AMX tile's features, and its C function that starts from zero (loops.intrin.kernels_amx)
 AMX_SCORES = "refcomp_bf16scores_amx_32x32"
-# amx_pv: weights (float32 rows holding bfloat16 numbers) x values, and the scores, both without
-# the tile configuration, which the kernel loads once per sequence and key/value head
+# amx_pv: weights (float32 rows, rounded to bfloat16 as packed) x values, and the scores, both
+# without the tile configuration, which the kernel loads once per sequence and key/value head
 AMX_VALUES = "refcomp_bf16values_amx"
 AMX_PV_SCORES = "refcomp_bf16scores_amx_32x32_configured"
 
@@ -310,9 +316,9 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
             else:
                 args = (address(qbf[rb * (mr * D)]), _const(D), _const(1), address(b_first), ldb,
                         address(s[rb * (mr * P) + first]), _const(P), _const(D), min_(_const(mr), rows - rb * mr))
+            name = (AMX_PV_SCORES if pv else AMX_SCORES) if amx else tile_intrin.impl.name
             return _for(rb, 0, (rows + (mr - 1)) // mr, Evaluate(Call(
-                "call_extern", (StringImm((AMX_PV_SCORES if pv else AMX_SCORES) if amx else tile_intrin.impl.name),) + args,
-                "int32")))
+                "call_extern", (StringImm(name),) + args, "int32")))
 
         zero = _for(r6, 0, rows, _for(l6, 0, _const(kb), BufferStore(s, _f(0.0), (r6 * P + first + l6,)),
                                       "vectorized"))
@@ -322,20 +328,19 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                                      seq(copy, call(ktail2[_ZERO], _const(2 * kb)))))
         return Allocate(ktail2, _for(jb, 0, (count + (kb - 1)) // kb, block))
 
-    def value_tiles(count: Any, vblock: tuple[Callable[[Any, Any, Any], Any], Any],
-                    spread: tuple[Any, Callable[[Any], Stmt]] | None) -> Stmt:
+    def value_tiles(count: Any, vblock: tuple[Callable[[Any, Any, Any], Any], Any]) -> Stmt:
         """amx_pv: acc[row] = acc[row] * rescale[row] + sum_j s[row, j] V[j] with the products on
         the AMX tile (AMX_VALUES): the float32 weights in s go, rounded to bfloat16, to wbf at
         column off = a % 32 of their row (zeros before, and after up to the tile's K, a
         multiple of 32), the values are read in place in pairs from key a - off, and the tile's
-        C (from zero) is added to the rescaled accumulators.  A row's sums depend only on its own weights: the same numbers in
-        a decode step and in a verify of the same positions."""
+        C (from zero) is added to the rescaled accumulators.  A row's sums depend only on its own
+        weights: the same numbers in a decode step and in a verify of the same positions."""
         vraw, a = vblock
         kb, mr = BF16_BLOCK, TILE_ROWS["amx_pv"]
         off = a % kb
         K = (off + count + (kb - 1)) // kb * kb
         rows = tq * G
-        r8, rb, d9, jp = (_v(n) for n in ("r8", "rb8", "d9", "jp"))
+        r8, rb, d9 = (_v(n) for n in ("r8", "rb8", "d9"))
         calls = _for(rb, 0, (rows + (mr - 1)) // mr, Evaluate(Call("call_extern", (
             StringImm(AMX_VALUES), address(s[rb * (mr * P)]), _const(P), count, off, address(wbf[rb * (mr * PW)]),
             _const(PW), address(vraw((a - off) // 2, _ZERO, _ZERO)), _const(2 * D), address(pvb[rb * (mr * D)]),
@@ -551,7 +556,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
             _for(u3, 0, tq // U, value_rows(u3 * (U * G), U * G, u3 == 0)),
             _for(i3, tq // U * U, tq - tq // U * U, value_rows(i3 * G, G, (tq // U == 0) & (i3 == 0))))
         if pv:
-            values = value_tiles(count, vblock, spread)
+            values = value_tiles(count, vblock)
         body = seq(scores, softmax, values)
         return Allocate(ktail, body) if tail_block and not tiled else body
 
@@ -689,7 +694,8 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         if pv:  # the call's values in pairs along t, then zero keys
             transpose = seq(
                 transpose,
-                _for(t, 0, T, _for(d, 0, _const(D), BufferStore(vtp, Cast(kv_dtype, v[b, t, kh, d]), (t // 2, d, t % 2)))),
+                _for(t, 0, T, _for(d, 0, _const(D), BufferStore(
+                    vtp, Cast(kv_dtype, v[b, t, kh, d]), (t // 2, d, t % 2)))),
                 _for(t, T, (T + 1) // 2 * 2 + BF16_BLOCK - T, _for(d, 0, _const(D), BufferStore(
                     vtp, FloatImm(0.0, kv_dtype), (t // 2, d, t % 2)))))
     else:
