@@ -278,13 +278,29 @@ def _round_bf16(x):
     return _from_bf16(_to_bf16(x))
 
 
+def _pair_keys(k_pages):
+    """float32 key pages (N, H, D, P) -> bfloat16 bits in pairs along D, (N, H, D/2, P, 2)."""
+    n, heads, dim, page = k_pages.shape
+    return _to_bf16(np.nan_to_num(k_pages).reshape(n, heads, dim // 2, 2, page).transpose(0, 1, 2, 4, 3))
+
+
+def _pair_values(v_pages):
+    """float32 value pages (N, H, P, D) -> bfloat16 bits in pairs along the keys, (N, H, P/2, D, 2)."""
+    n, heads, page, dim = v_pages.shape
+    return _to_bf16(np.nan_to_num(v_pages).reshape(n, heads, page // 2, 2, dim).transpose(0, 1, 2, 4, 3))
+
+
+def _stored_value(v_pages, page, offset):
+    """The bfloat16 bits of the value in slot `offset` of `page`, (H, D)."""
+    return v_pages[page, :, offset // 2, :, offset % 2]
+
+
 def _brain(c):
     """The case with bfloat16 pages (keys in pairs along D); the reference sees every key and value
     rounded to bfloat16."""
     c = dict(c)
-    kp = c["k_pages"]
-    c["k_pages"] = _to_bf16(np.nan_to_num(kp).reshape(kp.shape[0], HEADS, DIM // 2, 2, PAGE).transpose(0, 1, 2, 4, 3))
-    c["v_pages"] = _to_bf16(np.nan_to_num(c["v_pages"]))
+    c["k_pages"] = _pair_keys(c["k_pages"])
+    c["v_pages"] = _pair_values(c["v_pages"])
     for name in ("history_k", "history_v"):
         c[name] = _round_bf16(c[name])
     return c
@@ -304,7 +320,7 @@ def _check_bf16(c, out):
             page, offset = c["table"][b, slot // PAGE], slot % PAGE
             stored = c["k_pages"][page, :, :, offset, :].reshape(HEADS, DIM)
             np.testing.assert_array_equal(stored, _to_bf16(c["k"][b, t]))
-            np.testing.assert_array_equal(c["v_pages"][page, :, offset, :], _to_bf16(c["v"][b, t]))
+            np.testing.assert_array_equal(_stored_value(c["v_pages"], page, offset), _to_bf16(c["v"][b, t]))
 
 
 def _bf16_tile_available():
@@ -400,8 +416,7 @@ def test_bfloat16_scores_on_amx_tiles(steps, streaming):
     history_k = _round_bf16(rng.standard_normal((batch, longest, heads, dim)).astype(np.float32))
     history_v = _round_bf16(rng.standard_normal((batch, longest, heads, dim)).astype(np.float32))
     k_pages, v_pages = fill_pages(history_k, history_v, starts, table, page, sinks, ring, pages)
-    k_pages = _to_bf16(np.nan_to_num(k_pages).reshape(pages, heads, dim // 2, 2, page).transpose(0, 1, 2, 4, 3))
-    v_pages = _to_bf16(np.nan_to_num(v_pages))
+    k_pages, v_pages = _pair_keys(k_pages), _pair_values(v_pages)
     q = rng.standard_normal((batch, steps, heads * group, dim)).astype(np.float32)
     k = rng.standard_normal((batch, steps, heads, dim)).astype(np.float32)
     v = rng.standard_normal((batch, steps, heads, dim)).astype(np.float32)
@@ -413,3 +428,122 @@ def test_bfloat16_scores_on_amx_tiles(steps, streaming):
     expected = attention(q_rounded, _round_bf16(k), _round_bf16(v), history_k, history_v, starts, sinks,
                          min(window, 1 << 40))
     np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5)
+
+
+# ------------------------------------------------- amx_pv: both products on AMX, bfloat16 weights
+
+PV_GROUP, PV_DIM, PV_HEADS = 4, 32, 2  # the shipped model's heads (D a multiple of the tile's 32)
+
+
+def _pv_case(rng, starts, steps, page, streaming, sinks=0, window=0, slack=0):
+    """A case for the amx_pv kernel: bfloat16 pages (keys and values in pairs) holding a rounded
+    history, float32 queries, keys and values of the call."""
+    batch = len(starts)
+    starts = np.array(starts, np.int32)
+    longest = int(starts.max()) + steps
+    if streaming:
+        ring = window + slack
+    else:
+        sinks, window, ring = 0, UNBOUNDED, -(-longest // page) * page
+    width = -(-(sinks + ring) // page)
+    pages = batch * width + 1
+    table = rng.permutation(pages)[:batch * width].reshape(batch, width).astype(np.int32)
+    history_k = _round_bf16(rng.standard_normal((batch, longest, PV_HEADS, PV_DIM)).astype(np.float32))
+    history_v = _round_bf16(rng.standard_normal((batch, longest, PV_HEADS, PV_DIM)).astype(np.float32))
+    k_pages, v_pages = fill_pages(history_k, history_v, starts, table, page, sinks, ring, pages)
+    q = (2 * rng.standard_normal((batch, steps, PV_HEADS * PV_GROUP, PV_DIM))).astype(np.float32)
+    k = rng.standard_normal((batch, steps, PV_HEADS, PV_DIM)).astype(np.float32)
+    v = rng.standard_normal((batch, steps, PV_HEADS, PV_DIM)).astype(np.float32)
+    return dict(q=q, k=k, v=v, k_pages=_pair_keys(k_pages), v_pages=_pair_values(v_pages), table=table,
+                start=starts, history_k=history_k, history_v=history_v, sinks=sinks, ring=ring, window=window)
+
+
+def _pv_expected(c):
+    root = np.sqrt(np.float64(PV_DIM))
+    q = _round_bf16(c["q"] * np.float32(1.0 / root)).astype(np.float64) * root
+    return attention(q, _round_bf16(c["k"]), _round_bf16(c["v"]), c["history_k"], c["history_v"], c["start"],
+                     c["sinks"], min(c["window"], 1 << 40))
+
+
+def _pv_kernel(page):
+    return compiled_attention(PV_GROUP, PV_DIM, page, PV_HEADS, "bfloat16", "amx_pv")
+
+
+
+
+
+@pytest.mark.amx
+@pytest.mark.skipif(not _amx_available(), reason="CPU lacks AMX-BF16")
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31), starts=st.lists(st.integers(0, 200), min_size=1, max_size=3),
+       steps=st.integers(1, 12), page=st.sampled_from([32, 64]), streaming=st.booleans(),
+       sinks=st.integers(0, 20), window=st.integers(1, 80), slack=st.integers(0, 12))
+def test_amx_pv_matches_numpy(seed, starts, steps, page, streaming, sinks, window, slack):
+    """Scores and weights x values on AMX tiles, the weights rounded to bfloat16 (relative error
+    2^-9 each): within 1e-2 of float64 attention on the rounded inputs; the call's keys and values
+    stored as bfloat16 in their slots.  Streaming rings shorter than the call and its window take
+    the unaligned form (the call's keys from k and v)."""
+    c = _pv_case(np.random.default_rng(seed), starts, steps, page, streaming, sinks, window, slack)
+    out = _run(_pv_kernel(page), c)
+    np.testing.assert_allclose(out, _pv_expected(c), rtol=1e-2, atol=1e-2)
+    for b in range(len(starts)):
+        for t in range(max(0, steps - c["ring"]), steps):
+            slot = slot_of(int(c["start"][b]) + t, c["sinks"], c["ring"])
+            pg, offset = c["table"][b, slot // page], slot % page
+            np.testing.assert_array_equal(c["k_pages"][pg, :, :, offset, :].reshape(PV_HEADS, PV_DIM),
+                                          _to_bf16(c["k"][b, t]))
+            np.testing.assert_array_equal(_stored_value(c["v_pages"], pg, offset), _to_bf16(c["v"][b, t]))
+
+
+@pytest.mark.amx
+@pytest.mark.skipif(not _amx_available(), reason="CPU lacks AMX-BF16")
+@pytest.mark.parametrize("seed", range(12))
+def test_amx_pv_verify_equals_decode_steps_bitwise(seed):
+    """A verify of T tokens gives, bit for bit, what T decode steps give for the same positions:
+    every query's chunks are its pages, whatever call it is in, and an AMX tile's row depends only
+    on that row (T up to 8 queries of 4 heads: up to 32 rows of a tile beside each other)."""
+    rng = np.random.default_rng(seed)
+    page = (32, 64)[seed % 2]
+    steps = int(rng.integers(2, 9))
+    starts = rng.integers(0, 3 * page, size=int(rng.integers(1, 4))).tolist()
+    c = _pv_case(rng, starts, steps, page, streaming=False)
+    kernel = _pv_kernel(page)
+    verify = dict(c, k_pages=c["k_pages"].copy(), v_pages=c["v_pages"].copy())
+    together = _run(kernel, verify)
+    stepwise = np.empty_like(together)
+    for t in range(steps):
+        one = dict(c, q=c["q"][:, t:t + 1].copy(), k=c["k"][:, t:t + 1].copy(), v=c["v"][:, t:t + 1].copy(),
+                   start=(c["start"] + t).astype(np.int32))
+        stepwise[:, t:t + 1] = _run(kernel, one)
+    assert np.array_equal(together, stepwise)
+    assert np.array_equal(verify["k_pages"], c["k_pages"]) and np.array_equal(verify["v_pages"], c["v_pages"])
+
+
+@pytest.mark.amx
+@pytest.mark.skipif(not _amx_available(), reason="CPU lacks AMX-BF16")
+@pytest.mark.parametrize("seed", range(8))
+def test_amx_pv_rows_do_not_depend_on_the_other_rows(seed):
+    """The same query beside different other queries in its tile (a 32-row call of both AMX
+    products) gives the same bits."""
+    rng = np.random.default_rng(100 + seed)
+    c = _pv_case(rng, rng.integers(0, 150, size=2).tolist(), 8, 64, streaming=False)
+    kernel = _pv_kernel(64)
+    first = _run(kernel, dict(c, k_pages=c["k_pages"].copy(), v_pages=c["v_pages"].copy()))
+    keep = rng.random(c["q"].shape[:3]) < 0.5
+    other = np.where(keep[..., None], c["q"], 100 * rng.standard_normal(c["q"].shape).astype(np.float32))
+    second = _run(kernel, dict(c, q=other))
+    assert np.array_equal(first[keep], second[keep])
+
+
+@pytest.mark.amx
+@pytest.mark.skipif(not _amx_available(), reason="CPU lacks AMX-BF16")
+def test_amx_pv_names_bad_arguments():
+    from refcomp.errors import ArgumentError
+    from refcomp.llm.attention import attention_func
+
+    with pytest.raises(ArgumentError, match="dot must be one of"):
+        attention_func(PV_GROUP, PV_DIM, 64, PV_HEADS, "float16", "amx_pv")
+    with pytest.raises(ArgumentError, match="head_dim a multiple of 32, got 16"):
+        attention_func(PV_GROUP, 16, 64, PV_HEADS, "bfloat16", "amx_pv")
+    with pytest.raises(ArgumentError, match="multiple of 32 keys"):
+        attention_func(PV_GROUP, PV_DIM, 48, PV_HEADS, "bfloat16", "amx_pv")

@@ -37,17 +37,21 @@ def test_planned_bytes_at_batch_64_and_8k():
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_sixteen_bit_pages(dtype):
-    """float16 and bfloat16 pages: half the bytes; bfloat16 as uint16 bit patterns, keys in pairs along D."""
+    """float16 and bfloat16 pages: half the bytes; bfloat16 as uint16 bit patterns, keys in pairs along D,
+    values in pairs along the keys."""
     cache = PagedKVCache(CONFIG, batch=2, max_tokens=40, page_size=8, dtype=dtype)
     assert cache.nbytes_per_token() == 2 * 3 * 2 * 4 * 2
     assert cache.nbytes() == PagedKVCache.planned_nbytes(CONFIG, 2, 40, page_size=8, dtype=dtype)
     keys = (3, 10, 2, 2, 8, 2) if dtype == "bfloat16" else (3, 10, 2, 4, 8)
-    assert cache.k_pool.shape == keys and cache.v_pool.shape == (3, 10, 2, 8, 4)
+    values = (3, 10, 2, 4, 4, 2) if dtype == "bfloat16" else (3, 10, 2, 8, 4)
+    assert cache.k_pool.shape == keys and cache.v_pool.shape == values
     assert cache.k_pool.dtype == (np.uint16 if dtype == "bfloat16" else np.float16)
     odd = LlamaConfig(vocab_size=40, hidden_size=12, intermediate_size=24, num_hidden_layers=1,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
     with pytest.raises(ArgumentError, match="head_dim, which must be even, got 3"):
         PagedKVCache(odd, batch=1, max_tokens=8, dtype="bfloat16")
+    with pytest.raises(ArgumentError, match="page_size must be even, got 7"):
+        PagedKVCache(CONFIG, batch=1, max_tokens=8, page_size=7, dtype="bfloat16")
     with pytest.raises(ArgumentError, match="dtype must be one of"):
         PagedKVCache(CONFIG, batch=1, max_tokens=8, dtype="int8")
 
@@ -160,10 +164,13 @@ def _filled(cache, rng, count):
 
 
 def _entry(cache, b, position):
-    """(keys (layers, H, D[, pair]), values (layers, H, D)) of position `position` of sequence b."""
+    """(keys (layers, H, D[, pair]), values (layers, H, D)) of position `position` of sequence b
+    (bfloat16 values are in pairs along the keys)."""
     slot = int(cache.slot_of(np.array([position]))[0])
     page, offset = cache.table[b, slot // cache.page_size], slot % cache.page_size
     keys = cache.k_pool[:, page, :, :, offset]
+    if cache.dtype == "bfloat16":
+        return keys, cache.v_pool[:, page, :, offset // 2, :, offset % 2]
     return keys, cache.v_pool[:, page, :, offset, :]
 
 

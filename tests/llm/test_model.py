@@ -30,7 +30,8 @@ def test_is_a_causal_lm(pair):
 
 @pytest.mark.parametrize("tied", [False, True])
 def test_float16_cache_matches_transformers_to_half_precision(tmp_path, rng, tied):
-    """The default cache stores float16: half the bytes per token, logits within float16 rounding."""
+    """The default cache at head_dim 16 (no AMX products) stores float16: half the bytes per token,
+    logits within float16 rounding."""
     model, path = random_llama(tmp_path, tied=tied, seed=5)
     lm = load_llama(path, page_size=PAGE)
     cache = lm.new_cache(2, 64)

@@ -192,6 +192,47 @@ def test_compiled_greedy_speculative_equals_autoregressive(kv_dtype):
         assert got.tokens == expected, (gamma, sinks, window)
 
 
+def _amx_available():
+    from refcomp.llm.attention import AMX_TILE
+    from refcomp.loops import intrin
+
+    return intrin.get(AMX_TILE).available()
+
+
+@pytest.mark.slow  # builds the compiled model's dense functions and its attention kernel
+@pytest.mark.amx
+@pytest.mark.skipif(not _amx_available(), reason="CPU lacks AMX-BF16")
+def test_amx_pv_greedy_speculative_equals_autoregressive_over_many_prompts():
+    """bfloat16 pages with both attention products on AMX tiles and bfloat16 softmax weights (the
+    default where AMX is present): a verify pass reads every key through its pages in the chunks
+    a decode step reads, so greedy speculative output is the autoregressive output token for
+    token, over prompts of many lengths and sources, batch sizes 1 to 8, and drafts with short
+    and long windows (the draft on the same kernel, streaming)."""
+    import inspect
+    import json
+
+    from refcomp.llm import tokenizer
+    from refcomp.llm.attention import default_dot
+    from refcomp.llm.loading import DEFAULT_MODEL, load_model
+
+    if not (DEFAULT_MODEL / "model.safetensors").is_file():
+        pytest.skip("the shipped model is absent")
+    model, _ = load_model(DEFAULT_MODEL)
+    assert model.kv_dtype == "bfloat16"
+    assert default_dot("bfloat16", model.config.dim_head, model.page_size) == "amx_pv"
+    sources = [json.dumps, json.loads, speculative_generate, verify, generate, inspect.getsource, np.pad,
+               tokenizer.encode]
+    texts = [inspect.getsource(f) for f in sources]
+    rng = np.random.default_rng(7)
+    for batch in (1, 3, 8):
+        picks = rng.choice(len(texts), size=batch, replace=False)
+        prompts = [tokenizer.encode(texts[i])[:int(rng.integers(20, 200))] for i in picks]
+        expected = generate(model, prompts, 40).tokens
+        for gamma, sinks, window in ((3, 4, 28), (5, 2, 100)):
+            got = speculative_generate(model, prompts, 40, spec=SpeculativeConfig(gamma, sinks, window))
+            assert got.tokens == expected, (batch, gamma, sinks, window)
+
+
 def _recording(model, widths):
     """The model, its forward recording (streaming cache?, tokens per sequence) of every call."""
     forward = model.forward

@@ -12,6 +12,8 @@ values to them.  Layouts (P = page size, D = head_dim, G = query heads per key/v
                 (N, Hkv, D/2, P, 2)  bfloat16: the same in pairs along D, the operand layout of
                                   the bfloat16 dot-product tiles that compute its scores (`dot`)
     v_pages     (N, Hkv, P, D)    values, one contiguous row of D per key
+                (N, Hkv, P/2, D, 2)  bfloat16: in pairs along the keys, the operand layout of the
+                                  AMX weights x values tile (dot "amx_pv")
     table       (B, M) int32      page table: slot s of sequence b lives in page table[b, s // P]
     start       (B,) int32        positions already in each sequence (the call's first position)
 
@@ -38,6 +40,10 @@ streaming cache whose ring is shorter than the call still sees every key it must
             out[b, t0 + i, g] = acc[i, g] / (sum of l[i, g]'s 16 lanes)
         then the T new keys and values are stored in their slots
 
+dot "amx_pv" (bfloat16 pages): both products on AMX tiles, the weights rounded to bfloat16; where
+the cache allows, the call's keys and values are stored first and every key is read through the
+pages, so that a query's chunks are its pages whatever call it is in (attention_func).
+
 A decode step is one tile of one query; a verify step of a few tokens is one tile, so it reads
 the pages once, as a decode step does, and only its arithmetic grows with the number of queries.
 Every (b, kv head) iteration reads and writes only its own sequence's pages, so the in-place
@@ -59,7 +65,7 @@ from ..ast.exp_poly import exp_expr
 from ..driver import build
 from ..errors import ArgumentError
 from ..loops import intrin
-from ..loops.intrin.kernels_amx import BF16_SCORES_AMX_32X32
+from ..loops.intrin.kernels_amx import BF16_SCORES_AMX_32X32, BF16_VALUES_AMX
 
 # A running maximum that starts below every score yet keeps e^(m - m') finite arithmetic.
 _LOWEST = -3.0e38
@@ -127,27 +133,45 @@ def _assume(condition: Any) -> Evaluate:
 KV_DTYPES = ("float32", "float16", "bfloat16")
 # how a bfloat16 kernel computes its scores: "amx", the registered AMX tile (AMX_TILE: 32 rows x
 # 32 keys per call, tdpbf16ps); "avx512bf16", the AVX512_BF16 tile (BF16_TILE: vdpbf16ps, two
-# products per lane, 8 rows x 32 keys per call); "fp32", float32 loops on the same numbers
-DOTS = ("fp32", "avx512bf16", "amx")
+# products per lane, 8 rows x 32 keys per call); "fp32", float32 loops on the same numbers;
+# "amx_pv": the scores and the weights x values products on AMX tiles, the softmax weights rounded
+# to bfloat16, every query's chunks aligned to the pages (attention_func)
+DOTS = ("fp32", "avx512bf16", "amx", "amx_pv")
 BF16_TILE = "x86.avx512bf16.bf16gemm_8x32"
 AMX_TILE = "x86.amx.bf16gemm_32x32"
 BF16_BLOCK = 32  # keys per score block of either tile (their NR)
-TILE_ROWS = {"avx512bf16": 8, "amx": 32}   # state rows per call (their MR)
+TILE_ROWS = {"avx512bf16": 8, "amx": 32, "amx_pv": 32}   # state rows per call (their MR)
 # amx: the AMX tile's features, and its C function that starts from zero (loops.intrin.kernels_amx)
 AMX_SCORES = "refcomp_bf16scores_amx_32x32"
+# amx_pv: weights (float32 rows, rounded to bfloat16 as packed) x values, and the scores, both
+# without the tile configuration, which the kernel loads once per sequence and key/value head
+AMX_VALUES = "refcomp_bf16values_amx"
+AMX_PV_SCORES = "refcomp_bf16scores_amx_32x32_configured"
+
+
+def _amx_pv_fits(head_dim: int, page_size: int) -> bool:
+    """amx_pv applies: the CPU has AMX-BF16 and the tiles' 32-long steps divide head_dim and the pages."""
+    return head_dim % 32 == 0 and page_size % BF16_BLOCK == 0 and intrin.get(AMX_TILE).available()
 
 
 def default_dot(kv_dtype: str, head_dim: int, page_size: int) -> str:
-    """The score arithmetic a kernel with these pages gets on the CPU running refcomp: for bfloat16
-    pages of whole blocks of BF16_BLOCK keys, the AVX512_BF16 tile when the CPU has it, else the
-    AMX tile when it has that (and head_dim is a multiple of its 32-long k step); float32 loops
-    otherwise.  (AMX first measured no faster: at the shipped model's sizes a verify step's time
-    is not in its scores, spec/llm.md; dot="amx" asks for it.)"""
+    """The arithmetic a kernel with these pages gets on the CPU running refcomp: for bfloat16
+    pages, "amx_pv" (scores and weights x values on AMX tiles) where it applies, else for pages
+    of whole blocks of BF16_BLOCK keys the AVX512_BF16 score tile when the CPU has it; float32
+    loops otherwise.  (dot="amx", AMX for the scores alone, measured no faster than float16
+    pages: spec/llm.md.)"""
     if kv_dtype != "bfloat16" or page_size % BF16_BLOCK or head_dim % 2:
         return "fp32"
-    if intrin.get(BF16_TILE).available():
-        return "avx512bf16"
-    return "amx" if head_dim % 32 == 0 and intrin.get(AMX_TILE).available() else "fp32"
+    if _amx_pv_fits(head_dim, page_size):
+        return "amx_pv"
+    return "avx512bf16" if intrin.get(BF16_TILE).available() else "fp32"
+
+
+def default_kv_dtype(head_dim: int, page_size: int) -> str:
+    """The KV pages' element type a model gets unless asked otherwise: bfloat16 where amx_pv
+    applies (a verify step's products on AMX tiles: spec/llm.md, the bfloat16 paragraph), else
+    float16."""
+    return "bfloat16" if _amx_pv_fits(head_dim, page_size) else "float16"
 
 
 def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_dtype: str = "float32",
@@ -176,13 +200,17 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
     if bf16 and D % 2:
         raise ArgumentError(f"paged attention: bfloat16 pages store keys in pairs along head_dim, which must be "
                             f"even, got {D}")
+    if bf16 and P % 2:
+        raise ArgumentError(f"paged attention: bfloat16 pages store values in pairs along the keys, so the page "
+                            f"size must be even, got {P}")
     if dot != "fp32" and P % BF16_BLOCK:
         raise ArgumentError(f"paged attention: the {dot} scores need pages of a multiple of {BF16_BLOCK} "
                             f"keys, got {P}")
-    if dot == "amx" and D % 32:
-        raise ArgumentError(f"paged attention: the amx scores need head_dim a multiple of 32, got {D}")
+    if dot in ("amx", "amx_pv") and D % 32:
+        raise ArgumentError(f"paged attention: the {dot} products need head_dim a multiple of 32, got {D}")
     tiled = dot != "fp32"
-    amx = dot == "amx"
+    amx = dot in ("amx", "amx_pv")
+    pv = dot == "amx_pv"  # the weights x values products on AMX too, weights in bfloat16, aligned chunks
 
     def load(value: Any) -> Any:
         """A page element as float32."""
@@ -203,7 +231,14 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
     def key_at(page: Any, dd: Any, slot: Any) -> Any:
         """Element dd of the key in `slot` of `page` (head kh), as stored."""
         return kp[page, kh, dd // 2, slot, dd % 2] if bf16 else kp[page, kh, dd, slot]
-    vp = Buffer("v_pages", (N, _const(H), _const(P), _const(D)), kv_dtype)
+    if bf16:  # values in pairs along the keys: the second operand of tdpbf16ps for weights x values
+        vp = Buffer("v_pages", (N, _const(H), _const(P // 2), _const(D), _const(2)), kv_dtype)
+    else:
+        vp = Buffer("v_pages", (N, _const(H), _const(P), _const(D)), kv_dtype)
+
+    def value_at(page: Any, slot: Any, dd: Any) -> Any:
+        """Element dd of the value in `slot` of `page` (head kh), as stored."""
+        return vp[page, kh, slot // 2, dd, slot % 2] if bf16 else vp[page, kh, slot, dd]
     table = Buffer("table", (B, M), "int32")
     start = Buffer("start", (B,), "int32")
     out = Buffer("out", (B, T, _const(H * G), _const(D)), "float32")
@@ -228,6 +263,13 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
     ktp = Buffer("ktp", (_const(D // 2), T + BF16_BLOCK, _const(2)), "bfloat16")
     ktail2 = Buffer("ktail2", (_const(D * BF16_BLOCK),), "bfloat16")
     tile_intrin = intrin.get(AMX_TILE if amx else BF16_TILE) if tiled else None
+    # amx_pv: the weights of a chunk as bfloat16 (the value tile's A; a chunk starting at key a of
+    # its page or call sits at column a % BF16_BLOCK, zeros around it), the tile's products, and the
+    # call's values in pairs along the keys like a page's, with zero keys after the last
+    PW = P + BF16_BLOCK
+    wbf = Buffer("wbf", (_const(RS * PW),), "bfloat16")
+    pvb = Buffer("pvb", (_const(RS * D),), "float32")
+    vtp = Buffer("vtp", ((T + 1) // 2 + BF16_BLOCK // 2, _const(D), _const(2)), "bfloat16")
 
     bh, b, kh, tg, t0, tq, st = _v("bh"), _v("b"), _v("kh"), _v("tg"), _v("t0"), _v("tq"), _v("st")
     t, i, g, d, r = _v("t"), _v("i"), _v("g"), _v("d"), _v("r")
@@ -274,8 +316,9 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
             else:
                 args = (address(qbf[rb * (mr * D)]), _const(D), _const(1), address(b_first), ldb,
                         address(s[rb * (mr * P) + first]), _const(P), _const(D), min_(_const(mr), rows - rb * mr))
+            name = (AMX_PV_SCORES if pv else AMX_SCORES) if amx else tile_intrin.impl.name
             return _for(rb, 0, (rows + (mr - 1)) // mr, Evaluate(Call(
-                "call_extern", (StringImm(AMX_SCORES if amx else tile_intrin.impl.name),) + args, "int32")))
+                "call_extern", (StringImm(name),) + args, "int32")))
 
         zero = _for(r6, 0, rows, _for(l6, 0, _const(kb), BufferStore(s, _f(0.0), (r6 * P + first + l6,)),
                                       "vectorized"))
@@ -285,9 +328,31 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                                      seq(copy, call(ktail2[_ZERO], _const(2 * kb)))))
         return Allocate(ktail2, _for(jb, 0, (count + (kb - 1)) // kb, block))
 
+    def value_tiles(count: Any, vblock: tuple[Callable[[Any, Any, Any], Any], Any]) -> Stmt:
+        """amx_pv: acc[row] = acc[row] * rescale[row] + sum_j s[row, j] V[j] with the products on
+        the AMX tile (AMX_VALUES): the float32 weights in s go, rounded to bfloat16, to wbf at
+        column off = a % 32 of their row (zeros before, and after up to the tile's K, a
+        multiple of 32), the values are read in place in pairs from key a - off, and the tile's
+        C (from zero) is added to the rescaled accumulators.  A row's sums depend only on its own
+        weights: the same numbers in a decode step and in a verify of the same positions."""
+        vraw, a = vblock
+        kb, mr = BF16_BLOCK, TILE_ROWS["amx_pv"]
+        off = a % kb
+        K = (off + count + (kb - 1)) // kb * kb
+        rows = tq * G
+        r8, rb, d9 = (_v(n) for n in ("r8", "rb8", "d9"))
+        calls = _for(rb, 0, (rows + (mr - 1)) // mr, Evaluate(Call("call_extern", (
+            StringImm(AMX_VALUES), address(s[rb * (mr * P)]), _const(P), count, off, address(wbf[rb * (mr * PW)]),
+            _const(PW), address(vraw((a - off) // 2, _ZERO, _ZERO)), _const(2 * D), address(pvb[rb * (mr * D)]),
+            _const(D), _const(D), K, min_(_const(mr), rows - rb * mr)), "int32")))
+        update = _for(r8, 0, rows, _for(d9, 0, _const(D), BufferStore(
+            acc, acc[r8 * D + d9] * rescale[r8] + pvb[r8 * D + d9], (r8 * D + d9,)), "vectorized"))
+        return seq(calls, update)
+
     def chunk(count: Any, pos0: Any, windowed: bool, kload: Callable[[Any, Any], Any],
               vload: Callable[[Any, Any], Any], room: Any, kraw: Callable[[Any, Any, Any], Any] | None = None,
-              kld: Any = None, spread: tuple[Any, Callable[[Any], Stmt]] | None = None) -> Stmt:
+              kld: Any = None, spread: tuple[Any, Callable[[Any], Stmt]] | None = None,
+              vblock: tuple[Callable[[Any, Any, Any], Any], Any] | None = None) -> Stmt:
         """Fold `count` (<= P) keys at positions pos0, pos0 + 1, ... into the running softmax of
         every query of the tile and head of the group.
 
@@ -303,7 +368,10 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         stored, in rows of pairs `kld` elements apart.
         `spread` = (condition, body), given: where the condition holds, body(j) is run once per key j
         of the chunk in the first value tile's key loop (the next page's prefetches, spread over
-        the chunk's arithmetic); the condition is tested once per chunk, the loop chosen by it."""
+        the chunk's arithmetic); the condition is tested once per chunk, the loop chosen by it.
+        amx_pv: `vblock` = (vraw, a): vraw(p, d, e) is element d of key 2 p + e of the chunk's page
+        (or of the call's values) in pairs along the keys, the chunk's first key being key a there;
+        the weights are rounded to bfloat16 and multiplied with the values on the AMX tile."""
         jc, d1, r1, ln, jt, d4, g4, i1, u1 = (_v(n) for n in ("jc", "d1", "r1", "ln", "jt", "d4", "g4", "i1", "u1"))
         full = count // KB
         # when KB = 2L: one more block of L keys after the full ones, if it fits
@@ -430,7 +498,13 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
             """3. per row, the visible scores become e^(s - m), the others 0; the row's L partial sums
             l are rescaled and add them lane by lane (folded once, after the tile's last chunk)"""
             weight = softmax_exp(score(lo + j7 * L + l3) - m[row])
+            # amx_pv: the next page's prefetches spread over the rows, row r issuing those of keys
+            # [r count / rows, (r + 1) count / rows) of the chunk (prefetch_spread)
+            jp, nrows = _v("jp"), tq * G
+            spread_rows = [] if not (pv and spread is not None) else [IfThenElse(spread[0], _for(
+                jp, row * count // nrows, (row + 1) * count // nrows - row * count // nrows, spread[1](jp)))]
             return visible(Allocate(lanes, seq(
+                *spread_rows,
                 *([] if whole else [_for(j8, 0, lo, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized")]),
                 _for(l3, 0, _const(L), BufferStore(lanes, l[row * L + l3] * rescale[row], (l3,)), "vectorized"),
                 _for(j7, 0, nf, _for(l3, 0, _const(L), seq(
@@ -450,7 +524,9 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         if windowed:
             whole_chunk = whole_chunk & (window_lo(tq - 1) <= pos0)
         softmax = seq(new_max(False), shift, weights(False))
-        if P % L == 0:  # the whole-chunk form has no tails
+        # (amx_pv: not taken; the two forms may differ in the last bit, and a chunk whole in a decode
+        # step is partial for the first queries of a verify of the same position)
+        if P % L == 0 and not pv:  # the whole-chunk form has no tails
             softmax = IfThenElse(whole_chunk, seq(new_max(True), shift, weights(True)), softmax)
         j5, l2, r3, dc, u3, i3 = (_v(n) for n in ("j5", "l2", "r3", "dc", "u3", "i3"))
         column = dc * DW + l2
@@ -479,6 +555,8 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         values = seq(
             _for(u3, 0, tq // U, value_rows(u3 * (U * G), U * G, u3 == 0)),
             _for(i3, tq // U * U, tq - tq // U * U, value_rows(i3 * G, G, (tq // U == 0) & (i3 == 0))))
+        if pv:
+            values = value_tiles(count, vblock)
         body = seq(scores, softmax, values)
         return Allocate(ktail, body) if tail_block and not tiled else body
 
@@ -491,8 +569,10 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         first = c * per_line
         key_line = (kp[page, kh, first // (2 * P), first // 2 % P, first % 2] if bf16
                     else kp[page, kh, first // P, first % P])
+        value_line = (vp[page, kh, first // (2 * D), first // 2 % D, first % 2] if bf16
+                      else vp[page, kh, first // D, first % D])
         return seq(Evaluate(Call("prefetch", (key_line, IntImm(0, "int32")), "int32")),
-                   Evaluate(Call("prefetch", (vp[page, kh, first // D, first % D], IntImm(0, "int32")), "int32")))
+                   Evaluate(Call("prefetch", (value_line, IntImm(0, "int32")), "int32")))
 
     def prefetch_page(page: Any) -> Stmt:
         """Prefetch the keys (D x P) and values (P x D) of head kh in `page`, one cache line at a
@@ -533,9 +613,10 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                 _let(a, max_(lo_slot, pi * P) - pi * P, _let(e, min_(lo_slot + count, pi * P + P) - pi * P, seq(
                     IfThenElse(has_next & ~whole_page, prefetch_page(pn)),
                     chunk(e - a, lo_pos + (pi * P + a - lo_slot), windowed,
-                          lambda dd, jj: load(key_at(pg, dd, a + jj)), lambda jj, dd: load(vp[pg, kh, a + jj, dd]),
+                          lambda dd, jj: load(key_at(pg, dd, a + jj)), lambda jj, dd: load(value_at(pg, a + jj, dd)),
                           _const(P) - a, lambda dp, jj, ee: kp[pg, kh, dp, a + jj, ee], _const(2 * P),
-                          (has_next & whole_page, lambda jj: prefetch_spread(pn, jj)))))))))
+                          (has_next & whole_page, lambda jj: prefetch_spread(pn, jj)),
+                          (lambda pr, dd, ee: vp[pg, kh, pr, dd, ee], a) if pv else None)))))))
         return _for(pi, first, pages, page_body)
 
     def new_run(lo: Any, count: Any, windowed: bool) -> Stmt:
@@ -545,7 +626,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         body = _let(a, lo + ci * P, _let(e, min_(lo + count, lo + ci * P + P), chunk(
             e - a, st + a, windowed, lambda dd, jj: kt[dd, a + jj], lambda jj, dd: stored(v[b, a + jj, kh, dd]),
             T + BF16_BLOCK - a if tiled else T - a, lambda dp, jj, ee: ktp[dp, a + jj, ee],
-            2 * (T + BF16_BLOCK))))
+            2 * (T + BF16_BLOCK), None, (lambda pr, dd, ee: vtp[pr, dd, ee], a) if pv else None)))
         return _for(ci, 0, (count + (P - 1)) // P, body)
 
     # Positions the tile's queries read (module docstring): the union over its queries of the sinks
@@ -562,12 +643,19 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
 
     wlo, sink_old, w1, w1s, n1 = _v("wlo"), _v("sink_old"), _v("w1"), _v("w1s"), _v("n1")
     nlo, nsink_hi, last = _v("nlo"), _v("nsink_hi"), _v("last")
+    # amx_pv, aligned: the call's keys and values are stored first and every position up to the
+    # tile's last query is read through the pages (he, the end of what the pages give, is the
+    # tile's last position + 1), so a query's chunks are its pages whatever call it is in; that
+    # needs every position a query sees to be still in its slot after the call's stores: the
+    # sequence fits the ring, or the call and the window fit it together.  Otherwise (a streaming
+    # ring shorter than the call and its window) the call's own keys come from k and v (he = st).
+    aligned = ((st + T <= sinks + ring) | (T + window <= ring + 1)) if pv else None
+    he = _v("he") if pv else st
     old_window = _let(w1, max_(wlo, _const(0)), _let(
-        w1s, sinks + (w1 - sinks) % ring, _let(n1, min_(st - w1, sinks + ring - w1s), seq(
+        w1s, sinks + (w1 - sinks) % ring, _let(n1, min_(he - w1, sinks + ring - w1s), seq(
             cached_run(w1s, n1, w1, True),
-            cached_run(sinks, st - w1 - n1, w1 + n1, True)))))
-    tile = _let(t0, tg * QT, _let(tq, min_(_const(QT), T - t0), _let(
-        last, st + t0 + tq - 1, _let(wlo, window_lo(_ZERO), seq(
+            cached_run(sinks, he - w1 - n1, w1 + n1, True)))))
+    tile_parts = _let(wlo, window_lo(_ZERO), seq(
             _for(r, 0, _const(R), seq(
                 BufferStore(m, _f(_LOWEST), (r,)), BufferStore(mx, _f(_LOWEST), (r,))), "vectorized"),
             _for(r, 0, _const(R * L), BufferStore(l, _f(0.0), (r,)), "vectorized"),
@@ -576,12 +664,15 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                     BufferStore(acc, _f(0.0), ((i * G + g) * D + d,)),
                     *query_stores(q[b, t0 + i, kh * G + g, d] * _f(scale), (i * G + g) * D + d)),
                      "vectorized")))),
-            _let(sink_old, min_(sinks, st), cached_run(_const(0), sink_old, _const(0), False)),
+            _let(sink_old, min_(sinks, he), cached_run(_const(0), sink_old, _const(0), False)),
             old_window,
-            _let(nsink_hi, min_(sinks, last + 1), new_run(_const(0), nsink_hi - st, False)),
-            _let(nlo, max_(max_(st, sinks), wlo), new_run(nlo - st, last + 1 - nlo, True)),
+            _let(nsink_hi, min_(sinks, last + 1), new_run(he - st, nsink_hi - he, False)),
+            _let(nlo, max_(max_(he, sinks), wlo), new_run(nlo - st, last + 1 - nlo, True)),
             _for(i, 0, tq, _for(g, 0, _const(G), seq(*total_sum(i * G + g), _for(d, 0, _const(D), BufferStore(
-                out, acc[(i * G + g) * D + d] / l[(i * G + g) * L], (b, t0 + i, kh * G + g, d)), "vectorized")))))))))
+                out, acc[(i * G + g) * D + d] / l[(i * G + g) * L], (b, t0 + i, kh * G + g, d)), "vectorized"))))))
+    if pv:
+        tile_parts = _let(he, select(aligned, last + 1, st), tile_parts)
+    tile = _let(t0, tg * QT, _let(tq, min_(_const(QT), T - t0), _let(last, st + t0 + tq - 1, tile_parts)))
 
     slot, wp, wt, wd = _v("slot"), _v("wp"), _v("wt"), _v("wd")
     store_new = _for(wt, 0, T, _let(slot, select(st + wt < sinks, st + wt, sinks + (st + wt - sinks) % ring), _let(
@@ -591,7 +682,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                 BufferStore(kp, Cast(kv_dtype, k[b, wt, kh, wd]) if narrow else k[b, wt, kh, wd],
                             (wp, kh, wd // 2, slot % P, wd % 2) if bf16 else (wp, kh, wd, slot % P)),
                 BufferStore(vp, Cast(kv_dtype, v[b, wt, kh, wd]) if narrow else v[b, wt, kh, wd],
-                            (wp, kh, slot % P, wd))))))))
+                            (wp, kh, slot % P // 2, wd, slot % 2) if bf16 else (wp, kh, slot % P, wd))))))))
 
     if tiled:  # the call's keys in pairs, then a block of zero keys
         e7 = _v("e7")
@@ -600,6 +691,13 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                 ktp, Cast(kv_dtype, k[b, t, kh, d * 2 + e7]), (d, t, e7))))),
             _for(d, 0, _const(D // 2), _for(t, T, _const(BF16_BLOCK), _for(e7, 0, _const(2), BufferStore(
                 ktp, FloatImm(0.0, kv_dtype), (d, t, e7))))))
+        if pv:  # the call's values in pairs along t, then zero keys
+            transpose = seq(
+                transpose,
+                _for(t, 0, T, _for(d, 0, _const(D), BufferStore(
+                    vtp, Cast(kv_dtype, v[b, t, kh, d]), (t // 2, d, t % 2)))),
+                _for(t, T, (T + 1) // 2 * 2 + BF16_BLOCK - T, _for(d, 0, _const(D), BufferStore(
+                    vtp, FloatImm(0.0, kv_dtype), (t // 2, d, t % 2)))))
     else:
         transpose = _for(t, 0, T, _for(d, 0, _const(D), BufferStore(kt, stored(k[b, t, kh, d]), (d, t))))
     body = _let(b, bh // H, _let(kh, bh % H, _let(st, _i64(start[b]), seq(
@@ -607,15 +705,19 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         # slot, and a sequence either fits the ring or reads no further back than the ring holds
         _assume((st >= 0) & (sinks >= 0) & (ring > 0) & (window > 0) & (M * P >= sinks + ring)
                 & ((st + T <= sinks + ring) | (window <= ring))),
-        transpose, _for(tg, 0, (T + (QT - 1)) // QT, tile), store_new))))
-    for buffer in ((ktp, qbf) if tiled else (kt,)) + (rescale, mx, top, l, m, s, acc, qs):
+        *((IfThenElse(aligned, store_new), Evaluate(Call("call_extern", (StringImm("refcomp_amx_configure"),),
+                                                             "int32"))) if pv else ()),
+        transpose, _for(tg, 0, (T + (QT - 1)) // QT, tile),
+        IfThenElse(~aligned, store_new) if pv else store_new))))
+    for buffer in ((ktp, qbf) if tiled else (kt,)) + ((wbf, pvb, vtp) if pv else ()) + (
+            rescale, mx, top, l, m, s, acc, qs):
         body = Allocate(buffer, body)
     loop = For(bh, _const(0), B * H, "parallel", body)
     suffix = {"float32": "", "float16": "_f16", "bfloat16": "_bf16"}[kv_dtype] + {
-        "fp32": "", "avx512bf16": "_tiles", "amx": "_amx"}[dot]
+        "fp32": "", "avx512bf16": "_tiles", "amx": "_amx", "amx_pv": "_amxpv"}[dot]
     attrs = None
     if tiled:
-        helpers = (BF16_SCORES_AMX_32X32,) if amx else tile_intrin.c_helpers
+        helpers = ((BF16_VALUES_AMX,) if pv else (BF16_SCORES_AMX_32X32,)) if amx else tile_intrin.c_helpers
         attrs = {"c_helpers": helpers, "c_includes": tile_intrin.c_includes, **tile_intrin.func_attrs}
     return PrimFunc((q, k, v, kp, vp, table, start, out, sinks, ring, window), loop,
                     f"paged_attention_g{G}_d{D}_p{P}_h{H}" + suffix, attrs)

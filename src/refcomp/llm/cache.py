@@ -7,6 +7,8 @@ bfloat16 (`dtype`; numpy holds bfloat16 as its uint16 bit patterns):
                                        along P contiguous keys (refcomp.llm.attention);
                     (pages, H, D/2, P, 2)  bfloat16: in pairs along D, as vdpbf16ps takes them
     v_pool[layer]   (pages, H, P, D)
+                    (pages, H, P/2, D, 2)  bfloat16: in pairs along the keys, as tdpbf16ps takes the
+                                       values of a weights x values product
     table           (batch, M) int32   page of slot s of sequence b: table[b, s // P] (-1: none)
 
 Every page comes from the pool allocated when the cache is made (`pages`, by default enough for
@@ -46,6 +48,13 @@ def storage_dtype(dtype: str) -> np.dtype:
 def key_page_shape(heads: int, dim: int, page_size: int, dtype: str) -> tuple[int, ...]:
     """The shape of one page of keys: (H, D, P), or (H, D/2, P, 2) for bfloat16."""
     return (heads, dim // 2, page_size, 2) if dtype == "bfloat16" else (heads, dim, page_size)
+
+
+def value_page_shape(heads: int, dim: int, page_size: int, dtype: str) -> tuple[int, ...]:
+    """The shape of one page of values: (H, P, D), or (H, P/2, D, 2) for bfloat16."""
+    return (heads, page_size // 2, dim, 2) if dtype == "bfloat16" else (heads, page_size, dim)
+
+
 # The window of a full cache: every position is visible.
 UNBOUNDED = 1 << 62
 
@@ -86,10 +95,13 @@ class PagedKVCache:
         if dtype == "bfloat16" and dim % 2:
             raise ArgumentError(f"KV cache: bfloat16 pages hold keys in pairs along head_dim, which must be even, "
                                 f"got {dim}")
+        if dtype == "bfloat16" and self.page_size % 2:
+            raise ArgumentError(f"KV cache: bfloat16 pages hold values in pairs along the keys, so page_size must "
+                                f"be even, got {self.page_size}")
         self.dtype = dtype
         store = storage_dtype(dtype)
         self.k_pool = np.zeros((layers, int(total)) + key_page_shape(heads, dim, self.page_size, dtype), store)
-        self.v_pool = np.zeros((layers, int(total), heads, self.page_size, dim), store)
+        self.v_pool = np.zeros((layers, int(total)) + value_page_shape(heads, dim, self.page_size, dtype), store)
         self.table = np.full((batch, self.pages_per_sequence), -1, np.int32)
         self._free = list(range(int(total) - 1, -1, -1))
         self._lengths = np.zeros(batch, np.int64)
@@ -170,11 +182,16 @@ class PagedKVCache:
             src = (source.table[rows, src_slot // self.page_size], src_slot % self.page_size)
             dst = (self.table[rows, dst_slot // self.page_size], dst_slot % self.page_size)
             # keys (layers, pages, H, D, P) or (.., H, D/2, P, 2); values (layers, pages, H, P, D)
-            tail = (slice(None),) if self.dtype == "bfloat16" else ()
+            # or (.., H, P/2, D, 2)
             whole = slice(None)
-            self.k_pool[(whole, dst[0], whole, whole, dst[1]) + tail] = \
-                source.k_pool[(whole, src[0], whole, whole, src[1]) + tail]
-            self.v_pool[:, dst[0], :, dst[1], :] = source.v_pool[:, src[0], :, src[1], :]
+            if self.dtype == "bfloat16":
+                self.k_pool[whole, dst[0], whole, whole, dst[1], whole] = source.k_pool[whole, src[0], whole, whole,
+                                                                                         src[1], whole]
+                self.v_pool[whole, dst[0], whole, dst[1] // 2, whole, dst[1] % 2] = \
+                    source.v_pool[whole, src[0], whole, src[1] // 2, whole, src[1] % 2]
+            else:
+                self.k_pool[whole, dst[0], whole, whole, dst[1]] = source.k_pool[whole, src[0], whole, whole, src[1]]
+                self.v_pool[:, dst[0], :, dst[1], :] = source.v_pool[:, src[0], :, src[1], :]
         self.commit(count)
 
     def keep_sequences(self, rows: np.ndarray) -> None:
