@@ -225,7 +225,8 @@ def blocked_conv_shape(block: Block, recipe: str = "conv") -> BlockedConvShape:
     if depthwise:
         channels_ok = data.indices[1] is o and data.indices[4] is lane
     else:
-        channels_ok = _vars_in(data.indices[1]) == {c} and _vars_in(data.indices[4]) == {c}
+        # (one channel block: c // L simplified to 0 and c % L to c)
+        channels_ok = _vars_in(data.indices[1]) <= {c} and _vars_in(data.indices[4]) == {c}
     if not channels_ok:
         raise ScheduleError(f"{recipe}: block {block.name!r}: X's channel indices do not follow "
                             f"{'the output channel' if depthwise else 'c'}", spot=block)
