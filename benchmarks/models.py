@@ -90,12 +90,13 @@ def onnxruntime_session(path: str, threads: int):
     return lambda x: session.run(None, {"x": x})[0]
 
 
-def refcomp_function(path: str):
-    """(callable, executor description, kernel count, executable) for the default build of path."""
+def refcomp_function(path: str, layouts: bool = True):
+    """(callable, executor description, kernel count, executable) for the default build of path
+    (layouts=False: every tensor kept NCHW, graph.build's A/B switch)."""
     import refcomp
     from refcomp.frontend import from_onnx
 
-    ex = refcomp.graph.build(from_onnx(path), target="c")
+    ex = refcomp.graph.build(from_onnx(path), target="c", layouts=layouts)
     executor = ex.executors.get("main", "vm")
     if "main" in getattr(ex, "compiled", {}):
         fn = ex.compiled["main"]
@@ -158,6 +159,8 @@ def main() -> None:
     parser.add_argument("--single-thread-cpu", action="store_true",
                         help="one thread each side, timed by process CPU time (steady on a busy machine)")
     parser.add_argument("--profile", action="store_true", help="print the VM's time per kernel class")
+    parser.add_argument("--layouts-ab", action="store_true",
+                        help="also time the build with layouts=False (every tensor NCHW), alternating in one run")
     args = parser.parse_args()
     clock, threads = time.perf_counter, args.threads
     if args.single_thread_cpu:
@@ -207,15 +210,27 @@ def run_case(case: Model, folder: str, threads: int, args, clock) -> dict:
     if not close(got, expected, 1e-4):
         raise SystemExit(f"{case.name}: refcomp disagrees with onnxruntime "
                          f"(max abs difference {float(np.abs(got - expected).max()):.3g})")
-    best_mine, best_theirs = harness.best_times([lambda: mine(x), lambda: theirs(x)], args.repeat, args.rounds,
-                                                clock)
+    runs = [lambda: mine(x), lambda: theirs(x)]
+    if args.layouts_ab:
+        plain, _, plain_kernels, plain_ex = refcomp_function(path, layouts=False)
+        got = np.asarray(plain(x))
+        if not close(got, expected, 1e-4):
+            raise SystemExit(f"{case.name}: refcomp (layouts=False) disagrees with onnxruntime")
+        runs.append(lambda: plain(x))
+    best = harness.best_times(runs, args.repeat, args.rounds, clock)
+    best_mine, best_theirs = best[0], best[1]
     ratio = best_theirs / best_mine
     print(f"{case.name:<20} {best_mine * 1e3:>11.3f} {best_theirs * 1e3:>9.3f} {ratio:>7.2f} "
           f"{kernels if kernels is not None else '-':>8}  {executor} (built in {build_s:.1f} s)", flush=True)
+    if args.layouts_ab:
+        print(f"{'  layouts=False':<20} {best[2] * 1e3:>11.3f} {best_theirs * 1e3:>9.3f} {best_theirs / best[2]:>7.2f} "
+              f"{plain_kernels if plain_kernels is not None else '-':>8}  (layouts on: {best[2] / best_mine:.2f}x)",
+              flush=True)
     if args.profile:
-        split = profile(ex, x)
-        if split:
-            print("    " + ", ".join(f"{cls} {ms:.2f} ms" for cls, ms in split.items()))
+        for label, built in [("layouts", ex)] + ([("layouts=False", plain_ex)] if args.layouts_ab else []):
+            split = profile(built, x)
+            if split:
+                print(f"    {label}: " + ", ".join(f"{cls} {ms:.2f} ms" for cls, ms in split.items()))
     return {"refcomp": best_mine * 1e3, "baseline": best_theirs * 1e3, "unit": "ms", "ratio": ratio,
             "executor": executor}
 

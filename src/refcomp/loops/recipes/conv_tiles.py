@@ -566,14 +566,14 @@ def _pack_in_write_order(sch: Schedule, packed, lanes: int, window_inner: bool =
 # Accumulator vectors of the blocked convolution's tile (MV x XB), by the native lanes: what is
 # left of the 16 ymm / 32 zmm registers after the MV weight vectors and the input broadcast (the
 # window unrolled inside keeps a few more values live, as in _COLUMN_TILE_WINDOW_INNER).
-_BLOCKED_TILE = {8: 12, 16: 24}
+_BLOCKED_TILE = {8: 12, 16: 20}
 
 
 def _blocked_tile(out_blocks: int, width: int, height: int | None, depthwise: bool, native: int):
     """(MV, XB, whole_rows) of the blocked tile: MV vectors of output channels (1 or 2 dividing
     the channel blocks; 1 when depthwise) x XB output columns (a divisor of the width, or whole
-    rows of the output when they fit better), the one with the most accumulators within
-    _BLOCKED_TILE."""
+    rows of the output when they fit better) within _BLOCKED_TILE accumulators, the one with the
+    most multiply-adds per load."""
     budget = _BLOCKED_TILE.get(native, 12)
     best = None
     for mv in ((1,) if depthwise else (1, 2)):
@@ -585,9 +585,11 @@ def _blocked_tile(out_blocks: int, width: int, height: int | None, depthwise: bo
             pixels = column_tile(height * width, preferred)
             if pixels > xb and pixels % width == 0:
                 xb, rows = pixels, True
-        if best is None or mv * xb > best[0] * best[1]:
-            best = (mv, xb, rows)
-    return best
+        # multiply-adds per load (XB input broadcasts and MV weight vectors per reduction step)
+        score = mv * xb / (mv + xb)
+        if best is None or score > best[0]:
+            best = (score, mv, xb, rows)
+    return best[1:]
 
 
 def conv_blocked_fp32(sch: Schedule, block: str, parallel: bool = True) -> Schedule:
@@ -629,6 +631,10 @@ def conv_blocked_fp32(sch: Schedule, block: str, parallel: bool = True) -> Sched
     if whole_rows:
         x, rows = sch.fuse(y, x), []
     x_outer, x_inner = sch.split(x, [None, xb])
+    if not shape.depthwise and as_int(sch.get(reduce_loops[0]).extent) is not None \
+            and as_int(sch.get(reduce_loops[0]).extent) % shape.lanes == 0:
+        # the channels as (block, lane): X[n, c // L, .., c % L] then takes no division per step
+        reduce_loops = [*sch.split(reduce_loops[0], [None, shape.lanes]), *reduce_loops[1:]]
     few = shape.out_blocks // mv < _UNFUSED_CHANNEL_BLOCKS and bool(rows)
     if few:
         sch.reorder(*rows, n, o_outer, x_outer, *reduce_loops, x_inner, o_mid, lane)
@@ -638,8 +644,7 @@ def conv_blocked_fp32(sch: Schedule, block: str, parallel: bool = True) -> Sched
     sch.reverse_compute_at(tile, x_outer)
     sch.decompose_reduction(rv, reduce_loops[0])
     sch.vectorize(lane)
-    positions = _window_positions(node, 2) if not shape.depthwise else \
-        (as_int(node.iter_vars[5].dom.extent) or 0) * (as_int(node.iter_vars[6].dom.extent) or 0)
+    positions = (as_int(node.iter_vars[-2].dom.extent) or 0) * (as_int(node.iter_vars[-1].dom.extent) or 0)
     if 0 < positions <= _WINDOW_INNER_MAX_POSITIONS:
         for position in window:
             sch.unroll(position)
