@@ -5,10 +5,11 @@ Run before legalize_ops, on the operators themselves.  In each dataflow block, a
 the blocked region when it is
 
 - a float32 `conv2d` with constant weights and constant channel counts, not grouped or depthwise
-  (one input channel per output channel): it becomes `conv2d_nchwc`, its weights packed
+  (one input channel per output channel), of at least L / 2 input channels (a stem's 3 would be
+  mostly padding): it becomes `conv2d_nchwc`, its weights packed
   ("OIHW{L}o", refcomp.graph.op.layout.pack_conv_weight) here, once, at build time;
-- an elementwise or broadcast operator of float32 output whose tensor operands are blocked values
-  of its own shape, per-channel constants ((C, 1, 1) or (1, C, 1, 1): packed here the same way,
+- an elementwise or broadcast operator of float32 output whose tensor operands are values of its
+  own shape (blocked, or converted in), per-channel constants ((C, 1, 1) or (1, C, 1, 1): packed here the same way,
   the channels past C repeating the last one, so that no operator sees a value it would not see in
   NCHW) or constants of one element, at least one operand blocked;
 - `max_pool2d`, `avg_pool2d` or `global_avg_pool` of a blocked value (their `_nchwc` forms).
@@ -129,7 +130,10 @@ def _candidate(b, blocked: set, lanes: int) -> str | None:
         return None
     name = value.op.name
     if name == "conv2d":
-        return "conv" if _conv_kind(value) is not None and _nchw_f32(b.var) is not None else None
+        if _conv_kind(value) is None or _nchw_f32(b.var) is None:
+            return None
+        # an input of fewer than L / 2 channels (an image's 3) would be mostly padding lanes
+        return "conv" if 2 * _static(_nchw_f32(value.args[0])[1]) >= lanes else None
     if name in _POOLS or name == "global_avg_pool":
         return "pool" if value.args and value.args[0] in blocked and _nchw_f32(b.var) is not None else None
     out = _nchw_f32(b.var)
@@ -147,12 +151,14 @@ def _candidate(b, blocked: set, lanes: int) -> str | None:
         if isinstance(arg, Constant):
             if _channel_constant(arg, channels) is None:
                 return None
-        elif isinstance(arg, Var) and arg in blocked:
-            if _tensor(arg) is None or _tensor(arg).shape is None or len(_tensor(arg).shape) != 4 \
+        elif isinstance(arg, Var) and _tensor(arg) is not None:
+            # a blocked value, or a tensor of the output's own shape (converted in: a residual sum's
+            # shortcut that a convolution reads blocked already)
+            if _tensor(arg).shape is None or len(_tensor(arg).shape) != 4 \
                     or any(_static(a) != _static(o) or (_static(a) is None and a is not o)
                            for a, o in zip(_tensor(arg).shape, out)):
                 return None
-            some = True
+            some |= arg in blocked
         else:
             return None
     return "elementwise" if some else None

@@ -654,6 +654,30 @@ def conv_blocked_fp32(sch: Schedule, block: str, parallel: bool = True) -> Sched
         sch.unroll(o_mid)
     # the write-back: one vector of L channels per output position, contiguous in the output
     sch.vectorize(sch.get_loops(tile)[-1])
+    if not shape.depthwise:
+        _prefetch_blocked_weights(sch, rv, node.reads[shape.w_index].buffer.name, o_outer, reduce_loops, mv)
     if parallel:
         sch.parallel(rows[0] if few else o_outer)
     return sch
+
+
+def _prefetch_blocked_weights(sch: Schedule, rv, name: str, o_outer, reduce_loops, mv: int) -> None:
+    """Hint, at each window position, the weight line of the same position _WEIGHT_PREFETCH_CHANNELS
+    input channels ahead (W[o, c + ahead, r0, r1, 0], one cache line per vector of L), as
+    _prefetch_weights does for the NCHW tile: a wide layer's weights (ResNet-18's 256-channel
+    3 x 3 layers, 2.4 MB) come from L3 on every call."""
+    from ..primitives.index_map import IndexMap
+
+    loops = sch.get_loops(rv)
+    nodes = [sch.get(loop) for loop in loops]
+    at = [nodes.index(sch.get(loop)) for loop in reduce_loops]
+    at_o = nodes.index(sch.get(o_outer))
+    depth = max(at) + 1
+    split = len(reduce_loops) == 4  # (c // L, c % L, r0, r1)
+    lanes = as_int(sch.get(reduce_loops[1]).extent) if split else 1
+    for m in range(mv):
+        def ahead(*v, m=m):
+            channel = (v[at[0]] * lanes + v[at[1]]) if split else v[at[0]]
+            return (v[at_o] * mv + m, channel + _WEIGHT_PREFETCH_CHANNELS, v[at[-2]], v[at[-1]], 0)
+
+        sch.prefetch(loops[depth - 1], name, IndexMap.from_callable(ahead, depth))
