@@ -681,3 +681,17 @@ def _prefetch_blocked_weights(sch: Schedule, rv, name: str, o_outer, reduce_loop
             return (v[at_o] * mv + m, channel + _WEIGHT_PREFETCH_CHANNELS, v[at[-2]], v[at[-1]], 0)
 
         sch.prefetch(loops[depth - 1], name, IndexMap.from_callable(ahead, depth))
+    # the next channel block's weights too, spread over _NEXT_BLOCK_IMAGES images, when the batch
+    # loop is directly inside the channel blocks (as _prefetch_weights does)
+    at_n = at_o + 1
+    channels = as_int(sch.get(reduce_loops[0]).extent)
+    if not _NEXT_BLOCK_IMAGES or channels is None or at_n >= len(nodes) or nodes[at_n].loop_var.name != "n":
+        return
+    channels *= lanes
+    for m in range(mv):
+        def following(*v, m=m):
+            channel = (v[at[0]] * lanes + v[at[1]]) if split else v[at[0]]
+            return ((v[at_o] + 1) * mv + m, (channel + v[at_n] * channels) // _NEXT_BLOCK_IMAGES,
+                    v[at[-2]], v[at[-1]], 0)
+
+        sch.prefetch(loops[depth - 1], name, IndexMap.from_callable(following, depth))
