@@ -98,9 +98,10 @@ def _close(got, want, rtol=1e-4):
 def test_converted_graph_matches_unconverted_and_numpy(n, c, mid, h, w, lanes, depthwise, pool, seed):
     rng = np.random.default_rng(seed)
     mod, reference = _chain(rng, n, c, mid, h, w, depthwise, pool)
-    converted = convert_layout(refcomp.graph.passes.normalize(mod), lanes=lanes, min_convs=1)
+    converted = convert_layout(refcomp.graph.passes.normalize(mod), lanes=lanes, min_convs=1, depthwise=True)
     if mid >= lanes:
-        assert "conv2d_nchwc" in _ops(converted) and "conv2d" not in _ops(converted)
+        assert "conv2d_nchwc" in _ops(converted)
+        assert ("conv2d" in _ops(converted)) == (2 * c < lanes)  # a stem of few channels stays NCHW
         assert _ops(converted).count("layout_transform") >= 2  # in once, back at each edge
     else:  # too few channels to fill a vector: kept NCHW
         assert "layout_transform" not in _ops(converted)
@@ -112,9 +113,11 @@ def test_converted_graph_matches_unconverted_and_numpy(n, c, mid, h, w, lanes, d
 
 
 @pytest.mark.parametrize("n,c,mid,h,w,depthwise,pool", [
-    (2, 3, 17, 7, 5, True, "max"),     # channels not a multiple of L, odd sizes
+    (2, 9, 17, 7, 5, False, "max"),    # channels not a multiple of L, odd sizes
+    (1, 3, 32, 5, 5, False, None),     # a stem of 3 channels stays NCHW: one conv left, kept NCHW
     (1, 8, 32, 9, 11, False, None),
-    (2, 5, 24, 6, 6, True, "avg"),
+    (2, 11, 24, 6, 6, False, "avg"),
+    (2, 5, 24, 6, 6, True, "avg"),     # depthwise: kept NCHW by default
 ])
 def test_compiled_with_and_without_layouts_matches_numpy(rng, n, c, mid, h, w, depthwise, pool):
     mod, reference = _chain(rng, n, c, mid, h, w, depthwise, pool)
@@ -125,7 +128,9 @@ def test_compiled_with_and_without_layouts_matches_numpy(rng, n, c, mid, h, w, d
         got = refcomp.runtime.VirtualMachine(ex)["main"](x)
         _close([np.asarray(g) for g in got], want, rtol=1e-3)
         names = [f.name for f in ex.module.functions.values() if isinstance(f, PrimFunc)]
-        assert any("nchwc" in name for name in names) == (layouts and mid >= native_float_lanes())
+        # (a region with a depthwise convolution keeps NCHW by default)
+        assert any("nchwc" in name for name in names) == (layouts and mid >= native_float_lanes()
+                                                                and 2 * c >= native_float_lanes() and not depthwise)
 
 
 def test_blocked_convolution_gets_the_channel_vector_tile(rng):
@@ -145,9 +150,11 @@ def test_declines_a_single_convolution_and_few_channels(rng):
     lanes = 8
     one, _ = _chain(rng, 1, 3, 16, 5, 5, False, None, tail_conv=False)
     assert "layout_transform" not in _ops(convert_layout(refcomp.graph.passes.normalize(one), lanes=lanes))
-    narrow, _ = _chain(rng, 1, 3, 4, 5, 5, False, "max")
+    narrow, _ = _chain(rng, 1, 8, 4, 5, 5, False, "max")
     assert "layout_transform" not in _ops(convert_layout(refcomp.graph.passes.normalize(narrow), lanes=lanes))
-    wide, _ = _chain(rng, 1, 3, 16, 5, 5, False, "max")
+    stem, _ = _chain(rng, 1, 3, 16, 5, 5, False, "max")  # the 3-channel stem stays NCHW: one conv left
+    assert "layout_transform" not in _ops(convert_layout(refcomp.graph.passes.normalize(stem), lanes=lanes))
+    wide, _ = _chain(rng, 1, 8, 16, 5, 5, False, "max")
     assert "conv2d_nchwc" in _ops(convert_layout(refcomp.graph.passes.normalize(wide), lanes=lanes))
 
 
@@ -169,3 +176,13 @@ def test_layout_transform_rejects_other_layouts():
         with bb.function("main", [x]):
             with bb.dataflow():
                 bb.emit(op.layout_transform(x, src="NCHW", dst="NHWC"))
+
+
+def test_depthwise_regions_keep_nchw_unless_asked(rng):
+    mod, reference = _chain(rng, 2, 8, 24, 6, 7, True, None)
+    normal = refcomp.graph.passes.normalize(mod)
+    assert "layout_transform" not in _ops(convert_layout(normal, lanes=8))
+    converted = convert_layout(normal, lanes=8, depthwise=True)
+    assert "conv2d_nchwc" in _ops(converted)
+    x = rng.standard_normal((2, 8, 6, 7)).astype(np.float32)
+    _close(_evaluate(converted["main"], x), reference(x))
