@@ -1,7 +1,7 @@
 """Whole models vs onnxruntime: Hugging Face architectures exported by torch, imported by refcomp.
 
     python benchmarks/models.py [--json] [--small] [--only resnet18_half,vit] [--repeat N] [--rounds N]
-                                [--threads N] [--single-thread-cpu] [--profile]
+                                [--threads N] [--single-thread-cpu] [--profile] [--layouts-ab]
 
 Each case is a transformers model definition with random weights (benchmarks/hf_models.py), exported
 by torch's ONNX exporter with a dynamic batch, imported with refcomp.frontend.from_onnx and built the
@@ -12,7 +12,11 @@ anything is timed.  Timings are the best call of `--rounds` alternating rounds o
 onnxruntime, OMP_NUM_THREADS for refcomp).  ratio = onnxruntime time / refcomp time.
 
 Per model it prints which executor runs main (the compiled graph function, or the VM and why), the
-kernel count, and with --profile the time per kernel class (the VM's per-kernel timing).
+kernel count, and with --profile the time per kernel class (the VM's per-kernel timing).  With
+--layouts-ab it also builds each model with graph.build(layouts=True) (convolution chains in the
+channel-blocked layout, spec/graph.md 5.2), checks it, and times it alternating with the default
+build in the same rounds (the "layouts=True" line: its ratio to onnxruntime and its speed relative
+to the default build's).
 torch, transformers and onnxscript are optional: without them every case is skipped with a message.
 """
 from __future__ import annotations
@@ -90,13 +94,14 @@ def onnxruntime_session(path: str, threads: int):
     return lambda x: session.run(None, {"x": x})[0]
 
 
-def refcomp_function(path: str, layouts: bool = True):
+def refcomp_function(path: str, layouts: bool | None = None):
     """(callable, executor description, kernel count, executable) for the default build of path
-    (layouts=False: every tensor kept NCHW, graph.build's A/B switch)."""
+    (layouts: graph.build's switch of the channel-blocked layout; None: its default)."""
     import refcomp
     from refcomp.frontend import from_onnx
 
-    ex = refcomp.graph.build(from_onnx(path), target="c", layouts=layouts)
+    options = {} if layouts is None else {"layouts": layouts}
+    ex = refcomp.graph.build(from_onnx(path), target="c", **options)
     executor = ex.executors.get("main", "vm")
     if "main" in getattr(ex, "compiled", {}):
         fn = ex.compiled["main"]
@@ -160,7 +165,8 @@ def main() -> None:
                         help="one thread each side, timed by process CPU time (steady on a busy machine)")
     parser.add_argument("--profile", action="store_true", help="print the VM's time per kernel class")
     parser.add_argument("--layouts-ab", action="store_true",
-                        help="also time the build with layouts=False (every tensor NCHW), alternating in one run")
+                        help="also time the build with layouts=True (convolution chains in NCHW{L}c), alternating "
+                             "with the default build in one run")
     args = parser.parse_args()
     clock, threads = time.perf_counter, args.threads
     if args.single_thread_cpu:
@@ -212,10 +218,10 @@ def run_case(case: Model, folder: str, threads: int, args, clock) -> dict:
                          f"(max abs difference {float(np.abs(got - expected).max()):.3g})")
     runs = [lambda: mine(x), lambda: theirs(x)]
     if args.layouts_ab:
-        plain, _, plain_kernels, plain_ex = refcomp_function(path, layouts=False)
+        plain, _, plain_kernels, plain_ex = refcomp_function(path, layouts=True)
         got = np.asarray(plain(x))
         if not close(got, expected, 1e-4):
-            raise SystemExit(f"{case.name}: refcomp (layouts=False) disagrees with onnxruntime")
+            raise SystemExit(f"{case.name}: refcomp (layouts=True) disagrees with onnxruntime")
         runs.append(lambda: plain(x))
     best = harness.best_times(runs, args.repeat, args.rounds, clock)
     best_mine, best_theirs = best[0], best[1]
@@ -223,11 +229,11 @@ def run_case(case: Model, folder: str, threads: int, args, clock) -> dict:
     print(f"{case.name:<20} {best_mine * 1e3:>11.3f} {best_theirs * 1e3:>9.3f} {ratio:>7.2f} "
           f"{kernels if kernels is not None else '-':>8}  {executor} (built in {build_s:.1f} s)", flush=True)
     if args.layouts_ab:
-        print(f"{'  layouts=False':<20} {best[2] * 1e3:>11.3f} {best_theirs * 1e3:>9.3f} {best_theirs / best[2]:>7.2f} "
-              f"{plain_kernels if plain_kernels is not None else '-':>8}  (layouts on: {best[2] / best_mine:.2f}x)",
-              flush=True)
+        print(f"{'  layouts=True':<20} {best[2] * 1e3:>11.3f} {best_theirs * 1e3:>9.3f} {best_theirs / best[2]:>7.2f} "
+              f"{plain_kernels if plain_kernels is not None else '-':>8}  (layouts on: {best_mine / best[2]:.2f}x "
+              f"the default's speed)", flush=True)
     if args.profile:
-        for label, built in [("layouts", ex)] + ([("layouts=False", plain_ex)] if args.layouts_ab else []):
+        for label, built in [("default", ex)] + ([("layouts=True", plain_ex)] if args.layouts_ab else []):
             split = profile(built, x)
             if split:
                 print(f"    {label}: " + ", ".join(f"{cls} {ms:.2f} ms" for cls, ms in split.items()))

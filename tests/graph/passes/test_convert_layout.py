@@ -159,12 +159,11 @@ def test_declines_a_single_convolution_and_few_channels(rng):
 
 
 def test_layouts_false_keeps_nchw(rng):
-    mod, _ = _chain(rng, 1, 3, 32, 5, 5, False, None)
-    names = pipeline.default_pipeline(layouts=False)
-    assert "convert_layout" not in [name for name, _ in names]
-    assert "convert_layout" in [name for name, _ in pipeline.default_pipeline()]
-    optimized = pipeline.optimize(mod, layouts=False, schedule=False)
-    assert not any("nchwc" in name for name in optimized.functions)
+    mod, _ = _chain(rng, 1, 8, 32, 5, 5, False, None)
+    assert "convert_layout" not in [name for name, _ in pipeline.default_pipeline()]  # off by default
+    assert "convert_layout" in [name for name, _ in pipeline.default_pipeline(layouts=True)]
+    assert not any("nchwc" in name for name in pipeline.optimize(mod, schedule=False).functions)
+    assert any("nchwc" in name for name in pipeline.optimize(mod, schedule=False, layouts=True).functions)
 
 
 def test_layout_transform_rejects_other_layouts():

@@ -22,8 +22,8 @@ least L output channels keep NCHW: the conversions would cost more than the bloc
 So do regions with a depthwise convolution unless `depthwise` is set: the blocked depthwise tile
 measured 0.8x the NCHW depthwise forms (one AVX-512 core, MobileNetV2 layers), and a MobileNetV2
 at half width ran 0.90x in NCHW16c as a whole.
-L is the native vector of float32 lanes (refcomp.emit_c.toolchain); `refcomp.graph.build(layouts=False)`
-leaves this pass out.  Decisions go to the debug log of "refcomp.graph.convert_layout".
+L is the native vector of float32 lanes (refcomp.emit_c.toolchain); `refcomp.graph.build(layouts=True)`
+runs this pass (off by default: spec/graph.md 5.2).  Decisions go to the debug log of "refcomp.graph.convert_layout".
 """
 from __future__ import annotations
 
