@@ -185,3 +185,21 @@ def test_depthwise_regions_keep_nchw_unless_asked(rng):
     assert "conv2d_nchwc" in _ops(converted)
     x = rng.standard_normal((2, 8, 6, 7)).astype(np.float32)
     _close(_evaluate(converted["main"], x), reference(x))
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda x, w: op.layout_transform(x, src="NCHW8c", dst="NCHW", channels=17), "channels 17 is not in 1..16"),
+    (lambda x, w: op.layout_transform(x, src="NCHW4c", dst="NCHW"), "4 lanes last"),
+    (lambda x, w: op.layout_transform(x, src="NCHW8c", dst="NCHW8c"), "between NCHW and NCHW<L>c"),
+    (lambda x, w: op.conv2d_nchwc(x, w), "same constant lane count"),
+])
+def test_blocked_ops_reject_bad_input_with_a_named_error(build, message):
+    from refcomp.errors import IRError
+
+    x = Var("x", tensor((1, 2, 3, 3, 8)))
+    w = Var("w", tensor((1, 16, 3, 3, 4)))
+    bb = BlockBuilder()
+    with pytest.raises(IRError, match=message):
+        with bb.function("main", [x, w]):
+            with bb.dataflow():
+                bb.emit(build(x, w))
