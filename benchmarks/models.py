@@ -13,10 +13,11 @@ onnxruntime, OMP_NUM_THREADS for refcomp).  ratio = onnxruntime time / refcomp t
 
 Per model it prints which executor runs main (the compiled graph function, or the VM and why), the
 kernel count, and with --profile the time per kernel class (the VM's per-kernel timing).  With
---layouts-ab it also builds each model with graph.build(layouts=True) (convolution chains in the
-channel-blocked layout, spec/graph.md 5.2), checks it, and times it alternating with the default
-build in the same rounds (the "layouts=True" line: its ratio to onnxruntime and its speed relative
-to the default build's).
+--layouts-ab it also builds each model with graph.build(layouts=False) (every tensor NCHW) and
+layouts=True (every convolution chain in the channel-blocked layout, spec/graph.md 5.2; the
+default, "auto", converts the chains with a depthwise convolution), checks them, and times them
+alternating with the default build in the same rounds (a line each: the ratio to onnxruntime, and
+the default build's speed relative to it).
 torch, transformers and onnxscript are optional: without them every case is skipped with a message.
 """
 from __future__ import annotations
@@ -165,8 +166,8 @@ def main() -> None:
                         help="one thread each side, timed by process CPU time (steady on a busy machine)")
     parser.add_argument("--profile", action="store_true", help="print the VM's time per kernel class")
     parser.add_argument("--layouts-ab", action="store_true",
-                        help="also time the build with layouts=True (convolution chains in NCHW{L}c), alternating "
-                             "with the default build in one run")
+                        help="also time the builds with layouts=False (all NCHW) and layouts=True (every "
+                             "convolution chain in NCHW{L}c), alternating with the default build in one run")
     args = parser.parse_args()
     clock, threads = time.perf_counter, args.threads
     if args.single_thread_cpu:
@@ -217,23 +218,25 @@ def run_case(case: Model, folder: str, threads: int, args, clock) -> dict:
         raise SystemExit(f"{case.name}: refcomp disagrees with onnxruntime "
                          f"(max abs difference {float(np.abs(got - expected).max()):.3g})")
     runs = [lambda: mine(x), lambda: theirs(x)]
+    variants = []  # (label, callable, kernels, executable): graph.build's other layout choices
     if args.layouts_ab:
-        plain, _, plain_kernels, plain_ex = refcomp_function(path, layouts=True)
-        got = np.asarray(plain(x))
-        if not close(got, expected, 1e-4):
-            raise SystemExit(f"{case.name}: refcomp (layouts=True) disagrees with onnxruntime")
-        runs.append(lambda: plain(x))
+        for layouts in (False, True):
+            fn, _, count, built = refcomp_function(path, layouts=layouts)
+            if not close(np.asarray(fn(x)), expected, 1e-4):
+                raise SystemExit(f"{case.name}: refcomp (layouts={layouts}) disagrees with onnxruntime")
+            variants.append((f"layouts={layouts}", fn, count, built))
+            runs.append(lambda fn=fn: fn(x))
     best = harness.best_times(runs, args.repeat, args.rounds, clock)
     best_mine, best_theirs = best[0], best[1]
     ratio = best_theirs / best_mine
     print(f"{case.name:<20} {best_mine * 1e3:>11.3f} {best_theirs * 1e3:>9.3f} {ratio:>7.2f} "
           f"{kernels if kernels is not None else '-':>8}  {executor} (built in {build_s:.1f} s)", flush=True)
-    if args.layouts_ab:
-        print(f"{'  layouts=True':<20} {best[2] * 1e3:>11.3f} {best_theirs * 1e3:>9.3f} {best_theirs / best[2]:>7.2f} "
-              f"{plain_kernels if plain_kernels is not None else '-':>8}  (layouts on: {best_mine / best[2]:.2f}x "
-              f"the default's speed)", flush=True)
+    for (label, _, count, _), seconds in zip(variants, best[2:]):
+        print(f"{'  ' + label:<20} {seconds * 1e3:>11.3f} {best_theirs * 1e3:>9.3f} {best_theirs / seconds:>7.2f} "
+              f"{count if count is not None else '-':>8}  (the default build: {seconds / best_mine:.2f}x its speed)",
+              flush=True)
     if args.profile:
-        for label, built in [("default", ex)] + ([("layouts=True", plain_ex)] if args.layouts_ab else []):
+        for label, built in [("default", ex)] + [(label, built) for label, _, _, built in variants]:
             split = profile(built, x)
             if split:
                 print(f"    {label}: " + ", ".join(f"{cls} {ms:.2f} ms" for cls, ms in split.items()))

@@ -39,15 +39,17 @@ EXECUTORS = ("auto", "compiled", "vm")
 
 def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True,
                      blas: bool | str = False, tuning_database: Any = None,
-                     target: str = "c", layouts: bool = False) -> list[tuple[str, Callable]]:
+                     target: str = "c", layouts: bool | str = "auto") -> list[tuple[str, Callable]]:
     """The passes graph.build runs, in order, as (name, pass) pairs (blas, tuning_database, layouts: see build)."""
     from .passes.split_to_slices import split_to_slices
 
     pipeline = [("normalize", P.normalize), ("split_to_slices", split_to_slices)]
     if layouts:
+        from functools import partial
+
         from .passes.convert_layout import convert_layout
 
-        pipeline.append(("convert_layout", convert_layout))
+        pipeline.append(("convert_layout", partial(convert_layout, regions="depthwise" if layouts == "auto" else "all")))
     if blas:
         from functools import partial
 
@@ -91,7 +93,7 @@ def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True
 
 def optimize(mod: IRModule, *, fuse: bool = True, schedule: bool = True, fold: bool = True,
              blas: bool | str = False, tuning_database: Any = None, target: str = "c",
-             layouts: bool = False) -> IRModule:
+             layouts: bool | str = "auto") -> IRModule:
     """Run the default pipeline (without compiling kernels)."""
     for name, run in default_pipeline(fuse, schedule, fold, blas, tuning_database, target, layouts):
         mod = run(mod)
@@ -116,7 +118,7 @@ def resolve_blas(blas: bool | str | None, target_kind: str) -> bool | str:
 def build(mod: IRModule | Function, target: str | Target = "c", *, fuse: bool = True, schedule: bool = True,
           fold: bool = True, bounds: str = DEFAULT_BOUNDS, externs: dict[str, Callable] | None = None,
           blas: bool | str | None = None, executor: str = "auto", tuning_database: Any = None,
-          layouts: bool = False) -> Executable:
+          layouts: bool | str = "auto") -> Executable:
     """Compile a graph module (or one Function, named main) to a VM Executable.
 
     blas: send float32 matmul/dense/linear to numpy's OpenBLAS sgemm (default: when target is "c"
@@ -130,9 +132,11 @@ def build(mod: IRModule | Function, target: str | Target = "c", *, fuse: bool = 
     refcomp.tune.Database has) get their best tuned schedule instead of the default one;
     `ex.stats["tuned_kernels"]` counts them.
     layouts: convolution chains run in the channel-blocked layout NCHW{L}c, converted back at
-    their edges (passes.convert_layout, spec/graph.md 5.2); off by default (measured on par with
-    NCHW on a whole ResNet, not ahead of it), False keeps every tensor NCHW.
+    their edges (passes.convert_layout, spec/graph.md 5.2): "auto" (the default) the chains with a
+    depthwise convolution (where it measured faster), True every chain it takes, False none.
     """
+    if layouts not in (True, False, "auto"):
+        raise BuildError(f"graph.build: layouts must be True, False or 'auto', got {layouts!r}")
     if executor not in EXECUTORS:
         raise BuildError(f"graph.build: executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     if isinstance(mod, Function):

@@ -98,7 +98,7 @@ def _close(got, want, rtol=1e-4):
 def test_converted_graph_matches_unconverted_and_numpy(n, c, mid, h, w, lanes, depthwise, pool, seed):
     rng = np.random.default_rng(seed)
     mod, reference = _chain(rng, n, c, mid, h, w, depthwise, pool)
-    converted = convert_layout(refcomp.graph.passes.normalize(mod), lanes=lanes, min_convs=1, depthwise=True)
+    converted = convert_layout(refcomp.graph.passes.normalize(mod), lanes=lanes, min_convs=1)
     if mid >= lanes:
         assert "conv2d_nchwc" in _ops(converted)
         assert ("conv2d" in _ops(converted)) == (2 * c < lanes)  # a stem of few channels stays NCHW
@@ -117,20 +117,23 @@ def test_converted_graph_matches_unconverted_and_numpy(n, c, mid, h, w, lanes, d
     (1, 3, 32, 5, 5, False, None),     # a stem of 3 channels stays NCHW: one conv left, kept NCHW
     (1, 8, 32, 9, 11, False, None),
     (2, 11, 24, 6, 6, False, "avg"),
-    (2, 5, 24, 6, 6, True, "avg"),     # depthwise: kept NCHW by default
+    (2, 11, 24, 6, 6, True, "avg"),    # depthwise
+    (1, 16, 16, 3, 7, True, "max"),
 ])
 def test_compiled_with_and_without_layouts_matches_numpy(rng, n, c, mid, h, w, depthwise, pool):
     mod, reference = _chain(rng, n, c, mid, h, w, depthwise, pool)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     want = reference(x)
-    for layouts in (True, False):
+    lanes = native_float_lanes()
+    takes = mid >= lanes and 2 * c >= lanes
+    for layouts in (True, False, "auto"):
         ex = refcomp.graph.build(mod, target="c", blas=False, layouts=layouts)
         got = refcomp.runtime.VirtualMachine(ex)["main"](x)
         _close([np.asarray(g) for g in got], want, rtol=1e-3)
         names = [f.name for f in ex.module.functions.values() if isinstance(f, PrimFunc)]
-        # (a region with a depthwise convolution keeps NCHW by default)
-        assert any("nchwc" in name for name in names) == (layouts and mid >= native_float_lanes()
-                                                                and 2 * c >= native_float_lanes() and not depthwise)
+        # "auto" (the default) converts the chains with a depthwise convolution only
+        expected = takes and (layouts is True or (layouts == "auto" and depthwise))
+        assert any("nchwc" in name for name in names) == expected, (layouts, names)
 
 
 def test_blocked_convolution_gets_the_channel_vector_tile(rng):
@@ -158,12 +161,21 @@ def test_declines_a_single_convolution_and_few_channels(rng):
     assert "conv2d_nchwc" in _ops(convert_layout(refcomp.graph.passes.normalize(wide), lanes=lanes))
 
 
-def test_layouts_false_keeps_nchw(rng):
-    mod, _ = _chain(rng, 1, 8, 32, 5, 5, False, None)
-    assert "convert_layout" not in [name for name, _ in pipeline.default_pipeline()]  # off by default
-    assert "convert_layout" in [name for name, _ in pipeline.default_pipeline(layouts=True)]
-    assert not any("nchwc" in name for name in pipeline.optimize(mod, schedule=False).functions)
-    assert any("nchwc" in name for name in pipeline.optimize(mod, schedule=False, layouts=True).functions)
+def test_layouts_switch(rng):
+    dense, _ = _chain(rng, 1, 8, 32, 5, 5, False, None)
+    separable, _ = _chain(rng, 1, 8, 32, 5, 5, True, None)
+    assert "convert_layout" not in [name for name, _ in pipeline.default_pipeline(layouts=False)]
+
+    def blocked(mod, **options):
+        return any("nchwc" in name for name in pipeline.optimize(mod, schedule=False, **options).functions)
+
+    assert not blocked(dense) and blocked(separable)  # the default, "auto": depthwise chains only
+    assert blocked(dense, layouts=True) and blocked(separable, layouts=True)
+    assert not blocked(dense, layouts=False) and not blocked(separable, layouts=False)
+    from refcomp.errors import BuildError
+
+    with pytest.raises(BuildError, match="layouts must be True, False or 'auto'"):
+        refcomp.graph.build(dense, layouts="always")
 
 
 def test_layout_transform_rejects_other_layouts():
@@ -177,11 +189,12 @@ def test_layout_transform_rejects_other_layouts():
                 bb.emit(op.layout_transform(x, src="NCHW", dst="NHWC"))
 
 
-def test_depthwise_regions_keep_nchw_unless_asked(rng):
+def test_depthwise_regions_only(rng):
+    dense, _ = _chain(rng, 2, 8, 24, 6, 7, False, None)
+    assert "layout_transform" not in _ops(convert_layout(refcomp.graph.passes.normalize(dense), lanes=8,
+                                                         regions="depthwise"))
     mod, reference = _chain(rng, 2, 8, 24, 6, 7, True, None)
-    normal = refcomp.graph.passes.normalize(mod)
-    assert "layout_transform" not in _ops(convert_layout(normal, lanes=8))
-    converted = convert_layout(normal, lanes=8, depthwise=True)
+    converted = convert_layout(refcomp.graph.passes.normalize(mod), lanes=8, regions="depthwise")
     assert "conv2d_nchwc" in _ops(converted)
     x = rng.standard_normal((2, 8, 6, 7)).astype(np.float32)
     _close(_evaluate(converted["main"], x), reference(x))

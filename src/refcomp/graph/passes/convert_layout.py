@@ -19,11 +19,12 @@ A value that a convolution reads and that is not blocked is converted to it
 function's result, another block) is converted back under its own name, once, right after it is
 made.  Regions (values connected by these reads) with fewer than `min_convs` convolutions of at
 least L output channels keep NCHW: the conversions would cost more than the blocked kernels win.
-So do regions with a depthwise convolution unless `depthwise` is set: the blocked depthwise tile
-measured 0.8x the NCHW depthwise forms (one AVX-512 core, MobileNetV2 layers), and a MobileNetV2
-at half width ran 0.90x in NCHW16c as a whole.
-L is the native vector of float32 lanes (refcomp.emit_c.toolchain); `refcomp.graph.build(layouts=True)`
-runs this pass (off by default: spec/graph.md 5.2).  Decisions go to the debug log of "refcomp.graph.convert_layout".
+With regions="depthwise" (graph.build's default, layouts="auto") only the regions holding a
+depthwise convolution are converted: measured, one AVX-512 core, a MobileNetV2 at half width ran
+1.04-1.08x faster in NCHW16c, a ResNet-18 at half width (no depthwise layer) 0.92-1.07x, on par
+(benchmarks/README.md).
+L is the native vector of float32 lanes (refcomp.emit_c.toolchain); `refcomp.graph.build(layouts=...)`
+chooses: "auto" (the default) regions="depthwise", True "all", False leaves the pass out.  Decisions go to the debug log of "refcomp.graph.convert_layout".
 """
 from __future__ import annotations
 
@@ -53,16 +54,23 @@ def native_float_lanes() -> int:
     return max(4, native_vector_bytes() // 4)
 
 
-def convert_layout(mod: IRModule, lanes: int | None = None, min_convs: int = 2, depthwise: bool = False) -> IRModule:
-    """mod with its convolution chains in NCHW{lanes}c (module doc); depthwise: regions with
-    depthwise convolutions converted too (by default they keep NCHW, module doc)."""
+REGIONS = ("all", "depthwise")
+
+
+def convert_layout(mod: IRModule, lanes: int | None = None, min_convs: int = 2, regions: str = "all") -> IRModule:
+    """mod with its convolution chains in NCHW{lanes}c (module doc); regions "depthwise": only
+    the regions holding a depthwise convolution (graph.build's default, layouts="auto")."""
+    if regions not in REGIONS:
+        from ...errors import BuildError
+
+        raise BuildError(f"convert_layout: regions must be one of {', '.join(REGIONS)}, got {regions!r}")
     lanes = lanes or native_float_lanes()
     bb = BlockBuilder(mod)
     for name, func in graph_functions(mod):
         uses = _uses(func)
         blocks, changed = [], False
         for block in func.body.blocks:
-            new = _convert_block(block, uses, lanes, min_convs, depthwise, bb, name) if isinstance(block, DataflowBlock) \
+            new = _convert_block(block, uses, lanes, min_convs, regions, bb, name) if isinstance(block, DataflowBlock) \
                 else block
             changed |= new is not block
             blocks.append(new)
@@ -168,7 +176,7 @@ def _candidate(b, blocked: set, lanes: int) -> str | None:
     return "elementwise" if some else None
 
 
-def _convert_block(block: DataflowBlock, uses: dict, lanes: int, min_convs: int, depthwise: bool,
+def _convert_block(block: DataflowBlock, uses: dict, lanes: int, min_convs: int, regions: str,
                    bb: BlockBuilder, fname: str):
     bindings = block.bindings
     kinds: dict = {}
@@ -198,10 +206,10 @@ def _convert_block(block: DataflowBlock, uses: dict, lanes: int, min_convs: int,
     for v in blocked:
         if kinds[v] == "conv" and _static(_tensor(v).shape[1]) >= lanes:
             worthy[find(v)] = worthy.get(find(v), 0) + 1
-    if not depthwise:  # a region with a depthwise convolution keeps NCHW (module doc)
-        for v in blocked:
-            if kinds[v] == "conv" and _conv_kind(_value_of(bindings, v)) == "depthwise":
-                worthy[find(v)] = -1
+    if regions == "depthwise":  # only regions with a depthwise convolution (module doc)
+        with_depthwise = {find(v) for v in blocked
+                          if kinds[v] == "conv" and _conv_kind(_value_of(bindings, v)) == "depthwise"}
+        worthy = {root: count for root, count in worthy.items() if root in with_depthwise}
     keep = {v for v in blocked if worthy.get(find(v), 0) >= min_convs}
     for root in {find(v) for v in blocked}:
         members = [v for v in blocked if find(v) is root]

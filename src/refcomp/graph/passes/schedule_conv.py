@@ -82,6 +82,7 @@ def _schedule_blocked(sch, found: list, rest: Callable):
     others = [b.name for b in collect(sch.func.body, Block) if b.name != "root" and b.name not in convs]
     inputs = {block.reads[shape.x_index].buffer for block in collect(sch.func.body, Block)
               for shape in found if block.name == shape.block}
+    depthwise = {shape.block for shape in found if shape.depthwise}
     try:
         for shape in found:
             sch = recipes.conv_blocked_fp32(sch, shape.block)
@@ -94,9 +95,12 @@ def _schedule_blocked(sch, found: list, rest: Callable):
             loops = sch.get_loops(rv)
         except RefcompError:
             continue
-        if not loops or _into_write_back(sch, rv):
+        if not loops or any(sch.get(loop).kind == "parallel" for loop in loops) or _into_write_back(sch, rv):
             continue
-        padded = _padded_copy(sch, rv, inputs)
+        # a depthwise convolution's padded input one block of channels at a time, in its parallel loop
+        padded = _padded_copy_per_plane(sch, rv, inputs, depthwise)
+        if padded is None:
+            padded = _padded_copy(sch, rv, inputs)
         if padded is not None:
             sch = padded
         else:

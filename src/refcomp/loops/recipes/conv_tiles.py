@@ -635,7 +635,9 @@ def conv_blocked_fp32(sch: Schedule, block: str, parallel: bool = True) -> Sched
             and as_int(sch.get(reduce_loops[0]).extent) % shape.lanes == 0:
         # the channels as (block, lane): X[n, c // L, .., c % L] then takes no division per step
         reduce_loops = [*sch.split(reduce_loops[0], [None, shape.lanes]), *reduce_loops[1:]]
-    few = shape.out_blocks // mv < _UNFUSED_CHANNEL_BLOCKS and bool(rows)
+    # (a depthwise convolution keeps its channel blocks outermost: its padded input is then made
+    # one block at a time inside them, schedule_conv's per-plane copy)
+    few = shape.out_blocks // mv < _UNFUSED_CHANNEL_BLOCKS and bool(rows) and not shape.depthwise
     if few:
         sch.reorder(*rows, n, o_outer, x_outer, *reduce_loops, x_inner, o_mid, lane)
     else:
