@@ -216,3 +216,17 @@ def test_blocked_ops_reject_bad_input_with_a_named_error(build, message):
         with bb.function("main", [x, w]):
             with bb.dataflow():
                 bb.emit(build(x, w))
+
+
+@pytest.mark.parametrize("lanes", [4, 8])
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_compiled_at_other_lane_counts(rng, lanes, depthwise):
+    """Blocks narrower than this CPU's vector (the AVX2 width among them) compile and agree with
+    numpy: the pass is run by hand with `lanes`, then the blocked module is built."""
+    mod, reference = _chain(rng, 2, 6, 13, 5, 7, depthwise, "max")
+    converted = convert_layout(refcomp.graph.passes.normalize(mod), lanes=lanes)
+    assert "conv2d_nchwc" in _ops(converted)
+    ex = refcomp.graph.build(converted, target="c", blas=False, layouts=False)
+    x = rng.standard_normal((2, 6, 5, 7)).astype(np.float32)
+    got = refcomp.runtime.VirtualMachine(ex)["main"](x)
+    _close([np.asarray(g) for g in got], reference(x), rtol=1e-3)
