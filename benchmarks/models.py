@@ -1,7 +1,7 @@
 """Whole models vs onnxruntime: Hugging Face architectures exported by torch, imported by refcomp.
 
     python benchmarks/models.py [--json] [--small] [--only resnet18_half,vit] [--repeat N] [--rounds N]
-                                [--threads N] [--single-thread-cpu] [--profile]
+                                [--threads N] [--single-thread-cpu] [--profile] [--layouts-ab]
 
 Each case is a transformers model definition with random weights (benchmarks/hf_models.py), exported
 by torch's ONNX exporter with a dynamic batch, imported with refcomp.frontend.from_onnx and built the
@@ -12,7 +12,12 @@ anything is timed.  Timings are the best call of `--rounds` alternating rounds o
 onnxruntime, OMP_NUM_THREADS for refcomp).  ratio = onnxruntime time / refcomp time.
 
 Per model it prints which executor runs main (the compiled graph function, or the VM and why), the
-kernel count, and with --profile the time per kernel class (the VM's per-kernel timing).
+kernel count, and with --profile the time per kernel class (the VM's per-kernel timing).  With
+--layouts-ab it also builds each model with graph.build(layouts=False) (every tensor NCHW) and
+layouts=True (every convolution chain in the channel-blocked layout, spec/graph.md 5.2; the
+default, "auto", converts the chains with a depthwise convolution), checks them, and times them
+alternating with the default build in the same rounds (a line each: the ratio to onnxruntime, and
+the default build's speed relative to it).
 torch, transformers and onnxscript are optional: without them every case is skipped with a message.
 """
 from __future__ import annotations
@@ -90,12 +95,14 @@ def onnxruntime_session(path: str, threads: int):
     return lambda x: session.run(None, {"x": x})[0]
 
 
-def refcomp_function(path: str):
-    """(callable, executor description, kernel count, executable) for the default build of path."""
+def refcomp_function(path: str, layouts: bool | None = None):
+    """(callable, executor description, kernel count, executable) for the default build of path
+    (layouts: graph.build's switch of the channel-blocked layout; None: its default)."""
     import refcomp
     from refcomp.frontend import from_onnx
 
-    ex = refcomp.graph.build(from_onnx(path), target="c")
+    options = {} if layouts is None else {"layouts": layouts}
+    ex = refcomp.graph.build(from_onnx(path), target="c", **options)
     executor = ex.executors.get("main", "vm")
     if "main" in getattr(ex, "compiled", {}):
         fn = ex.compiled["main"]
@@ -158,6 +165,9 @@ def main() -> None:
     parser.add_argument("--single-thread-cpu", action="store_true",
                         help="one thread each side, timed by process CPU time (steady on a busy machine)")
     parser.add_argument("--profile", action="store_true", help="print the VM's time per kernel class")
+    parser.add_argument("--layouts-ab", action="store_true",
+                        help="also time the builds with layouts=False (all NCHW) and layouts=True (every "
+                             "convolution chain in NCHW{L}c), alternating with the default build in one run")
     args = parser.parse_args()
     clock, threads = time.perf_counter, args.threads
     if args.single_thread_cpu:
@@ -207,15 +217,29 @@ def run_case(case: Model, folder: str, threads: int, args, clock) -> dict:
     if not close(got, expected, 1e-4):
         raise SystemExit(f"{case.name}: refcomp disagrees with onnxruntime "
                          f"(max abs difference {float(np.abs(got - expected).max()):.3g})")
-    best_mine, best_theirs = harness.best_times([lambda: mine(x), lambda: theirs(x)], args.repeat, args.rounds,
-                                                clock)
+    runs = [lambda: mine(x), lambda: theirs(x)]
+    variants = []  # (label, callable, kernels, executable): graph.build's other layout choices
+    if args.layouts_ab:
+        for layouts in (False, True):
+            fn, _, count, built = refcomp_function(path, layouts=layouts)
+            if not close(np.asarray(fn(x)), expected, 1e-4):
+                raise SystemExit(f"{case.name}: refcomp (layouts={layouts}) disagrees with onnxruntime")
+            variants.append((f"layouts={layouts}", fn, count, built))
+            runs.append(lambda fn=fn: fn(x))
+    best = harness.best_times(runs, args.repeat, args.rounds, clock)
+    best_mine, best_theirs = best[0], best[1]
     ratio = best_theirs / best_mine
     print(f"{case.name:<20} {best_mine * 1e3:>11.3f} {best_theirs * 1e3:>9.3f} {ratio:>7.2f} "
           f"{kernels if kernels is not None else '-':>8}  {executor} (built in {build_s:.1f} s)", flush=True)
+    for (label, _, count, _), seconds in zip(variants, best[2:]):
+        print(f"{'  ' + label:<20} {seconds * 1e3:>11.3f} {best_theirs * 1e3:>9.3f} {best_theirs / seconds:>7.2f} "
+              f"{count if count is not None else '-':>8}  (the default build: {seconds / best_mine:.2f}x its speed)",
+              flush=True)
     if args.profile:
-        split = profile(ex, x)
-        if split:
-            print("    " + ", ".join(f"{cls} {ms:.2f} ms" for cls, ms in split.items()))
+        for label, built in [("default", ex)] + [(label, built) for label, _, _, built in variants]:
+            split = profile(built, x)
+            if split:
+                print(f"    {label}: " + ", ".join(f"{cls} {ms:.2f} ms" for cls, ms in split.items()))
     return {"refcomp": best_mine * 1e3, "baseline": best_theirs * 1e3, "unit": "ms", "ratio": ratio,
             "executor": executor}
 

@@ -263,9 +263,36 @@ def _bitwise_cases() -> list[Case]:
     ]
 
 
+def _layout_cases() -> list[Case]:
+    """The channel-blocked layout's operators (refcomp.graph.op.layout): channel counts that are
+    and are not a multiple of the lanes, symbolic batch and spatial sizes."""
+    return [
+        Case("layout_transform", [Input(("b", 5, "h", "w"))], {"src": "NCHW", "dst": "NCHW4c"}, id="to_nchw4c"),
+        Case("layout_transform", [Input(("b", 16, "h", 3))], {"src": "NCHW", "dst": "NCHW8c"}, id="to_nchw8c"),
+        Case("layout_transform", [Input(("b", 2, "h", "w", 4))], {"src": "NCHW4c", "dst": "NCHW", "channels": 7},
+             id="from_nchw4c"),
+        Case("layout_transform", [Input(("b", 2, 3, "w", 8))], {"src": "NCHW8c", "dst": "NCHW"}, id="from_nchw8c"),
+        Case("conv2d_nchwc", [Input(("b", 2, "h", "w", 4)), Input((3, 8, 3, 3, 4))],
+             {"strides": 1, "padding": 1}, sizes=(3, 7), rtol=1e-3, atol=1e-4),
+        Case("conv2d_nchwc", [Input((1, 1, "h", "w", 8)), Input((2, 8, 2, 3, 8))],
+             {"strides": 2, "padding": (1, 0, 0, 2), "dilation": 2}, id="conv2d_nchwc_strided", sizes=(5, 8),
+             rtol=1e-3, atol=1e-4),
+        Case("conv2d_nchwc", [Input(("b", 3, "h", "w", 4)), Input((3, 1, 3, 3, 4))],
+             {"strides": 2, "padding": (0, 0, 1, 1), "depthwise": True}, id="conv2d_nchwc_depthwise", sizes=(3, 7),
+             rtol=1e-3, atol=1e-4),
+        Case("max_pool2d_nchwc", [Input(("b", 2, "h", "w", 4))], {"pool_size": 3, "strides": 2, "padding": 1},
+             sizes=(2, 7)),
+        Case("avg_pool2d_nchwc", [Input((1, 2, 5, 6, 4))], {"pool_size": 3, "strides": 2, "padding": 1,
+                                                            "count_include_pad": True}),
+        Case("avg_pool2d_nchwc", [Input((1, 1, 5, 6, 8))], {"pool_size": 2, "strides": 1, "padding": 1},
+             id="avg_pool2d_nchwc_exclude_pad"),
+        Case("global_avg_pool_nchwc", [Input(("b", 2, "h", "w", 4))]),
+    ]
+
+
 CASES: list[Case] = (_unary_cases() + _binary_cases() + _other_elementwise() + _linear_cases() + _reduce_cases()
                      + _nn_cases() + _manipulate_cases() + _index_cases() + _create_cases() + _image_cases()
-                     + _bitwise_cases())
+                     + _bitwise_cases() + _layout_cases())
 
 
 def letters(case: Case) -> list[str]:

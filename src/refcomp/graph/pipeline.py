@@ -4,7 +4,8 @@
     vm = refcomp.runtime.VirtualMachine(ex)
 
 Pipeline (each a pure IRModule -> IRModule pass; the IR after each is logged at DEBUG level on
-the "refcomp.graph" logger): normalize, split_to_slices, (dispatch_blas,) legalize_ops, canonicalize_bindings, fold_constant,
+the "refcomp.graph" logger): normalize, split_to_slices, (convert_layout: layouts,)
+(dispatch_blas,) legalize_ops, canonicalize_bindings, fold_constant,
 dead_code_elimination, fuse_ops + fuse_tir (fuse=True), (mark_constant_params,) default_schedule
 (schedule=True), fold_packed_weights + dead_code_elimination (schedule and fold: constant weights
 packed at build time), plan_memory, then lower_to_vm and kernel compilation; then each graph function is compiled to one C
@@ -38,11 +39,17 @@ EXECUTORS = ("auto", "compiled", "vm")
 
 def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True,
                      blas: bool | str = False, tuning_database: Any = None,
-                     target: str = "c") -> list[tuple[str, Callable]]:
-    """The passes graph.build runs, in order, as (name, pass) pairs (blas, tuning_database: see build)."""
+                     target: str = "c", layouts: bool | str = "auto") -> list[tuple[str, Callable]]:
+    """The passes graph.build runs, in order, as (name, pass) pairs (blas, tuning_database, layouts: see build)."""
     from .passes.split_to_slices import split_to_slices
 
     pipeline = [("normalize", P.normalize), ("split_to_slices", split_to_slices)]
+    if layouts:
+        from functools import partial
+
+        from .passes.convert_layout import convert_layout
+
+        pipeline.append(("convert_layout", partial(convert_layout, regions="depthwise" if layouts == "auto" else "all")))
     if blas:
         from functools import partial
 
@@ -85,9 +92,10 @@ def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True
 
 
 def optimize(mod: IRModule, *, fuse: bool = True, schedule: bool = True, fold: bool = True,
-             blas: bool | str = False, tuning_database: Any = None, target: str = "c") -> IRModule:
+             blas: bool | str = False, tuning_database: Any = None, target: str = "c",
+             layouts: bool | str = "auto") -> IRModule:
     """Run the default pipeline (without compiling kernels)."""
-    for name, run in default_pipeline(fuse, schedule, fold, blas, tuning_database, target):
+    for name, run in default_pipeline(fuse, schedule, fold, blas, tuning_database, target, layouts):
         mod = run(mod)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("IR after %s:\n%s", name, _show(mod))
@@ -109,7 +117,8 @@ def resolve_blas(blas: bool | str | None, target_kind: str) -> bool | str:
 
 def build(mod: IRModule | Function, target: str | Target = "c", *, fuse: bool = True, schedule: bool = True,
           fold: bool = True, bounds: str = DEFAULT_BOUNDS, externs: dict[str, Callable] | None = None,
-          blas: bool | str | None = None, executor: str = "auto", tuning_database: Any = None) -> Executable:
+          blas: bool | str | None = None, executor: str = "auto", tuning_database: Any = None,
+          layouts: bool | str = "auto") -> Executable:
     """Compile a graph module (or one Function, named main) to a VM Executable.
 
     blas: send float32 matmul/dense/linear to numpy's OpenBLAS sgemm (default: when target is "c"
@@ -122,7 +131,12 @@ def build(mod: IRModule | Function, target: str | Target = "c", *, fuse: bool = 
     tuning_database: kernels it holds records of (`schedule_for(func, target)`, as
     refcomp.tune.Database has) get their best tuned schedule instead of the default one;
     `ex.stats["tuned_kernels"]` counts them.
+    layouts: convolution chains run in the channel-blocked layout NCHW{L}c, converted back at
+    their edges (passes.convert_layout, spec/graph.md 5.2): "auto" (the default) the chains with a
+    depthwise convolution (where it measured faster), True every chain it takes, False none.
     """
+    if layouts not in (True, False, "auto"):
+        raise BuildError(f"graph.build: layouts must be True, False or 'auto', got {layouts!r}")
     if executor not in EXECUTORS:
         raise BuildError(f"graph.build: executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     if isinstance(mod, Function):
@@ -138,7 +152,7 @@ def build(mod: IRModule | Function, target: str | Target = "c", *, fuse: bool = 
 
         check_tuning_database(tuning_database)
     optimized = optimize(mod, fuse=fuse, schedule=schedule, fold=fold, blas=blas, tuning_database=tuning_database,
-                         target=str(parsed))
+                         target=str(parsed), layouts=layouts)
     functions = P.lower_to_vm(optimized)
     used = {inst.kernel for f in functions.values() for inst in _walk(f.code) if type(inst).__name__ == "CallKernel"}
     for name in used:

@@ -14,6 +14,9 @@ from .manipulate import *  # noqa: F401,F403
 from .index import *  # noqa: F401,F403
 from .create import *  # noqa: F401,F403
 from .image import resize2d  # noqa: F401
+from .layout import (  # noqa: F401
+    avg_pool2d_nchwc, conv2d_nchwc, global_avg_pool_nchwc, layout_transform, max_pool2d_nchwc,
+)
 from .dynamic import tensor_to_shape  # noqa: F401
 from .minifloat import minifloat_decode, minifloat_encode  # noqa: F401
 from .strings import (  # noqa: F401

@@ -92,7 +92,7 @@ def names() -> list[str]:
 
 
 _FAMILIES = ("base", "elementwise", "linear", "nn", "reduce", "manipulate", "index", "create", "image", "bitwise",
-             "minifloat", "strings")
+             "minifloat", "strings", "layout")
 _loaded = False
 
 

@@ -135,13 +135,15 @@ def inline_spatial_stages(sch) -> None:
 
 
 def _is_convolution(block: Block) -> bool:
-    from ...loops.recipes import conv_shape
+    from ...loops.recipes import blocked_conv_shape, conv_shape
 
-    try:
-        conv_shape(block)
-    except RefcompError:
-        return False
-    return True
+    for recognise in (conv_shape, blocked_conv_shape):
+        try:
+            recognise(block)
+        except RefcompError:
+            continue
+        return True
+    return False
 
 
 def _has_costly_math(block: Block) -> bool:

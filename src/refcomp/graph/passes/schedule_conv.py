@@ -31,7 +31,8 @@ def schedule_conv(sch, rest: Callable, options: dict | None = None):
     func = sch.func
     found = recipes.find_convs(func)
     if not found:
-        return None
+        blocked = recipes.find_blocked_convs(func)
+        return _schedule_blocked(sch, blocked, rest) if blocked and options is None else None
     convs = {shape.block for shape in found}
     others = [b.name for b in collect(func.body, Block) if b.name != "root" and b.name not in convs]
     try:
@@ -68,6 +69,42 @@ def schedule_conv(sch, rest: Callable, options: dict | None = None):
     for block in collect(sch.func.body, Block):
         if block.name.endswith("_global") and block.name not in others:  # the packed weights
             _parallel_outer(sch, block.name)
+    return sch
+
+
+def _schedule_blocked(sch, found: list, rest: Callable):
+    """schedule_conv for convolutions over the channel-blocked layout (recipes.conv_blocked_fp32):
+    the other stages (the padded input, an epilogue) as for the NCHW forms, the epilogue inlined
+    into the tile's write-back where it can be."""
+    from ...loops import recipes
+
+    convs = {shape.block for shape in found}
+    others = [b.name for b in collect(sch.func.body, Block) if b.name != "root" and b.name not in convs]
+    inputs = {block.reads[shape.x_index].buffer for block in collect(sch.func.body, Block)
+              for shape in found if block.name == shape.block}
+    depthwise = {shape.block for shape in found if shape.depthwise}
+    try:
+        for shape in found:
+            sch = recipes.conv_blocked_fp32(sch, shape.block)
+    except RefcompError as exc:
+        log.debug("schedule_conv: %s keeps the generic schedule: %s", sch.func.name, exc)
+        return None
+    for name in others:
+        try:
+            rv = sch.get_block(name)
+            loops = sch.get_loops(rv)
+        except RefcompError:
+            continue
+        if not loops or any(sch.get(loop).kind == "parallel" for loop in loops) or _into_write_back(sch, rv):
+            continue
+        # a depthwise convolution's padded input one block of channels at a time, in its parallel loop
+        padded = _padded_copy_per_plane(sch, rv, inputs, depthwise)
+        if padded is None:
+            padded = _padded_copy(sch, rv, inputs)
+        if padded is not None:
+            sch = padded
+        else:
+            rest(sch, rv, sch.get(rv), loops)
     return sch
 
 

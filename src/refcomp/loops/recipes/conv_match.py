@@ -163,3 +163,86 @@ def _window_positions(block: Block, nd: int) -> int:
     for iv in block.iter_vars[3 + nd:]:
         positions *= as_int(iv.dom.extent) or 0
     return positions
+
+
+@dataclass(frozen=True)
+class BlockedConvShape:
+    """What blocked_conv_shape found: a convolution over the channel-blocked layout NCHW{L}c
+    (spec/graph.md, "Layouts"), dense (its channel reduction one iter c, read as X[.., c // L,
+    .., c % L]) or depthwise (no channel reduction)."""
+
+    block: str
+    x_index: int
+    w_index: int
+    depthwise: bool
+    out_blocks: int | None
+    out_width: int | None
+    lanes: int | None
+    spatial_dims: int = 2
+
+
+def blocked_conv_shape(block: Block, recipe: str = "conv") -> BlockedConvShape:
+    """Recognise out[n, ob, y, x, oi] (+)= X[n, f(c), y * s + r0 * d, x * s + r1 * d, g(c)] *
+    W[ob, c, r0, r1, oi] (iters S x 5, R x 3; f and g read c only) or, depthwise, out[n, cb, y,
+    x, ci] (+)= X[n, cb, .., .., ci] * W[cb, 0, r0, r1, ci] (iters S x 5, R x 2)."""
+    kinds = [iv.kind for iv in block.iter_vars]
+    if kinds not in (["spatial"] * 5 + ["reduce"] * 3, ["spatial"] * 5 + ["reduce"] * 2):
+        raise ScheduleError(f"{recipe}: block {block.name!r} is not a blocked convolution (iters S x 5, R x 2 or 3); "
+                            f"its iters are {kinds}", spot=block)
+    depthwise = len(kinds) == 7
+    store = block.body
+    if not isinstance(store, BufferStore) or not isinstance(store.value, Add):
+        raise ScheduleError(f"{recipe}: block {block.name!r} is not one multiply-accumulate store", spot=block)
+    n, o, y, x, lane = [iv.var for iv in block.iter_vars[:5]]
+    reduce_vars = [iv.var for iv in block.iter_vars[5:]]
+    c = None if depthwise else reduce_vars[0]
+    r0, r1 = reduce_vars[-2:]
+    if len(store.indices) != 5 or any(i is not v for i, v in zip(store.indices, (n, o, y, x, lane))):
+        raise ScheduleError(f"{recipe}: block {block.name!r} does not store out[n, o // L, y, x, o % L]", spot=block)
+    acc, product = store.value.a, store.value.b
+    if not (isinstance(acc, BufferLoad) and acc.buffer is store.buffer and isinstance(product, Mul)):
+        raise ScheduleError(f"{recipe}: block {block.name!r} does not accumulate a product", spot=block)
+    loads = [side.value if isinstance(side, Cast) else side for side in (product.a, product.b)]
+    if not all(isinstance(load, BufferLoad) and len(load.indices) == 5 for load in loads):
+        raise ScheduleError(f"{recipe}: block {block.name!r} multiplies something other than two 5-d loads",
+                            spot=block)
+
+    def is_weight(load) -> bool:
+        i = load.indices
+        second = (as_int(i[1]) == 0) if depthwise else (i[1] is c)
+        return i[0] is o and second and i[2] is r0 and i[3] is r1 and i[4] is lane
+
+    weight = next((load for load in loads if is_weight(load)), None)
+    data = next((load for load in loads if load is not weight), None)
+    if weight is None or data is None or data.indices[0] is not n:
+        raise ScheduleError(f"{recipe}: block {block.name!r} does not read X[n, .., .., .., ..] and "
+                            f"W[o // L, c, r0, r1, o % L]", spot=block)
+    for k, (out_var, r_var) in enumerate(((y, r0), (x, r1))):
+        used = _vars_in(data.indices[2 + k])
+        if not used or not used <= {out_var, r_var}:
+            raise ScheduleError(f"{recipe}: block {block.name!r}: X's spatial index {k} is not "
+                                f"out * stride + window * dilation", spot=block)
+    if depthwise:
+        channels_ok = data.indices[1] is o and data.indices[4] is lane
+    else:
+        # (one channel block: c // L simplified to 0 and c % L to c)
+        channels_ok = _vars_in(data.indices[1]) <= {c} and _vars_in(data.indices[4]) == {c}
+    if not channels_ok:
+        raise ScheduleError(f"{recipe}: block {block.name!r}: X's channel indices do not follow "
+                            f"{'the output channel' if depthwise else 'c'}", spot=block)
+    buffers = [r.buffer for r in block.reads]
+    if data.buffer not in buffers or weight.buffer not in buffers or data.buffer is weight.buffer:
+        raise ScheduleError(f"{recipe}: block {block.name!r} does not declare its reads of X and W", spot=block)
+    return BlockedConvShape(block.name, buffers.index(data.buffer), buffers.index(weight.buffer), depthwise,
+                            as_int(block.iter_vars[1].dom.extent), as_int(block.iter_vars[3].dom.extent),
+                            as_int(block.iter_vars[4].dom.extent))
+
+
+def find_blocked_convs(func: PrimFunc) -> list[BlockedConvShape]:
+    """The blocked convolution blocks of func when every reduction in it is one, else []."""
+    blocks = [b for b in collect(func.body, Block) if b.name != "root"]
+    reductions = [b for b in blocks if any(iv.kind == "reduce" for iv in b.iter_vars)]
+    try:
+        return [blocked_conv_shape(block) for block in reductions]
+    except ScheduleError:
+        return []

@@ -561,3 +561,139 @@ def _pack_in_write_order(sch: Schedule, packed, lanes: int, window_inner: bool =
         sch.reorder(o_outer, c, *window, o_inner)
     else:
         sch.reorder(o_outer, *window, c, o_inner)
+
+
+# Accumulator vectors of the blocked convolution's tile (MV x XB), by the native lanes: what is
+# left of the 16 ymm / 32 zmm registers after the MV weight vectors and the input broadcast (the
+# window unrolled inside keeps a few more values live, as in _COLUMN_TILE_WINDOW_INNER).
+_BLOCKED_TILE = {8: 12, 16: 20}
+
+
+def _blocked_tile(out_blocks: int, width: int, height: int | None, depthwise: bool, native: int):
+    """(MV, XB, whole_rows) of the blocked tile: MV vectors of output channels (1 or 2 dividing
+    the channel blocks; 1 when depthwise) x XB output columns (a divisor of the width, or whole
+    rows of the output when they fit better) within _BLOCKED_TILE accumulators, the one with the
+    most multiply-adds per load."""
+    budget = _BLOCKED_TILE.get(native, 12)
+    best = None
+    for mv in ((1,) if depthwise else (1, 2)):
+        if out_blocks % mv:
+            continue
+        preferred = budget // mv
+        xb, rows = column_tile(width, preferred), False
+        if height is not None and xb < preferred:
+            pixels = column_tile(height * width, preferred)
+            if pixels > xb and pixels % width == 0:
+                xb, rows = pixels, True
+        # multiply-adds per load (XB input broadcasts and MV weight vectors per reduction step)
+        score = mv * xb / (mv + xb)
+        if best is None or score > best[0]:
+            best = (score, mv, xb, rows)
+    return best[1:]
+
+
+def conv_blocked_fp32(sch: Schedule, block: str, parallel: bool = True) -> Schedule:
+    """A float32 convolution over the channel-blocked layout (conv_match.blocked_conv_shape) on
+    the channel-vector register tile, reading and writing whole vectors of channels: MV vectors
+    of L output channels x XB output columns accumulate in a "local" tile (registers) and are
+    stored once per tile, each a contiguous vector of the output (no transpose, no input copy):
+
+        for o // (MV L) parallel, n, y, x // XB:          (the rows parallel when few blocks)
+          acc[0:MV, 0:XB, 0:L] = 0
+          for c, r0 (unrolled), r1 (unrolled):           (depthwise: r0, r1 only)
+            for x % XB (unrolled), m (unrolled):
+              acc[m, x, 0:L] += X[n, c // L, y*s + r0*d, x*s + r1*d, c % L] * W[o, c, r0, r1, 0:L]
+                                (depthwise: X[n, o, .., .., 0:L] * W[o, 0, r0, r1, 0:L])
+          out[n, o, y, x : x + XB, 0:L] = acc
+
+    The weights are read in place (a constant is packed once, at build time, by the layout
+    pass).  Raises ScheduleError when the block is not such a convolution."""
+    from .conv_match import blocked_conv_shape
+
+    rv = sch.get_block(block)
+    node = sch.get(rv)
+    shape = blocked_conv_shape(node, "conv_blocked_fp32")
+    if not node.writes or str(node.writes[0].buffer.dtype) != "float32":
+        raise ScheduleError(f"conv_blocked_fp32: block {block!r} does not write float32")
+    if shape.out_width is None or shape.out_blocks is None or shape.lanes is None:
+        raise ScheduleError(f"conv_blocked_fp32: block {block!r} has a symbolic width, channel count or lane count")
+    loops = sch.get_loops(rv)
+    if len(loops) != len(node.iter_vars):
+        raise ScheduleError(f"conv_blocked_fp32: block {block!r} is already scheduled ({len(loops)} loops)")
+    native = native_lanes()
+    n, o, y, x, lane = loops[:5]
+    reduce_loops = loops[5:]
+    window = reduce_loops[-2:]
+    height = as_int(sch.get(y).extent)
+    mv, xb, whole_rows = _blocked_tile(shape.out_blocks, shape.out_width, height, shape.depthwise, native)
+    o_outer, o_mid = sch.split(o, [None, mv])
+    rows = [y]
+    if whole_rows:
+        x, rows = sch.fuse(y, x), []
+    x_outer, x_inner = sch.split(x, [None, xb])
+    if not shape.depthwise and as_int(sch.get(reduce_loops[0]).extent) is not None \
+            and as_int(sch.get(reduce_loops[0]).extent) % shape.lanes == 0:
+        # the channels as (block, lane): X[n, c // L, .., c % L] then takes no division per step
+        reduce_loops = [*sch.split(reduce_loops[0], [None, shape.lanes]), *reduce_loops[1:]]
+    # (a depthwise convolution keeps its channel blocks outermost: its padded input is then made
+    # one block at a time inside them, schedule_conv's per-plane copy)
+    few = shape.out_blocks // mv < _UNFUSED_CHANNEL_BLOCKS and bool(rows) and not shape.depthwise
+    if few:
+        sch.reorder(*rows, n, o_outer, x_outer, *reduce_loops, x_inner, o_mid, lane)
+    else:
+        sch.reorder(o_outer, n, *rows, x_outer, *reduce_loops, x_inner, o_mid, lane)
+    tile = sch.cache_write(rv, 0, "local")
+    sch.reverse_compute_at(tile, x_outer)
+    sch.decompose_reduction(rv, reduce_loops[0])
+    sch.vectorize(lane)
+    positions = (as_int(node.iter_vars[-2].dom.extent) or 0) * (as_int(node.iter_vars[-1].dom.extent) or 0)
+    if 0 < positions <= _WINDOW_INNER_MAX_POSITIONS:
+        for position in window:
+            sch.unroll(position)
+    if xb > 1:
+        sch.unroll(x_inner)
+    if mv > 1:
+        sch.unroll(o_mid)
+    # the write-back: one vector of L channels per output position, contiguous in the output
+    sch.vectorize(sch.get_loops(tile)[-1])
+    if not shape.depthwise:
+        _prefetch_blocked_weights(sch, rv, node.reads[shape.w_index].buffer.name, o_outer, reduce_loops, mv)
+    if parallel:
+        sch.parallel(rows[0] if few else o_outer)
+    return sch
+
+
+def _prefetch_blocked_weights(sch: Schedule, rv, name: str, o_outer, reduce_loops, mv: int) -> None:
+    """Hint, at each window position, the weight line of the same position _WEIGHT_PREFETCH_CHANNELS
+    input channels ahead (W[o, c + ahead, r0, r1, 0], one cache line per vector of L), as
+    _prefetch_weights does for the NCHW tile: a wide layer's weights (ResNet-18's 256-channel
+    3 x 3 layers, 2.4 MB) come from L3 on every call."""
+    from ..primitives.index_map import IndexMap
+
+    loops = sch.get_loops(rv)
+    nodes = [sch.get(loop) for loop in loops]
+    at = [nodes.index(sch.get(loop)) for loop in reduce_loops]
+    at_o = nodes.index(sch.get(o_outer))
+    depth = max(at) + 1
+    split = len(reduce_loops) == 4  # (c // L, c % L, r0, r1)
+    lanes = as_int(sch.get(reduce_loops[1]).extent) if split else 1
+    for m in range(mv):
+        def ahead(*v, m=m):
+            channel = (v[at[0]] * lanes + v[at[1]]) if split else v[at[0]]
+            return (v[at_o] * mv + m, channel + _WEIGHT_PREFETCH_CHANNELS, v[at[-2]], v[at[-1]], 0)
+
+        sch.prefetch(loops[depth - 1], name, IndexMap.from_callable(ahead, depth))
+    # the next channel block's weights too, spread over _NEXT_BLOCK_IMAGES images, when the batch
+    # loop is directly inside the channel blocks (as _prefetch_weights does)
+    at_n = at_o + 1
+    channels = as_int(sch.get(reduce_loops[0]).extent)
+    if not _NEXT_BLOCK_IMAGES or channels is None or at_n >= len(nodes) or nodes[at_n].loop_var.name != "n":
+        return
+    channels *= lanes
+    for m in range(mv):
+        def following(*v, m=m):
+            channel = (v[at[0]] * lanes + v[at[1]]) if split else v[at[0]]
+            return ((v[at_o] + 1) * mv + m, (channel + v[at_n] * channels) // _NEXT_BLOCK_IMAGES,
+                    v[at[-2]], v[at[-1]], 0)
+
+        sch.prefetch(loops[depth - 1], name, IndexMap.from_callable(following, depth))
