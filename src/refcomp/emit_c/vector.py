@@ -305,6 +305,8 @@ class VectorLib:
         p[lanes - 1 .. 2 lanes - 1), and one two-source shuffle of their even and odd lanes: no
         element outside the span the gather would read is touched.  None for element types stored
         through conversions (half, bool) and single lanes (they keep the gather)."""
+        if dtype.element.name == "bfloat16" and dtype.lanes >= 2:
+            return self._bf16_load_stride2(dtype)
         if is_half(dtype) or dtype.is_bool or dtype.lanes < 2:
             return None
         vt = self.vtype(dtype)
@@ -318,6 +320,33 @@ class VectorLib:
             f"#if defined(__GNUC__) && !defined(__CUDACC__)\n"
             f"    {vt} a, b;\n    memcpy(&a, p, sizeof a);\n    memcpy(&b, p + {lanes - 1}, sizeof b);\n"
             f"    return __builtin_shufflevector(a, b, {mask});\n"
+            f"#else\n{fallback}#endif\n}}"))
+
+    def _bf16_load_stride2(self, dtype: DataType) -> str:
+        """The stride-2 read of bfloat16 lanes as float32 (a key of bfloat16 value pages, stored
+        in pairs along the keys): the 16-bit patterns p[0], p[2], ... are the low halves of the
+        32-bit words at p, so one load of those words and a shift left by 16 give the float32s,
+        exactly.  With AVX-512BW the load is masked to the span's 2 lanes - 1 elements (the word
+        past the last element is never touched); elsewhere two loads of the span's ends and one
+        shuffle of their even lanes, then the zero-extension and the shift as vector operations."""
+        vt = self.vtype(dtype)
+        lanes = dtype.lanes
+        u16, u32 = self.uint_vtype(2, lanes), self.uint_vtype(4, lanes)
+        mask = ", ".join(str(i) for i in list(range(0, lanes, 2)) + list(range(lanes + 1, 2 * lanes, 2)))
+        name = f"rc_vload2_bfloat16x{lanes}"
+        fallback = lane_loop(vt, vector_element_ctype(dtype), lanes, self._from_storage(dtype, "p[2 * l]"))
+        self.needs_intrinsics = self.needs_intrinsics or lanes == 16
+        masked = (
+            "#if defined(__x86_64__) && defined(__AVX512BW__)\n"
+            "    return (" + vt + ")_mm512_slli_epi32(_mm512_maskz_loadu_epi16(0x7FFFFFFF, p), 16);\n"
+            "#else\n") if lanes == 16 else ""
+        return self._add(name, (
+            f"static inline {vt} {name}(const uint16_t* p) {{\n"
+            f"#if defined(__GNUC__) && !defined(__CUDACC__)\n{masked}"
+            f"    {u16} a, b;\n    memcpy(&a, p, sizeof a);\n    memcpy(&b, p + {lanes - 1}, sizeof b);\n"
+            f"    {u16} even = __builtin_shufflevector(a, b, {mask});\n"
+            f"    return ({vt})(__builtin_convertvector(even, {u32}) << 16);\n"
+            + ("#endif\n" if masked else "") +
             f"#else\n{fallback}#endif\n}}"))
 
     def gather(self, dtype: DataType, index: DataType) -> str:
