@@ -299,14 +299,15 @@ class VectorLib:
         body.append("    memcpy(p, &v, sizeof v);")
         return self._add(name, f"static inline void {name}({st}* p, {vt} v) {{\n" + "\n".join(body) + "\n}")
 
-    def load_stride2(self, dtype: DataType) -> str | None:
+    def load_stride2(self, dtype: DataType, odd: bool = False) -> str | None:
         """rc_vload2_...(const T* p): lanes elements p[0], p[2], ... p[2 (lanes - 1)] (a stride-2
         read, a strided convolution's input) as two contiguous loads, of p[0 .. lanes) and of
         p[lanes - 1 .. 2 lanes - 1), and one two-source shuffle of their even and odd lanes: no
         element outside the span the gather would read is touched.  None for element types stored
-        through conversions (half, bool) and single lanes (they keep the gather)."""
+        through conversions (half, bool) and single lanes (they keep the gather).  `odd`: the
+        element's index is known to be odd (bfloat16 only uses it)."""
         if dtype.element.name == "bfloat16" and dtype.lanes >= 2:
-            return self._bf16_load_stride2(dtype)
+            return self._bf16_load_stride2_odd(dtype) if odd else self._bf16_load_stride2(dtype)
         if is_half(dtype) or dtype.is_bool or dtype.lanes < 2:
             return None
         vt = self.vtype(dtype)
@@ -347,6 +348,24 @@ class VectorLib:
             f"    {u16} even = __builtin_shufflevector(a, b, {mask});\n"
             f"    return ({vt})(__builtin_convertvector(even, {u32}) << 16);\n"
             + ("#endif\n" if masked else "") +
+            f"#else\n{fallback}#endif\n}}"))
+
+    def _bf16_load_stride2_odd(self, dtype: DataType) -> str:
+        """The stride-2 read of bfloat16 lanes as float32 from an odd element index (the second
+        key of pairs along the keys): p[0], p[2], ... are the high halves of the 32-bit words at
+        p - 1 (an even index, so p - 1 is an element of the buffer and the last word ends at the
+        span's last element), so one load of those words and an AND with 0xFFFF0000 give the
+        float32s, exactly; the same words as the first key's read (a compiler loads them once)."""
+        vt = self.vtype(dtype)
+        lanes = dtype.lanes
+        u32 = self.uint_vtype(4, lanes)
+        name = f"rc_vload2odd_bfloat16x{lanes}"
+        fallback = lane_loop(vt, vector_element_ctype(dtype), lanes, self._from_storage(dtype, "p[2 * l]"))
+        return self._add(name, (
+            f"static inline {vt} {name}(const uint16_t* p) {{\n"
+            f"#if defined(__GNUC__) && !defined(__CUDACC__)\n"
+            f"    {u32} w;\n    memcpy(&w, p - 1, sizeof w);\n"
+            f"    return ({vt})(w & 0xFFFF0000u);\n"
             f"#else\n{fallback}#endif\n}}"))
 
     def gather(self, dtype: DataType, index: DataType) -> str:
