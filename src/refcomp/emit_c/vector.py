@@ -189,7 +189,7 @@ class VectorLib:
             body = lane_loop(vt, vector_element_ctype(dtype), dtype.lanes, self._from_storage(dtype, "p[l]"))
             if dtype.element.name == "float16" and dtype.lanes % 8 == 0:
                 body = self._f16c_load(vt, dtype.lanes, body)
-            if dtype.element.name == "bfloat16" and dtype.lanes % 8 == 0:
+            if dtype.element.name == "bfloat16" and dtype.lanes >= 2:
                 body = self._bf16_load(vt, dtype.lanes, body)
         else:
             body = f"    {vt} r;\n    memcpy(&r, p, sizeof r);\n    return r;\n"
@@ -204,14 +204,16 @@ class VectorLib:
             "        _mm256_storeu_ps(z + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(const void*)(p + c))));\n")
 
     def _bf16_load(self, vt: str, lanes: int, fallback: str) -> str:
-        """bfloat16 lanes to float32 by widening each 16-bit pattern into the high half of a
-        32-bit lane (exact, the lane loop's shift), 16 at a time with AVX-512, else 8 with AVX2."""
-        return self._widening_load(
-            vt, lanes, fallback, "__AVX2__",
-            "        _mm512_storeu_ps(z + c, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(\n"
-            "            _mm256_loadu_si256((const __m256i*)(const void*)(p + c))), 16)));\n",
-            "        _mm256_storeu_ps(z + c, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(\n"
-            "            _mm_loadu_si128((const __m128i*)(const void*)(p + c))), 16)));\n")
+        """bfloat16 lanes to float32: the 16-bit patterns zero-extended to 32-bit lanes and shifted
+        into their high halves (exact, the lane loop's shift), as vector operations that stay in
+        registers (a widening into memory and a reload of the floats would stall the reload
+        behind the stores); `fallback` (the lane loop) where GCC vector extensions are missing."""
+        u16, u32 = self.uint_vtype(2, lanes), self.uint_vtype(4, lanes)
+        return (
+            "#if defined(__GNUC__) && !defined(__CUDACC__)\n"
+            f"    {u16} h;\n    memcpy(&h, p, sizeof h);\n"
+            f"    return ({vt})(__builtin_convertvector(h, {u32}) << 16);\n"
+            f"#else\n{fallback}#endif\n")
 
     def _widening_load(self, vt: str, lanes: int, fallback: str, feature: str, widen16: str, widen8: str) -> str:
         """The body of a 16-bit-to-float32 vector load on x86 where the build is native and has
