@@ -280,7 +280,7 @@ def test_stride_two_ramp_is_two_loads_and_a_shuffle(rng, lanes, dtype):
 
 @pytest.mark.parametrize("lanes", [2, 8, 16])
 @pytest.mark.parametrize("offset", [0, 1])
-def test_stride_two_bfloat16_ramp_is_a_word_load_and_a_shift(rng, lanes, offset):
+def test_stride_two_bfloat16_ramp_is_a_word_load_and_a_shift(rng, lanes, offset, vector_isa):
     """A bfloat16 A[Ramp(base, 2, lanes)] as float32 (either half of bfloat16 pairs, e.g. a key of
     value pages stored in pairs along the keys) is one vector read of 32-bit words and a shift
     left by 16 (even base) or an AND with 0xFFFF0000 (odd base) per lane, not a gather; every bit pattern comes through exactly, and the last row ends
