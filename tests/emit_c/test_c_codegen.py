@@ -278,6 +278,32 @@ def test_stride_two_ramp_is_two_loads_and_a_shuffle(rng, lanes, dtype):
         np.testing.assert_array_equal(b, a[::2])
 
 
+@pytest.mark.parametrize("lanes", [2, 8, 16])
+@pytest.mark.parametrize("offset", [0, 1])
+def test_stride_two_bfloat16_ramp_is_a_word_load_and_a_shift(rng, lanes, offset, vector_isa):
+    """A bfloat16 A[Ramp(base, 2, lanes)] as float32 (either half of bfloat16 pairs, e.g. a key of
+    value pages stored in pairs along the keys) is one vector read of 32-bit words and a shift
+    left by 16 (even base) or an AND with 0xFFFF0000 (odd base) per lane, not a gather; every bit pattern comes through exactly, and the last row ends
+    at A's last element, so nothing outside the span is read."""
+    n = SizeVar("n", "int32")
+    A = Buffer("A", (n * (2 * lanes) - 1 + offset,), "bfloat16")
+    B = Buffer("B", (n * lanes,), "float32")
+    i = Var("i", "int32")
+    body = For(i, 0, n, "parallel", BufferStore(
+        B, Cast(f"float32x{lanes}", A[Ramp(i * (2 * lanes) + offset, IntImm(2), lanes)]), (Ramp(i * lanes, IntImm(1), lanes),)))
+    func = PrimFunc((A, B), body, name=f"stride2_bf16_{lanes}_{offset}")
+    source = emit(func).source
+    # an odd index (the second of pairs) reads the words from the element before, an AND each
+    assert f"rc_vload2{'odd' if offset else ''}_bfloat16x{lanes}(&A[" in source and "rc_gather" not in source
+    for target in ("c -Werror", "c -std=c99"):
+        lib = refcomp.build(func, target=target, bounds="off")
+        for rows in (1, 5):
+            a = rng.integers(0, 1 << 16, rows * 2 * lanes - 1 + offset, dtype=np.uint16)
+            b = np.zeros(rows * lanes, np.float32)
+            lib(a, b)
+            np.testing.assert_array_equal(b.view(np.uint32), a[offset::2].astype(np.uint32) << 16)
+
+
 def test_float_constants_are_exact():
     n = SizeVar("n", "int32")
     A = Buffer("A", (n,), "float64")

@@ -4,6 +4,7 @@ import pytest
 
 import refcomp
 from refcomp.ast import Buffer, BufferStore, Cast, For, IntImm, PrimFunc, Ramp, SizeVar, Var
+from refcomp.emit_c import emit
 
 TARGETS = ["c", "c -std=c99"]
 
@@ -53,11 +54,16 @@ def test_every_float16_widens_exactly(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("lanes", [1, 8, 16])
+@pytest.mark.parametrize("lanes", [1, 4, 8, 16])
 def test_every_bfloat16_widens_exactly(target, lanes):
-    """A bfloat16 vector load (8 or 16 lanes: the AVX2 and AVX-512 widening where the target is
-    native) gives every bit pattern's float32, NaNs included, as the scalar conversion does."""
-    lib = refcomp.build(cast_kernel("bfloat16", "float32", lanes), target=target, bounds="off")
+    """A bfloat16 vector load (a zero-extension and a shift of the vector, in registers) gives
+    every bit pattern's float32, NaNs included, as the scalar conversion does."""
+    func = cast_kernel("bfloat16", "float32", lanes)
+    if lanes > 1:
+        source = emit(func).source
+        helper = source[source.index(f"rc_vload_bfloat16x{lanes}("):]
+        assert "__builtin_convertvector" in helper[:helper.index("\n}")]
+    lib = refcomp.build(func, target=target, bounds="off")
     x = np.arange(2**16, dtype=np.uint32).astype(np.uint16)
     out = np.zeros(len(x), np.float32)
     lib(x, out)

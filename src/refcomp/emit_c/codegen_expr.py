@@ -82,7 +82,7 @@ class ExprEmitter:
             return f"{self.vec.load(load.dtype)}(&{name}[{self.index(base)}])"
         base = ramp_base(index, 2)
         if base is not None:
-            helper = self.vec.load_stride2(load.dtype)
+            helper = self.vec.load_stride2(load.dtype, odd=parity(base) == 1)
             if helper is not None:
                 return f"{helper}(&{name}[{self.index(base)}])"
         if isinstance(index, E.Broadcast):
@@ -447,6 +447,23 @@ def ramp_base(index: E.PrimExpr, stride: int) -> E.PrimExpr | None:
     """The base of index if it is Ramp(base, stride, lanes) with that constant stride, else None."""
     if isinstance(index, E.Ramp) and isinstance(index.stride, E.IntImm) and index.stride.value == stride:
         return index.base
+    return None
+
+
+def parity(index: E.PrimExpr) -> int | None:
+    """index mod 2 where the form shows it (a sum of terms each an integer or a product with an
+    integer factor, as a flattened index is), else None."""
+    if isinstance(index, E.IntImm):
+        return index.value % 2
+    if isinstance(index, E.Mul):
+        for factor in (index.a, index.b):
+            if isinstance(factor, E.IntImm) and factor.value % 2 == 0:
+                return 0
+        left, right = parity(index.a), parity(index.b)
+        return None if left is None or right is None else left * right
+    if isinstance(index, (E.Add, E.Sub)):
+        left, right = parity(index.a), parity(index.b)
+        return None if left is None or right is None else (left + right) % 2
     return None
 
 

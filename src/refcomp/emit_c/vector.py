@@ -189,7 +189,7 @@ class VectorLib:
             body = lane_loop(vt, vector_element_ctype(dtype), dtype.lanes, self._from_storage(dtype, "p[l]"))
             if dtype.element.name == "float16" and dtype.lanes % 8 == 0:
                 body = self._f16c_load(vt, dtype.lanes, body)
-            if dtype.element.name == "bfloat16" and dtype.lanes % 8 == 0:
+            if dtype.element.name == "bfloat16" and dtype.lanes >= 2:
                 body = self._bf16_load(vt, dtype.lanes, body)
         else:
             body = f"    {vt} r;\n    memcpy(&r, p, sizeof r);\n    return r;\n"
@@ -204,14 +204,16 @@ class VectorLib:
             "        _mm256_storeu_ps(z + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(const void*)(p + c))));\n")
 
     def _bf16_load(self, vt: str, lanes: int, fallback: str) -> str:
-        """bfloat16 lanes to float32 by widening each 16-bit pattern into the high half of a
-        32-bit lane (exact, the lane loop's shift), 16 at a time with AVX-512, else 8 with AVX2."""
-        return self._widening_load(
-            vt, lanes, fallback, "__AVX2__",
-            "        _mm512_storeu_ps(z + c, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(\n"
-            "            _mm256_loadu_si256((const __m256i*)(const void*)(p + c))), 16)));\n",
-            "        _mm256_storeu_ps(z + c, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(\n"
-            "            _mm_loadu_si128((const __m128i*)(const void*)(p + c))), 16)));\n")
+        """bfloat16 lanes to float32: the 16-bit patterns zero-extended to 32-bit lanes and shifted
+        into their high halves (exact, the lane loop's shift), as vector operations that stay in
+        registers (a widening into memory and a reload of the floats would stall the reload
+        behind the stores); `fallback` (the lane loop) where GCC vector extensions are missing."""
+        u16, u32 = self.uint_vtype(2, lanes), self.uint_vtype(4, lanes)
+        return (
+            "#if defined(__GNUC__) && !defined(__CUDACC__)\n"
+            f"    {u16} h;\n    memcpy(&h, p, sizeof h);\n"
+            f"    return ({vt})(__builtin_convertvector(h, {u32}) << 16);\n"
+            f"#else\n{fallback}#endif\n")
 
     def _widening_load(self, vt: str, lanes: int, fallback: str, feature: str, widen16: str, widen8: str) -> str:
         """The body of a 16-bit-to-float32 vector load on x86 where the build is native and has
@@ -299,12 +301,15 @@ class VectorLib:
         body.append("    memcpy(p, &v, sizeof v);")
         return self._add(name, f"static inline void {name}({st}* p, {vt} v) {{\n" + "\n".join(body) + "\n}")
 
-    def load_stride2(self, dtype: DataType) -> str | None:
+    def load_stride2(self, dtype: DataType, odd: bool = False) -> str | None:
         """rc_vload2_...(const T* p): lanes elements p[0], p[2], ... p[2 (lanes - 1)] (a stride-2
         read, a strided convolution's input) as two contiguous loads, of p[0 .. lanes) and of
         p[lanes - 1 .. 2 lanes - 1), and one two-source shuffle of their even and odd lanes: no
         element outside the span the gather would read is touched.  None for element types stored
-        through conversions (half, bool) and single lanes (they keep the gather)."""
+        through conversions (half, bool) and single lanes (they keep the gather).  `odd`: the
+        element's index is known to be odd (bfloat16 only uses it)."""
+        if dtype.element.name == "bfloat16" and dtype.lanes >= 2:
+            return self._bf16_load_stride2_odd(dtype) if odd else self._bf16_load_stride2(dtype)
         if is_half(dtype) or dtype.is_bool or dtype.lanes < 2:
             return None
         vt = self.vtype(dtype)
@@ -318,6 +323,51 @@ class VectorLib:
             f"#if defined(__GNUC__) && !defined(__CUDACC__)\n"
             f"    {vt} a, b;\n    memcpy(&a, p, sizeof a);\n    memcpy(&b, p + {lanes - 1}, sizeof b);\n"
             f"    return __builtin_shufflevector(a, b, {mask});\n"
+            f"#else\n{fallback}#endif\n}}"))
+
+    def _bf16_load_stride2(self, dtype: DataType) -> str:
+        """The stride-2 read of bfloat16 lanes as float32 (a key of bfloat16 value pages, stored
+        in pairs along the keys): the 16-bit patterns p[0], p[2], ... are the low halves of the
+        32-bit words at p, so one load of those words and a shift left by 16 give the float32s,
+        exactly.  With AVX-512BW the load is masked to the span's 2 lanes - 1 elements (the word
+        past the last element is never touched); elsewhere two loads of the span's ends and one
+        shuffle of their even lanes, then the zero-extension and the shift as vector operations."""
+        vt = self.vtype(dtype)
+        lanes = dtype.lanes
+        u16, u32 = self.uint_vtype(2, lanes), self.uint_vtype(4, lanes)
+        mask = ", ".join(str(i) for i in list(range(0, lanes, 2)) + list(range(lanes + 1, 2 * lanes, 2)))
+        name = f"rc_vload2_bfloat16x{lanes}"
+        fallback = lane_loop(vt, vector_element_ctype(dtype), lanes, self._from_storage(dtype, "p[2 * l]"))
+        self.needs_intrinsics = self.needs_intrinsics or lanes == 16
+        masked = (
+            "#if defined(__x86_64__) && defined(__AVX512BW__)\n"
+            "    return (" + vt + ")_mm512_slli_epi32(_mm512_maskz_loadu_epi16(0x7FFFFFFF, p), 16);\n"
+            "#else\n") if lanes == 16 else ""
+        return self._add(name, (
+            f"static inline {vt} {name}(const uint16_t* p) {{\n"
+            f"#if defined(__GNUC__) && !defined(__CUDACC__)\n{masked}"
+            f"    {u16} a, b;\n    memcpy(&a, p, sizeof a);\n    memcpy(&b, p + {lanes - 1}, sizeof b);\n"
+            f"    {u16} even = __builtin_shufflevector(a, b, {mask});\n"
+            f"    return ({vt})(__builtin_convertvector(even, {u32}) << 16);\n"
+            + ("#endif\n" if masked else "") +
+            f"#else\n{fallback}#endif\n}}"))
+
+    def _bf16_load_stride2_odd(self, dtype: DataType) -> str:
+        """The stride-2 read of bfloat16 lanes as float32 from an odd element index (the second
+        key of pairs along the keys): p[0], p[2], ... are the high halves of the 32-bit words at
+        p - 1 (an even index, so p - 1 is an element of the buffer and the last word ends at the
+        span's last element), so one load of those words and an AND with 0xFFFF0000 give the
+        float32s, exactly; the same words as the first key's read (a compiler loads them once)."""
+        vt = self.vtype(dtype)
+        lanes = dtype.lanes
+        u32 = self.uint_vtype(4, lanes)
+        name = f"rc_vload2odd_bfloat16x{lanes}"
+        fallback = lane_loop(vt, vector_element_ctype(dtype), lanes, self._from_storage(dtype, "p[2 * l]"))
+        return self._add(name, (
+            f"static inline {vt} {name}(const uint16_t* p) {{\n"
+            f"#if defined(__GNUC__) && !defined(__CUDACC__)\n"
+            f"    {u32} w;\n    memcpy(&w, p - 1, sizeof w);\n"
+            f"    return ({vt})(w & 0xFFFF0000u);\n"
             f"#else\n{fallback}#endif\n}}"))
 
     def gather(self, dtype: DataType, index: DataType) -> str:
