@@ -6,7 +6,9 @@ Cases (any B and S may be asked for with --cases; the defaults are the issue's):
   (prefill excluded) of transformers' LlamaForCausalLM with its KV cache (the same weights, float32,
   --threads threads) divided by refcomp's.  Checked first: the logits of a prompt prefix agree.
 * `magicdec_b{B}_s{S}`: greedy MagicDec self-speculation (refcomp.llm.speculative.magicdec_generate)
-  against greedy autoregressive decoding of the same prompts with the same model.  magicdec_generate
+  against greedy autoregressive decoding of the same prompts with the same model, whose KV pages are
+  `attention.speculative_kv_dtype`'s (bfloat16 where AMX computes the attention's products, else
+  float16; --kv-dtype overrides).  magicdec_generate
   plans on its own first tokens (a pilot of plain steps each draft predicts, then one round of every
   gamma), fixes K, and re-plans gamma, or plain steps, every few rounds from its running estimates;
   its decode time includes the pilot and the re-planning.  The entry carries alpha (measured in the
@@ -304,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--single-thread-cpu", action="store_true",
                         help="one thread, the magicdec cases timed in process CPU time (steadier on a shared machine)")
     parser.add_argument("--kv-dtype", choices=("float32", "float16", "bfloat16"),
-                        help="the compiled model's KV pages (default: the model's, float16)")
+                        help="the compiled model's KV pages for every case (default: float16, the model's; the magicdec cases "
+                             "take speculative_kv_dtype's, bfloat16 where AMX applies, on both their sides)")
     parser.add_argument("--budgets", default="64,128,256,512", help="draft budgets K to choose from")
     parser.add_argument("--gammas", default="1,2,3,4,5,6", help="draft lengths gamma to choose from")
     args = parser.parse_args(argv)
@@ -323,18 +326,35 @@ def main(argv: list[str] | None = None) -> int:
         pass
     print(f"ISA: {describe()}")
     options = {} if args.reference else {"threads": args.threads}
-    if args.kv_dtype and not args.reference:
-        options["kv_dtype"] = args.kv_dtype
-    model, kind = load_model(args.model, compiled=not args.reference, **options)
-    pages = f", {model.kv_dtype} KV pages" if hasattr(model, "kv_dtype") else ""
-    print(f"model: {args.model} on the {kind} model ({'refcomp.llm.model' if kind == 'compiled' else 'numpy'}), "
-          f"{args.threads} threads{pages}")
+    models: dict = {}
+
+    def model_for(kind_: str):
+        """The model a case runs on: the default pages (float16) for the cases checked against
+        torch, MagicDec's cases on the pages its verify is cheapest on (speculative_kv_dtype:
+        bfloat16 with AMX), both of their sides on the same model; --kv-dtype for every case."""
+        dtype = args.kv_dtype
+        if dtype is None and kind_ == "magicdec" and not args.reference:
+            from refcomp.llm.attention import speculative_kv_dtype
+            from refcomp.llm.cache import DEFAULT_PAGE_SIZE
+            from refcomp.llm.checkpoint import read_config
+
+            dtype = speculative_kv_dtype(read_config(args.model).dim_head, DEFAULT_PAGE_SIZE)
+        if dtype not in models:
+            extra = {} if dtype is None or args.reference else {"kv_dtype": dtype}
+            model, kind = load_model(args.model, compiled=not args.reference, **options, **extra)
+            pages = f", {model.kv_dtype} KV pages" if hasattr(model, "kv_dtype") else ""
+            print(f"model: {args.model} on the {kind} model ({'refcomp.llm.model' if kind == 'compiled' else 'numpy'}), "
+                  f"{args.threads} threads{pages}", flush=True)
+            models[dtype] = model
+        return models[dtype]
+
     text = stdlib_text()
     hf = None
     cases = {}
     for name in names:
         kind_, b, s, _ = CASE.fullmatch(name).groups()
         batch, length = int(b), int(s)
+        model = model_for(kind_)
         print(f"{name}:", flush=True)
         if kind_ == "decode":
             if hf is None:

@@ -40,7 +40,7 @@ from ..errors import ArgumentError
 from ..graph import BlockBuilder, Call, Constant, ExternFunc, Function, Var, op, tensor
 from ..graph.passes.default_schedule import RuleFallbackWarning
 from ..graph.pipeline import build as build_graph
-from .attention import PagedAttention, default_kv_dtype
+from .attention import PagedAttention
 from .cache import DEFAULT_PAGE_SIZE, KV_DTYPES, PagedKVCache
 from .checkpoint import check_weights, load_checkpoint
 from .protocol import LlamaConfig, StreamingBudget
@@ -187,10 +187,9 @@ def rotary_tables(config: LlamaConfig, positions: np.ndarray) -> tuple[np.ndarra
 # (blas=False): a product with so few rows is a matrix-vector product, where the BLAS call costs
 # more than the arithmetic.  (Where every product runs on refcomp's GEMM, all calls take it.)
 FEW_ROWS = 4
-# the KV cache's element type unless asked otherwise (refcomp.llm.cache.KV_DTYPES): picked on the
-# CPU running refcomp by refcomp.llm.attention.default_kv_dtype (bfloat16 where AMX computes the
-# attention's products, float16 elsewhere)
-DEFAULT_KV_DTYPE = None
+# the KV cache's element type unless asked otherwise (refcomp.llm.cache.KV_DTYPES); MagicDec's
+# verify is cheapest on refcomp.llm.attention.speculative_kv_dtype's (bfloat16 where AMX applies)
+DEFAULT_KV_DTYPE = "float16"
 # Token rows per compiled call when a long prompt is split (CompiledLlama.forward).
 CHUNK_ROWS = 2048
 
@@ -259,13 +258,11 @@ class CompiledLlama:
 
     def __init__(self, config: LlamaConfig, weights: Mapping[str, np.ndarray], *, target: str = "c",
                  threads: int | None = None, page_size: int = DEFAULT_PAGE_SIZE,
-                 kv_dtype: str | None = DEFAULT_KV_DTYPE) -> None:
+                 kv_dtype: str = DEFAULT_KV_DTYPE) -> None:
         if not isinstance(config, LlamaConfig):
             raise ArgumentError(f"CompiledLlama: config must be a LlamaConfig, got {type(config).__name__}")
         if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
             raise ArgumentError(f"CompiledLlama: page_size must be a positive integer, got {page_size!r}")
-        if kv_dtype is None:
-            kv_dtype = default_kv_dtype(config.dim_head, page_size)
         if kv_dtype not in KV_DTYPES:
             raise ArgumentError(f"CompiledLlama: kv_dtype must be one of {KV_DTYPES}, got {kv_dtype!r}")
         self.config = config
