@@ -156,6 +156,10 @@ def test_generate_command(byte_checkpoint):
     assert ("declined:" in result.stderr) != ("speculating" in result.stderr) and "schedule pilotx1 3x1 pilotx2" in result.stderr
     result = run_cli("--model", str(path), "--prompt", "", "--reference")
     assert result.returncode == 1 and "--prompt is empty" in result.stderr
+    result = run_cli("--model", str(path), "--prompt", "def", "--reference", "--kv-dtype", "bfloat16")
+    assert result.returncode == 1 and "--kv-dtype sets the compiled model's KV pages" in result.stderr
+    result = run_cli("--model", str(path), "--prompt", "def", "--kv-dtype", "float64")
+    assert result.returncode == 2 and "invalid choice" in result.stderr
     result = run_cli("--model", str(path), "--prompt", "x" * 300, "--reference")
     assert result.returncode == 1 and "exceeds the model's context of 256" in result.stderr
 

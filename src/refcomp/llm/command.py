@@ -6,6 +6,7 @@ import sys
 
 from ..errors import ArgumentError, RefcompError
 from . import tokenizer
+from .cache import KV_DTYPES
 from .generate import generate
 from .loading import DEFAULT_MODEL, load_model
 from .sampling import SamplingParams
@@ -28,11 +29,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, metavar="S")
     p.add_argument("--speculative", nargs="?", const="fixed", choices=("fixed", "auto"), default=None,
                    help="MagicDec self-speculative decoding: with --gamma and --budget (fixed, the default), or "
-                        "'auto': gamma and K chosen from measurements on the prompt, and plain decoding where "
-                        "no speedup is predicted")
+                        "'auto': gamma and K chosen from measurements of the decode's own first tokens and "
+                        "re-chosen as it runs, plain decoding where no speedup is predicted")
     p.add_argument("--gamma", type=int, default=4, metavar="G", help="draft tokens per round (default 4)")
     p.add_argument("--budget", type=int, default=256, metavar="K",
                    help="the draft's streaming KV budget in tokens, sinks + window (default 256)")
+    p.add_argument("--kv-dtype", choices=KV_DTYPES, default=None,
+                   help="the compiled model's KV cache pages (default float16; bfloat16 is what a speculative "
+                        "verify is cheapest on where the CPU has AMX-BF16)")
     p.add_argument("--reference", action="store_true", help="run the numpy reference model, not the compiled one")
     return p
 
@@ -47,7 +51,10 @@ def main(argv: list[str]) -> int:
             raise ArgumentError(f"--max-new-tokens must be a positive integer, got {args.max_new_tokens}")
         if not args.prompt:
             raise ArgumentError("--prompt is empty; at least one character is needed")
-        model, kind = load_model(args.model, compiled=not args.reference)
+        if args.kv_dtype is not None and args.reference:
+            raise ArgumentError("--kv-dtype sets the compiled model's KV pages; the reference model keeps float32")
+        options = {} if args.kv_dtype is None else {"kv_dtype": args.kv_dtype}
+        model, kind = load_model(args.model, compiled=not args.reference, **options)
         if model.config.vocab_size != tokenizer.VOCAB_SIZE:
             raise RefcompError(f"refcomp generate reads text with the byte-level tokenizer (256 tokens); "
                                f"this model's vocabulary has {model.config.vocab_size}")
