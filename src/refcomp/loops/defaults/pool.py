@@ -161,6 +161,11 @@ def schedule_pool(sch: Schedule) -> Schedule | None:
         sch.reverse_compute_at(accumulator, space[-1])
         sch.decompose_reduction(rv, window[0])
     planes = space[:-2] if spatial > 2 else space[:1]
+    extents = [as_int(iv.dom.extent) for iv in block.iter_vars[:len(planes)]]
+    while len(planes) > 2 and None in extents[1:]:
+        # a symbolic extent fused under another is a division by a variable in every index (checked
+        # per lane, no vector loop): the blocked layout's output rows stay a serial loop then
+        planes, extents = planes[:-1], extents[:-1]
     # the image planes (batch x channels) one parallel loop: a batch of 1 still fills the threads
     plane = sch.fuse(*planes) if len(planes) > 1 else planes[0]
     sch.parallel(plane)
