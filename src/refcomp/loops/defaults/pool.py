@@ -28,6 +28,12 @@ window maxima gathered at stride 2, their maxima over the window's rows), 23 us 
 still takes those three blocks (a padded copy, a window reduction over it along the rows, a
 window reduction over those), each moved into the plane loop and vectorized.
 
+The channel-blocked max pool (N, C/L, H, W, L) is one block whose window reads test the bounds
+inline (no padded copy): the same rule makes (n, channel block, output rows) the parallel loop, the
+L lanes the vector accumulator; output rows of symbolic count stay a serial loop inside it (fused,
+every index would divide by a variable, a division checked per lane that keeps the vector loop
+scalar).
+
 Applies when: the function has one block (or the padded copy and the window, or the padded copy
 and the two windows); its iters are spatial then reduce (at least one
 each, two or more spatial); it stores out[spatial iters in order] = combine(out[same], value),
