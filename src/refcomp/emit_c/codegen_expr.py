@@ -300,6 +300,9 @@ class ExprEmitter:
         if op == "if_then_else":
             cond, a, b = e.args
             if self.vector_mode(e, lane):
+                same = cond.value if isinstance(cond, E.Broadcast) else cond if cond.dtype.lanes == 1 else None
+                if same is not None:  # one test for all lanes: the branch not taken is not evaluated
+                    return f"({self.expr(same)} ? {self.expr(a)} : {self.expr(b)})"  # (its loads may be out of bounds)
                 return self.expr_Select(E.Select(cond, a, b), None)
             return f"({self.expr(cond, lane)} ? {self.expr(a, lane)} : {self.expr(b, lane)})"
         if op == "call_extern":

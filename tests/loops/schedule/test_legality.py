@@ -114,6 +114,30 @@ def test_nested_fused_form_rewrites_only_matching_size_var_products():
         assert str(L.nested_fused_form(unchanged)) == str(unchanged)
 
 
+
+def test_nested_fused_form_takes_output_lengths_shown_positive():
+    """A pooled output length over size vars is a factor when interval analysis shows it >= 0
+    (`(h + 1) // 2`), or when it is the one such factor of the extent of a loop around the
+    block (`(h + 1) // 2 - 1`, negative for h = 0, is >= 1 wherever that loop runs); never when
+    that extent has two factors that may be negative."""
+    from refcomp.ast import For, IntImm
+    from refcomp.ast.stmt import Evaluate
+
+    f = Var("f", "int64")
+    b, h, w = (SizeVar(n, "int64") for n in "bhw")
+    two = IntImm(2, "int64")
+    rows, short = (h + 1) // two, (h + 1) // two - 1
+    assert str(L.nested_fused_form(f // (two * rows))) == str(f // rows // two)
+    unknown = f % (two * short) // short
+    assert str(L.nested_fused_form(unknown)) == str(unknown)
+    body = Evaluate(IntImm(0, "int32"))
+    fused = For(f, 0, b * two * short, "serial", body)
+    assert [str(e) for e in L._positive_extent_factors([fused])] == [str(short)]
+    assert str(L.nested_fused_form(unknown, L._positive_extent_factors([fused]))) == str(f // short % two)
+    both = For(f, 0, short * ((w + 1) // two - 1), "serial", body)
+    assert L._positive_extent_factors([both]) == []
+
+
 def _blockized_tile_writes(step: int):
     """for io in 0..8: one block writing B[(16 io' .. + 15) // 16, 0:16] where io' = step * io, the
     region a blockized 16-wide tile of a copy into a (8, 16) layout declares: v // 16 with

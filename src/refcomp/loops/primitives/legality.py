@@ -375,7 +375,8 @@ def _distinct_by_proof(func: PrimFunc, loop: For, realize: BlockRealize, spatial
     facts = loop_facts(nest)
     if not _is_true_expr(realize.predicate):
         facts.append(realize.predicate)
-    status, _ = prove_determines([nested_fused_form(v) for v in spatial], [loop.loop_var],
+    positive = _positive_extent_factors(nest)
+    status, _ = prove_determines([nested_fused_form(v, positive) for v in spatial], [loop.loop_var],
                                  [l.loop_var for l in below], facts)
     if status == "proved":
         return True
@@ -385,6 +386,10 @@ def _distinct_by_proof(func: PrimFunc, loop: For, realize: BlockRealize, spatial
 class _NestedFusedForm(Mutator):
     """See nested_fused_form."""
 
+    def __init__(self, positive: Sequence[PrimExpr] = ()) -> None:
+        super().__init__()
+        self.positive = list(positive)
+
     def visit_FloorDiv(self, node: FloorDiv) -> PrimExpr:
         new = self.generic_visit(node)
         nested = self._nest(new.a, new.b)
@@ -392,7 +397,7 @@ class _NestedFusedForm(Mutator):
 
     def _nest(self, a: PrimExpr, b: PrimExpr) -> PrimExpr | None:
         """a // b in nested form, None when there is nothing to rewrite."""
-        factors = _extent_factors(b)
+        factors = _extent_factors(b, self.positive)
         if factors is None:
             return None
         if len(factors) >= 2:  # x // (a * b) -> x // b // a
@@ -400,35 +405,77 @@ class _NestedFusedForm(Mutator):
             rest = _product(factors[:-1])
             return _or(self._nest(inner, rest), FloorDiv(inner, rest))
         if isinstance(a, FloorMod):
-            outer = _extent_factors(a.b)
+            outer = _extent_factors(a.b, self.positive)
             rest = _without(outer, factors) if outer is not None else None
             if rest:  # (x % (a * b)) // b -> (x // b) % a
                 return FloorMod(FloorDiv(a.a, b), _product(rest))
         return None
 
 
-def nested_fused_form(expr: PrimExpr) -> PrimExpr:
+def nested_fused_form(expr: PrimExpr, positive: Sequence[PrimExpr] = ()) -> PrimExpr:
     """expr with fused-loop bindings over symbolic extents put in nested form, `x // (a * b)` as
     `x // b // a` and `(x % (a * b)) // b` as `(x // b) % a`, for a prover that reasons
     linearly about one division at a time.  Both are identities when a, b >= 1; the divisors
-    rewritten are products of size vars (>= 0) and positive constants, so they hold wherever
-    the expression is defined (no division by zero)."""
-    return _NestedFusedForm().visit(expr)
+    rewritten are products of positive constants and expressions over size vars shown >= 0
+    (`_extent_factors`), or among `positive`: factors known >= 1 wherever expr is evaluated (those
+    of the extent of a loop around it, `_positive_extent_factors`), so they hold wherever the
+    expression is defined (no division by zero)."""
+    return _NestedFusedForm(positive).visit(expr)
 
 
 def _or(expr: PrimExpr | None, default: PrimExpr) -> PrimExpr:
     return default if expr is None else expr
 
 
-def _extent_factors(expr: PrimExpr) -> list[PrimExpr] | None:
-    """The factors of a product of size vars and positive constants, else None."""
+def _extent_factors(expr: PrimExpr, positive: Sequence[PrimExpr] = ()) -> list[PrimExpr] | None:
+    """The factors of a product of positive constants, expressions over size vars alone that are
+    never negative (a size var, an output length such as `(h + 1) // 2`) and expressions among
+    `positive`, else None."""
     if isinstance(expr, Mul):
-        left, right = _extent_factors(expr.a), _extent_factors(expr.b)
+        left, right = _extent_factors(expr.a, positive), _extent_factors(expr.b, positive)
         return None if left is None or right is None else left + right
     value = const_int(expr)
     if value is not None:
         return [IntImm(value, expr.dtype)] if value > 0 else None
-    return [expr] if isinstance(expr, SizeVar) else None
+    if isinstance(expr, SizeVar) or _nonnegative_over_size_vars(expr):
+        return [expr]
+    return [expr] if any(structural_equal(expr, p, map_free_vars=False) for p in positive) else None
+
+
+def _product_terms(expr: PrimExpr) -> list[PrimExpr]:
+    return _product_terms(expr.a) + _product_terms(expr.b) if isinstance(expr, Mul) else [expr]
+
+
+def _positive_extent_factors(loops: Sequence[For]) -> list[PrimExpr]:
+    """Factors >= 1 wherever the body of every loop runs: a loop runs only when its extent is >= 1,
+    so when the extent is a product whose factors but (at most) one are shown >= 0 (positive
+    constants, expressions over size vars, `_extent_factors`), each factor is >= 1; the others
+    (`(h + 1) // 2 - 1`, an output length that is negative for a too small input) are listed."""
+    positive: list[PrimExpr] = []
+    for loop in loops:
+        if not _is_zero(loop.min):
+            continue
+        terms = _product_terms(loop.extent)
+        unknown = [t for t in terms if _extent_factors(t) is None]
+        if len(unknown) == 1 and all(not free_vars(t) or all(isinstance(v, SizeVar) for v in free_vars(t))
+                                     for t in terms):
+            positive.append(unknown[0])
+    return positive
+
+
+def _is_zero(expr: PrimExpr) -> bool:
+    return const_int(expr) == 0
+
+
+def _nonnegative_over_size_vars(expr: PrimExpr) -> bool:
+    """Whether expr uses size vars only and interval analysis (each size var >= 0) shows it >= 0."""
+    from ...shape.bounds import Intervals
+
+    used = free_vars(expr)
+    if not used or not all(isinstance(v, SizeVar) for v in used) or not expr.dtype.is_integer:
+        return False
+    bounds = Intervals().of(expr)
+    return bounds is not None and bounds[0] >= 0
 
 
 def _without(factors: list[PrimExpr], remove: list[PrimExpr]) -> list[PrimExpr] | None:
