@@ -17,7 +17,7 @@ from ...ast.graph_struct_info import TensorStructInfo, as_dim
 from ...errors import IRError
 from ..shape_facts import simplify
 from ._common import make_call, same_dtype, te
-from .nn import _np_conv, _np_pool, _out_len, _pads, _pool_len, _tuple
+from .nn import _np_conv, _np_pool, _out_len, _pads, _pool_len, _tuple, pool_infer
 from .registry import register
 
 LAYOUTS = ("NCHW", "NCHW{L}c")
@@ -257,16 +257,7 @@ def _pool_call(name, data, pool_size, strides, padding, dilation, ceil_mode, cou
                      count_include_pad=bool(count_include_pad))
 
 
-def _pool_nchwc_infer(call, ctx):
-    x = ctx.tensor(0)
-    if x.ndim not in (-1, 5):
-        ctx.fail(f"expects NCHW<L>c (5-d), got {x.ndim}-d", kind=IRError)
-    if x.shape is None:
-        return TensorStructInfo(None, x.dtype, 5)
-    k, s, p, d = ctx.attr("pool_size"), ctx.attr("strides"), ctx.attr("padding"), ctx.attr("dilation")
-    c = ctx.attr("ceil_mode", False)
-    return TensorStructInfo(tuple(x.shape[:2]) + tuple(_pool_len(x.shape[2 + j], k[j], s[j], p[j], p[j + 2], d[j], c)
-                                                       for j in range(2)) + (x.shape[4],), x.dtype)
+_pool_nchwc_infer = pool_infer(5, "NCHW<L>c")
 
 
 def _pool_nchwc_te(is_max):

@@ -242,16 +242,23 @@ def _pool_len(n, k, s, plo, phi, d, ceil_mode):
     return simplify(tir.FloorDiv(num, as_dim(s)) + as_dim(1))
 
 
-def _pool_infer(call, ctx):
-    x = ctx.tensor(0)
-    if x.ndim not in (-1, 4):
-        ctx.fail(f"expects NCHW (4-d), got {x.ndim}-d", kind=IRError)
-    if x.shape is None:
-        return TensorStructInfo(None, x.dtype, 4)
-    k, s, p, d = ctx.attr("pool_size"), ctx.attr("strides"), ctx.attr("padding"), ctx.attr("dilation")
-    c = ctx.attr("ceil_mode", False)
-    return TensorStructInfo(tuple(x.shape[:2]) + tuple(_pool_len(x.shape[2 + j], k[j], s[j], p[j], p[j + 2], d[j], c)
-                                                       for j in range(2)), x.dtype)
+def pool_infer(ndim: int, layout: str):
+    """The shape rule of a 2-d pooling over data of `ndim` dims laid out as `layout` (its H and W
+    at axes 2 and 3, any axes after them kept: NCHW, or NCHW<L>c's lanes)."""
+    def infer(call, ctx):
+        x = ctx.tensor(0)
+        if x.ndim not in (-1, ndim):
+            ctx.fail(f"expects {layout} ({ndim}-d), got {x.ndim}-d", kind=IRError)
+        if x.shape is None:
+            return TensorStructInfo(None, x.dtype, ndim)
+        k, s, p, d = ctx.attr("pool_size"), ctx.attr("strides"), ctx.attr("padding"), ctx.attr("dilation")
+        c = ctx.attr("ceil_mode", False)
+        spatial = tuple(_pool_len(x.shape[2 + j], k[j], s[j], p[j], p[j + 2], d[j], c) for j in range(2))
+        return TensorStructInfo(tuple(x.shape[:2]) + spatial + tuple(x.shape[4:]), x.dtype)
+    return infer
+
+
+_pool_infer = pool_infer(4, "NCHW")
 
 
 def _padded_max_pool(x, out, pool_size, strides, padding, dilation, ry, rx, fill):

@@ -45,27 +45,7 @@ def schedule_conv(sch, rest: Callable, options: dict | None = None):
               for shape in found if block.name == shape.block}
     depthwise = {shape.block for shape in found for block in collect(func.body, Block)
                  if block.name == shape.block and _is_depthwise(block, shape)}
-    for name in others:
-        try:
-            rv = sch.get_block(name)
-            loops = sch.get_loops(rv)
-        except RefcompError:
-            continue
-        if not loops or any(sch.get(loop).kind == "parallel" for loop in loops):
-            continue  # placed by the recipe (a depthwise input made per channel block)
-        if _into_write_back(sch, rv):
-            continue
-        moved = _epilogue_at_tile(sch, rv, convs)
-        if moved is not None:
-            sch = moved
-            continue
-        padded = _padded_copy_per_plane(sch, rv, inputs, depthwise)
-        if padded is None:
-            padded = _padded_copy(sch, rv, inputs)
-        if padded is not None:
-            sch = padded
-        else:
-            rest(sch, rv, sch.get(rv), loops)
+    sch = _schedule_other_stages(sch, others, inputs, depthwise, rest, epilogue_convs=convs)
     for block in collect(sch.func.body, Block):
         if block.name.endswith("_global") and block.name not in others:  # the packed weights
             _parallel_outer(sch, block.name)
@@ -89,15 +69,31 @@ def _schedule_blocked(sch, found: list, rest: Callable):
     except RefcompError as exc:
         log.debug("schedule_conv: %s keeps the generic schedule: %s", sch.func.name, exc)
         return None
+    return _schedule_other_stages(sch, others, inputs, depthwise, rest)
+
+
+def _schedule_other_stages(sch, others: list, inputs: set, depthwise: set, rest: Callable,
+                           epilogue_convs: set | None = None):
+    """The function's stages other than its convolutions, after the recipe: left where the recipe
+    placed them (in a parallel loop) or where they became the tile's write-back; with
+    epilogue_convs, an epilogue moved under its convolution's tile where it can be; a padded copy
+    of a convolution's input made one plane (or block of channels) at a time, else whole; the rest
+    get `rest`."""
     for name in others:
         try:
             rv = sch.get_block(name)
             loops = sch.get_loops(rv)
         except RefcompError:
             continue
-        if not loops or any(sch.get(loop).kind == "parallel" for loop in loops) or _into_write_back(sch, rv):
+        if not loops or any(sch.get(loop).kind == "parallel" for loop in loops):
+            continue  # placed by the recipe (a depthwise input made per channel block)
+        if _into_write_back(sch, rv):
             continue
-        # a depthwise convolution's padded input one block of channels at a time, in its parallel loop
+        if epilogue_convs is not None:
+            moved = _epilogue_at_tile(sch, rv, epilogue_convs)
+            if moved is not None:
+                sch = moved
+                continue
         padded = _padded_copy_per_plane(sch, rv, inputs, depthwise)
         if padded is None:
             padded = _padded_copy(sch, rv, inputs)

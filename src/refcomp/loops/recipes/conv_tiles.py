@@ -169,13 +169,7 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
         _channel_vector_input(sch, rv, shape, lanes, n, transpose_tile)
     sch.decompose_reduction(rv, reduction[0])
     sch.vectorize(o_inner)
-    if window_inner:
-        for position in window:
-            sch.unroll(position)
-    if xb > 1:
-        sch.unroll(x_inner)
-    if mv > 1:
-        sch.unroll(o_mid)
+    _unroll_tile(sch, window if window_inner else (), x_inner, xb, o_mid, mv)
     _vectorize_write_back(sch, tile, xb, native, fused, transposed is not None)
     if not depthwise:
         _prefetch_weights(sch, rv, packed, o_outer, channel, window, mv, window_inner, None if few else n)
@@ -647,13 +641,7 @@ def conv_blocked_fp32(sch: Schedule, block: str, parallel: bool = True) -> Sched
     sch.decompose_reduction(rv, reduce_loops[0])
     sch.vectorize(lane)
     positions = (as_int(node.iter_vars[-2].dom.extent) or 0) * (as_int(node.iter_vars[-1].dom.extent) or 0)
-    if 0 < positions <= _WINDOW_INNER_MAX_POSITIONS:
-        for position in window:
-            sch.unroll(position)
-    if xb > 1:
-        sch.unroll(x_inner)
-    if mv > 1:
-        sch.unroll(o_mid)
+    _unroll_tile(sch, window if 0 < positions <= _WINDOW_INNER_MAX_POSITIONS else (), x_inner, xb, o_mid, mv)
     # the write-back: one vector of L channels per output position, contiguous in the output
     sch.vectorize(sch.get_loops(tile)[-1])
     if not shape.depthwise:
@@ -697,3 +685,14 @@ def _prefetch_blocked_weights(sch: Schedule, rv, name: str, o_outer, reduce_loop
                     v[at[-2]], v[at[-1]], 0)
 
         sch.prefetch(loops[depth - 1], name, IndexMap.from_callable(following, depth))
+
+
+def _unroll_tile(sch: Schedule, window, x_inner, xb: int, o_mid, mv: int) -> None:
+    """A register tile's loops unrolled: the window positions given, the XB output columns and the
+    MV vectors of output channels (where more than one)."""
+    for position in window:
+        sch.unroll(position)
+    if xb > 1:
+        sch.unroll(x_inner)
+    if mv > 1:
+        sch.unroll(o_mid)
