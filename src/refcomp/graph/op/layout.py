@@ -17,7 +17,7 @@ from ...ast.graph_struct_info import TensorStructInfo, as_dim
 from ...errors import IRError
 from ..shape_facts import simplify
 from ._common import make_call, same_dtype, te
-from .nn import _np_conv, _np_pool, _out_len, _pads, _pool_len, _tuple, pool_infer
+from .nn import _np_conv, _np_pool, _out_len, _pads, _pool, _pool_len, _tuple, pool_infer
 from .registry import register
 
 LAYOUTS = ("NCHW", "NCHW{L}c")
@@ -241,20 +241,13 @@ register("conv2d_nchwc", infer=_conv_nchwc_infer, reference=_np_conv_nchwc, lega
 
 def max_pool2d_nchwc(data, pool_size, strides=None, padding=0, dilation=1, ceil_mode=False):
     """max_pool2d over NCHW{L}c data."""
-    return _pool_call("max_pool2d_nchwc", data, pool_size, strides, padding, dilation, ceil_mode, True)
+    return _pool("max_pool2d_nchwc", data, pool_size, strides, padding, dilation, ceil_mode, True)
 
 
 def avg_pool2d_nchwc(data, pool_size, strides=None, padding=0, dilation=1, ceil_mode=False,
                      count_include_pad=False):
     """avg_pool2d over NCHW{L}c data."""
-    return _pool_call("avg_pool2d_nchwc", data, pool_size, strides, padding, dilation, ceil_mode, count_include_pad)
-
-
-def _pool_call(name, data, pool_size, strides, padding, dilation, ceil_mode, count_include_pad):
-    size = _tuple(pool_size, 2)
-    return make_call(name, data, pool_size=size, strides=_tuple(strides if strides is not None else size, 2),
-                     padding=_pads(padding, 2), dilation=_tuple(dilation, 2), ceil_mode=bool(ceil_mode),
-                     count_include_pad=bool(count_include_pad))
+    return _pool("avg_pool2d_nchwc", data, pool_size, strides, padding, dilation, ceil_mode, count_include_pad)
 
 
 _pool_nchwc_infer = pool_infer(5, "NCHW<L>c")
