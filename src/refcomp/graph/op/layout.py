@@ -17,7 +17,7 @@ from ...ast.graph_struct_info import TensorStructInfo, as_dim
 from ...errors import IRError
 from ..shape_facts import simplify
 from ._common import make_call, same_dtype, te
-from .nn import _np_conv, _np_pool, _out_len, _pads, _pool, _pool_len, _tuple, pool_infer
+from .nn import _np_conv, _np_pool, _out_len, _pads, _pool, _tuple, pool_infer, pool_window
 from .registry import register
 
 LAYOUTS = ("NCHW", "NCHW{L}c")
@@ -256,9 +256,7 @@ _pool_nchwc_infer = pool_infer(5, "NCHW<L>c")
 def _pool_nchwc_te(is_max):
     def compute(x, pool_size, strides, padding, dilation, ceil_mode=False, count_include_pad=False):
         te_ = te()
-        out = tuple(_pool_len(x.shape[2 + j], pool_size[j], strides[j], padding[j], padding[j + 2], dilation[j],
-                              ceil_mode) for j in range(2))
-        ry, rx = te_.reduce_axis(pool_size[0], name="ry"), te_.reduce_axis(pool_size[1], name="rx")
+        out, ry, rx = pool_window(te_, x, pool_size, strides, padding, dilation, ceil_mode)
         fill = te_.min_value(x.dtype) if is_max else tir.const(0, x.dtype)
 
         def window(oy, ox, ay, ax, lo, hi):

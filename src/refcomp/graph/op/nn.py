@@ -315,12 +315,17 @@ def _padded_max_pool(x, out, pool_size, strides, padding, dilation, ry, rx, fill
     return te_.compute(tuple(x.shape[:2]) + tuple(out), body, name="pool")
 
 
+def pool_window(te_, x, pool_size, strides, padding, dilation, ceil_mode):
+    """A 2-d pooling's output lengths (H and W at axes 2 and 3 of x) and its two window axes."""
+    out = tuple(_pool_len(x.shape[2 + j], pool_size[j], strides[j], padding[j], padding[j + 2], dilation[j],
+                          ceil_mode) for j in range(2))
+    return out, te_.reduce_axis(pool_size[0], name="ry"), te_.reduce_axis(pool_size[1], name="rx")
+
+
 def _pool_te(is_max):
     def compute(x, pool_size, strides, padding, dilation, ceil_mode=False, count_include_pad=False):
         te_ = te()
-        out = tuple(_pool_len(x.shape[2 + j], pool_size[j], strides[j], padding[j], padding[j + 2], dilation[j],
-                              ceil_mode) for j in range(2))
-        ry, rx = te_.reduce_axis(pool_size[0], name="ry"), te_.reduce_axis(pool_size[1], name="rx")
+        out, ry, rx = pool_window(te_, x, pool_size, strides, padding, dilation, ceil_mode)
 
         def window(oy, ox):
             pos = []
