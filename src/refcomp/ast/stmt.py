@@ -13,8 +13,11 @@ FOR_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
 NONTEMPORAL_STORE = "nontemporal_store"
 # A serial For annotated {STAGE_SHIFT: True} is software-pipelined across its iterations when it is
 # lowered: its last stage runs one iteration late, inside an earlier stage's loop
-# (refcomp.loops.passes.stage_shift, spec/schedule.md).
+# (refcomp.loops.passes.stage_shift, spec/schedule.md); a loop that fails the pass's preconditions
+# is a ScheduleError.  {STAGE_SHIFT: STAGE_SHIFT_ADVISORY} (the mark default schedules set) asks for
+# the same where the preconditions hold and leaves the loop unshifted where they do not.
 STAGE_SHIFT = "stage_shift"
+STAGE_SHIFT_ADVISORY = "advisory"
 THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z",
                "vthread.x", "vthread.y", "vthread.z")
 ITER_KINDS = ("spatial", "reduce", "opaque")

@@ -12,15 +12,17 @@ from hypothesis import strategies as st
 import refcomp
 from refcomp.ast import Allocate, Buffer, BufferStore, Call, Evaluate, For, IfThenElse, PrimFunc, SizeVar, Var, collect, seq
 from refcomp.ast.expr import StringImm, as_int
-from refcomp.ast.stmt import STAGE_SHIFT
+from refcomp.ast.stmt import STAGE_SHIFT, STAGE_SHIFT_ADVISORY
+from refcomp.ast.structural import structural_equal
 from refcomp.errors import ScheduleError
 from refcomp.loops.passes.stage_shift import shift_stages
 
 
-def _row_softmax(rows, cols: int, *, reverse: bool = False, kind: str = "serial", local: bool = True):
+def _row_softmax(rows, cols: int, *, reverse: bool = False, kind: str = "serial", local: bool = True,
+                 mark=True):
     """Y[r, :] = exp(X[r, :]) / sum(exp(X[r, :])) over flat (rows * cols,) buffers, one row per
-    iteration of a loop annotated stage_shift: the exponentials in a row buffer t (stage 0, a
-    loop over the columns), their sum in s (a loop over column pairs: another range), then the
+    iteration of a loop annotated stage_shift = mark: the exponentials in a row buffer t (stage 0,
+    a loop over the columns), their sum in s (a loop over column pairs: another range), then the
     output (a loop over the columns, reading t backwards when `reverse`)."""
     X = Buffer("X", (rows * cols,), "float32")
     Y = Buffer("Y", (rows * cols,), "float32")
@@ -37,9 +39,9 @@ def _row_softmax(rows, cols: int, *, reverse: bool = False, kind: str = "serial"
     body = seq(exp_row, total, out)
     if local:
         body = Allocate(t, Allocate(s, body))
-        loop = For(r, 0, rows, kind, body, annotations={STAGE_SHIFT: True})
+        loop = For(r, 0, rows, kind, body, annotations={STAGE_SHIFT: mark})
         return PrimFunc((X, Y), loop, name="row_softmax")
-    loop = For(r, 0, rows, kind, body, annotations={STAGE_SHIFT: True})
+    loop = For(r, 0, rows, kind, body, annotations={STAGE_SHIFT: mark})
     return PrimFunc((X, Y), Allocate(t, Allocate(s, loop)), name="row_softmax")
 
 
@@ -137,48 +139,143 @@ def test_symbolic_row_count_is_guarded():
         np.testing.assert_allclose(_run(after, x, n=rows), _expected(x, 4, False) if rows else x, rtol=1e-5)
 
 
-def test_refuses_a_parallel_loop():
-    with pytest.raises(ScheduleError, match=r"stage_shift: loop r: is parallel; only a serial loop"):
-        shift_stages(_row_softmax(4, 8, kind="parallel"))
+# Programs that fail one precondition each, built with a given mark: (the check, the program, the
+# message of its refusal).
 
 
-def test_refuses_a_buffer_allocated_outside_the_loop():
-    with pytest.raises(ScheduleError, match=r"loop r: t written before and read by the last stage is not allocated in the loop body"):
-        shift_stages(_row_softmax(4, 8, local=False))
+def _parallel_rows(mark):
+    return _row_softmax(4, 8, kind="parallel", mark=mark)
 
 
-def test_refuses_a_body_that_is_not_stages():
+def _row_buffer_outside_the_loop(mark):
+    return _row_softmax(4, 8, local=False, mark=mark)
+
+
+def _one_stage(mark):
     X = Buffer("X", (8,), "float32")
     r = Var("r")
-    func = PrimFunc((X,), For(r, 0, 8, "serial", BufferStore(X, 1.0, (r,)), annotations={STAGE_SHIFT: True}))
-    with pytest.raises(ScheduleError, match="its body is not a sequence of stages"):
-        shift_stages(func)
+    return PrimFunc((X,), For(r, 0, 8, "serial", BufferStore(X, 1.0, (r,)), annotations={STAGE_SHIFT: mark}))
 
 
-def test_refuses_stages_without_a_loop_over_the_same_range():
+def _stages_over_other_ranges(mark):
     X = Buffer("X", (8, ), "float32")
     r, a, b = Var("r"), Var("a"), Var("b")
     body = seq(For(a, 0, 3, "serial", BufferStore(X, 1.0, (a,))), For(b, 0, 4, "serial", BufferStore(X, 2.0, (b + 4,))))
-    func = PrimFunc((X,), For(r, 0, 2, "serial", body, annotations={STAGE_SHIFT: True}))
-    with pytest.raises(ScheduleError, match=r"no earlier stage is a serial loop over the last stage's range"):
-        shift_stages(func)
+    return PrimFunc((X,), For(r, 0, 2, "serial", body, annotations={STAGE_SHIFT: mark}))
 
 
-def test_refuses_a_last_stage_writing_what_the_earlier_stages_read():
+def _allocate_sized_by_the_loop(mark):
     X = Buffer("X", (4,), "float32")
     Y = Buffer("Y", (4,), "float32")
     r, a, b = Var("r"), Var("a"), Var("b")
-    body = seq(For(a, 0, 4, "serial", BufferStore(Y, X[a] + 1.0, (a,))), For(b, 0, 4, "serial", BufferStore(X, Y[b], (b,))))
-    func = PrimFunc((X, Y), For(r, 0, 3, "serial", body, annotations={STAGE_SHIFT: True}))
-    with pytest.raises(ScheduleError, match=r"the last stage writes X, which the stages it would run beside"):
-        shift_stages(func)
+    t = Buffer("t", (r + 1,), "float32", scope="local")
+    body = seq(For(a, 0, 4, "serial", BufferStore(t, X[a], (0,))), For(b, 0, 4, "serial", BufferStore(Y, t[0], (b,))))
+    return PrimFunc((X, Y), For(r, 0, 3, "serial", Allocate(t, body), annotations={STAGE_SHIFT: mark}))
 
 
-def test_refuses_an_opaque_call():
+def _opaque_call(mark):
     X = Buffer("X", (4,), "float32")
     r, a, b = Var("r"), Var("a"), Var("b")
     call = Evaluate(Call("call_extern", (StringImm("touch_everything"),), "int32"))
     body = seq(For(a, 0, 4, "serial", call), For(b, 0, 4, "serial", BufferStore(X, 2.0, (b,))))
-    func = PrimFunc((X,), For(r, 0, 3, "serial", body, annotations={STAGE_SHIFT: True}))
-    with pytest.raises(ScheduleError, match=r"a stage evaluates .*touch_everything.*which may touch any memory"):
-        shift_stages(func)
+    return PrimFunc((X,), For(r, 0, 3, "serial", body, annotations={STAGE_SHIFT: mark}))
+
+
+def _last_stage_writes_what_the_first_reads(mark):
+    X = Buffer("X", (4,), "float32")
+    Y = Buffer("Y", (4,), "float32")
+    r, a, b = Var("r"), Var("a"), Var("b")
+    body = seq(For(a, 0, 4, "serial", BufferStore(Y, X[a] + 1.0, (a,))), For(b, 0, 4, "serial", BufferStore(X, Y[b], (b,))))
+    return PrimFunc((X, Y), For(r, 0, 3, "serial", body, annotations={STAGE_SHIFT: mark}))
+
+
+def _two_versions_of_a_symbolic_buffer(mark):
+    """t (n elements) written by a stage before S_j: it needs two versions, which only a buffer of
+    constant size gets."""
+    n = SizeVar("n")
+    X = Buffer("X", (3 * n,), "float32")
+    Y = Buffer("Y", (3 * n,), "float32")
+    t = Buffer("t", (n,), "float32", scope="local")
+    u = Buffer("u", (1,), "float32", scope="local")
+    r, a, c, o = Var("r"), Var("a"), Var("c"), Var("o")
+    body = seq(For(a, 0, n, "serial", BufferStore(t, X[r * n + a], (a,))),
+               For(c, 0, n, "serial", BufferStore(u, t[c], (0,))),
+               For(o, 0, n, "serial", BufferStore(Y, t[o] + u[0], (r * n + o,))))
+    loop = For(r, 0, 3, "serial", Allocate(t, Allocate(u, body)), annotations={STAGE_SHIFT: mark})
+    return PrimFunc((X, Y), loop, name="versions")
+
+
+REFUSALS = [
+    ("check_serial", _parallel_rows, r"stage_shift: loop r: is parallel; only a serial loop"),
+    ("check_stages", _one_stage, r"stage_shift: loop r: its body is not a sequence of stages"),
+    ("check_stages", _stages_over_other_ranges, r"no earlier stage is a serial loop over the last stage's range"),
+    ("check_stages", _allocate_sized_by_the_loop, r"loop r: the size of t depends on r"),
+    ("check_no_opaque_calls", _opaque_call, r"a stage evaluates .*touch_everything.*which may touch any memory"),
+    ("check_shift_dependences", _last_stage_writes_what_the_first_reads,
+     r"the last stage writes X, which the stages it would run beside"),
+    ("check_shift_dependences", _row_buffer_outside_the_loop,
+     r"loop r: t written before and read by the last stage is not allocated in the loop body"),
+    ("check_shift_dependences", _two_versions_of_a_symbolic_buffer,
+     r"loop r: t is not a one-dimensional buffer of constant size"),
+]
+_IDS = [program.__name__.lstrip("_") for _, program, _ in REFUSALS]
+
+
+@pytest.mark.parametrize("check, program, message", REFUSALS, ids=_IDS)
+def test_a_user_mark_that_fails_a_precondition_is_refused(check, program, message):
+    """A mark set to True (a user's, through Schedule.annotate) is a demand: the named error."""
+    with pytest.raises(ScheduleError, match=message):
+        shift_stages(program(True))
+
+
+@pytest.mark.parametrize("check, program, message", REFUSALS, ids=_IDS)
+def test_an_advisory_mark_that_fails_a_precondition_leaves_the_loop_unshifted(check, program, message):
+    """The advisory mark (a default schedule's) on the same programs: no error, the program as it
+    was without the mark."""
+    func = program(STAGE_SHIFT_ADVISORY)
+    after = shift_stages(func)
+    assert structural_equal(after, _unshifted(func))
+    assert not [loop for loop in collect(after.body, For) if STAGE_SHIFT in (loop.annotations or {})]
+
+
+@pytest.mark.parametrize("program", [_parallel_rows, _row_buffer_outside_the_loop])
+def test_a_declined_advisory_mark_computes_as_numpy(program):
+    """Built in C (the lowering runs the pass, which declines), a refused row softmax under an
+    advisory mark agrees with numpy."""
+    func = program(STAGE_SHIFT_ADVISORY)
+    x = np.random.default_rng(7).standard_normal(4 * 8).astype(np.float32)
+    y = np.full(x.shape, np.nan, np.float32)
+    refcomp.build(func)(x, y)
+    np.testing.assert_allclose(y, _expected(x, 8, False), rtol=1e-5, atol=1e-7)
+
+
+def test_an_advisory_mark_shifts_a_loop_that_meets_the_preconditions():
+    """Where the preconditions hold, the advisory mark gives the same program as a user's."""
+    assert structural_equal(shift_stages(_row_softmax(5, 8, mark=STAGE_SHIFT_ADVISORY)),
+                            shift_stages(_row_softmax(5, 8)))
+
+
+def _doubled(mark):
+    """y = x * 2 over (8, 16), its row loop annotated stage_shift = mark through the Schedule API
+    (its body, one loop over a row, is not a sequence of stages)."""
+    from refcomp import te
+    from refcomp.loops.schedule import Schedule
+
+    x = te.placeholder((8, 16), "float32", "x")
+    y = te.compute((8, 16), lambda i, j: x[i, j] * 2.0, name="y")
+    sch = Schedule(te.create_prim_func([x, y], name="doubled"))
+    sch.annotate(sch.get_loops(sch.get_block("y"))[0], STAGE_SHIFT, mark)
+    return sch.func
+
+
+def test_a_mark_set_through_the_schedule_api_is_refused_at_build():
+    with pytest.raises(ScheduleError, match=r"stage_shift: loop i: its body is not a sequence of stages"):
+        refcomp.build(_doubled(True))
+
+
+def test_an_advisory_mark_set_through_the_schedule_api_builds():
+    kernel = refcomp.build(_doubled(STAGE_SHIFT_ADVISORY))
+    x = np.random.default_rng(3).standard_normal((8, 16)).astype(np.float32)
+    y = np.full(x.shape, np.nan, np.float32)
+    kernel(x, y)
+    np.testing.assert_allclose(y, x * 2)

@@ -73,7 +73,7 @@ def default_schedule_of(sch, conv_options: dict | None = None, batched_matmul_op
     conv recipe) the kernel must be a convolution the recipe takes with them; with
     batched_matmul_options (keywords of loops.defaults.tiled_batched_matmul_bt) a batched A @ B^T
     that the register tile they name fits; else a ScheduleError."""
-    from ...loops.defaults import is_row_reduction, pipeline_rows, prefetch_rows
+    from ...loops.defaults import is_row_reduction, prefetch_rows
     from .fuse_tir import inline_spatial_stages
     from .schedule_conv import schedule_conv
 
@@ -102,7 +102,7 @@ def default_schedule_of(sch, conv_options: dict | None = None, batched_matmul_op
             continue
         if loops:
             _schedule_block(sch, rv, block, loops)
-    return pipeline_rows(prefetch_rows(sch)) if rows else sch
+    return prefetch_rows(sch) if rows else sch
 
 
 def _apply_rules(sch):

@@ -8,7 +8,7 @@ RefcompError, and the caller falls back to the generic schedule and says so.
 """
 from .batched_matmul import bt_tile_intrinsics, schedule_batched_matmul_bt, tiled_batched_matmul_bt, transposed_operand
 from .pool import padded_rows_window_reduction, padded_window_reduction, schedule_pool, window_reduction
-from .reduction import is_row_reduction, pipeline_rows, prefetch_rows, schedule_row_reduction
+from .reduction import is_row_reduction, prefetch_rows, schedule_row_reduction
 from .transpose import MIN_EXTENT as MIN_EXTENT_OF_TRANSPOSE
 from .transpose import schedule_transpose, transposed_pair
 
@@ -22,7 +22,7 @@ RULES = (
 )
 
 __all__ = [
-    "RULES", "MIN_EXTENT_OF_TRANSPOSE", "bt_tile_intrinsics", "pipeline_rows", "is_row_reduction", "prefetch_rows",
+    "RULES", "MIN_EXTENT_OF_TRANSPOSE", "bt_tile_intrinsics", "is_row_reduction", "prefetch_rows",
     "schedule_batched_matmul_bt", "schedule_pool", "schedule_row_reduction", "schedule_transpose",
     "tiled_batched_matmul_bt", "transposed_operand", "transposed_pair", "window_reduction",
     "padded_window_reduction", "padded_rows_window_reduction",

@@ -12,8 +12,8 @@ lane loop is put innermost and the loops inside are left to the vectorizer.  The
 under the row loop get the "local" scope: one row of each per thread (softmax's row of
 exponentials in L1, the lane partials in registers), no whole-tensor scratch buffers.  A kernel
 with a row stage over the output's domain (softmax's exponentials) is pipelined across rows: the
-row loop in blocks of rows, the output of row r - 1 written inside row r's exp loop
-(`pipeline_rows`, the `stage_shift` mark).
+row loop in blocks of rows, the output of row r - 1 written inside row r's exp loop (the
+advisory `stage_shift` mark, which the lowering takes where its preconditions hold).
 
 Applies when: the last block is spatial, every other block writes a buffer that is not a
 parameter, at least one block reduces, and the output has a leading (row) axis.
@@ -300,10 +300,11 @@ def _blocks_of_rows(sch: Schedule, output: str) -> bool:
     """When the function has a row stage (`_row_stage`), split the row loop into blocks of rows
     (the outer loop is made parallel by the caller; a thread's rows stay contiguous) and mark the
     loop over a block's rows `stage_shift` (the mark also keeps the per-block treatment from
-    splitting that loop); `pipeline_rows` keeps the mark once the schedule is finished if the
-    lowering takes it.  False (nothing done) when there is no row stage, the row count is
-    symbolic or has no divisor that fits."""
-    from ...ast.stmt import STAGE_SHIFT
+    splitting that loop).  The mark is advisory: the lowering shifts the loop where the pass's
+    preconditions hold and leaves it as it is where they do not (a row of one vector chunk has
+    no loop to fuse into), so a default schedule never fails to build on it.  False (nothing
+    done) when there is no row stage, the row count is symbolic or has no divisor that fits."""
+    from ...ast.stmt import STAGE_SHIFT, STAGE_SHIFT_ADVISORY
 
     if not _row_stage(sch.func):
         return False
@@ -315,35 +316,8 @@ def _blocks_of_rows(sch: Schedule, output: str) -> bool:
     if size is None:
         return False
     _, inner = sch.split(row, [None, size])
-    sch.annotate(inner, STAGE_SHIFT, True)
+    sch.annotate(inner, STAGE_SHIFT, STAGE_SHIFT_ADVISORY)
     return True
-
-
-def pipeline_rows(sch: Schedule) -> Schedule:
-    """sch (a row reduction this rule scheduled, vectorized and hinted since) when the C target's
-    lowering takes its `stage_shift` mark (refcomp.loops.passes.stage_shift: row r - 1's output
-    written inside row r's loop over its row buffer, the output's stores overlapping the next
-    row's arithmetic), else a copy without the mark (spec/schedule.md: the pass's preconditions;
-    a row of one vector chunk has no loop to fuse into), so a default schedule never fails to
-    build on it."""
-    from ...ast.stmt import STAGE_SHIFT, For
-    from ..lower import LoweringHooks, lower
-    from ..passes.compact_buffers import compact_local_buffers
-
-    marked = [loop for loop in collect(sch.func.body, For) if (loop.annotations or {}).get(STAGE_SHIFT)]
-    if not marked:
-        return sch
-    try:
-        lower(sch.func, hooks=LoweringHooks(after_blocks=(compact_local_buffers,)))
-        return sch
-    except RefcompError:
-        pass
-    trial = sch.copy()
-    rvs = [rv for block in _stages(trial.func) for rv in trial.get_loops(trial.get_block(block.name))]
-    for loop in marked:
-        rv = next(rv for rv in rvs if trial.get(rv) is loop)
-        trial.unannotate(rv, STAGE_SHIFT)
-    return trial
 
 
 # An output of at least this many bytes, or of the last-level cache's size when that is smaller,

@@ -1,8 +1,10 @@
 """Pass `shift_stages`: software pipelining across the iterations of a loop (a stage shift).
 
 Requires: flat buffers (after `flatten_buffers`), blocks lowered.
-Guarantees: the same behaviour; every serial For annotated {STAGE_SHIFT: True} rewritten as below
-(the annotation dropped), or a ScheduleError naming the loop and the precondition it fails.
+Guarantees: the same behaviour; every For annotated {STAGE_SHIFT: True} rewritten as below (the
+annotation dropped), or a ScheduleError naming the loop and the precondition it fails; every For
+annotated {STAGE_SHIFT: STAGE_SHIFT_ADVISORY} rewritten the same where it meets the preconditions,
+else left as it is, the annotation dropped either way.
 
 A loop whose body is a sequence of stages S_0 .. S_k (under the Allocates of its per-iteration
 buffers), the last stage S_k and an earlier one S_j both loops over the same range, runs S_k of
@@ -35,6 +37,11 @@ Preconditions (each a named check):
     buffer that S_0 .. S_j write and S_k reads is allocated in the loop body, and is reused in
     place or is one-dimensional of constant size (two versions).
 Together these make S_k(r - 1) independent of S_0 .. S_j(r), the only statements it moves past.
+
+The two forms of the mark: a user's (True, through `Schedule.annotate`) is a demand, so a loop
+that fails a precondition is an error the user sees; a default schedule's (STAGE_SHIFT_ADVISORY,
+the row-reduction rule's) is a request, so the rule need not know the lowering's preconditions
+(nor lower the function to find out) and the loop it marks is shifted where they hold.
 """
 from __future__ import annotations
 
@@ -44,13 +51,14 @@ from ...ast import (
 )
 from ...ast.functor import uses_var
 from ...ast.expr import as_int, floormod
-from ...ast.stmt import STAGE_SHIFT
+from ...ast.stmt import STAGE_SHIFT, STAGE_SHIFT_ADVISORY
 from ...ast.structural import structural_equal
 from ...errors import ScheduleError
 
 
 def shift_stages(func: PrimFunc) -> PrimFunc:
-    """func with every For annotated STAGE_SHIFT pipelined (see the module docstring)."""
+    """func with every For annotated STAGE_SHIFT pipelined (see the module docstring); an advisory
+    mark on a loop that fails a precondition is dropped, the loop left unshifted."""
     body = _Shifter().visit(func.body)
     return func if body is func.body else func.with_(body=body)
 
@@ -58,9 +66,21 @@ def shift_stages(func: PrimFunc) -> PrimFunc:
 class _Shifter(Mutator):
     def visit_For(self, loop: For) -> Stmt:
         loop = self.generic_visit(loop)
-        if not (loop.annotations or {}).get(STAGE_SHIFT):
+        mark = (loop.annotations or {}).get(STAGE_SHIFT)
+        if not mark:
             return loop
-        return shift_loop(loop)
+        if mark != STAGE_SHIFT_ADVISORY:
+            return shift_loop(loop)
+        try:
+            return shift_loop(loop)
+        except ScheduleError:
+            return _unmarked(loop)
+
+
+def _unmarked(loop: For) -> For:
+    """loop without its STAGE_SHIFT annotation (other annotations kept)."""
+    annotations = {key: value for key, value in loop.annotations.items() if key != STAGE_SHIFT}
+    return loop.with_(annotations=annotations or None)
 
 
 def _fail(loop: For, why: str) -> ScheduleError:
@@ -246,8 +266,8 @@ def shift_loop(loop: For) -> Stmt:
     late = substitute(b.body, {r: r - one, b.loop_var: a.loop_var})
     fused = a.with_(body=SeqStmt((late, a.body)))
     steady_body = SeqStmt(tuple(stages[:j] + [fused] + stages[j + 1:k]))
-    annotations = {key: value for key, value in (loop.annotations or {}).items() if key != STAGE_SHIFT}
-    steady = For(r, _plus(first, 1), _plus(count, -1), "serial", steady_body, annotations=annotations or None)
+    steady = For(r, _plus(first, 1), _plus(count, -1), "serial", steady_body,
+                 annotations=_unmarked(loop).annotations or None)
     epilogue = at(b, _plus(_plus(first, count), -1))
     body: Stmt = SeqStmt(tuple(prologue + [steady, epilogue]))
     if as_int(count) is None or as_int(count) < 1:
