@@ -146,3 +146,59 @@ def test_omega_by_position_and_the_remaining_speedup(rng):
         analytic.predicted_remaining_speedup(a, np.zeros(5), 1.0, 0.2, 1.5)
     with pytest.raises(ArgumentError, match="step times must be positive"):
         analytic.predicted_remaining_speedup(a, remaining, 1.0, 0.0, 1.5)
+
+
+def test_every_speedup_is_tokens_per_round_over_the_round_cost():
+    """One denominator: gamma T_D / T_T + T_V / T_T (`round_cost`) in each prediction."""
+    cost = analytic.round_cost(3, 2.0, 0.25, 2.6)
+    assert cost == pytest.approx(3 * 0.125 + 1.3)
+    assert analytic.predicted_speedup(3, 0.8, 2.0, 0.25, 2.6) == pytest.approx(analytic.omega(3, 0.8) / cost)
+    assert analytic.predicted_batch_speedup(3, [0.8, 0.6], 20, 2.0, 0.25, 2.6) == pytest.approx(
+        20 / analytic.expected_sequence_rounds(3, [0.8, 0.6], 20) / cost)
+    # many tokens still needed and one alpha per sequence: the Omega formula
+    many = analytic.predicted_remaining_speedup(np.full((4, 3), 0.8), np.full(4, 10**9), 2.0, 0.25, 2.6)
+    assert many == pytest.approx(analytic.predicted_speedup(3, 0.8, 2.0, 0.25, 2.6))
+    with pytest.raises(ArgumentError, match="step times must be positive"):
+        analytic.round_cost(3, 1.0, -0.1, 1.0)
+
+
+def test_verify_of_an_unmeasured_gamma_scales_from_the_nearest_measured():
+    times = analytic.StepTimes(target=1.0, verify={2: 1.4, 6: 2.2}, draft={64: 0.1})
+    assert times.verify_at(2) == 1.4 and times.verify_at(6) == 2.2
+    assert times.verify_at(3) == pytest.approx(1.0 + 0.4 * 3 / 2)    # nearest measured: 2
+    assert times.verify_at(5) == pytest.approx(1.0 + 1.2 * 5 / 6)    # nearest measured: 6
+    assert analytic.StepTimes(target=1.0, verify={}, draft={64: 0.1}).verify_at(4) == 1.0
+    assert analytic.StepTimes(target=1.0, verify={2: 0.9}, draft={64: 0.1}).verify_at(4) == 1.0  # never below a step
+
+
+def test_choice_over_the_tokens_still_needed(rng):
+    """`remaining`: each (gamma, K) by `predicted_remaining_speedup`, with alphas by position (the
+    first gamma columns) or one per sequence (repeated over the positions); the gammas asked for,
+    verifies not measured from `verify_at`; the first best wins."""
+    times = analytic.StepTimes(target=1.0, verify={2: 1.2}, draft={64: 0.1, 128: 0.15},
+                               draft_by_round={(1, 64): 0.2})
+    by_position = {64: rng.uniform(0.3, 1.0, size=(3, 4)), 128: rng.uniform(0.3, 1.0, size=(3, 4))}
+    remaining = np.array([5, 30, 17])
+    choice = analytic.choose(times, by_position, remaining=remaining, gammas=[1, 2, 3, 4])
+    ranked = [(analytic.predicted_remaining_speedup(by_position[k][:, :g], remaining, 1.0, times.draft_at(g, k),
+                                                    times.verify_at(g)), g, k) for k in (64, 128) for g in (1, 2, 3, 4)]
+    first_best = next(r for r in ranked if r[0] == max(s for s, _, _ in ranked))
+    assert (choice.predicted, choice.gamma, choice.budget) == first_best
+    per_sequence = [0.9, 0.5, 0.7]
+    one = analytic.choose(times, {64: per_sequence}, remaining=remaining, gammas=[3])
+    assert one.predicted == pytest.approx(analytic.predicted_remaining_speedup(
+        np.repeat(np.array(per_sequence)[:, None], 3, 1), remaining, 1.0, 0.1, times.verify_at(3)))
+    # alpha 1: the ceiling (gamma + 1) / round cost
+    ceiling = analytic.choose(times, {64: 1.0}, gammas=[1, 2, 3])
+    assert ceiling.predicted == pytest.approx(max((g + 1) / analytic.round_cost(g, 1.0, times.draft_at(g, 64),
+                                                                                   times.verify_at(g)) for g in (1, 2, 3)))
+    with pytest.raises(ArgumentError, match="alphas by position"):
+        analytic.choose(times, by_position, gammas=[2])               # by position without `remaining`
+    with pytest.raises(ArgumentError, match="alphas by position"):
+        analytic.choose(times, by_position, remaining=remaining, gammas=[5])   # 4 positions only
+    with pytest.raises(ArgumentError, match="tokens or remaining"):
+        analytic.choose(times, {64: 0.9}, tokens=10, remaining=remaining)
+    with pytest.raises(ArgumentError, match="positive remaining tokens"):
+        analytic.choose(times, {64: 0.9}, remaining=[3, 0, 2], gammas=[2])
+    with pytest.raises(ArgumentError, match="gammas >= 1"):
+        analytic.choose(times, {64: 0.9}, gammas=[0, 2])

@@ -210,3 +210,28 @@ def test_without_adapt_the_first_choice_stays():
                             clock=CostClock(model, draft=flipping_draft(6)))
     assert [label for label, _ in got.extra["schedule"]] == [got.extra["gamma"]] and got.extra["switches"] == 0
     assert got.tokens == generate(model, prompts, 40).tokens
+
+
+def test_the_controller_ranks_with_the_analytic_choice():
+    """The decoder's re-planning ranks gammas with `analytic.choose` (one formula): its running
+    acceptance by position and times (a verify not timed: scaled from the nearest), the tokens the
+    live sequences still need; its ceiling is the choice at alpha = 1."""
+    from refcomp.llm import analytic
+    from refcomp.llm.speculative import _Controller
+
+    rng = np.random.default_rng(9)
+    control = _Controller(4, [1, 2, 3, 5], 128, rng.uniform(0.5, 0.95, 4), AdaptConfig(), 1.0,
+                          {1: 0.3, 3: 0.2}, {1: 1.1, 3: 1.4})
+    for _ in range(6):
+        control.observe(np.arange(4), 3, rng.integers(0, 4, size=4))
+    rows, remaining = np.array([0, 2, 3]), np.array([7, 40, 1])
+    times = analytic.StepTimes(1.0, {1: 1.1, 3: 1.4}, {128: 0.2}, {(1, 128): 0.3, (3, 128): 0.2})
+    ranked = [(analytic.predicted_remaining_speedup(control.alphas(rows, g), remaining, 1.0, times.draft_at(g, 128),
+                                                    times.verify_at(g)), g) for g in (1, 2, 3, 5)]
+    best = next((g, s) for s, g in ranked if s == max(s for s, _ in ranked))
+    assert control.best(rows, remaining) == best
+    assert control.predict(rows, remaining, 5) == ranked[-1][0]
+    bound = max(((g + 1) / analytic.round_cost(g, 1.0, times.draft_at(g, 128), times.verify_at(g)), g)
+                for g in (1, 2, 3, 5))
+    assert control.ceiling()[1] == pytest.approx(bound[0]) and control.ceiling()[0] == bound[1]
+    assert control.predict(rows, np.zeros(3, np.int64), 3) == 1.0     # nothing left to gain

@@ -26,9 +26,19 @@ sequence's KV bytes), the time is that of mean_b E[R_b] full rounds (`expected_s
 (B = 1 and large N give the first formula; a round's part that does not shrink with its sequences,
 the weights' bytes, makes the real speedup a little lower.)
 
-`choose` picks (gamma, K) with the best prediction from given step times and acceptance rates; a
-best prediction below 1 is a `Choice` that is `declined`.  `refcomp.llm.speculative.magicdec_generate`
-measures them on its own first rounds and ranks with `predicted_remaining_speedup`.
+While decoding, what is known is each live sequence b's acceptance by position in the round,
+a[b, j], and the tokens r_b it still needs; a full round emits omega_b = 1 + sum_i prod_{j<=i} a[b, j]
+of them (`omega_by_position`) and sequence b takes part in max(1, r_b / omega_b) rounds, so
+
+    speedup_remaining = sum_b r_b / sum_b max(1, r_b / omega_b) / (gamma * T_D / T_T + T_V / T_T)
+
+Each speedup is the tokens a sequence gains per round over the round's cost in target steps,
+`round_cost` (the one denominator of them all).  `choose` picks (gamma, K) with the best prediction
+from given step times and acceptance rates, by the Omega formula, `speedup_batch` (`tokens`) or
+`speedup_remaining` (`remaining`); a best prediction below 1 is a `Choice` that is `declined`.  It is
+the one ranking: `refcomp.llm.speculative.magicdec_generate` measures the times and acceptance on
+its own first rounds and while it decodes, and ranks its choices (K, gamma, plain steps; the ceiling
+of any gamma, alpha = 1) with `choose`.
 """
 from __future__ import annotations
 
@@ -50,11 +60,17 @@ def omega(gamma: int, alpha: float) -> float:
     return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
 
 
-def predicted_speedup(gamma: int, alpha: float, t_target: float, t_draft: float, t_verify: float) -> float:
-    """Omega(gamma, alpha) / (gamma * T_D / T_T + T_V / T_T)."""
+def round_cost(gamma: int, t_target: float, t_draft: float, t_verify: float) -> float:
+    """A round's cost in target steps, gamma * T_D / T_T + T_V / T_T: every speedup's denominator."""
     if min(t_target, t_draft, t_verify) <= 0:
         raise ArgumentError(f"analytic: step times must be positive, got {t_target}, {t_draft}, {t_verify}")
-    return omega(gamma, alpha) / (gamma * t_draft / t_target + t_verify / t_target)
+    return gamma * t_draft / t_target + t_verify / t_target
+
+
+def predicted_speedup(gamma: int, alpha: float, t_target: float, t_draft: float, t_verify: float) -> float:
+    """Omega(gamma, alpha) / (gamma * T_D / T_T + T_V / T_T)."""
+    cost = round_cost(gamma, t_target, t_draft, t_verify)
+    return omega(gamma, alpha) / cost
 
 
 def omega_by_position(alphas: np.ndarray) -> np.ndarray:
@@ -72,16 +88,15 @@ def predicted_remaining_speedup(alphas: np.ndarray, remaining: np.ndarray, t_ste
                                 t_verify: float) -> float:
     """The speedup of rounds of gamma = alphas.shape[1] drafts over plain steps for the tokens the
     sequences still need (remaining[b] > 0), with per-sequence step times (a round's cost shrinks with
-    its sequences): sum_b r_b T_T / (sum_b max(1, r_b / omega_b) (gamma T_D + T_V)), omega_b from
+    its sequences): sum_b r_b / sum_b max(1, r_b / omega_b) / round_cost, omega_b from
     `omega_by_position` of row b (one round at least per sequence, however few tokens it needs)."""
     alphas, remaining = np.asarray(alphas, np.float64), np.asarray(remaining, np.float64)
     if alphas.ndim != 2 or remaining.shape != alphas.shape[:1] or (remaining <= 0).any():
         raise ArgumentError(f"analytic: need alphas (sequences, gamma) and positive remaining tokens (sequences,), "
                             f"got shapes {alphas.shape}, {remaining.shape}")
-    if min(t_step, t_draft, t_verify) <= 0:
-        raise ArgumentError(f"analytic: step times must be positive, got {t_step}, {t_draft}, {t_verify}")
+    cost = round_cost(alphas.shape[1], t_step, t_draft, t_verify)
     rounds = np.maximum(1.0, remaining / omega_by_position(alphas))
-    return float(remaining.sum() * t_step / (rounds.sum() * (alphas.shape[1] * t_draft + t_verify)))
+    return float(remaining.sum() / rounds.sum() / cost)
 
 
 def round_tokens(gamma: int, alpha: float) -> np.ndarray:
@@ -134,9 +149,8 @@ def predicted_lockstep_speedup(gamma: int, alphas: float | Iterable[float], toke
     autoregressive decoding of `tokens` tokens per sequence (module doc)."""
     if not isinstance(tokens, (int, np.integer)) or isinstance(tokens, bool) or tokens < 1:
         raise ArgumentError(f"analytic: tokens must be a positive integer, got {tokens!r}")
-    if min(t_target, t_draft, t_verify) <= 0:
-        raise ArgumentError(f"analytic: step times must be positive, got {t_target}, {t_draft}, {t_verify}")
-    return tokens / expected_rounds(gamma, alphas, tokens) / (gamma * t_draft / t_target + t_verify / t_target)
+    cost = round_cost(gamma, t_target, t_draft, t_verify)
+    return tokens / expected_rounds(gamma, alphas, tokens) / cost
 
 
 def expected_sequence_rounds(gamma: int, alphas: float | Iterable[float], tokens: int) -> float:
@@ -155,10 +169,8 @@ def predicted_batch_speedup(gamma: int, alphas: float | Iterable[float], tokens:
     step times (T_D, T_V at the full batch; the module doc)."""
     if not isinstance(tokens, (int, np.integer)) or isinstance(tokens, bool) or tokens < 1:
         raise ArgumentError(f"analytic: tokens must be a positive integer, got {tokens!r}")
-    if min(t_target, t_draft, t_verify) <= 0:
-        raise ArgumentError(f"analytic: step times must be positive, got {t_target}, {t_draft}, {t_verify}")
-    return tokens / expected_sequence_rounds(gamma, alphas, tokens) / (gamma * t_draft / t_target
-                                                                        + t_verify / t_target)
+    cost = round_cost(gamma, t_target, t_draft, t_verify)
+    return tokens / expected_sequence_rounds(gamma, alphas, tokens) / cost
 
 
 @dataclass(frozen=True)
@@ -166,7 +178,8 @@ class StepTimes:
     """Seconds per forward at one batch and context: target (one decode step), verify (by gamma: the
     forward of gamma + 1 tokens and what a round does after it), draft (one draft forward over a
     streaming cache, by budget K); `draft_by_round` (by (gamma, K), where measured in rounds of that
-    gamma) the mean draft forward of such a round, which `choose` prefers to `draft`."""
+    gamma) the mean draft forward of such a round, which `choose` prefers to `draft`.  A gamma whose
+    verify was not measured gets one from the nearest measured gamma (`verify_at`)."""
 
     target: float
     verify: Mapping[int, float]
@@ -175,6 +188,15 @@ class StepTimes:
 
     def draft_at(self, gamma: int, budget: int) -> float:
         return self.draft_by_round.get((gamma, budget), self.draft[budget])
+
+    def verify_at(self, gamma: int) -> float:
+        """T_V(gamma): measured, or from the nearest measured gamma m (the first measured of two as
+        near), a step plus gamma / m of what m's verify costs beyond a step (what a verify costs
+        beyond a step grows with its drafts); a step where none is measured."""
+        if gamma in self.verify or not self.verify:
+            return self.verify.get(gamma, self.target)
+        m = min(self.verify, key=lambda g: abs(g - gamma))
+        return self.target + max(0.0, self.verify[m] - self.target) * gamma / m
 
 
 @dataclass(frozen=True)
@@ -204,26 +226,50 @@ def acceptance_rate(target_logits: np.ndarray, draft_logits: np.ndarray, params:
     return float(np.minimum(p, q).sum(axis=-1).mean())
 
 
-def choose(times: StepTimes, alphas: Mapping[int, float | Sequence[float]], *, batch: int = 1,
-           tokens: int | None = None) -> Choice:
-    """The (gamma, K) with the largest predicted speedup over the measured gammas and budgets; with
-    `tokens` (per sequence), `predicted_batch_speedup` for `batch` sequences, each of alpha alphas[K]
-    (one float: every sequence's; a sequence of floats: one per sequence).  `Choice.alpha` is
-    the mean of the chosen budget's alphas."""
+def choose(times: StepTimes, alphas: Mapping[int, float | Sequence[float] | np.ndarray], *, batch: int = 1,
+           tokens: int | None = None, remaining: Sequence[int] | np.ndarray | None = None,
+           gammas: Iterable[int] | None = None) -> Choice:
+    """The (gamma, K) with the largest predicted speedup over `gammas` (default: those with a measured
+    verify; the others' verify from `StepTimes.verify_at`) and the budgets with both a draft time and
+    alphas[K]; the first of equal predictions, budgets in `times.draft`'s order, then gammas in order.
+
+    alphas[K]: one float (every sequence's), one per sequence, or (with `remaining`) a (sequences,
+    positions) array of each sequence's acceptance by position in the round (gamma's first gamma
+    columns).  The prediction: with `remaining` (each live sequence's tokens still needed, all > 0),
+    `predicted_remaining_speedup`, the per-sequence alphas repeated over the positions; with `tokens`
+    (per sequence), `predicted_batch_speedup` for `batch` sequences; else `predicted_speedup` with the
+    mean alpha.  `Choice.alpha` is the mean of the chosen budget's alphas."""
+    if tokens is not None and remaining is not None:
+        raise ArgumentError("analytic: choose takes tokens or remaining, not both")
+    if remaining is not None:
+        remaining = np.asarray(remaining, np.float64)
+        if remaining.ndim != 1 or remaining.size == 0:
+            raise ArgumentError(f"analytic: remaining must be one count per live sequence, got shape {remaining.shape}")
+        batch = remaining.size
+    order = list(times.verify) if gammas is None else [int(g) for g in gammas]
+    if not order or min(order) < 1:
+        raise ArgumentError(f"analytic: choose needs gammas >= 1, got {order}")
     best: Choice | None = None
     for k in times.draft:
         if k not in alphas:
             continue
-        per_sequence = np.atleast_1d(np.asarray(alphas[k], np.float64))
-        if per_sequence.size == 1:
+        given = np.asarray(alphas[k], np.float64)
+        if given.ndim == 2 and (remaining is None or given.shape[0] != batch or given.shape[1] < max(order)):
+            raise ArgumentError(f"analytic: alphas by position (shape {given.shape}) need `remaining` for each of "
+                                f"their sequences and a column for each position up to the largest gamma")
+        per_sequence = np.atleast_1d(given) if given.ndim < 2 else given
+        if per_sequence.ndim == 1 and per_sequence.size == 1:
             per_sequence = np.full(batch, float(per_sequence[0]))
         mean = float(per_sequence.mean())
-        for g, t_verify in times.verify.items():
-            t_draft = times.draft_at(g, k)
-            if tokens is None:
-                s = predicted_speedup(g, mean, times.target, t_draft, t_verify)
-            else:
+        for g in order:
+            t_draft, t_verify = times.draft_at(g, k), times.verify_at(g)
+            if remaining is not None:
+                by_position = per_sequence[:, :g] if per_sequence.ndim == 2 else np.repeat(per_sequence[:, None], g, 1)
+                s = predicted_remaining_speedup(by_position, remaining, times.target, t_draft, t_verify)
+            elif tokens is not None:
                 s = predicted_batch_speedup(g, per_sequence, tokens, times.target, t_draft, t_verify)
+            else:
+                s = predicted_speedup(g, mean, times.target, t_draft, t_verify)
             if best is None or s > best.predicted:
                 best = Choice(g, k, mean, s)
     if best is None:

@@ -28,7 +28,7 @@ cache restricted to sinks + window, the draft's own entries living only within a
 A sequence that has its tokens leaves the batch (`keep_sequences` on both caches): the rounds after
 it run on the others only, so the batch does not pay draft and verify rows for finished sequences.
 
-`magicdec_generate` chooses gamma and K on the decode itself (refcomp.llm.analytic's model): it
+`magicdec_generate` chooses gamma and K on the decode itself (ranked by `analytic.choose`): it
 feeds the prompts once, plans on its own first rounds (`_plan`: one per budget K, then one per
 gamma; declining after the first when no gamma could pay even with every draft accepted), fixes K,
 and re-plans while it decodes: running estimates of each sequence's acceptance by position in the
@@ -350,7 +350,7 @@ class _Decoding:
 
 
 class _Controller:
-    """Running estimates and the re-planning rule of `magicdec_generate`.
+    """Running estimates of `magicdec_generate` at its budget K, and the re-planning rule.
 
     Acceptance: per sequence b and position j of a round (the j-th draft, judged only when the
     drafts before it were kept), counts acc[b, j] of kept drafts and judged[b, j] of judged ones,
@@ -359,15 +359,15 @@ class _Controller:
     a[b, j] = (acc[b, j] + W * alpha_b) / (judged[b, j] + W), W = POSITION_WEIGHT.  Times, per
     sequence in the step (a round's rows shrink as sequences finish): one plain step, one draft
     forward and one verify (with its settling) by gamma, running means with weight `time_weight`.
-    A gamma's prediction over the tokens the live sequences still need is
-    `analytic.predicted_remaining_speedup` of those a[b, j] (a verify not yet timed: `verify_time`).
+    The gammas are ranked by `analytic.choose` over the tokens the live sequences still need, with
+    those a[b, j] and `times()` (a verify not yet timed: `StepTimes.verify_at`).
     """
 
     POSITION_WEIGHT = 4.0
 
-    def __init__(self, batch: int, gammas: list[int], prior: np.ndarray, adapt: AdaptConfig, t_step: float,
-                 t_draft: dict[int, float], t_verify: dict[int, float]) -> None:
-        self.gammas, self.adapt = gammas, adapt
+    def __init__(self, batch: int, gammas: list[int], budget: int, prior: np.ndarray, adapt: AdaptConfig,
+                 t_step: float, t_draft: dict[int, float], t_verify: dict[int, float]) -> None:
+        self.gammas, self.budget, self.adapt = gammas, budget, adapt
         self.prior = np.asarray(prior, np.float64)
         self.acc = np.zeros((batch, gammas[-1]))
         self.judged = np.zeros((batch, gammas[-1]))
@@ -397,35 +397,35 @@ class _Controller:
         w = self.POSITION_WEIGHT
         return (self.acc[rows, :gamma] + w * pooled[:, None]) / (self.judged[rows, :gamma] + w)
 
-    def predict(self, rows: np.ndarray, remaining: np.ndarray, gamma: int) -> float:
+    def times(self) -> analytic.StepTimes:
+        """The running times as the analytic model takes them: a gamma's draft forward where one was
+        timed, else the cheapest timed one."""
+        return analytic.StepTimes(self.t_step, dict(self.t_verify), {self.budget: min(self.t_draft.values())},
+                                  {(g, self.budget): t for g, t in self.t_draft.items()})
+
+    def choose(self, rows: np.ndarray, remaining: np.ndarray, gammas: Sequence[int] | None = None) -> analytic.Choice:
+        """`analytic.choose` over `gammas` (default all) for the tokens the live sequences `rows`
+        still need; a prediction of 1 (nothing to gain) when none needs any."""
+        gammas = list(gammas or self.gammas)
         going = remaining > 0
         if not going.any():
-            return 1.0
-        rows, remaining = rows[going], remaining[going]
-        return analytic.predicted_remaining_speedup(self.alphas(rows, gamma), remaining, self.t_step,
-                                                    self.t_draft.get(gamma, min(self.t_draft.values())),
-                                                    self.verify_time(gamma))
+            return analytic.Choice(gammas[0], self.budget, float("nan"), 1.0)
+        return analytic.choose(self.times(), {self.budget: self.alphas(rows[going], max(gammas))},
+                               remaining=remaining[going], gammas=gammas)
 
-    def verify_time(self, gamma: int) -> float:
-        """T_V(gamma): measured, or from the nearest measured gamma m, a step plus gamma / m of
-        what m's verify costs beyond a step (a step where none is measured)."""
-        if gamma in self.t_verify or not self.t_verify:
-            return self.t_verify.get(gamma, self.t_step)
-        m = min(self.t_verify, key=lambda g: abs(g - gamma))
-        return self.t_step + max(0.0, self.t_verify[m] - self.t_step) * gamma / m
+    def predict(self, rows: np.ndarray, remaining: np.ndarray, gamma: int) -> float:
+        return self.choose(rows, remaining, [gamma]).predicted
 
     def best(self, rows: np.ndarray, remaining: np.ndarray) -> tuple[int, float]:
-        return max(((g, self.predict(rows, remaining, g)) for g in self.gammas), key=lambda gs: gs[1])
+        choice = self.choose(rows, remaining)
+        return choice.gamma, choice.predicted
 
     def ceiling(self) -> tuple[int, float]:
-        """(gamma, bound): the largest speedup any gamma could give with every draft accepted,
-        (gamma + 1) T_T / (gamma T_D + T_V(gamma)) with the times `predict` uses; no prediction
-        exceeds it (a sequence gains at most gamma + 1 tokens a round), and it needs no acceptance."""
-        def bound(g: int) -> float:
-            t_draft = self.t_draft.get(g, min(self.t_draft.values()))
-            return (g + 1) * self.t_step / (g * t_draft + self.verify_time(g))
-
-        return max(((g, bound(g)) for g in self.gammas), key=lambda gs: gs[1])
+        """(gamma, bound): the largest speedup any gamma could give with every draft accepted
+        (`analytic.choose` at alpha = 1: (gamma + 1) / round cost); no prediction exceeds it (a
+        sequence gains at most gamma + 1 tokens a round), and it needs no acceptance."""
+        choice = analytic.choose(self.times(), {self.budget: 1.0}, gammas=self.gammas)
+        return choice.gamma, choice.predicted
 
     def decide(self, mode: int, rows: np.ndarray, remaining: np.ndarray) -> int:
         """The mode for the next rounds, with hysteresis (AdaptConfig)."""
@@ -510,7 +510,7 @@ def _plan(run: _Decoding, gammas: list[int], budgets: list[int], settings: Adapt
         return (kept[k] + 2.0 * pooled) / (judged[k] + 2.0)
 
     def controller(k: int, t_draft: dict[int, float], t_verify: dict[int, float]) -> _Controller:
-        return _Controller(batch, gammas, alpha(k), settings, t_step, t_draft, t_verify)
+        return _Controller(batch, gammas, k, alpha(k), settings, t_step, t_draft, t_verify)
 
     first = plain_step()
     if first is None or not pilot(budgets[0]):
@@ -540,9 +540,8 @@ def _plan(run: _Decoding, gammas: list[int], budgets: list[int], settings: Adapt
         # a provisional K, the best at the pilot gamma (all measured); declined where no gamma is
         # predicted above 1 with the verifies not yet timed scaled from the pilot gamma's
         rows, remaining = run.live, run.remaining()
-        ranked = {k: controller(k, {g: t_draft_k[k] for g in gammas}, verify).predict(rows, remaining, pilot_gamma)
-                  for k in budgets}
-        provisional = max(budgets, key=lambda k: ranked[k])
+        provisional = analytic.choose(analytic.StepTimes(t_step, verify, t_draft_k), {k: alpha(k)[rows] for k in budgets},
+                                      remaining=remaining, gammas=[pilot_gamma]).budget
         measured_draft = {pilot_gamma: t_draft_k[provisional]}
         gamma, predicted = controller(provisional, {g: t_draft_k[provisional] for g in gammas},
                                       verify).best(rows, remaining)
@@ -561,13 +560,12 @@ def _plan(run: _Decoding, gammas: list[int], budgets: list[int], settings: Adapt
             if not run.leave():
                 return None
             # K fixed from here: draft forwards scale with K as the pilot's did
-            scores = {}
-            for k in budgets:
-                scale = t_draft_k[k] / t_draft_k[provisional]
-                scores[k] = controller(k, {g: t * scale for g, t in measured_draft.items()}, verify).best(
-                    run.live, run.remaining())
-            budget = max(budgets, key=lambda k: scores[k][1])
-            gamma, predicted = scores[budget]
+            scale = {k: t_draft_k[k] / t_draft_k[provisional] for k in budgets}
+            swept = analytic.StepTimes(t_step, verify, {k: min(measured_draft.values()) * scale[k] for k in budgets},
+                                       {(g, k): t * scale[k] for k in budgets for g, t in measured_draft.items()})
+            best = analytic.choose(swept, {k: alpha(k)[run.live] for k in budgets}, remaining=run.remaining(),
+                                   gammas=gammas)
+            budget, gamma, predicted = best.budget, best.gamma, best.predicted
         scale = t_draft_k[budget] / t_draft_k[provisional]
         control = controller(budget, {g: measured_draft.get(g, measured_draft[pilot_gamma]) * scale
                                       for g in gammas}, verify)
