@@ -3,7 +3,7 @@ load, the same kernels (and so the same arithmetic per token row) at every row c
 import numpy as np
 import pytest
 
-from refcomp.llm.model import CompiledLlama, FEW_ROWS
+from refcomp.llm.model import CompiledLlama, FEW_ROWS, MIN_ROTARY_POSITIONS, RotaryTable, rotary_tables
 from refcomp.llm.protocol import LlamaConfig
 from refcomp.llm.reference import random_weights
 from refcomp.loops.intrin import cpu
@@ -61,3 +61,15 @@ def test_a_rows_arithmetic_does_not_depend_on_the_rows_in_its_call(model, rng, r
         assert np.array_equal(part, full[:rows])
     else:  # products on sgemm or the matrix-vector build: the same values within float32 rounding
         np.testing.assert_allclose(part, full[:rows], rtol=1e-5, atol=1e-5)
+
+
+def test_the_rotary_table_gives_rotary_tables_bits_and_grows(rng):
+    # a step looks cos and sin up per position: the same bits as computing them for its positions
+    table = RotaryTable(CONFIG)
+    for top in (40, MIN_ROTARY_POSITIONS + 3, 5 * MIN_ROTARY_POSITIONS):
+        positions = rng.integers(0, top, (5, 1)) + np.arange(3)
+        cos, sin = table(positions)
+        want_cos, want_sin = rotary_tables(CONFIG, positions)
+        assert cos.shape == want_cos.shape == (5, 3, 1, CONFIG.dim_head)
+        assert np.array_equal(cos.view(np.uint32), want_cos.view(np.uint32))
+        assert np.array_equal(sin.view(np.uint32), want_sin.view(np.uint32))

@@ -182,6 +182,33 @@ def rotary_tables(config: LlamaConfig, positions: np.ndarray) -> tuple[np.ndarra
     return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
 
 
+class RotaryTable:
+    """rotary_tables' cos and sin, computed once per position and looked up by a step.
+
+    The table covers positions [0, size) and grows (to the next power of two, at least
+    MIN_ROTARY_POSITIONS) when a step reaches past it; its rows are rotary_tables' own values
+    (each element is a function of its position alone), so a lookup gives the same bits as
+    computing the step's positions afresh, without the per-step cos and sin."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        self.config = config
+        self._cos = self._sin = np.empty((0, config.dim_head), np.float32)
+
+    def __call__(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """cos and sin (b, t, 1, D) at int positions (b, t), as rotary_tables(config, positions)."""
+        needed = int(positions.max()) + 1 if positions.size else 0
+        if needed > len(self._cos):
+            size = max(MIN_ROTARY_POSITIONS, 1 << (needed - 1).bit_length())
+            cos, sin = rotary_tables(self.config, np.arange(size, dtype=np.int64)[None, :])
+            self._cos, self._sin = cos[0, :, 0], sin[0, :, 0]
+        shape = positions.shape + (1, self.config.dim_head)
+        return self._cos[positions].reshape(shape), self._sin[positions].reshape(shape)
+
+
+# The rotary table's first size (positions); it doubles from there as steps reach further.
+MIN_ROTARY_POSITIONS = 4096
+
+
 # Up to this many token rows per call, a model some of whose products go to the BLAS GEMM (shapes
 # refcomp's GEMM recipe does not tile) runs the shared build with refcomp's own kernels instead
 # (blas=False): a product with so few rows is a matrix-vector product, where the BLAS call costs
@@ -292,6 +319,7 @@ class CompiledLlama:
         self._many_calls_blas = False
         self._attention = PagedAttention(c.num_attention_heads // c.num_key_value_heads, c.dim_head,
                                          page_size, c.num_key_value_heads, kv_dtype)
+        self._rotary = RotaryTable(config)
 
     def new_cache(self, batch: int, max_tokens: int, *, streaming: StreamingBudget | None = None,
                   pages: int | None = None) -> PagedKVCache:
@@ -319,7 +347,7 @@ class CompiledLlama:
         """Logits of tokens appended at positions start[b] + t (pages already reserved)."""
         batch, steps = tokens.shape
         positions = start[:, None].astype(np.int64) + np.arange(steps, dtype=np.int64)
-        cos, sin = rotary_tables(self.config, positions)
+        cos, sin = self._rotary(positions)
         sinks, ring, window = cache.kernel_scalars()
         fn = self._functions(batch * steps)
         x = fn["embed"](np.ascontiguousarray(tokens), self._embed)

@@ -37,8 +37,8 @@ from ..ast.expr import as_int
 from ..shape.simplify import simplify_expr
 from .passes.lane_dependence import lanes_independent
 from .passes.simplify import reads_memory
-from .passes.lane_conditions import assume_true, hoistable_conditions
-from .passes.vector_expr import CannotVectorize, LaneVectorizer, every_lane_condition
+from .passes.lane_conditions import assume_false, assume_true, hoistable_conditions, negated_comparison
+from .passes.vector_expr import CannotVectorize, LaneVectorizer, every_lane_condition, lane_condition_is_convex
 
 logger = logging.getLogger("refcomp.lower")
 
@@ -176,7 +176,28 @@ class _LoopVectorizer(Mutator):
             fallback = seq(self._chunk(loop, base, half), self._chunk(loop, simplify_expr(base + half), half))
         else:
             fallback = _scalar_loop(loop, base, IntImm(lanes, var.dtype))
+        no_lane = self._no_lane_chunk(body, conditions, var, base, lanes)
+        if no_lane is not None:
+            fallback = IfThenElse(no_lane[0], no_lane[1], fallback)
         return IfThenElse(every_lane, vector_body, fallback)
+
+    def _no_lane_chunk(self, body: Stmt, conditions, var: Var, base: PrimExpr, lanes: int):
+        """(test, vector code) for a chunk no lane of which takes the branch, where the one
+        condition is a comparison whose negation is convex too (a concat's select: `i < 16` picks
+        the first part, so a chunk from 16 on reads the second part alone); None otherwise."""
+        if len(conditions) != 1:
+            return None
+        negated = negated_comparison(conditions[0])
+        if negated is None or not lane_condition_is_convex(negated, var):
+            return None
+        false_body = assume_false(body, conditions)
+        if false_body is None:
+            return None
+        try:
+            vector_body = LaneVectorizer(var, base, lanes).body(false_body)
+        except CannotVectorize:
+            return None
+        return _every_lane([negated], var, base, lanes), vector_body
 
 
 # At most this many cuts per loop: a row is the padding, the image, the padding.

@@ -181,6 +181,19 @@ def test_row_rule_applies_with_symbolic_rows(op, symbolic):
             np.testing.assert_allclose(interpreted, expected, rtol=2e-5, atol=2e-5)
 
 
+def test_symbolic_rows_are_reduced_in_vector_partials():
+    """A symbolic row count (an LLM step's token rows) still gets RMS norm's lane partials: rfactor
+    takes symbolic loops around the factored one."""
+    func, reference = _symbolic_kernel("rms_norm", ("n", 64))
+    scheduled = ds.schedule_kernel(func)
+    names = {b.name for b in walk(scheduled.body) if hasattr(b, "iter_vars")}
+    assert any(name.endswith("_rf") for name in names)
+    assert any(loop.kind == "vectorized" for loop in _loops(scheduled))
+    kernel = refcomp.build(scheduled)
+    for seed, n in enumerate([1, 3, 33]):
+        _run_at(kernel, reference, "rms_norm", ("n", 64), n, 1, seed)
+
+
 _SYMBOLIC_BUILDS = {}
 
 

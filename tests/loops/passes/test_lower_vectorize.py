@@ -145,6 +145,23 @@ def test_padded_rows_of_every_width_match(w):
     check_same_results(func, vectorized(func))
 
 
+def test_concat_select_runs_as_vectors_on_both_sides():
+    """A concat's select (the rotate-half of rotary embeddings: out[c] = -A[c + 16] below 16,
+    A[c - 16] from there): a chunk of 16 lanes lies on one side, so it runs as vector code with
+    the first branch or with the second (tested per chunk), no lane by lane."""
+    A, B = Buffer("A", (4 * 32,)), Buffer("B", (4 * 32,))
+    j, c0, c1 = Var("j"), Var("c0"), Var("c1")
+    c = c0 * 16 + c1
+    value = Call("if_then_else", (c < 16, const(0.0) - A[j * 32 + c + 16], A[j * 32 + c - 16]), "float32")
+    body = For(c1, 0, 16, "vectorized", BufferStore(B, value, (j * 32 + c,)))
+    func = PrimFunc((A, B), For(j, 0, 4, "serial", For(c0, 0, 2, "serial", body)))
+    result = vectorized(func)
+    assert not kept_loops(result) and not serial_loops(result, "c1")
+    stores = [s for s in collect(result, BufferStore) if s.value.dtype.lanes == 16]
+    assert len(stores) == 2
+    check_same_results(func, result)
+
+
 def test_guard_using_an_inner_loop_var_keeps_the_loop():
     A, B = Buffer("A", (64,)), Buffer("B", (8,))
     i, k = Var("i"), Var("k")

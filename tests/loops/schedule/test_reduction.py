@@ -2,6 +2,8 @@
 import numpy as np
 import pytest
 
+import refcomp
+
 from refcomp.ast import Buffer, min_
 from refcomp.loops.schedule import Schedule
 
@@ -62,8 +64,6 @@ def test_decompose_reduction_rejections():
     sch.reorder(k, i, j)
     assert_rejected(sch, lambda: sch.decompose_reduction(c, j),
                     "decompose_reduction: loop r0 above loop j binds a reduce iter of block C")
-    sch2 = Schedule(P.two_elementwise())
-    other = sch2.get_loops(sch2.get_block("B"))[0]
     sch3 = Schedule(P.matmul_relu())
     d_loop = sch3.get_loops(sch3.get_block("D"))[0]
     c3 = sch3.get_block("C")
@@ -148,6 +148,28 @@ def test_rfactor_rejections():
     sch = Schedule(P.two_elementwise())
     i, _ = sch.get_loops(sch.get_block("B"))
     assert_rejected(sch, lambda: sch.rfactor(i, 0), "rfactor: block B is not a reduction block")
+
+
+def test_rfactor_takes_symbolic_loops_around_the_factored_one(rng):
+    from refcomp import te
+
+    n, m = te.size_var("n", "int64"), te.size_var("m", "int64")
+    a = te.placeholder((n, 32), "float32", "A")
+    r = te.reduce_axis((0, 32), "r")
+    before = te.create_prim_func([a, te.compute((n,), lambda i: te.sum(a[i, r], axis=r), name="B")])
+    sch = Schedule(before)
+    _, k = sch.get_loops(sch.get_block("B"))
+    sch.rfactor(sch.split(k, [None, 16])[1], 0)
+    x = rng.standard_normal((5, 32)).astype(np.float32)
+    out = np.empty(5, np.float32)
+    refcomp.build(sch.func)(x, out)
+    np.testing.assert_allclose(out, x.sum(axis=1), rtol=1e-5, atol=1e-5)
+    # the factored loop's extent sizes the partials: it must be constant
+    a = te.placeholder((4, m), "float32", "A")
+    r = te.reduce_axis((0, m), "r")
+    sch = Schedule(te.create_prim_func([a, te.compute((4,), lambda i: te.sum(a[i, r], axis=r), name="B")]))
+    _, k = sch.get_loops(sch.get_block("B"))
+    assert_rejected(sch, lambda: sch.rfactor(k, 0), "rfactor: loop .* needs a constant extent and a zero start")
 
 
 def test_rfactor_of_the_whole_reduction_loop(rng):

@@ -4,7 +4,9 @@ An `if c:` or `if_then_else(c, a, b)` whose condition depends on the vectorised 
 convex in it (`vector_expr.lane_condition_is_convex`: e.g. an imperfect-split predicate, or the
 `1 <= x < w + 1` test of a padded convolution) holds for every lane of a chunk exactly when it
 holds at the chunk's ends.  `vectorize` tests that once, runs the body with those branches taken
-as vector code, and otherwise runs the chunk's lanes one by one as scalar code.
+as vector code, and otherwise runs the chunk's lanes one by one as scalar code.  A single
+comparison is also tested the other way (no lane takes the branch: a concat's second part, read
+where the lane index is past the first), the body then run with the other branches as vector code.
 """
 from __future__ import annotations
 
@@ -55,17 +57,38 @@ def assume_true(body: Stmt, conditions: list[PrimExpr]) -> Stmt:
     return _TakeTrueBranch({expr_key(c) for c in conditions}).visit(body)
 
 
+def assume_false(body: Stmt, conditions: list[PrimExpr]) -> Stmt | None:
+    """body with every if / if_then_else on one of conditions replaced by its false branch; None
+    when an `if` on one of them has no else (nothing to run in its place)."""
+    taker = _TakeTrueBranch({expr_key(c) for c in conditions}, branch=False)
+    result = taker.visit(body)
+    return None if taker.missing else result
+
+
+def negated_comparison(condition: PrimExpr) -> PrimExpr | None:
+    """`not condition` as one comparison (a < b -> a >= b, ...); None for any other form."""
+    from ...ast import GE, GT, LE, LT
+
+    flipped = {LT: GE, LE: GT, GT: LE, GE: LT}.get(type(condition))
+    return flipped(condition.a, condition.b) if flipped is not None else None
+
+
 class _TakeTrueBranch(Mutator):
-    def __init__(self, keys: set) -> None:
+    def __init__(self, keys: set, branch: bool = True) -> None:
         super().__init__()
         self.keys = keys
+        self.branch = branch
+        self.missing = False
 
     def visit_IfThenElse(self, stmt: IfThenElse) -> Stmt:
         if expr_key(stmt.condition) in self.keys:
-            return self.visit(stmt.then_case)
+            if not self.branch and stmt.else_case is None:
+                self.missing = True
+                return stmt
+            return self.visit(stmt.then_case if self.branch else stmt.else_case)
         return self.generic_visit(stmt)
 
     def visit_Call(self, call: Call) -> PrimExpr:
         if call.op == "if_then_else" and len(call.args) == 3 and expr_key(call.args[0]) in self.keys:
-            return self.visit(call.args[1])
+            return self.visit(call.args[1] if self.branch else call.args[2])
         return self.generic_visit(call)

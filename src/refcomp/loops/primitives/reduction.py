@@ -69,8 +69,6 @@ def decompose_reduction(func: PrimFunc, block: Block, loop: For) -> tuple[PrimFu
         init_stmt = For(var, l.min, l.extent, "serial", init_stmt)
     updated = realize.with_(block=block.with_(init=None))
     new_loop = _replace_below(loop, realize, updated)
-    from .tree import replace
-
     new_func = replace_in_func(func, {id(loop): seq(init_stmt, new_loop)})
     recheck_concurrent_loops(new_func, "decompose_reduction")
     return new_func, init_block
@@ -119,7 +117,7 @@ def rfactor(func: PrimFunc, loop: For, factor_axis: int) -> tuple[PrimFunc, Bloc
     (that loop spatial, writing the partials) and the write-back block, which keeps the original
     name and reduces the partials into out.  Returns the rf block.
     """
-    loop_path = locate_loop(func, loop, "rfactor")
+    locate_loop(func, loop, "rfactor")
     if loop.kind != "serial":
         raise ScheduleError(f"rfactor: loop {loop.loop_var.name} must be serial, it is {loop.kind}", ir=func, spot=loop)
     realizes = [s for s in walk(loop) if isinstance(s, BlockRealize)]
@@ -142,9 +140,11 @@ def rfactor(func: PrimFunc, loop: For, factor_axis: int) -> tuple[PrimFunc, Bloc
         if s and r:
             raise ScheduleError(f"rfactor: loop {l.loop_var.name} binds both spatial and reduce iters",
                                 ir=func, spot=l)
-        if const_int(l.extent) is None or const_int(l.min) != 0:
-            raise ScheduleError(f"rfactor: loop {l.loop_var.name} needs a constant extent and a zero start",
-                                ir=func, spot=l)
+        # the factored loop's extent sizes the partials' buffer; the others may be symbolic (the
+        # rows of a row reduction: partials and write-back run over the same rows)
+        if (l is loop and const_int(l.extent) is None) or const_int(l.min) != 0:
+            raise ScheduleError(f"rfactor: loop {l.loop_var.name} needs "
+                                f"{'a constant extent and ' if l is loop else ''}a zero start", ir=func, spot=l)
     outermost = loops[0]
     if len([s for s in walk(outermost) if isinstance(s, BlockRealize)]) != 1:
         raise ScheduleError(f"rfactor: block {block.name} must be the only block of its loop nest", ir=func,
@@ -220,8 +220,8 @@ def rfactor(func: PrimFunc, loop: For, factor_axis: int) -> tuple[PrimFunc, Bloc
     wb_block = Block(block.name, tuple(wb_spatial) + (wb_rf,),
                      (wb_out_point, BufferRegion(rf_buffer, tuple(Range(i, 1) for i in wb_rf_index))),
                      (wb_out_point,), wb_body, init=wb_init, annotations=block.annotations)
-    wb_loop_vars = [Var(f"ax{k}") for k in range(len(wb_spatial) + 1)]
     wb_doms = [iv.dom for iv in wb_spatial] + [wb_rf.dom]
+    wb_loop_vars = [Var(f"ax{k}", dom.extent.dtype) for k, dom in enumerate(wb_doms)]
     wb_stmt: Stmt = BlockRealize(tuple(wb_loop_vars), realize.predicate if False else _true(), wb_block)
     for var, dom in reversed(list(zip(wb_loop_vars, wb_doms))):
         wb_stmt = For(var, dom.min, dom.extent, "serial", wb_stmt)
