@@ -29,10 +29,6 @@ def _check(argv: list[str]) -> int:
 def _generate(argv: list[str]) -> int:
     from .llm.command import main
 
-    if not any(arg in ("-h", "--help", "--reference") for arg in argv):
-        # the text starts only once the model is built: say why nothing shows yet
-        print("refcomp generate: building the model's kernels first (a minute or two the first time; later "
-              "runs take them from the build cache)", file=sys.stderr, flush=True)
     return main(argv)
 
 
