@@ -51,7 +51,11 @@ def _load(args: argparse.Namespace) -> list[tuple[str, Any]]:
         shapes = {}
         for item in args.input or []:
             name, _, dims = item.partition("=")
-            shapes[name] = tuple(_ints(dims))
+            try:
+                shapes[name.strip()] = tuple(_ints(dims))
+            except argparse.ArgumentTypeError as error:
+                raise RefcompError(f"--input expects NAME=D0,D1,... with positive integer dims, got {item!r}: "
+                                   f"{error}") from None
         return [(os.path.basename(what), from_onnx(what, shapes or None))]
     if os.path.isfile(what):
         from .shape.check import LoadError, load_targets
