@@ -22,6 +22,8 @@ def test_help_and_unknown_command():
 def test_version():
     result = run("version")
     assert result.returncode == 0 and result.stdout.startswith("refcomp ")
+    result = run("version", "extra")
+    assert result.returncode == 2 and "unrecognized arguments: extra" in result.stderr
 
 
 @pytest.fixture

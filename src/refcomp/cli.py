@@ -35,6 +35,8 @@ def _generate(argv: list[str]) -> int:
 def _version(argv: list[str]) -> int:
     from .version import __version__
 
+    argparse.ArgumentParser(prog="refcomp version", description="print the version").parse_args(argv)
+
     print(f"refcomp {__version__}")
     return 0
 

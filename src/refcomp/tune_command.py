@@ -154,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.trials < 1:
         print("refcomp tune: --trials must be positive", file=sys.stderr)
         return 2
+    if args.max_seconds is not None and not args.max_seconds > 0:
+        print(f"refcomp tune: --max-seconds must be a positive number of seconds, got {args.max_seconds}",
+              file=sys.stderr)
+        return 2
     from .ast.function import PrimFunc
     from .tune import Database
 

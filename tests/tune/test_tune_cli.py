@@ -44,6 +44,8 @@ def test_refcomp_tune_a_script_file(tmp_path, capsys):
     (["tune", "matmul", "--shape", "8,8"], "does not fit matmul"),
     (["tune", "missing.onnx"], "no such file"),
     (["tune", "matmul", "--shape", "8,8,8", "--trials", "0"], "--trials must be positive"),
+    (["tune", "matmul", "--shape", "8,8,8", "--max-seconds", "-5"], "--max-seconds must be a positive number"),
+    (["tune", "matmul", "--shape", "8,8,8", "--max-seconds", "nan"], "--max-seconds must be a positive number"),
     (["tune", "matmul", "--shape", "8,8,8", "--trials", "1", "--target", "bogus"], "unknown kind 'bogus'"),
 ])
 def test_refcomp_tune_bad_input_is_a_clear_error(argv, message, capsys):
