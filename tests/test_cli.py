@@ -22,6 +22,8 @@ def test_help_and_unknown_command():
 def test_version():
     result = run("version")
     assert result.returncode == 0 and result.stdout.startswith("refcomp ")
+    result = run("version", "extra")
+    assert result.returncode == 2 and "unrecognized arguments: extra" in result.stderr
 
 
 @pytest.fixture
@@ -81,13 +83,19 @@ def test_a_missing_c_compiler_is_one_clear_line_not_a_traceback(tmp_path):
 def test_generate_says_on_stderr_that_it_builds_first(monkeypatch, capsys):
     import refcomp.llm.command
     from refcomp.cli import main
+    from refcomp.errors import RefcompError
 
     seen = []
-    monkeypatch.setattr(refcomp.llm.command, "main", lambda argv: seen.append(argv) or 0)
-    assert main(["generate", "--prompt", "def f("]) == 0
+
+    def load_model(path, compiled=True, **options):
+        seen.append(compiled)
+        raise RefcompError("stop here")
+
+    monkeypatch.setattr(refcomp.llm.command, "load_model", load_model)
+    assert main(["generate", "--prompt", "def f("]) == 1
     assert "building the model's kernels first" in capsys.readouterr().err
-    assert main(["generate", "--prompt", "def f(", "--reference"]) == 0  # numpy: nothing to build
-    assert capsys.readouterr().err == "" and seen == [["--prompt", "def f("], ["--prompt", "def f(", "--reference"]]
+    assert main(["generate", "--prompt", "def f(", "--reference"]) == 1  # numpy: nothing to build
+    assert "building" not in capsys.readouterr().err and seen == [True, False]
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -41,3 +41,24 @@ def test_the_demo_model_runs_compiled_and_matches_numpy(rng, capsys):
     assert error < 1e-5
     out = capsys.readouterr().out
     assert "refcomp (compiled)" in out and "numpy" in out
+
+
+def test_the_header_names_the_isa_and_the_thread_count(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    line = demo.header()
+    assert line.startswith(f"refcomp demo on {demo.isa()}: ") and ", 3 threads, checked against numpy" in line
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert ", 1 thread, " in demo.header()
+    monkeypatch.setenv("OMP_NUM_THREADS", "nonsense")
+    assert demo.openmp_threads() >= 1
+
+
+def test_main_prints_the_header_the_table_and_the_note_on_busy_cores(monkeypatch, capsys):
+    monkeypatch.setattr(demo, "MODEL_SIZES", {"batch": 4, "hidden": 16, "ffn": 24})
+    monkeypatch.setattr(demo, "SETTLE_SECONDS", 0.0)
+    every = demo._kernels
+    monkeypatch.setattr(demo, "_kernels", lambda rng: iter([next(every(rng))]))
+    assert demo.main() == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == demo.header() and any(line.startswith("elementwise silu") for line in out)
+    assert out[-1].endswith("OMP_NUM_THREADS=1 refcomp demo then compares one core with one core.")

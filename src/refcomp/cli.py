@@ -29,15 +29,13 @@ def _check(argv: list[str]) -> int:
 def _generate(argv: list[str]) -> int:
     from .llm.command import main
 
-    if not any(arg in ("-h", "--help", "--reference") for arg in argv):
-        # the text starts only once the model is built: say why nothing shows yet
-        print("refcomp generate: building the model's kernels first (a minute or two the first time; later "
-              "runs take them from the build cache)", file=sys.stderr, flush=True)
     return main(argv)
 
 
 def _version(argv: list[str]) -> int:
     from .version import __version__
+
+    argparse.ArgumentParser(prog="refcomp version", description="print the version").parse_args(argv)
 
     print(f"refcomp {__version__}")
     return 0

@@ -8,6 +8,7 @@ pools stop spinning; the printed ISA is what gcc -march=native targets.
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable
 
@@ -101,6 +102,25 @@ def isa() -> str:
     return describe()
 
 
+def openmp_threads() -> int:
+    """The threads a parallel loop of the compiled kernels runs on: OMP_NUM_THREADS when it is a
+    positive integer (its first entry), else the CPUs this process may run on (libgomp's default)."""
+    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if first.isdigit() and int(first) > 0:
+        return int(first)
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def header() -> str:
+    """The demo's first line: the ISA, the compiler flags and the thread count the times are of."""
+    threads = openmp_threads()
+    return (f"refcomp demo on {isa()}: compiled with gcc -O3 -march=native -fopenmp, {threads} "
+            f"thread{'s' if threads != 1 else ''}, checked against numpy")
+
+
 MODEL_SIZES = {"batch": 64, "hidden": 256, "ffn": 1024}
 
 
@@ -185,12 +205,12 @@ def model_section(rng, sizes: dict | None = None) -> float:
 def main() -> int:
     """Run the model comparison, then build, run and compare the demo kernels (one row each)."""
     rng = np.random.default_rng()
-    print(f"refcomp demo on {isa()}: compiled with gcc -O3 -march=native -fopenmp, checked against numpy\n")
+    print(header() + "\n")
     worst = model_section(rng)
     print()
-    header = f"{'kernel':<30} {'shape':<18} {'loops':<14} {'max error':>10} {'refcomp ms':>11} {'numpy ms':>9} {'speed-up':>9}"
-    print(header)
-    print("-" * len(header))
+    columns = f"{'kernel':<30} {'shape':<18} {'loops':<14} {'max error':>10} {'refcomp ms':>11} {'numpy ms':>9} {'speed-up':>9}"
+    print(columns)
+    print("-" * len(columns))
     for name, func, inputs, out, reference in _kernels(rng):
         scheduled, how = _schedule(func)
         lib = build(scheduled)
@@ -207,6 +227,8 @@ def main() -> int:
               f"{t_np / t_ref:8.2f}x")
     print("\nmax error is relative to the largest output magnitude; every kernel is also run by the")
     print("reference interpreter in the test suite (python -m pytest).")
+    print("Times are the best of several calls. On a machine whose cores are busy with other work, threads")
+    print("wait for cores; OMP_NUM_THREADS=1 refcomp demo then compares one core with one core.")
     return 0 if worst < 1e-3 else 1
 
 

@@ -51,7 +51,11 @@ def _load(args: argparse.Namespace) -> list[tuple[str, Any]]:
         shapes = {}
         for item in args.input or []:
             name, _, dims = item.partition("=")
-            shapes[name] = tuple(_ints(dims))
+            try:
+                shapes[name.strip()] = tuple(_ints(dims))
+            except argparse.ArgumentTypeError as error:
+                raise RefcompError(f"--input expects NAME=D0,D1,... with positive integer dims, got {item!r}: "
+                                   f"{error}") from None
         return [(os.path.basename(what), from_onnx(what, shapes or None))]
     if os.path.isfile(what):
         from .shape.check import LoadError, load_targets
@@ -149,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     if args.trials < 1:
         print("refcomp tune: --trials must be positive", file=sys.stderr)
+        return 2
+    if args.max_seconds is not None and not args.max_seconds > 0:
+        print(f"refcomp tune: --max-seconds must be a positive number of seconds, got {args.max_seconds}",
+              file=sys.stderr)
         return 2
     from .ast.function import PrimFunc
     from .tune import Database

@@ -83,6 +83,11 @@ def test_unbounded_dim_is_refused_with_its_name(tmp_path):
         export_c(bb.get(), tmp_path, bounds={"tokens": 0})
     result = export_c(bb.get(), tmp_path, bounds={"tokens": 5})
     assert result.inputs[0].shape == (5, 8)
+    # random inputs at a huge bound would not fit in memory (nor in test_data.h): named, not a MemoryError
+    with pytest.raises(BuildError, match=r"input x of shape \(100000000000, 8\) alone is 3200000000000 bytes"):
+        export_c(bb.get(), tmp_path / "huge", bounds={"tokens": 10 ** 11})
+    result = export_c(bb.get(), tmp_path / "huge", bounds={"tokens": 10 ** 11}, inputs=[np.ones((3, 8), np.float32)])
+    assert result.inputs[0].shape == (3, 8)
 
 
 def test_bad_arguments_are_build_errors(tmp_path, rng):

@@ -26,6 +26,31 @@ def test_truncated_protobuf_is_refused():
             from_onnx(data[:cut])
 
 
+def test_an_empty_file_is_refused(tmp_path):
+    """protobuf reads zero bytes as an empty ModelProto; the importer names the problem instead of
+    returning a model with no inputs and no outputs."""
+    path = tmp_path / "empty.onnx"
+    path.write_bytes(b"")
+    with pytest.raises(IRError, match=r"the model '.*empty\.onnx' has no graph outputs: an empty file"):
+        from_onnx(path)
+    with pytest.raises(IRError, match="has no graph outputs"):
+        from_onnx(b"")
+
+
+@pytest.mark.parametrize("shapes, message", [
+    ({"y": (2, 4)}, r"shape_dict names 'y', which is no input of the model \(inputs: x\)"),
+    ({"x": (2,)}, r"gives input x the shape \(2,\), but the model declares \(n, 4\): 2 dims, not 1"),
+    ({"x": (2, 5)}, r"gives input x the shape \(2, 5\), but the model declares \(n, 4\)$"),
+    ({"x": 2}, r"shape_dict\['x'\] must be a tuple of ints and dim names, got 2"),
+])
+def test_a_shape_dict_that_does_not_fit_the_inputs_is_named(shapes, message):
+    relu = model([helper.make_node("Relu", ["x"], ["y"])], [x_info()])
+    with pytest.raises(IRError, match=message):
+        from_onnx(relu, shape_dict=shapes)
+    mod = from_onnx(relu, shape_dict={"x": (3, 4)})            # a size for the symbolic dim is fine
+    assert [int(d.value) for d in mod["main"].params[0].struct_info.shape] == [3, 4]
+
+
 def test_a_node_with_the_wrong_input_count_is_named():
     with pytest.raises(IRError, match=r"node lonely \(Add\)"):
         from_onnx(model([helper.make_node("Add", ["x"], ["y"], name="lonely")], [x_info()]))

@@ -105,6 +105,15 @@ def test_size_var_shared_by_two_params_is_checked_in_c():
     fast, _ = both(ex)
     with pytest.raises(refcomp.ArgumentError, match="dim 0 is 4 but must be n = 3"):
         fast["main"](np.ones(3, "float32"), np.ones(4, "float32"))
+    fixed = Var("x", tensor((n, 16)))
+    bb = BlockBuilder()
+    with bb.function("main", [fixed]):
+        with bb.dataflow():
+            out = bb.emit_output(op.relu(fixed))
+        bb.emit_func_output(out)
+    for run in both(refcomp.graph.build(bb.get(), target="c")):   # compiled C and the VM: one text
+        with pytest.raises(refcomp.ArgumentError, match=r"argument x: dim 1 is 15 but must be 16 \(shape \(3, 15\)"):
+            run["main"](np.ones((3, 15), "float32"))
     np.testing.assert_array_equal(fast["main"](np.arange(3, dtype="float32"), np.ones(3, "float32")),
                                   np.arange(3) + 1)
 

@@ -132,6 +132,33 @@ def test_unknown_architecture(tmp_path, rng, config, message):
         load_checkpoint(path)
 
 
+@pytest.mark.parametrize("setting, message", [
+    ({"hidden_act": "gelu"}, "hidden_act 'gelu' is not supported"),
+    ({"attention_bias": True}, "attention_bias is set"),
+    ({"mlp_bias": True}, "mlp_bias is set"),
+])
+def test_options_the_model_does_not_compute_are_refused(tmp_path, rng, setting, message):
+    """Same tensor names and shapes, another model: loading it would silently compute the wrong one."""
+    path = _saved(tmp_path, rng)
+    (path / "config.json").write_text(json.dumps({**CONFIG.to_hf(), **setting}))
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(path)
+    (path / "config.json").write_text(json.dumps({**CONFIG.to_hf(), "hidden_act": "swish"}))
+    assert load_checkpoint(path)[0] == CONFIG       # transformers' other name for silu
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_weight_is_named(tmp_path, rng, bad):
+    weights = random_weights(rng)
+    norm = weights["model.norm.weight"]
+    spot = int(rng.integers(norm.size))
+    norm[spot] = bad
+    path = _saved(tmp_path, rng, **{"model.norm.weight": norm})
+    with pytest.raises(CheckpointError, match=rf"tensor model\.norm\.weight holds 1 non-finite value\(s\) "
+                                              rf"\(NaN or inf\), the first at flat index {spot}"):
+        load_checkpoint(path)
+
+
 def test_truncated_file(tmp_path, rng):
     path = _saved(tmp_path, rng)
     data = (path / "model.safetensors").read_bytes()

@@ -164,6 +164,53 @@ def test_generate_command(byte_checkpoint):
     assert result.returncode == 1 and "exceeds the model's context of 256" in result.stderr
 
 
+@pytest.mark.parametrize("extra, length, message", [
+    ([], 300, "--prompt is 300 tokens (bytes) long; with 200 new tokens it exceeds the model's context of "
+              "256 tokens (max_position_embeddings): at most 56 bytes of prompt fit"),
+    (["--max-new-tokens", "256"], 1, "no prompt fits; lower --max-new-tokens"),
+    (["--max-new-tokens", "6"], 251, "with 6 new tokens it exceeds the model's context of 256 tokens "
+                                     "(max_position_embeddings): at most 250 bytes of prompt fit"),
+    (["--max-new-tokens", "6", "--speculative", "--gamma", "3"], 248,
+     "with 6 new tokens and 3 positions of speculation it exceeds"),
+])
+def test_generate_refuses_a_prompt_beyond_the_context_before_building(byte_checkpoint, monkeypatch, capsys,
+                                                                      extra, length, message):
+    """The context is read from config.json: nothing is built and no text is written first."""
+    import refcomp.llm.command as command
+
+    def load_model(*args, **kwargs):
+        raise AssertionError("the model was loaded before the prompt was checked against the context")
+
+    monkeypatch.setattr(command, "load_model", load_model)
+    path = byte_checkpoint[0]
+    assert command.main(["--model", str(path), "--prompt", "x" * length, *extra]) == 1
+    out = capsys.readouterr()
+    assert message in out.err and out.out == "" and "building" not in out.err
+
+
+def test_generate_builds_the_kernels_before_the_clock_starts(byte_checkpoint, monkeypatch, capsys):
+    """A compiled model builds a call's functions on first use; the command has them built (prepare)
+    for the prompt's call and a decode step's before it times the prefill and the decoding."""
+    import refcomp.llm.command as command
+
+    path, config, weights = byte_checkpoint
+    calls = []
+
+    class Prepared(ReferenceLlama):
+        def prepare(self, rows):
+            calls.append(("prepare", tuple(rows)))
+
+        def forward(self, tokens, cache):
+            calls.append(("forward", tokens.shape[1]))
+            return super().forward(tokens, cache)
+
+    monkeypatch.setattr(command, "load_model", lambda *a, **k: (Prepared(config, weights), "compiled"))
+    assert command.main(["--model", str(path), "--prompt", "def f(", "--max-new-tokens", "3"]) == 0
+    assert calls == [("prepare", (6, 1)), ("forward", 6), ("forward", 1), ("forward", 1)]
+    out = capsys.readouterr()
+    assert out.out.startswith("def f(") and "building the model's kernels first" in out.err
+
+
 @pytest.mark.skipif(not (DEFAULT_MODEL / "model.safetensors").is_file(), reason="the shipped model is absent")
 def test_shipped_model_has_learned_python():
     config, weights = load_checkpoint(DEFAULT_MODEL)

@@ -79,3 +79,16 @@ def test_bad_parameters():
         SamplingParams(top_p=0.0)
     with pytest.raises(ArgumentError, match="Generator"):
         sample(np.zeros((1, 4)), SamplingParams(temperature=1.0))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_nan_logits_are_refused(rng, temperature):
+    """A NaN logit (a broken model) is named, not turned into token 0 by argmax."""
+    logits = rng.standard_normal((3, 2, 20))
+    logits[2, 1, int(rng.integers(20))] = np.nan
+    with pytest.raises(ArgumentError, match=r"logits of row \(2, 1\) hold NaN"):
+        SamplingParams(temperature=temperature).distribution(logits)
+    logits[2, 1] = -np.inf
+    logits[2, 1, 4] = 0.0                       # -inf logits mask tokens: still a distribution
+    np.testing.assert_array_equal(SamplingParams(temperature=temperature).distribution(logits)[2, 1],
+                                  np.eye(20)[4])

@@ -37,6 +37,19 @@ def test_products_run_on_refcomp_gemm_with_one_shared_kernel_set(model):
         assert model._functions(1) is model._functions(64) and model._fn_few is None
 
 
+def test_prepare_builds_what_a_call_of_those_rows_uses():
+    """prepare((prompt rows, 1)) leaves nothing for a first forward to build; bad counts are named."""
+    from refcomp.errors import ArgumentError
+
+    fresh = CompiledLlama(CONFIG, random_weights(CONFIG, seed=5, scale=0.3), kv_dtype="float32")
+    assert fresh._fn_many is None and fresh._fn_few is None
+    fresh.prepare((FEW_ROWS + 3, 1))
+    assert fresh._fn_many is not None and (fresh._fn_few is not None) is fresh._many_calls_blas
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ArgumentError, match="row counts must be positive integers"):
+            fresh.prepare((bad,))
+
+
 def test_logits_match_the_numpy_reference(model, rng):
     tokens = rng.integers(0, CONFIG.vocab_size, (3, 7))
     cache = model.new_cache(3, 32)

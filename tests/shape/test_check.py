@@ -93,6 +93,14 @@ def test_load_errors_exit_two(tmp_path, capsys):
     assert main([]) == 2
 
 
+def test_a_binary_file_is_a_load_error_not_a_traceback(tmp_path, capsys):
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"\x08\x07\x12\xa4\xff\x00binary")
+    assert main([str(model)]) == 2
+    err = capsys.readouterr().err
+    assert "model.onnx: not a text file (byte 3 is not UTF-8)" in err and "an ONNX model?" in err
+
+
 def test_script_format_file(tmp_path):
     n = te.size_var("n")
     A = te.placeholder((n,), "float32", "A")

@@ -44,6 +44,8 @@ def test_refcomp_tune_a_script_file(tmp_path, capsys):
     (["tune", "matmul", "--shape", "8,8"], "does not fit matmul"),
     (["tune", "missing.onnx"], "no such file"),
     (["tune", "matmul", "--shape", "8,8,8", "--trials", "0"], "--trials must be positive"),
+    (["tune", "matmul", "--shape", "8,8,8", "--max-seconds", "-5"], "--max-seconds must be a positive number"),
+    (["tune", "matmul", "--shape", "8,8,8", "--max-seconds", "nan"], "--max-seconds must be a positive number"),
     (["tune", "matmul", "--shape", "8,8,8", "--trials", "1", "--target", "bogus"], "unknown kind 'bogus'"),
 ])
 def test_refcomp_tune_bad_input_is_a_clear_error(argv, message, capsys):
@@ -94,3 +96,10 @@ def test_refcomp_tune_an_onnx_model_with_a_symbolic_dim_says_to_give_its_shape(t
     onnx.save(model, str(path))
     assert main(["tune", str(path), "--trials", "1", "--quiet"]) == 1
     assert "no kernel with constant shapes to tune; give the inputs' shapes with --input" in capsys.readouterr().out
+    for given, message in [("x=a,b", "--input expects NAME=D0,D1,... with positive integer dims, got 'x=a,b'"),
+                           ("x", "--input expects NAME=D0,D1,..."),
+                           ("y=2,16", "shape_dict names 'y', which is no input of the model (inputs: x)"),
+                           ("x=2", "gives input x the shape (2,), but the model declares (batch, 16)")]:
+        assert main(["tune", str(path), "--input", given, "--trials", "1", "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err

@@ -46,9 +46,22 @@ class ExportResult:
     plan: ExportPlan | None = None
 
 
+# The most bytes of random inputs export_c records for the test harness by default (test_data.h
+# holds them as C text, several times larger): bounds above it need inputs= of a smaller size.
+MAX_RECORDED_BYTES = 64 << 20
+
+
 def _recorded_inputs(plan: ExportPlan, inputs: Any, seed: int) -> list[np.ndarray]:
     names = [s.name for s in plan.inputs]
     if inputs is None:
+        sizes = [(spec, int(np.prod(spec.max_dims, dtype=object))
+                  * (2 if spec.dtype == "bfloat16" else np.dtype(spec.dtype).itemsize)) for spec in plan.inputs]
+        if sum(size for _, size in sizes) > MAX_RECORDED_BYTES:
+            spec, size = max(sizes, key=lambda item: item[1])
+            raise BuildError(f"export_c: the test harness records random inputs at the bounds, and input "
+                             f"{spec.name} of shape {tuple(spec.max_dims)} alone is {size} bytes (at most "
+                             f"{MAX_RECORDED_BYTES} in all); lower the bounds, or record smaller inputs "
+                             f"(API: inputs=...)")
         rng = np.random.default_rng(seed)
         out = []
         for spec in plan.inputs:

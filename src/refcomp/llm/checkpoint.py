@@ -5,7 +5,7 @@ A safetensors file is an 8-byte little-endian header length N, N bytes of JSON m
 name to `{"dtype", "shape", "data_offsets": [begin, end]}` (offsets into the bytes after the header;
 an optional `"__metadata__"` entry of strings), then the raw little-endian tensor bytes.  F32, F16
 and BF16 tensors are read and returned as float32; every tensor a Llama model needs is checked for
-presence and shape against the config, and each problem is a `CheckpointError` naming the tensor.
+presence and shape against the config and for finite values, and each problem is a `CheckpointError` naming the tensor.
 """
 from __future__ import annotations
 
@@ -54,7 +54,9 @@ def _ignorable(name: str, config: LlamaConfig) -> bool:
 
 
 def check_weights(config: LlamaConfig, weights: Mapping[str, np.ndarray], where: str = "checkpoint") -> dict[str, np.ndarray]:
-    """The weights a model of `config` needs, as C-contiguous float32, after checking each one's presence and shape."""
+    """The weights a model of `config` needs, as C-contiguous float32, after checking each one's presence,
+    shape and values (finite: a NaN or inf weight would make every logit NaN, and greedy decoding
+    would then emit arbitrary tokens)."""
     shapes = expected_shapes(config)
     missing = [name for name in shapes if name not in weights]
     if missing:
@@ -71,6 +73,10 @@ def check_weights(config: LlamaConfig, weights: Mapping[str, np.ndarray], where:
         if array.dtype.kind != "f":
             raise CheckpointError(f"{where}: tensor {name} has dtype {array.dtype}, expected a float type")
         out[name] = np.ascontiguousarray(array, dtype=np.float32)
+        if not np.isfinite(out[name]).all():
+            bad = np.flatnonzero(~np.isfinite(out[name]))
+            raise CheckpointError(f"{where}: tensor {name} holds {bad.size} non-finite value(s) (NaN or inf), "
+                                  f"the first at flat index {int(bad[0])}: the model would compute NaN")
     if config.tie_word_embeddings and "lm_head.weight" in weights:
         head = np.asarray(weights["lm_head.weight"])
         if tuple(head.shape) != shapes["model.embed_tokens.weight"]:
@@ -188,12 +194,19 @@ def read_config(directory: str | os.PathLike) -> LlamaConfig:
     return LlamaConfig.from_hf(mapping)
 
 
-def load_checkpoint(path: str | os.PathLike) -> tuple[LlamaConfig, dict[str, np.ndarray]]:
-    """(config, weights) of a Hugging Face Llama checkpoint directory; weights float32, by HF name."""
+def checkpoint_config(path: str | os.PathLike) -> LlamaConfig:
+    """The LlamaConfig of a checkpoint directory, without reading its weights: what a caller checks
+    its arguments against (a prompt against the context) before the slower load."""
     directory = Path(path)
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: not a checkpoint directory (config.json + model.safetensors)")
-    config = read_config(directory)
+    return read_config(directory)
+
+
+def load_checkpoint(path: str | os.PathLike) -> tuple[LlamaConfig, dict[str, np.ndarray]]:
+    """(config, weights) of a Hugging Face Llama checkpoint directory; weights float32, by HF name."""
+    directory = Path(path)
+    config = checkpoint_config(directory)
     tensors: dict[str, np.ndarray] = {}
     if (directory / SAFETENSORS).exists():
         tensors = read_safetensors(directory / SAFETENSORS)

@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ..errors import ArgumentError, RefcompError
 from . import tokenizer
 from .cache import KV_DTYPES
 from .generate import generate
+from .checkpoint import checkpoint_config
 from .loading import DEFAULT_MODEL, load_model
 from .sampling import SamplingParams
-from .speculative import SpeculativeConfig, magicdec_generate, speculative_generate
+from .speculative import MAGICDEC_GAMMAS, SpeculativeConfig, magicdec_generate, speculative_generate
 
 
 def parser() -> argparse.ArgumentParser:
@@ -41,6 +43,17 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check_context(prompt: int, new_tokens: int, speculation: int, context: int) -> None:
+    """ArgumentError unless the prompt, the new tokens and a speculative round's extra positions fit
+    in the model's context (the decoders check the same; here it is before the model is built)."""
+    if prompt + new_tokens + speculation > context:
+        extra = f" and {speculation} positions of speculation" if speculation else ""
+        room = context - new_tokens - speculation
+        fits = f"at most {room} bytes of prompt fit" if room > 0 else "no prompt fits; lower --max-new-tokens"
+        raise ArgumentError(f"--prompt is {prompt} tokens (bytes) long; with {new_tokens} new tokens{extra} it "
+                            f"exceeds the model's context of {context} tokens (max_position_embeddings): {fits}")
+
+
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     try:
@@ -53,12 +66,25 @@ def main(argv: list[str]) -> int:
             raise ArgumentError("--prompt is empty; at least one character is needed")
         if args.kv_dtype is not None and args.reference:
             raise ArgumentError("--kv-dtype sets the compiled model's KV pages; the reference model keeps float32")
-        options = {} if args.kv_dtype is None else {"kv_dtype": args.kv_dtype}
-        model, kind = load_model(args.model, compiled=not args.reference, **options)
-        if model.config.vocab_size != tokenizer.VOCAB_SIZE:
+        path = Path(args.model) if args.model else DEFAULT_MODEL
+        config = checkpoint_config(path)
+        if config.vocab_size != tokenizer.VOCAB_SIZE:
             raise RefcompError(f"refcomp generate reads text with the byte-level tokenizer (256 tokens); "
-                               f"this model's vocabulary has {model.config.vocab_size}")
+                               f"this model's vocabulary has {config.vocab_size}")
         prompt = tokenizer.encode(args.prompt)
+        speculation = {"fixed": args.gamma, "auto": max(MAGICDEC_GAMMAS)}.get(args.speculative, 0)
+        _check_context(len(prompt), args.max_new_tokens, speculation, config.max_position_embeddings)
+        options = {} if args.kv_dtype is None else {"kv_dtype": args.kv_dtype}
+        if not args.reference:
+            # the text starts only once the model is built: say why nothing shows yet
+            print("refcomp generate: building the model's kernels first (a minute or two the first time; "
+                  "later runs take them from the build cache)", file=sys.stderr, flush=True)
+        model, kind = load_model(path, compiled=not args.reference, **options)
+        prepare = getattr(model, "prepare", None)
+        if prepare is not None:
+            # the compiled model builds a call's functions on its first use: build the prompt's and a
+            # decode step's now, so that the prefill and tokens/s printed below time the model only
+            prepare((len(prompt), 1))
         decoder = tokenizer.StreamDecoder()
 
         def show(new: list[list[int]]) -> None:

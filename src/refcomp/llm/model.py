@@ -361,6 +361,15 @@ class CompiledLlama:
             x = dense["mlp_down"](*dense["attn_out"](x, attn_rows))
         return fn["head"](x)
 
+    def prepare(self, rows: Sequence[int] = (1,)) -> None:
+        """Build (or take from the build cache) the compiled functions that forward calls of these
+        token-row counts (batch x tokens) use.  forward builds them on first use otherwise, inside
+        whatever is being timed: a first prefill would then report the build's seconds."""
+        for count in rows:
+            if not isinstance(count, (int, np.integer)) or isinstance(count, bool) or count < 1:
+                raise ArgumentError(f"prepare: row counts must be positive integers, got {count!r}")
+            self._functions(int(count))
+
     def _functions(self, rows: int) -> dict[str, Any]:
         """The compiled dense functions for a call of `rows` token rows (built on first use):
         {"embed": f, "layers": [{name: f} per layer], "head": f}, each f taking the activations.

@@ -19,6 +19,10 @@ class CheckpointError(RefcompError):
     """A checkpoint or its config cannot be loaded: a missing or mis-shaped tensor, an unknown architecture."""
 
 
+#: config.json's hidden_act values that name the SiLU the models compute (transformers maps both to it).
+SUPPORTED_ACTIVATIONS = ("silu", "swish")
+
+
 @dataclass(frozen=True)
 class LlamaConfig:
     """The hyperparameters of a Llama-architecture model, named as in Hugging Face's `config.json`."""
@@ -60,7 +64,8 @@ class LlamaConfig:
 
     @classmethod
     def from_hf(cls, config: Mapping[str, Any]) -> "LlamaConfig":
-        """Read a Hugging Face `config.json` mapping; anything but a Llama architecture is refused."""
+        """Read a Hugging Face `config.json` mapping; anything but a Llama architecture is refused, and so
+        are the options the models do not compute (rope_scaling, another hidden_act, biases)."""
         architectures = config.get("architectures") or []
         model_type = config.get("model_type")
         if model_type != "llama" and "LlamaForCausalLM" not in architectures:
@@ -69,6 +74,14 @@ class LlamaConfig:
                 "refcomp.llm loads LlamaForCausalLM checkpoints (model_type 'llama')")
         if config.get("rope_scaling"):
             raise CheckpointError(f"config.json: rope_scaling {config['rope_scaling']!r} is not supported")
+        # what the compiled and reference models compute: SiLU gating, no biases; anything else
+        # would load (the weights have the same names and shapes) and silently compute another model
+        if config.get("hidden_act", "silu") not in SUPPORTED_ACTIVATIONS:
+            raise CheckpointError(f"config.json: hidden_act {config['hidden_act']!r} is not supported; "
+                                  f"refcomp.llm computes the MLP with silu")
+        for bias in ("attention_bias", "mlp_bias"):
+            if config.get(bias):
+                raise CheckpointError(f"config.json: {bias} is set; refcomp.llm's Llama has no bias terms")
         missing = [name for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                                      "num_attention_heads") if name not in config]
         if missing:

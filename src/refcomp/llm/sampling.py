@@ -43,6 +43,11 @@ class SamplingParams:
         logits = np.asarray(logits, dtype=np.float64)
         if logits.ndim == 0 or logits.shape[-1] == 0:
             raise ArgumentError(f"sampling: logits must have a vocabulary axis, got shape {logits.shape}")
+        if np.isnan(logits).any():
+            # argmax would pick the first NaN and a softmax would be all NaN: no token to draw
+            row = tuple(int(i) for i in np.argwhere(np.isnan(logits))[0][:-1])
+            raise ArgumentError(f"sampling: the logits of row {row} hold NaN; the model's output is not a "
+                                f"distribution (a NaN or inf weight or activation)")
         if self.greedy:
             probs = np.zeros_like(logits)
             np.put_along_axis(probs, np.argmax(logits, axis=-1)[..., None], 1.0, axis=-1)

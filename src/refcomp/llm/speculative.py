@@ -581,8 +581,12 @@ def _plan(run: _Decoding, gammas: list[int], budgets: list[int], settings: Adapt
                  clock() - start)
 
 
+#: The draft lengths magicdec_generate chooses among unless told otherwise.
+MAGICDEC_GAMMAS = (1, 2, 3, 4, 5, 6)
+
+
 def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max_new_tokens: int, *,
-                      budgets: Sequence[int] = (64, 128, 256, 512), gammas: Sequence[int] = (1, 2, 3, 4, 5, 6),
+                      budgets: Sequence[int] = (64, 128, 256, 512), gammas: Sequence[int] = MAGICDEC_GAMMAS,
                       params: SamplingParams | None = None, seed: int | np.random.Generator | None = 0,
                       on_tokens: TokenCallback | None = None, clock: Clock = time.perf_counter,
                       pilot_rounds: int = 1, adapt: AdaptConfig | None = AdaptConfig()) -> GenerationResult:

@@ -430,7 +430,7 @@ class VirtualMachine:
                 expected = _eval_int(dim, env)
                 if expected != actual:
                     raise ArgumentError(
-                        f"{inst.what}: dim {axis} is {actual} but must be {_show(dim)} = {expected} "
+                        f"{inst.what}: dim {axis} is {actual} but {_must_be(dim)}{expected} "
                         f"(shape {value.shape}, {_bound_text(env)})")
         self._run_checks(frame)
 
@@ -451,7 +451,7 @@ class VirtualMachine:
                     continue
                 expected = _eval_int(dim, env)
                 if expected != actual:
-                    raise ArgumentError(f"{inst.what}: value {k} is {actual} but must be {_show(dim)} = "
+                    raise ArgumentError(f"{inst.what}: value {k} is {actual} but {_must_be(dim)}"
                                         f"{expected} (shape value {value}, {_bound_text(env)})")
         self._run_checks(frame)
 
@@ -479,6 +479,12 @@ def _show(dim: tir.PrimExpr) -> str:
     from ..ast.graph_script import format_prim_expr
 
     return format_prim_expr(dim)
+
+
+def _must_be(dim: tir.PrimExpr) -> str:
+    """The text before the expected value in a dim mismatch: "must be n * 2 = " for an expression
+    (its value follows), "must be " for a constant (which is its own value: no "16 = 16")."""
+    return "must be " if isinstance(dim, (int, tir.IntImm)) else f"must be {_show(dim)} = "
 
 
 def _bound_text(env: Mapping[tir.Var, int]) -> str:

@@ -243,8 +243,15 @@ def load_targets(path: str, purpose: str = "check") -> list[tuple[str, Any]]:
         return _python_targets(path, purpose)
     from ..ast.parser import from_source
 
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except UnicodeDecodeError as exc:
+        hint = " (an ONNX model? `refcomp tune` and `refcomp export-c` read those)" if path.endswith(".onnx") else ""
+        raise LoadError(f"{path}: not a text file (byte {exc.start} is not UTF-8); give a Python or script-format "
+                        f"file{hint}") from None
+    except OSError as exc:
+        raise LoadError(f"{path}: cannot read ({exc.strerror or exc})") from None
     try:
         parsed = from_source(text)
     except RefcompError as exc:

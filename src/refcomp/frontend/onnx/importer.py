@@ -293,6 +293,32 @@ def _onnx_dtype(elem_type: int) -> np.dtype:
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
 
 
+def _check_shape_dict(graph, shape_dict: dict | None) -> None:
+    """ImportError_ unless every shape_dict entry names a graph input and agrees with what the model
+    declares of it: its rank, and its fixed dims (a symbolic dim may be given any size or name)."""
+    if not shape_dict:
+        return
+    initializers = {t.name for t in graph.initializer}
+    inputs = {vi.name: vi for vi in graph.input if vi.name not in initializers}
+    for name, dims in shape_dict.items():
+        if name not in inputs:
+            raise ImportError_(f"onnx import: shape_dict names {name!r}, which is no input of the model "
+                               f"(inputs: {', '.join(inputs) or 'none'})")
+        if not isinstance(dims, (list, tuple)) or not all(isinstance(d, (int, str)) for d in dims):
+            raise ImportError_(f"onnx import: shape_dict[{name!r}] must be a tuple of ints and dim names, "
+                               f"got {dims!r}")
+        ttype = inputs[name].type.tensor_type
+        if not ttype.HasField("shape"):
+            continue
+        declared = [int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in ttype.shape.dim]
+        given = tuple(dims)
+        wrong_rank = len(given) != len(declared)
+        if wrong_rank or any(isinstance(d, int) and isinstance(g, int) and g != d for g, d in zip(given, declared)):
+            shown = "(" + ", ".join(str(d) for d in declared) + ")"
+            raise ImportError_(f"onnx import: shape_dict gives input {name} the shape {given}, but the model declares "
+                               f"{shown}" + (f": {len(declared)} dims, not {len(given)}" if wrong_rank else ""))
+
+
 def _input_info(value_info, shape_dict, size_vars) -> TensorStructInfo:
     ttype = value_info.type.tensor_type
     name = value_info.name
@@ -333,6 +359,7 @@ def from_onnx(model, shape_dict: dict | None = None, name: str = "main", const_i
         raise ModuleNotFoundError("refcomp.frontend.onnx needs the onnx package: pip install 'refcomp[onnx]'",
                                   name="onnx") from exc
 
+    source = f" {os.fspath(model)!r}" if isinstance(model, (str, os.PathLike)) else ""
     if isinstance(model, (str, os.PathLike)):
         try:
             model = onnx.load(os.fspath(model))
@@ -347,6 +374,11 @@ def from_onnx(model, shape_dict: dict | None = None, name: str = "main", const_i
     if not isinstance(model, onnx.ModelProto):
         raise ImportError_(f"onnx import: expected a ModelProto or a path, got {type(model).__name__}")
     graph = model.graph
+    if not graph.output:
+        # protobuf reads an empty file (and some other bytes) as an empty ModelProto without complaint
+        raise ImportError_(f"onnx import: the model{source} has no graph outputs: an empty file, or not an "
+                           f"ONNX model")
+    _check_shape_dict(graph, shape_dict)
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     opset = opsets.get("", 13)
     initializers = {t.name: tensor_array(t, _initializer_failure(t.name)) for t in graph.initializer}

@@ -205,7 +205,7 @@ class _Lowering:
         self.regs[inst.reg] = ("tensor", f"inputs[{index}]", dims, inst.dtype, None)
         if inst.shape is None:
             return
-        from ...runtime.vm import _show
+        from ...runtime.vm import _must_be
 
         for axis, dim in enumerate(inst.shape):
             if isinstance(dim, tir.Var) and dim not in self.names:
@@ -215,7 +215,7 @@ class _Lowering:
                 continue
             expected = self.expr(dim)
             bound, bound_args = self.bound_text()
-            fmt = f"{inst.what}: dim {axis} is %lld but must be {_show(dim)} = %lld (shape %s, {bound})"
+            fmt = f"{inst.what}: dim {axis} is %lld but {_must_be(dim)}%lld (shape %s, {bound})"
             self.lines.append(f"if ({dims[axis]} != {expected}) {{")
             self.lines.append(f"    char shape[256]; rcg_shape_text(shape, sizeof shape, shapes + {base}, {inst.ndim});")
             self.lines += ["    " + x for x in self.fail_block(ARGUMENT_ERROR, fmt, f"(long long){dims[axis]}",
@@ -301,7 +301,7 @@ class _Lowering:
             raise Unsupported(f"{inst.what}: a {dtype} tensor is cast to {inst.dtype}")
         if inst.shape is None:
             return
-        from ...runtime.vm import _show
+        from ...runtime.vm import _must_be
 
         lines = self.match_lines
         for axis, dim in enumerate(inst.shape):
@@ -312,7 +312,7 @@ class _Lowering:
                 continue
             expected = self.expr(dim)
             bound, bound_args = self.bound_text()
-            fmt = f"{inst.what}: dim {axis} is %lld but must be {_show(dim)} = %lld (shape %s, {bound})"
+            fmt = f"{inst.what}: dim {axis} is %lld but {_must_be(dim)}%lld (shape %s, {bound})"
             lines.append(f"if (({dims[axis]}) != {expected}) {{")
             lines.append(f"    const int64_t dims[] = {{{', '.join(dims) or '0'}}}; char shape[256];")
             lines.append(f"    rcg_shape_text(shape, sizeof shape, dims, {len(dims)});")
