@@ -66,6 +66,7 @@ from ..driver import build
 from ..errors import ArgumentError
 from ..loops import intrin
 from ..loops.intrin.kernels_amx import BF16_SCORES_AMX_32X32, BF16_VALUES_AMX
+from ..loops.intrin.kernels_bf16 import BF16_VALUES_AVX512BF16
 
 # A running maximum that starts below every score yet keeps e^(m - m') finite arithmetic.
 _LOWEST = -3.0e38
@@ -135,17 +136,21 @@ KV_DTYPES = ("float32", "float16", "bfloat16")
 # 32 keys per call, tdpbf16ps); "avx512bf16", the AVX512_BF16 tile (BF16_TILE: vdpbf16ps, two
 # products per lane, 8 rows x 32 keys per call); "fp32", float32 loops on the same numbers;
 # "amx_pv": the scores and the weights x values products on AMX tiles, the softmax weights rounded
-# to bfloat16, every query's chunks aligned to the pages (attention_func)
-DOTS = ("fp32", "avx512bf16", "amx", "amx_pv")
+# to bfloat16, every query's chunks aligned to the pages (attention_func); "avx512bf16_pv": the
+# same design on the AVX512_BF16 tile (scores and weights x values, 8 rows per call)
+DOTS = ("fp32", "avx512bf16", "amx", "amx_pv", "avx512bf16_pv")
+PV_DOTS = ("amx_pv", "avx512bf16_pv")  # both products on a tile, bfloat16 weights, aligned chunks
 BF16_TILE = "x86.avx512bf16.bf16gemm_8x32"
 AMX_TILE = "x86.amx.bf16gemm_32x32"
 BF16_BLOCK = 32  # keys per score block of either tile (their NR)
-TILE_ROWS = {"avx512bf16": 8, "amx": 32, "amx_pv": 32}   # state rows per call (their MR)
+TILE_ROWS = {"avx512bf16": 8, "amx": 32, "amx_pv": 32, "avx512bf16_pv": 8}   # state rows per call (their MR)
 # amx: the AMX tile's features, and its C function that starts from zero (loops.intrin.kernels_amx)
 AMX_SCORES = "refcomp_bf16scores_amx_32x32"
 # amx_pv: weights (float32 rows, rounded to bfloat16 as packed) x values, and the scores, both
 # without the tile configuration, which the kernel loads once per sequence and key/value head
 AMX_VALUES = "refcomp_bf16values_amx"
+# avx512bf16_pv: the same weights x values product on BF16_TILE (loops.intrin.kernels_bf16)
+BF16_VALUES = "refcomp_bf16values_avx512bf16"
 AMX_PV_SCORES = "refcomp_bf16scores_amx_32x32_configured"
 
 
@@ -208,11 +213,11 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
     if dot != "fp32" and P % BF16_BLOCK:
         raise ArgumentError(f"paged attention: the {dot} scores need pages of a multiple of {BF16_BLOCK} "
                             f"keys, got {P}")
-    if dot in ("amx", "amx_pv") and D % 32:
+    if (dot == "amx" or dot in PV_DOTS) and D % 32:
         raise ArgumentError(f"paged attention: the {dot} products need head_dim a multiple of 32, got {D}")
     tiled = dot != "fp32"
     amx = dot in ("amx", "amx_pv")
-    pv = dot == "amx_pv"  # the weights x values products on AMX too, weights in bfloat16, aligned chunks
+    pv = dot in PV_DOTS  # the weights x values products on the tile too, weights in bfloat16, aligned chunks
 
     def load(value: Any) -> Any:
         """A page element as float32."""
@@ -338,13 +343,13 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         C (from zero) is added to the rescaled accumulators.  A row's sums depend only on its own
         weights: the same numbers in a decode step and in a verify of the same positions."""
         vraw, a = vblock
-        kb, mr = BF16_BLOCK, TILE_ROWS["amx_pv"]
+        kb, mr = BF16_BLOCK, TILE_ROWS[dot]
         off = a % kb
         K = (off + count + (kb - 1)) // kb * kb
         rows = tq * G
         r8, rb, d9 = (_v(n) for n in ("r8", "rb8", "d9"))
         calls = _for(rb, 0, (rows + (mr - 1)) // mr, Evaluate(Call("call_extern", (
-            StringImm(AMX_VALUES), address(s[rb * (mr * P)]), _const(P), count, off, address(wbf[rb * (mr * PW)]),
+            StringImm(AMX_VALUES if amx else BF16_VALUES), address(s[rb * (mr * P)]), _const(P), count, off, address(wbf[rb * (mr * PW)]),
             _const(PW), address(vraw((a - off) // 2, _ZERO, _ZERO)), _const(2 * D), address(pvb[rb * (mr * D)]),
             _const(D), _const(D), K, min_(_const(mr), rows - rb * mr)), "int32")))
         update = _for(r8, 0, rows, _for(d9, 0, _const(D), BufferStore(
@@ -707,8 +712,8 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         # slot, and a sequence either fits the ring or reads no further back than the ring holds
         _assume((st >= 0) & (sinks >= 0) & (ring > 0) & (window > 0) & (M * P >= sinks + ring)
                 & ((st + T <= sinks + ring) | (window <= ring))),
-        *((IfThenElse(aligned, store_new), Evaluate(Call("call_extern", (StringImm("refcomp_amx_configure"),),
-                                                             "int32"))) if pv else ()),
+        *((IfThenElse(aligned, store_new),) if pv else ()),
+        *((Evaluate(Call("call_extern", (StringImm("refcomp_amx_configure"),), "int32")),) if pv and amx else ()),
         transpose, _for(tg, 0, (T + (QT - 1)) // QT, tile),
         IfThenElse(~aligned, store_new) if pv else store_new))))
     for buffer in ((ktp, qbf) if tiled else (kt,)) + ((wbf, pvb, vtp) if pv else ()) + (
@@ -716,10 +721,11 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         body = Allocate(buffer, body)
     loop = For(bh, _const(0), B * H, "parallel", body)
     suffix = {"float32": "", "float16": "_f16", "bfloat16": "_bf16"}[kv_dtype] + {
-        "fp32": "", "avx512bf16": "_tiles", "amx": "_amx", "amx_pv": "_amxpv"}[dot]
+        "fp32": "", "avx512bf16": "_tiles", "amx": "_amx", "amx_pv": "_amxpv", "avx512bf16_pv": "_tilespv"}[dot]
     attrs = None
     if tiled:
-        helpers = ((BF16_VALUES_AMX,) if pv else (BF16_SCORES_AMX_32X32,)) if amx else tile_intrin.c_helpers
+        helpers = (((BF16_VALUES_AMX,) if pv else (BF16_SCORES_AMX_32X32,)) if amx else
+                   tile_intrin.c_helpers + ((BF16_VALUES_AVX512BF16,) if pv else ()))
         attrs = {"c_helpers": helpers, "c_includes": tile_intrin.c_includes, **tile_intrin.func_attrs}
     return PrimFunc((q, k, v, kp, vp, table, start, out, sinks, ring, window), loop,
                     f"paged_attention_g{G}_d{D}_p{P}_h{H}" + suffix, attrs)

@@ -64,3 +64,53 @@ __attribute__((target("avx512f,avx512bf16"))) static inline void refcomp_bf16gem
 }
 #undef RC_ROWS8
 """
+
+
+# Attention's weights (refcomp.llm.attention, dots "amx_pv" and "avx512bf16_pv"): float32 rows S
+# (s_rs apart, finite) packed as the bfloat16 A operand of a weights x values tile: A[m, j] =
+# S[m, j - off] rounded to bfloat16 (to nearest, ties to even) for off <= j < off + count, else 0,
+# for j < K (a multiple of 16) and the m_rows rows (a_rs apart).  Row m of A depends only on row m of S.
+BF16_PACK_WEIGHTS = r"""
+#include <immintrin.h>
+#include <stdint.h>
+__attribute__((target("avx512f,avx512bw"))) static inline void refcomp_bf16_pack_weights(
+    const float* S, int64_t s_rs, int64_t count, int64_t off, uint16_t* A, int64_t a_rs, int64_t K,
+    int64_t m_rows) {
+  for (int64_t r = 0; r < m_rows; ++r) {
+    const float* srow = S + r * s_rs;
+    uint16_t* arow = A + r * a_rs;
+    for (int64_t j = 0; j < K; j += 16) {
+      const int64_t first = j - off;  /* the source index of lane 0 */
+      uint32_t mask = 0xFFFFu;
+      if (first < 0) mask = -first >= 16 ? 0u : (mask << -first) & 0xFFFFu;
+      if (first + 16 > count) {
+        const int64_t keep = count - first;
+        mask &= keep <= 0 ? 0u : (1u << keep) - 1u;
+      }
+      const __m512i x = _mm512_maskz_loadu_epi32((__mmask16)mask, (const void*)(srow + first));
+      /* to nearest bfloat16, ties to even (finite weights; a masked lane's 0 stays 0) */
+      const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+      const __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)), odd);
+      _mm256_storeu_si256((__m256i*)(void*)(arow + j), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+    }
+  }
+}
+"""
+
+# Attention's weights x values on the 8x32 tile above (dot "avx512bf16_pv"): the contract of
+# kernels_amx's refcomp_bf16values_amx with m_rows <= 8 and D a multiple of 32: the weights packed
+# into A (refcomp_bf16_pack_weights), then C[m, D] (fp32, from zero) = A[m, K] V[K, D], V in pairs
+# along K (a bfloat16 value page, ldv apart), 32 columns per call of the tile.  Only the m_rows
+# rows of A and C are touched, and row m of C depends only on row m of S.  Needs
+# BF16GEMM_AVX512BF16_8X32 before it.
+BF16_VALUES_AVX512BF16 = BF16_PACK_WEIGHTS + r"""
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static inline void refcomp_bf16values_avx512bf16(
+    const float* S, int64_t s_rs, int64_t count, int64_t off, uint16_t* A, int64_t a_rs,
+    const uint16_t* V, int64_t ldv, float* C, int64_t ldc, int64_t D, int64_t K, int64_t m_rows) {
+  refcomp_bf16_pack_weights(S, s_rs, count, off, A, a_rs, K, m_rows);
+  for (int64_t r = 0; r < m_rows; ++r)
+    for (int64_t n = 0; n < D; n += 16) _mm512_storeu_ps(C + r * ldc + n, _mm512_setzero_ps());
+  for (int64_t n = 0; n < D; n += 32)
+    refcomp_bf16gemm_avx512bf16_8x32(A, a_rs, 1, V + n * 2, ldv, C + n, ldc, K, m_rows);
+}
+"""
