@@ -154,31 +154,38 @@ BF16_VALUES = "refcomp_bf16values_avx512bf16"
 AMX_PV_SCORES = "refcomp_bf16scores_amx_32x32_configured"
 
 
-def _amx_pv_fits(head_dim: int, page_size: int) -> bool:
-    """amx_pv applies: the CPU has AMX-BF16 and the tiles' 32-long steps divide head_dim and the pages."""
-    return head_dim % 32 == 0 and page_size % BF16_BLOCK == 0 and intrin.get(AMX_TILE).available()
+def _pv_dot(head_dim: int, page_size: int) -> str | None:
+    """The dot with both products on a tile that applies on this CPU, if one does: the tiles'
+    32-long steps divide head_dim and the pages, and the CPU has AMX-BF16 ("amx_pv") or
+    AVX512_BF16 ("avx512bf16_pv")."""
+    if head_dim % 32 or page_size % BF16_BLOCK:
+        return None
+    if intrin.get(AMX_TILE).available():
+        return "amx_pv"
+    return "avx512bf16_pv" if intrin.get(BF16_TILE).available() else None
 
 
 def default_dot(kv_dtype: str, head_dim: int, page_size: int) -> str:
     """The arithmetic a kernel with these pages gets on the CPU running refcomp: for bfloat16
-    pages, "amx_pv" (scores and weights x values on AMX tiles) where it applies, else for pages
-    of whole blocks of BF16_BLOCK keys the AVX512_BF16 score tile when the CPU has it; float32
-    loops otherwise.  (dot="amx", AMX for the scores alone, measured no faster than float16
-    pages: spec/llm.md.)"""
+    pages, both products on a tile where one applies ("amx_pv" with AMX, else "avx512bf16_pv"
+    with AVX512_BF16: `_pv_dot`), else for pages of whole blocks of BF16_BLOCK keys the
+    AVX512_BF16 score tile when the CPU has it; float32 loops otherwise.  (dot="amx", AMX for the
+    scores alone, measured no faster than float16 pages: spec/llm.md.)"""
     if kv_dtype != "bfloat16" or page_size % BF16_BLOCK or head_dim % 2:
         return "fp32"
-    if _amx_pv_fits(head_dim, page_size):
-        return "amx_pv"
+    pv = _pv_dot(head_dim, page_size)
+    if pv is not None:
+        return pv
     return "avx512bf16" if intrin.get(BF16_TILE).available() else "fp32"
 
 
 def speculative_kv_dtype(head_dim: int, page_size: int) -> str:
     """The KV pages on which a MagicDec verify step costs least against a decode step on this CPU:
-    bfloat16 where amx_pv applies (the verify's products on AMX tiles: spec/llm.md, the bfloat16
-    paragraph), else float16.  Not the model's default: bfloat16 pages round keys and values to 8
-    significant bits (logits about 0.05 from float32's on the shipped model, against 0.01 with
-    float16) and make a plain decode step no faster."""
-    return "bfloat16" if _amx_pv_fits(head_dim, page_size) else "float16"
+    bfloat16 where a dot with both products on a tile applies (amx_pv or avx512bf16_pv: spec/llm.md,
+    the bfloat16 paragraph), else float16.  Not the model's default: bfloat16 pages round keys and
+    values to 8 significant bits (logits about 0.05 from float32's on the shipped model, against
+    0.01 with float16)."""
+    return "bfloat16" if _pv_dot(head_dim, page_size) is not None else "float16"
 
 
 def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_dtype: str = "float32",
@@ -531,9 +538,10 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         if windowed:
             whole_chunk = whole_chunk & (window_lo(tq - 1) <= pos0)
         softmax = seq(new_max(False), shift, weights(False))
-        # (amx_pv: not taken; the two forms may differ in the last bit, and a chunk whole in a decode
-        # step is partial for the first queries of a verify of the same position)
-        if P % L == 0 and not pv:  # the whole-chunk form has no tails
+        # (with the pv dots too: a query that sees a whole chunk gets the same operations in both
+        # forms, lo = 0 and hi = P leaving the partial form no tails, so a chunk whole in a decode
+        # step and partial for the first queries of a verify gives that query the same bits)
+        if P % L == 0:  # the whole-chunk form has no tails
             softmax = IfThenElse(whole_chunk, seq(new_max(True), shift, weights(True)), softmax)
         j5, l2, r3, dc, u3, i3 = (_v(n) for n in ("j5", "l2", "r3", "dc", "u3", "i3"))
         column = dc * DW + l2

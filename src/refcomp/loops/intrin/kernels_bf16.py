@@ -17,7 +17,7 @@ BF16GEMM_AVX512BF16_8X32 = r"""
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
-#define RC_ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define RC_ROWS8(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
 /* the bf16 pair (a[0], a[cs]) in every 32-bit lane: vdpbf16ps's A operand */
 __attribute__((target("avx512f,avx512bf16"))) static inline __m512bh rc_bf16_pair(const uint16_t* a, int64_t cs) {
   uint32_t two;
@@ -25,42 +25,45 @@ __attribute__((target("avx512f,avx512bf16"))) static inline __m512bh rc_bf16_pai
   else two = (uint32_t)a[0] | ((uint32_t)a[cs] << 16);
   return (__m512bh)_mm512_set1_epi32((int32_t)two);
 }
-__attribute__((target("avx512f,avx512bf16"))) static inline void refcomp_bf16gemm_avx512bf16_8x32(
+/* rows rows of the tile (a constant after inlining: the rows' accumulators stay in registers and
+   each B row pair is loaded once for all of them); every row adds its products in the order of k */
+__attribute__((target("avx512f,avx512bf16"), always_inline)) static inline void rc_bf16gemm_rows(
     const uint16_t* restrict A, int64_t a_rs, int64_t a_cs, const uint16_t* restrict B, int64_t ldb,
-    float* restrict C, int64_t ldc, int64_t K, int64_t m_rows) {
-  if (m_rows < 8) {
-    for (int64_t r = 0; r < m_rows; ++r) {
-      __m512 t0 = _mm512_loadu_ps(C + r * ldc), t1 = _mm512_loadu_ps(C + r * ldc + 16);
-      for (int64_t k = 0; k < K; k += 2) {
-        const uint16_t* b = B + (k / 2) * ldb;
-        __m512bh ar = rc_bf16_pair(A + r * a_rs + k * a_cs, a_cs);
-        t0 = _mm512_dpbf16_ps(t0, ar, (__m512bh)_mm512_loadu_si512((const void*)b));
-        t1 = _mm512_dpbf16_ps(t1, ar, (__m512bh)_mm512_loadu_si512((const void*)(b + 32)));
-      }
-      _mm512_storeu_ps(C + r * ldc, t0); _mm512_storeu_ps(C + r * ldc + 16, t1);
-    }
-    return;
+    float* restrict C, int64_t ldc, int64_t K, const int rows) {
+  __m512 c0[8], c1[8];
+#pragma GCC unroll 8
+  for (int r = 0; r < rows; ++r) {
+    c0[r] = _mm512_loadu_ps(C + r * ldc);
+    c1[r] = _mm512_loadu_ps(C + r * ldc + 16);
   }
-#define RC_LOADC(r) __m512 c##r##0 = _mm512_loadu_ps(C + (r) * ldc); \
-                    __m512 c##r##1 = _mm512_loadu_ps(C + (r) * ldc + 16);
-  RC_ROWS8(RC_LOADC)
-#undef RC_LOADC
   for (int64_t k = 0; k < K; k += 2) {
     const uint16_t* b = B + (k / 2) * ldb;
     const uint16_t* a = A + k * a_cs;
     /* 16 columns x 2 k per 64 bytes */
     __m512bh b0 = (__m512bh)_mm512_loadu_si512((const void*)b);
     __m512bh b1 = (__m512bh)_mm512_loadu_si512((const void*)(b + 32));
-#define RC_DOT(r) { __m512bh ar = rc_bf16_pair(a + (r) * a_rs, a_cs); \
-                    c##r##0 = _mm512_dpbf16_ps(c##r##0, ar, b0); \
-                    c##r##1 = _mm512_dpbf16_ps(c##r##1, ar, b1); }
-    RC_ROWS8(RC_DOT)
-#undef RC_DOT
+#pragma GCC unroll 8
+    for (int r = 0; r < rows; ++r) {
+      __m512bh ar = rc_bf16_pair(a + r * a_rs, a_cs);
+      c0[r] = _mm512_dpbf16_ps(c0[r], ar, b0);
+      c1[r] = _mm512_dpbf16_ps(c1[r], ar, b1);
+    }
   }
-#define RC_STOREC(r) _mm512_storeu_ps(C + (r) * ldc, c##r##0); \
-                     _mm512_storeu_ps(C + (r) * ldc + 16, c##r##1);
-  RC_ROWS8(RC_STOREC)
-#undef RC_STOREC
+#pragma GCC unroll 8
+  for (int r = 0; r < rows; ++r) {
+    _mm512_storeu_ps(C + r * ldc, c0[r]);
+    _mm512_storeu_ps(C + r * ldc + 16, c1[r]);
+  }
+}
+__attribute__((target("avx512f,avx512bf16"))) static inline void refcomp_bf16gemm_avx512bf16_8x32(
+    const uint16_t* restrict A, int64_t a_rs, int64_t a_cs, const uint16_t* restrict B, int64_t ldb,
+    float* restrict C, int64_t ldc, int64_t K, int64_t m_rows) {
+  switch (m_rows < 8 ? m_rows : 8) {
+#define RC_ROWS(n) case n: rc_bf16gemm_rows(A, a_rs, a_cs, B, ldb, C, ldc, K, n); break;
+    RC_ROWS8(RC_ROWS)
+#undef RC_ROWS
+    default: break;
+  }
 }
 #undef RC_ROWS8
 """
