@@ -463,14 +463,22 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         g2, j3, d2, i2 = (_v(n) for n in ("g2", "j3", "d2", "i2"))
         score = lambda jj: s[row * P + jj]  # noqa: E731
 
+        halves = Buffer("halves", (_const(L // 2),), "float32")
+
         def fold(combine: Callable[[Any, Any], Any]) -> Stmt:
-            """lanes[0] = combine of the L lanes, by halving (a tree, not a serial chain)."""
-            steps, half = [], L // 2
+            """lanes[0] = combine of the L lanes, by halving (a tree, not a serial chain).  Each step
+            reads one buffer and writes the other (lanes, halves, lanes, ...), so that it is one
+            vector operation (a step reading and writing one buffer is a serial loop)."""
+            steps, half, source = [], L // 2, lanes
             while half >= 1:
-                steps.append(_for(l4, 0, _const(half), BufferStore(lanes, combine(lanes[l4], lanes[l4 + half]), (l4,)),
-                                  "vectorized"))
+                target = halves if source is lanes else lanes
+                steps.append(_for(l4, 0, _const(half), BufferStore(
+                    target, combine(source[l4], source[l4 + half]), (l4,)), "vectorized"))
                 half //= 2
-            return seq(*steps)
+                source = target
+            if source is not lanes:
+                steps.append(BufferStore(lanes, source[_ZERO], (_ZERO,)))
+            return Allocate(halves, seq(*steps))
 
         lo_pos = window_lo(i2) if windowed else _ZERO
 
@@ -598,11 +606,12 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
 
     def prefetch_spread(page: Any, key: Any) -> Stmt:
         """The lines of `page` that key `key` of a whole chunk (P keys) prefetches: lines_per_key
-        of its keys and of its values, so that the chunk's P keys cover the page."""
+        of its keys and of its values, so that the chunk's P keys cover the page.  The line is
+        tested against the page's lines even where every key < P has one: the pv dots spread the
+        keys over the rows (key = row * count // rows ...), whose bound the prover need not find
+        (a nonlinear division) once the test states it."""
         c = _v("pfs")
-        body = prefetch_line(page, key * lines_per_key + c)
-        if lines_per_key * P != page_lines:
-            body = IfThenElse(key * lines_per_key + c < page_lines, body)
+        body = IfThenElse(key * lines_per_key + c < page_lines, prefetch_line(page, key * lines_per_key + c))
         return _for(c, 0, _const(lines_per_key), body)
 
     def cached_run(lo_slot: Any, count: Any, lo_pos: Any, windowed: bool) -> Stmt:
