@@ -13,7 +13,7 @@ values to them.  Layouts (P = page size, D = head_dim, G = query heads per key/v
                                   the bfloat16 dot-product tiles that compute its scores (`dot`)
     v_pages     (N, Hkv, P, D)    values, one contiguous row of D per key
                 (N, Hkv, P/2, D, 2)  bfloat16: in pairs along the keys, the operand layout of the
-                                  AMX weights x values tile (dot "amx_pv")
+                                  weights x values tiles (dots "amx_pv", "avx512bf16_pv")
     table       (B, M) int32      page table: slot s of sequence b lives in page table[b, s // P]
     start       (B,) int32        positions already in each sequence (the call's first position)
 
@@ -42,7 +42,9 @@ streaming cache whose ring is shorter than the call still sees every key it must
 
 dot "amx_pv" (bfloat16 pages): both products on AMX tiles, the weights rounded to bfloat16; where
 the cache allows, the call's keys and values are stored first and every key is read through the
-pages, so that a query's chunks are its pages whatever call it is in (attention_func).
+pages, so that a query's chunks are its pages whatever call it is in (attention_func).  Dot
+"avx512bf16_pv" is the same kernel on the AVX512_BF16 tile (vdpbf16ps, 8 rows a call) for both
+products, the default for bfloat16 pages on a CPU with AVX512_BF16 and no AMX.
 
 A decode step is one tile of one query; a verify step of a few tokens is one tile, so it reads
 the pages once, as a decode step does, and only its arithmetic grows with the number of queries.
@@ -200,8 +202,11 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
     With bfloat16 pages a page's keys are stored in pairs along D, (N, Hkv, D/2, P, 2), the
     layout of vdpbf16ps's second operand, and each query (scaled by 1/sqrt(D)) is rounded to
     bfloat16 too: a score is a sum of exact products of bfloat16 numbers, accumulated in float32
-    (`dot`: on the AVX512_BF16 tile, two products per lane and instruction, or in float32 loops;
-    default `default_dot`).  Values, weights and the softmax stay float32 in both."""
+    (`dot`: on the AVX512_BF16 tile, two products per lane and instruction, on AMX, or in float32
+    loops; default `default_dot`).  Values, weights and the softmax stay float32, except with the
+    pv dots ("amx_pv", "avx512bf16_pv"), which multiply the weights, rounded to bfloat16, with the
+    value pages on the same tile as the scores and align every query's chunks to the pages (a
+    verify equals the decode steps of its positions bit for bit)."""
     if kv_dtype not in KV_DTYPES:
         raise ArgumentError(f"paged attention: kv_dtype must be one of {KV_DTYPES}, got {kv_dtype!r}")
     G, D, P, H = group, head_dim, page_size, kv_heads
