@@ -188,7 +188,8 @@ def rotary_tables(config: LlamaConfig, positions: np.ndarray) -> tuple[np.ndarra
 # more than the arithmetic.  (Where every product runs on refcomp's GEMM, all calls take it.)
 FEW_ROWS = 4
 # the KV cache's element type unless asked otherwise (refcomp.llm.cache.KV_DTYPES); MagicDec's
-# verify is cheapest on refcomp.llm.attention.speculative_kv_dtype's (bfloat16 where AMX applies)
+# verify is cheapest on refcomp.llm.attention.speculative_kv_dtype's (bfloat16 where AMX or
+# AVX512_BF16 computes both attention products)
 DEFAULT_KV_DTYPE = "float16"
 # Token rows per compiled call when a long prompt is split (CompiledLlama.forward).
 CHUNK_ROWS = 2048
