@@ -430,7 +430,7 @@ def test_bfloat16_scores_on_amx_tiles(steps, streaming):
     np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5)
 
 
-# ------------------------------------------------- amx_pv: both products on AMX, bfloat16 weights
+# ------------------------- amx_pv and avx512bf16_pv: both products on a tile, bfloat16 weights
 
 PV_GROUP, PV_DIM, PV_HEADS = 4, 32, 2  # the shipped model's heads (D a multiple of the tile's 32)
 
@@ -465,26 +465,32 @@ def _pv_expected(c):
                      c["sinks"], min(c["window"], 1 << 40))
 
 
-def _pv_kernel(page):
-    return compiled_attention(PV_GROUP, PV_DIM, page, PV_HEADS, "bfloat16", "amx_pv")
+def _pv_kernel(page, dot):
+    return compiled_attention(PV_GROUP, PV_DIM, page, PV_HEADS, "bfloat16", dot)
+
+
+# the dots with both products on a tile: AMX's (32 rows a call) and AVX512_BF16's (8 rows a call)
+PV_DOTS = [pytest.param("amx_pv", id="amx_pv", marks=[
+               pytest.mark.amx, pytest.mark.skipif(not _amx_available(), reason="CPU lacks AMX-BF16")]),
+           pytest.param("avx512bf16_pv", id="avx512bf16_pv", marks=[
+               pytest.mark.amx, pytest.mark.skipif(not _bf16_tile_available(), reason="CPU lacks AVX512_BF16")])]
 
 
 
 
 
-@pytest.mark.amx
-@pytest.mark.skipif(not _amx_available(), reason="CPU lacks AMX-BF16")
+@pytest.mark.parametrize("dot", PV_DOTS)
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**31), starts=st.lists(st.integers(0, 200), min_size=1, max_size=3),
        steps=st.integers(1, 12), page=st.sampled_from([32, 64]), streaming=st.booleans(),
        sinks=st.integers(0, 20), window=st.integers(1, 80), slack=st.integers(0, 12))
-def test_amx_pv_matches_numpy(seed, starts, steps, page, streaming, sinks, window, slack):
-    """Scores and weights x values on AMX tiles, the weights rounded to bfloat16 (relative error
+def test_pv_matches_numpy(dot, seed, starts, steps, page, streaming, sinks, window, slack):
+    """Scores and weights x values on the tiles, the weights rounded to bfloat16 (relative error
     2^-9 each): within 1e-2 of float64 attention on the rounded inputs; the call's keys and values
     stored as bfloat16 in their slots.  Streaming rings shorter than the call and its window take
     the unaligned form (the call's keys from k and v)."""
     c = _pv_case(np.random.default_rng(seed), starts, steps, page, streaming, sinks, window, slack)
-    out = _run(_pv_kernel(page), c)
+    out = _run(_pv_kernel(page, dot), c)
     np.testing.assert_allclose(out, _pv_expected(c), rtol=1e-2, atol=1e-2)
     for b in range(len(starts)):
         for t in range(max(0, steps - c["ring"]), steps):
@@ -495,19 +501,18 @@ def test_amx_pv_matches_numpy(seed, starts, steps, page, streaming, sinks, windo
             np.testing.assert_array_equal(_stored_value(c["v_pages"], pg, offset), _to_bf16(c["v"][b, t]))
 
 
-@pytest.mark.amx
-@pytest.mark.skipif(not _amx_available(), reason="CPU lacks AMX-BF16")
+@pytest.mark.parametrize("dot", PV_DOTS)
 @pytest.mark.parametrize("seed", range(12))
-def test_amx_pv_verify_equals_decode_steps_bitwise(seed):
+def test_pv_verify_equals_decode_steps_bitwise(dot, seed):
     """A verify of T tokens gives, bit for bit, what T decode steps give for the same positions:
-    every query's chunks are its pages, whatever call it is in, and an AMX tile's row depends only
-    on that row (T up to 8 queries of 4 heads: up to 32 rows of a tile beside each other)."""
+    every query's chunks are its pages, whatever call it is in, and a tile's row depends only
+    on that row (T up to 8 queries of 4 heads: up to 32 rows, one AMX call or four of AVX512_BF16)."""
     rng = np.random.default_rng(seed)
     page = (32, 64)[seed % 2]
     steps = int(rng.integers(2, 9))
     starts = rng.integers(0, 3 * page, size=int(rng.integers(1, 4))).tolist()
     c = _pv_case(rng, starts, steps, page, streaming=False)
-    kernel = _pv_kernel(page)
+    kernel = _pv_kernel(page, dot)
     verify = dict(c, k_pages=c["k_pages"].copy(), v_pages=c["v_pages"].copy())
     together = _run(kernel, verify)
     stepwise = np.empty_like(together)
@@ -519,15 +524,14 @@ def test_amx_pv_verify_equals_decode_steps_bitwise(seed):
     assert np.array_equal(verify["k_pages"], c["k_pages"]) and np.array_equal(verify["v_pages"], c["v_pages"])
 
 
-@pytest.mark.amx
-@pytest.mark.skipif(not _amx_available(), reason="CPU lacks AMX-BF16")
+@pytest.mark.parametrize("dot", PV_DOTS)
 @pytest.mark.parametrize("seed", range(8))
-def test_amx_pv_rows_do_not_depend_on_the_other_rows(seed):
+def test_pv_rows_do_not_depend_on_the_other_rows(dot, seed):
     """The same query beside different other queries in its tile (a 32-row call of both AMX
-    products) gives the same bits."""
+    products, 8-row calls of AVX512_BF16's) gives the same bits."""
     rng = np.random.default_rng(100 + seed)
     c = _pv_case(rng, rng.integers(0, 150, size=2).tolist(), 8, 64, streaming=False)
-    kernel = _pv_kernel(64)
+    kernel = _pv_kernel(64, dot)
     first = _run(kernel, dict(c, k_pages=c["k_pages"].copy(), v_pages=c["v_pages"].copy()))
     keep = rng.random(c["q"].shape[:3]) < 0.5
     other = np.where(keep[..., None], c["q"], 100 * rng.standard_normal(c["q"].shape).astype(np.float32))
@@ -535,15 +539,14 @@ def test_amx_pv_rows_do_not_depend_on_the_other_rows(seed):
     assert np.array_equal(first[keep], second[keep])
 
 
-@pytest.mark.amx
-@pytest.mark.skipif(not _amx_available(), reason="CPU lacks AMX-BF16")
-def test_amx_pv_names_bad_arguments():
+@pytest.mark.parametrize("dot", PV_DOTS)
+def test_pv_names_bad_arguments(dot):
     from refcomp.errors import ArgumentError
     from refcomp.llm.attention import attention_func
 
     with pytest.raises(ArgumentError, match="dot must be one of"):
-        attention_func(PV_GROUP, PV_DIM, 64, PV_HEADS, "float16", "amx_pv")
+        attention_func(PV_GROUP, PV_DIM, 64, PV_HEADS, "float16", dot)
     with pytest.raises(ArgumentError, match="head_dim a multiple of 32, got 16"):
-        attention_func(PV_GROUP, 16, 64, PV_HEADS, "bfloat16", "amx_pv")
+        attention_func(PV_GROUP, 16, 64, PV_HEADS, "bfloat16", dot)
     with pytest.raises(ArgumentError, match="multiple of 32 keys"):
-        attention_func(PV_GROUP, PV_DIM, 48, PV_HEADS, "bfloat16", "amx_pv")
+        attention_func(PV_GROUP, PV_DIM, 48, PV_HEADS, "bfloat16", dot)

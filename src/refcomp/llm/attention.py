@@ -13,7 +13,7 @@ values to them.  Layouts (P = page size, D = head_dim, G = query heads per key/v
                                   the bfloat16 dot-product tiles that compute its scores (`dot`)
     v_pages     (N, Hkv, P, D)    values, one contiguous row of D per key
                 (N, Hkv, P/2, D, 2)  bfloat16: in pairs along the keys, the operand layout of the
-                                  AMX weights x values tile (dot "amx_pv")
+                                  weights x values tiles (dots "amx_pv", "avx512bf16_pv")
     table       (B, M) int32      page table: slot s of sequence b lives in page table[b, s // P]
     start       (B,) int32        positions already in each sequence (the call's first position)
 
@@ -42,7 +42,9 @@ streaming cache whose ring is shorter than the call still sees every key it must
 
 dot "amx_pv" (bfloat16 pages): both products on AMX tiles, the weights rounded to bfloat16; where
 the cache allows, the call's keys and values are stored first and every key is read through the
-pages, so that a query's chunks are its pages whatever call it is in (attention_func).
+pages, so that a query's chunks are its pages whatever call it is in (attention_func).  Dot
+"avx512bf16_pv" is the same kernel on the AVX512_BF16 tile (vdpbf16ps, 8 rows a call) for both
+products, the default for bfloat16 pages on a CPU with AVX512_BF16 and no AMX.
 
 A decode step is one tile of one query; a verify step of a few tokens is one tile, so it reads
 the pages once, as a decode step does, and only its arithmetic grows with the number of queries.
@@ -66,6 +68,7 @@ from ..driver import build
 from ..errors import ArgumentError
 from ..loops import intrin
 from ..loops.intrin.kernels_amx import BF16_SCORES_AMX_32X32, BF16_VALUES_AMX
+from ..loops.intrin.kernels_bf16 import BF16_VALUES_AVX512BF16
 
 # A running maximum that starts below every score yet keeps e^(m - m') finite arithmetic.
 _LOWEST = -3.0e38
@@ -135,45 +138,56 @@ KV_DTYPES = ("float32", "float16", "bfloat16")
 # 32 keys per call, tdpbf16ps); "avx512bf16", the AVX512_BF16 tile (BF16_TILE: vdpbf16ps, two
 # products per lane, 8 rows x 32 keys per call); "fp32", float32 loops on the same numbers;
 # "amx_pv": the scores and the weights x values products on AMX tiles, the softmax weights rounded
-# to bfloat16, every query's chunks aligned to the pages (attention_func)
-DOTS = ("fp32", "avx512bf16", "amx", "amx_pv")
+# to bfloat16, every query's chunks aligned to the pages (attention_func); "avx512bf16_pv": the
+# same design on the AVX512_BF16 tile (scores and weights x values, 8 rows per call)
+DOTS = ("fp32", "avx512bf16", "amx", "amx_pv", "avx512bf16_pv")
+PV_DOTS = ("amx_pv", "avx512bf16_pv")  # both products on a tile, bfloat16 weights, aligned chunks
 BF16_TILE = "x86.avx512bf16.bf16gemm_8x32"
 AMX_TILE = "x86.amx.bf16gemm_32x32"
 BF16_BLOCK = 32  # keys per score block of either tile (their NR)
-TILE_ROWS = {"avx512bf16": 8, "amx": 32, "amx_pv": 32}   # state rows per call (their MR)
+TILE_ROWS = {"avx512bf16": 8, "amx": 32, "amx_pv": 32, "avx512bf16_pv": 8}   # state rows per call (their MR)
 # amx: the AMX tile's features, and its C function that starts from zero (loops.intrin.kernels_amx)
 AMX_SCORES = "refcomp_bf16scores_amx_32x32"
 # amx_pv: weights (float32 rows, rounded to bfloat16 as packed) x values, and the scores, both
 # without the tile configuration, which the kernel loads once per sequence and key/value head
 AMX_VALUES = "refcomp_bf16values_amx"
+# avx512bf16_pv: the same weights x values product on BF16_TILE (loops.intrin.kernels_bf16)
+BF16_VALUES = "refcomp_bf16values_avx512bf16"
 AMX_PV_SCORES = "refcomp_bf16scores_amx_32x32_configured"
 
 
-def _amx_pv_fits(head_dim: int, page_size: int) -> bool:
-    """amx_pv applies: the CPU has AMX-BF16 and the tiles' 32-long steps divide head_dim and the pages."""
-    return head_dim % 32 == 0 and page_size % BF16_BLOCK == 0 and intrin.get(AMX_TILE).available()
+def _pv_dot(head_dim: int, page_size: int) -> str | None:
+    """The dot with both products on a tile that applies on this CPU, if one does: the tiles'
+    32-long steps divide head_dim and the pages, and the CPU has AMX-BF16 ("amx_pv") or
+    AVX512_BF16 ("avx512bf16_pv")."""
+    if head_dim % 32 or page_size % BF16_BLOCK:
+        return None
+    if intrin.get(AMX_TILE).available():
+        return "amx_pv"
+    return "avx512bf16_pv" if intrin.get(BF16_TILE).available() else None
 
 
 def default_dot(kv_dtype: str, head_dim: int, page_size: int) -> str:
     """The arithmetic a kernel with these pages gets on the CPU running refcomp: for bfloat16
-    pages, "amx_pv" (scores and weights x values on AMX tiles) where it applies, else for pages
-    of whole blocks of BF16_BLOCK keys the AVX512_BF16 score tile when the CPU has it; float32
-    loops otherwise.  (dot="amx", AMX for the scores alone, measured no faster than float16
-    pages: spec/llm.md.)"""
+    pages, both products on a tile where one applies ("amx_pv" with AMX, else "avx512bf16_pv"
+    with AVX512_BF16: `_pv_dot`), else for pages of whole blocks of BF16_BLOCK keys the
+    AVX512_BF16 score tile when the CPU has it; float32 loops otherwise.  (dot="amx", AMX for the
+    scores alone, measured no faster than float16 pages: spec/llm.md.)"""
     if kv_dtype != "bfloat16" or page_size % BF16_BLOCK or head_dim % 2:
         return "fp32"
-    if _amx_pv_fits(head_dim, page_size):
-        return "amx_pv"
+    pv = _pv_dot(head_dim, page_size)
+    if pv is not None:
+        return pv
     return "avx512bf16" if intrin.get(BF16_TILE).available() else "fp32"
 
 
 def speculative_kv_dtype(head_dim: int, page_size: int) -> str:
     """The KV pages on which a MagicDec verify step costs least against a decode step on this CPU:
-    bfloat16 where amx_pv applies (the verify's products on AMX tiles: spec/llm.md, the bfloat16
-    paragraph), else float16.  Not the model's default: bfloat16 pages round keys and values to 8
-    significant bits (logits about 0.05 from float32's on the shipped model, against 0.01 with
-    float16) and make a plain decode step no faster."""
-    return "bfloat16" if _amx_pv_fits(head_dim, page_size) else "float16"
+    bfloat16 where a dot with both products on a tile applies (amx_pv or avx512bf16_pv: spec/llm.md,
+    the bfloat16 paragraph), else float16.  Not the model's default: bfloat16 pages round keys and
+    values to 8 significant bits (logits about 0.05 from float32's on the shipped model, against
+    0.01 with float16)."""
+    return "bfloat16" if _pv_dot(head_dim, page_size) is not None else "float16"
 
 
 def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_dtype: str = "float32",
@@ -188,8 +202,11 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
     With bfloat16 pages a page's keys are stored in pairs along D, (N, Hkv, D/2, P, 2), the
     layout of vdpbf16ps's second operand, and each query (scaled by 1/sqrt(D)) is rounded to
     bfloat16 too: a score is a sum of exact products of bfloat16 numbers, accumulated in float32
-    (`dot`: on the AVX512_BF16 tile, two products per lane and instruction, or in float32 loops;
-    default `default_dot`).  Values, weights and the softmax stay float32 in both."""
+    (`dot`: on the AVX512_BF16 tile, two products per lane and instruction, on AMX, or in float32
+    loops; default `default_dot`).  Values, weights and the softmax stay float32, except with the
+    pv dots ("amx_pv", "avx512bf16_pv"), which multiply the weights, rounded to bfloat16, with the
+    value pages on the same tile as the scores and align every query's chunks to the pages (a
+    verify equals the decode steps of its positions bit for bit)."""
     if kv_dtype not in KV_DTYPES:
         raise ArgumentError(f"paged attention: kv_dtype must be one of {KV_DTYPES}, got {kv_dtype!r}")
     G, D, P, H = group, head_dim, page_size, kv_heads
@@ -208,11 +225,11 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
     if dot != "fp32" and P % BF16_BLOCK:
         raise ArgumentError(f"paged attention: the {dot} scores need pages of a multiple of {BF16_BLOCK} "
                             f"keys, got {P}")
-    if dot in ("amx", "amx_pv") and D % 32:
+    if (dot == "amx" or dot in PV_DOTS) and D % 32:
         raise ArgumentError(f"paged attention: the {dot} products need head_dim a multiple of 32, got {D}")
     tiled = dot != "fp32"
     amx = dot in ("amx", "amx_pv")
-    pv = dot == "amx_pv"  # the weights x values products on AMX too, weights in bfloat16, aligned chunks
+    pv = dot in PV_DOTS  # the weights x values products on the tile too, weights in bfloat16, aligned chunks
 
     def load(value: Any) -> Any:
         """A page element as float32."""
@@ -338,13 +355,13 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         C (from zero) is added to the rescaled accumulators.  A row's sums depend only on its own
         weights: the same numbers in a decode step and in a verify of the same positions."""
         vraw, a = vblock
-        kb, mr = BF16_BLOCK, TILE_ROWS["amx_pv"]
+        kb, mr = BF16_BLOCK, TILE_ROWS[dot]
         off = a % kb
         K = (off + count + (kb - 1)) // kb * kb
         rows = tq * G
         r8, rb, d9 = (_v(n) for n in ("r8", "rb8", "d9"))
         calls = _for(rb, 0, (rows + (mr - 1)) // mr, Evaluate(Call("call_extern", (
-            StringImm(AMX_VALUES), address(s[rb * (mr * P)]), _const(P), count, off, address(wbf[rb * (mr * PW)]),
+            StringImm(AMX_VALUES if amx else BF16_VALUES), address(s[rb * (mr * P)]), _const(P), count, off, address(wbf[rb * (mr * PW)]),
             _const(PW), address(vraw((a - off) // 2, _ZERO, _ZERO)), _const(2 * D), address(pvb[rb * (mr * D)]),
             _const(D), _const(D), K, min_(_const(mr), rows - rb * mr)), "int32")))
         update = _for(r8, 0, rows, _for(d9, 0, _const(D), BufferStore(
@@ -451,14 +468,22 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         g2, j3, d2, i2 = (_v(n) for n in ("g2", "j3", "d2", "i2"))
         score = lambda jj: s[row * P + jj]  # noqa: E731
 
+        halves = Buffer("halves", (_const(L // 2),), "float32")
+
         def fold(combine: Callable[[Any, Any], Any]) -> Stmt:
-            """lanes[0] = combine of the L lanes, by halving (a tree, not a serial chain)."""
-            steps, half = [], L // 2
+            """lanes[0] = combine of the L lanes, by halving (a tree, not a serial chain).  Each step
+            reads one buffer and writes the other (lanes, halves, lanes, ...), so that it is one
+            vector operation (a step reading and writing one buffer is a serial loop)."""
+            steps, half, source = [], L // 2, lanes
             while half >= 1:
-                steps.append(_for(l4, 0, _const(half), BufferStore(lanes, combine(lanes[l4], lanes[l4 + half]), (l4,)),
-                                  "vectorized"))
+                target = halves if source is lanes else lanes
+                steps.append(_for(l4, 0, _const(half), BufferStore(
+                    target, combine(source[l4], source[l4 + half]), (l4,)), "vectorized"))
                 half //= 2
-            return seq(*steps)
+                source = target
+            if source is not lanes:
+                steps.append(BufferStore(lanes, source[_ZERO], (_ZERO,)))
+            return Allocate(halves, seq(*steps))
 
         lo_pos = window_lo(i2) if windowed else _ZERO
 
@@ -526,9 +551,10 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         if windowed:
             whole_chunk = whole_chunk & (window_lo(tq - 1) <= pos0)
         softmax = seq(new_max(False), shift, weights(False))
-        # (amx_pv: not taken; the two forms may differ in the last bit, and a chunk whole in a decode
-        # step is partial for the first queries of a verify of the same position)
-        if P % L == 0 and not pv:  # the whole-chunk form has no tails
+        # (with the pv dots too: a query that sees a whole chunk gets the same operations in both
+        # forms, lo = 0 and hi = P leaving the partial form no tails, so a chunk whole in a decode
+        # step and partial for the first queries of a verify gives that query the same bits)
+        if P % L == 0:  # the whole-chunk form has no tails
             softmax = IfThenElse(whole_chunk, seq(new_max(True), shift, weights(True)), softmax)
         j5, l2, r3, dc, u3, i3 = (_v(n) for n in ("j5", "l2", "r3", "dc", "u3", "i3"))
         column = dc * DW + l2
@@ -585,11 +611,12 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
 
     def prefetch_spread(page: Any, key: Any) -> Stmt:
         """The lines of `page` that key `key` of a whole chunk (P keys) prefetches: lines_per_key
-        of its keys and of its values, so that the chunk's P keys cover the page."""
+        of its keys and of its values, so that the chunk's P keys cover the page.  The line is
+        tested against the page's lines even where every key < P has one: the pv dots spread the
+        keys over the rows (key = row * count // rows ...), whose bound the prover need not find
+        (a nonlinear division) once the test states it."""
         c = _v("pfs")
-        body = prefetch_line(page, key * lines_per_key + c)
-        if lines_per_key * P != page_lines:
-            body = IfThenElse(key * lines_per_key + c < page_lines, body)
+        body = IfThenElse(key * lines_per_key + c < page_lines, prefetch_line(page, key * lines_per_key + c))
         return _for(c, 0, _const(lines_per_key), body)
 
     def cached_run(lo_slot: Any, count: Any, lo_pos: Any, windowed: bool) -> Stmt:
@@ -707,8 +734,8 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         # slot, and a sequence either fits the ring or reads no further back than the ring holds
         _assume((st >= 0) & (sinks >= 0) & (ring > 0) & (window > 0) & (M * P >= sinks + ring)
                 & ((st + T <= sinks + ring) | (window <= ring))),
-        *((IfThenElse(aligned, store_new), Evaluate(Call("call_extern", (StringImm("refcomp_amx_configure"),),
-                                                             "int32"))) if pv else ()),
+        *((IfThenElse(aligned, store_new),) if pv else ()),
+        *((Evaluate(Call("call_extern", (StringImm("refcomp_amx_configure"),), "int32")),) if pv and amx else ()),
         transpose, _for(tg, 0, (T + (QT - 1)) // QT, tile),
         IfThenElse(~aligned, store_new) if pv else store_new))))
     for buffer in ((ktp, qbf) if tiled else (kt,)) + ((wbf, pvb, vtp) if pv else ()) + (
@@ -716,10 +743,11 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         body = Allocate(buffer, body)
     loop = For(bh, _const(0), B * H, "parallel", body)
     suffix = {"float32": "", "float16": "_f16", "bfloat16": "_bf16"}[kv_dtype] + {
-        "fp32": "", "avx512bf16": "_tiles", "amx": "_amx", "amx_pv": "_amxpv"}[dot]
+        "fp32": "", "avx512bf16": "_tiles", "amx": "_amx", "amx_pv": "_amxpv", "avx512bf16_pv": "_tilespv"}[dot]
     attrs = None
     if tiled:
-        helpers = ((BF16_VALUES_AMX,) if pv else (BF16_SCORES_AMX_32X32,)) if amx else tile_intrin.c_helpers
+        helpers = (((BF16_VALUES_AMX,) if pv else (BF16_SCORES_AMX_32X32,)) if amx else
+                   tile_intrin.c_helpers + ((BF16_VALUES_AVX512BF16,) if pv else ()))
         attrs = {"c_helpers": helpers, "c_includes": tile_intrin.c_includes, **tile_intrin.func_attrs}
     return PrimFunc((q, k, v, kp, vp, table, start, out, sinks, ring, window), loop,
                     f"paged_attention_g{G}_d{D}_p{P}_h{H}" + suffix, attrs)

@@ -12,6 +12,8 @@ process AMX state (arch_prctl ARCH_REQ_XCOMP_PERM); the library does that once w
 function has the attribute `needs_amx`.
 """
 
+from .kernels_bf16 import BF16_PACK_WEIGHTS
+
 AMX_CONFIG = r"""
 #include <immintrin.h>
 #include <stdint.h>
@@ -106,36 +108,18 @@ BF16_SCORES_AMX_32X32 = AMX_CONFIG + _SCORES.replace("NAME", "refcomp_bf16scores
 # Attention's weights x values (refcomp.llm.attention, dot "amx_pv"): C[m, D] (fp32) = W[m, K] (bf16) *
 # V[K, D] (bf16 pairs along K: V[k, n] at V + (k/2)*ldv + n*2 + k%2, a bfloat16 value page) for
 # m = m_rows <= 32, K a multiple of 32, D a multiple of 16.  The weights come as float32 rows S
-# (s_rs apart, finite): W[m, j] = S[m, j - off] rounded to bfloat16 (to nearest, ties to even)
-# for off <= j < off + count, else 0; they are packed into A (a_rs apart) and multiplied 16 rows
-# x 16 columns per tile, C from zero.  Row m of C depends
+# packed into A by refcomp_bf16_pack_weights (kernels_bf16: rounded to bfloat16, zeros around the
+# chunk) and are multiplied 16 rows x 16 columns per tile, C from zero.  Row m of C depends
 # only on row m of S.  Rows past m_rows in their 16-row tile are computed from A's rows as they
 # are and stored too (A and C must have room).  It and refcomp_bf16scores_amx_32x32_configured (the
 # scores tile above) leave the tile configuration to their caller, who loads it once
 # (refcomp_amx_configure) before a run of calls on one thread.
 BF16_VALUES_AMX = AMX_CONFIG + _SCORES.replace("NAME", "refcomp_bf16scores_amx_32x32_configured").replace(
-    "CONFIGURE", "") + r"""
+    "CONFIGURE", "") + BF16_PACK_WEIGHTS + r"""
 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw"))) static inline void refcomp_bf16values_amx(
     const float* S, int64_t s_rs, int64_t count, int64_t off, uint16_t* A, int64_t a_rs,
     const uint16_t* V, int64_t ldv, float* C, int64_t ldc, int64_t D, int64_t K, int64_t m_rows) {
-  for (int64_t r = 0; r < m_rows; ++r) {
-    const float* srow = S + r * s_rs;
-    uint16_t* arow = A + r * a_rs;
-    for (int64_t j = 0; j < K; j += 16) {
-      const int64_t first = j - off;  /* the source index of lane 0 */
-      uint32_t mask = 0xFFFFu;
-      if (first < 0) mask = -first >= 16 ? 0u : (mask << -first) & 0xFFFFu;
-      if (first + 16 > count) {
-        const int64_t keep = count - first;
-        mask &= keep <= 0 ? 0u : (1u << keep) - 1u;
-      }
-      const __m512i x = _mm512_maskz_loadu_epi32((__mmask16)mask, (const void*)(srow + first));
-      /* to nearest bfloat16, ties to even (finite weights; a masked lane's 0 stays 0) */
-      const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-      const __m512i r = _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7FFF)), odd);
-      _mm256_storeu_si256((__m256i*)(void*)(arow + j), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
-    }
-  }
+  refcomp_bf16_pack_weights(S, s_rs, count, off, A, a_rs, K, m_rows);
   const int64_t c_stride = ldc * 4, a_stride = a_rs * 2, v_stride = ldv * 2;
   const int two = m_rows > 16;
   for (int64_t n = 0; n < D; n += 16) {
