@@ -76,7 +76,9 @@ def build(func: PrimFunc | IRModule, target: str | Target = "c", bounds: str = D
     "cuda -arch=sm_80", "interpret", ...  bounds="runtime" (the default) proves every buffer
     access in bounds and compiles a check for each one it cannot prove (the kernel then fails
     with a RuntimeFailure instead of touching memory outside a buffer); "prove" refuses such a
-    kernel with a ShapeError; "off" trusts the program.
+    kernel with a ShapeError; "off" trusts the program.  A "c" build of a function built before
+    with the same settings takes its checked, lowered and emitted form from the build cache
+    (spec/c_abi.md, "Build cache").
     """
     func = _single_prim_func(func)
     parsed = parse_target(target)

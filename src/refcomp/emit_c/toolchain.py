@@ -234,18 +234,18 @@ def read_build(key: str) -> bytes | None:
     except OSError:
         CACHE_STATS["build_misses"] += 1
         if debug:
-            print(f"refcomp cache miss {key} (build)", file=sys.stderr)
+            print(f"refcomp build entry miss {key}", file=sys.stderr)
         return None
     payload = _checked_payload(data, key)
     if payload is None:
         CACHE_STATS["build_rejected"] += 1
         if debug:
-            print(f"refcomp cache rejected {key} (build): damaged or from another version", file=sys.stderr)
+            print(f"refcomp build entry rejected {key}: damaged or from another version", file=sys.stderr)
         discard_build(key)
         return None
     CACHE_STATS["build_hits"] += 1
     if debug:
-        print(f"refcomp cache hit {key} (build)", file=sys.stderr)
+        print(f"refcomp build entry hit {key}", file=sys.stderr)
     return payload
 
 
