@@ -214,7 +214,9 @@ def build_key(parts: list[str], target: Target | COptions) -> str:
     emitted = options.emit_options()
     emit_settings = [f"{f.name}={sorted(v) if isinstance(v, frozenset) else v!r}"
                      for f in dataclasses.fields(emitted) for v in [getattr(emitted, f.name)]]
-    settings = [f"build {__version__}", refcomp_source_digest(), str(options.target), *emit_settings,
+    # the CPU features refcomp uses (REFCOMP_CPU_FEATURES can replace the detected ones)
+    features = "cpu=" + ",".join(sorted(cpu.cpu_features()))
+    settings = [f"build {__version__}", refcomp_source_digest(), str(options.target), *emit_settings, features,
                 *toolchain_parts(options), *parts]
     return hashlib.sha256("\0".join(settings).encode()).hexdigest()[:32]
 
