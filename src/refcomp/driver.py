@@ -20,15 +20,14 @@ import os
 import pickle
 import threading
 from dataclasses import dataclass
-from types import MappingProxyType
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Callable
 
 from .ast.function import IRModule, PrimFunc
 from .ast.node import freeze_mapping
 from .ast.structural import StructuralHasher, UnhashableIR
-from .emit_c import CModule, c_options, compile_shared, emit, size_vars_of
-from .emit_c import toolchain
+from .emit_c import CModule, c_options, compile_shared, emit, size_vars_of, toolchain
 from .emit_cuda import CUDA_LOWERING, compile_cuda, emit_cuda
 from .errors import BuildError
 from .loops.lower import LoweringHooks, lower
