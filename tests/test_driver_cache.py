@@ -145,3 +145,12 @@ def test_exact_hash_keeps_names_and_refuses_inexact_leaves():
 def test_the_interpret_target_keeps_no_entry(cache):
     refcomp.build(_scaled_sum(), target="interpret", bounds="prove")
     assert _entries(cache) == []
+
+
+def test_the_lowering_debug_switch_builds_without_the_entry(cache, monkeypatch, capsys):
+    refcomp.build(_scaled_sum(), bounds="prove")
+    monkeypatch.setenv("REFCOMP_DEBUG", "1")
+    before = dict(CACHE_STATS)
+    refcomp.build(_scaled_sum(), bounds="prove")
+    assert "IR after flatten_buffers" in capsys.readouterr().err
+    assert CACHE_STATS["build_hits"] == before["build_hits"]

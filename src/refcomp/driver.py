@@ -30,7 +30,7 @@ from .ast.structural import StructuralHasher, UnhashableIR
 from .emit_c import CModule, c_options, compile_shared, emit, size_vars_of, toolchain
 from .emit_cuda import CUDA_LOWERING, compile_cuda, emit_cuda
 from .errors import BuildError
-from .loops.lower import LoweringHooks, lower
+from .loops.lower import LoweringHooks, debug_enabled, lower
 from .loops.passes.compact_buffers import compact_local_buffers
 from .runtime import CudaLibrary, Library, LoadedKernel
 from .runtime.interpreted import InterpretedKernel
@@ -85,7 +85,8 @@ def build(func: PrimFunc | IRModule, target: str | Target = "c", bounds: str = D
         return InterpretedKernel(func, apply_bounds(func, bounds), parsed)
     check_bounds_mode(bounds)
     backend = BACKENDS[parsed.kind]
-    entry = _CachedBuild.find(func, parsed, bounds) if parsed.kind == "c" else None
+    # with the lowering's debug output asked for, the passes run (and show their IR) every time
+    entry = _CachedBuild.find(func, parsed, bounds) if parsed.kind == "c" and not debug_enabled() else None
     if entry is not None and entry.restored is not None:
         module, lowered = entry.restored
     else:
