@@ -149,9 +149,11 @@ def test_both_builds_share_one_default():
     assert inspect.signature(refcomp.graph.build).parameters["bounds"].default == DEFAULT_BOUNDS
 
 
-def test_graph_build_proves_its_kernels(monkeypatch):
+def test_graph_build_proves_its_kernels(monkeypatch, tmp_path):
     import refcomp.driver as driver
 
+    # an empty build cache: a cached build was proved when its entry was made, and is not again
+    monkeypatch.setenv("REFCOMP_CACHE_DIR", str(tmp_path))
     proved = []
     original = driver.insert_runtime_guards
     monkeypatch.setattr(driver, "insert_runtime_guards", lambda f: proved.append(f.name) or original(f))

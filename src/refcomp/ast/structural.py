@@ -1,9 +1,15 @@
-"""Structural equality of IR trees up to renaming of variables and buffers (alpha-equivalence)."""
+"""Structural equality of IR trees up to renaming of variables and buffers (alpha-equivalence),
+and the structural hash of a tree (`StructuralHasher`): with names ignored it identifies a tuning
+workload, with names kept it identifies a function exactly (the key of refcomp.build's cache).
+"""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from typing import Any, Mapping
+
+import numpy as np
 
 from .buffer import Buffer
 from .expr import Var
@@ -101,3 +107,101 @@ def _show(node: Any) -> str:
         return node.script()
     except Exception:
         return repr(node)
+
+
+class UnhashableIR(TypeError):
+    """The tree holds a value whose text does not identify it exactly (StructuralHasher(exact=True))."""
+
+
+_EXACT_LEAVES = (int, str, bytes, bool, complex, type(None), enum.Enum)
+
+
+class StructuralHasher:
+    """The parts of a structural hash of IR trees, appended to `parts` by `visit`.
+
+    Vars and buffers are numbered in the order they first appear, never by identity, so two
+    structurally equal trees give the same parts; `objects` lists them in that order.  With
+    exact=False, names are left out (vars, buffers and the PrimFunc's own name): the identity of a
+    tuning workload.  With exact=True names are kept, numpy arrays hash by dtype, shape and bytes,
+    and a leaf whose repr might not identify it (an unknown type) raises UnhashableIR: equal parts
+    then mean the trees are the same function, names included.
+    """
+
+    def __init__(self, exact: bool = False) -> None:
+        self.exact = exact
+        self.numbers: dict[int, int] = {}
+        self.objects: list[Any] = []
+        self.parts: list[str] = []
+
+    def number(self, obj: Any) -> int:
+        """The position of obj among the vars and buffers seen so far (new ones get the next)."""
+        found = self.numbers.get(id(obj))
+        if found is None:
+            found = self.numbers[id(obj)] = len(self.objects)
+            self.objects.append(obj)
+        return found
+
+    def visit(self, value: Any) -> None:
+        from .function import PrimFunc
+
+        out = self.parts.append
+        if isinstance(value, Var):
+            known = id(value) in self.numbers
+            label = f"V{self.number(value)}:{value.dtype}" if not known else f"V{self.number(value)}"
+            if self.exact and not known:
+                label += f":{value.name!r}:{type(value).__name__}"
+            out(label)
+        elif isinstance(value, Buffer):
+            if id(value) in self.numbers:
+                out(f"B{self.numbers[id(value)]}")
+                return
+            out(f"B{self.number(value)}(")
+            for field in dataclasses.fields(value):
+                if field.name != "name" or self.exact:
+                    out(field.name)
+                    self.visit(getattr(value, field.name))
+            out(")")
+        elif isinstance(value, Node):
+            out(type(value).__name__ + "(")
+            for field in dataclasses.fields(value):
+                if field.name == "name" and isinstance(value, PrimFunc) and not self.exact:
+                    continue  # a kernel's own name (fused_matmul1_relu, ...) is not its workload
+                out(field.name)
+                self.visit(getattr(value, field.name))
+            out(")")
+        elif isinstance(value, (tuple, list)):
+            out(f"[{len(value)}")
+            for item in value:
+                self.visit(item)
+            out("]")
+        elif isinstance(value, Mapping):
+            out(f"{{{len(value)}")
+            for key, item in value.items():
+                self.visit(key)
+                self.visit(item)
+            out("}")
+        elif isinstance(value, float):
+            out("nan" if math.isnan(value) else repr(value))
+        elif not self.exact:
+            out(f"{type(value).__name__}:{value!r}")
+        elif isinstance(value, np.ndarray):
+            out(f"ndarray:{value.dtype.str}:{value.shape}:{value.tobytes().hex()}")
+        elif isinstance(value, np.generic):
+            out(f"{type(value).__name__}:{value.tobytes().hex()}")
+        elif isinstance(value, _EXACT_LEAVES) or dataclasses.is_dataclass(value) and _frozen_leaf(value):
+            out(f"{type(value).__name__}:{value!r}")
+        else:
+            raise UnhashableIR(f"structural hash: a {type(value).__name__} in the IR has no exact text")
+
+    def digest(self, length: int = 32) -> str:
+        """The sha256 of the parts, in hex, cut to length characters."""
+        import hashlib
+
+        return hashlib.sha256("\x1f".join(self.parts).encode()).hexdigest()[:length]
+
+
+def _frozen_leaf(value: Any) -> bool:
+    """A frozen dataclass of exact leaves (DataType): its repr names every field."""
+    params = getattr(type(value), "__dataclass_params__", None)
+    return bool(params and params.frozen and params.repr and
+                all(isinstance(getattr(value, f.name), _EXACT_LEAVES) for f in dataclasses.fields(value)))

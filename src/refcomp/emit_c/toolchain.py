@@ -11,9 +11,17 @@ the flags, the compiler's version and, for -march=native, the CPU's feature flag
 written to a temporary name and moved into place with os.replace, so concurrent processes building
 the same kernel both end with a complete file.  `CACHE_STATS` counts hits and misses; with
 `REFCOMP_CACHE_DEBUG=1` each lookup is also printed to stderr.
+
+The same cache keeps refcomp.build's checked and lowered form of a kernel (`read_build` /
+`write_build`, `<key>.build` beside the libraries), keyed by `build_key`: the function's exact
+structural hash and the build's settings, together with refcomp's version, the digest of its own
+source files, the compiler and flags.  An entry carries its key, refcomp's version and the sha256
+of its payload; one that does not match them (truncated, from another version) is removed and
+the kernel built again.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -22,21 +30,22 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BuildError
 from ..target import Target, parse_target
+from ..version import __version__
 from . import mathlib
 from .codegen import EmitOptions
 from ..loops.intrin import cpu
 
-CACHE_STATS = {"hits": 0, "misses": 0}
+CACHE_STATS = {"hits": 0, "misses": 0, "build_hits": 0, "build_misses": 0, "build_rejected": 0}
+_BUILD_MAGIC = b"refcomp-build 1\n"
 STRICT_WARNINGS = ("-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror")
 _OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3", "-Os")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class COptions:
     """What a "c" target's options mean for gcc and the emitter (c_options(target) makes one)."""
 
@@ -168,14 +177,115 @@ def cache_dir() -> Path:
 
 
 def cache_key(source: str, target: Target | COptions) -> str:
-    target = target if isinstance(target, COptions) else c_options(target)
-    cc = compiler()
-    parts = [source, " ".join(target.compile_flags()), " ".join(target.link_flags()), cc,
-             compiler_version(cc)]
-    if not target.strict:
-        parts.append(_cpu_signature())
+    parts = [source, *toolchain_parts(target)]
     digest = hashlib.sha256("\0".join(parts).encode())
     return digest.hexdigest()[:32]
+
+
+def toolchain_parts(target: Target | COptions) -> list[str]:
+    """Everything besides the source that decides what gcc makes of a kernel for target."""
+    target = target if isinstance(target, COptions) else c_options(target)
+    cc = compiler()
+    parts = [" ".join(target.compile_flags()), " ".join(target.link_flags()), cc, compiler_version(cc)]
+    if not target.strict:
+        parts.append(_cpu_signature())
+    return parts
+
+
+@functools.lru_cache(maxsize=None)
+def refcomp_source_digest() -> str:
+    """The sha256 of refcomp's own Python files: a build entry made by other code is never reused."""
+    package = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256(__version__.encode())
+    for path in sorted(package.rglob("*.py")):
+        digest.update(b"\0" + str(path.relative_to(package)).encode() + b"\0")
+        try:
+            digest.update(path.read_bytes())
+        except OSError:
+            digest.update(b"unreadable")
+    return digest.hexdigest()
+
+
+def build_key(parts: list[str], target: Target | COptions) -> str:
+    """The key of a checked, lowered and emitted kernel: what the caller says decides it (the
+    function's exact structural hash, the bounds mode, the settings the passes read), refcomp's
+    version and source digest, and the emitter's and gcc's settings for target."""
+    options = target if isinstance(target, COptions) else c_options(target)
+    emitted = options.emit_options()
+    emit_settings = [f"{f.name}={sorted(v) if isinstance(v, frozenset) else v!r}"
+                     for f in dataclasses.fields(emitted) for v in [getattr(emitted, f.name)]]
+    # the CPU features refcomp uses (REFCOMP_CPU_FEATURES can replace the detected ones)
+    features = "cpu=" + ",".join(sorted(cpu.cpu_features()))
+    settings = [f"build {__version__}", refcomp_source_digest(), str(options.target), *emit_settings, features,
+                *toolchain_parts(options), *parts]
+    return hashlib.sha256("\0".join(settings).encode()).hexdigest()[:32]
+
+
+def _build_path(key: str) -> Path:
+    return cache_dir() / key[:2] / f"{key}.build"
+
+
+def read_build(key: str) -> bytes | None:
+    """The payload stored under key by write_build, or None: absent, or rejected (then removed)
+    because its header does not name this key and this refcomp version or its bytes do not match
+    the sha256 it was written with."""
+    path = _build_path(key)
+    debug = bool(os.environ.get("REFCOMP_CACHE_DEBUG"))
+    try:
+        data = path.read_bytes()
+    except OSError:
+        CACHE_STATS["build_misses"] += 1
+        if debug:
+            print(f"refcomp build entry miss {key}", file=sys.stderr)
+        return None
+    payload = _checked_payload(data, key)
+    if payload is None:
+        CACHE_STATS["build_rejected"] += 1
+        if debug:
+            print(f"refcomp build entry rejected {key}: damaged or from another version", file=sys.stderr)
+        discard_build(key)
+        return None
+    CACHE_STATS["build_hits"] += 1
+    if debug:
+        print(f"refcomp build entry hit {key}", file=sys.stderr)
+    return payload
+
+
+def _checked_payload(data: bytes, key: str) -> bytes | None:
+    if not data.startswith(_BUILD_MAGIC):
+        return None
+    header, sep, payload = data[len(_BUILD_MAGIC):].partition(b"\n")
+    fields = header.decode("utf-8", "replace").split(" ")
+    if not sep or len(fields) != 4:
+        return None
+    stored_key, version, length, checksum = fields
+    if stored_key != key or version != __version__ or length != str(len(payload)):
+        return None
+    if hashlib.sha256(payload).hexdigest() != checksum:
+        return None
+    return payload
+
+
+def write_build(key: str, payload: bytes) -> None:
+    """Store payload under key (a temporary file moved into place); a cache that cannot be
+    written is skipped: the entry only saves time."""
+    path = _build_path(key)
+    header = f"{key} {__version__} {len(payload)} {hashlib.sha256(payload).hexdigest()}\n".encode()
+    tmp = path.with_name(f".{key}.{os.getpid()}.{os.urandom(4).hex()}.build")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(_BUILD_MAGIC + header + payload)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def discard_build(key: str) -> None:
+    """Remove the entry stored under key (one that could not be used)."""
+    try:
+        _build_path(key).unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def compile_shared(source: str, target: Target | COptions | str, name: str = "kernel") -> Path:

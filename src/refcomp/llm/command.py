@@ -54,6 +54,12 @@ def _check_context(prompt: int, new_tokens: int, speculation: int, context: int)
                             f"exceeds the model's context of {context} tokens (max_position_embeddings): {fits}")
 
 
+def _schedule_text(schedule: list) -> str:
+    """[(label, count), ...] as "pilotx1 3x2 plainx5": a gamma's rounds, plain steps ("pilot": the
+    pilot's plain steps)."""
+    return " ".join(f"{'plain' if label == 0 else label}x{count}" for label, count in schedule)
+
+
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     try:
@@ -109,10 +115,11 @@ def main(argv: list[str]) -> int:
     line = (f"{result.new_tokens} tokens, {result.tokens_per_second:.1f} tokens/s decoding "
             f"(prefill {result.prefill_seconds:.2f} s) with {name} on the {kind} model")
     if "reason" in result.extra:
-        schedule = " ".join(f"{'plain' if label == 0 else label}x{count}"
-                            for label, count in result.extra["plan_schedule"] + result.extra["schedule"])
-        line += (f"; {result.extra['reason']}; K {result.extra['K']}, schedule {schedule} "
-                 f"({result.extra['switches']} switches)")
+        # the pilot's steps and rounds ran to make the decision, so they come before it: a plan
+        # that declined still shows the speculative rounds it measured, as the pilot's
+        pilot, after = (_schedule_text(result.extra[key]) for key in ("plan_schedule", "schedule"))
+        line += (f"; pilot before the decision: {pilot}; {result.extra['reason']}; after it: K {result.extra['K']}, "
+                 f"schedule {after or 'none (no tokens left)'} ({result.extra['switches']} switches)")
     elif "rounds" in result.extra:
         line += (f"; speculative: gamma {result.extra['gamma']}, K {result.extra['K']}, "
                  f"acceptance {result.extra['alpha']:.2f}, {result.extra['rounds']} rounds")

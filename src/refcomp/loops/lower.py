@@ -101,7 +101,7 @@ def lower(func: PrimFunc | IRModule, *, after_pass: Callable[[str, PrimFunc], No
         return func.with_(functions=lowered)
     if not isinstance(func, PrimFunc):
         raise TypeError(f"lower expects a PrimFunc or IRModule, got {type(func).__name__}")
-    debug = _debug_enabled()
+    debug = debug_enabled()
 
     def step(name: str, run: Pass, func: PrimFunc) -> PrimFunc:
         func = run(func, vector_bytes=vector_bytes) if run is vectorize else run(func)
@@ -127,7 +127,8 @@ def _hook_name(hook: Pass) -> str:
     return getattr(hook, "__name__", type(hook).__name__)
 
 
-def _debug_enabled() -> bool:
+def debug_enabled() -> bool:
+    """True when the IR after each pass is to be shown (REFCOMP_DEBUG=1, or the logger at DEBUG)."""
     return os.environ.get("REFCOMP_DEBUG", "") not in ("", "0") or logger.isEnabledFor(logging.DEBUG)
 
 
