@@ -7,8 +7,8 @@ Cases (any B and S may be asked for with --cases; the defaults are the issue's):
   --threads threads) divided by refcomp's.  Checked first: the logits of a prompt prefix agree.
 * `magicdec_b{B}_s{S}`: greedy MagicDec self-speculation (refcomp.llm.speculative.magicdec_generate)
   against greedy autoregressive decoding of the same prompts with the same model, whose KV pages are
-  `attention.speculative_kv_dtype`'s (bfloat16 where AMX or AVX512_BF16 computes both attention
-  products, else float16; --kv-dtype overrides).  magicdec_generate
+  `attention.speculative_kv_dtype`'s (bfloat16 where AMX computes both attention products, else
+  float16; --kv-dtype overrides).  magicdec_generate
   plans on its own first tokens (a pilot of plain steps each draft predicts, then one round of every
   gamma), fixes K, and re-plans gamma, or plain steps, every few rounds from its running estimates;
   its decode time includes the pilot and the re-planning.  The entry carries alpha (measured in the
@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="one thread, the magicdec cases timed in process CPU time (steadier on a shared machine)")
     parser.add_argument("--kv-dtype", choices=("float32", "float16", "bfloat16"),
                         help="the compiled model's KV pages for every case (default: float16, the model's; the magicdec cases "
-                             "take speculative_kv_dtype's, bfloat16 where a bfloat16 tile applies, on both their sides)")
+                             "take speculative_kv_dtype's, bfloat16 where AMX applies, on both their sides)")
     parser.add_argument("--budgets", default="64,128,256,512", help="draft budgets K to choose from")
     parser.add_argument("--gammas", default="1,2,3,4,5,6", help="draft lengths gamma to choose from")
     args = parser.parse_args(argv)
@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     def model_for(kind_: str):
         """The model a case runs on: the default pages (float16) for the cases checked against
         torch, MagicDec's cases on the pages its verify is cheapest on (speculative_kv_dtype:
-        bfloat16 with AMX or AVX512_BF16), both of their sides on the same model; --kv-dtype for every case."""
+        bfloat16 with AMX), both of their sides on the same model; --kv-dtype for every case."""
         dtype = args.kv_dtype
         if dtype is None and kind_ == "magicdec" and not args.reference:
             from refcomp.llm.attention import speculative_kv_dtype

@@ -206,8 +206,8 @@ def _pv_dot():
 @pytest.mark.skipif(_pv_dot() is None, reason="CPU lacks AMX-BF16 and AVX512_BF16")
 def test_pv_greedy_speculative_equals_autoregressive_over_many_prompts():
     """bfloat16 pages with both attention products on a tile (AMX's or AVX512_BF16's) and bfloat16
-    softmax weights (the default dot for bfloat16 pages, and speculative_kv_dtype's pages, where a
-    tile applies): a verify pass reads every key through its pages in the chunks a decode step
+    softmax weights (the default dot for bfloat16 pages where a tile applies; speculative_kv_dtype's
+    pages with AMX): a verify pass reads every key through its pages in the chunks a decode step
     reads, so greedy speculative output is the autoregressive output token for token, over prompts
     of many lengths and sources, batch sizes 1 to 8, and drafts with short and long windows (the
     draft on the same kernel, streaming)."""
@@ -215,14 +215,13 @@ def test_pv_greedy_speculative_equals_autoregressive_over_many_prompts():
     import json
 
     from refcomp.llm import tokenizer
-    from refcomp.llm.attention import default_dot, speculative_kv_dtype
+    from refcomp.llm.attention import default_dot
     from refcomp.llm.cache import DEFAULT_PAGE_SIZE
     from refcomp.llm.loading import DEFAULT_MODEL, load_model
 
     if not (DEFAULT_MODEL / "model.safetensors").is_file():
         pytest.skip("the shipped model is absent")
-    model, _ = load_model(DEFAULT_MODEL, kv_dtype=speculative_kv_dtype(32, DEFAULT_PAGE_SIZE))
-    assert model.kv_dtype == "bfloat16"
+    model, _ = load_model(DEFAULT_MODEL, kv_dtype="bfloat16")
     assert default_dot("bfloat16", model.config.dim_head, model.page_size) == _pv_dot()
     sources = [json.dumps, json.loads, speculative_generate, verify, generate, inspect.getsource, np.pad,
                tokenizer.encode]

@@ -182,12 +182,14 @@ def default_dot(kv_dtype: str, head_dim: int, page_size: int) -> str:
 
 
 def speculative_kv_dtype(head_dim: int, page_size: int) -> str:
-    """The KV pages on which a MagicDec verify step costs least against a decode step on this CPU:
-    bfloat16 where a dot with both products on a tile applies (amx_pv or avx512bf16_pv: spec/llm.md,
-    the bfloat16 paragraph), else float16.  Not the model's default: bfloat16 pages round keys and
-    values to 8 significant bits (logits about 0.05 from float32's on the shipped model, against
-    0.01 with float16)."""
-    return "bfloat16" if _pv_dot(head_dim, page_size) is not None else "float16"
+    """The KV pages on which MagicDec decodes fastest against its own autoregressive decoding on
+    this CPU: bfloat16 where amx_pv applies (the verify's products on AMX tiles: spec/llm.md, the
+    bfloat16 paragraph), else float16.  With AVX512_BF16 alone (avx512bf16_pv) bfloat16 pages make
+    both a decode step and a verify about 8% faster at two threads, but not the verify relative to
+    the decode step, so the speedup is no larger and float16 keeps its accuracy.  Not the model's
+    default: bfloat16 pages round keys and values to 8 significant bits (logits about 0.05 from
+    float32's on the shipped model, against 0.01 with float16)."""
+    return "bfloat16" if _pv_dot(head_dim, page_size) == "amx_pv" else "float16"
 
 
 def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_dtype: str = "float32",

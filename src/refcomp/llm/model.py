@@ -215,8 +215,8 @@ MIN_ROTARY_POSITIONS = 4096
 # more than the arithmetic.  (Where every product runs on refcomp's GEMM, all calls take it.)
 FEW_ROWS = 4
 # the KV cache's element type unless asked otherwise (refcomp.llm.cache.KV_DTYPES); MagicDec's
-# verify is cheapest on refcomp.llm.attention.speculative_kv_dtype's (bfloat16 where AMX or
-# AVX512_BF16 computes both attention products)
+# speedup is largest on refcomp.llm.attention.speculative_kv_dtype's (bfloat16 where AMX computes
+# both attention products)
 DEFAULT_KV_DTYPE = "float16"
 # Token rows per compiled call when a long prompt is split (CompiledLlama.forward).
 CHUNK_ROWS = 2048
