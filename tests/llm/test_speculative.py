@@ -216,7 +216,6 @@ def test_pv_greedy_speculative_equals_autoregressive_over_many_prompts():
 
     from refcomp.llm import tokenizer
     from refcomp.llm.attention import default_dot
-    from refcomp.llm.cache import DEFAULT_PAGE_SIZE
     from refcomp.llm.loading import DEFAULT_MODEL, load_model
 
     if not (DEFAULT_MODEL / "model.safetensors").is_file():
