@@ -163,8 +163,7 @@ class _CachedBuild:
         except Exception:  # any damage the checksum missed: never trusted, built again
             count = None
         if count != len(self.objects) or not isinstance(module, CModule) or not isinstance(lowered, PrimFunc):
-            toolchain.CACHE_STATS["build_rejected"] += 1
-            toolchain.discard_build(self.key)
+            toolchain.reject_build(self.key, "its payload is not a module and a lowered function")
             return None
         return module, lowered
 

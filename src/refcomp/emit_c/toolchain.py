@@ -229,26 +229,24 @@ def read_build(key: str) -> bytes | None:
     """The payload stored under key by write_build, or None: absent, or rejected (then removed)
     because its header does not name this key and this refcomp version or its bytes do not match
     the sha256 it was written with."""
-    path = _build_path(key)
-    debug = bool(os.environ.get("REFCOMP_CACHE_DEBUG"))
     try:
-        data = path.read_bytes()
+        data = _build_path(key).read_bytes()
     except OSError:
-        CACHE_STATS["build_misses"] += 1
-        if debug:
-            print(f"refcomp build entry miss {key}", file=sys.stderr)
+        _count("build_misses", f"build entry miss {key}")
         return None
     payload = _checked_payload(data, key)
     if payload is None:
-        CACHE_STATS["build_rejected"] += 1
-        if debug:
-            print(f"refcomp build entry rejected {key}: damaged or from another version", file=sys.stderr)
-        discard_build(key)
+        reject_build(key, "damaged or from another version")
         return None
-    CACHE_STATS["build_hits"] += 1
-    if debug:
-        print(f"refcomp build entry hit {key}", file=sys.stderr)
+    _count("build_hits", f"build entry hit {key}")
     return payload
+
+
+def _count(stat: str, event: str) -> None:
+    """Count a cache lookup's outcome in CACHE_STATS; with REFCOMP_CACHE_DEBUG set, print it."""
+    CACHE_STATS[stat] += 1
+    if os.environ.get("REFCOMP_CACHE_DEBUG"):
+        print(f"refcomp {event}", file=sys.stderr)
 
 
 def _checked_payload(data: bytes, key: str) -> bytes | None:
@@ -280,8 +278,10 @@ def write_build(key: str, payload: bytes) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def discard_build(key: str) -> None:
-    """Remove the entry stored under key (one that could not be used)."""
+def reject_build(key: str, why: str) -> None:
+    """Count and remove the entry stored under key, one that could not be used (the kernel is
+    built again)."""
+    _count("build_rejected", f"build entry rejected {key}: {why}")
     try:
         _build_path(key).unlink(missing_ok=True)
     except OSError:
@@ -295,15 +295,10 @@ def compile_shared(source: str, target: Target | COptions | str, name: str = "ke
     root = cache_dir()
     folder = root / key[:2]
     so_path = folder / f"{key}.so"
-    debug = bool(os.environ.get("REFCOMP_CACHE_DEBUG"))
     if so_path.exists():
-        CACHE_STATS["hits"] += 1
-        if debug:
-            print(f"refcomp cache hit {key} ({name})", file=sys.stderr)
+        _count("hits", f"cache hit {key} ({name})")
         return so_path
-    CACHE_STATS["misses"] += 1
-    if debug:
-        print(f"refcomp cache miss {key} ({name})", file=sys.stderr)
+    _count("misses", f"cache miss {key} ({name})")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

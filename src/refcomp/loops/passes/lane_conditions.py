@@ -54,13 +54,13 @@ def hoistable_conditions(body: Stmt, var: Var) -> list[PrimExpr]:
 
 def assume_true(body: Stmt, conditions: list[PrimExpr]) -> Stmt:
     """body with every if / if_then_else on one of conditions replaced by its true branch."""
-    return _TakeTrueBranch({expr_key(c) for c in conditions}).visit(body)
+    return _TakeBranch({expr_key(c) for c in conditions}).visit(body)
 
 
 def assume_false(body: Stmt, conditions: list[PrimExpr]) -> Stmt | None:
     """body with every if / if_then_else on one of conditions replaced by its false branch; None
     when an `if` on one of them has no else (nothing to run in its place)."""
-    taker = _TakeTrueBranch({expr_key(c) for c in conditions}, branch=False)
+    taker = _TakeBranch({expr_key(c) for c in conditions}, branch=False)
     result = taker.visit(body)
     return None if taker.missing else result
 
@@ -73,7 +73,10 @@ def negated_comparison(condition: PrimExpr) -> PrimExpr | None:
     return flipped(condition.a, condition.b) if flipped is not None else None
 
 
-class _TakeTrueBranch(Mutator):
+class _TakeBranch(Mutator):
+    """Each if / if_then_else on a condition of `keys` replaced by its then (branch True) or else
+    branch; `missing` records an `if` without an else met when taking else branches."""
+
     def __init__(self, keys: set, branch: bool = True) -> None:
         super().__init__()
         self.keys = keys
