@@ -186,10 +186,7 @@ def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas, clock=
     auto = generate(model, prompts, new_tokens, clock=clock)
     fast = speculative.magicdec_generate(model, prompts, new_tokens, budgets=budgets, gammas=gammas, clock=clock)
     extra = fast.extra
-    def show(schedule):
-        return " ".join(f"{'plain' if label == 0 else label}x{count}" for label, count in schedule)
-
-    print(f"  plan ({show(extra['plan_schedule'])}: a plain step, a round of the pilot gamma with the smallest K, two plain "
+    print(f"  plan ({speculative.schedule_text(extra['plan_schedule'])}: a plain step, a round of the pilot gamma with the smallest K, two plain "
           f"steps; unless no gamma could pay, a round per other K and one of each other gamma): {extra['reason']}; "
           f"{extra['plan_seconds']:.2f} s of the decode", flush=True)
     # the analytic model's inputs as the two decodings measured them: T_T per sequence-step from the
@@ -200,7 +197,7 @@ def run_magicdec(model, text, batch, length, new_tokens, budgets, gammas, clock=
     spec_rows = sum(m["rows"] for label, m in extra["modes"].items() if label not in ("pilot", "0"))
     spec_tokens = sum(m["tokens"] for label, m in extra["modes"].items() if label not in ("pilot", "0"))
     per_round = spec_tokens / spec_rows if spec_rows else float("nan")
-    print(f"  schedule {show(extra['schedule'])}; {extra['switches']} switches; gammas used {extra['gammas_used']}; "
+    print(f"  schedule {speculative.schedule_text(extra['schedule'])}; {extra['switches']} switches; gammas used {extra['gammas_used']}; "
           f"tokens per round and sequence {per_round:.2f} (model {per_round_model:.2f})", flush=True)
     for label, mode in modes.items():
         name = {"pilot": "pilot", "0": "plain steps"}.get(label, f"gamma {label}")

@@ -12,7 +12,7 @@ from .generate import generate
 from .checkpoint import checkpoint_config
 from .loading import DEFAULT_MODEL, load_model
 from .sampling import SamplingParams
-from .speculative import MAGICDEC_GAMMAS, SpeculativeConfig, magicdec_generate, speculative_generate
+from .speculative import MAGICDEC_GAMMAS, SpeculativeConfig, magicdec_generate, schedule_text, speculative_generate
 
 
 def parser() -> argparse.ArgumentParser:
@@ -52,12 +52,6 @@ def _check_context(prompt: int, new_tokens: int, speculation: int, context: int)
         fits = f"at most {room} bytes of prompt fit" if room > 0 else "no prompt fits; lower --max-new-tokens"
         raise ArgumentError(f"--prompt is {prompt} tokens (bytes) long; with {new_tokens} new tokens{extra} it "
                             f"exceeds the model's context of {context} tokens (max_position_embeddings): {fits}")
-
-
-def _schedule_text(schedule: list) -> str:
-    """[(label, count), ...] as "pilotx1 3x2 plainx5": a gamma's rounds, plain steps ("pilot": the
-    pilot's plain steps)."""
-    return " ".join(f"{'plain' if label == 0 else label}x{count}" for label, count in schedule)
 
 
 def main(argv: list[str]) -> int:
@@ -117,7 +111,7 @@ def main(argv: list[str]) -> int:
     if "reason" in result.extra:
         # the pilot's steps and rounds ran to make the decision, so they come before it: a plan
         # that declined still shows the speculative rounds it measured, as the pilot's
-        pilot, after = (_schedule_text(result.extra[key]) for key in ("plan_schedule", "schedule"))
+        pilot, after = (schedule_text(result.extra[key]) for key in ("plan_schedule", "schedule"))
         line += (f"; pilot before the decision: {pilot}; {result.extra['reason']}; after it: K {result.extra['K']}, "
                  f"schedule {after or 'none (no tokens left)'} ({result.extra['switches']} switches)")
     elif "rounds" in result.extra:

@@ -585,6 +585,13 @@ def _plan(run: _Decoding, gammas: list[int], budgets: list[int], settings: Adapt
 MAGICDEC_GAMMAS = (1, 2, 3, 4, 5, 6)
 
 
+def schedule_text(schedule: Sequence[Sequence[int | str]]) -> str:
+    """A magicdec_generate schedule ([(label, count), ...], its extra's "schedule" or
+    "plan_schedule") as "pilotx1 3x2 plainx5": a gamma's rounds, plain steps ("pilot": the pilot's
+    plain steps)."""
+    return " ".join(f"{'plain' if label == 0 else label}x{count}" for label, count in schedule)
+
+
 def magicdec_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.ndarray, max_new_tokens: int, *,
                       budgets: Sequence[int] = (64, 128, 256, 512), gammas: Sequence[int] = MAGICDEC_GAMMAS,
                       params: SamplingParams | None = None, seed: int | np.random.Generator | None = 0,
