@@ -1,10 +1,11 @@
 """The paged KV cache: pages taken as sequences grow, returned on rollback, exhaustion and misuse errors."""
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from refcomp.errors import ArgumentError, RuntimeFailure
 from refcomp.llm.cache import PagedKVCache
-from refcomp.llm.protocol import KVCache, LlamaConfig, StreamingBudget
+from refcomp.llm.protocol import KVCache, LlamaConfig, StreamingBudget, kept_rows_positions
 
 CONFIG = LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=24, num_hidden_layers=3,
                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096)
@@ -29,10 +30,10 @@ def test_planned_bytes_at_batch_64_and_8k():
     bench = LlamaConfig(vocab_size=256, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
                         num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=8192)
     per_token = 2 * 4 * 2 * 32 * 4
-    planned = PagedKVCache.planned_nbytes(bench, 64, 8192)
+    planned = PagedKVCache.planned_nbytes(bench, 64, 8192, page_size=64)
     assert planned == 64 * 8192 * per_token + 64 * 128 * 4  # 1 GiB of pages and the page table
     budget = StreamingBudget(sinks=4, window=252, slack=8)
-    assert PagedKVCache.planned_nbytes(bench, 64, 8192, streaming=budget) == 64 * 5 * 64 * per_token + 64 * 5 * 4
+    assert PagedKVCache.planned_nbytes(bench, 64, 8192, streaming=budget, page_size=64) == 64 * 5 * 64 * per_token + 64 * 5 * 4
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -245,3 +246,17 @@ def test_keep_sequences_shrinks_the_batch_and_frees_the_rest(streaming):
         cache.keep_sequences(np.array([], np.int64))
     with pytest.raises(ArgumentError, match="increasing indices"):
         cache.keep_sequences(np.array([2]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 12)), min_size=1, max_size=6),
+       st.integers(0, 5), st.one_of(st.none(), st.integers(1, 16)))
+def test_kept_rows_positions_is_the_per_sequence_rule(spans, sinks, ring):
+    """The batch form equals, sequence by sequence, the positions start .. upto - 1 that are sinks
+    or among the last `ring`."""
+    starts = np.array([a for a, _ in spans])
+    uptos = starts + np.array([n for _, n in spans])
+    rows, positions = kept_rows_positions(starts, uptos, sinks, ring)
+    expected = [(b, p) for b, (a, n) in enumerate(spans) for p in range(a, a + n)
+                if ring is None or p < sinks or p >= a + n - ring]
+    assert list(zip(rows.tolist(), positions.tolist())) == expected

@@ -32,9 +32,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ArgumentError, RuntimeFailure
-from .protocol import LlamaConfig, StreamingBudget, check_sequence_rows, kept_positions
+from .protocol import LlamaConfig, StreamingBudget, check_sequence_rows, kept_rows_positions
 
-DEFAULT_PAGE_SIZE = 64
+DEFAULT_PAGE_SIZE = 128
 # element types of the pages: float16 and bfloat16 halve the bytes; attention converts to float32
 # as it loads (bfloat16: its scores multiply bfloat16 numbers, refcomp.llm.attention)
 KV_DTYPES = ("float32", "float16", "bfloat16")
@@ -171,13 +171,8 @@ class PagedKVCache:
         self.reserve(count)
         # (sequence, position) pairs to copy: a streaming cache keeps sinks and the last `ring` positions
         ring = None if self.streaming is None else self.ring
-        seqs, positions = [], []
-        for b in np.flatnonzero(count > 0):
-            keep = kept_positions(self._lengths[b], upto[b], self.sinks, ring)
-            seqs.append(np.full(keep.size, b))
-            positions.append(keep)
-        if seqs:
-            rows, pos = np.concatenate(seqs), np.concatenate(positions)
+        rows, pos = kept_rows_positions(self._lengths, upto, self.sinks, ring)
+        if rows.size:
             src_slot, dst_slot = source.slot_of(pos), self.slot_of(pos)
             src = (source.table[rows, src_slot // self.page_size], src_slot % self.page_size)
             dst = (self.table[rows, dst_slot // self.page_size], dst_slot % self.page_size)
