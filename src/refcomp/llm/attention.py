@@ -738,7 +738,9 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                 & ((st + T <= sinks + ring) | (window <= ring))),
         *((IfThenElse(aligned, store_new),) if pv else ()),
         *((Evaluate(Call("call_extern", (StringImm("refcomp_amx_configure"),), "int32")),) if pv and amx else ()),
-        transpose, _for(tg, 0, (T + (QT - 1)) // QT, tile),
+        # (aligned, every key is read through the pages: the call's own keys in pairs, which only
+        # new_run reads, are not needed)
+        IfThenElse(~aligned, transpose) if pv else transpose, _for(tg, 0, (T + (QT - 1)) // QT, tile),
         IfThenElse(~aligned, store_new) if pv else store_new))))
     for buffer in ((ktp, qbf) if tiled else (kt,)) + ((wbf, pvb, vtp) if pv else ()) + (
             rescale, mx, top, l, m, s, acc, qs):
