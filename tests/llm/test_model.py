@@ -127,6 +127,43 @@ def test_streaming_cache_matches_numpy_reference(pair, rng, prompt_chunks):
     assert cache.pages_in_use() == 2 * 2  # sinks + window + slack = 11 slots: two pages each
 
 
+@pytest.mark.parametrize("sinks, window", [(2, 6), (0, 3), (4, 9)])
+def test_draft_view_attends_as_a_streaming_cache(pair, rng, sinks, window):
+    """A full cache's draft view attends as a streaming cache given the full cache's entries
+    (extend_from) does: the same logits step after step; the view appends to the full cache,
+    whose rollback drops what it appended."""
+    _, lm = pair
+    budget = StreamingBudget(sinks=sinks, window=window, slack=2)
+    tokens = rng.integers(0, 300, (2, 21))
+    full = lm.new_cache(2, 64)
+    lm.forward(tokens[:, :15], full)
+    copied = lm.new_cache(2, 64, streaming=budget)
+    copied.extend_from(full, full.lengths())
+    expected = np.concatenate([lm.forward(tokens[:, 15 + i:16 + i], copied) for i in range(6)], axis=1)
+    view = full.draft_view(budget)
+    got = np.concatenate([lm.forward(tokens[:, 15 + i:16 + i], view) for i in range(6)], axis=1)
+    np.testing.assert_allclose(got, expected, **TOL)
+    assert full.lengths().tolist() == [21, 21] and view.lengths().tolist() == [21, 21]
+    # rolled back, the full cache forgets the view's entries: its own decode is the full model's
+    reference = lm.new_cache(2, 64)
+    want = lm.forward(tokens[:, :21], reference)[:, 15:]
+    full.rollback(np.array([15, 15]))
+    np.testing.assert_allclose(lm.forward(tokens[:, 15:21], full), want, **TOL)
+
+
+def test_draft_view_refuses_what_it_cannot_be(pair):
+    _, lm = pair
+    with pytest.raises(ArgumentError, match="the target must be a full PagedKVCache"):
+        lm.new_cache(1, 16, streaming=StreamingBudget(1, 4, 1)).draft_view(StreamingBudget(1, 4, 0))
+    with pytest.raises(ArgumentError, match="window >= 1"):
+        lm.new_cache(1, 16).draft_view(StreamingBudget(1, 0, 0))
+    full = lm.new_cache(1, 16)
+    view = full.draft_view(StreamingBudget(1, 4, 0))
+    view.extend_from(full, full.lengths())   # nothing to take: it holds its target's entries
+    with pytest.raises(ArgumentError, match="holds exactly its target's entries"):
+        view.extend_from(lm.new_cache(1, 16), np.array([0]))
+
+
 def test_streaming_rollback_within_slack_restores_the_state(pair, rng):
     _, lm = pair
     budget = StreamingBudget(sinks=1, window=5, slack=4)

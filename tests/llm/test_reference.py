@@ -173,3 +173,26 @@ def test_streaming_cache_extended_from_the_full_one_and_shrunk(rng):
         full.extend_from(narrow, np.array([31, 31, 31]))
     with pytest.raises(RefcompError, match="cannot extend lengths"):
         wide.extend_from(full, np.array([32, 31, 31]))
+
+
+def test_draft_view_attends_as_the_extended_streaming_cache(rng):
+    """draft_view: the full cache read as a streaming one gives the logits of a streaming cache
+    given the full cache's entries, appends to the full cache, and refuses what it cannot be."""
+    model = tiny_model(seed=int(rng.integers(1 << 30)))
+    tokens = rng.integers(0, 32, size=(3, 26))
+    budget = StreamingBudget(sinks=2, window=5, slack=6)
+    full = model.new_cache(3, 40)
+    model.forward(tokens[:, :20], full)
+    copied = model.new_cache(3, 40, streaming=budget)
+    copied.extend_from(full, full.lengths())
+    view = full.draft_view(budget)
+    for t in range(20, 26):
+        np.testing.assert_allclose(model.forward(tokens[:, t:t + 1], view),
+                                   model.forward(tokens[:, t:t + 1], copied), rtol=1e-12, atol=1e-12)
+    assert full.lengths().tolist() == [26, 26, 26] and isinstance(view, KVCache)
+    view.rollback(np.array([20, 21, 22]))
+    assert full.lengths().tolist() == [20, 21, 22]
+    with pytest.raises(RefcompError, match="the target must be a full ReferenceCache"):
+        copied.draft_view(budget)
+    with pytest.raises(RefcompError, match="holds exactly its target's entries"):
+        view.extend_from(model.new_cache(3, 40), np.array([0, 0, 0]))

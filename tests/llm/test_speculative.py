@@ -249,8 +249,9 @@ def _recording(model, widths):
 
 @pytest.mark.parametrize("gamma", [1, 3])
 def test_every_draft_forward_carries_one_token(gamma):
-    """The draft cache takes the target's entries after each verify: no two-token catch-up forward,
-    whatever each sequence accepted (all, some or none), and the output is the target's."""
+    """The draft reads the target's entries (its draft view) after each verify: no two-token
+    catch-up forward, whatever each sequence accepted (all, some or none), and the output is the
+    target's."""
     rng = np.random.default_rng(40 + gamma)
     widths: list[tuple[bool, int]] = []
     model = _recording(tiny_model(seed=8, vocab=32, scale=1.5), widths)

@@ -23,7 +23,8 @@ last `window` positions; the `slack` extra slots keep the positions a rollback o
 `slack` + 1 tokens must see again.  A rollback deeper than that is an `ArgumentError`.
 
 `extend_from(source, upto)` appends entries copied from a full cache of the same model (slot by
-slot, only those a streaming cache keeps): MagicDec's draft cache takes the target's entries.
+slot, only those a streaming cache keeps).  `draft_view(budget)` reads a full cache as a streaming
+one of that budget without copying (`DraftView`): MagicDec's draft.
 `keep_sequences(rows)` drops the other sequences and returns their pages: a batch shrinks as its
 sequences finish.
 """
@@ -198,6 +199,12 @@ class PagedKVCache:
         self.table = np.ascontiguousarray(self.table[rows])
         self._lengths, self._high, self._oldest = self._lengths[rows], self._high[rows], self._oldest[rows]
 
+    def draft_view(self, budget: StreamingBudget) -> "DraftView":
+        """MagicDec's draft over this full cache's own pages (`DraftView`): attention through it
+        sees the sinks and the last `budget.window` positions, as a streaming cache of that budget
+        would; appending through it appends to this cache."""
+        return DraftView(self, budget)
+
     def slot_of(self, positions: np.ndarray) -> np.ndarray:
         """The slot each position lives in (a full cache: the position itself)."""
         positions = np.asarray(positions, np.int64)
@@ -269,3 +276,64 @@ class PagedKVCache:
             if self.table[b, page] >= 0:
                 self._free.append(int(self.table[b, page]))
                 self.table[b, page] = -1
+
+
+class DraftView:
+    """A full `PagedKVCache` read as a streaming one: MagicDec's draft without a cache of its own.
+
+    Its attention sees, per query, the first `budget.sinks` positions and the last
+    `budget.window` (`kernel_scalars`), over the target's pages, where every position is in its own
+    slot; the budget's slack is not needed (nothing is overwritten).  It holds no entries and no
+    lengths of its own: `reserve`, `commit`, `rollback` and `keep_sequences` act on the target,
+    so the tokens a draft forward appends through the view are the target's last ones, and
+    rolling the target back drops them (the verify then writes the target's own entries there).
+    `extend_from` has nothing to copy: the view already holds every entry its target holds."""
+
+    def __init__(self, target: PagedKVCache, budget: StreamingBudget) -> None:
+        if not isinstance(target, PagedKVCache) or target.streaming is not None:
+            raise ArgumentError("KV cache draft_view: the target must be a full PagedKVCache")
+        if not isinstance(budget, StreamingBudget) or budget.sinks < 0 or budget.window < 1:
+            raise ArgumentError(f"KV cache draft_view: the budget needs sinks >= 0 and window >= 1, got {budget!r}")
+        self.target = target
+        self.streaming = budget
+        self.sinks, self.window = int(budget.sinks), int(budget.window)
+
+    # the target's storage and layout (read at each use: keep_sequences replaces the table)
+    config = property(lambda self: self.target.config)
+    page_size = property(lambda self: self.target.page_size)
+    dtype = property(lambda self: self.target.dtype)
+    max_tokens = property(lambda self: self.target.max_tokens)
+    k_pool = property(lambda self: self.target.k_pool)
+    v_pool = property(lambda self: self.target.v_pool)
+    table = property(lambda self: self.target.table)
+    batch = property(lambda self: self.target.batch)
+
+    def lengths(self) -> np.ndarray:
+        return self.target.lengths()
+
+    def nbytes_per_token(self) -> int:
+        return self.target.nbytes_per_token()
+
+    def reserve(self, count: int | np.ndarray) -> np.ndarray:
+        return self.target.reserve(count)
+
+    def commit(self, count: int | np.ndarray) -> None:
+        self.target.commit(count)
+
+    def rollback(self, keep: np.ndarray) -> None:
+        self.target.rollback(keep)
+
+    def keep_sequences(self, rows: np.ndarray) -> None:
+        self.target.keep_sequences(rows)
+
+    def extend_from(self, source: PagedKVCache, upto: np.ndarray) -> None:
+        """Nothing to copy from the view's own target up to its length; anything else is refused."""
+        upto = np.asarray(upto)
+        if source is not self.target or upto.shape != (self.batch,) or np.any(upto != self.target.lengths()):
+            raise ArgumentError("KV cache extend_from: a draft view holds exactly its target's entries; it "
+                                "cannot take other entries")
+
+    def kernel_scalars(self) -> tuple[int, int, int]:
+        """(sinks, ring, window) as the attention kernel takes them: the target's ring (slot =
+        position), the budget's sinks and window."""
+        return self.sinks, self.target.ring, self.window

@@ -41,7 +41,7 @@ from ..graph import BlockBuilder, Call, Constant, ExternFunc, Function, Var, op,
 from ..graph.passes.default_schedule import RuleFallbackWarning
 from ..graph.pipeline import build as build_graph
 from .attention import PagedAttention
-from .cache import DEFAULT_PAGE_SIZE, KV_DTYPES, PagedKVCache
+from .cache import DEFAULT_PAGE_SIZE, KV_DTYPES, DraftView, PagedKVCache
 from .checkpoint import check_weights, load_checkpoint
 from .protocol import LlamaConfig, StreamingBudget
 
@@ -406,7 +406,7 @@ class CompiledLlama:
         return {"embed": fns["embed"], "layers": layers, "head": fns["head"]}
 
     def _check_tokens(self, tokens: Any, cache: Any) -> np.ndarray:
-        if not isinstance(cache, PagedKVCache):
+        if not isinstance(cache, (PagedKVCache, DraftView)):
             raise ArgumentError(f"forward: cache must come from this model's new_cache, got {type(cache).__name__}")
         if cache.config != self.config or cache.page_size != self.page_size:
             raise ArgumentError("forward: the cache was made for a different model")

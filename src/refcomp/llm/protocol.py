@@ -183,6 +183,11 @@ class KVCache(Protocol):
     def keep_sequences(self, rows: np.ndarray) -> None:
         """Keep only sequences `rows` (increasing indices), in that order: the batch shrinks."""
 
+    def draft_view(self, budget: StreamingBudget) -> "KVCache":
+        """This full cache read as a streaming one of `budget` (attention sees the sinks and the
+        last `budget.window` positions), sharing its entries and lengths: MagicDec's draft, which
+        appends its drafts here; rolling this cache back drops them."""
+
 
 @runtime_checkable
 class CausalLM(Protocol):

@@ -160,6 +160,15 @@ class ReferenceCache:
         self.values = [v[rows] for v in self.values]
         self.positions, self._lengths = self.positions[rows], self._lengths[rows]
 
+    def draft_view(self, budget: StreamingBudget) -> "ReferenceDraftView":
+        """This full cache read as a streaming one of `budget` (MagicDec's draft, no copies)."""
+        return ReferenceDraftView(self, budget)
+
+    @property
+    def full_layout(self) -> bool:
+        """Whether position p is stored in slot p (a full cache, or a draft view of one)."""
+        return self.streaming is None
+
     def slot_of(self, pos: np.ndarray) -> np.ndarray:
         """The slot position(s) `pos` are stored in."""
         if self.streaming is None:
@@ -181,6 +190,56 @@ class ReferenceCache:
         if self.streaming is not None:
             mask &= (k < self.streaming.sinks) | (k > q - self.streaming.window)
         return mask
+
+
+class ReferenceDraftView(ReferenceCache):
+    """A full ReferenceCache read as a streaming one (refcomp.llm.cache.DraftView's reference):
+    the target's entries, lengths and layout, attention masked to the budget's sinks and window;
+    appending, rolling back and keeping sequences act on the target."""
+
+    def __init__(self, target: ReferenceCache, budget: StreamingBudget) -> None:  # noqa: super() not called
+        if not isinstance(target, ReferenceCache) or target.streaming is not None:
+            raise ArgumentError("draft_view: the target must be a full ReferenceCache")
+        if not isinstance(budget, StreamingBudget) or budget.sinks < 0 or budget.window <= 0:
+            raise ArgumentError(f"draft_view: the budget needs sinks >= 0 and window > 0, got {budget!r}")
+        self.target, self.budget = target, budget
+        self.config, self.max_tokens, self.dtype, self.slots = target.config, target.max_tokens, target.dtype, target.slots
+        self.streaming = budget   # how it attends; its layout is the target's (full_layout)
+
+    full_layout = True
+
+    def slot_of(self, pos: np.ndarray) -> np.ndarray:
+        return pos
+
+    keys = property(lambda self: self.target.keys)
+    values = property(lambda self: self.target.values)
+    positions = property(lambda self: self.target.positions)
+
+    @property
+    def _lengths(self) -> np.ndarray:
+        return self.target._lengths
+
+    @_lengths.setter
+    def _lengths(self, value: np.ndarray) -> None:
+        self.target._lengths = value
+
+    def rollback(self, keep: np.ndarray) -> None:
+        self.target.rollback(keep)
+
+    def keep_sequences(self, rows: np.ndarray) -> None:
+        self.target.keep_sequences(rows)
+
+    def extend_from(self, source: ReferenceCache, upto: np.ndarray) -> None:
+        upto = np.asarray(upto)
+        if source is not self.target or upto.shape != (self.batch,) or np.any(upto != self.target._lengths):
+            raise ArgumentError("extend_from: a draft view holds exactly its target's entries")
+
+    def mask_start(self, start: np.ndarray) -> int:
+        return 0   # the window hides keys before any sequence's length
+
+    def visible(self, key_pos: np.ndarray, query_pos: np.ndarray) -> np.ndarray:
+        k, q = key_pos[:, None, :], query_pos[:, :, None]
+        return (k >= 0) & (k <= q) & ((k < self.budget.sinks) | (k > q - self.budget.window))
 
 
 class ReferenceLlama:
@@ -274,7 +333,7 @@ class ReferenceLlama:
         qslots = cache.slot_of(qpos)
         rows = np.arange(b)[:, None]
 
-        if cache.streaming is None:
+        if cache.full_layout:
             # keys live in slots 0..max(end)-1; write the new ones first, then attend
             key_pos_all = None
             span = int((start + t).max())
@@ -289,7 +348,7 @@ class ReferenceLlama:
             v = qkv[..., (nh + nkv) * d:].reshape(b, t, nkv, d).transpose(0, 2, 1, 3)
             q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
             kc, vc = cache.keys[li], cache.values[li]
-            if cache.streaming is None:
+            if cache.full_layout:
                 kc[rows, :, qslots] = k.transpose(0, 2, 1, 3)
                 vc[rows, :, qslots] = v.transpose(0, 2, 1, 3)
                 if key_pos_all is None:
@@ -311,13 +370,13 @@ class ReferenceLlama:
             attn = (scores @ values) / total                                 # (B, KV, G*T, D)
             attn = attn.reshape(b, nh, t, d).transpose(0, 2, 1, 3).reshape(b * t, nh * d)
             x = x + attn @ layer["o"]
-            if cache.streaming is not None:
+            if not cache.full_layout:
                 self._store_streaming(cache, li, k, v, qpos)
             h = self._rms_norm(x, layer["ln2"])
             gu = h @ layer["gate_up"]
             gate, up = gu[..., :c.intermediate_size], gu[..., c.intermediate_size:]
             x = x + (gate / (1.0 + np.exp(-gate)) * up) @ layer["down"]
-        if cache.streaming is not None:
+        if not cache.full_layout:
             self._store_positions(cache, qpos)
         else:
             cache.positions[rows, qslots] = qpos

@@ -12,21 +12,24 @@ Each round, per sequence (all sequences of the batch in step):
    d_i = argmax p_i) until the first rejection; at a rejection at i the emitted token is drawn
    from norm(max(0, p_i - q_i)) (greedy: argmax p_i); when all gamma are accepted a bonus token is
    drawn from p_{gamma+1};
-4. both caches roll back to the accepted tokens: each sequence advances by its own 1 + n tokens.
+4. the cache rolls back to the accepted tokens: each sequence advances by its own 1 + n tokens.
 
 Every emitted token then has exactly the target's distribution (Leviathan et al.; Chen et al.), so
 greedy speculative output equals greedy autoregressive output token for token.
 
-The draft reads the target's own keys and values: after the prompts are fed to the target, the
-draft cache (streaming) takes the target cache's entries it keeps (`extend_from`), and after every
-verification it drops the entries it wrote while drafting and takes the target's entries of the
-accepted tokens instead.  So both caches hold the same positions at the start of a round, every
-draft forward carries one token, and no draft forward is spent catching up on the last accepted
-draft token (whose entry only the verify computed).  The draft is then MagicDec's: the target's
-cache restricted to sinks + window, the draft's own entries living only within a round.
+The draft reads the target's own keys and values in place: its cache is the target's read as a
+streaming one (`draft_view`: attention sees the sinks and the last `window` positions), so it
+needs no copies.  Its forwards append the drafts' entries to the target; the round rolls the
+target back to the round's start before the verify, which writes the target's own entries of
+the round's tokens over them, and then to the accepted tokens.  So the draft sees the target's
+entries of every position before the round, every draft forward carries one token, and no draft
+forward is spent catching up on the last accepted draft token (whose entry only the verify
+computed).  The draft is then MagicDec's: the target's cache restricted to sinks + window, the
+draft's own entries living only within a round.
 
-A sequence that has its tokens leaves the batch (`keep_sequences` on both caches): the rounds after
-it run on the others only, so the batch does not pay draft and verify rows for finished sequences.
+A sequence that has its tokens leaves the batch (`keep_sequences` on the target, which its views
+read): the rounds after it run on the others only, so the batch does not pay draft and verify rows
+for finished sequences.
 
 `magicdec_generate` chooses gamma and K on the decode itself (ranked by `analytic.choose`): it
 feeds the prompts once, plans on its own first rounds (`_plan`: one per budget K, then one per
@@ -129,16 +132,16 @@ def _draft(model: CausalLM, draft_cache: KVCache, pending: np.ndarray, gamma: in
     return drafts, q
 
 
-def _verify_and_settle(model: CausalLM, target_cache: KVCache, draft_cache: KVCache, pending: np.ndarray,
+def _verify_and_settle(model: CausalLM, target_cache: KVCache, pending: np.ndarray,
                        drafts: np.ndarray, q: np.ndarray, length: np.ndarray, params: SamplingParams,
                        rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """A round's verification and rollbacks: (accepted n per sequence, emitted token).  Both caches
-    end holding length + 1 + n tokens, the draft's the target's entries."""
+    """A round's verification and rollbacks: (accepted n per sequence, emitted token).  The target
+    drops the drafts' entries first (its draft view appended them) and ends holding length + 1 + n
+    tokens, all its own entries."""
+    target_cache.rollback(length)
     p = params.distribution(model.forward(np.concatenate([pending[:, None], drafts], axis=1), target_cache))
     n, emitted = verify(p, q, drafts, params, rng)
     target_cache.rollback(length + 1 + n)
-    draft_cache.rollback(length)
-    draft_cache.extend_from(target_cache, length + 1 + n)
     return n, emitted
 
 
@@ -147,7 +150,7 @@ def speculative_generate(model: CausalLM, prompts: Sequence[Sequence[int]] | np.
                          seed: int | np.random.Generator | None = 0,
                          on_tokens: TokenCallback | None = None, clock: Clock = time.perf_counter) -> GenerationResult:
     """MagicDec decoding of a batch of prompts (see the module doc); the model's caches must offer
-    `extend_from` and `keep_sequences` (both of refcomp's do); `clock` times it, as `generate`'s.
+    `draft_view` and `keep_sequences` (both of refcomp's do); `clock` times it, as `generate`'s.
     The result's `extra` holds the acceptance statistics (`alpha`, `accepted`, `rounds`,
     `row_rounds`, `alpha_by_sequence`) and the draft/verify times."""
     spec = spec or SpeculativeConfig()
@@ -212,12 +215,10 @@ class AdaptConfig:
 
 
 class _Decoding:
-    """The state of one speculative (or mixed) decoding of a batch: the target cache, one draft cache
-    per budget K (all kept holding the target's entries), each live sequence's pending token and
+    """The state of one speculative (or mixed) decoding of a batch: the target cache, one draft view
+    of it per budget K (`draft_view`: no entries of its own), each live sequence's pending token and
     length, the tokens emitted, and what each mode (AR or a gamma) cost and accepted.  `step` is one
-    autoregressive step (optionally letting each draft predict it), `round` one speculative round.
-    A draft cache takes the target's entries when a round needs it: after a round its draft holds
-    the target's positions, and a draft behind the target catches up in one copy."""
+    autoregressive step, `round` one speculative round."""
 
     def __init__(self, model: CausalLM, prompts: list[np.ndarray], max_new_tokens: int, budgets: Sequence[int],
                  gamma_max: int, params: SamplingParams, rng: np.random.Generator, clock: Clock,
@@ -232,15 +233,13 @@ class _Decoding:
         for k in budgets:
             spec = (SpeculativeConfig(gamma_max, sinks, window) if sinks is not None and window is not None
                     else SpeculativeConfig.with_budget(gamma_max, k))
-            self.drafts[spec.budget] = model.new_cache(batch, capacity, streaming=spec.streaming())
+            self.drafts[spec.budget] = self.target.draft_view(spec.streaming())
         self.clipped = clip_callback(on_tokens, max_new_tokens, batch)
         start = clock()
         prefill = Prefill([(model, self.target)], prompts, params, rng)
         self.pending = prefill.run(self.clipped)
         self.out = prefill.emitted
-        self.length = self.target.lengths()           # tokens in every cache; pending is next
-        for cache in self.drafts.values():
-            cache.extend_from(self.target, self.length)
+        self.length = self.target.lengths()           # tokens in the cache; pending is next
         self.prefill_seconds = clock() - start
         self.before = sum(min(len(t), max_new_tokens) for t in self.out)
         self.live = np.arange(batch)                  # the sequences still in the caches, in their order
@@ -261,8 +260,7 @@ class _Decoding:
             if not going.any():
                 return False
             keep = np.flatnonzero(going)
-            for cache in (self.target, *self.drafts.values()):
-                cache.keep_sequences(keep)
+            self.target.keep_sequences(keep)          # (the drafts are views of it)
             self.live, self.pending, self.length = self.live[keep], self.pending[keep], self.length[keep]
         return True
 
@@ -303,14 +301,10 @@ class _Decoding:
         """One speculative round at gamma with the draft of budget K; (accepted per row, draft
         seconds, verify seconds: the verify forward, sampling, acceptance and every cache's settling)."""
         draft_cache = self.drafts[budget]
-        # a draft takes the target's entries of the plain steps since its last round only now (the
-        # positions its window keeps: one copy however many steps)
-        if (draft_cache.lengths() < self.length).any():
-            draft_cache.extend_from(self.target, self.length)
         t0 = self.clock()
         drafts, q = _draft(self.model, draft_cache, self.pending, gamma, self.params, self.rng)
         t1 = self.clock()
-        n, emitted = _verify_and_settle(self.model, self.target, draft_cache, self.pending, drafts, q, self.length,
+        n, emitted = _verify_and_settle(self.model, self.target, self.pending, drafts, q, self.length,
                                         self.params, self.rng)
         t2 = self.clock()
         tokens = self._emit([[int(x) for x in drafts[i, :n[i]]] + [int(emitted[i])] for i in range(len(self.live))])
