@@ -373,7 +373,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
     def chunk(count: Any, pos0: Any, windowed: bool, kload: Callable[[Any, Any], Any],
               vload: Callable[[Any, Any], Any], room: Any, kraw: Callable[[Any, Any, Any], Any] | None = None,
               kld: Any = None, spread: tuple[Any, Callable[[Any], Stmt]] | None = None,
-              vblock: tuple[Callable[[Any, Any, Any], Any], Any] | None = None) -> Stmt:
+              vblock: tuple[Callable[[Any, Any, Any], Any], Any] | None = None, skip: Any = _ZERO) -> Stmt:
         """Fold `count` (<= P) keys at positions pos0, pos0 + 1, ... into the running softmax of
         every query of the tile and head of the group.
 
@@ -392,7 +392,9 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         the chunk's arithmetic); the condition is tested once per chunk, the loop chosen by it.
         amx_pv: `vblock` = (vraw, a): vraw(p, d, e) is element d of key 2 p + e of the chunk's page
         (or of the call's values) in pairs along the keys, the chunk's first key being key a there;
-        the weights are rounded to bfloat16 and multiplied with the values on the AMX tile."""
+        the weights are rounded to bfloat16 and multiplied with the values on the AMX tile.
+        `skip`: the chunk's first `skip` keys are read (their scores computed) but seen by no query
+        (a chunk started early, at a whole block of its page: cached_run)."""
         jc, d1, r1, ln, jt, d4, g4, i1, u1 = (_v(n) for n in ("jc", "d1", "r1", "ln", "jt", "d4", "g4", "i1", "u1"))
         full = count // KB
         # when KB = 2L: one more block of L keys after the full ones, if it fits
@@ -495,7 +497,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
             if whole:
                 return _for(i2, 0, tq, _let(lo, _ZERO, _let(hi, _const(P), _let(nf, _const(P // L), _for(
                     g2, 0, _const(G), _let(row, i2 * G + g2, body))))))
-            return _for(i2, 0, tq, _let(lo, min_(max_(lo_pos - pos0, _ZERO), count), _let(
+            return _for(i2, 0, tq, _let(lo, min_(max_(lo_pos - pos0, skip), count), _let(
                 hi, min_(max_(st + t0 + i2 + 1 - pos0, lo), count), _let(nf, (hi - lo) // L, _for(
                     g2, 0, _const(G), _let(row, i2 * G + g2, body))))))
 
@@ -549,7 +551,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
 
         # the chunk is whole for every query of the tile when it has P keys, the first query sees
         # its last key and (windowed) the last query's window starts at or before its first key
-        whole_chunk = (count == _const(P)) & (pos0 + P <= st + t0 + 1)
+        whole_chunk = (count == _const(P)) & (pos0 + P <= st + t0 + 1) & (skip == _ZERO)
         if windowed:
             whole_chunk = whole_chunk & (window_lo(tq - 1) <= pos0)
         softmax = seq(new_max(False), shift, weights(False))
@@ -622,8 +624,12 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         return _for(c, 0, _const(lines_per_key), body)
 
     def cached_run(lo_slot: Any, count: Any, lo_pos: Any, windowed: bool) -> Stmt:
-        """Keys of `count` consecutive slots from lo_slot (no wrap, positions from lo_pos), page by page."""
-        pi, pg, a, e = _v("pi"), _v("pg"), _v("a"), _v("e")
+        """Keys of `count` consecutive slots from lo_slot (no wrap, positions from lo_pos), page by page.
+        Tiled, a window's chunk that starts inside its page starts at the whole block of
+        BF16_BLOCK keys that holds its first key instead, the keys before it seen by no query
+        (chunk's `skip`): every score block is then read in place, none past the page's end
+        (a block that passes it is copied first, key by key: score_tiles)."""
+        pi, pg, a, e, ab = _v("pi"), _v("pg"), _v("a"), _v("e"), _v("ab")
         count = max_(count, _const(0))
         first = lo_slot // P
         pages = (lo_slot + count + (P - 1)) // P - first
@@ -641,13 +647,14 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
             pn, _i64(table[b, min_(pi + 1, first + pages - 1)]), seq(
                 _assume((pg >= 0) & (pg < N) & (pn >= 0) & (pn < N)),
                 IfThenElse(long_run & (pi == first), prefetch_page(pg)),
-                _let(a, max_(lo_slot, pi * P) - pi * P, _let(e, min_(lo_slot + count, pi * P + P) - pi * P, seq(
-                    IfThenElse(has_next & ~whole_page, prefetch_page(pn)),
-                    chunk(e - a, lo_pos + (pi * P + a - lo_slot), windowed,
-                          lambda dd, jj: load(key_at(pg, dd, a + jj)), lambda jj, dd: load(value_at(pg, a + jj, dd)),
-                          _const(P) - a, lambda dp, jj, ee: kp[pg, kh, dp, a + jj, ee], _const(2 * P),
-                          (has_next & whole_page, lambda jj: prefetch_spread(pn, jj)),
-                          (lambda pr, dd, ee: vp[pg, kh, pr, dd, ee], a) if pv else None)))))))
+                _let(a, max_(lo_slot, pi * P) - pi * P, _let(e, min_(lo_slot + count, pi * P + P) - pi * P, _let(
+                    ab, a - a % BF16_BLOCK if tiled and windowed else a, seq(
+                        IfThenElse(has_next & ~whole_page, prefetch_page(pn)),
+                        chunk(e - ab, lo_pos + (pi * P + ab - lo_slot), windowed,
+                              lambda dd, jj: load(key_at(pg, dd, ab + jj)), lambda jj, dd: load(value_at(pg, ab + jj, dd)),
+                              _const(P) - ab, lambda dp, jj, ee: kp[pg, kh, dp, ab + jj, ee], _const(2 * P),
+                              (has_next & whole_page, lambda jj: prefetch_spread(pn, jj)),
+                              (lambda pr, dd, ee: vp[pg, kh, pr, dd, ee], ab) if pv else None, skip=a - ab))))))))
         return _for(pi, first, pages, page_body)
 
     def new_run(lo: Any, count: Any, windowed: bool) -> Stmt:
