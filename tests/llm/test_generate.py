@@ -153,7 +153,7 @@ def test_generate_command(byte_checkpoint):
     expected = generate(model, [tokenizer.encode("def f(")], 120).tokens[0]
     assert result.stdout == "def f(" + tokenizer.decode(expected) + "\n"      # greedy: the target's tokens
     assert "best predicted speedup" in result.stderr
-    assert ("declined:" in result.stderr) != ("speculating" in result.stderr) and "pilot before the decision: pilotx1 3x1 pilotx2;" in result.stderr
+    assert ("declined:" in result.stderr) != ("speculating" in result.stderr) and "pilot before the decision: pilotx1 3x1 pilotx2" in result.stderr   # (then the sweep, unless declined)
     assert "; after it: K " in result.stderr and "switches)" in result.stderr
     result = run_cli("--model", str(path), "--prompt", "", "--reference")
     assert result.returncode == 1 and "--prompt is empty" in result.stderr
