@@ -197,7 +197,7 @@ class ReferenceDraftView(ReferenceCache):
     the target's entries, lengths and layout, attention masked to the budget's sinks and window;
     appending, rolling back and keeping sequences act on the target."""
 
-    def __init__(self, target: ReferenceCache, budget: StreamingBudget) -> None:  # noqa: super() not called
+    def __init__(self, target: ReferenceCache, budget: StreamingBudget) -> None:   # (no super().__init__: no storage of its own)
         if not isinstance(target, ReferenceCache) or target.streaming is not None:
             raise ArgumentError("draft_view: the target must be a full ReferenceCache")
         if not isinstance(budget, StreamingBudget) or budget.sinks < 0 or budget.window <= 0:
