@@ -172,3 +172,33 @@ def test_a_buffer_filled_by_a_relocatable_call_shrinks_in_leading_dimensions(mon
     assert local_shape(func) == (1, 1, 1, 32, 32)
     unmarked = func.with_(attrs={key: v for key, v in func.attrs.items() if key != "relocatable_calls"})
     assert local_shape(unmarked) == (4, 2, 1, 32, 32)
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_an_accumulator_stays_above_its_reduction_loop(rng, fuse):
+    """A local cache_write stage moved under the reduction loop (reverse_compute_at) accumulates
+    across that loop's iterations: its allocation stays above the loop (one tile per iteration
+    would start every step of the reduction from garbage); fused with the row loop, the row's
+    init runs in one iteration of seven.  The kernel matches numpy either way."""
+    a = te.placeholder((5, 7), "float32", "A")
+    r = te.reduce_axis((0, 7), "r")
+    b = te.compute((5,), lambda i: te.max(a[i, r], axis=r), "B")
+    sch = Schedule(te.create_prim_func([a, b]))
+    block = sch.get_block("B")
+    local = sch.cache_write(block, 0, "local")
+    i, k = sch.get_loops(block)
+    sch.reverse_compute_at(local, k, preserve_unit_loops=False)
+    if fuse:
+        sch.fuse(*sch.get_loops(block))
+    after = compact_local_buffers(lower_blocks(sch.func))
+    (tile,) = [al for name, al in _allocations(after).items() if "local" in name]
+    holders = [loop.loop_var.name for loop in collect(after.body, For)
+               if any(tile is al for al in collect(loop.body, Allocate))]
+    if fuse:   # the one loop is the reduction's: the accumulator of every row stands above it
+        assert [as_int(d) for d in tile.buffer.shape] == [5] and holders == []
+    else:      # one accumulator per row, inside the row loop and above the reduction loop
+        assert [as_int(d) for d in tile.buffer.shape] == [1] and len(holders) == 1
+    x = rng.standard_normal((5, 7)).astype(np.float32)
+    out = np.empty(5, np.float32)
+    refcomp.build(sch.func)(x, out)
+    np.testing.assert_array_equal(out, x.max(axis=1))

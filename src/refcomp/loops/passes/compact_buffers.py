@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ...ast import (
-    LT, Allocate, Buffer, BufferLoad, BufferStore, Call, For, IfThenElse, IntImm, LetStmt, Mutator, PrimExpr,
+    EQ, LT, Allocate, Buffer, BufferLoad, BufferStore, Call, For, IfThenElse, IntImm, LetStmt, Mutator, PrimExpr,
     PrimFunc, SeqStmt, Stmt, Var, collect, free_vars,
 )
 from ...ast.expr import as_int
@@ -250,18 +250,43 @@ def _uses(stmt: Stmt, buffer: Buffer) -> bool:
     return any(n.buffer is buffer for n in collect(stmt, BufferLoad) + collect(stmt, BufferStore))
 
 
+def _accumulates_over(loop: For, buffer: Buffer) -> bool:
+    """Whether `buffer` is the target of a reduction that runs over `loop`: a store to it in the
+    loop's body guarded by a reduction's init condition (lower_blocks: `binding == min` for every
+    reduce iter var, `_first_reduction_iteration`) that depends on the loop's variable.  The init
+    then runs in some iterations only, and the others read what an earlier iteration left (a
+    cache_write stage moved under a reduction loop by reverse_compute_at, then fused: the
+    accumulator of row i is written at r == 0 and read in the six iterations after it)."""
+    dependent = {loop.loop_var}
+    lets = collect(loop.body, LetStmt)
+    grown = True
+    while grown:  # let-bound values (a binding that reads memory) carry the dependence on
+        grown = False
+        for let in lets:
+            if let.var not in dependent and any(v in dependent for v in free_vars(let.value)):
+                dependent.add(let.var)
+                grown = True
+    for branch in collect(loop.body, IfThenElse):
+        if not any(store.buffer is buffer for store in collect(branch.then_case, BufferStore)):
+            continue
+        if any(any(v in dependent for v in free_vars(eq)) for eq in collect(branch.condition, EQ)):
+            return True
+    return False
+
+
 def _place_at_lca(alloc: Allocate) -> Stmt:
     """The allocation moved down to the innermost statement holding every access of its buffer.
 
     Going down through a serial loop means one buffer per iteration: right for a tile that each
     iteration loads and then reads (a cache_read under compute_at), which is how such buffers
-    arise.  A buffer whose contents must survive from one iteration to the next is not moved
-    below a loop it is also read *before* being written in... such cases are rare and the
-    simulation tests catch them; the common case gives tiles the size of one iteration's data.
+    arise.  A buffer that accumulates a reduction over the loop keeps its contents from one
+    iteration to the next, so the allocation does not go below a loop that is a reduction loop of
+    the buffer (`_accumulates_over`).
     """
     buffer = alloc.buffer
     stmt = alloc.body
-    if isinstance(stmt, For) and stmt.kind != "thread_binding" and _uses(stmt.body, buffer):
+    if isinstance(stmt, For) and stmt.kind != "thread_binding" and _uses(stmt.body, buffer) \
+            and not _accumulates_over(stmt, buffer):
         return stmt.with_(body=Allocate(buffer, stmt.body))
     if isinstance(stmt, SeqStmt):
         users = [k for k, s in enumerate(stmt.stmts) if _uses(s, buffer)]
