@@ -149,9 +149,10 @@ class PagedKVCache:
 
     def extend_from(self, source: "PagedKVCache", upto: np.ndarray) -> None:
         """Append to sequence b the keys and values `source` (a full cache of the same model and
-        page layout) holds at positions lengths()[b] .. upto[b] - 1: MagicDec's draft cache takes
-        the target's entries instead of computing its own.  A streaming cache copies only the
-        positions it keeps (the sinks and the last ring's worth)."""
+        page layout) holds at positions lengths()[b] .. upto[b] - 1, copied instead of computed (a
+        streaming copy of a full cache; MagicDec's draft reads the full cache in place instead,
+        `draft_view`).  A streaming cache copies only the positions it keeps (the sinks and the
+        last ring's worth)."""
         if not isinstance(source, PagedKVCache) or source.streaming is not None:
             raise ArgumentError("KV cache extend_from: the source must be a full PagedKVCache")
         if (source.config != self.config or source.page_size != self.page_size or source.dtype != self.dtype

@@ -178,7 +178,7 @@ class KVCache(Protocol):
 
     def extend_from(self, source: "KVCache", upto: np.ndarray) -> None:
         """Append to sequence b the entries the full cache `source` (same model) holds at positions
-        lengths()[b] .. upto[b] - 1 (a streaming cache keeps those it keeps): MagicDec's draft."""
+        lengths()[b] .. upto[b] - 1 (a streaming cache keeps those it keeps), copied."""
 
     def keep_sequences(self, rows: np.ndarray) -> None:
         """Keep only sequences `rows` (increasing indices), in that order: the batch shrinks."""
