@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ArgumentError, RuntimeFailure
-from .protocol import LlamaConfig, StreamingBudget, check_sequence_rows, kept_rows_positions
+from .protocol import LlamaConfig, StreamingBudget, TargetView, check_sequence_rows, kept_rows_positions
 
 DEFAULT_PAGE_SIZE = 128
 # element types of the pages: float16 and bfloat16 halve the bytes; attention converts to float32
@@ -279,13 +279,14 @@ class PagedKVCache:
                 self.table[b, page] = -1
 
 
-class DraftView:
+class DraftView(TargetView):
     """A full `PagedKVCache` read as a streaming one: MagicDec's draft without a cache of its own.
 
     Its attention sees, per query, the first `budget.sinks` positions and the last
     `budget.window` (`kernel_scalars`), over the target's pages, where every position is in its own
     slot; the budget's slack is not needed (nothing is overwritten).  It holds no entries and no
-    lengths of its own: `reserve`, `commit`, `rollback` and `keep_sequences` act on the target,
+    lengths of its own: `reserve`, `commit`, `rollback` and `keep_sequences` act on the target
+    (the last two, and `extend_from`, are `TargetView`'s),
     so the tokens a draft forward appends through the view are the target's last ones, and
     rolling the target back drops them (the verify then writes the target's own entries there).
     `extend_from` has nothing to copy: the view already holds every entry its target holds."""
@@ -293,8 +294,7 @@ class DraftView:
     def __init__(self, target: PagedKVCache, budget: StreamingBudget) -> None:
         if not isinstance(target, PagedKVCache) or target.streaming is not None:
             raise ArgumentError("KV cache draft_view: the target must be a full PagedKVCache")
-        if not isinstance(budget, StreamingBudget) or budget.sinks < 0 or budget.window < 1:
-            raise ArgumentError(f"KV cache draft_view: the budget needs sinks >= 0 and window >= 1, got {budget!r}")
+        self.check_budget(budget, "KV cache draft_view")
         self.target = target
         self.streaming = budget
         self.sinks, self.window = int(budget.sinks), int(budget.window)
@@ -320,19 +320,6 @@ class DraftView:
 
     def commit(self, count: int | np.ndarray) -> None:
         self.target.commit(count)
-
-    def rollback(self, keep: np.ndarray) -> None:
-        self.target.rollback(keep)
-
-    def keep_sequences(self, rows: np.ndarray) -> None:
-        self.target.keep_sequences(rows)
-
-    def extend_from(self, source: PagedKVCache, upto: np.ndarray) -> None:
-        """Nothing to copy from the view's own target up to its length; anything else is refused."""
-        upto = np.asarray(upto)
-        if source is not self.target or upto.shape != (self.batch,) or np.any(upto != self.target.lengths()):
-            raise ArgumentError("KV cache extend_from: a draft view holds exactly its target's entries; it "
-                                "cannot take other entries")
 
     def kernel_scalars(self) -> tuple[int, int, int]:
         """(sinks, ring, window) as the attention kernel takes them: the target's ring (slot =

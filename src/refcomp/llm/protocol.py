@@ -160,6 +160,32 @@ def check_sequence_rows(rows: np.ndarray, batch: int, what: str) -> np.ndarray:
     return rows.astype(np.int64)
 
 
+class TargetView:
+    """What both caches' draft views share (`draft_view`): a view holds no entries or lengths of
+    its own, so rolling back and keeping sequences act on its `target`, and it can take no entries
+    by copy (it already reads every entry the target holds)."""
+
+    target: Any
+
+    @staticmethod
+    def check_budget(budget: Any, what: str) -> None:
+        if not isinstance(budget, StreamingBudget) or budget.sinks < 0 or budget.window < 1:
+            raise ArgumentError(f"{what}: the budget needs sinks >= 0 and window >= 1, got {budget!r}")
+
+    def rollback(self, keep: np.ndarray) -> None:
+        self.target.rollback(keep)
+
+    def keep_sequences(self, rows: np.ndarray) -> None:
+        self.target.keep_sequences(rows)
+
+    def extend_from(self, source: Any, upto: np.ndarray) -> None:
+        """Nothing to copy from the view's own target up to its length; anything else is refused."""
+        upto = np.asarray(upto)
+        if source is not self.target or upto.shape != (self.target.batch,) or np.any(upto != self.target.lengths()):
+            raise ArgumentError("extend_from: a draft view holds exactly its target's entries; it cannot take "
+                                "other entries")
+
+
 @runtime_checkable
 class KVCache(Protocol):
     """Keys and values of every layer for a batch of sequences."""

@@ -20,7 +20,7 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import ArgumentError
-from .protocol import CheckpointError, LlamaConfig, StreamingBudget, check_sequence_rows, kept_positions
+from .protocol import CheckpointError, LlamaConfig, StreamingBudget, TargetView, check_sequence_rows, kept_positions
 
 #: Tokens one attention call processes at most, and the most attention scores (batch x heads x
 #: tokens x keys) it holds at once; longer forwards are split (the same results, bounded memory).
@@ -192,7 +192,7 @@ class ReferenceCache:
         return mask
 
 
-class ReferenceDraftView(ReferenceCache):
+class ReferenceDraftView(TargetView, ReferenceCache):
     """A full ReferenceCache read as a streaming one (refcomp.llm.cache.DraftView's reference):
     the target's entries, lengths and layout, attention masked to the budget's sinks and window;
     appending, rolling back and keeping sequences act on the target."""
@@ -200,8 +200,7 @@ class ReferenceDraftView(ReferenceCache):
     def __init__(self, target: ReferenceCache, budget: StreamingBudget) -> None:   # (no super().__init__: no storage of its own)
         if not isinstance(target, ReferenceCache) or target.streaming is not None:
             raise ArgumentError("draft_view: the target must be a full ReferenceCache")
-        if not isinstance(budget, StreamingBudget) or budget.sinks < 0 or budget.window <= 0:
-            raise ArgumentError(f"draft_view: the budget needs sinks >= 0 and window > 0, got {budget!r}")
+        self.check_budget(budget, "draft_view")
         self.target, self.budget = target, budget
         self.config, self.max_tokens, self.dtype, self.slots = target.config, target.max_tokens, target.dtype, target.slots
         self.streaming = budget   # how it attends; its layout is the target's (full_layout)
@@ -222,17 +221,6 @@ class ReferenceDraftView(ReferenceCache):
     @_lengths.setter
     def _lengths(self, value: np.ndarray) -> None:
         self.target._lengths = value
-
-    def rollback(self, keep: np.ndarray) -> None:
-        self.target.rollback(keep)
-
-    def keep_sequences(self, rows: np.ndarray) -> None:
-        self.target.keep_sequences(rows)
-
-    def extend_from(self, source: ReferenceCache, upto: np.ndarray) -> None:
-        upto = np.asarray(upto)
-        if source is not self.target or upto.shape != (self.batch,) or np.any(upto != self.target._lengths):
-            raise ArgumentError("extend_from: a draft view holds exactly its target's entries")
 
     def mask_start(self, start: np.ndarray) -> int:
         return 0   # the window hides keys before any sequence's length
