@@ -222,6 +222,11 @@ class ExprEmitter:
         if not may_divide_by_zero(e.b):  # the common case: no check, no cost
             if self.vector_mode(e, lane):
                 return f"{self.vec.lanewise(op, e.dtype)}({a}, {b})"
+            shift = _power_of_two(e)
+            if shift is not None:  # a shift and a mask the C compiler folds into the index
+                tag = short_name(e.dtype.element)
+                return (f"rc_floordiv_pow2_{tag}({a}, {shift})" if op == "floordiv"
+                        else f"rc_floormod_pow2_{tag}({a}, {(1 << shift) - 1})")
             return f"rc_{op}_{short_name(e.dtype.element)}({a}, {b})"
         flag = self.zero_flag()
         if self.vector_mode(e, lane):
@@ -483,3 +488,18 @@ def _float32x16_compare(e: E.Select) -> bool:
     cond = e.condition
     return (type(cond) in _COMPARE and str(e.dtype) == "float32x16" and str(cond.a.dtype) == "float32x16"
             and str(cond.b.dtype) == "float32x16")
+
+
+def _power_of_two(e: E.BinaryOp) -> int | None:
+    """k where e is a floordiv or floormod of a signed integer by the constant 2^k, 0 < k < its
+    width - 1 (a mask of 2^k - 1 and a shift by k that fit the type); else None."""
+    if not isinstance(e, (E.FloorDiv, E.FloorMod)) or not isinstance(e.b, E.IntImm):
+        return None
+    element = e.dtype.element
+    if not element.is_int or element.bits not in (8, 16, 32, 64):
+        return None
+    value = int(e.b.value)
+    if value < 2 or value & (value - 1):
+        return None
+    shift = value.bit_length() - 1
+    return shift if shift < element.bits - 1 else None

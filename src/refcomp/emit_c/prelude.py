@@ -5,6 +5,7 @@ All helpers are `static inline`, so the ones a kernel does not use cost nothing 
 warning.  The rules they implement are the ones spec/c_abi.md states (and the interpreter follows):
 
 * floordiv / floormod / truncdiv / truncmod by zero give 0; INT_MIN / -1 wraps to INT_MIN.
+  A signed floordiv / floormod by a constant power of two is a shift / a mask (`_pow2`).
   The `_checked` forms (used for divisors that are not a nonzero constant) also set `*zero` to
   1 on a zero divisor; the kernel tests that flag after the statement's expressions and fails
   with "integer division by zero" before the statement has any effect.
@@ -46,6 +47,15 @@ static inline {ctype} rc_floormod_{tag}({ctype} a, {ctype} b) {{
     {ctype} r = rc_truncmod_{tag}(a, b);
     if (r != 0 && ((r < 0) != (b < 0))) r = ({ctype})(r + b);
     return r;
+}}
+/* by 2^k, 0 < k < the type's width (the emitter's choice for a constant divisor): the same
+   values as rc_floordiv / rc_floormod, written so that the compiler sees the shift and the mask
+   (~a >> k for negative a: ~a is then non-negative, so no shift of a negative value) */
+static inline {ctype} rc_floordiv_pow2_{tag}({ctype} a, int k) {{
+    return a >= 0 ? ({ctype})(a >> k) : ({ctype})~(~a >> k);
+}}
+static inline {ctype} rc_floormod_pow2_{tag}({ctype} a, {ctype} mask) {{
+    return ({ctype})(({utype})a & ({utype})mask);
 }}
 static inline {ctype} rc_abs_{tag}({ctype} a) {{
     return a < 0 ? ({ctype})(0u - ({utype})a) : a;

@@ -372,7 +372,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
 
     def chunk(count: Any, pos0: Any, windowed: bool, kload: Callable[[Any, Any], Any],
               vload: Callable[[Any, Any], Any], room: Any, kraw: Callable[[Any, Any, Any], Any] | None = None,
-              kld: Any = None, spread: tuple[Any, Callable[[Any], Stmt]] | None = None,
+              kld: Any = None, spread: tuple[Any, Callable[[Any], Stmt], Callable[[Any], Stmt]] | None = None,
               vblock: tuple[Callable[[Any, Any, Any], Any], Any] | None = None, skip: Any = _ZERO) -> Stmt:
         """Fold `count` (<= P) keys at positions pos0, pos0 + 1, ... into the running softmax of
         every query of the tile and head of the group.
@@ -387,9 +387,11 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
         Tiled (bfloat16 pages on AVX512_BF16): the scores are BF16_TILE calls instead, per block of
         BF16_BLOCK keys and BF16_ROWS state rows; `kraw(dp, j, e)` is element 2 dp + e of key j as
         stored, in rows of pairs `kld` elements apart.
-        `spread` = (condition, body), given: where the condition holds, body(j) is run once per key j
-        of the chunk in the first value tile's key loop (the next page's prefetches, spread over
-        the chunk's arithmetic); the condition is tested once per chunk, the loop chosen by it.
+        `spread` = (condition, body, line), given: where the condition holds, body(j) is run once
+        per key j of the chunk in the first value tile's key loop (the next page's prefetches,
+        spread over the chunk's arithmetic); the pv dots run line(c) for each line c of the next
+        page instead, a few per block of weights (weights); the condition is tested once per
+        chunk, the loop chosen by it.
         amx_pv: `vblock` = (vraw, a): vraw(p, d, e) is element d of key 2 p + e of the chunk's page
         (or of the call's values) in pairs along the keys, the chunk's first key being key a there;
         the weights are rounded to bfloat16 and multiplied with the values on the AMX tile.
@@ -529,18 +531,39 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
             """3. per row, the visible scores become e^(s - m), the others 0; the row's L partial sums
             l are rescaled and add them lane by lane (folded once, after the tile's last chunk)"""
             weight = softmax_exp(score(lo + j7 * L + l3) - m[row])
-            # amx_pv: the next page's prefetches spread over the rows, row r issuing those of keys
-            # [r count / rows, (r + 1) count / rows) of the chunk (prefetch_spread)
-            jp, nrows = _v("jp"), tq * G
-            spread_rows = [] if not (pv and spread is not None) else [IfThenElse(spread[0], _for(
-                jp, row * count // nrows, (row + 1) * count // nrows - row * count // nrows, spread[1](jp)))]
+            jp, nrows, cl = _v("jp"), tq * G, _v("cl")
+            exps = _for(l3, 0, _const(L), seq(
+                BufferStore(s, weight, (row * P + lo + j7 * L + l3,)),
+                BufferStore(lanes, lanes[l3] + score(lo + j7 * L + l3), (l3,))), "vectorized")
+            exp_loop = _for(j7, 0, nf, exps)
+            spread_rows = []
+            if pv and spread is not None:
+                # the pv dots (their value products are calls: no key loop to spread over): the
+                # next page's prefetches spread over the rows, row r issuing those of keys
+                # [r count / rows, (r + 1) count / rows) of the chunk (prefetch_spread) before its
+                # weights; where that is more than 2 lines (of keys, and as many of values) per
+                # block of L weights, as in a decode step (few rows), a whole chunk issues them
+                # between its rows' blocks instead, block `slot` of the rows * P / L issuing
+                # lines [slot * per, slot * per + per) (spread[2](c): line c of the next page's
+                # keys and values).  Measured at B = 32, S = 4K: a decode step's bursts (64 lines
+                # a row) fill the core's outstanding-miss slots and stall it (between blocks:
+                # 0.93x the attention time); a few lines a row are cheaper before the row's
+                # weights (a 4-token verify: 0.85x the time of the same lines between blocks)
+                slots = nrows * (P // L)
+                interleave = 2 * slots < _const(page_lines)
+                spread_rows = [IfThenElse(spread[0] & ~interleave if whole else spread[0], _for(
+                    jp, row * count // nrows, (row + 1) * count // nrows - row * count // nrows, spread[1](jp)))]
+                if whole:
+                    per = (page_lines + slots - 1) // slots
+                    slot = row * (P // L) + j7
+                    prefetching = _for(j7, 0, nf, seq(_for(cl, slot * per, min_(slot * per + per, _const(page_lines))
+                                                           - slot * per, spread[2](cl)), exps))
+                    exp_loop = IfThenElse(spread[0] & interleave, prefetching, exp_loop)
             return visible(Allocate(lanes, seq(
                 *spread_rows,
                 *([] if whole else [_for(j8, 0, lo, BufferStore(s, _f(0.0), (row * P + j8,)), "vectorized")]),
                 _for(l3, 0, _const(L), BufferStore(lanes, l[row * L + l3] * rescale[row], (l3,)), "vectorized"),
-                _for(j7, 0, nf, _for(l3, 0, _const(L), seq(
-                    BufferStore(s, weight, (row * P + lo + j7 * L + l3,)),
-                    BufferStore(lanes, lanes[l3] + score(lo + j7 * L + l3), (l3,))), "vectorized")),
+                exp_loop,
                 *([] if whole else [
                     _for(j8, lo + nf * L, hi - lo - nf * L, BufferStore(
                         s, softmax_exp(score(j8) - m[row]), (row * P + j8,)), "vectorized"),
@@ -653,7 +676,8 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                         chunk(e - ab, lo_pos + (pi * P + ab - lo_slot), windowed,
                               lambda dd, jj: load(key_at(pg, dd, ab + jj)), lambda jj, dd: load(value_at(pg, ab + jj, dd)),
                               _const(P) - ab, lambda dp, jj, ee: kp[pg, kh, dp, ab + jj, ee], _const(2 * P),
-                              (has_next & whole_page, lambda jj: prefetch_spread(pn, jj)),
+                              (has_next & whole_page, lambda jj: prefetch_spread(pn, jj),
+                               lambda cc: prefetch_line(pn, cc)),
                               (lambda pr, dd, ee: vp[pg, kh, pr, dd, ee], ab) if pv else None, skip=a - ab))))))))
         return _for(pi, first, pages, page_body)
 
