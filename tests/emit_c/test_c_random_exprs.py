@@ -30,7 +30,10 @@ def trees(kind: str):
         constants = st.floats(-100, 100, width=32)
     else:
         info = np.iinfo(kind)
-        constants = st.integers(max(info.min, -1000), min(info.max, 1000))
+        # powers of two drawn often, and their negatives: the divisors the emitter shifts by
+        pow2 = st.integers(1, min(info.bits - 2, 12)).map(lambda k: 1 << k)
+        constants = st.one_of(st.integers(max(info.min, -1000), min(info.max, 1000)), pow2,
+                              pow2.map(lambda v: -v) if info.min < 0 else pow2)
     leaves = st.one_of(st.sampled_from([("load", "A"), ("load", "B")]), constants.map(lambda v: ("const", v)))
     ops = FLOAT_BINARY if kind == "float" else INT_BINARY
 
@@ -63,9 +66,10 @@ def build(tree, kind, loads, const):
         middle = Cast(f"{via}x{lanes}" if lanes > 1 else via, a)
         return Cast(a.dtype, middle)
     a, b = build(tree[1], kind, loads, const), build(tree[2], kind, loads, const)
-    if tag in ("floordiv", "floormod", "truncdiv", "truncmod"):
+    if tag in ("floordiv", "floormod", "truncdiv", "truncmod") and not (tree[2][0] == "const" and tree[2][1]):
         zero, one = const(0), const(1)
         b = Select(b == zero, one, b)  # the IR makes x // 0 an error; keep divisors nonzero
+        # (a nonzero constant stays one: the emitter's constant-divisor forms, 2^k's shifts too)
     return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "div": lambda: a / b,
             "floordiv": lambda: floordiv(a, b), "floormod": lambda: floormod(a, b),
             "truncdiv": lambda: truncdiv(a, b), "truncmod": lambda: truncmod(a, b),
