@@ -48,7 +48,7 @@ static inline {ctype} rc_floormod_{tag}({ctype} a, {ctype} b) {{
     if (r != 0 && ((r < 0) != (b < 0))) r = ({ctype})(r + b);
     return r;
 }}
-/* by 2^k, 0 < k < the type's width (the emitter's choice for a constant divisor): the same
+/* by 2^k, 0 < k < the type's width - 1 (the emitter's choice for a constant divisor): the same
    values as rc_floordiv / rc_floormod, written so that the compiler sees the shift and the mask
    (~a >> k for negative a: ~a is then non-negative, so no shift of a negative value) */
 static inline {ctype} rc_floordiv_pow2_{tag}({ctype} a, int k) {{

@@ -547,7 +547,7 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
                 # lines [slot * per, slot * per + per) (spread[2](c): line c of the next page's
                 # keys and values).  Measured at B = 32, S = 4K: a decode step's bursts (64 lines
                 # a row) fill the core's outstanding-miss slots and stall it (between blocks:
-                # 0.93x the attention time); a few lines a row are cheaper before the row's
+                # 0.92x the attention time); a few lines a row are cheaper before the row's
                 # weights (a 4-token verify: 0.85x the time of the same lines between blocks)
                 slots = nrows * (P // L)
                 interleave = 2 * slots < _const(page_lines)
