@@ -132,7 +132,7 @@ def kept_rows_positions(starts: np.ndarray, uptos: np.ndarray, sinks: int,
                         ring: int | None) -> tuple[np.ndarray, np.ndarray]:
     """The (sequence, position) pairs, sequence by sequence, of positions starts[b] .. uptos[b] - 1
     that a cache keeping the first `sinks` positions and the last `ring` holds (ring None: a full
-    cache, all of them): what `extend_from` copies, found for the whole batch at once."""
+    cache, all of them): what `extend_from` copies, for the whole batch at once."""
     starts, uptos = np.asarray(starts, np.int64), np.asarray(uptos, np.int64)
     count = np.maximum(uptos - starts, 0)
     rows = np.repeat(np.arange(count.size, dtype=np.int64), count)
@@ -142,11 +142,6 @@ def kept_rows_positions(starts: np.ndarray, uptos: np.ndarray, sinks: int,
         keep = (positions < sinks) | (positions >= uptos[rows] - ring)
         rows, positions = rows[keep], positions[keep]
     return rows, positions
-
-
-def kept_positions(start: int, upto: int, sinks: int, ring: int | None) -> np.ndarray:
-    """Positions start .. upto - 1 that such a cache holds (`kept_rows_positions` of one sequence)."""
-    return kept_rows_positions(np.array([start]), np.array([upto]), sinks, ring)[1]
 
 
 def check_sequence_rows(rows: np.ndarray, batch: int, what: str) -> np.ndarray:

@@ -20,7 +20,7 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import ArgumentError
-from .protocol import CheckpointError, LlamaConfig, StreamingBudget, TargetView, check_sequence_rows, kept_positions
+from .protocol import CheckpointError, LlamaConfig, StreamingBudget, TargetView, check_sequence_rows, kept_rows_positions
 
 #: Tokens one attention call processes at most, and the most attention scores (batch x heads x
 #: tokens x keys) it holds at once; longer forwards are split (the same results, bounded memory).
@@ -144,13 +144,12 @@ class ReferenceCache:
                                 f"from a source holding {source._lengths.tolist()}")
         sinks = self.streaming.sinks if self.streaming is not None else 0
         ring = None if self.streaming is None else self.slots - sinks
-        for b in range(self.batch):
-            pos = kept_positions(self._lengths[b], upto[b], sinks, ring)
-            dst, src = self.slot_of(pos), source.slot_of(pos)
-            for li in range(self.config.num_hidden_layers):
-                self.keys[li][b][:, dst] = source.keys[li][b][:, src]
-                self.values[li][b][:, dst] = source.values[li][b][:, src]
-            self.positions[b, dst] = pos
+        rows, pos = kept_rows_positions(self._lengths, upto, sinks, ring)
+        dst, src = self.slot_of(pos), source.slot_of(pos)
+        for li in range(self.config.num_hidden_layers):
+            self.keys[li][rows, :, dst] = source.keys[li][rows, :, src]
+            self.values[li][rows, :, dst] = source.values[li][rows, :, src]
+        self.positions[rows, dst] = pos
         self._lengths = upto.copy()
 
     def keep_sequences(self, rows: np.ndarray) -> None:
