@@ -16,6 +16,7 @@ from refcomp.ast import Block, For, SizeVar, as_int
 from refcomp.graph.op.nn import _conv_te, _np_conv
 from refcomp.graph.passes.default_schedule import schedule_kernel
 from refcomp.loops import intrin, recipes
+from refcomp.loops.recipes import conv_tiles
 import refcomp.loops.recipes.common  # noqa: F401
 import refcomp.loops.recipes.conv  # noqa: F401
 import refcomp.loops.recipes.matmul  # noqa: F401
@@ -355,13 +356,14 @@ def test_channel_vector_prefetches_the_next_blocks_weights(rng, vector_isa, bloc
     only the tile's own lines. Prefetch hints change no value: numpy agrees for batch 1, 2, 3
     through a symbolic batch, on both vector widths."""
     native = recipes.conv.native_lanes()
-    o = blocks * 2 * native  # MV = 2 vectors per block
+    mv = conv_tiles._CHANNEL_VECTORS.get((native, k > 1), 2)  # vectors of output channels per block
+    o = blocks * mv * native
     c, h = (8, 5) if k == 3 else (64, 3)
     func = _conv(SizeVar("batch", "int64"), c, h, h, o, k, k, 1, pad)
     sch = recipes.conv_fp32(func)
     source = refcomp.build(sch.func).source
     hints = source.count("__builtin_prefetch(")
-    assert hints == (4 if blocks >= 8 else 2)
+    assert hints == (2 * mv if blocks >= 8 else mv)
     for n in batches:
         _check(sch.func, rng, (n, c, h, h), (o, c, k, k), (1, 1), (pad,) * 4, (1, 1), 1)
 
