@@ -10,12 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import refcomp
-from refcomp.ast import Allocate, Buffer, BufferStore, Call, Evaluate, For, IfThenElse, PrimFunc, SizeVar, Var, collect, seq
+from refcomp.ast import (
+    Allocate, Buffer, BufferLoad, BufferStore, Call, Evaluate, For, IfThenElse, LetStmt, PrimFunc, SeqStmt, SizeVar, Var,
+    collect, seq,
+)
+from refcomp.ast.functor import free_vars
 from refcomp.ast.expr import StringImm, as_int
 from refcomp.ast.stmt import STAGE_SHIFT, STAGE_SHIFT_ADVISORY
 from refcomp.ast.structural import structural_equal
 from refcomp.errors import ScheduleError
-from refcomp.loops.passes.stage_shift import shift_stages
+from refcomp.loops.passes.stage_shift import loads_first, shift_stages
 
 
 def _row_softmax(rows, cols: int, *, reverse: bool = False, kind: str = "serial", local: bool = True,
@@ -90,6 +94,39 @@ def test_before_and_after_in_place():
     expected = _expected(x, cols, False)
     np.testing.assert_allclose(_run(before, x), expected, rtol=1e-5)
     np.testing.assert_allclose(_run(after, x), _run(before, x), rtol=1e-6)
+
+
+def test_the_next_rows_loads_come_before_the_previous_rows_store():
+    """In the fused step, row r's load of X is bound (a LetStmt) before row r - 1's store to Y:
+    where X and Y start at the same offset in their pages, a load issued after a store whose
+    address shares its low 12 bits waits for it (4K aliasing); the values are the same."""
+    rows, cols = 4, 8
+    before = _row_softmax(rows, cols)
+    after = shift_stages(before)
+    rows_loop = [loop for loop in collect(after.body, For) if loop.loop_var.name == "r"][0]
+    fused = [loop for loop in collect(rows_loop.body, For) if loop.loop_var.name == "c"][0]
+    let = fused.body
+    assert isinstance(let, LetStmt) and isinstance(let.value, BufferLoad) and let.value.buffer.name == "X"
+    assert [s.buffer.name for s in let.body.stmts] == ["Y", "t"]
+    assert let.var in free_vars(let.body.stmts[1].value)  # the exponential reads the bound load
+    x = np.random.default_rng(3).standard_normal(rows * cols).astype(np.float32)
+    np.testing.assert_allclose(_run(after, x), _expected(x, cols, False), rtol=1e-5)
+
+
+def test_a_guarded_load_is_not_moved_before_the_store():
+    """A load under `if_then_else` (it may be out of bounds where its guard fails) stays inside
+    its guard; loads_first binds only the unguarded ones."""
+    X, Y, t = (Buffer(n, (16,), "float32") for n in ("X", "Y", "t"))
+    c = Var("c")
+    guarded = Call("if_then_else", (c < 8, X[c + 8], 0.0), "float32")
+    late = BufferStore(Y, t[c], (c,))
+    early = BufferStore(t, guarded + X[c], (c,))
+    step = loads_first(late, early)
+    assert isinstance(step, LetStmt) and structural_equal(step.value, X[c])
+    guarded_loads = [call for call in collect(step.body, Call) if call.op == "if_then_else"]
+    assert len(guarded_loads) == 1 and isinstance(guarded_loads[0].args[1], BufferLoad)
+    only_guarded = loads_first(late, BufferStore(t, guarded, (c,)))
+    assert isinstance(only_guarded, SeqStmt)  # nothing to bind: the plain order
 
 
 def test_a_buffer_not_proved_in_place_gets_two_versions():

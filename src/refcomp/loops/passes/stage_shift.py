@@ -18,7 +18,9 @@ iteration r - 1 inside S_j's loop of iteration r (one loop body holds both; spec
                                          S_k (r = m + n - 1)
 
 so what S_k does (a row's streaming stores) overlaps with what S_j does (the next row's
-arithmetic).  In the fused loop S_k's step comes first: B(r - 1, c) reads before A(r, c) writes.
+arithmetic).  In the fused loop S_k's step comes first: B(r - 1, c) reads before A(r, c) writes;
+where both steps are one store, A's loads (of buffers B does not write) are bound before B's store
+(`loads_first`: a load that follows a store to the same offset in another page waits for it).
 The Allocates move out of the loop (their contents now live from one iteration to the next).  A
 buffer that S_0 .. S_j write and S_k reads (softmax's row of exponentials) stays one buffer when
 its reuse is proved in place (`in_place`: only S_j writes it, and no write of A(r, c') reaches an
@@ -45,9 +47,11 @@ the row-reduction rule's) is a request, so the rule need not know the lowering's
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ...ast import (
-    EQ, LT, Allocate, And, BufferLoad, BufferStore, Call, Evaluate, For, IfThenElse, IntImm, Mutator, Not, PrimFunc,
-    SeqStmt, Stmt, Var, collect, substitute,
+    EQ, LT, Allocate, And, BufferLoad, BufferStore, Call, Evaluate, For, IfThenElse, IntImm, Let, LetStmt, Mutator,
+    Not, PrimExpr, PrimFunc, SeqStmt, Stmt, Var, collect, substitute,
 )
 from ...ast.functor import uses_var
 from ...ast.expr import as_int, floormod
@@ -249,6 +253,78 @@ def _plus(a, b):
     return a + b
 
 
+def loads_first(late: Stmt, early: Stmt) -> Stmt:
+    """SeqStmt((late, early)) -- one step of the fused loop: S_k's step of iteration r - 1, then
+    S_j's of iteration r -- with early's loads issued before late's store where both are one
+    store (under the same loops, after early's hints): those loads bound by LetStmts first.
+
+    Same values: late writes no buffer early reads (check_shift_dependences), so a load gives the
+    same value before late's store as after it; loads under a Let or an `if_then_else` (a guarded
+    load that may not be in bounds when its guard fails) stay where they are.  The order is for the
+    CPU: a row kernel's output row r - 1 and input row r lie a row apart, and where the output and
+    input arrays start at the same offset in their pages (numpy's large arrays do) a store and the
+    next load share their address's low 12 bits; a load that follows such a store waits for it
+    (4K aliasing), one that precedes it does not."""
+    if isinstance(early, SeqStmt) and len(early.stmts) > 1 and all(_is_hint(st) for st in early.stmts[:-1]):
+        return SeqStmt(tuple(early.stmts[:-1]) + (loads_first(late, early.stmts[-1]),))
+    if (isinstance(early, For) and isinstance(late, For) and early.kind == late.kind
+            and structural_equal(early.min, late.min) and structural_equal(early.extent, late.extent)
+            and early.annotations == late.annotations):
+        inner = loads_first(substitute(late.body, {late.loop_var: early.loop_var}), early.body)
+        if not (isinstance(inner, SeqStmt) and len(inner.stmts) == 2 and inner.stmts[1] is early.body):
+            return early.with_(body=inner)
+    if isinstance(early, BufferStore) and isinstance(late, BufferStore):
+        loads = _hoistable_loads(early.value, {late.buffer})
+        if loads:
+            bound = [(Var(f"{load.buffer.name}_next", load.dtype), load) for load in loads]
+            value = _Replace([(load, var) for var, load in bound]).visit(early.value)
+            body: Stmt = SeqStmt((late, early.with_(value=value)))
+            for var, load in reversed(bound):
+                body = LetStmt(var, load, body)
+            return body
+    return SeqStmt((late, early))
+
+
+def _is_hint(stmt: Stmt) -> bool:
+    return isinstance(stmt, Evaluate) and isinstance(stmt.value, Call) and stmt.value.op == "prefetch"
+
+
+def _hoistable_loads(value, written: set) -> list:
+    """The distinct loads of value (structurally) outside Lets and `if_then_else` calls, of buffers
+    not in `written`, in the order they are met."""
+    found: list = []
+
+    def walk(node) -> None:
+        if isinstance(node, Let) or (isinstance(node, Call) and node.op == "if_then_else"):
+            return
+        if isinstance(node, BufferLoad):
+            if node.buffer not in written and not any(structural_equal(node, seen) for seen in found):
+                found.append(node)
+            return
+        for field in dataclasses.fields(node):
+            child = getattr(node, field.name)
+            for item in (child if isinstance(child, tuple) else (child,)):
+                if isinstance(item, PrimExpr):
+                    walk(item)
+
+    walk(value)
+    return found
+
+
+class _Replace(Mutator):
+    """Each load structurally equal to one of `pairs` replaced by its var."""
+
+    def __init__(self, pairs: list) -> None:
+        super().__init__()
+        self.pairs = pairs
+
+    def visit_BufferLoad(self, load: BufferLoad):
+        for old, var in self.pairs:
+            if structural_equal(load, old):
+                return var
+        return self.generic_visit(load)
+
+
 def shift_loop(loop: For) -> Stmt:
     """The rewrite of one annotated loop (see the module docstring); checks first."""
     check_serial(loop)
@@ -264,7 +340,7 @@ def shift_loop(loop: For) -> Stmt:
     prologue = [at(s, first) for s in stages[:k]]
     a, b = stages[j], stages[k]
     late = substitute(b.body, {r: r - one, b.loop_var: a.loop_var})
-    fused = a.with_(body=SeqStmt((late, a.body)))
+    fused = a.with_(body=loads_first(late, a.body))
     steady_body = SeqStmt(tuple(stages[:j] + [fused] + stages[j + 1:k]))
     steady = For(r, _plus(first, 1), _plus(count, -1), "serial", steady_body,
                  annotations=_unmarked(loop).annotations or None)
