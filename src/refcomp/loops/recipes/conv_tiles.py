@@ -34,9 +34,10 @@ _WINDOW_INNER_MAX_POSITIONS = 49
 
 
 # The same with the window inside the channel loop, unrolled (AVX-512: 20 accumulators, 16 and 24
-# measured slower on 3 x 3 layers of 6 x 6 and 3 x 3 pixels, and 24 spills on 24 x 24; AVX2: 8 of
-# one vector, see _CHANNEL_VECTORS, where 12 on a 48-wide row ran 3.3-3.9 against 2.4 ms).
-_COLUMN_TILE_WINDOW_INNER = {8: 8, 16: 20}
+# measured slower on 3 x 3 layers of 6 x 6 and 3 x 3 pixels, and 24 spills on 24 x 24; AVX2: 9 of
+# one vector, see _CHANNEL_VECTORS: 12 on a 48-wide row ran 3.3-3.9 against 2.4 ms for 8, and 9
+# makes a 3 x 3 output one tile of its 9 pixels, 256 channels 0.52 -> 0.26 ms against 3 columns).
+_COLUMN_TILE_WINDOW_INNER = {8: 9, 16: 20}
 
 
 # Vectors of output channels per channel-vector tile (when they divide the channels), by the
@@ -45,7 +46,7 @@ _COLUMN_TILE_WINDOW_INNER = {8: 8, 16: 20}
 # broadcasts that neighbouring positions share, where two vectors keep twice the weights and the
 # broadcasts of a wider window row live in 16 ymm registers and gcc spills.  Measured on a Zen 3
 # core pair (2 threads, batch 2, weights per call, A/B in one process), ResNet-18's 3 x 3 layers,
-# (MV, XB) = (2, 6 or fewer) -> (1, 8 or fewer): 64 x 56 3.7 -> 2.9-3.0 ms, 128 x 28 4.5 -> 3.3,
+# (MV, XB) = (2, 6 or fewer) -> (1, 8 or fewer; 9 since): 64 x 56 3.7 -> 2.9-3.0 ms, 128 x 28 4.5 -> 3.3,
 # 256 x 14 6.7 -> 3.3-3.6, 512 x 7 11.2 -> 3.7-4.3 (XB 7 instead of 1), 64 x 48 (XB 12 or 8 of
 # one vector) 3.9 -> 2.4; the 1 x 1 (window outside) kept two vectors (0.40 against 0.41-0.45 ms).
 _CHANNEL_VECTORS = {(8, True): 1}
