@@ -323,6 +323,36 @@ def test_channel_vector_window_inside_the_channel_loop(rng, vector_isa, n, c, h,
     _check(sch.func, rng, (n, c, h, w), (o, c, k, k), (stride, stride), (pad,) * 4, (1, 1), 1)
 
 
+@pytest.mark.parametrize("size,expected", [
+    (3, (1, 9)),     # a 3 x 3 output: one tile of its 9 pixels (whole rows)
+    (7, (1, 7)),     # 7 columns (two vectors of channels left one accumulator each)
+    (14, (1, 7)),
+    (28, (1, 7)),
+    (56, (1, 8)),
+    (48, (1, 8)),
+])
+def test_avx2_window_inner_tile_is_one_vector_of_channels(rng, vector_isa, size, expected):
+    """With AVX2 (8 lanes, 16 registers) a 3 x 3 convolution's channel-vector tile takes one
+    vector of output channels and up to 9 output pixels (conv_tiles._CHANNEL_VECTORS); the
+    tile the recipe builds agrees with numpy."""
+    native = recipes.conv.native_lanes()
+    if native != 8:
+        pytest.skip("the AVX2 tile choice: 8-lane vectors")
+    func = _conv(1, 8, size, size, 32, 3, 3, 1, 1)
+    shape = recipes.conv.conv_shape(_conv_block(func), "test")
+    _, mv, preferred, xb = conv_tiles.recipe_channel_vector_tile(_conv_block(func), shape, 8, native)
+    whole = conv_tiles.column_tile(size * size, preferred)
+    tile = whole if xb < preferred and whole > xb and whole % size == 0 else xb
+    assert (mv, tile) == expected
+    if size <= 14:
+        _check(recipes.conv_fp32(func).func, rng, (1, 8, size, size), (32, 8, 3, 3), (1, 1), (1,) * 4, (1, 1), 1)
+
+
+def _conv_block(func):
+    name = recipes.conv.find_conv(func).block
+    return next(s for s in walk(func.body) if isinstance(s, Block) and s.name == name)
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_channel_vector_tile_random_shapes_on_both_widths(rng, vector_isa, data):
