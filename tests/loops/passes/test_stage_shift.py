@@ -129,6 +129,22 @@ def test_a_guarded_load_is_not_moved_before_the_store():
     assert isinstance(only_guarded, SeqStmt)  # nothing to bind: the plain order
 
 
+def test_loops_merge_only_where_each_step_reads_what_the_same_step_overwrites():
+    """loads_first runs `for c: late(c)` and `for c: early(c)` as one loop only where late's load
+    of the buffer early writes is the element early writes at the same c (read, then
+    overwritten); reading t[7 - c] (an element an earlier step of early would already have
+    overwritten) keeps the two loops apart."""
+    X, Y, t = (Buffer(n, (8,), "float32") for n in ("X", "Y", "t"))
+    c, d = Var("c"), Var("d")
+    early = For(c, 0, 8, "serial", BufferStore(t, X[c] * 2.0, (c,)))
+    same = For(d, 0, 8, "serial", BufferStore(Y, t[d], (d,)))
+    merged = loads_first(same, early)
+    assert isinstance(merged, For) and isinstance(merged.body, LetStmt)
+    mirrored = For(d, 0, 8, "serial", BufferStore(Y, t[7 - d], (d,)))
+    apart = loads_first(mirrored, early)
+    assert isinstance(apart, SeqStmt) and [type(st) for st in apart.stmts] == [For, For]
+
+
 def test_a_buffer_not_proved_in_place_gets_two_versions():
     """Reading t backwards, the output step at o reads what the exp steps before it wrote: t gets
     two versions, row r's at offset (r mod 2) * cols."""

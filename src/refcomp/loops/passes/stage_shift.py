@@ -270,9 +270,11 @@ def loads_first(late: Stmt, early: Stmt) -> Stmt:
     if (isinstance(early, For) and isinstance(late, For) and early.kind == late.kind
             and structural_equal(early.min, late.min) and structural_equal(early.extent, late.extent)
             and early.annotations == late.annotations):
-        inner = loads_first(substitute(late.body, {late.loop_var: early.loop_var}), early.body)
-        if not (isinstance(inner, SeqStmt) and len(inner.stmts) == 2 and inner.stmts[1] is early.body):
-            return early.with_(body=inner)
+        late_body = substitute(late.body, {late.loop_var: early.loop_var})
+        if _steps_interleave(late_body, early.body, early.loop_var):
+            inner = loads_first(late_body, early.body)
+            if not (isinstance(inner, SeqStmt) and len(inner.stmts) == 2 and inner.stmts[1] is early.body):
+                return early.with_(body=inner)
     if isinstance(early, BufferStore) and isinstance(late, BufferStore):
         loads = _hoistable_loads(early.value, {late.buffer})
         if loads:
@@ -283,6 +285,27 @@ def loads_first(late: Stmt, early: Stmt) -> Stmt:
                 body = LetStmt(var, load, body)
             return body
     return SeqStmt((late, early))
+
+
+def _steps_interleave(late: Stmt, early: Stmt, var: Var) -> bool:
+    """Whether `for v: late(v)` then `for v: early(v)` may run as `for v: {late(v); early(v)}`:
+    both one store, and every load of late from the buffer early writes reads the element early
+    writes at the same v, at an index that moves by a non-zero constant per step of v (so no
+    other step of early writes it).  Late writes nothing early touches (check_shift_dependences)."""
+    from ...shape.simplify import simplify_expr
+
+    if not (isinstance(late, BufferStore) and isinstance(early, BufferStore)):
+        return False
+    for load in collect(late.value, BufferLoad):
+        if load.buffer is not early.buffer:
+            continue
+        if len(load.indices) != len(early.indices) or not all(
+                structural_equal(a, b) for a, b in zip(load.indices, early.indices)):
+            return False
+        steps = [as_int(simplify_expr(substitute(i, {var: var + IntImm(1, var.dtype)}) - i)) for i in load.indices]
+        if not any(step for step in steps):
+            return False
+    return True
 
 
 def _is_hint(stmt: Stmt) -> bool:
