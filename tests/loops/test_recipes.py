@@ -695,6 +695,11 @@ def small_l2(cache_sizes):
     cache_sizes(32 << 10, 32 << 10)
 
 
+def _avx2_tiles(vector_isa: str) -> bool:
+    """Whether the recipe runs the AVX2 tiles: the feature override, or a CPU without AVX-512."""
+    return vector_isa == "avx2" or not intrin.get("x86.avx512.sgemm_12x32").available()
+
+
 @pytest.mark.parametrize("transposed", [False, True])
 def test_fp32_recipe_streams_a_constant_b_with_symbolic_rows(rng, vector_isa, monkeypatch, small_l2, transposed):
     """A B every caller passes as a constant (attr constant_params: the graph's pre-packed
@@ -711,7 +716,7 @@ def test_fp32_recipe_streams_a_constant_b_with_symbolic_rows(rng, vector_isa, mo
         func = func.with_(attrs={**func.attrs, "constant_params": (1,)})
         sch = recipes.matmul_fp32(func, tiling=recipes.Tiling(mc=24, nc=32, kc=32, mc_symbolic=24))
         tiles = {t for t in _tensorized_with(sch.func) if "sgemm" in t}
-        panel = "x86.avx2.sgemm_6x16_panel" if vector_isa == "avx2" else "x86.avx512.sgemm_12x32_panel"
+        panel = "x86.avx2.sgemm_6x16_panel" if _avx2_tiles(vector_isa) else "x86.avx512.sgemm_12x32_panel"
         assert tiles == {x86.stream_form(panel)} and x86.stream_form(panel).endswith("_stream_panel")
         assert any(b.name.endswith("_pad") for b in walk(sch.func.body) if isinstance(b, Block))
         lib = refcomp.build(sch.func)
@@ -779,7 +784,7 @@ def test_fp32_recipe_wide_tile_matches_numpy_and_interpreter(rng, vector_isa, mo
                 func = func.with_(attrs={**func.attrs, "constant_params": (1,)})
             sch = recipes.matmul_fp32(func, tiling=recipes.Tiling(mc=24, nc=128, kc=16, mc_symbolic=24))
             tiles = {t for t in _tensorized_with(sch.func) if "sgemm" in t}
-            if vector_isa == "avx2":
+            if _avx2_tiles(vector_isa):
                 assert {x86.plain_form(t) for t in tiles} <= {"x86.avx2.sgemm_6x16", "x86.avx2.sgemm_6x16_panel"}
             elif not wide:
                 assert tiles == {"x86.avx512.sgemm_12x32"}
@@ -793,7 +798,7 @@ def test_fp32_recipe_wide_tile_matches_numpy_and_interpreter(rng, vector_isa, mo
             lib = refcomp.build(sch.func)
             for rows in ((1, 7, 13) if isinstance(m, te.SizeVar) else (m,)):
                 _check_fp32_product(rng, lib, func, rows, n, k, transposed)
-    if vector_isa != "avx2":
+    if not _avx2_tiles(vector_isa):
         narrow = recipes.matmul_fp32(_matmul(7, 288, k))
         assert _tensorized_with(narrow.func) == {"x86.avx512.sgemm_12x32"}
 

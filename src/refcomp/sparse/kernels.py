@@ -31,7 +31,7 @@ from ..emit_c.codegen import OMP_SCHEDULE
 from ..emit_c.toolchain import native_vector_bytes
 from ..errors import ArgumentError
 from .formats import SparseMatrix
-from .iteration import SparseIteration, SpBuffer, sp_axis, sp_iter
+from .iteration import SparseIteration, SparseScheduleError, SpBuffer, sp_axis, sp_iter
 from .lower import lower_stage3
 from .iteration import sparse_fuse, sparse_reorder
 from .schedule import (
@@ -125,6 +125,15 @@ def _prefetched(func: PrimFunc, dtype: str, width: int | None, prefetch: bool | 
     return func
 
 
+def _row_tile_for(width: int, tile: int, lanes: int) -> int | None:
+    """The row tile for a width: `tile` (or the whole width below it) where that divides the
+    width, else the widest multiple of the vector lanes below it that does (48 float64 with AVX2's
+    tile of 32: 24), None where none does (the plain row loop)."""
+    if width % min(width, tile) == 0:
+        return tile
+    return next((t for t in range(tile - tile % lanes, 0, -lanes) if width % t == 0), None)
+
+
 def spmm_csr_scheduled(dtype: str = "float32", width: int | None = None, accumulate: bool = False,
                        prefetch: bool | None = None, stream: bool = False, hot: bool = False) -> PrimFunc:
     """The CSR SpMM that `spmm` runs: stage III with the output row in a tile of vector registers
@@ -140,6 +149,12 @@ def spmm_csr_scheduled(dtype: str = "float32", width: int | None = None, accumul
     if width is None:
         return partition_rows(lower_stage3(it))
     tile, lanes = row_tile_lanes(dtype)
+    tile = _row_tile_for(width, tile, lanes)
+    if tile is None:
+        if hot or stream:
+            raise SparseScheduleError(f"spmm_csr_scheduled: width {width} has no row tile of {lanes}-lane vectors "
+                                      "for the hot-row or streaming form")
+        return partition_rows(lower_stage3(it))
     func = _prefetched(vectorize_row_tile(lower_stage3(it, row_tile=tile), lanes), dtype, width, prefetch)
     func = partition_rows(split_gathered_rows(func) if hot else func)
     return stream_output_rows(func) if stream else func

@@ -329,13 +329,25 @@ def test_depthwise_on_small_maps_in_vectors_of_channels(rng, c, size, stride, pa
         np.testing.assert_allclose(ex.compiled["main"](*values), expected, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("c,size,out", [(96, 12, 16), (192, 6, 32), (96, 3, 16)])
+@pytest.mark.parametrize("c,size,out", [(96, 12, 16), (192, 6, 32), (96, 3, 16), (96, 2, 16)])
 def test_single_channel_block_runs_its_images_in_parallel(rng, c, size, out):
     """A 1x1 projection to one channel block of the channel-vector tile at a small size (the tile
     takes whole rows, so no row loop is left outside it): the images are the parallel loop, not
-    a lone channel block; numbers against numpy at batch 1, 2 and 3."""
+    a lone channel block; numbers against numpy at batch 1, 2 and 3.  Which sizes give one block
+    of whole rows depends on the vector width (a shape that does not is skipped on this CPU)."""
     from refcomp.ast import For
     from refcomp.loops.primitives.tree import walk
+    from refcomp.loops.recipes import conv_tiles
+    from refcomp.loops.recipes.conv_match import channel_lanes, native_lanes
+
+    native = native_lanes()
+    lanes = channel_lanes(out, native)
+    mv = 2 if out % (2 * lanes) == 0 else 1
+    preferred = conv_tiles._COLUMN_TILE.get(native, 12) // mv
+    xb, pixels = conv_tiles.column_tile(size, preferred), conv_tiles.column_tile(size * size, preferred)
+    if out != mv * lanes or not (xb < preferred and pixels > xb and pixels % size == 0):
+        pytest.skip(f"with {native}-lane vectors a {size} x {size} output to {out} channels is not one block of "
+                    "whole rows")
 
     batch = SizeVar("batch", "int64")
     x, w = Var("x", tensor((batch, c, size, size))), Var("w", tensor((out, c, 1, 1)))
