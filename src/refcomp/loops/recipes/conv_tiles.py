@@ -58,6 +58,17 @@ def column_tile(width: int, preferred: int) -> int:
     return channel_block(width, preferred)
 
 
+def whole_rows_tile(width: int, height: int | None, preferred: int) -> int | None:
+    """The pixels of a tile of whole output rows (a narrow output: each weight vector loaded then
+    feeds more pixels), where the columns alone fall short of `preferred` and a divisor of the
+    output's pixels up to it is a larger multiple of the width; None otherwise."""
+    xb = column_tile(width, preferred)
+    if height is None or xb >= preferred:
+        return None
+    pixels = column_tile(height * width, preferred)
+    return pixels if pixels > xb and pixels % width == 0 else None
+
+
 def channel_vector_tiles(shape: ConvShape, lanes: int, native: int) -> list[tuple[int, int]]:
     """The (MV, XB) tiles of the channel-vector form that fit shape: MV in 1, 2, 4 with MV * L
     dividing the output channels, XB a divisor of the output width, and the MV x XB accumulators
@@ -142,10 +153,9 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     # weight vector loaded feeds more output pixels
     height = as_int(sch.get(rows[-1]).extent) if rows else None
     fused = False
-    if height is not None and xb < preferred:
-        pixels = column_tile(height * shape.out_width, preferred)
-        if pixels > xb and pixels % shape.out_width == 0:
-            x, rows, xb, fused = sch.fuse(rows[-1], x), rows[:-1], pixels, True
+    pixels = whole_rows_tile(shape.out_width, height, preferred)
+    if pixels is not None:
+        x, rows, xb, fused = sch.fuse(rows[-1], x), rows[:-1], pixels, True
     x_outer, x_inner = sch.split(x, [None, xb])
     channel, *window = reduce_loops
     # the channel loop innermost of the reduction (a 1 x 1, or the window inside it, unrolled): the
@@ -585,11 +595,8 @@ def _blocked_tile(out_blocks: int, width: int, height: int | None, depthwise: bo
         if out_blocks % mv:
             continue
         preferred = budget // mv
-        xb, rows = column_tile(width, preferred), False
-        if height is not None and xb < preferred:
-            pixels = column_tile(height * width, preferred)
-            if pixels > xb and pixels % width == 0:
-                xb, rows = pixels, True
+        pixels = whole_rows_tile(width, height, preferred)
+        xb, rows = (pixels, True) if pixels is not None else (column_tile(width, preferred), False)
         # multiply-adds per load (XB input broadcasts and MV weight vectors per reduction step)
         score = mv * xb / (mv + xb)
         if best is None or score > best[0]:
