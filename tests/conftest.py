@@ -18,6 +18,13 @@ settings.register_profile(
 settings.load_profile(os.environ.get("REFCOMP_HYPOTHESIS_PROFILE", "ci"))
 
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: a worker per core this process may run on, at most 8 (each worker holds its own
+    torch, onnxruntime and compiled kernels; the kernels' OpenMP teams share the same cores)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores, 8))
+
+
 @pytest.fixture
 def rng():
     """A numpy Generator with a fresh seed each run (printed on failure by pytest's -ra)."""

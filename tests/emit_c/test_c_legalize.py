@@ -64,3 +64,31 @@ def test_split_kernels_match_numpy(dtype, vector_bytes, rng):
     with np.errstate(invalid="ignore"):
         want = np.where(a > b, np.exp(a), np.maximum(a - b, b * 2))
     np.testing.assert_allclose(c, want, rtol=1e-6 if dtype == "float32" else 1e-14)
+
+
+def _exp_kernel(lanes=16):
+    """C[i] = e^(A[i] - B[i]) by the inline exponential (a chain of Lets), vectorized by `lanes`."""
+    from refcomp.ast.exp_poly import exp_expr
+    from refcomp.loops.vectorize import vectorize
+
+    n = SizeVar("n", "int32")
+    A, B, C = (Buffer(name, (n * lanes,), "float32") for name in "ABC")
+    i, lane = Var("i", "int32"), Var("lane", "int32")
+    x = max_(A[i * lanes + lane] - B[i * lanes + lane], FloatImm(-80.0, "float32"))
+    inner = For(lane, 0, lanes, "vectorized", BufferStore(C, exp_expr(x, 6), (i * lanes + lane,)))
+    return vectorize(PrimFunc((A, B, C), For(i, 0, n, "serial", inner), "wide_exp"), vector_bytes=4 * lanes)
+
+
+def test_split_lets_stay_bound_once_per_piece(rng):
+    """A vector Let split into pieces binds each piece once: substituted, every use of a step
+    would repeat the steps before it (the inline exponential grew to kilobytes a store)."""
+    split = split_wide_vectors(_exp_kernel(), 32)
+    source = emit(split, EmitOptions(vectors=True)).source.split("/* wide_exp")[1]
+    assert source.count("rc_vstore_float32x8(&C[") == 2
+    assert "rc_f32x16" not in source
+    assert source.count("0x1.71547652b82fep+0") == 2      # log2(e): once in each piece's first step
+    lib = _build(_exp_kernel(), 32)
+    a, b = (rng.uniform(-40, 40, 64).astype(np.float32) for _ in range(2))
+    c = np.zeros_like(a)
+    lib(a, b, c)
+    np.testing.assert_allclose(c, np.exp(np.maximum(a - b, -80).astype(np.float64)), rtol=2e-6)

@@ -19,7 +19,7 @@ from ..ast import expr as E
 from ..ast import stmt as S
 from ..ast.dtype import DataType
 from ..ast.function import PrimFunc
-from ..ast.functor import Mutator, collect, substitute, uses_var
+from ..ast.functor import Mutator, collect, uses_var
 from ..ast.structural import structural_equal
 from .zero_checks import divides_by_variable
 
@@ -69,7 +69,7 @@ class _Splitter(Mutator):
     def __init__(self, max_bytes: int) -> None:
         super().__init__()
         self.max_bytes = max_bytes
-        self.pieces: dict[E.Var, tuple[int, list[E.Var]]] = {}
+        self.pieces: dict[E.Var, tuple[int, list[E.Var] | dict[int, E.Var]]] = {}
 
     def chunk_lanes(self, lanes: int, width: int) -> int | None:
         if lanes * width <= self.max_bytes:
@@ -151,5 +151,22 @@ class _Splitter(Mutator):
                 (e.op != "reinterpret" or e.args[0].dtype.lanes == e.dtype.lanes):  # lane for lane
             return E.Call(e.op, tuple(self.chunk(a, k, piece) for a in e.args), e.dtype.with_lanes(piece))
         if isinstance(e, E.Let):
-            return self.chunk(substitute(e.body, {e.var: e.value}), k, piece)
+            # the binding stays a binding (substituted, a value used n times is computed n times:
+            # the inline exponential's steps grow the source by 2^steps)
+            if e.var.dtype.lanes == 1:
+                return E.Let(e.var, e.value, self.chunk(e.body, k, piece))
+            if e.var.dtype.lanes != e.value.dtype.lanes:
+                raise _CannotSplit
+            var = E.Var(f"{e.var.name}_{k}", e.var.dtype.with_lanes(piece))
+            value = self.chunk(e.value, k, piece)
+            outer = self.pieces.get(e.var)
+            self.pieces[e.var] = (piece, {k: var})
+            try:
+                body = self.chunk(e.body, k, piece)
+            finally:
+                if outer is None:
+                    del self.pieces[e.var]
+                else:
+                    self.pieces[e.var] = outer
+            return E.Let(var, value, body)
         raise _CannotSplit
