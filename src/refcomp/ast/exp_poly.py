@@ -27,6 +27,9 @@ LN2_LO = -2.1219444005469057e-4
 ROUND = 12582912.0  # 1.5 * 2^23: x + ROUND - ROUND rounds x to an integer (|x| < 2^22)
 ROUND_BITS = 0x4B400000  # its bits as int32
 
+# the degree of refcomp's float32 exponentials (the C vector helper's, the graph operators' inline one)
+FLOAT32_DEGREE = 6
+
 # coefficients of e^r on |r| <= ln 2 / 2, constant term first, by degree
 COEFFICIENTS: dict[int, tuple[float, ...]] = {
     6: (1.0, 1.0, 0.49999994, 0.166664317, 0.0416680016, 0.00837416295, 0.00138436444),

@@ -181,8 +181,12 @@ class ExprEmitter:
             return self.expr(e.value)
         return f"{self.vec.broadcast(e.dtype)}({self.expr(e.value)})"
 
+    # GNU statement expressions: gcc's dialects (the native target emits vectors) and nvcc take
+    # them; strict C99 does not
+    statement_expressions_always = False
+
     def expr_Let(self, e: E.Let, lane) -> str:
-        if self.options.vectors and lane is None:
+        if (self.options.vectors or self.statement_expressions_always) and lane is None:
             name = self.names.name_of(e.var, e.var.name)
             return f"({{ const {self.ctype(e.var.dtype)} {name} = {self.expr(e.value)}; {self.expr(e.body)}; }})"
         # Strict C99 has no statement expressions: the (pure) value is substituted.

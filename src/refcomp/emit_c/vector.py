@@ -13,7 +13,7 @@ import struct
 from typing import NamedTuple
 
 from ..ast.dtype import DataType
-from ..ast.exp_poly import exp_steps
+from ..ast.exp_poly import FLOAT32_DEGREE, exp_steps
 from . import mathlib
 from .ctype import (
     float_to_half, half_to_float, is_half, short_name, storage_type, value_type, vector_bytes, vector_element_ctype,
@@ -762,7 +762,7 @@ _AVX512_PREDICATES = {"==": "_CMP_EQ_OQ", "!=": "_CMP_NEQ_UQ", "<": "_CMP_LT_OQ"
                       ">": "_CMP_GT_OQ", ">=": "_CMP_GE_OQ"}
 
 # the degree of the inline float32 vector exp's polynomial (refcomp.ast.exp_poly.COEFFICIENTS)
-EXP_DEGREE = 6
+EXP_DEGREE = FLOAT32_DEGREE
 
 
 class _C(str):

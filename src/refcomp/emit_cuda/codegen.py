@@ -75,6 +75,8 @@ def _device_prelude() -> str:
 
 
 class _CudaEmitter(CFamilyEmitter):
+    statement_expressions_always = True  # nvcc takes them in host and device code
+
     def __init__(self, func: PrimFunc, size_vars: list[E.Var]) -> None:
         super().__init__(func, CUDA_OPTIONS, size_vars)
         self.device = False

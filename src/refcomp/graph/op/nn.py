@@ -578,15 +578,22 @@ _EXP_FLUSH_BELOW = -87.0
 
 def _exp_of_nonpositive(v):
     """exp(v) for v = x - max(x) <= 0.  For float32, arguments below _EXP_FLUSH_BELOW give 0 and
-    are clamped before the call: masked scores (-1e9) would otherwise send every vector holding
-    one to libmvec's scalar fallback for out-of-range inputs (measured 4x slower on a causal
-    mask).  Dropping terms under 1.7e-38 next to a row sum of at least 1 changes no float32 sum;
-    a NaN stays NaN (both comparisons are false)."""
+    are clamped first: a masked score (-1e9) is then an ordinary argument, and dropping terms
+    under 1.7e-38 next to a row sum of at least 1 changes no float32 sum; a NaN stays NaN (both
+    comparisons are false).  The float32 exponential is computed inline, refcomp.ast.exp_poly's
+    steps as IR (the polynomial of FLOAT32_DEGREE): the clamped argument keeps 2^n a normal
+    number (n in [-126, 0]), so one exponent factor scales it, where the general exp clamps
+    again and scales twice to reach the subnormals (measured 13-18% faster on a 4096 x 4096
+    softmax on AVX2); every target and the interpreter compute the same operations."""
     if str(v.dtype) != "float32":
         return call_intrin("exp", v)
+    from ...ast.exp_poly import FLOAT32_DEGREE, exp_expr
+
     edge = tir.const(_EXP_FLUSH_BELOW, v.dtype)
     below = v < edge
-    return tir.Select(below, tir.const(0.0, v.dtype), call_intrin("exp", tir.Select(below, edge, v)))
+    clamped = tir.Var("ex", "float32")
+    exp = tir.Let(clamped, tir.Select(below, edge, v), exp_expr(clamped, FLOAT32_DEGREE))
+    return tir.Select(below, tir.const(0.0, v.dtype), exp)
 
 
 def _np_softmax(x, axis=-1):

@@ -16,7 +16,7 @@ from ...ast.graph import Call, Constant, Function, GlobalVar, Var
 from ...ast.stmt import Block, BlockRealize, seq, true
 from ...ast.structural import structural_equal
 from ...errors import RefcompError
-from ...loops.passes.bind_repeated_math import COSTLY_MATH
+from ...loops.passes.bind_repeated_math import has_costly_math
 from ..op.base import call_tir
 from .common import graph_functions, map_blocks, with_bindings
 
@@ -103,14 +103,15 @@ def _inline_producers(func: PrimFunc, intermediates: list) -> PrimFunc:
     return sch.func
 
 
-# COSTLY_MATH: intrinsics that cost far more than a load: a stage computing one of them is kept in
+# Costly math (has_costly_math: an intrinsic of COSTLY_MATH, or the inline exponential's Lets) costs
+# far more than a load: a stage computing it is kept in
 # memory when a reduction reads it, since a reduction loop runs scalar (its value would be
 # recomputed there one lane at a time, where the stage itself runs in vector loops).
 
 
 def inline_spatial_stages(sch) -> None:
     """Inline (checked `compute_inline`) each spatial stage writing a buffer other than the
-    kernel's outputs, except a stage with costly math (COSTLY_MATH) that a reduction reads and
+    kernel's outputs, except a stage with costly math (has_costly_math) that a reduction reads and
     a stage a convolution or a pooling window reads (its padded input)."""
     from ...ast.functor import collect
     from ...loops.defaults.pool import is_window_block
@@ -125,7 +126,7 @@ def inline_spatial_stages(sch) -> None:
         try:
             rv = sch.get_block(block.name)
             consumers = [sch.get(c) for c in sch.get_consumers(rv)]
-            if _has_costly_math(block) and any(any(iv.kind != "spatial" for iv in c.iter_vars) for c in consumers):
+            if has_costly_math(block.body) and any(any(iv.kind != "spatial" for iv in c.iter_vars) for c in consumers):
                 continue
             if any(_is_convolution(c) or is_window_block(c) for c in consumers):
                 continue  # the padded input keeps its own pass: inlined, its bounds test runs per multiply-add
@@ -144,12 +145,6 @@ def _is_convolution(block: Block) -> bool:
             continue
         return True
     return False
-
-
-def _has_costly_math(block: Block) -> bool:
-    from ...ast.functor import collect
-
-    return any(c.op in COSTLY_MATH for c in collect(block.body, tir.Call))
 
 
 class _BindScalars(Mutator):

@@ -425,10 +425,9 @@ def _same_shape(a, b) -> bool:
 
 
 def _has_costly_math(block: Block) -> bool:
-    from ...ast.expr import Call
-    from ..passes.bind_repeated_math import COSTLY_MATH
+    from ..passes.bind_repeated_math import has_costly_math
 
-    return any(c.op in COSTLY_MATH for c in collect(block.body, Call))
+    return has_costly_math(block.body)
 
 
 def _loop_index_map(loops: list, exprs: list):

@@ -26,6 +26,21 @@ COSTLY_MATH = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p"
                          "sin", "cos", "tan", "pow", "sinh", "cosh", "asin", "acos", "atan", "atan2"})
 
 
+def has_costly_math(node: Any) -> bool:
+    """True when node computes a COSTLY_MATH call or binds a value with a `Let` (the inline
+    exponential of refcomp.ast.exp_poly is a chain of them: a dozen vector operations per
+    element; a Let exists because its value is used more than once)."""
+    found = False
+
+    def visit(n) -> None:
+        nonlocal found
+        if isinstance(n, Let) or (isinstance(n, Call) and n.op in COSTLY_MATH):
+            found = True
+
+    post_order_visit(node, visit)
+    return found
+
+
 def bind_repeated_math(func: PrimFunc) -> PrimFunc:
     """func with each costly call repeated within one stored value computed once (a Let)."""
     return _Stores().visit(func)
