@@ -583,7 +583,7 @@ def _exp_of_nonpositive(v):
     comparisons are false).  The float32 exponential is computed inline, refcomp.ast.exp_poly's
     steps as IR (the polynomial of FLOAT32_DEGREE): the clamped argument keeps 2^n a normal
     number (n in [-126, 0]), so one exponent factor scales it, where the general exp clamps
-    again and scales twice to reach the subnormals (measured 13-18% faster on a 4096 x 4096
+    again and scales twice to reach the subnormals (measured 6-18% faster on a 4096 x 4096
     softmax on AVX2); every target and the interpreter compute the same operations."""
     if str(v.dtype) != "float32":
         return call_intrin("exp", v)
