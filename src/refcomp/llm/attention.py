@@ -713,10 +713,15 @@ def attention_func(group: int, head_dim: int, page_size: int, kv_heads: int, kv_
     # ring shorter than the call and its window) the call's own keys come from k and v (he = st).
     aligned = ((st + T <= sinks + ring) | (T + window <= ring + 1)) if pv else None
     he = _v("he") if pv else st
+    # the window's cached keys: from slot w1s to the ring's end, then from the ring's start (the
+    # second run empty unless the window wraps); one loop over the two runs, so the page loop's
+    # code is generated once for both (each copy is a few hundred lines of C)
+    wr = _v("wr")
+    first_run = wr == 0
     old_window = _let(w1, max_(wlo, _const(0)), _let(
-        w1s, sinks + (w1 - sinks) % ring, _let(n1, min_(he - w1, sinks + ring - w1s), seq(
-            cached_run(w1s, n1, w1, True),
-            cached_run(sinks, he - w1 - n1, w1 + n1, True)))))
+        w1s, sinks + (w1 - sinks) % ring, _let(n1, min_(he - w1, sinks + ring - w1s), _for(wr, 0, _const(2), cached_run(
+            select(first_run, w1s, sinks), select(first_run, n1, he - w1 - n1), select(first_run, w1, w1 + n1),
+            True)))))
     tile_parts = _let(wlo, window_lo(_ZERO), seq(
             _for(r, 0, _const(R), seq(
                 BufferStore(m, _f(_LOWEST), (r,)), BufferStore(mx, _f(_LOWEST), (r,))), "vectorized"),
