@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ast import expr as tir
+from ...ast.exp_poly import FLOAT32_DEGREE, exp_expr
 from ...ast.expr import as_int
 from ...ast.graph_struct_info import TensorStructInfo, as_dim
 from ...errors import IRError
@@ -587,8 +588,6 @@ def _exp_of_nonpositive(v):
     softmax on AVX2); every target and the interpreter compute the same operations."""
     if str(v.dtype) != "float32":
         return call_intrin("exp", v)
-    from ...ast.exp_poly import FLOAT32_DEGREE, exp_expr
-
     edge = tir.const(_EXP_FLUSH_BELOW, v.dtype)
     below = v < edge
     clamped = tir.Var("ex", "float32")

@@ -104,9 +104,9 @@ def _inline_producers(func: PrimFunc, intermediates: list) -> PrimFunc:
 
 
 # Costly math (has_costly_math: an intrinsic of COSTLY_MATH, or the inline exponential's Lets) costs
-# far more than a load: a stage computing it is kept in
-# memory when a reduction reads it, since a reduction loop runs scalar (its value would be
-# recomputed there one lane at a time, where the stage itself runs in vector loops).
+# far more than a load: a stage computing it is kept in memory when a reduction reads it, since a
+# reduction loop runs scalar (its value would be recomputed there one lane at a time, where the
+# stage itself runs in vector loops).
 
 
 def inline_spatial_stages(sch) -> None:

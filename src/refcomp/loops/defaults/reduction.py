@@ -28,6 +28,7 @@ from ...ast.functor import collect, free_vars, substitute, uses_var
 from ...ast.stmt import NONTEMPORAL_STORE, Block, BlockRealize
 from ...ast.structural import structural_equal
 from ...errors import RefcompError
+from ..passes.bind_repeated_math import has_costly_math
 from ..schedule import Schedule
 
 
@@ -374,7 +375,7 @@ def prefetch_rows(sch: Schedule) -> Schedule:
     shape = stages[-1].writes[0].buffer.shape
     inputs = [b for b in func.buffers if _same_shape(b.shape, shape) and b is not stages[-1].writes[0].buffer]
     costly = [k for k, b in enumerate(stages[:-1])
-              if all(iv.kind == "spatial" for iv in b.iter_vars) and _has_costly_math(b)]
+              if all(iv.kind == "spatial" for iv in b.iter_vars) and has_costly_math(b.body)]
     hints = []  # (stage, buffer whose load gives the element, buffer to prefetch, row shift, write)
     carrier = costly[0] if costly else len(stages) - 1
     for buffer in inputs:
@@ -422,12 +423,6 @@ def _chunked(below: list) -> int | None:
 
 def _same_shape(a, b) -> bool:
     return len(a) == len(b) and all(structural_equal(x, y) for x, y in zip(a, b))
-
-
-def _has_costly_math(block: Block) -> bool:
-    from ..passes.bind_repeated_math import has_costly_math
-
-    return has_costly_math(block.body)
 
 
 def _loop_index_map(loops: list, exprs: list):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...ast import BufferStore, Call, Let, Mutator, PrimFunc, Var, post_order_visit
-from ...ast.functor import free_vars
+from ...ast.functor import collect, free_vars
 from ...shape.keys import expr_key
 
 # math calls costing far more than a load or an add (a reduction reads such a stage from memory
@@ -30,15 +30,7 @@ def has_costly_math(node: Any) -> bool:
     """True when node computes a COSTLY_MATH call or binds a value with a `Let` (the inline
     exponential of refcomp.ast.exp_poly is a chain of them: a dozen vector operations per
     element; a Let exists because its value is used more than once)."""
-    found = False
-
-    def visit(n) -> None:
-        nonlocal found
-        if isinstance(n, Let) or (isinstance(n, Call) and n.op in COSTLY_MATH):
-            found = True
-
-    post_order_visit(node, visit)
-    return found
+    return any(isinstance(n, Let) or n.op in COSTLY_MATH for n in collect(node, (Let, Call)))
 
 
 def bind_repeated_math(func: PrimFunc) -> PrimFunc:
