@@ -608,7 +608,7 @@ class VectorLib:
     def _exp_f32(self, name: str, dtype: DataType) -> str:
         """exp of float32 lanes inline, branch free, within 1.5 ulp where the result is normal
         (spec/c_abi.md): the steps of refcomp.ast.exp_poly (n = round(x / ln 2) by the rounding
-        add, r = x - n ln 2 with ln 2 in two parts, e^r by the degree-EXP_DEGREE polynomial)
+        add, r = x - n ln 2 with ln 2 in two parts, e^r by the degree-FLOAT32_DEGREE polynomial)
         rendered as C statements; 2^n applied as two exponent scalings, 2^(n >> 1) then
         2^(n - (n >> 1)), so a result past the largest float is inf and one below the normal
         range rounds once into the subnormals (AVX-512 on 16 lanes: one `vscalefps`).  x is
@@ -620,7 +620,7 @@ class VectorLib:
         it = self.int_vtype(4, dtype.lanes)
         ut = self.uint_vtype(4, dtype.lanes)
         steps = _CSteps(vt)
-        p, n = exp_steps(_C("x"), EXP_DEGREE, steps)
+        p, n = exp_steps(_C("x"), FLOAT32_DEGREE, steps)
         body = "".join(steps.lines)
         generic = (f"    const {vt} zero = {{0}};\n"
                    f"    {it} low = (x < -104.0f), high = (x > 89.0f);\n"
@@ -760,9 +760,6 @@ _COMPARE_NAMES = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">="
 # C's comparisons as AVX-512 compare predicates (quiet; `!=` is the unordered one: true for NaN)
 _AVX512_PREDICATES = {"==": "_CMP_EQ_OQ", "!=": "_CMP_NEQ_UQ", "<": "_CMP_LT_OQ", "<=": "_CMP_LE_OQ",
                       ">": "_CMP_GT_OQ", ">=": "_CMP_GE_OQ"}
-
-# the degree of the inline float32 vector exp's polynomial (refcomp.ast.exp_poly.COEFFICIENTS)
-EXP_DEGREE = FLOAT32_DEGREE
 
 
 class _C(str):
