@@ -12,7 +12,8 @@ anything is timed.  Timings are the best call of `--rounds` alternating rounds o
 onnxruntime, OMP_NUM_THREADS for refcomp).  ratio = onnxruntime time / refcomp time.
 
 Per model it prints which executor runs main (the compiled graph function, or the VM and why), the
-kernel count, and with --profile the time per kernel class (the VM's per-kernel timing).  With
+kernel count, and with --profile the time per kernel class (the compiled function's profile:
+CompiledGraphFunction.profile, timers between its kernel calls; the VM's timing where it runs).  With
 --layouts-ab it also builds each model with graph.build(layouts=False) (every tensor NCHW) and
 layouts=True (every convolution chain in the channel-blocked layout, spec/graph.md 5.2; the
 default, "auto", converts the chains with a depthwise convolution), checks them, and times them
@@ -127,10 +128,21 @@ def kernel_class(name: str) -> str:
     return "other"
 
 
-def profile(ex, x, calls: int = 5) -> dict[str, float]:
-    """Milliseconds per kernel class when the VM runs the same kernels, best of `calls` runs (the
-    compiled function calls the same kernels, without the VM's Python between them)."""
+def profile(ex, x, calls: int = 20) -> dict[str, float]:
+    """Milliseconds per kernel class in a call: the compiled function's own profile (timers
+    between its calls, CompiledGraphFunction.profile, median of `calls`) where main is compiled,
+    else the VM's time per kernel, best of `calls` runs (which includes the VM's Python around
+    each call)."""
     import refcomp
+
+    if "main" in getattr(ex, "compiled", {}):
+        report = ex.compiled["main"].profile(x, repeat=calls)
+        split: dict[str, float] = {}
+        for kernel, seconds in report.sites:
+            cls = "blas" if kernel.startswith("refcomp.blas.") else kernel_class(kernel)
+            split[cls] = split.get(cls, 0.0) + seconds * 1e3
+        split["outside the calls"] = max(0.0, report.total * 1e3 - sum(split.values()))
+        return dict(sorted(split.items(), key=lambda kv: -kv[1]))
 
     class TimedVM(refcomp.runtime.VirtualMachine):
         def _call_kernel(self, inst, frame):
@@ -164,7 +176,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="threads of each engine")
     parser.add_argument("--single-thread-cpu", action="store_true",
                         help="one thread each side, timed by process CPU time (steady on a busy machine)")
-    parser.add_argument("--profile", action="store_true", help="print the VM's time per kernel class")
+    parser.add_argument("--profile", action="store_true",
+                        help="print the time per kernel class (the compiled function's profile)")
     parser.add_argument("--layouts-ab", action="store_true",
                         help="also time the builds with layouts=False (all NCHW) and layouts=True (every "
                              "convolution chain in NCHW{L}c), alternating with the default build in one run")

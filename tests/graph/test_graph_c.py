@@ -272,3 +272,35 @@ def test_match_cast_of_a_computed_shape_is_checked_in_c(batch, seq):
     got, expected = _raised(fast["main"], too_long), _raised(slow["main"], too_long)
     assert got is not None and got == expected
     assert issubclass(got[0], refcomp.ArgumentError) and "match_cast" in got[1]
+
+
+@pytest.mark.parametrize("blas", BLAS)
+def test_profile_names_every_call_site_and_runs_the_same_kernels(rng, blas):
+    ex = attention_executable(blas)
+    fn = ex.compiled["main"]
+    x = rng.standard_normal((3, 7, 8)).astype("float32")
+    w = rng.standard_normal((8, 8)).astype("float32")
+    report = fn.profile(x, w, repeat=3)
+    assert [name for name, _ in report.sites] == list(fn.call_sites)
+    assert len(fn.call_sites) == fn.kernel_calls + (sum(s.startswith("refcomp.blas.") for s in fn.call_sites))
+    assert all(seconds >= 0.0 for _, seconds in report.sites) and report.total > 0.0
+    assert sum(seconds for _, seconds in report.sites) <= report.total * 1.5
+    assert sum(calls for _, calls, _ in report.by_kernel()) == len(fn.call_sites)
+    text = str(report)
+    assert all(name in text for name in set(fn.call_sites)) and "(outside the calls)" in text
+    # the profiled twin is a separate build: the function keeps its own C (no timers) and results
+    assert "RCG_PROFILE_MARK(0);" in fn.source and "#define RCG_PROFILE 1" not in fn.source
+    np.testing.assert_array_equal(fn(x, w), fn._profiled(x, w))
+    same(fn(x, w), refcomp.runtime.VirtualMachine(ex, executor="vm")["main"](x, w), exact=not blas)
+    with pytest.raises(ValueError, match="repeat"):
+        fn.profile(x, w, repeat=0)
+    with pytest.raises(refcomp.errors.ArgumentError):
+        fn.profile(x)  # the call's own argument checks
+
+
+def test_profile_marks_compile_to_nothing_without_the_define():
+    from refcomp.graph.passes.lower_to_c import _profile_section
+
+    section = _profile_section("rcg_graph_main", 3)
+    assert "#ifdef RCG_PROFILE" in section and "#define RCG_PROFILE_MARK(site) ((void)0)" in section
+    assert "rcg_site_seconds[3]" in section

@@ -212,7 +212,7 @@ def _compile_graph_functions(ex: Executable, target: Target, required: bool) -> 
         ex.compiled[name] = CompiledGraphFunction(
             path, lowered.symbol, name, lowered.inputs, lowered.outputs, lowered.returns_tuple,
             lowered.constants, lowered.kernels, blas, lowered.kernel_calls, lowered.param_names, target,
-            lowered.source)
+            lowered.source, lowered.call_sites)
         ex.executors[name] = "compiled"
 
 

@@ -94,19 +94,15 @@ class CompiledGraphFunction:
     def __init__(self, path: Path, symbol: str, name: str, inputs: Sequence[tuple[str, int, str]],
                  outputs: Sequence[tuple[int, str]], returns_tuple: bool, constants: Sequence[np.ndarray],
                  kernels: Sequence[LoadedKernel], sgemm_address: int | None, kernel_calls: int,
-                 param_names: Sequence[str], target: Target, source: str) -> None:
-        cdef = (f"int32_t {symbol}(const int64_t* shapes, void* const* inputs, void* const* consts, "
-                "void* const* fns, void* const* outputs, int64_t* out_shapes, uint8_t* arena, "
-                "int64_t arena_bytes, int64_t* arena_need, int32_t dry_run);\n"
-                f"const char* {symbol}_message(void);\n")
-        self._ffi, self._lib = load_shared(path, cdef, target)
-        ffi = self._ffi
+                 param_names: Sequence[str], target: Target, source: str,
+                 call_sites: Sequence[str] = ()) -> None:
         self.name = name
         self.path = Path(path)
         self.source = source
         self.kernel_calls = kernel_calls
-        self._entry = getattr(self._lib, symbol)
-        self._message = getattr(self._lib, f"{symbol}_message")
+        self.call_sites = tuple(call_sites)
+        self._symbol = symbol
+        self._target = target
         self._inputs = list(inputs)
         self._dtypes = [_numpy_dtype(d) for _, _, d in self._inputs]
         self._outputs = [(ndim, _numpy_dtype(d)) for ndim, d in outputs]
@@ -114,13 +110,33 @@ class CompiledGraphFunction:
         self._param_names = tuple(param_names)
         self._constants = [aligned_constant(c) for c in constants]
         self._kernels = list(kernels)  # kept alive: fns points into their libraries
-        addresses = []
+        self._addresses = []
         for k in self._kernels:
-            addresses += [int(k._ffi.cast("uintptr_t", k._entry)), int(k._ffi.cast("uintptr_t", k._message))]
+            self._addresses += [int(k._ffi.cast("uintptr_t", k._entry)), int(k._ffi.cast("uintptr_t", k._message))]
         self._uses_blas = sgemm_address is not None
         if sgemm_address is not None:
-            addresses.append(sgemm_address)
-        self._fns = ffi.new("void*[]", [ffi.cast("void*", a) for a in addresses] or [ffi.NULL])
+            self._addresses.append(sgemm_address)
+        self._profiled: CompiledGraphFunction | None = None
+        self._site_seconds = None
+        self._load(path, profiled=False)
+
+    def _load(self, path: Path, profiled: bool) -> None:
+        """Load the C function at path and make the call's argument buffers for its ffi (a fresh
+        plan cache and arena: the profiled twin of profile() keeps its own)."""
+        symbol = self._symbol
+        cdef = (f"int32_t {symbol}(const int64_t* shapes, void* const* inputs, void* const* consts, "
+                "void* const* fns, void* const* outputs, int64_t* out_shapes, uint8_t* arena, "
+                "int64_t arena_bytes, int64_t* arena_need, int32_t dry_run);\n"
+                f"const char* {symbol}_message(void);\n")
+        if profiled:
+            cdef += f"double* {symbol}_site_seconds(void);\n"
+        self._ffi, self._lib = load_shared(path, cdef, self._target)
+        ffi = self._ffi
+        self._entry = getattr(self._lib, symbol)
+        self._message = getattr(self._lib, f"{symbol}_message")
+        if profiled:
+            self._site_seconds = getattr(self._lib, f"{symbol}_site_seconds")()
+        self._fns = ffi.new("void*[]", [ffi.cast("void*", a) for a in self._addresses] or [ffi.NULL])
         self._consts = ffi.new("void*[]", [ffi.cast("void*", c.__array_interface__["data"][0])
                                            for c in self._constants] or [ffi.NULL])
         self._shapes = ffi.new("int64_t[]", max(1, sum(n for _, n, _ in self._inputs)))
@@ -225,3 +241,64 @@ class CompiledGraphFunction:
             raise self._failure(code)
         del arrays
         return tuple(outs) if self._returns_tuple else outs[0]
+
+    def profile(self, *args: Any, repeat: int = 20) -> "GraphProfile":
+        """Where a call with these arguments spends its time: each call site's wall time (a kernel
+        or an sgemm call), the median over `repeat` calls after one warm-up call, from a twin of
+        this function built with timers between its calls (`RCG_PROFILE`, spec/graph_c.md; the
+        function itself has none).  The twin runs the same kernels on the same data."""
+        import copy
+        import time
+
+        from ..emit_c import compile_shared
+
+        if repeat < 1:
+            raise ValueError(f"profile: repeat must be at least 1, got {repeat}")
+        if self._profiled is None:
+            twin = copy.copy(self)
+            path = compile_shared("#define RCG_PROFILE 1\n" + self.source, self._target, f"graph_{self.name}_profile")
+            twin._load(path, profiled=True)
+            self._profiled = twin
+        twin = self._profiled
+        sites = len(self.call_sites)
+        twin(*args)  # warm-up: the plan, the arena, first touches
+        per_site: list[list[float]] = [[] for _ in range(sites)]
+        totals = []
+        for _ in range(repeat):
+            for i in range(sites):
+                twin._site_seconds[i] = 0.0
+            start = time.perf_counter()
+            twin(*args)
+            totals.append(time.perf_counter() - start)
+            for i in range(sites):
+                per_site[i].append(twin._site_seconds[i])
+        return GraphProfile(self.name, [(name, float(np.median(t))) for name, t in zip(self.call_sites, per_site)],
+                            float(np.median(totals)))
+
+
+class GraphProfile:
+    """A compiled graph function's profile (CompiledGraphFunction.profile): `sites`, the kernel
+    (or BLAS symbol) and median seconds of each call site in call order; `total`, the median
+    seconds of a whole call from Python (the sites' sum plus the argument checks and the call).
+    str() gives the table by kernel, slowest first."""
+
+    def __init__(self, name: str, sites: list[tuple[str, float]], total: float) -> None:
+        self.name, self.sites, self.total = name, sites, total
+
+    def by_kernel(self) -> list[tuple[str, int, float]]:
+        """(kernel, call sites, seconds) per kernel, slowest first."""
+        grouped: dict[str, list[float]] = {}
+        for kernel, seconds in self.sites:
+            grouped.setdefault(kernel, []).append(seconds)
+        return sorted(((k, len(v), sum(v)) for k, v in grouped.items()), key=lambda row: -row[2])
+
+    def __str__(self) -> str:
+        rows = self.by_kernel()
+        width = max([len("kernel")] + [len(k) for k, _, _ in rows])
+        total = self.total or 1.0
+        lines = [f"profile of {self.name}: {self.total * 1e3:.3f} ms a call (median)",
+                 f"{'kernel':<{width}}  calls        ms      %"]
+        lines += [f"{k:<{width}}  {n:>5}  {s * 1e3:>8.3f}  {100 * s / total:>5.1f}" for k, n, s in rows]
+        rest = self.total - sum(s for _, s in self.sites)
+        lines.append(f"{'(outside the calls)':<{width}}  {'':>5}  {rest * 1e3:>8.3f}  {100 * rest / total:>5.1f}")
+        return "\n".join(lines)

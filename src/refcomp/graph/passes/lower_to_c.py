@@ -48,6 +48,36 @@ class CGraphSource:
     uses_blas: bool  # fns[-1] = OpenBLAS's cblas sgemm
     kernel_calls: int
     param_names: tuple[str, ...] = ()
+    call_sites: tuple[str, ...] = ()  # the kernel (or BLAS symbol) of each call site, in order
+
+
+# Built with RCG_PROFILE defined, the function adds the wall time of each call site (a kernel or
+# sgemm call, measured from the end of the one before: the gap of checks between them counts
+# with the call) to rcg_site_seconds[site], which <symbol>_site_seconds() returns: the
+# per-kernel profile of CompiledGraphFunction.profile.  Without it the marks compile to nothing,
+# so the C of an embedded export is the same.
+_PROFILE = r"""
+#ifdef RCG_PROFILE
+#ifdef _OPENMP
+static inline double rcg_now(void) { return omp_get_wtime(); }
+#else
+#include <time.h>
+static inline double rcg_now(void) { return (double)clock() / CLOCKS_PER_SEC; }
+#endif
+static double rcg_site_seconds[%(sites)d];
+double* %(symbol)s_site_seconds(void) { return rcg_site_seconds; }
+#define RCG_PROFILE_START() double rcg_last = rcg_now(); (void)rcg_last
+#define RCG_PROFILE_MARK(site) do { const double rcg_t = rcg_now(); \
+    rcg_site_seconds[site] += rcg_t - rcg_last; rcg_last = rcg_t; } while (0)
+#else
+#define RCG_PROFILE_START() ((void)0)
+#define RCG_PROFILE_MARK(site) ((void)0)
+#endif
+"""
+
+
+def _profile_section(symbol: str, sites: int) -> str:
+    return _PROFILE.replace("%(sites)d", str(max(1, sites))).replace("%(symbol)s", symbol)
 
 
 _C_DTYPES = {"float32": "float", "float64": "double"}
@@ -153,6 +183,7 @@ class _Lowering:
         self.kernel_order: list[str] = []
         self.uses_blas = False
         self.kernel_calls = 0
+        self.call_sites: list[str] = []  # what each call site calls, in code order (the profile's rows)
         self.inputs: list[tuple[str, int, str]] = []
         self.shape_offset = 0
         self.match_lines: list[str] = []  # the checks of match_casts in the body (shapes only)
@@ -272,9 +303,11 @@ class _Lowering:
                     raise Unsupported("an item of a tuple that is not built in this function")
                 self.regs[inst.dst] = self.regs.get(source[1][inst.index])
             elif kind is V.CallKernel:
-                out += self.call_kernel(inst)
+                out += self.call_kernel(inst) + [f"RCG_PROFILE_MARK({len(self.call_sites)});"]
+                self.call_sites.append(inst.kernel)
             elif kind is V.CallPacked:
-                out += self.call_blas(inst)
+                out += self.call_blas(inst) + [f"RCG_PROFILE_MARK({len(self.call_sites)});"]
+                self.call_sites.append(inst.symbol)
             elif kind is V.MatchShape:
                 self.match_cast(inst)
             elif kind is V.MakeShape:
@@ -439,7 +472,8 @@ class _Lowering:
             if r not in alloc_by_reg or alloc_by_reg[r].token is not None:
                 raise Unsupported("the result is an argument, a constant or a planned intermediate")
         symbol = mangle(self.f.name, "rcg_graph_")
-        lines = [_PRELUDE, f"const char* {symbol}_message(void) {{ return rcg_message; }}",
+        lines = [_PRELUDE, _profile_section(symbol, len(self.call_sites)),
+                 f"const char* {symbol}_message(void) {{ return rcg_message; }}",
                  f"int32_t {symbol}(const int64_t* shapes, void* const* inputs, void* const* consts, "
                  "const rcg_fn* fns, void* const* outputs, int64_t* out_shapes, uint8_t* arena, "
                  "int64_t arena_bytes, int64_t* arena_need, int32_t dry_run) {",
@@ -492,6 +526,7 @@ class _Lowering:
                       "(long long)arena_bytes", "(long long)offset")],
                   "    }"]
         lines += layout
+        lines.append("    RCG_PROFILE_START();")
         nk = 2 * len(self.kernel_order)
         lines += ["    " + x.replace("fns[0+nk]", f"fns[{nk}]") for x in main]
         lines += ["    return 0;", "}", ""]
@@ -499,7 +534,7 @@ class _Lowering:
         return CGraphSource(self.f.name, symbol, "\n".join(lines), self.inputs,
                             [(ndim, dtype) for _, ndim, dtype in out_specs], returns_tuple, self.constants,
                             [self.kernels[k] for k in self.kernel_order], self.uses_blas, self.kernel_calls,
-                            self.f.param_names)
+                            self.f.param_names, tuple(self.call_sites))
 
     def _alloc_reg_of(self, reg: int) -> int:
         value = self.regs.get(reg)
