@@ -130,7 +130,7 @@ def kernel_class(name: str) -> str:
 
 def profile(ex, x, calls: int = 20) -> dict[str, float]:
     """Milliseconds per kernel class in a call: the compiled function's own profile (timers
-    between its calls, CompiledGraphFunction.profile, median of `calls`) where main is compiled,
+    between its calls, CompiledGraphFunction.profile, mean of `calls`) where main is compiled,
     else the VM's time per kernel, best of `calls` runs (which includes the VM's Python around
     each call)."""
     import refcomp

@@ -244,7 +244,8 @@ class CompiledGraphFunction:
 
     def profile(self, *args: Any, repeat: int = 20) -> "GraphProfile":
         """Where a call with these arguments spends its time: each call site's wall time (a kernel
-        or an sgemm call), the median over `repeat` calls after one warm-up call, from a twin of
+        or an sgemm call), the mean over `repeat` calls after one warm-up call (means add up: the
+        sites and the time outside them make the mean call; medians would not), from a twin of
         this function built with timers between its calls (`RCG_PROFILE`, spec/graph_c.md; the
         function itself has none).  The twin runs the same kernels on the same data."""
         import copy
@@ -272,13 +273,13 @@ class CompiledGraphFunction:
             totals.append(time.perf_counter() - start)
             for i in range(sites):
                 per_site[i].append(twin._site_seconds[i])
-        return GraphProfile(self.name, [(name, float(np.median(t))) for name, t in zip(self.call_sites, per_site)],
-                            float(np.median(totals)))
+        return GraphProfile(self.name, [(name, float(np.mean(t))) for name, t in zip(self.call_sites, per_site)],
+                            float(np.mean(totals)))
 
 
 class GraphProfile:
     """A compiled graph function's profile (CompiledGraphFunction.profile): `sites`, the kernel
-    (or BLAS symbol) and median seconds of each call site in call order; `total`, the median
+    (or BLAS symbol) and mean seconds of each call site in call order; `total`, the mean
     seconds of a whole call from Python (the sites' sum plus the argument checks and the call).
     str() gives the table by kernel, slowest first."""
 
@@ -296,7 +297,7 @@ class GraphProfile:
         rows = self.by_kernel()
         width = max([len("kernel")] + [len(k) for k, _, _ in rows])
         total = self.total or 1.0
-        lines = [f"profile of {self.name}: {self.total * 1e3:.3f} ms a call (median)",
+        lines = [f"profile of {self.name}: {self.total * 1e3:.3f} ms a call (mean)",
                  f"{'kernel':<{width}}  calls        ms      %"]
         lines += [f"{k:<{width}}  {n:>5}  {s * 1e3:>8.3f}  {100 * s / total:>5.1f}" for k, n, s in rows]
         rest = self.total - sum(s for _, s in self.sites)
