@@ -304,3 +304,34 @@ def test_profile_marks_compile_to_nothing_without_the_define():
     section = _profile_section("rcg_graph_main", 3)
     assert "#ifdef RCG_PROFILE" in section and "#define RCG_PROFILE_MARK(site) ((void)0)" in section
     assert "rcg_site_seconds[3]" in section
+
+
+@pytest.mark.skipif(openblas_path() is None, reason="numpy's OpenBLAS is not available")
+@pytest.mark.parametrize("rows, batch", [(64, 4), (63, 5), (65, 3), (1, 2), (100, 1)])
+def test_small_blas_products_shared_over_threads_match_numpy(rng, rows, batch):
+    """Products just past SHARE_MIN_MNK (a transformer's 128 x 128 x 128 linear, its attention's
+    batch of 64 x 64 x 32 products) are shared over the threads in C, by batch entries or column
+    blocks; odd sizes leave uneven blocks."""
+    from refcomp.graph.passes.lower_to_c import SHARE_MIN_MNK
+
+    n = sv("n")
+    x, q = Var("x", tensor((n, 128))), Var("q", tensor((batch, rows, 64)))
+    bb = BlockBuilder()
+    weight = rng.standard_normal((128, 144)).astype("float32")
+    with bb.function("main", [x, q]):
+        with bb.dataflow():
+            linear = bb.emit(op.matmul(x, refcomp.graph.const(weight)))
+            scores = bb.emit(op.matmul(q, op.permute_dims(q, (0, 2, 1))))
+            out = bb.emit_output(refcomp.ast.graph.Tuple((linear, scores)))
+        bb.emit_func_output(out)
+    ex = refcomp.graph.build(bb.get(), target="c", blas="always")
+    assert ex.executor == "compiled" and ex.compiled["main"]._uses_blas
+    xa = rng.standard_normal((rows * batch, 128)).astype("float32")
+    qa = rng.standard_normal((batch, rows, 64)).astype("float32")
+    assert (rows * batch) * 128 * 144 >= SHARE_MIN_MNK or rows == 1
+    fast, slow = both(ex)
+    got = fast["main"](xa, qa)
+    for g, expected in zip(got, slow["main"](xa, qa)):
+        np.testing.assert_allclose(g, expected, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(got[0], xa @ weight, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(got[1], qa @ qa.transpose(0, 2, 1), rtol=1e-4, atol=1e-3)
