@@ -10,6 +10,8 @@ from refcomp.graph.passes.dispatch_blas import dispatch_blas
 from refcomp.loops.intrin import cpu
 
 needs_avx512 = pytest.mark.skipif(not cpu.has("avx512f", "fma"), reason="auto keeps linears only on AVX-512")
+# a product with a constant weight is kept on AVX-512 and on AVX2 with FMA
+needs_a_tile = pytest.mark.skipif(not cpu.has("avx2", "fma"), reason="auto keeps products only on AVX2/AVX-512")
 
 
 def _module(body, n=64, k=48, extra=()):
@@ -73,7 +75,7 @@ def test_auto_sends_a_linear_over_leading_dims_to_blas():
     assert _gemm_calls(dispatch_blas(bb.get())) == ["refcomp.blas.sgemm_nt"]
 
 
-@needs_avx512
+@needs_a_tile
 @pytest.mark.parametrize("kind", ["matmul", "linear"])
 def test_auto_keeps_products_with_a_constant_weight_packed_at_build_time(kind, rng):
     from refcomp import graph
@@ -111,7 +113,7 @@ def _leading_dims_matmul(leading, k, w):
     return bb.get()
 
 
-@needs_avx512
+@needs_a_tile
 @pytest.mark.parametrize("seq,n,k,rows", [
     (65, 64, 48, [1, 2, 3]),      # a ViT's 65 tokens: rows = 65 batch, partial last tiles
     (7, 32, 16, [1, 4]),          # a prime seq, the narrowest tile
@@ -132,7 +134,7 @@ def test_auto_keeps_a_constant_weight_product_over_leading_dims_on_flattened_row
         np.testing.assert_allclose(fn(a), a @ w, rtol=1e-4, atol=1e-4)
 
 
-@needs_avx512
+@needs_a_tile
 def test_products_of_one_input_share_its_flattened_rows(rng):
     """Q, K and V projections of one x: one reshape of x to rows feeds all three products."""
     from refcomp import graph
@@ -154,7 +156,7 @@ def test_products_of_one_input_share_its_flattened_rows(rng):
     np.testing.assert_allclose(refcomp.graph.build(mod, target="c").compiled["main"](a), want, rtol=1e-4, atol=1e-4)
 
 
-@needs_avx512
+@needs_a_tile
 def test_auto_keeps_a_product_over_two_symbolic_leading_dims(rng):
     """batch * seq rows (not affine in the sizes): the recipe's partial last tile takes the
     product as its bound; equal to numpy for several (batch, seq), partial tiles included."""

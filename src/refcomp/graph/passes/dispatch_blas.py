@@ -28,7 +28,12 @@ constant weight whose lhs has leading dims (x (batch, seq, k), as exporters writ
 too: it becomes reshape(x, (rows, k)), the 2-d matmul, and a reshape back (rows = batch * seq, the
 recipe's partial last tile bound by that product as it is), the products of one x sharing its
 reshape (ViT's (batch, 65, 128) @ (128, 512), one AVX-512 thread: 112 against 134 us with sgemm;
-the whole 2-layer ViT 1.34 -> 1.17 ms, BERT's 2 layers 1.25 -> 1.10 ms).  mode "always" sends every matched product to BLAS.
+the whole 2-layer ViT 1.34 -> 1.17 ms, BERT's 2 layers 1.25 -> 1.10 ms).  On AVX2 (the 6 x 16 tile: N
+a multiple of 16, K of 8) only the constant-weight products are kept: with sgemm, a transformer's
+weights come from L3 and are packed again on every call; kept, they are packed once.  The models
+benchmark on a Zen 3, 2 threads, the compiled graph's profile (best of three, A/B in one process):
+BERT 1.365 -> 1.294 ms, ViT 1.669 -> 1.545 ms (timed from Python: 2.08 -> 1.70 and 1.70 -> 1.53).
+mode "always" sends every matched product to BLAS.
 """
 from __future__ import annotations
 
@@ -217,21 +222,37 @@ def _reshape_to(x, info, bb):
 
 
 def _own_gemm_is_faster(call: Call, defs: dict, kept: set) -> bool:
-    """Whether refcomp's recipe beats sgemm on this product (see the module docstring): a linear,
-    or a product whose weight is a constant, of the shapes the AVX-512 tile takes."""
-    from ...loops.intrin import cpu
+    """Whether refcomp's recipe beats sgemm on this product (see the module docstring): on
+    AVX-512 a linear, or a product whose weight is a constant; on AVX2 a product whose weight is
+    a constant; of the shapes the CPU's tile takes."""
     from ..shape_facts import const_value
 
-    if not (call.op_name == "linear" or _constant_weight(call)) or not cpu.has("avx512f", "fma"):
+    multiples = _tile_multiples(call)
+    if multiples is None:
         return False
     if call.args[1].struct_info.ndim != 2 or (call.args[0].struct_info.ndim != 2 and not (
             call.op_name == "matmul" and _constant_weight(call))):
         return False  # leading dims beyond the rows make a kernel the recipe does not tile
     shape = call.args[1].struct_info.shape
     n, k = (const_value(d) for d in (shape[::-1] if call.op_name == "matmul" else shape))
-    if n is None or k is None or n % 32 or k % 16:
+    n_multiple, k_multiple = multiples
+    if n is None or k is None or n % n_multiple or k % k_multiple:
         return False
     return _input_stays_plain(call.args[0], defs, kept)
+
+
+def _tile_multiples(call: Call) -> tuple[int, int] | None:
+    """(N multiple, K multiple) the recipe's tile needs for this product on this CPU, or None
+    where sgemm takes it: the AVX-512 tiles (32-wide panels; W packed by the 16-row register
+    transpose) for a linear or a constant weight, the AVX2 6 x 16 tile for a constant weight
+    only (packed at build time; a weight packed on every call was not measured to win there)."""
+    from ...loops.intrin import cpu
+
+    if cpu.has("avx512f", "fma"):
+        return (32, 16) if call.op_name == "linear" or _constant_weight(call) else None
+    if cpu.has("avx2", "fma"):
+        return (16, 8) if _constant_weight(call) else None
+    return None
 
 
 def _constant_weight(call: Call) -> bool:
