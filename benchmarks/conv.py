@@ -70,6 +70,7 @@ def cases(small: bool) -> list[Conv]:
         Conv("resnet_3x3_512_7", 2, 512, 7, 512, 3),
         Conv("resnet_3x3_64_48", 2, 64, 48, 64, 3),        # the half-width (96 x 96) model's first stage
         Conv("resnet_1x1_64_128_s2", 2, 64, 56, 128, 1, stride=2),
+        Conv("resnet_stem_7x7_3_96_s2", 2, 3, 96, 32, 7, stride=2),  # the half-width model's stem
         Conv("mobilenet_dw_32_112", 2, 32, 112, 32, 3, groups=32),
         Conv("mobilenet_dw_144_56", 2, 144, 56, 144, 3, groups=144),
         Conv("mobilenet_dw_192_28_s2", 2, 192, 28, 192, 3, stride=2, groups=192),
