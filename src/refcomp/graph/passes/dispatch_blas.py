@@ -29,8 +29,9 @@ too: it becomes reshape(x, (rows, k)), the 2-d matmul, and a reshape back (rows 
 recipe's partial last tile bound by that product as it is), the products of one x sharing its
 reshape (ViT's (batch, 65, 128) @ (128, 512), one AVX-512 thread: 112 against 134 us with sgemm;
 the whole 2-layer ViT 1.34 -> 1.17 ms, BERT's 2 layers 1.25 -> 1.10 ms).  On AVX2 (the 6 x 16 tile: N
-a multiple of 16, K of 8) only the constant-weight products are kept: with sgemm, a transformer's
-weights come from L3 and are packed again on every call; kept, they are packed once.  The models
+a multiple of 16, K of 8) only the constant-weight products whose weight fits L2 are kept: with
+sgemm, a small transformer's weights come from L3 and are packed again on every call; kept, they
+are packed once (larger ones stay with sgemm, whose kernel ran faster there, see _tile_multiples).  The models
 benchmark on a Zen 3, 2 threads, the compiled graph's profile (best of three, A/B in one process):
 BERT 1.365 -> 1.294 ms, ViT 1.669 -> 1.545 ms (timed from Python: 2.08 -> 1.70 and 1.70 -> 1.53).
 mode "always" sends every matched product to BLAS.
@@ -235,23 +236,29 @@ def _own_gemm_is_faster(call: Call, defs: dict, kept: set) -> bool:
         return False  # leading dims beyond the rows make a kernel the recipe does not tile
     shape = call.args[1].struct_info.shape
     n, k = (const_value(d) for d in (shape[::-1] if call.op_name == "matmul" else shape))
-    n_multiple, k_multiple = multiples
+    n_multiple, k_multiple, max_weight_bytes = multiples
     if n is None or k is None or n % n_multiple or k % k_multiple:
+        return False
+    if max_weight_bytes is not None and 4 * n * k > max_weight_bytes:
         return False
     return _input_stays_plain(call.args[0], defs, kept)
 
 
-def _tile_multiples(call: Call) -> tuple[int, int] | None:
-    """(N multiple, K multiple) the recipe's tile needs for this product on this CPU, or None
-    where sgemm takes it: the AVX-512 tiles (32-wide panels; W packed by the 16-row register
-    transpose) for a linear or a constant weight, the AVX2 6 x 16 tile for a constant weight
-    only (packed at build time; a weight packed on every call was not measured to win there)."""
+def _tile_multiples(call: Call) -> tuple[int, int, int | None] | None:
+    """(N multiple, K multiple, the largest weight in bytes or None) the recipe takes this product
+    with on this CPU, or None where sgemm takes it: the AVX-512 tiles (32-wide panels; W packed
+    by the 16-row register transpose) for a linear or a constant weight; the AVX2 6 x 16 tile for
+    a constant weight (packed at build time; a weight packed on every call was not measured to win
+    there) of at most the L2 size: sgemm's packing on every call is a large share of a small
+    product's work, while on a larger weight OpenBLAS's kernel ran faster than the tile (the graph
+    benchmark's transformer block, 1024 x 1024 and 1024 x 4096 weights, one Zen 3 thread, CPU
+    time: 194-205 ms with sgemm, 221-234 with the tile)."""
     from ...loops.intrin import cpu
 
     if cpu.has("avx512f", "fma"):
-        return (32, 16) if call.op_name == "linear" or _constant_weight(call) else None
+        return (32, 16, None) if call.op_name == "linear" or _constant_weight(call) else None
     if cpu.has("avx2", "fma"):
-        return (16, 8) if _constant_weight(call) else None
+        return (16, 8, cpu.cache_sizes()[1]) if _constant_weight(call) else None
     return None
 
 
