@@ -40,7 +40,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("export",),        # standalone C99 export of whole models (export-c)
     ("",),              # the face: refcomp/__init__.py
     ("testing", "workloads"),  # helpers for tests, benchmarks and the demo, built on the face
-    ("demo", "tune_command"),  # the demo; `refcomp tune`'s loading of workloads, files and models
+    ("demo", "tune_command", "profile_command"),  # the demo; `refcomp tune`'s loading; `refcomp profile`
     ("cli",),
     ("__main__",),      # `python -m refcomp`: the cli's main
 )

@@ -1,5 +1,5 @@
-"""The `refcomp` command: `refcomp demo`, `refcomp check FILE`, `refcomp tune WHAT`, `refcomp generate`,
-`refcomp export-c MODEL --out DIR`, `refcomp version`."""
+"""The `refcomp` command: `refcomp demo`, `refcomp check FILE`, `refcomp tune WHAT`, `refcomp profile
+MODEL`, `refcomp generate`, `refcomp export-c MODEL --out DIR`, `refcomp version`."""
 from __future__ import annotations
 
 import argparse
@@ -85,10 +85,17 @@ def _tune(argv: list[str]) -> int:
     return main(argv)
 
 
+def _profile(argv: list[str]) -> int:
+    from .profile_command import main
+
+    return main(argv)
+
+
 COMMANDS = {
     "demo": (_demo, "build and run a few kernels, compare with numpy"),
     "check": (_check, "prove every function in a file shape-correct (exit 0 only when all are proved)"),
     "tune": (_tune, "tune a workload, a script file or an ONNX model: progress bar, database, curve plot"),
+    "profile": (_profile, "build an ONNX model and print where a call spends its time, kernel by kernel"),
     "export-c": (_export_c, "write a model as standalone C99 with a static arena, a Makefile and a test harness"),
     "generate": (_generate, "generate text with a Llama model (default: the shipped byte-level one), streaming"),
     "version": (_version, "print the version"),

@@ -8,7 +8,6 @@ pools stop spinning; the printed ISA is what gcc -march=native targets.
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import Callable
 
@@ -103,15 +102,10 @@ def isa() -> str:
 
 
 def openmp_threads() -> int:
-    """The threads a parallel loop of the compiled kernels runs on: OMP_NUM_THREADS when it is a
-    positive integer (its first entry), else the CPUs this process may run on (libgomp's default)."""
-    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
-    if first.isdigit() and int(first) > 0:
-        return int(first)
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    """The threads a parallel loop of the compiled kernels runs on (refcomp.loops.intrin.cpu)."""
+    from .loops.intrin import cpu
+
+    return cpu.openmp_threads()
 
 
 def header() -> str:

@@ -22,13 +22,12 @@ from .errors import RefcompError
 
 
 def _ints(text: str) -> list[int]:
+    from .frontend.arguments import positive_ints
+
     try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return values
+        return positive_ints(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _named_workloads() -> dict[str, Any]:
@@ -47,15 +46,9 @@ def _load(args: argparse.Namespace) -> list[tuple[str, Any]]:
         if not os.path.isfile(what):
             raise RefcompError(f"no such file: {what}")
         from .frontend import from_onnx
+        from .frontend.arguments import input_shapes
 
-        shapes = {}
-        for item in args.input or []:
-            name, _, dims = item.partition("=")
-            try:
-                shapes[name.strip()] = tuple(_ints(dims))
-            except argparse.ArgumentTypeError as error:
-                raise RefcompError(f"--input expects NAME=D0,D1,... with positive integer dims, got {item!r}: "
-                                   f"{error}") from None
+        shapes = input_shapes(args.input or [])
         return [(os.path.basename(what), from_onnx(what, shapes or None))]
     if os.path.isfile(what):
         from .shape.check import LoadError, load_targets

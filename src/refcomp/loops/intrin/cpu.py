@@ -94,6 +94,18 @@ def _bytes(text: str) -> int:
     return int(text)
 
 
+def openmp_threads() -> int:
+    """The threads a parallel loop of the compiled kernels runs on: OMP_NUM_THREADS when it is a
+    positive integer (its first entry), else the CPUs this process may run on (libgomp's default)."""
+    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if first.isdigit() and int(first) > 0:
+        return int(first)
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def has(*features: str) -> bool:
     """True when the CPU has every one of features."""
     return set(features) <= cpu_features()

@@ -425,11 +425,10 @@ def _pick(sch: Schedule, block: str, candidates: list[str], recipe: str) -> str:
 
 
 def _threads() -> int:
-    """The number of threads OpenMP will use (OMP_NUM_THREADS, else the CPU count)."""
-    import os
+    """The number of threads OpenMP will use (cpu.openmp_threads)."""
+    from ..intrin import cpu
 
-    value = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
-    return int(value) if value.isdigit() and int(value) > 0 else (os.cpu_count() or 1)
+    return cpu.openmp_threads()
 
 
 def _column_block(n: int, nr: int, preferred: int, narrow_ok: bool = False) -> int:
