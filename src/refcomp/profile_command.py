@@ -46,9 +46,12 @@ def random_inputs(func: Any, seed: int) -> list[np.ndarray]:
         info = param.struct_info
         shape = getattr(info, "shape", None)
         dims = [as_int(d) for d in shape] if shape is not None else None
-        if dims is None or any(d is None for d in dims):
-            raise RefcompError(f"input {param.name} has the shape {tuple(shape) if shape is not None else '?'} "
-                               f"with symbolic dims; give them values with --input {param.name}=D0,D1,...")
+        if dims is None:
+            raise RefcompError(f"input {param.name} is not a tensor of known rank; refcomp profile takes "
+                               f"tensor inputs")
+        if any(d is None for d in dims):
+            raise RefcompError(f"input {param.name} has the shape {tuple(shape)} with symbolic dims; give them "
+                               f"values with --input {param.name}=D0,D1,...")
         dtype = str(info.dtype)
         arrays.append(random_array(rng, dims, dtype, low=0, high=1) if _is_integer(dtype)
                       else random_array(rng, dims, dtype))
