@@ -15,7 +15,7 @@ import numpy as np
 
 from . import te
 from .driver import build
-from .loops.intrin.cpu import describe
+from .loops.intrin.cpu import describe, openmp_threads
 
 
 # Pause before timing each side: an idle thread pool (refcomp's OpenMP workers, OpenBLAS's, or
@@ -99,13 +99,6 @@ def _kernels(rng):
 def isa() -> str:
     """The machine and the vector extensions the kernels can use on it."""
     return describe()
-
-
-def openmp_threads() -> int:
-    """The threads a parallel loop of the compiled kernels runs on (refcomp.loops.intrin.cpu)."""
-    from .loops.intrin import cpu
-
-    return cpu.openmp_threads()
 
 
 def header() -> str:

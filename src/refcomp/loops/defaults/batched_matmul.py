@@ -127,8 +127,9 @@ def tiled_batched_matmul_bt(sch: Schedule, intrin: str | None = None, columns_ou
     across the row blocks); `parallel_blocks`: the batch loops fused with the outer block loop (the
     row blocks, or the column panels when columns_outer) run in parallel (default), else the batch
     loops alone (each thread a whole matrix: its B panels and A rows stay in its cache)."""
+    from ..intrin import cpu
     from ..recipes.common import tile_of
-    from ..recipes.matmul import _schedule_transposed_copy, _threads
+    from ..recipes.matmul import _schedule_transposed_copy
 
     found = transposed_operand(sch.func)
     if found is None:
@@ -155,7 +156,7 @@ def tiled_batched_matmul_bt(sch: Schedule, intrin: str | None = None, columns_ou
     batch = 1
     for iv in block.iter_vars[:-3]:
         batch *= as_int(iv.dom.extent)
-    threads = _threads()
+    threads = cpu.openmp_threads()
     # the copy: batches over the threads when there are enough of them, else panels within each
     _schedule_transposed_copy(sch, packed, rv, batch < threads, nr, 1)
     if batch >= threads:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from ...ast import PrimFunc, as_int
 from ...errors import ScheduleError
 from ..schedule import BlockRV, Schedule
-from ..intrin import get as get_intrin
+from ..intrin import cpu, get as get_intrin
 from ..intrin.x86 import stream_form, unrolled_form
 from .common import divides, fits, k_tile, matmul_shape, pick_intrin, takes_partial_rows, tile_of
 from .transpose import (
@@ -172,8 +172,6 @@ def _fp32_tiling(intrin: str, tiling: Tiling, n, k) -> Tiling:
     """
     if tiling != Tiling():
         return tiling
-    from ..intrin import cpu
-
     if intrin == AVX2_TILE:
         return _avx2_tiling(n, k)
     _, nr, _ = tile_of(intrin)
@@ -218,8 +216,6 @@ def _avx2_tiling(n, k) -> Tiling:
     one process: 256 x 1024 x 4096 + residual 29.35 ms -> 25.33 (row blocks of 516) -> 23.24
     (and the row tiles outside), numpy 24.21; 256 x 4096 x 1024 + gelu 29.70 -> 26.37 -> 24.80,
     numpy 28.69."""
-    from ..intrin import cpu
-
     mr, nr, _ = tile_of(AVX2_TILE)
     whole = k_tile(k, _PANEL_BYTES // (4 * nr), 1)
     kc = k_tile(k, _AVX2_KC, 1)
@@ -256,7 +252,7 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     constant_b = pack_b and _is_constant_param(sch, blk, shape.b_index)
     nc = _column_block(as_int(shape.n), nr, tiling.nc, narrow_ok=_a_block_cached(shape, mc))
 
-    threads = _threads()
+    threads = cpu.openmp_threads()
     # Threads take whole column blocks (NC wide) when N / NC is a multiple of the thread count:
     # each packs its own KC x NC blocks of B (compute_at under the slab loop: one parallel
     # region, the packed block lands in the cache of the core that uses it) and the iterations
@@ -398,8 +394,6 @@ def _streams_b(shape, mc: int, mr: int) -> bool:
     ms; linear + residual (A 4 MiB) 14.2-14.7 -> 15.4 with both, 15.0-15.2 with the stream form
     alone, 15.3-15.6 with the panels alone: A then streams from L3 too, and the panel copy of 4 MiB
     and the hint's traffic only add to it."""
-    from ..intrin import cpu
-
     rows = as_int(shape.m)
     block_rows = min(mc, _SYMBOLIC_ROWS) if rows is None else min(mc, -(-rows // mr) * mr)
     k, n = as_int(shape.k), as_int(shape.n)
@@ -424,20 +418,13 @@ def _pick(sch: Schedule, block: str, candidates: list[str], recipe: str) -> str:
     return pick_intrin(candidates, recipe, matmul_shape(sch.get(sch.get_block(block)), recipe))
 
 
-def _threads() -> int:
-    """The number of threads OpenMP will use (cpu.openmp_threads)."""
-    from ..intrin import cpu
-
-    return cpu.openmp_threads()
-
-
 def _column_block(n: int, nr: int, preferred: int, narrow_ok: bool = False) -> int:
     """NC: a multiple of NR dividing N, near `preferred`, giving a multiple of the thread count of
     column blocks when some such size is at least half the preferred one (any size when
     `narrow_ok`: A's row block stays in cache, so reading it once more per column block costs
     little), and at least two blocks per thread when that is possible too (so dynamic scheduling
     has something to move)."""
-    threads = _threads()
+    threads = cpu.openmp_threads()
     sizes = [nc for nc in range(nr, n + 1, nr) if n % nc == 0]
     fitting = [nc for nc in sizes if nc <= max(preferred, nr)]
     balanced = [nc for nc in fitting if (n // nc) % threads == 0 and (narrow_ok or 2 * nc >= min(preferred, n))]
@@ -456,8 +443,6 @@ SMALL_CALL_ROWS = 32
 def _a_block_cached(shape, mc: int) -> bool:
     """Whether A's row block (MC rows, or all of a constant M, by the whole K) takes at most half
     of L2: then each column block reads it from cache, and narrow column blocks cost little."""
-    from ..intrin import cpu
-
     rows, k = as_int(shape.m), as_int(shape.k)
     block_rows = mc if rows is None else min(mc, rows)
     return k is not None and block_rows * k * 4 <= cpu.cache_sizes()[1] // 2
