@@ -72,13 +72,14 @@ def _peer(path: str, names: list[str], arrays: list[np.ndarray], repeat: int):
     except ImportError:
         return None
     from .loops.intrin.cpu import openmp_threads
+    from .runtime.graph_function import WARM_UP_CALLS
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = openmp_threads()
     options.inter_op_num_threads = 1
     session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     feed = dict(zip(names, arrays))
-    for _ in range(3):  # warm-up, as the profile's
+    for _ in range(WARM_UP_CALLS):  # as many as the profile's
         outputs = session.run(None, feed)
     start = time.perf_counter()
     for _ in range(repeat):
