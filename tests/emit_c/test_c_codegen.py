@@ -563,3 +563,32 @@ def test_vector_min_max_keep_nan_and_zero_semantics(rng, lanes, dtype, op):
         pick = (a > b) if op == "max" else (a < b)
     expected = np.where(pick | np.isnan(a), a, b)
     np.testing.assert_array_equal(c.view(f"u{c.itemsize}"), expected.view(f"u{c.itemsize}"))
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("constant, first", [(-87.0, False), (-87.0, True), (2.5, False), (0.0, True),
+                                             (-0.0, True), (0.0, False), (-0.0, False), (np.inf, False)])
+def test_vector_min_max_with_a_constant_keep_the_generic_semantics(rng, lanes, dtype, op, constant, first):
+    """A min / max with a constant operand (a clamp) takes the one-instruction form where that is
+    exact: a constant first operand (never NaN), or a second one that is neither NaN nor zero; the
+    result is the generic form's bit for bit (NaN from the variable side, b for equal zeros)."""
+    from refcomp.ast import max_, min_
+
+    fn = max_ if op == "max" else min_
+    c = Broadcast(FloatImm(constant, dtype), lanes)
+    func = binary_kernel(lambda a, b: fn(c, a) if first else fn(a, c), dtype, lanes=lanes,
+                         name=f"vc{op}_{dtype}_{lanes}")
+    lib = refcomp.build(func, target="c -Werror", bounds="off")
+    assert (f"rc_v{op}o_" in lib.source) == (first or constant != 0.0)
+    size = lanes * 8
+    a = rng.standard_normal(size).astype(dtype)
+    a[:8] = np.array([np.nan, 0.0, -0.0, constant, -np.inf, np.inf, -constant, 1e30], dtype)
+    out = np.zeros(size, dtype)
+    lib(a, np.zeros(size, dtype), out)
+    x, y = (np.full(size, constant, dtype), a) if first else (a, np.full(size, constant, dtype))
+    with np.errstate(invalid="ignore"):
+        pick = (x > y) if op == "max" else (x < y)
+    expected = np.where(pick | np.isnan(x), x, y)
+    np.testing.assert_array_equal(out.view(f"u{out.itemsize}"), expected.view(f"u{out.itemsize}"))

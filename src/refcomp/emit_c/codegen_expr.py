@@ -6,6 +6,7 @@ through the helpers of VectorLib.  The cast and arithmetic rules are those of sp
 """
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -243,6 +244,12 @@ class ExprEmitter:
         a, b = self.binary(e, lane)
         op = "min" if isinstance(e, E.Min) else "max"
         if self.vector_mode(e, lane):
+            if e.dtype.is_float and _ordered_constant(e.a, zero=True):
+                return f"{self.vec.minmax_ordered(op, e.dtype)}({a}, {b})"
+            if e.dtype.is_float and _ordered_constant(e.b, zero=False):
+                # a constant second operand c, not NaN and not zero: max(x, c) is c > x ? c : x
+                # (x where x is NaN; where x equals c they are the same bits)
+                return f"{self.vec.minmax_ordered(op, e.dtype)}({b}, {a})"
             return f"{self.vec.minmax(op, e.dtype)}({a}, {b})"
         element = e.dtype.element
         tag = "f64" if element.name == "float64" else "f32" if element.is_float else short_name(element)
@@ -507,3 +514,11 @@ def _power_of_two(e: E.BinaryOp) -> int | None:
         return None
     shift = value.bit_length() - 1
     return shift if shift < element.bits - 1 else None
+
+
+def _ordered_constant(e: E.PrimExpr, zero: bool) -> bool:
+    """True when e is a float constant (or a broadcast of one) that is not NaN, and not zero
+    unless `zero`: an operand the cheap min/max forms take (VectorHelpers.minmax_ordered)."""
+    if isinstance(e, E.Broadcast):
+        e = e.value
+    return isinstance(e, E.FloatImm) and not math.isnan(e.value) and (zero or e.value != 0.0)

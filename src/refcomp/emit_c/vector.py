@@ -502,6 +502,26 @@ class VectorLib:
             generic = f"#if defined(__x86_64__) && defined({feature})\n{body}#else\n{generic}#endif\n"
         return self._add(name, f"static inline {vt} {name}({vt} a, {vt} b) {{\n{generic}}}")
 
+    def minmax_ordered(self, op: str, dtype: DataType) -> str:
+        """min/max of float vectors whose first operand has no NaN lane (a constant): a > b ? a : b
+        (a < b ? a : b), the generic form's result for such an a, NaN in b included, and on x86
+        exactly one MAXPS / MINPS (b where either is NaN or both are zeros), not three."""
+        vt = self.vtype(dtype)
+        width = self.element_width(dtype)
+        ut = self.uint_vtype(width, dtype.lanes)
+        relation = ">" if op == "max" else "<"
+        name = f"rc_v{op}o_{vt[3:]}"
+        generic = (f"    {ut} k = ({ut})({self.compare(relation, dtype)}(a, b));\n"
+                   f"    return ({vt})((({ut})a & k) | (({ut})b & ~k));\n")
+        register = _X86_REGISTERS.get(width * dtype.lanes)
+        if register is not None and dtype.element.name in ("float32", "float64"):
+            self.needs_intrinsics = True
+            suffix = "ps" if dtype.element.name == "float32" else "pd"
+            cast = f"({register.ps if suffix == 'ps' else register.pd})"
+            native = f"    return ({vt}){register.prefix}_{op}_{suffix}({cast}a, {cast}b);\n"
+            generic = f"#if defined(__x86_64__) && defined({register.clamp})\n{native}#else\n{generic}#endif\n"
+        return self._add(name, f"static inline {vt} {name}({vt} a, {vt} b) {{\n{generic}}}")
+
     def compare_to_mask(self, operand: DataType, text: str) -> str:
         """Turn a lane mask as wide as the operands (a rc_vcmp result) into an int32 mask."""
         mt = self.mask(operand.lanes)

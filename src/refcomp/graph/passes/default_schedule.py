@@ -263,7 +263,7 @@ def _vectorize_inner(sch, rv, block: Block, inner) -> int:
         if iters:
             lanes = aligned_vector_width(sch.get(rv), iters[0], extent, lanes)
     if lanes == 1:
-        native = (512 if cpu.has("avx512f") else 256) // max(bits, 1)
+        native = cpu.vector_lanes(max(bits, 1))
         if extent is not None and extent < native:
             return 0
         lanes = native  # symbolic (or indivisible) extent: predicated last vector
@@ -305,7 +305,7 @@ def vector_lanes(bits: int, extent: int | None) -> int:
 
     if extent is None or bits <= 0:
         return 1
-    lanes = (512 if cpu.has("avx512f") else 256) // bits
+    lanes = cpu.vector_lanes(bits)
     while lanes >= 4:
         if extent >= lanes and extent % lanes == 0:
             return lanes

@@ -81,7 +81,7 @@ def schedule_batched_matmul_bt(sch: Schedule, lanes: int | None = None, tile: bo
             return tiled
     block, b_index = found
     if lanes is None:
-        lanes = (512 if cpu.has("avx512f") else 256) // max(block.writes[0].buffer.dtype.bits, 8)
+        lanes = cpu.vector_lanes(max(block.writes[0].buffer.dtype.bits, 8))
     sch = sch.copy()
     rv = sch.get_block(block.name)
     rows = as_int(block.reads[b_index].buffer.shape[-2])

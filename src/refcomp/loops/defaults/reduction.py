@@ -141,7 +141,7 @@ def _lane_partials(sch: Schedule, block: Block) -> None:
         return
     extent = as_int(block.iter_vars[-1].dom.extent)
     bits = block.writes[0].buffer.dtype.bits
-    lanes = native = (512 if cpu.has("avx512f") else 256) // max(bits, 8)
+    lanes = native = cpu.vector_lanes(max(bits, 8))
     if extent is None or lanes < 2 or extent % lanes or extent < 2 * lanes:
         return
     if extent >= _WIDE_ROW and extent % (_CHAINS * lanes) == 0:

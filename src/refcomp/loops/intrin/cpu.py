@@ -111,6 +111,12 @@ def has(*features: str) -> bool:
     return set(features) <= cpu_features()
 
 
+def vector_lanes(bits: int) -> int:
+    """Elements of `bits` bits in the widest vector register the kernels use on this CPU (64 bytes
+    with AVX-512, else 32: the native vectorized loop's width)."""
+    return (512 if has("avx512f") else 256) // bits
+
+
 _SHOWN = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile")
 
 

@@ -94,7 +94,7 @@ def native_lanes(bits: int = 32) -> int:
     """Lanes of the widest vector register this CPU has (64 bytes with AVX-512, else 32)."""
     from ..intrin import cpu
 
-    return (512 if cpu.has("avx512f") else 256) // bits
+    return cpu.vector_lanes(bits)
 
 
 def vector_width(width: int, native: int) -> int:
