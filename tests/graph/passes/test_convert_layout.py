@@ -85,6 +85,16 @@ def _ops(mod) -> list[str]:
     return found
 
 
+def _converted_in(mod) -> bool:
+    """Whether main converts its parameter x to the blocked layout."""
+    from refcomp.ast import post_order_visit
+
+    found = []
+    post_order_visit(mod["main"], lambda e: found.append(e) if isinstance(e, Call) and isinstance(e.op, Op)
+                     and e.op.name == "layout_transform" and e.args[0] is mod["main"].params[0] else None)
+    return bool(found)
+
+
 def _close(got, want, rtol=1e-4):
     for g, w_ in zip(got, want):
         scale = float(np.abs(w_).max()) or 1.0
@@ -100,9 +110,10 @@ def test_converted_graph_matches_unconverted_and_numpy(n, c, mid, h, w, lanes, d
     mod, reference = _chain(rng, n, c, mid, h, w, depthwise, pool)
     converted = convert_layout(refcomp.graph.passes.normalize(mod), lanes=lanes, min_convs=1)
     if mid >= lanes:
-        assert "conv2d_nchwc" in _ops(converted)
-        assert ("conv2d" in _ops(converted)) == (2 * c < lanes)  # a stem of few channels stays NCHW
-        assert _ops(converted).count("layout_transform") >= 2  # in once, back at each edge
+        assert "conv2d_nchwc" in _ops(converted) and "conv2d" not in _ops(converted)
+        # in once, except into a stem of few channels (it reads x as it is), back at each edge
+        assert _converted_in(converted) == (2 * c >= lanes)
+        assert _ops(converted).count("layout_transform") >= 2
     else:  # too few channels to fill a vector: kept NCHW
         assert "layout_transform" not in _ops(converted)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
@@ -114,7 +125,7 @@ def test_converted_graph_matches_unconverted_and_numpy(n, c, mid, h, w, lanes, d
 
 @pytest.mark.parametrize("n,c,mid,h,w,depthwise,pool", [
     (2, 9, 17, 7, 5, False, "max"),    # channels not a multiple of L, odd sizes
-    (1, 3, 32, 5, 5, False, None),     # a stem of 3 channels stays NCHW: one conv left, kept NCHW
+    (1, 3, 32, 5, 5, False, None),     # a stem of 3 channels reads x as it is, writes blocked
     (1, 8, 32, 9, 11, False, None),
     (2, 11, 24, 6, 6, False, "avg"),
     (2, 11, 24, 6, 6, True, "avg"),    # depthwise
@@ -125,7 +136,7 @@ def test_compiled_with_and_without_layouts_matches_numpy(rng, n, c, mid, h, w, d
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     want = reference(x)
     lanes = native_float_lanes()
-    takes = mid >= lanes and 2 * c >= lanes
+    takes = mid >= lanes
     for layouts in (True, False, "auto"):
         ex = refcomp.graph.build(mod, target="c", blas=False, layouts=layouts)
         got = refcomp.runtime.VirtualMachine(ex)["main"](x)
@@ -155,8 +166,9 @@ def test_declines_a_single_convolution_and_few_channels(rng):
     assert "layout_transform" not in _ops(convert_layout(refcomp.graph.passes.normalize(one), lanes=lanes))
     narrow, _ = _chain(rng, 1, 8, 4, 5, 5, False, "max")
     assert "layout_transform" not in _ops(convert_layout(refcomp.graph.passes.normalize(narrow), lanes=lanes))
-    stem, _ = _chain(rng, 1, 3, 16, 5, 5, False, "max")  # the 3-channel stem stays NCHW: one conv left
-    assert "layout_transform" not in _ops(convert_layout(refcomp.graph.passes.normalize(stem), lanes=lanes))
+    stem, _ = _chain(rng, 1, 3, 16, 5, 5, False, "max")  # the 3-channel stem joins, reading x as it is
+    converted = convert_layout(refcomp.graph.passes.normalize(stem), lanes=lanes)
+    assert _ops(converted).count("conv2d_nchwc") == 2 and not _converted_in(converted)
     wide, _ = _chain(rng, 1, 8, 16, 5, 5, False, "max")
     assert "conv2d_nchwc" in _ops(convert_layout(refcomp.graph.passes.normalize(wide), lanes=lanes))
 
@@ -230,3 +242,25 @@ def test_compiled_at_other_lane_counts(rng, lanes, depthwise):
     x = rng.standard_normal((2, 6, 5, 7)).astype(np.float32)
     got = refcomp.runtime.VirtualMachine(ex)["main"](x)
     _close([np.asarray(g) for g in got], reference(x), rtol=1e-3)
+
+
+def test_blocked_convolution_of_plain_data_checks_its_operands():
+    """conv2d_nchwc over NCHW data (a stem): dense only, the weights' input channels the data's."""
+    from refcomp.errors import IRError, ShapeError
+    from refcomp.graph.op.layout import conv2d_nchwc
+
+    x = Var("x", tensor((1, 3, 8, 8)))
+    cases = [(Var("w", tensor((2, 3, 3, 3, 8))), {"depthwise": True}, IRError, "5-d"),
+             (Var("w", tensor((2, 4, 3, 3, 8))), {}, ShapeError, "NCHW data's channels"),
+             (Var("w", tensor((2, 3, 3, 3))), {}, IRError, "weight 5-d")]
+    for w, attrs, error, words in cases:
+        bb = BlockBuilder()
+        with pytest.raises(error, match=words):
+            with bb.function("f", [x, w]):
+                bb.emit(conv2d_nchwc(x, w, padding=1, **attrs))
+    bb = BlockBuilder()
+    w = Var("w", tensor((2, 3, 3, 3, 8)))
+    with bb.function("f", [x, w]):
+        y = bb.emit(conv2d_nchwc(x, w, strides=2, padding=1))
+        bb.emit_func_output(y)
+    assert tuple(int(d.value) for d in y.struct_info.shape) == (1, 2, 4, 4, 8)

@@ -5,7 +5,10 @@ A tensor of NCHW shape (N, C, H, W) is held blocked as (N, ceil(C / L), H, W, L)
 [n, c, y, x] at [n, c // L, y, x, c % L], channels past C zero.  The way back cuts them off
 (`channels` names C).  A blocked convolution's weights are "OIHW{L}o": (ceil(O / L), Ci, KH, KW, L)
 with Ci = ceil(C / L) * L input channels (zero past C); a depthwise one's (ceil(C / L), 1, KH, KW,
-L).  Its output channels past O are sums of zero weights: zero.
+L).  Its output channels past O are sums of zero weights: zero.  A blocked convolution may also
+read plain NCHW data (a stem over an image's 3 channels, which blocks of L would pad mostly with
+zeros) and write NCHW{L}c: its weights are then (ceil(O / L), C, KH, KW, L), the input channels
+as they are.
 """
 from __future__ import annotations
 
@@ -140,7 +143,8 @@ register("layout_transform", infer=_transform_infer, reference=_np_transform, le
 
 def conv2d_nchwc(data, weight, strides=1, padding=0, dilation=1, depthwise: bool = False):
     """Convolution of NCHW{L}c data by "OIHW{L}o" weights (module doc) into NCHW{L}c; depthwise:
-    one input channel per output channel, weights (C / L, 1, KH, KW, L)."""
+    one input channel per output channel, weights (C / L, 1, KH, KW, L).  Dense, the data may be
+    plain NCHW (4-d), the weights then (ceil(O / L), C, KH, KW, L)."""
     return make_call("conv2d_nchwc", data, weight, strides=_tuple(strides, 2), padding=_pads(padding, 2),
                      dilation=_tuple(dilation, 2), depthwise=bool(depthwise))
 
@@ -148,41 +152,46 @@ def conv2d_nchwc(data, weight, strides=1, padding=0, dilation=1, depthwise: bool
 def _conv_nchwc_infer(call, ctx):
     x, w = ctx.tensor(0, "data"), ctx.tensor(1, "weight")
     dtype = same_dtype(ctx, x, w)
-    if x.ndim not in (-1, 5) or w.ndim not in (-1, 5):
-        ctx.fail(f"data and weight must be 5-d (NCHW<L>c, OIHW<L>o), got {x.ndim}-d and {w.ndim}-d", kind=IRError)
+    depthwise = ctx.attr("depthwise", False)
+    ranks = (-1, 5) if depthwise else (-1, 4, 5)
+    if x.ndim not in ranks or w.ndim not in (-1, 5):
+        ctx.fail(f"data must be 5-d (NCHW<L>c){'' if depthwise else ' or 4-d (NCHW)'} and weight 5-d (OIHW<L>o), "
+                 f"got {x.ndim}-d and {w.ndim}-d", kind=IRError)
     if x.shape is None or w.shape is None:
         return TensorStructInfo(None, dtype, 5)
-    lanes = as_int(x.shape[4])
-    if lanes is None or as_int(w.shape[4]) != lanes:
-        ctx.fail(f"data and weight must have the same constant lane count last, got {x.shape[4]} and {w.shape[4]}",
+    lanes = as_int(w.shape[4])
+    if lanes is None or (x.ndim == 5 and as_int(x.shape[4]) != lanes):
+        ctx.fail(f"data and weight must have the same constant lane count last, got {x.shape[-1]} and {w.shape[4]}",
                  kind=IRError)
     strides, pads, dil = ctx.attr("strides"), ctx.attr("padding"), ctx.attr("dilation")
-    if ctx.attr("depthwise", False):
+    if depthwise:
         ctx.require_equal(w.shape[0], x.shape[1], "depthwise: weight blocks equal data channel blocks")
         ctx.require_equal(w.shape[1], as_dim(1), "depthwise: one input channel per output channel")
+    elif x.ndim == 4:
+        ctx.require_equal(w.shape[1], x.shape[1], "weight in-channels equal the NCHW data's channels")
     else:
         ctx.require_equal(w.shape[1], simplify(as_dim(x.shape[1]) * as_dim(lanes)),
                           "weight in-channels equal the data's channel blocks times the lanes")
     spatial = tuple(_out_len(x.shape[2 + k], w.shape[2 + k], strides[k], pads[k], pads[k + 2], dil[k])
                     for k in range(2))
-    return TensorStructInfo((x.shape[0], w.shape[0]) + spatial + (x.shape[4],), dtype)
+    return TensorStructInfo((x.shape[0], w.shape[0]) + spatial + (w.shape[4],), dtype)
 
 
 def _padded_blocked(x, padding, name="pad"):
-    """x (NCHW{L}c) with spatial zero padding (top, left, bottom, right), or x itself."""
+    """x (NCHW{L}c, or NCHW) with spatial zero padding (top, left, bottom, right), or x itself."""
     if not any(padding):
         return x
     te_ = te()
     shape = (x.shape[0], x.shape[1]) + tuple(simplify(as_dim(x.shape[2 + k]) + as_dim(padding[k] + padding[k + 2]))
-                                             for k in range(2)) + (x.shape[4],)
+                                             for k in range(2)) + tuple(x.shape[4:])
 
-    def pad_body(n, cb, y, x_, ci):
+    def pad_body(*i):
         conds, src = [], []
-        for k, i in enumerate((y, x_)):
-            j = i - tir.const(padding[k], i.dtype)
+        for k, v in enumerate(i[2:4]):
+            j = v - tir.const(padding[k], v.dtype)
             conds.append(tir.And(tir.GE(j, tir.const(0, j.dtype)), tir.LT(j, x.shape[2 + k].astype(j.dtype))))
             src.append(j)
-        return tir.Call("if_then_else", (tir.And(*conds), x[(n, cb, src[0], src[1], ci)], tir.const(0.0, x.dtype)),
+        return tir.Call("if_then_else", (tir.And(*conds), x[(i[0], i[1], *src, *i[4:])], tir.const(0.0, x.dtype)),
                         x.dtype)
 
     return te_.compute(shape, pad_body, name=name)
@@ -191,11 +200,11 @@ def _padded_blocked(x, padding, name="pad"):
 def _conv_nchwc_te(x, w, strides, padding, dilation, depthwise=False):
     te_ = te()
     xp = _padded_blocked(x, padding)
-    lanes = as_int(x.shape[4])
+    lanes = as_int(w.shape[4])
     spatial = tuple(_out_len(x.shape[2 + k], w.shape[2 + k], strides[k], padding[k], padding[k + 2], dilation[k])
                     for k in range(2))
     rk = [te_.reduce_axis(w.shape[2 + k], name=f"r{k}") for k in range(2)]
-    out_shape = (x.shape[0], w.shape[0]) + spatial + (x.shape[4],)
+    out_shape = (x.shape[0], w.shape[0]) + spatial + (w.shape[4],)
 
     def at(i, k):
         return i * tir.const(strides[k], i.dtype) + rk[k].var * tir.const(dilation[k], i.dtype)
@@ -209,32 +218,36 @@ def _conv_nchwc_te(x, w, strides, padding, dilation, depthwise=False):
     rc = te_.reduce_axis(w.shape[1], name="rc")
 
     def dense(n, ob, y, x_, oi):
-        block, lane = rc.var // tir.const(lanes, rc.var.dtype), rc.var % tir.const(lanes, rc.var.dtype)
-        return te_.sum(xp[(n, block, at(y, 0), at(x_, 1), lane)] * w[(ob, rc.var, rk[0].var, rk[1].var, oi)],
-                       axis=[rc] + rk)
+        if len(x.shape) == 4:  # plain NCHW data: channel rc as it is
+            data = xp[(n, rc.var, at(y, 0), at(x_, 1))]
+        else:
+            block, lane = rc.var // tir.const(lanes, rc.var.dtype), rc.var % tir.const(lanes, rc.var.dtype)
+            data = xp[(n, block, at(y, 0), at(x_, 1), lane)]
+        return te_.sum(data * w[(ob, rc.var, rk[0].var, rk[1].var, oi)], axis=[rc] + rk)
 
     return te_.compute(out_shape, dense, name="conv2d_nchwc")
 
 
-def pack_conv_weight(w: np.ndarray, lanes: int, depthwise: bool = False) -> np.ndarray:
+def pack_conv_weight(w: np.ndarray, lanes: int, depthwise: bool = False, plain_input: bool = False) -> np.ndarray:
     """numpy: OIHW weights as "OIHW{L}o" (module doc): output channels in blocks of L (zero past
-    O), input channels zero-padded to a multiple of L (not for depthwise)."""
-    if not depthwise:
+    O), input channels zero-padded to a multiple of L (not for depthwise, nor for a convolution
+    reading plain NCHW data: plain_input)."""
+    if not depthwise and not plain_input:
         c = w.shape[1]
         w = np.pad(w, [(0, 0), (0, -(-c // lanes) * lanes - c), (0, 0), (0, 0)])
     return to_blocked(w, lanes, axis=0)
 
 
 def _np_conv_nchwc(x, w, strides, padding, dilation, depthwise=False):
-    lanes = x.shape[4]
-    data = from_blocked(x)
+    lanes = w.shape[4]
+    data = x if x.ndim == 4 else from_blocked(x)
     weight = from_blocked(w, axis=0)
     groups = data.shape[1] if depthwise else 1
     return to_blocked(_np_conv(data, weight, strides, padding, dilation, groups), lanes)
 
 
 register("conv2d_nchwc", infer=_conv_nchwc_infer, reference=_np_conv_nchwc, legalize=_conv_nchwc_te,
-         pattern="out_fusable", doc="2-d convolution, NCHW{L}c data and output, OIHW{L}o weights")
+         pattern="out_fusable", doc="2-d convolution, NCHW{L}c (or NCHW) data, NCHW{L}c output, OIHW{L}o weights")
 
 
 # ----------------------------------------------------------------------------- blocked pooling

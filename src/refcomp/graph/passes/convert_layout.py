@@ -5,9 +5,13 @@ Run before legalize_ops, on the operators themselves.  In each dataflow block, a
 the blocked region when it is
 
 - a float32 `conv2d` with constant weights and constant channel counts, not grouped or depthwise
-  (one input channel per output channel), of at least L / 2 input channels (a stem's 3 would be
-  mostly padding): it becomes `conv2d_nchwc`, its weights packed
-  ("OIHW{L}o", refcomp.graph.op.layout.pack_conv_weight) here, once, at build time;
+  (one input channel per output channel): it becomes `conv2d_nchwc`, its weights packed
+  ("OIHW{L}o", refcomp.graph.op.layout.pack_conv_weight) here, once, at build time.  One of
+  fewer than L / 2 input channels (a stem over an image's 3, which blocks would pad mostly with
+  zeros) whose input is not blocked reads that input as it is, NCHW, and writes the blocked
+  layout: no conversion in, and none of its output (a MobileNetV2 stem, 3 x 3 stride 2 over 3
+  channels at 96 x 96, batch 2, ran in 0.61x the time of the NCHW kernel on Zen 3, before the
+  conversion of its output that it also saves);
 - an elementwise or broadcast operator of float32 output whose tensor operands are values of its
   own shape (blocked, or converted in), per-channel constants ((C, 1, 1) or (1, C, 1, 1): packed here the same way,
   the channels past C repeating the last one, so that no operator sees a value it would not see in
@@ -142,10 +146,7 @@ def _candidate(b, blocked: set, lanes: int) -> str | None:
         return None
     name = value.op.name
     if name == "conv2d":
-        if _conv_kind(value) is None or _nchw_f32(b.var) is None:
-            return None
-        # an input of fewer than L / 2 channels (an image's 3) would be mostly padding lanes
-        return "conv" if 2 * _static(_nchw_f32(value.args[0])[1]) >= lanes else None
+        return "conv" if _conv_kind(value) is not None and _nchw_f32(b.var) is not None else None
     if name in _POOLS or name == "global_avg_pool":
         return "pool" if value.args and value.args[0] in blocked and _nchw_f32(b.var) is not None else None
     out = _nchw_f32(b.var)
@@ -243,8 +244,11 @@ def _convert_block(block: DataflowBlock, uses: dict, lanes: int, min_convs: int,
         if kind == "conv":
             x, w = value.args
             depthwise = _conv_kind(value) == "depthwise"
-            weight = Constant(pack_conv_weight(np.asarray(w.array), lanes, depthwise))
-            call = conv2d_nchwc(as_blocked(x), weight, strides=value.attrs["strides"],
+            # an input of fewer than L / 2 channels (an image's 3) would be mostly padding lanes:
+            # read as it is where it is not blocked already
+            plain = not depthwise and x not in blocked_of and 2 * _static(_nchw_f32(x)[1]) < lanes
+            weight = Constant(pack_conv_weight(np.asarray(w.array), lanes, depthwise, plain_input=plain))
+            call = conv2d_nchwc(x if plain else as_blocked(x), weight, strides=value.attrs["strides"],
                                 padding=value.attrs["padding"], dilation=value.attrs["dilation"], depthwise=depthwise)
         elif kind == "pool":
             x = as_blocked(value.args[0])

@@ -183,8 +183,9 @@ class BlockedConvShape:
 
 def blocked_conv_shape(block: Block, recipe: str = "conv") -> BlockedConvShape:
     """Recognise out[n, ob, y, x, oi] (+)= X[n, f(c), y * s + r0 * d, x * s + r1 * d, g(c)] *
-    W[ob, c, r0, r1, oi] (iters S x 5, R x 3; f and g read c only) or, depthwise, out[n, cb, y,
-    x, ci] (+)= X[n, cb, .., .., ci] * W[cb, 0, r0, r1, ci] (iters S x 5, R x 2)."""
+    W[ob, c, r0, r1, oi] (iters S x 5, R x 3; f and g read c only), or the same over plain NCHW
+    data X[n, f(c), .., ..] (a stem's few channels), or, depthwise, out[n, cb, y, x, ci] (+)=
+    X[n, cb, .., .., ci] * W[cb, 0, r0, r1, ci] (iters S x 5, R x 2)."""
     kinds = [iv.kind for iv in block.iter_vars]
     if kinds not in (["spatial"] * 5 + ["reduce"] * 3, ["spatial"] * 5 + ["reduce"] * 2):
         raise ScheduleError(f"{recipe}: block {block.name!r} is not a blocked convolution (iters S x 5, R x 2 or 3); "
@@ -203,14 +204,14 @@ def blocked_conv_shape(block: Block, recipe: str = "conv") -> BlockedConvShape:
     if not (isinstance(acc, BufferLoad) and acc.buffer is store.buffer and isinstance(product, Mul)):
         raise ScheduleError(f"{recipe}: block {block.name!r} does not accumulate a product", spot=block)
     loads = [side.value if isinstance(side, Cast) else side for side in (product.a, product.b)]
-    if not all(isinstance(load, BufferLoad) and len(load.indices) == 5 for load in loads):
-        raise ScheduleError(f"{recipe}: block {block.name!r} multiplies something other than two 5-d loads",
+    if not all(isinstance(load, BufferLoad) and len(load.indices) in (4, 5) for load in loads):
+        raise ScheduleError(f"{recipe}: block {block.name!r} multiplies something other than two 5-d (or NCHW) loads",
                             spot=block)
 
     def is_weight(load) -> bool:
         i = load.indices
         second = (as_int(i[1]) == 0) if depthwise else (i[1] is c)
-        return i[0] is o and second and i[2] is r0 and i[3] is r1 and i[4] is lane
+        return len(i) == 5 and i[0] is o and second and i[2] is r0 and i[3] is r1 and i[4] is lane
 
     weight = next((load for load in loads if is_weight(load)), None)
     data = next((load for load in loads if load is not weight), None)
@@ -222,7 +223,9 @@ def blocked_conv_shape(block: Block, recipe: str = "conv") -> BlockedConvShape:
         if not used or not used <= {out_var, r_var}:
             raise ScheduleError(f"{recipe}: block {block.name!r}: X's spatial index {k} is not "
                                 f"out * stride + window * dilation", spot=block)
-    if depthwise:
+    if len(data.indices) == 4:  # plain NCHW data, dense only
+        channels_ok = not depthwise and _vars_in(data.indices[1]) == {c}
+    elif depthwise:
         channels_ok = data.indices[1] is o and data.indices[4] is lane
     else:
         # (one channel block: c // L simplified to 0 and c % L to c)

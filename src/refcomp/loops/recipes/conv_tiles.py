@@ -192,7 +192,7 @@ def _conv_channel_vector(sch: Schedule, rv, shape: ConvShape, lanes: int, native
     sch.vectorize(o_inner)
     _unroll_tile(sch, window if window_inner else (), x_inner, xb, o_mid, mv)
     _vectorize_write_back(sch, tile, xb, native, fused, transposed is not None)
-    if not depthwise:
+    if not depthwise and weight_hints():
         _prefetch_weights(sch, rv, packed, o_outer, channel, window, mv, window_inner, None if few else n)
     if parallel:
         # one channel block and no rows outside the tile (a MobileNet projection to 16 or 32
@@ -313,6 +313,19 @@ _WEIGHT_PREFETCH_CHANNELS = 6
 # 3 x 3 layers 2.4 MB of weights each), whole model, AVX-512 server part, A/B in one process:
 # 2 threads 1.76-1.85 -> 1.66 ms, 1 thread (CPU time) 2.66 -> 2.56 ms.  0 turns the hint off.
 _NEXT_BLOCK_IMAGES = 2
+
+
+def weight_hints() -> bool:
+    """Whether the register tiles hint their weights ahead (_prefetch_weights,
+    _prefetch_blocked_weights): on AVX-512 CPUs, where they were measured to help (server parts
+    whose L3 feeds the weights slower than the tile eats them).  On a Zen 3 (AVX2) the same hints
+    cost time: whole models, batch 2, 2 threads, A/B in one process, the ResNet-18 at half width
+    4.06 -> 3.73 ms and the MobileNetV2 1.51 -> 1.41 ms (medians) without them; a blocked 3 x 3
+    over 256 channels at 14 x 14 alone 0.60x the time, a 1 x 1 from 160 to 1280 channels at
+    3 x 3 0.68x: the hints' index arithmetic per step, where the hardware prefetcher keeps up."""
+    from ..intrin import cpu
+
+    return cpu.has("avx512f")
 
 
 def _prefetch_weights(sch: Schedule, rv, packed, o_outer, channel, window, mv: int,
@@ -662,7 +675,7 @@ def conv_blocked_fp32(sch: Schedule, block: str, parallel: bool = True) -> Sched
     _unroll_tile(sch, window if 0 < positions <= _WINDOW_INNER_MAX_POSITIONS else (), x_inner, xb, o_mid, mv)
     # the write-back: one vector of L channels per output position, contiguous in the output
     sch.vectorize(sch.get_loops(tile)[-1])
-    if not shape.depthwise:
+    if not shape.depthwise and weight_hints():
         _prefetch_blocked_weights(sch, rv, node.reads[shape.w_index].buffer.name, o_outer, reduce_loops, mv)
     if parallel:
         sch.parallel(rows[0] if few else o_outer)
