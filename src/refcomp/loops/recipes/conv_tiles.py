@@ -33,6 +33,16 @@ _WINDOW_INNER_MIN_POSITIONS = 2
 _WINDOW_INNER_MAX_POSITIONS = 49
 
 
+# A dense blocked convolution unrolls its whole window up to this many positions, a larger one its
+# last window loop only: its tile's input broadcasts overlap from one window column to the next
+# (XB columns at stride s, (XB - 1) s + KW values a window row), and gcc keeps them live across the
+# unrolled row, spilling the accumulators.  A 7 x 7 stem at stride 2 (3 -> 32 channels, 96 x 96,
+# batch 2, Zen 3) ran 1.84x the NCHW kernel's time whole, on par with the last loop only; a 3 x 3
+# the same either way.  A depthwise tile loads vectors, not broadcasts: its 5 x 5 window stays
+# whole (5% faster).
+_BROADCAST_WINDOW_MAX_POSITIONS = 9
+
+
 # The same with the window inside the channel loop, unrolled (AVX-512: 20 accumulators, 16 and 24
 # measured slower on 3 x 3 layers of 6 x 6 and 3 x 3 pixels, and 24 spills on 24 x 24; AVX2: 9 of
 # one vector, see _CHANNEL_VECTORS: 12 on a 48-wide row ran 3.3-3.9 against 2.4 ms for 8, and 9
@@ -672,7 +682,10 @@ def conv_blocked_fp32(sch: Schedule, block: str, parallel: bool = True) -> Sched
     sch.decompose_reduction(rv, reduce_loops[0])
     sch.vectorize(lane)
     positions = (as_int(node.iter_vars[-2].dom.extent) or 0) * (as_int(node.iter_vars[-1].dom.extent) or 0)
-    _unroll_tile(sch, window if 0 < positions <= _WINDOW_INNER_MAX_POSITIONS else (), x_inner, xb, o_mid, mv)
+    unrolled = window if 0 < positions <= _WINDOW_INNER_MAX_POSITIONS else ()
+    if not shape.depthwise and positions > _BROADCAST_WINDOW_MAX_POSITIONS:
+        unrolled = unrolled[-1:]
+    _unroll_tile(sch, unrolled, x_inner, xb, o_mid, mv)
     # the write-back: one vector of L channels per output position, contiguous in the output
     sch.vectorize(sch.get_loops(tile)[-1])
     if not shape.depthwise and weight_hints():
