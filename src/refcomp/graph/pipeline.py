@@ -43,7 +43,9 @@ def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True
     """The passes graph.build runs, in order, as (name, pass) pairs (blas, tuning_database, layouts: see build)."""
     from .passes.split_to_slices import split_to_slices
 
-    pipeline = [("normalize", P.normalize), ("split_to_slices", split_to_slices)]
+    from .passes.fold_reshapes import fold_reshapes
+
+    pipeline = [("normalize", P.normalize), ("split_to_slices", split_to_slices), ("fold_reshapes", fold_reshapes)]
     if layouts:
         from functools import partial
 

@@ -1,0 +1,105 @@
+"""fold_reshapes: products over flattened rows read the rows as they are; reshapes of reshapes fold.
+
+Exporters flatten the leading dims around a projection: GPT-2's Conv1D is
+`reshape(x, (-1, K)) @ W` then a reshape back to (batch, seq, N).  Fusion folds the flattening
+reshape into the product's kernel as a prologue, and a product with a prologue is not the plain
+[i, k] GEMM the matmul recipe takes, so it stays on sgemm (or copies x first).  Row-major
+reshapes move no data, so in each block:
+
+- `a = reshape(x, (P, K))` with x of shape (d0, ..., K) (its last dim kept), read by
+  `b = matmul(a, W)` with W 2-d: b becomes `reshape(matmul(x, W), (P, N))`, the product over x's
+  own (d0, ..., K) rows, which `matmul` broadcasts over the leading dims;
+- `c = reshape(b, s)` where b is itself `reshape(u, s1)` in the block: c becomes `reshape(u, s)`,
+  and when s is u's own shape (the dims proved equal) c is u: its uses read u, the binding goes.
+
+What the rewrites leave unread (the flattening, the inner reshape) dead code elimination removes.
+Values are unchanged: each rewrite reorders the same elements in the same row-major order.
+"""
+from __future__ import annotations
+
+from ...ast.function import IRModule
+from ...ast.graph import Call, DataflowBlock, DataflowVar, Op, Var, VarBinding
+from ...ast.graph_struct_info import TensorStructInfo
+from ..block_builder import BlockBuilder
+from ..op.linear import matmul
+from ..op.manipulate import reshape
+from ..shape_facts import decide_equal
+from .common import graph_functions, replace_in_binding, replace_vars
+
+
+def _shape(expr) -> tuple | None:
+    info = expr.struct_info
+    if isinstance(info, TensorStructInfo) and info.shape is not None:
+        return tuple(info.shape)
+    return None
+
+
+def _same_dims(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(decide_equal(x, y).status == "proved" for x, y in zip(a, b))
+
+
+def _is_op(value, name: str) -> bool:
+    return isinstance(value, Call) and isinstance(value.op, Op) and value.op_name == name
+
+
+def _flattened_rows(a, defs: dict):
+    """x when a is `reshape(x, (P, K))` of x (d0, ..., K) with at least 3 dims, else None."""
+    value = defs.get(a)
+    if not _is_op(value, "reshape"):
+        return None
+    x = value.args[0]
+    xs, as_ = _shape(x), _shape(a)
+    if xs is None or as_ is None or len(xs) < 3 or len(as_) != 2 or not _same_dims(xs[-1:], as_[-1:]):
+        return None
+    return x
+
+
+def fold_reshapes(mod: IRModule) -> IRModule:
+    """The module with products over flattened rows made over the rows as they are, and reshapes
+    of reshapes folded (module doc)."""
+    bb = BlockBuilder(mod)
+    for name, func in graph_functions(mod):
+        mapping: dict = {}
+        blocks = []
+        changed = False
+        for block in func.body.blocks:
+            defs: dict = {}
+            out = []
+            for b in block.bindings:
+                b = replace_in_binding(b, mapping)
+                value = b.value
+                if isinstance(b, VarBinding) and _is_op(value, "matmul") and len(value.args) == 2:
+                    a, w = value.args
+                    x = _flattened_rows(a, defs)
+                    ws = _shape(w)
+                    if x is not None and ws is not None and len(ws) == 2 and _shape(b.var) is not None:
+                        product = matmul(x, w, out_dtype=value.attrs.get("out_dtype"))
+                        fresh = DataflowVar if isinstance(block, DataflowBlock) else Var
+                        rows = fresh(f"{b.var.name}_rows", bb.infer_call(product))
+                        out.append(VarBinding(rows, product.with_(struct_info=rows.struct_info)))
+                        defs[rows] = product
+                        flat = reshape(rows, _shape(b.var))
+                        b = b.with_(value=flat.with_(struct_info=bb.infer_call(flat)))
+                        value = b.value
+                        changed = True
+                if isinstance(b, VarBinding) and _is_op(value, "reshape") and _is_op(defs.get(value.args[0]), "reshape"):
+                    source = defs[value.args[0]].args[0]
+                    target, own = _shape(b.var), _shape(source)
+                    if target is not None and own is not None and _same_dims(target, own) \
+                            and isinstance(b.var, DataflowVar) and isinstance(source, Var):
+                        mapping[b.var] = source  # the reshapes cancel: uses read source
+                        changed = True
+                        continue
+                    if target is not None:
+                        folded = reshape(source, target)
+                        b = b.with_(value=folded.with_(struct_info=bb.infer_call(folded)))
+                        value = b.value
+                        changed = True
+                if isinstance(b, VarBinding):
+                    defs[b.var] = value
+                out.append(b)
+            blocks.append(type(block)(tuple(out)))
+        if changed:
+            body = func.body.with_(blocks=tuple(blocks), body=replace_vars(func.body.body, mapping))
+            mod = mod.with_function(name, func.with_(body=body))
+    return mod
