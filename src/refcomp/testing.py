@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 __all__ = ["random_array", "as_float", "from_float", "epsilon", "assert_close", "check", "compiled",
-           "reparsed", "c_backend_enabled"]
+           "reparsed", "c_backend_enabled", "evaluate_graph"]
 
 _EPSILON = {"float64": 2.0 ** -52, "float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
 
@@ -219,3 +219,28 @@ def check(func: Any, inputs: Sequence[Any], outputs: Sequence[np.ndarray], expec
                 np.testing.assert_array_equal(after, original, err_msg=f"{backend}: an input was modified")
         results[backend] = outs
     return results
+
+
+def evaluate_graph(func: Any, *args: Any) -> Any:
+    """A graph function (its blocks of operator calls, before legalization) run on each operator's
+    numpy reference, no kernel built: the oracle a graph pass's rewrite is compared against.  Its
+    result as the function returns it (an array, or a tuple of them)."""
+    from .ast.graph import Call, Constant, Op, Tuple
+
+    env = dict(zip(func.params, args))
+
+    def value(e):
+        if isinstance(e, Constant):
+            return np.asarray(e.array)
+        if isinstance(e, Call) and isinstance(e.op, Op):
+            from .graph.op import registry
+
+            return registry.get(e.op.name).evaluate([value(a) for a in e.args], e.attrs)
+        if isinstance(e, Tuple):
+            return tuple(value(f) for f in e.fields)
+        return env[e]
+
+    for block in func.body.blocks:
+        for b in block.bindings:
+            env[b.var] = value(b.value)
+    return value(func.body.body)

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import refcomp
+from refcomp.testing import evaluate_graph
 from refcomp.ast import PrimFunc
 from refcomp.ast.graph import Call, Constant, Op
 from refcomp.graph import BlockBuilder, Var, op, pipeline, tensor
-from refcomp.graph.op import registry
 from refcomp.graph.op.nn import _np_conv, _np_pool
 from refcomp.graph.passes.convert_layout import convert_layout, native_float_lanes
 
@@ -57,25 +57,6 @@ def _chain(rng, n, c, mid, h, w, depthwise, pool, tail_conv=True):
     return bb.get(), reference
 
 
-def _evaluate(func, *args):
-    """A graph function run on the operators' numpy references (dataflow bindings of calls)."""
-    env = dict(zip(func.params, args))
-
-    def value(e):
-        if isinstance(e, Constant):
-            return np.asarray(e.array)
-        if isinstance(e, Call) and isinstance(e.op, Op):
-            return registry.get(e.op.name).evaluate([value(a) for a in e.args], e.attrs)
-        if isinstance(e, refcomp.graph.Tuple):
-            return tuple(value(f) for f in e.fields)
-        return env[e]
-
-    for block in func.body.blocks:
-        for b in block.bindings:
-            env[b.var] = value(b.value)
-    return value(func.body.body)
-
-
 def _ops(mod) -> list[str]:
     from refcomp.ast import post_order_visit
 
@@ -117,8 +98,8 @@ def test_converted_graph_matches_unconverted_and_numpy(n, c, mid, h, w, lanes, d
     else:  # too few channels to fill a vector: kept NCHW
         assert "layout_transform" not in _ops(converted)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
-    plain = _evaluate(refcomp.graph.passes.normalize(mod)["main"], x)
-    blocked = _evaluate(converted["main"], x)
+    plain = evaluate_graph(refcomp.graph.passes.normalize(mod)["main"], x)
+    blocked = evaluate_graph(converted["main"], x)
     _close(blocked, plain)
     _close(blocked, reference(x))
 
@@ -209,7 +190,7 @@ def test_depthwise_regions_only(rng):
     converted = convert_layout(refcomp.graph.passes.normalize(mod), lanes=8, regions="depthwise")
     assert "conv2d_nchwc" in _ops(converted)
     x = rng.standard_normal((2, 8, 6, 7)).astype(np.float32)
-    _close(_evaluate(converted["main"], x), reference(x))
+    _close(evaluate_graph(converted["main"], x), reference(x))
 
 
 @pytest.mark.parametrize("build, message", [

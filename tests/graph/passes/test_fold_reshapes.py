@@ -7,10 +7,10 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 import refcomp
+from refcomp.testing import evaluate_graph
 from refcomp.ast import SizeVar
 from refcomp.ast.graph import Call, Constant, Op
 from refcomp.graph import BlockBuilder, Var, op, tensor
-from refcomp.graph.op import registry
 from refcomp.graph.passes import normalize
 from refcomp.graph.passes.dead_code_elimination import dead_code_elimination
 from refcomp.graph.passes.fold_reshapes import fold_reshapes
@@ -32,22 +32,6 @@ def _projection(lead, k, n, w, flatten_to=None, back=True):
     return normalize(bb.get())
 
 
-def _evaluate(func, *args):
-    env = dict(zip(func.params, args))
-
-    def value(e):
-        if isinstance(e, Constant):
-            return np.asarray(e.array)
-        if isinstance(e, Call) and isinstance(e.op, Op):
-            return registry.get(e.op.name).evaluate([value(a) for a in e.args], e.attrs)
-        return env[e]
-
-    for block in func.body.blocks:
-        for b in block.bindings:
-            env[b.var] = value(b.value)
-    return value(func.body.body)
-
-
 def _ops(mod) -> list[str]:
     return [b.value.op.name for block in mod["main"].body.blocks for b in block.bindings
             if isinstance(b.value, Call) and isinstance(b.value.op, Op)]
@@ -67,7 +51,7 @@ def test_the_product_reads_the_rows_as_they_are(lead, k, n, back, seed):
     # reshaped back to x's leading shape: the two reshapes cancel, none is left
     assert _ops(folded).count("reshape") == (0 if back else 1)
     x = rng.standard_normal(tuple(lead) + (k,)).astype(np.float32)
-    np.testing.assert_allclose(_evaluate(folded["main"], x), _evaluate(mod["main"], x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(evaluate_graph(folded["main"], x), evaluate_graph(mod["main"], x), rtol=1e-5, atol=1e-5)
 
 
 def test_a_flattening_that_merges_the_last_dims_is_left_alone(rng):
