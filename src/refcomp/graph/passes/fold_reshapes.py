@@ -59,47 +59,73 @@ def fold_reshapes(mod: IRModule) -> IRModule:
     of reshapes folded (module doc)."""
     bb = BlockBuilder(mod)
     for name, func in graph_functions(mod):
-        mapping: dict = {}
-        blocks = []
-        changed = False
-        for block in func.body.blocks:
-            defs: dict = {}
-            out = []
-            for b in block.bindings:
-                b = replace_in_binding(b, mapping)
-                value = b.value
-                if isinstance(b, VarBinding) and _is_op(value, "matmul") and len(value.args) == 2:
-                    a, w = value.args
-                    x = _flattened_rows(a, defs)
-                    ws = _shape(w)
-                    if x is not None and ws is not None and len(ws) == 2 and _shape(b.var) is not None:
-                        product = matmul(x, w, out_dtype=value.attrs.get("out_dtype"))
-                        fresh = DataflowVar if isinstance(block, DataflowBlock) else Var
-                        rows = fresh(f"{b.var.name}_rows", bb.infer_call(product))
-                        out.append(VarBinding(rows, product.with_(struct_info=rows.struct_info)))
-                        defs[rows] = product
-                        flat = reshape(rows, _shape(b.var))
-                        b = b.with_(value=flat.with_(struct_info=bb.infer_call(flat)))
-                        value = b.value
-                        changed = True
-                if isinstance(b, VarBinding) and _is_op(value, "reshape") and _is_op(defs.get(value.args[0]), "reshape"):
-                    source = defs[value.args[0]].args[0]
-                    target, own = _shape(b.var), _shape(source)
-                    if target is not None and own is not None and _same_dims(target, own) \
-                            and isinstance(b.var, DataflowVar) and isinstance(source, Var):
-                        mapping[b.var] = source  # the reshapes cancel: uses read source
-                        changed = True
-                        continue
-                    if target is not None:
-                        folded = reshape(source, target)
-                        b = b.with_(value=folded.with_(struct_info=bb.infer_call(folded)))
-                        value = b.value
-                        changed = True
-                if isinstance(b, VarBinding):
-                    defs[b.var] = value
-                out.append(b)
-            blocks.append(type(block)(tuple(out)))
-        if changed:
+        mapping: dict = {}  # a reshape that restores its source's shape -> that source
+        blocks = [_fold_block(block, mapping, bb) for block in func.body.blocks]
+        if any(new is not old for new, old in zip(blocks, func.body.blocks)):
             body = func.body.with_(blocks=tuple(blocks), body=replace_vars(func.body.body, mapping))
             mod = mod.with_function(name, func.with_(body=body))
     return mod
+
+
+def _fold_block(block, mapping: dict, bb: BlockBuilder):
+    """block with both rewrites applied (block itself when neither applies); the vars whose
+    bindings go are added to mapping, which the later bindings' uses follow."""
+    defs: dict = {}  # var -> its value, for the bindings of this block so far
+    out: list = []
+    changed = False
+    for b in block.bindings:
+        b = replace_in_binding(b, mapping)
+        if isinstance(b, VarBinding):
+            unflattened = _product_over_rows(b, defs, block, bb, out)
+            if unflattened is not None:
+                b, changed = unflattened, True
+            folded = _reshape_of_reshape(b, defs, mapping, bb)
+            if folded is not None:
+                changed = True
+                if folded is _GONE:
+                    continue
+                b = folded
+            defs[b.var] = b.value
+        out.append(b)
+    return type(block)(tuple(out)) if changed or any(x is not y for x, y in zip(out, block.bindings)) else block
+
+
+_GONE = object()  # _reshape_of_reshape: the binding goes, its uses read the source
+
+
+def _product_over_rows(b: VarBinding, defs: dict, block, bb: BlockBuilder, out: list):
+    """For `b = matmul(a, W)` over a = reshape(x, (P, K)) flattening x's leading dims, W 2-d: the
+    binding `rows = matmul(x, W)` appended to out (and defs) and b as `reshape(rows, (P, N))`;
+    else None."""
+    value = b.value
+    if not _is_op(value, "matmul") or len(value.args) != 2 or _shape(b.var) is None:
+        return None
+    a, w = value.args
+    x = _flattened_rows(a, defs)
+    ws = _shape(w)
+    if x is None or ws is None or len(ws) != 2:
+        return None
+    product = matmul(x, w, out_dtype=value.attrs.get("out_dtype"))
+    fresh = DataflowVar if isinstance(block, DataflowBlock) else Var
+    rows = fresh(f"{b.var.name}_rows", bb.infer_call(product))
+    out.append(VarBinding(rows, product.with_(struct_info=rows.struct_info)))
+    defs[rows] = product
+    flat = reshape(rows, _shape(b.var))
+    return b.with_(value=flat.with_(struct_info=bb.infer_call(flat)))
+
+
+def _reshape_of_reshape(b: VarBinding, defs: dict, mapping: dict, bb: BlockBuilder):
+    """For `c = reshape(v, s)` with v = reshape(u, s1) in the block: _GONE (mapping c -> u) when s
+    is u's shape and c a dataflow var, else c as `reshape(u, s)`; None when b is no such reshape."""
+    value = b.value
+    if not (_is_op(value, "reshape") and _is_op(defs.get(value.args[0]), "reshape")):
+        return None
+    source = defs[value.args[0]].args[0]
+    target, own = _shape(b.var), _shape(source)
+    if target is None:
+        return None
+    if own is not None and _same_dims(target, own) and isinstance(b.var, DataflowVar) and isinstance(source, Var):
+        mapping[b.var] = source
+        return _GONE
+    folded = reshape(source, target)
+    return b.with_(value=folded.with_(struct_info=bb.infer_call(folded)))
