@@ -4,12 +4,12 @@ Matched before legalization: `matmul(a, b)` with a (..., k) and a 2-d b (k, n), 
 the same batch dims (one sgemm per batch entry), where a b bound in the same block to
 `permute_dims` of a tensor swapping its last two axes is read transposed in place (also through
 reshapes keeping the last two dims and one multiply by a scalar constant, as exporters write K^T:
-the factor then multiplies the source, which fuses into its producer), and an a bound
-to `reshape(x, (rows, k))` that flattens x's leading dims is read as x (the result in x's leading
-shape; a reshape of it back is that result: no copy either way); `dense(x, w)` and
+the factor then multiplies the source, which fuses into its producer); `dense(x, w)` and
 `linear(x, w, bias)` with x (..., k) and w (n, k).  The leading dims of a are flattened into the
 GEMM's rows (the arrays are contiguous), so batched-by-row products are one sgemm call.  linear's
-bias is added by a separate `add`, which fusion folds into what follows.  Anything else is left to
+bias is added by a separate `add`, which fusion folds into what follows.  (An a that flattens the
+leading dims of an x, `reshape(x, (rows, k))`, is read as x since fold_reshapes, which runs
+before, makes such a product one over x's own rows.)  Anything else is left to
 legalization.  The externs `refcomp.blas.sgemm_nn` / `sgemm_nt` are registered by refcomp.runtime.blas.
 
 mode "auto" (the default) keeps a product whose weight is a graph constant (matmul, dense or
@@ -152,41 +152,6 @@ def _transposed_operand(value, defs: dict, depth: int = 8):
 MODES = ("auto", "always")
 
 
-def _rows_source(x, w, defs: dict):
-    """src when x is bound (in this block) to reshape(src, (rows, k)) that only flattens src's
-    leading dims (same last dim k) and w is 2-d: the GEMM can read src in place."""
-    from ..shape_facts import decide_equal
-
-    bound = defs.get(x) if isinstance(x, Var) else None
-    if not (isinstance(bound, Call) and isinstance(bound.op, Op) and bound.op_name == "reshape"):
-        return None
-    src, info, w_info = bound.args[0], x.struct_info, w.struct_info
-    source = src.struct_info
-    if not (_f32(source) and source.ndim > 2 and info.ndim == 2 and w_info.ndim == 2):
-        return None
-    if not decide_equal(source.shape[-1], info.shape[-1]).proved:
-        return None
-    return src
-
-
-def _flattened_gemm_rows(binding, defs: dict, flat: dict):
-    """`binding.var = gemm` when binding is reshape(v, shape) of the (rows, n) view v of a GEMM
-    run on unflattened rows and shape is that GEMM's own result shape; else None."""
-    from ..shape_facts import decide_equal
-
-    value = binding.value
-    if not (isinstance(binding, VarBinding) and isinstance(value, Call) and isinstance(value.op, Op)
-            and value.op_name == "reshape" and value.args[0] in flat):
-        return None
-    gemm = flat[value.args[0]]
-    want, have = binding.var.struct_info, gemm.struct_info
-    if not isinstance(want, TensorStructInfo) or want.shape is None or want.ndim != have.ndim:
-        return None
-    if not all(decide_equal(a, b).proved for a, b in zip(want.shape, have.shape)):
-        return None
-    return binding.with_(value=gemm)
-
-
 def _bind(call, bb, block, b, counter, out, what):
     """A new var of block bound to call (its struct info inferred), appended to out."""
     counter[0] += 1
@@ -327,7 +292,6 @@ def dispatch_blas(mod: IRModule, mode: str = "auto") -> IRModule:
             defs: dict = {}  # var -> value, for the bindings of this block so far
             kept: set = set()  # vars of the linears left to the matmul recipe (mode "auto")
             readers: dict = {}  # var -> the values in this block that read it
-            flat: dict = {}  # (rows, n) var of a GEMM run on unflattened rows -> the GEMM's own result
             rows_of: dict = {}  # x (..., k) -> its (rows, k) reshape, for products kept on flattened rows
             for b in block.bindings:
                 for v in used_vars(b.value):
@@ -354,10 +318,6 @@ def dispatch_blas(mod: IRModule, mode: str = "auto") -> IRModule:
                         gemm = _bind(value.with_(args=(flat_x, *value.args[1:])), bb, block, b, counter, out, "flat")
                         out.append(b.with_(value=_reshape_to(gemm, info, bb)))
                         continue
-                folded = _flattened_gemm_rows(b, defs, flat)
-                if folded is not None:
-                    out.append(folded)  # a reshape back to the GEMM's own result shape: that result
-                    continue
                 if symbol is None or not isinstance(b, VarBinding):
                     out.append(b)
                     continue
@@ -374,20 +334,6 @@ def dispatch_blas(mod: IRModule, mode: str = "auto") -> IRModule:
                         source = _bind(multiply(source, scale), bb, block, b, counter, out, "scaled")
                     symbol, w = "refcomp.blas.sgemm_nt", source
                 out_info = b.var.struct_info
-                unflat = _rows_source(x, w, defs)
-                if value.op_name == "matmul" and unflat is not None:
-                    # a @ W with a = reshape(x, (rows, k)): the GEMM reads x as it is (its leading
-                    # dims are the rows) and writes the result in x's leading shape; the (rows, n)
-                    # value is a reshape of it, which a later reshape back folds away
-                    counter[0] += 1
-                    cls = DataflowVar if isinstance(block, DataflowBlock) else type(b.var)
-                    info = TensorStructInfo(tuple(unflat.struct_info.shape[:-1]) + (out_info.shape[-1],),
-                                            out_info.dtype)
-                    tmp = cls(f"{b.var.name}_gemm{counter[0]}", info)
-                    out.append(VarBinding(tmp, call_dps_packed(symbol, (unflat, w), info).with_(struct_info=info)))
-                    out.append(b.with_(value=_reshape_to(tmp, out_info, bb)))
-                    flat[b.var] = tmp
-                    continue
                 if value.op_name != "linear":
                     gemm = call_dps_packed(symbol, (x, w), out_info).with_(struct_info=out_info)
                     out.append(b.with_(value=gemm))
