@@ -169,6 +169,8 @@ def _manipulate_cases() -> list[Case]:
         Case("reshape", [Input(("n", 6))], {"shape": lambda d: (d["n"], 2, 3)}),
         Case("reshape", [Input(("n", 6))], {"shape": (-1,)}, id="reshape_infer"),
         Case("reshape", [Input((4, 6))], {"shape": (3, -1, 2)}, id="reshape_static"),
+        Case("view", [Input(("n", 6))], {"shape": lambda d: (2, d["n"], 3)}),
+        Case("view", [Input((4, 6))], {"shape": (24,)}, id="view_static"),
         Case("permute_dims", [Input(("n", "m", "p"))], {"axes": (2, 0, 1)}),
         Case("permute_dims", [Input(("n", "m"))], {}, id="permute_reverse"),
         Case("expand_dims", [Input(("n", "m"))], {"axis": (0, 2)}),

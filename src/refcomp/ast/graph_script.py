@@ -523,7 +523,9 @@ class _GraphReader:
             out = self.struct_info(kwargs.pop("out_sinfo"))
             outs = out.fields if isinstance(out, TupleStructInfo) else (out,)
             attrs = {k: self.attr(v) for k, v in kwargs.items()}
-            return g.Call(g.Op(name[2:]), (callee,) + args, attrs, outs)
+            # the call's own info is what it declares (a binding's annotation may say less)
+            return g.Call(g.Op(name[2:]), (callee,) + args, attrs, outs,
+                          outs[0] if len(outs) == 1 else TupleStructInfo(outs))
         if name.startswith("R."):
             args = tuple(self.call_arg(a) for a in node.args)
             attrs = {kw.arg: self.attr(kw.value) for kw in node.keywords if kw.arg != "sinfo_args"}

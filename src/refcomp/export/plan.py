@@ -157,6 +157,8 @@ def _dims_of_registers(function: V.VMFunction) -> tuple[dict[int, Any], list, An
             regs[inst.dst] = tuple(tir.IntImm(int(d), "int64") for d in inst.value.shape)
         elif kind is V.Move:
             regs[inst.dst] = regs.get(inst.src)
+        elif kind is V.View:
+            regs[inst.dst] = tuple(inst.shape)
         elif kind is V.MakeTuple:
             regs[inst.dst] = _Fields(inst.fields)
         elif kind is V.GetItem:

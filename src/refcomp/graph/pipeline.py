@@ -5,8 +5,9 @@
 
 Pipeline (each a pure IRModule -> IRModule pass; the IR after each is logged at DEBUG level on
 the "refcomp.graph" logger): normalize, split_to_slices, (convert_layout: layouts,)
-(dispatch_blas,) legalize_ops, canonicalize_bindings, fold_constant,
-dead_code_elimination, fuse_ops + fuse_tir (fuse=True), (mark_constant_params,) default_schedule
+(dispatch_blas,) sink_reshapes, legalize_ops, canonicalize_bindings, fold_constant,
+dead_code_elimination, fuse_ops + fuse_tir (fuse=True), rewrite_reshape_views (a kernel that only
+reshapes becomes a view of its input), dead_code_elimination, (mark_constant_params,) default_schedule
 (schedule=True), fold_packed_weights + dead_code_elimination (schedule and fold: constant weights
 packed at build time), plan_memory, then lower_to_vm and kernel compilation; then each graph function is compiled to one C
 function where it can (lower_to_c, spec/graph_c.md), else the VM runs it (ex.executor says why).  The target vocabulary is refcomp.build's
@@ -58,7 +59,9 @@ def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True
         from .passes.dispatch_blas import dispatch_blas
 
         pipeline.append(("dispatch_blas", partial(dispatch_blas, mode="always") if blas == "always" else dispatch_blas))
-    pipeline += [("legalize_ops", P.legalize_ops),
+    from .passes.sink_reshapes import sink_reshapes
+
+    pipeline += [("sink_reshapes", sink_reshapes), ("legalize_ops", P.legalize_ops),
                 ("canonicalize_bindings", P.canonicalize_bindings)]
     if fold:
         pipeline.append(("fold_constant", P.fold_constant))
@@ -67,8 +70,10 @@ def default_pipeline(fuse: bool = True, schedule: bool = True, fold: bool = True
         from .passes.fuse_ops import fuse_ops
         from .passes.fuse_tir import fuse_tir
 
-        pipeline += [("fuse_ops", fuse_ops), ("fuse_tir", fuse_tir),
-                     ("dead_code_elimination", P.dead_code_elimination)]
+        pipeline += [("fuse_ops", fuse_ops), ("fuse_tir", fuse_tir)]
+    from .passes.reshape_views import rewrite_reshape_views
+
+    pipeline += [("rewrite_reshape_views", rewrite_reshape_views), ("dead_code_elimination", P.dead_code_elimination)]
     if schedule:
         from .passes.default_schedule import default_schedule, prepare_kernels
 

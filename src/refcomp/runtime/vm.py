@@ -132,6 +132,18 @@ class Move:
 
 
 @dataclass(frozen=True)
+class View:
+    """dst = src's storage under shape (the same element count, row-major; no copy)."""
+
+    dst: int
+    src: int
+    shape: tuple
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(self.shape))
+
+
+@dataclass(frozen=True)
 class MakeTuple:
     """dst = (regs...)."""
 
@@ -339,6 +351,8 @@ class VirtualMachine:
                 regs[inst.dst] = inst.value
             elif kind is Move:
                 regs[inst.dst] = regs[inst.src]
+            elif kind is View:
+                regs[inst.dst] = self._view(inst, frame)
             elif kind is MakeTuple:
                 regs[inst.dst] = tuple(regs[r] for r in inst.fields)
             elif kind is GetItem:
@@ -389,6 +403,13 @@ class VirtualMachine:
         except (ValueError, TypeError, IndexError, KeyError, UnicodeError) as exc:
             raise RuntimeFailure(f"{inst.what}: {type(exc).__name__}: {exc}") from None
         return tuple(result) if isinstance(result, (list, tuple)) else result
+
+    def _view(self, inst: View, frame: _Frame) -> np.ndarray:
+        source = frame.regs[inst.src]
+        shape = tuple(_eval_int(d, frame.env) for d in inst.shape)
+        if int(np.prod(shape, dtype=np.int64)) != source.size:
+            raise RuntimeFailure(f"view of a tensor of shape {source.shape} as {shape}: the element counts differ")
+        return source.reshape(shape)  # a view: every tensor the VM holds is C-contiguous
 
     def _alloc(self, function: VMFunction, inst: Alloc, frame: _Frame) -> np.ndarray:
         shape = tuple(_eval_int(d, frame.env) for d in inst.shape)

@@ -214,3 +214,57 @@ def test_default_schedule_keeps_results(rng):
 
 
 _ = Call
+
+
+def _mvn_module():
+    """ONNX's MeanVarianceNormalization as exported: d = x - mean(x); d / (sqrt(mean(d * d)) + eps),
+    d read by two kernels, the two means one shared kernel."""
+    x = Var("x", tensor((4, 6)))
+    bb = BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            d = bb.emit(op.subtract(x, op.mean(x, axis=1, keepdims=True)))
+            var = bb.emit(op.mean(op.multiply(d, d), axis=1, keepdims=True))
+            out = bb.emit_output(op.divide(d, op.add(op.sqrt(var), Constant(np.float32(1e-9)))))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _mvn(x):
+    d = x - x.mean(axis=1, keepdims=True)
+    return d / (np.sqrt((d * d).mean(axis=1, keepdims=True)) + 1e-9)
+
+
+def test_a_value_read_by_several_kernels_of_one_group_fuses_and_keeps_its_values(rng):
+    """d is read by the multiply and the divide: once the variance's chain has become one group
+    ending in the divide, d's group (mean, subtract) joins it on the grouping's next round, and
+    the one kernel (the shared mean kernel called twice) computes what numpy does."""
+    fused = fuse_ops(dead_code_elimination(legalize_ops(normalize(_mvn_module()))))
+    groups = [f for _, f in fused if isinstance(f, Function) and f.attrs.get("primitive")]
+    assert len(groups) == 1 and len(groups[0].body.blocks[0].bindings) == 7
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    out, _ = run(_mvn_module(), x, blas=False)
+    np.testing.assert_allclose(out, _mvn(x), rtol=1e-4, atol=1e-5)
+
+
+def test_fuse_tir_gives_each_call_of_a_kernel_its_own_temporaries(rng):
+    """A group calling the mean kernel twice (merged by hand: fuse_ops makes no such group):
+    each call's accumulator is a buffer of its own, the merged kernel computes both means."""
+    from refcomp.graph.passes.fuse_ops import _make_group
+
+    legal = dead_code_elimination(legalize_ops(normalize(_mvn_module())))
+    steps = bindings(legal)
+    assert steps[0].value.args[0].name == steps[3].value.args[0].name  # the shared mean kernel
+    new_funcs = {}
+    group = _make_group(steps, [0, 1, 2, 3], "reduction", new_funcs, "main")
+    (name, fn), = new_funcs.items()
+    module = legal.with_function(name, fn)
+    merged, _ = __import__("refcomp.graph.passes.fuse_tir", fromlist=["merge_group"]).merge_group(fn, module, name)
+    temps = [b for b in merged.body.block.alloc_buffers]
+    assert len({id(b) for b in temps}) == len(temps) and len({b.name for b in temps}) == len(temps)
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    out = np.zeros((4, 1), np.float32)
+    refcomp.build(merged, target="interpret")(x, out)
+    d = x - x.mean(axis=1, keepdims=True)
+    np.testing.assert_allclose(out, (d * d).mean(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+    assert group.var is steps[3].var

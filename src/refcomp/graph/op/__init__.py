@@ -3,7 +3,7 @@
 `registry.get(name)` gives an operator's shape rule, legalization, numpy reference and pattern.
 """
 from .registry import REGISTRY, OpInfo, get, names, register  # noqa: F401
-from .base import call_dps_packed, call_tir  # noqa: F401
+from .base import call_dps_packed, call_tir, view  # noqa: F401
 from .elementwise import *  # noqa: F401,F403
 from .elementwise import BINARY_NAMES, UNARY_NAMES, astype, clip, where  # noqa: F401
 from .linear import dense, linear, matmul  # noqa: F401

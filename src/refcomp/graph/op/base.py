@@ -2,6 +2,10 @@
 
 Both use destination passing: the callee receives the inputs, then preallocated outputs whose
 struct info the call declares (`sinfo_args`), then any trailing symbolic scalars (`tir_vars`).
+
+`view(x, shape)` is the lowered form of a reshape: x's storage read under another shape with the
+same elements in row-major order, no kernel and no copy (passes.reshape_views makes it from a
+call_tir whose PrimFunc is a pure reshape; the VM and the compiled graph function alias x).
 """
 from __future__ import annotations
 
@@ -9,9 +13,10 @@ from typing import Any, Sequence
 
 from ...ast import expr as tir
 from ...ast.graph import Call, ExternFunc, GlobalVar, Op
-from ...ast.graph_struct_info import StructInfo, TensorStructInfo, TupleStructInfo
+from ...ast.graph_struct_info import StructInfo, TensorStructInfo, TupleStructInfo, as_dim
 from ...errors import IRError
-from ._common import as_expr
+from ..shape_facts import product
+from ._common import as_expr, make_call
 from .registry import register
 
 
@@ -51,3 +56,21 @@ def _no_reference(*_: Any, **__: Any):
 register("call_tir", infer=_dps_infer, reference=_no_reference, pattern="opaque", doc="call a module PrimFunc")
 register("call_dps_packed", infer=_dps_infer, reference=_no_reference, pattern="opaque",
          doc="call an external function")
+
+
+def view(x, shape: Sequence[Any]) -> Call:
+    """x's storage under `shape` (the same element count, row-major): a reshape without a copy."""
+    return make_call("view", x, shape=tuple(shape))
+
+
+def _view_infer(call, ctx):
+    x = ctx.tensor(0)
+    target = tuple(as_dim(d) for d in ctx.attr("shape"))
+    if x.shape is None:
+        ctx.fail(f"needs a tensor of known shape, got {x}", kind=IRError)
+    ctx.require_equal(product(x.shape), product(target), f"view of {x} as {target}: element counts")
+    return TensorStructInfo(target, x.dtype)
+
+
+register("view", infer=_view_infer, reference=lambda x, shape: x.reshape(tuple(int(d) for d in shape)),
+         pattern="injective", doc="x's storage under another shape of the same size (no copy)")

@@ -6,3 +6,4 @@ from .legalize_ops import legalize_ops  # noqa: F401
 from .lower_to_vm import lower_to_vm  # noqa: F401
 from .normalize import normalize  # noqa: F401
 from .plan_memory import arena_expression, arena_size, plan_memory  # noqa: F401
+from .reshape_views import rewrite_reshape_views  # noqa: F401

@@ -65,28 +65,34 @@ def _fuse_block(block: DataflowBlock, mod: IRModule, new_funcs: dict, func_name:
             k = group[k]
         return k
 
-    for k, b in enumerate(bindings):
-        if k not in patterns:
-            continue
-        for arg in b.value.args[1:]:
-            j = producer_of.get(arg)
-            if j is None or j >= k:
+    # Until nothing changes: a value read by several kernels (a GELU's x read three times) fuses
+    # once its readers have joined one group, which is known only after their own fusions.
+    changed = True
+    while changed:
+        changed = False
+        for k, b in enumerate(bindings):
+            if k not in patterns:
                 continue
-            if arg in outer_uses or not isinstance(arg, DataflowVar):
-                continue
-            lj, lk = leader(j), leader(k)
-            if lj == lk:
-                continue
-            if not set(users.get(arg, ())) <= set(members[lk]):
-                continue  # a kernel outside the consumer's group reads the value too
-            if members[lj][-1] != j:
-                continue  # the producer's group must end with the producer
-            if not _can_fuse(group_pattern[lj], patterns[k] if lk == k else group_pattern[lk]):
-                continue
-            pattern = _combine(group_pattern[lj], group_pattern[lk])
-            group[lj] = lk
-            members[lk] = sorted(members[lj] + members[lk])
-            group_pattern[lk] = pattern
+            for arg in b.value.args[1:]:
+                j = producer_of.get(arg)
+                if j is None or j >= k:
+                    continue
+                if arg in outer_uses or not isinstance(arg, DataflowVar):
+                    continue
+                lj, lk = leader(j), leader(k)
+                if lj == lk:
+                    continue
+                if not set(users.get(arg, ())) <= set(members[lk]):
+                    continue  # a kernel outside the consumer's group reads the value too
+                if members[lj][-1] != j:
+                    continue  # the producer's group must end with the producer
+                if not _can_fuse(group_pattern[lj], patterns[k] if lk == k else group_pattern[lk]):
+                    continue
+                pattern = _combine(group_pattern[lj], group_pattern[lk])
+                group[lj] = lk
+                members[lk] = sorted(members[lj] + members[lk])
+                group_pattern[lk] = pattern
+                changed = True
     out = []
     emitted = set()
     for k, b in enumerate(bindings):

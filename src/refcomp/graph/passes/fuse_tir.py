@@ -54,6 +54,7 @@ def merge_group(fn: Function, mod: IRModule, name: str) -> tuple[PrimFunc, tuple
         params.append(buf)
     bindings = [b for block in fn.body.blocks for b in block.bindings]
     names: set = set()
+    temps: set = set()  # the member kernels' own root buffers met so far
     stages, allocs, intermediates = [], [], []
     for k, b in enumerate(bindings):
         call = b.value
@@ -79,6 +80,11 @@ def merge_group(fn: Function, mod: IRModule, name: str) -> tuple[PrimFunc, tuple
         root = member.body
         if not (isinstance(root, BlockRealize) and root.block.name == "root"):
             raise RefcompError(f"fuse_tir: kernel {callee.name} has no root block")
+        for temp in root.block.alloc_buffers:
+            # a kernel called twice in the group: each call gets temporaries of its own
+            if temp in temps:
+                mapping[temp] = temp.with_(name=f"{temp.name}_{len(temps)}")
+            temps.add(temp)
         rewriter = _Rewrite(mapping, names)
         stages.append(rewriter.visit(root.block.body))
         allocs.extend(rewriter.visit(a) for a in root.block.alloc_buffers)

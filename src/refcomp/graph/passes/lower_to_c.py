@@ -299,6 +299,10 @@ class _Lowering:
                 self.constants.append(array)
                 self.regs[inst.dst] = ("tensor", f"consts[{len(self.constants) - 1}]",
                                        [f"INT64_C({d})" for d in array.shape], str(array.dtype), None)
+            elif kind is V.View:
+                # the source's storage under the view's dims (plan_memory keeps it live while the view is read)
+                _, pointer, _, dtype, _ = self.tensor(inst.src, "the source of a view")
+                self.regs[inst.dst] = ("tensor", pointer, [self.expr(d) for d in inst.shape], dtype, None)
             elif kind is V.Move:
                 self.regs[inst.dst] = self.regs.get(inst.src)
             elif kind is V.MakeTuple:

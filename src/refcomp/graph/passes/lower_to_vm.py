@@ -120,6 +120,8 @@ class _Lowering:
             else:
                 code.append(V.CallPacked(callee.symbol, arg_regs, tuple(outs)))
             code.append(V.Move(dst, outs[0]) if len(outs) == 1 else V.MakeTuple(dst, tuple(outs)))
+        elif name == "view":
+            code.append(V.View(dst, self.value(call.args[0], code), tuple(call.struct_info.shape)))
         elif name == "tensor_to_shape":
             code.append(V.TensorToShape(dst, self.value(call.args[0], code)))
         elif isinstance(call.op, Op) and (get_op(name).host or moves_strings(name, call.args)):

@@ -6,6 +6,9 @@ tensor in it is dead (its last reader has run).  A token's size is the largest b
 tensors it holds, bounded using the function's `tir_var_upper_bound` attribute ({size var name:
 max value}); a tensor whose size has no finite bound is left to fresh allocation (never guessed).
 
+A view of a tensor (R.view, from passes.reshape_views) shares its storage: the view gets no token
+of its own, and the source's token stays busy until the view's last reader has run.
+
 The plan is recorded in the function's attrs: `memory_plan` maps binding position (block,
 binding) to token, `storage_bytes` holds each token's size expression and `storage_limits` its
 value at the upper bounds.  `arena_size(func)` reports the total.
@@ -52,16 +55,22 @@ def _plan(func: Function) -> Function:
     for bi, block in enumerate(func.body.blocks):
         for k, b in enumerate(block.bindings):
             positions.append((bi, k, b))
+    # A view (R.view) reads its source's storage: its readers count as readers of the source.
+    source_of: dict[Var, Var] = {}
+    for _, _, b in positions:
+        value = b.value
+        if isinstance(value, Call) and value.op_name == "view" and isinstance(value.args[0], Var):
+            source_of[b.var] = source_of.get(value.args[0], value.args[0])
     kernel_uses: dict[Var, list[int]] = {}
-    other_uses: set[Var] = set(used_vars(func.body.body))
+    other_uses: set[Var] = {source_of.get(v, v) for v in used_vars(func.body.body)}
     for step, (_, _, b) in enumerate(positions):
         value = b.value
         if isinstance(value, Call) and value.op_name in ("call_tir", "call_dps_packed"):
             for a in value.args[1:]:
                 if isinstance(a, Var):
-                    kernel_uses.setdefault(a, []).append(step)
-        else:
-            other_uses.update(used_vars(value))
+                    kernel_uses.setdefault(source_of.get(a, a), []).append(step)
+        elif b.var not in source_of:
+            other_uses.update(source_of.get(v, v) for v in used_vars(value))
     candidates = {}
     for step, (bi, k, b) in enumerate(positions):
         value = b.value
