@@ -129,13 +129,13 @@ def test_half_width_vectors_use_the_avx2_variants_on_avx512():
     assert "RC_MVECH1_F32(log)" in source and "_ZGVdN8v_##name##f" in source
 
 
-def _exp_kernel(lanes: int) -> PrimFunc:
+def _exp_kernel(lanes: int, op: str = "exp") -> PrimFunc:
     n = SizeVar("n", "int32")
     A, B = Buffer("A", (n * lanes,), "float32"), Buffer("B", (n * lanes,), "float32")
     i = Var("i", "int32")
     ramp = Ramp(i * lanes, IntImm(1), lanes)
-    body = For(i, 0, n, "serial", BufferStore(B, Call("exp", (A[ramp],), f"float32x{lanes}"), (ramp,)))
-    return PrimFunc((A, B), body, f"exp_{lanes}")
+    body = For(i, 0, n, "serial", BufferStore(B, Call(op, (A[ramp],), f"float32x{lanes}"), (ramp,)))
+    return PrimFunc((A, B), body, f"{op}_{lanes}")
 
 
 @pytest.mark.parametrize("lanes", [4, 8, 16])
@@ -163,3 +163,28 @@ def test_inline_float32_exp_over_a_sweep_of_all_floats(lanes, vector_isa, rng):
     small = np.isfinite(want) & ~normal
     step = float(np.finfo(np.float32).smallest_subnormal)
     assert np.abs(y[small].astype(np.float64) - ref[small]).max() <= step
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+def test_inline_float32_tanh_over_a_sweep_of_all_floats(lanes, vector_isa, rng):
+    """The inline float32 tanh against float64 tanh on every 4099th float32 bit pattern and
+    specials (the branch point 0.625 and its neighbours, subnormals, -0, inf, NaN): within
+    1.5 ulp, the sign bit of x's (tanh(-0) is -0), +-1 past 9, NaN for NaN."""
+    lib = refcomp.build(_exp_kernel(lanes, "tanh"), target="c -Werror", bounds="off")
+    assert "RC_MVEC1_F32(tanh)" not in lib.source
+    sweep = np.arange(int(rng.integers(0, 4099)), 1 << 32, 4099, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    special = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 0.625, -0.625, np.nextafter(np.float32(0.625), 0),
+                        np.nextafter(np.float32(0.625), 1), 9.0, -9.0, 44.0, 1e-45, -1e-45, 1e-30, 88.0, 1e30],
+                       np.float32)
+    x = np.concatenate([special, sweep])
+    x = np.concatenate([x, np.zeros((-len(x)) % lanes, np.float32)])
+    y = np.full_like(x, 12345.0)
+    lib(x, y)
+    ref = np.tanh(x.astype(np.float64))
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(x))
+    finite = ~np.isnan(x)
+    np.testing.assert_array_equal(np.signbit(y[finite]), np.signbit(x[finite]))
+    want = ref[finite].astype(np.float32)
+    spacing = np.spacing(np.abs(want)).astype(np.float64)
+    ulps = np.abs(y[finite].astype(np.float64) - ref[finite]) / spacing
+    assert ulps.max() <= 1.5, f"{ulps.max():.2f} ulp at x={x[finite][np.argmax(ulps)]!r}"
