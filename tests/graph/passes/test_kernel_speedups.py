@@ -169,6 +169,21 @@ def test_short_constant_leading_loops_are_fused_before_parallel():
     assert par.extent.value == 6
 
 
+def test_only_the_loops_making_64_iterations_are_fused(rng):
+    """A (2, 1280, 3, 3) NCHW8c -> NCHW copy: n and c fused (2560 iterations), y and x stay nested
+    loops, so the element's indices divide nothing; the copy still equals numpy's."""
+    x = Var("x", tensor((2, 160, 3, 3, 8)))
+    mod = single_output([x], lambda bb, x: op.layout_transform(x, "NCHW8c", "NCHW"))
+    (func,) = kernels(legalize_ops(mod)).values()
+    scheduled = schedule_kernel(func)
+    (par,) = loops_of(scheduled, "parallel")
+    assert par.extent.value == 2 * 1280
+    assert [loop.extent.value for loop in collect(par.body, For)] == [3, 3]
+    xv = rng.standard_normal((2, 160, 3, 3, 8)).astype(np.float32)
+    out, _ = vm_run(mod, xv)
+    np.testing.assert_array_equal(out, xv.transpose(0, 1, 4, 2, 3).reshape(2, 1280, 3, 3))
+
+
 def test_vectorized_row_reduction_has_its_init_outside_the_vector_loop(rng):
     n = SizeVar("n", "int64")
     x = Var("x", tensor((n, n)))
