@@ -28,14 +28,17 @@ from .common import graph_functions, replace_in_binding, replace_vars
 
 
 def _shape(expr) -> tuple | None:
-    info = expr.struct_info
+    """expr's dims when it is a tensor of known shape, else None (also used by sink_reshapes)."""
+    info = getattr(expr, "struct_info", None)
     if isinstance(info, TensorStructInfo) and info.shape is not None:
         return tuple(info.shape)
     return None
 
 
-def _same_dims(a: tuple, b: tuple) -> bool:
-    return len(a) == len(b) and all(decide_equal(x, y).status == "proved" for x, y in zip(a, b))
+def _same_dims(a: tuple | None, b: tuple | None) -> bool:
+    """Both shapes known, of one rank, every dim proved equal."""
+    return (a is not None and b is not None and len(a) == len(b)
+            and all(decide_equal(x, y).status == "proved" for x, y in zip(a, b)))
 
 
 def _is_op(value, name: str) -> bool:

@@ -30,8 +30,9 @@ from ...errors import RefcompError
 from ..block_builder import BlockBuilder
 from ..op.manipulate import reshape
 from ..op.registry import get as get_op
-from ..shape_facts import const_value, decide_equal
+from ..shape_facts import const_value
 from .common import graph_functions, replace_in_binding, replace_vars
+from .fold_reshapes import _is_op, _same_dims, _shape
 
 _POINTWISE = ("elementwise", "broadcast")
 _POSITIONAL_ATTRS = ("shape", "axis", "axes")
@@ -49,22 +50,6 @@ def sink_reshapes(mod: IRModule) -> IRModule:
             body = func.body.with_(blocks=tuple(blocks), body=replace_vars(func.body.body, mapping))
             mod = mod.with_function(name, func.with_(body=body))
     return mod
-
-
-def _shape(expr) -> tuple | None:
-    info = getattr(expr, "struct_info", None)
-    if isinstance(info, TensorStructInfo) and info.shape is not None:
-        return tuple(info.shape)
-    return None
-
-
-def _same_dims(a, b) -> bool:
-    return (a is not None and b is not None and len(a) == len(b)
-            and all(decide_equal(x, y).status == "proved" for x, y in zip(a, b)))
-
-
-def _is_op(value, name: str) -> bool:
-    return isinstance(value, Call) and isinstance(value.op, Op) and value.op_name == name
 
 
 def _sink_block(block, mapping: dict, bb: BlockBuilder):
