@@ -822,3 +822,31 @@ def test_fp32_recipe_with_k_one(vector_isa, m, n, transposed):
     func = _linear(m, n, 1) if transposed else _matmul(m, n, 1)
     sch = recipes.matmul_fp32(func)
     _check_fp32_product(np.random.default_rng(m), refcomp.build(sch.func), func, m, n, 1, transposed)
+
+
+@pytest.mark.parametrize("kc", [48, 16])
+def test_the_epilogue_runs_one_loop_inside_the_block_where_c_is_final(rng, kc):
+    """With the whole K in one slab, D goes under the loop just inside the parallel block loop
+    (each panel or row block of C is finished while in cache); with K in slabs that loop is the
+    slab loop, where C is not final, so D stays under the parallel loop.  Values equal numpy's."""
+    m, n, k = 30, 64, 48
+    a = te.placeholder((m, k), "float32", "A")
+    b = te.placeholder((k, n), "float32", "B")
+    bias = te.placeholder((n,), "float32", "bias")
+    r = te.reduce_axis((0, k), "k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    d = te.compute((m, n), lambda i, j: _gelu_te(c[i, j] + bias[j]), name="D")
+    sch = recipes.matmul_bias_gelu(te.create_prim_func([a, b, bias, d]), tiling=recipes.Tiling(mc=24, nc=32, kc=kc))
+    c_loops = [sch.get(l) for l in sch.get_loops(sch.get_block("C_o"))]
+    d_loops = [sch.get(l) for l in sch.get_loops(sch.get_block("D"))]
+    position = next(p for p, loop in enumerate(c_loops) if loop.kind == "parallel")
+    names = lambda loops: [loop.loop_var.name for loop in loops]  # noqa: E731
+    assert names(d_loops)[position] == names(c_loops)[position]
+    shares_next = names(d_loops)[position + 1] == names(c_loops)[position + 1]
+    assert shares_next == (kc == k)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    y = rng.standard_normal((k, n)).astype(np.float32)
+    z = rng.standard_normal(n).astype(np.float32)
+    out = np.zeros((m, n), np.float32)
+    refcomp.build(sch.func)(x, y, z, out)
+    np.testing.assert_allclose(out, _gelu_np(x.astype(np.float64) @ y + z), rtol=1e-4, atol=1e-4)
