@@ -383,15 +383,20 @@ def _gelu_np(x):
     return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
 
 
-def test_fused_matmul_bias_gelu(rng):
-    m, n, k = 30, 64, 48
+def _matmul_bias_gelu_func(m: int, n: int, k: int):
+    """D = gelu(A @ B + bias), C the product's block."""
     a = te.placeholder((m, k), "float32", "A")
     b = te.placeholder((k, n), "float32", "B")
     bias = te.placeholder((n,), "float32", "bias")
     r = te.reduce_axis((0, k), "k")
     c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
     d = te.compute((m, n), lambda i, j: _gelu_te(c[i, j] + bias[j]), name="D")
-    sch = recipes.matmul_bias_gelu(te.create_prim_func([a, b, bias, d]), tiling=SMALL)
+    return te.create_prim_func([a, b, bias, d])
+
+
+def test_fused_matmul_bias_gelu(rng):
+    m, n, k = 30, 64, 48
+    sch = recipes.matmul_bias_gelu(_matmul_bias_gelu_func(m, n, k), tiling=SMALL)
     # the epilogue sits inside the parallel block loop, after the matmul of each block
     text = sch.func.script()
     assert text.index('T.block("C_o")') < text.index('T.block("D")')
@@ -830,13 +835,7 @@ def test_the_epilogue_runs_one_loop_inside_the_block_where_c_is_final(rng, kc):
     (each panel or row block of C is finished while in cache); with K in slabs that loop is the
     slab loop, where C is not final, so D stays under the parallel loop.  Values equal numpy's."""
     m, n, k = 30, 64, 48
-    a = te.placeholder((m, k), "float32", "A")
-    b = te.placeholder((k, n), "float32", "B")
-    bias = te.placeholder((n,), "float32", "bias")
-    r = te.reduce_axis((0, k), "k")
-    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
-    d = te.compute((m, n), lambda i, j: _gelu_te(c[i, j] + bias[j]), name="D")
-    sch = recipes.matmul_bias_gelu(te.create_prim_func([a, b, bias, d]), tiling=recipes.Tiling(mc=24, nc=32, kc=kc))
+    sch = recipes.matmul_bias_gelu(_matmul_bias_gelu_func(m, n, k), tiling=recipes.Tiling(mc=24, nc=32, kc=kc))
     c_loops = [sch.get(l) for l in sch.get_loops(sch.get_block("C_o"))]
     d_loops = [sch.get(l) for l in sch.get_loops(sch.get_block("D"))]
     position = next(p for p, loop in enumerate(c_loops) if loop.kind == "parallel")
