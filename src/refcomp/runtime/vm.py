@@ -139,9 +139,6 @@ class View:
     src: int
     shape: tuple
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", tuple(self.shape))
-
 
 @dataclass(frozen=True)
 class MakeTuple:

@@ -24,13 +24,9 @@ from ...ast.graph import Call, GlobalVar, Var, VarBinding
 from ...ast.graph_struct_info import TensorStructInfo
 from ...ast.stmt import Block, BlockRealize, BufferStore, For, Stmt
 from ...loops.passes.flatten_buffers import flat_index, flat_length
-from ...shape import Analyzer
 from ..op.base import view
+from ..shape_facts import decide_equal, is_const
 from .common import graph_functions, map_blocks, used_vars, with_bindings
-
-# Prover time per claim: the flat indices of a reshape are short expressions.
-_PROOF_MS = 2000
-
 
 def is_reshape(func: PrimFunc) -> bool:
     """Whether func writes its second buffer as its first read in row-major order (see module)."""
@@ -54,18 +50,17 @@ def is_reshape(func: PrimFunc) -> bool:
     spatial = [iv.var for iv in block.iter_vars]
     if list(store.indices) != spatial or len(spatial) != len(target.shape):
         return False
-    analyzer = Analyzer()
+    ranges = []  # each iter var in [0, its extent): the facts the flat index claim holds under
     for iv, loop, value, dim in zip(block.iter_vars, loops, realize.iter_values, target.shape):
         # the loop nest runs the block once for each point of the output's shape
         if value is not loop.loop_var or not _is_zero(loop.min) or not _is_zero(iv.dom.min):
             return False
-        if not (_equal(loop.extent, iv.dom.extent) and _equal(iv.dom.extent, dim)):
+        if not (_proved(loop.extent, iv.dom.extent) and _proved(iv.dom.extent, dim)):
             return False
-        analyzer.bind(iv.var, iv.dom)
+        ranges += [tir.LE(tir.IntImm(0, iv.var.dtype), iv.var), tir.LT(iv.var, iv.dom.extent)]
     written = flat_index(target, tuple(store.indices))
     read = flat_index(source, tuple(store.value.indices))
-    return (_proved(analyzer, _same(written, read))
-            and _proved(Analyzer(), _same(flat_length(source), flat_length(target))))
+    return _proved(written, read, ranges) and _proved(flat_length(source), flat_length(target))
 
 
 def _single_block_nest(body: Stmt) -> tuple[list[For], BlockRealize] | None:
@@ -90,30 +85,16 @@ def _single_block_nest(body: Stmt) -> tuple[list[For], BlockRealize] | None:
 
 
 def _is_zero(e) -> bool:
-    return e is None or (isinstance(e, tir.IntImm) and e.value == 0)
+    return e is None or is_const(e, 0)
 
 
 def _is_true(e) -> bool:
-    return isinstance(e, tir.IntImm) and e.value != 0
+    return is_const(e, 1)
 
 
-def _equal(a, b) -> bool:
-    return _proved(Analyzer(), _same(a, b))
-
-
-def _same(a, b):
-    """a == b compared as int64 (index expressions of different buffers may be int32 and int64)."""
-    return tir.EQ(_int64(a), _int64(b))
-
-
-def _int64(e):
-    return e if e.dtype == "int64" else tir.Cast("int64", e)
-
-
-def _proved(analyzer: Analyzer, claim) -> bool:
-    if analyzer.can_prove(claim):
-        return True
-    return analyzer.prove(claim, timeout_ms=_PROOF_MS).proved
+def _proved(a, b, assumptions=()) -> bool:
+    """a == b proved (Z3 where the simplifier stops), int32 and int64 compared as int64."""
+    return decide_equal(a, b, assumptions).status == "proved"
 
 
 def rewrite_reshape_views(mod: IRModule) -> IRModule:
@@ -165,10 +146,7 @@ def _escaping_vars(func) -> set:
     for block in func.body.blocks:
         for b in block.bindings:
             value = b.value
-            if not isinstance(b, VarBinding):
-                out.update(used_vars(value))
-            elif isinstance(value, Call) and value.op_name in ("call_tir", "call_dps_packed"):
-                continue
-            else:
+            if not (isinstance(b, VarBinding) and isinstance(value, Call)
+                    and value.op_name in ("call_tir", "call_dps_packed")):
                 out.update(used_vars(value))
     return out

@@ -12,7 +12,8 @@ W[j, k] as a `linear` layer stores it.
 from __future__ import annotations
 
 from ...ast import PrimFunc, as_int
-from ...errors import RefcompError, ScheduleError
+from ...errors import RefcompError
+from ..primitives.cross_thread import carries_reduction
 from ..schedule import Schedule
 from .matmul import Tiling, as_schedule, matmul_fp32
 
@@ -40,11 +41,15 @@ def matmul_bias_gelu(func_or_sch: PrimFunc | Schedule, matmul_block: str = "C", 
     epilogue = sch.get_block(epilogue_block)
     position = loops.index(block_loop)
     inner = loops[position + 1] if position + 1 < len(loops) else None
-    try:
-        if inner is None or _binds_reduction(sch, sch.get_block(matmul_block + "_o"), inner):
-            raise ScheduleError("C is not final inside the block loop")  # a K slab loop: D once per slab
-        sch.reverse_compute_at(epilogue, inner)
-    except RefcompError:
+    placed = False
+    # not under a K slab loop: the primitive would take it and run D once per slab
+    if inner is not None and not carries_reduction(sch.get(inner)):
+        try:
+            sch.reverse_compute_at(epilogue, inner)
+            placed = True
+        except RefcompError:
+            pass  # refused: under the block loop, below
+    if not placed:
         sch.reverse_compute_at(epilogue, block_loop)
     loops = sch.get_loops(epilogue)
     inner = loops[-1]
@@ -54,14 +59,3 @@ def matmul_bias_gelu(func_or_sch: PrimFunc | Schedule, matmul_block: str = "C", 
         sch.vectorize(lanes)
     return sch
 
-
-def _binds_reduction(sch: Schedule, block_rv, loop_rv) -> bool:
-    """Whether the loop's var feeds a reduce iter of the block (a K slab loop of the matmul)."""
-    from ...ast.functor import collect, free_vars
-    from ...ast.stmt import BlockRealize
-
-    block = sch.get(block_rv)
-    var = sch.get(loop_rv).loop_var
-    realize = next(r for r in collect(sch.func.body, BlockRealize) if r.block is block)
-    return any(iv.kind == "reduce" and any(v is var for v in free_vars(value))
-               for iv, value in zip(block.iter_vars, realize.iter_values))
