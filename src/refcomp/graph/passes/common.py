@@ -116,6 +116,19 @@ def map_blocks(func: Function, fn: Callable[[BindingBlock], BindingBlock | None]
     return func.with_(body=SeqExpr(tuple(blocks), func.body.body, func.body.struct_info))
 
 
+def rewrite_blocks(mod: IRModule, rewrite_block: Callable[[BindingBlock, dict], BindingBlock]) -> IRModule:
+    """mod with each graph function's blocks through rewrite_block(block, mapping), the function's
+    own mapping: a rewrite that drops a binding maps its var to what its uses read now, and the
+    later blocks (rewrite_block applies mapping to them) and the function's result follow it."""
+    for name, func in graph_functions(mod):
+        mapping: dict = {}
+        blocks = [rewrite_block(block, mapping) for block in func.body.blocks]
+        if any(new is not old for new, old in zip(blocks, func.body.blocks)):
+            body = func.body.with_(blocks=tuple(blocks), body=replace_vars(func.body.body, mapping))
+            mod = mod.with_function(name, func.with_(body=body))
+    return mod
+
+
 def with_bindings(block: BindingBlock, bindings: Iterable[Binding]) -> BindingBlock:
     bindings = tuple(bindings)
     if len(bindings) == len(block.bindings) and all(a is b for a, b in zip(bindings, block.bindings)):
@@ -128,4 +141,4 @@ def is_dataflow(block: BindingBlock) -> bool:
 
 
 __all__ = ["graph_functions", "used_vars", "replace_vars", "replace_in_seq", "replace_in_binding", "map_blocks",
-           "with_bindings", "is_dataflow", "VarBinding", "MatchCast"]
+           "rewrite_blocks", "with_bindings", "is_dataflow", "VarBinding", "MatchCast"]

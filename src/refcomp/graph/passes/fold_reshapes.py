@@ -24,7 +24,7 @@ from ..block_builder import BlockBuilder
 from ..op.linear import matmul
 from ..op.manipulate import reshape
 from ..shape_facts import decide_equal
-from .common import graph_functions, replace_in_binding, replace_vars
+from .common import replace_in_binding, rewrite_blocks
 
 
 def _shape(expr) -> tuple | None:
@@ -61,13 +61,8 @@ def fold_reshapes(mod: IRModule) -> IRModule:
     """The module with products over flattened rows made over the rows as they are, and reshapes
     of reshapes folded (module doc)."""
     bb = BlockBuilder(mod)
-    for name, func in graph_functions(mod):
-        mapping: dict = {}  # a reshape that restores its source's shape -> that source
-        blocks = [_fold_block(block, mapping, bb) for block in func.body.blocks]
-        if any(new is not old for new, old in zip(blocks, func.body.blocks)):
-            body = func.body.with_(blocks=tuple(blocks), body=replace_vars(func.body.body, mapping))
-            mod = mod.with_function(name, func.with_(body=body))
-    return mod
+    # mapping: a reshape that restores its source's shape -> that source
+    return rewrite_blocks(mod, lambda block, mapping: _fold_block(block, mapping, bb))
 
 
 def _fold_block(block, mapping: dict, bb: BlockBuilder):

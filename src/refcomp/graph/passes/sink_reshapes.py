@@ -31,7 +31,7 @@ from ..block_builder import BlockBuilder
 from ..op.manipulate import reshape
 from ..op.registry import get as get_op
 from ..shape_facts import const_value
-from .common import graph_functions, replace_in_binding, replace_vars
+from .common import replace_in_binding, rewrite_blocks
 from .fold_reshapes import _is_op, _same_dims, _shape
 
 _POINTWISE = ("elementwise", "broadcast")
@@ -41,15 +41,8 @@ _POSITIONAL_ATTRS = ("shape", "axis", "axes")
 def sink_reshapes(mod: IRModule) -> IRModule:
     """The module with element-wise regions after a reshape run on its source (module doc)."""
     bb = BlockBuilder(mod)
-    for name, func in graph_functions(mod):
-        if func.attrs.get("primitive"):
-            continue
-        mapping: dict = {}  # a round trip's final reshape -> the region value it restores
-        blocks = [_sink_block(block, mapping, bb) for block in func.body.blocks]
-        if any(new is not old for new, old in zip(blocks, func.body.blocks)):
-            body = func.body.with_(blocks=tuple(blocks), body=replace_vars(func.body.body, mapping))
-            mod = mod.with_function(name, func.with_(body=body))
-    return mod
+    # mapping: a round trip's final reshape -> the region value it restores
+    return rewrite_blocks(mod, lambda block, mapping: _sink_block(block, mapping, bb))
 
 
 def _sink_block(block, mapping: dict, bb: BlockBuilder):
@@ -74,13 +67,14 @@ def _sink_one(bindings: list, start: int, mapping: dict, bb: BlockBuilder, dataf
     source_shape, reshaped = _shape(source), _shape(r.var)
     if not isinstance(source, Var) or source_shape is None or reshaped is None:
         return None
-    region = {r.var: source}  # region var -> its value on the source's shape
+    region = {r.var}  # the region's values (in r's shape)
     members = []  # positions of the region's op bindings
+    width = _row_width(source_shape, reshaped)
     for k in range(start + 1, len(bindings)):
         b = bindings[k]
-        if isinstance(b, VarBinding) and _joins(b.value, region, _row_width(source_shape, reshaped)):
+        if isinstance(b, VarBinding) and _joins(b.value, region, width):
             members.append(k)
-            region[b.var] = None  # filled in below, once the region is known to pay
+            region.add(b.var)
     round_trips = [k for k in range(start + 1, len(bindings))
                    if isinstance(bindings[k], VarBinding) and _is_op(bindings[k].value, "reshape")
                    and bindings[k].value.args[0] in region and bindings[k].value.args[0] is not r.var
@@ -90,7 +84,7 @@ def _sink_one(bindings: list, start: int, mapping: dict, bb: BlockBuilder, dataf
         return None
     fresh = DataflowVar if dataflow else Var
     out = list(bindings[:start + 1])
-    flat: dict = {r.var: source}
+    flat: dict = {r.var: source}  # region value -> its value on the source's shape
     try:
         for k in range(start + 1, len(bindings)):
             b = bindings[k]
@@ -131,7 +125,7 @@ def _is_row_vector(shape: tuple, width) -> bool:
             and all(const_value(d) == 1 for d in shape[:-1]))
 
 
-def _joins(value, region: dict, width) -> bool:
+def _joins(value, region: set, width) -> bool:
     """Whether `value` is a point-wise op on region values, 0-d tensors and (when the reshape
     keeps the last dim, `width`) vectors along the last dim, one region value at least."""
     if not isinstance(value, Call) or not isinstance(value.op, Op):
@@ -148,8 +142,8 @@ def _joins(value, region: dict, width) -> bool:
             reads_region = True
         elif isinstance(arg, PrimValue):
             continue
-        elif isinstance(arg, (Var, Constant)) and _shape(arg) is not None and (
-                _shape(arg) == () or _is_row_vector(_shape(arg), width)):
+        elif isinstance(arg, (Var, Constant)) and (shape := _shape(arg)) is not None and (
+                shape == () or _is_row_vector(shape, width)):
             continue
         else:
             return False
