@@ -64,7 +64,7 @@ def _value(bits):
 @pytest.mark.parametrize("m,n,k", [(37, 32, 48), (48, 64, 96), (5, 16, 16)])
 def test_fp32_recipe_matches_numpy(rng, m, n, k):
     sch = recipes.matmul_fp32(_matmul(m, n, k), tiling=SMALL)
-    assert _tensorized_with(sch.func) <= {"x86.avx2.sgemm_6x16", "x86.avx512.sgemm_12x32",
+    assert _tensorized_with(sch.func) <= {"x86.avx2.sgemm_6x16", "x86.avx2.sgemm_6x16_panel", "x86.avx512.sgemm_12x32",
                                           "x86.avx512.sgemm_6x64_unrolled"}
     assert _tensorized_with(sch.func)
     a = rng.standard_normal((m, k)).astype(np.float32)
@@ -290,7 +290,7 @@ def test_fp32_recipe_16_wide_panels_of_w_pack_by_the_avx2_transpose(rng, vector_
         for m in (1, 13, 50, te.size_var("m")):
             sch = recipes.matmul_fp32(_linear(m, n, k), tiling=recipes.Tiling(mc=24, nc=16, kc=k))
             tiles = _tensorized_with(sch.func)
-            assert "x86.avx2.sgemm_6x16" in tiles
+            assert tiles & {"x86.avx2.sgemm_6x16", "x86.avx2.sgemm_6x16_panel"}
             assert ("x86.avx2.transpose_f32_16x8_at" in tiles) == (k % 8 == 0)
             lib = refcomp.build(sch.func)
             for rows in ((m,) if isinstance(m, int) else (1, 7, 31)):
@@ -552,26 +552,40 @@ def test_avx2_tile_takes_its_own_blocks(cache_sizes, l2, n, k, kc, nc):
     tiling = _fp32_tiling("x86.avx2.sgemm_6x16", recipes.Tiling(), n, k)
     assert (tiling.kc, tiling.nc, tiling.mc) == (kc, nc, 96)
     assert _fp32_tiling("x86.avx2.sgemm_6x16", SMALL, n, k) is SMALL
+    # a constant M whose A fits in half of L2 keeps these blocks (A read in place) ...
+    rows = max(1, l2 // 2 // (4 * k))
+    assert _fp32_tiling("x86.avx2.sgemm_6x16", recipes.Tiling(), n, k, rows) == tiling
+    # ... one row more takes the panel blocks: 48 rows by 512 columns, the same KC
+    panels = _fp32_tiling("x86.avx2.sgemm_6x16", recipes.Tiling(), n, k, rows + 1)
+    assert (panels.kc, panels.nc, panels.mc) == (kc, 512, 48)
 
 
 @pytest.mark.parametrize("shape", [(1, 16, 1), (7, 32, 13), (37, 48, 96), (50, 64, 1031), (101, 96, 200)])
 @pytest.mark.parametrize("tiling", [None, SMALL])
-def test_avx2_tile_row_tiles_outside_the_panels(rng, vector_isa, monkeypatch, cache_sizes, shape, tiling):
+def test_avx2_tile_orders_its_loops_by_how_a_is_read(rng, vector_isa, monkeypatch, cache_sizes, shape, tiling):
     """Under the AVX2 feature set the fp32 recipe runs each column block's row tiles outside its
-    panels (a tile's rows of A stay in L1 while it sweeps the panels); with SMALL's slabs of at
-    most 32 the tile's early-C form accumulates over several k slabs (C added after each slab's
-    K loop).  The built kernel and the interpreter agree with numpy on fresh random data: odd,
-    prime and unit sizes, one and two threads."""
+    panels where it reads A in place (a tile's rows of A stay in L1 while it sweeps the panels),
+    and the panels outside the row tiles where A, past half of L2 with threads over column
+    blocks, is packed into 6-row panels (each panel of B read by the row block's tiles); with
+    SMALL's slabs of at most 32 the tile's early-C form accumulates over several k slabs (C added
+    after each slab's K loop).  The built kernel and the interpreter agree with numpy on fresh
+    random data: odd, prime and unit sizes, one and two threads."""
     m, n, k = shape
-    cache_sizes(32 << 10, 64 << 10)  # KC x NC blocks of B of at most 32 KiB
+    cache_sizes(32 << 10, 64 << 10)  # KC x NC blocks of B of at most 32 KiB; A past 32 KiB in panels
     for threads in ("1", "2"):
         monkeypatch.setenv("OMP_NUM_THREADS", threads)
         func = _matmul(m, n, k)
         sch = recipes.matmul_fp32(func, **({} if tiling is None else {"tiling": tiling}))
         if vector_isa == "avx2":
-            assert _tensorized_with(sch.func) == {"x86.avx2.sgemm_6x16"}
+            tiles = _tensorized_with(sch.func)
             loops = [s.loop_var.name for s in walk(sch.func.body) if isinstance(s, For)]
-            assert loops.index("i_1") < loops.index("j_1")  # row tiles outside the panels
+            if threads == "1" and m * k * 4 > 32 << 10:
+                assert tiles == {"x86.avx2.sgemm_6x16_panel"}
+            if tiles == {"x86.avx2.sgemm_6x16"}:
+                assert loops.index("i_1") < loops.index("j_1")  # row tiles outside the panels
+            else:
+                assert tiles == {"x86.avx2.sgemm_6x16_panel"}
+                assert loops.index("j_1") < loops.index("i_1")  # panels outside the row tiles
         _check_fp32_product(rng, refcomp.build(sch.func), func, m, n, k, transposed=False)
 
 

@@ -90,8 +90,8 @@ def matmul_fp32(func_or_sch: PrimFunc | Schedule, block: str = "C", *, intrin: s
     shape = matmul_shape(sch.get(sch.get_block(block)), "matmul_fp32")
     constant_b = pack_b and _is_constant_param(sch, sch.get_block(block), shape.b_index)
     name = intrin or _wide_tile(_pick(sch, block, FP32_INTRINS, "matmul_fp32"), shape, constant_b)
-    return tiled_matmul(sch, block, name, _fp32_tiling(name, tiling, shape.n, shape.k), pack_a=pack_a, pack_b=pack_b,
-                        parallel=parallel, recipe="matmul_fp32")
+    return tiled_matmul(sch, block, name, _fp32_tiling(name, tiling, shape.n, shape.k, shape.m), pack_a=pack_a,
+                        pack_b=pack_b, parallel=parallel, recipe="matmul_fp32")
 
 
 # The AVX-512 6 x 64 tile (kernels_fp32) takes the 12 x 32 tile's place where N is a multiple of
@@ -140,7 +140,7 @@ _SYMBOLIC_ROWS = 512
 _PANEL_BYTES = 512 << 10
 
 
-def _fp32_tiling(intrin: str, tiling: Tiling, n, k) -> Tiling:
+def _fp32_tiling(intrin: str, tiling: Tiling, n, k, m=None) -> Tiling:
     """The default tiling of an fp32 tile intrinsic (a Tiling given by the caller is kept).
 
     KC: whole K while the tile's KC x NR panel of B is at most 512 KiB (K up to 4096 for the
@@ -173,7 +173,7 @@ def _fp32_tiling(intrin: str, tiling: Tiling, n, k) -> Tiling:
     if tiling != Tiling():
         return tiling
     if intrin == AVX2_TILE:
-        return _avx2_tiling(n, k)
+        return _avx2_tiling(n, k, m)
     _, nr, _ = tile_of(intrin)
     wide = intrin.startswith(WIDE_TILE)
     kc_max = _WIDE_KC if wide else _PANEL_BYTES // (4 * nr)
@@ -188,30 +188,43 @@ def _fp32_tiling(intrin: str, tiling: Tiling, n, k) -> Tiling:
 
 
 # ----------------------------------------------------------------------------- AVX2 6 x 16 tile
-# Its own blocks and loop order (the AVX-512 tiles keep theirs above).  A tile reads A's six rows
-# in place (24 bytes a k) and B's 16-wide panel (64 bytes a k).  The general order (panels outside
-# the row tiles) keeps B's KC x 16 panel for the row tiles of a block, but at KC = K (the general
-# rule) that panel is far past L1 and, at N = 2048, the KC x NC block of B (4 MiB) past L2, so
-# every k of every tile reads both operands from L2 and the first tile of each panel from L3.
-# Here the row tiles run outside the panels instead: a tile's 6 x KC rows of A (KC at most 1024:
-# at most 24 KiB) are read again for each panel of the block while they are still in L1 or L2,
-# and the KC x NC block of B takes at most half of L2, so that B, the wider stream, comes from L2
-# and no panel from L3 (all measured, not modelled: see the spec for what lost).  The tile names
-# its C lines to the cache before its K loop (kernels_fp32.sgemm_tile_source, c_early) since the
-# K / KC slabs now sweep C more than once.  One thread, CPU time, A/B in one process (shared
-# machine, run-to-run noise 3-5%), against the general rule with the same tile: see
-# spec/tensorize.md ("The AVX2 tile").
+# Its own blocks (the AVX-512 tiles keep theirs above).  A tile reads six rows of A (24 bytes a k)
+# and B's 16-wide panel (64 bytes a k); with A read in place at a row stride that is a multiple
+# of 4 KiB those six rows share one set of a 32 KiB 8-way L1, and the tile waits on A.
+#
+# M constant and A past half of L2 (threads over column blocks): A is packed into 6-row panels
+# (one stream a tile) and the blocks take BLIS's shape for this tile: a row block of
+# AVX2_PANEL_MC rows by KC (at most 1024: 192 KiB of panels) stays in L2 while the tiles sweep
+# the column block's panels, each KC x 16 panel of B (64 KiB) read from L2 by the block's eight
+# row tiles; NC 512 (the thread's KC x NC block of B in L3).  The 2 cores of a Zen 3 host, 2
+# threads, alternating with numpy in one process in rotated order, 3 calls a round, GFLOP/s
+# median / best: N = 2048 (8 rounds) 100.8 / 117.8 -> 118.1 / 136.6, numpy 129.0 / 137.5; N =
+# 1024 (12) 107.9 / 130.5 -> 105.2 / 129.2, numpy 110.8 / 139.1; N = 512 (20) 75.9 / 119.6 ->
+# 93.1 / 133.7, numpy 82.5 / 131.1.  Other blocks at N = 2048 (MC, KC; median): (24 or 36,
+# 1024) within 1% of (48, 1024); (66, 512) -3%; (36, 2048) -6%; (132, 512) -7%; (36, 1024) with
+# A in place -13%.
+#
+# Otherwise (a small A, or M symbolic: the graph's linear layers, threads over column blocks
+# inside serial row blocks of 516) A is read in place and the row tiles run outside the panels
+# instead: a tile's 6 x KC rows of A (KC at most 1024: at most 24 KiB) are read again for each
+# panel of the block while they are still in L1 or L2, and the KC x NC block of B takes at most
+# half of L2, so that B, the wider stream, comes from L2 and no panel from L3 (see the spec for
+# what lost).  The tile names its C lines to the cache before its K loop
+# (kernels_fp32.sgemm_tile_source, c_early) since the K / KC slabs sweep C more than once.
 AVX2_TILE = "x86.avx2.sgemm_6x16"
 _AVX2_KC = 1024
+AVX2_PANEL_MC = 48
+_AVX2_PANEL_NC = 512
 
 
-def _avx2_tiling(n, k) -> Tiling:
-    """The AVX2 tile's blocks: KC the largest divisor of K up to 1024 (A's 6 x KC rows in L1;
-    whole K where K has no divisor of at least half that, so that an odd K does not get tiny
-    slabs), NC from half of L2 (B's KC x NC block; at least four tiles wide, at most 512), MC 96;
-    a symbolic M in blocks of 516 rows around the parallel column loop, as the AVX-512 tiles
-    (each thread packs its own blocks of B in cache instead of all of B going through memory
-    before the call's row blocks; the order there too has the row tiles outside the panels).
+def _avx2_tiling(n, k, m=None) -> Tiling:
+    """The AVX2 tile's blocks: KC the largest divisor of K up to 1024 (whole K where K has no
+    divisor of at least half that, so that an odd K does not get tiny slabs).  A constant M whose
+    A takes more than half of L2: MC 48, NC 512 (A packed into panels, see AVX2_TILE).  Otherwise
+    A is read in place: MC 96, NC from half of L2 (B's KC x NC block; at least four tiles wide,
+    at most 512), and a symbolic M in blocks of 516 rows around the parallel column loop, as the
+    AVX-512 tiles (each thread packs its own blocks of B in cache instead of all of B going
+    through memory before the call's row blocks).
     The benchmark's linear layers under the AVX2 feature set, rows symbolic, one thread, A/B in
     one process: 256 x 1024 x 4096 + residual 29.35 ms -> 25.33 (row blocks of 516) -> 23.24
     (and the row tiles outside), numpy 24.21; 256 x 4096 x 1024 + gelu 29.70 -> 26.37 -> 24.80,
@@ -221,15 +234,31 @@ def _avx2_tiling(n, k) -> Tiling:
     kc = k_tile(k, _AVX2_KC, 1)
     if kc is None or whole is None or 2 * kc < min(whole, _AVX2_KC):
         kc = whole or _AVX2_KC
+    symbolic = -(-_SYMBOLIC_ROWS // mr) * mr
+    if _avx2_a_past_l2(m, k):
+        return Tiling(mc=AVX2_PANEL_MC, nc=_AVX2_PANEL_NC, kc=kc, mc_symbolic=symbolic)
     _, l2 = cpu.cache_sizes()
     nc = max(4 * nr, min(512, l2 // 2 // (4 * kc) // nr * nr))
-    return Tiling(mc=96, nc=nc, kc=kc, mc_symbolic=-(-_SYMBOLIC_ROWS // mr) * mr)
+    return Tiling(mc=96, nc=nc, kc=kc, mc_symbolic=symbolic)
 
 
-def _row_tiles_outside(intrin: str, streams_b: bool) -> bool:
+def _avx2_a_past_l2(m, k) -> bool:
+    """Whether A (M x K, both constant) takes more than half of L2: the AVX2 tile then reads it
+    from panels (see AVX2_TILE); A read in place stays in cache otherwise."""
+    rows, depth = as_int(m), as_int(k)
+    return rows is not None and depth is not None and rows * depth * 4 > cpu.cache_sizes()[1] // 2
+
+
+def _avx2_panels(intrin: str, shape, constant_b: bool, by_columns: bool) -> bool:
+    """Whether the AVX2 tile packs A into panels by default: threads over column blocks, B packed
+    in the call, A past L2 (see AVX2_TILE)."""
+    return intrin == AVX2_TILE and by_columns and not constant_b and _avx2_a_past_l2(shape.m, shape.k)
+
+
+def _row_tiles_outside(intrin: str, streams_b: bool, pack_a) -> bool:
     """Whether the row tiles of a column block run outside its panels (see AVX2_TILE): the AVX2
     tile reading A in place, B packed in the call."""
-    return intrin == AVX2_TILE and not streams_b
+    return intrin == AVX2_TILE and not streams_b and pack_a != "panels"
 # ----------------------------------------------------------------------------- end of the AVX2 tile
 
 
@@ -288,7 +317,8 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     # as they go (the tile's stream form).
     streams_b = constant_b and _streams_b(shape, mc, mr)
     if pack_a is None:
-        pack_a = "panels" if streams_b and intrin in PANEL_INTRINS else False
+        wants_panels = streams_b or _avx2_panels(intrin, shape, constant_b, by_columns)
+        pack_a = "panels" if wants_panels and intrin in PANEL_INTRINS else False
     # With a symbolic M the panels are ceildiv(M, MR), the last one padded with zeros by a fill
     # of at most MR - 1 rows (transform_layout splits the symbolic row dim).
     if pack_a == "panels":
@@ -331,11 +361,11 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     j0, j1, j2 = sch.split(j, [None, nc // nr, nr])
     k0, k1 = sch.split(k, [None, kc]) if kc < as_int(shape.k) else [None, k]
     slabs = [k0] if k0 is not None else []
-    if rows_outside and _row_tiles_outside(intrin, streams_b):
+    if rows_outside and _row_tiles_outside(intrin, streams_b, pack_a):
         sch.reorder(i0, j0, *slabs, i1, j1, i2, j2, k1)  # i0 serial, j0 parallel
     elif by_rows or rows_outside or grid:
         sch.reorder(i0, j0, *slabs, j1, i1, i2, j2, k1)  # rows outside: i0 serial, j0 parallel
-    elif _row_tiles_outside(intrin, streams_b):
+    elif _row_tiles_outside(intrin, streams_b, pack_a):
         sch.reorder(j0, *slabs, i0, i1, j1, i2, j2, k1)
     else:
         sch.reorder(j0, *slabs, i0, j1, i1, i2, j2, k1)
