@@ -18,7 +18,8 @@ Where neither gives a call worth splitting two tasks per thread (a few rows, or 
 called with a few), `ic` and `jc` fuse into one parallel loop over the (row block x column
 block) grid, the blocks narrowed until there are (see tiled_matmul).  A is read in place unless
 pack_a asks for k slabs Ap[k // KC, i, k % KC].
-The AVX2 6 x 16 tile runs `ir` outside `jr` (AVX2_TILE below).
+The AVX2 6 x 16 tile reading A in place runs `ir` outside `jr`; past half of L2 it packs A into
+panels and takes BLIS's blocks (AVX2_TILE below).
 B may be read as W[j, k] (C = A @ W^T, a `linear` layer's weight): the packing copy then reads W
 transposed into the same panels, NR rows of W at a time.
 Rows (M) may be symbolic or not divisible by MR: the last tile is partial and the kernel touches
