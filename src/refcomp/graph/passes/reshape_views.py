@@ -28,6 +28,7 @@ from ..op.base import view
 from ..shape_facts import decide_equal, is_const
 from .common import graph_functions, map_blocks, used_vars, with_bindings
 
+
 def is_reshape(func: PrimFunc) -> bool:
     """Whether func writes its second buffer as its first read in row-major order (see module)."""
     buffers = func.buffers

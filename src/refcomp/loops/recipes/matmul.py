@@ -195,7 +195,7 @@ def _fp32_tiling(intrin: str, tiling: Tiling, n, k, m=None) -> Tiling:
 #
 # M constant and A past half of L2 (threads over column blocks): A is packed into 6-row panels
 # (one stream a tile) and the blocks take BLIS's shape for this tile: a row block of
-# AVX2_PANEL_MC rows by KC (at most 1024: 192 KiB of panels) stays in L2 while the tiles sweep
+# _AVX2_PANEL_MC rows by KC (at most 1024: 192 KiB of panels) stays in L2 while the tiles sweep
 # the column block's panels, each KC x 16 panel of B (64 KiB) read from L2 by the block's eight
 # row tiles; NC 512 (the thread's KC x NC block of B in L3).  The 2 cores of a Zen 3 host, 2
 # threads, alternating with numpy in one process in rotated order, 3 calls a round, GFLOP/s
@@ -214,7 +214,7 @@ def _fp32_tiling(intrin: str, tiling: Tiling, n, k, m=None) -> Tiling:
 # (kernels_fp32.sgemm_tile_source, c_early) since the K / KC slabs sweep C more than once.
 AVX2_TILE = "x86.avx2.sgemm_6x16"
 _AVX2_KC = 1024
-AVX2_PANEL_MC = 48
+_AVX2_PANEL_MC = 48
 _AVX2_PANEL_NC = 512
 
 
@@ -237,7 +237,7 @@ def _avx2_tiling(n, k, m=None) -> Tiling:
         kc = whole or _AVX2_KC
     symbolic = -(-_SYMBOLIC_ROWS // mr) * mr
     if _avx2_a_past_l2(m, k):
-        return Tiling(mc=AVX2_PANEL_MC, nc=_AVX2_PANEL_NC, kc=kc, mc_symbolic=symbolic)
+        return Tiling(mc=_AVX2_PANEL_MC, nc=_AVX2_PANEL_NC, kc=kc, mc_symbolic=symbolic)
     _, l2 = cpu.cache_sizes()
     nc = max(4 * nr, min(512, l2 // 2 // (4 * kc) // nr * nr))
     return Tiling(mc=96, nc=nc, kc=kc, mc_symbolic=symbolic)
@@ -256,10 +256,10 @@ def _avx2_panels(intrin: str, shape, constant_b: bool, by_columns: bool) -> bool
     return intrin == AVX2_TILE and by_columns and not constant_b and _avx2_a_past_l2(shape.m, shape.k)
 
 
-def _row_tiles_outside(intrin: str, streams_b: bool, pack_a) -> bool:
+def _row_tiles_outside(intrin: str, streams_b: bool) -> bool:
     """Whether the row tiles of a column block run outside its panels (see AVX2_TILE): the AVX2
-    tile reading A in place, B packed in the call."""
-    return intrin == AVX2_TILE and not streams_b and pack_a != "panels"
+    tile reading A in place (its panel form is another intrinsic), B packed in the call."""
+    return intrin == AVX2_TILE and not streams_b
 # ----------------------------------------------------------------------------- end of the AVX2 tile
 
 
@@ -362,11 +362,11 @@ def tiled_matmul(sch: Schedule, block: str, intrin: str, tiling: Tiling, *, pack
     j0, j1, j2 = sch.split(j, [None, nc // nr, nr])
     k0, k1 = sch.split(k, [None, kc]) if kc < as_int(shape.k) else [None, k]
     slabs = [k0] if k0 is not None else []
-    if rows_outside and _row_tiles_outside(intrin, streams_b, pack_a):
+    if rows_outside and _row_tiles_outside(intrin, streams_b):
         sch.reorder(i0, j0, *slabs, i1, j1, i2, j2, k1)  # i0 serial, j0 parallel
     elif by_rows or rows_outside or grid:
         sch.reorder(i0, j0, *slabs, j1, i1, i2, j2, k1)  # rows outside: i0 serial, j0 parallel
-    elif _row_tiles_outside(intrin, streams_b, pack_a):
+    elif _row_tiles_outside(intrin, streams_b):
         sch.reorder(j0, *slabs, i0, i1, j1, i2, j2, k1)
     else:
         sch.reorder(j0, *slabs, i0, j1, i1, i2, j2, k1)
